@@ -1,0 +1,138 @@
+"""flakebot-magic: turn a request into a compiled, tested, reproducible Rust tool.
+
+In a notebook::
+
+    %load_ext flakebot_magic
+
+    %%flakebot --name md
+    Render Markdown text to HTML.
+
+From Python::
+
+    >>> import flakebot_magic
+    >>> md = flakebot_magic.build("render markdown to html", name="md")  # doctest: +SKIP
+    >>> md("# Hi")                                                        # doctest: +SKIP
+    '<h1>Hi</h1>\\n'
+
+Importing this package is cheap: IPython, openai, ipywidgets and tornado are
+imported only by the parts that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    BuildError,
+    Cancelled,
+    ConfigError,
+    DeployError,
+    FlakebotError,
+    FlakeError,
+    ForkError,
+    NeedsModelError,
+    RegistryError,
+    SearchError,
+    StageTimeout,
+    TestError,
+    ToolError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from .events import Observer
+    from .registry.base import CrateCandidate
+    from .stages.client import Tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BuildError",
+    "Cancelled",
+    "ConfigError",
+    "DeployError",
+    "FlakeError",
+    "FlakebotError",
+    "ForkError",
+    "NeedsModelError",
+    "RegistryError",
+    "SearchError",
+    "StageTimeout",
+    "TestError",
+    "ToolError",
+    "UsageError",
+    "__version__",
+    "build",
+    "load_ipython_extension",
+    "search",
+    "unload_ipython_extension",
+]
+
+
+def build(
+    request: str = "",
+    *,
+    name: str | None = None,
+    crate: str | None = None,
+    registry: str | Path | None = None,
+    rebuild: bool = False,
+    keep_workspace: bool = False,
+    cache_dir: str | Path | None = None,
+    observers: Iterable[Observer] = (),
+) -> Tool:
+    """Build the tool for ``request`` and return it, callable.
+
+    Parameters
+    ----------
+    request
+        What the tool should do, in words.
+    name
+        The tool's name (a Python identifier); default: from the crate's name.
+    crate
+        Use this crate instead of searching.
+    registry
+        A cargo directory source, ``"crates.io"``, or None for the default
+        (Debian's ``/usr/share/cargo/registry`` when installed).
+    rebuild
+        Fork and build again even when the store has the tool.
+    keep_workspace
+        Keep the build outputs (``target/``) in the workspace after success.
+    cache_dir
+        Where workspaces, the store and the index live.
+    observers
+        Callables that receive every pipeline event.
+    """
+    from .config import Settings
+    from .pipeline import Pipeline
+
+    settings = Settings(registry=str(registry) if registry is not None else None, rebuild=rebuild, keep_workspace=keep_workspace)
+    if cache_dir is not None:
+        settings.cache_dir = Path(cache_dir)
+    return Pipeline(settings, observers=observers).run(request, name=name, crate=crate)
+
+
+def search(
+    query: str, *, registry: str | Path | None = None, limit: int = 10, cache_dir: str | Path | None = None
+) -> list[CrateCandidate]:
+    """Ranked crate candidates for ``query`` (binaries first when a tool is asked for)."""
+    from .config import Settings
+    from .stages import search as search_stage
+
+    settings = Settings(registry=str(registry) if registry is not None else None)
+    if cache_dir is not None:
+        settings.cache_dir = Path(cache_dir)
+    found = search_stage.open_registry(settings.registry, settings.cache_dir)
+    return search_stage.search(found, query, limit=limit)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext flakebot_magic``: register the ``%%flakebot`` magic."""
+    from .magics import FlakebotMagics
+
+    ipython.register_magics(FlakebotMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext flakebot_magic``: nothing to undo beyond IPython's own bookkeeping."""

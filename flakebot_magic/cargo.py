@@ -1,0 +1,89 @@
+"""How flakebot invokes cargo: the registry, offline mode, a clean environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import ConfigError
+from .process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from .registry.base import Registry
+
+__all__ = ["Cargo", "find_cargo"]
+
+
+def find_cargo() -> str:
+    """The cargo executable: on PATH, else rustup's default place."""
+    found = shutil.which("cargo")
+    if found:
+        return found
+    rustup = Path.home() / ".cargo" / "bin" / "cargo"
+    if rustup.is_file():
+        return str(rustup)
+    raise ConfigError(
+        "cargo is not installed (not on PATH, not in ~/.cargo/bin). "
+        "Run `make install` in the flakebot-magic checkout (installs Debian's cargo), "
+        "or install Rust from https://rustup.rs, then try again."
+    )
+
+
+class Cargo:
+    """cargo, pointed at one registry, in one workspace.
+
+    With an offline registry every command gets ``--offline`` and the
+    registry as ``--config`` arguments, so nothing machine-specific is
+    written into the workspace.
+    """
+
+    def __init__(self, registry: Registry, runner: ProcessRunner, *, executable: str | None = None) -> None:
+        self.registry = registry
+        self.runner = runner
+        self.executable = executable or find_cargo()
+
+    def argv(self, subcommand: str, *args: str) -> list[str]:
+        argv = [self.executable, subcommand]
+        if self.registry.offline:
+            argv.append("--offline")
+            config_args = getattr(self.registry, "cargo_config_args", None)
+            if config_args is not None:
+                argv += config_args()
+        return argv + list(args)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = scrubbed_env({"CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never"})
+        # the toolchain's own directory must stay reachable when cargo came from ~/.cargo/bin
+        bin_dir = os.path.dirname(self.executable)
+        if bin_dir not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        if extra:
+            env.update(extra)
+        return env
+
+    def run(
+        self,
+        subcommand: str,
+        *args: str,
+        cwd: Path,
+        timeout: float,
+        on_line: LineCallback | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Completed:
+        return self.runner.run(
+            self.argv(subcommand, *args),
+            cwd=cwd,
+            env=self.env(env),
+            timeout=timeout,
+            on_line=on_line,
+            workspace=cwd,
+        )
+
+    def rustc_version(self) -> str:
+        """``rustc -vV`` of the toolchain cargo uses (part of every store hash)."""
+        rustc = shutil.which("rustc", path=self.env()["PATH"]) or "rustc"
+        done = self.runner.run([rustc, "-vV"], env=self.env(), timeout=60)
+        return done.stdout.strip()
+
+    def metadata_args(self) -> Sequence[str]:
+        return ("--format-version", "1", "--no-deps")

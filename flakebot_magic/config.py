@@ -1,0 +1,70 @@
+"""Where flakebot keeps things, and the defaults every front door shares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_registry"]
+
+#: where Debian's librust-*-dev packages install crate sources
+DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
+
+
+def default_cache_dir() -> Path:
+    """``$FLAKEBOT_CACHE_DIR``, else the user cache dir (``~/.cache/flakebot`` on Linux)."""
+    env = os.environ.get("FLAKEBOT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("flakebot", appauthor=False))
+
+
+def default_registry() -> str | None:
+    """``$FLAKEBOT_REGISTRY``, else Debian's registry when present, else None (crates.io)."""
+    env = os.environ.get("FLAKEBOT_REGISTRY")
+    if env:
+        return env
+    if DEBIAN_REGISTRY.is_dir():
+        return str(DEBIAN_REGISTRY)
+    return None
+
+
+@dataclass
+class Settings:
+    """Everything a run needs besides the request; front doors fill it from their options.
+
+    ``registry`` is a directory path (a cargo ``directory`` source such as
+    Debian's registry or a ``cargo vendor`` dir), the word ``crates.io``, or
+    None for the default.
+    """
+
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    registry: str | None = None
+    build_timeout: float = 1800.0
+    test_timeout: float = 1800.0
+    tool_timeout: float = 60.0
+    keep_workspace: bool = False
+    rebuild: bool = False
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.cache_dir / "workspaces"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.cache_dir / "store"
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.cache_dir / "tools"
+
+    @property
+    def recipes_dir(self) -> Path:
+        return self.cache_dir / "recipes"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.cache_dir / "index"

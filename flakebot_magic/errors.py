@@ -1,0 +1,222 @@
+"""Every error flakebot raises, one class per pipeline stage.
+
+The tree::
+
+    FlakebotError
+    ├── UsageError          bad input from the user (empty cell, unknown option)
+    ├── ConfigError         the machine lacks something (cargo, a registry path)
+    ├── SearchError         no candidates, unknown --crate, registry unreachable
+    │   └── RegistryError   a registry answered badly (HTTP error, bad checksum)
+    ├── ForkError           the published source could not become a workspace
+    ├── BuildError          cargo build failed (carries the first diagnostics)
+    │   └── TestError       cargo test failed (carries the failing test names)
+    ├── NeedsModelError     the best candidate is a library; a model must write the tool
+    ├── FlakeError          writing or building the Nix flake failed
+    ├── DeployError         the built binary could not be placed in the store
+    ├── StageTimeout        a process ran past its time limit
+    ├── Cancelled           the user stopped the run
+    └── ToolError           a deployed tool exited non-zero when called
+
+Every error says what happened and what to do next. Errors raised after the
+fork carry ``workspace``, the path of the kept workspace, and mention it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BuildError",
+    "Cancelled",
+    "ConfigError",
+    "DeployError",
+    "FlakeError",
+    "FlakebotError",
+    "ForkError",
+    "NeedsModelError",
+    "RegistryError",
+    "SearchError",
+    "StageTimeout",
+    "TestError",
+    "ToolError",
+    "UsageError",
+]
+
+
+class FlakebotError(Exception):
+    """Base of every flakebot error.
+
+    Parameters
+    ----------
+    message
+        What happened, and what to do about it.
+    workspace
+        The workspace kept for inspection, when there is one.
+    """
+
+    #: the pipeline stage that raised it, for front ends
+    stage: str = ""
+
+    def __init__(self, message: str, *, workspace: Path | None = None) -> None:
+        self.workspace = workspace
+        if workspace is not None and str(workspace) not in message:
+            message = f"{message}\nThe workspace is kept at {workspace}"
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def keep_workspace(self, workspace: Path) -> None:
+        """Record the kept workspace on an error raised before it was known."""
+        if self.workspace is None:
+            self.workspace = workspace
+            self.args = (f"{self}\nThe workspace is kept at {workspace}",)
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the message is the whole story
+        return [f"{type(self).__name__}: {self}"]
+
+
+class UsageError(FlakebotError):
+    """The request or its options are wrong; the message says how to write them."""
+
+    stage = "usage"
+
+
+class ConfigError(FlakebotError):
+    """Something flakebot needs is missing from this machine."""
+
+    stage = "config"
+
+
+class SearchError(FlakebotError):
+    """No crate fits the request, or the one asked for is not in the registry."""
+
+    stage = "search"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        candidates: Sequence[Any] = (),
+        workspace: Path | None = None,
+    ) -> None:
+        self.candidates = list(candidates)
+        super().__init__(message, workspace=workspace)
+
+
+class RegistryError(SearchError):
+    """A registry could not be read: HTTP failure, bad checksum, broken layout."""
+
+
+class ForkError(FlakebotError):
+    """The crate's published source could not be turned into a git workspace."""
+
+    stage = "fork"
+
+
+class BuildError(FlakebotError):
+    """``cargo build`` failed. ``diagnostics`` holds the compiler's first errors."""
+
+    stage = "build"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        diagnostics: Sequence[Any] = (),
+        command: Sequence[str] = (),
+        workspace: Path | None = None,
+    ) -> None:
+        self.diagnostics = list(diagnostics)
+        self.command = list(command)
+        super().__init__(message, workspace=workspace)
+
+
+class TestError(BuildError):
+    """``cargo test`` failed. ``failed`` names the failing tests."""
+
+    __test__ = False  # not a pytest test class
+    stage = "test"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failed: Sequence[str] = (),
+        diagnostics: Sequence[Any] = (),
+        command: Sequence[str] = (),
+        workspace: Path | None = None,
+    ) -> None:
+        self.failed = list(failed)
+        super().__init__(
+            message, diagnostics=diagnostics, command=command, workspace=workspace
+        )
+
+
+class NeedsModelError(FlakebotError):
+    """The best candidates are libraries; writing a tool from one needs a model."""
+
+    stage = "search"
+
+    def __init__(self, message: str, *, candidates: Sequence[Any] = ()) -> None:
+        self.candidates = list(candidates)
+        super().__init__(message)
+
+
+class FlakeError(FlakebotError):
+    """Writing, evaluating or building the Nix flake failed."""
+
+    stage = "flake"
+
+    def __init__(
+        self, message: str, *, log_tail: str = "", workspace: Path | None = None
+    ) -> None:
+        self.log_tail = log_tail
+        super().__init__(message, workspace=workspace)
+
+
+class DeployError(FlakebotError):
+    """The built tool could not be placed in the content-addressed store."""
+
+    stage = "deploy"
+
+
+class StageTimeout(FlakebotError):
+    """A process ran past its time limit and was stopped."""
+
+    stage = "timeout"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: Sequence[str] = (),
+        seconds: float = 0.0,
+        workspace: Path | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.seconds = seconds
+        super().__init__(message, workspace=workspace)
+
+
+class Cancelled(FlakebotError):
+    """The run was stopped by the user; the workspace is kept."""
+
+    stage = "cancelled"
+
+
+class ToolError(FlakebotError):
+    """A deployed tool failed when called: exit code and standard error attached."""
+
+    stage = "tool"
+
+    def __init__(
+        self, message: str, *, returncode: int | None = None, stderr: str = ""
+    ) -> None:
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(message)

@@ -1,0 +1,116 @@
+"""Pipeline events: the only thing front ends (magic, command, widgets) observe.
+
+The pipeline calls each observer with every event, in order, from the thread
+that runs the pipeline. Observers must be quick and must not raise; an
+observer that raises is reported once on stderr and then ignored.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+__all__ = [
+    "Event",
+    "EventBus",
+    "LogLine",
+    "Notice",
+    "Observer",
+    "RunFinished",
+    "STAGES",
+    "StageFinished",
+    "StageStarted",
+]
+
+#: the stages in pipeline order; "check" is cargo build and cargo test together
+STAGES = ("search", "fork", "build", "test", "flake", "deploy", "client")
+
+StageStatus = Literal["done", "failed", "skipped", "cached"]
+
+
+@dataclass(frozen=True)
+class StageStarted:
+    stage: str
+    detail: str = ""
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class StageFinished:
+    stage: str
+    status: StageStatus
+    detail: str = ""
+    elapsed: float = 0.0
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a child process's output (cargo, git, nix)."""
+
+    stage: str
+    line: str
+    stream: Literal["stdout", "stderr"] = "stderr"
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should read: an offline fix-up, a skipped test target."""
+
+    stage: str
+    message: str
+    level: Literal["info", "warning"] = "info"
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """The last event of a run: ``tool`` on success, ``error`` on failure."""
+
+    ok: bool
+    tool: Any = None
+    error: BaseException | None = None
+    elapsed: float = 0.0
+    at: float = field(default_factory=time.monotonic)
+
+
+Event = Union[StageStarted, StageFinished, LogLine, Notice, RunFinished]
+Observer = Callable[[Event], None]
+
+
+class EventBus:
+    """Fans events out to observers; thread-safe, never lets an observer break a run."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self._observers = list(observers)
+        self._broken: set[int] = set()
+        self._lock = threading.Lock()
+
+    def subscribe(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            for index, observer in enumerate(self._observers):
+                if index in self._broken:
+                    continue
+                try:
+                    observer(event)
+                except Exception as exc:  # an observer must never stop a build
+                    self._broken.add(index)
+                    print(
+                        f"flakebot: progress observer {observer!r} failed ({exc!r}); "
+                        "it gets no further events",
+                        file=sys.stderr,
+                    )
+
+    def log(self, stage: str, line: str, stream: Literal["stdout", "stderr"] = "stderr") -> None:
+        self.emit(LogLine(stage, line, stream))
+
+    def notice(self, stage: str, message: str, level: Literal["info", "warning"] = "info") -> None:
+        self.emit(Notice(stage, message, level))

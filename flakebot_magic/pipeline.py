@@ -1,0 +1,300 @@
+"""The pipeline: search, fork, build and test, flake, deploy, client, with events.
+
+One :class:`Pipeline` is behind every front door (the magic, the command,
+:func:`flakebot_magic.build`). It emits :mod:`flakebot_magic.events`; front
+ends only observe them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cargo import Cargo
+from .config import Settings
+from .errors import FlakebotError, NeedsModelError, SearchError, UsageError
+from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
+from .git import Git
+from .inventory import Inventory, ToolRecord
+from .process import CancelToken, ProcessRunner
+from .registry.base import CrateCandidate, Registry
+from .registry.directory import read_manifest
+from .stages import search as search_stage
+from .stages.build import BUILD_FLAGS, check
+from .stages.client import Tool
+from .stages.deploy import StorePath, deploy, lookup, store_key
+from .stages.flake import FlakeMeta, write_flake
+from .stages.fork import FORK_FORMAT, Workspace, fork
+
+__all__ = ["Pipeline", "tool_name"]
+
+
+def tool_name(crate: str) -> str:
+    """A valid Python identifier for a crate: ``pulldown-cmark`` -> ``pulldown_cmark``."""
+    name = re.sub(r"\W", "_", crate)
+    if not name or name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+@dataclass
+class _Stage:
+    bus: EventBus
+    name: str
+    detail: str = ""
+
+    def __enter__(self) -> _Stage:
+        self.started = time.monotonic()
+        self.status = "done"
+        self.bus.emit(StageStarted(self.name, self.detail))
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        elapsed = time.monotonic() - self.started
+        if exc is not None:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            self.bus.emit(StageFinished(self.name, "failed", first, elapsed))
+        else:
+            self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))  # type: ignore[arg-type]
+
+
+class Pipeline:
+    """Turns a request into a deployed :class:`Tool`.
+
+    Parameters
+    ----------
+    settings
+        Cache dir, registry, time limits.
+    registry
+        A registry object; by default one is opened from ``settings.registry``.
+    runner
+        Runs every child process (inject one to observe or cancel).
+    observers
+        Called with every event.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        registry: Registry | None = None,
+        runner: ProcessRunner | None = None,
+        observers: Iterable[Observer] = (),
+        cancel: CancelToken | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.bus = EventBus(observers)
+        self.runner = runner or ProcessRunner(cancel)
+        self._registry = registry
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = search_stage.open_registry(self.settings.registry, self.settings.cache_dir)
+        return self._registry
+
+    # -- the run ------------------------------------------------------------
+
+    def run(self, request: str, *, name: str | None = None, crate: str | None = None) -> Tool:
+        """Build (or find in the cache) the tool for ``request`` and return it."""
+        started = time.monotonic()
+        try:
+            tool = self._run(request.strip(), name, crate)
+        except BaseException as exc:
+            self.bus.emit(RunFinished(ok=False, error=exc, elapsed=time.monotonic() - started))
+            raise
+        self.bus.emit(RunFinished(ok=True, tool=tool, elapsed=time.monotonic() - started))
+        return tool
+
+    def _run(self, request: str, name: str | None, crate: str | None) -> Tool:
+        if not request and not crate:
+            raise UsageError(
+                "The request is empty. Say what the tool should do, for example:\n"
+                "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
+                "or name a crate with --crate NAME."
+            )
+        if name is not None and not name.isidentifier():
+            raise UsageError(f"--name {name!r} is not a valid Python identifier; try {tool_name(name)!r}.")
+        settings = self.settings
+
+        with _Stage(self.bus, "search") as stage:
+            candidate = self._choose(request, crate)
+            stage.detail = f"{candidate.name} {candidate.version}"
+        name = name or tool_name(candidate.name)
+        cargo = Cargo(self.registry, self.runner)
+        rustc = cargo.rustc_version()
+
+        recipe = self._recipe_path(candidate, rustc)
+        if not settings.rebuild:
+            cached = self._from_recipe(recipe, candidate)
+            if cached is not None:
+                for stage_name in ("fork", "build", "test", "flake", "deploy"):
+                    self.bus.emit(StageStarted(stage_name))
+                    self.bus.emit(StageFinished(stage_name, "cached", str(cached.path)))
+                return self._client(name, candidate, cached)
+
+        with _Stage(self.bus, "fork", candidate.id) as stage:
+            workspace = fork(
+                candidate, self.registry, settings.workspaces_dir, name,
+                runner=self.runner, bus=self.bus, cargo=cargo, fresh=settings.rebuild,
+            )
+            stage.detail = str(workspace.path)
+        try:
+            store = self._build_and_deploy(workspace, cargo, rustc)
+        except FlakebotError as exc:
+            exc.keep_workspace(workspace.path)
+            raise
+        except KeyboardInterrupt:
+            self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
+            raise
+        recipe.parent.mkdir(parents=True, exist_ok=True)
+        recipe.write_text(json.dumps({"store": str(store.path), "hash": store.hash}))
+        if not settings.keep_workspace:
+            # the git history stays (it is the tool's provenance); build outputs go
+            shutil.rmtree(workspace.path / "target", ignore_errors=True)
+        return self._client(name, candidate, store)
+
+    def _choose(self, request: str, crate: str | None) -> CrateCandidate:
+        registry = self.registry
+        if crate:
+            candidate = registry.get(crate)
+            if not candidate.has_bin:
+                raise NeedsModelError(
+                    f"{candidate.id} is a library: it has no binary target to deploy. "
+                    "Turning a library into a tool needs a language model (the edit loop). "
+                    "Pick a crate with a binary, or configure a model.",
+                    candidates=[candidate],
+                )
+            return candidate
+        candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)
+        if not candidates:
+            raise SearchError(
+                f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
+                "words (what it reads and what it prints), or name a crate with --crate NAME."
+            )
+        best = candidates[0]
+        if not best.has_bin:
+            listing = "\n".join(
+                f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in candidates[:8]
+            )
+            raise NeedsModelError(
+                f"The best match for {request!r} is {best.id}, a library without a binary. "
+                "Turning a library into a tool needs a language model (the edit loop); "
+                "without one flakebot can only deploy crates that ship a binary.\n"
+                f"Candidates found:\n{listing}\n"
+                "Name one with a binary using --crate NAME, or configure a model.",
+                candidates=candidates,
+            )
+        return best
+
+    def _recipe_path(self, candidate: CrateCandidate, rustc: str) -> Path:
+        registry = self.registry
+        signature = getattr(registry, "signature", None)
+        parts = [
+            candidate.id, candidate.registry, candidate.checksum or "",
+            signature() if signature is not None else "", rustc, " ".join(BUILD_FLAGS), str(FORK_FORMAT),
+        ]
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+        return self.settings.recipes_dir / f"{key}.json"
+
+    def _from_recipe(self, recipe: Path, candidate: CrateCandidate) -> StorePath | None:
+        try:
+            data = json.loads(recipe.read_text())
+        except (OSError, ValueError):
+            return None
+        path = Path(data["store"])
+        if (path / "manifest.json").is_file():
+            return StorePath(path, data["hash"])
+        return None
+
+    def _build_and_deploy(self, workspace: Workspace, cargo: Cargo, rustc: str) -> StorePath:
+        settings = self.settings
+        git = Git(workspace.path, self.runner)
+        key = store_key(git, rustc, BUILD_FLAGS)
+        crate = workspace.crate
+        store = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        if store is not None:
+            for stage_name in ("build", "test"):
+                self.bus.emit(StageStarted(stage_name))
+                self.bus.emit(StageFinished(stage_name, "cached", f"store hit {key}"))
+        else:
+            result = check(
+                workspace.path, cargo, self.bus,
+                build_timeout=settings.build_timeout, test_timeout=settings.test_timeout,
+            )
+            binaries = result.build.binaries
+        with _Stage(self.bus, "flake") as stage:
+            manifest = read_manifest(workspace.path / "Cargo.toml")
+            package = manifest.get("package", {})
+            meta = FlakeMeta(
+                pname=crate.name,
+                version=crate.version,
+                description=str(package.get("description", "")),
+                license=str(package.get("license", "")),
+                main_program=_main_binary(crate, list(crate.bin_names)),
+                homepage=str(package.get("homepage") or package.get("repository") or ""),
+            )
+            write_flake(workspace.path, meta)
+            stage.detail = "flake.nix committed" if git.commit(
+                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
+                ["flake.nix"],
+            ) else "flake.nix unchanged"
+        with _Stage(self.bus, "deploy") as stage:
+            if store is None:
+                store = deploy(
+                    settings.store_dir, key, crate.name, crate.version, binaries,
+                    {
+                        "crate": crate.name, "version": crate.version, "checksum": workspace.checksum,
+                        "checksum_kind": workspace.checksum_kind, "registry": crate.registry,
+                        "commit": git.head(), "rustc": rustc, "flags": list(BUILD_FLAGS),
+                        "description": crate.description, "backend": "cargo",
+                        "skipped_targets": workspace.skipped_targets,
+                        "dropped": [str(d) for d in workspace.dropped],
+                    },
+                )
+            else:
+                stage.status = "cached"
+            stage.detail = str(store.path)
+        return store
+
+    def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> Tool:
+        with _Stage(self.bus, "client", name):
+            manifest = store.manifest
+            main = _main_binary(candidate, manifest["binaries"])
+            tool = Tool(
+                name=name,
+                binary=store.bin(main),
+                crate=candidate.name,
+                version=candidate.version,
+                source_hash=store.hash,
+                store_path=store.path,
+                checksum=manifest.get("checksum", ""),
+                backend=manifest.get("backend", "cargo"),
+                timeout=self.settings.tool_timeout,
+                provenance=manifest,
+            )
+            Inventory(self.settings.tools_dir).save(
+                ToolRecord(
+                    name=name, crate=candidate.name, version=candidate.version, binary=str(tool.binary),
+                    store_path=str(store.path), source_hash=store.hash, checksum=tool.checksum,
+                    checksum_kind=manifest.get("checksum_kind", ""), registry=candidate.registry,
+                    workspace=str(self.settings.workspaces_dir / name), commit=manifest.get("commit", ""),
+                    backend=tool.backend, description=candidate.description, created=time.time(),
+                )
+            )
+        return tool
+
+
+def _main_binary(candidate: CrateCandidate, binaries: list[str]) -> str:
+    if candidate.name in binaries:
+        return candidate.name
+    return sorted(binaries)[0] if binaries else candidate.name

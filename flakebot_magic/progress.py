@@ -1,0 +1,58 @@
+"""Plain-text progress: for the terminal, and for notebooks where widgets cannot render."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import TextIO
+
+from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+
+__all__ = ["TextProgress"]
+
+_MARK = {"done": "ok", "cached": "cached", "skipped": "skipped", "failed": "FAILED"}
+
+
+class TextProgress:
+    """An observer that prints one line per finished stage, and the log tail on failure.
+
+    Parameters
+    ----------
+    stream
+        Where to write (stderr for the command, stdout in a notebook).
+    verbose
+        Also print every line of cargo's output as it comes.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, verbose: bool = False, tail: int = 20) -> None:
+        self.stream = stream
+        self.verbose = verbose
+        self.logs: dict[str, deque[str]] = {}
+        self.tail = tail
+
+    def _write(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write(text + "\n")
+        stream.flush()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LogLine):
+            self.logs.setdefault(event.stage, deque(maxlen=self.tail)).append(event.line)
+            if self.verbose:
+                self._write(f"    {event.stage}| {event.line}")
+        elif isinstance(event, StageStarted):
+            if self.verbose:
+                self._write(f"flakebot: {event.stage} ...")
+        elif isinstance(event, StageFinished):
+            mark = _MARK.get(event.status, event.status)
+            detail = f"  {event.detail}" if event.detail else ""
+            timing = f" ({event.elapsed:.1f}s)" if event.status in ("done", "failed") else ""
+            self._write(f"flakebot: {event.stage:<7} {mark}{timing}{detail}")
+            if event.status == "failed" and not self.verbose:
+                for line in self.logs.get(event.stage, ()):
+                    self._write(f"    | {line}")
+        elif isinstance(event, Notice):
+            prefix = "warning: " if event.level == "warning" else ""
+            self._write(f"flakebot: {prefix}{event.message}")
+        elif isinstance(event, RunFinished) and event.ok:
+            self._write(f"flakebot: done in {event.elapsed:.2f}s")

@@ -1,0 +1,86 @@
+"""The interface every crate registry backend implements, and what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["CrateCandidate", "FetchedSource", "Registry"]
+
+
+@dataclass(frozen=True)
+class CrateCandidate:
+    """One crate at one exact version, as a registry describes it.
+
+    ``score`` is higher-is-better and only comparable within one search.
+    ``checksum`` is the sha256 of the published ``.crate`` file when the
+    registry knows it (crates.io does; Debian's directory registry does not).
+    """
+
+    name: str
+    version: str
+    description: str = ""
+    score: float = 0.0
+    has_bin: bool = False
+    bin_names: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    license: str = ""
+    homepage: str = ""
+    repository: str = ""
+    registry: str = ""
+    checksum: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["bin_names"] = list(self.bin_names)
+        data["keywords"] = list(self.keywords)
+        data["categories"] = list(self.categories)
+        return data
+
+
+@dataclass(frozen=True)
+class FetchedSource:
+    """A crate's published source unpacked into ``path``.
+
+    ``checksum`` is the sha256 of the ``.crate`` archive when it was
+    downloaded, else the sha256 of the unpacked file tree (``checksum_kind``
+    says which).
+    """
+
+    path: Path
+    checksum: str
+    checksum_kind: str = "crate-sha256"
+    notes: tuple[str, ...] = field(default=())
+
+
+@runtime_checkable
+class Registry(Protocol):
+    """A source of published crates: search them, fetch one, tell cargo where they are."""
+
+    #: a short stable identifier, e.g. ``dir:/usr/share/cargo/registry`` or ``crates.io``
+    id: str
+    #: True when cargo must run ``--offline`` against :meth:`cargo_config`
+    offline: bool
+
+    def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
+        """Candidates for a free-text query, best first."""
+        ...
+
+    def get(self, name: str, version: str | None = None) -> CrateCandidate:
+        """One crate by name (newest version unless given); raises SearchError."""
+        ...
+
+    def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        """Unpack the published source of ``candidate`` into the empty directory ``dest``."""
+        ...
+
+    def cargo_config(self) -> str:
+        """TOML for ``.cargo/config.toml`` that makes cargo resolve from this registry
+        (empty when cargo's default, crates.io, is right)."""
+        ...

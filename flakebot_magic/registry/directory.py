@@ -1,0 +1,352 @@
+"""A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
+
+The index lives in the cache dir, one SQLite file per registry path, and is
+rebuilt when the registry changes (its entries or its mtime). Searching is a
+bm25-ranked FTS5 query over name, description, keywords, categories and
+README text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, SearchError
+from .base import CrateCandidate, FetchedSource
+from .semver import matches, newest
+
+__all__ = ["DirectoryRegistry", "read_manifest", "tree_sha256"]
+
+#: bump when the schema or what is indexed changes
+INDEX_VERSION = 3
+README_LIMIT = 16_000
+#: bm25 column weights: name, description, keywords, categories, readme
+_WEIGHTS = (10.0, 4.0, 5.0, 2.0, 1.0)
+_STOPWORDS = frozenset(
+    """a an and are as at be by for from in into is it its of on or that the this to with
+    which what when how make makes made some any all my me i we you your our can will
+    should would please write build create given use using tool tools command program
+    text file files data from line lines""".split()
+)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Parse a Cargo.toml into plain Python values."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import tomlkit
+
+    return tomlkit.parse(text).unwrap()
+
+
+def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
+    """sha256 over every file's relative path and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(_walk(root, exclude)):
+        rel = path.relative_to(root).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"L" + os.readlink(path).encode())
+        else:
+            digest.update(b"F" + path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if d not in exclude]
+        for filename in filenames:
+            yield Path(dirpath) / filename
+
+
+def _bin_names(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """The binary targets cargo would build for this manifest."""
+    package = manifest.get("package", {})
+    names = [b["name"] for b in manifest.get("bin", []) if isinstance(b, dict) and "name" in b]
+    if package.get("autobins", True) is not False:
+        if (crate_dir / "src" / "main.rs").is_file():
+            names.append(package.get("name", crate_dir.name))
+        bin_dir = crate_dir / "src" / "bin"
+        if bin_dir.is_dir():
+            for entry in sorted(bin_dir.iterdir()):
+                if entry.suffix == ".rs":
+                    names.append(entry.stem)
+                elif (entry / "main.rs").is_file():
+                    names.append(entry.name)
+    seen: dict[str, None] = {}
+    for name in names:
+        seen.setdefault(name, None)
+    return list(seen)
+
+
+def _readme(crate_dir: Path, package: dict[str, Any]) -> str:
+    readme = package.get("readme")
+    candidates = [readme] if isinstance(readme, str) else []
+    candidates += ["README.md", "README", "readme.md", "README.rst", "README.txt"]
+    for name in candidates:
+        path = crate_dir / name
+        if path.is_file():
+            return path.read_text(encoding="utf-8", errors="replace")[:README_LIMIT]
+    return ""
+
+
+def _fts_query(query: str) -> str:
+    words = [w for w in re.findall(r"[a-z0-9]+", query.lower()) if w not in _STOPWORDS and len(w) > 1]
+    if not words:
+        words = [w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 1]
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+
+
+class DirectoryRegistry:
+    """A cargo directory source: one unpacked crate per subdirectory.
+
+    Parameters
+    ----------
+    path
+        The directory (``/usr/share/cargo/registry``, or a ``cargo vendor`` output).
+    cache_dir
+        Where the search index is kept.
+    """
+
+    offline = True
+
+    def __init__(self, path: Path | str, cache_dir: Path) -> None:
+        self.path = Path(path).expanduser().resolve()
+        if not self.path.is_dir():
+            raise ConfigError(
+                f"The registry path {self.path} does not exist or is not a directory. "
+                "Give --registry a cargo directory source (e.g. the output of `cargo vendor`), "
+                "or install Debian's crates with `make install`."
+            )
+        self.id = f"dir:{self.path}"
+        key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
+        self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    # -- the index ---------------------------------------------------------
+
+    def signature(self) -> str:
+        """Changes whenever a crate is added to or removed from the registry."""
+        entries = sorted(os.listdir(self.path))
+        digest = hashlib.sha256("\n".join(entries).encode())
+        digest.update(str(self.path.stat().st_mtime_ns).encode())
+        digest.update(str(INDEX_VERSION).encode())
+        return digest.hexdigest()
+
+    def _connect(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._db is not None:
+                return self._db
+            self.index_path.parent.mkdir(parents=True, exist_ok=True)
+            signature = self.signature()
+            db = sqlite3.connect(self.index_path, check_same_thread=False)
+            try:
+                row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
+            except sqlite3.DatabaseError:
+                row = None
+            if row is None or row[0] != signature:
+                db.close()
+                self._rebuild(signature)
+                db = sqlite3.connect(self.index_path, check_same_thread=False)
+            self._db = db
+            return db
+
+    def _rebuild(self, signature: str) -> None:
+        tmp = self.index_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+        db.executescript(
+            """
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+            CREATE TABLE crates (
+                id INTEGER PRIMARY KEY, name TEXT, version TEXT, dir TEXT,
+                description TEXT, keywords TEXT, categories TEXT, license TEXT,
+                homepage TEXT, repository TEXT, bins TEXT
+            );
+            CREATE INDEX crates_name ON crates(name);
+            CREATE VIRTUAL TABLE crates_fts USING fts5(
+                name, description, keywords, categories, readme,
+                content='', tokenize='porter unicode61'
+            );
+            """
+        )
+        for entry in sorted(os.listdir(self.path)):
+            crate_dir = self.path / entry
+            manifest_path = crate_dir / "Cargo.toml"
+            if not manifest_path.is_file():
+                continue
+            try:
+                manifest = read_manifest(manifest_path)
+            except Exception:  # a broken manifest must not break search of the rest
+                continue
+            package = manifest.get("package", {})
+            name, version = package.get("name"), package.get("version")
+            if not isinstance(name, str) or not isinstance(version, str):
+                continue
+            keywords = [k for k in package.get("keywords", []) if isinstance(k, str)]
+            categories = [c for c in package.get("categories", []) if isinstance(c, str)]
+            description = " ".join(str(package.get("description", "")).split())
+            bins = _bin_names(crate_dir, manifest)
+            cursor = db.execute(
+                "INSERT INTO crates (name, version, dir, description, keywords, categories,"
+                " license, homepage, repository, bins) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name, version, entry, description, json.dumps(keywords), json.dumps(categories),
+                    str(package.get("license", "")), str(package.get("homepage", "")),
+                    str(package.get("repository", "")), json.dumps(bins),
+                ),
+            )
+            db.execute(
+                "INSERT INTO crates_fts (rowid, name, description, keywords, categories, readme)"
+                " VALUES (?,?,?,?,?,?)",
+                (
+                    cursor.lastrowid, name.replace("-", " ").replace("_", " ") + " " + name,
+                    description, " ".join(keywords), " ".join(c.replace("-", " ") for c in categories),
+                    _readme(crate_dir, package),
+                ),
+            )
+        db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
+        db.commit()
+        db.close()
+        os.replace(tmp, self.index_path)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- the Registry interface --------------------------------------------
+
+    def _candidate(self, row: tuple[Any, ...], score: float = 0.0) -> CrateCandidate:
+        name, version, _dir, description, keywords, categories, license_, homepage, repository, bins = row
+        bin_names = tuple(json.loads(bins))
+        return CrateCandidate(
+            name=name, version=version, description=description, score=round(score, 4),
+            has_bin=bool(bin_names), bin_names=bin_names, keywords=tuple(json.loads(keywords)),
+            categories=tuple(json.loads(categories)), license=license_, homepage=homepage,
+            repository=repository, registry=self.id, checksum=None,
+        )
+
+    _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins"
+
+    def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
+        fts = _fts_query(query)
+        if not fts:
+            return []
+        db = self._connect()
+        rows = db.execute(
+            f"SELECT {self._COLUMNS}, -bm25(crates_fts, ?, ?, ?, ?, ?) AS score"
+            " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid"
+            " WHERE crates_fts MATCH ? ORDER BY score DESC LIMIT ?",
+            (*_WEIGHTS, fts, max(limit * 4, 40)),
+        ).fetchall()
+        best: dict[str, CrateCandidate] = {}
+        for row in rows:
+            candidate = self._candidate(row[:-1], row[-1])
+            kept = best.get(candidate.name)
+            if kept is None or newest([kept.version, candidate.version]) == candidate.version != kept.version:
+                best[candidate.name] = candidate if kept is None else _with_score(candidate, max(kept.score, candidate.score))
+        return sorted(best.values(), key=lambda c: -c.score)[:limit]
+
+    def versions(self, name: str) -> list[str]:
+        """Every version of ``name`` in the registry (Debian's has one per crate)."""
+        db = self._connect()
+        return [r[0] for r in db.execute("SELECT version FROM crates WHERE name = ?", (name,))]
+
+    def can_satisfy(self, name: str, requirement: str) -> bool:
+        return any(matches(requirement or "*", v) for v in self.versions(name))
+
+    def get(self, name: str, version: str | None = None) -> CrateCandidate:
+        db = self._connect()
+        rows = db.execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,)).fetchall()
+        if not rows:
+            normalized = name.replace("_", "-")
+            rows = db.execute(
+                f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?", (normalized,)
+            ).fetchall()
+        if not rows:
+            similar = [c.name for c in self.search(name.replace("-", " ").replace("_", " "), limit=5)]
+            hint = f" Similar names: {', '.join(similar)}." if similar else ""
+            raise SearchError(
+                f"There is no crate named {name!r} in the registry {self.path}.{hint} "
+                "Check the spelling, or install it (Debian: `apt-get install librust-<name>-dev`).",
+            )
+        by_version = {row[1]: row for row in rows}
+        if version is None:
+            return self._candidate(by_version[newest(list(by_version))])
+        if version not in by_version:
+            raise SearchError(
+                f"The registry has {name} at {', '.join(sorted(by_version))}, not {version}.",
+            )
+        return self._candidate(by_version[version])
+
+    def source_dir(self, candidate: CrateCandidate) -> Path:
+        db = self._connect()
+        row = db.execute(
+            "SELECT dir FROM crates WHERE name = ? AND version = ?", (candidate.name, candidate.version)
+        ).fetchone()
+        if row is None:
+            raise SearchError(f"{candidate.id} is not in the registry {self.path}.")
+        return self.path / row[0]
+
+    def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        source = self.source_dir(candidate)
+        def not_published(directory: str, names: list[str]) -> set[str]:
+            # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
+            return {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
+
+        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=not_published)
+        recorded = _crate_checksum(source)
+        if recorded:
+            return FetchedSource(path=dest, checksum=recorded, checksum_kind="crate-sha256")
+        return FetchedSource(
+            path=dest, checksum=tree_sha256(dest), checksum_kind="tree-sha256",
+            notes=("The registry records no .crate checksum; the checksum is the sha256 of the source tree.",),
+        )
+
+    def cargo_config(self) -> str:
+        return (
+            '[source.crates-io]\nreplace-with = "flakebot-offline"\n\n'
+            f'[source.flakebot-offline]\ndirectory = "{self.path}"\n'
+        )
+
+    def cargo_config_args(self) -> list[str]:
+        """The same configuration as ``--config`` arguments, so nothing is written to the workspace."""
+        return [
+            "--config", 'source.crates-io.replace-with="flakebot-offline"',
+            "--config", f'source.flakebot-offline.directory="{self.path}"',
+        ]
+
+
+def _with_score(candidate: CrateCandidate, score: float) -> CrateCandidate:
+    from dataclasses import replace
+
+    return replace(candidate, score=score)
+
+
+def _crate_checksum(source: Path) -> str | None:
+    """The ``.crate`` sha256 that ``cargo vendor`` records; Debian's registry has none."""
+    try:
+        data = json.loads((source / ".cargo-checksum.json").read_text())
+    except (OSError, ValueError):
+        return None
+    package = data.get("package")
+    if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package):
+        return package
+    return None

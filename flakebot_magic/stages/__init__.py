@@ -1,0 +1,1 @@
+"""The pipeline's stages, one module each: search, fork, build, flake, deploy, client."""

@@ -1,0 +1,257 @@
+"""Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
+
+Both run at once (on separate target directories, so neither waits for the
+other's lock): the release build is mostly one long rustc, which leaves the
+other core free for the debug test build. Output is ``--message-format=json``;
+diagnostics and test results are parsed into objects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cargo import Cargo
+from ..errors import BuildError, TestError
+from ..events import EventBus, StageFinished, StageStarted
+
+__all__ = [
+    "BUILD_FLAGS",
+    "BuildResult",
+    "CheckResult",
+    "Diagnostic",
+    "TestReport",
+    "check",
+    "parse_cargo_messages",
+    "parse_test_output",
+]
+
+#: the flags of the release build; part of the store hash
+BUILD_FLAGS = ("build", "--release", "--locked", "--message-format=json")
+TEST_FLAGS = ("test", "--locked", "--message-format=json", "--no-fail-fast")
+#: how many errors a BuildError carries
+FIRST_ERRORS = 5
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message."""
+
+    level: str
+    message: str
+    code: str | None = None
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    rendered: str = ""
+    target: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file else ""
+        code = f"[{self.code}]" if self.code else ""
+        return f"{where}{self.level}{code}: {self.message}"
+
+
+@dataclass
+class TestReport:
+    """What ``cargo test`` said: counts over all test binaries and doc tests."""
+
+    __test__ = False
+
+    passed: int = 0
+    failed: int = 0
+    ignored: int = 0
+    failures: list[str] = field(default_factory=list)
+    suites: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+
+@dataclass
+class BuildResult:
+    binaries: dict[str, Path]
+    diagnostics: list[Diagnostic]
+
+
+@dataclass
+class CheckResult:
+    build: BuildResult
+    tests: TestReport
+    test_diagnostics: list[Diagnostic]
+
+
+def parse_cargo_messages(lines: list[str]) -> tuple[list[Diagnostic], dict[str, Path], list[str]]:
+    """Split cargo's stdout into diagnostics, executables by target name, and other lines."""
+    diagnostics: list[Diagnostic] = []
+    executables: dict[str, Path] = {}
+    other: list[str] = []
+    for line in lines:
+        if not line.startswith("{"):
+            other.append(line)
+            continue
+        try:
+            message: dict[str, Any] = json.loads(line)
+        except ValueError:
+            other.append(line)
+            continue
+        reason = message.get("reason")
+        if reason == "compiler-message":
+            diagnostics.append(_diagnostic(message))
+        elif reason == "compiler-artifact" and message.get("executable"):
+            target = message.get("target", {})
+            if "bin" in target.get("kind", []) and not message.get("profile", {}).get("test"):
+                executables[target["name"]] = Path(message["executable"])
+    return diagnostics, executables, other
+
+
+def _diagnostic(message: dict[str, Any]) -> Diagnostic:
+    inner = message.get("message", {})
+    spans = inner.get("spans") or []
+    primary = next((s for s in spans if s.get("is_primary")), spans[0] if spans else None)
+    code = inner.get("code") or {}
+    return Diagnostic(
+        level=inner.get("level", "error"),
+        message=inner.get("message", ""),
+        code=code.get("code") if isinstance(code, dict) else None,
+        file=primary.get("file_name") if primary else None,
+        line=primary.get("line_start") if primary else None,
+        column=primary.get("column_start") if primary else None,
+        rendered=inner.get("rendered") or "",
+        target=message.get("target", {}).get("name", ""),
+    )
+
+
+_RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
+_FAILED_TEST = re.compile(r"^test (.+?) \.\.\. FAILED$")
+
+
+def parse_test_output(lines: list[str]) -> TestReport:
+    """Sum libtest's ``test result:`` lines; collect the names of failing tests."""
+    report = TestReport()
+    for line in lines:
+        result = _RESULT.match(line)
+        if result:
+            report.suites += 1
+            report.passed += int(result.group(2))
+            report.failed += int(result.group(3))
+            report.ignored += int(result.group(4))
+            continue
+        failed = _FAILED_TEST.match(line)
+        if failed and failed.group(1) not in report.failures:
+            report.failures.append(failed.group(1))
+    return report
+
+
+def _errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return [d for d in diagnostics if d.level in ("error", "error: internal compiler error")]
+
+
+def _describe(errors: list[Diagnostic], stderr: str) -> str:
+    if errors:
+        return "\n".join(d.rendered.rstrip() or str(d) for d in errors[:FIRST_ERRORS])
+    tail = [l for l in stderr.strip().splitlines() if l.strip()][-15:]
+    return "\n".join(tail)
+
+
+def check(
+    workspace: Path,
+    cargo: Cargo,
+    bus: EventBus,
+    *,
+    build_timeout: float,
+    test_timeout: float,
+    run_tests: bool = True,
+) -> CheckResult:
+    """Run the release build and the tests concurrently; raise on the first failure.
+
+    Emits the ``build`` and ``test`` stage events itself, since both run at once.
+    """
+    results: dict[str, Any] = {}
+    failures: dict[str, BaseException] = {}
+
+    def stage(name: str, work: Callable[[], Any]) -> None:
+        bus.emit(StageStarted(name))
+        t0 = time.monotonic()
+        try:
+            results[name] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            failures[name] = exc
+            bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
+            return
+        bus.emit(StageFinished(name, "done", _summary(name, results[name]), time.monotonic() - t0))
+
+    def log(stage_name: str) -> Callable[[str, str], None]:
+        def on_line(stream: str, line: str) -> None:
+            if stream == "stderr" or not line.startswith("{"):
+                bus.log(stage_name, line, "stderr" if stream == "stderr" else "stdout")
+        return on_line
+
+    def build() -> BuildResult:
+        done = cargo.run(*BUILD_FLAGS, cwd=workspace, timeout=build_timeout, on_line=log("build"))
+        diagnostics, executables, _ = parse_cargo_messages(done.stdout.splitlines())
+        if done.returncode != 0:
+            errors = _errors(diagnostics)
+            raise BuildError(
+                f"cargo build failed for {workspace.name}:\n{_describe(errors, done.stderr)}",
+                diagnostics=errors or diagnostics,
+                command=done.args,
+                workspace=workspace,
+            )
+        return BuildResult(binaries=executables, diagnostics=diagnostics)
+
+    def test() -> tuple[TestReport, list[Diagnostic]]:
+        done = cargo.run(
+            *TEST_FLAGS, cwd=workspace, timeout=test_timeout, on_line=log("test"),
+            env={"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
+        )
+        diagnostics, _, other = parse_cargo_messages(done.stdout.splitlines())
+        report = parse_test_output(other)
+        if done.returncode != 0:
+            errors = _errors(diagnostics)
+            if errors:
+                raise TestError(
+                    f"The tests of {workspace.name} do not compile:\n{_describe(errors, done.stderr)}",
+                    diagnostics=errors, command=done.args, workspace=workspace,
+                )
+            if report.failed:
+                names = ", ".join(report.failures[:10]) or f"{report.failed} tests"
+                raise TestError(
+                    f"cargo test: {report.failed} failed, {report.passed} passed in {workspace.name}. "
+                    f"Failing: {names}. Run `cargo test` in the workspace to see their output.",
+                    failed=report.failures, command=done.args, workspace=workspace,
+                )
+            raise TestError(
+                f"cargo test failed for {workspace.name}:\n{_describe([], done.stderr)}",
+                command=done.args, workspace=workspace,
+            )
+        return report, diagnostics
+
+    threads = [threading.Thread(target=stage, args=("build", build), name="flakebot-build")]
+    if run_tests:
+        threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in ("build", "test"):
+        if name in failures:
+            raise failures[name]
+    report, test_diagnostics = results.get("test", (TestReport(), []))
+    return CheckResult(build=results["build"], tests=report, test_diagnostics=test_diagnostics)
+
+
+def _summary(name: str, result: Any) -> str:
+    if name == "build":
+        warnings = sum(1 for d in result.diagnostics if d.level == "warning")
+        bins = ", ".join(sorted(result.binaries)) or "no binaries"
+        return f"{bins}" + (f" ({warnings} warnings)" if warnings else "")
+    report: TestReport = result[0]
+    return f"{report.passed} passed, {report.failed} failed, {report.ignored} ignored"

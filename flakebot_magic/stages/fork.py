@@ -1,0 +1,414 @@
+"""Stage 2: the crate's published source becomes a git workspace, made buildable offline.
+
+History of a workspace::
+
+    published   "Published source of NAME VERSION" (checksum in the message)
+    └── flakebot
+          "Drop dev-dependencies the registry cannot satisfy"   (when needed)
+          "Regenerate Cargo.lock ..." / "Add Cargo.lock ..."    (when needed)
+          "Add flake.nix"                                       (flake stage)
+
+Every offline fix-up is its own commit with a message that says why, and
+test targets that lost their dev-dependencies are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from ..cargo import Cargo
+from ..errors import ForkError
+from ..events import EventBus
+from ..git import Git
+from ..process import ProcessRunner
+from ..registry.base import CrateCandidate, Registry
+
+__all__ = ["DroppedDependency", "Workspace", "fork"]
+
+STATE_FILE = "flakebot.json"
+FORK_FORMAT = 1  # bump when fix-ups change, so old workspaces are re-forked
+
+
+@dataclass(frozen=True)
+class DroppedDependency:
+    key: str
+    crate: str
+    requirement: str
+    kind: str  # "dev" | "optional" | "target"
+
+    def __str__(self) -> str:
+        return f"{self.crate} {self.requirement}".strip()
+
+
+@dataclass
+class Workspace:
+    """A forked crate: its git repo, where it came from, and what was changed to build it."""
+
+    path: Path
+    crate: CrateCandidate
+    checksum: str
+    checksum_kind: str
+    published_commit: str
+    dropped: list[DroppedDependency] = field(default_factory=list)
+    skipped_targets: list[str] = field(default_factory=list)
+    lock_action: str = "kept"
+    reused: bool = False
+
+    @property
+    def git_dir(self) -> Path:
+        return self.path / ".git"
+
+    def save(self) -> None:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["crate"] = self.crate.to_json()
+        data["format"] = FORK_FORMAT
+        data.pop("reused")
+        (self.git_dir / STATE_FILE).write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> Workspace | None:
+        try:
+            data = json.loads((path / ".git" / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if data.pop("format", None) != FORK_FORMAT:
+            return None
+        crate = data.pop("crate")
+        for key in ("bin_names", "keywords", "categories"):
+            crate[key] = tuple(crate[key])
+        return cls(
+            path=path,
+            crate=CrateCandidate(**crate),
+            checksum=data["checksum"],
+            checksum_kind=data["checksum_kind"],
+            published_commit=data["published_commit"],
+            dropped=[DroppedDependency(**d) for d in data["dropped"]],
+            skipped_targets=list(data["skipped_targets"]),
+            lock_action=data["lock_action"],
+            reused=True,
+        )
+
+
+def fork(
+    candidate: CrateCandidate,
+    registry: Registry,
+    workspaces_dir: Path,
+    name: str,
+    *,
+    runner: ProcessRunner,
+    bus: EventBus,
+    cargo: Cargo,
+    fresh: bool = False,
+    timeout: float = 600.0,
+) -> Workspace:
+    """Fork ``candidate`` into ``workspaces_dir/name`` (reusing it when it is the same crate)."""
+    path = workspaces_dir / name
+    if path.exists():
+        existing = Workspace.load(path)
+        if (
+            not fresh
+            and existing is not None
+            and existing.crate.id == candidate.id
+            and existing.crate.registry == candidate.registry
+        ):
+            bus.notice("fork", f"reusing the workspace {path}")
+            return existing
+        aside = workspaces_dir / ".old" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), str(aside))
+        bus.notice("fork", f"the previous workspace for {name!r} was moved to {aside}")
+    path.mkdir(parents=True)
+
+    fetched = registry.fetch(candidate, path)
+    for note in fetched.notes:
+        bus.notice("fork", note)
+    git = Git(path, runner)
+    git.init("published")
+    published = git.commit(
+        f"Published source of {candidate.name} {candidate.version}\n\n"
+        f"Registry: {candidate.registry}\n"
+        f"Checksum ({fetched.checksum_kind}): {fetched.checksum}\n",
+        all_files=True,
+        force=True,
+    )
+    if published is None:
+        raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
+    git("tag", "published")
+    git("checkout", "-q", "-b", "flakebot")
+    workspace = Workspace(
+        path=path,
+        crate=candidate,
+        checksum=fetched.checksum,
+        checksum_kind=fetched.checksum_kind,
+        published_commit=published,
+    )
+    if registry.offline:
+        _make_satisfiable(workspace, registry, git, bus)
+    _settle_lockfile(workspace, registry, git, bus, cargo, timeout)
+    workspace.save()
+    return workspace
+
+
+# -- dependencies the registry cannot satisfy -------------------------------
+
+_NON_LINUX = re.compile(r"windows|macos|ios|android|wasm|redox|fuchsia|hermit|solaris|illumos|freebsd|netbsd|openbsd|dragonfly|haiku|wasi|emscripten")
+
+
+def _requirement(spec: Any) -> tuple[str, str, bool]:
+    """(crate name override, version requirement, optional) of one dependency entry."""
+    if isinstance(spec, str):
+        return "", spec, False
+    if hasattr(spec, "get"):
+        return str(spec.get("package", "")), str(spec.get("version", "*")), bool(spec.get("optional", False))
+    return "", "*", False
+
+
+def _make_satisfiable(workspace: Workspace, registry: Registry, git: Git, bus: EventBus) -> None:
+    manifest_path = workspace.path / "Cargo.toml"
+    doc = tomlkit.parse(manifest_path.read_text(encoding="utf-8"))
+    can_satisfy = getattr(registry, "can_satisfy")
+    dropped: list[DroppedDependency] = []
+    missing_required: list[str] = []
+
+    def sweep(table: Any, kind: str, cfg: str = "") -> None:
+        if table is None:
+            return
+        for key in list(table.keys()):
+            package, requirement, optional = _requirement(table[key])
+            crate = package or key
+            if can_satisfy(crate, requirement):
+                continue
+            if kind == "dev":
+                dropped.append(DroppedDependency(key, crate, requirement, "dev"))
+            elif optional:
+                dropped.append(DroppedDependency(key, crate, requirement, "optional"))
+            elif cfg and _NON_LINUX.search(cfg) and "linux" not in cfg and "unix" not in cfg:
+                dropped.append(DroppedDependency(key, crate, requirement, "target"))
+            else:
+                missing_required.append(f"{crate} {requirement}")
+                continue
+            del table[key]
+
+    for section in ("dev-dependencies", "dev_dependencies"):
+        sweep(doc.get(section), "dev")
+    for section in ("dependencies", "build-dependencies"):
+        sweep(doc.get(section), "normal")
+    for cfg, target in (doc.get("target") or {}).items():
+        for section in ("dev-dependencies", "dev_dependencies"):
+            sweep(target.get(section), "dev", cfg)
+        for section in ("dependencies", "build-dependencies"):
+            sweep(target.get(section), "normal", cfg)
+
+    if missing_required:
+        raise ForkError(
+            f"{workspace.crate.id} needs {', '.join(missing_required)}, which the registry "
+            f"{registry.id} cannot satisfy. Install those crates (Debian: librust-<name>-dev) "
+            "or pick another crate with --crate.",
+            workspace=workspace.path,
+        )
+    if not dropped:
+        return
+
+    gone = {d.key for d in dropped if d.kind != "dev"}
+    if gone:
+        _strip_features(doc, gone)
+    dev_idents = {d.key.replace("-", "_") for d in dropped if d.kind == "dev"}
+    skipped = _skip_targets(workspace.path, doc, dev_idents)
+    workspace.dropped = dropped
+    workspace.skipped_targets = skipped
+    manifest_path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+    lines = [f"- {d} ({d.kind}-dependency)" for d in dropped]
+    message = "Drop dependencies the registry cannot satisfy\n\n" + "\n".join(lines)
+    if skipped:
+        message += "\n\nSkipped test targets (they need a dropped dev-dependency):\n" + "\n".join(
+            f"- {t}" for t in skipped
+        )
+    git.commit(message, ["Cargo.toml"])
+    bus.notice(
+        "fork",
+        f"dropped {len(dropped)} dependencies the offline registry lacks: {', '.join(map(str, dropped))}",
+        "warning",
+    )
+    if skipped:
+        bus.notice("fork", f"skipped test targets that need them: {', '.join(skipped)}", "warning")
+
+
+def _strip_features(doc: Any, gone: set[str]) -> None:
+    """Remove feature entries that enable a dropped optional dependency."""
+    features = doc.get("features")
+    if not features:
+        return
+    for feature in list(features.keys()):
+        items = features[feature]
+        kept = [
+            item for item in items
+            if re.split(r"[/?]", str(item).removeprefix("dep:"))[0] not in gone
+        ]
+        if len(kept) != len(items):
+            array = tomlkit.array()
+            array.extend(kept)
+            features[feature] = array
+
+
+_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;", re.M)
+
+
+def _module_files(root: Path) -> list[Path]:
+    """A target's root file and the module files it declares, recursively."""
+    seen: list[Path] = []
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        if current in seen or not current.is_file():
+            continue
+        seen.append(current)
+        text = current.read_text(encoding="utf-8", errors="replace")
+        base = current.parent if current.name in ("mod.rs", "main.rs", "lib.rs") or current == root else current.parent / current.stem
+        for name in _MOD.findall(text):
+            stack += [base / f"{name}.rs", base / name / "mod.rs"]
+    return seen
+
+
+def _uses(files: list[Path], idents: set[str]) -> set[str]:
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(idents))) + r")\s*::|extern\s+crate\s+(" + "|".join(map(re.escape, sorted(idents))) + r")\b|\buse\s+(" + "|".join(map(re.escape, sorted(idents))) + r")\b")
+    found: set[str] = set()
+    for path in files:
+        for match in pattern.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            found.update(g for g in match.groups() if g)
+    return found
+
+
+def _auto_targets(root: Path, directory: str) -> list[tuple[str, str]]:
+    """Targets cargo discovers by itself in ``tests/``, ``examples/`` or ``benches/``."""
+    base = root / directory
+    found: list[tuple[str, str]] = []
+    if not base.is_dir():
+        return found
+    for entry in sorted(base.iterdir()):
+        if entry.suffix == ".rs" and entry.is_file():
+            found.append((entry.stem, f"{directory}/{entry.name}"))
+        elif (entry / "main.rs").is_file():
+            found.append((entry.name, f"{directory}/{entry.name}/main.rs"))
+    return found
+
+
+def _skip_targets(root: Path, doc: Any, idents: set[str]) -> list[str]:
+    """Turn off auto-discovery where a target needs a dropped crate; list the rest explicitly."""
+    if not idents:
+        return []
+    package = doc["package"]
+    skipped: list[str] = []
+    for kind, directory, auto_key in (("test", "tests", "autotests"), ("example", "examples", "autoexamples"), ("bench", "benches", "autobenches")):
+        explicit = list(doc.get(kind, []))
+        explicit_paths = {str(t.get("path", f"{directory}/{t['name']}.rs")) for t in explicit}
+        auto = [] if package.get(auto_key) is False else [
+            (name, rel) for name, rel in _auto_targets(root, directory) if rel not in explicit_paths
+        ]
+        targets = [(str(t["name"]), str(t.get("path", f"{directory}/{t['name']}.rs")), t) for t in explicit]
+        targets += [(name, rel, None) for name, rel in auto]
+        keep: list[Any] = []
+        dropped_any = False
+        for name, rel, table in targets:
+            needs = _uses(_module_files(root / rel), idents)
+            if needs:
+                skipped.append(f"{kind} {name} (needs {', '.join(sorted(needs))})")
+                dropped_any = True
+            else:
+                if table is None:
+                    table = tomlkit.table()
+                    table["name"] = name
+                    table["path"] = rel
+                keep.append(table)
+        if dropped_any:
+            package[auto_key] = False
+            array = tomlkit.aot()
+            for table in keep:
+                array.append(table)
+            if keep:
+                doc[kind] = array
+            elif kind in doc:
+                del doc[kind]
+    src_files = [p for p in (root / "src").rglob("*.rs")] if (root / "src").is_dir() else []
+    needs = _uses(src_files, idents)
+    if needs:
+        lib = doc.get("lib")
+        if lib is None:
+            lib = tomlkit.table()
+            doc["lib"] = lib
+        lib["test"] = False
+        lib["doctest"] = False
+        skipped.append(f"lib unit and doc tests (need {', '.join(sorted(needs))})")
+    return skipped
+
+
+# -- Cargo.lock -------------------------------------------------------------
+
+def _read_lock(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    return tomlkit.parse(text).unwrap()
+
+
+def _settle_lockfile(
+    workspace: Workspace, registry: Registry, git: Git, bus: EventBus, cargo: Cargo, timeout: float
+) -> None:
+    lock = workspace.path / "Cargo.lock"
+
+    def log(stream: str, line: str) -> None:
+        bus.log("fork", line, "stderr" if stream == "stderr" else "stdout")
+
+    def run(subcommand: str, *args: str) -> None:
+        done = cargo.run(subcommand, *args, cwd=workspace.path, timeout=timeout, on_line=log)
+        if done.returncode != 0:
+            raise ForkError(
+                f"`cargo {subcommand}` could not resolve the dependencies of {workspace.crate.id} "
+                f"from {registry.id}:\n{done.stderr.strip()[-2000:]}",
+                workspace=workspace.path,
+            )
+
+    if lock.exists():
+        versions = getattr(registry, "versions", None)
+        missing: list[str] = []
+        if registry.offline and versions is not None:
+            for package in _read_lock(lock).get("package", []):
+                if str(package.get("source", "")).startswith("registry+") and package["version"] not in versions(package["name"]):
+                    missing.append(f"{package['name']} {package['version']}")
+        if missing:
+            lock.unlink()
+            run("generate-lockfile")
+            workspace.lock_action = "regenerated"
+            shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+            git.commit(
+                "Regenerate Cargo.lock from the registry\n\n"
+                f"The upstream lock pins versions the registry {registry.id} lacks:\n{shown}",
+                ["Cargo.lock"],
+            )
+            bus.notice("fork", f"regenerated Cargo.lock: upstream pinned {shown}, which the registry lacks", "warning")
+            return
+        # the lock may only need trimming (dropped dev-dependencies); cargo does it minimally
+        run("metadata", "--format-version", "1", "--no-deps")
+        if git.commit("Update Cargo.lock after dropping dependencies", ["Cargo.lock"]):
+            workspace.lock_action = "updated"
+        return
+    run("generate-lockfile")
+    workspace.lock_action = "generated"
+    git.commit(
+        f"Add Cargo.lock resolved from {registry.id}\n\n"
+        "Published crates ship no lock file; Nix's cargoLock and reproducible builds need one.",
+        ["Cargo.lock"],
+    )
+    bus.notice("fork", f"generated Cargo.lock from {registry.id}")

@@ -1,0 +1,40 @@
+"""Shared fixtures, and a guard that keeps every test on 127.0.0.1."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+
+pytest_plugins = ["flakebot_magic.testing.fixtures"]
+
+_real_connect = socket.socket.connect
+_real_create_connection = socket.create_connection
+
+
+def _is_loopback(address: object) -> bool:
+    if isinstance(address, tuple) and address:
+        host = address[0]
+    else:  # unix sockets and the like never leave the machine
+        return True
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: object) -> None:
+    if not _is_loopback(address):
+        raise RuntimeError(
+            f"test tried to reach {address!r}: tests may only talk to 127.0.0.1"
+        )
+    return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any connection beyond loopback fails the test (a real network call is a bug)."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
