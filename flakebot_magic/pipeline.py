@@ -139,7 +139,7 @@ class Pipeline:
             if cached is not None:
                 for stage_name in ("fork", "build", "test", "flake", "deploy"):
                     self.bus.emit(StageStarted(stage_name))
-                    self.bus.emit(StageFinished(stage_name, "cached", str(cached.path)))
+                    self.bus.emit(StageFinished(stage_name, "cached", str(cached.path) if stage_name == "deploy" else ""))
                 return self._client(name, candidate, cached)
 
         with _Stage(self.bus, "fork", candidate.id) as stage:
@@ -225,7 +225,7 @@ class Pipeline:
         if store is not None:
             for stage_name in ("build", "test"):
                 self.bus.emit(StageStarted(stage_name))
-                self.bus.emit(StageFinished(stage_name, "cached", f"store hit {key}"))
+                self.bus.emit(StageFinished(stage_name, "cached", ""))
         else:
             result = check(
                 workspace.path, cargo, self.bus,

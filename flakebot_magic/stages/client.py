@@ -2,8 +2,9 @@
 
 ``tool(*args, input=None, timeout=...)`` runs the binary and returns its
 standard output as text. Tools that read standard input (their ``--help``
-says so) also take the text itself: ``md("# Hi")`` sends ``# Hi`` to the
-binary's standard input. Pass ``pathlib.Path`` objects for file arguments.
+says so) also take the text itself as the first argument: ``md("# Hi")``
+sends ``# Hi`` to the binary's standard input, and ``md("# Hi", "-T")``
+passes ``-T`` as an option. Pass ``pathlib.Path`` objects for file arguments.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Tool:
         ----------
         *args
             Command-line arguments. For a tool that reads standard input, a
-            last argument that is a plain ``str`` (not an option, not a
+            first argument that is a plain ``str`` (not an option, not a
             ``Path``) is sent as the input when ``input`` is not given.
         input
             Text or bytes for the tool's standard input.
@@ -109,11 +110,11 @@ class Tool:
         if (
             input is None
             and items
-            and isinstance(items[-1], str)
-            and not items[-1].startswith("-")
+            and isinstance(items[0], str)
+            and not items[0].startswith("-")
             and self.reads_stdin
         ):
-            input = items.pop()
+            input = items.pop(0)
         for item in items:
             argv.append(os.fspath(item) if isinstance(item, os.PathLike) else str(item))
         data = input.encode() if isinstance(input, str) else input
@@ -159,12 +160,13 @@ class Tool:
             f"  args:    {self.name}(*args, input=None, timeout={self.timeout:g}) -> str (standard output)",
         ]
         if self.reads_stdin:
-            lines.append(f"  input:   a last plain-str argument is sent to standard input; use pathlib.Path for files")
+            lines.append("  input:   a first plain-str argument is sent to standard input; later ones are options; use pathlib.Path for files")
         lines += [
-            f"  errors:  ToolError(returncode, stderr) on a non-zero exit",
+            "  errors:  ToolError(returncode, stderr) on a non-zero exit",
             f"  help:    {self.name}.help",
             f"  binary:  {self.binary}",
-            f"  source:  {self.crate} {self.version}, sha256 {self.source_hash[:16]}…, store {self.store_path}",
+            f"  source:  {self.crate} {self.version}, checksum {self.checksum[:16]}…",
+            f"  store:   {self.store_path} (hash {self.source_hash})",
         ]
         return "\n".join(lines)
 

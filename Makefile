@@ -1,0 +1,42 @@
+# flakebot-magic: `make demo` and `make test` install everything they need on a
+# fresh Debian 12 machine (as root), idempotently, then run.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# test runs use their own cache, wiped first, so every run is a cold run
+TEST_CACHE := $(CURDIR)/artifacts/test-cache
+
+.PHONY: install system venv demo test test-fast bench clean-cache
+
+install: system venv
+
+system:
+	@bash scripts/install-system.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+	@echo "python environment: $(VENV) ready"
+
+demo: install
+	@$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb
+
+test: install
+	@rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
+	FLAKEBOT_CACHE_DIR=$(TEST_CACHE) $(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider $(PYTEST_ARGS)
+
+# the unit tests only: no real cargo builds of registry crates, no kernels
+test-fast: install
+	$(PY) -m pytest tests -m "not cargo and not kernel and not nix and not browser" -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: install
+	@$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+clean-cache:
+	rm -rf artifacts/

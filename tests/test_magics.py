@@ -1,0 +1,85 @@
+"""The magic inside a real IPython InteractiveShell."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+from flakebot_magic.config import DEBIAN_REGISTRY
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture
+def ip(tmp_path: Path) -> Iterator[InteractiveShell]:
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.FlakebotMagics.cache_dir = os.environ.get("FLAKEBOT_CACHE_DIR") or str(tmp_path / "cache")
+    shell = InteractiveShell(config=config)
+    shell.extension_manager.load_extension("flakebot_magic")
+    yield shell
+    shell.cleanup()
+
+
+def test_magic_documents_itself(ip: InteractiveShell) -> None:
+    doc = ip.find_cell_magic("flakebot").__doc__
+    assert "--name" in doc and "--crate" in doc and "--registry" in doc and "--rebuild" in doc
+    assert "--keep-workspace" in doc
+
+
+def test_empty_cell_is_a_usage_error(ip: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="The cell is empty"):
+        ip.run_cell_magic("flakebot", "--name md", "   \n")
+
+
+def test_bad_option_is_a_usage_error(ip: InteractiveShell) -> None:
+    with pytest.raises(UsageError):
+        ip.run_cell_magic("flakebot", "--no-such-option", "render markdown")
+
+
+def test_words_after_the_cell_magic_are_a_usage_error(ip: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="Unexpected words"):
+        ip.run_cell_magic("flakebot", "render markdown", "render markdown")
+
+
+def test_config_traits_are_configurable(ip: InteractiveShell) -> None:
+    magics = ip.magics_manager.registry["FlakebotMagics"]
+    assert magics.cache_dir == ip.config.FlakebotMagics.cache_dir
+    assert "registry" in magics.class_trait_names(config=True)
+
+
+def test_missing_registry_path_is_a_clear_error(ip: InteractiveShell, tmp_path: Path) -> None:
+    result = ip.run_cell(f"%%flakebot --registry {tmp_path / 'nope'}\nrender markdown")
+    assert not result.success
+    assert "does not exist" in str(result.error_in_exec)
+
+
+@pytest.mark.cargo
+@pytest.mark.skipif(not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="run `make install` first")
+def test_cell_injects_md_into_the_kernel(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    result = ip.run_cell("%%flakebot --name md\nRender Markdown text to HTML.")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["md"]("# Hi") == "<h1>Hi</h1>\n"
+    out = capsys.readouterr().out
+    assert "flakebot: search" in out and "`md` is ready" in out
+    html = result.result._repr_html_()
+    assert "pulldown-cmark" in html and "md(" in html
+    listing = ip.run_cell("%flakebot list")
+    assert listing.success
+    assert "pulldown-cmark@0.9.2" in capsys.readouterr().out
+
+
+def test_failed_run_shows_message_not_traceback(ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    registry = tmp_path / "empty-registry"
+    registry.mkdir()
+    ip.run_cell(f"%%flakebot --registry {registry}\nrender markdown")
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "SearchError" in text and "No crate" in text
+    assert "Traceback" not in text
