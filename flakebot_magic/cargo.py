@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ConfigError
@@ -69,9 +68,14 @@ class Cargo:
         timeout: float,
         on_line: LineCallback | None = None,
         env: dict[str, str] | None = None,
+        nice: int = 0,
     ) -> Completed:
+        """Run one cargo command; ``nice`` lowers its CPU priority (for work that may wait)."""
+        argv = self.argv(subcommand, *args)
+        if nice and shutil.which("nice"):
+            argv = ["nice", "-n", str(nice), *argv]
         return self.runner.run(
-            self.argv(subcommand, *args),
+            argv,
             cwd=cwd,
             env=self.env(env),
             timeout=timeout,
@@ -84,6 +88,3 @@ class Cargo:
         rustc = shutil.which("rustc", path=self.env()["PATH"]) or "rustc"
         done = self.runner.run([rustc, "-vV"], env=self.env(), timeout=60)
         return done.stdout.strip()
-
-    def metadata_args(self) -> Sequence[str]:
-        return ("--format-version", "1", "--no-deps")

@@ -143,8 +143,13 @@ class ProcessRunner:
                 pass
         deadline = started + timeout
         try:
-            while proc.poll() is None:
-                if self.cancel.wait(0.05):
+            while True:
+                try:
+                    proc.wait(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if self.cancel.cancelled:
                     self._kill(proc)
                     raise Cancelled(
                         f"Cancelled while running `{' '.join(argv[:3])}`.", workspace=workspace
