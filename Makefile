@@ -8,12 +8,16 @@ STAMP  := $(VENV)/.installed
 # test runs use their own cache, wiped first, so every run is a cold run
 TEST_CACHE := $(CURDIR)/artifacts/test-cache
 
-.PHONY: install system venv demo test test-fast bench clean-cache
+.PHONY: install system nix venv demo test test-fast bench clean-cache
 
-install: system venv
+install: system nix venv
 
 system:
 	@bash scripts/install-system.sh
+
+# Debian's nix-bin, configured for a single-user root install without network
+nix:
+	@bash scripts/setup-nix.sh
 
 venv: $(STAMP)
 

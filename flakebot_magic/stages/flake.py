@@ -1,0 +1,274 @@
+"""Stage 4: the Nix flake that packages a forked crate workspace.
+
+``render_flake`` writes a self-contained ``flake.nix`` (no flake-utils) for
+``x86_64-linux`` and ``aarch64-linux``:
+
+* ``packages.default``: ``rustPlatform.buildRustPackage`` over the workspace's
+  own files (less build outputs, flake files and ``.cargo/config*``, see
+  ``_SRC_EXCLUDES``) with ``cargoLock.lockFile = ./Cargo.lock`` (no
+  ``cargoHash``), and ``meta`` from Cargo.toml: description, homepage,
+  ``mainProgram`` and the license. The SPDX expression is split into ids in
+  Python; the flake looks each id up among ``lib.licenses`` by ``spdxId`` and
+  falls back to a plain record for ids nixpkgs does not know, so a license
+  never fails evaluation.
+* ``checks.default``: the same package with ``doCheck = true`` (``cargo test``).
+* ``apps.default``: runs ``bin/<main_program>`` of the package.
+* ``devShells.default``: ``mkShell`` with cargo, rustc, clippy, rust-analyzer.
+
+Only real nixpkgs APIs are used (``legacyPackages``, ``lib.genAttrs``,
+``lib.toLower``, ``lib.licenses``, ``rustPlatform.buildRustPackage``,
+``mkShell``); offline, the tests build it against the stand-in in
+``tests/nixpkgs`` with ``--override-input nixpkgs path:...``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FlakeError
+
+__all__ = [
+    "DEFAULT_NIXPKGS_URL",
+    "FLAKE_FILE",
+    "SYSTEMS",
+    "FlakeMeta",
+    "nix_string",
+    "render_flake",
+    "spdx_license_ids",
+    "write_flake",
+]
+
+DEFAULT_NIXPKGS_URL = "github:NixOS/nixpkgs/nixos-24.05"
+FLAKE_FILE = "flake.nix"
+SYSTEMS = ("x86_64-linux", "aarch64-linux")
+
+#: top-level workspace entries left out of the package's ``src``: build
+#: outputs, git, the flake itself (editing meta must not rebuild), and cargo
+#: config files, which point at this machine's registry and would clash with
+#: the vendored sources nixpkgs configures
+_SRC_EXCLUDES = (
+    ".git",
+    "target",
+    "result",
+    "flake.nix",
+    "flake.lock",
+    ".cargo/config",
+    ".cargo/config.toml",
+)
+
+_SPDX_OPERATORS = {"AND", "OR"}
+# old GNU ids ("GPL-2.0", "GPL-2.0+") -> the current ones nixpkgs uses
+_GNU_ID = re.compile(r"^((?:A|L)?GPL-\d\.\d)(\+)?$", re.IGNORECASE)
+_PROGRAM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+@dataclass(frozen=True)
+class FlakeMeta:
+    """What the flake says about the crate, mostly from its Cargo.toml."""
+
+    pname: str
+    version: str
+    description: str
+    license: str  # SPDX expression from Cargo.toml, may be ""
+    main_program: str  # the binary name
+    homepage: str = ""
+
+
+def nix_string(value: str) -> str:
+    """``value`` as a Nix double-quoted string literal.
+
+    Escapes ``\\``, ``"``, ``${`` (which would start an interpolation) and
+    newline, carriage return and tab. NUL cannot occur in a Nix string.
+    """
+    if "\0" in value:
+        raise ValueError("a Nix string cannot contain NUL")
+    out = []
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "$" and value.startswith("${", i):
+            out.append("\\$")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(ch)
+        i += 1
+    return '"' + "".join(out) + '"'
+
+
+def spdx_license_ids(expression: str) -> list[str]:
+    """The license ids of an SPDX expression, in order, each once.
+
+    ``"MIT OR Apache-2.0"`` gives ``["MIT", "Apache-2.0"]``. Parentheses and
+    ``AND``/``OR`` are dropped (nixpkgs' ``meta.license`` is a plain list);
+    ``X WITH Y`` stays one id; Cargo's old ``MIT/Apache-2.0`` form is read as
+    ``OR``; deprecated GNU ids become their ``-only``/``-or-later`` forms.
+    """
+    tokens = re.sub(r"[()/]", " ", expression).split()
+    ids: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token.upper() in _SPDX_OPERATORS:
+            continue
+        if token.upper() == "WITH":  # dangling WITH: nothing to attach to
+            if ids and i < len(tokens):
+                ids[-1] = f"{ids[-1]} WITH {tokens[i]}"
+                i += 1
+            continue
+        match = _GNU_ID.match(token)
+        if match:
+            token = match.group(1) + ("-or-later" if match.group(2) else "-only")
+        if i + 1 < len(tokens) and tokens[i].upper() == "WITH":
+            token = f"{token} WITH {tokens[i + 1]}"
+            i += 2
+        if token not in ids:
+            ids.append(token)
+    return ids
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _license_nix(expression: str) -> str | None:
+    ids = spdx_license_ids(expression)
+    if not ids:
+        return None
+    if len(ids) == 1:
+        return f"spdxLicense {nix_string(ids[0])}"
+    return "map spdxLicense [ " + " ".join(nix_string(i) for i in ids) + " ]"
+
+
+def _check(meta: FlakeMeta) -> None:
+    for field_name in ("pname", "version", "main_program"):
+        if not getattr(meta, field_name).strip():
+            raise FlakeError(f"cannot write a flake: {field_name} is empty")
+    if not _PROGRAM_NAME.match(meta.main_program):
+        raise FlakeError(
+            f"cannot write a flake: {meta.main_program!r} is not a plain binary name"
+        )
+
+
+def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str:
+    """The text of ``flake.nix`` for the crate ``meta`` describes."""
+    _check(meta)
+    description = _one_line(meta.description) or f"{meta.pname} {meta.version}"
+    meta_lines = [f"description = {nix_string(description)};"]
+    if meta.homepage.strip():
+        meta_lines.append(f"homepage = {nix_string(meta.homepage.strip())};")
+    license_nix = _license_nix(meta.license)
+    if license_nix:
+        meta_lines.append(f"license = {license_nix};")
+    meta_lines.append("inherit mainProgram;")
+    meta_block = "\n".join(" " * 12 + line for line in meta_lines)
+    systems = " ".join(nix_string(s) for s in SYSTEMS)
+    excludes = " ".join(nix_string(e) for e in _SRC_EXCLUDES)
+    header = _one_line(f"{meta.pname} {meta.version}")
+
+    return f"""\
+# Generated by flakebot-magic: the Rust crate {header}.
+#   nix build    build it (result/bin/{meta.main_program})
+#   nix run      run it
+#   nix flake check    build it and run its tests
+#   nix develop  a shell with cargo, rustc, clippy and rust-analyzer
+{{
+  description = {nix_string(description)};
+
+  inputs.nixpkgs.url = {nix_string(nixpkgs_url)};
+
+  outputs = {{ self, nixpkgs }}:
+    let
+      inherit (nixpkgs) lib;
+      systems = [ {systems} ];
+      forAllSystems = f: lib.genAttrs systems (system: f system nixpkgs.legacyPackages.${{system}});
+
+      pname = {nix_string(meta.pname)};
+      version = {nix_string(meta.version)};
+      mainProgram = {nix_string(meta.main_program)};
+
+      # SPDX id -> nixpkgs license; an id nixpkgs lacks becomes a plain record
+      # instead of an evaluation error.
+      licensesBySpdxId = builtins.listToAttrs (map
+        (l: {{ name = lib.toLower l.spdxId; value = l; }})
+        (builtins.filter (l: builtins.isAttrs l && l ? spdxId) (builtins.attrValues lib.licenses)));
+      spdxLicense = id: licensesBySpdxId.${{lib.toLower id}} or {{
+        shortName = id;
+        fullName = id;
+        spdxId = id;
+        free = true;
+      }};
+
+      # The workspace's files, less build outputs, the flake itself and cargo
+      # config pointing at this machine's registry.
+      root = toString ./.;
+      excluded = map (name: "${{root}}/${{name}}") [ {excludes} ];
+      src = builtins.path {{
+        path = ./.;
+        name = "${{pname}}-${{version}}-source";
+        filter = path: type:
+          !(builtins.elem path excluded)
+          && !(type == "symlink" && lib.hasPrefix "${{root}}/result" path);
+      }};
+
+      package = pkgs: doCheck:
+        pkgs.rustPlatform.buildRustPackage {{
+          inherit pname version src doCheck;
+          cargoLock.lockFile = ./Cargo.lock;
+          meta = {{
+{meta_block}
+          }};
+        }};
+    in
+    {{
+      packages = forAllSystems (system: pkgs: {{
+        default = package pkgs false;
+      }});
+
+      # the same build with `cargo test`
+      checks = forAllSystems (system: pkgs: {{
+        default = package pkgs true;
+      }});
+
+      apps = forAllSystems (system: pkgs: {{
+        default = {{
+          type = "app";
+          program = "${{self.packages.${{system}}.default}}/bin/${{mainProgram}}";
+        }};
+      }});
+
+      devShells = forAllSystems (system: pkgs: {{
+        default = pkgs.mkShell {{
+          packages = [ pkgs.cargo pkgs.rustc pkgs.clippy pkgs.rust-analyzer ];
+        }};
+      }});
+    }};
+}}
+"""
+
+
+def write_flake(
+    workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL
+) -> Path:
+    """Write ``workspace/flake.nix`` for ``meta``; return its path.
+
+    The flake refers to ``./Cargo.lock``, which the fork stage creates.
+    """
+    text = render_flake(meta, nixpkgs_url)
+    path = Path(workspace) / FLAKE_FILE
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise FlakeError(f"cannot write {path}: {exc}", workspace=Path(workspace)) from exc
+    return path

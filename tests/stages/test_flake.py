@@ -1,0 +1,357 @@
+"""The flake stage: render_flake's text (fast), and real nix builds (marked ``nix``).
+
+The nix tests build pulldown-cmark from Debian's offline registry against the
+nixpkgs stand-in in tests/nixpkgs (``--override-input nixpkgs path:...``);
+they need a root Nix set up by scripts/setup-nix.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.cargo import find_cargo
+from flakebot_magic.errors import ConfigError, FlakeError
+from flakebot_magic.stages.flake import (
+    DEFAULT_NIXPKGS_URL,
+    FlakeMeta,
+    nix_string,
+    render_flake,
+    spdx_license_ids,
+    write_flake,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_IN = REPO / "tests" / "nixpkgs"
+REGISTRY = Path("/usr/share/cargo/registry")
+CRATE = REGISTRY / "pulldown-cmark-0.9.2"
+
+META = FlakeMeta(
+    pname="pulldown-cmark",
+    version="0.9.2",
+    description="A pull parser for CommonMark",
+    license="MIT",
+    main_program="pulldown-cmark",
+    homepage="https://github.com/raphlinus/pulldown-cmark",
+)
+
+
+# -- nix_string -----------------------------------------------------------
+
+TRICKY_STRINGS = [
+    "",
+    "plain",
+    'say "hi"',
+    "back\\slash",
+    "${builtins.abort \"boom\"}",
+    "$${x}",
+    "\\${x}",
+    "$",
+    "$$",
+    "a$",
+    "cost: $5 {not interpolated}",
+    "line\nbreak\ttab\rcr",
+    "''${x}'' and '' alone",
+    "unicode: é ✓ 🦀",
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [
+        ("plain", '"plain"'),
+        ('a "q"', '"a \\"q\\""'),
+        ("a\\b", '"a\\\\b"'),
+        ("${x}", '"\\${x}"'),
+        ("$x {y}", '"$x {y}"'),
+        ("$${x}", '"$\\${x}"'),
+        ("a\nb\tc\rd", '"a\\nb\\tc\\rd"'),
+        ("", '""'),
+    ],
+)
+def test_nix_string_escapes(value: str, literal: str) -> None:
+    assert nix_string(value) == literal
+
+
+def test_nix_string_rejects_nul() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        nix_string("a\0b")
+
+
+# -- SPDX -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "ids"),
+    [
+        ("MIT", ["MIT"]),
+        ("", []),
+        ("   ", []),
+        ("MIT OR Apache-2.0", ["MIT", "Apache-2.0"]),
+        ("MIT/Apache-2.0", ["MIT", "Apache-2.0"]),
+        ("mit or apache-2.0", ["mit", "apache-2.0"]),
+        ("(MIT OR Apache-2.0) AND Unicode-DFS-2016", ["MIT", "Apache-2.0", "Unicode-DFS-2016"]),
+        ("Apache-2.0 WITH LLVM-exception OR MIT", ["Apache-2.0 WITH LLVM-exception", "MIT"]),
+        ("GPL-2.0+", ["GPL-2.0-or-later"]),
+        ("GPL-3.0", ["GPL-3.0-only"]),
+        ("LGPL-2.1 OR AGPL-3.0+", ["LGPL-2.1-only", "AGPL-3.0-or-later"]),
+        ("MIT OR MIT", ["MIT"]),
+        ("Unlicense OR MIT", ["Unlicense", "MIT"]),
+        ("WITH", []),
+    ],
+)
+def test_spdx_license_ids(expression: str, ids: list[str]) -> None:
+    assert spdx_license_ids(expression) == ids
+
+
+# -- render_flake ---------------------------------------------------------
+
+
+def test_render_flake_contents() -> None:
+    text = render_flake(META)
+    assert 'description = "A pull parser for CommonMark";' in text
+    assert f"inputs.nixpkgs.url = {nix_string(DEFAULT_NIXPKGS_URL)};" in text
+    assert 'systems = [ "x86_64-linux" "aarch64-linux" ];' in text
+    assert "flake-utils" not in text
+    assert "pkgs.rustPlatform.buildRustPackage" in text
+    assert "cargoLock.lockFile = ./Cargo.lock;" in text
+    assert "cargoHash" not in text and "cargoSha256" not in text
+    assert 'pname = "pulldown-cmark";' in text
+    assert 'version = "0.9.2";' in text
+    assert 'mainProgram = "pulldown-cmark";' in text
+    assert "inherit mainProgram;" in text
+    assert 'homepage = "https://github.com/raphlinus/pulldown-cmark";' in text
+    assert 'license = spdxLicense "MIT";' in text
+    assert "lib.licenses" in text
+    assert 'type = "app";' in text
+    assert 'program = "${self.packages.${system}.default}/bin/${mainProgram}";' in text
+    assert "pkgs.mkShell" in text
+    assert "packages = [ pkgs.cargo pkgs.rustc pkgs.clippy pkgs.rust-analyzer ];" in text
+    assert "default = package pkgs false;" in text  # packages
+    assert "default = package pkgs true;" in text  # checks: doCheck
+    for output in ("packages", "checks", "apps", "devShells"):
+        assert f"{output} = forAllSystems" in text
+
+
+def test_render_flake_braces_balance() -> None:
+    text = render_flake(META)
+    assert text.count("{") == text.count("}")
+    assert text.count("[") == text.count("]")
+    assert text.count("(") == text.count(")")
+
+
+def test_render_flake_custom_nixpkgs_url() -> None:
+    text = render_flake(META, "github:NixOS/nixpkgs/nixos-unstable")
+    assert 'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";' in text
+
+
+def test_render_flake_several_licenses() -> None:
+    meta = FlakeMeta("x", "1.0.0", "d", "MIT OR Apache-2.0", "x")
+    assert 'license = map spdxLicense [ "MIT" "Apache-2.0" ];' in render_flake(meta)
+
+
+def test_render_flake_omits_empty_license_and_homepage() -> None:
+    meta = FlakeMeta("x", "1.0.0", "d", "", "x")
+    text = render_flake(meta)
+    assert "license =" not in text
+    assert "homepage =" not in text
+
+
+def test_render_flake_escapes_hostile_metadata() -> None:
+    evil = 'Evil "${builtins.abort "x"}" \\ tool'
+    meta = FlakeMeta("x", "1.0.0", evil, "MIT", "x", homepage="https://e/${x}")
+    text = render_flake(meta)
+    assert nix_string(evil) in text
+    assert "\\${builtins.abort" in text
+    assert "${builtins.abort" not in text.replace("\\${", "")
+    assert 'homepage = "https://e/\\${x}";' in text
+
+
+def test_render_flake_description_is_one_line() -> None:
+    meta = FlakeMeta("x", "1.0.0", "A tool\n  that spans\tlines ", "MIT", "x")
+    assert 'description = "A tool that spans lines";' in render_flake(meta)
+
+
+def test_render_flake_empty_description_falls_back() -> None:
+    meta = FlakeMeta("x", "1.0.0", "", "MIT", "x")
+    assert 'description = "x 1.0.0";' in render_flake(meta)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        FlakeMeta("", "1.0.0", "d", "MIT", "x"),
+        FlakeMeta("x", " ", "d", "MIT", "x"),
+        FlakeMeta("x", "1.0.0", "d", "MIT", ""),
+        FlakeMeta("x", "1.0.0", "d", "MIT", "../x"),
+        FlakeMeta("x", "1.0.0", "d", "MIT", "a b"),
+    ],
+)
+def test_render_flake_rejects_bad_meta(meta: FlakeMeta) -> None:
+    with pytest.raises(FlakeError):
+        render_flake(meta)
+
+
+def test_write_flake(tmp_path: Path) -> None:
+    path = write_flake(tmp_path, META)
+    assert path == tmp_path / "flake.nix"
+    assert path.read_text() == render_flake(META)
+
+
+# -- real nix -------------------------------------------------------------
+
+NIX = shutil.which("nix")
+OVERRIDE = ["--override-input", "nixpkgs", f"path:{STAND_IN}"]
+NIX_FLAGS = ["--extra-experimental-features", "nix-command flakes"]
+SYSTEM = f"{platform.machine()}-linux"
+
+
+def _nix_setup_problem() -> str | None:
+    if NIX is None:
+        return "nix is not installed (run scripts/setup-nix.sh as root)"
+    try:
+        out = subprocess.run(
+            [NIX, *NIX_FLAGS, "show-config"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"nix does not work here: {exc}"
+    config: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        config[key.strip()] = value.strip()
+    if config.get("sandbox", "") not in ("false", "relaxed"):
+        return "nix builds are sandboxed; the stand-in needs `sandbox = false` (run scripts/setup-nix.sh)"
+    if config.get("build-users-group", ""):
+        return "nix builds run as build users; the stand-in needs `build-users-group =` (run scripts/setup-nix.sh)"
+    return None
+
+
+def _nix(*args: str, cwd: Path, timeout: float = 900, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    assert NIX is not None
+    done = subprocess.run(
+        [NIX, *NIX_FLAGS, *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"nix {' '.join(args)} failed:\n{done.stderr[-4000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def nix_ready() -> None:
+    problem = _nix_setup_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+def _git_track(path: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+
+
+def _drop_dev_dependencies(manifest: Path) -> None:
+    kept: list[str] = []
+    skipping = False
+    for line in manifest.read_text().splitlines():
+        if line.startswith("["):
+            skipping = bool(re.match(r"\[(target\..*\.)?dev-dependencies", line))
+        if not skipping:
+            kept.append(line)
+    manifest.write_text("\n".join(kept) + "\n")
+
+
+@pytest.fixture(scope="module")
+def built_workspace(nix_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pulldown-cmark forked, locked offline, flaked, and `nix build` run once."""
+    if not CRATE.is_dir():
+        pytest.skip(f"{CRATE} is missing (apt-get install librust-pulldown-cmark-dev)")
+    try:
+        cargo = find_cargo()
+    except ConfigError:
+        pytest.skip("cargo is not installed")
+    workspace = tmp_path_factory.mktemp("flake") / "pulldown-cmark"
+    shutil.copytree(CRATE, workspace)
+    _drop_dev_dependencies(workspace / "Cargo.toml")
+    shutil.rmtree(workspace / "tests")  # integration tests need the dropped dev-dependencies
+    (workspace / ".cargo").mkdir()
+    (workspace / ".cargo" / "config.toml").write_text(
+        '[source.crates-io]\nreplace-with = "deb"\n\n'
+        f'[source.deb]\ndirectory = "{REGISTRY}"\n'
+    )
+    subprocess.run(
+        [cargo, "generate-lockfile", "--offline"], cwd=workspace, check=True, capture_output=True, timeout=300
+    )
+    write_flake(workspace, META)
+    _git_track(workspace)
+    _nix("build", *OVERRIDE, cwd=workspace)
+    return workspace
+
+
+@pytest.mark.nix
+def test_nix_string_round_trips_through_nix(nix_ready: None, tmp_path: Path) -> None:
+    expr = "[ " + " ".join(nix_string(s) for s in TRICKY_STRINGS) + " ]"
+    done = _nix("eval", "--json", "--expr", expr, cwd=tmp_path, timeout=120)
+    assert json.loads(done.stdout) == TRICKY_STRINGS
+
+
+@pytest.mark.nix
+def test_licenses_map_to_lib_licenses(nix_ready: None, tmp_path: Path) -> None:
+    meta = FlakeMeta("x", "1.0.0", "d", "(MIT OR apache-2.0) AND LicenseRef-Odd", "x")
+    write_flake(tmp_path, meta)
+    (tmp_path / "Cargo.lock").write_text("")
+    _git_track(tmp_path)
+    done = _nix("eval", "--json", *OVERRIDE, f".#packages.{SYSTEM}.default.meta.license", cwd=tmp_path, timeout=120)
+    licenses = json.loads(done.stdout)
+    assert [(lic.get("shortName"), lic["spdxId"], lic["free"]) for lic in licenses] == [
+        ("mit", "MIT", True),
+        ("asl20", "Apache-2.0", True),
+        ("LicenseRef-Odd", "LicenseRef-Odd", True),  # unknown: a plain record, no error
+    ]
+
+
+@pytest.mark.nix
+def test_nix_build_renders_markdown(built_workspace: Path) -> None:
+    binary = built_workspace / "result" / "bin" / "pulldown-cmark"
+    done = subprocess.run([str(binary)], input="# Hi", capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == "<h1>Hi</h1>\n"
+
+
+@pytest.mark.nix
+def test_nix_run(built_workspace: Path) -> None:
+    done = _nix("run", *OVERRIDE, ".", cwd=built_workspace, stdin="# Hi", timeout=300)
+    assert done.stdout == "<h1>Hi</h1>\n"
+
+
+@pytest.mark.nix
+def test_nix_flake_check_runs_the_tests(built_workspace: Path) -> None:
+    _nix("flake", "check", *OVERRIDE, cwd=built_workspace)
+    drv = _nix(
+        "eval", "--raw", *OVERRIDE, f".#checks.{SYSTEM}.default.drvPath", cwd=built_workspace, timeout=120
+    ).stdout
+    log = _nix("log", drv, cwd=built_workspace, timeout=60).stdout
+    assert re.search(r"test result: .*ok.*\. [1-9]\d* passed; 0 failed", log), log[-3000:]
+
+
+@pytest.mark.nix
+def test_nix_build_is_reproducible(built_workspace: Path) -> None:
+    # --rebuild builds again and fails if the output differs bit for bit
+    done = _nix("build", *OVERRIDE, "--rebuild", cwd=built_workspace)
+    assert "may not be deterministic" not in done.stderr
+    binary = (built_workspace / "result" / "bin" / "pulldown-cmark").read_bytes()
+    for host_path in (b"/tmp/nix-build-", b"/usr/share/cargo/registry", str(built_workspace).encode()):
+        assert host_path not in binary, f"{host_path!r} leaked into the binary"
+
+
+@pytest.mark.nix
+def test_nix_develop_shell_has_the_toolchain(built_workspace: Path) -> None:
+    done = _nix("develop", *OVERRIDE, "-c", "cargo", "--version", cwd=built_workspace, timeout=300)
+    assert done.stdout.startswith("cargo ")
