@@ -1,0 +1,625 @@
+"""A scripted OpenAI-compatible HTTP server on 127.0.0.1: a test double, not a language model.
+
+``FakeOpenAIServer`` speaks the real chat-completions protocol over real HTTP
+so the real ``openai`` client can be pointed at it, and replays a script
+instead of thinking. Every reply names the model ``scripted-test-double``.
+
+The script is ``{"responses": [...]}`` (or just the list). Each
+chat-completions request consumes the next item, which is either an assistant
+message in the OpenAI ``message`` shape::
+
+    {"role": "assistant", "content": "hello"}
+    {"role": "assistant", "content": null,
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "run", "arguments": "{\\"x\\": 1}"}}]}
+
+or a fault:
+
+``{"fault": "status", "status": 429, "headers": {...}, "body": {...}}``
+    Answer with that HTTP status, the given headers, and ``body`` (default: an
+    OpenAI-shaped ``{"error": {...}}``).
+``{"fault": "reset"}`` / ``{"fault": "reset", "after_chunks": N}``
+    Close the TCP connection abruptly (RST) without an answer. A streaming
+    request first receives the first ``N`` SSE chunks of ``message`` (an
+    optional assistant message; a placeholder text by default).
+``{"fault": "malformed"}``
+    Answer 200 with a body that is not valid JSON (non-streaming) or an SSE
+    chunk whose data is not valid JSON (streaming).
+``{"fault": "stall", "seconds": N}``
+    Sleep ``N`` seconds, then answer with the item *after* the stall. Both
+    items are consumed when the request arrives, so a client that times out
+    and retries gets the item after that pair, not the stalled answer. If no
+    item follows, the stalled request gets the script-exhausted error.
+
+When the script runs out, every further request gets HTTP 500 saying so, with
+``x-should-retry: false`` so the SDK fails at once instead of retrying.
+
+``GET /_requests`` returns every recorded request (not itself) as JSON; the
+``Authorization`` header is recorded redacted. ``GET /v1/models`` lists the
+scripted model.
+
+Example
+-------
+>>> with FakeOpenAIServer([{"role": "assistant", "content": "hi"}]) as server:
+...     client = openai.OpenAI(base_url=server.base_url, api_key="test")  # doctest: +SKIP
+
+From a shell: ``python -m flakebot_magic.testing.fake_openai --script FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import socketserver
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Union
+from urllib.parse import urlsplit
+
+__all__ = ["LABEL", "MODEL_NAME", "FakeOpenAIServer", "Script", "load_script", "main"]
+
+MODEL_NAME = "scripted-test-double"
+"""The model name in every reply, whatever model the request asked for."""
+
+LABEL = "scripted test double (not a language model)"
+
+_HOST = "127.0.0.1"
+_FAULTS = ("status", "reset", "malformed", "stall")
+_ARGUMENT_PIECE = 8  # characters of tool-call arguments per streamed chunk
+_PLACEHOLDER = {"role": "assistant", "content": "partial reply from the scripted test double"}
+
+Script = Union[Mapping[str, Any], Sequence[Mapping[str, Any]], "os.PathLike[str]", str]
+
+
+def load_script(script: Script) -> list[dict[str, Any]]:
+    """Read and check a script; return its items, normalised.
+
+    Parameters
+    ----------
+    script
+        ``{"responses": [...]}``, the bare list, or the path of a JSON file
+        holding either.
+
+    Raises
+    ------
+    ValueError
+        An item is neither an assistant message nor a known fault; the
+        message names the item's index.
+    """
+    if isinstance(script, (str, os.PathLike)):
+        script = json.loads(Path(script).read_text(encoding="utf-8"))
+    if isinstance(script, Mapping):
+        if "responses" not in script:
+            raise ValueError('a fake-openai script must be {"responses": [...]} or a list')
+        script = script["responses"]
+    if not isinstance(script, Sequence) or isinstance(script, (str, bytes)):
+        raise ValueError("the fake-openai script's responses must be a list")
+    return [_check_item(index, item) for index, item in enumerate(script)]
+
+
+def _check_item(index: int, item: object) -> dict[str, Any]:
+    where = f"fake-openai script item {index}"
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{where} must be an object, not {type(item).__name__}")
+    item = dict(item)
+    if "fault" in item:
+        fault = item["fault"]
+        if fault not in _FAULTS:
+            raise ValueError(f"{where}: unknown fault {fault!r}; use one of {', '.join(_FAULTS)}")
+        if fault == "status" and not (isinstance(item.get("status"), int) and 400 <= item["status"] <= 599):
+            raise ValueError(f'{where}: a "status" fault needs "status": an HTTP error code 400-599')
+        if fault == "stall" and not (
+            isinstance(item.get("seconds"), (int, float)) and item["seconds"] >= 0
+        ):
+            raise ValueError(f'{where}: a "stall" fault needs "seconds": a number >= 0')
+        if fault == "reset":
+            after = item.get("after_chunks", 0)
+            if not isinstance(after, int) or after < 0:
+                raise ValueError(f'{where}: "after_chunks" must be an integer >= 0')
+            item["message"] = _check_message(where, item.get("message", _PLACEHOLDER))
+        return item
+    return _check_message(where, item)
+
+
+def _check_message(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    if item.get("role", "assistant") != "assistant":
+        raise ValueError(f'{where}: a message must have "role": "assistant"')
+    content = item.get("content")
+    tool_calls = item.get("tool_calls") or []
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f'{where}: "content" must be a string or null')
+    if content is None and not tool_calls:
+        raise ValueError(f'{where}: a message needs "content", "tool_calls", or a "fault"')
+    calls = []
+    for number, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(f'{where}: tool call {number} needs "function": {{"name": ...}}')
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str):  # a convenience: the wire always carries a string
+            arguments = json.dumps(arguments)
+        calls.append(
+            {
+                "id": call.get("id") or f"call_testdouble_{number}",
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _text_length(value: object) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(_text_length(v) for k, v in value.items() if k in ("text", "content", "arguments", "name"))
+    if isinstance(value, list):
+        return sum(_text_length(v) for v in value)
+    return 0
+
+
+def _usage(request: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str, int]:
+    prompt = _text_length(request.get("messages", [])) // 4
+    completion = _text_length(message.get("content") or "") // 4
+    for call in message.get("tool_calls", []):
+        completion += (len(call["function"]["name"]) + len(call["function"]["arguments"])) // 4
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _finish_reason(message: Mapping[str, Any]) -> str:
+    return "tool_calls" if message.get("tool_calls") else "stop"
+
+
+def _deltas(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Split a message into chat.completion.chunk deltas the way OpenAI streams them."""
+    content = message.get("content")
+    tool_calls = message.get("tool_calls", [])
+    yield {"role": "assistant", "content": "" if content is not None else None, "refusal": None}
+    for piece in re.findall(r"\s*\S+\s*|\s+", content or ""):
+        yield {"content": piece}
+    for index, call in enumerate(tool_calls):
+        function = call["function"]
+        yield {
+            "tool_calls": [
+                {
+                    "index": index,
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": function["name"], "arguments": ""},
+                }
+            ]
+        }
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), _ARGUMENT_PIECE):
+            piece = arguments[start : start + _ARGUMENT_PIECE]
+            yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True  # stop() shuts connections down and joins handlers itself
+
+    def __init__(self, fake: FakeOpenAIServer, port: int) -> None:
+        self.fake = fake
+        super().__init__((_HOST, port), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves an FQDN, a DNS lookup a loopback server never needs.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = _HOST, self.server_address[1]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the client went away: expected in fault tests
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-openai-test-double/1"
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._connection_opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._connection_closed(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # tests read /_requests; a line per request on stderr is noise
+
+    # -- routing -----------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/_requests":
+            self._send_json(200, self.server.fake.recorded)
+            return
+        self.server.fake._record(self._record_of(None))
+        if path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [self._model()]})
+        elif path == f"/v1/models/{MODEL_NAME}":
+            self._send_json(200, self._model())
+        else:
+            self._not_found(path)
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path.rstrip("/")
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+            self.server.fake._record(self._record_of(raw.decode("utf-8", "replace")))
+            self._send_json(400, _error_body("request body is not JSON", "invalid_request_error"))
+            return
+        self.server.fake._record(self._record_of(body))
+        if path != "/v1/chat/completions":
+            self._not_found(path)
+        elif not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            self._send_json(400, _error_body('the body needs "messages": [...]', "invalid_request_error"))
+        else:
+            self._chat_completion(body)
+
+    # -- chat completions --------------------------------------------------
+
+    def _chat_completion(self, request: dict[str, Any]) -> None:
+        fake = self.server.fake
+        number, item, stall = fake._take()
+        if stall and fake._stopping.wait(stall):
+            self.close_connection = True
+            return
+        stream = bool(request.get("stream"))
+        try:
+            if item is None:
+                self._send_json(
+                    500,
+                    _error_body(
+                        f"fake-openai (a scripted test double): the script ran out: this is chat-completions "
+                        f"request {number} but the script has only {len(fake.script)} items",
+                        "server_error",
+                        "script_exhausted",
+                    ),
+                    {"x-should-retry": "false"},
+                )
+            elif item.get("fault") == "status":
+                body = item.get("body") or _error_body(
+                    f"scripted HTTP {item['status']} from fake-openai (a scripted test double)",
+                    "rate_limit_error" if item["status"] == 429 else "server_error",
+                )
+                self._send_json(item["status"], body, item.get("headers") or {})
+            elif item.get("fault") == "reset":
+                if stream:
+                    self._stream(request, number, item["message"], limit=item.get("after_chunks", 0))
+                self._reset()
+            elif item.get("fault") == "malformed":
+                self._malformed(stream)
+            elif stream:
+                self._stream(request, number, item)
+            else:
+                self._send_json(200, self._completion(request, number, item))
+        except OSError:  # the client hung up (timed out) before the answer went out
+            self.close_connection = True
+
+    def _completion(self, request: Mapping[str, Any], number: int, message: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-testdouble-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": MODEL_NAME,
+            "system_fingerprint": None,
+            "choices": [
+                {"index": 0, "message": dict(message), "logprobs": None, "finish_reason": _finish_reason(message)}
+            ],
+            "usage": _usage(request, message),
+        }
+
+    def _stream(
+        self, request: Mapping[str, Any], number: int, message: Mapping[str, Any], limit: int | None = None
+    ) -> None:
+        options = request.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "id": f"chatcmpl-testdouble-{number}",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": MODEL_NAME,
+                "system_fingerprint": None,
+                "choices": []
+                if delta is None
+                else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+            if include_usage:
+                data["usage"] = None
+            return data
+
+        self._start_stream()
+        sent = 0
+        for delta in _deltas(message):
+            if limit is not None and sent >= limit:
+                return
+            self._send_event(chunk(delta))
+            sent += 1
+        if limit is not None:  # a reset after more chunks than the message has
+            return
+        self._send_event(chunk({}, _finish_reason(message)))
+        if include_usage:
+            final = chunk(None)
+            final["usage"] = _usage(request, message)
+            self._send_event(final)
+        self._send_chunk(b"data: [DONE]\n\n")
+        self._send_chunk(b"")
+
+    def _malformed(self, stream: bool) -> None:
+        if stream:
+            self._start_stream()
+            self._send_chunk(b'data: {"id": "chatcmpl-testdouble-malformed", "choices": [\n\n')
+            self._send_chunk(b"data: [DONE]\n\n")
+            self._send_chunk(b"")
+        else:
+            body = b'{"id": "chatcmpl-testdouble-malformed", "object": "chat.completion", "choices": ['
+            self._send_raw(200, body, {"Content-Type": "application/json"})
+
+    def _reset(self) -> None:
+        # SO_LINGER 0 makes close() send RST: the client sees a reset, not a clean FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.rfile.close()  # the socket only really closes once its file objects have
+        self.connection.close()
+        self.close_connection = True
+
+    # -- wire --------------------------------------------------------------
+
+    def _model(self) -> dict[str, Any]:
+        return {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "flakebot-magic test double"}
+
+    def _not_found(self, path: str) -> None:
+        message = f"fake-openai (a scripted test double) has no route {path!r}"
+        self._send_json(404, _error_body(message, "invalid_request_error"))
+
+    def _record_of(self, body: object) -> dict[str, Any]:
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        if "authorization" in headers:  # never keep a key, even a test one, in failure output
+            headers["authorization"] = headers["authorization"].split(" ")[0] + " <redacted>"
+        return {"method": self.command, "path": self.path, "headers": headers, "body": body}
+
+    def _send_json(self, status: int, body: object, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self._send_raw(status, data, {"Content-Type": "application/json", **(headers or {})})
+
+    def _send_raw(self, status: int, data: bytes, headers: Mapping[str, str]) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, str(value))
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-fake-openai", LABEL)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-fake-openai", LABEL)
+        self.end_headers()
+
+    def _send_event(self, data: Mapping[str, Any]) -> None:
+        self._send_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
+
+    def _send_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+class FakeOpenAIServer:
+    """A scripted OpenAI-compatible server on 127.0.0.1 (a test double, not a model).
+
+    Parameters
+    ----------
+    script
+        ``{"responses": [...]}``, the bare list, or a JSON file holding either
+        (see the module docstring for the item shapes).
+    host
+        Must be ``"127.0.0.1"`` (or ``"localhost"``): the double never listens
+        beyond loopback.
+    port
+        ``0`` picks a free port.
+
+    Examples
+    --------
+    >>> with FakeOpenAIServer([{"role": "assistant", "content": "hi"}]) as server:
+    ...     server.base_url  # doctest: +ELLIPSIS
+    'http://127.0.0.1:.../v1'
+    """
+
+    def __init__(self, script: Script, host: str = _HOST, port: int = 0) -> None:
+        if host not in (_HOST, "localhost"):
+            raise ValueError(f"fake-openai only listens on {_HOST}, not {host!r}")
+        self.source = str(script) if isinstance(script, (str, os.PathLike)) else "an inline script"
+        self.script = load_script(script)
+        self.port = port
+        self._cursor = 0
+        self._count = 0
+        self._recorded: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._base_url: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, *, announce: bool = True) -> str:
+        """Start serving in a background thread; return the base URL (ending in ``/v1``).
+
+        With ``announce`` the label line goes to stderr, so a failing test's
+        captured output says a test double was answering.
+        """
+        if self._httpd is not None:
+            raise RuntimeError("this FakeOpenAIServer is already started")
+        self._httpd = _HTTPServer(self, self.port)
+        self.port = self._httpd.server_address[1]
+        self._base_url = f"http://{_HOST}:{self.port}/v1"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        if announce:
+            print(self.label, file=sys.stderr, flush=True)
+        return self._base_url
+
+    def stop(self) -> None:
+        """Stop serving, drop open connections, and wait for handlers to finish."""
+        if self._httpd is None:
+            return
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._lock:
+            open_connections = list(self._connections.items())
+        for connection, _ in open_connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked on a keep-alive read
+            except OSError:
+                pass
+        for _, thread in open_connections:
+            thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- what tests look at ------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, for ``openai.OpenAI(base_url=...)``."""
+        if self._base_url is None:
+            raise RuntimeError("start the FakeOpenAIServer before asking for its base_url")
+        return self._base_url
+
+    @property
+    def label(self) -> str:
+        """The line that says what this server is (printed at startup)."""
+        where = self._base_url or "(not started)"
+        return f"fake-openai: {LABEL} replaying {len(self.script)} responses from {self.source} at {where}"
+
+    @property
+    def recorded(self) -> list[dict[str, Any]]:
+        """Every request received (method, path, headers, parsed JSON body), oldest first."""
+        with self._lock:
+            return [dict(record) for record in self._recorded]
+
+    @property
+    def requests(self) -> list[Any]:
+        """The parsed JSON bodies of the chat-completions requests received, oldest first."""
+        return [r["body"] for r in self.recorded if r["path"].split("?")[0].rstrip("/") == "/v1/chat/completions"]
+
+    @property
+    def remaining(self) -> int:
+        """How many script items have not been consumed yet."""
+        with self._lock:
+            return len(self.script) - self._cursor
+
+    def __repr__(self) -> str:
+        return f"<FakeOpenAIServer {LABEL}: {self.remaining}/{len(self.script)} left at {self._base_url}>"
+
+    # -- called from handler threads ---------------------------------------
+
+    def _take(self) -> tuple[int, dict[str, Any] | None, float]:
+        """Consume the next item: (request number, item or None when exhausted, stall seconds)."""
+        with self._lock:
+            self._count += 1
+            stall = 0.0
+            item = self._pop()
+            while item is not None and item.get("fault") == "stall":
+                stall += float(item["seconds"])
+                item = self._pop()
+            return self._count, item, stall
+
+    def _pop(self) -> dict[str, Any] | None:
+        if self._cursor >= len(self.script):
+            return None
+        self._cursor += 1
+        return self.script[self._cursor - 1]
+
+    def _record(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._recorded.append(record)
+
+    def _connection_opened(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections[connection] = threading.current_thread()
+
+    def _connection_closed(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.pop(connection, None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve a script until SIGINT or SIGTERM.
+
+    Prints the label line, then the base URL on a line of its own.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m flakebot_magic.testing.fake_openai",
+        description=f"A {LABEL}: an OpenAI-compatible server on {_HOST} that replays a script.",
+    )
+    parser.add_argument("--script", required=True, type=Path, help='JSON file: {"responses": [...]}')
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    args = parser.parse_args(argv)
+    try:
+        server = FakeOpenAIServer(args.script, port=args.port)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    url = server.start(announce=False)
+    print(server.label, flush=True)
+    print(url, flush=True)
+    try:
+        while not done.wait(0.2):  # a timed wait lets the signal handler run promptly
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
