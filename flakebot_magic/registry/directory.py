@@ -237,7 +237,7 @@ class DirectoryRegistry:
         name, version, _dir, description, keywords, categories, license_, homepage, repository, bins = row
         bin_names = tuple(json.loads(bins))
         return CrateCandidate(
-            name=name, version=version, description=description, score=round(score, 4),
+            name=name, version=version, description=description, score=score,
             has_bin=bool(bin_names), bin_names=bin_names, keywords=tuple(json.loads(keywords)),
             categories=tuple(json.loads(categories)), license=license_, homepage=homepage,
             repository=repository, registry=self.id, checksum=None,
@@ -271,6 +271,19 @@ class DirectoryRegistry:
 
     def can_satisfy(self, name: str, requirement: str) -> bool:
         return any(matches(requirement or "*", v) for v in self.versions(name))
+
+    def recorded_checksum(self, name: str, version: str) -> str | None:
+        """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
+        row = self._connect().execute(
+            "SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version)
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads((self.path / row[0] / ".cargo-checksum.json").read_text()).get("package")
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, str) else None
 
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
         db = self._connect()
@@ -347,6 +360,10 @@ def _crate_checksum(source: Path) -> str | None:
     except (OSError, ValueError):
         return None
     package = data.get("package")
-    if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package):
+    if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package) and package != _PLACEHOLDER:
         return package
     return None
+
+
+#: Debian marks some crates with the sha256 of "0" instead of a real checksum
+_PLACEHOLDER = hashlib.sha256(b"0").hexdigest()

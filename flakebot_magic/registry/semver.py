@@ -86,6 +86,9 @@ def _comparator(text: str) -> list[tuple[str, Version]]:
         if minor is None:
             return [(">=", low), ("<", v(major + 1, 0, 0))]
         return [(">=", low), ("<", v(major, minor + 1, 0))]
+    if minor_s in ("*", "x", "X") or patch_s in ("*", "x", "X"):
+        # a wildcard pins what it names: 1.* is <2.0.0, 1.2.* is <1.3.0
+        return [(">=", low), ("<", v(major + 1, 0, 0) if minor is None else v(major, minor + 1, 0))]
     # caret: the default
     if major > 0 or minor is None:
         upper = v(major + 1, 0, 0)

@@ -49,17 +49,22 @@ class StorePath:
 
 
 def store_key(git: Git, rustc_version: str, flags: Sequence[str], backend: str = "cargo") -> str:
-    """The hash of everything that decides the built binary."""
+    """The hash of everything that decides the built binary.
+
+    For the nix backend the flake files are build inputs too (flake.lock
+    pins nixpkgs, which supplies the toolchain).
+    """
     digest = hashlib.sha256()
     listing = git("ls-tree", "-r", "--full-tree", "HEAD")
     for line in listing.splitlines():
         path = line.split("\t", 1)[-1]
-        if path not in _NOT_BUILD_INPUTS:
+        if backend == "nix" or path not in _NOT_BUILD_INPUTS:
             digest.update(line.encode() + b"\n")
-    status = git("status", "--porcelain", "--untracked-files=all")
+    not_inputs = [f":(exclude){path}" for path in _NOT_BUILD_INPUTS]
+    status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *not_inputs)
     if status:  # uncommitted edits change the binary too
         digest.update(status.encode())
-        digest.update(git("diff", "HEAD").encode())
+        digest.update(git("diff", "HEAD", "--", ".", *not_inputs).encode())
     digest.update(f"\0rustc:{rustc_version}\0flags:{' '.join(flags)}\0backend:{backend}\0format:{STORE_FORMAT}".encode())
     return digest.hexdigest()[:32]
 

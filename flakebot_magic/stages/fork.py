@@ -122,8 +122,15 @@ def fork(
             and existing.crate.registry == candidate.registry
         ):
             bus.notice("fork", f"reusing the workspace {path}")
+            git = Git(path, runner)
+            # edits made by hand (say, a fix after a failed build) become history, so the
+            # deployed tool's commit really contains what was built
+            if git.is_dirty() and git.commit(
+                "Local edits in the workspace\n\nCommitted by flakebot before building them.", all_files=True
+            ):
+                bus.notice("fork", "committed local edits found in the workspace", "warning")
             return existing
-        aside = workspaces_dir / ".old" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside = workspaces_dir / ".old" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
         aside.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path), str(aside))
         bus.notice("fork", f"the previous workspace for {name!r} was moved to {aside}")
@@ -384,9 +391,15 @@ def _settle_lockfile(
         versions = getattr(registry, "versions", None)
         missing: list[str] = []
         if registry.offline and versions is not None:
+            recorded = getattr(registry, "recorded_checksum", None)
             for package in _read_lock(lock).get("package", []):
-                if str(package.get("source", "")).startswith("registry+") and package["version"] not in versions(package["name"]):
+                if not str(package.get("source", "")).startswith("registry+"):
+                    continue
+                if package["version"] not in versions(package["name"]):
                     missing.append(f"{package['name']} {package['version']}")
+                elif recorded is not None and "checksum" in package and package["checksum"] != recorded(package["name"], package["version"]):
+                    # cargo refuses a lock whose checksums differ from the source's
+                    missing.append(f"{package['name']} {package['version']} (checksum differs)")
         if missing:
             lock.unlink()
             run("generate-lockfile")

@@ -1,0 +1,311 @@
+"""DirectoryRegistry over real cargo directory sources written by the tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tinycrates import crate, write_crate, write_registry
+
+from flakebot_magic.errors import ConfigError, SearchError
+from flakebot_magic.registry import Registry
+from flakebot_magic.registry.directory import DirectoryRegistry, tree_sha256
+
+
+@pytest.fixture
+def registry_dir(tmp_path: Path) -> Path:
+    # a library with a 200-word README that says "echo" eight times, and nothing else does
+    words = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor ".split() * 20)[:200]
+    words[::25] = ["echo"] * 8
+    decoy = crate(
+        "echodecoy",
+        description="A library that mentions the word only in its readme",
+        files={"src/lib.rs": "", "README.md": " ".join(words) + "\n"},
+    )
+    return write_registry(tmp_path / "registry", ["tinyecho", "tinylib", "brokenbin", "needsdev", decoy])
+
+
+@pytest.fixture
+def registry(registry_dir: Path, tmp_path: Path) -> Iterator[DirectoryRegistry]:
+    opened = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    yield opened
+    opened.close()
+
+
+def _names(registry: DirectoryRegistry, query: str) -> list[str]:
+    return [c.name for c in registry.search(query)]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    # the index is replaced by os.replace on a rebuild: a new inode and a new mtime
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+# -- the index ---------------------------------------------------------------
+
+
+def test_implements_registry_protocol(registry: DirectoryRegistry, registry_dir: Path) -> None:
+    assert isinstance(registry, Registry)
+    assert registry.offline is True
+    assert registry.id == f"dir:{registry_dir.resolve()}"
+    assert f'directory = "{registry_dir.resolve()}"' in registry.cargo_config()
+
+
+def test_index_holds_every_crate_and_skips_what_is_not_one(registry_dir: Path, tmp_path: Path) -> None:
+    (registry_dir / "not-a-crate").mkdir()
+    (registry_dir / "stray-file.txt").write_text("hello")
+    broken = registry_dir / "broken-0.1.0"
+    broken.mkdir()
+    (broken / "Cargo.toml").write_text("[package\nname = ")
+    opened = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(opened, "tinyecho") == ["tinyecho"]  # a broken manifest does not break search
+        assert opened.index_path.is_file()
+        assert opened.index_path.parent == tmp_path / "cache" / "index"
+        with sqlite3.connect(opened.index_path) as db:
+            rows = sorted(db.execute("SELECT name, version FROM crates").fetchall())
+        db.close()
+    finally:
+        opened.close()
+    assert rows == [
+        ("brokenbin", "0.1.0"), ("echodecoy", "0.1.0"), ("needsdev", "0.1.0"),
+        ("tinyecho", "0.2.0"), ("tinylib", "0.1.3"),
+    ]
+
+
+def test_name_and_keyword_matches_rank_first(registry: DirectoryRegistry) -> None:
+    # echodecoy says "echo" eight times, but only in its README
+    assert _names(registry, "echo")[:2] == ["tinyecho", "echodecoy"]
+    assert _names(registry, "uppercase")[0] == "tinylib"
+    assert _names(registry, "brokenbin")[0] == "brokenbin"
+
+
+def test_scores_are_positive_and_descending(registry: DirectoryRegistry) -> None:
+    scores = [c.score for c in registry.search("echo shout uppercase")]
+    assert len(scores) >= 2
+    assert all(s > 0 for s in scores)
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_readme_text_is_searched(registry: DirectoryRegistry) -> None:
+    # "zebra" appears only in tinyecho's README
+    assert _names(registry, "zebra") == ["tinyecho"]
+
+
+def test_stopwords_alone_still_search(registry: DirectoryRegistry) -> None:
+    assert registry.search("") == []
+    assert _names(registry, "the tool for echo")[0] == "tinyecho"
+
+
+def test_candidate_fields(registry: DirectoryRegistry) -> None:
+    [echo] = [c for c in registry.search("echo") if c.name == "tinyecho"]
+    assert echo.version == "0.2.0"
+    assert echo.description == "Echo words, or shout standard input"
+    assert echo.keywords == ("echo", "shout")
+    assert echo.license == "MIT"
+    assert echo.has_bin and echo.bin_names == ("tinyecho",)
+    assert echo.registry == registry.id
+    assert echo.checksum is None
+
+
+def test_index_is_reused_by_a_second_instance(registry_dir: Path, tmp_path: Path) -> None:
+    first = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    first.search("echo")
+    first.close()
+    before = _stamp(first.index_path)
+    second = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(second, "echo")[0] == "tinyecho"
+        assert _stamp(second.index_path) == before
+    finally:
+        second.close()
+
+
+def test_index_is_rebuilt_when_a_crate_is_added(registry_dir: Path, tmp_path: Path) -> None:
+    first = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    assert _names(first, "zebu") == []
+    first.close()
+    before = _stamp(first.index_path)
+    write_crate(registry_dir, crate("newcomer", description="A brand new zebu counter"))
+    second = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(second, "zebu") == ["newcomer"]
+        assert _stamp(second.index_path) != before
+    finally:
+        second.close()
+
+
+def test_a_corrupt_index_is_rebuilt(registry_dir: Path, tmp_path: Path) -> None:
+    first = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    first.search("echo")
+    first.close()
+    first.index_path.write_bytes(b"this is not sqlite")
+    second = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(second, "echo")[0] == "tinyecho"
+    finally:
+        second.close()
+
+
+def test_missing_registry_path_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist") as caught:
+        DirectoryRegistry(tmp_path / "nowhere", tmp_path / "cache")
+    assert "--registry" in str(caught.value)
+    assert "cargo vendor" in str(caught.value)
+
+
+# -- get -----------------------------------------------------------------------
+
+
+def test_get_unknown_crate_says_what_to_do(registry: DirectoryRegistry) -> None:
+    with pytest.raises(SearchError) as caught:
+        registry.get("nope")
+    message = str(caught.value)
+    assert "no crate named 'nope'" in message
+    assert str(registry.path) in message
+    assert "Check the spelling" in message
+
+
+def test_get_unknown_crate_suggests_similar_names(registry: DirectoryRegistry) -> None:
+    with pytest.raises(SearchError, match="Similar names: tinyecho"):
+        registry.get("tiny_echo")
+
+
+def test_get_treats_dash_and_underscore_alike(registry_dir: Path, tmp_path: Path) -> None:
+    write_crate(registry_dir, crate("snake_case", files={"src/main.rs": "fn main() {}\n"}))
+    opened = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert opened.get("snake-case").name == "snake_case"
+        assert opened.get("snake_case").name == "snake_case"
+    finally:
+        opened.close()
+
+
+def test_get_picks_the_newest_version_by_semver(tmp_path: Path) -> None:
+    root = write_registry(tmp_path / "registry", [crate("multi", v) for v in ("0.1.9", "0.1.10", "0.1.3")])
+    opened = DirectoryRegistry(root, tmp_path / "cache")
+    try:
+        assert opened.get("multi").version == "0.1.10"
+        assert opened.get("multi", "0.1.3").version == "0.1.3"
+        assert sorted(opened.versions("multi")) == ["0.1.10", "0.1.3", "0.1.9"]
+        assert opened.can_satisfy("multi", "0.1.5") and not opened.can_satisfy("multi", "0.2")
+        assert [(c.name, c.version) for c in opened.search("multi")] == [("multi", "0.1.10")]
+        with pytest.raises(SearchError, match=r"0\.1\.10, 0\.1\.3, 0\.1\.9, not 9\.9\.9"):
+            opened.get("multi", "9.9.9")
+    finally:
+        opened.close()
+
+
+# -- fetch ---------------------------------------------------------------------
+
+
+def test_fetch_copies_the_crate_without_packaging_files(registry: DirectoryRegistry, registry_dir: Path, tmp_path: Path) -> None:
+    source = registry_dir / "tinyecho-0.2.0"
+    (source / "debian").mkdir()
+    (source / "debian" / "control").write_text("Source: rust-tinyecho\n")
+    (source / "tests" / "debian").mkdir(parents=True)  # only the top-level packaging is dropped
+    (source / "tests" / "debian" / "case.txt").write_text("kept\n")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    fetched = registry.fetch(registry.get("tinyecho"), dest)
+    copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert copied == [
+        ".gitignore", "Cargo.toml", "README.md", "data/sample.txt", "src/main.rs", "tests/debian/case.txt",
+    ]
+    assert fetched.path == dest
+    assert fetched.checksum_kind == "tree-sha256"
+    assert fetched.checksum == tree_sha256(dest)
+    assert fetched.notes and "no .crate checksum" in fetched.notes[0]
+
+
+def test_fetch_reports_the_vendored_crate_checksum(tmp_path: Path) -> None:
+    digest = hashlib.sha256(b"a real .crate file").hexdigest()
+    spec = crate("vendored", files={"src/main.rs": "fn main() {}\n"}, package_checksum=digest)
+    root = write_registry(tmp_path / "registry", [spec])
+    opened = DirectoryRegistry(root, tmp_path / "cache")
+    try:
+        fetched = opened.fetch(opened.get("vendored"), tmp_path / "dest")
+    finally:
+        opened.close()
+    assert (fetched.checksum_kind, fetched.checksum, fetched.notes) == ("crate-sha256", digest, ())
+    assert not (tmp_path / "dest" / ".cargo-checksum.json").exists()
+
+
+def test_debian_placeholder_checksum_is_not_a_crate_checksum(tmp_path: Path) -> None:
+    placeholder = hashlib.sha256(b"0").hexdigest()  # 5feceb66...: what Debian writes when it has none
+    spec = crate("placeholder", files={"src/main.rs": "fn main() {}\n"}, package_checksum=placeholder)
+    root = write_registry(tmp_path / "registry", [spec])
+    opened = DirectoryRegistry(root, tmp_path / "cache")
+    try:
+        fetched = opened.fetch(opened.get("placeholder"), tmp_path / "dest")
+    finally:
+        opened.close()
+    assert fetched.checksum_kind == "tree-sha256"
+
+
+# -- binary targets -------------------------------------------------------------
+
+_MANIFEST = '[package]\nname = "{name}"\nversion = "0.1.0"\nedition = "2021"\n'
+_BIN_LAYOUTS = {
+    # name: (extra manifest, files, the binaries cargo builds)
+    "mainbin": ("", {"src/main.rs": "fn main() {}\n"}, ["mainbin"]),
+    "binsdir": (
+        "",
+        {"src/lib.rs": "", "src/bin/one.rs": "fn main() {}\n", "src/bin/two/main.rs": "fn main() {}\n"},
+        ["one", "two"],
+    ),
+    "declared": ('\n[[bin]]\nname = "dtool"\npath = "cli/dtool.rs"\n', {"src/lib.rs": "", "cli/dtool.rs": "fn main() {}\n"}, ["dtool"]),
+    "noauto": (
+        "autobins = false\n",
+        {"src/lib.rs": "", "src/main.rs": "fn main() {}\n", "src/bin/x.rs": "fn main() {}\n"},
+        [],
+    ),
+    "noautodeclared": (
+        'autobins = false\n\n[[bin]]\nname = "only"\npath = "src/main.rs"\n',
+        {"src/main.rs": "fn main() {}\n", "src/bin/extra.rs": "fn main() {}\n"},
+        ["only"],
+    ),
+    "mainandbins": ("", {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"}, ["mainandbins", "helper"]),
+    "libonly": ("", {"src/lib.rs": "pub fn f() {}\n"}, []),
+}
+
+
+@pytest.fixture
+def layouts(tmp_path: Path) -> Iterator[DirectoryRegistry]:
+    specs = [
+        crate(name, manifest=_MANIFEST.format(name=name) + extra, files=files)
+        for name, (extra, files, _) in _BIN_LAYOUTS.items()
+    ]
+    opened = DirectoryRegistry(write_registry(tmp_path / "registry", specs), tmp_path / "cache")
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize("name", sorted(_BIN_LAYOUTS))
+def test_binary_targets_are_detected(layouts: DirectoryRegistry, name: str) -> None:
+    expected = _BIN_LAYOUTS[name][2]
+    candidate = layouts.get(name)
+    assert sorted(candidate.bin_names) == sorted(expected)
+    assert candidate.has_bin is bool(expected)
+
+
+@pytest.mark.cargo
+def test_binary_targets_agree_with_cargo_metadata(layouts: DirectoryRegistry) -> None:
+    for name, (_, _, expected) in _BIN_LAYOUTS.items():
+        done = subprocess.run(
+            ["cargo", "metadata", "--offline", "--no-deps", "--format-version", "1"],
+            cwd=layouts.path / f"{name}-0.1.0", capture_output=True, text=True, check=True,
+            env={**os.environ, "CARGO_TARGET_DIR": str(layouts.index_path.parent / "target")},
+        )
+        [package] = json.loads(done.stdout)["packages"]
+        cargo_bins = sorted(t["name"] for t in package["targets"] if "bin" in t["kind"])
+        assert cargo_bins == sorted(expected), name
+        assert sorted(layouts.get(name).bin_names) == cargo_bins, name
+

@@ -1,0 +1,260 @@
+"""The build stage: cargo's JSON messages and libtest's output parsed, and check() on real crates."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tinycrates import Recorder
+
+from flakebot_magic.cargo import Cargo
+from flakebot_magic.errors import BuildError, TestError
+from flakebot_magic.events import StageFinished, StageStarted
+from flakebot_magic.process import ProcessRunner
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.stages.build import (
+    BUILD_FLAGS,
+    CheckResult,
+    Diagnostic,
+    check,
+    parse_cargo_messages,
+    parse_test_output,
+)
+from flakebot_magic.stages.fork import Workspace
+
+Forked = Callable[[str], Workspace]
+
+# -- parse_cargo_messages --------------------------------------------------------------
+
+
+def _artifact(name: str, kind: str, executable: str | None, *, test: bool = False) -> str:
+    return json.dumps({
+        "reason": "compiler-artifact",
+        "target": {"kind": [kind], "name": name},
+        "profile": {"test": test},
+        "filenames": [executable or f"/t/lib{name}.rlib"],
+        "executable": executable,
+        "fresh": False,
+    })
+
+
+def _message(level: str, text: str, *, code: str | None = None, spans: list[dict[str, object]] | None = None) -> str:
+    return json.dumps({
+        "reason": "compiler-message",
+        "target": {"kind": ["bin"], "name": "tool"},
+        "message": {
+            "level": level, "message": text, "rendered": f"{level}: {text}\n",
+            "code": {"code": code, "explanation": "..."} if code else None,
+            "spans": spans or [],
+        },
+    })
+
+
+def _span(line: int, column: int, primary: bool, file: str = "src/main.rs") -> dict[str, object]:
+    return {"file_name": file, "line_start": line, "column_start": column, "is_primary": primary}
+
+
+def test_parse_cargo_messages_sorts_what_cargo_says() -> None:
+    lines = [
+        "   Compiling tool v0.1.0 (/w)",
+        _artifact("dep", "lib", None),
+        _artifact("build-script-build", "custom-build", None),
+        _message("warning", "unused variable: `x`", spans=[_span(3, 9, True)]),
+        _artifact("tool", "bin", "/w/target/release/tool"),
+        _artifact("tool", "bin", "/w/target/debug/deps/tool-abc", test=True),  # a test harness
+        _artifact("helper", "bin", "/w/target/release/helper"),
+        '{"reason":"build-finished","success":true}',
+        "{not json",
+        "",
+    ]
+    diagnostics, executables, other = parse_cargo_messages(lines)
+    assert executables == {"tool": Path("/w/target/release/tool"), "helper": Path("/w/target/release/helper")}
+    assert diagnostics == [
+        Diagnostic(
+            level="warning", message="unused variable: `x`", code=None, file="src/main.rs", line=3, column=9,
+            rendered="warning: unused variable: `x`\n", target="tool",
+        )
+    ]
+    assert other == ["   Compiling tool v0.1.0 (/w)", "{not json", ""]
+
+
+def test_diagnostic_uses_the_primary_span() -> None:
+    line = _message("error", "mismatched types", code="E0308", spans=[_span(2, 12, False), _span(2, 18, True)])
+    [diagnostic], _, _ = parse_cargo_messages([line])
+    assert (diagnostic.file, diagnostic.line, diagnostic.column, diagnostic.code) == ("src/main.rs", 2, 18, "E0308")
+    assert str(diagnostic) == "src/main.rs:2: error[E0308]: mismatched types"
+
+
+def test_diagnostic_without_spans() -> None:
+    [diagnostic], _, _ = parse_cargo_messages([_message("error", "aborting due to 1 previous error")])
+    assert (diagnostic.file, diagnostic.line, diagnostic.code) == (None, None, None)
+    assert str(diagnostic) == "error: aborting due to 1 previous error"
+
+
+# -- parse_test_output ----------------------------------------------------------------------
+
+LIBTEST = """\
+     Running unittests src/main.rs (target/debug/deps/tool-1f2e)
+
+running 3 tests
+test tests::adds ... ok
+test tests::breaks ... FAILED
+test tests::slow ... ignored
+
+failures:
+
+---- tests::breaks stdout ----
+thread 'tests::breaks' panicked at src/main.rs:20:9:
+assertion `left == right` failed
+
+failures:
+    tests::breaks
+
+test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.00s
+
+     Running tests/it.rs (target/debug/deps/it-9a8b)
+
+running 2 tests
+test it_works ... ok
+test nested::name::with spaces ... FAILED
+
+test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+   Doc-tests tool
+
+running 1 test
+test src/lib.rs - f (line 3) ... ok
+
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.20s
+"""
+
+
+def test_parse_test_output_sums_every_suite() -> None:
+    report = parse_test_output(LIBTEST.splitlines())
+    assert (report.suites, report.passed, report.failed, report.ignored) == (3, 3, 2, 1)
+    assert report.failures == ["tests::breaks", "nested::name::with spaces"]
+    assert not report.ok
+
+
+def test_parse_test_output_of_nothing() -> None:
+    report = parse_test_output([])
+    assert (report.suites, report.passed, report.failed, report.failures, report.ok) == (0, 0, 0, [], True)
+
+
+# -- real cargo ----------------------------------------------------------------------------
+
+
+def _cargo(registry: DirectoryRegistry) -> Cargo:
+    return Cargo(registry, ProcessRunner())
+
+
+def _check(ws: Workspace, registry: DirectoryRegistry, recorder: Recorder | None = None, *, run_tests: bool = True) -> CheckResult:
+    bus = (recorder or Recorder()).bus
+    return check(ws.path, _cargo(registry), bus, build_timeout=300, test_timeout=300, run_tests=run_tests)
+
+
+@pytest.fixture(scope="module")
+def tinyecho_checked(forked: Forked, session_registry: DirectoryRegistry) -> tuple[Workspace, CheckResult, Recorder]:
+    recorder = Recorder()
+    ws = forked("tinyecho")
+    return ws, _check(ws, session_registry, recorder), recorder
+
+
+@pytest.mark.cargo
+def test_check_builds_the_release_binary(tinyecho_checked: tuple[Workspace, CheckResult, Recorder]) -> None:
+    ws, result, _ = tinyecho_checked
+    binary = result.build.binaries["tinyecho"]
+    assert list(result.build.binaries) == ["tinyecho"]
+    assert binary == ws.path / "target" / "release" / "tinyecho"
+    assert os.access(binary, os.X_OK)
+    assert [d for d in result.build.diagnostics if d.level == "error"] == []
+
+
+@pytest.mark.cargo
+def test_check_runs_the_tests(tinyecho_checked: tuple[Workspace, CheckResult, Recorder]) -> None:
+    _, result, _ = tinyecho_checked
+    assert result.tests.ok
+    assert result.tests.passed == 1 and result.tests.failed == 0
+    assert result.tests.suites >= 1
+
+
+@pytest.mark.cargo
+def test_check_emits_build_and_test_stages(tinyecho_checked: tuple[Workspace, CheckResult, Recorder]) -> None:
+    _, _, recorder = tinyecho_checked
+    assert sorted(e.stage for e in recorder.of(StageStarted)) == ["build", "test"]
+    finished = {e.stage: e for e in recorder.of(StageFinished)}
+    assert finished["build"].status == "done" and finished["build"].detail == "tinyecho"
+    assert finished["test"].status == "done" and finished["test"].detail == "1 passed, 0 failed, 0 ignored"
+
+
+@pytest.mark.cargo
+def test_real_cargo_messages_parse(tinyecho_checked: tuple[Workspace, CheckResult, Recorder], session_registry: DirectoryRegistry) -> None:
+    ws, result, _ = tinyecho_checked
+    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300)  # fresh: cargo replays
+    assert done.returncode == 0, done.stderr
+    diagnostics, executables, other = parse_cargo_messages(done.stdout.splitlines())
+    assert executables == result.build.binaries
+    assert diagnostics == []
+    assert other == []  # --message-format=json: every stdout line is a message
+
+
+@pytest.mark.cargo
+def test_check_without_tests(forked: Forked, session_registry: DirectoryRegistry) -> None:
+    recorder = Recorder()
+    result = _check(forked("lockpinned"), session_registry, recorder, run_tests=False)
+    assert set(result.build.binaries) == {"lockpinned"}
+    assert result.tests.suites == 0
+    assert [e.stage for e in recorder.of(StageStarted)] == ["build"]
+
+
+@pytest.mark.cargo
+def test_compile_error_is_a_build_error_with_diagnostics(forked: Forked, session_registry: DirectoryRegistry) -> None:
+    ws = forked("brokenbin")
+    recorder = Recorder()
+    with pytest.raises(BuildError) as caught:
+        _check(ws, session_registry, recorder)
+    error = caught.value
+    assert type(error) is BuildError  # the build's failure wins over the test's
+    [diagnostic] = error.diagnostics
+    assert diagnostic.level == "error"
+    assert diagnostic.code == "E0308"
+    assert diagnostic.message == "mismatched types"
+    assert (diagnostic.file, diagnostic.line, diagnostic.column) == ("src/main.rs", 2, 18)
+    assert diagnostic.rendered.startswith("error[E0308]: mismatched types\n --> src/main.rs:2:18")
+    assert diagnostic.target == "brokenbin"
+    message = str(error)
+    assert message.startswith("cargo build failed for brokenbin:\nerror[E0308]: mismatched types")
+    assert f"The workspace is kept at {ws.path}" in message
+    assert error.workspace == ws.path
+    assert "--release" in error.command
+    finished = {e.stage: e.status for e in recorder.of(StageFinished)}
+    assert finished == {"build": "failed", "test": "failed"}
+
+
+@pytest.mark.cargo
+def test_failing_test_is_a_test_error_naming_it(forked: Forked, session_registry: DirectoryRegistry) -> None:
+    ws = forked("failingtest")
+    with pytest.raises(TestError) as caught:
+        _check(ws, session_registry)
+    error = caught.value
+    assert error.failed == ["tests::breaks_on_purpose"]
+    message = str(error)
+    assert "cargo test: 1 failed, 1 passed in failingtest" in message
+    assert "Failing: tests::breaks_on_purpose" in message
+    assert "Run `cargo test` in the workspace" in message
+    assert error.workspace == ws.path and str(ws.path) in message
+    assert "test" in error.command
+
+
+@pytest.mark.cargo
+def test_tests_that_do_not_compile_are_a_test_error(forked: Forked, session_registry: DirectoryRegistry) -> None:
+    ws = forked("brokentest")
+    with pytest.raises(TestError) as caught:
+        _check(ws, session_registry)
+    error = caught.value
+    assert str(error).startswith("The tests of brokentest do not compile:\nerror[E0308]")
+    assert [(d.code, d.file, d.line) for d in error.diagnostics] == [("E0308", "tests/it.rs", 3)]
+    assert error.failed == []

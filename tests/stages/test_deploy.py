@@ -1,0 +1,279 @@
+"""The deploy stage: store keys from real git trees, atomic store entries, and the pipeline's cache."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from tinycrates import Recorder
+
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import BuildError, DeployError
+from flakebot_magic.events import StageFinished
+from flakebot_magic.git import Git
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.process import ProcessRunner
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.stages.build import BUILD_FLAGS
+from flakebot_magic.stages.client import Tool
+from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
+
+RUSTC = "rustc 1.95.0 (59807616e 2026-04-14)\nhost: x86_64-unknown-linux-gnu"
+SOURCES = {"Cargo.toml": '[package]\nname = "t"\nversion = "0.1.0"\n', "src/main.rs": "fn main() {}\n", "Cargo.lock": "version = 3\n"}
+
+
+def _repo(root: Path, files: dict[str, str] = SOURCES, message: str = "Published source") -> Git:
+    root.mkdir(parents=True)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = Git(root, ProcessRunner())
+    git.init("published")
+    git.commit(message, all_files=True)
+    return git
+
+
+def _key(git: Git) -> str:
+    return store_key(git, RUSTC, BUILD_FLAGS)
+
+
+# -- store_key ---------------------------------------------------------------------
+
+
+def test_same_inputs_give_the_same_key(tmp_path: Path) -> None:
+    # a different history (message, time) with the same tree: the same key
+    one = _repo(tmp_path / "one")
+    two = _repo(tmp_path / "two", message="something else entirely")
+    assert _key(one) == _key(two)
+    assert len(_key(one)) == 32 and int(_key(one), 16) >= 0
+
+
+def test_a_changed_file_changes_the_key(tmp_path: Path) -> None:
+    one = _repo(tmp_path / "one")
+    two = _repo(tmp_path / "two", {**SOURCES, "src/main.rs": 'fn main() { println!("hi"); }\n'})
+    three = _repo(tmp_path / "three", {**SOURCES, "Cargo.lock": "version = 4\n"})
+    assert len({_key(one), _key(two), _key(three)}) == 3
+
+
+def test_a_dirty_working_tree_changes_the_key(tmp_path: Path) -> None:
+    git = _repo(tmp_path / "repo")
+    clean = _key(git)
+    (git.root / "src" / "main.rs").write_text("fn main() { loop {} }\n")
+    edited = _key(git)
+    (git.root / "src" / "main.rs").write_text("fn main() { loop { break } }\n")
+    edited_again = _key(git)
+    assert len({clean, edited, edited_again}) == 3
+    git.commit("the edit", all_files=True)
+    assert _key(git) not in (clean, edited)  # committed, the tree itself differs
+    (git.root / "src" / "extra.rs").write_text("")  # an untracked file can be a module
+    assert _key(git) != _key(_repo(tmp_path / "plain"))
+
+
+def test_build_outputs_do_not_change_the_key(tmp_path: Path) -> None:
+    git = _repo(tmp_path / "repo")
+    before = _key(git)
+    (git.root / "target" / "release").mkdir(parents=True)
+    (git.root / "target" / "release" / "t").write_text("binary")
+    (git.root / "result").symlink_to(git.root / "target")
+    assert _key(git) == before
+
+
+def test_flake_files_do_not_change_the_key(tmp_path: Path) -> None:
+    git = _repo(tmp_path / "repo")
+    before = _key(git)
+    (git.root / "flake.nix").write_text("{ outputs = _: { }; }\n")
+    (git.root / "flake.lock").write_text("{}\n")
+    git.commit("Add flake.nix", ["flake.nix", "flake.lock"])
+    assert _key(git) == before
+    (git.root / "flake.nix").write_text("{ outputs = _: { x = 1; }; }\n")
+    git.commit("Change flake.nix", ["flake.nix"])
+    assert _key(git) == before
+
+
+def test_an_uncommitted_flake_edit_does_not_change_the_key(tmp_path: Path) -> None:
+    git = _repo(tmp_path / "repo")
+    (git.root / "flake.nix").write_text("{ outputs = _: { }; }\n")
+    git.commit("Add flake.nix", ["flake.nix"])
+    before = _key(git)
+    (git.root / "flake.nix").write_text("{ outputs = _: { edited = true; }; }\n")
+    assert _key(git) == before
+
+
+def test_toolchain_and_flags_change_the_key(tmp_path: Path) -> None:
+    git = _repo(tmp_path / "repo")
+    keys = {
+        store_key(git, RUSTC, BUILD_FLAGS),
+        store_key(git, RUSTC.replace("1.95.0", "1.96.0"), BUILD_FLAGS),
+        store_key(git, RUSTC, (*BUILD_FLAGS, "--features=x")),
+        store_key(git, RUSTC, BUILD_FLAGS, backend="nix"),
+    }
+    assert len(keys) == 4
+
+
+# -- deploy and lookup ------------------------------------------------------------------
+
+
+def _binary(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {text}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> dict[str, Path]:
+    return {"tool": _binary(tmp_path / "target" / "tool", "tool"), "helper": _binary(tmp_path / "target" / "helper", "helper")}
+
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_deploy_writes_a_complete_entry(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    entry = deploy(store, KEY, "tool", "1.0.0", built, {"crate": "tool", "commit": "abc"})
+    assert entry == StorePath(store / f"{KEY}-tool-1.0.0", KEY)
+    assert str(entry) == str(store / f"{KEY}-tool-1.0.0")
+    assert sorted(p.name for p in (entry.path / "bin").iterdir()) == ["helper", "tool"]
+    assert stat.S_IMODE(entry.bin("tool").stat().st_mode) == 0o555
+    assert subprocess.run([entry.bin("tool")], capture_output=True, text=True, check=True).stdout == "tool\n"
+    assert entry.manifest == {"crate": "tool", "commit": "abc", "hash": KEY, "binaries": ["helper", "tool"], "format": 1}
+    assert sorted(p.name for p in store.iterdir()) == [entry.path.name]  # no staging left behind
+
+
+def test_lookup_finds_only_complete_entries(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    assert lookup(store, KEY, "tool", "1.0.0") is None
+    deployed = deploy(store, KEY, "tool", "1.0.0", built, {})
+    assert lookup(store, KEY, "tool", "1.0.0") == deployed
+    assert lookup(store, KEY, "tool", "1.0.1") is None
+    assert lookup(store, "f" * 32, "tool", "1.0.0") is None
+    partial = store / f"{'e' * 32}-tool-1.0.0"
+    (partial / "bin").mkdir(parents=True)  # a crash before the manifest: not an entry
+    assert lookup(store, "e" * 32, "tool", "1.0.0") is None
+
+
+def test_a_failed_deploy_leaves_nothing_behind(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    with pytest.raises(DeployError, match="Could not write the store entry") as caught:
+        deploy(store, KEY, "tool", "1.0.0", {**built, "zzz": tmp_path / "missing"}, {})
+    assert isinstance(caught.value.__cause__, OSError)
+    assert list(store.iterdir()) == []
+    assert lookup(store, KEY, "tool", "1.0.0") is None
+
+
+def test_a_failed_redeploy_keeps_the_old_entry(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    old = deploy(store, KEY, "tool", "1.0.0", built, {"n": 1})
+    with pytest.raises(DeployError):
+        deploy(store, KEY, "tool", "1.0.0", {"tool": tmp_path / "missing"}, {"n": 2})
+    assert lookup(store, KEY, "tool", "1.0.0") == old
+    assert old.manifest["n"] == 1
+    assert [p.name for p in store.iterdir()] == [old.path.name]
+
+
+def test_deploy_without_binaries_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DeployError, match="built no binaries, so there is nothing to deploy"):
+        deploy(tmp_path / "store", KEY, "tool", "1.0.0", {}, {})
+
+
+def test_redeploy_replaces_the_entry(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    first = deploy(store, KEY, "tool", "1.0.0", built, {"n": 1})
+    _binary(built["tool"], "rebuilt")
+    again = deploy(store, KEY, "tool", "1.0.0", {"tool": built["tool"]}, {"n": 2})
+    assert again == first
+    assert again.manifest["n"] == 2 and again.manifest["binaries"] == ["tool"]
+    assert not again.bin("helper").exists()
+    assert subprocess.run([again.bin("tool")], capture_output=True, text=True).stdout == "rebuilt\n"
+
+
+# -- through the pipeline -----------------------------------------------------------------
+
+
+def _statuses(recorder: Recorder) -> dict[str, str]:
+    return {e.stage: e.status for e in recorder.of(StageFinished)}
+
+
+@pytest.mark.cargo
+def test_a_second_run_is_served_from_the_store(tinyecho_tool: Tool, session_registry: DirectoryRegistry) -> None:
+    settings = Settings(cache_dir=tinyecho_tool.store_path.parents[1], registry=str(session_registry.path))
+    recorder = Recorder()
+    again = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
+    assert again.store_path == tinyecho_tool.store_path
+    assert again.source_hash == tinyecho_tool.source_hash
+    assert _statuses(recorder) == {
+        "search": "done", "fork": "cached", "build": "cached", "test": "cached",
+        "flake": "cached", "deploy": "cached", "client": "done",
+    }
+
+
+@pytest.mark.cargo
+def test_rebuild_replaces_the_store_entry(tmp_path: Path, session_registry: DirectoryRegistry) -> None:
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(session_registry.path))
+    first = Pipeline(settings).run("", crate="tinyecho")
+    marker = first.store_path / "marker"
+    marker.write_text("from the first build")
+
+    settings.rebuild = True
+    recorder = Recorder()
+    again = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
+    assert again.store_path == first.store_path  # the same inputs: the same path
+    assert not marker.exists()  # a new entry, not the old one
+    assert _statuses(recorder)["build"] == "done" and _statuses(recorder)["deploy"] == "done"
+    assert again(input="again") == "AGAIN"
+    assert json.loads((again.store_path / "manifest.json").read_text())["crate"] == "tinyecho"
+    # the first workspace was moved aside, not deleted
+    assert len(list((settings.workspaces_dir / ".old").iterdir())) == 1
+
+
+@pytest.mark.cargo
+def test_the_callers_rustflags_never_reach_cargo(
+    tinyecho_tool: Tool, session_registry: DirectoryRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flags outside the store hash must not change the binary: cargo runs without them."""
+    from flakebot_magic.cargo import Cargo
+    from flakebot_magic.process import ProcessRunner
+
+    monkeypatch.setenv("RUSTFLAGS", "-C debug-assertions=on")
+    monkeypatch.setenv("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+    env = Cargo(session_registry, ProcessRunner()).env()
+    assert "RUSTFLAGS" not in env and "CARGO_PROFILE_RELEASE_OPT_LEVEL" not in env
+    settings = Settings(cache_dir=tinyecho_tool.store_path.parents[1], registry=str(session_registry.path))
+    again = Pipeline(settings).run("", crate="tinyecho")
+    assert again.store_path == tinyecho_tool.store_path
+
+
+@pytest.fixture(scope="module")
+def fixed_after_failing(
+    session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Tool, Path, str]:
+    """brokenbin fails to build; the user fixes the kept workspace and runs again."""
+    settings = Settings(cache_dir=tmp_path_factory.mktemp("cache"), registry=str(session_registry.path))
+    with pytest.raises(BuildError) as caught:
+        Pipeline(settings).run("", crate="brokenbin")
+    workspace = caught.value.workspace
+    assert workspace is not None
+    fixed = 'fn main() {\n    println!("fixed");\n}\n'
+    (workspace / "src" / "main.rs").write_text(fixed)
+    return Pipeline(settings).run("", crate="brokenbin"), workspace, fixed
+
+
+@pytest.mark.cargo
+def test_a_fixed_workspace_builds_on_the_next_run(fixed_after_failing: tuple[Tool, Path, str]) -> None:
+    tool, workspace, _ = fixed_after_failing
+    assert tool() == "fixed\n"
+    assert tool.provenance["commit"] == subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.mark.cargo
+def test_the_recorded_commit_holds_the_built_source(fixed_after_failing: tuple[Tool, Path, str]) -> None:
+    tool, workspace, fixed = fixed_after_failing
+    shown = subprocess.run(
+        ["git", "show", f"{tool.provenance['commit']}:src/main.rs"], cwd=workspace, capture_output=True, text=True
+    )
+    assert shown.stdout == fixed

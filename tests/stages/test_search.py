@@ -1,0 +1,181 @@
+"""The search stage: ranking with a preference for binaries, and opening registries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.errors import ConfigError, SearchError
+from flakebot_magic.registry.base import CrateCandidate, FetchedSource
+from flakebot_magic.registry.cratesio import CratesIoRegistry
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.stages.search import BIN_BOOST, open_registry, rank, search, wants_tool
+
+MakeRegistry = Callable[..., DirectoryRegistry]
+
+
+class ListRegistry:
+    """A registry (test double) that answers every search with a fixed list, best first."""
+
+    id = "list"
+    offline = True
+
+    def __init__(self, candidates: list[CrateCandidate]) -> None:
+        self.candidates = candidates
+        self.limits: list[int] = []
+
+    def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
+        self.limits.append(limit)
+        return self.candidates[:limit]
+
+    def get(self, name: str, version: str | None = None) -> CrateCandidate:
+        raise SearchError(name)
+
+    def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        raise NotImplementedError
+
+    def cargo_config(self) -> str:
+        return ""
+
+
+def _lib(name: str, score: float) -> CrateCandidate:
+    return CrateCandidate(name, "1.0.0", score=score)
+
+
+def _bin(name: str, score: float) -> CrateCandidate:
+    return CrateCandidate(name, "1.0.0", score=score, has_bin=True, bin_names=(name,))
+
+
+# -- against a real directory registry ---------------------------------------------
+
+
+def test_a_binary_with_a_lower_text_score_beats_a_library_when_a_tool_is_wanted(make_registry: MakeRegistry) -> None:
+    registry = make_registry("tinyecho", "tinylib", "brokenbin")
+    query = "shout uppercase text"
+    raw = {c.name: c.score for c in registry.search(query)}
+    assert raw["tinylib"] > raw["tinyecho"] > 0  # the library matches the words better
+
+    found = search(registry, query, prefer_bin=True)
+    assert [c.name for c in found] == ["tinyecho", "tinylib"]
+    assert found[0].score == pytest.approx(raw["tinyecho"] * BIN_BOOST)
+    assert found[1].score == raw["tinylib"]
+
+    assert [c.name for c in search(registry, query, prefer_bin=False)] == ["tinylib", "tinyecho"]
+
+
+def test_the_query_decides_when_prefer_bin_is_not_given(make_registry: MakeRegistry) -> None:
+    registry = make_registry("tinyecho", "tinylib", "brokenbin")
+    assert [c.name for c in search(registry, "shout uppercase text")][0] == "tinylib"
+    assert [c.name for c in search(registry, "print shout uppercase text")][0] == "tinyecho"
+
+
+def test_binaries_are_preferred_even_when_scores_tie_at_zero(make_registry: MakeRegistry) -> None:
+    registry = make_registry("tinyecho", "tinylib")  # two crates: every idf is clamped
+    assert all(c.score < 1e-4 for c in registry.search("shout uppercase text"))
+    assert [c.name for c in search(registry, "shout uppercase text", prefer_bin=True)][0] == "tinyecho"
+
+
+def test_no_match_is_an_empty_list(make_registry: MakeRegistry) -> None:
+    assert search(make_registry("tinyecho"), "quantum chromodynamics") == []
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_query_is_a_search_error(make_registry: MakeRegistry, query: str) -> None:
+    with pytest.raises(SearchError, match="The search query is empty") as caught:
+        search(make_registry("tinyecho"), query)
+    assert "render markdown to html" in str(caught.value)  # an example of what to write
+
+
+# -- ranking -------------------------------------------------------------------------
+
+
+def test_rank_boosts_only_binaries() -> None:
+    ranked = rank([_lib("a", 10.0), _bin("b", 6.0), _lib("c", 5.0), _bin("d", 1.0)], prefer_bin=True)
+    assert [(c.name, c.score) for c in ranked] == [("b", 10.5), ("a", 10.0), ("c", 5.0), ("d", 1.75)]
+
+
+def test_rank_without_preference_keeps_scores() -> None:
+    ranked = rank([_bin("b", 6.0), _lib("a", 10.0)], prefer_bin=False)
+    assert [(c.name, c.score) for c in ranked] == [("a", 10.0), ("b", 6.0)]
+
+
+def test_a_binary_below_the_limit_is_lifted_into_it() -> None:
+    candidates = [_lib(f"lib{i}", 20.0 - i) for i in range(12)] + [_bin("deep", 12.0)]
+    registry = ListRegistry(candidates)
+    found = search(registry, "convert things", limit=3)
+    assert [c.name for c in found] == ["deep", "lib0", "lib1"]
+    assert registry.limits == [20]  # asked for more than the limit
+
+
+def test_limit_truncates() -> None:
+    registry = ListRegistry([_lib(f"lib{i}", 100.0 - i) for i in range(40)])
+    assert len(search(registry, "anything", limit=15)) == 15
+    assert registry.limits == [45]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "render markdown to html",
+        "a command-line tool that counts words",
+        "convert yaml to json",
+        "hexdump viewer",
+        "pretty-print JSON",
+        "compute the sha256 of a file",
+        "a CLI for dates",
+    ],
+)
+def test_wants_tool(query: str) -> None:
+    assert wants_tool(query)
+
+
+@pytest.mark.parametrize("query", ["markdown parser", "a json library", "async runtime", "regular expressions"])
+def test_does_not_want_tool(query: str) -> None:
+    assert not wants_tool(query)
+
+
+@pytest.mark.parametrize("query", ["a library to apply patches", "a fast hashmap", "approximate string matching"])
+def test_tool_words_need_whole_words(query: str) -> None:
+    assert not wants_tool(query)
+
+
+# -- opening a registry -------------------------------------------------------------
+
+
+def test_open_registry_directory(tmp_path: Path, make_registry: MakeRegistry) -> None:
+    path = make_registry("tinyecho").path
+    opened = open_registry(str(path), tmp_path / "cache")
+    assert isinstance(opened, DirectoryRegistry)
+    try:
+        assert opened.path == path
+        assert opened.index_path.is_relative_to(tmp_path / "cache")
+    finally:
+        opened.close()
+
+
+def test_open_registry_from_the_environment(tmp_path: Path, make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = make_registry("tinyecho").path
+    monkeypatch.setenv("FLAKEBOT_REGISTRY", str(path))
+    opened = open_registry(None, tmp_path / "cache")
+    assert isinstance(opened, DirectoryRegistry)
+    try:
+        assert opened.path == path
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("spec", ["crates.io", "https://crates.io"])
+def test_open_registry_crates_io(tmp_path: Path, spec: str) -> None:
+    opened = open_registry(spec, tmp_path / "cache")  # makes no request
+    assert isinstance(opened, CratesIoRegistry)
+    try:
+        assert opened.id == "crates.io"
+    finally:
+        opened.close()
+
+
+def test_open_registry_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        open_registry(str(tmp_path / "missing"), tmp_path / "cache")

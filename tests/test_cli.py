@@ -1,0 +1,170 @@
+"""The ``flakebot`` command: search, build, list, clean, and its errors (in process and as a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tinycrates import write_registry
+
+from flakebot_magic.cli import main
+
+FLAKEBOT = Path(sys.executable).parent / "flakebot"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_registry(tmp_path_factory.mktemp("registry"), ["tinyecho", "tinylib", "brokenbin"]))
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # also the default, so a forgotten --cache-dir cannot touch the user's cache
+    monkeypatch.setenv("FLAKEBOT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- search -------------------------------------------------------------------------------
+
+
+def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, _ = _run(capsys, "search", "shout uppercase text", "--registry", registry, "--cache-dir", str(cache), "--json")
+    assert code == 0
+    found = json.loads(out)
+    assert [c["name"] for c in found] == ["tinylib", "tinyecho"]  # no tool words: no binary boost
+    for candidate in found:
+        assert {"name", "version", "description", "score", "has_bin"} <= set(candidate)
+        assert candidate["score"] > 0
+    fields = ("name", "version", "description", "has_bin", "bin_names")
+    assert {k: found[1][k] for k in fields} == {
+        "name": "tinyecho", "version": "0.2.0", "description": "Echo words, or shout standard input",
+        "has_bin": True, "bin_names": ["tinyecho"],
+    }
+    assert found[0]["has_bin"] is False
+    assert (cache / "index").is_dir()
+
+
+def test_search_limit_and_text_output(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, _ = _run(capsys, "search", "shout uppercase text", "-r", registry, "--limit", "1")
+    assert code == 0
+    [line] = out.splitlines()
+    assert line.split()[1:4] == ["tinylib", "0.1.3", "lib"]
+
+
+def test_search_without_matches(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, err = _run(capsys, "search", "quantum chromodynamics", "-r", registry)
+    assert (code, out) == (0, "")
+    assert "No crate matches 'quantum chromodynamics'." in err
+    code, out, _ = _run(capsys, "search", "quantum chromodynamics", "-r", registry, "--json")
+    assert (code, json.loads(out)) == (0, [])
+
+
+def test_search_as_a_subprocess(registry: str, tmp_path: Path) -> None:
+    env = {**os.environ, "FLAKEBOT_BACKEND": "cargo"}
+    done = subprocess.run(
+        [str(FLAKEBOT), "search", "echo words", "--registry", registry, "--cache-dir", str(tmp_path / "cache"), "--json"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found[0]["name"] == "tinyecho" and found[0]["has_bin"] is True
+    assert {"name", "version", "description", "score", "has_bin"} <= set(found[0])
+
+
+# -- build, list, clean -------------------------------------------------------------------------
+
+
+@pytest.mark.cargo
+def test_build_list_and_clean(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, err = _run(capsys, "build", "--crate", "tinyecho", "--name", "shout", "-r", registry, "--json")
+    assert code == 0, err
+    tool = json.loads(out)
+    assert (tool["name"], tool["crate"], tool["version"], tool["backend"]) == ("shout", "tinyecho", "0.2.0", "cargo")
+    assert tool["reads_stdin"] is True
+    assert tool["example"] == 'shout("some input text")'
+    binary = Path(tool["binary"])
+    assert binary == Path(tool["store_path"]) / "bin" / "tinyecho"
+    assert binary.is_relative_to(cache / "store")
+    assert subprocess.run([binary], input="hi", capture_output=True, text=True).stdout == "HI"
+    assert "flakebot: build" in err and "flakebot: deploy" in err  # progress goes to stderr
+
+    code, out, _ = _run(capsys, "list", "--json")
+    assert code == 0
+    [record] = json.loads(out)
+    assert (record["name"], record["crate"], record["store_path"]) == ("shout", "tinyecho", tool["store_path"])
+    assert record["workspace"] == str(cache / "workspaces" / "shout")
+
+    unused = cache / "store" / "0123456789abcdef0123456789abcdef-old-1.0.0"
+    (unused / "bin").mkdir(parents=True)
+    (cache / "workspaces" / "shout" / "target").mkdir(exist_ok=True)
+    code, out, _ = _run(capsys, "clean", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert sorted(report["removed"]) == sorted([str(unused), str(cache / "workspaces" / "shout" / "target")])
+    assert Path(tool["store_path"]).is_dir()  # a live tool's entry stays
+
+    code, out, _ = _run(capsys, "clean", "--all")
+    assert code == 0
+    assert out.splitlines()[-1].startswith("flakebot clean: removed ")
+    assert not (cache / "store").exists() and not (cache / "tools").exists()
+    code, out, _ = _run(capsys, "list")
+    assert out == "No tools yet. Build one with `flakebot build REQUEST`.\n"
+
+
+@pytest.mark.cargo
+def test_build_text_output_is_the_usage(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, err = _run(capsys, "build", "--crate", "tinyecho", "-r", registry, "--quiet")
+    assert code == 0
+    assert err == ""
+    assert "tinyecho 0.2.0" in out.splitlines()[0]
+    assert "Echo words, or shout standard input" in out
+    assert 'tinyecho("some input text"' in out  # how to call it
+
+
+def test_clean_with_nothing_to_remove(capsys: pytest.CaptureFixture[str], cache: Path) -> None:
+    code, out, _ = _run(capsys, "clean")
+    assert (code, out) == (0, "flakebot clean: nothing to remove.\n")
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def test_an_error_exits_1_with_the_message_on_stderr(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, err = _run(capsys, "build", "-r", registry, "--quiet")
+    assert (code, out) == (1, "")
+    assert err.startswith("flakebot: error: The request is empty. Say what the tool should do")
+    assert "Traceback" not in err
+
+
+def test_an_error_with_json_is_also_json_on_stdout(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, out, err = _run(capsys, "build", "--crate", "nope", "-r", registry, "--quiet", "--json")
+    assert code == 1
+    assert json.loads(out) == {"error": "SearchError", "message": err.removeprefix("flakebot: error: ").rstrip("\n"), "workspace": None}
+    assert "There is no crate named 'nope'" in err
+
+
+def test_a_missing_registry_as_a_subprocess(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(FLAKEBOT), "search", "anything", "--registry", str(tmp_path / "nowhere"), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"flakebot: error: The registry path {tmp_path / 'nowhere'} does not exist")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_usage_mistake_is_argparses_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["frobnicate"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
