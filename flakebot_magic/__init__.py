@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    BudgetExhausted,
     BuildError,
     Cancelled,
     ConfigError,
     DeployError,
+    EditError,
     FlakebotError,
     FlakeError,
     ForkError,
+    ModelError,
     NeedsModelError,
     RegistryError,
     SearchError,
@@ -49,13 +52,16 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetExhausted",
     "BuildError",
     "Cancelled",
     "ConfigError",
     "DeployError",
+    "EditError",
     "FlakeError",
     "FlakebotError",
     "ForkError",
+    "ModelError",
     "NeedsModelError",
     "RegistryError",
     "SearchError",
@@ -81,6 +87,13 @@ def build(
     keep_workspace: bool = False,
     cache_dir: str | Path | None = None,
     observers: Iterable[Observer] = (),
+    model: str | None = None,
+    base_url: str | None = None,
+    provider: str | None = None,
+    max_iterations: int | None = None,
+    token_budget: int | None = None,
+    follow_up: bool = False,
+    allow_build_scripts: bool = False,
 ) -> Tool:
     """Build the tool for ``request`` and return it, callable.
 
@@ -103,6 +116,22 @@ def build(
         Where workspaces, the store and the index live.
     observers
         Callables that receive every pipeline event.
+    model
+        The edit loop's model (default ``$FLAKEBOT_MODEL``). With one, a
+        library crate becomes the requested tool: the model edits the fork,
+        cargo build and cargo test prove each step. None: crates with a
+        binary are deployed as published.
+    base_url, provider
+        The model's OpenAI-compatible endpoint, or a preset (``"openai"``,
+        ``"groq"``, ``"ollama"``, ``"openrouter"``) that knows its URL and
+        key variable. Keys come from the environment.
+    max_iterations, token_budget
+        The edit session's limits (default 8 check runs, 400,000 tokens).
+    follow_up
+        Apply ``request`` to the existing tool ``name`` (its workspace and
+        history) and redeploy it, like ``%%flakebot --continue``.
+    allow_build_scripts
+        Let the model write ``build.rs``.
     """
     from .config import Settings
     from .pipeline import Pipeline
@@ -110,6 +139,11 @@ def build(
     settings = Settings(registry=str(registry) if registry is not None else None, rebuild=rebuild, keep_workspace=keep_workspace)
     if cache_dir is not None:
         settings.cache_dir = Path(cache_dir)
+    for attr, value in (("model", model), ("base_url", base_url), ("provider", provider),
+                        ("max_iterations", max_iterations), ("token_budget", token_budget)):
+        if value is not None:
+            setattr(settings, attr, value)
+    settings.follow_up, settings.allow_build_scripts = follow_up, allow_build_scripts
     return Pipeline(settings, observers=observers).run(request, name=name, crate=crate)
 
 

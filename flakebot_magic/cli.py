@@ -33,6 +33,19 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--keep-workspace", action="store_true", help="keep build outputs (target/) after success")
     build.add_argument("--verbose", "-v", action="store_true", help="print cargo's output as it comes")
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    model = build.add_argument_group(
+        "model (the edit loop)",
+        "With a model, a library crate becomes the requested tool: the model edits the fork, "
+        "cargo build and cargo test prove every step. The key comes from the environment.",
+    )
+    model.add_argument("--model", "-m", help="the model's name (default: $FLAKEBOT_MODEL); none: deploy crates as published")
+    model.add_argument("--base-url", help="any OpenAI-compatible endpoint (default: the provider's, or $FLAKEBOT_BASE_URL)")
+    model.add_argument("--provider", help="a preset that knows its base URL and key variable: openai, groq, ollama, openrouter")
+    model.add_argument("--max-iterations", type=int, help="check runs the model may ask for (default 8)")
+    model.add_argument("--token-budget", type=int, help="tokens the session may spend (default 400000)")
+    model.add_argument("--continue", dest="follow_up", action="store_true",
+                       help="apply the request to the existing tool --name (its workspace and history), then redeploy")
+    model.add_argument("--allow-build-scripts", action="store_true", help="let the model write build.rs")
 
     search = sub.add_parser("search", parents=[common], help="rank crates for a query")
     search.add_argument("query", help="what you are looking for")
@@ -93,6 +106,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         settings.rebuild = args.rebuild
         settings.keep_workspace = args.keep_workspace
+        for option in ("model", "base_url", "provider", "max_iterations", "token_budget"):
+            if getattr(args, option) is not None:
+                setattr(settings, option, getattr(args, option))
+        settings.allow_build_scripts = args.allow_build_scripts
+        settings.follow_up = args.follow_up
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         tool = Pipeline(settings, observers=observers).run(args.request, name=args.name, crate=args.crate)
         if args.json:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import ModelConfig
 
 __all__ = ["DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_registry"]
 
@@ -48,6 +52,30 @@ class Settings:
     tool_timeout: float = 60.0
     keep_workspace: bool = False
     rebuild: bool = False
+    #: the edit loop's model (``$FLAKEBOT_MODEL``); None: no model, crates are deployed as published
+    model: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_MODEL") or None)
+    #: an OpenAI-compatible endpoint (``$FLAKEBOT_BASE_URL``); default: the provider's
+    base_url: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_BASE_URL") or None)
+    #: a preset: openai, groq, ollama, openrouter (``$FLAKEBOT_PROVIDER``)
+    provider: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_PROVIDER") or None)
+    #: check runs the model may ask for in one edit session
+    max_iterations: int = 8
+    #: tokens (prompt + completion, summed over the session's model calls)
+    token_budget: int = 400_000
+    #: let the model write build.rs (build scripts run code at build time)
+    allow_build_scripts: bool = False
+    #: ``--continue``: apply the request to the existing tool's workspace and history
+    follow_up: bool = False
+    #: seconds allowed for one model request before the SDK retries it
+    model_timeout: float = 120.0
+
+    def model_config(self) -> ModelConfig | None:
+        """The configured model, or None (then libraries cannot become tools)."""
+        from .model import ModelConfig
+
+        return ModelConfig.resolve(
+            self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
+        )
 
     @property
     def workspaces_dir(self) -> Path:

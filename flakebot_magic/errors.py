@@ -11,6 +11,10 @@ The tree::
     ├── BuildError          cargo build failed (carries the first diagnostics)
     │   └── TestError       cargo test failed (carries the failing test names)
     ├── NeedsModelError     the best candidate is a library; a model must write the tool
+    ├── EditError           the edit loop stopped short of a green workspace (stuck, ...)
+    │   └── BudgetExhausted its iterations or tokens ran out (names the last diagnostics)
+    ├── ModelError          the model endpoint failed after the SDK's retries, or kept
+    │                       sending unusable replies
     ├── FlakeError          writing or building the Nix flake failed
     ├── DeployError         the built binary could not be placed in the store
     ├── StageTimeout        a process ran past its time limit
@@ -28,13 +32,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BudgetExhausted",
     "BuildError",
     "Cancelled",
     "ConfigError",
     "DeployError",
+    "EditError",
     "FlakeError",
     "FlakebotError",
     "ForkError",
+    "ModelError",
     "NeedsModelError",
     "RegistryError",
     "SearchError",
@@ -165,6 +172,38 @@ class NeedsModelError(FlakebotError):
     def __init__(self, message: str, *, candidates: Sequence[Any] = ()) -> None:
         self.candidates = list(candidates)
         super().__init__(message)
+
+
+class EditError(FlakebotError):
+    """The edit loop stopped without a green workspace.
+
+    ``reason`` is ``"stuck"`` (two check runs in a row failed the same way),
+    ``"no-tools"``, or for :class:`BudgetExhausted` ``"iterations"`` or
+    ``"tokens"``; ``diagnostics`` is the last check run's report.
+    """
+
+    stage = "edit"
+
+    def __init__(
+        self, message: str, *, diagnostics: str = "", reason: str = "", workspace: Path | None = None
+    ) -> None:
+        self.diagnostics = diagnostics
+        self.reason = reason
+        super().__init__(message, workspace=workspace)
+
+
+class BudgetExhausted(EditError):
+    """The edit loop used all its iterations or tokens; the workspace and its history are kept."""
+
+
+class ModelError(FlakebotError):
+    """The model endpoint failed (after the SDK's retries) or kept sending unusable replies."""
+
+    stage = "edit"
+
+    def __init__(self, message: str, *, status: int | None = None, workspace: Path | None = None) -> None:
+        self.status = status
+        super().__init__(message, workspace=workspace)
 
 
 class FlakeError(FlakebotError):

@@ -17,6 +17,7 @@ from typing import Any, Literal, Union
 __all__ = [
     "Event",
     "EventBus",
+    "IterationResult",
     "LogLine",
     "Notice",
     "Observer",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 #: the stages in pipeline order; "check" is cargo build and cargo test together
-STAGES = ("search", "fork", "build", "test", "flake", "deploy", "client")
+STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client")
 
 StageStatus = Literal["done", "failed", "skipped", "cached"]
 
@@ -79,7 +80,34 @@ class RunFinished:
     at: float = field(default_factory=time.monotonic)
 
 
-Event = Union[StageStarted, StageFinished, LogLine, Notice, RunFinished]
+@dataclass(frozen=True)
+class IterationResult:
+    """One check run of the edit loop (stage ``edit``): cargo's verdict and the ratchet's.
+
+    ``iteration`` counts the model's check runs (0 is the baseline before any
+    edit); ``run`` numbers every check run, including those flakebot starts
+    itself after applying compiler suggestions. ``reverted`` with ``reason``:
+    the ratchet undid the change. ``commit`` records the run in the
+    workspace's history.
+    """
+
+    iteration: int
+    passed: int
+    failed: int
+    errors: int
+    reverted: bool = False
+    reason: str = ""
+    commit: str = ""
+    run: int = 0
+    green: bool = False
+    warnings: int = 0
+    auto_fixed: int = 0
+    summary: str = ""
+    stage: str = "edit"
+    at: float = field(default_factory=time.monotonic)
+
+
+Event = Union[StageStarted, StageFinished, LogLine, Notice, RunFinished, IterationResult]
 Observer = Callable[[Event], None]
 
 

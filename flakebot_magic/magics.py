@@ -9,6 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Int
 from traitlets import Bool, Float, Unicode
 
 from . import errors
@@ -37,6 +38,29 @@ class FlakebotMagics(Magics):
         False, help="Keep build outputs (target/) in the workspace after a successful build."
     ).tag(config=True)
     verbose = Bool(False, help="Print cargo's output as it comes.").tag(config=True)
+    model = Unicode(
+        None,
+        allow_none=True,
+        help="The language model of the edit loop, which turns a crate (a library too) into the "
+        "requested tool. Any OpenAI-compatible endpoint: set base_url or provider too. "
+        "Default: $FLAKEBOT_MODEL; none: crates with a binary are deployed as published.",
+    ).tag(config=True)
+    base_url = Unicode(
+        None, allow_none=True,
+        help="The model's OpenAI-compatible endpoint, e.g. http://localhost:11434/v1. Default: the provider's.",
+    ).tag(config=True)
+    provider = Unicode(
+        None, allow_none=True,
+        help="A preset that knows its base URL and key variable: openai (OPENAI_API_KEY), groq "
+        "(GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY). Keys come from the environment.",
+    ).tag(config=True)
+    max_iterations = Int(8, help="Check runs (cargo build + cargo test) the model may ask for in one session.").tag(
+        config=True
+    )
+    token_budget = Int(400_000, help="Tokens one edit session may spend (prompt + completion).").tag(config=True)
+    allow_build_scripts = Bool(
+        False, help="Let the model write build.rs (build scripts run arbitrary code at build time)."
+    ).tag(config=True)
 
     def _settings(self, args: Any) -> Settings:
         settings = Settings(
@@ -48,6 +72,14 @@ class FlakebotMagics(Magics):
             rebuild=args.rebuild,
         )
         settings.cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        for attr in ("model", "base_url", "provider", "max_iterations"):
+            value = getattr(args, attr, None)
+            value = value if value is not None else getattr(self, attr)
+            if value is not None:  # else the Settings default ($FLAKEBOT_MODEL, ...)
+                setattr(settings, attr, value)
+        settings.token_budget = self.token_budget
+        settings.allow_build_scripts = bool(getattr(args, "allow_build_scripts", False) or self.allow_build_scripts)
+        settings.follow_up = bool(getattr(args, "follow_up", False))
         return settings
 
     @magic_arguments()
@@ -59,6 +91,15 @@ class FlakebotMagics(Magics):
     @argument("--keep-workspace", action="store_true", help="Keep build outputs (target/) after success.")
     @argument("--all", action="store_true", help="With `clean`: remove every tool, workspace and store entry.")
     @argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
+    @argument("--model", "-m", help="The edit loop's model (any OpenAI-compatible endpoint); see FlakebotMagics.model.")
+    @argument("--base-url", help="The model's OpenAI-compatible endpoint (default: the provider's).")
+    @argument("--provider", help="openai, groq, ollama or openrouter: knows the base URL and the key variable.")
+    @argument("--max-iterations", type=int, help="Check runs the model may ask for (default 8).")
+    @argument(
+        "--continue", dest="follow_up", action="store_true",
+        help="Apply the cell's instructions to the existing tool --name (its workspace and history), then redeploy.",
+    )
+    @argument("--allow-build-scripts", action="store_true", help="Let the model write build.rs.")
     @line_cell_magic
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
@@ -74,6 +115,16 @@ class FlakebotMagics(Magics):
         content-addressed store, and injects a Python callable under --name:
         `md("# Hi")` returns `<h1>Hi</h1>\\n`. Re-running an unchanged cell is a
         cache hit. A failed run keeps its workspace and says where it is.
+
+        With a model (--model NAME with --provider or --base-url, or
+        `%config FlakebotMagics.model = 'NAME'`), the best crate may be a
+        library: the edit loop lets the model write the tool, and cargo build
+        and cargo test prove every step in a sandbox until they pass.
+        `%%flakebot --name N --continue` applies new instructions to the tool
+        N, with its workspace and history, and redeploys it::
+
+            %%flakebot --name sha --continue
+            Also accept a --upper flag.
 
         Line mode manages tools::
 

@@ -22,6 +22,7 @@ from .config import Settings
 from .errors import FlakebotError, NeedsModelError, SearchError, UsageError
 from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
 from .git import Git
+from .model import HOW_TO_CONFIGURE, ModelConfig
 from .inventory import Inventory, ToolRecord
 from .process import CancelToken, ProcessRunner
 from .registry.base import CrateCandidate, Registry
@@ -31,6 +32,7 @@ from .stages.build import BUILD_FLAGS, check
 from .stages.client import Tool
 from .stages.deploy import StorePath, deploy, lookup, store_key
 from .stages.flake import FlakeMeta, write_flake
+from .stages.edit import EditLoop, EditState, read_contract
 from .stages.fork import FORK_FORMAT, Workspace, fork
 
 __all__ = ["Pipeline", "tool_name"]
@@ -95,6 +97,11 @@ class Pipeline:
         self.bus = EventBus(observers)
         self.runner = runner or ProcessRunner(cancel)
         self._registry = registry
+        # set by run(): the model (None: deploy as published) and a --continue's target
+        self._model: ModelConfig | None = None
+        self._request = ""
+        self._name: str | None = None
+        self._follow_up = False
 
     @property
     def registry(self) -> Registry:
@@ -104,10 +111,21 @@ class Pipeline:
 
     # -- the run ------------------------------------------------------------
 
-    def run(self, request: str, *, name: str | None = None, crate: str | None = None) -> Tool:
-        """Build (or find in the cache) the tool for ``request`` and return it."""
+    def run(
+        self, request: str, *, name: str | None = None, crate: str | None = None, follow_up: bool = False
+    ) -> Tool:
+        """Build (or find in the cache) the tool for ``request`` and return it.
+
+        With a model configured (``settings.model``), the edit loop turns the
+        forked crate into the tool the request describes. ``follow_up``
+        (``--continue``, or ``settings.follow_up``) applies ``request`` to the existing tool ``name``:
+        its workspace and history, then rebuilds and redeploys it.
+        """
         started = time.monotonic()
         try:
+            self._model = self.settings.model_config()
+            self._request, self._name = request.strip(), name
+            self._follow_up = follow_up or self.settings.follow_up
             tool = self._run(request.strip(), name, crate)
         except BaseException as exc:
             self.bus.emit(RunFinished(ok=False, error=exc, elapsed=time.monotonic() - started))
@@ -145,9 +163,10 @@ class Pipeline:
         with _Stage(self.bus, "fork", candidate.id) as stage:
             workspace = fork(
                 candidate, self.registry, settings.workspaces_dir, name,
-                runner=self.runner, bus=self.bus, cargo=cargo, fresh=settings.rebuild,
+                runner=self.runner, bus=self.bus, cargo=cargo, fresh=settings.rebuild or self._fork_afresh(name),
             )
             stage.detail = str(workspace.path)
+        cargo = self._edit(workspace, cargo)
         try:
             store = self._build_and_deploy(workspace, cargo, rustc)
         except FlakebotError as exc:
@@ -165,13 +184,17 @@ class Pipeline:
 
     def _choose(self, request: str, crate: str | None) -> CrateCandidate:
         registry = self.registry
+        if self._follow_up:
+            return self._continued(crate)
+        if self._model is not None:
+            return self._choose_for_model(request, crate)
         if crate:
             candidate = registry.get(crate)
             if not candidate.has_bin:
                 raise NeedsModelError(
                     f"{candidate.id} is a library: it has no binary target to deploy. "
                     "Turning a library into a tool needs a language model (the edit loop). "
-                    "Pick a crate with a binary, or configure a model.",
+                    f"Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
                     candidates=[candidate],
                 )
             return candidate
@@ -191,7 +214,7 @@ class Pipeline:
                 "Turning a library into a tool needs a language model (the edit loop); "
                 "without one flakebot can only deploy crates that ship a binary.\n"
                 f"Candidates found:\n{listing}\n"
-                "Name one with a binary using --crate NAME, or configure a model.",
+                f"Name one with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
                 candidates=candidates,
             )
         return best
@@ -203,10 +226,14 @@ class Pipeline:
             candidate.id, candidate.registry, candidate.checksum or "",
             signature() if signature is not None else "", rustc, " ".join(BUILD_FLAGS), str(FORK_FORMAT),
         ]
+        if self._model is not None:  # the model wrote the tool: the request and the model decide it too
+            parts += ["edit", self._request, self._model.model, self._model.base_url]
         key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
         return self.settings.recipes_dir / f"{key}.json"
 
     def _from_recipe(self, recipe: Path, candidate: CrateCandidate) -> StorePath | None:
+        if self._follow_up:  # new instructions: the recipe of the old request does not apply
+            return None
         try:
             data = json.loads(recipe.read_text())
         except (OSError, ValueError):
@@ -240,7 +267,7 @@ class Pipeline:
                 version=crate.version,
                 description=str(package.get("description", "")),
                 license=str(package.get("license", "")),
-                main_program=_main_binary(crate, list(crate.bin_names)),
+                main_program=_main_binary(crate, list(crate.bin_names), workspace.path, built=False),
                 homepage=str(package.get("homepage") or package.get("repository") or ""),
             )
             write_flake(workspace.path, meta)
@@ -266,10 +293,94 @@ class Pipeline:
             stage.detail = str(store.path)
         return store
 
+    # -- the edit loop ----------------------------------------------------------
+
+    def _choose_for_model(self, request: str, crate: str | None) -> CrateCandidate:
+        """With a model a library is a fine start: the best match, binary or not."""
+        registry = self.registry
+        if crate:
+            return registry.get(crate)
+        if not request:
+            raise UsageError("The request is empty: say what the tool should do (the model needs it).")
+        candidates = search_stage.boost_exact_terms(search_stage.search(registry, request, limit=10), request)
+        if not candidates:
+            raise SearchError(
+                f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
+                "words (what it reads and what it prints), or name a crate with --crate NAME."
+            )
+        return candidates[0]
+
+    def _continued(self, crate: str | None) -> CrateCandidate:
+        """The crate of the tool a ``--continue`` run changes (checks the options first)."""
+        name = self._name
+        if self._model is None:
+            raise UsageError(f"--continue applies new instructions with the edit loop, which needs a model. {HOW_TO_CONFIGURE}")
+        if not name:
+            raise UsageError("--continue needs --name: the tool whose workspace and history to continue.")
+        if crate or self.settings.rebuild:
+            raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
+        if not self._request:
+            raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
+        workspace = Workspace.load(self.settings.workspaces_dir / name)
+        if workspace is None:
+            raise UsageError(
+                f"There is no workspace for a tool named {name!r} to continue "
+                f"(looked in {self.settings.workspaces_dir}). Build it first, without --continue."
+            )
+        return workspace.crate
+
+    def _fork_afresh(self, name: str) -> bool:
+        """A new request on a model-edited workspace starts over (the old one is moved aside)."""
+        return not self._follow_up and EditState.exists(self.settings.workspaces_dir / name)
+
+    def _edit(self, workspace: Workspace, cargo: Cargo) -> Cargo:
+        """Run the edit loop when a model is configured; return the cargo the later stages use.
+
+        The loop leaves the workspace green (or raises). From then on the
+        code is the model's, so build and test run in the sandbox too.
+        """
+        model = self._model
+        if model is None:
+            return cargo
+        from .sandbox import Sandbox, SandboxedCargo
+
+        settings = self.settings
+        sandbox = Sandbox(workspace.path)
+        self.bus.notice("edit", f"cargo runs in a sandbox: {sandbox.describe()}")
+        if sandbox.notice:
+            self.bus.notice("edit", sandbox.notice, "warning")
+        sandboxed = SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
+        client = None
+        try:
+            with _Stage(self.bus, "edit", model.describe()) as stage:
+                client = model.client()
+                loop = EditLoop(
+                    workspace.path, client, model, cargo=sandboxed, bus=self.bus,
+                    git=Git(workspace.path, self.runner), crate=workspace.crate,
+                    max_iterations=settings.max_iterations, token_budget=settings.token_budget,
+                    allow_build_scripts=settings.allow_build_scripts,
+                    build_timeout=settings.build_timeout, test_timeout=min(settings.test_timeout, 600.0),
+                )
+                outcome = loop.run(self._request, follow_up=self._follow_up)
+                stage.detail = (
+                    f"green after {outcome.iterations} iteration(s), {outcome.model_calls} model call(s), "
+                    f"{outcome.tokens:,} tokens; {outcome.contract}: {outcome.summary[:200]}"
+                )
+        except FlakebotError as exc:
+            exc.keep_workspace(workspace.path)
+            raise
+        except KeyboardInterrupt:
+            self.bus.notice("edit", f"interrupted; the workspace is kept at {workspace.path}", "warning")
+            raise
+        finally:
+            if client is not None:
+                client.close()
+        return sandboxed
+
     def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> Tool:
         with _Stage(self.bus, "client", name):
             manifest = store.manifest
-            main = _main_binary(candidate, manifest["binaries"])
+            main = _main_binary(candidate, manifest["binaries"], self.settings.workspaces_dir / name)
             tool = Tool(
                 name=name,
                 binary=store.bin(main),
@@ -294,7 +405,18 @@ class Pipeline:
         return tool
 
 
-def _main_binary(candidate: CrateCandidate, binaries: list[str]) -> str:
+def _main_binary(
+    candidate: CrateCandidate, binaries: list[str], workspace: Path | None = None, *, built: bool = True
+) -> str:
+    """The binary a tool runs: the tool contract's ``bin`` when the workspace has one, else by name.
+
+    ``built``: ``binaries`` were built (the contract's must be among them);
+    else they are the registry's names, from before any edit.
+    """
+    if workspace is not None:
+        contract, _ = read_contract(workspace / "Cargo.toml")
+        if contract is not None and (contract.bin in binaries or not built):
+            return contract.bin
     if candidate.name in binaries:
         return candidate.name
     return sorted(binaries)[0] if binaries else candidate.name

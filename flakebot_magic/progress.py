@@ -6,7 +6,7 @@ import sys
 from collections import deque
 from typing import TextIO
 
-from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from .events import Event, IterationResult, LogLine, Notice, RunFinished, StageFinished, StageStarted
 
 __all__ = ["TextProgress"]
 
@@ -54,5 +54,9 @@ class TextProgress:
         elif isinstance(event, Notice):
             prefix = "warning: " if event.level == "warning" else ""
             self._write(f"flakebot: {prefix}{event.message}")
+        elif isinstance(event, IterationResult):
+            label = "baseline" if event.iteration == 0 else f"run {event.run}"
+            undone = f"  reverted: {event.reason}" if event.reverted else ""
+            self._write(f"flakebot: edit    {label}: {event.summary}{undone}")
         elif isinstance(event, RunFinished) and event.ok:
             self._write(f"flakebot: done in {event.elapsed:.2f}s")

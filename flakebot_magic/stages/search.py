@@ -9,10 +9,12 @@ from pathlib import Path
 from ..errors import SearchError
 from ..registry.base import CrateCandidate, Registry
 
-__all__ = ["BIN_BOOST", "open_registry", "rank", "search", "wants_tool"]
+__all__ = ["BIN_BOOST", "TERM_BOOST", "boost_exact_terms", "open_registry", "rank", "search", "wants_tool"]
 
 #: how much a binary target multiplies a candidate's score when a tool is wanted
 BIN_BOOST = 1.75
+#: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
+TERM_BOOST = 2.0
 
 _TOOL_WORDS = re.compile(
     r"\b(tool|command|cli|binary|program|app|utility|executable|convert|render|print|"
@@ -65,3 +67,49 @@ def search(
     # ask for more than needed: the binary boost may lift a lower-ranked crate into the top
     found = registry.search(query, limit=max(limit * 3, 20))
     return rank(found, prefer_bin=prefer)[:limit]
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
+
+
+def _exact_terms(query: str) -> set[str]:
+    """Words with letters and digits (``SHA-256``, ``base64``) and acronyms (``CSV``), squashed."""
+    terms = set()
+    for word in _WORD.findall(query):
+        letters, digits = any(ch.isalpha() for ch in word), any(ch.isdigit() for ch in word)
+        if (letters and digits) or (len(word) >= 2 and word.isalpha() and word.isupper()):
+            terms.add(_squash(word))
+    return terms
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[-_\s]", "", text.lower())
+
+
+def boost_exact_terms(candidates: list[CrateCandidate], query: str) -> list[CrateCandidate]:
+    """Re-rank so that crates naming an exact term of the query come first among near equals.
+
+    Terms are the specific words of a request: a name with a number
+    (``SHA-256``, ``base64``, ``utf-8``) or an acronym (``CSV``, ``JSON``).
+    Full-text search splits ``SHA-256`` into ``sha`` and ``256`` and so
+    cannot tell the crate that implements SHA-256 from one that mentions a
+    hash; a crate whose name, description or keywords contain the whole term
+    gets :data:`TERM_BOOST`. The edit loop's search uses it: with a model,
+    the crate that does the named thing matters more than having a binary.
+
+    Examples
+    --------
+    >>> [c.name for c in boost_exact_terms([CrateCandidate("blake3", "1", "hash", 16.0),
+    ...     CrateCandidate("sha2", "1", "SHA-224, SHA-256 and SHA-512", 15.0)], "print the SHA-256")]
+    ['sha2', 'blake3']
+    """
+    terms = _exact_terms(query)
+    if not terms:
+        return candidates
+
+    def named(c: CrateCandidate) -> bool:
+        text = _squash(" ".join([c.name, c.description, *c.keywords]))
+        return any(term in text for term in terms)
+
+    boosted = [replace(c, score=round(c.score * TERM_BOOST, 4)) if named(c) else c for c in candidates]
+    return sorted(boosted, key=lambda c: -c.score)

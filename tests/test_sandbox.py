@@ -1,0 +1,133 @@
+"""The sandbox for model-written code: no secrets, no network, no writes outside, bounded resources."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tinycrates import crate, write_registry
+
+from flakebot_magic.process import ProcessRunner
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_works
+
+needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
+
+
+def _run(sandbox: Sandbox, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    done = ProcessRunner().run(sandbox.command(argv), cwd=sandbox.workspace, env=sandbox.env(env), timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def test_secrets_are_stripped_and_temporary_files_stay_inside(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-to-cargo")
+    monkeypatch.setenv("GH_TOKEN", "ghp-never")
+    monkeypatch.setenv("FLAKEBOT_HARMLESS", "kept")
+    code, out, _ = _run(Sandbox(workspace), ["env"])
+    assert code == 0
+    assert "sk-never-to-cargo" not in out and "ghp-never" not in out
+    assert "FLAKEBOT_HARMLESS=kept" in out
+    assert f"TMPDIR={workspace.resolve()}/target/flakebot-tmp" in out
+
+
+@needs_bwrap
+def test_only_the_workspace_is_writable(workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / f"outside-{uuid.uuid4().hex}"
+    script = f"echo in > inside.txt && (echo out > {outside} 2>/dev/null || echo refused)"
+    code, out, _ = _run(Sandbox(workspace), ["sh", "-c", script])
+    assert code == 0 and out.strip() == "refused"
+    assert (workspace / "inside.txt").read_text() == "in\n"
+    assert not outside.exists()
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@needs_bwrap
+def test_no_network_not_even_the_hosts_loopback(workspace: Path, listener: int) -> None:
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=3); print('connected')"
+    code, out, err = _run(Sandbox(workspace, isolate=False), [sys.executable, "-c", probe])
+    assert code == 0 and "connected" in out  # the control: the listener is there
+    code, out, err = _run(Sandbox(workspace), [sys.executable, "-c", probe])
+    assert code != 0 and "connected" not in out
+    assert "ConnectionRefused" in err or "unreachable" in err
+
+
+def test_cpu_and_memory_limits(workspace: Path) -> None:
+    sandbox = Sandbox(workspace, limits=Limits(cpu_seconds=1, memory_bytes=300 * 1024**2))
+    if sandbox.prlimit is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    code, _, _ = _run(sandbox, [sys.executable, "-c", "while True: pass"])
+    assert code != 0  # SIGXCPU, then SIGKILL, after one CPU second
+    code, _, err = _run(sandbox, [sys.executable, "-c", "x = bytearray(2 * 1024**3)"])
+    assert code != 0 and "MemoryError" in err
+
+
+def test_without_bubblewrap_it_says_so(workspace: Path) -> None:
+    assert "not installed" in bubblewrap_works("no-such-bwrap-here")
+    sandbox = Sandbox(workspace, isolate=False)
+    assert not sandbox.isolated
+    assert "WITHOUT network isolation" in sandbox.notice
+    assert sandbox.command(["cargo", "build"])[-2:] == ["cargo", "build"]
+
+
+def test_output_past_the_limit_stops_the_command(workspace: Path, tmp_path: Path) -> None:
+    # a stand-in for cargo that prints without end (a test that never stops printing)
+    noisy = tmp_path / "noisy-cargo"
+    noisy.write_text("#!/bin/sh\nwhile true; do echo 'line line line line line line line line'; done\n")
+    noisy.chmod(0o755)
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", []), tmp_path / "index")
+    sandbox = Sandbox(workspace, limits=Limits(output_bytes=200_000))
+    cargo = SandboxedCargo(registry, ProcessRunner(), sandbox, executable=str(noisy))
+    lines: list[str] = []
+    done = cargo.run("test", cwd=workspace, timeout=60, on_line=lambda stream, line: lines.append(line))
+    assert done.returncode == -9
+    assert "its output passed" in done.stderr
+    assert sum(len(line) + 1 for line in lines) <= 200_000
+
+
+BUILD_RS_ESCAPE = """fn main() {{
+    let outside = "{outside}";
+    match std::fs::write(outside, "escaped") {{
+        Ok(()) => println!("cargo:warning=wrote {{}}", outside),
+        Err(e) => panic!("cannot write {{}}: {{}}", outside, e),
+    }}
+}}
+"""
+
+
+@needs_bwrap
+@pytest.mark.cargo
+def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp_path: Path) -> None:
+    outside = tmp_path / f"escaped-{uuid.uuid4().hex}"
+    files = {"src/main.rs": 'fn main() {\n    println!("sandboxed");\n}\n', "build.rs": BUILD_RS_ESCAPE.format(outside=outside)}
+    root = write_registry(tmp_path / "registry", [crate("escaper", files=files)])
+    registry = DirectoryRegistry(root, tmp_path / "index")
+    workspace = root / "escaper-0.1.0"
+    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    done = cargo.run("build", cwd=workspace, timeout=300)
+    assert done.returncode != 0
+    assert "Read-only file system" in done.stderr
+    assert not outside.exists()
+    # without the build script the same crate builds, with rustup's toolchain mounted read-only
+    (workspace / "build.rs").unlink()
+    done = cargo.run("build", cwd=workspace, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (workspace / "target" / "debug" / "escaper").is_file()
