@@ -169,4 +169,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """``%unload_ext flakebot_magic``: nothing to undo beyond IPython's own bookkeeping."""
+    """``%unload_ext flakebot_magic``: remove the kernel's input transformer for ``%%flakebot`` cells."""
+    from .magics import _uninstall_transformer
+
+    _uninstall_transformer(ipython)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +13,37 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Int
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, Enum, Float, Unicode
 
 from . import errors
 from .config import Settings, default_cache_dir
+from .events import Observer
 from .progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
+
+#: a whole cell that is one ``%%flakebot`` cell, or one ``%flakebot rebuild`` line, after IPython's transforms
+_CELL_CALL = re.compile(r"^get_ipython\(\)\.run_cell_magic\('flakebot', (.*)\)\s*$", re.S)
+_REBUILD_CALL = re.compile(r"^get_ipython\(\)\.run_line_magic\('flakebot', ('rebuild\b[^']*')\)\s*$")
+_SELF = "get_ipython().magics_manager.registry['FlakebotMagics']"
+
+
+@dataclass
+class _Build:
+    """One build in progress in this kernel: its background run and how it is shown."""
+
+    run: Any
+    settings: Settings
+    observers: list[Observer] = field(default_factory=list)
+    tick: Callable[[], None] | None = None
+    widget: Any = None
+    handle: Any = None
+
+    def refresh(self) -> None:
+        # the final plain text goes into the display too: nbconvert and other
+        # front ends without a widget manager show it instead of the widget
+        if self.handle is not None and self.widget is not None:
+            self.handle.update(self.widget.mimebundle(), raw=True)
 
 
 @magics_class
@@ -61,6 +88,18 @@ class FlakebotMagics(Magics):
     allow_build_scripts = Bool(
         False, help="Let the model write build.rs (build scripts run arbitrary code at build time)."
     ).tag(config=True)
+    progress = Enum(
+        ["auto", "widget", "text", "none"],
+        "auto",
+        help="How a build shows its progress: 'widget' (live ipywidgets, with a Cancel button), "
+        "'text' (printed lines), 'none', or 'auto': the widget in a Jupyter kernel, text elsewhere "
+        "(terminal IPython). The widget's display also carries the final text, for nbconvert.",
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell, **kwargs)
+        if shell is not None and getattr(shell, "kernel", None) is not None:
+            _install_transformer(shell)
 
     def _settings(self, args: Any) -> Settings:
         settings = Settings(
@@ -83,13 +122,21 @@ class FlakebotMagics(Magics):
         return settings
 
     @magic_arguments()
-    @argument("command", nargs="*", help="Line mode only: `list`, `clean [--all]` or `search QUERY`.")
+    @argument(
+        "command", nargs="*",
+        help="Line mode only: `list`, `show NAME`, `logs NAME`, `stop NAME|--all`, "
+        "`rebuild NAME`, `clean [--all]` or `search QUERY`.",
+    )
     @argument("--name", "-n", help="Name of the tool in the kernel (a Python identifier). Default: from the crate.")
     @argument("--crate", "-c", help="Use this crate instead of searching.")
     @argument("--registry", "-r", help="A cargo directory source (e.g. `cargo vendor` output), or 'crates.io'.")
     @argument("--rebuild", action="store_true", help="Fork and build again, ignoring the cache.")
     @argument("--keep-workspace", action="store_true", help="Keep build outputs (target/) after success.")
-    @argument("--all", action="store_true", help="With `clean`: remove every tool, workspace and store entry.")
+    @argument(
+        "--all", action="store_true",
+        help="With `clean`: remove every tool, workspace and store entry. With `stop`: stop every running tool.",
+    )
+    @argument("--tail", type=int, default=200, help="With `logs`: how many of the last lines to show (0: all).")
     @argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
     @argument("--model", "-m", help="The edit loop's model (any OpenAI-compatible endpoint); see FlakebotMagics.model.")
     @argument("--base-url", help="The model's OpenAI-compatible endpoint (default: the provider's).")
@@ -126,15 +173,48 @@ class FlakebotMagics(Magics):
             %%flakebot --name sha --continue
             Also accept a --upper flag.
 
+
+        While it builds, a progress widget shows each stage, the tests passing
+        and cargo's log; its Cancel button (or interrupting the kernel) stops
+        cargo and keeps the workspace. The result's output metadata carries
+        the tool's provenance (crate, checksum, commit, store path, backend).
+
         Line mode manages tools::
 
-            %flakebot list            the tools built on this machine
-            %flakebot search QUERY    ranked crate candidates
-            %flakebot clean [--all]   remove unused workspaces and store entries
+            %flakebot list              the tools: name, kind, crate@version, hash, backend, status, started
+            %flakebot show NAME         where NAME came from (provenance)
+            %flakebot logs NAME         its build log (and its process output, for http/mcp tools)
+            %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
+            %flakebot rebuild NAME      fork and build NAME again from its crate
+            %flakebot search QUERY      ranked crate candidates
+            %flakebot clean [--all]     remove unused workspaces and store entries
         """
         args = parse_argstring(self.flakebot, line)
         if cell is None:
             return self._line(args)
+        request = self._check_cell(args, cell)
+        build = self._start(args, request, name=args.name, crate=args.crate)
+        return self._finish(build, self._wait(build))
+
+    async def run_cell_async(self, line: str, cell: str) -> Any:
+        """``%%flakebot`` in a Jupyter kernel: the same, awaited on the kernel's event loop.
+
+        The kernel keeps handling messages while the build runs, so the
+        widget's Cancel button works; a kernel interrupt cancels the build.
+        (IPython runs a cell that awaits on its own loop; see _install_transformer.)
+        """
+        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        request = self._check_cell(args, cell)
+        build = self._start(args, request, name=args.name, crate=args.crate)
+        return self._finish(build, await self._wait_async(build))
+
+    async def run_line_async(self, line: str) -> Any:
+        """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
+        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        build = self._start_rebuild(args)
+        return self._finish(build, await self._wait_async(build))
+
+    def _check_cell(self, args: Any, cell: str) -> str:
         if args.command:
             raise UsageError(
                 f"Unexpected words after %%flakebot: {' '.join(args.command)!r}. "
@@ -145,33 +225,103 @@ class FlakebotMagics(Magics):
                 "The cell is empty. Write what the tool should do under the %%flakebot line, e.g.\n"
                 "    %%flakebot --name md\n    Render Markdown text to HTML."
             )
-        from .pipeline import Pipeline
+        return cell
 
-        progress = TextProgress(sys.stdout, verbose=args.verbose or self.verbose)
-        pipeline = Pipeline(self._settings(args), observers=[progress])
+    # -- running a build ------------------------------------------------------
+
+    def _progress_mode(self) -> str:
+        if self.progress != "auto":
+            return str(self.progress)
+        if getattr(self.shell, "kernel", None) is None:
+            return "text"  # terminal IPython, a plain InteractiveShell: nothing renders widgets
         try:
-            tool = pipeline.run(cell, name=args.name, crate=args.crate)
+            import ipywidgets  # noqa: F401
+        except ImportError:
+            return "text"
+        return "widget"
+
+    def _start(
+        self, args: Any, request: str, *, name: str | None, crate: str | None, settings: Settings | None = None
+    ) -> _Build:
+        from .background import start_build
+
+        settings = settings or self._settings(args)
+        verbose = bool(args.verbose or self.verbose)
+        build = _Build(run=None, settings=settings)
+        mode = self._progress_mode()
+        if mode == "widget":
+            from IPython.display import display
+
+            from .tools import diff_of
+            from .ui import ProgressWidget
+
+            widget = ProgressWidget(
+                request or crate or "",
+                on_cancel=lambda: build.run.cancel("cancelled from the widget"),
+                diff=lambda tool: diff_of(settings, tool),
+            )
+            if verbose:
+                widget.log.selected_index = 0
+            build.widget, build.tick = widget, widget.tick
+            build.observers.append(widget)
+            build.handle = display(widget.mimebundle(), raw=True, display_id=True)
+        elif mode == "text":
+            build.observers.append(TextProgress(sys.stdout, verbose=verbose))
+        build.run = start_build(settings, request, name=name, crate=crate)
+        return build
+
+    def _wait(self, build: _Build) -> Any:
+        try:
+            return build.run.wait(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        finally:
+            build.refresh()
+
+    async def _wait_async(self, build: _Build) -> Any:
+        try:
+            return await build.run.wait_async(build.observers, tick=build.tick)
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            build.refresh()
+
+    def _finish(self, build: _Build, tool: Any) -> Any:
         self.shell.push({tool.name: tool})
-        print(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}")
+        if build.widget is None:
+            print(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}")
         return tool
+
+    def _start_rebuild(self, args: Any) -> _Build:
+        from .tools import find
+
+        if len(args.command) != 2:
+            raise UsageError("Usage: %flakebot rebuild NAME (`%flakebot list` shows the names).")
+        settings = self._settings(args)
+        settings.rebuild = True
+        try:
+            record = find(settings, args.command[1])
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
+        return self._start(args, record.request, name=record.name, crate=record.crate, settings=settings)
 
     def _line(self, args: Any) -> Any:
         if not args.command:
-            raise UsageError("Usage: %flakebot list | search QUERY | clean [--all]; or %%flakebot as a cell magic.")
+            raise UsageError(
+                "Usage: %flakebot list | show NAME | logs NAME | stop NAME|--all | rebuild NAME | "
+                "search QUERY | clean [--all]; or %%flakebot as a cell magic."
+            )
         command, rest = args.command[0], args.command[1:]
         settings = self._settings(args)
+        if command in ("show", "logs", "stop", "rebuild"):
+            try:
+                return self._manage(command, rest, args, settings)
+            except errors.UsageError as exc:
+                raise UsageError(str(exc)) from None
         if command == "list":
-            from .inventory import Inventory
+            from .tools import table
 
-            records = Inventory(settings.tools_dir).all()
-            if not records:
-                print("No tools yet. Build one with %%flakebot.")
-                return None
-            for r in records:
-                print(f"{r.name:<16} {r.crate}@{r.version:<12} {r.source_hash[:12]}  {r.backend:<6} {r.store_path}")
-            return None
+            return table(settings)
         if command == "search":
             if not rest:
                 raise UsageError("Usage: %flakebot search QUERY")
@@ -186,4 +336,70 @@ class FlakebotMagics(Magics):
             for line in clean(settings, everything=args.all).summary():
                 print(line)
             return None
-        raise UsageError(f"Unknown subcommand {command!r}: use list, search or clean.")
+        raise UsageError(
+            f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean."
+        )
+
+    def _manage(self, command: str, rest: list[str], args: Any, settings: Settings) -> Any:
+        from . import tools
+
+        if command == "stop" and args.all and not rest:
+            stopped = tools.stop_all(settings)
+            print("\n".join(stopped) if stopped else "No tool is running.")
+            return None
+        if len(rest) != 1:
+            raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
+        name = rest[0]
+        if command == "show":
+            print(tools.show_text(settings, name))
+        elif command == "logs":
+            print(tools.logs(settings, name, last=args.tail or None))
+        elif command == "stop":
+            print(tools.stop(settings, name))
+        elif command == "rebuild":
+            build = self._start_rebuild(args)
+            return self._finish(build, self._wait(build))
+        return None
+
+
+def _install_transformer(shell: Any) -> None:
+    """Make a ``%%flakebot`` cell (and ``%flakebot rebuild``) await its build on the kernel's loop.
+
+    A cell magic runs synchronously; while it runs, the kernel's event loop
+    is blocked, so a click on the widget's Cancel button (a comm message)
+    would wait until the build ends. A cell whose code awaits runs on the
+    kernel's loop instead, and ipykernel dispatches comm messages while it
+    awaits (and turns a kernel interrupt into cancelling it). So, after
+    IPython's own transforms, a cell that is exactly one ``%%flakebot`` call
+    becomes ``await <the magics>.run_cell_async(line, body)``. Only with
+    IPython's asyncio runner and autoawait on; otherwise the cell runs as usual.
+    """
+    if any(getattr(t, "__name__", "") == "_await_flakebot" for t in shell.input_transformers_post):
+        return
+
+    def _await_flakebot(lines: list[str]) -> list[str]:
+        if len(lines) != 1 or not _async_ok(shell):
+            return lines
+        cell = _CELL_CALL.match(lines[0])
+        if cell:
+            return [f"await {_SELF}.run_cell_async({cell.group(1)})\n"]
+        rebuild = _REBUILD_CALL.match(lines[0])
+        if rebuild:
+            return [f"await {_SELF}.run_line_async({rebuild.group(1)})\n"]
+        return lines
+
+    shell.input_transformers_post.append(_await_flakebot)
+
+
+def _uninstall_transformer(shell: Any) -> None:
+    shell.input_transformers_post[:] = [
+        t for t in shell.input_transformers_post if getattr(t, "__name__", "") != "_await_flakebot"
+    ]
+
+
+def _async_ok(shell: Any) -> bool:
+    try:
+        from IPython.core.async_helpers import _asyncio_runner
+    except ImportError:  # pragma: no cover - IPython without autoawait
+        return False
+    return bool(getattr(shell, "autoawait", False)) and shell.loop_runner is _asyncio_runner

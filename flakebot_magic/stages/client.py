@@ -173,6 +173,13 @@ class Tool:
     def __repr__(self) -> str:
         return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.usage()}"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        # no data of its own (text and HTML come from the methods beside it); the
+        # output metadata records the provenance, so a notebook says which tool it got
+        from ..provenance import provenance_of
+
+        return {}, {"flakebot": provenance_of(self)}
+
     def _repr_html_(self) -> str:
         e = html.escape
         rows = [

@@ -1,0 +1,188 @@
+"""Where a tool came from (crate, checksum, commit, store path, flake lock, model) and what flakebot changed.
+
+The provenance goes into the cell's output metadata (``metadata.flakebot``
+of the ``%%flakebot`` cell's result), so a notebook records which tool it got
+and a re-run elsewhere can compare: :func:`differences` says what differs.
+The diff is ``git diff published..COMMIT`` in the tool's workspace: what
+flakebot changed against the crate as published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import FlakebotError
+from .git import Git
+from .process import ProcessRunner
+
+__all__ = ["IDENTITY", "WorkspaceDiff", "differences", "provenance_of", "render_text", "workspace_diff"]
+
+#: the fields that say "the same tool": equal in all of them, the same binary was built from the same source
+IDENTITY = ("crate", "version", "checksum", "commit", "source_hash", "flake_lock")
+
+#: files flakebot generates: their diff is hidden when it is long (the stat still lists them)
+GENERATED = ("Cargo.lock", "flake.lock", "flake.nix")
+#: how many lines of a generated file's diff are still shown
+GENERATED_SHOWN = 40
+#: the published source's branch in every workspace (see stages/fork.py)
+PUBLISHED = "published"
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = mapping.get(key)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def _flake_lock_hash(workspace: Path | None) -> str:
+    if workspace is None:
+        return ""
+    try:
+        data = (workspace / "flake.lock").read_bytes()
+    except OSError:
+        return ""
+    return "sha256-" + hashlib.sha256(data).hexdigest()
+
+
+def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
+    """The provenance of a deployed tool, as JSON-able data.
+
+    ``tool`` is a :class:`~flakebot_magic.stages.client.Tool` (or anything with
+    its attributes); ``record`` an optional
+    :class:`~flakebot_magic.inventory.ToolRecord` that adds the workspace and
+    the request.
+    """
+    manifest: Mapping[str, Any] = getattr(tool, "provenance", None) or {}
+    workspace = Path(record.workspace) if record is not None and getattr(record, "workspace", "") else None
+    extra: Mapping[str, Any] = getattr(record, "extra", None) or {}
+    data: dict[str, Any] = {
+        "name": getattr(tool, "name", ""),
+        "crate": _first(manifest, "crate") or getattr(tool, "crate", ""),
+        "version": _first(manifest, "version") or getattr(tool, "version", ""),
+        "checksum": _first(manifest, "checksum") or getattr(tool, "checksum", ""),
+        "checksum_kind": _first(manifest, "checksum_kind") or "",
+        "registry": _first(manifest, "registry") or "",
+        "commit": _first(manifest, "commit") or getattr(record, "commit", "") or "",
+        "source_hash": getattr(tool, "source_hash", "") or _first(manifest, "hash") or "",
+        "store_path": str(getattr(tool, "store_path", "") or ""),
+        "flake_lock": _first(manifest, "flake_lock_hash", "lock_hash", "flake_lock") or _flake_lock_hash(workspace),
+        "nix_store_path": _first(manifest, "nix_store_path", "out_path", "nix_out") or "",
+        "backend": getattr(tool, "backend", "") or _first(manifest, "backend") or "cargo",
+        "model": _first(manifest, "model") or _first(extra, "model"),
+        "iterations": int(_first(manifest, "iterations") or _first(extra, "iterations") or 0),
+        "rustc": (_first(manifest, "rustc") or "").splitlines()[0] if _first(manifest, "rustc") else "",
+    }
+    if record is not None:
+        data["workspace"] = getattr(record, "workspace", "")
+        data["request"] = getattr(record, "request", "")
+    return data
+
+
+def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The identity fields in which two provenances differ: ``{}`` means the same tool.
+
+    Examples
+    --------
+    >>> differences({"crate": "a", "version": "1"}, {"crate": "a", "version": "2"})
+    {'version': ('1', '2')}
+    """
+    return {
+        key: (expected.get(key), actual.get(key))
+        for key in IDENTITY
+        if key in expected and key in actual and expected.get(key) != actual.get(key)
+    }
+
+
+def render_text(data: Mapping[str, Any]) -> str:
+    """Provenance as aligned ``key: value`` lines, for ``%flakebot show``."""
+    width = max((len(k) for k in data), default=0)
+    return "\n".join(f"{key:<{width}}  {'' if value is None else value}" for key, value in data.items())
+
+
+@dataclass
+class WorkspaceDiff:
+    """``git diff published..COMMIT`` in a workspace, with long generated files left out of the body."""
+
+    workspace: Path
+    base: str
+    commit: str
+    stat: str
+    body: str
+    files: int = 0
+    insertions: int = 0
+    deletions: int = 0
+    hidden: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        if not self.files:
+            return "no changes against the published crate"
+        return f"{self.files} files changed, +{self.insertions} -{self.deletions} against the published crate"
+
+    def to_html(self) -> str:
+        """The diff with added lines green and removed lines red (inline styles: no CSS needed)."""
+        rows = []
+        for line in self.body.splitlines():
+            escaped = html.escape(line)
+            if line.startswith(("+++", "---")):
+                style = "font-weight:bold"
+            elif line.startswith("+"):
+                style = "color:#116329;background:#dafbe1"
+            elif line.startswith("-"):
+                style = "color:#82071e;background:#ffebe9"
+            elif line.startswith("@@"):
+                style = "color:#0550ae"
+            elif line.startswith("diff --git"):
+                style = "font-weight:bold;border-top:1px solid #ccc;display:block;margin-top:4px"
+            else:
+                style = ""
+            rows.append(f"<span style='{style}'>{escaped}</span>" if style else escaped)
+        notes = "".join(
+            f"<div><i>{html.escape(path)}: generated, {GENERATED_SHOWN}+ changed lines hidden "
+            f"(<code>git -C {html.escape(str(self.workspace))} diff {self.base}..{self.commit[:12]} -- {html.escape(path)}</code>)</i></div>"
+            for path in self.hidden
+        )
+        return (
+            f"<div class='flakebot-diff'><pre style='margin:0 0 4px 0'>{html.escape(self.stat)}</pre>{notes}"
+            "<pre style='font-size:12px;line-height:1.35;max-height:480px;overflow:auto;margin:0'>"
+            + "\n".join(rows)
+            + "</pre></div>"
+        )
+
+
+def workspace_diff(workspace: Path, commit: str = "HEAD", *, runner: ProcessRunner | None = None) -> WorkspaceDiff | None:
+    """What flakebot changed in ``workspace`` against the published crate; None without a workspace."""
+    if not (workspace / ".git").exists():
+        return None
+    git = Git(workspace, runner or ProcessRunner())
+    try:
+        if not git("rev-parse", "--verify", "--quiet", PUBLISHED, check=False):
+            return None
+        target = commit or "HEAD"
+        if not git("rev-parse", "--verify", "--quiet", f"{target}^{{commit}}", check=False):
+            target = "HEAD"
+        numstat = git("diff", "--numstat", f"{PUBLISHED}..{target}")
+        stat = git("diff", "--stat=100", f"{PUBLISHED}..{target}")
+        files = insertions = deletions = 0
+        hidden: list[str] = []
+        for line in numstat.splitlines():
+            added, removed, path = (line.split("\t", 2) + ["", ""])[:3]
+            files += 1
+            insertions += int(added) if added.isdigit() else 0
+            deletions += int(removed) if removed.isdigit() else 0
+            changed = (int(added) if added.isdigit() else 0) + (int(removed) if removed.isdigit() else 0)
+            if Path(path).name in GENERATED and changed > GENERATED_SHOWN:
+                hidden.append(path)
+        excludes = [f":(exclude){path}" for path in hidden]
+        body = git("diff", f"{PUBLISHED}..{target}", "--", ".", *excludes)
+        head = git("rev-parse", target)
+    except FlakebotError:
+        return None
+    return WorkspaceDiff(workspace, PUBLISHED, head, stat, body, files, insertions, deletions, hidden)

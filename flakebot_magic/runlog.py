@@ -1,0 +1,79 @@
+"""A run's log: every stage, notice and line of cargo, git and nix output, kept as ``<cache>/logs/NAME.log``.
+
+The widget shows the same lines live; this file is what ``%flakebot logs``,
+``flakebot logs`` and the Jupyter dashboard show afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from .config import Settings
+from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from .inventory import Inventory
+
+__all__ = ["RunLog", "log_path", "logs_dir"]
+
+#: lines kept per run (the head of a huge log is rarely what matters)
+MAX_LINES = 20_000
+
+
+def logs_dir(settings: Settings) -> Path:
+    return settings.cache_dir / "logs"
+
+
+def log_path(settings: Settings, name: str) -> Path:
+    """Where the last run of tool ``name`` left its log."""
+    return logs_dir(settings) / f"{name}.log"
+
+
+class RunLog:
+    """A pipeline observer that keeps the run's log and saves it under the tool's name."""
+
+    def __init__(self, settings: Settings, *, max_lines: int = MAX_LINES) -> None:
+        self.settings = settings
+        self.lines: deque[str] = deque(maxlen=max_lines)
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+
+    def _add(self, at: float, text: str) -> None:
+        with self._lock:
+            self.lines.append(f"{at - self._t0:7.1f}s {text}")
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LogLine):
+            self._add(event.at, f"{event.stage}| {event.line}")
+        elif isinstance(event, StageStarted):
+            self._add(event.at, f"== {event.stage} started {event.detail}".rstrip())
+        elif isinstance(event, StageFinished):
+            self._add(event.at, f"== {event.stage} {event.status} ({event.elapsed:.1f}s) {event.detail}".rstrip())
+        elif isinstance(event, Notice):
+            self._add(event.at, f"!! {event.stage}: {event.message}")
+        elif isinstance(event, RunFinished):
+            outcome = "ok" if event.ok else f"failed: {type(event.error).__name__}: {event.error}"
+            self._add(event.at, f"== run {outcome} ({event.elapsed:.1f}s)")
+        else:  # events added later (iteration results): their repr is better than nothing
+            self._add(getattr(event, "at", time.monotonic()), f"== {event!r}")
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+    def save(self, name: str | None, *, request: str | None = None) -> Path | None:
+        """Write the log as ``logs/NAME.log`` and point the tool's record at it (when it has one)."""
+        if not name:
+            return None
+        path = log_path(self.settings, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(self.text())
+        os.replace(tmp, path)
+        changes: dict[str, object] = {"log_path": str(path)}
+        if request is not None:
+            changes["request"] = request
+        Inventory(self.settings.tools_dir).update(name, **changes)
+        return path

@@ -1,0 +1,66 @@
+"""``FlakebotExtension``: the server extension app, its settings and its routes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float, Unicode, default
+
+from ..config import Settings, default_cache_dir
+from .handlers import (
+    DashboardHandler,
+    IndexHandler,
+    ProxyHandler,
+    ToolHandler,
+    ToolLogsHandler,
+    ToolsHandler,
+    ToolStopHandler,
+)
+
+__all__ = ["FlakebotExtension"]
+
+_NAME = r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+
+
+class FlakebotExtension(ExtensionApp):
+    """flakebot in the Jupyter server: ``/flakebot/`` (dashboard), ``/flakebot/api`` (REST), ``/flakebot/proxy/NAME/``.
+
+    Every route needs Jupyter's authentication and is authorized on the
+    ``flakebot`` resource. The tools come from the same SQLite registry the
+    kernels write (``<cache_dir>/tools/tools.sqlite3``).
+    """
+
+    name = "flakebot"
+    extension_url = "/flakebot/"
+    load_other_extensions = True
+
+    cache_dir = Unicode(
+        help="flakebot's cache dir (tools registry, logs, store). Default: $FLAKEBOT_CACHE_DIR, else the user cache dir."
+    ).tag(config=True)
+    proxy_timeout = Float(300.0, help="Seconds the proxy waits for an http tool's answer.").tag(config=True)
+
+    @default("cache_dir")
+    def _default_cache_dir(self) -> str:
+        return str(default_cache_dir())
+
+    def flakebot_settings(self) -> Settings:
+        settings = Settings()
+        settings.cache_dir = Path(self.cache_dir)
+        return settings
+
+    def initialize_handlers(self) -> None:
+        state: dict[str, Any] = {"settings": self.flakebot_settings()}
+        proxy: dict[str, Any] = {**state, "timeout": self.proxy_timeout}
+        self.handlers.extend(
+            [
+                (r"/flakebot/?", DashboardHandler, state),
+                (r"/flakebot/api/?", IndexHandler, state),
+                (r"/flakebot/api/tools/?", ToolsHandler, state),
+                (rf"/flakebot/api/tools/{_NAME}/?", ToolHandler, state),
+                (rf"/flakebot/api/tools/{_NAME}/logs/?", ToolLogsHandler, state),
+                (rf"/flakebot/api/tools/{_NAME}/stop/?", ToolStopHandler, state),
+                (rf"/flakebot/proxy/{_NAME}(?P<path>/.*)?", ProxyHandler, proxy),
+            ]
+        )

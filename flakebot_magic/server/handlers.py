@@ -1,0 +1,338 @@
+"""The extension's request handlers: REST API, dashboard page, authenticated proxy to http tools.
+
+Every handler is ``@web.authenticated`` (no Jupyter login or token: 403 for
+the API, the login page for pages) and ``@authorized`` on the ``flakebot``
+resource. Requests that change something (POST) also pass Jupyter's XSRF
+check unless they carry the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import ipaddress
+import json
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import httpclient, web
+
+from .. import __version__, tools
+from ..config import Settings
+from ..errors import UsageError
+from ..inventory import Inventory, ToolRecord
+from ..provenance import provenance_of
+
+__all__ = [
+    "DashboardHandler",
+    "IndexHandler",
+    "ProxyHandler",
+    "ToolHandler",
+    "ToolLogsHandler",
+    "ToolStopHandler",
+    "ToolsHandler",
+]
+
+#: request and response headers that belong to one hop, never forwarded
+_HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+    "transfer-encoding", "upgrade", "content-length",
+}
+#: Jupyter's credentials stay with Jupyter
+_PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token"}
+
+
+def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
+    data = record.to_json()
+    data["status"] = tools.status_of(record)
+    data["provenance"] = provenance_of(tools.tool_of(record, settings), record)
+    data["links"] = {
+        "self": f"/flakebot/api/tools/{record.name}",
+        "logs": f"/flakebot/api/tools/{record.name}/logs",
+        "stop": f"/flakebot/api/tools/{record.name}/stop",
+    }
+    if record.kind == "http":
+        data["links"]["proxy"] = f"/flakebot/proxy/{record.name}/"
+    return data
+
+
+class _API(ExtensionHandlerMixin, APIHandler):
+    auth_resource = "flakebot"
+
+    def initialize(self, name: str, settings: Settings) -> None:  # type: ignore[override]
+        super().initialize(name)
+        self.flakebot = settings
+
+    def _record(self, name: str) -> ToolRecord:
+        record = Inventory(self.flakebot.tools_dir).get(name)
+        if record is None:
+            raise web.HTTPError(404, f"no tool named {name!r}")
+        return record
+
+
+class IndexHandler(_API):
+    """``GET /flakebot/api``: what this API offers."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.finish(json.dumps({
+            "version": __version__,
+            "tools": "/flakebot/api/tools",
+            "dashboard": "/flakebot/",
+            "cache_dir": str(self.flakebot.cache_dir),
+        }))
+
+
+class ToolsHandler(_API):
+    """``GET /flakebot/api/tools``: every tool, with status and provenance."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        records = Inventory(self.flakebot.tools_dir).all()
+        self.finish(json.dumps({"tools": [_tool_json(self.flakebot, r) for r in records]}))
+
+
+class ToolHandler(_API):
+    """``GET /flakebot/api/tools/NAME``: one tool."""
+
+    @web.authenticated
+    @authorized
+    def get(self, name: str) -> None:
+        self.finish(json.dumps(_tool_json(self.flakebot, self._record(name))))
+
+
+class ToolLogsHandler(_API):
+    """``GET /flakebot/api/tools/NAME/logs[?tail=N]``: its build log (and process output when known here)."""
+
+    @web.authenticated
+    @authorized
+    def get(self, name: str) -> None:
+        try:
+            tail = int(self.get_query_argument("tail", "500"))
+        except ValueError:
+            raise web.HTTPError(400, "tail must be a number") from None
+        try:
+            text = tools.logs(self.flakebot, name, last=tail or None)
+        except UsageError as exc:
+            raise web.HTTPError(404, str(exc)) from None
+        self.finish(json.dumps({"name": name, "text": text}))
+
+
+class ToolStopHandler(_API):
+    """``POST /flakebot/api/tools/NAME/stop``: stop the tool's process."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        self._record(name)
+        # stopping waits for the process to go: keep the server's loop free meanwhile
+        message = await asyncio.get_running_loop().run_in_executor(None, tools.stop, self.flakebot, name)
+        record = self._record(name)
+        self.finish(json.dumps({"name": name, "message": message, "status": tools.status_of(record)}))
+
+
+# -- the dashboard ------------------------------------------------------------------
+
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1f2328}
+h1{font-size:20px;margin:0 0 4px} .sub{color:#57606a;margin:0 0 16px;font-size:13px}
+table{border-collapse:collapse;width:100%;font-size:14px}
+th{text-align:left;border-bottom:2px solid #d0d7de;padding:6px 8px}
+td{border-bottom:1px solid #eaeef2;padding:6px 8px;vertical-align:top}
+code{font-size:12px} pre{font-size:12px;background:#f6f8fa;padding:8px;max-height:360px;overflow:auto;margin:4px 0}
+.status{font-weight:600} .status[data-status=ready],.status[data-status=running]{color:#1a7f37}
+.status[data-status=stopped]{color:#57606a} .status[data-status=failed]{color:#cf222e}
+details summary{cursor:pointer;color:#0969da;font-size:13px} button{cursor:pointer}
+.empty{color:#57606a;padding:24px 0}
+"""
+
+_SCRIPT = """
+const xsrf = document.querySelector('meta[name=xsrf]').content;
+async function stopTool(name) {
+  const r = await fetch(`${API}/${encodeURIComponent(name)}/stop`,
+                        {method: 'POST', headers: {'X-XSRFToken': xsrf}, credentials: 'same-origin'});
+  const body = await r.json().catch(() => ({}));
+  document.querySelector(`tr.tool[data-name="${name}"] .message`).textContent = body.message || r.statusText;
+  refresh();
+}
+async function refresh() {
+  const r = await fetch(API, {credentials: 'same-origin'});
+  if (!r.ok) return;
+  const names = [];
+  for (const tool of (await r.json()).tools) {
+    names.push(tool.name);
+    const cell = document.querySelector(`tr.tool[data-name="${tool.name}"] .status`);
+    if (cell) { cell.textContent = tool.status; cell.dataset.status = tool.status; }
+  }
+  const shown = [...document.querySelectorAll('tr.tool')].map(row => row.dataset.name);
+  if (names.join() !== shown.join()) location.reload();
+}
+setInterval(refresh, 5000);
+"""
+
+
+class DashboardHandler(ExtensionHandlerMixin, JupyterHandler):
+    """``GET /flakebot/``: the tools with status, provenance and logs, and Stop buttons."""
+
+    auth_resource = "flakebot"
+
+    def initialize(self, name: str, settings: Settings) -> None:  # type: ignore[override]
+        super().initialize(name)
+        self.flakebot = settings
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        base = self.base_url.rstrip("/")
+        records = Inventory(self.flakebot.tools_dir).all()
+        e = html.escape
+        rows = []
+        for record in records:
+            status = tools.status_of(record)
+            provenance = provenance_of(tools.tool_of(record, self.flakebot), record)
+            try:
+                log = tools.logs(self.flakebot, record.name, last=200)
+            except UsageError:
+                log = ""
+            actions = []
+            if record.kind == "http":
+                actions.append(f"<a href='{e(base)}/flakebot/proxy/{e(record.name)}/'>open</a>")
+            if record.kind != "cli":
+                actions.append(f"<button onclick=\"stopTool('{e(record.name)}')\">Stop</button>")
+            started = record.started or record.created
+            rows.append(
+                f"<tr class='tool' data-name='{e(record.name)}'>"
+                f"<td><b>{e(record.name)}</b></td><td>{e(record.kind)}</td>"
+                f"<td><code>{e(record.crate)}@{e(record.version)}</code></td>"
+                f"<td><code>{e(record.source_hash[:12])}</code></td><td>{e(record.backend)}</td>"
+                f"<td class='status' data-status='{e(status)}'>{e(status)}</td>"
+                f"<td>{e(time.strftime('%Y-%m-%d %H:%M', time.localtime(started))) if started else ''}</td>"
+                f"<td>{' '.join(actions)} <span class='message'></span></td></tr>"
+                f"<tr class='tool-details' data-name='{e(record.name)}'><td colspan='8'>"
+                f"<div>{e(record.description)}</div>"
+                f"<details><summary>provenance</summary><pre>{e(json.dumps(provenance, indent=2))}</pre></details>"
+                f"<details><summary>log</summary><pre>{e(log)}</pre></details></td></tr>"
+            )
+        body = (
+            "<table><thead><tr><th>name</th><th>kind</th><th>crate@version</th><th>hash</th><th>backend</th>"
+            "<th>status</th><th>started</th><th></th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            if rows
+            else "<p class='empty'>No tools yet. Build one in a notebook with <code>%%flakebot</code>.</p>"
+        )
+        api = json.dumps(f"{base}/flakebot/api/tools")
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(
+            "<!doctype html><html><head><meta charset='utf-8'><title>flakebot tools</title>"
+            f"<meta name='xsrf' content='{e(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)}'>"
+            f"<style>{_STYLE}</style></head><body>"
+            f"<h1>flakebot tools</h1><p class='sub'>{len(records)} tools · registry "
+            f"<code>{e(str(self.flakebot.tools_dir))}</code> · flakebot-magic {e(__version__)}</p>"
+            f"{body}<script>const API = {api};{_SCRIPT}</script></body></html>"
+        )
+
+
+# -- the proxy ------------------------------------------------------------------------
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+class ProxyHandler(ExtensionHandlerMixin, JupyterHandler):
+    """``/flakebot/proxy/NAME/PATH``: an http tool's service, behind Jupyter's login.
+
+    Only tools that listen on a loopback address are proxied; Jupyter's
+    cookies, token and XSRF header are not passed on.
+    """
+
+    auth_resource = "flakebot"
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+    def initialize(self, name: str, settings: Settings, timeout: float) -> None:  # type: ignore[override]
+        super().initialize(name)
+        self.flakebot = settings
+        self.timeout = timeout
+
+    async def _forward(self, name: str, path: str | None) -> None:
+        record = Inventory(self.flakebot.tools_dir).get(name)
+        if record is None:
+            raise web.HTTPError(404, f"no tool named {name!r}")
+        if record.kind != "http" or not record.url:
+            raise web.HTTPError(404, f"{name} is not an http tool")
+        target = urlsplit(record.url)
+        if target.scheme != "http" or not _is_loopback(target.hostname):
+            raise web.HTTPError(403, f"{name} does not listen on a loopback address")
+        if tools.status_of(record) != "running":
+            raise web.HTTPError(503, f"{name} is not running; start it from its notebook")
+        url = record.url.rstrip("/") + (path or "/")
+        if self.request.query:
+            url += "?" + self.request.query
+        headers = {
+            k: v for k, v in self.request.headers.get_all()
+            if k.lower() not in _HOP_BY_HOP and k.lower() not in _PRIVATE_REQUEST
+        }
+        method = self.request.method or "GET"
+        request = httpclient.HTTPRequest(
+            url, method=method, headers=headers,
+            body=self.request.body if method in ("POST", "PUT", "PATCH") else None,
+            follow_redirects=False, decompress_response=False, allow_nonstandard_methods=True,
+            request_timeout=self.timeout,
+        )
+        response = await httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
+        if response.code == 599:
+            raise web.HTTPError(502, f"{name} did not answer: {response.error}")
+        self.set_status(response.code, response.reason)
+        self.clear_header("Content-Type")
+        for key, value in response.headers.get_all():
+            if key.lower() not in _HOP_BY_HOP and key.lower() not in ("set-cookie", "server", "date"):
+                self.add_header(key, value)
+        if response.body and method != "HEAD":
+            self.write(response.body)
+        self.finish()
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def head(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def put(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def patch(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)
+
+    @web.authenticated
+    @authorized
+    async def options(self, name: str, path: str | None = None) -> None:
+        await self._forward(name, path)

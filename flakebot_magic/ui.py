@@ -1,0 +1,471 @@
+"""The live progress widget of ``%%flakebot`` (the only module importing ipywidgets).
+
+:class:`ProgressWidget` is a pipeline observer: it only reads events. One row
+per stage (search, fork, each edit/check iteration, build, test, flake,
+deploy, client) with its state and elapsed time, the iteration and
+passing-test counts, a live log (collapsed), a Cancel button, and at the end
+a summary with the diff against the published crate. Its state is plain
+attributes (``rows``, ``bar.bar_style``, ``log_lines``), so tests assert on
+it without a browser; ``text()`` is the same progress as plain text, for
+front ends that cannot render widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+
+from .errors import Cancelled
+from .events import STAGES, Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+
+__all__ = ["STATES", "ProgressWidget", "StageRow"]
+
+#: what a row can show
+STATES = ("pending", "running", "done", "failed", "skipped", "cached", "cancelled")
+
+_FINISHED = ("done", "failed", "skipped", "cached", "cancelled")
+_ICON = {
+    "pending": "○", "running": "◔", "done": "✔", "failed": "✘", "skipped": "–", "cached": "↺", "cancelled": "■",
+}
+_COLOR = {
+    "pending": "#8c959f", "running": "#0969da", "done": "#1a7f37", "failed": "#cf222e",
+    "skipped": "#8c959f", "cached": "#1a7f37", "cancelled": "#9a6700",
+}
+_PASSED = re.compile(r"(\d+) passed")
+#: cargo's lines worth showing next to a running stage
+_PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
+#: seconds between two renders of the log (cargo prints hundreds of lines a second)
+_LOG_EVERY = 0.3
+
+
+@dataclass
+class StageRow:
+    """One row of the widget: a stage, or one iteration of a repeated stage."""
+
+    key: str
+    stage: str
+    label: str
+    state: str = "pending"
+    detail: str = ""
+    started: float | None = None
+    elapsed: float | None = None
+    live: str = ""
+
+    def seconds(self, now: float) -> float | None:
+        if self.elapsed is not None and self.state in _FINISHED:
+            return self.elapsed
+        if self.started is not None:
+            return max(0.0, now - self.started)
+        return None
+
+
+def _fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+class ProgressWidget:
+    """Live progress of one run, as ipywidgets.
+
+    Parameters
+    ----------
+    request
+        The request, for the title.
+    on_cancel
+        Called when the Cancel button is clicked (``BackgroundRun.cancel``).
+    diff
+        Called with the tool at the end; returns a
+        :class:`~flakebot_magic.provenance.WorkspaceDiff` or None.
+    stages
+        The rows shown as pending from the start.
+    clock
+        ``time.monotonic`` (events carry monotonic times).
+
+    Examples
+    --------
+    >>> progress = ProgressWidget("render markdown", on_cancel=run.cancel)  # doctest: +SKIP
+    >>> tool = run.wait([progress], tick=progress.tick)                     # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        request: str = "",
+        *,
+        on_cancel: Callable[[], None] | None = None,
+        diff: Callable[[Any], Any] | None = None,
+        stages: Iterable[str] = STAGES,
+        clock: Callable[[], float] = time.monotonic,
+        log_limit: int = 400,
+    ) -> None:
+        self.request = " ".join(request.split())
+        self.on_cancel = on_cancel
+        self.diff_provider = diff
+        self.clock = clock
+        self.started = clock()
+        self.rows: dict[str, StageRow] = {}
+        for stage in stages:
+            self.rows[stage] = StageRow(stage, stage, stage)
+        self.log_lines: deque[str] = deque(maxlen=log_limit)
+        self.log_count = 0
+        self.notices: list[tuple[str, str]] = []
+        self.iterations = 0
+        self.tests_passing: int | None = None
+        self.outcome = "running"  # running | success | failed | cancelled
+        self.finished_at: float | None = None
+        self.tool: Any = None
+        self.error: BaseException | None = None
+        self.diff: Any = None
+        self.cancel_requested = False
+        self._log_dirty = False
+        self._log_rendered_at = 0.0
+
+        self.title = widgets.HTML()
+        self.bar = widgets.IntProgress(
+            value=0, min=0, max=len(self.rows), bar_style="info", layout=widgets.Layout(width="100%")
+        )
+        self.counts = widgets.HTML()
+        self.table = widgets.HTML()
+        self.notice_view = widgets.HTML()
+        self.cancel_button = widgets.Button(
+            description="Cancel", button_style="danger", icon="stop",
+            tooltip="Stop the run: kills the running cargo/nix processes and keeps the workspace",
+        )
+        self.cancel_button.add_class("flakebot-cancel")
+        self.cancel_button.on_click(self._cancel_clicked)
+        self.log_view = widgets.HTML()
+        self.log = widgets.Accordion(children=[self.log_view], selected_index=None)
+        self.log.set_title(0, "Log")
+        self.summary = widgets.HTML()
+        self.diff_view = widgets.HTML()
+        self.diff_box = widgets.Accordion(
+            children=[self.diff_view], selected_index=None, layout=widgets.Layout(display="none")
+        )
+        self.diff_box.set_title(0, "Changes against the published crate")
+        self.widget = widgets.VBox(
+            [self.title, self.bar, self.counts, self.table, self.notice_view, self.cancel_button,
+             self.summary, self.diff_box, self.log],
+            layout=widgets.Layout(width="100%", max_width="960px"),
+        )
+        self.widget.add_class("flakebot-progress")
+        self._render_all()
+
+    # -- observing --------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LogLine):
+            self._on_log(event)
+        elif isinstance(event, StageStarted):
+            row = self._row_to_start(event.stage)
+            row.state, row.started, row.elapsed, row.live = "running", event.at, None, ""
+            row.detail = event.detail
+            self._render_table()
+        elif isinstance(event, StageFinished):
+            row = self._row_to_finish(event.stage)
+            row.state = event.status if event.status in STATES else "done"
+            row.elapsed, row.live = event.elapsed, ""
+            if row.started is None:
+                row.started = event.at - event.elapsed
+            row.detail = event.detail or row.detail
+            if self.cancel_requested and row.state == "failed":
+                row.state = "cancelled"
+            if event.stage == "test":
+                found = _PASSED.search(event.detail)
+                if found:
+                    self.tests_passing = int(found.group(1))
+            self._render_table()
+        elif isinstance(event, Notice):
+            if event.stage == "run" and event.level == "warning":
+                self.cancel_requested = True
+            self.notices.append((event.level, event.message))
+            self._render_notices()
+        elif isinstance(event, RunFinished):
+            self._finish(event)
+        elif type(event).__name__ == "IterationResult":
+            self._on_iteration(event)
+
+    def tick(self) -> None:
+        """Refresh the running rows' elapsed time and the log; call it a few times a second."""
+        now = self.clock()
+        if self.outcome == "running":
+            self._render_table()
+            self._render_title(now)
+        if self._log_dirty and now - self._log_rendered_at >= _LOG_EVERY:
+            self._render_log(now)
+
+    # -- rows ---------------------------------------------------------------------
+
+    def _latest(self, stage: str) -> StageRow | None:
+        found = None
+        for row in self.rows.values():
+            if row.stage == stage:
+                found = row
+        return found
+
+    def _new_row(self, stage: str) -> StageRow:
+        count = sum(1 for row in self.rows.values() if row.stage == stage)
+        key = stage if count == 0 else f"{stage}-{count + 1}"
+        row = StageRow(key, stage, stage if count == 0 else f"{stage} {count + 1}")
+        # a repeated stage (edit, check) goes right after its previous row
+        keys = list(self.rows)
+        previous = [i for i, k in enumerate(keys) if self.rows[k].stage == stage]
+        if previous:
+            keys.insert(previous[-1] + 1, key)
+            rows = dict(self.rows)
+            rows[key] = row
+            self.rows = {k: rows[k] for k in keys}
+        else:
+            self.rows[key] = row
+        self.bar.max = len(self.rows)
+        return row
+
+    def _row_to_start(self, stage: str) -> StageRow:
+        row = self._latest(stage)
+        if row is None or row.state != "pending":
+            row = self._new_row(stage)
+        return row
+
+    def _row_to_finish(self, stage: str) -> StageRow:
+        row = self._latest(stage)
+        if row is None or row.state in _FINISHED:
+            row = self._new_row(stage)
+        return row
+
+    def _on_log(self, event: LogLine) -> None:
+        self.log_lines.append(f"{event.stage}| {event.line}")
+        self.log_count += 1
+        self._log_dirty = True
+        if _PROGRESS_LINE.match(event.line):
+            row = self._latest(event.stage)
+            if row is not None and row.state == "running":
+                row.live = event.line.strip()[:90]
+
+    def _on_iteration(self, event: Any) -> None:
+        """An edit/check iteration of the edit loop (``events.IterationResult``), read by duck typing."""
+        number = int(getattr(event, "iteration", self.iterations + 1) or 0)
+        run = int(getattr(event, "run", 0) or 0)
+        self.iterations = max(self.iterations, number)
+        passed = getattr(event, "passed", None)
+        failed = getattr(event, "failed", None)
+        errors = getattr(event, "errors", None)
+        if passed is not None and not getattr(event, "reverted", False):
+            self.tests_passing = int(passed)
+        key = f"iteration-{run or number}"
+        row = self.rows.get(key)
+        if row is None:
+            label = "baseline" if number == 0 and not run else f"iteration {number}"
+            if run and sum(1 for r in self.rows.values() if r.stage == "iteration" and r.label.startswith(label)):
+                label = f"{label} (run {run})"
+            row = StageRow(key, "iteration", label)
+            keys = list(self.rows)
+            # iterations go after the edit row (and the iterations before them)
+            after = [i for i, k in enumerate(keys) if self.rows[k].stage in ("edit", "iteration")]
+            keys.insert(after[-1] + 1 if after else len(keys), key)
+            rows = dict(self.rows)
+            rows[key] = row
+            self.rows = {k: rows[k] for k in keys}
+            self.bar.max = len(self.rows)
+        reverted = bool(getattr(event, "reverted", False))
+        green = getattr(event, "green", getattr(event, "ok", None))
+        if reverted:
+            row.state = "failed"
+        elif green is not None:
+            row.state = "done" if green else "failed"
+        else:
+            row.state = "failed" if (errors or failed) else "done"
+        row.elapsed = getattr(event, "elapsed", None)
+        parts = []
+        if passed is not None or failed is not None:
+            parts.append(f"{passed or 0} passed, {failed or 0} failed")
+        if errors:
+            parts.append(f"{errors} compile errors")
+        if reverted:
+            parts.append(f"reverted: {getattr(event, 'reason', '')}".rstrip(": "))
+        summary = getattr(event, "summary", "")
+        if summary:
+            parts.append(str(summary))
+        row.detail = "; ".join(parts)
+        self._render_table()
+        self._render_title(self.clock())
+
+    # -- the end ------------------------------------------------------------------
+
+    def _finish(self, event: RunFinished) -> None:
+        self.finished_at = event.at
+        self.tool, self.error = event.tool, event.error
+        cancelled = isinstance(event.error, (Cancelled, KeyboardInterrupt))
+        self.outcome = "success" if event.ok else "cancelled" if cancelled else "failed"
+        for row in self.rows.values():
+            if row.state == "running":
+                row.state = "cancelled" if cancelled else "failed"
+                row.elapsed = event.at - row.started if row.started is not None else None
+            elif row.state == "pending":
+                row.state = "skipped"
+        self.bar.value = self.bar.max
+        self.bar.bar_style = {"success": "success", "cancelled": "warning"}.get(self.outcome, "danger")
+        self.cancel_button.layout.display = "none"
+        if event.ok and self.diff_provider is not None:
+            try:
+                self.diff = self.diff_provider(event.tool)
+            except Exception as exc:  # a missing diff must not hide the result
+                self.notices.append(("warning", f"could not compute the diff: {exc}"))
+        if self.diff is not None:
+            self.diff_view.value = self.diff.to_html()
+            self.diff_box.set_title(0, f"Changes: {self.diff.summary}")
+            self.diff_box.layout.display = None
+        self._render_all(self.finished_at)
+
+    def _cancel_clicked(self, _button: Any = None) -> None:
+        if self.outcome != "running" or self.cancel_button.disabled:
+            return
+        self.cancel_requested = True
+        self.cancel_button.disabled = True
+        self.cancel_button.description = "Cancelling…"
+        if self.on_cancel is not None:
+            self.on_cancel()
+
+    # -- rendering ------------------------------------------------------------------
+
+    def _render_all(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        self._render_title(now)
+        self._render_table(now)
+        self._render_notices()
+        self._render_summary(now)
+        self._render_log(now)
+
+    def _render_title(self, now: float) -> None:
+        end = self.finished_at if self.finished_at is not None else now
+        elapsed = _fmt_seconds(end - self.started)
+        word = {
+            "running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled",
+        }[self.outcome]
+        color = {"running": "#0969da", "success": "#1a7f37", "failed": "#cf222e", "cancelled": "#9a6700"}[self.outcome]
+        name = f" <code>{html.escape(self.tool.name)}</code>" if self.tool is not None else ""
+        request = f" — {html.escape(self.request[:100])}" if self.request else ""
+        self.title.value = (
+            f"<div class='flakebot-title' data-outcome='{self.outcome}' style='font-size:14px'>"
+            f"<b>flakebot</b>{name}{request} · "
+            f"<span class='flakebot-outcome' style='color:{color};font-weight:bold'>{word}</span> "
+            f"<span style='color:#57606a'>{elapsed}</span></div>"
+        )
+        counts = []
+        if self.iterations:
+            counts.append(f"iteration {self.iterations}")
+        if self.tests_passing is not None:
+            counts.append(f"{self.tests_passing} tests passing")
+        self.counts.value = (
+            f"<div class='flakebot-counts' style='color:#57606a'>{' · '.join(counts)}</div>" if counts else ""
+        )
+
+    def _render_table(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        finished = sum(1 for row in self.rows.values() if row.state in _FINISHED)
+        if self.outcome == "running":
+            self.bar.value = min(finished, self.bar.max)
+        cells = []
+        for row in self.rows.values():
+            color = _COLOR[row.state]
+            detail = row.live if row.state == "running" and row.live else row.detail
+            cells.append(
+                f"<tr class='flakebot-row' data-stage='{html.escape(row.key)}' data-state='{row.state}'>"
+                f"<td style='color:{color};width:1.5em;text-align:center'>{_ICON[row.state]}</td>"
+                f"<td style='padding-right:1em'><b>{html.escape(row.label)}</b></td>"
+                f"<td style='color:{color};padding-right:1em'>{row.state}</td>"
+                f"<td style='text-align:right;padding-right:1em;font-variant-numeric:tabular-nums'>"
+                f"{_fmt_seconds(row.seconds(now))}</td>"
+                f"<td style='color:#57606a;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
+                f"{html.escape(detail[:200])}</td></tr>"
+            )
+        self.table.value = (
+            "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;line-height:1.6'>"
+            + "".join(cells) + "</table>"
+        )
+
+    def _render_notices(self) -> None:
+        items = []
+        for level, message in self.notices[-8:]:
+            color = "#9a6700" if level == "warning" else "#57606a"
+            items.append(f"<div style='color:{color}'>{'⚠ ' if level == 'warning' else ''}{html.escape(message)}</div>")
+        self.notice_view.value = f"<div class='flakebot-notices' style='font-size:12px'>{''.join(items)}</div>" if items else ""
+
+    def _render_log(self, now: float) -> None:
+        self._log_dirty = False
+        self._log_rendered_at = now
+        shown = "\n".join(self.log_lines)
+        more = self.log_count - len(self.log_lines)
+        head = f"… {more} earlier lines in the saved log (%flakebot logs NAME)\n" if more > 0 else ""
+        self.log_view.value = (
+            "<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0'>"
+            f"{html.escape(head + shown) or '(no output yet)'}</pre>"
+        )
+        self.log.set_title(0, f"Log ({self.log_count} lines)")
+
+    def _render_summary(self, now: float) -> None:
+        if self.outcome == "running":
+            self.summary.value = ""
+            return
+        if self.outcome == "success" and self.tool is not None:
+            tool = self.tool
+            example = html.escape(tool.example()) if hasattr(tool, "example") else ""
+            tests = f"{self.tests_passing} tests passing · " if self.tests_passing is not None else ""
+            self.summary.value = (
+                "<div class='flakebot-summary' data-outcome='success' style='border-left:3px solid #1a7f37;padding-left:8px'>"
+                f"<b><code>{html.escape(tool.name)}</code></b> is ready: {html.escape(tool.crate)} {html.escape(tool.version)} "
+                f"({tests}{html.escape(getattr(tool, 'backend', ''))})<br>"
+                f"call it: <code>{example}</code><br>"
+                f"<span style='color:#57606a'>store: <code>{html.escape(str(tool.store_path))}</code></span></div>"
+            )
+            return
+        error = self.error
+        message = str(error) if error is not None else "the run failed"
+        lines = message.splitlines()
+        kind = type(error).__name__ if error is not None else "Error"
+        color = "#9a6700" if self.outcome == "cancelled" else "#cf222e"
+        self.summary.value = (
+            f"<div class='flakebot-summary' data-outcome='{self.outcome}' style='border-left:3px solid {color};padding-left:8px'>"
+            f"<b>{html.escape(kind)}</b><pre style='white-space:pre-wrap;margin:0'>"
+            f"{html.escape(chr(10).join(lines[:40]))}</pre></div>"
+        )
+
+    # -- plain text ---------------------------------------------------------------
+
+    def text(self) -> str:
+        """The same progress as plain text (for front ends without a widget manager)."""
+        now = self.finished_at if self.finished_at is not None else self.clock()
+        lines = []
+        head = {"running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled"}[self.outcome]
+        lines.append(f"flakebot: {self.request[:80]} — {head} ({_fmt_seconds(now - self.started)})")
+        for row in self.rows.values():
+            detail = f"  {row.detail}" if row.detail else ""
+            lines.append(f"  {_ICON[row.state]} {row.label:<12} {row.state:<9} {_fmt_seconds(row.seconds(now)):>7}{detail}")
+        for level, message in self.notices:
+            lines.append(f"  {'warning: ' if level == 'warning' else ''}{message}")
+        if self.outcome == "success" and self.tool is not None and hasattr(self.tool, "example"):
+            lines.append(f"  `{self.tool.name}` is ready: {self.tool.example()}")
+        elif self.error is not None:
+            lines.append(f"  {type(self.error).__name__}: {str(self.error).splitlines()[0] if str(self.error) else ''}")
+        if self.diff is not None:
+            lines.append(f"  {self.diff.summary}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def mimebundle(self) -> dict[str, Any]:
+        """The display data: the widget view, and the plain text for front ends without widgets."""
+        return {
+            "application/vnd.jupyter.widget-view+json": {
+                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+            },
+            "text/plain": self.text(),
+        }

@@ -1,0 +1,216 @@
+"""The Jupyter server extension in a real ``jupyter server``: API, auth, XSRF, dashboard, proxy, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from jupyter_process import JupyterProcess, free_port
+
+from flakebot_magic.config import Settings
+from flakebot_magic.inventory import Inventory, ToolRecord
+from flakebot_magic.runlog import log_path
+
+_ECHO_SERVER = textwrap.dedent(
+    """
+    import json, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def _answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.dumps({
+                "method": self.command, "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": self.rfile.read(length).decode(),
+            }).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Tool", "echo")
+            self.send_header("Set-Cookie", "tool=1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        do_GET = do_POST = _answer
+        def log_message(self, *args):
+            pass
+
+    HTTPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
+    """
+)
+
+
+def _record(name: str, store: Path, **changes: object) -> ToolRecord:
+    store.mkdir(parents=True, exist_ok=True)
+    (store / "manifest.json").write_text(json.dumps({
+        "crate": "tinyecho", "version": "0.2.0", "checksum": "c0ffee", "commit": "a" * 40, "backend": "cargo",
+    }))
+    record = ToolRecord(
+        name=name, crate="tinyecho", version="0.2.0", binary=str(store / "bin" / "tinyecho"), store_path=str(store),
+        source_hash="0123456789abcdef", checksum="c0ffee", checksum_kind="sha256", registry="dir:/r",
+        workspace="", commit="a" * 40, description="Echo words", created=time.time(),
+    )
+    for key, value in changes.items():
+        setattr(record, key, value)
+    return record
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _ECHO_SERVER, str(port)], start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    with httpx.Client() as client:
+        while True:
+            try:
+                client.get(url)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    yield proc, url
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory, echo: tuple[subprocess.Popen[bytes], str]) -> Settings:
+    cache = tmp_path_factory.mktemp("cache")
+    settings = Settings(cache_dir=cache)
+    inventory = Inventory(settings.tools_dir)
+    inventory.save(_record("te", cache / "store" / "te"))
+    proc, url = echo
+    inventory.save(_record("web", cache / "store" / "web", kind="http", status="running", pid=proc.pid, url=url,
+                           started=time.time()))
+    inventory.save(_record("gone", cache / "store" / "gone", kind="http", status="stopped", url=url))
+    inventory.save(_record("far", cache / "store" / "far", kind="http", status="running", pid=proc.pid,
+                           url="http://192.0.2.1:80"))
+    path = log_path(settings, "te")
+    path.parent.mkdir(parents=True)
+    path.write_text("== build started\nbuild|    Compiling tinyecho v0.2.0\n== build done\n")
+    inventory.update("te", log_path=str(path))
+    return settings
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[JupyterProcess]:
+    root = tmp_path_factory.mktemp("root")
+    jupyter = JupyterProcess(root, env={"FLAKEBOT_CACHE_DIR": str(settings.cache_dir)}).start()
+    yield jupyter
+    jupyter.stop()
+
+
+def test_extension_is_enabled_by_the_installed_config() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter_server", "extension", "list"], capture_output=True, text=True, timeout=60
+    )
+    listing = done.stdout + done.stderr
+    assert "flakebot_magic.server" in listing and "enabled" in listing.split("flakebot_magic.server", 1)[1][:40]
+
+
+@pytest.mark.parametrize("path", ["/flakebot/api", "/flakebot/api/tools", "/flakebot/api/tools/te",
+                                  "/flakebot/api/tools/te/logs"])
+def test_api_without_a_token_is_forbidden(server: JupyterProcess, path: str) -> None:
+    with server.client(token=False) as client:
+        assert client.get(path).status_code == 403
+        assert client.get(path, params={"token": "wrong"}).status_code == 403
+
+
+def test_dashboard_without_a_token_goes_to_the_login_page(server: JupyterProcess) -> None:
+    with server.client(token=False) as client:
+        response = client.get("/flakebot/")
+    assert response.status_code == 302 and "/login" in response.headers["location"]
+
+
+def test_api_lists_tools_with_status_and_provenance(server: JupyterProcess) -> None:
+    with server.client() as client:
+        index = client.get("/flakebot/api").json()
+        tools = {t["name"]: t for t in client.get("/flakebot/api/tools").json()["tools"]}
+        one = client.get("/flakebot/api/tools/te").json()
+        missing = client.get("/flakebot/api/tools/nope")
+    assert index["tools"] == "/flakebot/api/tools"
+    assert set(tools) == {"far", "gone", "te", "web"}
+    assert tools["web"]["status"] == "running" and tools["web"]["links"]["proxy"] == "/flakebot/proxy/web/"
+    assert tools["te"]["status"] == "ready" and "proxy" not in tools["te"]["links"]
+    assert one["provenance"]["crate"] == "tinyecho" and one["provenance"]["commit"] == "a" * 40
+    assert missing.status_code == 404
+
+
+def test_logs(server: JupyterProcess) -> None:
+    with server.client() as client:
+        logs = client.get("/flakebot/api/tools/te/logs").json()
+        assert client.get("/flakebot/api/tools/nope/logs").status_code == 404
+    assert "Compiling tinyecho" in logs["text"]
+
+
+def test_dashboard_lists_the_tools(server: JupyterProcess) -> None:
+    with server.client() as client:
+        page = client.get("/flakebot/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for name in ("te", "web", "gone"):
+        assert f"data-name='{name}'" in page.text
+    assert "Compiling tinyecho" in page.text and "/flakebot/proxy/web/" in page.text
+
+
+def test_proxy_forwards_to_the_tool_without_jupyters_credentials(server: JupyterProcess) -> None:
+    with server.client() as client:
+        response = client.get("/flakebot/proxy/web/hello/there", params={"x": "1"}, headers={"X-Mine": "yes"})
+        posted = client.post("/flakebot/proxy/web/submit", content=b"payload")
+        root = client.get("/flakebot/proxy/web")
+    assert response.status_code == 200 and response.headers["x-tool"] == "echo"
+    # a tool sets no cookies on Jupyter's origin
+    assert not any("tool=1" in c for c in response.headers.get_list("set-cookie"))
+    echoed = response.json()
+    assert echoed["path"] == "/hello/there?x=1" and echoed["headers"]["x-mine"] == "yes"
+    assert "authorization" not in echoed["headers"] and "cookie" not in echoed["headers"]
+    assert posted.json()["body"] == "payload" and posted.json()["method"] == "POST"
+    assert root.json()["path"] == "/"
+
+
+def test_proxy_refuses_what_it_must(server: JupyterProcess) -> None:
+    with server.client() as client:
+        assert client.get("/flakebot/proxy/te/").status_code == 404  # a command-line tool
+        assert client.get("/flakebot/proxy/gone/").status_code == 503  # not running
+        assert client.get("/flakebot/proxy/far/").status_code == 403  # not a loopback address
+        assert client.get("/flakebot/proxy/nope/").status_code == 404
+    with server.client(token=False) as client:
+        assert client.get("/flakebot/proxy/web/").status_code in (302, 403)
+
+
+def test_post_with_the_login_cookie_but_no_xsrf_is_forbidden(server: JupyterProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        login = browser.get("/login")
+        xsrf = login.cookies.get("_xsrf") or browser.cookies.get("_xsrf")
+        assert xsrf
+        logged_in = browser.post("/login", data={"password": server.token, "_xsrf": xsrf})
+        assert logged_in.status_code == 302
+        assert browser.get("/flakebot/api/tools").status_code == 200  # the cookie authenticates
+        forged = browser.post("/flakebot/api/tools/te/stop")
+        assert forged.status_code == 403
+        allowed = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf})
+        assert allowed.status_code == 200 and "nothing to stop" in allowed.json()["message"]
+
+
+def test_stop_kills_the_recorded_process_group(
+    server: JupyterProcess, settings: Settings, echo: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    proc, _ = echo
+    with server.client() as client:
+        response = client.post("/flakebot/api/tools/web/stop")
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "stopped"
+        assert proc.wait(timeout=10) is not None
+        assert client.get("/flakebot/api/tools/web").json()["status"] == "stopped"
+        assert client.get("/flakebot/proxy/web/").status_code == 503
+    assert Inventory(settings.tools_dir).get("web").pid is None  # type: ignore[union-attr]

@@ -1,0 +1,123 @@
+"""Tools by name: the list table, provenance, logs, stop (by recorded process group), the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import UsageError
+from flakebot_magic.git import Git
+from flakebot_magic.inventory import Inventory, ToolRecord
+from flakebot_magic.process import ProcessRunner
+from flakebot_magic.provenance import differences, workspace_diff
+from flakebot_magic.runlog import log_path
+from flakebot_magic.tools import describe, logs, status_of, stop, stop_all, table
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    settings = Settings(cache_dir=tmp_path / "cache")
+    store = tmp_path / "store" / "abc-tinyecho-0.2.0"
+    store.mkdir(parents=True)
+    (store / "manifest.json").write_text(json.dumps({
+        "crate": "tinyecho", "version": "0.2.0", "checksum": "c0ffee", "commit": "b" * 40, "backend": "cargo",
+        "rustc": "rustc 1.95.0 (x)\nhost: x86_64", "model": "gpt-test", "iterations": 3,
+    }))
+    Inventory(settings.tools_dir).save(ToolRecord(
+        name="te", crate="tinyecho", version="0.2.0", binary=str(store / "bin" / "tinyecho"), store_path=str(store),
+        source_hash="abcdef0123456789", checksum="c0ffee", checksum_kind="sha256", registry="dir:/r",
+        workspace=str(tmp_path / "ws"), commit="b" * 40, created=time.time(), request="echo words",
+    ))
+    return settings
+
+
+def test_table_has_the_columns(settings: Settings) -> None:
+    text = repr(table(settings))
+    header, row = text.splitlines()
+    for column in ("name", "kind", "crate@version", "hash", "backend", "status", "started"):
+        assert column in header
+    assert "te" in row and "cli" in row and "tinyecho@0.2.0" in row and "abcdef012345" in row and "ready" in row
+    assert "<table" in table(settings)._repr_html_()
+    assert "No tools yet" in repr(table(Settings(cache_dir=settings.cache_dir / "none")))
+
+
+def test_describe_is_the_provenance(settings: Settings) -> None:
+    data = describe(settings, "te")
+    assert data["crate"] == "tinyecho" and data["commit"] == "b" * 40 and data["checksum"] == "c0ffee"
+    assert data["model"] == "gpt-test" and data["iterations"] == 3 and data["rustc"] == "rustc 1.95.0 (x)"
+    assert data["request"] == "echo words" and data["store_path"].endswith("abc-tinyecho-0.2.0")
+    assert differences(data, {**data, "commit": "c" * 40}) == {"commit": ("b" * 40, "c" * 40)}
+    with pytest.raises(UsageError, match="No tool named 'nope'.*te"):
+        describe(settings, "nope")
+
+
+def test_logs_of_a_tool_and_of_a_failed_build(settings: Settings) -> None:
+    assert "no build log kept" in logs(settings, "te")
+    path = log_path(settings, "te")
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(f"line {i}\n" for i in range(500)))
+    text = logs(settings, "te", last=10)
+    assert "line 499" in text and "line 489" not in text and "490 earlier lines" in text
+    log_path(settings, "broken").write_text("== build failed\n")  # no record: the build failed
+    assert "build failed" in logs(settings, "broken")
+    with pytest.raises(UsageError):
+        logs(settings, "never")
+
+
+def test_stop_a_command_line_tool_says_there_is_nothing_to_stop(settings: Settings) -> None:
+    assert "nothing to stop" in stop(settings, "te")
+
+
+def test_stop_kills_a_recorded_process_group(settings: Settings) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        inventory = Inventory(settings.tools_dir)
+        record = inventory.get("te")
+        assert record is not None
+        record.name, record.kind, record.status, record.pid, record.url = "svc", "http", "running", proc.pid, "http://127.0.0.1:1/"
+        inventory.save(record)
+        assert [status_of(r) for r in inventory.all()] == ["running", "ready"]
+        assert stop_all(settings) == [f"stopped svc (process group {proc.pid})"]
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+        assert inventory.get("svc").status == "stopped"  # type: ignore[union-attr]
+        assert stop(settings, "svc") == "svc is not running."
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_running_record_whose_process_is_gone_shows_stopped(settings: Settings) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    inventory = Inventory(settings.tools_dir)
+    inventory.update("te", kind="http", status="running", pid=proc.pid)
+    assert status_of(inventory.get("te")) == "stopped"  # type: ignore[arg-type]
+
+
+def test_workspace_diff_hides_long_generated_files(tmp_path: Path) -> None:
+    git = Git(tmp_path, ProcessRunner())
+    git.init("published")
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "x"\n')
+    git.commit("Published source", all_files=True)
+    git("branch", "flakebot")
+    git("checkout", "-q", "flakebot")
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "x"\nautotests = false\n')
+    (tmp_path / "Cargo.lock").write_text("".join(f"line {i}\n" for i in range(100)))
+    commit = git.commit("Edit and lock", ["Cargo.toml", "Cargo.lock"])
+    assert commit is not None
+    diff = workspace_diff(tmp_path, commit)
+    assert diff is not None
+    assert diff.files == 2 and diff.insertions == 101 and diff.hidden == ["Cargo.lock"]
+    assert "+autotests = false" in diff.body and "line 50" not in diff.body
+    assert "Cargo.lock" in diff.stat and "2 files changed" in diff.summary
+    assert "color:#116329" in diff.to_html()
+    assert workspace_diff(tmp_path / "nowhere") is None
