@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from flakebot_magic.config import DEBIAN_REGISTRY
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.kernel
 
@@ -83,3 +84,47 @@ def test_failed_run_shows_message_not_traceback(ip: InteractiveShell, tmp_path: 
     text = captured.out + captured.err
     assert "SearchError" in text and "No crate" in text
     assert "Traceback" not in text
+
+
+# -- the edit loop through the magic (the model is the scripted fake OpenAI server) --------------
+
+
+def test_model_options_and_traits_are_documented(ip: InteractiveShell) -> None:
+    doc = ip.find_cell_magic("flakebot").__doc__
+    for option in ("--model", "--base-url", "--provider", "--max-iterations", "--continue", "--allow-build-scripts"):
+        assert option in doc, option
+    traits = ip.magics_manager.registry["FlakebotMagics"].class_trait_names(config=True)
+    assert {"model", "base_url", "provider", "max_iterations", "token_budget", "allow_build_scripts"} <= set(traits)
+
+
+def test_continue_without_a_model_is_a_usage_error(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLAKEBOT_MODEL", raising=False)
+    result = ip.run_cell("%%flakebot --name sha --continue\nalso accept --upper")
+    assert not result.success
+    assert "needs a model" in str(result.error_in_exec) and "--model" in str(result.error_in_exec)
+
+
+@pytest.mark.cargo
+def test_a_configured_model_turns_a_library_into_a_tool_in_the_kernel(
+    tmp_path: Path, fake_openai: Callable[..., FakeOpenAIServer]
+) -> None:
+    from editscripts import TINYHEX, tinyhex_done
+    from tinycrates import write_registry
+
+    registry = write_registry(tmp_path / "registry", [TINYHEX])
+    server = fake_openai(tinyhex_done())
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.FlakebotMagics.cache_dir = str(tmp_path / "cache")
+    config.FlakebotMagics.registry = str(registry)
+    config.FlakebotMagics.model = "scripted"  # c.FlakebotMagics.model = ... in ipython_config.py
+    config.FlakebotMagics.base_url = server.base_url
+    shell = InteractiveShell(config=config)
+    try:
+        shell.extension_manager.load_extension("flakebot_magic")
+        result = shell.run_cell("%%flakebot --name hexer\nprint standard input as hex")
+        assert result.success, result.error_in_exec
+        assert shell.user_ns["hexer"]("hi") == "6869\n"
+    finally:
+        shell.cleanup()
+    assert len(server.requests) == 2 and "print standard input as hex" in str(server.requests[0]["messages"])

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -74,6 +75,8 @@ TOOL_NAMES = ("list_files", "read_file", "write_file", "replace_in_file", "delet
 STATE_FILE = "flakebot-edit.json"
 #: the loop's check runs share the test stage's target dir, so the final test run is fresh
 LOOP_TARGET = ("target", "flakebot-test")
+#: never committed: build outputs (cargo's, and nix's result links)
+_NOT_SOURCE = ("target", "result", "result-*")
 
 MAX_REPORT = 6000  # characters of one check-run report sent to the model
 MAX_ERRORS = 6
@@ -275,7 +278,7 @@ class ToolContract:
 def read_contract(manifest: Path) -> tuple[ToolContract | None, str]:
     """The contract in ``manifest``, and "" or what is wrong with it."""
     try:
-        doc = tomlkit.parse(manifest.read_text(encoding="utf-8")).unwrap()
+        doc = _parse_toml(manifest.read_text(encoding="utf-8"))
     except Exception as exc:  # an unreadable manifest, whatever the reason, is a contract problem
         return None, f"Cargo.toml cannot be read: {exc}"
     meta = ((doc.get("package") or {}).get("metadata") or {}).get("flakebot")
@@ -290,6 +293,15 @@ def read_contract(manifest: Path) -> tuple[ToolContract | None, str]:
     if not isinstance(binary, str) or not binary:
         return None, "[package.metadata.flakebot] needs bin = \"<binary target name>\""
     return ToolContract(kind, binary), ""
+
+
+def _parse_toml(text: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # tomllib is ten times faster than tomlkit, and this runs every check
+        import tomllib
+
+        return tomllib.loads(text)
+    data: dict[str, Any] = tomlkit.parse(text).unwrap()
+    return data
 
 
 # -- tests in the source: what the ratchet protects -------------------------------
@@ -534,7 +546,8 @@ class CheckRun:
     #: the best commit a reverted run went back to
     reverted_to: str = ""
     session: int = 1
-    #: seconds spent inside cargo, and in the whole run (cargo + flakebot)
+    #: seconds spent inside cargo, and in the whole run (cargo + flakebot); for the last
+    #: run of an iteration, over the whole iteration (ratchet scan, fixes, commits, report)
     cargo_seconds: float = 0.0
     seconds: float = 0.0
     #: dependency compilation units cargo compiled (not fresh) in this run
@@ -773,7 +786,7 @@ class EditLoop:
         self._best_passed = 0
         self._protected: list[TestFunction] = []
         self._finished: str | None = None
-        self._touched: set[str] = set()
+        self._cargo_total = 0.0
         self._session = 1
 
     # -- public -------------------------------------------------------------
@@ -917,7 +930,7 @@ class EditLoop:
         if not finished:
             raise _BrokenReply("the stream ended before the reply did")
         text = "".join(content)
-        tool_calls = [
+        tool_calls: list[dict[str, Any]] = [
             {
                 "id": entry["id"] or f"call_{index}",
                 "type": "function",
@@ -1010,7 +1023,6 @@ class EditLoop:
         existed = target.exists()
         target.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(target, content)
-        self._touched.add(target.relative_to(self.root).as_posix())
         return f"{'overwrote' if existed else 'created'} {path} ({len(content.splitlines())} lines)"
 
     def _replace_in_file(self, path: str, search: str, replace: str) -> str:
@@ -1031,7 +1043,6 @@ class EditLoop:
         if target.name == "Cargo.toml":
             _check_manifest(self.root, new, allow_build_scripts=self.allow_build_scripts)
         _atomic_write(target, new)
-        self._touched.add(target.relative_to(self.root).as_posix())
         line = text[: text.index(search)].count("\n") + 1
         return f"replaced 1 occurrence in {path} at line {line}"
 
@@ -1040,7 +1051,6 @@ class EditLoop:
         if not target.is_file():
             raise PathRefused(f"{path!r} is not a file")
         target.unlink()
-        self._touched.add(target.relative_to(self.root).as_posix())
         return f"deleted {path}"
 
     # -- check runs -------------------------------------------------------------
@@ -1056,6 +1066,7 @@ class EditLoop:
         return run
 
     def _iteration(self, *, finish: str | None) -> str:
+        started, cargo_before = time.monotonic(), self._cargo_total
         self.iterations += 1
         iteration = self.iterations
         violations = _ratchet_violations(self._protected, scan_tests(self.root))
@@ -1085,6 +1096,8 @@ class EditLoop:
                     self._protected = scan_tests(self.root)
                 self._emit(run)
         report = run.report(self.root, best_passed=self._best_passed)
+        # the whole iteration: ratchet scan, cargo, fixes, commits, events, the report
+        run.seconds, run.cargo_seconds = time.monotonic() - started, self._cargo_total - cargo_before
         previous = next((r for r in reversed(self.runs) if r.iteration == iteration - 1), None)
         if run.green and finish is not None:
             self._finished = finish
@@ -1180,6 +1193,7 @@ class EditLoop:
             )
         run.cargo_seconds = cargo_time
         run.seconds = time.monotonic() - started
+        self._cargo_total += cargo_time
         self.runs.append(run)
         return run
 
@@ -1208,15 +1222,23 @@ class EditLoop:
         return done
 
     def _stage(self) -> None:
-        self.git("add", "-A", ".")
-        # what the model wrote is committed even where the crate's own .gitignore says otherwise
-        forced = sorted(p for p in self._touched | {"Cargo.lock"} if (self.root / p).is_file())
-        if forced:
-            self.git("add", "-f", "--", *forced)
+        # everything but build outputs, even what the crate's own .gitignore names (as the fork does)
+        self.git("add", "-A", "-f", "--", ".", *(f":(exclude,top){p}" for p in _NOT_SOURCE))
 
     def _commit(self, run: CheckRun) -> str:
         self._stage()
         self.git("commit", "-q", "--no-verify", "--allow-empty", "-m", run.commit_message(self.root))
+        return self._head()
+
+    def _head(self) -> str:
+        """HEAD's commit id, read from .git without starting a process when the ref is a loose file."""
+        git_dir = self.root / ".git"
+        try:
+            head = (git_dir / "HEAD").read_text().strip()
+            if head.startswith("ref: "):
+                return (git_dir / head[5:]).read_text().strip()
+        except OSError:
+            pass
         return self.git.head()
 
     def _revert(self, run: CheckRun) -> None:
@@ -1359,8 +1381,12 @@ def _readme_summary(root: Path, limit: int = 1500) -> str:
         path = root / name
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
-            text = re.sub(r"<!--.*?-->|\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)|!\[[^\]]*\]\([^)]*\)", "", text, flags=re.S)
-            text = re.sub(r"\n{3,}", "\n\n", text).strip()
+            # badges, images, HTML comments and link definitions say nothing about the code
+            text = re.sub(r"<!--.*?-->|<img[^>]*>", "", text, flags=re.S)
+            text = re.sub(r"!?\[!?\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])\](?:\([^)]*\)|\[[^\]]*\])", "", text)
+            text = re.sub(r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])", "", text)
+            text = re.sub(r"(?m)^\[[^\]]+\]:.*$", "", text)
+            text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", text).strip()
             return text if len(text) <= limit else text[:limit].rsplit("\n", 1)[0] + "\n..."
     return ""
 
