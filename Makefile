@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 
+# The nix backend needs a nixpkgs; these machines reach no github, so the demo
+# builds against the nixpkgs TEST STAND-IN unless FLAKEBOT_NIXPKGS says otherwise.
+demo: export FLAKEBOT_NIXPKGS ?= path:$(CURDIR)/tests/nixpkgs
 demo: install
 	@$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb
 

@@ -20,7 +20,16 @@ What is measured (targets from the issues):
   baseline check run (count ``compiler-artifact`` messages with
   ``fresh: false`` for non-workspace packages), target 0;
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
-  ipywidgets, tornado and IPython not imported.
+  ipywidgets, tornado and IPython not imported;
+* nix backend (when nix is installed): the cold pipeline with ``nix build``
+  vs the cold cargo-backend pipeline for the same crate, alternated, target
+  ratio <= 1.3 (each nix round builds against a fresh copy of the nixpkgs
+  stand-in whose builder differs by a comment, so nothing comes from
+  /nix/store); and the warm re-run (cache hit) with the nix backend, target
+  <= 0.5 s.
+
+The cargo rows use ``backend="cargo"`` explicitly (``auto`` would pick nix
+wherever it is installed).
 """
 
 from __future__ import annotations
@@ -63,7 +72,7 @@ def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
     for _ in range(rounds):
         cache = Path(tempfile.mkdtemp(prefix="fb-bench-cold-"))
         try:
-            settings = Settings(cache_dir=cache, registry=registry)
+            settings = Settings(cache_dir=cache, registry=registry, backend="cargo")
             # the index is a per-registry cache, not part of a request: build it first
             DirectoryRegistry(registry, cache).search("warm up")
             pipeline_times.append(timed(lambda: Pipeline(settings).run(REQUEST, name="md")))
@@ -86,13 +95,14 @@ def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
     return {"pipeline_s": best_pipeline, "cargo_s": best_cargo, "ratio": best_pipeline / best_cargo}
 
 
-def warm(registry: str, runs: int) -> dict[str, float]:
-    cache = Path(tempfile.mkdtemp(prefix="fb-bench-warm-"))
+def warm(registry: str, runs: int, backend: str = "cargo", nixpkgs: str | None = None) -> dict[str, float]:
+    cache = Path(tempfile.mkdtemp(prefix=f"fb-bench-warm-{backend}-"))
     try:
-        settings = Settings(cache_dir=cache, registry=registry)
+        settings = Settings(cache_dir=cache, registry=registry, backend=backend, nixpkgs=nixpkgs)
         Pipeline(settings).run(REQUEST, name="md")
         in_process = [timed(lambda: Pipeline(settings).run(REQUEST, name="md")) for _ in range(runs)]
-        env = {**os.environ, "FLAKEBOT_CACHE_DIR": str(cache), "FLAKEBOT_REGISTRY": registry}
+        env = {**os.environ, "FLAKEBOT_CACHE_DIR": str(cache), "FLAKEBOT_REGISTRY": registry,
+               "FLAKEBOT_BACKEND": backend, **({"FLAKEBOT_NIXPKGS": nixpkgs} if nixpkgs else {})}
         command = [FLAKEBOT, "build", REQUEST, "--name", "md", "--quiet", "--json"]
         wall = [
             timed(lambda: subprocess.run(command, env=env, check=True, capture_output=True))
@@ -189,6 +199,37 @@ def _edit_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, st
     ]
 
 
+def _fresh_stand_in(root: Path) -> str:
+    """A copy of the nixpkgs stand-in whose Rust builder differs by a comment: no build output is reused."""
+    copy = root / "nixpkgs"
+    shutil.copytree(ROOT / "tests" / "nixpkgs", copy)
+    with (copy / "builder.sh").open("a") as builder:
+        builder.write(f"# benchmark round {time.time_ns()}\n")
+    return f"path:{copy}"
+
+
+def nix_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
+    """Alternate a cold pipeline with the cargo backend and one with the nix backend."""
+    cargo_times: list[float] = []
+    nix_times: list[float] = []
+    for _ in range(rounds):
+        for backend in ("cargo", "nix"):
+            cache = Path(tempfile.mkdtemp(prefix=f"fb-bench-{backend}-"))
+            try:
+                nixpkgs = _fresh_stand_in(cache) if backend == "nix" else None
+                settings = Settings(cache_dir=cache, registry=registry, backend=backend, nixpkgs=nixpkgs)
+                DirectoryRegistry(registry, cache).search("warm up")
+                took = timed(lambda: Pipeline(settings).run(REQUEST, name="md"))
+                (nix_times if backend == "nix" else cargo_times).append(took)
+                root = settings.gcroots_dir / "md"
+                if root.is_symlink():  # let nix-collect-garbage have the benchmark's builds
+                    root.unlink()
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+    best_nix, best_cargo = min(nix_times), min(cargo_times)
+    return {"nix_s": best_nix, "cargo_s": best_cargo, "ratio": best_nix / best_cargo}
+
+
 def search_p50(registry: str, runs: int) -> dict[str, float]:
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-search-"))
     queries = ["render markdown to html", "hex viewer", "sha256 hash", "base64 encode", "parse json",
@@ -220,6 +261,23 @@ def import_time(runs: int) -> dict[str, object]:
 
 
 def table(results: dict[str, dict[str, object]]) -> str:
+    rows: list[tuple[str, str, str]] = []
+    if "cold" in results:  # absent with --only-nix
+        rows += _cargo_rows(results)
+    if "nix_cold" in results:
+        nix_cold, nix_warm = results["nix_cold"], results["nix_warm"]
+        rows += [
+            ("cold pipeline, nix backend / cargo backend (pulldown-cmark, nixpkgs stand-in)",
+             f"{nix_cold['nix_s']:.1f} s / {nix_cold['cargo_s']:.1f} s = **{nix_cold['ratio']:.2f}x**", "<= 1.3x"),
+            ("warm re-run, nix backend, `flakebot build` command (p50)", f"**{nix_warm['command_p50_s']:.3f} s**", "<= 0.5 s"),
+            ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
+        ]
+    lines = ["| measurement | result | target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
     cold, warm_, search, imp = results["cold"], results["warm"], results["search"], results["import"]
     rows = [
         ("cold pipeline (pulldown-cmark) / plain `cargo build --release`",
@@ -234,9 +292,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
         ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
     ]
     rows += _edit_rows(results)
-    lines = ["| measurement | result | target |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    return "\n".join(lines)
+    return rows
 
 
 def main() -> int:
@@ -245,6 +301,8 @@ def main() -> int:
     parser.add_argument("--cold-rounds", type=int, default=2)
     parser.add_argument("--readme", action="store_true", help="rewrite the benchmark table in README.md")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument("--no-nix", action="store_true", help="skip the nix backend rows")
+    parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
     parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
     parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
     args = parser.parse_args()
@@ -259,14 +317,21 @@ def main() -> int:
         print("the offline registry is missing: run `make install` first", file=sys.stderr)
         return 1
     results: dict[str, dict[str, object]] = {}
-    print("benchmark: import time ...", file=sys.stderr)
-    results["import"] = import_time(9)
-    print("benchmark: search ...", file=sys.stderr)
-    results["search"] = search_p50(args.registry, 200)
-    print("benchmark: warm re-run ...", file=sys.stderr)
-    results["warm"] = warm(args.registry, 7)
-    print(f"benchmark: cold pipeline vs cargo ({args.cold_rounds} rounds, a few minutes) ...", file=sys.stderr)
-    results["cold"] = cold_vs_cargo(args.registry, args.cold_rounds)
+    if not args.only_nix:
+        print("benchmark: import time ...", file=sys.stderr)
+        results["import"] = import_time(9)
+        print("benchmark: search ...", file=sys.stderr)
+        results["search"] = search_p50(args.registry, 200)
+        print("benchmark: warm re-run ...", file=sys.stderr)
+        results["warm"] = warm(args.registry, 7)
+        print(f"benchmark: cold pipeline vs cargo ({args.cold_rounds} rounds, a few minutes) ...", file=sys.stderr)
+        results["cold"] = cold_vs_cargo(args.registry, args.cold_rounds)
+    if shutil.which("nix") and not args.no_nix:
+        stand_in = f"path:{ROOT / 'tests' / 'nixpkgs'}"
+        print("benchmark: nix backend, warm re-run ...", file=sys.stderr)
+        results["nix_warm"] = warm(args.registry, 7, backend="nix", nixpkgs=stand_in)
+        print(f"benchmark: nix backend vs cargo backend, cold ({args.cold_rounds} rounds) ...", file=sys.stderr)
+        results["nix_cold"] = nix_vs_cargo(args.registry, args.cold_rounds)
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)

@@ -94,6 +94,11 @@ def build(
     token_budget: int | None = None,
     follow_up: bool = False,
     allow_build_scripts: bool = False,
+    backend: str | None = None,
+    nixpkgs: str | None = None,
+    nix_builders: str | None = None,
+    nix_substituters: str | None = None,
+    nix_trusted_public_keys: str | None = None,
 ) -> Tool:
     """Build the tool for ``request`` and return it, callable.
 
@@ -132,6 +137,16 @@ def build(
         history) and redeploy it, like ``%%flakebot --continue``.
     allow_build_scripts
         Let the model write ``build.rs``.
+    backend
+        ``"nix"`` (``nix build`` of the generated flake; the tool is a
+        /nix/store path), ``"cargo"``, or ``"auto"``: nix when the ``nix``
+        command is installed. Default: ``$FLAKEBOT_BACKEND``, else auto.
+    nixpkgs
+        Flake reference for the flake's nixpkgs input, e.g.
+        ``"github:NixOS/nixpkgs/<rev>"`` or ``"path:/a/local/nixpkgs"``.
+    nix_builders, nix_substituters, nix_trusted_public_keys
+        Passed to nix as ``--option builders`` (etc.): remote builders and a
+        shared binary cache.
     """
     from .config import Settings
     from .pipeline import Pipeline
@@ -144,6 +159,10 @@ def build(
         if value is not None:
             setattr(settings, attr, value)
     settings.follow_up, settings.allow_build_scripts = follow_up, allow_build_scripts
+    for attr, value in (("backend", backend), ("nixpkgs", nixpkgs), ("nix_builders", nix_builders),
+                        ("nix_substituters", nix_substituters), ("nix_trusted_public_keys", nix_trusted_public_keys)):
+        if value is not None:
+            setattr(settings, attr, value)
     return Pipeline(settings, observers=observers).run(request, name=name, crate=crate)
 
 

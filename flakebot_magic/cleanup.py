@@ -1,9 +1,16 @@
-"""Removing what flakebot left behind: unused store entries, old workspaces, build outputs."""
+"""Removing what flakebot left behind: unused store entries, old workspaces, build outputs, GC roots.
+
+Nix-built tools live in /nix/store, kept by a GC root ``<cache>/gcroots/NAME``;
+removing the root (never the store path itself) lets ``nix-collect-garbage``
+reclaim a tool flakebot no longer uses.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +34,8 @@ class CleanReport:
 
 
 def _size(path: Path) -> int:
+    if path.is_symlink():
+        return 0
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
@@ -37,6 +46,10 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
     report = CleanReport()
 
     def remove(path: Path) -> None:
+        if path.is_symlink():  # a GC root: drop the link, never what it points to
+            path.unlink()
+            report.removed.append(path)
+            return
         if not path.exists():
             return
         report.freed += _size(path)
@@ -50,9 +63,15 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
     if everything:
         for path in (settings.tools_dir, settings.store_dir, settings.workspaces_dir, settings.recipes_dir, settings.index_dir):
             remove(path)
+        if settings.gcroots_dir.is_dir():
+            for root in sorted(settings.gcroots_dir.iterdir()):
+                remove(root)
+            remove(settings.gcroots_dir)
         return report
     records = inventory.all()
     live_store = {Path(r.store_path) for r in records}
+    live_store |= {Path(r.extra["entry"]) for r in records if r.extra.get("entry")}
+    _clean_gcroots(settings.gcroots_dir, {r.name: r.store_path for r in records}, remove)
     live_workspaces = {Path(r.workspace) for r in records}
     if settings.store_dir.is_dir():
         for entry in sorted(settings.store_dir.iterdir()):
@@ -76,3 +95,22 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             if store not in live_store:
                 remove(recipe)
     return report
+
+
+def _clean_gcroots(gcroots: Path, live: dict[str, str], remove: Callable[[Path], None]) -> None:
+    """Drop roots of tools that are gone or rebuilt elsewhere, and any run's leftover pending roots."""
+    if not gcroots.is_dir():
+        return
+    pending = gcroots / ".pending"
+    if pending.is_dir():
+        for link in sorted(pending.iterdir()):
+            remove(link)
+    for root in sorted(gcroots.iterdir()):
+        if not root.is_symlink():
+            continue
+        try:
+            target = os.readlink(root)
+        except OSError:
+            target = ""
+        if live.get(root.name) != target:
+            remove(root)

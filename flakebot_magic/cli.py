@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, clean; ``--json`` for scripts and agents."""
+"""The ``flakebot`` command: build, search, list, clean, export; ``--json`` for scripts and agents."""
 
 from __future__ import annotations
 
@@ -33,6 +33,19 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--keep-workspace", action="store_true", help="keep build outputs (target/) after success")
     build.add_argument("--verbose", "-v", action="store_true", help="print cargo's output as it comes")
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    deploy = build.add_argument_group(
+        "deploy (nix or cargo)",
+        "Each also reads the environment: FLAKEBOT_BACKEND, FLAKEBOT_NIXPKGS, FLAKEBOT_NIX_BUILDERS, "
+        "FLAKEBOT_NIX_SUBSTITUTERS, FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS.",
+    )
+    deploy.add_argument("--backend", "-b", choices=["auto", "nix", "cargo"],
+                        help="nix: `nix build` the flake into /nix/store; cargo: cargo build into flakebot's store; "
+                        "auto (default): nix when the `nix` command is installed")
+    deploy.add_argument("--nixpkgs", help="flake reference for the nixpkgs input (e.g. github:NixOS/nixpkgs/<rev>, "
+                        "or path:/a/local/nixpkgs offline)")
+    deploy.add_argument("--builders", help="nix remote builders, passed as `--option builders`")
+    deploy.add_argument("--substituters", help="nix binary caches, passed as `--option substituters`")
+    deploy.add_argument("--trusted-public-keys", help="their keys, passed as `--option trusted-public-keys`")
     model = build.add_argument_group(
         "model (the edit loop)",
         "With a model, a library crate becomes the requested tool: the model edits the fork, "
@@ -55,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
 
     clean = sub.add_parser("clean", parents=[common], help="remove unused store entries and workspaces")
     clean.add_argument("--all", action="store_true", help="remove every tool, workspace, store entry and index")
+
+    export = sub.add_parser("export", parents=[common], help="write a project that builds a tool elsewhere")
+    export.add_argument("--replit", metavar="DIR", required=True,
+                        help="write DIR/.replit and DIR/replit.nix (and the flake in DIR/NAME) for Replit")
+    export.add_argument("name", help="the tool's name (`flakebot list` shows them)")
     return parser
 
 
@@ -77,6 +95,7 @@ def _tool_json(tool: Any) -> dict[str, Any]:
         "source_hash": tool.source_hash,
         "checksum": tool.checksum,
         "backend": tool.backend,
+        "lock_hash": getattr(tool, "lock_hash", ""),
         "reads_stdin": tool.reads_stdin,
         "example": tool.example(),
         "usage": tool.usage(),
@@ -106,6 +125,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         settings.rebuild = args.rebuild
         settings.keep_workspace = args.keep_workspace
+        for option, attr in (("backend", "backend"), ("nixpkgs", "nixpkgs"), ("builders", "nix_builders"),
+                             ("substituters", "nix_substituters"), ("trusted_public_keys", "nix_trusted_public_keys")):
+            if getattr(args, option) is not None:
+                setattr(settings, attr, getattr(args, option))
         for option in ("model", "base_url", "provider", "max_iterations", "token_budget"):
             if getattr(args, option) is not None:
                 setattr(settings, option, getattr(args, option))
@@ -153,6 +176,16 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json.dumps({"removed": [str(p) for p in report.removed], "freed_bytes": report.freed}))
         else:
             print("\n".join(report.summary()))
+        return 0
+    if args.command == "export":
+        from .export import export_replit
+
+        exported = export_replit(settings, args.name, Path(args.replit))
+        if args.json:
+            print(json.dumps({"directory": str(exported.directory), "source": str(exported.source),
+                              "replit_nix": str(exported.replit_nix), "dot_replit": str(exported.dot_replit)}))
+        else:
+            print("\n".join(exported.summary()))
         return 0
     raise AssertionError(args.command)
 

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .model import ModelConfig
 
-__all__ = ["DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_registry"]
+__all__ = ["BACKENDS", "DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_registry"]
 
 #: where Debian's librust-*-dev packages install crate sources
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
+#: deploy backends: ``auto`` is nix when the ``nix`` command is on PATH, else cargo
+BACKENDS = ("auto", "nix", "cargo")
 
 
 def default_cache_dir() -> Path:
@@ -52,6 +54,17 @@ class Settings:
     tool_timeout: float = 60.0
     keep_workspace: bool = False
     rebuild: bool = False
+    #: ``auto``, ``nix`` or ``cargo`` (default ``$FLAKEBOT_BACKEND``, else ``auto``)
+    backend: str = field(default_factory=lambda: os.environ.get("FLAKEBOT_BACKEND") or "auto")
+    #: flake reference for the generated flakes' nixpkgs input (``$FLAKEBOT_NIXPKGS``);
+    #: None: the default in :mod:`flakebot_magic.stages.flake`
+    nixpkgs: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIXPKGS") or None)
+    #: passed to every nix command as ``--option builders`` etc. when set
+    nix_builders: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIX_BUILDERS"))
+    nix_substituters: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIX_SUBSTITUTERS"))
+    nix_trusted_public_keys: str | None = field(
+        default_factory=lambda: os.environ.get("FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS")
+    )
     #: the edit loop's model (``$FLAKEBOT_MODEL``); None: no model, crates are deployed as published
     model: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_MODEL") or None)
     #: an OpenAI-compatible endpoint (``$FLAKEBOT_BASE_URL``); default: the provider's
@@ -96,3 +109,8 @@ class Settings:
     @property
     def index_dir(self) -> Path:
         return self.cache_dir / "index"
+
+    @property
+    def gcroots_dir(self) -> Path:
+        """Nix GC roots of live tools (nix backend): one symlink per tool name."""
+        return self.cache_dir / "gcroots"

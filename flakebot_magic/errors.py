@@ -15,7 +15,7 @@ The tree::
     │   └── BudgetExhausted its iterations or tokens ran out (names the last diagnostics)
     ├── ModelError          the model endpoint failed after the SDK's retries, or kept
     │                       sending unusable replies
-    ├── FlakeError          writing or building the Nix flake failed
+    ├── FlakeError          writing, evaluating or building the Nix flake failed
     ├── DeployError         the built binary could not be placed in the store
     ├── StageTimeout        a process ran past its time limit
     ├── Cancelled           the user stopped the run
@@ -207,14 +207,29 @@ class ModelError(FlakebotError):
 
 
 class FlakeError(FlakebotError):
-    """Writing, evaluating or building the Nix flake failed."""
+    """Writing, evaluating or building the Nix flake failed.
+
+    ``log_tail``: the end of nix's output (of the build log, for a failed
+    build); ``file`` and ``line``: where evaluation failed, in the workspace;
+    ``drv``: the derivation whose builder failed.
+    """
 
     stage = "flake"
 
     def __init__(
-        self, message: str, *, log_tail: str = "", workspace: Path | None = None
+        self,
+        message: str,
+        *,
+        log_tail: str = "",
+        workspace: Path | None = None,
+        file: Path | None = None,
+        line: int | None = None,
+        drv: str = "",
     ) -> None:
         self.log_tail = log_tail
+        self.file = file
+        self.line = line
+        self.drv = drv
         super().__init__(message, workspace=workspace)
 
 

@@ -65,6 +65,33 @@ class FlakebotMagics(Magics):
         False, help="Keep build outputs (target/) in the workspace after a successful build."
     ).tag(config=True)
     verbose = Bool(False, help="Print cargo's output as it comes.").tag(config=True)
+    backend = Enum(
+        ["auto", "nix", "cargo"],
+        None,
+        allow_none=True,
+        help="How tools are built and deployed: 'nix' (`nix build` of the generated flake into "
+        "/nix/store), 'cargo' (cargo build into flakebot's own store), or 'auto': nix when the "
+        "`nix` command is installed, else cargo. Default: $FLAKEBOT_BACKEND, else 'auto'.",
+    ).tag(config=True)
+    nixpkgs = Unicode(
+        None,
+        allow_none=True,
+        help="Flake reference for the generated flakes' nixpkgs input (e.g. "
+        "github:NixOS/nixpkgs/<rev>, or path:/a/local/nixpkgs offline). Default: $FLAKEBOT_NIXPKGS, "
+        "else github:NixOS/nixpkgs/nixos-24.05.",
+    ).tag(config=True)
+    nix_builders = Unicode(
+        None, allow_none=True,
+        help="Nix remote builders, passed as `--option builders` (e.g. 'ssh://builder x86_64-linux - 8').",
+    ).tag(config=True)
+    nix_substituters = Unicode(
+        None, allow_none=True,
+        help="Nix binary caches, passed as `--option substituters` (space-separated URLs).",
+    ).tag(config=True)
+    nix_trusted_public_keys = Unicode(
+        None, allow_none=True,
+        help="Keys of those caches, passed as `--option trusted-public-keys` (space-separated).",
+    ).tag(config=True)
     model = Unicode(
         None,
         allow_none=True,
@@ -119,6 +146,12 @@ class FlakebotMagics(Magics):
         settings.token_budget = self.token_budget
         settings.allow_build_scripts = bool(getattr(args, "allow_build_scripts", False) or self.allow_build_scripts)
         settings.follow_up = bool(getattr(args, "follow_up", False))
+        for attr, option in (("backend", args.backend), ("nixpkgs", args.nixpkgs), ("nix_builders", args.builders),
+                             ("nix_substituters", args.substituters),
+                             ("nix_trusted_public_keys", args.trusted_public_keys)):
+            value = option if option is not None else getattr(self, attr)
+            if value is not None:  # else the Settings default ($FLAKEBOT_...)
+                setattr(settings, attr, value)
         return settings
 
     @magic_arguments()
@@ -147,6 +180,11 @@ class FlakebotMagics(Magics):
         help="Apply the cell's instructions to the existing tool --name (its workspace and history), then redeploy.",
     )
     @argument("--allow-build-scripts", action="store_true", help="Let the model write build.rs.")
+    @argument("--backend", "-b", choices=["auto", "nix", "cargo"], help="nix, cargo, or auto (nix when installed).")
+    @argument("--nixpkgs", help="Flake reference for the nixpkgs input (e.g. path:/a/local/nixpkgs).")
+    @argument("--builders", help="Nix remote builders (`--option builders`).")
+    @argument("--substituters", help="Nix binary caches (`--option substituters`).")
+    @argument("--trusted-public-keys", help="Keys of the binary caches (`--option trusted-public-keys`).")
     @line_cell_magic
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
@@ -162,6 +200,11 @@ class FlakebotMagics(Magics):
         content-addressed store, and injects a Python callable under --name:
         `md("# Hi")` returns `<h1>Hi</h1>\\n`. Re-running an unchanged cell is a
         cache hit. A failed run keeps its workspace and says where it is.
+
+        With the nix backend (--backend nix, or auto when nix is installed)
+        the flake is the deployment: it is locked and committed, `nix build`
+        replaces `cargo build --release` (cargo test still runs beside it),
+        and the tool is the /nix/store path, kept by a GC root in the cache.
 
         With a model (--model NAME with --provider or --base-url, or
         `%config FlakebotMagics.model = 'NAME'`), the best crate may be a

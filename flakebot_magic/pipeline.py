@@ -13,13 +13,13 @@ import keyword
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .cargo import Cargo
 from .config import Settings
-from .errors import FlakebotError, NeedsModelError, SearchError, UsageError
+from .errors import DeployError, FlakebotError, NeedsModelError, SearchError, UsageError
 from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
 from .git import Git
 from .model import HOW_TO_CONFIGURE, ModelConfig
@@ -31,9 +31,21 @@ from .stages import search as search_stage
 from .stages.build import BUILD_FLAGS, check
 from .stages.client import Tool
 from .stages.deploy import StorePath, deploy, lookup, store_key
-from .stages.flake import FlakeMeta, write_flake
+from .stages.flake import DEFAULT_NIXPKGS_URL, FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, FlakeMeta, write_flake
 from .stages.edit import EditLoop, EditState, read_contract
 from .stages.fork import FORK_FORMAT, Workspace, fork
+from .stages.nix import (
+    Nix,
+    NixOptions,
+    describe_locked,
+    nix_release,
+    normalize_flake_ref,
+    pending_link,
+    record_nix,
+    remove_link,
+    resolve_backend,
+    root_points_to,
+)
 
 __all__ = ["Pipeline", "tool_name"]
 
@@ -143,6 +155,8 @@ class Pipeline:
         if name is not None and not name.isidentifier():
             raise UsageError(f"--name {name!r} is not a valid Python identifier; try {tool_name(name)!r}.")
         settings = self.settings
+        backend, why = resolve_backend(settings.backend)
+        self.bus.notice("deploy", f"backend: {backend} ({why})")
 
         with _Stage(self.bus, "search") as stage:
             candidate = self._choose(request, crate)
@@ -151,13 +165,14 @@ class Pipeline:
         cargo = Cargo(self.registry, self.runner)
         rustc = cargo.rustc_version()
 
-        recipe = self._recipe_path(candidate, rustc)
+        recipe = self._recipe_path(candidate, rustc, backend)
         if not settings.rebuild:
-            cached = self._from_recipe(recipe, candidate)
+            cached = self._from_recipe(recipe, candidate, name)
             if cached is not None:
+                where = cached.manifest.get("nix_store_path") or str(cached.path)
                 for stage_name in ("fork", "build", "test", "flake", "deploy"):
                     self.bus.emit(StageStarted(stage_name))
-                    self.bus.emit(StageFinished(stage_name, "cached", str(cached.path) if stage_name == "deploy" else ""))
+                    self.bus.emit(StageFinished(stage_name, "cached", where if stage_name == "deploy" else ""))
                 return self._client(name, candidate, cached)
 
         with _Stage(self.bus, "fork", candidate.id) as stage:
@@ -168,7 +183,10 @@ class Pipeline:
             stage.detail = str(workspace.path)
         cargo = self._edit(workspace, cargo)
         try:
-            store = self._build_and_deploy(workspace, cargo, rustc)
+            if backend == "nix":
+                store = self._nix_build_and_deploy(workspace, cargo, rustc, name)
+            else:
+                store = self._build_and_deploy(workspace, cargo, rustc)
         except FlakebotError as exc:
             exc.keep_workspace(workspace.path)
             raise
@@ -176,7 +194,7 @@ class Pipeline:
             self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
             raise
         recipe.parent.mkdir(parents=True, exist_ok=True)
-        recipe.write_text(json.dumps({"store": str(store.path), "hash": store.hash}))
+        recipe.write_text(json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend}))
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)
@@ -219,7 +237,7 @@ class Pipeline:
             )
         return best
 
-    def _recipe_path(self, candidate: CrateCandidate, rustc: str) -> Path:
+    def _recipe_path(self, candidate: CrateCandidate, rustc: str, backend: str = "cargo") -> Path:
         registry = self.registry
         signature = getattr(registry, "signature", None)
         parts = [
@@ -228,10 +246,12 @@ class Pipeline:
         ]
         if self._model is not None:  # the model wrote the tool: the request and the model decide it too
             parts += ["edit", self._request, self._model.model, self._model.base_url]
+        if backend == "nix":  # the nixpkgs input decides the build too
+            parts += ["backend=nix", self._nixpkgs_url(), str(FLAKE_FORMAT)]
         key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
         return self.settings.recipes_dir / f"{key}.json"
 
-    def _from_recipe(self, recipe: Path, candidate: CrateCandidate) -> StorePath | None:
+    def _from_recipe(self, recipe: Path, candidate: CrateCandidate, name: str) -> StorePath | None:
         if self._follow_up:  # new instructions: the recipe of the old request does not apply
             return None
         try:
@@ -240,8 +260,115 @@ class Pipeline:
             return None
         path = Path(data["store"])
         if (path / "manifest.json").is_file():
-            return StorePath(path, data["hash"])
+            store = StorePath(path, data["hash"])
+            if data.get("backend") == "nix" and not self._nix_alive(store, name):
+                return None
+            return store
         return None
+
+    # -- the nix backend ------------------------------------------------------
+
+    def _nixpkgs_url(self) -> str:
+        ref = self.settings.nixpkgs
+        return normalize_flake_ref(ref) if ref else DEFAULT_NIXPKGS_URL
+
+    def _nix(self) -> Nix:
+        settings = self.settings
+        options = NixOptions(settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys)
+        return Nix(self.runner, options=options)
+
+    def _nix_alive(self, store: StorePath, name: str, nix: Nix | None = None) -> bool:
+        """Is the recorded /nix/store path still there? Roots it under ``name`` if so.
+
+        No process runs when the tool's GC root already points at it.
+        """
+        recorded = store.manifest.get("nix_store_path")
+        if not recorded:
+            return False
+        path, root = Path(recorded), self.settings.gcroots_dir / name
+        if root_points_to(root, path):
+            return True
+        return (nix or self._nix()).add_root(path, root)
+
+    def _nix_build_and_deploy(self, workspace: Workspace, cargo: Cargo, rustc: str, name: str) -> StorePath:
+        """Flake first (nix builds it), then ``nix build`` beside ``cargo test``, then a GC root."""
+        settings = self.settings
+        nix = self._nix()
+        git = Git(workspace.path, self.runner)
+        crate = workspace.crate
+
+        def log(stage_name: str) -> Callable[[str, str], None]:
+            def on_line(stream: str, line: str) -> None:
+                self.bus.log(stage_name, line, "stderr" if stream == "stderr" else "stdout")
+            return on_line
+
+        with _Stage(self.bus, "flake") as stage:
+            write_flake(workspace.path, self._flake_meta(workspace), self._nixpkgs_url())
+            git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
+            lock = nix.lock(workspace.path, timeout=settings.build_timeout, on_line=log("flake"))
+            committed = git.commit(
+                "Add flake.nix and flake.lock\n\n"
+                "`nix build` builds packages.default, this crate's binaries; flake.lock pins nixpkgs:\n"
+                f"{describe_locked(lock.nixpkgs)}",
+                [FLAKE_FILE, LOCK_FILE],
+            )
+            stage.detail = f"{'committed' if committed else 'unchanged'}, nixpkgs {describe_locked(lock.nixpkgs)}"
+        key = store_key(git, rustc, ("nix", "build", "packages.default"), backend="nix")
+        store = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        if store is not None and not self._nix_alive(store, name, nix):
+            store = None
+        pending = pending_link(settings.gcroots_dir, name)
+        try:
+            if store is not None:
+                for stage_name in ("build", "test"):
+                    self.bus.emit(StageStarted(stage_name))
+                    self.bus.emit(StageFinished(stage_name, "cached", ""))
+            else:
+                release = nix_release(nix, workspace.path, pending, timeout=settings.build_timeout, on_line=log("build"))
+                result = check(
+                    workspace.path, cargo, self.bus,
+                    build_timeout=settings.build_timeout, test_timeout=settings.test_timeout, release=release,
+                )
+                built: Path = release.store_path  # type: ignore[attr-defined]
+            with _Stage(self.bus, "deploy") as stage:
+                if store is None:
+                    root = settings.gcroots_dir / name
+                    if not nix.add_root(built, root):
+                        raise DeployError(f"Could not make {root} a GC root for {built}.")
+                    store = record_nix(
+                        settings.store_dir, key, crate.name, crate.version, built,
+                        {
+                            "crate": crate.name, "version": crate.version, "checksum": workspace.checksum,
+                            "checksum_kind": workspace.checksum_kind, "registry": crate.registry,
+                            "commit": git.head(), "rustc": rustc, "description": crate.description,
+                            "backend": "nix", "lock_hash": lock.hash, "nixpkgs": lock.nixpkgs,
+                            "nixpkgs_url": self._nixpkgs_url(), "gcroot": str(root),
+                            "binaries": sorted(result.build.binaries),
+                            "tests": {"passed": result.tests.passed, "failed": result.tests.failed,
+                                      "ignored": result.tests.ignored},
+                            "skipped_targets": workspace.skipped_targets,
+                            "dropped": [str(d) for d in workspace.dropped],
+                        },
+                    )
+                else:
+                    stage.status = "cached"
+                stage.detail = str(store.manifest["nix_store_path"])
+        finally:
+            remove_link(pending)  # the tool's own root (or none) is all a run leaves
+        return store
+
+    def _flake_meta(self, workspace: Workspace) -> FlakeMeta:
+        crate = workspace.crate
+        package = read_manifest(workspace.path / "Cargo.toml").get("package", {})
+        return FlakeMeta(
+            pname=crate.name,
+            version=crate.version,
+            description=str(package.get("description", "")),
+            license=str(package.get("license", "")),
+            main_program=_main_binary(crate, list(crate.bin_names), workspace.path, built=False),
+            homepage=str(package.get("homepage") or package.get("repository") or ""),
+        )
+
 
     def _build_and_deploy(self, workspace: Workspace, cargo: Cargo, rustc: str) -> StorePath:
         settings = self.settings
@@ -260,17 +387,7 @@ class Pipeline:
             )
             binaries = result.build.binaries
         with _Stage(self.bus, "flake") as stage:
-            manifest = read_manifest(workspace.path / "Cargo.toml")
-            package = manifest.get("package", {})
-            meta = FlakeMeta(
-                pname=crate.name,
-                version=crate.version,
-                description=str(package.get("description", "")),
-                license=str(package.get("license", "")),
-                main_program=_main_binary(crate, list(crate.bin_names), workspace.path, built=False),
-                homepage=str(package.get("homepage") or package.get("repository") or ""),
-            )
-            write_flake(workspace.path, meta)
+            write_flake(workspace.path, self._flake_meta(workspace), self._nixpkgs_url())
             stage.detail = "flake.nix committed" if git.commit(
                 "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
                 ["flake.nix"],
@@ -381,17 +498,20 @@ class Pipeline:
         with _Stage(self.bus, "client", name):
             manifest = store.manifest
             main = _main_binary(candidate, manifest["binaries"], self.settings.workspaces_dir / name)
+            # nix: the tool is the /nix/store path; the cache entry only records it
+            deployed = Path(manifest.get("nix_store_path") or store.path)
             tool = Tool(
                 name=name,
-                binary=store.bin(main),
+                binary=deployed / "bin" / main,
                 crate=candidate.name,
                 version=candidate.version,
                 source_hash=store.hash,
-                store_path=store.path,
+                store_path=deployed,
                 checksum=manifest.get("checksum", ""),
                 backend=manifest.get("backend", "cargo"),
                 timeout=self.settings.tool_timeout,
                 provenance=manifest,
+                lock_hash=manifest.get("lock_hash", ""),
             )
             Inventory(self.settings.tools_dir).save(
                 ToolRecord(
@@ -400,6 +520,8 @@ class Pipeline:
                     checksum_kind=manifest.get("checksum_kind", ""), registry=candidate.registry,
                     workspace=str(self.settings.workspaces_dir / name), commit=manifest.get("commit", ""),
                     backend=tool.backend, description=candidate.description, created=time.time(),
+                    extra={"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
+                    if tool.backend == "nix" else {},
                 )
             )
         return tool

@@ -89,12 +89,18 @@ class ProcessRunner:
         on_line: LineCallback | None = None,
         input: bytes | None = None,
         workspace: Path | None = None,
+        interrupt_grace: float = 0.0,
     ) -> Completed:
         """Run ``args``; return its output, whatever its exit code.
 
         Raises :class:`StageTimeout` past ``timeout`` seconds, :class:`Cancelled`
         when the cancel token is set, :class:`ConfigError` when the program is
         missing. ``workspace`` is attached to those errors.
+
+        ``interrupt_grace``: when stopping the process, send SIGINT first and
+        allow it this many seconds to clean up before SIGKILL. nix needs it:
+        its builders run in their own session, so only nix itself can stop
+        them, and it does so (and releases its locks) on SIGINT.
         """
         argv = [os.fspath(a) for a in args]
         if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
@@ -150,12 +156,12 @@ class ProcessRunner:
                 except subprocess.TimeoutExpired:
                     pass
                 if self.cancel.cancelled:
-                    self._kill(proc)
+                    self._kill(proc, interrupt_grace)
                     raise Cancelled(
                         f"Cancelled while running `{' '.join(argv[:3])}`.", workspace=workspace
                     )
                 if time.monotonic() > deadline:
-                    self._kill(proc)
+                    self._kill(proc, interrupt_grace)
                     raise StageTimeout(
                         f"`{' '.join(argv[:3])}` ran past its time limit of {timeout:.0f} s "
                         "and was stopped. Raise the limit (build_timeout / test_timeout) "
@@ -165,7 +171,7 @@ class ProcessRunner:
                         workspace=workspace,
                     )
         except BaseException:
-            self._kill(proc)  # KeyboardInterrupt too: never leave cargo running
+            self._kill(proc, interrupt_grace)  # KeyboardInterrupt too: never leave cargo running
             raise
         finally:
             for reader in readers:
@@ -176,9 +182,16 @@ class ProcessRunner:
         return Completed(argv, proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
 
     @staticmethod
-    def _kill(proc: subprocess.Popen[bytes]) -> None:
+    def _kill(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
         if proc.poll() is not None:
             return
+        if grace > 0:
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(timeout=grace)
+                return
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 
 import pytest
+
+# `auto` would pick nix wherever nix is installed, and the generated flakes'
+# default nixpkgs (github:) cannot be fetched offline. Tests that exercise the
+# nix backend ask for it (and for the stand-in nixpkgs) explicitly; set
+# FLAKEBOT_BACKEND yourself to run the whole suite on another backend.
+os.environ.setdefault("FLAKEBOT_BACKEND", "cargo")
 
 pytest_plugins = ["flakebot_magic.testing.fixtures"]
 

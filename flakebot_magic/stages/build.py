@@ -171,10 +171,15 @@ def check(
     build_timeout: float,
     test_timeout: float,
     run_tests: bool = True,
+    release: Callable[[], BuildResult] | None = None,
 ) -> CheckResult:
     """Run the release build and the tests concurrently; raise on the first failure.
 
     Emits the ``build`` and ``test`` stage events itself, since both run at once.
+    ``release`` replaces ``cargo build --release`` (the nix backend passes its
+    ``nix build``); when it fails without compiler diagnostics and the tests
+    fail to compile, the test build's diagnostics are raised as a BuildError,
+    since they say more.
     """
     results: dict[str, Any] = {}
     failures: dict[str, BaseException] = {}
@@ -238,13 +243,30 @@ def check(
             )
         return report, diagnostics
 
-    threads = [threading.Thread(target=stage, args=("build", build), name="flakebot-build")]
+    threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
     if run_tests:
         threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # Ctrl-C lands here: stop the other thread's cargo (or nix) too
+        cargo.runner.cancel.cancel()
+        for thread in threads:
+            thread.join()
+        raise
+    built, tested = failures.get("build"), failures.get("test")
+    if (
+        built is not None
+        and not getattr(built, "diagnostics", None)
+        and isinstance(tested, TestError)
+        and tested.diagnostics
+    ):
+        raise BuildError(
+            str(tested).replace("The tests of", "The crate", 1).replace("do not compile", "does not compile", 1),
+            diagnostics=tested.diagnostics, command=tested.command, workspace=workspace,
+        ) from built
     for name in ("build", "test"):
         if name in failures:
             raise failures[name]

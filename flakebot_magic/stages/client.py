@@ -65,6 +65,8 @@ class Tool:
     backend: str = "cargo"
     timeout: float = 60.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: nix backend: ``sha256-<hex>`` of the flake.lock it was built with
+    lock_hash: str = ""
     _help: str | None = field(default=None, repr=False)
 
     # -- calling ------------------------------------------------------------
@@ -168,7 +170,16 @@ class Tool:
             f"  source:  {self.crate} {self.version}, checksum {self.checksum[:16]}…",
             f"  store:   {self.store_path} (hash {self.source_hash})",
         ]
+        if self.backend == "nix":
+            lines.append(f"  flake:   flake.lock {self.lock_hash}, nixpkgs {self._nixpkgs()}")
+        lines.append(f"  backend: {self.backend}")
         return "\n".join(lines)
+
+    def _nixpkgs(self) -> str:
+        from .nix import describe_locked
+
+        locked = self.provenance.get("nixpkgs")
+        return describe_locked(locked) if isinstance(locked, dict) else "?"
 
     def __repr__(self) -> str:
         return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.usage()}"
@@ -188,6 +199,8 @@ class Tool:
             ("store path", str(self.store_path)),
             ("backend", self.backend),
         ]
+        if self.backend == "nix":
+            rows += [("flake.lock", self.lock_hash), ("nixpkgs", self._nixpkgs())]
         body = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td><code>{e(v)}</code></td></tr>" for k, v in rows)
         return (
             f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b> "

@@ -32,6 +32,8 @@ from ..errors import FlakeError
 __all__ = [
     "DEFAULT_NIXPKGS_URL",
     "FLAKE_FILE",
+    "FLAKE_FORMAT",
+    "LOCK_FILE",
     "SYSTEMS",
     "FlakeMeta",
     "nix_string",
@@ -42,6 +44,9 @@ __all__ = [
 
 DEFAULT_NIXPKGS_URL = "github:NixOS/nixpkgs/nixos-24.05"
 FLAKE_FILE = "flake.nix"
+LOCK_FILE = "flake.lock"
+#: bump when render_flake's output changes, so cached nix builds are not reused
+FLAKE_FORMAT = 1
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
 
 #: top-level workspace entries left out of the package's ``src``: build

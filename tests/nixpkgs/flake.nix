@@ -14,7 +14,12 @@
 # Provides, for x86_64-linux and aarch64-linux:
 #   lib.{genAttrs, toLower, hasPrefix, licenses, getLicenseFromSpdxId, getExe, getExe', makeBinPath, ...}
 #   legacyPackages.<system>.{rustPlatform.buildRustPackage, mkShell, bashInteractive,
-#                            cargo, rustc, clippy, rustfmt, rust-analyzer, lib}
+#                            cargo, rustc, clippy, rustfmt, rust-analyzer, lib, system,
+#                            python3 (.withPackages), python3Packages (.buildPythonPackage and
+#                            a few names), writeTextFile, writeTextDir, writeShellScriptBin,
+#                            nix, git}
+# The Python parts run the HOST's Python at run time (a virtualenv with the
+# packages: $FLAKEBOT_HOST_PYTHON, the active venv, or python3 on PATH).
 {
   description = "Test stand-in for nixpkgs (NOT nixpkgs): host Rust toolchain + offline cargo registry";
 

@@ -1,6 +1,7 @@
 # TEST STAND-IN -- not nixpkgs: the few packages and builders that
-# flakebot-magic's generated flakes use, as plain `derivation`s whose builder
-# is the host's /bin/sh running ./builder.sh.  Needs an unsandboxed Nix.
+# flakebot-magic's generated flakes (and its own ../../flake.nix) use, as
+# plain `derivation`s whose builder is the host's /bin/sh running
+# ./builder.sh or ./python.sh.  Needs an unsandboxed Nix.
 { lib, system }:
 let
   hostPath = "/usr/bin:/bin";
@@ -88,9 +89,69 @@ let
 
   cargo = hostTool "cargo" [ "cargo" ];
   rustc = hostTool "rustc" [ "rustc" "rustdoc" ];
+
+  # -- Python, for flakebot-magic's own flake (../../flake.nix) --------------
+  # Built by ./python.sh, so that the Rust derivations above stay unchanged.
+  runPy = name: mode: env: run name mode ({ args = [ "-eu" ./python.sh mode ]; } // env);
+
+  # python3Packages.NAME: only a name and the module it imports as; the
+  # host's Python must have it (a virtualenv: see python.sh).
+  pyModule = pname: module: { inherit pname module; version = "host"; pythonModule = true; };
+  python3Packages = builtins.mapAttrs pyModule {
+    ipython = "IPython"; ipywidgets = "ipywidgets"; jupyter-server = "jupyter_server";
+    httpx = "httpx"; openai = "openai"; platformdirs = "platformdirs"; tomlkit = "tomlkit";
+    traitlets = "traitlets"; hatchling = "hatchling"; pytest = "pytest"; nbval = "nbval";
+    ipykernel = "ipykernel"; nbconvert = "nbconvert"; nbformat = "nbformat"; jupyterlab = "jupyterlab";
+  } // { inherit buildPythonPackage; };
+
+  # python3.withPackages (ps: [ ... ]): a bin/python3 that runs the host's
+  # Python at run time, with stand-in buildPythonPackage outputs on PYTHONPATH.
+  pythonEnv = packages:
+    let
+      built = builtins.filter (p: p ? sitePackages) packages;
+      modules = map (p: p.module) (builtins.filter (p: p ? module) packages);
+    in
+    runPy "python3-host-env" "python-env" {
+      modules = toString modules;
+      sitePackages = builtins.concatStringsSep ":" (map (p: "${p}/lib/python3/site-packages") built);
+    } // { withPackages = f: pythonEnv (packages ++ f python3Packages); pythonVersion = "host"; };
+  python3 = pythonEnv [ ];
+
+  buildPythonPackage =
+    { pname
+    , version
+    , src
+    , pythonImportsCheck ? [ ]
+    , meta ? { }
+    , ...
+    }:
+    runPy "python3-${pname}-${version}" "python-package" {
+      inherit pname version src;
+      python = python3;
+      importsCheck = toString pythonImportsCheck;
+    } // { inherit pname version meta; sitePackages = true; };
+
+  writeTextFile = { name, text, destination ? "", executable ? false }:
+    runPy name "write-text" { inherit text destination; executable = if executable then "1" else ""; };
+  writeTextDir = path: text: writeTextFile { name = baseNameOf path; inherit text; destination = path; };
+  writeShellScriptBin = name: text: writeTextFile {
+    inherit name;
+    text = "#!/bin/bash\n" + text;
+    destination = "bin/${name}";
+    executable = true;
+  } // { meta.mainProgram = name; };
+
+  hostBinaries = pname: binaries: run "${pname}-host" "host-binary" { binaries = toString binaries; } // {
+    inherit pname;
+    version = "host";
+    meta.mainProgram = pname;
+  };
 in
 {
-  inherit lib mkShell bashInteractive cargo rustc;
+  inherit lib system mkShell bashInteractive cargo rustc;
+  inherit python3 python3Packages writeTextFile writeTextDir writeShellScriptBin;
+  nix = hostBinaries "nix" (map (b: "/usr/bin/${b}") [ "nix" "nix-build" "nix-collect-garbage" "nix-env" "nix-instantiate" "nix-shell" "nix-store" ]);
+  git = hostBinaries "git" [ "/usr/bin/git" ];
   clippy = hostTool "clippy" [ "cargo-clippy" "clippy-driver" ];
   rustfmt = hostTool "rustfmt" [ "rustfmt" "cargo-fmt" ];
   rust-analyzer = hostTool "rust-analyzer" [ "rust-analyzer" ];

@@ -1,0 +1,431 @@
+"""Stage 5 (nix backend): ``nix build`` the workspace flake; the tool is its /nix/store path.
+
+The flow, driven by :mod:`flakebot_magic.pipeline`::
+
+    write flake.nix ─► nix flake lock ─► commit both ─► nix build ─► GC root
+                                                        (cargo test alongside)
+
+* :func:`resolve_backend` turns ``auto`` into ``nix`` (``nix`` on PATH) or
+  ``cargo``.
+* :class:`Nix` runs every nix command through the process runner, with the
+  user's ``builders``, ``substituters`` and ``trusted-public-keys`` as
+  ``--option`` arguments (so a team builds on remote builders and shares a
+  binary cache), and maps failures to :class:`FlakeError`: an evaluation
+  error names the workspace's flake file and line, a failed build carries the
+  tail of the build log.
+* The built path is kept alive by a GC root ``<cache>/gcroots/<tool name>``
+  (an indirect root: ``nix-collect-garbage`` keeps what it points to while the
+  symlink exists). ``nix build`` writes its out-link to
+  ``gcroots/.pending/`` first; only a deploy that completes moves the root to
+  the tool's name, so a failed or interrupted run leaves no root behind.
+* An interrupted ``nix build`` gets SIGINT before SIGKILL: nix's builders run
+  in their own session, and only nix can stop them and discard the
+  unfinished output (it never becomes a valid store path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, DeployError, FlakeError, UsageError
+from ..process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from .deploy import STORE_FORMAT, StorePath
+from .flake import LOCK_FILE
+
+__all__ = [
+    "NIX_FEATURES",
+    "NIX_INSTALL_HINT",
+    "Nix",
+    "NixOptions",
+    "find_nix",
+    "lock_hash",
+    "normalize_flake_ref",
+    "record_nix",
+    "resolve_backend",
+]
+
+#: every nix command gets these, whatever nix.conf says
+NIX_FEATURES = ("--extra-experimental-features", "nix-command flakes")
+NIX_INSTALL_HINT = (
+    "Install Nix: `make install` in the flakebot-magic checkout (Debian: "
+    "`apt-get install nix-bin`, then `bash scripts/setup-nix.sh` as root to enable "
+    "flakes), or see https://nixos.org/download. Or use --backend cargo."
+)
+#: seconds nix gets to stop its builders after SIGINT
+INTERRUPT_GRACE = 20.0
+#: how many lines of a failed build's log a FlakeError carries
+LOG_TAIL = 40
+
+_EVAL_AT = re.compile(r"\bat (/nix/store/[0-9a-z]{32}-[^/\s:]+)/([^\s:]+):(\d+):(\d+):")
+_BUILD_FAILED = re.compile(r"error: builder for '([^']+)' failed")
+_LOG_LINE = re.compile(r"^[A-Za-z0-9+._?=-]+> ?(.*)$")
+
+
+def find_nix() -> str | None:
+    """The ``nix`` executable on PATH, or None."""
+    return shutil.which("nix")
+
+
+def resolve_backend(requested: str | None, *, nix: str | None = None) -> tuple[str, str]:
+    """``(backend, why)`` for ``auto``/``nix``/``cargo``.
+
+    ``auto`` is ``nix`` when the ``nix`` command is on PATH, else ``cargo``.
+    ``nix`` without nix installed raises :class:`ConfigError` saying how to
+    install it.
+
+    Examples
+    --------
+    >>> resolve_backend("cargo")
+    ('cargo', 'asked for')
+    """
+    choice = (requested or "auto").strip().lower()
+    if choice not in ("auto", "nix", "cargo"):
+        raise UsageError(f"Unknown backend {requested!r}: use auto, nix or cargo.")
+    if choice == "cargo":
+        return "cargo", "asked for"
+    found = nix if nix is not None else find_nix()
+    if choice == "nix":
+        if not found:
+            raise ConfigError(f"--backend nix needs the `nix` command, which is not on PATH. {NIX_INSTALL_HINT}")
+        return "nix", "asked for"
+    if found:
+        return "nix", "auto: nix is on PATH"
+    return "cargo", "auto: nix is not installed"
+
+
+def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
+    """A flake reference usable from any directory.
+
+    A plain directory path, or a ``path:`` reference with a relative path,
+    becomes ``path:/absolute/dir`` (relative to ``base``, default the current
+    directory); other references (``github:...``) pass through.
+    """
+    ref = ref.strip()
+    if not ref:
+        raise UsageError("--nixpkgs is empty: give a flake reference such as github:NixOS/nixpkgs/nixos-24.05")
+    root = base or Path.cwd()
+    if ref.startswith("path:"):
+        location, sep, query = ref[len("path:"):].partition("?")
+        if not location.startswith("/"):
+            location = str((root / location).resolve())
+        return f"path:{location}{sep}{query}"
+    if ref.startswith(("/", "./", "../", "~")) or ref in (".", ".."):
+        return f"path:{(root / Path(ref).expanduser()).resolve()}"
+    return ref
+
+
+def lock_hash(workspace: Path) -> str:
+    """``sha256-<hex>`` of the workspace's flake.lock (empty when there is none)."""
+    try:
+        data = (Path(workspace) / LOCK_FILE).read_bytes()
+    except OSError:
+        return ""
+    return "sha256-" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class NixOptions:
+    """Nix settings passed on every command line (None: nix.conf decides).
+
+    ``builders`` is nix's ``builders`` setting (``ssh://host x86_64-linux``
+    lines separated by ``;``), ``substituters`` and ``trusted_public_keys``
+    are space-separated lists, exactly as in nix.conf.
+    """
+
+    builders: str | None = None
+    substituters: str | None = None
+    trusted_public_keys: str | None = None
+
+    def argv(self) -> list[str]:
+        args: list[str] = []
+        for name, value in (
+            ("builders", self.builders),
+            ("substituters", self.substituters),
+            ("trusted-public-keys", self.trusted_public_keys),
+        ):
+            if value is not None:
+                args += ["--option", name, value]
+        return args
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """What ``nix flake lock`` pinned."""
+
+    hash: str  # lock_hash of flake.lock
+    nixpkgs: dict[str, Any]  # the locked nixpkgs node: type, rev or path, narHash
+
+
+class Nix:
+    """nix, through the process runner, with the user's options.
+
+    Parameters
+    ----------
+    runner
+        Runs every command (its cancel token stops a build).
+    executable
+        The nix binary; default: ``nix`` on PATH (ConfigError when missing).
+    options
+        builders, substituters, trusted-public-keys for every command.
+    """
+
+    def __init__(
+        self,
+        runner: ProcessRunner,
+        *,
+        executable: str | None = None,
+        options: NixOptions | None = None,
+    ) -> None:
+        found = executable or find_nix()
+        if not found:
+            raise ConfigError(f"The nix backend needs the `nix` command, which is not on PATH. {NIX_INSTALL_HINT}")
+        self.executable = found
+        self.runner = runner
+        self.options = options or NixOptions()
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.executable, *NIX_FEATURES, *self.options.argv(), *args]
+
+    def _nix_store(self) -> str:
+        sibling = Path(self.executable).with_name("nix-store")
+        return str(sibling) if sibling.exists() else "nix-store"
+
+    def run(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        timeout: float = 600.0,
+        on_line: LineCallback | None = None,
+    ) -> Completed:
+        return self.runner.run(
+            self.argv(*args),
+            cwd=cwd,
+            env=scrubbed_env(),
+            timeout=timeout,
+            on_line=on_line,
+            workspace=cwd,
+            interrupt_grace=INTERRUPT_GRACE,
+        )
+
+    # -- the flake ----------------------------------------------------------
+
+    def lock(self, workspace: Path, *, timeout: float = 600.0, on_line: LineCallback | None = None) -> LockInfo:
+        """``nix flake lock`` in ``workspace``: write (or keep) flake.lock, return what it pins.
+
+        An existing lock is kept as long as it matches flake.nix's inputs;
+        a changed nixpkgs URL re-locks just that input.
+        """
+        done = self.run("flake", "lock", cwd=workspace, timeout=timeout, on_line=on_line)
+        if done.returncode != 0:
+            raise flake_error(
+                done, workspace, "nix could not lock the flake's inputs",
+                "When offline, point nixpkgs at a local copy with --nixpkgs path:/a/nixpkgs "
+                "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
+            )
+        try:
+            lock = json.loads((workspace / LOCK_FILE).read_text())
+            node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
+        return LockInfo(hash=lock_hash(workspace), nixpkgs=dict(node))
+
+    def build(
+        self,
+        workspace: Path,
+        out_link: Path,
+        *,
+        timeout: float = 1800.0,
+        on_line: LineCallback | None = None,
+        attribute: str = "",
+    ) -> Path:
+        """``nix build`` the workspace flake; return the output's /nix/store path.
+
+        ``out_link`` becomes a GC root for it (nix creates it only after a
+        successful build).
+        """
+        out_link.parent.mkdir(parents=True, exist_ok=True)
+        installable = f".#{attribute}" if attribute else "."
+        done = self.run(
+            "build", installable, "--print-build-logs", "--json", "--out-link", str(out_link),
+            cwd=workspace, timeout=timeout, on_line=on_line,
+        )
+        if done.returncode != 0:
+            raise flake_error(done, workspace, "nix build failed")
+        try:
+            built = json.loads(done.stdout)
+            path = Path(built[0]["outputs"]["out"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise FlakeError(
+                f"nix build succeeded but printed no output path ({exc}): {done.stdout[-500:]}",
+                workspace=workspace,
+            ) from exc
+        return path
+
+    # -- store paths and roots ----------------------------------------------
+
+    def add_root(self, path: Path, link: Path, *, timeout: float = 120.0) -> bool:
+        """Make ``link`` an (indirect) GC root for the valid ``path``; False when it is not valid.
+
+        ``nix-store --realise`` on a valid path does nothing but add the
+        root; on a collected one it asks the substituters, and fails.
+        """
+        link.parent.mkdir(parents=True, exist_ok=True)
+        done = self.runner.run(
+            [self._nix_store(), *self.options.argv(), "--realise", str(path), "--add-root", str(link)],
+            env=scrubbed_env(), timeout=timeout, interrupt_grace=INTERRUPT_GRACE,
+        )
+        return done.returncode == 0
+
+    def is_valid(self, path: Path, *, timeout: float = 60.0) -> bool:
+        """Is ``path`` a complete, registered store path?"""
+        done = self.runner.run(
+            [self._nix_store(), "--check-validity", str(path)], env=scrubbed_env(), timeout=timeout
+        )
+        return done.returncode == 0
+
+
+def root_points_to(link: Path, path: Path) -> bool:
+    """Does the GC root ``link`` exist and point at ``path`` (which then is alive)?"""
+    try:
+        return link.is_symlink() and Path(os.readlink(link)) == path and path.exists()
+    except OSError:
+        return False
+
+
+def pending_link(gcroots: Path, name: str) -> Path:
+    """Where ``nix build`` puts its out-link until the deploy completes."""
+    return gcroots / ".pending" / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def binaries_of(path: Path) -> dict[str, Path]:
+    """The executables in ``path/bin``, by name."""
+    bin_dir = path / "bin"
+    if not bin_dir.is_dir():
+        return {}
+    return {entry.name: entry for entry in sorted(bin_dir.iterdir()) if os.access(entry, os.X_OK)}
+
+
+def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -> FlakeError:
+    """A FlakeError for a failed nix command: the flake file and line, or the build log's tail."""
+    stderr = done.stderr
+    lines = [line.rstrip() for line in stderr.splitlines()]
+    failed = _BUILD_FAILED.search(stderr)
+    if failed:
+        logged = [m.group(1) for m in map(_LOG_LINE.match, lines) if m]
+        if not logged:  # without --print-build-logs nix quotes the last lines itself
+            logged = [line.strip()[2:] for line in lines if line.strip().startswith("> ")]
+        tail = "\n".join(logged[-LOG_TAIL:])
+        return FlakeError(
+            f"{what}: the builder of {failed.group(1)} failed. The end of its log:\n{tail}\n"
+            f"Full log: nix log {failed.group(1)}",
+            log_tail=tail,
+            workspace=workspace,
+            drv=failed.group(1),
+        )
+    errors = [line for line in lines if line.startswith("error:")]
+    message = (errors[0] if errors else (lines[-1] if lines else f"exit status {done.returncode}")).removeprefix("error: ")
+    location = _EVAL_AT.search(stderr)
+    file = line_no = None
+    where = ""
+    if location:
+        file = workspace / location.group(2)
+        line_no = int(location.group(3))
+        where = f"\n  at {file}:{line_no}:{location.group(4)}"
+        source = _source_line(file, line_no)
+        if source:
+            where += f"\n  {line_no} | {source}"
+    tail = "\n".join(line for line in lines if line.strip() and not line.startswith("warning:"))[-4000:]
+    return FlakeError(
+        f"{what}: {message}{where}" + (f"\n{advice}" if advice else ""),
+        log_tail=tail,
+        workspace=workspace,
+        file=file,
+        line=line_no,
+    )
+
+
+def _source_line(file: Path, line: int) -> str:
+    try:
+        return file.read_text(encoding="utf-8", errors="replace").splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        return ""
+
+
+def nix_release(
+    nix: Nix,
+    workspace: Path,
+    out_link: Path,
+    *,
+    timeout: float,
+    on_line: LineCallback | None = None,
+) -> Callable[[], Any]:
+    """The ``release`` callable for :func:`flakebot_magic.stages.build.check`: nix build, as a BuildResult."""
+    from .build import BuildResult
+
+    def release() -> BuildResult:
+        path = nix.build(workspace, out_link, timeout=timeout, on_line=on_line)
+        binaries = binaries_of(path)
+        if not binaries:
+            raise FlakeError(f"nix built {path}, which has no bin/ programs to deploy.", workspace=workspace)
+        release.store_path = path  # type: ignore[attr-defined]
+        return BuildResult(binaries=binaries, diagnostics=[])
+
+    return release
+
+
+def remove_link(link: Path) -> None:
+    """Remove a GC root symlink, if it is one (nix drops the stale registration itself)."""
+    try:
+        if link.is_symlink():
+            link.unlink()
+    except OSError:
+        pass
+
+
+def record_nix(
+    store_dir: Path, key: str, crate: str, version: str, built: Path, manifest: dict[str, Any]
+) -> StorePath:
+    """The cache entry ``<store_dir>/<key>-<crate>-<version>/`` for a nix-built tool, written atomically.
+
+    It holds ``manifest.json`` (with ``nix_store_path``) and ``bin``, a
+    symlink to the /nix/store path's ``bin``: the same shape as a cargo
+    entry, so the recipe and cleanup machinery treat both alike.
+    """
+    final = store_dir / f"{key}-{crate}-{version}"
+    store_dir.mkdir(parents=True, exist_ok=True)
+    staging = store_dir / f".staging-{key}-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        staging.mkdir()
+        (staging / "bin").symlink_to(built / "bin")
+        data = {**manifest, "hash": key, "nix_store_path": str(built), "format": STORE_FORMAT}
+        (staging / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except OSError as exc:
+        raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return StorePath(final, key)
+
+
+def describe_locked(node: dict[str, Any]) -> str:
+    """``github:NixOS/nixpkgs/abc1234`` or ``path:/x (sha256-…)``: what nixpkgs is pinned to."""
+    kind = node.get("type", "")
+    if kind == "path":
+        return f"path:{node.get('path', '')} ({str(node.get('narHash', ''))[:19]}…)"
+    if kind in ("github", "gitlab", "sourcehut"):
+        return f"{kind}:{node.get('owner', '')}/{node.get('repo', '')}/{str(node.get('rev', ''))[:12]}"
+    if node.get("rev"):
+        return f"{kind}:{node.get('url', '')}@{str(node['rev'])[:12]}"
+    return f"{kind}:{node.get('url') or node.get('path') or ''}"
