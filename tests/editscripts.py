@@ -97,12 +97,12 @@ fn hex_digest(data: &[u8]) -> String {
 ''' + SHA256_MAIN + SHA256_TESTS
 
 SHA256 = [
-    reply(call("list_files", path="."), call("read_file", path="Cargo.toml"),
-          content="I will look at the crate first."),
     reply(
+        call("list_files", path="src"),
         call("replace_in_file", path="Cargo.toml", search="[package.metadata.docs.rs]", replace=SHA256_CONTRACT),
         call("write_file", path="src/bin/sha256.rs", content=SHA256_BROKEN),
         call("run_checks"),
+        content="sha2 is a library; I add a binary, src/bin/sha256.rs, and the tool contract.",
     ),
     reply(
         call("write_file", path="src/bin/sha256.rs", content=SHA256_FIXED),
