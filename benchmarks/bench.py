@@ -19,12 +19,6 @@ What is measured (targets from the issues):
   <= 10% of the cargo time, and the dependency units cargo compiles after the
   baseline check run (count ``compiler-artifact`` messages with
   ``fresh: false`` for non-workspace packages), target 0;
-* the edit loop (scripted: the fake OpenAI server replays the sha2 session
-  of ``tests/scripts/sha256.json`` plus edit-only iterations, real cargo in
-  the sandbox): flakebot's own time per check run on top of cargo's, target
-  <= 10% of the cargo time, and the dependency units cargo compiles after the
-  baseline check run (count ``compiler-artifact`` messages with
-  ``fresh: false`` for non-workspace packages), target 0;
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
   ipywidgets, tornado and IPython not imported;
 * nix backend (when nix is installed): the cold pipeline with ``nix build``
@@ -140,7 +134,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
     script = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
-    fixed = json.loads(script[2]["tool_calls"][0]["function"]["arguments"])["content"]
+    fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]
 
     def checks(content: str, number: int) -> dict[str, object]:
         write = {"id": f"w{number}", "type": "function",
@@ -158,7 +152,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
         workspace = fork(found.get("sha2"), found, cache / "workspaces", "sha", runner=runner, bus=EventBus(),
                          cargo=Cargo(found, runner))
         sandbox = Sandbox(workspace.path)
-        with FakeOpenAIServer([*script[:2], *edits, finish]) as server:
+        with FakeOpenAIServer([script[0], *edits, finish]) as server:
             model = ModelConfig.resolve("scripted", base_url=server.base_url)
             assert model is not None
             client = model.client()
@@ -236,92 +230,6 @@ def nix_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
     return {"nix_s": best_nix, "cargo_s": best_cargo, "ratio": best_nix / best_cargo}
 
 
-def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, float]:
-    """One scripted edit session on sha2: flakebot's time per check run beside cargo's, and rebuilt dependencies.
-
-    The session is the test script (a compile error, its fix) followed by
-    ``extra_iterations`` edits of the binary, each with ``run_checks``. Per
-    iteration, ``seconds - cargo_seconds`` is flakebot's own time: the
-    ratchet's scan of the tests, parsing cargo's JSON, reading the contract,
-    the git commit, the events, the report (the sandbox's wrappers are inside
-    the cargo time; measured apart below).
-    """
-    from flakebot_magic.cargo import Cargo
-    from flakebot_magic.events import EventBus
-    from flakebot_magic.git import Git
-    from flakebot_magic.model import ModelConfig
-    from flakebot_magic.process import ProcessRunner
-    from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-    from flakebot_magic.stages.edit import EditLoop
-    from flakebot_magic.stages.fork import fork
-    from flakebot_magic.testing.fake_openai import FakeOpenAIServer
-
-    script = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
-    fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]
-
-    def checks(content: str, number: int) -> dict[str, object]:
-        write = {"id": f"w{number}", "type": "function",
-                 "function": {"name": "write_file", "arguments": json.dumps({"path": "src/bin/sha256.rs", "content": content})}}
-        run = {"id": f"r{number}", "type": "function", "function": {"name": "run_checks", "arguments": "{}"}}
-        return {"role": "assistant", "content": None, "tool_calls": [write, run]}
-
-    edits = [checks(fixed, 0)] + [checks(fixed + f"\n// edit {i}\n", i) for i in range(1, extra_iterations + 1)]
-    finish = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "f", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "bench"}'}}]}
-    cache = Path(tempfile.mkdtemp(prefix="fb-bench-edit-"))
-    try:
-        found = DirectoryRegistry(registry, cache)
-        runner = ProcessRunner()
-        workspace = fork(found.get("sha2"), found, cache / "workspaces", "sha", runner=runner, bus=EventBus(),
-                         cargo=Cargo(found, runner))
-        sandbox = Sandbox(workspace.path)
-        with FakeOpenAIServer([script[0], *edits, finish]) as server:
-            model = ModelConfig.resolve("scripted", base_url=server.base_url)
-            assert model is not None
-            client = model.client()
-            loop = EditLoop(workspace.path, client, model, cargo=SandboxedCargo(found, runner, sandbox),
-                            bus=EventBus(), git=Git(workspace.path, runner), crate=workspace.crate,
-                            max_iterations=extra_iterations + 4)
-            loop.run("a command that prints the SHA-256 of its standard input")
-            client.close()
-        runs = loop.runs
-        later = [r for r in runs if r.iteration >= 1]
-        ratios = [(r.seconds - r.cargo_seconds) / r.cargo_seconds for r in later]
-        own_ms = [(r.seconds - r.cargo_seconds) * 1000 for r in later]
-        wrapper = [timed(lambda: runner.run(sandbox.command(["true"]), env=sandbox.env(), timeout=30)) for _ in range(9)]
-        bare = [timed(lambda: runner.run(["true"], timeout=30)) for _ in range(9)]
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    return {
-        "check_runs": len(later),
-        "cargo_p50_s": statistics.median(r.cargo_seconds for r in later),
-        "own_p50_ms": statistics.median(own_ms),
-        "own_max_ms": max(own_ms),
-        "ratio_p50": statistics.median(ratios),
-        "ratio_max": max(ratios),
-        "baseline_dependency_units": runs[0].dependency_units,
-        "dependency_units_after_baseline": sum(r.dependency_units for r in later),
-        "sandbox_wrapper_ms": (statistics.median(wrapper) - statistics.median(bare)) * 1000,
-        "isolated": sandbox.isolated,
-    }
-
-
-def _edit_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
-    edit = results.get("edit")
-    if not edit:
-        return []
-    cargo_ms = float(edit["cargo_p50_s"]) * 1000  # type: ignore[arg-type]
-    return [
-        (f"edit loop: flakebot's own time per check run on top of cargo's (p50 / max over {edit['check_runs']} runs)",
-         f"**{edit['own_p50_ms']:.0f} ms / {cargo_ms:.0f} ms = {float(edit['ratio_p50']) * 100:.1f}%** "  # type: ignore[arg-type]
-         f"(max {float(edit['ratio_max']) * 100:.1f}%)", "<= 10%"),  # type: ignore[arg-type]
-        ("edit loop: dependency units compiled after the baseline check run (baseline: "
-         f"{edit['baseline_dependency_units']})", f"**{edit['dependency_units_after_baseline']}**", "0"),
-        ("edit loop: sandbox wrappers (bwrap + prlimit) per cargo command" + ("" if edit["isolated"] else " (no bwrap)"),
-         f"{edit['sandbox_wrapper_ms']:.0f} ms", "-"),
-    ]
-
-
 def search_p50(registry: str, runs: int) -> dict[str, float]:
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-search-"))
     queries = ["render markdown to html", "hex viewer", "sha256 hash", "base64 encode", "parse json",
@@ -384,7 +292,6 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
         ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
     ]
     rows += _edit_rows(results)
-    rows += _edit_rows(results)
     return rows
 
 
@@ -394,20 +301,11 @@ def main() -> int:
     parser.add_argument("--cold-rounds", type=int, default=2)
     parser.add_argument("--readme", action="store_true", help="rewrite the benchmark table in README.md")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
-    parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
-    parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
     parser.add_argument("--no-nix", action="store_true", help="skip the nix backend rows")
     parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
     parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
     parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
     args = parser.parse_args()
-    if args.only_edit:
-        edit = {"edit": edit_loop_overhead(args.registry)}
-        rows = _edit_rows(edit)
-        print("\n".join(["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]))
-        if args.json:
-            args.json.write_text(json.dumps(edit, indent=2, default=str))
-        return 0
     if args.only_edit:
         edit = {"edit": edit_loop_overhead(args.registry)}
         rows = _edit_rows(edit)
@@ -434,9 +332,6 @@ def main() -> int:
         results["nix_warm"] = warm(args.registry, 7, backend="nix", nixpkgs=stand_in)
         print(f"benchmark: nix backend vs cargo backend, cold ({args.cold_rounds} rounds) ...", file=sys.stderr)
         results["nix_cold"] = nix_vs_cargo(args.registry, args.cold_rounds)
-    if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
-        print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
-        results["edit"] = edit_loop_overhead(args.registry)
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)
