@@ -28,6 +28,14 @@ What is measured (targets from the issues):
   /nix/store); and the warm re-run (cache hit) with the nix backend, target
   <= 0.5 s.
 
+* the tool clients (issue 5), each against its floor in the same run: a
+  CLI call (``md("# Hi")``) vs a raw ``subprocess.run`` of the same binary,
+  p50 ratio, target <= 1.1; an MCP call round trip (``calc.add``, the
+  fixture server kept running) p50, target <= 0.3 ms, vs spawning the server
+  per call; an HTTP call with keep-alive (``svc.greet``, the fixture
+  service) p50, target <= 1 ms, vs a raw ``httpx`` request to the same
+  service (keep-alive, and a new connection each time).
+
 The cargo rows use ``backend="cargo"`` explicitly (``auto`` would pick nix
 wherever it is installed).
 """
@@ -260,6 +268,89 @@ def import_time(runs: int) -> dict[str, object]:
             "heavy_modules": loaded or "none"}
 
 
+def _p50_ms(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def clients_bench(registry: str, runs: int = 400) -> dict[str, float]:
+    """The clients beside their floors: CLI vs subprocess.run, MCP kept vs spawned, HTTP vs raw httpx."""
+    import httpx
+
+    from flakebot_magic.clients import stop_all
+    from flakebot_magic.testing.overlay import FIXTURES, overlay_registry
+
+    cache = Path(tempfile.mkdtemp(prefix="fb-bench-clients-"))
+    try:
+        overlay = overlay_registry(cache / "registry", [FIXTURES / "demo-mcp", FIXTURES / "demo-http"], Path(registry))
+        settings = Settings(cache_dir=cache, registry=str(overlay), backend="cargo")
+        md = Pipeline(settings).run(REQUEST, name="md")
+        calc = Pipeline(settings).run("", crate="demo-mcp", name="calc")
+        svc = Pipeline(settings).run("", crate="demo-http", name="svc")
+        binary = str(md.binary)
+        md("# Hi")  # reads --help once
+        cli_tool, cli_raw = [], []
+        for _ in range(5):  # alternate, so both see the same machine
+            cli_tool.append(_p50_ms(lambda: md("# Hi"), runs // 5))
+            cli_raw.append(_p50_ms(lambda: subprocess.run([binary], input=b"# Hi", capture_output=True), runs // 5))
+
+        handshake = (
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},'
+            b'"clientInfo":{"name":"bench","version":"0"}}}\n{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+            b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}\n'
+        )
+
+        def spawned() -> None:
+            done = subprocess.run([str(calc.binary)], input=handshake, capture_output=True)
+            assert b'"sum":3.0' in done.stdout
+
+        for _ in range(200):
+            calc.add(a=1, b=2)
+        mcp_kept = _p50_ms(lambda: calc.add(a=1, b=2), runs * 5)
+        mcp_spawned = _p50_ms(spawned, max(runs // 10, 20))
+
+        raw = httpx.Client(base_url=svc.base_url, headers={"Authorization": f"Bearer {svc.token}"}, trust_env=False)
+        try:
+            for _ in range(200):
+                svc.greet(name="a")
+                raw.get("/greet", params={"name": "a"})
+            http_tool, http_raw = [], []
+            for _ in range(5):
+                http_tool.append(_p50_ms(lambda: svc.greet(name="a"), runs))
+                http_raw.append(_p50_ms(lambda: raw.get("/greet", params={"name": "a"}).json(), runs))
+            url, headers = f"{svc.base_url}/greet?name=a", {"Authorization": f"Bearer {svc.token}"}
+            http_new = _p50_ms(lambda: httpx.get(url, headers=headers, trust_env=False).json(), max(runs // 4, 50))
+        finally:
+            raw.close()
+        stop_all()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    tool_ms, raw_ms = statistics.median(cli_tool), statistics.median(cli_raw)
+    return {
+        "cli_tool_ms": tool_ms, "cli_raw_ms": raw_ms, "cli_ratio": tool_ms / raw_ms,
+        "mcp_p50_ms": mcp_kept, "mcp_spawned_ms": mcp_spawned,
+        "http_p50_ms": statistics.median(http_tool), "http_raw_ms": statistics.median(http_raw), "http_new_ms": http_new,
+    }
+
+
+def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
+    if "clients" not in results:
+        return []
+    c: dict[str, float] = results["clients"]  # type: ignore[assignment]
+    return [
+        ("CLI call `md(\"# Hi\")` / raw `subprocess.run` of the same binary (p50)",
+         f"{c['cli_tool_ms']:.2f} ms / {c['cli_raw_ms']:.2f} ms = **{c['cli_ratio']:.2f}x**", "<= 1.1x"),
+        ("MCP call round trip, server kept running (p50; spawning it per call)",
+         f"**{c['mcp_p50_ms']:.3f} ms** ({c['mcp_spawned_ms']:.2f} ms)", "<= 0.3 ms"),
+        ("HTTP call with keep-alive, `svc.greet()` (p50; raw httpx keep-alive; raw httpx new connection)",
+         f"**{c['http_p50_ms']:.3f} ms** ({c['http_raw_ms']:.3f} ms; {c['http_new_ms']:.2f} ms)", "<= 1 ms"),
+    ]
+
+
 def table(results: dict[str, dict[str, object]]) -> str:
     rows: list[tuple[str, str, str]] = []
     if "cold" in results:  # absent with --only-nix
@@ -272,6 +363,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ("warm re-run, nix backend, `flakebot build` command (p50)", f"**{nix_warm['command_p50_s']:.3f} s**", "<= 0.5 s"),
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
+    rows += _client_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -301,11 +393,20 @@ def main() -> int:
     parser.add_argument("--cold-rounds", type=int, default=2)
     parser.add_argument("--readme", action="store_true", help="rewrite the benchmark table in README.md")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
-    parser.add_argument("--no-nix", action="store_true", help="skip the nix backend rows")
-    parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
     parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
     parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
+    parser.add_argument("--no-nix", action="store_true", help="skip the nix backend rows")
+    parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
+    parser.add_argument("--no-clients", action="store_true", help="skip the tool-client rows")
+    parser.add_argument("--only-clients", action="store_true", help="measure only the tool-client rows")
     args = parser.parse_args()
+    if args.only_clients:
+        clients = {"clients": clients_bench(args.registry)}
+        print("\n".join(["| measurement | result | target |", "|---|---|---|"]
+                        + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]))
+        if args.json:
+            args.json.write_text(json.dumps(clients, indent=2, default=str))
+        return 0
     if args.only_edit:
         edit = {"edit": edit_loop_overhead(args.registry)}
         rows = _edit_rows(edit)
@@ -335,6 +436,9 @@ def main() -> int:
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)
+    if not args.no_clients and not args.only_nix:
+        print("benchmark: tool clients (CLI, MCP, HTTP) ...", file=sys.stderr)
+        results["clients"] = clients_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"
     text = table(results) + f"\n\nMeasured by `make bench` on {machine}."
     print(text)

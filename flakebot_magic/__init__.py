@@ -47,7 +47,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .events import Observer
     from .registry.base import CrateCandidate
-    from .stages.client import Tool
+    from .clients.base import ToolClient
 
 __version__ = "0.1.0"
 
@@ -99,7 +99,7 @@ def build(
     nix_builders: str | None = None,
     nix_substituters: str | None = None,
     nix_trusted_public_keys: str | None = None,
-) -> Tool:
+) -> ToolClient:
     """Build the tool for ``request`` and return it, callable.
 
     Parameters

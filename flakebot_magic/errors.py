@@ -19,7 +19,7 @@ The tree::
     ├── DeployError         the built binary could not be placed in the store
     ├── StageTimeout        a process ran past its time limit
     ├── Cancelled           the user stopped the run
-    └── ToolError           a deployed tool exited non-zero when called
+    └── ToolError           a deployed tool failed when called (exit status, MCP or HTTP error)
 
 Every error says what happened and what to do next. Errors raised after the
 fork carry ``workspace``, the path of the kept workspace, and mention it.
@@ -264,13 +264,20 @@ class Cancelled(FlakebotError):
 
 
 class ToolError(FlakebotError):
-    """A deployed tool failed when called: exit code and standard error attached."""
+    """A deployed tool failed when called: exit code and standard error attached.
+
+    ``returncode``: a CLI tool's exit status (None after a timeout), or the
+    status an MCP server or HTTP service exited with; ``stderr``: its error
+    output (for MCP and HTTP tools, the tail of its log, or the error text it
+    reported); ``status``: the HTTP status of a service's error answer.
+    """
 
     stage = "tool"
 
     def __init__(
-        self, message: str, *, returncode: int | None = None, stderr: str = ""
+        self, message: str, *, returncode: int | None = None, stderr: str = "", status: int | None = None
     ) -> None:
         self.returncode = returncode
         self.stderr = stderr
+        self.status = status
         super().__init__(message)

@@ -29,7 +29,8 @@ from .registry.base import CrateCandidate, Registry
 from .registry.directory import read_manifest
 from .stages import search as search_stage
 from .stages.build import BUILD_FLAGS, check
-from .stages.client import Tool
+from .stages.accept import AcceptanceReport, Example, run_examples, split_request
+from .stages.client import ToolClient, contract_of, make_tool
 from .stages.deploy import StorePath, deploy, lookup, store_key
 from .stages.flake import DEFAULT_NIXPKGS_URL, FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, FlakeMeta, write_flake
 from .stages.edit import EditLoop, EditState, read_contract
@@ -82,7 +83,7 @@ class _Stage:
 
 
 class Pipeline:
-    """Turns a request into a deployed :class:`Tool`.
+    """Turns a request into a deployed tool (a :class:`ToolClient`: CLI, MCP or HTTP).
 
     Parameters
     ----------
@@ -125,7 +126,7 @@ class Pipeline:
 
     def run(
         self, request: str, *, name: str | None = None, crate: str | None = None, follow_up: bool = False
-    ) -> Tool:
+    ) -> ToolClient:
         """Build (or find in the cache) the tool for ``request`` and return it.
 
         With a model configured (``settings.model``), the edit loop turns the
@@ -138,14 +139,18 @@ class Pipeline:
             self._model = self.settings.model_config()
             self._request, self._name = request.strip(), name
             self._follow_up = follow_up or self.settings.follow_up
-            tool = self._run(request.strip(), name, crate)
+            # ">>>" examples in the request are acceptance checks, not search words
+            search_text, examples = split_request(request.strip())
+            tool = self._run(search_text, name, crate)
+            if examples:
+                tool = self._accept(tool, examples, search_text)
         except BaseException as exc:
             self.bus.emit(RunFinished(ok=False, error=exc, elapsed=time.monotonic() - started))
             raise
         self.bus.emit(RunFinished(ok=True, tool=tool, elapsed=time.monotonic() - started))
         return tool
 
-    def _run(self, request: str, name: str | None, crate: str | None) -> Tool:
+    def _run(self, request: str, name: str | None, crate: str | None) -> ToolClient:
         if not request and not crate:
             raise UsageError(
                 "The request is empty. Say what the tool should do, for example:\n"
@@ -344,6 +349,7 @@ class Pipeline:
                             "backend": "nix", "lock_hash": lock.hash, "nixpkgs": lock.nixpkgs,
                             "nixpkgs_url": self._nixpkgs_url(), "gcroot": str(root),
                             "binaries": sorted(result.build.binaries),
+                            "contract": _contract(workspace.path, list(result.build.binaries)),
                             "tests": {"passed": result.tests.passed, "failed": result.tests.failed,
                                       "ignored": result.tests.ignored},
                             "skipped_targets": workspace.skipped_targets,
@@ -401,6 +407,7 @@ class Pipeline:
                         "checksum_kind": workspace.checksum_kind, "registry": crate.registry,
                         "commit": git.head(), "rustc": rustc, "flags": list(BUILD_FLAGS),
                         "description": crate.description, "backend": "cargo",
+                        "contract": _contract(workspace.path, list(binaries)),
                         "skipped_targets": workspace.skipped_targets,
                         "dropped": [str(d) for d in workspace.dropped],
                     },
@@ -494,13 +501,16 @@ class Pipeline:
                 client.close()
         return sandboxed
 
-    def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> Tool:
-        with _Stage(self.bus, "client", name):
+    def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> ToolClient:
+        with _Stage(self.bus, "client", name) as stage:
             manifest = store.manifest
             main = _main_binary(candidate, manifest["binaries"], self.settings.workspaces_dir / name)
             # nix: the tool is the /nix/store path; the cache entry only records it
             deployed = Path(manifest.get("nix_store_path") or store.path)
-            tool = Tool(
+            contract = manifest.get("contract") or _contract(self.settings.workspaces_dir / name, manifest["binaries"], main)
+            tool = make_tool(
+                contract=contract,
+                start=False,
                 name=name,
                 binary=deployed / "bin" / main,
                 crate=candidate.name,
@@ -522,9 +532,53 @@ class Pipeline:
                     backend=tool.backend, description=candidate.description, created=time.time(),
                     extra={"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
                     if tool.backend == "nix" else {},
+                    kind=tool.kind, request=self._request,
                 )
             )
+            if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
+                inventory = Inventory(self.settings.tools_dir)
+                tool.on_state = lambda **changes: inventory.update(name, **changes)
+                tool.start()  # type: ignore[attr-defined]
+                stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
         return tool
+
+    def _accept(self, tool: ToolClient, examples: list[Example], request: str) -> ToolClient:
+        """Run the cell's ``>>>`` examples against the deployed tool; report each failure.
+
+        With a model configured, failing examples go back to the edit loop as
+        new instructions (a follow-up session on the same workspace), then the
+        tool is rebuilt and the examples run again, up to
+        ``ACCEPTANCE_ROUNDS`` times or until the loop's budget ends.
+        """
+        rounds = 0
+        while True:
+            with _Stage(self.bus, "accept", f"{len(examples)} examples") as stage:
+                report = run_examples(examples, {tool.name: tool})
+                stage.detail = report.summary()
+                for failure in report.failures:
+                    self.bus.notice("accept", failure.describe(), "warning")
+            tool.acceptance = report
+            if report.ok or self._model is None or rounds >= ACCEPTANCE_ROUNDS:
+                return tool
+            rounds += 1
+            self.bus.notice("accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})")
+            self._follow_up = True
+            self._request = report.as_request(self._request)
+            tool.close()
+            tool = self._run(request, tool.name, None)
+
+
+#: how many times failing acceptance examples go back to the edit loop
+ACCEPTANCE_ROUNDS = 2
+
+
+def _contract(workspace: Path, binaries: list[str], main: str = "") -> dict[str, object]:
+    """The tool contract in the workspace's Cargo.toml (a crate without one is a CLI tool)."""
+    try:
+        manifest = read_manifest(workspace / "Cargo.toml")
+    except (OSError, ValueError):
+        manifest = {}
+    return contract_of(manifest, binaries, main).to_json()
 
 
 def _main_binary(

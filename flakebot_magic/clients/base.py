@@ -1,0 +1,303 @@
+"""What every deployed tool object has: provenance, its functions, the views agents use, its display.
+
+:class:`ToolClient` is the base of the CLI, MCP and HTTP clients. A subclass
+says which :class:`~flakebot_magic.clients.agents.ToolFunction` objects it
+offers (:meth:`ToolClient.functions`); everything agent-facing is derived
+from them: ``openai_tools()``, ``call(tool_call)``, ``usage()``,
+``mcp_config()``, and the notebook display.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
+from .schema import check_arguments
+
+__all__ = ["KINDS", "ToolClient"]
+
+#: the tool kinds a contract may name
+KINDS = ("cli", "mcp", "http")
+
+_KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
+
+
+class ToolClient:
+    """A deployed tool, callable from Python and describable to agents.
+
+    Parameters
+    ----------
+    name
+        The tool's name in the kernel (a Python identifier).
+    binary
+        The deployed executable.
+    crate, version
+        Where it came from.
+    source_hash, store_path
+        Its store entry.
+    checksum
+        The published source's checksum.
+    backend
+        ``cargo`` or ``nix``: what built and deployed it.
+    timeout
+        Default seconds allowed for one call.
+    provenance
+        The store manifest (description, commit, flags ...).
+    lock_hash
+        Nix backend: ``sha256-<hex>`` of the flake.lock it was built with.
+    """
+
+    kind = "cli"
+
+    def __init__(
+        self,
+        name: str,
+        binary: Path | str,
+        crate: str,
+        version: str,
+        source_hash: str,
+        store_path: Path | str,
+        checksum: str = "",
+        backend: str = "cargo",
+        timeout: float = 60.0,
+        provenance: Mapping[str, Any] | None = None,
+        lock_hash: str = "",
+    ) -> None:
+        self.name = name
+        self.binary = Path(binary)
+        self.crate = crate
+        self.version = version
+        self.source_hash = source_hash
+        self.store_path = Path(store_path)
+        self.checksum = checksum
+        self.backend = backend
+        self.timeout = timeout
+        self.provenance: dict[str, Any] = dict(provenance or {})
+        self.lock_hash = lock_hash
+        #: the acceptance examples' results, when the cell had examples
+        self.acceptance: Any = None
+        #: called as ``on_state(status=..., pid=..., url=...)`` when the tool's process starts or
+        #: stops (the pipeline points it at the tool registry)
+        self.on_state: Callable[..., object] | None = None
+
+    def _state(self, **changes: Any) -> None:
+        if self.on_state is not None:
+            try:
+                self.on_state(**changes)
+            except Exception:  # bookkeeping must never break a call
+                pass
+
+    # -- subclasses ------------------------------------------------------------
+
+    def functions(self) -> dict[str, ToolFunction]:
+        """The tool's functions by Python name."""
+        raise NotImplementedError
+
+    @property
+    def description(self) -> str:
+        return str(self.provenance.get("description") or "")
+
+    @property
+    def reads_stdin(self) -> bool:
+        return False
+
+    @property
+    def running(self) -> bool:
+        """True while the tool's own process runs (always False for a CLI tool)."""
+        return False
+
+    def stop(self) -> None:
+        """Stop the tool's process, if it has one (a later call starts it again)."""
+
+    def close(self) -> None:
+        """Stop the tool and release its resources."""
+        self.stop()
+
+    def logs(self, last: int | None = None) -> str:
+        """The tool process's recent output (stderr; stdout too for HTTP services)."""
+        return ""
+
+    def __enter__(self) -> ToolClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def example(self) -> str:
+        """A call to show first."""
+        functions = self.functions()
+        first = next(iter(functions.values()), None)
+        return first.example if first is not None and first.example else f"{self.name}()"
+
+    # -- for agents ------------------------------------------------------------
+
+    def _agent_name(self, fn: ToolFunction) -> str:
+        functions = self.functions()
+        return self.name if len(functions) == 1 and fn.name == self.name else f"{self.name}_{fn.name}"
+
+    def _agent_functions(self) -> dict[str, tuple[ToolFunction, tuple[str, ...], dict[str, Any]]]:
+        table = {}
+        for fn in self.functions().values():
+            name = self._agent_name(fn)
+            entry, json_text = openai_tool(name, fn)
+            table[entry["function"]["name"]] = (fn, json_text, entry)
+        return table
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """Function-calling schemas for ``client.chat.completions.create(tools=...)``.
+
+        Each passes OpenAI's strict-mode rules (``"strict": true``): all
+        properties required, optional ones nullable, no extra properties.
+        """
+        return [entry for _, _, entry in self._agent_functions().values()]
+
+    def handles(self, tool_call: Any) -> bool:
+        """Does ``tool_call`` name one of this tool's functions?"""
+        return parse_tool_call(tool_call)[1] in self._agent_functions()
+
+    def call(self, tool_call: Any) -> dict[str, Any]:
+        """Run a tool call from a chat completion; return the ``tool`` message to send back.
+
+        ``tool_call`` is an item of ``message.tool_calls`` (the ``openai``
+        object or its dict form). Arguments that are ``null`` count as not
+        given. A failure (a tool error, bad arguments) becomes the message's
+        content, so the model can read it and try again.
+        """
+        call_id, name, arguments = parse_tool_call(tool_call)
+        table = self._agent_functions()
+        content: str
+        if name not in table:
+            content = f"error: {self.name} has no function {name!r}; it has {', '.join(sorted(table))}"
+        else:
+            fn, json_text, _ = table[name]
+            try:
+                args = json.loads(arguments or "{}")
+                if not isinstance(args, dict):
+                    raise ValueError("the arguments must be a JSON object")
+                args = {k: v for k, v in args.items() if v is not None}
+                for key in json_text:
+                    if isinstance(args.get(key), str):
+                        args[key] = json.loads(args[key])
+                content = result_text(self._invoke(fn, args))
+            except Exception as exc:  # the model sees what went wrong, and may correct itself
+                content = f"error: {type(exc).__name__}: {exc}"
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+    def _invoke(self, fn: ToolFunction, args: dict[str, Any]) -> Any:
+        """Call ``fn`` with arguments named as in its schema (as a model gives them)."""
+        if fn.wire is not None:
+            check_arguments(args, fn.parameters, fn.name)
+            return fn.wire(args)
+        return fn.function(**args)
+
+    def mcp_config(self) -> dict[str, Any]:
+        """An ``mcpServers`` entry an MCP client (Claude Desktop, Cursor, the ``mcp`` SDK) can use.
+
+        For a command-line tool or an HTTP service the server is flakebot's
+        bridge, which serves this tool's functions over MCP (stdio).
+        """
+        from .bridge import bridge_command
+
+        return {"mcpServers": {self.name: bridge_command(self)}}
+
+    def usage(self) -> str:
+        """Markdown: what the tool does, and each function with an example."""
+        kind = _KIND_WORDS.get(self.kind, self.kind)
+        lines = [f"### `{self.name}`: {self.crate} {self.version} ({kind})", ""]
+        if self.description:
+            lines += [self.description, ""]
+        for fn in self.functions().values():
+            signature = _signature_text(fn)
+            lines += [f"#### `{signature}`", "", (fn.description.strip() or "(no description)"), ""]
+            if fn.example:
+                lines += ["```python", fn.example, "```", ""]
+        lines += self._usage_notes()
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _usage_notes(self) -> list[str]:
+        return [
+            "Errors raise `flakebot_magic.ToolError`. For agents: `.openai_tools()`, "
+            "`.call(tool_call)`, `.mcp_config()`.",
+        ]
+
+    # -- display ---------------------------------------------------------------
+
+    def _nixpkgs(self) -> str:
+        from ..stages.nix import describe_locked
+
+        locked = self.provenance.get("nixpkgs")
+        return describe_locked(locked) if isinstance(locked, dict) else "?"
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("crate", f"{self.crate} {self.version}"),
+            ("kind", self.kind),
+            ("source hash", self.source_hash),
+            ("store path", str(self.store_path)),
+            ("backend", self.backend),
+        ]
+        if self.backend == "nix":
+            rows += [("flake.lock", self.lock_hash), ("nixpkgs", self._nixpkgs())]
+        return rows
+
+    def __repr__(self) -> str:
+        return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.kind}, {self.store_path}>"
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        body = "".join(
+            f"<tr><th style='text-align:left'>{e(k)}</th><td><code>{e(v)}</code></td></tr>" for k, v in self._rows()
+        )
+        calls = "".join(
+            f"<li><code>{e(_signature_text(fn))}</code> &mdash; {e(_first_line(fn.description))}"
+            + (f"<br>e.g. <code>{e(fn.example)}</code>" if fn.example else "")
+            + "</li>"
+            for fn in self.functions().values()
+        )
+        tools = e(json.dumps(self.openai_tools(), indent=2))
+        mcp = e(json.dumps(self.mcp_config(), indent=2))
+        return (
+            f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b> "
+            f"&mdash; {e(self.description)}"
+            f"<table>{body}</table>"
+            f"<p>Call it: <code>{e(self.example())}</code></p>"
+            f"<ul>{calls}</ul>"
+            f"<details><summary>For agents: <code>{e(self.name)}.openai_tools()</code></summary><pre>{tools}</pre></details>"
+            f"<details><summary>For MCP clients: <code>{e(self.name)}.mcp_config()</code></summary><pre>{mcp}</pre></details>"
+            f"<details><summary>Usage: <code>{e(self.name)}.usage()</code></summary><pre>{e(self.usage())}</pre></details>"
+            "</div>"
+        )
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        # no data of its own (text and HTML come from the methods beside it); the
+        # output's metadata records the provenance, so a notebook says which tool it got
+        from ..provenance import provenance_of
+
+        return {}, {"flakebot": provenance_of(self)}
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _signature_text(fn: ToolFunction) -> str:
+    import inspect
+
+    try:
+        signature = inspect.signature(fn.function)
+    except (TypeError, ValueError):
+        return f"{fn.name}(...)"
+    parts = []
+    for p in signature.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            parts.append(f"*{p.name}")
+        elif p.default is p.empty:
+            parts.append(p.name)
+        else:
+            parts.append(f"{p.name}={p.default!r}")
+    qual = getattr(fn.function, "__qualname__", fn.name)
+    return f"{qual}({', '.join(parts)})"

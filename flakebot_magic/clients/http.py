@@ -1,0 +1,524 @@
+"""The Python client of an HTTP service: started on 127.0.0.1 with a token, called with keep-alive.
+
+:class:`HttpTool` starts the service at a free loopback port (given as
+``PORT`` and ``--port``) with a random per-service token (``FLAKEBOT_TOKEN``),
+polls its health path until it answers (with a deadline), and checks that it
+listens on loopback only. The client is an ``httpx.Client`` bound to the base
+URL and the token (``Authorization: Bearer ...``), keeping its connection
+alive between calls::
+
+    >>> svc.get("/greet", params={"name": "Ada"}).json()   # doctest: +SKIP
+    {'greeting': 'Hello, Ada.'}
+
+When the service serves ``/openapi.json``, each operation becomes a method
+with a signature (path, query and JSON-body parameters), returning the decoded
+JSON body and raising :class:`~flakebot_magic.errors.ToolError` on an HTTP
+error status::
+
+    >>> svc.greet(name="Ada")                               # doctest: +SKIP
+    {'greeting': 'Hello, Ada.'}
+
+httpx is imported when a service starts, not when flakebot_magic is imported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ..errors import ToolError
+from ..process import scrubbed_env
+from . import lifecycle
+from .agents import ToolFunction
+from .base import ToolClient
+from .contract import ToolContract
+from .lifecycle import LogBuffer, ToolProcess
+from .schema import docstring_of, example_value, make_function, params_of, python_name
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["HttpTool", "listening_addresses"]
+
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _decode_address(text: str) -> str:
+    """``0100007F`` -> ``127.0.0.1``; 32 hex digits -> an IPv6 address (``/proc/net/tcp*`` form)."""
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return str(ipaddress.IPv6Address(words))
+
+
+def listening_addresses(pgid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket the process group ``pgid`` listens on (Linux ``/proc``)."""
+    inodes: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[2]) != pgid:
+                    continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows)
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
+                        address, port = fields[1].split(":")
+                        found.append((_decode_address(address), int(port, 16)))
+        except OSError:
+            continue
+    return found
+
+
+def _is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+class HttpTool(ToolClient):
+    """A deployed HTTP service on 127.0.0.1: raw ``get``/``post``/... and methods from its OpenAPI.
+
+    Parameters (besides :class:`~flakebot_magic.clients.base.ToolClient`'s)
+    ----------
+    contract
+        Its health path and start deadline.
+    env
+        Extra environment for the service.
+    transport
+        An ``httpx`` transport for the client (tests).
+    """
+
+    kind = "http"
+
+    def __init__(
+        self,
+        *args: Any,
+        contract: ToolContract | None = None,
+        env: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.contract = contract or ToolContract(kind="http", bin=self.binary.name)
+        self._env = dict(env or {})
+        self._transport = transport
+        self._logs = LogBuffer()
+        self._process: ToolProcess | None = None
+        self._client: httpx.Client | None = None
+        self._lock = threading.RLock()
+        self._functions: dict[str, ToolFunction] | None = None
+        self.openapi: dict[str, Any] | None = None
+        self.base_url = ""
+        self.port: int | None = None
+        self.token = ""
+        self.restarts = 0
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> HttpTool:
+        """Start the service (if it is not running), wait until it is healthy, read its OpenAPI."""
+        lifecycle.register(self)
+        with self._lock:
+            if self.running:
+                return self
+            if self._process is not None:
+                self.restarts += 1
+                self._logs.append(f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n")
+                self._close_client()
+                self._process.stop()  # reaps it and closes its pipes
+            for attempt in range(2):
+                try:
+                    self._start_once()
+                    break
+                except _PortTaken:
+                    if attempt:
+                        raise ToolError(
+                            f"{self.name}: could not listen on a free port twice in a row. Its output:\n{self.logs(20)}"
+                        ) from None
+            self._state(status="running", pid=self.pid, url=self.base_url, started=time.time())
+            if self._functions is None:
+                self.openapi = self._read_openapi()
+                self._functions = self._build_functions(self.openapi or {})
+        return self
+
+    def _start_once(self) -> None:
+        import httpx
+
+        port = _free_port()
+        token = secrets.token_urlsafe(24)
+        env = scrubbed_env(self._env)
+        env.update({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
+        process = ToolProcess([str(self.binary), "--port", str(port)], env=env, logs=self._logs, stdio=False)
+        process.start()
+        base_url = f"http://127.0.0.1:{port}"
+        client = httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=self.timeout,
+            trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
+            transport=self._transport,
+        )
+        try:
+            self._wait_ready(client, process)
+            if self._transport is None:
+                self._check_loopback(process)
+        except BaseException:
+            client.close()
+            process.stop()
+            raise
+        self._process, self._client, self.base_url, self.port = process, client, base_url, port
+        self.token = token
+
+    def _wait_ready(self, client: httpx.Client, process: ToolProcess) -> None:
+        import httpx
+
+        health = self.contract.health
+        deadline = time.monotonic() + self.contract.ready_timeout
+        pause = 0.005
+        while True:
+            if not process.alive:
+                status = process.stop()
+                tail = self.logs(20)
+                if "address already in use" in tail.lower() or "addrinuse" in tail.lower():
+                    raise _PortTaken()
+                raise ToolError(
+                    f"{self.name}: the service exited (status {status}) before {health} answered. "
+                    f"It must listen on 127.0.0.1 at the port given as --port and in PORT, and require "
+                    f"FLAKEBOT_TOKEN (see docs/tool-contract.md). Its output:\n{tail.strip() or '(none)'}",
+                    returncode=status,
+                    stderr=tail,
+                )
+            try:
+                answer = client.get(health, timeout=1.0)
+                if answer.status_code < 500:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise ToolError(
+                    f"{self.name}: GET {health} did not answer within {self.contract.ready_timeout:g} s; "
+                    f"the service was stopped. Raise ready_timeout in [package.metadata.flakebot] if it is just "
+                    f"slow to start. Its output:\n{self.logs(20).strip() or '(none)'}",
+                    stderr=self.logs(20),
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _check_loopback(self, process: ToolProcess) -> None:
+        assert process.pid is not None
+        exposed = [(a, p) for a, p in listening_addresses(process.pid) if not _is_loopback(a)]
+        if exposed:
+            where = ", ".join(f"{a}:{p}" for a, p in exposed)
+            raise ToolError(
+                f"{self.name} listens on {where}, beyond loopback; it was stopped. An http tool must bind "
+                "127.0.0.1 only (see docs/tool-contract.md)."
+            )
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def stop(self) -> None:
+        with self._lock:
+            was_running = self.running
+            self._close_client()
+            if self._process is not None:
+                self._process.stop()
+            if was_running:
+                self._state(status="stopped", pid=None, url="")
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.alive
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.running and self._process is not None else None
+
+    def logs(self, last: int | None = None) -> str:
+        return self._logs.text(last)
+
+    # -- raw requests ----------------------------------------------------------
+
+    @contextmanager
+    def _map_errors(self, method: str, path: str) -> Iterator[None]:
+        import httpx
+
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise ToolError(
+                f"{self.name}: {method} {path} got no answer within its time limit ({exc}). "
+                "Pass a larger timeout=... if the work is just slow.",
+                stderr=self.logs(20),
+            ) from exc
+        except httpx.HTTPError as exc:
+            alive = "is running" if self.running else f"exited (status {self._process.returncode if self._process else None})"
+            raise ToolError(
+                f"{self.name}: {method} {path} failed: {exc}. The service {alive}; "
+                f"its output:\n{self.logs(20).strip() or '(none)'}",
+                stderr=self.logs(20),
+            ) from exc
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send one request (``httpx.Client.request`` arguments); return the ``httpx.Response``.
+
+        Starts the service first when it is not running. An interrupted
+        request stops the service (the next call starts it again).
+        """
+        with self._lock:
+            if not self.running:
+                self.start()
+            client = self._client
+        assert client is not None
+        try:
+            with self._map_errors(method.upper(), path):
+                return client.request(method, path, **kwargs)
+        except KeyboardInterrupt:
+            self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
+            self.stop()
+            raise
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+    def put(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("PUT", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("DELETE", path, **kwargs)
+
+    # -- OpenAPI ---------------------------------------------------------------
+
+    def _read_openapi(self) -> dict[str, Any] | None:
+        try:
+            answer = self.get("/openapi.json")
+        except ToolError:
+            return None
+        if answer.status_code != 200:
+            return None
+        try:
+            document = answer.json()
+        except ValueError:
+            return None
+        return document if isinstance(document, dict) and isinstance(document.get("paths"), dict) else None
+
+    def _resolve(self, schema: Any, depth: int = 0) -> Any:
+        """Inline local ``$ref``s (``#/components/schemas/X``) of the OpenAPI document."""
+        if depth > 20:
+            return {}
+        if isinstance(schema, Mapping):
+            ref = schema.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/"):
+                target: Any = self.openapi or {}
+                for part in ref[2:].split("/"):
+                    target = target.get(part, {}) if isinstance(target, Mapping) else {}
+                return self._resolve(target, depth + 1)
+            return {k: self._resolve(v, depth + 1) for k, v in schema.items()}
+        if isinstance(schema, list):
+            return [self._resolve(v, depth + 1) for v in schema]
+        return schema
+
+    def _build_functions(self, document: Mapping[str, Any]) -> dict[str, ToolFunction]:
+        taken = {name for name in dir(type(self)) if not name.startswith("_")}
+        functions: dict[str, ToolFunction] = {}
+        for path, item in (document.get("paths") or {}).items():
+            if not isinstance(item, Mapping) or path in (self.contract.health, "/openapi.json"):
+                continue
+            shared = item.get("parameters") or []
+            for method in _METHODS:
+                operation = item.get(method)
+                if not isinstance(operation, Mapping):
+                    continue
+                fn = self._operation(str(path), method, self._resolve(operation), self._resolve(shared), taken | set(functions))
+                if fn is not None:
+                    functions[fn.name] = fn
+        return functions
+
+    def _operation(
+        self, path: str, method: str, operation: Mapping[str, Any], shared: list[Any], taken: set[str]
+    ) -> ToolFunction | None:
+        raw_name = operation.get("operationId") or f"{method}_{path}"
+        name = python_name(str(raw_name), taken)
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        where: dict[str, str] = {}  # wire name -> "path" | "query" | "body" | "whole-body"
+        for parameter in [*shared, *(operation.get("parameters") or [])]:
+            if not isinstance(parameter, Mapping) or parameter.get("in") not in ("path", "query"):
+                continue
+            wire = str(parameter["name"])
+            schema = dict(parameter.get("schema") or {"type": "string"})
+            if parameter.get("description"):
+                schema.setdefault("description", parameter["description"])
+            properties[wire] = schema
+            where[wire] = str(parameter["in"])
+            if parameter.get("required") or parameter.get("in") == "path":
+                required.append(wire)
+        body = ((operation.get("requestBody") or {}).get("content") or {}).get("application/json")
+        if isinstance(body, Mapping):
+            schema = body.get("schema") or {}
+            fields = schema.get("properties") if isinstance(schema, Mapping) else None
+            if isinstance(fields, Mapping) and fields:
+                for wire, sub in fields.items():
+                    if wire in properties:
+                        continue  # a query parameter of the same name wins
+                    properties[wire] = sub
+                    where[wire] = "body"
+                    if wire in (schema.get("required") or []):
+                        required.append(wire)
+            else:
+                properties["body"] = schema or {}
+                where["body"] = "whole-body"
+                if (operation.get("requestBody") or {}).get("required"):
+                    required.append("body")
+        parameters = {"type": "object", "properties": properties, "required": required}
+        description = str(operation.get("summary") or operation.get("description") or f"{method.upper()} {path}")
+        params = params_of(parameters)
+        example_args = ", ".join(f"{p.name}={example_value(p.schema)!r}" for p in params if p.required)
+        example = f"{self.name}.{name}({example_args})"
+        verb = method.upper()
+
+        def send(arguments: dict[str, Any]) -> Any:
+            url = path
+            query: dict[str, Any] = {}
+            payload: dict[str, Any] = {}
+            whole: Any = None
+            for wire, value in arguments.items():
+                place = where.get(wire)
+                if place == "path":
+                    url = url.replace("{" + wire + "}", quote(_query_text(value), safe=""))
+                elif place == "query":
+                    query[wire] = [_query_text(v) for v in value] if isinstance(value, (list, tuple)) else _query_text(value)
+                elif place == "body":
+                    payload[wire] = value
+                elif place == "whole-body":
+                    whole = value
+            options: dict[str, Any] = {"params": query} if query else {}
+            if whole is not None:
+                options["json"] = whole
+            elif payload or any(p == "body" for p in where.values()):
+                options["json"] = payload
+            answer = self.request(verb, url, **options)
+            return self._decode(answer, f"{self.name}.{name}", verb, url)
+
+        doc = docstring_of(
+            f"{description}\n\n{verb} {path} on the service.",
+            params,
+            "object\n    The decoded JSON body (or the text of a non-JSON answer).",
+            "ToolError\n    The service answered with an HTTP error status (``status``), or failed.\n"
+            "TypeError, ValueError\n    An argument does not fit the operation's schema (checked before sending).",
+            example,
+        )
+        function = make_function(name, parameters, send, doc=doc, qualname=f"{self.name}.{name}")
+        return ToolFunction(
+            name=name, description=description, parameters=parameters, function=function,
+            example=example, remote_name=f"{verb} {path}", wire=send,
+        )
+
+    def _decode(self, answer: httpx.Response, what: str, verb: str, url: str) -> Any:
+        text = answer.text
+        if answer.status_code >= 400:
+            raise ToolError(
+                f"{what}: HTTP {answer.status_code} from {verb} {url}: {text.strip()[:1500] or '(empty body)'}",
+                stderr=text,
+                status=answer.status_code,
+            )
+        if "json" in answer.headers.get("content-type", ""):
+            try:
+                return answer.json()
+            except ValueError:
+                return text
+        return text
+
+    # -- the tool's face -------------------------------------------------------
+
+    def functions(self) -> dict[str, ToolFunction]:
+        if self._functions is None:
+            self.start()
+        assert self._functions is not None
+        return dict(self._functions)
+
+    def __getattr__(self, name: str) -> Any:
+        functions = self.__dict__.get("_functions")
+        if not name.startswith("_") and functions and name in functions:
+            return functions[name].function
+        raise AttributeError(f"{type(self).__name__} {self.__dict__.get('name', '')!r} has no attribute or operation {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *(self._functions or {})})
+
+    def example(self) -> str:
+        functions = self._functions or {}
+        first = next(iter(functions.values()), None)
+        return first.example if first is not None else f'{self.name}.get("/")'
+
+    def _usage_notes(self) -> list[str]:
+        return [
+            f"The service runs at {self.base_url or '(not started)'} (loopback only; pid {self.pid}) and requires "
+            "its token, which the client sends. Raw requests: "
+            f'`{self.name}.get("/path", params=...)`, `{self.name}.post("/path", json=...)` return an '
+            f"`httpx.Response`. `{self.name}.logs()` shows its output; `{self.name}.stop()` stops it.",
+            "",
+            *super()._usage_notes(),
+        ]
+
+    def _rows(self) -> list[tuple[str, str]]:
+        where = f"{self.base_url} (pid {self.pid})" if self.running else "stopped"
+        return [*super()._rows(), ("service", where)]
+
+    def __repr__(self) -> str:
+        names = ", ".join(self._functions or {}) or "(none: no /openapi.json)"
+        where = f"{self.base_url}, pid {self.pid}" if self.running else "stopped"
+        return f"{super().__repr__()}\n  operations: {names}\n  service: {where}"
+
+
+class _PortTaken(Exception):
+    """The free port was taken between choosing it and the service binding it."""
+
+
+def _query_text(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)

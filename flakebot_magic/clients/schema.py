@@ -1,0 +1,352 @@
+"""JSON Schema to Python: parameter names, type annotations, signatures, docstrings, argument checks.
+
+MCP tools describe their arguments with a JSON Schema, OpenAPI operations
+with parameter and body schemas. Both become ordinary Python functions: a
+real :class:`inspect.Signature`, a numpydoc docstring, and arguments checked
+before anything is sent (``TypeError`` for a wrong type, a missing or an
+unknown argument; ``ValueError`` for a value outside the schema's range).
+
+Only the keywords tools commonly use are checked: ``type``, ``required``,
+``properties``, ``additionalProperties``, ``enum``, ``const``, ``items``,
+``minimum``/``maximum`` (and the exclusive forms), ``minLength``/
+``maxLength``, ``minItems``/``maxItems``, ``anyOf``/``oneOf``. The server
+checks the rest.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import keyword
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+__all__ = [
+    "Param",
+    "annotation_of",
+    "check_arguments",
+    "example_value",
+    "make_function",
+    "params_of",
+    "python_name",
+]
+
+RESERVED = frozenset({"self", "timeout"})
+
+
+def python_name(name: str, taken: Iterable[str] = ()) -> str:
+    """A Python identifier for a schema property or tool name: ``dry-run`` -> ``dry_run``."""
+    ident = re.sub(r"\W", "_", name.strip()).strip("_") or "arg"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    if keyword.iskeyword(ident) or ident in RESERVED or ident in taken:
+        ident += "_"
+    while ident in taken:
+        ident += "_"
+    return ident
+
+
+_SIMPLE: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def annotation_of(schema: Mapping[str, Any]) -> Any:
+    """The Python type a schema describes: ``{"type": "integer"}`` -> ``int``."""
+    if "enum" in schema and schema["enum"]:
+        values = tuple(v for v in schema["enum"] if isinstance(v, (str, int, bool)) or v is None)
+        if values:
+            return Literal[values]
+    if "const" in schema:
+        return Literal[schema["const"]]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            options = [annotation_of(s) for s in schema[key] if isinstance(s, Mapping)]
+            return Union[tuple(options)] if options else Any
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        options = [annotation_of({**schema, "type": k}) for k in kind]
+        return Union[tuple(options)] if options else Any
+    if kind == "number":
+        return Union[int, float]
+    if kind == "array":
+        items = schema.get("items")
+        return list[annotation_of(items)] if isinstance(items, Mapping) and items else list[Any]  # type: ignore[misc]
+    if kind == "object":
+        return dict[str, Any]
+    return _SIMPLE.get(kind, Any) if isinstance(kind, str) else Any
+
+
+def _type_label(schema: Mapping[str, Any]) -> str:
+    annotation = annotation_of(schema)
+    text = inspect.formatannotation(annotation)
+    return text.replace("typing.", "")
+
+
+def example_value(schema: Mapping[str, Any]) -> Any:
+    """A plausible value for a schema, for usage examples."""
+    if "default" in schema:
+        return schema["default"]
+    if "examples" in schema and isinstance(schema["examples"], list) and schema["examples"]:
+        return schema["examples"][0]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return example_value(schema[key][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "integer":
+        return max(1, int(schema.get("minimum", 1)))
+    if kind == "number":
+        return max(1.5, float(schema.get("minimum", 1.5)))
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [example_value(schema.get("items") or {"type": "string"})]
+    if kind == "object":
+        return {k: example_value(v) for k, v in (schema.get("properties") or {}).items() if k in schema.get("required", [])}
+    return "text"
+
+
+# -- checking --------------------------------------------------------------------------
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "null":
+        return value is None
+    if kind == "array":
+        return isinstance(value, (list, tuple))
+    if kind == "object":
+        return isinstance(value, Mapping)
+    return True
+
+
+def _problem(value: Any, schema: Mapping[str, Any], where: str) -> tuple[type[Exception], str] | None:
+    """The first way ``value`` breaks ``schema``: (TypeError or ValueError, message), else None."""
+    if not isinstance(schema, Mapping):
+        return None
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if options:
+            if all(_problem(value, option, where) for option in options):
+                labels = " or ".join(_type_label(o) for o in options)
+                return TypeError, f"{where} must be {labels}, not {value!r}"
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not any(_is_type(value, k) for k in kinds):
+            return TypeError, f"{where} must be {_type_label(schema)}, not {type(value).__name__} {value!r}"
+    if "enum" in schema and value not in schema["enum"]:
+        return ValueError, f"{where} must be one of {', '.join(map(repr, schema['enum']))}, not {value!r}"
+    if "const" in schema and value != schema["const"]:
+        return ValueError, f"{where} must be {schema['const']!r}, not {value!r}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        bounds: tuple[tuple[str, Callable[[float, float], bool], str], ...] = (
+            ("minimum", lambda v, b: v >= b, "at least"),
+            ("maximum", lambda v, b: v <= b, "at most"),
+            ("exclusiveMinimum", lambda v, b: v > b, "more than"),
+            ("exclusiveMaximum", lambda v, b: v < b, "less than"),
+        )
+        for key, test, words in bounds:
+            bound = schema.get(key)
+            if isinstance(bound, (int, float)) and not isinstance(bound, bool) and not test(value, bound):
+                return ValueError, f"{where} must be {words} {bound}, not {value!r}"
+    if isinstance(value, str):
+        if isinstance(schema.get("minLength"), int) and len(value) < schema["minLength"]:
+            return ValueError, f"{where} must have at least {schema['minLength']} characters"
+        if isinstance(schema.get("maxLength"), int) and len(value) > schema["maxLength"]:
+            return ValueError, f"{where} must have at most {schema['maxLength']} characters"
+    if isinstance(value, (list, tuple)):
+        if isinstance(schema.get("minItems"), int) and len(value) < schema["minItems"]:
+            return ValueError, f"{where} must have at least {schema['minItems']} items"
+        if isinstance(schema.get("maxItems"), int) and len(value) > schema["maxItems"]:
+            return ValueError, f"{where} must have at most {schema['maxItems']} items"
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for index, item in enumerate(value):
+                found = _problem(item, items, f"{where}[{index}]")
+                if found:
+                    return found
+    if isinstance(value, Mapping) and (schema.get("properties") or "required" in schema):
+        return _object_problem(value, schema, where)
+    return None
+
+
+def _object_problem(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> tuple[type[Exception], str] | None:
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    missing = [k for k in schema.get("required", []) if k not in value]
+    if missing:
+        return TypeError, f"{where} is missing {', '.join(map(repr, missing))}"
+    if schema.get("additionalProperties") is False:
+        extra = [k for k in value if k not in properties]
+        if extra:
+            return TypeError, f"{where} has unexpected {', '.join(map(repr, extra))}"
+    for key, item in value.items():
+        if key in properties:
+            found = _problem(item, properties[key], f"{where}[{key!r}]" if where != "arguments" else repr(key))
+            if found:
+                return found
+    return None
+
+
+def check_arguments(arguments: Mapping[str, Any], schema: Mapping[str, Any], function: str = "") -> None:
+    """Raise ``TypeError`` or ``ValueError`` when ``arguments`` break ``schema`` (an object schema)."""
+    found = _object_problem(arguments, schema, "arguments")
+    if found is not None:
+        error, message = found
+        prefix = f"{function}(): " if function else ""
+        raise error(f"{prefix}argument {message}" if message.startswith("'") else f"{prefix}{message}")
+
+
+def jsonable(value: Any) -> Any:
+    """Tuples to lists, paths to strings: what ``json.dumps`` can send."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "__fspath__"):
+        return str(value.__fspath__())
+    return value
+
+
+# -- functions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a generated function: its Python name, wire name and schema."""
+
+    name: str
+    wire: str
+    schema: Mapping[str, Any]
+    required: bool
+
+    @property
+    def description(self) -> str:
+        return str(self.schema.get("description") or self.schema.get("title") or "")
+
+
+def params_of(schema: Mapping[str, Any]) -> list[Param]:
+    """The parameters an object schema describes, required ones first (the schema's order within each)."""
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    taken: set[str] = set()
+    params: list[Param] = []
+    for wire, sub in properties.items():
+        name = python_name(wire, taken)
+        taken.add(name)
+        params.append(Param(name, wire, sub if isinstance(sub, Mapping) else {}, wire in required))
+    return sorted(params, key=lambda p: not p.required)
+
+
+def _constraints(schema: Mapping[str, Any]) -> str:
+    notes = []
+    if "default" in schema:
+        notes.append(f"default {json.dumps(schema['default'])}")
+    for key, words in (("minimum", ">="), ("maximum", "<="), ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<")):
+        if key in schema:
+            notes.append(f"{words} {schema[key]}")
+    if "minLength" in schema:
+        notes.append(f"at least {schema['minLength']} characters")
+    if "maxLength" in schema:
+        notes.append(f"at most {schema['maxLength']} characters")
+    if "pattern" in schema:
+        notes.append(f"matches {schema['pattern']}")
+    if "format" in schema:
+        notes.append(f"format {schema['format']}")
+    return "; ".join(notes)
+
+
+def signature_of(params: list[Param], returns: Any = Any) -> inspect.Signature:
+    parameters = []
+    for p in params:
+        annotation = annotation_of(p.schema)
+        if p.required:
+            parameters.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation))
+        else:
+            parameters.append(
+                inspect.Parameter(
+                    p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=Optional[annotation]
+                )
+            )
+    return inspect.Signature(parameters, return_annotation=returns)
+
+
+def docstring_of(summary: str, params: list[Param], returns: str, raises: str, example: str = "") -> str:
+    lines = [summary.strip() or "(no description)", ""]
+    if params:
+        lines += ["Parameters", "----------"]
+        for p in params:
+            label = _type_label(p.schema) + ("" if p.required else ", optional")
+            lines.append(f"{p.name} : {label}")
+            text = p.description
+            notes = _constraints(p.schema)
+            if notes:
+                text = f"{text} ({notes})" if text else notes
+            if p.wire != p.name:
+                text = f"{text} [sent as {p.wire!r}]".strip()
+            if text:
+                lines.append(f"    {text}")
+        lines.append("")
+    lines += ["Returns", "-------", returns, "", "Raises", "------", raises]
+    if example:
+        lines += ["", "Examples", "--------", f">>> {example}  # doctest: +SKIP"]
+    return "\n".join(lines)
+
+
+def make_function(
+    name: str,
+    schema: Mapping[str, Any],
+    send: Callable[[dict[str, Any]], Any],
+    *,
+    doc: str,
+    qualname: str = "",
+    returns: Any = Any,
+) -> Callable[..., Any]:
+    """A Python function with a real signature that checks its arguments, then calls ``send(wire_args)``.
+
+    ``None`` for an optional argument means "not given": it is left out of the
+    wire arguments.
+    """
+    params = params_of(schema)
+    signature = signature_of(params, returns)
+    by_name = {p.name: p for p in params}
+
+    def function(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}(): {exc}. Signature: {name}{signature}") from None
+        wire = {
+            by_name[key].wire: jsonable(value)
+            for key, value in bound.arguments.items()
+            if value is not None or by_name[key].required
+        }
+        check_arguments(wire, schema, name)
+        return send(wire)
+
+    function.__name__ = name
+    function.__qualname__ = qualname or name
+    function.__doc__ = doc
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    return function

@@ -1,0 +1,203 @@
+"""The MCP client against a real MCP server (tests/fixtures/demo-mcp) built by the pipeline."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from flakebot_magic.clients import lifecycle
+from flakebot_magic.clients.agents import strict_problems
+from flakebot_magic.clients.mcp import McpTool, value_of
+from flakebot_magic.errors import ToolError
+from flakebot_magic.inventory import Inventory
+from flakebot_magic.testing.overlay import fixture_crates_buildable
+
+pytestmark = [
+    pytest.mark.cargo,
+    pytest.mark.skipif(not fixture_crates_buildable(), reason="needs serde_json and tiny_http: run `make install`"),
+]
+
+
+def test_the_contract_makes_an_mcp_client_with_a_function_per_tool(calc: Any) -> None:
+    assert isinstance(calc, McpTool) and calc.kind == "mcp" and calc.running
+    assert set(calc.functions()) == {"add", "echo", "fail", "pid_", "crash", "sleep"}  # `pid` is the process id
+    assert calc.server_info["name"] == "demo-mcp"
+    assert "add" in dir(calc)
+
+
+def test_functions_have_signatures_and_docstrings_from_the_input_schema(calc: Any) -> None:
+    add = inspect.signature(calc.add)
+    assert list(add.parameters) == ["a", "b"]
+    assert all(p.default is inspect.Parameter.empty for p in add.parameters.values())
+    echo = inspect.signature(calc.echo)
+    assert echo.parameters["text"].default is inspect.Parameter.empty
+    assert echo.parameters["times"].default is None  # optional
+    assert "Literal['lower', 'upper', 'keep']" in str(echo.parameters["case"].annotation)
+    doc = calc.echo.__doc__
+    assert doc.startswith("Repeat a text")
+    assert "times : int, optional" in doc and "default 1" in doc and ">= 1" in doc
+    assert calc.add.__qualname__ == "calc.add"
+
+
+def test_calls_return_structured_content_or_text(calc: Any) -> None:
+    assert calc.add(1, 2) == {"sum": 3.0}
+    assert calc.add(a=0.5, b=2) == {"sum": 2.5}
+    assert calc.echo("hi", times=3, case="upper") == "HI HI HI"
+    assert calc.echo(text="plain") == "plain"
+
+
+def test_one_process_serves_many_calls(calc: Any) -> None:
+    pids = {calc.pid_()["pid"] for _ in range(20)}
+    assert pids == {calc.pid}
+
+
+def test_arguments_are_checked_before_sending(calc: Any) -> None:
+    calc.echo("settle")
+    assert _eventually(lambda: "call echo" in calc.logs())
+    before = calc.logs().count("call echo")
+    with pytest.raises(TypeError, match="'text' must be str"):
+        calc.echo(text=3)
+    with pytest.raises(ValueError, match="'times' must be at least 1"):
+        calc.echo("x", times=0)
+    with pytest.raises(ValueError, match="'case' must be one of"):
+        calc.echo("x", case="shouty")
+    with pytest.raises(TypeError, match="missing a required argument: 'b'"):
+        calc.add(1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        calc.add(1, 2, c=3)
+    assert calc.logs().count("call echo") == before  # nothing reached the server
+
+
+def test_a_tool_error_raises_tool_error(calc: Any) -> None:
+    with pytest.raises(ToolError, match="calc.fail reported an error: boom") as caught:
+        calc.fail("boom")
+    assert caught.value.stderr == "boom"
+    assert calc.add(1, 1) == {"sum": 2.0}  # the server is fine
+
+
+def test_a_dead_server_is_restarted(calc: Any) -> None:
+    first = calc.pid
+    with pytest.raises(ToolError, match=r"exited \(status 3\) while answering tools/call") as caught:
+        calc.crash()
+    assert caught.value.returncode == 3
+    assert not calc.running
+    assert calc.add(2, 2) == {"sum": 4.0}
+    assert calc.running and calc.pid != first and calc.session.restarts == 1
+    os.kill(calc.pid, signal.SIGKILL)  # killed from outside: noticed on the next call
+    time.sleep(0.1)
+    assert calc.add(3, 3) == {"sum": 6.0}
+    assert calc.session.restarts == 2
+    assert _eventually(lambda: "restarting calc" in calc.logs())
+
+
+def test_a_call_past_its_timeout_stops_the_server(calc: Any) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="no answer within 0.3 s"):
+        calc.call_tool("sleep", {"ms": 5000}, timeout=0.3)
+    assert time.monotonic() - started < 3
+    assert not calc.running
+    assert calc.echo("back") == "back"
+
+
+def test_an_interrupted_call_stops_the_server(calc: Any) -> None:
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))  # type: ignore[arg-type]
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            calc.sleep(ms=5000)
+    finally:
+        timer.cancel()
+    assert not calc.running
+    assert _eventually(lambda: "interrupted" in calc.logs())
+    assert calc.add(1, 2) == {"sum": 3.0}
+
+
+def _eventually(check: Any, seconds: float = 5.0) -> bool:
+    """Logs arrive on their own thread, a moment after the answer."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_logs_keep_the_servers_stderr(calc: Any) -> None:
+    calc.add(1, 2)
+    assert "demo-mcp: ready" in calc.logs()
+    assert _eventually(lambda: calc.logs(1).strip() == "demo-mcp: call add")
+    assert lifecycle.logs("calc") == calc.logs()
+
+
+def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any) -> None:
+    inventory = Inventory(fixture_settings.tools_dir)
+    record = inventory.get("calc")
+    assert record is not None and record.kind == "mcp" and record.status == "running" and record.pid == calc.pid
+    pid = calc.pid
+    assert "calc" in lifecycle.running()
+    assert lifecycle.stop("calc") is True
+    assert not calc.running and "calc" not in lifecycle.running()
+    assert _gone(pid)
+    assert inventory.get("calc").status == "stopped"  # type: ignore[union-attr]
+    assert lifecycle.stop("calc") is False  # nothing left to stop
+
+
+def test_building_the_same_name_again_replaces_the_old_server(build_tool: Any) -> None:
+    first = build_tool("demo-mcp", "calc")
+    second = build_tool("demo-mcp", "calc")
+    assert second is not first
+    assert second.running and not first.running
+
+
+def test_for_agents(calc: Any) -> None:
+    tools = calc.openai_tools()
+    names = [t["function"]["name"] for t in tools]
+    assert names == ["calc_add", "calc_echo", "calc_fail", "calc_pid_", "calc_crash", "calc_sleep"]
+    for tool in tools:
+        assert tool["function"]["strict"] is True
+        assert strict_problems(tool["function"]["parameters"]) == []
+    echo = tools[1]["function"]["parameters"]
+    assert echo["properties"]["times"]["type"] == ["integer", "null"]
+    assert "minimum: 1" in echo["properties"]["times"]["description"]
+    message = calc.call(
+        {"id": "call_1", "type": "function",
+         "function": {"name": "calc_echo", "arguments": json.dumps({"text": "yo", "times": 2, "case": None})}}
+    )
+    assert message == {"role": "tool", "tool_call_id": "call_1", "content": "yo yo"}
+    added = calc.call({"id": "c2", "function": {"name": "calc_add", "arguments": '{"a": 1, "b": 2}'}})
+    assert json.loads(added["content"]) == {"sum": 3.0}
+    failed = calc.call({"id": "c3", "function": {"name": "calc_fail", "arguments": '{"message": "no"}'}})
+    assert failed["content"].startswith("error: ToolError: calc.fail reported an error: no")
+    unknown = calc.call({"id": "c4", "function": {"name": "calc_nope", "arguments": "{}"}})
+    assert "has no function 'calc_nope'" in unknown["content"]
+    assert calc.mcp_config() == {"mcpServers": {"calc": {"command": str(calc.binary), "args": [], "env": {}}}}
+    usage = calc.usage()
+    assert usage.startswith("### `calc`: demo-mcp 0.1.0 (MCP server (stdio))")
+    assert "#### `calc.add(a, b)`" in usage and "calc.add(a=1.5, b=1.5)" in usage
+    page = calc._repr_html_()
+    assert "calc.openai_tools()" in page and "mcpServers" in page and "demo-mcp 0.1.0" in page
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_value_of_results() -> None:
+    assert value_of({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "a\nb"
+    assert value_of({"content": [], "structuredContent": {"x": 1}}) == {"x": 1}
+    image = {"type": "image", "data": "AA==", "mimeType": "image/png"}
+    assert value_of({"content": [image]}) == [image]
