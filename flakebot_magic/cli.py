@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import FlakebotError
+from .errors import Cancelled, FlakebotError, UsageError
 
 __all__ = ["main"]
 
@@ -66,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", parents=[common], help="the tools built on this machine")
 
+    show = sub.add_parser("show", parents=[common], help="a tool's provenance (crate, checksum, commit, store path)")
+    show.add_argument("name", help="the tool's name (`flakebot list` shows them)")
+    logs = sub.add_parser("logs", parents=[common], help="a tool's build log (and its process output)")
+    logs.add_argument("name", help="the tool's name")
+    logs.add_argument("--tail", type=int, default=200, help="how many of the last lines (0: all; default 200)")
+    stop = sub.add_parser("stop", parents=[common], help="stop a tool's process (http and mcp tools)")
+    stop.add_argument("name", nargs="?", help="the tool's name")
+    stop.add_argument("--all", action="store_true", help="stop every running tool")
+
     clean = sub.add_parser("clean", parents=[common], help="remove unused store entries and workspaces")
     clean.add_argument("--all", action="store_true", help="remove every tool, workspace, store entry and index")
 
@@ -111,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": type(exc).__name__, "message": str(exc),
                               "workspace": str(exc.workspace) if exc.workspace else None}))
         print(f"flakebot: error: {exc}", file=sys.stderr)
-        return 1
+        return 130 if isinstance(exc, Cancelled) else 1
     except KeyboardInterrupt:
         print("flakebot: interrupted", file=sys.stderr)
         return 130
@@ -120,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.command == "build":
-        from .pipeline import Pipeline
+        from .background import start_build
         from .progress import TextProgress
 
         settings.rebuild = args.rebuild
@@ -135,7 +144,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         settings.allow_build_scripts = args.allow_build_scripts
         settings.follow_up = args.follow_up
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
-        tool = Pipeline(settings, observers=observers).run(args.request, name=args.name, crate=args.crate)
+        # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
+        tool = start_build(settings, args.request, name=args.name, crate=args.crate).wait(observers)
         if args.json:
             print(json.dumps(_tool_json(tool), indent=2))
         else:
@@ -158,6 +168,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "list":
         from .inventory import Inventory
+        from .tools import ToolTable
 
         records = Inventory(settings.tools_dir).all()
         if args.json:
@@ -165,8 +176,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         elif not records:
             print("No tools yet. Build one with `flakebot build REQUEST`.")
         else:
-            for r in records:
-                print(f"{r.name:<16} {r.crate}@{r.version:<12} {r.source_hash[:12]}  {r.backend:<6} {r.store_path}")
+            print(repr(ToolTable(records)))
+        return 0
+    if args.command in ("show", "logs", "stop"):
+        from . import tools
+
+        if args.command == "show":
+            data = tools.describe(settings, args.name)
+            print(json.dumps(data, indent=2) if args.json else tools.show_text(settings, args.name))
+        elif args.command == "logs":
+            print(tools.logs(settings, args.name, last=args.tail or None))
+        elif args.all and not args.name:
+            print("\n".join(tools.stop_all(settings)) or "No tool is running.")
+        elif args.name:
+            print(tools.stop(settings, args.name))
+        else:
+            raise UsageError("flakebot stop NAME, or flakebot stop --all")
         return 0
     if args.command == "clean":
         from .cleanup import clean

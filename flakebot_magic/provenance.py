@@ -140,7 +140,7 @@ class WorkspaceDiff:
             elif line.startswith("@@"):
                 style = "color:#0550ae"
             elif line.startswith("diff --git"):
-                style = "font-weight:bold;border-top:1px solid #ccc;display:block;margin-top:4px"
+                style = "font-weight:bold"
             else:
                 style = ""
             rows.append(f"<span style='{style}'>{escaped}</span>" if style else escaped)
@@ -169,7 +169,8 @@ def workspace_diff(workspace: Path, commit: str = "HEAD", *, runner: ProcessRunn
         if not git("rev-parse", "--verify", "--quiet", f"{target}^{{commit}}", check=False):
             target = "HEAD"
         numstat = git("diff", "--numstat", f"{PUBLISHED}..{target}")
-        stat = git("diff", "--stat=100", f"{PUBLISHED}..{target}")
+        # git pads every stat line with one space; the runner strips the first
+        stat = " " + git("diff", "--stat=100", f"{PUBLISHED}..{target}")
         files = insertions = deletions = 0
         hidden: list[str] = []
         for line in numstat.splitlines():

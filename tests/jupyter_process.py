@@ -6,6 +6,7 @@ The flakebot extension is enabled the way users get it: by the
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -41,13 +42,28 @@ class JupyterProcess:
             "JUPYTER_DATA_DIR": str(home / "data"),
             "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "JUPYTER_PLATFORM_DIRS": "1",
+            "JUPYTERLAB_SETTINGS_DIR": str(home / "lab-settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces"),
             **(env or {}),
         }
         self.log = home / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def _lab_settings(self) -> None:
+        # what a user would click once: start the notebook's kernel without asking, fetch no news
+        settings = Path(self.env["JUPYTERLAB_SETTINGS_DIR"])
+        for plugin, values in {
+            "notebook-extension/tracker": {"autoStartDefaultKernel": True},
+            "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+        }.items():
+            path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+
     def start(self, timeout: float = 90.0) -> JupyterProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        if self.app == "lab":
+            self._lab_settings()
         module = "jupyterlab" if self.app == "lab" else "jupyter_server"
         argv = [
             sys.executable, "-m", module, "--no-browser", "--allow-root",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from tinycrates import write_registry
+from tinycrates import processes_in, write_registry
 
 from flakebot_magic.cli import main
 
@@ -168,3 +170,41 @@ def test_a_usage_mistake_is_argparses_exit_2(capsys: pytest.CaptureFixture[str])
         main(["frobnicate"])
     assert caught.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+# -- managing tools; Ctrl-C ------------------------------------------------------------------
+
+
+@pytest.mark.cargo
+def test_show_logs_stop_after_a_build(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+    code, _, _ = _run(capsys, "build", "--registry", registry, "--crate", "tinyecho", "--name", "te", "--quiet")
+    assert code == 0
+    code, out, _ = _run(capsys, "list")
+    assert code == 0 and "tinyecho@0.2.0" in out and "status" in out and "ready" in out
+    code, out, _ = _run(capsys, "show", "te", "--json")
+    assert code == 0 and json.loads(out)["crate"] == "tinyecho" and len(json.loads(out)["commit"]) == 40
+    code, out, _ = _run(capsys, "logs", "te", "--tail", "5")
+    assert code == 0 and "build log" in out and "== run ok" in out
+    code, out, _ = _run(capsys, "stop", "te")
+    assert code == 0 and "nothing to stop" in out
+    code, _, err = _run(capsys, "show", "ghost")
+    assert code == 1 and "No tool named 'ghost'" in err
+
+
+@pytest.mark.cargo
+def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
+    slow = write_registry(tmp_path / "slow-registry", ["slowbuild"])
+    proc = subprocess.Popen(
+        [str(FLAKEBOT), "build", "--registry", str(slow), "--crate", "slowbuild", "--name", "slow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "FLAKEBOT_CACHE_DIR": str(cache)},
+    )
+    workspace = cache / "workspaces" / "slow"
+    deadline = time.monotonic() + 120
+    while not (workspace / "build-script-started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err.decode()
+    assert "Cancelled" in err.decode() and str(workspace) in err.decode()
+    assert processes_in(workspace) == []

@@ -46,6 +46,26 @@ _HOP_BY_HOP = {
 _PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token"}
 
 
+class _RefuseCrossOrigin:
+    """Refuse a cross-origin write with 403 Forbidden (Jupyter's own check answers 404).
+
+    Same rule as Jupyter's: a request authenticated by its token needs no
+    further check; one authenticated by the login cookie must come from
+    Jupyter's own origin and carry the XSRF token.
+    """
+
+    def check_xsrf_cookie(self) -> None:
+        handler: Any = self
+        if (
+            hasattr(handler, "_jupyter_current_user")
+            and not handler.token_authenticated
+            and not handler.settings.get("disable_check_xsrf", False)
+            and not handler.check_origin()
+        ):
+            raise web.HTTPError(403, "Blocking a cross-origin request")
+        super().check_xsrf_cookie()  # type: ignore[misc]
+
+
 def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
     data = record.to_json()
     data["status"] = tools.status_of(record)
@@ -60,7 +80,7 @@ def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
     return data
 
 
-class _API(ExtensionHandlerMixin, APIHandler):
+class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
     auth_resource = "flakebot"
 
     def initialize(self, name: str, settings: Settings) -> None:  # type: ignore[override]
@@ -178,7 +198,7 @@ setInterval(refresh, 5000);
 """
 
 
-class DashboardHandler(ExtensionHandlerMixin, JupyterHandler):
+class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     """``GET /flakebot/``: the tools with status, provenance and logs, and Stop buttons."""
 
     auth_resource = "flakebot"
@@ -250,7 +270,7 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-class ProxyHandler(ExtensionHandlerMixin, JupyterHandler):
+class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     """``/flakebot/proxy/NAME/PATH``: an http tool's service, behind Jupyter's login.
 
     Only tools that listen on a loopback address are proxied; Jupyter's

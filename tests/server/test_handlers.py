@@ -198,6 +198,8 @@ def test_post_with_the_login_cookie_but_no_xsrf_is_forbidden(server: JupyterProc
         assert browser.get("/flakebot/api/tools").status_code == 200  # the cookie authenticates
         forged = browser.post("/flakebot/api/tools/te/stop")
         assert forged.status_code == 403
+        cross_site = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf, "Origin": "http://evil.example"})
+        assert cross_site.status_code == 403
         allowed = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf})
         assert allowed.status_code == 200 and "nothing to stop" in allowed.json()["message"]
 

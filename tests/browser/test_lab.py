@@ -1,0 +1,220 @@
+"""A real JupyterLab in Chromium: the quickstart's %%flakebot cell with its live widget, Cancel, the dashboard, auth.
+
+Debian's Chromium, driven by Playwright (pip) with ``executable_path``;
+JupyterLab listens on 127.0.0.1 with a token. Screenshots land in
+``artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_process import JupyterProcess, free_port
+from tinycrates import processes_in, write_registry
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.cargo]
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+if not CHROMIUM.exists() and not os.environ.get("CI"):  # in CI a missing browser is a failure, not a skip
+    pytest.skip("Debian's chromium is not installed (scripts/install-system.sh installs it)", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _notebook(cells: list[str]) -> dict[str, object]:
+    return {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+             "source": source}
+            for i, source in enumerate(cells)
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", root / "quickstart.ipynb")
+    registry = write_registry(root / "registry", ["slowbuild"])
+    cancel = _notebook(["%load_ext flakebot_magic", f"%%flakebot --registry {registry} --crate slowbuild --name slow --rebuild\n"])
+    (root / "cancel.ipynb").write_text(json.dumps(cancel))
+    cache = os.environ.get("FLAKEBOT_CACHE_DIR") or str(root / "cache")
+    env = {"FLAKEBOT_CACHE_DIR": cache, "FLAKEBOT_BACKEND": "cargo"}
+    jupyter = JupyterProcess(root, app="lab", env=env).start()
+    jupyter.cache = Path(cache)  # type: ignore[attr-defined]
+    yield jupyter
+    jupyter.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def context(browser: object, lab: JupyterProcess) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
+    context.set_default_timeout(60_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield context
+    context.close()
+
+
+def _open_notebook(context: object, lab: JupyterProcess, name: str) -> object:
+    page = context.new_page()  # type: ignore[attr-defined]
+    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for()
+    # the page draws the notebook before its kernel is up; Run All before that does nothing
+    deadline = time.monotonic() + 90
+    with lab.client() as client:
+        while True:
+            sessions = [s for s in client.get("/api/sessions").json() if s["path"].endswith(name)]
+            if sessions and sessions[0]["kernel"]["execution_state"] == "idle":
+                break
+            assert time.monotonic() < deadline, f"the kernel of {name} did not start"
+            time.sleep(0.2)
+    page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first.wait_for()
+    return page
+
+
+def _run_all(page: object) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # type: ignore[attr-defined]
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()  # type: ignore[attr-defined]
+
+
+def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, lab: JupyterProcess) -> None:
+    started = time.monotonic()
+    page = _open_notebook(context, lab, "quickstart.ipynb")
+    _run_all(page)
+    progress = page.locator(".flakebot-progress").first  # type: ignore[attr-defined]
+    progress.wait_for()
+    assert progress.locator(".flakebot-row").count() >= 7  # one row per stage
+    page.screenshot(path=SHOTS / "01-quickstart-progress.png")  # type: ignore[attr-defined]
+    progress.locator('.flakebot-title[data-outcome="success"]').wait_for(timeout=150_000)
+    progress.get_by_text("Changes:").click()  # the diff against the published crate
+    progress.locator(".flakebot-diff").wait_for()
+    assert "Cargo.toml" in progress.locator(".flakebot-diff").inner_text()
+    progress.locator(".flakebot-diff").scroll_into_view_if_needed()
+    page.screenshot(path=SHOTS / "02-quickstart-success-diff.png")  # type: ignore[attr-defined]
+    for stage in ("search", "client"):
+        state = progress.locator(f'.flakebot-row[data-stage="{stage}"]').get_attribute("data-state")
+        assert state in ("done", "cached"), (stage, state)
+    # the tool's own output: its HTML card, then md("# Hi") from the next cell
+    page.locator(".flakebot-tool").first.wait_for()  # type: ignore[attr-defined]
+    page.get_by_text("'<h1>Hi</h1>\\n'").first.wait_for(timeout=60_000)  # type: ignore[attr-defined]
+    listing = page.locator("table.flakebot-tools").first  # type: ignore[attr-defined]
+    listing.wait_for(state="attached", timeout=60_000)  # %flakebot list
+    listing.scroll_into_view_if_needed()
+    assert "pulldown-cmark@0.9.2" in (listing.text_content() or "")
+    page.screenshot(path=SHOTS / "03-quickstart-done.png", full_page=True)  # type: ignore[attr-defined]
+
+    dashboard = context.new_page()  # type: ignore[attr-defined]
+    dashboard.goto(f"{lab.url}/flakebot/")
+    row = dashboard.locator('tr.tool[data-name="md"]')
+    row.wait_for()
+    assert "pulldown-cmark@0.9.2" in row.inner_text() and "ready" in row.inner_text()
+    dashboard.locator('tr.tool-details[data-name="md"] summary', has_text="provenance").click()
+    dashboard.screenshot(path=SHOTS / "04-dashboard.png", full_page=True)
+    assert time.monotonic() - started < 170
+
+
+def test_cancel_button_stops_the_build(context: object, lab: JupyterProcess) -> None:
+    workspace = lab.cache / "workspaces" / "slow"  # type: ignore[attr-defined]
+    marker = workspace / "build-script-started"
+    marker.unlink(missing_ok=True)
+    page = _open_notebook(context, lab, "cancel.ipynb")
+    _run_all(page)
+    progress = page.locator(".flakebot-progress").first  # type: ignore[attr-defined]
+    progress.locator('.flakebot-row[data-stage="build"][data-state="running"]').wait_for(timeout=90_000)
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # the build script (a minute's sleep) is running
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    page.screenshot(path=SHOTS / "05-cancel-running.png")  # type: ignore[attr-defined]
+    clicked = time.monotonic()
+    progress.locator("button.flakebot-cancel").click()
+    progress.locator('.flakebot-title[data-outcome="cancelled"]').wait_for(timeout=20_000)
+    assert time.monotonic() - clicked < 20
+    page.get_by_text("Cancelled while running").first.wait_for()  # type: ignore[attr-defined]
+    page.screenshot(path=SHOTS / "06-cancelled.png")  # type: ignore[attr-defined]
+    assert progress.locator('.flakebot-row[data-stage="build"]').get_attribute("data-state") == "cancelled"
+    assert processes_in(workspace) == [] and (workspace / ".git").is_dir()
+
+
+_EVIL = textwrap.dedent(
+    """
+    import sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    PAGE = (
+        "<html><body><form id=f method=post action='%s'><input name=x value=1></form>"
+        "<script>document.getElementById('f').submit()</script></body></html>"
+    ) % sys.argv[2]
+
+    class Evil(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = PAGE.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *args):
+            pass
+
+    HTTPServer(("127.0.0.1", int(sys.argv[1])), Evil).serve_forever()
+    """
+)
+
+
+def test_api_needs_a_token_and_posts_need_xsrf(browser: object, context: object, lab: JupyterProcess) -> None:
+    anonymous = browser.new_context()  # type: ignore[attr-defined]
+    try:
+        assert anonymous.request.get(f"{lab.url}/flakebot/api").status == 403
+        assert anonymous.request.get(f"{lab.url}/flakebot/api/tools").status == 403
+    finally:
+        anonymous.close()
+    # logged in (the token in the URL left Jupyter's cookie), but a POST without the XSRF token
+    assert context.request.get(f"{lab.url}/flakebot/api/tools").status == 200  # type: ignore[attr-defined]
+    assert context.request.post(f"{lab.url}/flakebot/api/tools/md/stop").status == 403  # type: ignore[attr-defined]
+    # a real cross-site form POST from another site, in the logged-in browser
+    port = free_port()
+    target = f"{lab.url}/flakebot/api/tools/md/stop"
+    evil = subprocess.Popen([sys.executable, "-c", _EVIL, str(port), target])
+    try:
+        page = context.new_page()  # type: ignore[attr-defined]
+        with page.expect_response(lambda response: response.url == target, timeout=30_000) as answer:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    page.goto(f"http://localhost:{port}/")
+                    break
+                except sync_api.Error:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.2)
+        assert answer.value.status == 403
+        page.close()
+    finally:
+        evil.kill()
+        evil.wait()
