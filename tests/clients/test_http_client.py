@@ -179,3 +179,42 @@ def test_a_service_without_openapi_still_has_raw_requests(tmp_path: Path) -> Non
         assert tool.openai_tools() == []
     finally:
         tool.close()
+
+
+_SLOW = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path == "/slow":
+            time.sleep(30)
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_an_interrupted_request_stops_the_service(tmp_path: Path) -> None:
+    import threading
+
+    tool = _service(tmp_path, _SLOW)
+    try:
+        tool.start()
+        pid = tool.pid
+        main = threading.main_thread().ident
+        assert main == threading.get_ident() and pid is not None
+        timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))  # type: ignore[arg-type]
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                tool.get("/slow")
+        finally:
+            timer.cancel()
+        assert not tool.running
+        assert tool.get("/fast").text == "ok"  # started again
+        assert tool.pid != pid
+    finally:
+        tool.close()
