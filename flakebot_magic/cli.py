@@ -172,7 +172,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         records = Inventory(settings.tools_dir).all()
         if args.json:
-            print(json.dumps([r.to_json() for r in records], indent=2))
+            print(json.dumps([r.public_json() for r in records], indent=2))
         elif not records:
             print("No tools yet. Build one with `flakebot build REQUEST`.")
         else:

@@ -10,6 +10,7 @@ opens its own connection: nothing is shared between threads or processes.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -74,9 +75,17 @@ class ToolRecord:
     #: the words the tool was built from
     request: str = ""
     updated: float = 0.0
+    #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
+    token: str = field(default="", repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def public_json(self) -> dict[str, Any]:
+        """The record without its secret, for APIs and listings."""
+        data = self.to_json()
+        del data["token"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolRecord:
@@ -113,6 +122,9 @@ class Inventory:
     def _connect(self) -> sqlite3.Connection:
         self.dir.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists()
+        if fresh:
+            # it holds http tools' tokens: this user's only (SQLite gives -wal and -shm the same mode)
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
         try:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")

@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,16 @@ def test_update_is_atomic_and_checked(tmp_path: Path) -> None:
     assert inventory.get("hx").status == "stopped"  # type: ignore[union-attr]  # the bad update rolled back
 
 
-def test_uses_wal(tmp_path: Path) -> None:
+def test_uses_wal_and_is_private(tmp_path: Path) -> None:
     inventory = Inventory(tmp_path / "tools")
-    inventory.save(record("md"))
-    with sqlite3.connect(tmp_path / "tools" / DB_NAME) as db:
+    inventory.save(record("md", token="secret"))
+    path = tmp_path / "tools" / DB_NAME
+    with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert path.stat().st_mode & 0o077 == 0  # it holds http tools' tokens
+    got = inventory.get("md")
+    assert got is not None and got.token == "secret" and "token" not in got.public_json()
+    assert "secret" not in repr(got)
 
 
 def test_old_json_records_move_into_the_database(tmp_path: Path) -> None:
@@ -115,5 +121,5 @@ def test_several_processes_write_at_once(tmp_path: Path) -> None:
     # every read-modify-write landed: no process overwrote another's change
     assert shared.extra["hits"] == workers * rounds
     assert sorted(set(shared.extra["by"])) == [f"w{n}" for n in range(workers)]
-    with sqlite3.connect(tools / DB_NAME) as db:
+    with closing(sqlite3.connect(tools / DB_NAME)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -166,7 +166,7 @@ class HttpTool(ToolClient):
                         raise ToolError(
                             f"{self.name}: could not listen on a free port twice in a row. Its output:\n{self.logs(20)}"
                         ) from None
-            self._state(status="running", pid=self.pid, url=self.base_url, started=time.time())
+            self._state(status="running", pid=self.pid, url=self.base_url, started=time.time(), token=self.token)
             if self._functions is None:
                 self.openapi = self._read_openapi()
                 self._functions = self._build_functions(self.openapi or {})
@@ -257,7 +257,7 @@ class HttpTool(ToolClient):
             if self._process is not None:
                 self._process.stop()
             if was_running:
-                self._state(status="stopped", pid=None, url="")
+                self._state(status="stopped", pid=None, url="", token="")
 
     @property
     def running(self) -> bool:

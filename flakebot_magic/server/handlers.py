@@ -67,7 +67,7 @@ class _RefuseCrossOrigin:
 
 
 def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
-    data = record.to_json()
+    data = record.public_json()
     data["status"] = tools.status_of(record)
     data["provenance"] = provenance_of(tools.tool_of(record, settings), record)
     data["links"] = {
@@ -274,7 +274,8 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     """``/flakebot/proxy/NAME/PATH``: an http tool's service, behind Jupyter's login.
 
     Only tools that listen on a loopback address are proxied; Jupyter's
-    cookies, token and XSRF header are not passed on.
+    cookies, token and XSRF header are not passed on; the tool's own token
+    (recorded by the kernel that started it) is added.
     """
 
     auth_resource = "flakebot"
@@ -303,6 +304,8 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
             k: v for k, v in self.request.headers.get_all()
             if k.lower() not in _HOP_BY_HOP and k.lower() not in _PRIVATE_REQUEST
         }
+        if record.token:  # a flakebot http tool answers only requests that carry its token
+            headers["Authorization"] = f"Bearer {record.token}"
         method = self.request.method or "GET"
         request = httpclient.HTTPRequest(
             url, method=method, headers=headers,

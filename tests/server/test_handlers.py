@@ -92,7 +92,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory, echo: tuple[subprocess.Po
     inventory.save(_record("te", cache / "store" / "te"))
     proc, url = echo
     inventory.save(_record("web", cache / "store" / "web", kind="http", status="running", pid=proc.pid, url=url,
-                           started=time.time()))
+                           started=time.time(), token="tool-secret"))
     inventory.save(_record("gone", cache / "store" / "gone", kind="http", status="stopped", url=url))
     inventory.save(_record("far", cache / "store" / "far", kind="http", status="running", pid=proc.pid,
                            url="http://192.0.2.1:80"))
@@ -139,6 +139,8 @@ def test_api_lists_tools_with_status_and_provenance(server: JupyterProcess) -> N
         tools = {t["name"]: t for t in client.get("/flakebot/api/tools").json()["tools"]}
         one = client.get("/flakebot/api/tools/te").json()
         missing = client.get("/flakebot/api/tools/nope")
+        listing = client.get("/flakebot/api/tools").text + client.get("/flakebot/").text
+    assert "tool-secret" not in listing  # the tool's token stays with the proxy
     assert index["tools"] == "/flakebot/api/tools"
     assert set(tools) == {"far", "gone", "te", "web"}
     assert tools["web"]["status"] == "running" and tools["web"]["links"]["proxy"] == "/flakebot/proxy/web/"
@@ -173,7 +175,8 @@ def test_proxy_forwards_to_the_tool_without_jupyters_credentials(server: Jupyter
     assert not any("tool=1" in c for c in response.headers.get_list("set-cookie"))
     echoed = response.json()
     assert echoed["path"] == "/hello/there?x=1" and echoed["headers"]["x-mine"] == "yes"
-    assert "authorization" not in echoed["headers"] and "cookie" not in echoed["headers"]
+    # Jupyter's credentials stay behind; the tool's own token goes along
+    assert echoed["headers"]["authorization"] == "Bearer tool-secret" and "cookie" not in echoed["headers"]
     assert posted.json()["body"] == "payload" and posted.json()["method"] == "POST"
     assert root.json()["path"] == "/"
 
@@ -216,3 +219,31 @@ def test_stop_kills_the_recorded_process_group(
         assert client.get("/flakebot/api/tools/web").json()["status"] == "stopped"
         assert client.get("/flakebot/proxy/web/").status_code == 503
     assert Inventory(settings.tools_dir).get("web").pid is None  # type: ignore[union-attr]
+
+
+@pytest.mark.cargo
+def test_proxy_reaches_a_flakebot_built_http_service(
+    server: JupyterProcess, settings: Settings, tmp_path: Path
+) -> None:
+    """The demo-http fixture crate, built and started by the real pipeline, reached through Jupyter's auth."""
+    from flakebot_magic.clients import lifecycle
+    from flakebot_magic.pipeline import Pipeline
+    from flakebot_magic.testing.overlay import FIXTURES, overlay_registry
+
+    registry = overlay_registry(tmp_path / "registry", [FIXTURES / "demo-http"])
+    build = Settings(cache_dir=settings.cache_dir, registry=str(registry), backend="cargo")
+    tool = Pipeline(build).run("", crate="demo-http", name="svc")
+    try:
+        tool.start()  # type: ignore[attr-defined]
+        with server.client() as client:
+            listed = client.get("/flakebot/api/tools/svc").json()
+            assert listed["kind"] == "http" and listed["status"] == "running" and "token" not in listed
+            greeting = client.get("/flakebot/proxy/svc/greet", params={"name": "Ada"})
+            assert greeting.status_code == 200, greeting.text
+            assert "Ada" in greeting.json()["greeting"]
+            stopped = client.post("/flakebot/api/tools/svc/stop").json()
+            assert stopped["status"] == "stopped"
+            assert client.get("/flakebot/proxy/svc/greet", params={"name": "Ada"}).status_code == 503
+    finally:
+        tool.close()  # type: ignore[attr-defined]
+        lifecycle.unregister(tool)  # type: ignore[arg-type]
