@@ -246,6 +246,7 @@ class FlakebotMagics(Magics):
         widget's Cancel button works; a kernel interrupt cancels the build.
         (IPython runs a cell that awaits on its own loop; see _install_transformer.)
         """
+        assert self.shell is not None
         args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
         request = self._check_cell(args, cell)
         build = self._start(args, request, name=args.name, crate=args.crate)
@@ -253,6 +254,7 @@ class FlakebotMagics(Magics):
 
     async def run_line_async(self, line: str) -> Any:
         """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
+        assert self.shell is not None
         args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
         build = self._start_rebuild(args)
         return self._finish(build, await self._wait_async(build))

@@ -60,7 +60,8 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
     the request.
     """
     manifest: Mapping[str, Any] = getattr(tool, "provenance", None) or {}
-    workspace = Path(record.workspace) if record is not None and getattr(record, "workspace", "") else None
+    workspace_path: str = getattr(record, "workspace", "") if record is not None else ""
+    workspace = Path(workspace_path) if workspace_path else None
     extra: Mapping[str, Any] = getattr(record, "extra", None) or {}
     data: dict[str, Any] = {
         "name": getattr(tool, "name", ""),

@@ -83,7 +83,7 @@ def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
 class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
     auth_resource = "flakebot"
 
-    def initialize(self, name: str, settings: Settings) -> None:  # type: ignore[override]
+    def initialize(self, name: str, settings: Settings) -> None:
         super().initialize(name)
         self.flakebot = settings
 
@@ -203,7 +203,7 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
 
     auth_resource = "flakebot"
 
-    def initialize(self, name: str, settings: Settings) -> None:  # type: ignore[override]
+    def initialize(self, name: str, settings: Settings) -> None:
         super().initialize(name)
         self.flakebot = settings
 
@@ -281,7 +281,7 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     auth_resource = "flakebot"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
-    def initialize(self, name: str, settings: Settings, timeout: float) -> None:  # type: ignore[override]
+    def initialize(self, name: str, settings: Settings, timeout: float) -> None:
         super().initialize(name)
         self.flakebot = settings
         self.timeout = timeout
