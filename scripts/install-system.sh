@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install the Debian packages flakebot-magic needs (Debian 12, as root):
+#
+#   - git, ca-certificates, build-essential, pkg-config, bubblewrap;
+#   - chromium and fonts-dejavu-core, for the browser tests;
+#   - cargo and rustc from Debian, only if no cargo is on the machine
+#     (neither on PATH nor in $HOME/.cargo/bin, e.g. a rustup install);
+#   - the offline crate registry: the librust-*-dev packages listed in
+#     deps/registry-packages.txt (sources land in /usr/share/cargo/registry).
+#
+# Idempotent: it asks dpkg which packages are missing and does nothing else
+# when none are (one line of output, no apt-get update). `apt-get update` runs
+# only when something must be installed and the package lists are missing or
+# stale, or when a first install attempt fails.
+#
+# Not root: lists the missing packages and exits non-zero.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+list="$here/../deps/registry-packages.txt"
+export DEBIAN_FRONTEND=noninteractive
+
+if [ ! -r "$list" ]; then
+    echo "install-system.sh: cannot read $list" >&2
+    exit 1
+fi
+
+base=(git ca-certificates build-essential pkg-config bubblewrap)
+# the browser tests (tests/browser): Playwright drives Debian's Chromium; DejaVu so pages render text
+base+=(chromium fonts-dejavu-core)
+
+# the registry list: one package per line, '#' starts a comment
+mapfile -t registry < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$list")
+
+wanted=("${base[@]}")
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
+    wanted+=(cargo rustc)
+fi
+wanted+=("${registry[@]}")
+
+# packages dpkg reports as fully installed (one dpkg-query call for all)
+declare -A have=()
+while read -r pkg status; do
+    [ "$status" = "install ok installed" ] && have["${pkg%%:*}"]=1
+done < <(dpkg-query -W -f='${Package} ${Status}\n' "${wanted[@]}" 2>/dev/null || true)
+
+missing=()
+for p in "${wanted[@]}"; do
+    [ -n "${have[$p]:-}" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "system packages: all present (${#wanted[@]} packages)"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    {
+        echo "install-system.sh: ${#missing[@]} Debian package(s) missing, and installing them needs root:"
+        printf '  %s\n' "${missing[@]}"
+        echo "run as root:  bash scripts/install-system.sh"
+        echo "  (or: apt-get install --no-install-recommends ${missing[*]})"
+    } >&2
+    exit 1
+fi
+
+echo "system packages: installing ${#missing[@]} missing package(s): ${missing[*]}"
+
+updated=0
+apt_update() {
+    apt-get update -q
+    updated=1
+}
+
+# update first only if the package lists are absent or older than 6 hours
+lists=/var/lib/apt/lists
+if [ -z "$(find "$lists" -maxdepth 1 -name '*_Packages*' -mmin -360 -print -quit 2>/dev/null)" ]; then
+    apt_update
+fi
+
+install() {
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+if ! install; then
+    if [ "$updated" -eq 1 ]; then
+        echo "install-system.sh: apt-get install failed" >&2
+        exit 1
+    fi
+    echo "install-system.sh: install failed with the current package lists; running apt-get update and retrying" >&2
+    apt_update
+    install
+fi
+
+# check the result
+still=()
+for p in "${missing[@]}"; do
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || still+=("$p")
+done
+if [ ${#still[@]} -ne 0 ]; then
+    echo "install-system.sh: still not installed: ${still[*]}" >&2
+    exit 1
+fi
+echo "system packages: installed ${#missing[@]} package(s); all present (${#wanted[@]} packages)"
