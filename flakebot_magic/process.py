@@ -163,7 +163,7 @@ class ProcessRunner:
                 if time.monotonic() > deadline:
                     self._kill(proc, interrupt_grace)
                     raise StageTimeout(
-                        f"`{' '.join(argv[:3])}` ran past its time limit of {timeout:.0f} s "
+                        f"`{' '.join(argv[:3])}` ran past its time limit of {timeout:g} s "
                         "and was stopped. Raise the limit (build_timeout / test_timeout) "
                         "if the crate is just slow to build.",
                         command=argv,

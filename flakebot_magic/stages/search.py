@@ -18,7 +18,7 @@ TERM_BOOST = 2.0
 
 _TOOL_WORDS = re.compile(
     r"\b(tool|command|cli|binary|program|app|utility|executable|convert|render|print|"
-    r"view|viewer|show|dump|format|compute|hash|encode|decode)\w*\b",
+    r"view|viewer|show|dump|format|compute|hash|encode|decode)(?:s|es|er|ers|ing|ed|d)?\b",
     re.I,
 )
 
@@ -53,8 +53,9 @@ def rank(candidates: list[CrateCandidate], *, prefer_bin: bool) -> list[CrateCan
     """Re-rank a registry's candidates: binaries first among equals when a tool is wanted."""
     if not prefer_bin:
         return sorted(candidates, key=lambda c: -c.score)
-    boosted = [replace(c, score=round(c.score * BIN_BOOST, 4)) if c.has_bin else c for c in candidates]
-    return sorted(boosted, key=lambda c: -c.score)
+    boosted = [replace(c, score=c.score * BIN_BOOST) if c.has_bin else c for c in candidates]
+    # a binary wins ties too: in a small registry bm25 can score every match near zero
+    return sorted(boosted, key=lambda c: (-c.score, not c.has_bin))
 
 
 def search(
