@@ -196,6 +196,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "clean":
         from .cleanup import clean
 
+        if args.all:  # the registry goes too: stop the tools whose processes it records first
+            from .tools import stop_all
+
+            for line in stop_all(settings):
+                print(line, file=sys.stderr)
         report = clean(settings, everything=args.all)
         if args.json:
             print(json.dumps({"removed": [str(p) for p in report.removed], "freed_bytes": report.freed}))

@@ -378,6 +378,11 @@ class FlakebotMagics(Magics):
         if command == "clean":
             from .cleanup import clean
 
+            if args.all:  # the registry goes too: stop the tools whose processes it records first
+                from .tools import stop_all
+
+                for line in stop_all(settings):
+                    print(line)
             for line in clean(settings, everything=args.all).summary():
                 print(line)
             return None

@@ -208,3 +208,22 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
     assert proc.returncode == 130, err.decode()
     assert "Cancelled" in err.decode() and str(workspace) in err.decode()
     assert processes_in(workspace) == []
+
+
+def test_clean_all_stops_running_tools_first(capsys: pytest.CaptureFixture[str], cache: Path) -> None:
+    from flakebot_magic.inventory import Inventory, ToolRecord
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        Inventory(cache / "tools").save(ToolRecord(
+            name="svc", crate="demo-http", version="0.1.0", binary="/x", store_path="/x", source_hash="h",
+            checksum="", checksum_kind="", registry="r", workspace="", commit="", kind="http",
+            status="running", pid=proc.pid, url="http://127.0.0.1:1/",
+        ))
+        code, _, err = _run(capsys, "clean", "--all")
+        assert code == 0 and "stopped svc" in err
+        assert proc.wait(timeout=10) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
