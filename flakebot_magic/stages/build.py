@@ -243,6 +243,9 @@ def check(
             )
         return report, diagnostics
 
+    # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
+    # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
+    (workspace / "target" / "flakebot-test").mkdir(parents=True, exist_ok=True)
     threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
     if run_tests:
         threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
