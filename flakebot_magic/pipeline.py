@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .cargo import Cargo
 from .config import Settings
-from .errors import DeployError, FlakebotError, NeedsModelError, SearchError, UsageError
+from .errors import DeployError, FlakeError, FlakebotError, NeedsModelError, SearchError, UsageError
 from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
 from .git import Git
 from .model import HOW_TO_CONFIGURE, ModelConfig
@@ -110,6 +110,8 @@ class Pipeline:
         self.bus = EventBus(observers)
         self.runner = runner or ProcessRunner(cancel)
         self._registry = registry
+        #: set once nix has locked the flake: a later nix failure is real, not "offline"
+        self._nix_locked = False
         # set by run(): the model (None: deploy as published) and a --continue's target
         self._model: ModelConfig | None = None
         self._request = ""
@@ -171,8 +173,12 @@ class Pipeline:
         rustc = cargo.rustc_version()
 
         recipe = self._recipe_path(candidate, rustc, backend)
+        auto = why.startswith("auto")
         if not settings.rebuild:
             cached = self._from_recipe(recipe, candidate, name)
+            if cached is None and auto and backend == "nix":
+                # auto takes what is cached: an earlier offline run may have fallen back to cargo
+                cached = self._from_recipe(self._recipe_path(candidate, rustc, "cargo"), candidate, name)
             if cached is not None:
                 where = cached.manifest.get("nix_store_path") or str(cached.path)
                 for stage_name in ("fork", "build", "test", "flake", "deploy"):
@@ -189,7 +195,24 @@ class Pipeline:
         cargo = self._edit(workspace, cargo)
         try:
             if backend == "nix":
-                store = self._nix_build_and_deploy(workspace, cargo, rustc, name)
+                self._nix_locked = False
+                try:
+                    store = self._nix_build_and_deploy(workspace, cargo, rustc, name)
+                except FlakeError as exc:
+                    if not auto or self._nix_locked:
+                        raise
+                    # nixpkgs could not be fetched (offline, say): auto means "nix if it can"
+                    first = (str(exc).strip().splitlines() or [""])[0][:200]
+                    self.bus.notice(
+                        "deploy",
+                        f"auto: nix could not lock the flake's nixpkgs input ({first}); "
+                        "falling back to the cargo backend. Point --nixpkgs at a local nixpkgs, "
+                        "or choose with --backend cargo|nix.",
+                        "warning",
+                    )
+                    backend = "cargo"
+                    recipe = self._recipe_path(candidate, rustc, backend)
+                    store = self._build_and_deploy(workspace, cargo, rustc)
             else:
                 store = self._build_and_deploy(workspace, cargo, rustc)
         except FlakebotError as exc:
@@ -311,6 +334,7 @@ class Pipeline:
             write_flake(workspace.path, self._flake_meta(workspace), self._nixpkgs_url())
             git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
             lock = nix.lock(workspace.path, timeout=settings.build_timeout, on_line=log("flake"))
+            self._nix_locked = True
             committed = git.commit(
                 "Add flake.nix and flake.lock\n\n"
                 "`nix build` builds packages.default, this crate's binaries; flake.lock pins nixpkgs:\n"
