@@ -29,7 +29,7 @@ from .registry.base import CrateCandidate, Registry
 from .registry.directory import read_manifest
 from .stages import search as search_stage
 from .stages.build import BUILD_FLAGS, check
-from .stages.accept import AcceptanceReport, Example, run_examples, split_request
+from .stages.accept import Example, run_examples, split_request
 from .stages.client import ToolClient, contract_of, make_tool
 from .stages.deploy import StorePath, deploy, lookup, store_key
 from .stages.flake import DEFAULT_NIXPKGS_URL, FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, FlakeMeta, write_flake

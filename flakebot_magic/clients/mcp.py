@@ -398,7 +398,7 @@ class McpTool(ToolClient):
                 description,
                 params,
                 "object\n    The tool's structured content as Python values, else its text.",
-                f"ToolError\n    The tool reported an error, or the server failed.\nTypeError, ValueError\n"
+                "ToolError\n    The tool reported an error, or the server failed.\nTypeError, ValueError\n"
                 "    An argument does not fit the tool's input schema (checked before sending).",
                 example,
             )

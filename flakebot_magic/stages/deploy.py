@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import DeployError
 from ..git import Git
 
-__all__ = ["StorePath", "deploy", "lookup", "store_key"]
+__all__ = ["StorePath", "deploy", "lookup", "store_key", "write_entry"]
 
 STORE_FORMAT = 1
 #: tracked files that do not change what cargo builds
@@ -81,6 +81,33 @@ def lookup(store_dir: Path, key: str, crate: str, version: str) -> StorePath | N
     return None
 
 
+def write_entry(
+    store_dir: Path, key: str, crate: str, version: str, fill: Callable[[Path], None], manifest: dict[str, Any]
+) -> StorePath:
+    """Write the store entry for ``key`` atomically: ``fill(staging)`` makes ``bin``, then the manifest.
+
+    Both backends write their entries through here, so the recipe, lookup and
+    cleanup machinery treat cargo-built and nix-built tools alike.
+    """
+    final = _entry(store_dir, key, crate, version)
+    store_dir.mkdir(parents=True, exist_ok=True)
+    staging = store_dir / f".staging-{key}-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        staging.mkdir()
+        fill(staging)
+        data = {**manifest, "hash": key, "format": STORE_FORMAT}
+        (staging / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+        if final.exists():  # a --rebuild replaces the entry; same inputs, same path
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except OSError as exc:
+        raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return StorePath(final, key)
+
+
 def deploy(
     store_dir: Path,
     key: str,
@@ -92,23 +119,14 @@ def deploy(
     """Copy ``binaries`` into the store entry for ``key``, atomically."""
     if not binaries:
         raise DeployError(f"{crate} {version} built no binaries, so there is nothing to deploy.")
-    final = _entry(store_dir, key, crate, version)
-    store_dir.mkdir(parents=True, exist_ok=True)
-    staging = store_dir / f".staging-{key}-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        (staging / "bin").mkdir(parents=True)
+
+    def copy_binaries(staging: Path) -> None:
+        (staging / "bin").mkdir()
         for name, source in sorted(binaries.items()):
             target = staging / "bin" / name
             shutil.copy2(source, target)
             target.chmod(0o555)
-        manifest = {**manifest, "hash": key, "binaries": sorted(binaries), "format": STORE_FORMAT}
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        if final.exists():  # a --rebuild replaces the entry; same inputs, same path
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except OSError as exc:
-        raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return StorePath(final, key)
+
+    return write_entry(
+        store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)}
+    )

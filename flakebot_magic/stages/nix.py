@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DeployError, FlakeError, UsageError
+from ..errors import ConfigError, FlakeError, UsageError
 from ..process import Completed, LineCallback, ProcessRunner, scrubbed_env
-from .deploy import STORE_FORMAT, StorePath
+from .deploy import StorePath, write_entry
 from .flake import LOCK_FILE
 
 __all__ = [
@@ -400,23 +400,11 @@ def record_nix(
     symlink to the /nix/store path's ``bin``: the same shape as a cargo
     entry, so the recipe and cleanup machinery treat both alike.
     """
-    final = store_dir / f"{key}-{crate}-{version}"
-    store_dir.mkdir(parents=True, exist_ok=True)
-    staging = store_dir / f".staging-{key}-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        staging.mkdir()
-        (staging / "bin").symlink_to(built / "bin")
-        data = {**manifest, "hash": key, "nix_store_path": str(built), "format": STORE_FORMAT}
-        (staging / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except OSError as exc:
-        raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return StorePath(final, key)
+    return write_entry(
+        store_dir, key, crate, version,
+        lambda staging: (staging / "bin").symlink_to(built / "bin"),
+        {**manifest, "nix_store_path": str(built)},
+    )
 
 
 def describe_locked(node: dict[str, Any]) -> str:
