@@ -18,7 +18,7 @@ from typing import Any
 from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
 from .schema import check_arguments
 
-__all__ = ["KINDS", "ToolClient"]
+__all__ = ["KINDS", "StartedToolClient", "ToolClient"]
 
 #: the tool kinds a contract may name
 KINDS = ("cli", "mcp", "http")
@@ -301,3 +301,34 @@ def _signature_text(fn: ToolFunction) -> str:
             parts.append(f"{p.name}={p.default!r}")
     qual = getattr(fn.function, "__qualname__", fn.name)
     return f"{qual}({', '.join(parts)})"
+
+
+class StartedToolClient(ToolClient):
+    """A tool that runs as a process (MCP server, HTTP service) and learns its functions when started.
+
+    Its functions are attributes too: ``calc.add(a=1, b=2)``.
+    """
+
+    #: what one of its functions is called in error messages
+    member = "function"
+    _functions: dict[str, ToolFunction] | None = None
+
+    def start(self) -> StartedToolClient:
+        raise NotImplementedError
+
+    def functions(self) -> dict[str, ToolFunction]:
+        if self._functions is None:
+            self.start()
+        assert self._functions is not None
+        return dict(self._functions)
+
+    def __getattr__(self, name: str) -> Any:
+        functions = self.__dict__.get("_functions")
+        if not name.startswith("_") and functions and name in functions:
+            return functions[name].function
+        raise AttributeError(
+            f"{type(self).__name__} {self.__dict__.get('name', '')!r} has no attribute or {self.member} {name!r}"
+        )
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *(self._functions or {})})

@@ -39,7 +39,7 @@ from ..errors import ToolError
 from ..process import scrubbed_env
 from . import lifecycle
 from .agents import ToolFunction
-from .base import ToolClient
+from .base import StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
@@ -106,7 +106,7 @@ def _is_loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-class HttpTool(ToolClient):
+class HttpTool(StartedToolClient):
     """A deployed HTTP service on 127.0.0.1: raw ``get``/``post``/... and methods from its OpenAPI.
 
     Parameters (besides :class:`~flakebot_magic.clients.base.ToolClient`'s)
@@ -120,6 +120,7 @@ class HttpTool(ToolClient):
     """
 
     kind = "http"
+    member = "operation"
 
     def __init__(
         self,
@@ -469,21 +470,6 @@ class HttpTool(ToolClient):
         return text
 
     # -- the tool's face -------------------------------------------------------
-
-    def functions(self) -> dict[str, ToolFunction]:
-        if self._functions is None:
-            self.start()
-        assert self._functions is not None
-        return dict(self._functions)
-
-    def __getattr__(self, name: str) -> Any:
-        functions = self.__dict__.get("_functions")
-        if not name.startswith("_") and functions and name in functions:
-            return functions[name].function
-        raise AttributeError(f"{type(self).__name__} {self.__dict__.get('name', '')!r} has no attribute or operation {name!r}")
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *(self._functions or {})})
 
     def example(self) -> str:
         functions = self._functions or {}

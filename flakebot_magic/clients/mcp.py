@@ -31,7 +31,7 @@ from ..errors import ToolError
 from ..process import scrubbed_env
 from . import lifecycle
 from .agents import ToolFunction
-from .base import ToolClient
+from .base import StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
@@ -288,7 +288,7 @@ class McpSession:
         )
 
 
-class McpTool(ToolClient):
+class McpTool(StartedToolClient):
     """A deployed MCP server (stdio), with one Python function per MCP tool.
 
     ``calc.add(a=1, b=2)``, ``calc.functions()``, ``calc.logs()``,
@@ -296,6 +296,7 @@ class McpTool(ToolClient):
     """
 
     kind = "mcp"
+    member = "MCP tool"
 
     def __init__(
         self,
@@ -413,21 +414,6 @@ class McpTool(ToolClient):
                 wire=send,
             )
         return functions
-
-    def functions(self) -> dict[str, ToolFunction]:
-        if self._functions is None:
-            self.start()
-        assert self._functions is not None
-        return dict(self._functions)
-
-    def __getattr__(self, name: str) -> Any:
-        functions = self.__dict__.get("_functions")
-        if not name.startswith("_") and functions and name in functions:
-            return functions[name].function
-        raise AttributeError(f"{type(self).__name__} {self.__dict__.get('name', '')!r} has no attribute or MCP tool {name!r}")
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *(self._functions or {})})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """With a single MCP tool, call it; otherwise name one: ``calc.add(...)``."""
