@@ -1,0 +1,155 @@
+"""Files flakebot writes where untrusted code could have planted something: atomic, no symlinks followed.
+
+Crate code and model-written code run with write access to the workspace, so
+any path under it may be a symlink planted to redirect the next write (to
+``~/.bashrc``, say). Every write flakebot makes goes through :func:`atomic_write`:
+a fresh temporary file opened with ``O_CREAT | O_EXCL | O_NOFOLLOW`` in the
+target's directory, written, ``fsync``-ed, then renamed over the target (a
+rename replaces a symlink, it never follows it), with no symlink allowed in the
+directories between ``root`` and the target.
+
+The same module owns the other two file habits: private directories
+(:func:`private_dir`, mode ``0700``) and reading TOML (:func:`load_toml`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+__all__ = ["UnsafePath", "atomic_write", "check_no_symlinks", "load_toml", "private_dir"]
+
+
+class UnsafePath(OSError):
+    """A write was refused because a symlink (or a non-directory) stands in the way."""
+
+
+def check_no_symlinks(root: Path, path: Path) -> None:
+    """Raise :class:`UnsafePath` unless every directory from ``root`` down to ``path``'s parent is a real directory.
+
+    ``path`` itself may be a symlink (it is replaced, never followed, by
+    :func:`atomic_write`); the directories above it may not, or a write would
+    land outside ``root``.
+    """
+    root = Path(os.path.abspath(root))
+    path = Path(os.path.abspath(path))
+    try:
+        relative = path.parent.relative_to(root)
+    except ValueError:
+        raise UnsafePath(f"{path} is not inside {root}") from None
+    current = root
+    for part in relative.parts:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return  # the rest is created by the caller, as real directories
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafePath(f"{current} is a symlink; refusing to write through it")
+        if not stat.S_ISDIR(info.st_mode):
+            raise UnsafePath(f"{current} is not a directory")
+
+
+def atomic_write(
+    path: Path,
+    data: bytes | str,
+    *,
+    mode: int = 0o600,
+    root: Path | None = None,
+    make_parents: bool = False,
+) -> None:
+    """Replace ``path`` with ``data`` in one step; a planted symlink is replaced, never followed.
+
+    Parameters
+    ----------
+    path
+        The file to write.
+    data
+        Its new content (``str`` is written as UTF-8).
+    mode
+        The new file's permission bits (default: readable by the owner only).
+    root
+        When given, ``path`` must lie under ``root`` with no symlink in the
+        directories between them (:class:`UnsafePath` otherwise).
+    make_parents
+        Create missing parent directories (as real directories, mode 0700).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> atomic_write(d / "a.txt", "hi")
+    >>> (d / "a.txt").read_text()
+    'hi'
+    >>> (d / "link").symlink_to(d / "a.txt")
+    >>> atomic_write(d / "link", "new", root=d)
+    >>> (d / "a.txt").read_text(), (d / "link").is_symlink()
+    ('hi', False)
+    """
+    path = Path(path)
+    if root is not None:
+        check_no_symlinks(root, path)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if root is not None:
+            check_no_symlinks(root, path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode, follow_symlinks=False)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (created if missing, mode fixed if not)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def load_toml(source: str | Path) -> dict[str, Any]:
+    """A TOML document (text, or a file's path) as plain Python data.
+
+    ``tomllib`` when the interpreter has it (3.11+), else ``tomlkit``.
+    Raises ``ValueError`` (``tomllib.TOMLDecodeError`` or tomlkit's parse
+    error, both subclasses) for malformed input.
+    """
+    text = source.read_text(encoding="utf-8") if isinstance(source, Path) else source
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomlkit
+
+        data: dict[str, Any] = tomlkit.parse(text).unwrap()
+        return data
+    return tomllib.loads(text)
