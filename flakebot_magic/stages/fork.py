@@ -9,7 +9,9 @@ History of a workspace::
           "Add flake.nix"                                       (flake stage)
 
 Every offline fix-up is its own commit with a message that says why, and
-test targets that lost their dev-dependencies are reported as skipped.
+test targets that lost their dev-dependencies are reported as skipped, one
+target at a time: auto-discovery stays on, so a test the model adds under
+``tests/`` is built and counted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import tomlkit
 from ..cargo import Cargo
 from ..errors import ForkError
 from ..events import EventBus
+from ..fsutil import atomic_write
 from ..git import Git
 from ..process import ProcessRunner
 from ..registry.base import CrateCandidate, Registry
@@ -73,7 +76,8 @@ class Workspace:
         data["crate"] = self.crate.to_json()
         data["format"] = FORK_FORMAT
         data.pop("reused")
-        (self.git_dir / STATE_FILE).write_text(json.dumps(data, indent=2))
+        # sandboxed code may have planted a symlink here; atomic_write replaces it, never follows it
+        atomic_write(self.git_dir / STATE_FILE, json.dumps(data, indent=2), root=self.path)
 
     @classmethod
     def load(cls, path: Path) -> Workspace | None:
@@ -310,52 +314,103 @@ def _auto_targets(root: Path, directory: str) -> list[tuple[str, str]]:
     return found
 
 
+#: the feature an example or bench that needs a dropped dev-dependency requires: off by default, so
+#: cargo skips just that target (``cargo test`` builds examples, ``clippy --all-targets`` benches)
+SKIP_FEATURE = "flakebot-needs-dropped-dev-dependencies"
+
+
+def _target_path(table: Any, directory: str) -> str:
+    return str(table.get("path", f"{directory}/{table['name']}.rs"))
+
+
 def _skip_targets(root: Path, doc: Any, idents: set[str]) -> list[str]:
-    """Turn off auto-discovery where a target needs a dropped crate; list the rest explicitly."""
+    """Switch off, one target at a time, what needs a dropped crate; auto-discovery stays on.
+
+    A test target gets an explicit ``[[test]]`` entry with ``test = false``
+    (cargo neither builds nor runs it), an example or bench one that requires
+    :data:`SKIP_FEATURE`; every other target, and every test file added
+    later under ``tests/``, is still discovered, built and run.
+    """
     if not idents:
         return []
     package = doc["package"]
     skipped: list[str] = []
+    needs_feature = False
     for kind, directory, auto_key in (("test", "tests", "autotests"), ("example", "examples", "autoexamples"), ("bench", "benches", "autobenches")):
-        explicit = list(doc.get(kind, []))
-        explicit_paths = {str(t.get("path", f"{directory}/{t['name']}.rs")) for t in explicit}
+        tables = list(doc.get(kind) or [])
+        explicit_paths = {_target_path(t, directory) for t in tables}
         auto = [] if package.get(auto_key) is False else [
             (name, rel) for name, rel in _auto_targets(root, directory) if rel not in explicit_paths
         ]
-        targets = [(str(t["name"]), str(t.get("path", f"{directory}/{t['name']}.rs")), t) for t in explicit]
+        targets = [(str(t["name"]), _target_path(t, directory), t) for t in tables]
         targets += [(name, rel, None) for name, rel in auto]
-        keep: list[Any] = []
-        dropped_any = False
         for name, rel, table in targets:
             needs = _uses(_module_files(root / rel), idents)
-            if needs:
-                skipped.append(f"{kind} {name} (needs {', '.join(sorted(needs))})")
-                dropped_any = True
+            if not needs:
+                continue
+            skipped.append(f"{kind} {name} (needs {', '.join(sorted(needs))})")
+            if table is None:
+                table = tomlkit.table()
+                table["name"] = name
+                table["path"] = rel
+                if kind not in doc:
+                    doc[kind] = tomlkit.aot()
+                doc[kind].append(table)
+            if kind == "test":
+                table["test"] = False
             else:
-                if table is None:
-                    table = tomlkit.table()
-                    table["name"] = name
-                    table["path"] = rel
-                keep.append(table)
-        if dropped_any:
-            package[auto_key] = False
-            array = tomlkit.aot()
-            for table in keep:
-                array.append(table)
-            if keep:
-                doc[kind] = array
-            elif kind in doc:
-                del doc[kind]
-    src_files = [p for p in (root / "src").rglob("*.rs")] if (root / "src").is_dir() else []
-    needs = _uses(src_files, idents)
-    if needs:
-        lib = doc.get("lib")
-        if lib is None:
-            lib = tomlkit.table()
-            doc["lib"] = lib
-        lib["test"] = False
-        lib["doctest"] = False
-        skipped.append(f"lib unit and doc tests (need {', '.join(sorted(needs))})")
+                required = [str(f) for f in table.get("required-features", [])]
+                if SKIP_FEATURE not in required:
+                    array = tomlkit.array()
+                    array.extend([*required, SKIP_FEATURE])
+                    table["required-features"] = array
+                needs_feature = True
+    if needs_feature:
+        if "features" not in doc:
+            doc["features"] = tomlkit.table()
+        if SKIP_FEATURE not in doc["features"]:
+            doc["features"][SKIP_FEATURE] = tomlkit.array()
+    skipped += _skip_unit_tests(root, doc, idents)
+    return skipped
+
+
+def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
+    """``test = false`` on the lib or a bin whose own ``#[cfg(test)]`` code needs a dropped crate."""
+    skipped: list[str] = []
+    package = doc["package"]
+    lib = doc.get("lib")
+    lib_root = root / str((lib or {}).get("path", "src/lib.rs"))
+    if lib_root.is_file():
+        needs = _uses(_module_files(lib_root), idents)
+        if needs:
+            if lib is None:
+                lib = doc["lib"] = tomlkit.table()
+            lib["test"] = False
+            lib["doctest"] = False
+            skipped.append(f"lib unit and doc tests (need {', '.join(sorted(needs))})")
+    bins = list(doc.get("bin") or [])
+    declared = {str(b.get("path", "")) for b in bins} | {str(b.get("name", "")) for b in bins}
+    auto: list[tuple[str, str]] = []
+    if package.get("autobins") is not False:
+        if (root / "src/main.rs").is_file():
+            auto.append((str(package.get("name", "")), "src/main.rs"))
+        auto += _auto_targets(root / "src", "bin")
+        auto = [(n, r if r.startswith("src/") else f"src/{r}") for n, r in auto]
+    targets = [(str(b.get("name", "")), str(b.get("path", f"src/bin/{b.get('name', '')}.rs")), b) for b in bins]
+    targets += [(n, r, None) for n, r in auto if n not in declared and r not in declared]
+    for name, rel, table in targets:
+        needs = _uses(_module_files(root / rel), idents)
+        if not needs:
+            continue
+        if table is None:
+            table = tomlkit.table()
+            table["name"] = name
+            table["path"] = rel
+            if "bin" not in doc:
+                doc["bin"] = tomlkit.aot()
+            doc["bin"].append(table)
+        table["test"] = False
+        skipped.append(f"bin {name} unit tests (need {', '.join(sorted(needs))})")
     return skipped
 
 

@@ -15,7 +15,7 @@ from flakebot_magic.errors import ForkError
 from flakebot_magic.events import EventBus, Notice
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
-from flakebot_magic.stages.fork import DroppedDependency, Workspace, fork
+from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork
 
 MakeRegistry = Callable[..., DirectoryRegistry]
 
@@ -142,10 +142,14 @@ def test_cargo_toml_is_edited_format_preservingly(make_registry: MakeRegistry, t
     assert all(line in kept for line in before if line not in removed)
 
     manifest = read_manifest(ws.path / "Cargo.toml")
-    assert manifest["package"]["autotests"] is False
-    assert manifest["package"]["autoexamples"] is False
-    assert manifest["test"] == [{"name": "plain", "path": "tests/plain.rs"}]
-    assert "example" not in manifest
+    # auto-discovery stays on: only the targets that need the dropped crate are switched off
+    assert "autotests" not in manifest["package"] and "autoexamples" not in manifest["package"]
+    assert manifest["test"] == [{"name": "uses_missing", "path": "tests/uses_missing.rs", "test": False}]
+    assert manifest["example"] == [
+        {"name": "demo", "path": "examples/demo.rs", "required-features": [SKIP_FEATURE]}
+    ]
+    assert manifest["features"] == {SKIP_FEATURE: []}
+    assert "lib" not in manifest and "bin" not in manifest
     assert manifest["dev-dependencies"] == {}
 
 
@@ -156,6 +160,45 @@ def test_the_kept_test_still_runs_under_cargo_test(make_registry: MakeRegistry, 
     assert done.returncode == 0, done.stderr
     assert "test plain_works ... ok" in done.stdout
     assert "uses_it" not in done.stdout
+
+
+def test_a_test_added_after_the_fork_runs_and_is_counted(make_registry: MakeRegistry, tmp_path: Path) -> None:
+    """Dropping a dev-dependency must not switch off tests/ as a whole (issue 9, item 11)."""
+    from flakebot_magic.stages.build import parse_test_output
+
+    registry = make_registry("needsdev")
+    ws = _fork(registry, tmp_path, "needsdev")
+    (ws.path / "tests" / "new_test.rs").write_text("#[test]\nfn the_new_one() {\n    assert_eq!(2 * 2, 4);\n}\n")
+    done = Cargo(registry, ProcessRunner()).run("test", "--locked", cwd=ws.path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "test the_new_one ... ok" in done.stdout
+    assert "test plain_works ... ok" in done.stdout
+    report = parse_test_output(done.stdout.splitlines())
+    assert report.passed == 2 and report.failed == 0
+    # clippy over every target does not trip on the skipped example either
+    lint = Cargo(registry, ProcessRunner()).run("clippy", "--locked", "--all-targets", cwd=ws.path, timeout=300)
+    assert lint.returncode == 0, lint.stderr
+
+
+def test_unit_tests_that_use_a_dropped_crate_are_skipped_per_target(make_registry: MakeRegistry, tmp_path: Path) -> None:
+    manifest = (
+        '[package]\nname = "unitdev"\nversion = "0.1.0"\nedition = "2021"\n'
+        '\n[dev-dependencies]\nmissingcrate = "1.0"\n'
+    )
+    spec = crate("unitdev", manifest=manifest, files={
+        "src/lib.rs": "pub fn one() -> u32 { 1 }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() { missingcrate::x(); }\n}\n",
+        "src/main.rs": "fn main() {\n    println!(\"{}\", unitdev::one());\n}\n\n#[test]\nfn bin_ok() {}\n",
+        "tests/fine.rs": "#[test]\nfn fine() { assert_eq!(unitdev::one(), 1); }\n",
+    })
+    registry = make_registry(spec)
+    ws = _fork(registry, tmp_path, "unitdev")
+    assert ws.skipped_targets == ["lib unit and doc tests (need missingcrate)"]
+    manifest_data = read_manifest(ws.path / "Cargo.toml")
+    assert manifest_data["lib"] == {"test": False, "doctest": False}
+    assert "test" not in manifest_data and "bin" not in manifest_data
+    done = Cargo(registry, ProcessRunner()).run("test", "--locked", cwd=ws.path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "test fine ... ok" in done.stdout and "test bin_ok ... ok" in done.stdout
 
 
 def test_optional_and_foreign_target_dependencies_are_dropped(make_registry: MakeRegistry, tmp_path: Path) -> None:
