@@ -82,25 +82,16 @@ def build(
     *,
     name: str | None = None,
     crate: str | None = None,
-    registry: str | Path | None = None,
-    rebuild: bool = False,
-    keep_workspace: bool = False,
     cache_dir: str | Path | None = None,
     observers: Iterable[Observer] = (),
-    model: str | None = None,
-    base_url: str | None = None,
-    provider: str | None = None,
-    max_iterations: int | None = None,
-    token_budget: int | None = None,
-    follow_up: bool = False,
-    allow_build_scripts: bool = False,
-    backend: str | None = None,
-    nixpkgs: str | None = None,
-    nix_builders: str | None = None,
-    nix_substituters: str | None = None,
-    nix_trusted_public_keys: str | None = None,
+    **options: Any,
 ) -> ToolClient:
     """Build the tool for ``request`` and return it, callable.
+
+    The same pipeline as ``%%flakebot`` and ``flakebot build``, with every
+    build option of theirs as a keyword (the list below is made from the
+    options table, :mod:`flakebot_magic.options`). Ctrl-C cancels the build
+    and keeps its workspace; the run's log is kept like the magic's.
 
     Parameters
     ----------
@@ -110,60 +101,41 @@ def build(
         The tool's name (a Python identifier); default: from the crate's name.
     crate
         Use this crate instead of searching.
-    registry
-        A cargo directory source, ``"crates.io"``, or None for the default
-        (Debian's ``/usr/share/cargo/registry`` when installed).
-    rebuild
-        Fork and build again even when the store has the tool.
-    keep_workspace
-        Keep the build outputs (``target/``) in the workspace after success.
     cache_dir
         Where workspaces, the store and the index live.
     observers
         Callables that receive every pipeline event.
-    model
-        The edit loop's model (default ``$FLAKEBOT_MODEL``). With one, a
-        library crate becomes the requested tool: the model edits the fork,
-        cargo build and cargo test prove each step. None: crates with a
-        binary are deployed as published.
-    base_url, provider
-        The model's OpenAI-compatible endpoint, or a preset (``"openai"``,
-        ``"groq"``, ``"ollama"``, ``"openrouter"``) that knows its URL and
-        key variable. Keys come from the environment.
-    max_iterations, token_budget
-        The edit session's limits (default 8 check runs, 400,000 tokens).
-    follow_up
-        Apply ``request`` to the existing tool ``name`` (its workspace and
-        history) and redeploy it, like ``%%flakebot --continue``.
-    allow_build_scripts
-        Let the model write ``build.rs``.
-    backend
-        ``"nix"`` (``nix build`` of the generated flake; the tool is a
-        /nix/store path), ``"cargo"``, or ``"auto"``: nix when the ``nix``
-        command is installed. Default: ``$FLAKEBOT_BACKEND``, else auto.
-    nixpkgs
-        Flake reference for the flake's nixpkgs input, e.g.
-        ``"github:NixOS/nixpkgs/<rev>"`` or ``"path:/a/local/nixpkgs"``.
-    nix_builders, nix_substituters, nix_trusted_public_keys
-        Passed to nix as ``--option builders`` (etc.): remote builders and a
-        shared binary cache.
+{options}
     """
+    from .background import start_build
     from .config import Settings
-    from .pipeline import Pipeline
+    from .options import apply
 
-    settings = Settings(registry=str(registry) if registry is not None else None, rebuild=rebuild, keep_workspace=keep_workspace)
-    if cache_dir is not None:
-        settings.cache_dir = Path(cache_dir)
-    for attr, value in (("model", model), ("base_url", base_url), ("provider", provider),
-                        ("max_iterations", max_iterations), ("token_budget", token_budget)):
-        if value is not None:
-            setattr(settings, attr, value)
-    settings.follow_up, settings.allow_build_scripts = follow_up, allow_build_scripts
-    for attr, value in (("backend", backend), ("nixpkgs", nixpkgs), ("nix_builders", nix_builders),
-                        ("nix_substituters", nix_substituters), ("nix_trusted_public_keys", nix_trusted_public_keys)):
-        if value is not None:
-            setattr(settings, attr, value)
-    return Pipeline(settings, observers=observers).run(request, name=name, crate=crate)
+    settings = apply(Settings(), {{"cache_dir": cache_dir, **options}})
+    return start_build(settings, request, name=name, crate=crate).wait(list(observers))
+
+
+def _document_build() -> None:
+    """Give :func:`build` the signature and parameter list of the options table."""
+    import inspect
+
+    from .options import OPTIONS
+
+    signature = inspect.signature(build)
+    fixed = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    extra = [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=f"{o.type.__name__} | None")
+        for o in OPTIONS
+    ]
+    build.__signature__ = signature.replace(parameters=[*fixed, *extra])  # type: ignore[attr-defined]
+    import textwrap
+
+    entries = [
+        f"    {o.name}\n" + textwrap.fill(o.help[0].upper() + o.help[1:] + ".", 72, initial_indent=" " * 8,
+                                       subsequent_indent=" " * 8)
+        for o in OPTIONS
+    ]
+    build.__doc__ = (build.__doc__ or "").format(options="\n".join(entries))
 
 
 def search(
@@ -178,6 +150,9 @@ def search(
         settings.cache_dir = Path(cache_dir)
     found = search_stage.open_registry(settings.registry, settings.cache_dir)
     return search_stage.search(found, query, limit=limit)
+
+
+_document_build()
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import Cancelled, FlakebotError, UsageError
+from .options import OPTIONS, add_arguments, apply
 
 __all__ = ["main"]
 
@@ -29,36 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("request", nargs="?", default="", help="what the tool should do, in words")
     build.add_argument("--name", "-n", help="the tool's name (default: from the crate)")
     build.add_argument("--crate", "-c", help="use this crate instead of searching")
-    build.add_argument("--rebuild", action="store_true", help="fork and build again, ignoring the cache")
-    build.add_argument("--keep-workspace", action="store_true", help="keep build outputs (target/) after success")
     build.add_argument("--verbose", "-v", action="store_true", help="print cargo's output as it comes")
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
-    deploy = build.add_argument_group(
-        "deploy (nix or cargo)",
-        "Each also reads the environment: FLAKEBOT_BACKEND, FLAKEBOT_NIXPKGS, FLAKEBOT_NIX_BUILDERS, "
-        "FLAKEBOT_NIX_SUBSTITUTERS, FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS.",
-    )
-    deploy.add_argument("--backend", "-b", choices=["auto", "nix", "cargo"],
-                        help="nix: `nix build` the flake into /nix/store; cargo: cargo build into flakebot's store; "
-                        "auto (default): nix when the `nix` command is installed")
-    deploy.add_argument("--nixpkgs", help="flake reference for the nixpkgs input (e.g. github:NixOS/nixpkgs/<rev>, "
-                        "or path:/a/local/nixpkgs offline)")
-    deploy.add_argument("--builders", help="nix remote builders, passed as `--option builders`")
-    deploy.add_argument("--substituters", help="nix binary caches, passed as `--option substituters`")
-    deploy.add_argument("--trusted-public-keys", help="their keys, passed as `--option trusted-public-keys`")
-    model = build.add_argument_group(
-        "model (the edit loop)",
-        "With a model, a library crate becomes the requested tool: the model edits the fork, "
-        "cargo build and cargo test prove every step. The key comes from the environment.",
-    )
-    model.add_argument("--model", "-m", help="the model's name (default: $FLAKEBOT_MODEL); none: deploy crates as published")
-    model.add_argument("--base-url", help="any OpenAI-compatible endpoint (default: the provider's, or $FLAKEBOT_BASE_URL)")
-    model.add_argument("--provider", help="a preset that knows its base URL and key variable: openai, groq, ollama, openrouter")
-    model.add_argument("--max-iterations", type=int, help="check runs the model may ask for (default 8)")
-    model.add_argument("--token-budget", type=int, help="tokens the session may spend (default 400000)")
-    model.add_argument("--continue", dest="follow_up", action="store_true",
-                       help="apply the request to the existing tool --name (its workspace and history), then redeploy")
-    model.add_argument("--allow-build-scripts", action="store_true", help="let the model write build.rs")
+    add_arguments(build, skip=("registry",))  # --registry is common to every subcommand
 
     search = sub.add_parser("search", parents=[common], help="rank crates for a query")
     search.add_argument("query", help="what you are looking for")
@@ -132,17 +106,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .background import start_build
         from .progress import TextProgress
 
-        settings.rebuild = args.rebuild
-        settings.keep_workspace = args.keep_workspace
-        for option, attr in (("backend", "backend"), ("nixpkgs", "nixpkgs"), ("builders", "nix_builders"),
-                             ("substituters", "nix_substituters"), ("trusted_public_keys", "nix_trusted_public_keys")):
-            if getattr(args, option) is not None:
-                setattr(settings, attr, getattr(args, option))
-        for option in ("model", "base_url", "provider", "max_iterations", "token_budget"):
-            if getattr(args, option) is not None:
-                setattr(settings, option, getattr(args, option))
-        settings.allow_build_scripts = args.allow_build_scripts
-        settings.follow_up = args.follow_up
+        apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, args.request, name=args.name, crate=args.crate).wait(observers)

@@ -12,12 +12,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Int
-from traitlets import Bool, Enum, Float, Unicode
+from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .config import Settings, default_cache_dir
+from .config import Settings
 from .events import Observer
+from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
@@ -46,75 +46,24 @@ class _Build:
             self.handle.update(self.widget.mimebundle(), raw=True)
 
 
+#: the build options' config traits (``%config FlakebotMagics.model = ...``), made from the options table
+_OptionTraits = type("_OptionTraits", (Magics,), {"__doc__": "The build options as traits.", **config_traits()})
+
+
+def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for decorate in reversed(magic_argument_decorators()):
+        func = decorate(func)
+    return func
+
+
 @magics_class
-class FlakebotMagics(Magics):
+class FlakebotMagics(_OptionTraits):
     """Build Rust tools from a request and call them from Python."""
 
-    registry = Unicode(
-        None,
-        allow_none=True,
-        help="Crate registry: a cargo directory source path, or 'crates.io'. "
-        "Default: Debian's /usr/share/cargo/registry when installed, else crates.io.",
-    ).tag(config=True)
     cache_dir = Unicode(
         None, allow_none=True, help="Where workspaces, the store and the search index live."
     ).tag(config=True)
-    build_timeout = Float(1800.0, help="Seconds allowed for cargo build, and for cargo test.").tag(config=True)
-    tool_timeout = Float(60.0, help="Default seconds allowed for one call of a deployed tool.").tag(config=True)
-    keep_workspace = Bool(
-        False, help="Keep build outputs (target/) in the workspace after a successful build."
-    ).tag(config=True)
     verbose = Bool(False, help="Print cargo's output as it comes.").tag(config=True)
-    backend = Enum(
-        ["auto", "nix", "cargo"],
-        None,
-        allow_none=True,
-        help="How tools are built and deployed: 'nix' (`nix build` of the generated flake into "
-        "/nix/store), 'cargo' (cargo build into flakebot's own store), or 'auto': nix when the "
-        "`nix` command is installed, else cargo. Default: $FLAKEBOT_BACKEND, else 'auto'.",
-    ).tag(config=True)
-    nixpkgs = Unicode(
-        None,
-        allow_none=True,
-        help="Flake reference for the generated flakes' nixpkgs input (e.g. "
-        "github:NixOS/nixpkgs/<rev>, or path:/a/local/nixpkgs offline). Default: $FLAKEBOT_NIXPKGS, "
-        "else github:NixOS/nixpkgs/nixos-24.05.",
-    ).tag(config=True)
-    nix_builders = Unicode(
-        None, allow_none=True,
-        help="Nix remote builders, passed as `--option builders` (e.g. 'ssh://builder x86_64-linux - 8').",
-    ).tag(config=True)
-    nix_substituters = Unicode(
-        None, allow_none=True,
-        help="Nix binary caches, passed as `--option substituters` (space-separated URLs).",
-    ).tag(config=True)
-    nix_trusted_public_keys = Unicode(
-        None, allow_none=True,
-        help="Keys of those caches, passed as `--option trusted-public-keys` (space-separated).",
-    ).tag(config=True)
-    model = Unicode(
-        None,
-        allow_none=True,
-        help="The language model of the edit loop, which turns a crate (a library too) into the "
-        "requested tool. Any OpenAI-compatible endpoint: set base_url or provider too. "
-        "Default: $FLAKEBOT_MODEL; none: crates with a binary are deployed as published.",
-    ).tag(config=True)
-    base_url = Unicode(
-        None, allow_none=True,
-        help="The model's OpenAI-compatible endpoint, e.g. http://localhost:11434/v1. Default: the provider's.",
-    ).tag(config=True)
-    provider = Unicode(
-        None, allow_none=True,
-        help="A preset that knows its base URL and key variable: openai (OPENAI_API_KEY), groq "
-        "(GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY). Keys come from the environment.",
-    ).tag(config=True)
-    max_iterations = Int(8, help="Check runs (cargo build + cargo test) the model may ask for in one session.").tag(
-        config=True
-    )
-    token_budget = Int(400_000, help="Tokens one edit session may spend (prompt + completion).").tag(config=True)
-    allow_build_scripts = Bool(
-        False, help="Let the model write build.rs (build scripts run arbitrary code at build time)."
-    ).tag(config=True)
     progress = Enum(
         ["auto", "widget", "text", "none"],
         "auto",
@@ -129,29 +78,14 @@ class FlakebotMagics(Magics):
             _install_transformer(shell)
 
     def _settings(self, args: Any) -> Settings:
-        settings = Settings(
-            registry=args.registry if args.registry is not None else self.registry,
-            build_timeout=self.build_timeout,
-            test_timeout=self.build_timeout,
-            tool_timeout=self.tool_timeout,
-            keep_workspace=args.keep_workspace or self.keep_workspace,
-            rebuild=args.rebuild,
-        )
-        settings.cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
-        for attr in ("model", "base_url", "provider", "max_iterations"):
-            value = getattr(args, attr, None)
-            value = value if value is not None else getattr(self, attr)
-            if value is not None:  # else the Settings default ($FLAKEBOT_MODEL, ...)
-                setattr(settings, attr, value)
-        settings.token_budget = self.token_budget
-        settings.allow_build_scripts = bool(getattr(args, "allow_build_scripts", False) or self.allow_build_scripts)
-        settings.follow_up = bool(getattr(args, "follow_up", False))
-        for attr, option in (("backend", args.backend), ("nixpkgs", args.nixpkgs), ("nix_builders", args.builders),
-                             ("nix_substituters", args.substituters),
-                             ("nix_trusted_public_keys", args.trusted_public_keys)):
-            value = option if option is not None else getattr(self, attr)
-            if value is not None:  # else the Settings default ($FLAKEBOT_...)
-                setattr(settings, attr, value)
+        """The line's options over this kernel's settings (config traits) over the defaults."""
+        settings = Settings()
+        try:
+            apply(settings, {"cache_dir": self.cache_dir})
+            apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config})
+            apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
         return settings
 
     @magic_arguments()
@@ -162,29 +96,13 @@ class FlakebotMagics(Magics):
     )
     @argument("--name", "-n", help="Name of the tool in the kernel (a Python identifier). Default: from the crate.")
     @argument("--crate", "-c", help="Use this crate instead of searching.")
-    @argument("--registry", "-r", help="A cargo directory source (e.g. `cargo vendor` output), or 'crates.io'.")
-    @argument("--rebuild", action="store_true", help="Fork and build again, ignoring the cache.")
-    @argument("--keep-workspace", action="store_true", help="Keep build outputs (target/) after success.")
     @argument(
         "--all", action="store_true",
         help="With `clean`: remove every tool, workspace and store entry. With `stop`: stop every running tool.",
     )
     @argument("--tail", type=int, default=200, help="With `logs`: how many of the last lines to show (0: all).")
     @argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
-    @argument("--model", "-m", help="The edit loop's model (any OpenAI-compatible endpoint); see FlakebotMagics.model.")
-    @argument("--base-url", help="The model's OpenAI-compatible endpoint (default: the provider's).")
-    @argument("--provider", help="openai, groq, ollama or openrouter: knows the base URL and the key variable.")
-    @argument("--max-iterations", type=int, help="Check runs the model may ask for (default 8).")
-    @argument(
-        "--continue", dest="follow_up", action="store_true",
-        help="Apply the cell's instructions to the existing tool --name (its workspace and history), then redeploy.",
-    )
-    @argument("--allow-build-scripts", action="store_true", help="Let the model write build.rs.")
-    @argument("--backend", "-b", choices=["auto", "nix", "cargo"], help="nix, cargo, or auto (nix when installed).")
-    @argument("--nixpkgs", help="Flake reference for the nixpkgs input (e.g. path:/a/local/nixpkgs).")
-    @argument("--builders", help="Nix remote builders (`--option builders`).")
-    @argument("--substituters", help="Nix binary caches (`--option substituters`).")
-    @argument("--trusted-public-keys", help="Keys of the binary caches (`--option trusted-public-keys`).")
+    @_with_build_options
     @line_cell_magic
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.

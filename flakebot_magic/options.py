@@ -1,0 +1,243 @@
+"""Every build option, defined once; the magic, the command, ``build()`` and the settings are made from it.
+
+An :class:`Option` says what an option is (its type, default, environment
+variable and help) and where it appears: a flag on the ``%%flakebot`` line
+and on ``flakebot build``, a ``FlakebotMagics`` config trait
+(``%config FlakebotMagics.model = ...``), a keyword of
+:func:`flakebot_magic.build`. Front doors never map options by hand: they call
+:func:`add_arguments` (argparse, and IPython's ``@magic_arguments`` through
+:func:`magic_argument_decorators`), :func:`config_traits` and
+:func:`apply`, so an option added here reaches all of them.
+
+Examples
+--------
+>>> from flakebot_magic.config import Settings
+>>> settings = apply(Settings(), {"model": "m", "max_iterations": 3, "rebuild": None})
+>>> settings.model, settings.max_iterations, settings.rebuild
+('m', 3, False)
+>>> option("nix_builders").flags
+('--builders',)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+__all__ = ["OPTIONS", "Option", "add_arguments", "apply", "config_traits", "magic_argument_decorators", "option"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One build option.
+
+    ``name`` is the :class:`~flakebot_magic.config.Settings` field, the
+    ``build()`` keyword and the config trait. A ``flag`` option appears on the
+    magic line and the command; ``config`` makes it a ``FlakebotMagics`` trait
+    (a setting of the kernel, used when the line does not give it).
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    group: str = "build"
+    #: the flag on the %%flakebot line and on `flakebot build` (default: --name-with-dashes); "" for none
+    flag: str | None = None
+    short: str | None = None
+    choices: tuple[str, ...] | None = None
+    #: the environment variable that gives the default
+    env: str | None = None
+    #: a FlakebotMagics config trait too
+    config: bool = True
+    #: a flag on the line/command (False: config trait and build() keyword only)
+    per_build: bool = True
+    #: further long flags
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+    #: how the default is described when it is not just ``default`` (computed at run time)
+    default_doc: str | None = None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        long = self.flag if self.flag is not None else "--" + self.name.replace("_", "-")
+        return tuple(f for f in (long, *self.aliases) if f)
+
+    def default_value(self) -> Any:
+        """The default, from the environment variable when it is set."""
+        raw = os.environ.get(self.env) if self.env else None
+        if raw in (None, ""):
+            return self.default
+        return _convert(self, raw)
+
+
+def _convert(opt: Option, raw: str) -> Any:
+    if opt.type is bool:
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return opt.type(raw)
+    except ValueError:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"${opt.env}={raw!r} is not a valid {opt.type.__name__} for {opt.name}; fix or unset it."
+        ) from None
+
+
+_MODEL = "model (the edit loop)"
+_DEPLOY = "deploy (nix or cargo)"
+_LIMITS = "limits"
+
+OPTIONS: tuple[Option, ...] = (
+    Option("registry", str, None, "a cargo directory source (e.g. `cargo vendor` output), or 'crates.io'",
+           short="-r", env="FLAKEBOT_REGISTRY",
+           default_doc="Debian's /usr/share/cargo/registry when installed, else crates.io"),
+    Option("rebuild", bool, False, "fork and build again, ignoring the cache", config=False),
+    Option("keep_workspace", bool, False, "keep build outputs (target/) in the workspace after success"),
+    Option("backend", str, "auto", "how tools are built and deployed: nix (`nix build` of the generated flake into "
+           "/nix/store), cargo (cargo build into flakebot's own store), or auto: nix when it is installed and can "
+           "build here, else cargo", group=_DEPLOY, short="-b", choices=("auto", "nix", "cargo"),
+           env="FLAKEBOT_BACKEND"),
+    Option("nixpkgs", str, None, "flake reference for the generated flakes' nixpkgs input (e.g. "
+           "github:NixOS/nixpkgs/<rev>, or path:/a/local/nixpkgs offline)", group=_DEPLOY, env="FLAKEBOT_NIXPKGS"),
+    Option("nix_builders", str, None, "nix remote builders, passed as `--option builders`", group=_DEPLOY,
+           flag="--builders", env="FLAKEBOT_NIX_BUILDERS"),
+    Option("nix_substituters", str, None, "nix binary caches, passed as `--option substituters`", group=_DEPLOY,
+           flag="--substituters", env="FLAKEBOT_NIX_SUBSTITUTERS"),
+    Option("nix_trusted_public_keys", str, None, "keys of those caches, passed as `--option trusted-public-keys`",
+           group=_DEPLOY, flag="--trusted-public-keys", env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS"),
+    Option("model", str, None, "the edit loop's model; with one, a library crate becomes the requested tool "
+           "(none: crates with a binary are deployed as published)", group=_MODEL, short="-m",
+           env="FLAKEBOT_MODEL"),
+    Option("base_url", str, None, "the model's OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
+           "(default: the provider's)", group=_MODEL, env="FLAKEBOT_BASE_URL"),
+    Option("provider", str, None, "a preset that knows its base URL and key variable: openai (OPENAI_API_KEY), "
+           "groq (GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY)", group=_MODEL,
+           env="FLAKEBOT_PROVIDER"),
+    Option("max_iterations", int, 8, "check runs (cargo build + test) the model may ask for in one session",
+           group=_MODEL),
+    Option("token_budget", int, 400_000, "tokens one edit session may spend (prompt + completion)", group=_MODEL),
+    Option("follow_up", bool, False, "apply the request to the existing tool --name (its workspace and history), "
+           "then redeploy", group=_MODEL, flag="--continue", config=False),
+    Option("allow_build_scripts", bool, False, "let the model write build.rs (build scripts run code at build "
+           "time, inside the sandbox)", group=_MODEL),
+    Option("model_timeout", float, 120.0, "seconds allowed for one model request", group=_MODEL, per_build=False),
+    Option("build_timeout", float, 1800.0, "seconds allowed for cargo build (and nix build)", group=_LIMITS,
+           per_build=False),
+    Option("test_timeout", float, 1800.0, "seconds allowed for cargo test", group=_LIMITS, per_build=False),
+    Option("tool_timeout", float, 60.0, "default seconds allowed for one call of a deployed tool", group=_LIMITS,
+           per_build=False),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def option(name: str) -> Option:
+    """The option called ``name`` (KeyError for an unknown one)."""
+    return _BY_NAME[name]
+
+
+def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """Set every option in ``values`` that is not None on ``settings``; return it.
+
+    ``cache_dir`` is accepted too (a path). Unknown names raise
+    :class:`~flakebot_magic.errors.UsageError` naming the known ones.
+    """
+    from .errors import UsageError
+
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name == "cache_dir":
+            settings.cache_dir = Path(value).expanduser()
+            continue
+        opt = _BY_NAME.get(name)
+        if opt is None:
+            raise UsageError(f"Unknown option {name!r}. Options: {', '.join(sorted(_BY_NAME))}.")
+        if opt.choices and value not in opt.choices:
+            raise UsageError(f"{name} must be one of {', '.join(opt.choices)}, not {value!r}.")
+        if name == "registry":
+            value = str(value)
+        setattr(settings, name, value)
+    return settings
+
+
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _argparse_kwargs(opt: Option, *, defaults: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"dest": opt.name, "help": _sentence(opt.help)}
+    if opt.type is not bool and not opt.choices:
+        kwargs["metavar"] = opt.flags[0].lstrip("-").replace("-", "_").upper()
+    if opt.type is bool:
+        kwargs["action"] = "store_true"
+        # None, not False: "not given" lets the kernel's config trait or the Settings default decide
+        kwargs["default"] = None
+    else:
+        kwargs["type"] = opt.type
+        if opt.choices:
+            kwargs["choices"] = list(opt.choices)
+        kwargs["default"] = None
+    if defaults:
+        kwargs["help"] += _default_text(opt)
+    return kwargs
+
+
+def _default_text(opt: Option) -> str:
+    otherwise = opt.default_doc or (str(opt.default) if opt.default is not None else "")
+    if opt.env:
+        return f" Default: ${opt.env}" + (f", else {otherwise}." if otherwise else ".")
+    if opt.default not in (None, False):
+        return f" Default: {opt.default}."
+    return ""
+
+
+def _flags(opt: Option) -> list[str]:
+    return [*opt.flags, *([opt.short] if opt.short else [])]
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ()) -> None:
+    """Add every per-build option to an argparse parser, in argument groups."""
+    groups: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if not opt.per_build or opt.name in skip:
+            continue
+        target = parser if opt.group == "build" else groups.setdefault(opt.group, parser.add_argument_group(opt.group))
+        target.add_argument(*_flags(opt), **_argparse_kwargs(opt, defaults=True))
+
+
+def magic_argument_decorators() -> list[Callable[[Any], Any]]:
+    """``@argument(...)`` decorators for the per-build options, in table order."""
+    from IPython.core.magic_arguments import argument
+
+    return [argument(*_flags(o), **_argparse_kwargs(o, defaults=False)) for o in OPTIONS if o.per_build]
+
+
+def config_traits() -> dict[str, Any]:
+    """traitlets traits (``.tag(config=True)``) for the options that are kernel settings."""
+    from traitlets import Bool, Enum, Float, Int, Unicode
+
+    traits: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if not opt.config:
+            continue
+        help_text = _sentence(opt.help) + _default_text(opt)
+        if opt.choices:
+            trait: Any = Enum(list(opt.choices), None, allow_none=True, help=help_text)
+        elif opt.type is bool:
+            trait = Bool(None, allow_none=True, help=help_text)
+        elif opt.type is int:
+            trait = Int(None, allow_none=True, help=help_text)
+        elif opt.type is float:
+            trait = Float(None, allow_none=True, help=help_text)
+        else:
+            trait = Unicode(None, allow_none=True, help=help_text)
+        traits[opt.name] = trait.tag(config=True)
+    return traits
