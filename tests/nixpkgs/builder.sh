@@ -1,29 +1,23 @@
 # TEST STAND-IN (not nixpkgs): builder for ./pkgs.nix, run by the host's
-# /bin/sh (or bash) as `builder.sh MODE` in an unsandboxed Nix build.
+# /bin/sh (or bash) as `builder.sh MODE` in Nix's sandbox, which holds the
+# host paths that scripts/setup-nix.sh lists in `extra-sandbox-paths`.
 # shellcheck shell=sh
 
 REGISTRY=/usr/share/cargo/registry
+# where setup-nix.sh binds the host's rustup toolchain inside the sandbox
+SANDBOX_RUST=/opt/host-rust/bin
+# where a dev shell (outside the sandbox) finds one
+HOST_RUST="$SANDBOX_RUST /root/.cargo/bin /usr/local/cargo/bin /usr/bin"
 
-# Find the host's Rust toolchain in a fixed list of places (the build's
-# environment is Nix's, not the caller's, so nothing else can tell us).
-# rustup's proxies are resolved to the real toolchain directory so that no
-# rust-toolchain file or missing $HOME can make rustup reach for the network.
-# Sets RUST_BIN (holds cargo, rustc, ...).
+# Find the host's Rust toolchain in the sandbox: the bound rustup toolchain
+# (a real toolchain directory, no rustup proxy that could reach for the
+# network), else Debian's. Sets RUST_BIN (holds cargo, rustc, ...).
 find_rust() {
-    for cand in /root/.cargo/bin:/root/.rustup /usr/local/cargo/bin:/usr/local/rustup /usr/bin:; do
-        dir=${cand%%:*}
-        rustup_home=${cand#*:}
-        [ -x "$dir/cargo" ] && [ -x "$dir/rustc" ] || continue
-        if [ -x "$dir/rustup" ] && [ -n "$rustup_home" ]; then
-            sysroot=$(cd / && RUSTUP_HOME=$rustup_home CARGO_HOME=${dir%/bin} \
-                "$dir/rustc" --print sysroot) || continue
-            RUST_BIN=$sysroot/bin
-        else
-            RUST_BIN=$dir
-        fi
+    for RUST_BIN in $SANDBOX_RUST /usr/bin; do
         [ -x "$RUST_BIN/cargo" ] && [ -x "$RUST_BIN/rustc" ] && return 0
     done
-    echo "test stand-in: no Rust toolchain found (looked in /root/.cargo/bin, /usr/local/cargo/bin, /usr/bin)" >&2
+    echo "test stand-in: no Rust toolchain in the build sandbox (looked in $SANDBOX_RUST and /usr/bin):" \
+        "run scripts/setup-nix.sh as root, which binds the host's toolchain at ${SANDBOX_RUST%/bin}" >&2
     exit 1
 }
 
@@ -85,16 +79,12 @@ TOML
 }
 
 host_tool() {
-    find_rust
+    # The wrappers run outside the sandbox too (a dev shell), where the
+    # bound toolchain is not: they look for the tool when they run.
     mkdir -p "$out/bin"
     for tool in $tools; do
-        if [ -x "$RUST_BIN/$tool" ]; then
-            printf '#!/bin/sh\n# %s of the host toolchain (test stand-in for nixpkgs)\nexport RUSTC="${RUSTC:-%s/rustc}"\nexec %s/%s "$@"\n' \
-                "$tool" "$RUST_BIN" "$RUST_BIN" "$tool" >"$out/bin/$tool"
-        else
-            printf '#!/bin/sh\necho "%s: not installed in the host toolchain %s (test stand-in for nixpkgs)" >&2\nexit 127\n' \
-                "$tool" "$RUST_BIN" >"$out/bin/$tool"
-        fi
+        printf '#!/bin/sh\n# %s of the host toolchain (test stand-in for nixpkgs)\nfor dir in %s; do\n    if [ -x "$dir/%s" ]; then\n        export RUSTC="${RUSTC:-$dir/rustc}"\n        exec "$dir/%s" "$@"\n    fi\ndone\necho "%s: not installed in the host toolchain (test stand-in for nixpkgs; looked in %s)" >&2\nexit 127\n' \
+            "$tool" "$HOST_RUST" "$tool" "$tool" "$tool" "$HOST_RUST" >"$out/bin/$tool"
         chmod +x "$out/bin/$tool"
     done
 }

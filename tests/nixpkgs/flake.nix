@@ -5,11 +5,12 @@
 #
 #   nix build --override-input nixpkgs path:/abs/path/to/tests/nixpkgs
 #
-# Everything is built with the HOST's Rust toolchain (rustup's under
-# /root/.cargo, or Debian's /usr/bin/cargo), found at build time, and with
-# crates from Debian's offline registry /usr/share/cargo/registry.  That is
-# only possible because Nix runs unsandboxed here (see scripts/setup-nix.sh);
-# the results are NOT pure: their hashes do not depend on the toolchain.
+# Everything is built with the HOST's Rust toolchain (rustup's active
+# toolchain, which scripts/setup-nix.sh binds into Nix's sandbox at
+# /opt/host-rust, or Debian's /usr/bin/cargo), found at build time, and with
+# crates from Debian's offline registry /usr/share/cargo/registry, also bound
+# into the sandbox (`extra-sandbox-paths`: see scripts/setup-nix.sh).  The
+# results are NOT pure: their hashes do not depend on the toolchain.
 #
 # Provides, for x86_64-linux and aarch64-linux:
 #   lib.{genAttrs, toLower, hasPrefix, licenses, getLicenseFromSpdxId, getExe, getExe', makeBinPath, ...}

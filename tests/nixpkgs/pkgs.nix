@@ -1,7 +1,8 @@
 # TEST STAND-IN -- not nixpkgs: the few packages and builders that
 # flakebot-magic's generated flakes (and its own ../../flake.nix) use, as
 # plain `derivation`s whose builder is the host's /bin/sh running
-# ./builder.sh or ./python.sh.  Needs an unsandboxed Nix.
+# ./builder.sh or ./python.sh, in Nix's sandbox with the host paths that
+# scripts/setup-nix.sh binds (`extra-sandbox-paths`).
 { lib, system }:
 let
   hostPath = "/usr/bin:/bin";

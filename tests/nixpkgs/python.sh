@@ -1,6 +1,6 @@
 # TEST STAND-IN (not nixpkgs): builder for the Python and text-file parts of
-# ./pkgs.nix, run by the host's /bin/sh as `python.sh MODE` in an
-# unsandboxed Nix build. (Separate from ./builder.sh so that changing these
+# ./pkgs.nix, run by the host's /bin/sh as `python.sh MODE` in Nix's
+# sandbox (with the host paths scripts/setup-nix.sh binds). (Separate from ./builder.sh so that changing these
 # does not change the Rust derivations built with that one.)
 # shellcheck shell=sh
 
