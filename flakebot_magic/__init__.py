@@ -111,8 +111,9 @@ def build(
     from .config import Settings
     from .options import apply
 
-    settings = apply(Settings(), {{"cache_dir": cache_dir, **options}})
-    return start_build(settings, request, name=name, crate=crate).wait(list(observers))
+    settings = apply(Settings(), {"cache_dir": cache_dir, **options})
+    tool: ToolClient = start_build(settings, request, name=name, crate=crate).wait(list(observers))
+    return tool
 
 
 def _document_build() -> None:

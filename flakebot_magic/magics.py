@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -47,7 +47,10 @@ class _Build:
 
 
 #: the build options' config traits (``%config FlakebotMagics.model = ...``), made from the options table
-_OptionTraits = type("_OptionTraits", (Magics,), {"__doc__": "The build options as traits.", **config_traits()})
+if TYPE_CHECKING:
+    _OptionTraits = Magics
+else:
+    _OptionTraits = type("_OptionTraits", (Magics,), {"__doc__": "The build options as traits.", **config_traits()})
 
 
 def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
