@@ -1,38 +1,133 @@
-"""The workspace's git repository: flakebot's commits, with a fixed identity."""
+"""The workspace's git repository: flakebot's commits, with a fixed identity and no code of anyone else's.
+
+Crate code and model-written code run with the workspace writable, so anything
+under it, ``.git/`` included when a sandbox is weaker than it should be, may be
+planted. git runs hooks, filters, fsmonitor commands, pagers, editors, external
+diff drivers and textconv programs named by its configuration and by
+``.gitattributes``: any of them would run as the user, outside the sandbox.
+So every git command flakebot runs:
+
+* sees no system or global configuration (``GIT_CONFIG_NOSYSTEM=1``,
+  ``GIT_CONFIG_GLOBAL=/dev/null``, ``GIT_ATTR_NOSYSTEM=1``) and none of the
+  kernel's ``GIT_*`` variables;
+* gets command-line overrides (which win over any config file) for every key
+  that names a program: ``core.hooksPath=/dev/null`` (``--no-verify`` skips
+  ``pre-commit`` but not ``post-commit`` or ``prepare-commit-msg``; an empty
+  hooks path skips them all), ``core.fsmonitor``, ``core.sshCommand``,
+  ``core.pager``, ``core.editor``, ``credential.helper``, and more (see
+  :data:`OVERRIDES`); ``diff``, ``log`` and ``show`` also get
+  ``--no-ext-diff --no-textconv``;
+* runs in a repository whose ``.git/config`` holds only the keys ``git init``
+  writes (:data:`KEPT_CONFIG`): anything else, such as a
+  ``[filter "evil"] clean = ...`` that ``.gitattributes``' ``* filter=evil``
+  would run on ``git add``, an ``include.path`` or a ``core.worktree``, is
+  dropped before the command runs (:meth:`Git.clean_config`). Filter, diff
+  and merge drivers can only be defined in configuration, so with none left
+  ``.gitattributes`` can name a driver but never start one.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ForkError
+from .fsutil import atomic_write
 from .process import ProcessRunner, scrubbed_env
 
-__all__ = ["Git"]
+__all__ = ["KEPT_CONFIG", "OVERRIDES", "Git"]
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "flakebot",
     "GIT_AUTHOR_EMAIL": "flakebot@localhost",
     "GIT_COMMITTER_NAME": "flakebot",
     "GIT_COMMITTER_EMAIL": "flakebot@localhost",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
 }
-_OPTIONS = ("-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", "-c", "core.fsmonitor=false")
+_ENVIRONMENT = {
+    **_IDENTITY,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_NO_REPLACE_OBJECTS": "1",  # refs/replace/ could make the history read differently
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "false",
+}
+
+#: ``-c`` overrides on every command: they beat any configuration file
+OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.sshCommand", "false"),
+    ("core.askPass", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("sequence.editor", "false"),
+    ("credential.helper", ""),  # an empty value clears the list of helpers
+    ("core.attributesFile", os.devnull),
+    ("core.excludesFile", os.devnull),
+    ("core.autocrlf", "false"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("gc.auto", "0"),  # no detached `git gc` left running
+    ("maintenance.auto", "false"),
+    ("submodule.recurse", "false"),
+    ("diff.ignoreSubmodules", "all"),  # never run git inside a planted nested repository
+    ("safe.bareRepository", "explicit"),
+    ("protocol.allow", "never"),  # the workspace has no remote; nothing is fetched
+)
+_OPTIONS = tuple(arg for key, value in OVERRIDES for arg in ("-c", f"{key}={value}"))
+_NO_DRIVERS = {"diff": ("--no-ext-diff", "--no-textconv"), "log": ("--no-ext-diff", "--no-textconv"),
+               "show": ("--no-ext-diff", "--no-textconv")}
+
+#: the only ``.git/config`` entries kept (section, key): what ``git init`` writes
+KEPT_CONFIG = frozenset({
+    ("core", "repositoryformatversion"),
+    ("core", "filemode"),
+    ("core", "bare"),
+    ("core", "logallrefupdates"),
+    ("core", "ignorecase"),
+    ("core", "precomposeunicode"),
+    ("core", "symlinks"),
+    ("extensions", "objectformat"),
+    ("extensions", "refstorage"),
+})
+_MAX_CONFIG = 64 * 1024
+_SECTION = re.compile(r"^\s*\[([A-Za-z0-9.-]+)\]\s*(?:[#;].*)?$")
+_ENTRY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*=\s*([A-Za-z0-9_.-]+)\s*(?:[#;].*)?$")
+_COMMENT = re.compile(r"^\s*(?:[#;].*)?$")
 
 
 class Git:
-    """Runs git in one repository through the process runner."""
+    """Runs git in one repository through the process runner, with nothing of the repository's run.
+
+    Attributes
+    ----------
+    cleaned
+        The ``.git/config`` lines :meth:`clean_config` dropped (planted by
+        something that was not flakebot), for callers that report it.
+    """
 
     def __init__(self, root: Path, runner: ProcessRunner) -> None:
         self.root = root
         self.runner = runner
-        self.env = scrubbed_env(_IDENTITY)
+        env = {k: v for k, v in scrubbed_env().items() if not k.startswith("GIT_")}
+        env.update(_ENVIRONMENT)
+        # git never looks for a repository above the workspace (a missing .git is an error, not the user's repo)
+        env["GIT_CEILING_DIRECTORIES"] = os.path.abspath(os.path.dirname(os.path.abspath(root)))
+        self.env = env
+        self.cleaned: list[str] = []
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120.0) -> str:
-        done = self.runner.run(
-            ["git", *_OPTIONS, *args], cwd=self.root, env=self.env, timeout=timeout, workspace=self.root
-        )
+        if args and args[0] != "init":
+            self.clean_config()
+        extra = _NO_DRIVERS.get(args[0], ()) if args else ()
+        argv = ["git", *_OPTIONS, *args[:1], *extra, *args[1:]]
+        done = self.runner.run(argv, cwd=self.root, env=self.env, timeout=timeout, workspace=self.root)
         if check and done.returncode != 0:
             raise ForkError(
                 f"`git {' '.join(args)}` failed in {self.root}: {done.stderr.strip() or done.stdout.strip()}",
@@ -40,12 +135,58 @@ class Git:
             )
         return done.stdout.strip()
 
+    def clean_config(self) -> list[str]:
+        """Keep only :data:`KEPT_CONFIG` in ``.git/config``; return the lines dropped.
+
+        Raises :class:`~flakebot_magic.errors.ForkError` when ``.git`` is not a
+        real directory (a symlink or a ``gitdir:`` file would point git at
+        another repository). A ``commondir`` file (which would make git read
+        another repository's configuration) is removed: flakebot never makes
+        linked worktrees.
+        """
+        git_dir = Path(self.root) / ".git"
+        try:
+            info = os.lstat(git_dir)
+        except FileNotFoundError:
+            return []  # git itself says there is no repository
+        if not stat.S_ISDIR(info.st_mode):
+            raise ForkError(
+                f"{git_dir} is not a directory (a symlink or a gitdir file, planted by code that ran in the "
+                "workspace?); refusing to run git there. Fork the crate again (--rebuild).",
+                workspace=self.root,
+            )
+        dropped: list[str] = []
+        commondir = git_dir / "commondir"
+        if os.path.lexists(commondir):
+            os.unlink(commondir)
+            dropped.append("(a commondir file)")
+        config = git_dir / "config"
+        text = _read_small(config)
+        if text is not None:
+            kept: list[tuple[str, str, str]] = []
+            planted: list[str] = []
+            section = ""
+            for line in text.splitlines():
+                header = _SECTION.match(line)
+                entry = _ENTRY.match(line) if header is None else None
+                if header is not None:
+                    section = header.group(1).lower()
+                elif entry is not None and _kept(section, entry.group(1).lower(), entry.group(2)):
+                    kept.append((section, entry.group(1).lower(), entry.group(2)))
+                elif not _COMMENT.match(line):
+                    planted.append(line.strip()[:200])
+            if planted:
+                atomic_write(config, _render_config(kept), mode=0o644, root=self.root)
+                dropped += planted
+        self.cleaned += dropped
+        return dropped
+
     def init(self, branch: str) -> None:
         self("init", "-q", "-b", branch)
         exclude = self.root / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         # build outputs never belong in the history
-        exclude.write_text("/target/\n/result\n/result-*\n")
+        atomic_write(exclude, "/target/\n/result\n/result-*\n", mode=0o644, root=self.root)
 
     def commit(
         self, message: str, paths: Sequence[str] = (), *, all_files: bool = False, force: bool = False
@@ -59,10 +200,10 @@ class Git:
         if all_files:
             self("add", "-A", *(["-f"] if force else []), ".")
         if paths:
-            present = [p for p in paths if (self.root / p).exists()]
+            present = [p for p in paths if os.path.lexists(self.root / p)]
             if present:
                 self("add", "-f", "--", *present)
-            gone = [p for p in paths if not (self.root / p).exists()]
+            gone = [p for p in paths if not os.path.lexists(self.root / p)]
             if gone:
                 self("rm", "-q", "--cached", "--ignore-unmatch", "--", *gone)
         if not self("status", "--porcelain", "--untracked-files=no"):
@@ -75,3 +216,45 @@ class Git:
 
     def is_dirty(self) -> bool:
         return bool(self("status", "--porcelain"))
+
+
+def _read_small(path: Path) -> str | None:
+    """The text of a small regular file, never read through a symlink; None when there is none.
+
+    Anything else (a symlink, a FIFO, an oversized file) reads as a line no
+    parser accepts, so the caller replaces it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:  # ELOOP: a symlink
+        return "<not a regular file>"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "<not a regular file>"
+        data = os.read(fd, _MAX_CONFIG + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_CONFIG:
+        return f"<over {_MAX_CONFIG} bytes>"
+    return data.decode("utf-8", "replace")
+
+
+def _kept(section: str, key: str, value: str) -> bool:
+    if (section, key) not in KEPT_CONFIG:
+        return False
+    return value.lower() == "false" if key == "bare" else True
+
+
+def _render_config(entries: list[tuple[str, str, str]]) -> str:
+    sections: dict[str, list[tuple[str, str]]] = {}
+    for section, key, value in entries:
+        sections.setdefault(section, []).append((key, value))
+    if "core" not in sections:  # git needs at least the format version
+        sections["core"] = [("repositoryformatversion", "0")]
+    lines: list[str] = []
+    for section, items in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"\t{key} = {value}" for key, value in items]
+    return "\n".join(lines) + "\n"
