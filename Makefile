@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # test runs use their own cache, wiped first, so every run is a cold run
 TEST_CACHE := $(CURDIR)/artifacts/test-cache
 
-.PHONY: install system nix venv demo test test-fast bench clean-cache
+.PHONY: install system nix venv demo lint test test-fast bench clean-cache
 
 install: system nix venv
 
@@ -24,7 +24,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test]'
+	@$(PY) -m pip install --quiet -e '.[test,lint]'
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 
@@ -38,8 +38,15 @@ test: install
 	@rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
 	FLAKEBOT_CACHE_DIR=$(TEST_CACHE) $(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider $(PYTEST_ARGS)
 
-# the unit tests only: no real cargo builds of registry crates, no kernels
-test-fast: install
+# ruff (lint and format check) and mypy --strict on the package; needs no root
+lint: venv
+	$(PY) -m ruff check flakebot_magic tests benchmarks scripts
+	$(PY) -m ruff format --check flakebot_magic tests benchmarks scripts
+	$(PY) -m mypy
+
+# the unit tests only: no real cargo builds of registry crates, no kernels, no nix, no browser;
+# needs no root (only the Python environment)
+test-fast: venv
 	$(PY) -m pytest tests -m "not cargo and not kernel and not nix and not browser" -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: install
