@@ -1,16 +1,28 @@
-"""Child processes (cargo, git, the tools): time limits, process groups, live lines.
+"""Child processes (cargo, git, nix, the tools): time limits, whole-tree kills, bounded output, clean environments.
 
 Every command flakebot runs goes through :class:`ProcessRunner`, so every one
-of them has a time limit, runs in its own process group (a timeout or a
-cancel kills cargo *and* the rustc processes it started), streams its output
-line by line to the pipeline's events, and sees an environment without
-secrets.
+of them
+
+* has a time limit, and runs in its own process group: a timeout or a cancel
+  kills cargo *and* the rustc processes it started, and whatever still holds
+  its output pipes (a ``setsid`` grandchild) once its leader has exited;
+* dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
+* is read in bounded chunks: a line without end is never held whole, what is
+  kept per stream is capped, and past the cap a visible note says so;
+* sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
+  variables pass by name, never because they "do not look like a secret".
+
+:func:`kill_tree` is the one process-tree kill; :func:`process_started_at`
+tells a process from a later one that reused its PID.
 """
 
 from __future__ import annotations
 
+import codecs
+import ctypes
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
@@ -22,17 +34,74 @@ from pathlib import Path
 
 from .errors import Cancelled, ConfigError, StageTimeout
 
-__all__ = ["CancelToken", "Completed", "ProcessRunner", "scrubbed_env"]
+__all__ = [
+    "CancelToken", "Completed", "ProcessRunner", "allowed_env", "kill_tree", "process_started_at", "scrubbed_env",
+]
 
-_SECRET = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_CREDENTIALS?)$|^(AWS_|GH_|GITHUB_TOKEN)", re.I)
+MiB = 1024**2
+#: cap on the output kept in memory per stream; past it the output is drained and dropped, with a note
+MAX_CAPTURE = 64 * MiB
+#: a "line" handed to observers is at most this long (a line without newline arrives in pieces)
+MAX_LINE = 64 * 1024
+#: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
+DRAIN_GRACE = 1.0
+_CHUNK = 64 * 1024
 
-#: cap on the output kept in memory per stream (the rest still reaches observers)
-MAX_CAPTURE = 64 * 1024 * 1024
+# The environment rule: a child sees only variables named here (and what flakebot passes
+# explicitly). A denylist lets through whatever secret nobody thought of (SECRET_KEY,
+# DATABASE_URL, PGPASSWORD, AZURE_OPENAI_KEY, SSH_AUTH_SOCK ...); an allowlist cannot.
+_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
+_ALLOWED_PREFIXES = ("LC_",)
+# What flakebot's own trusted helpers (git, nix, cargo outside the sandbox, nothing the model
+# wrote) also need: where the user's home, toolchain and CA certificates are. Paths, not secrets.
+_HOST = frozenset({
+    "HOME", "USER", "LOGNAME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "NIX_SSL_CERT_FILE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+    "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+    "NIX_PATH", "NIX_REMOTE", "NIX_CONF_DIR", "NIX_USER_CONF_FILES", "NIX_STORE_DIR", "NIX_STATE_DIR",
+})
+# belt and braces: even an allowlisted name is dropped when it reads like a secret
+_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
+
+
+def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
+    if _SECRET.search(name):
+        return False
+    return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
+
+
+def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
+    """The environment for code flakebot does not trust: allowlisted variables only.
+
+    Passes ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``, ``TERM``,
+    ``NO_COLOR``, ``RUST_BACKTRACE`` and ``SOURCE_DATE_EPOCH`` from the current
+    environment; nothing else (no API keys, ``SECRET_KEY``, ``DATABASE_URL``,
+    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, not even ``HOME``). ``home`` sets
+    ``HOME``; ``extra`` is added last, unfiltered: it is what flakebot or the
+    user passes on purpose (``CARGO_*``, ``RUSTUP_*``, a tool's ``env=``).
+
+    >>> env = allowed_env({"CARGO_TERM_COLOR": "never"}, home="/tmp/empty-home")
+    >>> env["HOME"], "OPENAI_API_KEY" in env
+    ('/tmp/empty-home', False)
+    """
+    env = {k: v for k, v in os.environ.items() if _allowed(k)}
+    if home is not None:
+        env["HOME"] = home
+    if extra:
+        env.update(extra)
+    return env
 
 
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The current environment without anything that looks like a secret."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+    """The environment for flakebot's own helpers (git, nix, cargo outside the sandbox).
+
+    The :func:`allowed_env` rule, plus what those helpers need to find the
+    user's home, toolchain, nix and CA certificates (``HOME``, ``USER``,
+    ``CARGO_HOME``, ``RUSTUP_HOME``, ``RUSTUP_TOOLCHAIN``, ``SSL_CERT_FILE``,
+    ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
+    ``extra`` is added last, unfiltered.
+    """
+    env = {k: v for k, v in os.environ.items() if _allowed(k, _HOST)}
     if extra:
         env.update(extra)
     return env
@@ -67,6 +136,193 @@ class Completed:
 LineCallback = Callable[[str, str], None]  # (stream, line)
 
 
+# --- process identity and tree kills ---------------------------------------------------------
+
+def _clock_ticks() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return 100
+
+
+def _uptime() -> float | None:
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from field 3 (state) on; the command name may hold spaces."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch, ±1 s), or None when there is none.
+
+    Compare it with the time a PID was recorded: a process that started
+    after that is another process that reused the PID, and must not be
+    signalled.
+    """
+    fields = _stat_fields(pid)
+    uptime = _uptime()
+    if not fields or uptime is None or len(fields) < 20:
+        return None
+    # field 22, starttime, counts clock ticks since boot; /proc/stat's btime drifts with clock steps
+    return time.time() - (uptime - int(fields[19]) / _clock_ticks())
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
+def kill_tree(pid_or_pgid: int, *, grace: float = 0.0, first: int = signal.SIGTERM) -> None:
+    """Kill process group ``pid_or_pgid``, all of it, and wait (up to 5 s) until its members are gone.
+
+    With ``grace`` > 0 the group gets ``first`` (SIGTERM; nix wants SIGINT)
+    and that many seconds to end by itself; then SIGKILL. A sandboxed command
+    is a group too: killing bubblewrap ends its pid namespace, and with it
+    everything inside, ``setsid`` or not. Zombies (unreaped members) count as
+    gone. Quietly does nothing for a group that no longer exists.
+    """
+    if pid_or_pgid <= 1:
+        raise ValueError(f"refusing to kill process group {pid_or_pgid}")
+    if grace > 0:
+        try:
+            os.killpg(pid_or_pgid, first)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while _group_members(pid_or_pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            os.killpg(pid_or_pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if not _group_members(pid_or_pgid) or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)  # a member forked between the signal and now
+
+
+def _pipe_inode(fd: int) -> int:
+    return os.fstat(fd).st_ino
+
+
+def _pipe_holders(inodes: set[int]) -> list[int]:
+    """Processes (other than this one) with a descriptor on one of the pipes ``inodes``."""
+    wanted = {f"pipe:[{inode}]" for inode in inodes}
+    holders = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return holders
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    holders.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return holders
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return set_pdeathsig
+
+
+# --- reading output --------------------------------------------------------------------------
+
+class _Stream:
+    """One output pipe: decoded in chunks, cut into lines of at most MAX_LINE, capture capped."""
+
+    def __init__(self, name: str, cap: int, on_line: LineCallback | None) -> None:
+        self.name = name
+        self.cap = cap
+        self.on_line = on_line
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.kept: list[str] = []
+        self.size = 0  # bytes read
+        self.kept_size = 0
+        self.pending = ""
+        self.truncated = False
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        if self.truncated:
+            self.size += len(data)
+            return
+        self.size += len(data)
+        text = self.pending + self.decoder.decode(data, final)
+        lines = text.split("\n")
+        self.pending = lines.pop()
+        while len(self.pending) > MAX_LINE:
+            lines.append(self.pending[:MAX_LINE])
+            self.pending = self.pending[MAX_LINE:]
+        for line in lines:
+            self._emit(line)
+            if self.truncated:
+                return
+        if final and self.pending:
+            self._emit(self.pending, newline="")
+            self.pending = ""
+
+    def _emit(self, line: str, newline: str = "\n") -> None:
+        if self.kept_size + len(line) + 1 > self.cap:
+            self.truncated = True
+            self.pending = ""
+            note = f"[flakebot: output truncated after {self.cap / MiB:g} MiB]"
+            self.kept.append(note + "\n")
+            if self.on_line is not None:
+                self.on_line(self.name, note)
+            return
+        self.kept.append(line + newline)
+        self.kept_size += len(line) + 1
+        if self.on_line is not None:
+            self.on_line(self.name, line)
+
+    def text(self) -> str:
+        return "".join(self.kept)
+
+
 class ProcessRunner:
     """Runs commands with a time limit in their own process group.
 
@@ -90,12 +346,22 @@ class ProcessRunner:
         input: bytes | None = None,
         workspace: Path | None = None,
         interrupt_grace: float = 0.0,
+        capture_limit: int = MAX_CAPTURE,
     ) -> Completed:
         """Run ``args``; return its output, whatever its exit code.
 
         Raises :class:`StageTimeout` past ``timeout`` seconds, :class:`Cancelled`
         when the cancel token is set, :class:`ConfigError` when the program is
         missing. ``workspace`` is attached to those errors.
+
+        Output is read in chunks; each stream keeps at most ``capture_limit``
+        bytes (then ``[flakebot: output truncated after N MiB]``, and the rest
+        is read and dropped). ``on_line`` sees every kept line, a long line in
+        pieces of at most 64 KiB.
+
+        When the command exits, whatever it left running in its process group,
+        or holding its output pipes (a ``setsid`` grandchild), gets
+        :data:`DRAIN_GRACE` seconds and is then killed.
 
         ``interrupt_grace``: when stopping the process, send SIGINT first and
         allow it this many seconds to clean up before SIGKILL. nix needs it:
@@ -120,48 +386,46 @@ class ProcessRunner:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # own process group: kill rustc children too
+            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 (only arms prctl; no Python-level work)
         )
-        out: list[str] = []
-        err: list[str] = []
-
-        def pump(stream: object, sink: list[str], name: str) -> None:
-            size = 0
-            for raw in iter(stream.readline, b""):  # type: ignore[attr-defined]
-                line = raw.decode("utf-8", "replace")
-                if size < MAX_CAPTURE:
-                    sink.append(line)
-                    size += len(line)
-                if on_line is not None:
-                    on_line(name, line.rstrip("\n"))
-
-        readers = [
-            threading.Thread(target=pump, args=(proc.stdout, out, "stdout"), daemon=True),
-            threading.Thread(target=pump, args=(proc.stderr, err, "stderr"), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = {
+            proc.stdout.fileno(): _Stream("stdout", capture_limit, on_line),
+            proc.stderr.fileno(): _Stream("stderr", capture_limit, on_line),
+        }
+        inodes = {_pipe_inode(fd) for fd in streams}
         if input is not None:
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(input)
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
+            threading.Thread(target=_write_input, args=(proc, input), daemon=True).start()
         deadline = started + timeout
+        selector = selectors.DefaultSelector()
+        for fd in streams:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        exited_at: float | None = None
         try:
             while True:
-                try:
-                    proc.wait(timeout=0.05)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+                for key, _ in selector.select(timeout=0.05):
+                    fd = int(key.fd)
+                    try:
+                        data = os.read(fd, _CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        streams[fd].feed(data)
+                    else:
+                        selector.unregister(fd)
+                if exited_at is None and _exited(proc.pid):
+                    exited_at = time.monotonic()
+                if exited_at is not None:
+                    if not selector.get_map():
+                        break
+                    if time.monotonic() > min(deadline, exited_at + DRAIN_GRACE):
+                        break  # stragglers hold the pipes: they are killed below
                 if self.cancel.cancelled:
-                    self._kill(proc, interrupt_grace)
-                    raise Cancelled(
-                        f"Cancelled while running `{' '.join(argv[:3])}`.", workspace=workspace
-                    )
-                if time.monotonic() > deadline:
-                    self._kill(proc, interrupt_grace)
+                    self._stop(proc, interrupt_grace, inodes)
+                    raise Cancelled(f"Cancelled while running `{' '.join(argv[:3])}`.", workspace=workspace)
+                if exited_at is None and time.monotonic() > deadline:
+                    self._stop(proc, interrupt_grace, inodes)
                     raise StageTimeout(
                         f"`{' '.join(argv[:3])}` ran past its time limit of {timeout:g} s "
                         "and was stopped. Raise the limit (build_timeout / test_timeout) "
@@ -170,30 +434,51 @@ class ProcessRunner:
                         seconds=timeout,
                         workspace=workspace,
                     )
+            self._stop(proc, 0.0, inodes)  # leftovers of a command that has exited
         except BaseException:
-            self._kill(proc, interrupt_grace)  # KeyboardInterrupt too: never leave cargo running
+            self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
             raise
         finally:
-            for reader in readers:
-                reader.join(timeout=5)
-            for pipe in (proc.stdout, proc.stderr):
+            selector.close()
+            for stream in streams.values():
+                stream.feed(b"", final=True)
+            for pipe in (proc.stdout, proc.stderr, proc.stdin):
                 if pipe is not None:
-                    pipe.close()
-        return Completed(argv, proc.returncode, "".join(out), "".join(err), time.monotonic() - started)
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
+        out, err = streams.values()  # stdout first
+        return Completed(argv, proc.returncode, out.text(), err.text(), time.monotonic() - started)
 
     @staticmethod
-    def _kill(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
-        if proc.poll() is not None:
-            return
-        if grace > 0:
+    def _stop(proc: subprocess.Popen[bytes], grace: float, inodes: set[int]) -> None:
+        """Kill the command's process group and whatever holds its pipes; reap the leader."""
+        # the leader is not reaped yet (a zombie at most), so its PID, which is the group's id, is not reusable
+        if grace > 0 and not _exited(proc.pid):
+            kill_tree(proc.pid, grace=grace, first=signal.SIGINT)
+        else:
+            kill_tree(proc.pid)
+        for pid in _pipe_holders(inodes):
             try:
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=grace)
-                return
-            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it (its PID stays reserved)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _write_input(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
