@@ -4,12 +4,21 @@ Both run at once (on separate target directories, so neither waits for the
 other's lock): the release build is mostly one long rustc, which leaves the
 other core free for the debug test build. Output is ``--message-format=json``;
 diagnostics and test results are parsed into objects.
+
+Cargo's JSON is not trusted about paths: a build script or proc macro can
+write to cargo's own stdout (``/proc/<cargo pid>/fd/1``) and forge a
+``compiler-artifact``. A binary is believed only when its name matches
+:data:`BINARY_NAME` and its executable is a regular file whose real path lies
+inside the build's target directory (:func:`untrusted_artifact`); anything
+else is dropped with a notice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +31,7 @@ from ..errors import BuildError, TestError
 from ..events import EventBus, StageFinished, StageStarted
 
 __all__ = [
+    "BINARY_NAME",
     "BUILD_FLAGS",
     "BuildResult",
     "CheckResult",
@@ -30,6 +40,7 @@ __all__ = [
     "check",
     "parse_cargo_messages",
     "parse_test_output",
+    "untrusted_artifact",
 ]
 
 #: the flags of the release build; part of the store hash
@@ -39,6 +50,8 @@ TEST_FLAGS = ("test", "--locked", "--message-format=json", "--no-fail-fast")
 TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "false"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
+#: what a binary's name may be: it becomes a file name in the store and a command
+BINARY_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,45 @@ class CheckResult:
     test_diagnostics: list[Diagnostic]
 
 
-def parse_cargo_messages(lines: list[str]) -> tuple[list[Diagnostic], dict[str, Path], list[str]]:
-    """Split cargo's stdout into diagnostics, executables by target name, and other lines."""
+def untrusted_artifact(name: object, executable: object, target_dir: Path | None) -> str:
+    """Why a ``compiler-artifact``'s binary is refused, or ``""`` when it may be deployed.
+
+    ``name`` must match :data:`BINARY_NAME`. With ``target_dir``, the
+    executable must be a regular file (not a symlink) whose real path is
+    inside ``target_dir``, itself no symlink.
+    """
+    if not isinstance(name, str) or not BINARY_NAME.fullmatch(name):
+        return f"the binary name {str(name)[:80]!r} is not a plain name ({BINARY_NAME.pattern})"
+    if not isinstance(executable, str) or not executable:
+        return f"the executable of {name!r} is not a path"
+    if target_dir is None:
+        return ""
+    root = os.path.abspath(target_dir)
+    if os.path.islink(root):
+        return f"the target directory {root} is a symlink"
+    real_root = os.path.realpath(root)
+    path = os.path.abspath(executable)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, real_root]) != real_root or real == real_root:
+        return f"the executable {executable[:200]!r} of {name!r} is outside the target directory {root}"
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return f"the executable {executable[:200]!r} of {name!r} does not exist"
+    if not stat.S_ISREG(info.st_mode):
+        return f"the executable {executable[:200]!r} of {name!r} is not a regular file"
+    return ""
+
+
+def parse_cargo_messages(
+    lines: list[str], *, target_dir: Path | None = None, refused: list[str] | None = None
+) -> tuple[list[Diagnostic], dict[str, Path], list[str]]:
+    """Split cargo's stdout into diagnostics, executables by target name, and other lines.
+
+    Every executable passes :func:`untrusted_artifact` (with ``target_dir``,
+    its path is checked too); why each refused one was refused is appended
+    to ``refused``. A refused message never replaces an accepted one.
+    """
     diagnostics: list[Diagnostic] = []
     executables: dict[str, Path] = {}
     other: list[str] = []
@@ -104,12 +154,23 @@ def parse_cargo_messages(lines: list[str]) -> tuple[list[Diagnostic], dict[str, 
         except ValueError:
             other.append(line)
             continue
-        reason = message.get("reason")
+        reason = message.get("reason") if isinstance(message, dict) else None
         if reason == "compiler-message":
-            diagnostics.append(_diagnostic(message))
+            try:
+                diagnostics.append(_diagnostic(message))
+            except (AttributeError, TypeError, IndexError):  # not the shape cargo writes: forged
+                other.append(line)
         elif reason == "compiler-artifact" and message.get("executable"):
-            target = message.get("target", {})
-            if "bin" in target.get("kind", []) and not message.get("profile", {}).get("test"):
+            target = message.get("target")
+            target = target if isinstance(target, dict) else {}
+            profile = message.get("profile")
+            kinds = target.get("kind")
+            if isinstance(kinds, list) and "bin" in kinds and not (isinstance(profile, dict) and profile.get("test")):
+                why = untrusted_artifact(target.get("name"), message["executable"], target_dir)
+                if why:
+                    if refused is not None:
+                        refused.append(why)
+                    continue
                 executables[target["name"]] = Path(message["executable"])
     return diagnostics, executables, other
 
@@ -172,6 +233,7 @@ def check(
     test_timeout: float,
     run_tests: bool = True,
     release: Callable[[], BuildResult] | None = None,
+    target_dir: Path | None = None,
 ) -> CheckResult:
     """Run the release build and the tests concurrently; raise on the first failure.
 
@@ -179,7 +241,8 @@ def check(
     ``release`` replaces ``cargo build --release`` (the nix backend passes its
     ``nix build``); when it fails without compiler diagnostics and the tests
     fail to compile, the test build's diagnostics are raised as a BuildError,
-    since they say more.
+    since they say more. ``target_dir`` is where the release build's
+    executables must lie (default: ``workspace/target``).
     """
     results: dict[str, Any] = {}
     failures: dict[str, BaseException] = {}
@@ -203,7 +266,12 @@ def check(
 
     def build() -> BuildResult:
         done = cargo.run(*BUILD_FLAGS, cwd=workspace, timeout=build_timeout, on_line=log("build"))
-        diagnostics, executables, _ = parse_cargo_messages(done.stdout.splitlines())
+        refused: list[str] = []
+        diagnostics, executables, _ = parse_cargo_messages(
+            done.stdout.splitlines(), target_dir=target_dir or workspace / "target", refused=refused
+        )
+        for why in refused:
+            bus.notice("build", f"dropped a forged or unsafe compiler-artifact message from cargo's output: {why}", "warning")
         if done.returncode != 0:
             errors = _errors(diagnostics)
             raise BuildError(

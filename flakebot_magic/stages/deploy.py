@@ -5,14 +5,24 @@ and ``manifest.json``. The hash covers the source tree and Cargo.lock (the
 workspace's git tree, less the flake files that do not affect a cargo
 build), the rustc version and the build flags: the same inputs always give
 the same path, and an existing path is reused without building.
+
+An entry is replaced in one step: the new one is built in a staging
+directory, fsync-ed, then swapped with the old one by ``renameat2(...,
+RENAME_EXCHANGE)``, so a reader (or a crash, even ``kill -9``) sees the old
+entry or the new one, never none and never half of one. The old one, now
+under the staging name, is removed afterwards; ``flakebot clean`` removes
+what a killed run left behind.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeployError
+from ..fsutil import atomic_write
 from ..git import Git
+from .build import BINARY_NAME
 
-__all__ = ["StorePath", "deploy", "lookup", "store_key", "write_entry"]
+__all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "write_entry"]
 
 STORE_FORMAT = 1
 #: tracked files that do not change what cargo builds
@@ -81,31 +93,153 @@ def lookup(store_dir: Path, key: str, crate: str, version: str) -> StorePath | N
     return None
 
 
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2(source: Path, target: Path, flags: int) -> None:
+    """``renameat2(2)``; raises ``OSError(ENOSYS)`` where the C library lacks it."""
+    function = getattr(_LIBC, "renameat2", None) if _LIBC is not None else None
+    if function is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    if function(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(target))
+
+
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - no C library to load
+    _LIBC = None
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (a small store entry), then ``root`` itself."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(directory))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap_in(staging: Path, final: Path) -> None:
+    """Make ``staging`` the entry ``final`` in one step; the old entry (if any) ends up at ``staging``."""
+    try:
+        _renameat2(staging, final, _RENAME_NOREPLACE)
+        return
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            pass
+        elif exc.errno in (errno.ENOSYS, errno.EINVAL):
+            if not final.exists():  # renameat2 unsupported here; a plain rename onto nothing is atomic too
+                try:
+                    os.rename(staging, final)
+                    return
+                except OSError as again:
+                    if again.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+        else:
+            raise
+    try:
+        _renameat2(staging, final, _RENAME_EXCHANGE)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EINVAL):
+            raise
+        # no atomic exchange on this file system: the shortest window we can have
+        aside = staging.with_name(staging.name + ".old")
+        os.rename(final, aside)
+        os.rename(staging, final)
+        os.rename(aside, staging)
+
+
 def write_entry(
     store_dir: Path, key: str, crate: str, version: str, fill: Callable[[Path], None], manifest: dict[str, Any]
 ) -> StorePath:
     """Write the store entry for ``key`` atomically: ``fill(staging)`` makes ``bin``, then the manifest.
 
     Both backends write their entries through here, so the recipe, lookup and
-    cleanup machinery treat cargo-built and nix-built tools alike.
+    cleanup machinery treat cargo-built and nix-built tools alike. An
+    existing entry (a ``--rebuild``: same inputs, same path) is swapped out
+    in one step, never removed first.
     """
     final = _entry(store_dir, key, crate, version)
     store_dir.mkdir(parents=True, exist_ok=True)
-    staging = store_dir / f".staging-{key}-{os.getpid()}-{time.monotonic_ns()}"
+    staging = store_dir / f"{STAGING_PREFIX}{key}-{os.getpid()}-{time.monotonic_ns()}"
     try:
         staging.mkdir()
         fill(staging)
         data = {**manifest, "hash": key, "format": STORE_FORMAT}
-        (staging / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True))
-        if final.exists():  # a --rebuild replaces the entry; same inputs, same path
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
+        _fsync_tree(staging)
+        _swap_in(staging, final)
+        _fsync_dir(store_dir)
     except OSError as exc:
         raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
     finally:
-        if staging.exists():
+        if staging.exists() or staging.is_symlink():
             shutil.rmtree(staging, ignore_errors=True)
     return StorePath(final, key)
+
+
+#: the name of a store entry under construction (or an old one being removed)
+STAGING_PREFIX = ".staging-"
+
+
+def staging_owner(path: Path) -> int | None:
+    """The pid of the run that owns a staging directory in the store (``None``: not a staging name)."""
+    if not path.name.startswith(STAGING_PREFIX):
+        return None
+    parts = path.name[len(STAGING_PREFIX):].split("-")
+    try:
+        return int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _copy_binary(name: str, source: Path, target: Path) -> None:
+    """Copy one built binary into the staging entry without following a symlink at either end."""
+    if not BINARY_NAME.fullmatch(name):
+        raise DeployError(f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'.")
+    try:
+        source_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DeployError(f"Refusing to deploy {source}: it is a symlink, not the built binary.") from exc
+        raise
+    try:
+        info = os.fstat(source_fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DeployError(f"Refusing to deploy {source}: it is not a regular file.")
+        target_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+        try:
+            while True:
+                chunk = os.read(source_fd, 1 << 20)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(target_fd, view):]
+            os.fchmod(target_fd, 0o555)
+            os.utime(target_fd, ns=(info.st_atime_ns, info.st_mtime_ns))
+        finally:
+            os.close(target_fd)
+    finally:
+        os.close(source_fd)
 
 
 def deploy(
@@ -116,16 +250,23 @@ def deploy(
     binaries: Mapping[str, Path],
     manifest: dict[str, Any],
 ) -> StorePath:
-    """Copy ``binaries`` into the store entry for ``key``, atomically."""
+    """Copy ``binaries`` into the store entry for ``key``, atomically.
+
+    Names must match :data:`~flakebot_magic.stages.build.BINARY_NAME` and
+    sources be regular files (never followed through a symlink).
+    """
     if not binaries:
         raise DeployError(f"{crate} {version} built no binaries, so there is nothing to deploy.")
+    for name in binaries:
+        if not BINARY_NAME.fullmatch(name):
+            raise DeployError(
+                f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'."
+            )
 
     def copy_binaries(staging: Path) -> None:
         (staging / "bin").mkdir()
         for name, source in sorted(binaries.items()):
-            target = staging / "bin" / name
-            shutil.copy2(source, target)
-            target.chmod(0o555)
+            _copy_binary(name, Path(source), staging / "bin" / name)
 
     return write_entry(
         store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)}
