@@ -3,6 +3,11 @@
 Nix-built tools live in /nix/store, kept by a GC root ``<cache>/gcroots/NAME``;
 removing the root (never the store path itself) lets ``nix-collect-garbage``
 reclaim a tool flakebot no longer uses.
+
+A build that is still running (its tool lock is held, see
+:mod:`flakebot_magic.locks`) keeps everything it may be using: its workspace
+and what was moved aside from it, its staging entry and pending GC roots, and
+any store entry or recipe made since it started. Each is reported as kept.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from pathlib import Path
 
 from .config import Settings
 from .inventory import Inventory
+from .locks import LockHolder, held_locks
+from .stages.deploy import staging_owner
 
 __all__ = ["CleanReport", "clean"]
 
@@ -24,13 +31,57 @@ __all__ = ["CleanReport", "clean"]
 class CleanReport:
     removed: list[Path] = field(default_factory=list)
     freed: int = 0
+    #: what was left in place because a running build holds it, and why
+    kept: list[str] = field(default_factory=list)
 
     def summary(self) -> list[str]:
+        lines = [f"kept {why}" for why in self.kept]
         if not self.removed:
-            return ["flakebot clean: nothing to remove."]
-        lines = [f"removed {p}" for p in self.removed]
+            return lines + ["flakebot clean: nothing to remove."]
+        lines += [f"removed {p}" for p in self.removed]
         lines.append(f"flakebot clean: removed {len(self.removed)} paths, {self.freed / 1e6:.1f} MB.")
         return lines
+
+
+class _Running:
+    """What the builds running now (their locks held) may be using."""
+
+    def __init__(self, holders: dict[str, LockHolder], outputs: tuple[Path, ...]) -> None:
+        self.holders = holders
+        self.outputs = outputs
+        self.pids = {h.pid for h in holders.values() if h.pid}
+        # a store entry or recipe written after the oldest running build started may be its own
+        self.since = min((h.started or 0.0 for h in holders.values()), default=None)
+
+    def owner(self, path: Path) -> str:
+        """The running build that holds ``path`` (described), or ``""``."""
+        if not self.holders:
+            return ""
+        name = path.name
+        for tool, holder in self.holders.items():
+            # workspaces/NAME, workspaces/.old/NAME-<time>, gcroots/NAME, gcroots/.pending/NAME-<pid>-<n>
+            if name == tool or name.startswith(f"{tool}-"):
+                return f"the build of {tool!r} is still running ({holder.describe()})"
+        pid = staging_owner(path)
+        if pid is not None and (pid in self.pids or _alive(pid)):
+            return f"the run with pid {pid} is still writing it"
+        if self.since is not None and path.parent in self.outputs:
+            try:
+                if path.lstat().st_mtime >= self.since - 1:
+                    return "it was written while a build is running"
+            except OSError:
+                return ""
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _size(path: Path) -> int:
@@ -42,10 +93,19 @@ def _size(path: Path) -> int:
 
 
 def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
-    """Remove what no tool uses; with ``everything``, remove all tools too."""
+    """Remove what no tool uses; with ``everything``, remove all tools too.
+
+    What a running build holds is kept either way and listed in
+    :attr:`CleanReport.kept`.
+    """
     report = CleanReport()
+    running = _Running(held_locks(settings.cache_dir), (settings.store_dir, settings.recipes_dir))
 
     def remove(path: Path) -> None:
+        why = running.owner(path)
+        if why:
+            report.kept.append(f"{path}: {why}")
+            return
         if path.is_symlink():  # a GC root: drop the link, never what it points to
             path.unlink()
             report.removed.append(path)
@@ -59,14 +119,33 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             path.unlink()
         report.removed.append(path)
 
+    def remove_all_in(directory: Path) -> None:
+        """``directory`` itself when no build runs, else each entry (so the running one's stay)."""
+        if not running.holders:
+            remove(directory)
+            return
+        if directory.is_dir():
+            for entry in sorted(directory.iterdir()):
+                if entry.name in (".old", ".pending") and entry.is_dir() and not entry.is_symlink():
+                    remove_all_in(entry)
+                else:
+                    remove(entry)
+
     inventory = Inventory(settings.tools_dir)
     if everything:
         for path in (settings.tools_dir, settings.store_dir, settings.workspaces_dir, settings.recipes_dir, settings.index_dir):
-            remove(path)
+            if path in (settings.tools_dir, settings.index_dir):
+                remove(path)
+            else:
+                remove_all_in(path)
         if settings.gcroots_dir.is_dir():
             for root in sorted(settings.gcroots_dir.iterdir()):
-                remove(root)
-            remove(settings.gcroots_dir)
+                if root.name == ".pending" and root.is_dir() and not root.is_symlink():
+                    remove_all_in(root)
+                else:
+                    remove(root)
+            if not running.holders:
+                remove(settings.gcroots_dir)
         return report
     records = inventory.all()
     live_store = {Path(r.store_path) for r in records}
@@ -78,12 +157,21 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             if entry not in live_store:
                 remove(entry)
     if settings.workspaces_dir.is_dir():
-        remove(settings.workspaces_dir / ".old")
+        old = settings.workspaces_dir / ".old"
+        if old.is_dir() and not old.is_symlink():
+            for entry in sorted(old.iterdir()):
+                remove(entry)
+            if not any(old.iterdir()):
+                old.rmdir()
+        else:
+            remove(old)
         for entry in sorted(settings.workspaces_dir.iterdir()):
             if entry.name.startswith("."):
                 continue
             if entry not in live_workspaces:
                 remove(entry)
+            elif running.owner(entry):
+                report.kept.append(f"{entry / 'target'}: {running.owner(entry)}")
             else:
                 remove(entry / "target")
     if settings.recipes_dir.is_dir():

@@ -21,7 +21,9 @@ from .cargo import Cargo
 from .config import Settings
 from .errors import DeployError, FlakeError, FlakebotError, NeedsModelError, SearchError, UsageError
 from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
+from .fsutil import atomic_write
 from .git import Git
+from .locks import tool_lock
 from .model import HOW_TO_CONFIGURE, ModelConfig
 from .inventory import Inventory, ToolRecord
 from .process import CancelToken, ProcessRunner
@@ -169,6 +171,14 @@ class Pipeline:
             candidate = self._choose(request, crate)
             stage.detail = f"{candidate.name} {candidate.version}"
         name = name or tool_name(candidate.name)
+        # one build per tool name at a time, across kernels: fork may move the workspace aside,
+        # deploy swaps the store entry, and `clean` skips what a held lock covers
+        with tool_lock(settings.cache_dir, name):
+            return self._build(candidate, name, backend, why)
+
+    def _build(self, candidate: CrateCandidate, name: str, backend: str, why: str) -> ToolClient:
+        """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
+        settings = self.settings
         cargo = Cargo(self.registry, self.runner)
         rustc = cargo.rustc_version()
 
@@ -221,8 +231,9 @@ class Pipeline:
         except KeyboardInterrupt:
             self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
             raise
-        recipe.parent.mkdir(parents=True, exist_ok=True)
-        recipe.write_text(json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend}))
+        atomic_write(
+            recipe, json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend}), make_parents=True
+        )
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import sqlite3
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, SearchError
+from ..fsutil import atomic_write
 from .base import CrateCandidate, FetchedSource
 from .semver import matches, newest
 
@@ -167,7 +169,9 @@ class DirectoryRegistry:
             return db
 
     def _rebuild(self, signature: str) -> None:
-        tmp = self.index_path.with_suffix(f".tmp{os.getpid()}")
+        # built beside the index under a fresh name, then written in one step by atomic_write
+        # (fsync-ed, a planted symlink replaced, never followed)
+        tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
         tmp.unlink(missing_ok=True)
         db = sqlite3.connect(tmp)
         db.executescript(
@@ -223,7 +227,10 @@ class DirectoryRegistry:
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.commit()
         db.close()
-        os.replace(tmp, self.index_path)
+        try:
+            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:
