@@ -1,41 +1,60 @@
-"""Running cargo on model-written code: no secrets, no network, bounded CPU, memory, time and output.
+"""Confinement for code flakebot does not trust: crate code under cargo, and built tools.
 
-Build scripts, proc macros and tests are code the model wrote or chose, and
-cargo runs them. :class:`Sandbox` wraps each command:
+Build scripts, proc macros and tests are code a model wrote or a crate
+shipped, and cargo runs them. :class:`Sandbox` wraps each such command:
 
-* the environment is stripped of secrets (``*_API_KEY``, ``*_TOKEN``, ...);
-* with bubblewrap (``bwrap``), the whole filesystem is mounted read-only
-  except the workspace, and the network namespace is empty: no network.
-  rustup's toolchains (``~/.cargo``, ``~/.rustup``) and the crate registry
-  stay readable. Without bubblewrap the command runs unisolated, and
-  :attr:`Sandbox.notice` says so;
-* ``prlimit`` caps each process's CPU seconds, address space and file size;
-  the runner's time limit caps wall time; output past ``output_bytes`` stops
-  the command;
-* temporary files go to ``target/flakebot-tmp`` inside the workspace.
+* with bubblewrap (``bwrap``) it sees only the system directories the
+  toolchain needs (``/usr``, the ``/bin``/``/lib`` links, a handful of files
+  from ``/etc``: no ``/etc/shadow``, no ssh host keys), the paths bound
+  read-only for it (the Rust toolchain, the registry, a tool's store entry),
+  a private ``CARGO_HOME``, and the workspace read-write **with ``.git``
+  read-only**. ``$HOME`` and ``/tmp`` are empty private tmpfs; there is no
+  ``/run`` and no network (not even the host's loopback, so no unix or
+  abstract socket outside is reachable); a new pid namespace that dies with
+  its pid 1, a new session, no capabilities;
+* the environment is an allowlist (:func:`allowed_env`): nothing passes
+  because it "does not look like a secret";
+* ``prlimit`` caps CPU seconds, address space, file size and (in the
+  sandbox's user namespace) processes; where a pids cgroup is writable
+  (root, or a delegated cgroup) the command also runs in its own cgroup with
+  ``pids.max``, since the kernel never applies ``RLIMIT_NPROC`` to root;
+* :class:`SandboxedCargo` stops a command whose output passes
+  ``output_bytes`` or whose workspace plus ``CARGO_HOME`` pass
+  ``disk_bytes``; the runner's time limit caps wall time.
 
-:class:`SandboxedCargo` is a :class:`~flakebot_magic.cargo.Cargo` whose every
-command goes through a sandbox, so the build stage needs no changes to use it.
+Without bubblewrap nothing of the filesystem and network part holds:
+:attr:`Sandbox.notice` says so, and the pipeline refuses model-edited builds
+unless the user opts in (``allow_unsandboxed``).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import subprocess
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from .cargo import Cargo
-from .errors import Cancelled
-from .process import CancelToken, Completed, LineCallback, ProcessRunner, scrubbed_env
+from .errors import Cancelled, ConfigError
+from .process import CancelToken, Completed, LineCallback, ProcessRunner, allowed_env, scrubbed_env
 from .registry.base import Registry
 
-__all__ = ["Limits", "Sandbox", "SandboxedCargo", "bubblewrap_works"]
+__all__ = ["Limits", "Sandbox", "SandboxedCargo", "Toolchain", "allowed_env", "bubblewrap_works", "toolchain_of"]
 
 GiB = 1024**3
 MiB = 1024**2
+
+#: how to get bubblewrap, said wherever it is missing
+INSTALL_BWRAP = "install bubblewrap (`apt-get install bubblewrap`, or `make install`)"
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,23 @@ class Limits:
     file_bytes: int = 4 * GiB
     #: stdout plus stderr of one command; past it the command is stopped
     output_bytes: int = 32 * MiB
+    #: processes (and threads) at once: a fork bomb stops here
+    processes: int = 1024
+    #: the workspace (target dir included) plus the private CARGO_HOME; past it the command is stopped
+    disk_bytes: int = 20 * GiB
+    #: the private /tmp and $HOME (tmpfs, so memory)
+    tmp_bytes: int = 512 * MiB
+
+
+# --- what the sandbox shows of the host -------------------------------------------------------
+
+#: system directories bound read-only (a symlink, as /bin on merged-/usr systems, is recreated)
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: from /etc only what running the toolchain and ordinary programs needs: no shadow, no ssh keys
+_ETC = (
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+    "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/hosts", "/etc/os-release",
+)
 
 
 @lru_cache(maxsize=4)
@@ -60,7 +96,7 @@ def bubblewrap_works(bwrap: str = "bwrap") -> str:
         return "bubblewrap (bwrap) is not installed"
     try:
         done = subprocess.run(
-            [path, *_bwrap_base(), "--", "true"],
+            [path, *_system_binds(), *_namespaces(), "--", "true"],
             capture_output=True, timeout=20, stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -70,43 +106,211 @@ def bubblewrap_works(bwrap: str = "bwrap") -> str:
     return ""
 
 
-def _bwrap_base() -> list[str]:
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for path in (*_SYSTEM, *_ETC):
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return [*args, "--dev", "/dev", "--proc", "/proc"]
+
+
+def _namespaces() -> list[str]:
     return [
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
         "--unshare-user-try", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
         "--unshare-cgroup-try", "--unshare-net",
-        "--die-with-parent",
+        "--die-with-parent", "--new-session",
         "--cap-drop", "ALL",
     ]
 
 
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _visible_system(path: str) -> bool:
+    real = os.path.realpath(path)
+    return _under(real, ("/usr",)) or _under(path, _SYSTEM)
+
+
+# --- the toolchain ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The Rust toolchain cargo uses, as the sandbox must show it."""
+
+    #: ``rustc --print sysroot``
+    sysroot: str
+    #: rustup's home and the active toolchain's name (empty without rustup)
+    rustup_home: str = ""
+    name: str = ""
+    #: the directory of the cargo executable (rustup's proxies in ~/.cargo/bin)
+    bin_dir: str = ""
+
+    def read_only(self) -> list[str]:
+        paths = [self.rustup_home or self.sysroot]
+        if self.bin_dir:
+            paths.append(self.bin_dir)
+        return [p for p in paths if p and not _visible_system(p)]
+
+    def env(self) -> dict[str, str]:
+        path = [p for p in (self.bin_dir, os.path.join(self.sysroot, "bin")) if p]
+        env = {"PATH": os.pathsep.join([*dict.fromkeys(path), "/usr/local/bin", "/usr/bin", "/bin"])}
+        if self.rustup_home:
+            # the toolchain chosen here, not by a rust-toolchain file in the workspace
+            env["RUSTUP_HOME"] = self.rustup_home
+            env["RUSTUP_TOOLCHAIN"] = self.name
+        return env
+
+
+@lru_cache(maxsize=8)
+def toolchain_of(cargo: str) -> Toolchain:
+    """The toolchain behind ``cargo`` (a rustup proxy or a plain install), found outside any workspace.
+
+    ``rustc`` runs in ``/`` so no ``rust-toolchain`` file can pick it.
+    """
+    bin_dir = os.path.dirname(os.path.abspath(cargo))
+    rustc = os.path.join(bin_dir, "rustc")
+    if not os.path.exists(rustc):  # not a toolchain's bin directory (a stand-in for cargo)
+        bin_dir = ""
+        rustc = shutil.which("rustc", path=scrubbed_env().get("PATH")) or "rustc"
+    try:
+        done = subprocess.run(
+            [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, cwd="/",
+            env=scrubbed_env(), stdin=subprocess.DEVNULL,
+        )
+        sysroot = done.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        sysroot = ""
+    if not sysroot:
+        sysroot = os.path.dirname(os.path.dirname(os.path.abspath(rustc)))
+    sysroot = os.path.realpath(sysroot)
+    parent = Path(sysroot).parent
+    if parent.name == "toolchains":
+        return Toolchain(sysroot=sysroot, rustup_home=str(parent.parent), name=Path(sysroot).name, bin_dir=bin_dir)
+    return Toolchain(sysroot=sysroot, bin_dir=bin_dir)
+
+
+# --- the process-count cgroup -------------------------------------------------------------------
+
+def _pids_cgroup_parent() -> Path | None:
+    """A pids-cgroup directory this process may create children in, or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if "pids" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/pids") / rel
+        elif controllers == "":
+            base = Path("/sys/fs/cgroup")
+            if not (base / "cgroup.controllers").exists():
+                base = base / "unified"
+            candidate = base / rel
+            try:
+                if "pids" not in (candidate / "cgroup.subtree_control").read_text().split():
+                    continue
+            except OSError:
+                continue
+        else:
+            continue
+        if os.access(candidate, os.W_OK) and (candidate / "cgroup.procs").exists():
+            return candidate
+    return None
+
+
+_PIDS_PARENT: list[Path | None] = []
+
+
+def _make_pids_cgroup(limit: int) -> Path | None:
+    if not _PIDS_PARENT:
+        parent = _pids_cgroup_parent()
+        _PIDS_PARENT.append(parent)
+        if parent is not None:
+            _sweep_cgroups(parent)
+    parent = _PIDS_PARENT[0]
+    if parent is None:
+        return None
+    path = parent / f"flakebot-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(limit))
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: Path) -> None:
+    try:
+        path.rmdir()  # fails while a process is still inside: then it stays for the next sweep
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(parent: Path) -> None:
+    """Remove empty cgroups left by earlier runs (older than a minute: a new one is entered at once)."""
+    for entry in parent.glob("flakebot-*"):
+        try:
+            if time.time() - entry.stat().st_mtime > 60:
+                _remove_cgroup(entry)
+        except OSError:
+            pass
+
+
+# --- the sandbox --------------------------------------------------------------------------------
+
 class Sandbox:
-    """How commands on model-written code run in one workspace.
+    """How commands on untrusted code run in one directory.
 
     Parameters
     ----------
     workspace
-        The only directory the commands may write.
+        The only directory the commands may write (its ``.git`` stays read-only).
+    read_only
+        More paths the commands may read (a tool's store entry, the registry,
+        the toolchain). Anything under ``/nix/store`` shows the whole store.
     limits
-        CPU, memory, file-size and output limits.
+        CPU, memory, file-size, process, disk and output limits.
     isolate
         Use bubblewrap: None (default) when it works here, False never, True
-        always (raising if it cannot).
+        always (raising :class:`ConfigError` if it cannot).
+    cargo_home
+        A private ``CARGO_HOME``, writable (default: next to the workspace,
+        under ``.sandbox/``, never the user's ``~/.cargo``).
+
+    ``command(argv)`` is the command to run, ``env(extra)`` its environment;
+    run them with ``cwd`` inside the workspace.
     """
 
-    def __init__(self, workspace: Path, *, limits: Limits | None = None, isolate: bool | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        read_only: Iterable[Path | str] = (),
+        limits: Limits | None = None,
+        isolate: bool | None = None,
+        cargo_home: Path | None = None,
+    ) -> None:
         self.workspace = Path(workspace).resolve()
+        self.read_only = [str(Path(p).resolve()) for p in read_only]
+        self.read_write: list[str] = []
         self.limits = limits or Limits()
         why = bubblewrap_works() if isolate is not False else "isolation was turned off"
         if isolate and why:
-            from .errors import ConfigError
-
-            raise ConfigError(f"Cannot sandbox cargo: {why}. Install bubblewrap (apt-get install bubblewrap).")
+            raise ConfigError(f"Cannot sandbox untrusted code: {why}. To fix it, {INSTALL_BWRAP}.")
         self.isolated = not why
         self.why_not = why
         self.prlimit = shutil.which("prlimit")
+        self.cargo_home = Path(cargo_home) if cargo_home else self.workspace.parent / ".sandbox" / self.workspace.name / "cargo-home"
+        home = os.path.expanduser("~")
+        #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)
+        self.home = home if self.isolated and os.path.isabs(home) and home != "/" else str(self.tmp_dir / "home")
+        self._cgroups: list[Path] = []
+        weakref.finalize(self, _remove_all, self._cgroups)
 
     @property
     def notice(self) -> str:
@@ -114,11 +318,11 @@ class Sandbox:
         missing = []
         if not self.isolated:
             missing.append(
-                f"{self.why_not}: cargo runs model-written code WITHOUT network isolation and with "
-                "write access beyond the workspace (install bubblewrap to close both)"
+                f"NOT SANDBOXED: {self.why_not}: code runs WITHOUT network isolation, sees $HOME, "
+                f"secrets and sockets, and can write beyond its workspace (to close that, {INSTALL_BWRAP})"
             )
         if self.prlimit is None:
-            missing.append("prlimit (util-linux) is missing: no CPU, memory or file-size limits")
+            missing.append("prlimit (util-linux) is missing: no CPU, memory, file-size or process limits")
         return "; ".join(missing)
 
     @property
@@ -128,53 +332,134 @@ class Sandbox:
     def command(self, argv: list[str]) -> list[str]:
         """``argv`` wrapped in the limits and, when available, bubblewrap."""
         wrapped = list(argv)
+        limits = self.limits
         if self.prlimit is not None:
-            limits = self.limits
+            # RLIMIT_NPROC counts per user: in bwrap's user namespace that is the sandbox's processes only
+            nproc = [f"--nproc={limits.processes}"] if self.isolated else []
             wrapped = [
-                self.prlimit,
-                f"--cpu={limits.cpu_seconds}",
-                f"--as={limits.memory_bytes}",
-                f"--fsize={limits.file_bytes}",
-                "--core=0",
-                "--",
-                *wrapped,
+                self.prlimit, f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}",
+                f"--fsize={limits.file_bytes}", "--core=0", *nproc, "--", *wrapped,
             ]
         if self.isolated:
-            path = shutil.which("bwrap") or "bwrap"
-            ws = str(self.workspace)
-            # bwrap keeps the caller's working directory (inside the workspace)
-            wrapped = [path, *_bwrap_base(), "--bind", ws, ws, "--", *wrapped]
+            wrapped = [shutil.which("bwrap") or "bwrap", *self._bwrap_args(), "--", *wrapped]
+        cgroup = _make_pids_cgroup(limits.processes)
+        if cgroup is not None:
+            self._cgroups.append(cgroup)
+            # enter the cgroup, then become the command: everything it starts is counted, setsid or not
+            wrapped = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *wrapped]
         return wrapped
 
-    def env(self, env: dict[str, str] | None = None) -> dict[str, str]:
-        """``env`` (default: the current one) without secrets, with temporary files in the workspace."""
-        base = scrubbed_env() if env is None else scrubbed_env_of(env)
+    def _bwrap_args(self) -> list[str]:
+        size = str(self.limits.tmp_bytes)
+        args = [*_system_binds(), "--size", size, "--tmpfs", "/tmp"]
+        if self.home != "/tmp":
+            args += ["--size", size, "--perms", "0700", "--tmpfs", self.home]
+        read_only = list(dict.fromkeys(self.read_only))
+        if any(_under(p, ("/nix/store",)) for p in read_only):
+            read_only = ["/nix/store", *(p for p in read_only if not _under(p, ("/nix/store",)))]
+        for path in read_only:
+            if os.path.exists(path) and not _visible_system(path):
+                args += ["--ro-bind", path, path]
+        ws = str(self.workspace)
+        for path in dict.fromkeys([*self.read_write, ws]):
+            if os.path.isdir(path):
+                args += ["--bind", path, path]
+        git = self.workspace / ".git"
+        if git.exists() or git.is_symlink():
+            # the repository is flakebot's, not the code's: no hooks, no config, no rewritten history
+            args += ["--ro-bind", str(git), str(git)]
+        return [*args, *_namespaces()]
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The allowlisted environment (:func:`allowed_env`) plus ``extra``; temporary files in the workspace."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        base["TMPDIR"] = str(self.tmp_dir)
-        # cargo must not try the network even when a registry is online: the sandbox has none
-        base["CARGO_NET_OFFLINE"] = "true"
-        return base
+        if not self.isolated:
+            Path(self.home).mkdir(mode=0o700, exist_ok=True)
+        env = allowed_env(home=self.home)
+        env["TMPDIR"] = str(self.tmp_dir)
+        if extra:
+            env.update(extra)
+        return env
+
+    def disk_usage(self) -> int:
+        """Bytes on disk under the workspace and the private ``CARGO_HOME``."""
+        return sum(_du(Path(p)) for p in (self.workspace, self.cargo_home, *self.read_write))
+
+    @contextmanager
+    def watch_disk(self, token: CancelToken) -> Iterator[list[int]]:
+        """Cancel ``token`` when :meth:`disk_usage` passes the limit; yields ``[bytes seen]`` when it did."""
+        stop = threading.Event()
+        seen: list[int] = []
+
+        def poll() -> None:
+            interval = 0.25
+            while not stop.wait(interval):
+                started = time.monotonic()
+                used = self.disk_usage()
+                if used > self.limits.disk_bytes:
+                    seen.append(used)
+                    token.cancel()
+                    return
+                interval = max(0.25, 10 * (time.monotonic() - started))  # a large target dir: scan less often
+
+        thread = threading.Thread(target=poll, name="flakebot-disk-watch", daemon=True)
+        thread.start()
+        try:
+            yield seen
+        finally:
+            stop.set()
+            thread.join()
+
+    def release(self) -> None:
+        """Remove the process-count cgroups of finished commands."""
+        _remove_all(self._cgroups)
 
     def describe(self) -> str:
-        parts = ["bubblewrap: read-only filesystem but the workspace, no network" if self.isolated else "no isolation"]
+        parts = [
+            "bubblewrap: only the toolchain, registry and workspace are visible (.git read-only), "
+            "empty $HOME and /tmp, no network" if self.isolated else "NO isolation"
+        ]
         if self.prlimit:
             limits = self.limits
             parts.append(
                 f"limits: {limits.cpu_seconds} CPU-s, {limits.memory_bytes // GiB} GiB memory, "
+                f"{limits.processes} processes, {limits.disk_bytes // GiB} GiB disk, "
                 f"{limits.output_bytes // MiB} MiB output per command"
             )
         return "; ".join(parts)
 
 
-def scrubbed_env_of(env: dict[str, str]) -> dict[str, str]:
-    """``env`` without anything that looks like a secret (same rule as :func:`scrubbed_env`)."""
-    from .process import _SECRET
+def _remove_all(cgroups: list[Path]) -> None:
+    for path in list(cgroups):
+        _remove_cgroup(path)
+        if not path.exists():
+            cgroups.remove(path)
 
-    return {k: v for k, v in env.items() if not _SECRET.search(k)}
+
+def _du(root: Path) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+    return total
 
 
-class _OutputLimit(CancelToken):
-    """A cancel token that also fires when a command's output passes its limit."""
+# --- cargo in the sandbox -----------------------------------------------------------------------
+
+class _Stop(CancelToken):
+    """A cancel token that also fires on the caller's cancel, and remembers why it fired."""
 
     def __init__(self, parent: CancelToken) -> None:
         super().__init__()
@@ -185,11 +470,16 @@ class _OutputLimit(CancelToken):
         return self._event.is_set() or self.parent.cancelled
 
 
+#: what may live in a private CARGO_HOME; anything else (a planted config.toml, credentials) is removed
+_CARGO_HOME_KEEP = frozenset({"registry", "git", ".package-cache", ".package-cache-mutate", ".global-cache"})
+
+
 class SandboxedCargo(Cargo):
     """A :class:`Cargo` whose commands run inside a :class:`Sandbox`.
 
-    Everything else (registry arguments, offline mode, ``nice``) is the
-    plain :class:`Cargo`'s.
+    The sandbox shows the toolchain (pinned by ``RUSTUP_TOOLCHAIN``), the
+    registry (read-only) and a private ``CARGO_HOME``; the environment is the
+    allowlist plus cargo's own settings.
     """
 
     def __init__(
@@ -197,6 +487,14 @@ class SandboxedCargo(Cargo):
     ) -> None:
         super().__init__(registry, runner, executable=executable)
         self.sandbox = sandbox
+        self.toolchain = toolchain_of(self.executable)
+        shown = [*self.toolchain.read_only()]
+        path = getattr(registry, "path", None)
+        if path is not None:
+            shown.append(str(Path(path).resolve()))
+        if not _visible_system(self.executable) and not _under(os.path.realpath(self.executable), shown):
+            shown.append(os.path.realpath(self.executable))  # a stand-in for cargo (tests), alone
+        sandbox.read_only.extend(p for p in shown if p not in sandbox.read_only)
 
     def argv(self, subcommand: str, *args: str) -> list[str]:
         argv = super().argv(subcommand, *args)
@@ -205,9 +503,42 @@ class SandboxedCargo(Cargo):
             argv.insert(2, "--offline")
         return argv
 
+    def _cargo_home(self) -> Path:
+        """The private CARGO_HOME, with nothing in it that cargo would read as configuration."""
+        home = self.sandbox.cargo_home
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for entry in home.iterdir():
+            if entry.name not in _CARGO_HOME_KEEP or entry.is_symlink():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        return home
+
     def fetch(self, cwd: Path, timeout: float, on_line: LineCallback | None = None) -> Completed:
-        """``cargo fetch`` outside the sandbox (downloads only, runs no crate code)."""
-        return super().run("fetch", cwd=cwd, timeout=timeout, on_line=on_line)
+        """``cargo fetch`` outside the sandbox: downloads only, no crate code, no workspace configuration.
+
+        cargo reads ``.cargo/config.toml`` from the directories above its
+        working directory, not the manifest's: it runs in ``/`` with
+        ``--manifest-path``, and with the private ``CARGO_HOME``.
+        """
+        manifest = Path(cwd).resolve() / "Cargo.toml"
+        argv = [*Cargo.argv(self, "fetch"), "--manifest-path", str(manifest)]
+        env = self.env({"CARGO_HOME": str(self._cargo_home()), **self.toolchain.env()})
+        return self.runner.run(argv, cwd=Path("/"), env=env, timeout=timeout, on_line=on_line, workspace=cwd)
+
+    def sandbox_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """cargo's environment inside the sandbox: the allowlist, the toolchain, the private CARGO_HOME."""
+        env = {
+            "CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never",
+            # cargo must not try the network even when a registry is online: the sandbox has none
+            "CARGO_NET_OFFLINE": "true",
+            "CARGO_HOME": str(self._cargo_home()),
+            **self.toolchain.env(),
+        }
+        if extra:
+            env.update(extra)
+        return self.sandbox.env(env)
 
     def run(
         self,
@@ -219,7 +550,7 @@ class SandboxedCargo(Cargo):
         env: dict[str, str] | None = None,
         nice: int = 0,
     ) -> Completed:
-        """Run one cargo command in the sandbox; output past the limit stops it (exit status -9).
+        """Run one cargo command in the sandbox; too much output or disk stops it (exit status -9).
 
         With an online registry, ``cargo fetch`` runs first, outside: the
         sandbox has no network, and fetching runs no crate code.
@@ -230,39 +561,50 @@ class SandboxedCargo(Cargo):
         if nice and shutil.which("nice"):
             argv = ["nice", "-n", str(nice), *argv]
         sandbox = self.sandbox
-        limit = _OutputLimit(self.runner.cancel)
+        limit = sandbox.limits.output_bytes
+        stop = _Stop(self.runner.cancel)
+        size = 0
         out: list[str] = []
         err: list[str] = []
-        size = 0
 
         def collect(stream: str, line: str) -> None:
             nonlocal size
-            if limit.cancelled:
+            if stop.cancelled:
                 return
-            size += len(line) + 1
-            if size > sandbox.limits.output_bytes:
-                limit.cancel()
+            size += len(line.encode("utf-8", "replace")) + 1  # lines come in pieces of at most 64 KiB
+            if size > limit:
+                stop.cancel()
                 return
             (out if stream == "stdout" else err).append(line + "\n")
             if on_line is not None:
                 on_line(stream, line)
 
+        writable = [str(self._cargo_home().resolve())]
+        target = (env or {}).get("CARGO_TARGET_DIR")
+        if target and not _under(str(Path(target).resolve()), (str(sandbox.workspace),)):
+            Path(target).mkdir(parents=True, exist_ok=True)
+            writable.append(str(Path(target).resolve()))
+        sandbox.read_write.extend(p for p in writable if p not in sandbox.read_write)
+        cmd_env = self.sandbox_env(env)
         runner = copy.copy(self.runner)  # an injected runner keeps observing
-        runner.cancel = limit
+        runner.cancel = stop
         try:
-            return runner.run(
-                sandbox.command(argv),
-                cwd=cwd,
-                env=sandbox.env(self.env(env)),
-                timeout=timeout,
-                on_line=collect,
-                workspace=cwd,
-            )
-        except Cancelled:
-            if self.runner.cancel.cancelled:
-                raise
-            message = (
-                f"flakebot: stopped `cargo {subcommand}`: its output passed "
-                f"{sandbox.limits.output_bytes // MiB} MiB (a test or build script printing without end?)\n"
-            )
-            return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
+            with sandbox.watch_disk(stop) as disk:
+                try:
+                    done = runner.run(
+                        sandbox.command(argv), cwd=cwd, env=cmd_env, timeout=timeout, on_line=collect,
+                        workspace=cwd, capture_limit=limit,
+                    )
+                except Cancelled:
+                    if self.runner.cancel.cancelled:
+                        raise
+                    if disk:
+                        why = (f"the workspace grew past {sandbox.limits.disk_bytes / GiB:g} GiB on disk "
+                               "(a build script or test filling the disk?)")
+                    else:
+                        why = f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)"
+                    message = f"flakebot: stopped `cargo {subcommand}`: {why}\n"
+                    return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
+        finally:
+            sandbox.release()
+        return Completed(argv, done.returncode, done.stdout, done.stderr, done.elapsed)

@@ -18,6 +18,10 @@ from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_w
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
 
+#: the test interpreter, shown read-only in sandboxes that run it
+PYTHON = (sys.prefix, sys.base_prefix)
+
+
 def _run(sandbox: Sandbox, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
     done = ProcessRunner().run(sandbox.command(argv), cwd=sandbox.workspace, env=sandbox.env(env), timeout=60)
     return done.returncode, done.stdout, done.stderr
@@ -30,14 +34,19 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-def test_secrets_are_stripped_and_temporary_files_stay_inside(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_allowlisted_variables_pass_and_temporary_files_stay_inside(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-to-cargo")
     monkeypatch.setenv("GH_TOKEN", "ghp-never")
-    monkeypatch.setenv("FLAKEBOT_HARMLESS", "kept")
-    code, out, _ = _run(Sandbox(workspace), ["env"])
+    # an allowlist: a variable that looks harmless does not pass either (nobody listed it)
+    monkeypatch.setenv("FLAKEBOT_HARMLESS", "dropped")
+    monkeypatch.setenv("LC_TIME", "C")
+    code, out, _ = _run(Sandbox(workspace), ["env"], {"CARGO_TERM_COLOR": "never"})
     assert code == 0
     assert "sk-never-to-cargo" not in out and "ghp-never" not in out
-    assert "FLAKEBOT_HARMLESS=kept" in out
+    assert "FLAKEBOT_HARMLESS" not in out
+    assert "LC_TIME=C" in out and "CARGO_TERM_COLOR=never" in out and "PATH=" in out
     assert f"TMPDIR={workspace.resolve()}/target/flakebot-tmp" in out
 
 
@@ -46,9 +55,12 @@ def test_only_the_workspace_is_writable(workspace: Path, tmp_path: Path) -> None
     outside = tmp_path / f"outside-{uuid.uuid4().hex}"
     script = f"echo in > inside.txt && (echo out > {outside} 2>/dev/null || echo refused)"
     code, out, _ = _run(Sandbox(workspace), ["sh", "-c", script])
-    assert code == 0 and out.strip() == "refused"
+    # the sandbox's /tmp is a private tmpfs: the write lands there, or is refused, never on the host
+    assert code == 0
     assert (workspace / "inside.txt").read_text() == "in\n"
     assert not outside.exists()
+    code, out, _ = _run(Sandbox(workspace), ["sh", "-c", "echo out > /usr/escaped 2>/dev/null || echo refused"])
+    assert out.strip() == "refused" and not Path("/usr/escaped").exists()
 
 
 @pytest.fixture
@@ -65,13 +77,13 @@ def test_no_network_not_even_the_hosts_loopback(workspace: Path, listener: int) 
     probe = f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=3); print('connected')"
     code, out, err = _run(Sandbox(workspace, isolate=False), [sys.executable, "-c", probe])
     assert code == 0 and "connected" in out  # the control: the listener is there
-    code, out, err = _run(Sandbox(workspace), [sys.executable, "-c", probe])
+    code, out, err = _run(Sandbox(workspace, read_only=PYTHON), [sys.executable, "-c", probe])
     assert code != 0 and "connected" not in out
     assert "ConnectionRefused" in err or "unreachable" in err
 
 
 def test_cpu_and_memory_limits(workspace: Path) -> None:
-    sandbox = Sandbox(workspace, limits=Limits(cpu_seconds=1, memory_bytes=300 * 1024**2))
+    sandbox = Sandbox(workspace, read_only=PYTHON, limits=Limits(cpu_seconds=1, memory_bytes=300 * 1024**2))
     if sandbox.prlimit is None:
         pytest.skip("prlimit (util-linux) is not installed")
     code, _, _ = _run(sandbox, [sys.executable, "-c", "while True: pass"])
@@ -84,7 +96,7 @@ def test_without_bubblewrap_it_says_so(workspace: Path) -> None:
     assert "not installed" in bubblewrap_works("no-such-bwrap-here")
     sandbox = Sandbox(workspace, isolate=False)
     assert not sandbox.isolated
-    assert "WITHOUT network isolation" in sandbox.notice
+    assert "NOT SANDBOXED" in sandbox.notice and "WITHOUT network isolation" in sandbox.notice
     assert sandbox.command(["cargo", "build"])[-2:] == ["cargo", "build"]
 
 
@@ -101,6 +113,7 @@ def test_output_past_the_limit_stops_the_command(workspace: Path, tmp_path: Path
     assert done.returncode == -9
     assert "its output passed" in done.stderr
     assert sum(len(line) + 1 for line in lines) <= 200_000
+    assert len(done.stdout) <= 200_000
 
 
 BUILD_RS_ESCAPE = """fn main() {{
@@ -116,7 +129,8 @@ BUILD_RS_ESCAPE = """fn main() {{
 @needs_bwrap
 @pytest.mark.cargo
 def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp_path: Path) -> None:
-    outside = tmp_path / f"escaped-{uuid.uuid4().hex}"
+    # next to the crate, in the registry: shown to the sandbox, read-only
+    outside = tmp_path / "registry" / f"escaped-{uuid.uuid4().hex}"
     files = {"src/main.rs": 'fn main() {\n    println!("sandboxed");\n}\n', "build.rs": BUILD_RS_ESCAPE.format(outside=outside)}
     root = write_registry(tmp_path / "registry", [crate("escaper", files=files)])
     registry = DirectoryRegistry(root, tmp_path / "index")
