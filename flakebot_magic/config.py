@@ -77,6 +77,8 @@ class Settings:
     token_budget: int = 400_000
     #: let the model write build.rs (build scripts run code at build time)
     allow_build_scripts: bool = False
+    #: without bubblewrap, let model-written code build and run unconfined (it sees $HOME, secrets, network)
+    allow_unsandboxed: bool = False
     #: ``--continue``: apply the request to the existing tool's workspace and history
     follow_up: bool = False
     #: seconds allowed for one model request before the SDK retries it

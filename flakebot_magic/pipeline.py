@@ -502,9 +502,18 @@ class Pipeline:
         if model is None:
             return cargo
         from .sandbox import Sandbox, SandboxedCargo
+        from .errors import ConfigError
 
         settings = self.settings
         sandbox = Sandbox(workspace.path)
+        if not sandbox.isolated and not settings.allow_unsandboxed:
+            raise ConfigError(
+                f"Refusing to let a model edit and build {workspace.crate.name} without a sandbox: {sandbox.why_not}. "
+                "Model-written code would run with your files, secrets and network. Install bubblewrap "
+                "(`apt-get install bubblewrap`, or `make install`), or, accepting that risk, opt in with the "
+                "`allow_unsandboxed` setting.",
+                workspace=workspace.path,
+            )
         self.bus.notice("edit", f"cargo runs in a sandbox: {sandbox.describe()}")
         if sandbox.notice:
             self.bus.notice("edit", sandbox.notice, "warning")
