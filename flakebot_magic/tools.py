@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from .config import Settings
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
+from .process import kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from .runlog import log_path
 
@@ -99,10 +99,18 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
+def _same_process(pid: int, record: ToolRecord) -> bool:
+    """Whether ``pid`` is still the process the record names: it started no later than recorded."""
+    started = process_started_at(pid)
+    if started is None or not record.started:
+        return False
+    return started <= record.started + 1.0  # a reused PID started after the record was written
+
+
 def status_of(record: ToolRecord) -> str:
     """The record's status, corrected when a recorded process is gone."""
     # a recorded "running" whose process is gone (kernel restarted, machine rebooted) is stale
-    if record.status == "running" and record.pid and not _alive(record.pid):
+    if record.status == "running" and record.pid and not (_alive(record.pid) and _same_process(record.pid, record)):
         return "stopped"
     return record.status
 
@@ -202,18 +210,14 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     pid = record.pid
     if record.status == "running" and _alive(pid):
         assert pid is not None
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            except PermissionError:
-                return f"{name} (pid {pid}) belongs to another user; not stopped."
-            deadline = time.monotonic() + wait
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not _alive(pid):
-                break
+        if not _same_process(pid, record):
+            # the tool is gone and its PID now belongs to another process: never signal that one
+            inventory.update(name, status="stopped", pid=None)
+            return f"{name} is not running (its recorded pid {pid} now belongs to another process)."
+        try:
+            kill_tree(pid, grace=grace)
+        except PermissionError:
+            return f"{name} (pid {pid}) belongs to another user; not stopped."
         inventory.update(name, status="stopped", pid=None)
         return f"stopped {name} (process group {pid})"
     if record.status == "running":
