@@ -5,8 +5,15 @@ The flow, driven by :mod:`flakebot_magic.pipeline`::
     write flake.nix ─► nix flake lock ─► commit both ─► nix build ─► GC root
                                                         (cargo test alongside)
 
-* :func:`resolve_backend` turns ``auto`` into ``nix`` (``nix`` on PATH) or
-  ``cargo``.
+* :func:`resolve_backend` turns ``auto`` into ``nix`` (``nix`` on PATH and
+  its sandbox on) or ``cargo``.
+* :func:`nix_sandbox` asks nix (``nix show-config``, or ``nix config show``
+  in newer nix) whether builds run in its sandbox, as unprivileged build
+  users when nix runs as root; once per process and configuration. Crate
+  code (build scripts, tests) and the model's code run in a nix build, so
+  with the sandbox off the nix backend refuses to build (a
+  :class:`ConfigError` saying how to turn it on) and ``auto`` picks cargo,
+  which builds in bubblewrap.
 * :class:`Nix` runs every nix command through the process runner, with the
   user's ``builders``, ``substituters`` and ``trusted-public-keys`` as
   ``--option`` arguments (so a team builds on remote builders and shares a
@@ -36,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, FlakeError, UsageError
+from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
 from ..process import Completed, LineCallback, ProcessRunner, scrubbed_env
 from .deploy import StorePath, write_entry
 from .flake import LOCK_FILE
@@ -44,9 +51,12 @@ from .flake import LOCK_FILE
 __all__ = [
     "NIX_FEATURES",
     "NIX_INSTALL_HINT",
+    "NIX_SANDBOX_HINT",
     "Nix",
     "NixOptions",
+    "NixSandbox",
     "find_nix",
+    "nix_sandbox",
     "lock_hash",
     "normalize_flake_ref",
     "record_nix",
@@ -59,6 +69,11 @@ NIX_INSTALL_HINT = (
     "Install Nix: `make install` in the flakebot-magic checkout (Debian: "
     "`apt-get install nix-bin`, then `bash scripts/setup-nix.sh` as root to enable "
     "flakes), or see https://nixos.org/download. Or use --backend cargo."
+)
+NIX_SANDBOX_HINT = (
+    "Turn it on: `make nix` in the flakebot-magic checkout (runs scripts/setup-nix.sh as root), "
+    "or set `sandbox = true` and `build-users-group = nixbld` in /etc/nix/nix.conf "
+    "(the nixbld group and its nixbld1..N users must exist)."
 )
 #: seconds nix gets to stop its builders after SIGINT
 INTERRUPT_GRACE = 20.0
@@ -75,12 +90,99 @@ def find_nix() -> str | None:
     return shutil.which("nix")
 
 
-def resolve_backend(requested: str | None, *, nix: str | None = None) -> tuple[str, str]:
+@dataclass(frozen=True)
+class NixSandbox:
+    """Whether nix builds run confined: in nix's sandbox, and not as root.
+
+    ``why`` says what was found (``sandbox = false``, ``nix show-config
+    failed: ...``), for messages.
+    """
+
+    on: bool
+    why: str
+
+
+#: environment variables that change which nix.conf nix reads (or what it says)
+_CONFIG_ENV = ("NIX_CONF_DIR", "NIX_CONFIG", "NIX_USER_CONF_FILES", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "HOME", "NIX_REMOTE")
+_SANDBOX_CACHE: dict[tuple[str, ...], NixSandbox] = {}
+
+
+def nix_sandbox(
+    executable: str | None = None,
+    runner: ProcessRunner | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> NixSandbox:
+    """Does nix build in its sandbox (``sandbox = true``, and build users when nix runs as root)?
+
+    Asks ``nix show-config --json`` (nix 2.8; ``nix config show --json`` in
+    newer nix) with the environment nix builds get; the answer is kept for
+    the process, per executable and nix configuration (``NIX_CONF_DIR``,
+    ``NIX_CONFIG``, ...). ``sandbox = relaxed`` counts as off: a derivation
+    may opt out of it. A nix that cannot tell counts as off.
+    """
+    found = executable or find_nix()
+    if not found:
+        return NixSandbox(False, "nix is not installed")
+    env = scrubbed_env() if env is None else env
+    key = (found, str(os.geteuid()), *(env.get(name, "") for name in _CONFIG_ENV))
+    cached = _SANDBOX_CACHE.get(key)
+    if cached is None:
+        cached = _SANDBOX_CACHE[key] = _probe_sandbox(found, runner or ProcessRunner(), env)
+    return cached
+
+
+def _probe_sandbox(executable: str, runner: ProcessRunner, env: dict[str, str]) -> NixSandbox:
+    failed = ""
+    for command in (("show-config", "--json"), ("config", "show", "--json")):
+        try:
+            done = runner.run([executable, *NIX_FEATURES, *command], cwd=Path("/"), env=env, timeout=120.0)
+        except (StageTimeout, ConfigError) as exc:
+            return NixSandbox(False, f"`nix show-config` did not answer, so it cannot tell: {exc}")
+        if done.returncode == 0:
+            break
+        failed = failed or (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:200]
+    else:
+        return NixSandbox(False, f"`nix show-config` failed, so it cannot tell: {failed}")
+    try:
+        config = json.loads(done.stdout)
+        sandbox = config["sandbox"]["value"]
+        users = config.get("build-users-group", {}).get("value", "")
+        store = str(config.get("store", {}).get("value", "auto"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return NixSandbox(False, f"`nix show-config --json` printed no sandbox setting ({exc})")
+    if sandbox is not True:
+        shown = "false" if sandbox is False else str(sandbox)
+        return NixSandbox(False, f"nix.conf says `sandbox = {shown}`")
+    # nix as root on a local store builds as root unless it has build users
+    # (the sandbox's bind mounts are writable to root)
+    local = not env.get("NIX_REMOTE") and store in ("auto", "local", "")
+    if os.geteuid() == 0 and local and not users:
+        return NixSandbox(False, "nix.conf's `build-users-group` is empty, so builds run as root")
+    return NixSandbox(True, "sandbox = true")
+
+
+def sandbox_off_error(state: NixSandbox) -> ConfigError:
+    """The ConfigError for a nix whose builds are not confined."""
+    return ConfigError(
+        f"The nix backend builds only in nix's sandbox, and it is off here ({state.why}): "
+        f"crate code and model-written code (build scripts, tests) would run unconfined. {NIX_SANDBOX_HINT} "
+        "Or use --backend cargo, which builds in bubblewrap."
+    )
+
+
+def resolve_backend(
+    requested: str | None,
+    *,
+    nix: str | None = None,
+    sandbox: NixSandbox | None = None,
+) -> tuple[str, str]:
     """``(backend, why)`` for ``auto``/``nix``/``cargo``.
 
-    ``auto`` is ``nix`` when the ``nix`` command is on PATH, else ``cargo``.
-    ``nix`` without nix installed raises :class:`ConfigError` saying how to
-    install it.
+    ``auto`` is ``nix`` when the ``nix`` command is on PATH and builds in its
+    sandbox (:func:`nix_sandbox`, or ``sandbox`` when given), else ``cargo``.
+    ``nix`` without nix installed, or with its sandbox off, raises
+    :class:`ConfigError` saying how to install it or turn the sandbox on.
 
     Examples
     --------
@@ -96,10 +198,19 @@ def resolve_backend(requested: str | None, *, nix: str | None = None) -> tuple[s
     if choice == "nix":
         if not found:
             raise ConfigError(f"--backend nix needs the `nix` command, which is not on PATH. {NIX_INSTALL_HINT}")
+        state = sandbox or nix_sandbox(found)
+        if not state.on:
+            raise sandbox_off_error(state)
         return "nix", "asked for"
-    if found:
-        return "nix", "auto: nix is on PATH"
-    return "cargo", "auto: nix is not installed"
+    if not found:
+        return "cargo", "auto: nix is not installed"
+    state = sandbox or nix_sandbox(found)
+    if not state.on:
+        return "cargo", (
+            f"auto: nix is on PATH but its sandbox is off ({state.why}), so cargo builds, in bubblewrap. "
+            f"For the nix backend: {NIX_SANDBOX_HINT}"
+        )
+    return "nix", "auto: nix is on PATH"
 
 
 def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
@@ -176,6 +287,10 @@ class Nix:
         The nix binary; default: ``nix`` on PATH (ConfigError when missing).
     options
         builders, substituters, trusted-public-keys for every command.
+    sandbox
+        Whether nix builds in its sandbox; default: ask nix
+        (:func:`nix_sandbox`) before the first build. :meth:`build` refuses
+        when it does not.
     """
 
     def __init__(
@@ -184,6 +299,7 @@ class Nix:
         *,
         executable: str | None = None,
         options: NixOptions | None = None,
+        sandbox: NixSandbox | None = None,
     ) -> None:
         found = executable or find_nix()
         if not found:
@@ -191,6 +307,14 @@ class Nix:
         self.executable = found
         self.runner = runner
         self.options = options or NixOptions()
+        self._sandbox = sandbox
+
+    @property
+    def sandbox(self) -> NixSandbox:
+        """Does this nix build in its sandbox? (asked once)"""
+        if self._sandbox is None:
+            self._sandbox = nix_sandbox(self.executable, self.runner)
+        return self._sandbox
 
     def argv(self, *args: str) -> list[str]:
         return [self.executable, *NIX_FEATURES, *self.options.argv(), *args]
@@ -250,8 +374,11 @@ class Nix:
         """``nix build`` the workspace flake; return the output's /nix/store path.
 
         ``out_link`` becomes a GC root for it (nix creates it only after a
-        successful build).
+        successful build). Refuses (:class:`ConfigError`) when nix's sandbox
+        is off: the build runs the crate's build scripts and tests.
         """
+        if not self.sandbox.on:
+            raise sandbox_off_error(self.sandbox)
         out_link.parent.mkdir(parents=True, exist_ok=True)
         installable = f".#{attribute}" if attribute else "."
         done = self.run(

@@ -225,10 +225,10 @@ def _nix_setup_problem() -> str | None:
     for line in out.splitlines():
         key, _, value = line.partition("=")
         config[key.strip()] = value.strip()
-    if config.get("sandbox", "") not in ("false", "relaxed"):
-        return "nix builds are sandboxed; the stand-in needs `sandbox = false` (run scripts/setup-nix.sh)"
-    if config.get("build-users-group", ""):
-        return "nix builds run as build users; the stand-in needs `build-users-group =` (run scripts/setup-nix.sh)"
+    if config.get("sandbox", "") != "true":
+        return "nix's sandbox is off; flakebot builds only in it (run scripts/setup-nix.sh)"
+    if "/opt/host-rust=" not in config.get("sandbox-paths", "") and not Path("/usr/bin/cargo").exists():
+        return "the stand-in finds no Rust toolchain in nix's sandbox (run scripts/setup-nix.sh)"
     return None
 
 

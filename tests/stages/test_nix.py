@@ -41,7 +41,9 @@ from flakebot_magic.stages.nix import (
     NIX_FEATURES,
     Nix,
     NixOptions,
+    NixSandbox,
     lock_hash,
+    nix_sandbox,
     normalize_flake_ref,
     resolve_backend,
 )
@@ -50,14 +52,79 @@ REPO = Path(__file__).resolve().parents[2]
 STAND_IN = REPO / "tests" / "nixpkgs"
 SYSTEM = f"{platform.machine()}-linux"
 NIX = shutil.which("nix")
+SANDBOX_ON = NixSandbox(True, "sandbox = true")
+SANDBOX_OFF = NixSandbox(False, "nix.conf says `sandbox = false`")
 
 
 # -- backend choice (no nix needed) -----------------------------------------
 
 
 def test_auto_is_nix_when_nix_is_on_path() -> None:
-    assert resolve_backend("auto", nix="/usr/bin/nix") == ("nix", "auto: nix is on PATH")
-    assert resolve_backend(None, nix="/usr/bin/nix")[0] == "nix"
+    assert resolve_backend("auto", nix="/usr/bin/nix", sandbox=SANDBOX_ON) == ("nix", "auto: nix is on PATH")
+    assert resolve_backend(None, nix="/usr/bin/nix", sandbox=SANDBOX_ON)[0] == "nix"
+
+
+def test_auto_is_cargo_when_nix_builds_unsandboxed() -> None:
+    backend, why = resolve_backend("auto", nix="/usr/bin/nix", sandbox=SANDBOX_OFF)
+    assert backend == "cargo"
+    assert why.startswith("auto: ")  # the pipeline's notice, not a failure
+    assert "sandbox = false" in why and "make nix" in why and "build-users-group = nixbld" in why
+
+
+def test_nix_refuses_to_build_unsandboxed_and_says_how_to_turn_the_sandbox_on(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as error:
+        resolve_backend("nix", nix="/usr/bin/nix", sandbox=SANDBOX_OFF)
+    message = str(error.value)
+    for words in ("sandbox = false", "make nix", "sandbox = true", "build-users-group = nixbld", "/etc/nix/nix.conf", "--backend cargo"):
+        assert words in message
+    # Nix.build checks too, before running anything
+    runner = RecordingRunner({})
+    with pytest.raises(ConfigError, match="sandbox"):
+        Nix(runner, executable="/usr/bin/nix", sandbox=SANDBOX_OFF).build(tmp_path, tmp_path / "link")
+    assert runner.argvs == []
+
+
+class ConfigRunner(ProcessRunner):
+    """Answers ``nix show-config --json`` with ``config`` (or fails with ``stderr``); counts the calls."""
+
+    def __init__(self, config: dict[str, Any] | None, stderr: str = "") -> None:
+        super().__init__()
+        self.config, self.stderr, self.calls = config, stderr, 0
+
+    def run(self, args: Sequence[Any], **kwargs: Any) -> Completed:  # type: ignore[override]
+        self.calls += 1
+        if self.config is None:
+            return Completed(list(args), 1, "", self.stderr, 0.0)
+        return Completed(list(args), 0, json.dumps({k: {"value": v} for k, v in self.config.items()}), "", 0.0)
+
+
+@pytest.mark.parametrize(
+    ("config", "on", "why"),
+    [
+        ({"sandbox": True, "build-users-group": "nixbld"}, True, "sandbox = true"),
+        ({"sandbox": False, "build-users-group": "nixbld"}, False, "`sandbox = false`"),
+        ({"sandbox": "relaxed", "build-users-group": "nixbld"}, False, "`sandbox = relaxed`"),
+        ({"build-users-group": "nixbld"}, False, "no sandbox setting"),
+        (None, False, "cannot tell: error: bad"),
+    ],
+)
+def test_the_sandbox_probe_reads_nix_show_config(
+    config: dict[str, Any] | None, on: bool, why: str, tmp_path: Path
+) -> None:
+    runner = ConfigRunner(config, "error: bad")
+    # a configuration of its own: the per-process answer is not shared with other tests
+    env = {"NIX_CONF_DIR": str(tmp_path)}
+    state = nix_sandbox("/usr/bin/nix", runner, env=env)
+    assert state.on is on and why in state.why
+    assert nix_sandbox("/usr/bin/nix", runner, env=env) == state
+    assert runner.calls == (1 if config is not None else 2)  # asked once; newer nix's `config show` tried too
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nix as root only")
+def test_root_without_build_users_is_not_sandboxed_enough(tmp_path: Path) -> None:
+    runner = ConfigRunner({"sandbox": True, "build-users-group": "", "store": "auto"})
+    state = nix_sandbox("/usr/bin/nix", runner, env={"NIX_CONF_DIR": str(tmp_path)})
+    assert not state.on and "build-users-group" in state.why
 
 
 def test_auto_is_cargo_without_nix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,7 +238,7 @@ def test_options_reach_every_nix_command_line(tmp_path: Path) -> None:
         substituters="https://cache.example.org https://cache.nixos.org",
         trusted_public_keys="cache.example.org-1:AAAA= cache.nixos.org-1:BBBB=",
     )
-    nix = Nix(runner, executable="/usr/bin/nix", options=options)
+    nix = Nix(runner, executable="/usr/bin/nix", options=options, sandbox=SANDBOX_ON)
     assert nix.build(tmp_path, tmp_path / "link") == Path(out)
     nix.add_root(Path(out), tmp_path / "root")
     build_argv, root_argv = runner.argvs
@@ -196,7 +263,12 @@ def fake_nix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bindir.mkdir()
     record = tmp_path / "nix-argv"
     script = bindir / "nix"
-    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {record}\necho "error: fake nix" >&2\nexit 1\n')
+    config = json.dumps({"sandbox": {"value": True}, "build-users-group": {"value": "nixbld"}})
+    script.write_text(
+        "#!/bin/sh\n"
+        f"case \"$*\" in *show-config*) echo '{config}'; exit 0 ;; esac\n"
+        f'printf "%s\\n" "$@" >> {record}\necho "error: fake nix" >&2\nexit 1\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     return record
@@ -235,10 +307,10 @@ def _nix_setup_problem() -> str | None:
     if done.returncode != 0:
         return f"nix does not work here: {done.stderr[-300:]}"
     config = dict(line.partition(" = ")[::2] for line in done.stdout.splitlines())
-    if config.get("sandbox", "") not in ("false", "relaxed"):
-        return "nix builds are sandboxed; the stand-in needs `sandbox = false` (run scripts/setup-nix.sh)"
-    if config.get("build-users-group", ""):
-        return "nix builds run as build users; the stand-in needs `build-users-group =` (run scripts/setup-nix.sh)"
+    if config.get("sandbox", "") != "true":
+        return "nix's sandbox is off; flakebot refuses to build in it (run scripts/setup-nix.sh)"
+    if "/opt/host-rust=" not in config.get("sandbox-paths", "") and not Path("/usr/bin/cargo").exists():
+        return "the stand-in finds no Rust toolchain in nix's sandbox (run scripts/setup-nix.sh)"
     return None
 
 
@@ -514,15 +586,38 @@ def test_a_failed_build_carries_the_tail_of_its_log(nix_ready: None, tmp_path: P
     assert not (tmp_path / "link").exists()
 
 
+def _processes_with_env(entry: str, *, settle: float = 2.0) -> list[int]:
+    """Pids of live processes whose environment holds ``entry`` (``NAME=value``), after up to ``settle`` seconds.
+
+    A builder in nix's sandbox has its own pids and its cwd reads ``/build``;
+    its environment (the derivation's attributes) still tells it apart.
+    """
+    wanted = entry.encode()
+    deadline = time.monotonic() + settle
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if wanted in environ and state != "Z":
+                found.append(int(pid))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 @pytest.mark.nix
 def test_cancelling_nix_build_leaves_no_process_store_path_or_root(nix_ready: None, tmp_path: Path) -> None:
     nonce = uuid.uuid4().hex
-    marker = tmp_path / "builder.pid"
     repo = _flake_repo(tmp_path / "slow", (
         "{\n  outputs = { self }: {\n"
         f"    packages.{SYSTEM}.default = derivation {{\n"
         f'      name = "slow-{nonce[:8]}"; system = "{SYSTEM}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
-        f'      args = [ "-c" "mkdir -p $out; echo $$ > {marker}; sleep 120; echo done > $out/done" ];\n'
+        f'      FLAKEBOT_TEST_NONCE = "{nonce}";\n'
+        f'      args = [ "-c" "mkdir -p $out; sleep 120; echo done > $out/done" ];\n'
         "    };\n  };\n}\n"
     ))
     out = Path(_nix("eval", "--raw", f".#packages.{SYSTEM}.default.outPath", cwd=repo).stdout)
@@ -538,19 +633,19 @@ def test_cancelling_nix_build_leaves_no_process_store_path_or_root(nix_ready: No
     thread = threading.Thread(target=build)
     thread.start()
     deadline = time.monotonic() + 120
-    while not marker.exists() and time.monotonic() < deadline:
+    builders: list[int] = []
+    while not builders and time.monotonic() < deadline:
+        builders = _processes_with_env(f"FLAKEBOT_TEST_NONCE={nonce}", settle=0)
         time.sleep(0.1)
-    assert marker.exists(), "the builder never started"
+    assert builders, f"the builder never started: {failure}"
     time.sleep(0.3)
-    builder = int(marker.read_text())
     cancelled_at = time.monotonic()
     cancel.cancel()
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert isinstance(failure[0], Cancelled)
     assert time.monotonic() - cancelled_at < 25
-    time.sleep(0.5)
-    assert not Path(f"/proc/{builder}").exists(), "the builder outlived the cancelled nix build"
+    assert _processes_with_env(f"FLAKEBOT_TEST_NONCE={nonce}") == [], "the builder outlived the cancelled nix build"
     # never registered: to nix it is garbage (the next build of it starts
     # afresh, nix-collect-garbage deletes it), and no root or recipe names it
     assert not _valid(out)
@@ -589,11 +684,11 @@ def test_a_cancelled_pipeline_leaves_no_root_and_no_recipe(
     assert not thread.is_alive()
     assert failure and isinstance(failure[0], Cancelled), failure
     assert processes_in(workspace) == []
-    assert [p for d in Path("/tmp").glob("nix-build-slowbuild-0.1.0.drv-*") for p in processes_in(d)] == []
     assert not pending.exists() or list(pending.iterdir()) == []
     assert not (settings.gcroots_dir / "slowbuild").exists()
     assert not settings.recipes_dir.exists() or list(settings.recipes_dir.iterdir()) == []
     out = Path(_nix("eval", "--raw", f".#packages.{SYSTEM}.default.outPath", cwd=workspace).stdout)
+    assert _processes_with_env(f"out={out}") == []  # nix's builder (in its sandbox) is gone too
     assert not _valid(out)
 
 
