@@ -10,6 +10,8 @@ The tree::
     ├── ForkError           the published source could not become a workspace
     ├── BuildError          cargo build failed (carries the first diagnostics)
     │   └── TestError       cargo test failed (carries the failing test names)
+    ├── PolicyError         the workspace holds what flakebot does not build (a new
+    │                       build.rs, .cargo/, a path outside, ...; names the files)
     ├── NeedsModelError     the best candidate is a library; a model must write the tool
     ├── EditError           the edit loop stopped short of a green workspace (stuck, ...)
     │   └── BudgetExhausted its iterations or tokens ran out (names the last diagnostics)
@@ -43,6 +45,7 @@ __all__ = [
     "ForkError",
     "ModelError",
     "NeedsModelError",
+    "PolicyError",
     "RegistryError",
     "SearchError",
     "StageTimeout",
@@ -162,6 +165,16 @@ class TestError(BuildError):
         super().__init__(
             message, diagnostics=diagnostics, command=command, workspace=workspace
         )
+
+
+class PolicyError(FlakebotError):
+    """The workspace breaks the build policy (:mod:`flakebot_magic.policy`); ``violations`` names each file."""
+
+    stage = "build"
+
+    def __init__(self, message: str, *, violations: Sequence[Any] = (), workspace: Path | None = None) -> None:
+        self.violations = list(violations)
+        super().__init__(message, workspace=workspace)
 
 
 class NeedsModelError(FlakebotError):
