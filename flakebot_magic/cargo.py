@@ -91,6 +91,23 @@ class Cargo:
             workspace=cwd,
         )
 
+    def fetch(
+        self, workspace: Path, timeout: float, on_line: LineCallback | None = None, *, env: dict[str, str] | None = None
+    ) -> Completed:
+        """``cargo fetch`` for ``workspace``, honouring none of the workspace's configuration.
+
+        cargo reads ``.cargo/config.toml`` from its working directory and the
+        directories above it, not from the manifest's: so it runs in ``/``
+        with ``--manifest-path``, and a ``.cargo/config.toml`` planted in the
+        workspace (a ``runner``, a ``rustc-wrapper``, a source replacement)
+        is never read by this step, which runs outside any sandbox.
+        """
+        manifest = Path(workspace).resolve() / "Cargo.toml"
+        argv = [*self.argv("fetch"), "--manifest-path", str(manifest)]
+        return self.runner.run(
+            argv, cwd=Path("/"), env=self.env(env), timeout=timeout, on_line=on_line, workspace=workspace
+        )
+
     def rustc_version(self) -> str:
         """``rustc -vV`` of the toolchain cargo uses (part of every store hash)."""
         rustc = shutil.which("rustc", path=self.env()["PATH"]) or "rustc"

@@ -515,17 +515,17 @@ class SandboxedCargo(Cargo):
                     entry.unlink(missing_ok=True)
         return home
 
-    def fetch(self, cwd: Path, timeout: float, on_line: LineCallback | None = None) -> Completed:
-        """``cargo fetch`` outside the sandbox: downloads only, no crate code, no workspace configuration.
+    def fetch(
+        self, workspace: Path, timeout: float, on_line: LineCallback | None = None, *, env: dict[str, str] | None = None
+    ) -> Completed:
+        """``cargo fetch`` outside the sandbox (it needs the network; it runs no crate code).
 
-        cargo reads ``.cargo/config.toml`` from the directories above its
-        working directory, not the manifest's: it runs in ``/`` with
-        ``--manifest-path``, and with the private ``CARGO_HOME``.
+        No workspace configuration is honoured (see :meth:`Cargo.fetch`), and
+        downloads go to the private ``CARGO_HOME``, cleared first of anything
+        sandboxed code could have planted there as configuration.
         """
-        manifest = Path(cwd).resolve() / "Cargo.toml"
-        argv = [*Cargo.argv(self, "fetch"), "--manifest-path", str(manifest)]
-        env = self.env({"CARGO_HOME": str(self._cargo_home()), **self.toolchain.env()})
-        return self.runner.run(argv, cwd=Path("/"), env=env, timeout=timeout, on_line=on_line, workspace=cwd)
+        extra = {"CARGO_HOME": str(self._cargo_home()), **self.toolchain.env(), **(env or {})}
+        return super().fetch(workspace, timeout, on_line, env=extra)
 
     def sandbox_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """cargo's environment inside the sandbox: the allowlist, the toolchain, the private CARGO_HOME."""
