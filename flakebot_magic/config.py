@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .fsutil import private_dir
+
 if TYPE_CHECKING:
     from .model import ModelConfig
 
@@ -26,6 +28,30 @@ def default_cache_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("flakebot", appauthor=False))
+
+
+def default_tool_env(text: str | None = None) -> dict[str, str]:
+    """The ``tool_env`` setting from ``$FLAKEBOT_TOOL_ENV``: ``NAME=VALUE`` entries and bare ``NAME`` s, comma-separated.
+
+    A bare name passes that variable of the kernel's environment on (when
+    set); ``NAME=VALUE`` sets it. This is the only way a variable the
+    allowlist drops (an API key) reaches a deployed tool::
+
+        FLAKEBOT_TOOL_ENV="GITHUB_TOKEN,RUST_LOG=debug"
+    """
+    text = os.environ.get("FLAKEBOT_TOOL_ENV", "") if text is None else text
+    env: dict[str, str] = {}
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, value = entry.partition("=")
+        name = name.strip()
+        if sep:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    return env
 
 
 def default_registry() -> str | None:
@@ -83,6 +109,12 @@ class Settings:
     follow_up: bool = False
     #: seconds allowed for one model request before the SDK retries it
     model_timeout: float = 120.0
+    #: variables added to every deployed tool's allowlisted environment (CLI calls, MCP and HTTP
+    #: starts); nothing else of the kernel's environment, no API key, reaches a tool
+    #: (default from ``$FLAKEBOT_TOOL_ENV``, see :func:`default_tool_env`)
+    tool_env: dict[str, str] = field(default_factory=default_tool_env)
+    #: run deployed tools inside the sandbox too (by default a deployed tool runs as the user)
+    confine_tools: bool = False
 
     def model_config(self) -> ModelConfig | None:
         """The configured model, or None (then libraries cannot become tools)."""
@@ -92,27 +124,38 @@ class Settings:
             self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
         )
 
+    def private_cache_dir(self) -> Path:
+        """The cache dir, created (or fixed) as mode 0700: logs, workspaces and the store are the user's alone."""
+        return private_dir(self.cache_dir)
+
+    # Every place under the cache is reached through these, so the cache dir is
+    # private before anything is written into it.
+
     @property
     def workspaces_dir(self) -> Path:
-        return self.cache_dir / "workspaces"
+        return self.private_cache_dir() / "workspaces"
 
     @property
     def store_dir(self) -> Path:
-        return self.cache_dir / "store"
+        return self.private_cache_dir() / "store"
 
     @property
     def tools_dir(self) -> Path:
-        return self.cache_dir / "tools"
+        return self.private_cache_dir() / "tools"
 
     @property
     def recipes_dir(self) -> Path:
-        return self.cache_dir / "recipes"
+        return self.private_cache_dir() / "recipes"
 
     @property
     def index_dir(self) -> Path:
-        return self.cache_dir / "index"
+        return self.private_cache_dir() / "index"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.private_cache_dir() / "logs"
 
     @property
     def gcroots_dir(self) -> Path:
         """Nix GC roots of live tools (nix backend): one symlink per tool name."""
-        return self.cache_dir / "gcroots"
+        return self.private_cache_dir() / "gcroots"

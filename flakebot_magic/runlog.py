@@ -1,12 +1,14 @@
 """A run's log: every stage, notice and line of cargo, git and nix output, kept as ``<cache>/logs/NAME.log``.
 
 The widget shows the same lines live; this file is what ``%flakebot logs``,
-``flakebot logs`` and the Jupyter dashboard show afterwards.
+``flakebot logs`` and the Jupyter dashboard show afterwards. A log may hold
+whatever a crate's tests printed, so it is the user's alone: mode 0600 in a
+0700 directory, written atomically (a planted symlink is replaced, never
+followed).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from .config import Settings
 from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from .fsutil import atomic_write, private_dir
 from .inventory import Inventory
 
 __all__ = ["RunLog", "log_path", "logs_dir"]
@@ -23,7 +26,7 @@ MAX_LINES = 20_000
 
 
 def logs_dir(settings: Settings) -> Path:
-    return settings.cache_dir / "logs"
+    return settings.logs_dir
 
 
 def log_path(settings: Settings, name: str) -> Path:
@@ -68,10 +71,8 @@ class RunLog:
         if not name:
             return None
         path = log_path(self.settings, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(self.text())
-        os.replace(tmp, path)
+        private_dir(path.parent)
+        atomic_write(path, self.text(), mode=0o600, root=self.settings.cache_dir)
         changes: dict[str, object] = {"log_path": str(path)}
         if request is not None:
             changes["request"] = request

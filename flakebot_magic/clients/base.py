@@ -11,19 +11,79 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable, Mapping
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..process import allowed_env
 from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
 from .schema import check_arguments
 
-__all__ = ["KINDS", "StartedToolClient", "ToolClient"]
+if TYPE_CHECKING:
+    from ..sandbox import Sandbox
+
+__all__ = ["KINDS", "Confinement", "StartedToolClient", "ToolClient", "tool_environment"]
 
 #: the tool kinds a contract may name
 KINDS = ("cli", "mcp", "http")
 
 _KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
+
+
+def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
+    """The whole environment a deployed tool starts with: the allowlist, ``HOME``, then ``extras``.
+
+    The allowlist is :func:`flakebot_magic.process.allowed_env` (``PATH``,
+    ``LANG``, ``LC_*``, ``TZ`` ...). A deployed tool runs as the user, so it
+    gets the user's ``HOME`` (a path, not a secret). Nothing else of the
+    kernel's environment passes (no API key, no ``DATABASE_URL``): what a tool
+    needs beyond that, the user gives explicitly (the ``tool_env`` setting,
+    ``tool(..., env={...})``), later mappings winning.
+    """
+    extra: dict[str, str] = {}
+    for mapping in extras:
+        extra.update({str(k): str(v) for k, v in (mapping or {}).items()})
+    return allowed_env(extra or None, home=os.environ.get("HOME"))
+
+
+class Confinement:
+    """A deployed tool run inside the sandbox: a private scratch dir, the store entry read-only.
+
+    Used for what flakebot runs on its own initiative (the ``--help`` probe,
+    acceptance examples) and, with the ``confine_tools`` setting, for every
+    call. The scratch dir is the only writable directory and the working
+    directory; :meth:`close` removes it.
+    """
+
+    def __init__(self, binary: Path, store_path: Path) -> None:
+        from ..sandbox import Sandbox
+
+        self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
+        visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
+        if Path(binary).resolve().is_relative_to("/nix/store"):  # its libraries live beside it
+            visible.add(Path("/nix/store"))
+        try:
+            self.sandbox: Sandbox = Sandbox(self.scratch, read_only=tuple(sorted(visible)))  # type: ignore[call-arg]
+        except TypeError:  # TEMPORARY until the sandbox takes read_only= (it shows the whole filesystem then)
+            self.sandbox = Sandbox(self.scratch)
+
+    def command(self, argv: list[str]) -> list[str]:
+        return self.sandbox.command(argv)
+
+    def env(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
+        """The sandbox's environment plus ``extras`` (what the user passed explicitly)."""
+        env = self.sandbox.env()
+        for mapping in extras:
+            env.update({str(k): str(v) for k, v in (mapping or {}).items()})
+        return env
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class ToolClient:
@@ -49,6 +109,13 @@ class ToolClient:
         The store manifest (description, commit, flags ...).
     lock_hash
         Nix backend: ``sha256-<hex>`` of the flake.lock it was built with.
+    env
+        Variables added to the allowlisted environment of every start of
+        the tool (the ``tool_env`` setting); nothing else of the kernel's
+        environment reaches it.
+    confine
+        Run the tool inside the sandbox (the ``confine_tools`` setting).
+        By default a deployed tool runs as the user, outside the sandbox.
     """
 
     kind = "cli"
@@ -66,6 +133,8 @@ class ToolClient:
         timeout: float = 60.0,
         provenance: Mapping[str, Any] | None = None,
         lock_hash: str = "",
+        env: Mapping[str, str] | None = None,
+        confine: bool = False,
     ) -> None:
         self.name = name
         self.binary = Path(binary)
@@ -78,6 +147,12 @@ class ToolClient:
         self.timeout = timeout
         self.provenance: dict[str, Any] = dict(provenance or {})
         self.lock_hash = lock_hash
+        #: added to the allowlisted environment at every start (the ``tool_env`` setting)
+        self.env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
+        #: run inside the sandbox (the ``confine_tools`` setting)
+        self.confine = confine
+        self._confined_depth = 0
+        self._confined_lock = threading.Lock()
         #: the acceptance examples' results, when the cell had examples
         self.acceptance: Any = None
         #: called as ``on_state(status=..., pid=..., url=...)`` when the tool's process starts or
@@ -90,6 +165,41 @@ class ToolClient:
                 self.on_state(**changes)
             except Exception:  # bookkeeping must never break a call
                 pass
+
+    # -- confinement -----------------------------------------------------------
+
+    @property
+    def confined_now(self) -> bool:
+        """Do the tool's processes start in the sandbox now (setting, or inside :meth:`confined`)?"""
+        return self.confine or self._confined_depth > 0
+
+    @contextmanager
+    def confined(self) -> Iterator[ToolClient]:
+        """Within the block, the tool runs in the sandbox (what acceptance examples use).
+
+        A running server is stopped on entry and on exit, so the block gets a
+        confined process and later calls an ordinary one again.
+        """
+        with self._confined_lock:
+            self._confined_depth += 1
+            first = self._confined_depth == 1
+        if first and not self.confine:
+            self._confinement_changed()
+        try:
+            yield self
+        finally:
+            with self._confined_lock:
+                self._confined_depth -= 1
+                last = self._confined_depth == 0
+            if last and not self.confine:
+                self._confinement_changed()
+
+    def _confinement_changed(self) -> None:
+        """Processes started before no longer match :attr:`confined_now` (servers restart)."""
+
+    def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
+        """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras``."""
+        return tool_environment(self.env, *extras)
 
     # -- subclasses ------------------------------------------------------------
 

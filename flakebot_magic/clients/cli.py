@@ -34,7 +34,7 @@ from typing import Any, Literal, Optional, Union
 
 from ..errors import ToolError
 from .agents import ToolFunction
-from .base import ToolClient
+from .base import Confinement, ToolClient
 
 __all__ = ["CliArgument", "CliOption", "CliSpec", "CliTool", "parse_help", "reads_stdin"]
 
@@ -318,18 +318,52 @@ def parse_help(text: str) -> CliSpec:
     )
 
 
-def _help_of(binary: Path, timeout: float = 10.0) -> str:
-    for flag in ("--help", "-h"):
-        try:
-            done = subprocess.run(
-                [str(binary), flag], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        text = (done.stdout or done.stderr).decode("utf-8", "replace").strip()
-        if done.returncode == 0 and text:
-            return text
-    return ""
+#: what the ``--help`` probe keeps of a tool's help text
+HELP_BYTES = 1024 * 1024
+#: what a call keeps of standard output (past it the tool is stopped) and of standard error
+OUTPUT_BYTES = 64 * 1024 * 1024
+STDERR_BYTES = 1024 * 1024
+
+
+def _help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0) -> str:
+    """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
+
+    The store entry is visible read-only, a scratch dir is the only writable
+    place, and the environment is the sandbox's allowlist: the probe sees no
+    secret and no file of the user's.
+    """
+    confinement = Confinement(binary, store_path if store_path is not None else Path(binary).parent)
+    try:
+        for flag in ("--help", "-h"):
+            try:
+                proc = subprocess.Popen(
+                    confinement.command([str(binary), flag]),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=confinement.scratch,
+                    env=confinement.env(),
+                    start_new_session=True,
+                )
+            except OSError:
+                continue
+            exchange = _Exchange(proc, stdout_cap=HELP_BYTES, stderr_cap=HELP_BYTES, stop_at_cap=False)
+            try:
+                out, err = exchange.run(b"", timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                exchange.close()
+                continue
+            except BaseException:
+                _kill_group(proc)
+                exchange.close()
+                raise
+            text = (out or err).decode("utf-8", "replace").strip()
+            if proc.returncode == 0 and text:
+                return text
+        return ""
+    finally:
+        confinement.close()
 
 
 # -- the callable ------------------------------------------------------------------------
@@ -392,7 +426,7 @@ class CliTool(ToolClient):
     def help(self) -> str:
         """The binary's ``--help`` text (run once, then remembered)."""
         if self._help is None:
-            self._help = _help_of(self.binary)
+            self._help = _help_of(self.binary, self.store_path)
         return self._help
 
     @property
@@ -451,7 +485,8 @@ class CliTool(ToolClient):
             "timeout : float, optional",
             f"    Seconds before the tool is stopped (default {self.timeout:g}).",
             "env : mapping, optional",
-            "    Variables added to the tool's environment.",
+            "    Variables added to the tool's environment for this call. The tool starts with an",
+            "    allowlisted environment (PATH, HOME, LANG, ...; no API keys), plus the tool_env setting.",
         ]
         for option in spec.options:
             kind = "bool" if not option.takes_value else (
@@ -539,17 +574,28 @@ class CliTool(ToolClient):
         argv = self.argv(*items, **options) if options else [_text(a) for a in items]
         data = input.encode() if isinstance(input, str) else input
         limit = self.timeout if timeout is None else timeout
-        proc = subprocess.Popen(
-            [str(self.binary), *argv],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=None if env is None else {**os.environ, **env},
-            start_new_session=True,  # a timeout or an interrupt stops what the tool started, too
-        )
-        exchange = _Exchange(proc)
+        command = [str(self.binary), *argv]
+        confinement = Confinement(self.binary, self.store_path) if self.confined_now else None
         try:
-            out, err = exchange.run(data or b"", limit)
+            proc = subprocess.Popen(
+                confinement.command(command) if confinement else command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=confinement.scratch if confinement else None,
+                # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
+                env=confinement.env(self.env, env) if confinement else self._environment(env),
+                start_new_session=True,  # a timeout or an interrupt stops what the tool started, too
+            )
+            return self._exchange(proc, data or b"", limit)
+        finally:
+            if confinement is not None:
+                confinement.close()
+
+    def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, limit: float) -> str:
+        exchange = _Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
+        try:
+            out, err = exchange.run(data, limit)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             exchange.close()
@@ -563,6 +609,13 @@ class CliTool(ToolClient):
             _kill_group(proc)
             exchange.close()
             raise
+        if exchange.overflow:
+            raise ToolError(
+                f"{self.name} wrote more than {OUTPUT_BYTES // (1024 * 1024)} MiB to standard output and was "
+                "stopped (the output was dropped). Write big results to a file and pass its path instead.",
+                returncode=proc.returncode,
+                stderr=err.decode("utf-8", "replace"),
+            )
         stdout = out.decode("utf-8", "replace")
         if proc.returncode != 0:
             stderr = err.decode("utf-8", "replace")
@@ -712,27 +765,55 @@ def _option_argv(option: CliOption, value: Any) -> list[str]:
 
 
 class _Exchange:
-    """``Popen.communicate`` with a deadline, minus its sleep-polling wait for the exit.
+    """``Popen.communicate`` with a deadline and bounded output, minus its sleep-polling wait for the exit.
 
     ``communicate(timeout=...)`` waits for the exit by sleeping in growing
     steps from 0.5 ms; for a tool that runs in a millisecond that doubles the
     call. Here the exit is awaited on a pidfd (Linux), without polling.
+
+    Output is read in chunks and kept up to ``stdout_cap`` / ``stderr_cap``
+    bytes. Past the standard output's cap the tool is stopped and
+    :attr:`overflow` set (``stop_at_cap``), or the rest is read and dropped;
+    what standard error drops is said at its end.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        *,
+        stdout_cap: int = OUTPUT_BYTES,
+        stderr_cap: int = STDERR_BYTES,
+        stop_at_cap: bool = True,
+    ) -> None:
         self.proc = proc
         self.out: list[bytes] = []
         self.err: list[bytes] = []
+        self.caps = {"out": stdout_cap, "err": stderr_cap}
+        self.sizes = {"out": 0, "err": 0}
+        self.dropped = {"out": 0, "err": 0}
+        self.stop_at_cap = stop_at_cap
+        self.overflow = False
 
     @property
     def stderr(self) -> bytes:
-        return b"".join(self.err)
+        return b"".join(self.err) + self._note("err")
+
+    def _note(self, which: str) -> bytes:
+        dropped = self.dropped[which]
+        return f"\n[flakebot: {dropped} more bytes dropped (truncated at {self.caps[which]} bytes)]\n".encode() if dropped else b""
+
+    def _keep(self, which: str, sink: list[bytes], chunk: bytes) -> None:
+        room = self.caps[which] - self.sizes[which]
+        if room > 0:
+            sink.append(chunk[:room])
+            self.sizes[which] += min(room, len(chunk))
+        self.dropped[which] += max(len(chunk) - max(room, 0), 0)
 
     def run(self, data: bytes, limit: float) -> tuple[bytes, bytes]:
         proc = self.proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         deadline = time.monotonic() + limit
-        sinks = {proc.stdout: self.out, proc.stderr: self.err}
+        sinks = {proc.stdout: ("out", self.out), proc.stderr: ("err", self.err)}
         view = memoryview(data)
         offset = 0
         with selectors.DefaultSelector() as selector:
@@ -758,12 +839,18 @@ class _Exchange:
                         continue
                     chunk = os.read(key.fd, 1 << 16)
                     if chunk:
-                        sinks[key.fileobj].append(chunk)  # type: ignore[index]
+                        which, sink = sinks[key.fileobj]  # type: ignore[index]
+                        self._keep(which, sink, chunk)
+                        if which == "out" and self.dropped["out"] and self.stop_at_cap:
+                            self.overflow = True
+                            _kill_group(proc)
+                            self.close()
+                            return b"".join(self.out), self.stderr
                     else:
                         selector.unregister(key.fileobj)
                         key.fileobj.close()  # type: ignore[union-attr]
         self._reap(deadline, limit)
-        return b"".join(self.out), b"".join(self.err)
+        return b"".join(self.out) + self._note("out"), b"".join(self.err) + self._note("err")
 
     def _reap(self, deadline: float, limit: float) -> None:
         proc = self.proc

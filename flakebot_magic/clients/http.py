@@ -18,6 +18,13 @@ error status::
     >>> svc.greet(name="Ada")                               # doctest: +SKIP
     {'greeting': 'Hello, Ada.'}
 
+The service starts with the allowlisted environment (plus the ``tool_env``
+setting and ``PORT``, ``HOST``, ``FLAKEBOT_TOKEN``). At each start the client
+checks that a request without the token is refused (else the start fails
+with a :class:`~flakebot_magic.errors.DeployError`: the service ignores its
+token), and that every socket it listens on is a loopback one, again at every
+later start. An answer may be at most :data:`MAX_RESPONSE_BYTES` long.
+
 httpx is imported when a service starts, not when flakebot_magic is imported.
 """
 
@@ -35,8 +42,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ..errors import ToolError
-from ..process import scrubbed_env
+from ..errors import DeployError, ToolError
 from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
@@ -47,9 +53,68 @@ from .schema import docstring_of, example_value, make_function, params_of, pytho
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["HttpTool", "listening_addresses"]
+__all__ = ["MAX_RESPONSE_BYTES", "HttpTool", "ResponseTooLarge", "listening_addresses"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
+
+#: the largest answer (body bytes as sent) read from a service
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class ResponseTooLarge(ToolError):
+    """A service's answer passed :data:`MAX_RESPONSE_BYTES`; it was dropped."""
+
+
+def _capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx.BaseTransport:
+    """``inner``, with every response body cut off (:class:`ResponseTooLarge`) past ``limit`` bytes.
+
+    The body is counted as sent, and its ``Content-Encoding`` is dropped, so
+    httpx never inflates it: a small compressed answer cannot become a large
+    one in memory (the client asks for ``identity`` anyway).
+    """
+    import httpx
+
+    class CappedStream(httpx.SyncByteStream):
+        def __init__(self, stream: httpx.SyncByteStream, what: str) -> None:
+            self.stream = stream
+            self.what = what
+
+        def __iter__(self) -> Iterator[bytes]:
+            size = 0
+            for chunk in self.stream:
+                size += len(chunk)
+                if size > limit:
+                    raise ResponseTooLarge(
+                        f"{name}: the answer to {self.what} passed {limit // (1024 * 1024)} MiB; it was dropped. "
+                        "Have the service write big results to a file and return its path."
+                    )
+                yield chunk
+
+        def close(self) -> None:
+            self.stream.close()
+
+    class CappedTransport(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = inner.handle_request(request)
+            declared = response.headers.get("content-length", "")
+            what = f"{request.method} {request.url.path}"
+            if declared.isdigit() and int(declared) > limit:
+                response.close()
+                raise ResponseTooLarge(
+                    f"{name}: the answer to {what} is {int(declared)} bytes, past the "
+                    f"{limit // (1024 * 1024)} MiB limit; it was not read."
+                )
+            headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
+            assert isinstance(response.stream, httpx.SyncByteStream)
+            return httpx.Response(
+                response.status_code, headers=headers, stream=CappedStream(response.stream, what),
+                extensions=response.extensions,
+            )
+
+        def close(self) -> None:
+            inner.close()
+
+    return CappedTransport()
 
 
 def _free_port() -> int:
@@ -122,6 +187,9 @@ class HttpTool(StartedToolClient):
     kind = "http"
     member = "operation"
 
+    #: the largest answer read (bytes)
+    max_response = MAX_RESPONSE_BYTES
+
     def __init__(
         self,
         *args: Any,
@@ -130,9 +198,8 @@ class HttpTool(StartedToolClient):
         transport: httpx.BaseTransport | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, env=env, **kwargs)
         self.contract = contract or ToolContract(kind="http", bin=self.binary.name)
-        self._env = dict(env or {})
         self._transport = transport
         self._logs = LogBuffer()
         self._process: ToolProcess | None = None
@@ -144,6 +211,7 @@ class HttpTool(StartedToolClient):
         self.port: int | None = None
         self.token = ""
         self.restarts = 0
+        self._loopback_checked = 0.0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -178,28 +246,55 @@ class HttpTool(StartedToolClient):
 
         port = _free_port()
         token = secrets.token_urlsafe(24)
-        env = scrubbed_env(self._env)
-        env.update({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
+        # the allowlist and tool_env: nothing else of the kernel's environment (no API key) passes
+        env = self._environment({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
         process = ToolProcess([str(self.binary), "--port", str(port)], env=env, logs=self._logs, stdio=False)
         process.start()
         base_url = f"http://127.0.0.1:{port}"
         client = httpx.Client(
             base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
             timeout=self.timeout,
             trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
-            transport=self._transport,
+            transport=_capped_transport(self._transport or httpx.HTTPTransport(), self.max_response, self.name),
         )
         try:
             self._wait_ready(client, process)
             if self._transport is None:
                 self._check_loopback(process)
+            self._check_token_required(client, process)
         except BaseException:
             client.close()
             process.stop()
             raise
         self._process, self._client, self.base_url, self.port = process, client, base_url, port
         self.token = token
+
+    def _check_token_required(self, client: httpx.Client, process: ToolProcess) -> None:
+        """A request without the token (and one with a wrong token) must be refused: 401 or 403."""
+        import httpx
+
+        probe = "/openapi.json" if self.contract.health != "/openapi.json" else "/"
+        for credentials in (None, f"Bearer {secrets.token_urlsafe(24)}"):
+            request = client.build_request("GET", probe, timeout=min(self.contract.ready_timeout, 10.0))
+            del request.headers["Authorization"]
+            if credentials is not None:
+                request.headers["Authorization"] = credentials
+            try:
+                answer = client.send(request)
+            except (httpx.HTTPError, ToolError) as exc:
+                raise DeployError(
+                    f"{self.name}: GET {probe} without its token failed ({exc}) instead of being refused; "
+                    f"the service was stopped. Its output:\n{self.logs(20).strip() or '(none)'}"
+                ) from exc
+            if answer.status_code not in (401, 403):
+                what = "without the token" if credentials is None else "with a wrong token"
+                raise DeployError(
+                    f"{self.name} ignores its token: GET {probe} {what} answered {answer.status_code}, "
+                    "not 401 or 403, so anyone on this machine could use it; the service was stopped. "
+                    "An http tool must refuse every request but its health check unless it carries "
+                    "`Authorization: Bearer $FLAKEBOT_TOKEN` (see docs/tool-contract.md)."
+                )
 
     def _wait_ready(self, client: httpx.Client, process: ToolProcess) -> None:
         import httpx
@@ -236,8 +331,12 @@ class HttpTool(StartedToolClient):
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
 
+    #: seconds between the checks of the service's listening sockets while it runs
+    loopback_recheck = 1.0
+
     def _check_loopback(self, process: ToolProcess) -> None:
         assert process.pid is not None
+        self._loopback_checked = time.monotonic()
         exposed = [(a, p) for a, p in listening_addresses(process.pid) if not _is_loopback(a)]
         if exposed:
             where = ", ".join(f"{a}:{p}" for a, p in exposed)
@@ -302,6 +401,17 @@ class HttpTool(StartedToolClient):
         with self._lock:
             if not self.running:
                 self.start()
+            elif (
+                self._transport is None
+                and self._process is not None
+                and time.monotonic() - self._loopback_checked > self.loopback_recheck
+            ):
+                # a service may open another socket after its start: it must stay on loopback
+                try:
+                    self._check_loopback(self._process)
+                except ToolError:
+                    self.stop()
+                    raise
             client = self._client
         assert client is not None
         try:

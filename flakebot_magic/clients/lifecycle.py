@@ -208,9 +208,38 @@ class ToolProcess:
             pump.start()
 
     def _pump(self, stream: IO[bytes]) -> None:
+        """Read the stream in chunks into :attr:`logs`: a line without end is cut, never held whole."""
+        limit = LOG_LINE_CHARS * 4  # bytes; LogBuffer cuts the line to LOG_LINE_CHARS characters
+        pending = bytearray()
+        skipped = 0  # bytes of an over-long line dropped so far
         try:
-            for raw in iter(stream.readline, b""):
-                self.logs.append(raw.decode("utf-8", "replace"))
+            fd = stream.fileno()
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                pending += chunk
+                while True:
+                    end = pending.find(b"\n")
+                    if end < 0:
+                        break
+                    if skipped:
+                        self.logs.append(f"[flakebot: {skipped + end} more bytes of this line dropped]\n")
+                        skipped = 0
+                    else:
+                        self.logs.append(pending[: end + 1].decode("utf-8", "replace"))
+                    del pending[: end + 1]
+                if len(pending) > limit:
+                    if not skipped:
+                        self.logs.append(pending[:limit].decode("utf-8", "replace") + "\n")
+                        skipped = len(pending) - limit
+                    else:
+                        skipped += len(pending)
+                    pending.clear()
+            if pending and not skipped:
+                self.logs.append(pending.decode("utf-8", "replace"))
+            elif skipped:
+                self.logs.append(f"[flakebot: {skipped + len(pending)} more bytes of this line dropped]\n")
         except (OSError, ValueError):  # closed under us by stop()
             pass
 

@@ -15,6 +15,11 @@ text. A tool that reports an error (``isError``), or a JSON-RPC error, raises
 on the next call; a call that times out or is interrupted stops the server
 (the next call starts a fresh one). Messages are newline-delimited JSON
 (the MCP stdio transport); the server's stderr is kept in ``calc.logs()``.
+
+The server starts with the allowlisted environment (plus the ``tool_env``
+setting): no API key of the kernel's reaches it. A message is read in chunks
+and may be at most :data:`MAX_MESSAGE_BYTES` long: a server that sends more
+without a newline is stopped and the call fails with a ``ToolError``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ import select
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError
-from ..process import scrubbed_env
 from . import lifecycle
 from .agents import ToolFunction
-from .base import StartedToolClient
+from .base import Confinement, StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
@@ -42,6 +47,11 @@ __all__ = ["PROTOCOL_VERSION", "McpSession", "McpTool", "value_of"]
 PROTOCOL_VERSION = "2025-06-18"
 #: revisions flakebot accepts in the server's answer (all use the same tool calls)
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+#: the longest JSON-RPC message (one line) read from a server
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+#: what a session starts: (argv, environment, working directory, called after the process stopped)
+Launch = tuple[list[str], Mapping[str, str], "Path | None", "Callable[[], None] | None"]
 
 
 def _version() -> str:
@@ -80,13 +90,30 @@ class McpSession:
         Where the server's stderr (and stray stdout) goes.
     ready_timeout
         Seconds allowed for the ``initialize`` handshake.
+    launch
+        Called at each start instead of using ``argv`` and ``env``: the
+        command, environment, working directory and a clean-up to run after
+        the process stopped (a confined start's scratch dir).
+    max_message
+        The longest message (bytes) read from the server.
     """
 
     def __init__(
-        self, argv: list[str], *, env: Mapping[str, str], name: str, logs: LogBuffer, ready_timeout: float = 10.0
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str],
+        name: str,
+        logs: LogBuffer,
+        ready_timeout: float = 10.0,
+        launch: Callable[[], Launch] | None = None,
+        max_message: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.argv = argv
         self.env = dict(env)
+        self.launch = launch
+        self.max_message = max_message
+        self._cleanup: Callable[[], None] | None = None
         self.name = name
         self.logs = logs
         self.ready_timeout = ready_timeout
@@ -115,10 +142,16 @@ class McpSession:
             if self.alive:
                 return self.server
             if self.process is not None:
-                self.process.stop()  # a dead one: reap it, close its pipes
+                self._stop_process()  # a dead one: reap it, close its pipes
             self._buffer = bytearray()
-            self.process = ToolProcess(self.argv, env=self.env, logs=self.logs, stdio=True)
-            self.process.start()
+            argv, env, cwd, cleanup = self.launch() if self.launch else (self.argv, self.env, None, None)
+            self._cleanup = cleanup
+            self.process = ToolProcess(argv, env=env, logs=self.logs, stdio=True, cwd=cwd)
+            try:
+                self.process.start()
+            except BaseException:
+                self._stop_process()
+                raise
             try:
                 result = self._request(
                     "initialize",
@@ -148,7 +181,16 @@ class McpSession:
         with self._lock:
             if self.process is None:
                 return None
-            return self.process.stop()
+            return self._stop_process()
+
+    def _stop_process(self, grace: float = 1.0) -> int | None:
+        assert self.process is not None
+        try:
+            return self.process.stop(grace=grace)
+        finally:
+            cleanup, self._cleanup = self._cleanup, None
+            if cleanup is not None:
+                cleanup()
 
     # -- the conversation --------------------------------------------------------
 
@@ -259,6 +301,15 @@ class McpSession:
                 if line.strip():
                     return line
                 continue
+            if len(buffer) > self.max_message:
+                size = len(buffer)
+                self.stop()
+                raise ToolError(
+                    f"{self.name}: the MCP server sent a message longer than {self.max_message // (1024 * 1024)} MiB "
+                    f"(at least {size} bytes without a newline) while answering {method}; it was stopped and the "
+                    "message dropped. The next call starts it again.",
+                    stderr=self.logs.text(last=30),
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.stop()
@@ -270,14 +321,14 @@ class McpSession:
             ready, _, _ = select.select([fd], [], [], remaining)
             if not ready:
                 continue
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, min(1 << 16, self.max_message + 1 - len(buffer)))
             if not chunk:
                 return None
             buffer += chunk
 
     def _died(self, method: str, *, sent: bool) -> Any:
         assert self.process is not None
-        status = self.process.stop(grace=0.5)
+        status = self._stop_process(grace=0.5)
         tail = self.logs.text(last=20)
         when = "while answering" if sent else "before receiving"
         raise ToolError(
@@ -305,21 +356,33 @@ class McpTool(StartedToolClient):
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, env=env, **kwargs)
         self.contract = contract or ToolContract(kind="mcp", bin=self.binary.name)
         self._logs = LogBuffer()
         self.session = McpSession(
             [str(self.binary)],
-            env=scrubbed_env(env),
+            env={},
             name=self.name,
             logs=self._logs,
             ready_timeout=self.contract.ready_timeout,
+            launch=self._launch,
         )
         self.tools: list[dict[str, Any]] = []
         self._functions: dict[str, ToolFunction] | None = None
         self.session.on_restart = lambda: self._state(status="running", pid=self.pid, started=time.time())
 
     # -- lifecycle -------------------------------------------------------------
+
+    def _launch(self) -> Launch:
+        """How the server starts now: the allowlisted environment, in the sandbox when confined."""
+        argv = [str(self.binary)]
+        if not self.confined_now:
+            return argv, self._environment(), None, None
+        confinement = Confinement(self.binary, self.store_path)
+        return confinement.command(argv), confinement.env(self.env), confinement.scratch, confinement.close
+
+    def _confinement_changed(self) -> None:
+        self.stop()  # the next call starts a server that matches
 
     def start(self) -> McpTool:
         """Start the server (if it is not running) and read its tools."""

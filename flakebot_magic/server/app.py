@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Unicode, default
+from traitlets import Float, Int, Unicode, default
 
 from ..config import Settings, default_cache_dir
 from .handlers import (
     DashboardHandler,
     IndexHandler,
+    MAX_PROXY_RESPONSE,
     ProxyHandler,
     ToolHandler,
     ToolLogsHandler,
@@ -40,6 +41,9 @@ class FlakebotExtension(ExtensionApp):
         help="flakebot's cache dir (tools registry, logs, store). Default: $FLAKEBOT_CACHE_DIR, else the user cache dir."
     ).tag(config=True)
     proxy_timeout = Float(300.0, help="Seconds the proxy waits for an http tool's answer.").tag(config=True)
+    proxy_max_bytes = Int(
+        MAX_PROXY_RESPONSE, help="The largest http tool answer the proxy passes on (bytes); a larger one gets 502."
+    ).tag(config=True)
 
     @default("cache_dir")
     def _default_cache_dir(self) -> str:
@@ -52,7 +56,7 @@ class FlakebotExtension(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         state: dict[str, Any] = {"settings": self.flakebot_settings()}
-        proxy: dict[str, Any] = {**state, "timeout": self.proxy_timeout}
+        proxy: dict[str, Any] = {**state, "timeout": self.proxy_timeout, "max_response": self.proxy_max_bytes}
         self.handlers.extend(
             [
                 (r"/flakebot/?", DashboardHandler, state),

@@ -12,14 +12,15 @@ import asyncio
 import html
 import ipaddress
 import json
+import posixpath
 import time
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
-from tornado import httpclient, web
+from tornado import httpclient, httputil, web
 
 from .. import __version__, tools
 from ..config import Settings
@@ -28,6 +29,8 @@ from ..inventory import Inventory, ToolRecord
 from ..provenance import provenance_of
 
 __all__ = [
+    "MAX_PROXY_RESPONSE",
+    "TOOL_CSP",
     "DashboardHandler",
     "IndexHandler",
     "ProxyHandler",
@@ -35,6 +38,8 @@ __all__ = [
     "ToolLogsHandler",
     "ToolStopHandler",
     "ToolsHandler",
+    "proxied_location",
+    "strip_private_query",
 ]
 
 #: request and response headers that belong to one hop, never forwarded
@@ -42,8 +47,63 @@ _HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
     "transfer-encoding", "upgrade", "content-length",
 }
-#: Jupyter's credentials stay with Jupyter
-_PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token"}
+#: Jupyter's credentials stay with Jupyter (the Referer may carry ``?token=``)
+_PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token", "referer"}
+#: query parameters that are Jupyter's credentials, never the tool's
+_PRIVATE_QUERY = {"token", "_xsrf"}
+#: response headers a tool may not set on Jupyter's origin: cookies, cross-origin grants, the
+#: security policy (the proxy sets its own), and what it handles itself
+_PRIVATE_RESPONSE = {"set-cookie", "server", "date", "location", "content-security-policy"}
+#: what every tool response served on Jupyter's origin carries: the page is sandboxed (a unique
+#: origin, no scripts), so a tool's HTML cannot use Jupyter's session; only Jupyter may frame it
+TOOL_CSP = "sandbox; frame-ancestors 'self'"
+#: the largest tool response the proxy passes on
+MAX_PROXY_RESPONSE = 64 * 1024 * 1024
+
+
+def strip_private_query(query: str) -> str:
+    """``query`` without Jupyter's ``token`` and ``_xsrf`` parameters; the rest byte for byte.
+
+    >>> strip_private_query("x=1&token=abc&y=a%20b")
+    'x=1&y=a%20b'
+    """
+    kept = [part for part in query.split("&") if unquote_plus(part.split("=", 1)[0]) not in _PRIVATE_QUERY]
+    return "&".join(part for part in kept if part)
+
+
+def proxied_location(location: str, prefix: str, request_path: str) -> str | None:
+    """Where a tool's redirect may send the browser: a path under ``prefix``, else None (dropped).
+
+    ``prefix`` is the proxy's path for the tool (``/flakebot/proxy/NAME``);
+    ``request_path`` the path the browser asked for. Absolute and
+    scheme-relative URLs are dropped (an open redirect), a path-absolute one
+    is put under the prefix, a relative one is resolved against the request
+    and kept only if it stays under the prefix.
+
+    >>> proxied_location("/login", "/flakebot/proxy/web", "/flakebot/proxy/web/a")
+    '/flakebot/proxy/web/login'
+    >>> proxied_location("http://evil.example/", "/flakebot/proxy/web", "/flakebot/proxy/web/") is None
+    True
+    """
+    location = location.strip()
+    if not location or any(c in location for c in "\\\r\n\t") or any(ord(c) < 32 for c in location):
+        return None
+    parts = urlsplit(location)
+    if parts.scheme or parts.netloc or location.startswith("//"):
+        return None
+    if parts.path.startswith("/"):
+        path = prefix.rstrip("/") + parts.path
+    elif parts.path:
+        path = posixpath.join(posixpath.dirname(request_path), parts.path)
+    else:
+        path = request_path
+    trailing = "/" if path.endswith("/") else ""
+    path = posixpath.normpath(path) + trailing
+    path = path.replace("//", "/")
+    root = prefix.rstrip("/")
+    if path != root and not path.startswith(root + "/"):
+        return None
+    return path + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 class _RefuseCrossOrigin:
@@ -273,18 +333,28 @@ def _is_loopback(host: str | None) -> bool:
 class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     """``/flakebot/proxy/NAME/PATH``: an http tool's service, behind Jupyter's login.
 
-    Only tools that listen on a loopback address are proxied; Jupyter's
-    cookies, token and XSRF header are not passed on; the tool's own token
-    (recorded by the kernel that started it) is added.
+    Only tools that listen on a loopback address are proxied. Jupyter's
+    credentials never reach the tool: its cookies, ``Authorization`` and XSRF
+    headers, the ``Referer`` and the ``token``/``_xsrf`` query parameters are
+    not passed on; the tool's own token (recorded by the kernel that started
+    it) is added. What the tool answers is untrusted: it is served with
+    ``Content-Security-Policy: sandbox`` (its HTML runs in a unique origin,
+    without scripts, so it cannot drive Jupyter's API), without its cookies,
+    CORS grants or off-site redirects (a ``Location`` stays under the proxy's
+    prefix or is dropped), and at most ``max_response`` bytes (the
+    ``proxy_max_bytes`` setting, default :data:`MAX_PROXY_RESPONSE`).
     """
 
     auth_resource = "flakebot"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
-    def initialize(self, name: str, settings: Settings, timeout: float) -> None:
+    def initialize(
+        self, name: str, settings: Settings, timeout: float, max_response: int = MAX_PROXY_RESPONSE
+    ) -> None:
         super().initialize(name)
         self.flakebot = settings
         self.timeout = timeout
+        self.max_response = max_response
 
     async def _forward(self, name: str, path: str | None) -> None:
         record = Inventory(self.flakebot.tools_dir).get(name)
@@ -298,12 +368,14 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         if tools.status_of(record) != "running":
             raise web.HTTPError(503, f"{name} is not running; start it from its notebook")
         url = record.url.rstrip("/") + (path or "/")
-        if self.request.query:
-            url += "?" + self.request.query
+        query = strip_private_query(self.request.query)
+        if query:
+            url += "?" + query
         headers = {
             k: v for k, v in self.request.headers.get_all()
             if k.lower() not in _HOP_BY_HOP and k.lower() not in _PRIVATE_REQUEST
         }
+        headers["Accept-Encoding"] = "identity"  # the size cap counts what the browser gets
         if record.token:  # a flakebot http tool answers only requests that carry its token
             headers["Authorization"] = f"Bearer {record.token}"
         method = self.request.method or "GET"
@@ -313,14 +385,36 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
             follow_redirects=False, decompress_response=False, allow_nonstandard_methods=True,
             request_timeout=self.timeout,
         )
-        response = await httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
+        # its own client: the body limit is this proxy's, not the server's shared client's
+        client = httpclient.AsyncHTTPClient(
+            force_instance=True, max_body_size=self.max_response, max_buffer_size=self.max_response
+        )
+        try:
+            response = await client.fetch(request, raise_error=False)
+        finally:
+            client.close()
         if response.code == 599:
+            if isinstance(response.error, httputil.HTTPInputError):
+                raise web.HTTPError(
+                    502, f"{name}'s answer was malformed or larger than {self.max_response // (1024 * 1024)} MiB; "
+                    "it was not passed on"
+                )
             raise web.HTTPError(502, f"{name} did not answer: {response.error}")
         self.set_status(response.code, response.reason)
         self.clear_header("Content-Type")
         for key, value in response.headers.get_all():
-            if key.lower() not in _HOP_BY_HOP and key.lower() not in ("set-cookie", "server", "date"):
-                self.add_header(key, value)
+            lowered = key.lower()
+            if lowered in _HOP_BY_HOP or lowered in _PRIVATE_RESPONSE or lowered.startswith("access-control-"):
+                continue
+            self.add_header(key, value)
+        location = response.headers.get("Location")
+        if location is not None:
+            prefix = f"{self.base_url.rstrip('/')}/flakebot/proxy/{name}"
+            safe = proxied_location(location, prefix, self.request.path)
+            if safe is not None:
+                self.set_header("Location", safe)
+        self.set_header("Content-Security-Policy", TOOL_CSP)
+        self.set_header("X-Content-Type-Options", "nosniff")
         if response.body and method != "HEAD":
             self.write(response.body)
         self.finish()

@@ -15,6 +15,11 @@ exception by its last line). A ``str`` result also matches its own text, so
 ``<h1>Hi</h1>`` above matches ``'<h1>Hi</h1>\\n'``; trailing whitespace does
 not count. Each failure is reported on its own; with a model configured they
 go back to the edit loop (see :meth:`AcceptanceReport.as_request`).
+
+flakebot runs the examples on its own initiative, on a binary a model may have
+written, so the tools in scope run CONFINED while they do (see
+:meth:`~flakebot_magic.clients.base.ToolClient.confined`): in the sandbox,
+with a scratch dir as the only writable place and the store entry read-only.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import contextlib
 import doctest
 import io
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,7 +168,24 @@ def run_one(example: Example, namespace: dict[str, Any]) -> ExampleResult:
     return ExampleResult(example, passed, got)
 
 
-def run_examples(examples: list[Example], namespace: Mapping[str, Any]) -> AcceptanceReport:
-    """Run every example in one shared namespace (later examples see earlier assignments)."""
+@contextlib.contextmanager
+def _confined(namespace: Mapping[str, Any]) -> Iterator[None]:
+    """Every deployed tool in ``namespace`` runs in the sandbox within the block."""
+    from ..clients.base import ToolClient
+
+    with contextlib.ExitStack() as stack:
+        for value in namespace.values():
+            if isinstance(value, ToolClient):
+                stack.enter_context(value.confined())
+        yield
+
+
+def run_examples(examples: list[Example], namespace: Mapping[str, Any], *, confine: bool = True) -> AcceptanceReport:
+    """Run every example in one shared namespace (later examples see earlier assignments).
+
+    With ``confine`` (the default), the tools in ``namespace`` run in the
+    sandbox meanwhile.
+    """
     scope: dict[str, Any] = {"Path": Path, **namespace}
-    return AcceptanceReport([run_one(example, scope) for example in examples])
+    with _confined(namespace) if confine else contextlib.nullcontext():
+        return AcceptanceReport([run_one(example, scope) for example in examples])

@@ -14,6 +14,11 @@ in the crate's Cargo.toml; see :mod:`flakebot_magic.clients.contract`):
   and a Python function per MCP tool.
 * ``http``: :class:`~flakebot_magic.clients.http.HttpTool`, a service on
   127.0.0.1 and an httpx client bound to it.
+
+Every kind starts with the allowlisted environment plus ``env`` (the
+``tool_env`` setting): the kernel's API keys never reach a tool implicitly.
+A deployed tool runs as the user, outside the sandbox, unless ``confine``
+(the ``confine_tools`` setting) asks for the sandbox.
 """
 
 from __future__ import annotations
@@ -47,17 +52,22 @@ def make_tool(
     provenance: Mapping[str, Any] | None = None,
     lock_hash: str = "",
     start: bool = True,
+    env: Mapping[str, str] | None = None,
+    confine: bool = False,
 ) -> ToolClient:
     """The client for a deployed tool: CLI, MCP or HTTP, by ``contract``.
 
     With ``start``, an MCP server or HTTP service is started now (and its
-    functions read); a CLI tool has nothing to start.
+    functions read); a CLI tool has nothing to start. ``env`` is added to the
+    allowlisted environment of every start; ``confine`` runs the tool in the
+    sandbox.
     """
     if not isinstance(contract, ToolContract):
         contract = ToolContract.from_json(contract, default_bin=binary.name)
     common: dict[str, Any] = dict(
         name=name, binary=binary, crate=crate, version=version, source_hash=source_hash, store_path=store_path,
         checksum=checksum, backend=backend, timeout=timeout, provenance=provenance, lock_hash=lock_hash,
+        env=env, confine=confine,
     )
     if contract.kind == "mcp":
         from ..clients.mcp import McpTool

@@ -126,10 +126,13 @@ def _service(tmp_path: Path, body: str, **contract: Any) -> HttpTool:
 
 
 _SERVE = """
-import os, sys
+import hmac, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
+        expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
+        if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
+            self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers(); return
         self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
     def log_message(self, *args):
         pass
@@ -182,11 +185,14 @@ def test_a_service_without_openapi_still_has_raw_requests(tmp_path: Path) -> Non
 
 
 _SLOW = """
-import sys, time
+import hmac, os, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
+        expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
+        if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
+            self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers(); return
         if self.path == "/slow":
             time.sleep(30)
         self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
