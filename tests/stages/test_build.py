@@ -22,6 +22,7 @@ from flakebot_magic.stages.build import (
     check,
     parse_cargo_messages,
     parse_test_output,
+    untrusted_artifact,
 )
 from flakebot_magic.stages.fork import Workspace
 
@@ -79,6 +80,44 @@ def test_parse_cargo_messages_sorts_what_cargo_says() -> None:
         )
     ]
     assert other == ["   Compiling tool v0.1.0 (/w)", "{not json", ""]
+
+
+def test_forged_artifacts_are_refused_and_never_replace_a_real_one(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    real = target / "release" / "tool"
+    real.parent.mkdir(parents=True)
+    real.write_text("binary")
+    secret = tmp_path / "id_rsa"
+    secret.write_text("private")
+    (target / "release" / "link").symlink_to(secret)
+    lines = [
+        _artifact("tool", "bin", str(real)),
+        _artifact("tool", "bin", str(secret)),  # after the real one: must not replace it
+        _artifact("../../x", "bin", str(real)),
+        _artifact("stolen", "bin", str(secret)),
+        _artifact("linked", "bin", str(target / "release" / "link")),
+        _artifact("dir", "bin", str(target / "release")),
+        _artifact("dotdot", "bin", str(target / "release" / ".." / ".." / "id_rsa")),
+        '{"reason": "compiler-artifact", "target": "bin", "executable": "/x"}',
+        '{"reason": "compiler-message", "message": "not an object"}',
+    ]
+    refused: list[str] = []
+    _, executables, _ = parse_cargo_messages(lines, target_dir=target, refused=refused)
+    assert executables == {"tool": real}
+    assert len(refused) == 6
+    assert "not a plain name" in refused[1]
+    assert all("outside the target directory" in r for r in (refused[0], refused[2], refused[3], refused[5]))
+    assert "not a regular file" in refused[4] or "outside" in refused[4]
+
+
+def test_untrusted_artifact_refuses_a_symlinked_target_dir(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "release").mkdir(parents=True)
+    (elsewhere / "release" / "tool").write_text("x")
+    (tmp_path / "target").symlink_to(elsewhere)
+    why = untrusted_artifact("tool", str(tmp_path / "target" / "release" / "tool"), tmp_path / "target")
+    assert "is a symlink" in why
+    assert untrusted_artifact("a b", "/x", None) != "" and untrusted_artifact("ok-name_1", "/x", None) == ""
 
 
 def test_diagnostic_uses_the_primary_span() -> None:

@@ -174,6 +174,20 @@ def test_a_failed_redeploy_keeps_the_old_entry(tmp_path: Path, built: dict[str, 
     assert [p.name for p in store.iterdir()] == [old.path.name]
 
 
+def test_deploy_refuses_a_symlinked_binary_and_a_path_like_name(tmp_path: Path, built: dict[str, Path]) -> None:
+    secret = tmp_path / "id_rsa"
+    secret.write_text("private")
+    link = tmp_path / "target" / "link"
+    link.symlink_to(secret)
+    store = tmp_path / "store"
+    with pytest.raises(DeployError, match="it is a symlink"):
+        deploy(store, KEY, "tool", "1.0.0", {"tool": link}, {})
+    with pytest.raises(DeployError, match="Refusing to deploy a binary named '../../x'"):
+        deploy(store, KEY, "tool", "1.0.0", {"../../x": built["tool"]}, {})
+    assert list(store.iterdir()) == []
+    assert not (tmp_path / "x").exists()
+
+
 def test_deploy_without_binaries_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="built no binaries, so there is nothing to deploy"):
         deploy(tmp_path / "store", KEY, "tool", "1.0.0", {}, {})
