@@ -63,9 +63,8 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
         _wait_for(tmp_path / "held", holder)
         assert held_locks(tmp_path)["shout"].pid == holder.pid
         started = time.monotonic()
-        with pytest.raises(ToolBusy) as caught:
-            with tool_lock(tmp_path, "shout", wait=0.5):
-                pass
+        with pytest.raises(ToolBusy) as caught, tool_lock(tmp_path, "shout", wait=0.5):
+            pass
         assert time.monotonic() - started >= 0.5  # it waited first
         message = str(caught.value)
         assert f"Another build of the tool 'shout' is running: pid {holder.pid}" in message
