@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 from collections import Counter
@@ -42,9 +43,11 @@ from typing import TYPE_CHECKING, Any
 import tomlkit
 
 from ..cargo import Cargo
-from ..errors import BudgetExhausted, EditError, ModelError, StageTimeout
+from ..errors import BudgetExhausted, EditError, ModelError, PolicyError, StageTimeout
 from ..events import EventBus, IterationResult
+from ..fsutil import UnsafePath, atomic_write, check_no_symlinks, load_toml
 from ..git import Git
+from ..policy import REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, Violation, check_manifest, check_tree
 from ..registry.base import CrateCandidate
 from .build import TEST_ENV, TestReport, parse_test_output
 
@@ -87,6 +90,11 @@ MAX_READ_CHARS = 40_000
 MAX_WRITE_BYTES = 1_000_000
 MAX_LISTED = 400
 MAX_STREAM_RETRIES = 3
+#: a model reply (streamed or not) is stopped past this many bytes or seconds and counts as unusable
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+MAX_REPLY_SECONDS = 300.0
+#: the most of one file read into the kernel (read_file shows less; the ratchet and prompt read this much)
+MAX_FILE_READ = 8 * 1024 * 1024
 MAX_TEXT_REPLIES = 3
 FIX_ROUNDS = 3
 
@@ -184,7 +192,7 @@ class PathRefused(Exception):
     """A model-chosen path or edit that flakebot refuses; the message goes back to the model."""
 
 
-_REFUSED_DIRS = {".git": "the git history is flakebot's", ".cargo": "cargo configuration could change how the code is built"}
+_REFUSED_DIRS = REFUSED_DIRS  # one rule set: flakebot_magic.policy
 
 
 def contain(root: Path, path: str, *, write: bool = False, allow_build_scripts: bool = False) -> Path:
@@ -219,7 +227,7 @@ def contain(root: Path, path: str, *, write: bool = False, allow_build_scripts: 
         if parts[0] == "target":
             raise PathRefused(f"{path!r} is inside target/, cargo's build output")
         name = parts[-1]
-        if name.startswith("rust-toolchain"):
+        if name in TOOLCHAIN_FILES:
             raise PathRefused(f"{path!r}: the toolchain is not the model's to choose")
         if name == "build.rs" and not allow_build_scripts:
             raise PathRefused(
@@ -231,35 +239,28 @@ def contain(root: Path, path: str, *, write: bool = False, allow_build_scripts: 
     return target
 
 
-def _check_manifest(root: Path, text: str, *, allow_build_scripts: bool) -> None:
-    """Refuse a Cargo.toml that names a build script (unless allowed) or a path outside the crate."""
+def _check_manifest(
+    root: Path,
+    text: str,
+    *,
+    allow_build_scripts: bool,
+    baseline: Baseline | None = None,
+    manifest: Path | None = None,
+) -> None:
+    """Refuse a manifest the build policy refuses (a build script unless allowed, a path outside, ...).
+
+    The rules are :func:`flakebot_magic.policy.check_manifest`'s: the same
+    ones checked on disk after every check run.
+    """
     try:
-        doc = tomlkit.parse(text).unwrap()
-    except Exception as exc:  # tomlkit's errors have no common base worth naming
+        doc = load_toml(text)
+    except ValueError as exc:
         raise PathRefused(f"Cargo.toml is not valid TOML: {exc}") from None
-    package = doc.get("package") or {}
-    build = package.get("build") if isinstance(package, dict) else None
-    if build not in (None, False) and not allow_build_scripts:
-        raise PathRefused(
-            "Cargo.toml names a build script (package.build): build scripts are refused "
-            "(the user can allow them with --allow-build-scripts)"
-        )
-
-    def walk(value: Any, where: str) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key == "path" and isinstance(item, str):
-                    try:
-                        contain(root, item)
-                    except PathRefused as exc:
-                        raise PathRefused(f"Cargo.toml {where}.path: {exc}") from None
-                else:
-                    walk(item, f"{where}.{key}" if where else str(key))
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, where)
-
-    walk(doc, "")
+    found = check_manifest(
+        root, manifest or root / "Cargo.toml", doc, allow_build_scripts=allow_build_scripts, baseline=baseline
+    )
+    if found:
+        raise PathRefused("; ".join(str(v) for v in found))
 
 
 # -- the tool contract ---------------------------------------------------------
@@ -278,7 +279,7 @@ class ToolContract:
 def read_contract(manifest: Path) -> tuple[ToolContract | None, str]:
     """The contract in ``manifest``, and "" or what is wrong with it."""
     try:
-        doc = _parse_toml(manifest.read_text(encoding="utf-8"))
+        doc = _parse_toml(_read_text(manifest, 1 << 20))
     except Exception as exc:  # an unreadable manifest, whatever the reason, is a contract problem
         return None, f"Cargo.toml cannot be read: {exc}"
     meta = ((doc.get("package") or {}).get("metadata") or {}).get("flakebot")
@@ -340,7 +341,7 @@ def scan_tests(root: Path) -> list[TestFunction]:
     found: list[TestFunction] = []
     for path in sorted(_rust_files(root)):
         try:
-            text = _blank(path.read_text(encoding="utf-8", errors="replace"))
+            text = _blank(_read_text(path))
         except OSError:
             continue
         for match in _TEST_FN.finditer(text):
@@ -553,6 +554,8 @@ class CheckRun:
     #: dependency compilation units cargo compiled (not fresh) in this run
     dependency_units: int = 0
     fixable: list[Suggestion] = field(default_factory=list)
+    #: what the build policy refused on disk after this run (then it is reverted)
+    policy: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> int:
@@ -599,6 +602,18 @@ class CheckRun:
         out: list[str] = [f"Check run {self.run}: {self.headline()}"]
         if self.auto_fixed:
             out.append(f"(flakebot first applied {len(self.auto_fixed)} compiler suggestion(s) itself: " + "; ".join(self.auto_fixed[:5]) + ")")
+        if self.reverted and self.policy:
+            out.append(
+                "After this check run the workspace held what flakebot does not build (written while cargo "
+                "ran, by a test or a build script?):"
+            )
+            out += [f"  - {line}" for line in self.policy[:10]]
+            out.append(
+                f"It was reverted with git: the workspace is back at the best commit {self.reverted_to[:12]} "
+                f"({best_passed} tests passing). Tests and build scripts must not write these files. "
+                "Re-read the files you changed before editing them again."
+            )
+            return _cap("\n".join(out), limit)
         if self.reverted:
             out.append(
                 "The change was reverted with git: the workspace is back at the best commit "
@@ -664,7 +679,7 @@ def _render(message: CompilerMessage, root: Path) -> list[str]:
         path = root / message.file
         try:
             inside = path.resolve().is_relative_to(root.resolve())
-            source = path.read_text(encoding="utf-8", errors="replace").splitlines() if inside else []
+            source = _read_text(path.resolve()).splitlines() if inside else []
         except OSError:
             source = []
         for number in range(max(1, message.line - 2), min(len(source), message.line + 2) + 1):
@@ -687,7 +702,7 @@ class EditState:
     @classmethod
     def load(cls, workspace: Path) -> EditState:
         try:
-            data = json.loads((workspace / ".git" / STATE_FILE).read_text())
+            data = json.loads(_read_text(workspace / ".git" / STATE_FILE))
         except (OSError, ValueError):
             return cls()
         return cls(sessions=list(data.get("sessions", [])))
@@ -697,7 +712,7 @@ class EditState:
         return (workspace / ".git" / STATE_FILE).is_file()
 
     def save(self, workspace: Path) -> None:
-        (workspace / ".git" / STATE_FILE).write_text(json.dumps({"sessions": self.sessions}, indent=2))
+        atomic_write(workspace / ".git" / STATE_FILE, json.dumps({"sessions": self.sessions}, indent=2), root=workspace)
 
 
 @dataclass
@@ -763,6 +778,8 @@ class EditLoop:
         build_timeout: float = 900.0,
         test_timeout: float = 300.0,
         clippy: bool | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        max_reply_seconds: float = MAX_REPLY_SECONDS,
     ) -> None:
         self.root = workspace.resolve()
         self.client = client
@@ -788,6 +805,10 @@ class EditLoop:
         self._finished: str | None = None
         self._cargo_total = 0.0
         self._session = 1
+        self.max_reply_bytes = max_reply_bytes
+        self.max_reply_seconds = max_reply_seconds
+        #: the crate as published (the fork's ``published`` tag): its own build script is allowed
+        self._published = Baseline()
 
     # -- public -------------------------------------------------------------
 
@@ -795,6 +816,15 @@ class EditLoop:
         """Edit until the checks pass and the model finishes; raise :class:`EditError` otherwise."""
         state = EditState.load(self.root)
         self._session = len(state.sessions) + 1
+        self._published = Baseline.from_git(self.git)
+        found = self._policy()
+        if found:  # before any cargo run; nothing good to go back to yet
+            listed = "\n".join(f"  - {v}" for v in found[:20])
+            raise PolicyError(
+                f"The workspace holds what flakebot does not build, before the edit loop started:\n{listed}\n"
+                "Fix or remove these files in the workspace, then run again.",
+                violations=found, workspace=self.root,
+            )
         baseline = self._baseline()
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self._system_prompt(request, baseline, state, follow_up)},
@@ -860,16 +890,22 @@ class EditLoop:
         )
 
     def _request(self, messages: list[dict[str, Any]]) -> _Reply:
+        import httpx
         import openai
 
         prompt_estimate = sum(len(json.dumps(m)) for m in messages) // 4
         kwargs: dict[str, Any] = {"model": self.model.model, "messages": messages, "tools": TOOLS}
+        deadline = time.monotonic() + self.max_reply_seconds
         try:
             if self.model.stream:
                 stream = self.client.chat.completions.create(
                     **kwargs, stream=True, stream_options={"include_usage": True}
                 )
-                return self._read_stream(stream, prompt_estimate)
+                return self._read_stream(stream, prompt_estimate, deadline)
+            raw = getattr(self.client.chat.completions, "with_streaming_response", None)
+            if raw is not None:  # read the body in bounded pieces, not whole
+                with raw.create(**kwargs) as http:
+                    return self._read_body(http.iter_bytes(), prompt_estimate, deadline)
             response = self.client.chat.completions.create(**kwargs)
         except openai.APIStatusError as exc:
             raise ModelError(
@@ -884,6 +920,8 @@ class EditLoop:
             ) from exc
         except ValueError as exc:  # a body that is not JSON
             raise _BrokenReply(f"malformed response: {exc}") from exc
+        except httpx.HTTPError as exc:  # the body broke off mid-way (the SDK retries only the request)
+            raise _BrokenReply(f"the reply broke mid-way: {type(exc).__name__}: {str(exc)[:200]}") from exc
         if not response.choices:
             raise _BrokenReply("a reply without choices")
         message = response.choices[0].message
@@ -895,15 +933,65 @@ class EditLoop:
         tokens = usage.total_tokens if usage else prompt_estimate + len(message.content or "") // 4
         return self._accept(message.content or "", calls, tokens)
 
-    def _read_stream(self, stream: Any, prompt_estimate: int) -> _Reply:
+    def _read_body(self, pieces: Iterable[bytes], prompt_estimate: int, deadline: float) -> _Reply:
+        """A non-streamed reply, read in pieces within the byte and time caps; parsed as plain JSON."""
+        body = bytearray()
+        for piece in pieces:
+            body += piece
+            self._within_caps(len(body), deadline)
+        try:
+            data = json.loads(bytes(body))
+            message = data["choices"][0]["message"] if data.get("choices") else None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise _BrokenReply(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}") from exc
+        if not isinstance(message, dict):
+            raise _BrokenReply("a reply without choices")
+        calls: list[dict[str, Any]] = []
+        for c in message.get("tool_calls") or []:
+            function = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(function, dict):
+                continue
+            calls.append({"id": str(c.get("id") or f"call_{len(calls)}"), "type": "function",
+                          "function": {"name": str(function.get("name") or ""),
+                                       "arguments": str(function.get("arguments") or "")}})
+        text = message.get("content")
+        content = text if isinstance(text, str) else ""
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        total = usage.get("total_tokens")
+        tokens = total if isinstance(total, int) else prompt_estimate + len(content) // 4
+        return self._accept(content, calls, tokens)
+
+    def _within_caps(self, size: int, deadline: float) -> None:
+        """Stop a reply past :data:`MAX_REPLY_BYTES` (``max_reply_bytes``) or its time limit."""
+        if size > self.max_reply_bytes:
+            raise _BrokenReply(
+                f"the reply passed {self.max_reply_bytes:,} bytes and was stopped (a runaway or hostile endpoint?)"
+            )
+        if time.monotonic() > deadline:
+            raise _BrokenReply(f"the reply took longer than {self.max_reply_seconds:g} s and was stopped")
+
+    def _read_stream(self, stream: Any, prompt_estimate: int, deadline: float | None = None) -> _Reply:
+        import httpx
         import openai
 
+        if deadline is None:
+            deadline = time.monotonic() + self.max_reply_seconds
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage_tokens = 0
         finished = False
+        size = 0
         try:
             for chunk in stream:
+                # bytes received so far (httpx counts them), else what the reply holds (text, tool calls)
+                for choice in chunk.choices or []:
+                    delta = choice.delta
+                    size += len((delta.content or "").encode())
+                    for piece in delta.tool_calls or []:
+                        if piece.function is not None:
+                            size += len((piece.function.name or "") + (piece.function.arguments or ""))
+                received = getattr(getattr(stream, "response", None), "num_bytes_downloaded", None)
+                self._within_caps(max(size, received if isinstance(received, int) else 0), deadline)
                 if getattr(chunk, "usage", None):
                     usage_tokens = chunk.usage.total_tokens
                 for choice in chunk.choices or []:
@@ -921,7 +1009,7 @@ class EditLoop:
                                 entry["arguments"].append(piece.function.arguments)
                     if choice.finish_reason:
                         finished = True
-        except (openai.APIError, ValueError, OSError) as exc:
+        except (openai.APIError, ValueError, OSError, httpx.HTTPError) as exc:
             raise _BrokenReply(f"the stream broke mid-way: {type(exc).__name__}: {str(exc)[:200]}") from exc
         finally:
             close = getattr(stream, "close", None)
@@ -979,6 +1067,8 @@ class EditLoop:
             return self._iteration(finish=str(args.get("summary") or "").strip() or "(no summary)")
         except PathRefused as exc:
             return f"error: refused: {exc}"
+        except UnsafePath as exc:  # a symlink planted on the way; nothing was written
+            return f"error: refused: {exc}"
         except _MissingArgument as exc:
             return f"error: {name} needs {exc}; nothing was changed."
 
@@ -1001,8 +1091,14 @@ class EditLoop:
         target = contain(self.root, path)
         if not target.is_file():
             raise PathRefused(f"{path!r} does not exist (list_files shows what does)")
-        text = target.read_text(encoding="utf-8", errors="replace")
+        try:  # contain() checked that the resolved path is inside; it is read without following a link
+            data, cut = _read_capped(target.resolve())
+        except OSError as exc:
+            raise PathRefused(f"{path!r} cannot be read: {exc.strerror or exc}") from None
+        text = data.decode("utf-8", errors="replace")
         lines = text.splitlines()
+        if cut:
+            lines.append(f"... (the file passes {MAX_FILE_READ // (1024 * 1024)} MiB; the rest is not read)")
         first = max(1, int(start)) if isinstance(start, int) else 1
         last = min(len(lines), int(end)) if isinstance(end, int) else len(lines)
         last = min(last, first + MAX_READ_LINES - 1)
@@ -1018,11 +1114,13 @@ class EditLoop:
             raise PathRefused(f"the content passes {MAX_WRITE_BYTES // 1000} kB")
         if target.exists() and not target.is_file():
             raise PathRefused(f"{path!r} is a directory")
+        self._refuse_published_build_script(path, target)
         if target.name == "Cargo.toml":
-            _check_manifest(self.root, content, allow_build_scripts=self.allow_build_scripts)
+            _check_manifest(
+                self.root, content, allow_build_scripts=self.allow_build_scripts, baseline=self._published, manifest=target
+            )
         existed = target.exists()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(target, content)
+        _atomic_write(self.root, target, content)
         return f"{'overwrote' if existed else 'created'} {path} ({len(content.splitlines())} lines)"
 
     def _replace_in_file(self, path: str, search: str, replace: str) -> str:
@@ -1031,7 +1129,14 @@ class EditLoop:
             raise PathRefused(f"{path!r} does not exist; use write_file to create it")
         if not search:
             return "error: `search` is empty; give the exact text to replace. Nothing was changed."
-        text = target.read_text(encoding="utf-8")
+        self._refuse_published_build_script(path, target)
+        try:
+            data, cut = _read_capped(target.resolve())
+        except OSError as exc:
+            raise PathRefused(f"{path!r} cannot be read: {exc.strerror or exc}") from None
+        if cut:
+            raise PathRefused(f"{path!r} passes {MAX_FILE_READ // (1024 * 1024)} MiB; it cannot be edited here")
+        text = data.decode("utf-8", errors="surrogateescape")
         count = text.count(search)
         if count != 1:
             hint = (
@@ -1041,8 +1146,10 @@ class EditLoop:
             return f"error: the search text must match exactly once in {path}, but {hint}. Nothing was changed."
         new = text.replace(search, replace, 1)
         if target.name == "Cargo.toml":
-            _check_manifest(self.root, new, allow_build_scripts=self.allow_build_scripts)
-        _atomic_write(target, new)
+            _check_manifest(
+                self.root, new, allow_build_scripts=self.allow_build_scripts, baseline=self._published, manifest=target
+            )
+        _atomic_write(self.root, target, new)
         line = text[: text.index(search)].count("\n") + 1
         return f"replaced 1 occurrence in {path} at line {line}"
 
@@ -1050,6 +1157,8 @@ class EditLoop:
         target = contain(self.root, path, write=True, allow_build_scripts=self.allow_build_scripts)
         if not target.is_file():
             raise PathRefused(f"{path!r} is not a file")
+        self._refuse_published_build_script(path, target)
+        check_no_symlinks(self.root, target)
         target.unlink()
         return f"deleted {path}"
 
@@ -1058,10 +1167,16 @@ class EditLoop:
     def _baseline(self) -> CheckRun:
         """Check run 0: the state before any model edit; it sets the ratchet."""
         self._protected = scan_tests(self.root)
+        before = self._head()
         run = self._cargo_run(iteration=0, clippy=True)
+        self._best_passed = run.passed if run.tests_ran else 0
+        refused = self._policy()
+        if refused:  # the crate's own tests wrote what the policy refuses: back to the fork
+            self._best_commit = before
+            self._refuse(run, refused)
+            return run
         run.commit = self._commit(run)
         self._best_commit = run.commit
-        self._best_passed = run.passed if run.tests_ran else 0
         self._emit(run)
         return run
 
@@ -1076,8 +1191,10 @@ class EditLoop:
             self._revert(run)
         else:
             run = self._cargo_run(iteration=iteration, clippy=self.clippy)
+            # a test or a build script may have written files while cargo ran: check the tree on disk
+            refused = self._policy()
             for _ in range(FIX_ROUNDS):
-                if not run.fixable:
+                if refused or not run.fixable:
                     break
                 fixed = self._apply(run.fixable)
                 if not fixed:
@@ -1086,7 +1203,10 @@ class EditLoop:
                 self._emit(run)
                 run = self._cargo_run(iteration=iteration, clippy=self.clippy)
                 run.auto_fixed = fixed
-            if run.tests_ran and run.passed < self._best_passed:
+                refused = self._policy()
+            if refused:
+                self._refuse(run, refused)
+            elif run.tests_ran and run.passed < self._best_passed:
                 run.reason = f"passing tests went down from {self._best_passed} to {run.passed}"
                 self._revert(run)
             else:
@@ -1210,7 +1330,12 @@ class EditLoop:
                 continue
             if not target.is_file():
                 continue
-            data = target.read_bytes()
+            try:
+                data, cut = _read_capped(target.resolve())
+            except OSError:
+                continue
+            if cut:
+                continue
             last_start = len(data) + 1
             for s in sorted(set(items), key=lambda s: (s.byte_start, s.byte_end), reverse=True):
                 if s.byte_end > last_start or s.byte_end > len(data):
@@ -1218,7 +1343,10 @@ class EditLoop:
                 data = data[: s.byte_start] + s.replacement.encode() + data[s.byte_end :]
                 last_start = s.byte_start
                 done.append(f"{name}:{s.line}: {s.message}")
-            _atomic_write(target, data.decode("utf-8", errors="surrogateescape"))
+            try:
+                _atomic_write(self.root, target, data.decode("utf-8", errors="surrogateescape"))
+            except UnsafePath:
+                continue
         return done
 
     def _stage(self) -> None:
@@ -1234,9 +1362,9 @@ class EditLoop:
         """HEAD's commit id, read from .git without starting a process when the ref is a loose file."""
         git_dir = self.root / ".git"
         try:
-            head = (git_dir / "HEAD").read_text().strip()
-            if head.startswith("ref: "):
-                return (git_dir / head[5:]).read_text().strip()
+            head = _read_text(git_dir / "HEAD", 4096).strip()
+            if head.startswith("ref: ") and ".." not in head:
+                return _read_text(git_dir / head[5:], 4096).strip()
         except OSError:
             pass
         return self.git.head()
@@ -1250,13 +1378,37 @@ class EditLoop:
             self.runs.append(run)
         run.commit = self._commit(run)
         self.git("read-tree", "-u", "--reset", self._best_commit)
+        # what could not be committed (a nested repository, empty directories) goes too; build outputs stay
+        self.git("clean", "-ffdqx", *(f"--exclude=/{p}" for p in _NOT_SOURCE))
+        why = (
+            "(the build policy: flakebot_magic/policy.py)" if run.policy
+            else "(the ratchet: passing tests never go down; existing tests stay)"
+        )
         self.git(
             "commit", "-q", "--no-verify", "--allow-empty", "-m",
-            f"Revert check run {run.run} to {self._best_commit[:12]}\n\n{run.reason}\n"
-            "(the ratchet: passing tests never go down; existing tests stay)\n",
+            f"Revert check run {run.run} to {self._best_commit[:12]}\n\n{run.reason}\n{why}\n",
         )
         self.bus.notice("edit", f"check run {run.run} reverted to {self._best_commit[:12]}: {run.reason}", "warning")
         self._emit(run)
+
+    def _policy(self) -> list[Violation]:
+        return check_tree(self.root, allow_build_scripts=self.allow_build_scripts, baseline=self._published)
+
+    def _refuse(self, run: CheckRun, refused: list[Violation]) -> None:
+        """Revert a check run after which the tree broke the build policy, and say why."""
+        run.policy = [str(v) for v in refused]
+        run.reason = "the build policy refuses " + "; ".join(f"{v.path} ({v.reason})" for v in refused[:5])
+        self._revert(run)
+
+    def _refuse_published_build_script(self, path: str, target: Path) -> None:
+        """A published build script under another name than build.rs is as off limits as build.rs."""
+        if self.allow_build_scripts:
+            return
+        if target.relative_to(self.root).as_posix() in self._published.build_scripts:
+            raise PathRefused(
+                f"{path!r} is the crate's build script: build scripts run arbitrary code at build time and are "
+                "refused (the user can allow them with --allow-build-scripts)"
+            )
 
     def _emit(self, run: CheckRun) -> None:
         self.bus.emit(
@@ -1363,23 +1515,60 @@ def _text(args: dict[str, Any], key: str) -> str:
     return value
 
 
-def _atomic_write(target: Path, content: str) -> None:
-    tmp = target.with_name(f".{target.name}.flakebot-tmp")
-    tmp.write_text(content, encoding="utf-8", errors="surrogateescape")
-    os.replace(tmp, target)
+def _atomic_write(root: Path, target: Path, content: str) -> None:
+    """Replace ``target`` in one step (:func:`~flakebot_magic.fsutil.atomic_write`: a fresh O_EXCL|O_NOFOLLOW
+    temporary file, no symlink between ``root`` and it, a planted symlink replaced, never followed).
+
+    A regular file keeps its permission bits (without set-id or group/other write); a new one is 0644.
+    """
+    try:
+        info = os.lstat(target)
+        mode = stat.S_IMODE(info.st_mode) & 0o755 if stat.S_ISREG(info.st_mode) else 0o644
+    except FileNotFoundError:
+        mode = 0o644
+    atomic_write(target, content.encode("utf-8", errors="surrogateescape"), mode=mode, root=root, make_parents=True)
+
+
+def _read_capped(path: Path, limit: int = MAX_FILE_READ) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the regular file ``path`` (never through a symlink), and whether there was more.
+
+    Raises ``OSError`` for a symlink, a FIFO, a device or a missing file:
+    files in the workspace are written by untrusted code, and one named
+    ``x.rs`` may be a link to ``/dev/zero`` or ``~/.ssh/id_rsa``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
+
+
+def _read_text(path: Path, limit: int = MAX_FILE_READ) -> str:
+    return _read_capped(path, limit)[0].decode("utf-8", errors="replace")
 
 
 def _line_count(path: Path) -> int:
     try:
-        with path.open("rb") as handle:
-            return sum(1 for _ in handle)
+        data, _ = _read_capped(path)
     except OSError:
         return 0
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def _read(path: Path, limit: int) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read_text(path, limit * 4 + 1)
     except OSError:
         return "(missing)"
     return text if len(text) <= limit else text[:limit] + "\n... (cut)"
@@ -1389,7 +1578,10 @@ def _readme_summary(root: Path, limit: int = 1500) -> str:
     for name in ("README.md", "README", "readme.md", "README.rst", "README.txt"):
         path = root / name
         if path.is_file():
-            text = path.read_text(encoding="utf-8", errors="replace")
+            try:
+                text = _read_text(path, 1 << 20)
+            except OSError:
+                continue
             # badges, images, HTML comments and link definitions say nothing about the code
             text = re.sub(r"<!--.*?-->|<img[^>]*>", "", text, flags=re.S)
             text = re.sub(r"!?\[!?\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])\](?:\([^)]*\)|\[[^\]]*\])", "", text)
@@ -1417,7 +1609,7 @@ def _repo_map(root: Path, limit: int = 5000) -> str:
             entry = f"{rel} ({_line_count(file)} lines)"
             if filename.endswith(".rs"):
                 try:
-                    items = _PUB_ITEM.findall(_blank(file.read_text(encoding="utf-8", errors="replace")))
+                    items = _PUB_ITEM.findall(_blank(_read_text(file)))
                 except OSError:
                     items = []
                 if items:

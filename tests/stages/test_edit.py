@@ -326,17 +326,16 @@ def test_a_session_turns_the_library_into_a_green_cli(session: Callable[..., Ses
 
 @pytest.mark.cargo
 def test_every_path_escape_is_refused_and_the_model_is_told(session: Callable[..., Session], tmp_path: Path) -> None:
+    # a symlink planted before the loop is refused by the build policy before it starts
+    # (tests/security/test_policy_session.py); planted during a run, see tests/security/test_symlink_writes.py
     outside = tmp_path / "outside"
     outside.mkdir()
-
-    def plant_symlink(root: Path) -> None:
-        (root / "escape").symlink_to(outside)
 
     attempts = [
         call("write_file", path="../escaped.rs", content="x"),
         call("write_file", path=str(outside / "abs.rs"), content="x"),
         call("read_file", path="../../../../etc/passwd"),
-        call("write_file", path="escape/through-symlink.rs", content="x"),
+        call("write_file", path="src/../../through-dots.rs", content="x"),
         call("write_file", path=".git/hooks/pre-commit", content="#!/bin/sh\necho pwned\n"),
         call("write_file", path=".cargo/config.toml", content="[build]\nrustflags = []\n"),
         call("write_file", path="rust-toolchain.toml", content='[toolchain]\nchannel = "nightly"\n'),
@@ -345,7 +344,7 @@ def test_every_path_escape_is_refused_and_the_model_is_told(session: Callable[..
         call("delete_file", path="../escaped.rs"),
         call("list_files", path=".."),
     ]
-    s = session([reply(*attempts), *tinyhex_done()], before=plant_symlink)
+    s = session([reply(*attempts), *tinyhex_done()])
     s.loop.run("print standard input as hex")
     replies = s.tool_replies(2)
     assert len(replies) == len(attempts)
