@@ -128,7 +128,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             width = max(len(f"{c.name} {c.version}") for c in found)
             for c in found:
                 label = f"{c.name} {c.version}"
-                print(f"{c.score:8.2f}  {label:<{width}}  {'bin' if c.has_bin else 'lib'}  {c.description[:70]}")
+                print(f"{c.score:8.2f}  {label:<{width}}  {'bin' if c.has_bin else 'lib'}  {c.description[:50]:<50}"
+                      f"  ({search_stage.why(c)})")
         return 0
     if args.command == "list":
         from .inventory import Inventory

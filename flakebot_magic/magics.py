@@ -292,9 +292,11 @@ class FlakebotMagics(_OptionTraits):
             if not rest:
                 raise UsageError("Usage: %flakebot search QUERY")
             from . import search
+            from .stages.search import why
 
             for c in search(" ".join(rest), registry=settings.registry, cache_dir=settings.cache_dir):
-                print(f"{c.score:8.2f}  {c.name} {c.version}{' [bin]' if c.has_bin else ''}  {c.description[:80]}")
+                print(f"{c.score:8.2f}  {c.name} {c.version}{' [bin]' if c.has_bin else ''}  {c.description[:50]}"
+                      f"  ({why(c)})")
             return None
         if command == "clean":
             from .cleanup import clean

@@ -31,6 +31,9 @@ class CrateCandidate:
     repository: str = ""
     registry: str = ""
     checksum: str | None = None
+    #: why ``score`` is what it is: its factors (``relevance``, ``prior``, ``popularity``,
+    #: ``name``, ``bin``, ``term``), as far as the registry and the ranking know them
+    parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def id(self) -> str:
@@ -41,6 +44,7 @@ class CrateCandidate:
         data["bin_names"] = list(self.bin_names)
         data["keywords"] = list(self.keywords)
         data["categories"] = list(self.categories)
+        data["parts"] = dict(self.parts)
         return data
 
 

@@ -3,13 +3,17 @@
 The index lives in the cache dir, one SQLite file per registry path, and is
 rebuilt when the registry changes (its entries or its mtime). Searching is a
 bm25-ranked FTS5 query over name, description, keywords, categories and
-README text.
+README text, stemmed and with synonyms expanded, times a popularity prior
+(reverse-dependency counts over the registry's dependency graph) computed
+when the index is built: see :mod:`.ranking` for the score.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -23,22 +27,17 @@ from typing import Any
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
+from . import ranking
 from .base import CrateCandidate, FetchedSource
 from .semver import matches, newest
 
 __all__ = ["DirectoryRegistry", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 3
+INDEX_VERSION = 5
 README_LIMIT = 16_000
 #: bm25 column weights: name, description, keywords, categories, readme
-_WEIGHTS = (10.0, 4.0, 5.0, 2.0, 1.0)
-_STOPWORDS = frozenset(
-    """a an and are as at be by for from in into is it its of on or that the this to with
-    which what when how make makes made some any all my me i we you your our can will
-    should would please write build create given use using tool tools command program
-    text file files data from line lines""".split()
-)
+_WEIGHTS = (10.0, 4.0, 5.0, 2.0, 0.5)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -107,10 +106,8 @@ def _readme(crate_dir: Path, package: dict[str, Any]) -> str:
 
 
 def _fts_query(query: str) -> str:
-    words = [w for w in re.findall(r"[a-z0-9]+", query.lower()) if w not in _STOPWORDS and len(w) > 1]
-    if not words:
-        words = [w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 1]
-    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+    """The FTS5 query: any of the query's stemmed terms and their synonyms."""
+    return " OR ".join(f'"{term}"' for term in ranking.query_terms(query))
 
 
 class DirectoryRegistry:
@@ -180,15 +177,18 @@ class DirectoryRegistry:
             CREATE TABLE crates (
                 id INTEGER PRIMARY KEY, name TEXT, version TEXT, dir TEXT,
                 description TEXT, keywords TEXT, categories TEXT, license TEXT,
-                homepage TEXT, repository TEXT, bins TEXT
+                homepage TEXT, repository TEXT, bins TEXT,
+                key TEXT, prior REAL DEFAULT 0, log_prior REAL DEFAULT 0
             );
             CREATE INDEX crates_name ON crates(name);
             CREATE VIRTUAL TABLE crates_fts USING fts5(
                 name, description, keywords, categories, readme,
-                content='', tokenize='porter unicode61'
+                content='', tokenize='unicode61'
             );
             """
         )
+        # the popularity prior: which crates each crate builds on, by name (all versions together)
+        depends_on: dict[str, set[str]] = {}
         for entry in sorted(os.listdir(self.path)):
             crate_dir = self.path / entry
             manifest_path = crate_dir / "Cargo.toml"
@@ -206,24 +206,31 @@ class DirectoryRegistry:
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
             bins = _bin_names(crate_dir, manifest)
+            depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
-                " license, homepage, repository, bins) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " license, homepage, repository, bins, key) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name, version, entry, description, json.dumps(keywords), json.dumps(categories),
                     str(package.get("license", "")), str(package.get("homepage", "")),
-                    str(package.get("repository", "")), json.dumps(bins),
+                    str(package.get("repository", "")), json.dumps(bins), ranking.name_key(name),
                 ),
             )
+            # the index holds stemmed words (ranking.analyze), the same stems the query is turned into
             db.execute(
                 "INSERT INTO crates_fts (rowid, name, description, keywords, categories, readme)"
                 " VALUES (?,?,?,?,?,?)",
                 (
-                    cursor.lastrowid, name.replace("-", " ").replace("_", " ") + " " + name,
-                    description, " ".join(keywords), " ".join(c.replace("-", " ") for c in categories),
-                    _readme(crate_dir, package),
+                    cursor.lastrowid, ranking.analyze(name) + " " + ranking.name_key(name),
+                    ranking.analyze(description), ranking.analyze(" ".join(keywords)),
+                    ranking.analyze(" ".join(categories)), ranking.analyze(_readme(crate_dir, package)),
                 ),
             )
+        priors = ranking.reverse_dependencies(depends_on)
+        db.executemany(
+            "UPDATE crates SET prior = ?, log_prior = ? WHERE name = ?",
+            [(p, math.log1p(p), n) for n, p in priors.items()],
+        )
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.commit()
         db.close()
@@ -240,35 +247,45 @@ class DirectoryRegistry:
 
     # -- the Registry interface --------------------------------------------
 
-    def _candidate(self, row: tuple[Any, ...], score: float = 0.0) -> CrateCandidate:
+    def _candidate(
+        self, row: tuple[Any, ...], score: float = 0.0, parts: dict[str, float] | None = None
+    ) -> CrateCandidate:
         name, version, _dir, description, keywords, categories, license_, homepage, repository, bins = row
         bin_names = tuple(json.loads(bins))
         return CrateCandidate(
             name=name, version=version, description=description, score=score,
             has_bin=bool(bin_names), bin_names=bin_names, keywords=tuple(json.loads(keywords)),
             categories=tuple(json.loads(categories)), license=license_, homepage=homepage,
-            repository=repository, registry=self.id, checksum=None,
+            repository=repository, registry=self.id, checksum=None, parts=parts or {},
         )
 
     _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins"
 
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
+        """Candidates best first; each carries its score parts (``relevance``, ``prior``,
+        ``popularity``, ``name``: see :func:`.ranking.combine`)."""
         fts = _fts_query(query)
         if not fts:
             return []
         db = self._connect()
+        keys = sorted(ranking.name_keys(query)) or [""]
+        named = f"(c.key IN ({', '.join('?' * len(keys))}))"
+        # relevance x popularity x name, as ranking.combine computes it, so LIMIT keeps the right rows
         rows = db.execute(
-            f"SELECT {self._COLUMNS}, -bm25(crates_fts, ?, ?, ?, ?, ?) AS score"
-            " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid"
-            " WHERE crates_fts MATCH ? ORDER BY score DESC LIMIT ?",
-            (*_WEIGHTS, fts, max(limit * 4, 40)),
+            f"SELECT {self._COLUMNS}, -bm25(crates_fts, ?, ?, ?, ?, ?) AS relevance, c.prior, {named} AS named"
+            " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
+            " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
+            (*_WEIGHTS, *keys, fts, ranking.PRIOR_WEIGHT, ranking.NAME_BOOST, max(limit * 4, 40)),
         ).fetchall()
         best: dict[str, CrateCandidate] = {}
         for row in rows:
-            candidate = self._candidate(row[:-1], row[-1])
+            parts = ranking.combine(row[-3], row[-2], named=bool(row[-1]))
+            candidate = self._candidate(row[:-3], parts.pop("score"), parts)
             kept = best.get(candidate.name)
             if kept is None or newest([kept.version, candidate.version]) == candidate.version != kept.version:
-                best[candidate.name] = candidate if kept is None else _with_score(candidate, max(kept.score, candidate.score))
+                # the newest version, scored as the best-scoring version of the name
+                better = candidate if kept is None or candidate.score >= kept.score else kept
+                best[candidate.name] = _with_score(candidate, better.score, better.parts)
         return sorted(best.values(), key=lambda c: -c.score)[:limit]
 
     def versions(self, name: str) -> list[str]:
@@ -301,8 +318,8 @@ class DirectoryRegistry:
                 f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?", (normalized,)
             ).fetchall()
         if not rows:
-            similar = [c.name for c in self.search(name.replace("-", " ").replace("_", " "), limit=5)]
-            hint = f" Similar names: {', '.join(similar)}." if similar else ""
+            similar = self._close_names(name)
+            hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
             raise SearchError(
                 f"There is no crate named {name!r} in the registry {self.path}.{hint} "
                 "Check the spelling, or install it (Debian: `apt-get install librust-<name>-dev`).",
@@ -315,6 +332,15 @@ class DirectoryRegistry:
                 f"The registry has {name} at {', '.join(sorted(by_version))}, not {version}.",
             )
         return self._candidate(by_version[version])
+
+    def _close_names(self, name: str) -> list[str]:
+        """Crate names a few edits away from ``name`` (a typo), closest first; none when nothing is close."""
+        names = [r[0] for r in self._connect().execute("SELECT DISTINCT name FROM crates ORDER BY name")]
+        by_key: dict[str, str] = {}
+        for known in names:
+            by_key.setdefault(ranking.name_key(known), known)
+        close = difflib.get_close_matches(ranking.name_key(name), list(by_key), n=3, cutoff=0.8)
+        return [by_key[key] for key in close]
 
     def source_dir(self, candidate: CrateCandidate) -> Path:
         db = self._connect()
@@ -354,10 +380,10 @@ class DirectoryRegistry:
         ]
 
 
-def _with_score(candidate: CrateCandidate, score: float) -> CrateCandidate:
+def _with_score(candidate: CrateCandidate, score: float, parts: dict[str, float]) -> CrateCandidate:
     from dataclasses import replace
 
-    return replace(candidate, score=score)
+    return replace(candidate, score=score, parts=parts)
 
 
 def _crate_checksum(source: Path) -> str | None:

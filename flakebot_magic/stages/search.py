@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import SearchError
 from ..registry.base import CrateCandidate, Registry
 
-__all__ = ["BIN_BOOST", "TERM_BOOST", "boost_exact_terms", "open_registry", "rank", "search", "wants_tool"]
+__all__ = ["BIN_BOOST", "TERM_BOOST", "boost_exact_terms", "open_registry", "rank", "search", "wants_tool", "why"]
 
 #: how much a binary target multiplies a candidate's score when a tool is wanted
 BIN_BOOST = 1.75
@@ -53,7 +53,10 @@ def rank(candidates: list[CrateCandidate], *, prefer_bin: bool) -> list[CrateCan
     """Re-rank a registry's candidates: binaries first among equals when a tool is wanted."""
     if not prefer_bin:
         return sorted(candidates, key=lambda c: -c.score)
-    boosted = [replace(c, score=c.score * BIN_BOOST) if c.has_bin else c for c in candidates]
+    boosted = [
+        replace(c, score=c.score * BIN_BOOST, parts={**c.parts, "bin": BIN_BOOST}) if c.has_bin else c
+        for c in candidates
+    ]
     # a binary wins ties too: in a small registry bm25 can score every match near zero
     return sorted(boosted, key=lambda c: (-c.score, not c.has_bin))
 
@@ -112,5 +115,38 @@ def boost_exact_terms(candidates: list[CrateCandidate], query: str) -> list[Crat
         text = _squash(" ".join([c.name, c.description, *c.keywords]))
         return any(term in text for term in terms)
 
-    boosted = [replace(c, score=round(c.score * TERM_BOOST, 4)) if named(c) else c for c in candidates]
+    boosted = [
+        replace(c, score=round(c.score * TERM_BOOST, 4), parts={**c.parts, "term": TERM_BOOST}) if named(c) else c
+        for c in candidates
+    ]
     return sorted(boosted, key=lambda c: -c.score)
+
+
+#: how each multiplying part is named in :func:`why`
+_FACTORS = (("popularity", "popularity"), ("name", "name match"), ("bin", "binary"), ("term", "exact term"))
+
+
+def why(candidate: CrateCandidate) -> str:
+    """Why a candidate scores what it does, in one short line.
+
+    The parts multiply: bm25 relevance, the popularity prior's factor (with
+    the reverse-dependency prior it comes from), the name match, the binary
+    boost and the exact-term boost; factors of 1 are left out. A registry
+    that reports no parts (crates.io) gives its own score.
+
+    Examples
+    --------
+    >>> why(CrateCandidate("toml", "0.5.11", score=20.0,
+    ...     parts={"relevance": 8.0, "prior": 4.1, "popularity": 1.49, "name": 1.5}))
+    'relevance 8.00 x popularity 1.49 (prior 4.10) x name match 1.50'
+    """
+    parts = candidate.parts
+    if "relevance" not in parts:
+        return f"registry score {candidate.score:.2f}"
+    text = [f"relevance {parts['relevance']:.2f}"]
+    for key, label in _FACTORS:
+        factor = parts.get(key, 1.0)
+        if factor != 1.0:
+            extra = f" (prior {parts.get('prior', 0.0):.2f})" if key == "popularity" else ""
+            text.append(f"{label} {factor:.2f}{extra}")
+    return " x ".join(text)

@@ -173,9 +173,18 @@ def test_get_unknown_crate_says_what_to_do(registry: DirectoryRegistry) -> None:
     assert "Check the spelling" in message
 
 
-def test_get_unknown_crate_suggests_similar_names(registry: DirectoryRegistry) -> None:
-    with pytest.raises(SearchError, match="Similar names: tinyecho"):
+def test_get_unknown_crate_suggests_names_a_typo_away(registry: DirectoryRegistry) -> None:
+    with pytest.raises(SearchError, match=r"Did you mean tinyecho\?"):
         registry.get("tiny_echo")
+    with pytest.raises(SearchError, match=r"Did you mean tinylib\?"):
+        registry.get("tinylibb")
+
+
+def test_get_unknown_crate_suggests_nothing_when_nothing_is_close(registry: DirectoryRegistry) -> None:
+    # "echo" is a word of tinyecho's description, but the name is far from it
+    with pytest.raises(SearchError) as caught:
+        registry.get("echo-words-xyz")
+    assert "Did you mean" not in str(caught.value)
 
 
 def test_get_treats_dash_and_underscore_alike(registry_dir: Path, tmp_path: Path) -> None:

@@ -11,7 +11,16 @@ from flakebot_magic.errors import ConfigError, SearchError
 from flakebot_magic.registry.base import CrateCandidate, FetchedSource
 from flakebot_magic.registry.cratesio import CratesIoRegistry
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.search import BIN_BOOST, open_registry, rank, search, wants_tool
+from flakebot_magic.stages.search import (
+    BIN_BOOST,
+    TERM_BOOST,
+    boost_exact_terms,
+    open_registry,
+    rank,
+    search,
+    wants_tool,
+    why,
+)
 
 MakeRegistry = Callable[..., DirectoryRegistry]
 
@@ -94,6 +103,30 @@ def test_empty_query_is_a_search_error(make_registry: MakeRegistry, query: str) 
 def test_rank_boosts_only_binaries() -> None:
     ranked = rank([_lib("a", 10.0), _bin("b", 6.0), _lib("c", 5.0), _bin("d", 1.0)], prefer_bin=True)
     assert [(c.name, c.score) for c in ranked] == [("b", 10.5), ("a", 10.0), ("c", 5.0), ("d", 1.75)]
+
+
+def test_boosts_are_recorded_in_the_parts() -> None:
+    lib = CrateCandidate("a", "1", score=10.0, parts={"relevance": 10.0})
+    binary = CrateCandidate("b", "1", score=6.0, has_bin=True, parts={"relevance": 6.0})
+    ranked = rank([lib, binary], prefer_bin=True)
+    assert [(c.name, c.parts) for c in ranked] == [("b", {"relevance": 6.0, "bin": BIN_BOOST}), ("a", {"relevance": 10.0})]
+    sha = CrateCandidate("sha2", "1", "SHA-256", score=5.0, parts={"relevance": 5.0})
+    [boosted] = boost_exact_terms([sha], "the SHA-256 of a file")
+    assert boosted.parts == {"relevance": 5.0, "term": TERM_BOOST}
+    assert why(boosted) == "relevance 5.00 x exact term 2.00"
+
+
+def test_why_without_parts_gives_the_registry_score() -> None:
+    assert why(_lib("a", 3.5)) == "registry score 3.50"
+
+
+def test_search_results_carry_their_parts(make_registry: MakeRegistry) -> None:
+    [echo, *_] = search(make_registry("tinyecho", "tinylib"), "print echo", prefer_bin=True)
+    assert echo.name == "tinyecho"
+    assert set(echo.parts) >= {"relevance", "prior", "popularity", "name", "bin"}
+    product = echo.parts["relevance"] * echo.parts["popularity"] * echo.parts["name"] * echo.parts["bin"]
+    assert echo.score == pytest.approx(product)
+    assert echo.to_json()["parts"] == echo.parts
 
 
 def test_rank_without_preference_keeps_scores() -> None:
