@@ -380,7 +380,7 @@ def test_nix_deploy_gives_a_working_tool_in_the_nix_store(echo_run: tuple[Tool, 
     statuses = {e.stage: e.status for e in recorder.of(StageFinished)}
     assert all(statuses[s] == "done" for s in ("fork", "flake", "build", "test", "deploy", "client")), statuses
     assert any(n.message == "backend: nix (asked for)" for n in recorder.of(Notice))
-    deploy = [e for e in recorder.of(StageFinished) if e.stage == "deploy"][0]
+    deploy = next(e for e in recorder.of(StageFinished) if e.stage == "deploy")
     assert deploy.detail == str(tool.store_path)
 
 
