@@ -175,10 +175,14 @@ def toolchain_of(cargo: str) -> Toolchain:
     if not os.path.exists(rustc):  # not a toolchain's bin directory (a stand-in for cargo)
         bin_dir = ""
         rustc = shutil.which("rustc", path=scrubbed_env().get("PATH")) or "rustc"
+    env = scrubbed_env()
+    beside = Path(bin_dir).parent.parent / ".rustup"  # rustup's proxies in ~/.cargo/bin, toolchains in ~/.rustup
+    if bin_dir and "RUSTUP_HOME" not in env and Path(bin_dir).parent.name == ".cargo" and beside.is_dir():
+        env["RUSTUP_HOME"] = str(beside)
     try:
         done = subprocess.run(
             [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, cwd="/",
-            env=scrubbed_env(), stdin=subprocess.DEVNULL,
+            env=env, stdin=subprocess.DEVNULL,
         )
         sysroot = done.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -593,7 +597,7 @@ class SandboxedCargo(Cargo):
                 try:
                     done = runner.run(
                         sandbox.command(argv), cwd=cwd, env=cmd_env, timeout=timeout, on_line=collect,
-                        workspace=cwd, capture_limit=limit,
+                        workspace=cwd, capture_limit=limit + (1 << 20),  # the limit above fires first
                     )
                 except Cancelled:
                     if self.runner.cancel.cancelled:
