@@ -64,13 +64,11 @@ class Confinement:
         from ..sandbox import Sandbox
 
         self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
+        # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it)
         visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
-        if Path(binary).resolve().is_relative_to("/nix/store"):  # its libraries live beside it
-            visible.add(Path("/nix/store"))
-        try:
-            self.sandbox: Sandbox = Sandbox(self.scratch, read_only=tuple(sorted(visible)))  # type: ignore[call-arg]
-        except TypeError:  # TEMPORARY until the sandbox takes read_only= (it shows the whole filesystem then)
-            self.sandbox = Sandbox(self.scratch)
+        self.sandbox: Sandbox = Sandbox(
+            self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home"
+        )
 
     def command(self, argv: list[str]) -> list[str]:
         return self.sandbox.command(argv)
@@ -83,6 +81,8 @@ class Confinement:
         return env
 
     def close(self) -> None:
+        """Remove the scratch dir and the sandbox's process-count cgroups (after the process ended)."""
+        self.sandbox.release()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
