@@ -131,6 +131,10 @@ set_key() {  # unless key $1 is set once to $2 already: drop its lines, append "
     new="$(printf '%s\n%s' "$new" "${line% }")"
 }
 
+# Debian's nix.conf says the sandbox does not work on Debian; it does, with the paths above
+new="$(printf '%s\n' "$new" | grep -vxF \
+    -e '# So far the sandbox feature does not seem to work on Debian:' \
+    -e '# https://github.com/NixOS/nixpkgs/pull/47794#issuecomment-429575989' || true)"
 set_key sandbox true
 set_key sandbox-fallback false
 set_key build-users-group nixbld
