@@ -25,6 +25,8 @@ from .fsutil import atomic_write
 from .git import Git
 from .locks import tool_lock
 from .model import HOW_TO_CONFIGURE, ModelConfig
+from .policy import Baseline
+from .policy import enforce as enforce_policy
 from .inventory import Inventory, ToolRecord
 from .process import CancelToken, ProcessRunner
 from .registry.base import CrateCandidate, Registry
@@ -204,6 +206,11 @@ class Pipeline:
             stage.detail = str(workspace.path)
         cargo = self._edit(workspace, cargo)
         try:
+            # the build policy on the tree on disk, before either backend builds it (policy.py)
+            enforce_policy(
+                workspace.path, allow_build_scripts=settings.allow_build_scripts,
+                baseline=Baseline.from_git(Git(workspace.path, self.runner)),
+            )
             if backend == "nix":
                 self._nix_locked = False
                 try:

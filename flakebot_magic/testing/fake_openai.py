@@ -25,6 +25,10 @@ or a fault:
 ``{"fault": "malformed"}``
     Answer 200 with a body that is not valid JSON (non-streaming) or an SSE
     chunk whose data is not valid JSON (streaming).
+``{"fault": "flood", "interval": S}``
+    A reply that never ends: a streaming request gets SSE chunks of text
+    (``chunk_bytes`` each, default 65536) every ``S`` seconds (default 0), a
+    non-streaming one an endless JSON body, until the client hangs up.
 ``{"fault": "stall", "seconds": N}``
     Sleep ``N`` seconds, then answer with the item *after* the stall. Both
     items are consumed when the request arrives, so a client that times out
@@ -74,7 +78,7 @@ MODEL_NAME = "scripted-test-double"
 LABEL = "scripted test double (not a language model)"
 
 _HOST = "127.0.0.1"
-_FAULTS = ("status", "reset", "malformed", "stall")
+_FAULTS = ("status", "reset", "malformed", "stall", "flood")
 _ARGUMENT_PIECE = 8  # characters of tool-call arguments per streamed chunk
 _PLACEHOLDER = {"role": "assistant", "content": "partial reply from the scripted test double"}
 
@@ -314,6 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reset()
             elif item.get("fault") == "malformed":
                 self._malformed(stream)
+            elif item.get("fault") == "flood":
+                self._flood(number, stream, int(item.get("chunk_bytes", 65536)), float(item.get("interval", 0)))
             elif stream:
                 self._stream(request, number, item)
             else:
@@ -372,6 +378,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_event(final)
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
+
+    def _flood(self, number: int, stream: bool, size: int, interval: float) -> None:
+        self._start_stream()
+        if not stream:
+            self._send_chunk(b'{"id": "chatcmpl-testdouble-flood", "choices": [{"index": 0, "message": {"content": "')
+        text = "x" * max(1, size)
+        while not self.server.fake._stopping.wait(interval):  # ends when the client hangs up (OSError)
+            if stream:
+                delta = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+                self._send_event({"id": f"chatcmpl-testdouble-{number}", "object": "chat.completion.chunk",
+                                  "created": 0, "model": MODEL_NAME, "choices": [delta]})
+            else:
+                self._send_chunk(text.encode())
+        self.close_connection = True
 
     def _malformed(self, stream: bool) -> None:
         if stream:
