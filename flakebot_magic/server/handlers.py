@@ -20,7 +20,7 @@ from urllib.parse import unquote_plus, urlsplit
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
-from tornado import httpclient, httputil, web
+from tornado import httpclient, web
 
 from .. import __version__, tools
 from ..config import Settings
@@ -379,26 +379,41 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         if record.token:  # a flakebot http tool answers only requests that carry its token
             headers["Authorization"] = f"Bearer {record.token}"
         method = self.request.method or "GET"
+        declared: list[int] = []
+        chunks: list[bytes] = []
+        received = 0
+
+        def on_header(line: str) -> None:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length" and value.strip().isdigit():
+                declared.append(int(value.strip()))
+
+        def on_chunk(chunk: bytes) -> None:
+            nonlocal received
+            received += len(chunk)
+            chunks.append(chunk)
+
         request = httpclient.HTTPRequest(
             url, method=method, headers=headers,
             body=self.request.body if method in ("POST", "PUT", "PATCH") else None,
             follow_redirects=False, decompress_response=False, allow_nonstandard_methods=True,
-            request_timeout=self.timeout,
+            request_timeout=self.timeout, header_callback=on_header, streaming_callback=on_chunk,
         )
-        # its own client: the body limit is this proxy's, not the server's shared client's
-        client = httpclient.AsyncHTTPClient(
-            force_instance=True, max_body_size=self.max_response, max_buffer_size=self.max_response
-        )
+        # its own client: the body limit is this proxy's (the connection is cut past it), not the
+        # server's shared client's
+        client = httpclient.AsyncHTTPClient(force_instance=True, max_body_size=self.max_response)
         try:
             response = await client.fetch(request, raise_error=False)
+        except Exception as exc:  # the tool cut the connection, timed out, or passed the limit
+            if received >= self.max_response or any(size > self.max_response for size in declared):
+                raise web.HTTPError(
+                    502, f"{name}'s answer is larger than {self.max_response // (1024 * 1024)} MiB; "
+                    "it was not passed on"
+                ) from None
+            raise web.HTTPError(502, f"{name} did not answer: {exc}") from None
         finally:
             client.close()
         if response.code == 599:
-            if isinstance(response.error, httputil.HTTPInputError):
-                raise web.HTTPError(
-                    502, f"{name}'s answer was malformed or larger than {self.max_response // (1024 * 1024)} MiB; "
-                    "it was not passed on"
-                )
             raise web.HTTPError(502, f"{name} did not answer: {response.error}")
         self.set_status(response.code, response.reason)
         self.clear_header("Content-Type")
@@ -415,8 +430,9 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
                 self.set_header("Location", safe)
         self.set_header("Content-Security-Policy", TOOL_CSP)
         self.set_header("X-Content-Type-Options", "nosniff")
-        if response.body and method != "HEAD":
-            self.write(response.body)
+        if method != "HEAD":
+            for chunk in chunks:
+                self.write(chunk)
         self.finish()
 
     @web.authenticated
