@@ -151,7 +151,7 @@ def test_a_git_dir_that_is_a_symlink_or_a_gitdir_file_is_refused_with_a_clear_er
     moved = tmp_path / "moved.git"
     (repo.root / ".git").rename(moved)
     (repo.root / ".git").symlink_to(moved)
-    with pytest.raises(ForkError, match="is not a directory.*refusing to run git"):
+    with pytest.raises(ForkError, match=r"is not a directory.*refusing to run git"):
         repo("status")
     (repo.root / ".git").unlink()
     (repo.root / ".git").write_text(f"gitdir: {moved}\n")

@@ -85,7 +85,7 @@ def test_an_endless_reply_is_stopped_at_the_byte_cap_and_the_next_reply_used(
     run_loop: Callable[..., tuple[Any, list[str], FakeOpenAIServer]], stream: bool
 ) -> None:
     started = time.monotonic()
-    outcome, notices, server = run_loop([{"fault": "flood"}, *tinyhex_done()], stream=stream)
+    outcome, notices, _ = run_loop([{"fault": "flood"}, *tinyhex_done()], stream=stream)
     assert outcome.contract.bin == "tinyhex"  # the loop carried on with the next reply
     assert len(notices) == 1 and f"passed {MAX_REPLY_BYTES:,} bytes and was stopped" in notices[0]
     assert time.monotonic() - started < 60
@@ -105,7 +105,7 @@ def test_a_reply_that_drips_forever_is_stopped_at_the_time_cap(
 def test_an_endpoint_that_only_floods_is_a_clear_model_error(
     run_loop: Callable[..., tuple[Any, list[str], FakeOpenAIServer]],
 ) -> None:
-    error, notices, _ = run_loop([{"fault": "flood"}] * 4, max_reply_bytes=64 * 1024)
+    error, _, _ = run_loop([{"fault": "flood"}] * 4, max_reply_bytes=64 * 1024)
     assert isinstance(error, ModelError)
     assert "4 unusable replies in a row" in str(error) and "passed 65,536 bytes" in str(error)
     assert "Nothing from them was applied" in str(error)
