@@ -177,8 +177,9 @@ class ToolClient:
     def confined(self) -> Iterator[ToolClient]:
         """Within the block, the tool runs in the sandbox (what acceptance examples use).
 
-        A running server is stopped on entry and on exit, so the block gets a
-        confined process and later calls an ordinary one again.
+        A running server is restarted on entry and on exit, so the block gets
+        a confined process and later calls an ordinary one again (running
+        after the block if it ran before or within it).
         """
         with self._confined_lock:
             self._confined_depth += 1
@@ -195,7 +196,7 @@ class ToolClient:
                 self._confinement_changed()
 
     def _confinement_changed(self) -> None:
-        """Processes started before no longer match :attr:`confined_now` (servers restart)."""
+        """Processes started before no longer match :attr:`confined_now`: a server restarts."""
 
     def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
         """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras``."""

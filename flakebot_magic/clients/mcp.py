@@ -382,7 +382,9 @@ class McpTool(StartedToolClient):
         return confinement.command(argv), confinement.env(self.env), confinement.scratch, confinement.close
 
     def _confinement_changed(self) -> None:
-        self.stop()  # the next call starts a server that matches
+        if self.running:  # a server that matches, running as before
+            self.stop()
+            self.start()
 
     def start(self) -> McpTool:
         """Start the server (if it is not running) and read its tools."""

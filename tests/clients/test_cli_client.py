@@ -167,6 +167,8 @@ def _tool(tmp_path: Path, help_text: str, name: str = "tool", **fields: Any) -> 
         "data = sys.stdin.read()\nprint(json.dumps({'argv': sys.argv[1:], 'stdin': data}))\n"
     )
     path.chmod(0o755)
+    # the interpreter of this stand-in is not in the sandbox the --help probe runs in: give its help
+    fields.setdefault("_help", help_text.strip())
     return CliTool(name=name, binary=path, crate=name, version="1.0.0", source_hash="0" * 32, store_path=tmp_path, **fields)
 
 
