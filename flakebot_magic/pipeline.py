@@ -573,6 +573,8 @@ class Pipeline:
                 timeout=self.settings.tool_timeout,
                 provenance=manifest,
                 lock_hash=manifest.get("lock_hash", ""),
+                env=self.settings.tool_env,
+                confine=self.settings.confine_tools,
             )
             Inventory(self.settings.tools_dir).save(
                 ToolRecord(

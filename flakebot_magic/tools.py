@@ -58,6 +58,7 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
         source_hash=record.source_hash, store_path=Path(record.store_path), checksum=record.checksum,
         backend=record.backend, timeout=settings.tool_timeout if settings else 60.0,
         provenance=_manifest(record),
+        env=settings.tool_env if settings else None, confine=settings.confine_tools if settings else False,
     )
 
 

@@ -230,11 +230,14 @@ def test_a_built_cli_tool_sees_no_secret(tmp_path: Path, canaries: dict[str, str
         'description = "Print the environment"\nlicense = "MIT"\n'
     )
     registry = write_registry(tmp_path / "registry", [Crate("envdump", "0.1.0", manifest, {"src/main.rs": _ENVDUMP_MAIN})])
-    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
+    settings = Settings(
+        cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo", tool_env={"PASSED_ON_PURPOSE": "yes"}
+    )
     tool = Pipeline(settings).run("", crate="envdump", name="envdump")
     assert isinstance(tool, CliTool)
     out = tool()
     assert "PATH=" in out and _leaked(out, canaries) == []
+    assert "PASSED_ON_PURPOSE=yes" in out  # the tool_env setting reaches the tool
     assert tool.help.startswith("Usage: envdump") and _leaked(tool.help, canaries) == []
     # nothing the build or the tool wrote under the cache holds a canary either
     for path in settings.cache_dir.rglob("*"):
