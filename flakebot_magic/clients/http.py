@@ -194,11 +194,10 @@ class HttpTool(StartedToolClient):
         self,
         *args: Any,
         contract: ToolContract | None = None,
-        env: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, env=env, **kwargs)
+        super().__init__(*args, **kwargs)
         self.contract = contract or ToolContract(kind="http", bin=self.binary.name)
         self._transport = transport
         self._logs = LogBuffer()

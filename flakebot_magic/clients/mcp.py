@@ -353,10 +353,9 @@ class McpTool(StartedToolClient):
         self,
         *args: Any,
         contract: ToolContract | None = None,
-        env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, env=env, **kwargs)
+        super().__init__(*args, **kwargs)
         self.contract = contract or ToolContract(kind="mcp", bin=self.binary.name)
         self._logs = LogBuffer()
         self.session = McpSession(

@@ -10,9 +10,9 @@ from traitlets import Float, Int, Unicode, default
 
 from ..config import Settings, default_cache_dir
 from .handlers import (
+    MAX_PROXY_RESPONSE,
     DashboardHandler,
     IndexHandler,
-    MAX_PROXY_RESPONSE,
     ProxyHandler,
     ToolHandler,
     ToolLogsHandler,

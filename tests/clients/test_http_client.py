@@ -21,10 +21,6 @@ from flakebot_magic.errors import ToolError
 from flakebot_magic.inventory import Inventory
 from flakebot_magic.testing.overlay import fixture_crates_buildable
 
-
-
-
-
 # -- the fixture service ---------------------------------------------------------------
 
 

@@ -45,7 +45,7 @@ def test_a_world_readable_cache_dir_is_made_private(tmp_path: Path, umask_022: N
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o755)
     os.chmod(cache, 0o755)
-    Settings(cache_dir=cache).store_dir
+    assert Settings(cache_dir=cache).store_dir.parent == cache
     assert _mode(cache) == 0o700
 
 

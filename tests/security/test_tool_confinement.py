@@ -75,7 +75,7 @@ def test_acceptance_examples_run_the_tool_confined(tmp_path: Path, planted: tupl
 
 
 def test_confine_runs_every_call_in_the_sandbox(tmp_path: Path, planted: tuple[Path, Path, str]) -> None:
-    outside, secret, value = planted
+    outside, secret, _ = planted
     tool = _hostile(tmp_path, outside, secret, _help="Usage: hostile [WORDS]...", confine=True)
     assert tool("z") == "done\n"
     assert list(outside.iterdir()) == []
