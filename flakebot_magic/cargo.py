@@ -89,6 +89,7 @@ class Cargo:
             timeout=timeout,
             on_line=on_line,
             workspace=cwd,
+            label=["cargo", subcommand, *args],
         )
 
     def fetch(

@@ -109,6 +109,9 @@ class Settings:
     follow_up: bool = False
     #: seconds allowed for one model request before the SDK retries it
     model_timeout: float = 120.0
+    #: the largest model reply read, and how long one may stream (longer ones are unusable replies)
+    max_reply_bytes: int = 4 * 1024 * 1024
+    max_reply_seconds: float = 300.0
     #: variables added to every deployed tool's allowlisted environment (CLI calls, MCP and HTTP
     #: starts); nothing else of the kernel's environment, no API key, reaches a tool
     #: (default from ``$FLAKEBOT_TOOL_ENV``, see :func:`default_tool_env`)

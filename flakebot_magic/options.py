@@ -127,10 +127,21 @@ OPTIONS: tuple[Option, ...] = (
            "then redeploy", group=_MODEL, flag="--continue", config=False),
     Option("allow_build_scripts", bool, False, "let the model write build.rs (build scripts run code at build "
            "time, inside the sandbox)", group=_MODEL),
+    Option("allow_unsandboxed", bool, False, "without bubblewrap, let model-written code build and run unconfined "
+           "(it then sees your files, secrets and the network); off: such builds are refused", group=_MODEL),
+    Option("max_reply_bytes", int, 4 * 1024 * 1024, "largest model reply read; a longer one is unusable",
+           group=_MODEL, per_build=False),
+    Option("max_reply_seconds", float, 300.0, "longest a model reply may stream", group=_MODEL, per_build=False),
     Option("model_timeout", float, 120.0, "seconds allowed for one model request", group=_MODEL, per_build=False),
     Option("build_timeout", float, 1800.0, "seconds allowed for cargo build (and nix build)", group=_LIMITS,
            per_build=False),
     Option("test_timeout", float, 1800.0, "seconds allowed for cargo test", group=_LIMITS, per_build=False),
+    Option("tool_env", dict, {}, "environment variables every deployed tool starts with, beyond the allowlist "
+           "(PATH, locale, time zone, HOME); API keys pass only this way. Default: $FLAKEBOT_TOOL_ENV "
+           "('NAME,OTHER=value': a bare name passes that variable on)", group=_LIMITS, per_build=False),
+    Option("confine_tools", bool, False, "run deployed CLI and MCP tools in the sandbox too (no network, no "
+           "files outside a scratch dir); off: a tool runs as you, like any program you install",
+           group=_LIMITS),
     Option("tool_timeout", float, 60.0, "default seconds allowed for one call of a deployed tool", group=_LIMITS,
            per_build=False),
 )
@@ -222,7 +233,7 @@ def magic_argument_decorators() -> list[Callable[[Any], Any]]:
 
 def config_traits() -> dict[str, Any]:
     """traitlets traits (``.tag(config=True)``) for the options that are kernel settings."""
-    from traitlets import Bool, Enum, Float, Int, Unicode
+    from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 
     traits: dict[str, Any] = {}
     for opt in OPTIONS:
@@ -231,6 +242,8 @@ def config_traits() -> dict[str, Any]:
         help_text = _sentence(opt.help) + _default_text(opt)
         if opt.choices:
             trait: Any = Enum(list(opt.choices), None, allow_none=True, help=help_text)
+        elif opt.type is dict:
+            trait = Dict(None, allow_none=True, help=help_text)
         elif opt.type is bool:
             trait = Bool(None, allow_none=True, help=help_text)
         elif opt.type is int:

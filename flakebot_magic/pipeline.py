@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .cargo import Cargo
 from .config import Settings
-from .errors import DeployError, FlakeError, FlakebotError, NeedsModelError, SearchError, UsageError
+from .errors import ConfigError, DeployError, FlakeError, FlakebotError, NeedsModelError, SearchError, UsageError
 from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
 from .fsutil import atomic_write
 from .git import Git
@@ -204,7 +204,7 @@ class Pipeline:
                 runner=self.runner, bus=self.bus, cargo=cargo, fresh=settings.rebuild or self._fork_afresh(name),
             )
             stage.detail = str(workspace.path)
-        cargo = self._edit(workspace, cargo)
+        cargo = self._edit(workspace, self._confined(workspace, cargo))
         try:
             # the build policy on the tree on disk, before either backend builds it (policy.py)
             enforce_policy(
@@ -269,6 +269,8 @@ class Pipeline:
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
         best = candidates[0]
+        if best.has_bin:
+            best = search_stage.fittest_binary(candidates) or best
         if not best.has_bin:
             listing = "\n".join(
                 f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in candidates[:8]
@@ -499,42 +501,49 @@ class Pipeline:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
         return not self._follow_up and EditState.exists(self.settings.workspaces_dir / name)
 
-    def _edit(self, workspace: Workspace, cargo: Cargo) -> Cargo:
-        """Run the edit loop when a model is configured; return the cargo the later stages use.
+    def _confined(self, workspace: Workspace, cargo: Cargo) -> Cargo:
+        """The cargo that builds and tests the fork: in the sandbox (crate code is untrusted, edited or not).
 
-        The loop leaves the workspace green (or raises). From then on the
-        code is the model's, so build and test run in the sandbox too.
+        Without bubblewrap a published crate still builds, with a warning;
+        a model's edits are refused unless ``allow_unsandboxed`` says otherwise.
         """
-        model = self._model
-        if model is None:
-            return cargo
         from .sandbox import Sandbox, SandboxedCargo
-        from .errors import ConfigError
 
         settings = self.settings
         sandbox = Sandbox(workspace.path)
-        if not sandbox.isolated and not settings.allow_unsandboxed:
-            raise ConfigError(
-                f"Refusing to let a model edit and build {workspace.crate.name} without a sandbox: {sandbox.why_not}. "
-                "Model-written code would run with your files, secrets and network. Install bubblewrap "
-                "(`apt-get install bubblewrap`, or `make install`), or, accepting that risk, opt in with the "
-                "`allow_unsandboxed` setting.",
-                workspace=workspace.path,
-            )
-        self.bus.notice("edit", f"cargo runs in a sandbox: {sandbox.describe()}")
+        if not sandbox.isolated:
+            if self._model is not None and not settings.allow_unsandboxed:
+                raise ConfigError(
+                    f"Refusing to let a model edit and build {workspace.crate.name} without a sandbox: "
+                    f"{sandbox.why_not}. Model-written code would run with your files, secrets and network. "
+                    "Install bubblewrap (`apt-get install bubblewrap`, or `make install`), or, accepting that "
+                    "risk, opt in with the `allow_unsandboxed` setting.",
+                    workspace=workspace.path,
+                )
+            self.bus.notice("build", sandbox.notice, "warning")
+            return cargo
+        self.bus.notice("build", f"cargo runs in a sandbox: {sandbox.describe()}")
         if sandbox.notice:
-            self.bus.notice("edit", sandbox.notice, "warning")
-        sandboxed = SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
+            self.bus.notice("build", sandbox.notice, "warning")
+        return SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
+
+    def _edit(self, workspace: Workspace, cargo: Cargo) -> Cargo:
+        """Run the edit loop when a model is configured (with ``cargo``, the sandboxed one); return ``cargo``."""
+        model = self._model
+        if model is None:
+            return cargo
+        settings = self.settings
         client = None
         try:
             with _Stage(self.bus, "edit", model.describe()) as stage:
                 client = model.client()
                 loop = EditLoop(
-                    workspace.path, client, model, cargo=sandboxed, bus=self.bus,
+                    workspace.path, client, model, cargo=cargo, bus=self.bus,
                     git=Git(workspace.path, self.runner), crate=workspace.crate,
                     max_iterations=settings.max_iterations, token_budget=settings.token_budget,
                     allow_build_scripts=settings.allow_build_scripts,
                     build_timeout=settings.build_timeout, test_timeout=min(settings.test_timeout, 600.0),
+                    max_reply_bytes=settings.max_reply_bytes, max_reply_seconds=settings.max_reply_seconds,
                 )
                 outcome = loop.run(self._request, follow_up=self._follow_up)
                 stage.detail = (
@@ -550,7 +559,7 @@ class Pipeline:
         finally:
             if client is not None:
                 client.close()
-        return sandboxed
+        return cargo
 
     def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> ToolClient:
         with _Stage(self.bus, "client", name) as stage:

@@ -323,6 +323,13 @@ class _Stream:
         return "".join(self.kept)
 
 
+def _short(argv: list[str]) -> str:
+    """A command as named in a message: the program's name and its first two arguments."""
+    if not argv:
+        return ""
+    return " ".join([os.path.basename(argv[0]), *argv[1:3]])
+
+
 class ProcessRunner:
     """Runs commands with a time limit in their own process group.
 
@@ -347,8 +354,13 @@ class ProcessRunner:
         workspace: Path | None = None,
         interrupt_grace: float = 0.0,
         capture_limit: int = MAX_CAPTURE,
+        label: Sequence[str] | None = None,
     ) -> Completed:
         """Run ``args``; return its output, whatever its exit code.
+
+        ``label`` is the command as the user knows it (``cargo build``), named
+        in errors instead of ``args`` when wrappers (the sandbox, ``nice``)
+        stand in front of it.
 
         Raises :class:`StageTimeout` past ``timeout`` seconds, :class:`Cancelled`
         when the cancel token is set, :class:`ConfigError` when the program is
@@ -369,6 +381,7 @@ class ProcessRunner:
         them, and it does so (and releases its locks) on SIGINT.
         """
         argv = [os.fspath(a) for a in args]
+        shown = _short(list(label) if label is not None else argv)
         if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
             raise ConfigError(
                 f"`{argv[0]}` is not on PATH. Install it (for cargo: `make install` "
@@ -423,14 +436,14 @@ class ProcessRunner:
                         break  # stragglers hold the pipes: they are killed below
                 if self.cancel.cancelled:
                     self._stop(proc, interrupt_grace, inodes)
-                    raise Cancelled(f"Cancelled while running `{' '.join(argv[:3])}`.", workspace=workspace)
+                    raise Cancelled(f"Cancelled while running `{shown}`.", workspace=workspace)
                 if exited_at is None and time.monotonic() > deadline:
                     self._stop(proc, interrupt_grace, inodes)
                     raise StageTimeout(
-                        f"`{' '.join(argv[:3])}` ran past its time limit of {timeout:g} s "
+                        f"`{shown}` ran past its time limit of {timeout:g} s "
                         "and was stopped. Raise the limit (build_timeout / test_timeout) "
                         "if the crate is just slow to build.",
-                        command=argv,
+                        command=list(label) if label is not None else argv,
                         seconds=timeout,
                         workspace=workspace,
                     )

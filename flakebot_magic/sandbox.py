@@ -598,6 +598,7 @@ class SandboxedCargo(Cargo):
                     done = runner.run(
                         sandbox.command(argv), cwd=cwd, env=cmd_env, timeout=timeout, on_line=collect,
                         workspace=cwd, capture_limit=limit + (1 << 20),  # the limit above fires first
+                        label=["cargo", subcommand, *args],
                     )
                 except Cancelled:
                     if self.runner.cancel.cancelled:

@@ -24,6 +24,8 @@ class CrateCandidate:
     score: float = 0.0
     has_bin: bool = False
     bin_names: tuple[str, ...] = ()
+    #: a binary's sources read standard input (it can be handed text); directory registries know it
+    reads_stdin: bool = False
     keywords: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     license: str = ""

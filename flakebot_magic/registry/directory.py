@@ -34,7 +34,7 @@ from .semver import matches, newest
 __all__ = ["DirectoryRegistry", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 README_LIMIT = 16_000
 #: bm25 column weights: name, description, keywords, categories, readme
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 0.5)
@@ -92,6 +92,37 @@ def _bin_names(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
     for name in names:
         seen.setdefault(name, None)
     return list(seen)
+
+
+_STDIN = re.compile(rb"\bstdin\b")
+#: how much of a binary's sources the stdin scan reads
+_SCAN_LIMIT = 512 * 1024
+
+
+def _reads_stdin(crate_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether a binary's own sources mention standard input (a tool that can be handed text).
+
+    A static look, made when the index is built: ``src/main.rs``, ``src/bin/``
+    and ``[[bin]]`` paths. A binary that reads only a file path cannot take
+    the string its Python client is called with.
+    """
+    paths = [crate_dir / "src" / "main.rs", *(crate_dir / "src" / "bin").rglob("*.rs")]
+    paths += [crate_dir / str(b["path"]) for b in manifest.get("bin", []) if isinstance(b, dict) and "path" in b]
+    budget = _SCAN_LIMIT
+    for path in paths:
+        if budget <= 0:
+            break
+        try:
+            if path.is_symlink() or not path.is_file():
+                continue
+            with path.open("rb") as handle:
+                text = handle.read(budget)
+        except OSError:
+            continue
+        budget -= len(text)
+        if _STDIN.search(text):
+            return True
+    return False
 
 
 def _readme(crate_dir: Path, package: dict[str, Any]) -> str:
@@ -177,7 +208,7 @@ class DirectoryRegistry:
             CREATE TABLE crates (
                 id INTEGER PRIMARY KEY, name TEXT, version TEXT, dir TEXT,
                 description TEXT, keywords TEXT, categories TEXT, license TEXT,
-                homepage TEXT, repository TEXT, bins TEXT,
+                homepage TEXT, repository TEXT, bins TEXT, stdin INTEGER NOT NULL DEFAULT 0,
                 key TEXT, prior REAL DEFAULT 0, log_prior REAL DEFAULT 0
             );
             CREATE INDEX crates_name ON crates(name);
@@ -209,11 +240,12 @@ class DirectoryRegistry:
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
-                " license, homepage, repository, bins, key) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " license, homepage, repository, bins, stdin, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name, version, entry, description, json.dumps(keywords), json.dumps(categories),
                     str(package.get("license", "")), str(package.get("homepage", "")),
-                    str(package.get("repository", "")), json.dumps(bins), ranking.name_key(name),
+                    str(package.get("repository", "")), json.dumps(bins),
+                    int(bool(bins) and _reads_stdin(crate_dir, manifest)), ranking.name_key(name),
                 ),
             )
             # the index holds stemmed words (ranking.analyze), the same stems the query is turned into
@@ -250,16 +282,16 @@ class DirectoryRegistry:
     def _candidate(
         self, row: tuple[Any, ...], score: float = 0.0, parts: dict[str, float] | None = None
     ) -> CrateCandidate:
-        name, version, _dir, description, keywords, categories, license_, homepage, repository, bins = row
+        name, version, _dir, description, keywords, categories, license_, homepage, repository, bins, stdin = row
         bin_names = tuple(json.loads(bins))
         return CrateCandidate(
             name=name, version=version, description=description, score=score,
-            has_bin=bool(bin_names), bin_names=bin_names, keywords=tuple(json.loads(keywords)),
+            has_bin=bool(bin_names), bin_names=bin_names, reads_stdin=bool(stdin), keywords=tuple(json.loads(keywords)),
             categories=tuple(json.loads(categories)), license=license_, homepage=homepage,
             repository=repository, registry=self.id, checksum=None, parts=parts or {},
         )
 
-    _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins"
+    _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.stdin"
 
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,

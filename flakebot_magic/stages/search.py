@@ -9,10 +9,12 @@ from pathlib import Path
 from ..errors import SearchError
 from ..registry.base import CrateCandidate, Registry
 
-__all__ = ["BIN_BOOST", "TERM_BOOST", "boost_exact_terms", "open_registry", "rank", "search", "wants_tool", "why"]
+__all__ = ["BIN_BOOST", "FIT_RATIO", "TERM_BOOST", "boost_exact_terms", "fittest_binary", "open_registry", "rank", "search", "wants_tool", "why"]
 
 #: how much a binary target multiplies a candidate's score when a tool is wanted
 BIN_BOOST = 1.75
+#: a binary that takes text is preferred over a better-ranked one that does not, down to this share of its score
+FIT_RATIO = 0.5
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
 
@@ -59,6 +61,33 @@ def rank(candidates: list[CrateCandidate], *, prefer_bin: bool) -> list[CrateCan
     ]
     # a binary wins ties too: in a small registry bm25 can score every match near zero
     return sorted(boosted, key=lambda c: (-c.score, not c.has_bin))
+
+
+def fittest_binary(candidates: list[CrateCandidate]) -> CrateCandidate | None:
+    """The binary to deploy as published: the best one that can be handed text, if one ranks close.
+
+    A deployed tool is called with a string (``md("# Hi")``), which its
+    client passes on standard input. A binary whose sources never read
+    standard input (only a file path) cannot take it, so among binaries
+    scoring at least :data:`FIT_RATIO` of the best, the first that reads
+    standard input wins; without one, the best binary. None: no binary.
+
+    Examples
+    --------
+    >>> fittest_binary([CrateCandidate("markdown", "0.3.0", score=49.6, has_bin=True),
+    ...     CrateCandidate("pulldown-cmark", "0.9.2", score=27.0, has_bin=True, reads_stdin=True)]).name
+    'pulldown-cmark'
+    """
+    binaries = [c for c in candidates if c.has_bin]
+    if not binaries:
+        return None
+    best = binaries[0]
+    for candidate in binaries:
+        if candidate.score < best.score * FIT_RATIO:
+            break
+        if candidate.reads_stdin:
+            return candidate
+    return best
 
 
 def search(
