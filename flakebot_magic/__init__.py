@@ -40,6 +40,7 @@ from .errors import (
     SearchError,
     StageTimeout,
     TestError,
+    ToolBusy,
     ToolError,
     UsageError,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "SearchError",
     "StageTimeout",
     "TestError",
+    "ToolBusy",
     "ToolError",
     "UsageError",
     "__version__",

@@ -4,6 +4,7 @@ The tree::
 
     FlakebotError
     ├── UsageError          bad input from the user (empty cell, unknown option)
+    │   └── ToolBusy        another process is building the same tool name (names it)
     ├── ConfigError         the machine lacks something (cargo, a registry path)
     ├── SearchError         no candidates, unknown --crate, registry unreachable
     │   └── RegistryError   a registry answered badly (HTTP error, bad checksum)
@@ -50,6 +51,7 @@ __all__ = [
     "SearchError",
     "StageTimeout",
     "TestError",
+    "ToolBusy",
     "ToolError",
     "UsageError",
 ]
@@ -94,6 +96,18 @@ class UsageError(FlakebotError):
     """The request or its options are wrong; the message says how to write them."""
 
     stage = "usage"
+
+
+class ToolBusy(UsageError):
+    """Another build of the same tool name is running and did not finish in time.
+
+    ``holder`` describes that build (:class:`flakebot_magic.locks.LockHolder`).
+    """
+
+    def __init__(self, message: str, *, name: str, holder: Any) -> None:
+        super().__init__(message)
+        self.name = name
+        self.holder = holder
 
 
 class ConfigError(FlakebotError):

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import ToolBusy, UsageError
 from .fsutil import private_dir
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "tool_lock"]
@@ -52,15 +52,6 @@ class LockHolder:
         when = time.strftime("%H:%M:%S", time.localtime(self.started)) if self.started else "?"
         command = f", `{self.command}`" if self.command else ""
         return f"pid {self.pid} (since {when}{command})"
-
-
-class ToolBusy(UsageError):
-    """Another build of the same tool name is running and did not finish in time."""
-
-    def __init__(self, message: str, *, name: str, holder: LockHolder) -> None:
-        super().__init__(message)
-        self.name = name
-        self.holder = holder
 
 
 def locks_dir(cache_dir: Path) -> Path:
