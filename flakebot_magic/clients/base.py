@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..process import allowed_env
 from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
+from .contract import KINDS
 from .schema import check_arguments
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 __all__ = ["KINDS", "Confinement", "StartedToolClient", "ToolClient", "tool_environment"]
-
-#: the tool kinds a contract may name
-KINDS = ("cli", "mcp", "http")
 
 _KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
 

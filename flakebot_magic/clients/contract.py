@@ -8,80 +8,183 @@
     health = "/health"    # http only: the readiness path (default "/health")
     ready_timeout = 10    # http and mcp: seconds allowed to start (default 10)
 
-A crate with a binary and no such table is a ``cli`` tool. See
+A crate with a binary and no such table is a ``cli`` tool. This module is
+the one reader of the table: the edit loop asks it whether the model's
+manifest will deploy, the deploy stage asks it which client to give. See
 ``docs/tool-contract.md`` for what each kind must do.
+
+The API:
+
+* :data:`KINDS`, :data:`KEYS` and the ``DEFAULT_*`` constants;
+* :func:`read_contract` ``(source, binaries=(), main="", *, required=False)
+  -> ToolContract``, raising :class:`~flakebot_magic.errors.DeployError`
+  with a message that says what is wrong and how to fix it;
+* :class:`ToolContract`, frozen, with ``to_json()`` / ``from_json()`` (the
+  store manifest's ``"contract"``) and ``str()`` (``kind = "cli", bin = "x"``).
+
+Examples
+--------
+>>> read_contract({"package": {"name": "demo"}}, ["demo"])
+ToolContract(kind='cli', bin='demo', health='/health', ready_timeout=10.0)
+>>> str(read_contract({"package": {"metadata": {"flakebot": {"kind": "mcp", "bin": "srv"}}}}))
+'kind = "mcp", bin = "srv"'
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import DeployError
-from .base import KINDS
+from ..fsutil import load_toml
 
-__all__ = ["ToolContract", "contract_of"]
+__all__ = [
+    "DEFAULT_HEALTH",
+    "DEFAULT_KIND",
+    "DEFAULT_READY_TIMEOUT",
+    "KEYS",
+    "KINDS",
+    "MAX_MANIFEST_BYTES",
+    "TABLE",
+    "ToolContract",
+    "read_contract",
+]
+
+#: the tool kinds a contract may name
+KINDS = ("cli", "mcp", "http")
+DEFAULT_KIND = "cli"
+DEFAULT_HEALTH = "/health"
+DEFAULT_READY_TIMEOUT = 10.0
+#: where the contract lives in Cargo.toml
+TABLE = "[package.metadata.flakebot]"
+#: every key the table may hold, and what it means (other keys are ignored)
+KEYS = {
+    "kind": f"one of {', '.join(KINDS)} (default {DEFAULT_KIND})",
+    "bin": "the binary target that is the tool (default: the crate's main binary)",
+    "health": f"http: the readiness path, starting with '/' (default {DEFAULT_HEALTH})",
+    "ready_timeout": f"mcp, http: seconds allowed to start, a positive number (default {DEFAULT_READY_TIMEOUT:g})",
+}
+#: a manifest larger than this is not read (the edit loop reads what a model wrote)
+MAX_MANIFEST_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
 class ToolContract:
-    """How to run a deployed tool."""
+    """How to run a deployed tool: its kind, its binary, and (mcp, http) how it starts."""
 
-    kind: str = "cli"
+    kind: str = DEFAULT_KIND
     bin: str = ""
-    health: str = "/health"
-    ready_timeout: float = 10.0
+    health: str = DEFAULT_HEALTH
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+
+    def __str__(self) -> str:
+        return f'kind = "{self.kind}", bin = "{self.bin}"'
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None, default_bin: str = "") -> ToolContract:
-        """Read a stored contract; an entry without one is a CLI tool."""
+        """Read a stored contract (already checked at deploy); an entry without one is a CLI tool."""
         if not data:
-            return cls(kind="cli", bin=default_bin)
+            return cls(kind=DEFAULT_KIND, bin=default_bin)
         return cls(
-            kind=str(data.get("kind") or "cli"),
+            kind=str(data.get("kind") or DEFAULT_KIND),
             bin=str(data.get("bin") or default_bin),
-            health=str(data.get("health") or "/health"),
-            ready_timeout=float(data.get("ready_timeout") or 10.0),
+            health=str(data.get("health") or DEFAULT_HEALTH),
+            ready_timeout=float(data.get("ready_timeout") or DEFAULT_READY_TIMEOUT),
         )
 
 
-def contract_of(manifest: Mapping[str, Any], binaries: Sequence[str], main: str = "") -> ToolContract:
-    """The contract a parsed Cargo.toml declares, checked against the binaries cargo built.
+def _load(source: Path | str | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A parsed Cargo.toml: ``source`` itself, or the file at that path (bounded, no symlink followed)."""
+    if isinstance(source, Mapping):
+        return source
+    path = Path(source)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise DeployError(f"Cargo.toml cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise DeployError(f"Cargo.toml is larger than {MAX_MANIFEST_BYTES} bytes; it cannot be a crate's manifest")
+    try:
+        return load_toml(data.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        raise DeployError(f"Cargo.toml is not valid TOML: {exc}") from None
+
+
+def read_contract(
+    source: Path | str | Mapping[str, Any],
+    binaries: Sequence[str] = (),
+    main: str = "",
+    *,
+    required: bool = False,
+) -> ToolContract:
+    """The tool contract a Cargo.toml declares, every key checked.
+
+    Parameters
+    ----------
+    source
+        The Cargo.toml's path, or its parsed TOML data.
+    binaries
+        The binary targets the crate builds. When given, ``bin`` must name
+        one of them; the default ``bin`` is chosen among them.
+    main
+        The default ``bin`` when the table names none (else the crate's
+        name when it is a binary, else the first binary, else the crate's name).
+    required
+        The table must be there and name ``kind`` and ``bin`` (what the edit
+        loop asks of a model); otherwise a crate without one is a ``cli`` tool.
 
     Raises
     ------
     DeployError
-        The table names an unknown kind, or a binary the crate does not build.
+        The manifest cannot be read, is not TOML, or its table is wrong
+        (not a table, an unknown kind, a binary the crate does not build, a
+        health path without a leading ``/``, a ``ready_timeout`` that is
+        not a positive number). The message says what to write instead.
     """
-    package = manifest.get("package") or {}
-    metadata = (package.get("metadata") or {}) if isinstance(package, Mapping) else {}
+    manifest = _load(source)
+    package = manifest.get("package")
+    package = package if isinstance(package, Mapping) else {}
+    metadata = package.get("metadata")
     table = metadata.get("flakebot") if isinstance(metadata, Mapping) else None
-    name = str(package.get("name", "")) if isinstance(package, Mapping) else ""
+    name = str(package.get("name", ""))
+    where = f" in {name}'s Cargo.toml" if name else ""
     default_bin = main or (name if name in binaries else (sorted(binaries)[0] if binaries else name))
-    if not table:
-        return ToolContract(kind="cli", bin=default_bin)
+    if table is None or table == {}:
+        if required:
+            raise DeployError(
+                f"Cargo.toml has no {TABLE} table; add one with "
+                f'kind = "{DEFAULT_KIND}" and bin = "<the binary target to deploy>"'
+            )
+        return ToolContract(kind=DEFAULT_KIND, bin=default_bin)
     if not isinstance(table, Mapping):
-        raise DeployError(f"[package.metadata.flakebot] of {name} must be a table, like: kind = \"mcp\", bin = \"{default_bin}\"")
-    kind = str(table.get("kind", "cli"))
+        raise DeployError(f'{TABLE}{where} must be a table, like: kind = "mcp", bin = "{default_bin}"')
+    kind = table.get("kind", None if required else DEFAULT_KIND)
     if kind not in KINDS:
         raise DeployError(
-            f"[package.metadata.flakebot] kind = {kind!r} in {name}'s Cargo.toml is not one of "
-            f"{', '.join(map(repr, KINDS))}. See docs/tool-contract.md."
+            f"{TABLE} kind must be one of {', '.join(KINDS)}, not {kind!r}{where}. See docs/tool-contract.md."
         )
-    bin_name = str(table.get("bin") or default_bin)
+    bin_name = table.get("bin", None if required else default_bin)
+    if not isinstance(bin_name, str) or not bin_name:
+        raise DeployError(f'{TABLE} needs bin = "<binary target name>"{where}, not {bin_name!r}')
     if binaries and bin_name not in binaries:
         raise DeployError(
-            f"[package.metadata.flakebot] bin = {bin_name!r} in {name}'s Cargo.toml, but the crate builds "
-            f"{', '.join(sorted(binaries)) or 'no binaries'}. Name one of those."
+            f"{TABLE} bin = {bin_name!r}{where}, but the crate builds "
+            f"{', '.join(sorted(binaries))}. Name one of those, or add src/main.rs or a [[bin]] target named {bin_name}."
         )
-    health = str(table.get("health", "/health"))
-    if not health.startswith("/"):
-        raise DeployError(f"[package.metadata.flakebot] health = {health!r} must be a path starting with '/'.")
-    timeout = table.get("ready_timeout", 10.0)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise DeployError(f"[package.metadata.flakebot] ready_timeout = {timeout!r} must be a positive number of seconds.")
-    return ToolContract(kind=kind, bin=bin_name, health=health, ready_timeout=float(timeout))
+    health = table.get("health", DEFAULT_HEALTH)
+    if not isinstance(health, str) or not health.startswith("/"):
+        raise DeployError(f"{TABLE} health = {health!r}{where} must be a path starting with '/', like \"/health\".")
+    timeout = table.get("ready_timeout", DEFAULT_READY_TIMEOUT)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
+        raise DeployError(
+            f"{TABLE} ready_timeout = {timeout!r}{where} must be a positive number of seconds, like 10."
+        )
+    return ToolContract(kind=str(kind), bin=bin_name, health=health, ready_timeout=float(timeout))

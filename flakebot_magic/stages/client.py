@@ -29,9 +29,12 @@ from typing import Any
 
 from ..clients.base import ToolClient
 from ..clients.cli import CliTool, reads_stdin
-from ..clients.contract import ToolContract, contract_of
+from ..clients.contract import ToolContract, read_contract
 
 __all__ = ["Tool", "ToolClient", "ToolContract", "contract_of", "make_tool", "reads_stdin"]
+
+#: the reader of the contract (the name the pipeline uses)
+contract_of = read_contract
 
 #: the command-line tool's client (the name front ends and tests have always used)
 Tool = CliTool

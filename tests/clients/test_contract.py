@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients.cli import CliTool
-from flakebot_magic.clients.contract import ToolContract, contract_of
+from flakebot_magic.clients.contract import ToolContract, read_contract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.errors import DeployError
@@ -22,13 +22,13 @@ def _manifest(table: object = None, name: str = "demo") -> dict[str, object]:
 
 
 def test_a_crate_without_a_table_is_a_cli_tool() -> None:
-    assert contract_of(_manifest(), ["demo", "helper"]) == ToolContract(kind="cli", bin="demo")
-    assert contract_of(_manifest(), ["other"]).bin == "other"
-    assert contract_of(_manifest(), ["a", "b"], main="b").bin == "b"
+    assert read_contract(_manifest(), ["demo", "helper"]) == ToolContract(kind="cli", bin="demo")
+    assert read_contract(_manifest(), ["other"]).bin == "other"
+    assert read_contract(_manifest(), ["a", "b"], main="b").bin == "b"
 
 
 def test_the_table_names_kind_bin_health_and_deadline() -> None:
-    contract = contract_of(_manifest({"kind": "http", "bin": "serve", "health": "/ready", "ready_timeout": 3}), ["demo", "serve"])
+    contract = read_contract(_manifest({"kind": "http", "bin": "serve", "health": "/ready", "ready_timeout": 3}), ["demo", "serve"])
     assert contract == ToolContract(kind="http", bin="serve", health="/ready", ready_timeout=3.0)
     assert ToolContract.from_json(contract.to_json()) == contract
     assert ToolContract.from_json(None, default_bin="x") == ToolContract(kind="cli", bin="x")
@@ -37,8 +37,12 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"kind": "grpc"}, "kind = 'grpc' in demo's Cargo.toml is not one of 'cli', 'mcp', 'http'"),
+        ({"kind": "grpc"}, "kind must be one of cli, mcp, http, not 'grpc' in demo's Cargo.toml"),
         ({"kind": "mcp", "bin": "nope"}, "bin = 'nope' in demo's Cargo.toml, but the crate builds demo"),
+        ({"kind": "mcp", "bin": 3}, "needs bin"),
+        ({"kind": "http", "health": 7}, "must be a path starting with '/'"),
+        ({"kind": "http", "ready_timeout": True}, "must be a positive number of seconds"),
+        ({"kind": "http", "ready_timeout": "10"}, "must be a positive number of seconds"),
         ({"kind": "http", "health": "health"}, "must be a path starting with '/'"),
         ({"kind": "http", "ready_timeout": 0}, "must be a positive number of seconds"),
         ("mcp", "must be a table"),
@@ -46,7 +50,7 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
 )
 def test_a_wrong_table_is_a_deploy_error(table: object, message: str) -> None:
     with pytest.raises(DeployError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        contract_of(_manifest(table), ["demo"])
+        read_contract(_manifest(table), ["demo"])
 
 
 @pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
@@ -57,3 +61,34 @@ def test_make_tool_picks_the_client_by_kind(kind: str, cls: type, tmp_path: Path
     )
     assert type(tool) is cls and tool.kind == kind and not tool.running
     assert Tool is CliTool
+
+
+def test_the_edit_loop_requires_the_table_kind_and_bin(tmp_path: Path) -> None:
+    manifest = tmp_path / "Cargo.toml"
+    manifest.write_text('[package]\nname = "x"\n')
+    with pytest.raises(DeployError, match=r"no \[package.metadata.flakebot\] table"):
+        read_contract(manifest, required=True)
+    assert read_contract(manifest) == ToolContract(kind="cli", bin="x")
+    manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nkind = "http"\n')
+    with pytest.raises(DeployError, match="needs bin"):
+        read_contract(manifest, required=True)
+    manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nbin = "x"\n')
+    with pytest.raises(DeployError, match="kind must be one of cli, mcp, http, not None"):
+        read_contract(manifest, required=True)
+    manifest.write_text('[package.metadata.flakebot]\nkind = "cli"\nbin = "sha256"\n\n[package]\nname = "x"\n')
+    contract = read_contract(manifest, required=True)
+    assert (contract.kind, contract.bin, str(contract)) == ("cli", "sha256", 'kind = "cli", bin = "sha256"')
+
+
+def test_a_manifest_that_is_not_toml_or_not_there_says_so(tmp_path: Path) -> None:
+    with pytest.raises(DeployError, match="cannot be read"):
+        read_contract(tmp_path / "missing" / "Cargo.toml")
+    (tmp_path / "Cargo.toml").write_text("[package\n")
+    with pytest.raises(DeployError, match="not valid TOML"):
+        read_contract(tmp_path / "Cargo.toml")
+    (tmp_path / "big.toml").write_bytes(b"#" * (2 << 20))
+    with pytest.raises(DeployError, match="larger than"):
+        read_contract(tmp_path / "big.toml")
+    (tmp_path / "link.toml").symlink_to(tmp_path / "Cargo.toml")
+    with pytest.raises(DeployError, match="cannot be read"):
+        read_contract(tmp_path / "link.toml")
