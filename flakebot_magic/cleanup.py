@@ -8,6 +8,9 @@ A build that is still running (its tool lock is held, see
 :mod:`flakebot_magic.locks`) keeps everything it may be using: its workspace
 and what was moved aside from it, its staging entry and pending GC roots, and
 any store entry or recipe made since it started. Each is reported as kept.
+
+``clean(everything=True)`` removes the tool registry too, and with it the
+process groups it records: tools with a running process are stopped first.
 """
 
 from __future__ import annotations
@@ -23,24 +26,42 @@ from .config import Settings
 from .inventory import Inventory
 from .locks import LockHolder, held_locks
 from .stages.deploy import staging_owner
+from .tools import stop_all
 
 __all__ = ["CleanReport", "clean"]
 
 
 @dataclass
 class CleanReport:
+    """What :func:`clean` did; an :class:`~flakebot_magic.tools.Answer` for the front doors."""
+
     removed: list[Path] = field(default_factory=list)
     freed: int = 0
     #: what was left in place because a running build holds it, and why
     kept: list[str] = field(default_factory=list)
+    #: what happened to each tool stopped first (``everything``)
+    stopped: list[str] = field(default_factory=list)
 
     def summary(self) -> list[str]:
         lines = [f"kept {why}" for why in self.kept]
         if not self.removed:
-            return lines + ["flakebot clean: nothing to remove."]
+            return [*lines, "flakebot clean: nothing to remove."]
         lines += [f"removed {p}" for p in self.removed]
         lines.append(f"flakebot clean: removed {len(self.removed)} paths, {self.freed / 1e6:.1f} MB.")
         return lines
+
+    @property
+    def data(self) -> dict[str, object]:
+        return {"removed": [str(p) for p in self.removed], "freed_bytes": self.freed, "kept": list(self.kept),
+                "stopped": list(self.stopped)}
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.summary())
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.stopped)
 
 
 class _Running:
@@ -96,9 +117,10 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
     """Remove what no tool uses; with ``everything``, remove all tools too.
 
     What a running build holds is kept either way and listed in
-    :attr:`CleanReport.kept`.
+    :attr:`CleanReport.kept`. With ``everything``, tools with a running
+    process are stopped first (:attr:`CleanReport.stopped`).
     """
-    report = CleanReport()
+    report = CleanReport(stopped=stop_all(settings) if everything else [])
     running = _Running(held_locks(settings.cache_dir), (settings.store_dir, settings.recipes_dir))
 
     def remove(path: Path) -> None:

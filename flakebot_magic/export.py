@@ -50,6 +50,20 @@ class ReplitExport:
             f"Import {self.directory} into Replit; Run builds the flake and runs `{self.program} --help`.",
         ]
 
+    # an Answer (flakebot_magic.tools) for the command
+    @property
+    def data(self) -> dict[str, str]:
+        return {"directory": str(self.directory), "source": str(self.source),
+                "replit_nix": str(self.replit_nix), "dot_replit": str(self.dot_replit)}
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.summary())
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
 
 def render_replit_nix(name: str, description: str) -> str:
     """``replit.nix`` for the flake in ``./<name>``."""

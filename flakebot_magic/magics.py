@@ -6,7 +6,6 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -14,7 +13,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, Enum, Unicode
 
-from . import errors
+from . import errors, tools
+from .cleanup import clean
 from .config import Settings
 from .events import Observer
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
@@ -218,13 +218,12 @@ class FlakebotMagics(_OptionTraits):
         if mode == "widget":
             from IPython.display import display
 
-            from .tools import diff_of
             from .ui import ProgressWidget
 
             widget = ProgressWidget(
                 request or crate or "",
                 on_cancel=lambda: build.run.cancel("cancelled from the widget"),
-                diff=lambda tool: diff_of(settings, tool),
+                diff=lambda tool: tools.diff_of(settings, tool),
             )
             if verbose:
                 widget.log.selected_index = 0
@@ -253,20 +252,19 @@ class FlakebotMagics(_OptionTraits):
             build.refresh()
 
     def _finish(self, build: _Build, tool: Any) -> Any:
+        assert self.shell is not None
         self.shell.push({tool.name: tool})
         if build.widget is None:
             print(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}")
         return tool
 
     def _start_rebuild(self, args: Any) -> _Build:
-        from .tools import find
-
         if len(args.command) != 2:
             raise UsageError("Usage: %flakebot rebuild NAME (`%flakebot list` shows the names).")
         settings = self._settings(args)
-        settings.rebuild = True
+        apply(settings, {"rebuild": True})
         try:
-            record = find(settings, args.command[1])
+            record = tools.find(settings, args.command[1])
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         return self._start(args, record.request, name=record.name, crate=record.crate, settings=settings)
@@ -278,61 +276,45 @@ class FlakebotMagics(_OptionTraits):
                 "search QUERY | clean [--all]; or %%flakebot as a cell magic."
             )
         command, rest = args.command[0], args.command[1:]
+        if command == "rebuild":
+            build = self._start_rebuild(args)
+            return self._finish(build, self._wait(build))
         settings = self._settings(args)
-        if command in ("show", "logs", "stop", "rebuild"):
-            try:
-                return self._manage(command, rest, args, settings)
-            except errors.UsageError as exc:
-                raise UsageError(str(exc)) from None
-        if command == "list":
-            from .tools import table
+        try:
+            answer = self._answer(command, rest, args, settings)
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
+        if isinstance(answer, tools.ToolTable):
+            return answer  # displayed: a table as text, and as HTML in a notebook
+        for note in answer.notes:
+            print(note)
+        if answer.text:
+            print(answer.text)
+        return None
 
-            return table(settings)
+    def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:
+        """What a line command answers (each is written once, in :mod:`flakebot_magic.tools`)."""
+        if command == "list":
+            return tools.table(settings)
         if command == "search":
             if not rest:
                 raise UsageError("Usage: %flakebot search QUERY")
-            from . import search
-            from .stages.search import why
-
-            for c in search(" ".join(rest), registry=settings.registry, cache_dir=settings.cache_dir):
-                print(f"{c.score:8.2f}  {c.name} {c.version}{' [bin]' if c.has_bin else ''}  {c.description[:50]}"
-                      f"  ({why(c)})")
-            return None
+            return tools.search_crates(settings, " ".join(rest))
         if command == "clean":
-            from .cleanup import clean
-
-            if args.all:  # the registry goes too: stop the tools whose processes it records first
-                from .tools import stop_all
-
-                for line in stop_all(settings):
-                    print(line)
-            for line in clean(settings, everything=args.all).summary():
-                print(line)
-            return None
-        raise UsageError(
-            f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean."
-        )
-
-    def _manage(self, command: str, rest: list[str], args: Any, settings: Settings) -> Any:
-        from . import tools
-
+            return clean(settings, everything=args.all)
         if command == "stop" and args.all and not rest:
-            stopped = tools.stop_all(settings)
-            print("\n".join(stopped) if stopped else "No tool is running.")
-            return None
+            return tools.stop_tools(settings)
+        if command not in ("show", "logs", "stop"):
+            raise UsageError(
+                f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean."
+            )
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
-        name = rest[0]
         if command == "show":
-            print(tools.show_text(settings, name))
-        elif command == "logs":
-            print(tools.logs(settings, name, last=args.tail or None))
-        elif command == "stop":
-            print(tools.stop(settings, name))
-        elif command == "rebuild":
-            build = self._start_rebuild(args)
-            return self._finish(build, self._wait(build))
-        return None
+            return tools.show(settings, rest[0])
+        if command == "logs":
+            return tools.tool_logs(settings, rest[0], last=args.tail or None)
+        return tools.stop_tools(settings, rest[0])
 
 
 def _install_transformer(shell: Any) -> None:

@@ -1,10 +1,17 @@
-"""The deployed tools by name: list, show, logs, stop, rebuild, for the magic, the command and the Jupyter server.
+"""The deployed tools by name: list, show, logs, stop, search, for the magic, the command and the Jupyter server.
 
 Everything here reads the SQLite tool registry (:mod:`flakebot_magic.inventory`),
 so a kernel, the ``flakebot`` command and the Jupyter server extension see the
 same tools. Tools with a process of their own (``http``, ``mcp``) are stopped
 through :mod:`flakebot_magic.clients.lifecycle` when this interpreter started
 them, and by their recorded process group otherwise.
+
+Each management command is written here once and answers with an
+:class:`Answer`: ``data`` (what ``--json`` and the REST API give), ``text``
+(what a person reads) and ``notes`` (what happened on the way). The front
+doors only parse their arguments and print or display the answer: the magic
+raises IPython's ``UsageError`` and displays tables, the command prints JSON
+and returns exit codes. :func:`tool_json` is the one JSON shape of a tool.
 """
 
 from __future__ import annotations
@@ -13,19 +20,24 @@ import html
 import json
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from .clients import tool_from_record
 from .config import Settings
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from .runlog import log_path
+from .stages.search import open_registry, search, why
 
 __all__ = [
-    "ToolTable", "describe", "diff_of", "find", "logs", "show_text", "status_of", "stop", "stop_all", "table", "tool_of",
+    "NO_TOOLS", "TOOL_JSON_KEYS", "Answer", "CommandResult", "ToolTable", "describe", "diff_of", "find", "logs",
+    "search_crates", "show", "show_text", "status_of", "stop", "stop_all", "stop_tools", "table", "tool_json",
+    "tool_logs", "tool_of",
 ]
 
 #: the columns of ``%flakebot list``
@@ -50,14 +62,9 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
 
 
 def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
-    """A callable :class:`~flakebot_magic.stages.client.Tool` for a command-line tool's record."""
-    from .stages.client import Tool
-
-    return Tool(
-        name=record.name, binary=Path(record.binary), crate=record.crate, version=record.version,
-        source_hash=record.source_hash, store_path=Path(record.store_path), checksum=record.checksum,
-        backend=record.backend, timeout=settings.tool_timeout if settings else 60.0,
-        provenance=_manifest(record),
+    """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started)."""
+    return tool_from_record(
+        record, provenance=_manifest(record), timeout=settings.tool_timeout if settings else 60.0,
         env=settings.tool_env if settings else None, confine=settings.confine_tools if settings else False,
     )
 
@@ -116,11 +123,22 @@ def status_of(record: ToolRecord) -> str:
     return record.status
 
 
+#: what ``list`` says when there is no tool yet, in a notebook
+NO_TOOLS = "No tools yet. Build one with %%flakebot."
+
+
 @dataclass
 class ToolTable:
-    """``%flakebot list``: a table as text, and as HTML in a notebook."""
+    """``list``: the tools as a table (text, and HTML in a notebook); ``data`` is each one's :func:`tool_json`.
+
+    ``empty`` is what the table says without tools (each front door says how
+    to build one there).
+    """
 
     records: list[ToolRecord]
+    settings: Settings | None = None
+    empty: str = NO_TOOLS
+    notes: tuple[str, ...] = ()
 
     def rows(self) -> list[tuple[str, ...]]:
         return [
@@ -128,16 +146,24 @@ class ToolTable:
             for r in self.records
         ]
 
-    def __repr__(self) -> str:
+    @property
+    def data(self) -> list[dict[str, Any]]:
+        return [tool_json(r, self.settings) for r in self.records]
+
+    @property
+    def text(self) -> str:
         if not self.records:
-            return "No tools yet. Build one with %%flakebot."
+            return self.empty
         rows = [COLUMNS, *self.rows()]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+    def __repr__(self) -> str:
+        return self.text
 
     def _repr_html_(self) -> str:
         if not self.records:
-            return "<p>No tools yet. Build one with <code>%%flakebot</code>.</p>"
+            return f"<p>{html.escape(self.empty).replace('%%flakebot', '<code>%%flakebot</code>')}</p>"
         head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in COLUMNS)
         body = "".join(
             "<tr>" + "".join(f"<td><code>{html.escape(cell)}</code></td>" for cell in row) + "</tr>"
@@ -146,8 +172,9 @@ class ToolTable:
         return f"<table class='flakebot-tools'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def table(settings: Settings) -> ToolTable:
-    return ToolTable(Inventory(settings.tools_dir).all())
+def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
+    """``list``: every tool, by name."""
+    return ToolTable(Inventory(settings.tools_dir).all(), settings, empty)
 
 
 def _lifecycle() -> Any:
@@ -228,12 +255,160 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
 
 def stop_all(settings: Settings) -> list[str]:
     """Stop every tool that has a running process; return what happened to each."""
-    return [
-        stop(settings, r.name)
-        for r in Inventory(settings.tools_dir).all()
-        if r.kind != "cli" and status_of(r) == "running"
-    ]
+    return [result["message"] for result in stop_tools(settings).data]
 
 
 def show_text(settings: Settings, name: str) -> str:
+    """``show`` for a person: the provenance as aligned ``key: value`` lines."""
     return render_text(describe(settings, name))
+
+
+# -- one JSON shape of a tool ------------------------------------------------------------
+
+
+#: the keys :func:`tool_json` adds to the record's own (:meth:`ToolRecord.public_json`)
+TOOL_JSON_KEYS = ("status", "provenance", "links", "usage", "example", "reads_stdin", "lock_hash")
+
+
+def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> dict[str, Any]:
+    """A tool as JSON: what ``flakebot build/list/show --json``, the REST API and the dashboard give.
+
+    ``subject`` is a :class:`~flakebot_magic.inventory.ToolRecord` or a
+    loaded tool (what a build returns; its record is read from ``settings``'
+    registry). The keys are the record's fields without its secret token
+    (``name``, ``kind``, ``crate``, ``version``, ``binary``, ``store_path``,
+    ``source_hash``, ``checksum``, ``backend``, ``workspace``, ``commit``,
+    ``request``, ``url``, ``pid``, ...; see
+    :class:`~flakebot_magic.inventory.ToolRecord`), and :data:`TOOL_JSON_KEYS`:
+
+    ``status``
+        ``ready``, ``running``, ``stopped`` or ``failed``; a recorded process
+        that is gone reads ``stopped``.
+    ``provenance``
+        :func:`~flakebot_magic.provenance.provenance_of`: crate, checksum,
+        commit, store path, flake lock, backend, model, iterations, rustc.
+    ``links``
+        The Jupyter server extension's paths for the tool: ``self``,
+        ``logs``, ``stop``, and ``proxy`` for an http tool.
+    ``usage``, ``example``, ``reads_stdin``
+        How to call it. Known only from a loaded tool (learning them may run
+        the tool); null when rendering a record (listings never start a tool).
+    ``lock_hash``
+        ``sha256-...`` of the flake.lock it was built with, or ``""``.
+
+    Examples
+    --------
+    >>> tool_json(record, settings)["links"]["self"]             # doctest: +SKIP
+    '/flakebot/api/tools/md'
+    """
+    loaded = None if isinstance(subject, ToolRecord) else subject
+    record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
+    data = record.public_json()
+    data["status"] = status_of(record)
+    data["provenance"] = provenance_of(loaded if loaded is not None else tool_of(record, settings), record)
+    api = f"/flakebot/api/tools/{record.name}"
+    links = {"self": api, "logs": f"{api}/logs", "stop": f"{api}/stop"}
+    if record.kind == "http":
+        links["proxy"] = f"/flakebot/proxy/{record.name}/"
+    data["links"] = links
+    data["usage"] = loaded.usage() if loaded is not None else None
+    data["example"] = loaded.example() if loaded is not None else None
+    data["reads_stdin"] = bool(loaded.reads_stdin) if loaded is not None else None
+    data["lock_hash"] = getattr(loaded, "lock_hash", "") or data["provenance"].get("flake_lock") or ""
+    return data
+
+
+def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
+    """The registry's record of a loaded tool; one made from the tool when the registry has none."""
+    record = Inventory(settings.tools_dir).get(tool.name) if settings is not None else None
+    if record is not None:
+        return record
+    manifest: dict[str, Any] = dict(getattr(tool, "provenance", None) or {})
+    return ToolRecord(
+        name=tool.name, crate=tool.crate, version=tool.version, binary=str(tool.binary),
+        store_path=str(tool.store_path), source_hash=tool.source_hash, checksum=tool.checksum,
+        checksum_kind=str(manifest.get("checksum_kind") or ""), registry=str(manifest.get("registry") or ""),
+        workspace="", commit=str(manifest.get("commit") or ""), backend=tool.backend,
+        kind=getattr(tool, "kind", "cli"), description=str(getattr(tool, "description", "") or ""),
+    )
+
+
+# -- the management commands, written once ------------------------------------------------
+
+
+class Answer(Protocol):
+    """What a management command answers; the front doors only print or display it.
+
+    ``data`` is JSON-able (``--json``, the REST API), ``text`` is for a person
+    (may be empty), ``notes`` say what happened on the way (the command
+    prints them on stderr, the magic before the text).
+    """
+
+    @property
+    def data(self) -> Any: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def notes(self) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """An :class:`Answer` that is just its parts."""
+
+    data: Any
+    text: str
+    notes: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def show(settings: Settings, name: str) -> CommandResult:
+    """``show NAME``: the tool as :func:`tool_json`; as text, its provenance."""
+    record = find(settings, name)
+    return CommandResult(tool_json(record, settings), show_text(settings, name))
+
+
+def tool_logs(settings: Settings, name: str, *, last: int | None = 200) -> CommandResult:
+    """``logs NAME``: :func:`logs` as text; as data ``{"name", "text"}``."""
+    text = logs(settings, name, last=last)
+    return CommandResult({"name": name, "text": text}, text)
+
+
+def stop_tools(settings: Settings, name: str | None = None) -> CommandResult:
+    """``stop NAME`` (or every running tool, when ``name`` is None).
+
+    The data is a list of ``{"name", "message", "status"}``, one per tool stopped or asked to stop.
+    """
+    inventory = Inventory(settings.tools_dir)
+    if name is not None:
+        names = [name]
+    else:
+        names = [r.name for r in inventory.all() if r.kind != "cli" and status_of(r) == "running"]
+    results = []
+    for each in names:
+        message = stop(settings, each)
+        record = inventory.get(each)
+        results.append({"name": each, "message": message, "status": status_of(record) if record else "stopped"})
+    text = "\n".join(r["message"] for r in results) or "No tool is running."
+    return CommandResult(results, text)
+
+
+def search_crates(settings: Settings, query: str, *, limit: int = 10) -> CommandResult:
+    """``search QUERY``: ranked crate candidates in ``settings``' registry; why each scores what it does.
+
+    Without a match the text is empty and a note says so.
+    """
+    found = search(open_registry(settings.registry, settings.cache_dir), query, limit=limit)
+    if not found:
+        return CommandResult([], "", (f"No crate matches {query!r}.",))
+    width = max(len(f"{c.name} {c.version}") for c in found)
+    lines = [
+        f"{c.score:8.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}  "
+        f"{c.description[:50]:<50}  ({why(c)})"
+        for c in found
+    ]
+    return CommandResult([c.to_json() for c in found], "\n".join(lines))

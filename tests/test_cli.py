@@ -219,6 +219,7 @@ def test_clean_all_stops_running_tools_first(capsys: pytest.CaptureFixture[str],
             name="svc", crate="demo-http", version="0.1.0", binary="/x", store_path="/x", source_hash="h",
             checksum="", checksum_kind="", registry="r", workspace="", commit="", kind="http",
             status="running", pid=proc.pid, url="http://127.0.0.1:1/",
+            started=time.time(),  # stop signals only a process that started no later than recorded
         ))
         code, _, err = _run(capsys, "clean", "--all")
         assert code == 0 and "stopped svc" in err

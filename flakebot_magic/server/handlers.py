@@ -26,7 +26,6 @@ from .. import __version__, tools
 from ..config import Settings
 from ..errors import UsageError
 from ..inventory import Inventory, ToolRecord
-from ..provenance import provenance_of
 
 __all__ = [
     "MAX_PROXY_RESPONSE",
@@ -126,20 +125,6 @@ class _RefuseCrossOrigin:
         super().check_xsrf_cookie()  # type: ignore[misc]
 
 
-def _tool_json(settings: Settings, record: ToolRecord) -> dict[str, Any]:
-    data = record.public_json()
-    data["status"] = tools.status_of(record)
-    data["provenance"] = provenance_of(tools.tool_of(record, settings), record)
-    data["links"] = {
-        "self": f"/flakebot/api/tools/{record.name}",
-        "logs": f"/flakebot/api/tools/{record.name}/logs",
-        "stop": f"/flakebot/api/tools/{record.name}/stop",
-    }
-    if record.kind == "http":
-        data["links"]["proxy"] = f"/flakebot/proxy/{record.name}/"
-    return data
-
-
 class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
     auth_resource = "flakebot"
 
@@ -175,7 +160,7 @@ class ToolsHandler(_API):
     @authorized
     def get(self) -> None:
         records = Inventory(self.flakebot.tools_dir).all()
-        self.finish(json.dumps({"tools": [_tool_json(self.flakebot, r) for r in records]}))
+        self.finish(json.dumps({"tools": [tools.tool_json(r, self.flakebot) for r in records]}))
 
 
 class ToolHandler(_API):
@@ -184,7 +169,7 @@ class ToolHandler(_API):
     @web.authenticated
     @authorized
     def get(self, name: str) -> None:
-        self.finish(json.dumps(_tool_json(self.flakebot, self._record(name))))
+        self.finish(json.dumps(tools.tool_json(self._record(name), self.flakebot)))
 
 
 class ToolLogsHandler(_API):
@@ -198,10 +183,10 @@ class ToolLogsHandler(_API):
         except ValueError:
             raise web.HTTPError(400, "tail must be a number") from None
         try:
-            text = tools.logs(self.flakebot, name, last=tail or None)
+            answer = tools.tool_logs(self.flakebot, name, last=tail or None)
         except UsageError as exc:
             raise web.HTTPError(404, str(exc)) from None
-        self.finish(json.dumps({"name": name, "text": text}))
+        self.finish(json.dumps(answer.data))
 
 
 class ToolStopHandler(_API):
@@ -212,9 +197,9 @@ class ToolStopHandler(_API):
     async def post(self, name: str) -> None:
         self._record(name)
         # stopping waits for the process to go: keep the server's loop free meanwhile
-        message = await asyncio.get_running_loop().run_in_executor(None, tools.stop, self.flakebot, name)
-        record = self._record(name)
-        self.finish(json.dumps({"name": name, "message": message, "status": tools.status_of(record)}))
+        answer = await asyncio.get_running_loop().run_in_executor(None, tools.stop_tools, self.flakebot, name)
+        [stopped] = answer.data
+        self.finish(json.dumps(stopped))
 
 
 # -- the dashboard ------------------------------------------------------------------
@@ -251,11 +236,16 @@ async function refresh() {
     const cell = document.querySelector(`tr.tool[data-name="${tool.name}"] .status`);
     if (cell) { cell.textContent = tool.status; cell.dataset.status = tool.status; }
   }
-  const shown = [...document.querySelectorAll('tr.tool')].map(row => row.dataset.name);
+  const shown = JSON.parse(document.getElementById('flakebot-tools').textContent).map(tool => tool.name);
   if (names.join() !== shown.join()) location.reload();
 }
 setInterval(refresh, 5000);
 """
+
+
+def _script_json(data: Any) -> str:
+    """JSON to put inside a ``<script>`` element: no ``<``, ``>`` or ``&`` can end it or open a comment."""
+    return json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
@@ -271,33 +261,33 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
     @authorized
     def get(self) -> None:
         base = self.base_url.rstrip("/")
-        records = Inventory(self.flakebot.tools_dir).all()
+        listing = tools.table(self.flakebot)
+        shown = listing.data  # each tool as tools.tool_json: the API's shape
         e = html.escape
         rows = []
-        for record in records:
-            status = tools.status_of(record)
-            provenance = provenance_of(tools.tool_of(record, self.flakebot), record)
+        for tool in shown:
+            name, status = tool["name"], tool["status"]
             try:
-                log = tools.logs(self.flakebot, record.name, last=200)
+                log = tools.logs(self.flakebot, name, last=200)
             except UsageError:
                 log = ""
             actions = []
-            if record.kind == "http":
-                actions.append(f"<a href='{e(base)}/flakebot/proxy/{e(record.name)}/'>open</a>")
-            if record.kind != "cli":
-                actions.append(f"<button onclick=\"stopTool('{e(record.name)}')\">Stop</button>")
-            started = record.started or record.created
+            if "proxy" in tool["links"]:
+                actions.append(f"<a href='{e(base + tool['links']['proxy'])}'>open</a>")
+            if tool["kind"] != "cli":
+                actions.append(f"<button onclick=\"stopTool('{e(name)}')\">Stop</button>")
+            started = tool["started"] or tool["created"]
             rows.append(
-                f"<tr class='tool' data-name='{e(record.name)}'>"
-                f"<td><b>{e(record.name)}</b></td><td>{e(record.kind)}</td>"
-                f"<td><code>{e(record.crate)}@{e(record.version)}</code></td>"
-                f"<td><code>{e(record.source_hash[:12])}</code></td><td>{e(record.backend)}</td>"
+                f"<tr class='tool' data-name='{e(name)}'>"
+                f"<td><b>{e(name)}</b></td><td>{e(tool['kind'])}</td>"
+                f"<td><code>{e(tool['crate'])}@{e(tool['version'])}</code></td>"
+                f"<td><code>{e(tool['source_hash'][:12])}</code></td><td>{e(tool['backend'])}</td>"
                 f"<td class='status' data-status='{e(status)}'>{e(status)}</td>"
                 f"<td>{e(time.strftime('%Y-%m-%d %H:%M', time.localtime(started))) if started else ''}</td>"
                 f"<td>{' '.join(actions)} <span class='message'></span></td></tr>"
-                f"<tr class='tool-details' data-name='{e(record.name)}'><td colspan='8'>"
-                f"<div>{e(record.description)}</div>"
-                f"<details><summary>provenance</summary><pre>{e(json.dumps(provenance, indent=2))}</pre></details>"
+                f"<tr class='tool-details' data-name='{e(name)}'><td colspan='8'>"
+                f"<div>{e(tool['description'])}</div>"
+                f"<details><summary>provenance</summary><pre>{e(json.dumps(tool['provenance'], indent=2))}</pre></details>"
                 f"<details><summary>log</summary><pre>{e(log)}</pre></details></td></tr>"
             )
         body = (
@@ -312,9 +302,10 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
             "<!doctype html><html><head><meta charset='utf-8'><title>flakebot tools</title>"
             f"<meta name='xsrf' content='{e(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)}'>"
             f"<style>{_STYLE}</style></head><body>"
-            f"<h1>flakebot tools</h1><p class='sub'>{len(records)} tools · registry "
+            f"<h1>flakebot tools</h1><p class='sub'>{len(shown)} tools · registry "
             f"<code>{e(str(self.flakebot.tools_dir))}</code> · flakebot-magic {e(__version__)}</p>"
-            f"{body}<script>const API = {api};{_SCRIPT}</script></body></html>"
+            f"{body}<script type='application/json' id='flakebot-tools'>{_script_json(shown)}</script>"
+            f"<script>const API = {api};{_SCRIPT}</script></body></html>"
         )
 
 
