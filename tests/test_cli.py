@@ -105,6 +105,14 @@ def test_build_list_and_clean(capsys: pytest.CaptureFixture[str], registry: str,
     [record] = json.loads(out)
     assert (record["name"], record["crate"], record["store_path"]) == ("shout", "tinyecho", tool["store_path"])
     assert record["workspace"] == str(cache / "workspaces" / "shout")
+    code, out, _ = _run(capsys, "show", "shout", "--json")
+    shown = json.loads(out)
+    assert set(tool) == set(record) == set(shown)  # one JSON shape: tools.tool_json
+    # the loaded tool knows how it is called; a listing never runs a tool to find out
+    assert tool["usage"] and record["usage"] is None and shown["example"] is None
+    assert {k: v for k, v in tool.items() if k not in ("usage", "example", "reads_stdin")} == {
+        k: v for k, v in record.items() if k not in ("usage", "example", "reads_stdin")
+    }
 
     unused = cache / "store" / "0123456789abcdef0123456789abcdef-old-1.0.0"
     (unused / "bin").mkdir(parents=True)

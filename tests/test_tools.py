@@ -19,7 +19,19 @@ from flakebot_magic.inventory import Inventory, ToolRecord
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.provenance import differences, workspace_diff
 from flakebot_magic.runlog import log_path
-from flakebot_magic.tools import describe, logs, status_of, stop, stop_all, table
+from flakebot_magic.tools import (
+    TOOL_JSON_KEYS,
+    describe,
+    logs,
+    show,
+    status_of,
+    stop,
+    stop_all,
+    stop_tools,
+    table,
+    tool_json,
+    tool_logs,
+)
 
 
 @pytest.fixture
@@ -55,7 +67,7 @@ def test_describe_is_the_provenance(settings: Settings) -> None:
     assert data["model"] == "gpt-test" and data["iterations"] == 3 and data["rustc"] == "rustc 1.95.0 (x)"
     assert data["request"] == "echo words" and data["store_path"].endswith("abc-tinyecho-0.2.0")
     assert differences(data, {**data, "commit": "c" * 40}) == {"commit": ("b" * 40, "c" * 40)}
-    with pytest.raises(UsageError, match="No tool named 'nope'.*te"):
+    with pytest.raises(UsageError, match=r"No tool named 'nope'.*te"):
         describe(settings, "nope")
 
 
@@ -122,3 +134,30 @@ def test_workspace_diff_hides_long_generated_files(tmp_path: Path) -> None:
     assert "Cargo.lock" in diff.stat and "2 files changed" in diff.summary
     assert "color:#116329" in diff.to_html()
     assert workspace_diff(tmp_path / "nowhere") is None
+
+
+def test_tool_json_is_the_record_and_how_to_reach_it(settings: Settings) -> None:
+    record = Inventory(settings.tools_dir).get("te")
+    assert record is not None
+    data = tool_json(record, settings)
+    assert set(data) == set(record.public_json()) | set(TOOL_JSON_KEYS) and "token" not in data
+    assert data["status"] == "ready" and data["provenance"]["model"] == "gpt-test"
+    assert data["links"] == {"self": "/flakebot/api/tools/te", "logs": "/flakebot/api/tools/te/logs",
+                             "stop": "/flakebot/api/tools/te/stop"}
+    assert (data["usage"], data["example"], data["reads_stdin"]) == (None, None, None)
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_the_management_answers(settings: Settings) -> None:
+    shown = show(settings, "te")
+    assert shown.data == tool_json(Inventory(settings.tools_dir).get("te"), settings)
+    assert "tinyecho" in shown.text and "echo words" in shown.text
+    listing = table(settings, empty="nothing here")
+    assert [t["name"] for t in listing.data] == ["te"] and listing.text == repr(listing)
+    assert table(Settings(cache_dir=settings.cache_dir / "none"), empty="nothing here").text == "nothing here"
+    stopped = stop_tools(settings)
+    assert (stopped.data, stopped.text) == ([], "No tool is running.")
+    one = stop_tools(settings, "te")
+    assert one.data == [{"name": "te", "message": one.text, "status": "ready"}] and "nothing to stop" in one.text
+    logged = tool_logs(settings, "te", last=5)
+    assert logged.data == {"name": "te", "text": logged.text} and "no build log kept" in logged.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,9 +17,12 @@ import httpx
 import pytest
 from jupyter_process import JupyterProcess, free_port
 
+from flakebot_magic import cli
 from flakebot_magic.config import Settings
 from flakebot_magic.inventory import Inventory, ToolRecord
 from flakebot_magic.runlog import log_path
+from flakebot_magic.server.handlers import _script_json
+from flakebot_magic.tools import TOOL_JSON_KEYS, tool_json
 
 _ECHO_SERVER = textwrap.dedent(
     """
@@ -163,6 +167,38 @@ def test_dashboard_lists_the_tools(server: JupyterProcess) -> None:
     for name in ("te", "web", "gone"):
         assert f"data-name='{name}'" in page.text
     assert "Compiling tinyecho" in page.text and "/flakebot/proxy/web/" in page.text
+
+
+def test_the_command_the_api_and_the_dashboard_give_one_json_shape(
+    server: JupyterProcess, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with server.client() as client:
+        one = client.get("/flakebot/api/tools/te").json()
+        listed = {t["name"]: t for t in client.get("/flakebot/api/tools").json()["tools"]}
+        page = client.get("/flakebot/").text
+    embedded = re.search(r"<script type='application/json' id='flakebot-tools'>(.*?)</script>", page, re.S)
+    assert embedded is not None
+    shown = {t["name"]: t for t in json.loads(embedded.group(1))}
+    cache = ["--cache-dir", str(settings.cache_dir)]
+    assert cli.main(["show", "te", "--json", *cache]) == 0
+    command_show = json.loads(capsys.readouterr().out)
+    assert cli.main(["list", "--json", *cache]) == 0
+    command_list = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
+    record = Inventory(settings.tools_dir).get("te")
+    assert record is not None
+    expected = json.loads(json.dumps(tool_json(record, settings)))
+    assert set(TOOL_JSON_KEYS) <= set(expected) and "token" not in expected
+    for shape in (one, listed["te"], shown["te"], command_show, command_list["te"]):
+        assert shape == expected
+    assert set(listed) == set(shown) == set(command_list)
+    for name in listed:  # an http tool's too, token left out everywhere
+        assert set(listed[name]) == set(shown[name]) == set(command_list[name]) == set(expected)
+
+
+def test_the_dashboards_json_cannot_end_its_script_element() -> None:
+    hostile = [{"description": "</script><script>alert(1)</script><!-- & -->"}]
+    text = _script_json(hostile)
+    assert not set(text) & set("<>&") and json.loads(text) == hostile
 
 
 def test_proxy_forwards_to_the_tool_without_jupyters_credentials(server: JupyterProcess) -> None:
