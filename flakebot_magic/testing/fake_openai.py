@@ -53,6 +53,7 @@ From a shell: ``python -m flakebot_magic.testing.fake_openai --script FILE``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -61,6 +62,7 @@ import socket
 import socketserver
 import struct
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -404,6 +406,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(200, body, {"Content-Type": "application/json"})
 
     def _reset(self) -> None:
+        # What was sent must reach the client before the reset (a busy machine may not have sent it
+        # yet): wait, briefly, until the peer has acknowledged every byte (SIOCOUTQ is 0).
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                unsent = struct.unpack("i", fcntl.ioctl(self.connection.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+            except OSError:
+                break
+            if unsent == 0:
+                break
+            time.sleep(0.005)
         # SO_LINGER 0 makes close() send RST: the client sees a reset, not a clean FIN.
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.rfile.close()  # the socket only really closes once its file objects have
