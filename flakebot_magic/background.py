@@ -30,7 +30,9 @@ from typing import Any, Generic, TypeVar
 from .config import Settings
 from .errors import Cancelled, FlakebotError
 from .events import Event, Notice, Observer
+from .pipeline import Pipeline
 from .process import CancelToken
+from .request import BuildRequest
 from .runlog import RunLog
 
 __all__ = ["BackgroundRun", "start_build"]
@@ -220,45 +222,45 @@ class BackgroundRun(Generic[T]):
 
 def start_build(
     settings: Settings,
-    request: str,
+    request: BuildRequest | str,
     *,
     name: str | None = None,
     crate: str | None = None,
-    options: dict[str, Any] | None = None,
     extra_observers: Iterable[Observer] = (),
 ) -> BackgroundRun[Any]:
-    """Start ``Pipeline(settings).run(request, ...)`` on a background thread; return the run.
+    """Start ``Pipeline(settings).run(request)`` on a background thread; return the run.
 
-    The run's log (every line of cargo's, git's and nix's output) is kept
-    under ``<cache>/logs/NAME.log`` and recorded in the tool registry with the
+    Every front door builds through here, so every build has its run log:
+    every line of cargo's, git's and nix's output is kept under
+    ``<cache>/logs/NAME.log`` and recorded in the tool registry with the
     request, for ``%flakebot logs`` and ``%flakebot rebuild``.
 
     Parameters
     ----------
-    options
-        Further keyword arguments for :meth:`Pipeline.run`.
+    request
+        What to build: a :class:`~flakebot_magic.request.BuildRequest`, or its
+        text with ``name`` and ``crate`` beside it.
     extra_observers
         Called on the pipeline's thread (keep them quick); front ends should
         pass their observers to :meth:`BackgroundRun.wait` instead.
     """
-    from .pipeline import Pipeline
-
+    build = BuildRequest.of(request, name=name, crate=crate)
     log = RunLog(settings)
 
     def target(emit: Observer, cancel: CancelToken) -> Any:
         pipeline = Pipeline(settings, observers=[log, emit, *extra_observers], cancel=cancel)
         try:
-            tool = pipeline.run(request, name=name, crate=crate, **(options or {}))
+            tool = pipeline.run(build)
         except FlakebotError as exc:
             kept = getattr(exc, "workspace", None)
-            log.save(name or (kept.name if kept is not None else None))
+            log.save(build.name or (kept.name if kept is not None else None))
             raise
         except BaseException:
-            log.save(name)
+            log.save(build.name)
             raise
-        log.save(tool.name, request=request)
+        log.save(tool.name, request=build.text)
         return tool
 
-    run: BackgroundRun[Any] = BackgroundRun(target, name=f"flakebot-build-{name or crate or 'request'}")
+    run: BackgroundRun[Any] = BackgroundRun(target, name=f"flakebot-build-{build.label}")
     run.also_notify.append(log)
     return run.start()

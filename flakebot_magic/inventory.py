@@ -74,6 +74,9 @@ class ToolRecord:
     log_path: str = ""
     #: the words the tool was built from
     request: str = ""
+    #: the model that wrote the tool ("" for a crate deployed as published), and its check runs
+    model: str = ""
+    iterations: int = 0
     updated: float = 0.0
     #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
     token: str = field(default="", repr=False)

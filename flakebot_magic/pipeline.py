@@ -1,8 +1,12 @@
-"""The pipeline: search, fork, build and test, flake, deploy, client, with events.
+"""The pipeline: search, fork, edit, build and test, flake, deploy, client, with events.
 
 One :class:`Pipeline` is behind every front door (the magic, the command,
-:func:`flakebot_magic.build`). It emits :mod:`flakebot_magic.events`; front
-ends only observe them.
+:func:`flakebot_magic.build`). It holds only what every run uses (settings,
+registry, process runner, event bus); what one run computes travels in a
+:class:`~flakebot_magic.backends.RunState` from step to step, so one pipeline
+may run several requests, even at once. It emits :mod:`flakebot_magic.events`;
+front ends only observe them. Building is the backend's
+(:mod:`flakebot_magic.backends`: cargo or nix, one path for both).
 """
 
 from __future__ import annotations
@@ -13,46 +17,41 @@ import keyword
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
+from .backends import Backend, RunDeps, RunState, Stage, backend_for, decide
+from .backends.base import cached_rows
 from .cargo import Cargo
+from .clients import ToolClient, make_tool
+from .clients.contract import read_contract
 from .config import Settings
-from .errors import ConfigError, DeployError, FlakeError, FlakebotError, NeedsModelError, SearchError, UsageError
-from .events import EventBus, Observer, RunFinished, StageFinished, StageStarted
+from .edit import EditLoop, EditState
+from .errors import ConfigError, DeployError, FlakebotError, NeedsModelError, SearchError, UsageError
+from .events import EventBus, Observer, RunFinished
 from .fsutil import atomic_write
 from .git import Git
+from .inventory import Inventory, ToolRecord
 from .locks import tool_lock
-from .model import HOW_TO_CONFIGURE, ModelConfig
+from .model import HOW_TO_CONFIGURE
 from .policy import Baseline
 from .policy import enforce as enforce_policy
-from .inventory import Inventory, ToolRecord
 from .process import CancelToken, ProcessRunner
 from .registry.base import CrateCandidate, Registry
 from .registry.directory import read_manifest
+from .request import BuildRequest
+from .sandbox import Sandbox, SandboxedCargo
 from .stages import search as search_stage
-from .stages.build import BUILD_FLAGS, check
 from .stages.accept import Example, run_examples, split_request
-from .stages.client import ToolClient, contract_of, make_tool
-from .stages.deploy import StorePath, deploy, lookup, store_key
-from .stages.flake import DEFAULT_NIXPKGS_URL, FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, FlakeMeta, write_flake
-from .stages.edit import EditLoop, EditState, read_contract
+from .stages.build import BUILD_FLAGS
+from .stages.deploy import StorePath
 from .stages.fork import FORK_FORMAT, Workspace, fork
-from .stages.nix import (
-    Nix,
-    NixOptions,
-    describe_locked,
-    nix_release,
-    normalize_flake_ref,
-    pending_link,
-    record_nix,
-    remove_link,
-    resolve_backend,
-    root_points_to,
-)
 
 __all__ = ["Pipeline", "tool_name"]
+
+#: how many times failing acceptance examples go back to the edit loop
+ACCEPTANCE_ROUNDS = 2
 
 
 def tool_name(crate: str) -> str:
@@ -65,40 +64,21 @@ def tool_name(crate: str) -> str:
     return name
 
 
-@dataclass
-class _Stage:
-    bus: EventBus
-    name: str
-    detail: str = ""
-
-    def __enter__(self) -> _Stage:
-        self.started = time.monotonic()
-        self.status = "done"
-        self.bus.emit(StageStarted(self.name, self.detail))
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        elapsed = time.monotonic() - self.started
-        if exc is not None:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            self.bus.emit(StageFinished(self.name, "failed", first, elapsed))
-        else:
-            self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))  # type: ignore[arg-type]
-
-
 class Pipeline:
-    """Turns a request into a deployed tool (a :class:`ToolClient`: CLI, MCP or HTTP).
+    """Turns a :class:`~flakebot_magic.request.BuildRequest` into a deployed tool (a :class:`ToolClient`).
 
     Parameters
     ----------
     settings
-        Cache dir, registry, time limits.
+        Cache dir, registry, backend, model, time limits.
     registry
         A registry object; by default one is opened from ``settings.registry``.
     runner
         Runs every child process (inject one to observe or cancel).
     observers
         Called with every event.
+    cancel
+        Stops the running child process (and so the run) when set.
     """
 
     def __init__(
@@ -114,13 +94,6 @@ class Pipeline:
         self.bus = EventBus(observers)
         self.runner = runner or ProcessRunner(cancel)
         self._registry = registry
-        #: set once nix has locked the flake: a later nix failure is real, not "offline"
-        self._nix_locked = False
-        # set by run(): the model (None: deploy as published) and a --continue's target
-        self._model: ModelConfig | None = None
-        self._request = ""
-        self._name: str | None = None
-        self._follow_up = False
 
     @property
     def registry(self) -> Registry:
@@ -128,110 +101,122 @@ class Pipeline:
             self._registry = search_stage.open_registry(self.settings.registry, self.settings.cache_dir)
         return self._registry
 
+    @property
+    def deps(self) -> RunDeps:
+        return RunDeps(self.settings, self.registry, self.runner, self.bus)
+
     # -- the run ------------------------------------------------------------
 
     def run(
-        self, request: str, *, name: str | None = None, crate: str | None = None, follow_up: bool = False
+        self,
+        request: BuildRequest | str,
+        *,
+        name: str | None = None,
+        crate: str | None = None,
+        follow_up: bool = False,
     ) -> ToolClient:
-        """Build (or find in the cache) the tool for ``request`` and return it.
+        """Build (or find in the cache) the tool ``request`` asks for, and return it.
 
-        With a model configured (``settings.model``), the edit loop turns the
-        forked crate into the tool the request describes. ``follow_up``
-        (``--continue``, or ``settings.follow_up``) applies ``request`` to the existing tool ``name``:
-        its workspace and history, then rebuilds and redeploys it.
+        ``request`` is a :class:`BuildRequest`, or its text with ``name``,
+        ``crate`` and ``follow_up`` beside it. With a model configured
+        (``settings.model``), the edit loop turns the forked crate into the
+        tool the request describes. ``follow_up`` (``--continue``, or
+        ``settings.follow_up``) applies the request to the existing tool
+        ``name``: its workspace and history, then rebuilds and redeploys it.
         """
+        build = BuildRequest.of(request, name=name, crate=crate, follow_up=follow_up)
         started = time.monotonic()
         try:
-            self._model = self.settings.model_config()
-            self._request, self._name = request.strip(), name
-            self._follow_up = follow_up or self.settings.follow_up
+            build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
+            model = self.settings.model_config()
             # ">>>" examples in the request are acceptance checks, not search words
-            search_text, examples = split_request(request.strip())
-            tool = self._run(search_text, name, crate)
+            search_text, examples = split_request(build.text)
+            _check_request(build, search_text)
+            choice = decide(self.settings, self.runner)
+            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
+            run = RunState(build, model, choice)
+            tool = self._run(run, search_text)
             if examples:
-                tool = self._accept(tool, examples, search_text)
+                tool = self._accept(run, tool, examples, search_text)
         except BaseException as exc:
             self.bus.emit(RunFinished(ok=False, error=exc, elapsed=time.monotonic() - started))
             raise
         self.bus.emit(RunFinished(ok=True, tool=tool, elapsed=time.monotonic() - started))
         return tool
 
-    def _run(self, request: str, name: str | None, crate: str | None) -> ToolClient:
-        if not request and not crate:
-            raise UsageError(
-                "The request is empty. Say what the tool should do, for example:\n"
-                "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
-                "or name a crate with --crate NAME."
-            )
-        if name is not None and not name.isidentifier():
-            raise UsageError(f"--name {name!r} is not a valid Python identifier; try {tool_name(name)!r}.")
-        settings = self.settings
-        backend, why = resolve_backend(settings.backend)
-        self.bus.notice("deploy", f"backend: {backend} ({why})")
-
-        with _Stage(self.bus, "search") as stage:
-            candidate = self._choose(request, crate)
-            stage.detail = f"{candidate.name} {candidate.version}"
-        name = name or tool_name(candidate.name)
+    def _run(self, run: RunState, search_text: str) -> ToolClient:
+        with Stage(self.bus, "search") as stage:
+            run.candidate = self._choose(run, search_text)
+            stage.detail = f"{run.candidate.name} {run.candidate.version}"
+        run.name = run.request.name or tool_name(run.candidate.name)
         # one build per tool name at a time, across kernels: fork may move the workspace aside,
         # deploy swaps the store entry, and `clean` skips what a held lock covers
-        with tool_lock(settings.cache_dir, name):
-            return self._build(candidate, name, backend, why)
+        with tool_lock(self.settings.cache_dir, run.name):
+            return self._build(run)
 
-    def _build(self, candidate: CrateCandidate, name: str, backend: str, why: str) -> ToolClient:
+    def _build(self, run: RunState) -> ToolClient:
         """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
-        settings = self.settings
+        settings, deps = self.settings, self.deps
+        candidate = run.crate()
         cargo = Cargo(self.registry, self.runner)
-        rustc = cargo.rustc_version()
+        run.rustc = cargo.rustc_version()
+        backend = backend_for(run.choice.name, deps, run.choice)
 
-        recipe = self._recipe_path(candidate, rustc, backend)
-        auto = why.startswith("auto")
-        if not settings.rebuild:
-            cached = self._from_recipe(recipe, candidate, name)
-            if cached is None and auto and backend == "nix":
-                # auto takes what is cached: an earlier offline run may have fallen back to cargo
-                cached = self._from_recipe(self._recipe_path(candidate, rustc, "cargo"), candidate, name)
+        recipe = self._recipe_path(run, backend)
+        if not settings.rebuild and not run.follow_up:
+            cached = backend.lookup(recipe, run.name)
+            if cached is None and run.choice.auto and backend.name == "nix":
+                # auto takes what is cached: an earlier offline run may have built with cargo
+                cargo_backend = backend_for("cargo", deps, run.choice)
+                cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
             if cached is not None:
                 where = cached.manifest.get("nix_store_path") or str(cached.path)
-                for stage_name in ("fork", "build", "test", "flake", "deploy"):
-                    self.bus.emit(StageStarted(stage_name))
-                    self.bus.emit(StageFinished(stage_name, "cached", where if stage_name == "deploy" else ""))
-                return self._client(name, candidate, cached)
+                cached_rows(
+                    self.bus,
+                    ("fork", "build", "test", "flake", "deploy"),
+                    lambda stage: where if stage == "deploy" else "",
+                )
+                return self._client(run, cached)
 
-        with _Stage(self.bus, "fork", candidate.id) as stage:
-            workspace = fork(
-                candidate, self.registry, settings.workspaces_dir, name,
-                runner=self.runner, bus=self.bus, cargo=cargo, fresh=settings.rebuild or self._fork_afresh(name),
+        with Stage(self.bus, "fork", candidate.id) as stage:
+            workspace = run.workspace = fork(
+                candidate,
+                self.registry,
+                settings.workspaces_dir,
+                run.name,
+                runner=self.runner,
+                bus=self.bus,
+                cargo=cargo,
+                fresh=settings.rebuild or self._fork_afresh(run),
             )
             stage.detail = str(workspace.path)
-        cargo = self._edit(workspace, self._confined(workspace, cargo))
+        cargo = self._edit(run, self._confined(run, cargo))
         try:
             # the build policy on the tree on disk, before either backend builds it (policy.py)
             enforce_policy(
-                workspace.path, allow_build_scripts=settings.allow_build_scripts,
+                workspace.path,
+                allow_build_scripts=settings.allow_build_scripts,
                 baseline=Baseline.from_git(Git(workspace.path, self.runner)),
             )
-            if backend == "nix":
-                self._nix_locked = False
-                try:
-                    store = self._nix_build_and_deploy(workspace, cargo, rustc, name)
-                except FlakeError as exc:
-                    if not auto or self._nix_locked:
-                        raise
-                    # nixpkgs could not be fetched (offline, say): auto means "nix if it can"
-                    first = (str(exc).strip().splitlines() or [""])[0][:200]
-                    self.bus.notice(
-                        "deploy",
-                        f"auto: nix could not lock the flake's nixpkgs input ({first}); "
-                        "falling back to the cargo backend. Point --nixpkgs at a local nixpkgs, "
-                        "or choose with --backend cargo|nix.",
-                        "warning",
-                    )
-                    backend = "cargo"
-                    recipe = self._recipe_path(candidate, rustc, backend)
-                    store = self._build_and_deploy(workspace, cargo, rustc)
-            else:
-                store = self._build_and_deploy(workspace, cargo, rustc)
+            run.main_program = _main_binary(
+                workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False
+            )
+            if run.choice.fallback:
+                self.bus.notice(
+                    "deploy",
+                    f"auto: {run.choice.fallback}; falling back to the cargo backend. "
+                    "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
+                    "warning",
+                )
+            built = backend.build(run, cargo)
+            if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
+                backend = backend_for("cargo", deps, run.choice)
+                recipe = self._recipe_path(run, backend)
+                built = backend.build(run, cargo)
+                if built is None:
+                    raise RuntimeError("the cargo backend always builds")
+            contract = {} if built.cached is not None else _contract(workspace.path, list(built.binaries))
+            run.store = store = backend.deploy(run, built, contract)
         except FlakebotError as exc:
             exc.keep_workspace(workspace.path)
             raise
@@ -239,18 +224,20 @@ class Pipeline:
             self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
             raise
         atomic_write(
-            recipe, json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend}), make_parents=True
+            recipe,
+            json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend.name}),
+            make_parents=True,
         )
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)
-        return self._client(name, candidate, store)
+        return self._client(run, store)
 
-    def _choose(self, request: str, crate: str | None) -> CrateCandidate:
-        registry = self.registry
-        if self._follow_up:
-            return self._continued(crate)
-        if self._model is not None:
+    def _choose(self, run: RunState, request: str) -> CrateCandidate:
+        registry, crate = self.registry, run.request.crate
+        if run.follow_up:
+            return self._continued(run)
+        if run.model is not None:
             return self._choose_for_model(request, crate)
         if crate:
             candidate = registry.get(crate)
@@ -285,181 +272,24 @@ class Pipeline:
             )
         return best
 
-    def _recipe_path(self, candidate: CrateCandidate, rustc: str, backend: str = "cargo") -> Path:
-        registry = self.registry
-        signature = getattr(registry, "signature", None)
+    def _recipe_path(self, run: RunState, backend: Backend) -> Path:
+        """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""
+        candidate, model = run.crate(), run.model
+        signature = getattr(self.registry, "signature", None)
         parts = [
-            candidate.id, candidate.registry, candidate.checksum or "",
-            signature() if signature is not None else "", rustc, " ".join(BUILD_FLAGS), str(FORK_FORMAT),
+            candidate.id,
+            candidate.registry,
+            candidate.checksum or "",
+            signature() if signature is not None else "",
+            run.rustc,
+            " ".join(BUILD_FLAGS),
+            str(FORK_FORMAT),
         ]
-        if self._model is not None:  # the model wrote the tool: the request and the model decide it too
-            parts += ["edit", self._request, self._model.model, self._model.base_url]
-        if backend == "nix":  # the nixpkgs input decides the build too
-            parts += ["backend=nix", self._nixpkgs_url(), str(FLAKE_FORMAT)]
+        if model is not None:  # the model wrote the tool: the request and the model decide it too
+            parts += ["edit", run.request.text, model.model, model.base_url]
+        parts += backend.recipe_parts()
         key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
         return self.settings.recipes_dir / f"{key}.json"
-
-    def _from_recipe(self, recipe: Path, candidate: CrateCandidate, name: str) -> StorePath | None:
-        if self._follow_up:  # new instructions: the recipe of the old request does not apply
-            return None
-        try:
-            data = json.loads(recipe.read_text())
-        except (OSError, ValueError):
-            return None
-        path = Path(data["store"])
-        if (path / "manifest.json").is_file():
-            store = StorePath(path, data["hash"])
-            if data.get("backend") == "nix" and not self._nix_alive(store, name):
-                return None
-            return store
-        return None
-
-    # -- the nix backend ------------------------------------------------------
-
-    def _nixpkgs_url(self) -> str:
-        ref = self.settings.nixpkgs
-        return normalize_flake_ref(ref) if ref else DEFAULT_NIXPKGS_URL
-
-    def _nix(self) -> Nix:
-        settings = self.settings
-        options = NixOptions(settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys)
-        return Nix(self.runner, options=options)
-
-    def _nix_alive(self, store: StorePath, name: str, nix: Nix | None = None) -> bool:
-        """Is the recorded /nix/store path still there? Roots it under ``name`` if so.
-
-        No process runs when the tool's GC root already points at it.
-        """
-        recorded = store.manifest.get("nix_store_path")
-        if not recorded:
-            return False
-        path, root = Path(recorded), self.settings.gcroots_dir / name
-        if root_points_to(root, path):
-            return True
-        return (nix or self._nix()).add_root(path, root)
-
-    def _nix_build_and_deploy(self, workspace: Workspace, cargo: Cargo, rustc: str, name: str) -> StorePath:
-        """Flake first (nix builds it), then ``nix build`` beside ``cargo test``, then a GC root."""
-        settings = self.settings
-        nix = self._nix()
-        git = Git(workspace.path, self.runner)
-        crate = workspace.crate
-
-        def log(stage_name: str) -> Callable[[str, str], None]:
-            def on_line(stream: str, line: str) -> None:
-                self.bus.log(stage_name, line, "stderr" if stream == "stderr" else "stdout")
-            return on_line
-
-        with _Stage(self.bus, "flake") as stage:
-            write_flake(workspace.path, self._flake_meta(workspace), self._nixpkgs_url())
-            git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
-            lock = nix.lock(workspace.path, timeout=settings.build_timeout, on_line=log("flake"))
-            self._nix_locked = True
-            committed = git.commit(
-                "Add flake.nix and flake.lock\n\n"
-                "`nix build` builds packages.default, this crate's binaries; flake.lock pins nixpkgs:\n"
-                f"{describe_locked(lock.nixpkgs)}",
-                [FLAKE_FILE, LOCK_FILE],
-            )
-            stage.detail = f"{'committed' if committed else 'unchanged'}, nixpkgs {describe_locked(lock.nixpkgs)}"
-        key = store_key(git, rustc, ("nix", "build", "packages.default"), backend="nix")
-        store = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
-        if store is not None and not self._nix_alive(store, name, nix):
-            store = None
-        pending = pending_link(settings.gcroots_dir, name)
-        try:
-            if store is not None:
-                for stage_name in ("build", "test"):
-                    self.bus.emit(StageStarted(stage_name))
-                    self.bus.emit(StageFinished(stage_name, "cached", ""))
-            else:
-                release = nix_release(nix, workspace.path, pending, timeout=settings.build_timeout, on_line=log("build"))
-                result = check(
-                    workspace.path, cargo, self.bus,
-                    build_timeout=settings.build_timeout, test_timeout=settings.test_timeout, release=release,
-                )
-                built: Path = release.store_path  # type: ignore[attr-defined]
-            with _Stage(self.bus, "deploy") as stage:
-                if store is None:
-                    root = settings.gcroots_dir / name
-                    if not nix.add_root(built, root):
-                        raise DeployError(f"Could not make {root} a GC root for {built}.")
-                    store = record_nix(
-                        settings.store_dir, key, crate.name, crate.version, built,
-                        {
-                            "crate": crate.name, "version": crate.version, "checksum": workspace.checksum,
-                            "checksum_kind": workspace.checksum_kind, "registry": crate.registry,
-                            "commit": git.head(), "rustc": rustc, "description": crate.description,
-                            "backend": "nix", "lock_hash": lock.hash, "nixpkgs": lock.nixpkgs,
-                            "nixpkgs_url": self._nixpkgs_url(), "gcroot": str(root),
-                            "binaries": sorted(result.build.binaries),
-                            "contract": _contract(workspace.path, list(result.build.binaries)),
-                            "tests": {"passed": result.tests.passed, "failed": result.tests.failed,
-                                      "ignored": result.tests.ignored},
-                            "skipped_targets": workspace.skipped_targets,
-                            "dropped": [str(d) for d in workspace.dropped],
-                        },
-                    )
-                else:
-                    stage.status = "cached"
-                stage.detail = str(store.manifest["nix_store_path"])
-        finally:
-            remove_link(pending)  # the tool's own root (or none) is all a run leaves
-        return store
-
-    def _flake_meta(self, workspace: Workspace) -> FlakeMeta:
-        crate = workspace.crate
-        package = read_manifest(workspace.path / "Cargo.toml").get("package", {})
-        return FlakeMeta(
-            pname=crate.name,
-            version=crate.version,
-            description=str(package.get("description", "")),
-            license=str(package.get("license", "")),
-            main_program=_main_binary(crate, list(crate.bin_names), workspace.path, built=False),
-            homepage=str(package.get("homepage") or package.get("repository") or ""),
-        )
-
-
-    def _build_and_deploy(self, workspace: Workspace, cargo: Cargo, rustc: str) -> StorePath:
-        settings = self.settings
-        git = Git(workspace.path, self.runner)
-        key = store_key(git, rustc, BUILD_FLAGS)
-        crate = workspace.crate
-        store = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
-        if store is not None:
-            for stage_name in ("build", "test"):
-                self.bus.emit(StageStarted(stage_name))
-                self.bus.emit(StageFinished(stage_name, "cached", ""))
-        else:
-            result = check(
-                workspace.path, cargo, self.bus,
-                build_timeout=settings.build_timeout, test_timeout=settings.test_timeout,
-            )
-            binaries = result.build.binaries
-        with _Stage(self.bus, "flake") as stage:
-            write_flake(workspace.path, self._flake_meta(workspace), self._nixpkgs_url())
-            stage.detail = "flake.nix committed" if git.commit(
-                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
-                ["flake.nix"],
-            ) else "flake.nix unchanged"
-        with _Stage(self.bus, "deploy") as stage:
-            if store is None:
-                store = deploy(
-                    settings.store_dir, key, crate.name, crate.version, binaries,
-                    {
-                        "crate": crate.name, "version": crate.version, "checksum": workspace.checksum,
-                        "checksum_kind": workspace.checksum_kind, "registry": crate.registry,
-                        "commit": git.head(), "rustc": rustc, "flags": list(BUILD_FLAGS),
-                        "description": crate.description, "backend": "cargo",
-                        "contract": _contract(workspace.path, list(binaries)),
-                        "skipped_targets": workspace.skipped_targets,
-                        "dropped": [str(d) for d in workspace.dropped],
-                    },
-                )
-            else:
-                stage.status = "cached"
-            stage.detail = str(store.path)
-        return store
 
     # -- the edit loop ----------------------------------------------------------
 
@@ -478,16 +308,18 @@ class Pipeline:
             )
         return candidates[0]
 
-    def _continued(self, crate: str | None) -> CrateCandidate:
+    def _continued(self, run: RunState) -> CrateCandidate:
         """The crate of the tool a ``--continue`` run changes (checks the options first)."""
-        name = self._name
-        if self._model is None:
-            raise UsageError(f"--continue applies new instructions with the edit loop, which needs a model. {HOW_TO_CONFIGURE}")
+        name = run.request.name
+        if run.model is None:
+            raise UsageError(
+                f"--continue applies new instructions with the edit loop, which needs a model. {HOW_TO_CONFIGURE}"
+            )
         if not name:
             raise UsageError("--continue needs --name: the tool whose workspace and history to continue.")
-        if crate or self.settings.rebuild:
+        if run.request.crate or self.settings.rebuild:
             raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
-        if not self._request:
+        if not run.request.text:
             raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
         workspace = Workspace.load(self.settings.workspaces_dir / name)
         if workspace is None:
@@ -497,22 +329,20 @@ class Pipeline:
             )
         return workspace.crate
 
-    def _fork_afresh(self, name: str) -> bool:
+    def _fork_afresh(self, run: RunState) -> bool:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
-        return not self._follow_up and EditState.exists(self.settings.workspaces_dir / name)
+        return not run.follow_up and EditState.exists(self.settings.workspaces_dir / run.name)
 
-    def _confined(self, workspace: Workspace, cargo: Cargo) -> Cargo:
+    def _confined(self, run: RunState, cargo: Cargo) -> Cargo:
         """The cargo that builds and tests the fork: in the sandbox (crate code is untrusted, edited or not).
 
         Without bubblewrap a published crate still builds, with a warning;
         a model's edits are refused unless ``allow_unsandboxed`` says otherwise.
         """
-        from .sandbox import Sandbox, SandboxedCargo
-
-        settings = self.settings
+        settings, workspace = self.settings, run.forked()
         sandbox = Sandbox(workspace.path)
         if not sandbox.isolated:
-            if self._model is not None and not settings.allow_unsandboxed:
+            if run.model is not None and not settings.allow_unsandboxed:
                 raise ConfigError(
                     f"Refusing to let a model edit and build {workspace.crate.name} without a sandbox: "
                     f"{sandbox.why_not}. Model-written code would run with your files, secrets and network. "
@@ -527,25 +357,34 @@ class Pipeline:
             self.bus.notice("build", sandbox.notice, "warning")
         return SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
 
-    def _edit(self, workspace: Workspace, cargo: Cargo) -> Cargo:
+    def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
         """Run the edit loop when a model is configured (with ``cargo``, the sandboxed one); return ``cargo``."""
-        model = self._model
+        model, workspace = run.model, run.forked()
         if model is None:
             return cargo
         settings = self.settings
         client = None
         try:
-            with _Stage(self.bus, "edit", model.describe()) as stage:
+            with Stage(self.bus, "edit", model.describe()) as stage:
                 client = model.client()
                 loop = EditLoop(
-                    workspace.path, client, model, cargo=cargo, bus=self.bus,
-                    git=Git(workspace.path, self.runner), crate=workspace.crate,
-                    max_iterations=settings.max_iterations, token_budget=settings.token_budget,
+                    workspace.path,
+                    client,
+                    model,
+                    cargo=cargo,
+                    bus=self.bus,
+                    git=Git(workspace.path, self.runner),
+                    crate=workspace.crate,
+                    max_iterations=settings.max_iterations,
+                    token_budget=settings.token_budget,
                     allow_build_scripts=settings.allow_build_scripts,
-                    build_timeout=settings.build_timeout, test_timeout=min(settings.test_timeout, 600.0),
-                    max_reply_bytes=settings.max_reply_bytes, max_reply_seconds=settings.max_reply_seconds,
+                    build_timeout=settings.build_timeout,
+                    test_timeout=min(settings.test_timeout, 600.0),
+                    max_reply_bytes=settings.max_reply_bytes,
+                    max_reply_seconds=settings.max_reply_seconds,
                 )
-                outcome = loop.run(self._request, follow_up=self._follow_up)
+                outcome = loop.run(run.request.text, follow_up=run.follow_up)
+                run.iterations = outcome.iterations
                 stage.detail = (
                     f"green after {outcome.iterations} iteration(s), {outcome.model_calls} model call(s), "
                     f"{outcome.tokens:,} tokens; {outcome.contract}: {outcome.summary[:200]}"
@@ -561,13 +400,14 @@ class Pipeline:
                 client.close()
         return cargo
 
-    def _client(self, name: str, candidate: CrateCandidate, store: StorePath) -> ToolClient:
-        with _Stage(self.bus, "client", name) as stage:
+    def _client(self, run: RunState, store: StorePath) -> ToolClient:
+        settings, name, candidate = self.settings, run.name, run.crate()
+        with Stage(self.bus, "client", name) as stage:
             manifest = store.manifest
-            main = _main_binary(candidate, manifest["binaries"], self.settings.workspaces_dir / name)
+            main = _main_binary(candidate, manifest["binaries"], settings.workspaces_dir / name)
             # nix: the tool is the /nix/store path; the cache entry only records it
             deployed = Path(manifest.get("nix_store_path") or store.path)
-            contract = manifest.get("contract") or _contract(self.settings.workspaces_dir / name, manifest["binaries"], main)
+            contract = manifest.get("contract") or _contract(settings.workspaces_dir / name, manifest["binaries"], main)
             tool = make_tool(
                 contract=contract,
                 start=False,
@@ -579,32 +419,45 @@ class Pipeline:
                 store_path=deployed,
                 checksum=manifest.get("checksum", ""),
                 backend=manifest.get("backend", "cargo"),
-                timeout=self.settings.tool_timeout,
+                timeout=settings.tool_timeout,
                 provenance=manifest,
                 lock_hash=manifest.get("lock_hash", ""),
-                env=self.settings.tool_env,
-                confine=self.settings.confine_tools,
+                env=settings.tool_env,
+                confine=settings.confine_tools,
             )
-            Inventory(self.settings.tools_dir).save(
+            inventory = Inventory(settings.tools_dir)
+            inventory.save(
                 ToolRecord(
-                    name=name, crate=candidate.name, version=candidate.version, binary=str(tool.binary),
-                    store_path=str(store.path), source_hash=store.hash, checksum=tool.checksum,
-                    checksum_kind=manifest.get("checksum_kind", ""), registry=candidate.registry,
-                    workspace=str(self.settings.workspaces_dir / name), commit=manifest.get("commit", ""),
-                    backend=tool.backend, description=candidate.description, created=time.time(),
+                    name=name,
+                    crate=candidate.name,
+                    version=candidate.version,
+                    binary=str(tool.binary),
+                    store_path=str(store.path),
+                    source_hash=store.hash,
+                    checksum=tool.checksum,
+                    checksum_kind=manifest.get("checksum_kind", ""),
+                    registry=candidate.registry,
+                    workspace=str(settings.workspaces_dir / name),
+                    commit=manifest.get("commit", ""),
+                    backend=tool.backend,
+                    description=candidate.description,
+                    created=time.time(),
                     extra={"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
-                    if tool.backend == "nix" else {},
-                    kind=tool.kind, request=self._request,
+                    if tool.backend == "nix"
+                    else {},
+                    kind=tool.kind,
+                    request=run.request.text,
+                    model=str(manifest.get("model") or ""),
+                    iterations=int(manifest.get("iterations") or 0),
                 )
             )
             if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
-                inventory = Inventory(self.settings.tools_dir)
                 tool.on_state = lambda **changes: inventory.update(name, **changes)
                 tool.start()  # type: ignore[attr-defined]
                 stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
         return tool
 
-    def _accept(self, tool: ToolClient, examples: list[Example], request: str) -> ToolClient:
+    def _accept(self, run: RunState, tool: ToolClient, examples: list[Example], search_text: str) -> ToolClient:
         """Run the cell's ``>>>`` examples against the deployed tool; report each failure.
 
         With a model configured, failing examples go back to the edit loop as
@@ -614,24 +467,34 @@ class Pipeline:
         """
         rounds = 0
         while True:
-            with _Stage(self.bus, "accept", f"{len(examples)} examples") as stage:
+            with Stage(self.bus, "accept", f"{len(examples)} examples") as stage:
                 report = run_examples(examples, {tool.name: tool})
                 stage.detail = report.summary()
                 for failure in report.failures:
                     self.bus.notice("accept", failure.describe(), "warning")
             tool.acceptance = report
-            if report.ok or self._model is None or rounds >= ACCEPTANCE_ROUNDS:
+            if report.ok or run.model is None or rounds >= ACCEPTANCE_ROUNDS:
                 return tool
             rounds += 1
-            self.bus.notice("accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})")
-            self._follow_up = True
-            self._request = report.as_request(self._request)
+            self.bus.notice(
+                "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
+            )
+            request = BuildRequest(report.as_request(run.request.text), name=tool.name, follow_up=True)
+            run = RunState(request, run.model, run.choice)
             tool.close()
-            tool = self._run(request, tool.name, None)
+            tool = self._run(run, search_text)
 
 
-#: how many times failing acceptance examples go back to the edit loop
-ACCEPTANCE_ROUNDS = 2
+def _check_request(build: BuildRequest, search_text: str) -> None:
+    """The usage errors a request can have before anything runs."""
+    if not search_text and not build.crate:
+        raise UsageError(
+            "The request is empty. Say what the tool should do, for example:\n"
+            "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
+            "or name a crate with --crate NAME."
+        )
+    if build.name is not None and not build.name.isidentifier():
+        raise UsageError(f"--name {build.name!r} is not a valid Python identifier; try {tool_name(build.name)!r}.")
 
 
 def _contract(workspace: Path, binaries: list[str], main: str = "") -> dict[str, object]:
@@ -640,7 +503,7 @@ def _contract(workspace: Path, binaries: list[str], main: str = "") -> dict[str,
         manifest = read_manifest(workspace / "Cargo.toml")
     except (OSError, ValueError):
         manifest = {}
-    return contract_of(manifest, binaries, main).to_json()
+    return read_contract(manifest, binaries, main).to_json()
 
 
 def _main_binary(
@@ -651,10 +514,10 @@ def _main_binary(
     ``built``: ``binaries`` were built (the contract's must be among them);
     else they are the registry's names, from before any edit.
     """
-    if workspace is not None:
-        contract, _ = read_contract(workspace / "Cargo.toml")
-        if contract is not None and (contract.bin in binaries or not built):
-            return contract.bin
-    if candidate.name in binaries:
-        return candidate.name
-    return sorted(binaries)[0] if binaries else candidate.name
+    main = candidate.name if candidate.name in binaries else (sorted(binaries)[0] if binaries else candidate.name)
+    if workspace is None:
+        return main
+    try:
+        return read_contract(workspace / "Cargo.toml", binaries if built else (), main).bin
+    except DeployError:  # no Cargo.toml, or a contract naming a binary that was not built
+        return main

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..diagnostics import BINARY_NAME
 from ..errors import FlakeError
 
 __all__ = [
@@ -66,7 +67,6 @@ _SRC_EXCLUDES = (
 _SPDX_OPERATORS = {"AND", "OR"}
 # old GNU ids ("GPL-2.0", "GPL-2.0+") -> the current ones nixpkgs uses
 _GNU_ID = re.compile(r"^((?:A|L)?GPL-\d\.\d)(\+)?$", re.IGNORECASE)
-_PROGRAM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
 @dataclass(frozen=True)
@@ -160,9 +160,11 @@ def _check(meta: FlakeMeta) -> None:
     for field_name in ("pname", "version", "main_program"):
         if not getattr(meta, field_name).strip():
             raise FlakeError(f"cannot write a flake: {field_name} is empty")
-    if not _PROGRAM_NAME.match(meta.main_program):
+    # the rule deploy applies to every binary: mainProgram lands in a Nix string and a path
+    if not BINARY_NAME.fullmatch(meta.main_program):
         raise FlakeError(
-            f"cannot write a flake: {meta.main_program!r} is not a plain binary name"
+            f"cannot write a flake: {meta.main_program[:80]!r} is not a plain binary name "
+            "(letters, digits, '_' and '-')"
         )
 
 

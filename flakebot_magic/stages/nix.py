@@ -38,13 +38,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
 from ..process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from .build import BuildResult
 from .deploy import StorePath, write_entry
 from .flake import LOCK_FILE
 
@@ -54,6 +54,7 @@ __all__ = [
     "NIX_SANDBOX_HINT",
     "Nix",
     "NixOptions",
+    "NixRelease",
     "NixSandbox",
     "find_nix",
     "lock_hash",
@@ -487,26 +488,33 @@ def _source_line(file: Path, line: int) -> str:
         return ""
 
 
-def nix_release(
-    nix: Nix,
-    workspace: Path,
-    out_link: Path,
-    *,
-    timeout: float,
-    on_line: LineCallback | None = None,
-) -> Callable[[], Any]:
-    """The ``release`` callable for :func:`flakebot_magic.stages.build.check`: nix build, as a BuildResult."""
-    from .build import BuildResult
+class NixRelease:
+    """The ``release`` step for :func:`flakebot_magic.stages.build.check`: ``nix build``, as a BuildResult.
 
-    def release() -> BuildResult:
-        path = nix.build(workspace, out_link, timeout=timeout, on_line=on_line)
+    After it ran, :attr:`store_path` is the built /nix/store path.
+    """
+
+    def __init__(
+        self, nix: Nix, workspace: Path, out_link: Path, *, timeout: float, on_line: LineCallback | None = None
+    ) -> None:
+        self.nix, self.workspace, self.out_link = nix, workspace, out_link
+        self.timeout, self.on_line = timeout, on_line
+        self.store_path: Path | None = None
+
+    def __call__(self) -> BuildResult:
+        path = self.nix.build(self.workspace, self.out_link, timeout=self.timeout, on_line=self.on_line)
         binaries = binaries_of(path)
         if not binaries:
-            raise FlakeError(f"nix built {path}, which has no bin/ programs to deploy.", workspace=workspace)
-        release.store_path = path  # type: ignore[attr-defined]
+            raise FlakeError(f"nix built {path}, which has no bin/ programs to deploy.", workspace=self.workspace)
+        self.store_path = path
         return BuildResult(binaries=binaries, diagnostics=[])
 
-    return release
+
+def nix_release(
+    nix: Nix, workspace: Path, out_link: Path, *, timeout: float, on_line: LineCallback | None = None
+) -> NixRelease:
+    """A :class:`NixRelease` (the name the pipeline has always used)."""
+    return NixRelease(nix, workspace, out_link, timeout=timeout, on_line=on_line)
 
 
 def remove_link(link: Path) -> None:

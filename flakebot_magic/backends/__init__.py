@@ -1,0 +1,34 @@
+"""Build backends behind one interface (:class:`Backend`): cargo and nix.
+
+:func:`decide` turns the ``backend`` setting into a :class:`BackendChoice`
+once per run (``auto`` from cached probes); :func:`backend_for` gives the
+backend that choice names.
+"""
+
+from __future__ import annotations
+
+from .base import MANIFEST_KEYS, Backend, BackendChoice, Built, RunDeps, RunState, Stage
+from .cargo import CargoBackend
+from .nix import NixBackend, decide, nixpkgs_lockable
+
+__all__ = [
+    "MANIFEST_KEYS",
+    "Backend",
+    "BackendChoice",
+    "Built",
+    "CargoBackend",
+    "NixBackend",
+    "RunDeps",
+    "RunState",
+    "Stage",
+    "backend_for",
+    "decide",
+    "nixpkgs_lockable",
+]
+
+BACKENDS: dict[str, type[Backend]] = {"cargo": CargoBackend, "nix": NixBackend}
+
+
+def backend_for(name: str, deps: RunDeps, choice: BackendChoice) -> Backend:
+    """The backend called ``name`` (``cargo`` or ``nix``) for one run."""
+    return BACKENDS[name](deps, choice)

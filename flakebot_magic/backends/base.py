@@ -1,0 +1,329 @@
+"""The one interface of the build backends, and what a run carries through them.
+
+A pipeline's dependencies (:class:`RunDeps`: settings, registry, process
+runner, event bus) are the same for every run; what one run computes (the
+request, the model, the crate, the workspace, the backend chosen) is its
+:class:`RunState`, passed explicitly to every step (pydantic-graph's split
+of state and dependencies). A :class:`Backend` turns a forked (and maybe
+model-edited) workspace into a store entry:
+
+* :meth:`Backend.lookup`: a recipe hit, when its store entry (and for nix its
+  /nix/store path) is still there;
+* :meth:`Backend.build`: the flake, the build and the tests (or a hit in the
+  store by the workspace's hash), as a :class:`Built`;
+* :meth:`Backend.deploy`: the store entry, with a manifest in the one schema
+  (:func:`manifest`, :data:`MANIFEST_KEYS`) both backends write;
+* :meth:`Backend.describe`: one line on how it builds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..cargo import Cargo
+from ..config import Settings
+from ..diagnostics import BINARY_NAME, TestReport
+from ..errors import FlakeError
+from ..events import EventBus, StageFinished, StageStarted, StageStatus
+from ..git import Git
+from ..model import ModelConfig
+from ..process import ProcessRunner
+from ..registry.base import CrateCandidate, Registry
+from ..registry.directory import read_manifest
+from ..request import BuildRequest
+from ..stages.deploy import StorePath
+from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
+from ..stages.fork import Workspace
+from ..stages.nix import normalize_flake_ref
+
+__all__ = [
+    "MANIFEST_KEYS",
+    "Backend",
+    "BackendChoice",
+    "Built",
+    "RunDeps",
+    "RunState",
+    "Stage",
+    "cached_rows",
+    "flake_meta",
+    "manifest",
+    "nixpkgs_url",
+]
+
+#: every key of a store entry's manifest.json, whichever backend wrote it (``hash`` and
+#: ``format`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
+MANIFEST_KEYS = (
+    "backend",
+    "binaries",
+    "checksum",
+    "checksum_kind",
+    "commit",
+    "contract",
+    "crate",
+    "description",
+    "dropped",
+    "flags",
+    "gcroot",
+    "iterations",
+    "lock_hash",
+    "model",
+    "nix_store_path",
+    "nixpkgs",
+    "nixpkgs_url",
+    "registry",
+    "rustc",
+    "skipped_targets",
+    "tests",
+    "version",
+)
+
+
+@dataclass(frozen=True)
+class RunDeps:
+    """What every run of a pipeline uses and none changes."""
+
+    settings: Settings
+    registry: Registry
+    runner: ProcessRunner
+    bus: EventBus
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a run builds with, decided once before the search.
+
+    ``fallback`` is set when ``auto`` took cargo although nix is installed and
+    builds in its sandbox (nix cannot lock the flake's nixpkgs here): it says
+    why, for the warning a build then shows.
+    """
+
+    name: str  # "cargo" or "nix"
+    why: str
+    auto: bool = False
+    fallback: str = ""
+
+
+@dataclass
+class RunState:
+    """Everything one run computes, passed from step to step (never kept on the pipeline)."""
+
+    request: BuildRequest  # its text stripped, its follow_up resolved against the settings
+    model: ModelConfig | None
+    choice: BackendChoice
+    candidate: CrateCandidate | None = None
+    name: str = ""
+    workspace: Workspace | None = None
+    rustc: str = ""
+    #: the binary the flake runs (the tool contract's ``bin``, else by name); set before the build
+    main_program: str = ""
+    #: the edit loop's check runs (0: no model)
+    iterations: int = 0
+    store: StorePath | None = None
+
+    @property
+    def follow_up(self) -> bool:
+        return self.request.follow_up
+
+    def crate(self) -> CrateCandidate:
+        if self.workspace is not None:
+            return self.workspace.crate
+        if self.candidate is None:
+            raise RuntimeError("the run has no crate yet")
+        return self.candidate
+
+    def forked(self) -> Workspace:
+        if self.workspace is None:
+            raise RuntimeError("the run has no workspace yet")
+        return self.workspace
+
+
+@dataclass
+class Built:
+    """What :meth:`Backend.build` made: binaries and test counts, or a store entry that already had them."""
+
+    key: str
+    flags: list[str]
+    cached: StorePath | None = None
+    binaries: dict[str, Path] = field(default_factory=dict)
+    tests: TestReport | None = None
+    #: nix: the built /nix/store path, its pending out-link, and what the lock pinned
+    out_path: Path | None = None
+    pending: Path | None = None
+    lock: dict[str, Any] = field(default_factory=dict)
+
+
+class Stage:
+    """A stage row: ``StageStarted`` on entry, ``StageFinished`` (``failed`` on an exception) on exit.
+
+    Set ``status`` (``cached``, ``skipped``) and ``detail`` inside the block.
+    """
+
+    def __init__(self, bus: EventBus, name: str, detail: str = "") -> None:
+        self.bus, self.name, self.detail = bus, name, detail
+        self.status: StageStatus = "done"
+        self.started = 0.0
+
+    def __enter__(self) -> Stage:
+        self.started = time.monotonic()
+        self.bus.emit(StageStarted(self.name, self.detail))
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        elapsed = time.monotonic() - self.started
+        if exc is not None:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            self.bus.emit(StageFinished(self.name, "failed", first, elapsed))
+        else:
+            self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))
+
+
+def cached_rows(bus: EventBus, stages: Iterable[str], detail: Callable[[str], str] = lambda stage: "") -> None:
+    """A ``cached`` row for each of ``stages``."""
+    for name in stages:
+        bus.emit(StageStarted(name))
+        bus.emit(StageFinished(name, "cached", detail(name)))
+
+
+def line_logger(bus: EventBus, stage: str) -> Callable[[str, str], None]:
+    """An ``on_line`` callback that sends a child process's lines to ``stage``'s log."""
+
+    def on_line(stream: str, line: str) -> None:
+        bus.log(stage, line, "stderr" if stream == "stderr" else "stdout")
+
+    return on_line
+
+
+def nixpkgs_url(settings: Settings) -> str:
+    """The generated flakes' nixpkgs input: ``settings.nixpkgs`` made absolute, else the default."""
+    return normalize_flake_ref(settings.nixpkgs) if settings.nixpkgs else DEFAULT_NIXPKGS_URL
+
+
+def flake_meta(workspace: Workspace, main_program: str) -> FlakeMeta:
+    """What the flake says about the crate: Cargo.toml's description, license and homepage, and the binary.
+
+    ``main_program`` (the tool contract's ``bin``, which a model may have
+    written) must be a plain binary name, the rule deploy applies to every
+    binary: it lands in flake.nix and in a path.
+    """
+    if not BINARY_NAME.fullmatch(main_program):
+        raise FlakeError(
+            f"Cannot write the flake: the binary {main_program[:80]!r} (the tool contract's bin) is not a "
+            "plain binary name (letters, digits, '_' and '-'). Name a [[bin]] target of the crate.",
+            workspace=workspace.path,
+        )
+    crate = workspace.crate
+    package = read_manifest(workspace.path / "Cargo.toml").get("package", {})
+    return FlakeMeta(
+        pname=crate.name,
+        version=crate.version,
+        description=str(package.get("description", "")),
+        license=str(package.get("license", "")),
+        main_program=main_program,
+        homepage=str(package.get("homepage") or package.get("repository") or ""),
+    )
+
+
+def manifest(
+    run: RunState, backend: str, built: Built, *, commit: str, contract: dict[str, Any], **nix: Any
+) -> dict[str, Any]:
+    """A store entry's manifest, the same keys (:data:`MANIFEST_KEYS`) from either backend.
+
+    ``nix`` holds the nix backend's own values (``lock_hash``, ``nixpkgs``,
+    ``nixpkgs_url``, ``gcroot``); a cargo entry has them empty.
+    """
+    workspace = run.forked()
+    crate = workspace.crate
+    tests = built.tests
+    data: dict[str, Any] = {
+        "backend": backend,
+        "binaries": sorted(built.binaries),
+        "checksum": workspace.checksum,
+        "checksum_kind": workspace.checksum_kind,
+        "commit": commit,
+        "contract": contract,
+        "crate": crate.name,
+        "description": crate.description,
+        "dropped": [str(d) for d in workspace.dropped],
+        "flags": list(built.flags),
+        "gcroot": "",
+        "iterations": run.iterations,
+        "lock_hash": "",
+        "model": run.model.model if run.model is not None else "",
+        "nix_store_path": "",
+        "nixpkgs": {},
+        "nixpkgs_url": "",
+        "registry": crate.registry,
+        "rustc": run.rustc,
+        "skipped_targets": workspace.skipped_targets,
+        "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
+        "version": crate.version,
+    }
+    unknown = set(nix) - set(MANIFEST_KEYS)
+    if unknown:
+        raise TypeError(f"not manifest keys: {sorted(unknown)}")
+    data.update(nix)
+    return data
+
+
+class Backend(ABC):
+    """Builds a run's workspace and deploys it to the store: :class:`CargoBackend` or :class:`NixBackend`."""
+
+    #: ``cargo`` or ``nix``: what the recipe, the manifest and the tool record say
+    name: ClassVar[str]
+
+    def __init__(self, deps: RunDeps, choice: BackendChoice) -> None:
+        self.deps = deps
+        self.choice = choice
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @property
+    def bus(self) -> EventBus:
+        return self.deps.bus
+
+    def recipe_parts(self) -> list[str]:
+        """What this backend adds to a recipe's key (the inputs it alone depends on)."""
+        return []
+
+    def alive(self, store: StorePath, name: str) -> bool:
+        """Is what ``store`` records still there (nix: the /nix/store path, rooted under ``name``)?"""
+        return True
+
+    def lookup(self, recipe: Path, name: str) -> StorePath | None:
+        """The store entry a recipe names, when it is complete and alive; else None."""
+        try:
+            data = json.loads(recipe.read_text())
+            path, key = Path(data["store"]), str(data["hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not (path / "manifest.json").is_file():
+            return None
+        store = StorePath(path, key)
+        return store if self.alive(store, name) else None
+
+    def git(self, run: RunState) -> Git:
+        return Git(run.forked().path, self.deps.runner)
+
+    @abstractmethod
+    def build(self, run: RunState, cargo: Cargo) -> Built | None:
+        """The flake, the build and the tests of ``run``'s workspace (``cargo`` is the sandboxed one).
+
+        None: ``auto`` chose this backend and it cannot build here after all
+        (nix could not lock nixpkgs); the caller builds with cargo instead.
+        """
+
+    @abstractmethod
+    def deploy(self, run: RunState, built: Built, contract: dict[str, Any]) -> StorePath:
+        """The store entry for ``built`` (a ``cached`` deploy row when the store had it)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line: how this backend builds and where the tool ends up."""

@@ -1,0 +1,72 @@
+"""The cargo backend: ``cargo build --release`` beside ``cargo test`` (in the sandbox), binaries copied to the store.
+
+::
+
+    build (cargo build --release) ┐ ──► flake (write, commit) ──► deploy (copy bin/ to store/HASH-…)
+    test  (cargo test)            ┘
+
+The flake is written for the tool's users (``nix build`` elsewhere); it is
+not a build input here, so it does not change the store hash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..cargo import Cargo
+from ..stages.build import BUILD_FLAGS, check
+from ..stages.deploy import StorePath, deploy, lookup, store_key
+from ..stages.flake import write_flake
+from .base import Backend, Built, RunState, Stage, cached_rows, flake_meta, manifest, nixpkgs_url
+
+__all__ = ["CargoBackend"]
+
+
+class CargoBackend(Backend):
+    """Builds with cargo; the tool is ``<cache>/store/HASH-crate-version/bin/``."""
+
+    name = "cargo"
+
+    def describe(self) -> str:
+        return "cargo: the release build and the tests in the sandbox, the binaries copied to the store"
+
+    def build(self, run: RunState, cargo: Cargo) -> Built:
+        settings, bus = self.settings, self.bus
+        workspace = run.forked()
+        crate = workspace.crate
+        git = self.git(run)
+        key = store_key(git, run.rustc, BUILD_FLAGS)
+        built = Built(key=key, flags=list(BUILD_FLAGS))
+        built.cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        if built.cached is not None:
+            cached_rows(bus, ("build", "test"))
+        else:
+            result = check(
+                workspace.path,
+                cargo,
+                bus,
+                build_timeout=settings.build_timeout,
+                test_timeout=settings.test_timeout,
+            )
+            built.binaries, built.tests = dict(result.build.binaries), result.tests
+        with Stage(bus, "flake") as stage:
+            write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
+            committed = git.commit(
+                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
+                ["flake.nix"],
+            )
+            stage.detail = "flake.nix committed" if committed else "flake.nix unchanged"
+        return built
+
+    def deploy(self, run: RunState, built: Built, contract: dict[str, Any]) -> StorePath:
+        settings = self.settings
+        crate = run.crate()
+        with Stage(self.bus, "deploy") as stage:
+            if built.cached is not None:
+                store = built.cached
+                stage.status = "cached"
+            else:
+                data = manifest(run, self.name, built, commit=self.git(run).head(), contract=contract)
+                store = deploy(settings.store_dir, built.key, crate.name, crate.version, built.binaries, data)
+            stage.detail = str(store.path)
+        return store
