@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .errors import (
     BudgetExhausted,
     BuildError,
@@ -48,9 +49,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .events import Observer
     from .registry.base import CrateCandidate
-    from .clients.base import ToolClient
-
-__version__ = "0.1.0"
+    from .clients import ToolClient
 
 __all__ = [
     "BudgetExhausted",
@@ -110,11 +109,12 @@ def build(
 {options}
     """
     from .background import start_build
+    from .request import BuildRequest
     from .config import Settings
     from .options import apply
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
-    tool: ToolClient = start_build(settings, request, name=name, crate=crate).wait(list(observers))
+    tool: ToolClient = start_build(settings, BuildRequest(request, name=name, crate=crate)).wait(list(observers))
     return tool
 
 

@@ -20,7 +20,9 @@ from .errors import FlakebotError
 from .git import Git
 from .process import ProcessRunner
 
-__all__ = ["IDENTITY", "WorkspaceDiff", "differences", "provenance_of", "render_text", "workspace_diff"]
+__all__ = [
+    "IDENTITY", "WorkspaceDiff", "describe_locked", "differences", "provenance_of", "render_text", "workspace_diff",
+]
 
 #: the fields that say "the same tool": equal in all of them, the same binary was built from the same source
 IDENTITY = ("crate", "version", "checksum", "commit", "source_hash", "flake_lock")
@@ -54,7 +56,7 @@ def _flake_lock_hash(workspace: Path | None) -> str:
 def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
     """The provenance of a deployed tool, as JSON-able data.
 
-    ``tool`` is a :class:`~flakebot_magic.stages.client.Tool` (or anything with
+    ``tool`` is a :class:`~flakebot_magic.clients.base.ToolClient` (or anything with
     its attributes); ``record`` an optional
     :class:`~flakebot_magic.inventory.ToolRecord` that adds the workspace and
     the request.
@@ -84,6 +86,24 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         data["workspace"] = getattr(record, "workspace", "")
         data["request"] = getattr(record, "request", "")
     return data
+
+
+def describe_locked(node: Mapping[str, Any]) -> str:
+    """``github:NixOS/nixpkgs/abc1234`` or ``path:/x (sha256-…)``: what a flake.lock node pins nixpkgs to.
+
+    Examples
+    --------
+    >>> describe_locked({"type": "github", "owner": "NixOS", "repo": "nixpkgs", "rev": "0123456789abcdef"})
+    'github:NixOS/nixpkgs/0123456789ab'
+    """
+    kind = node.get("type", "")
+    if kind == "path":
+        return f"path:{node.get('path', '')} ({str(node.get('narHash', ''))[:19]}…)"
+    if kind in ("github", "gitlab", "sourcehut"):
+        return f"{kind}:{node.get('owner', '')}/{node.get('repo', '')}/{str(node.get('rev', ''))[:12]}"
+    if node.get("rev"):
+        return f"{kind}:{node.get('url', '')}@{str(node['rev'])[:12]}"
+    return f"{kind}:{node.get('url') or node.get('path') or ''}"
 
 
 def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -175,7 +195,7 @@ def workspace_diff(workspace: Path, commit: str = "HEAD", *, runner: ProcessRunn
         files = insertions = deletions = 0
         hidden: list[str] = []
         for line in numstat.splitlines():
-            added, removed, path = (line.split("\t", 2) + ["", ""])[:3]
+            added, removed, path = ([*line.split("\t", 2), "", ""])[:3]
             files += 1
             insertions += int(added) if added.isdigit() else 0
             deletions += int(removed) if removed.isdigit() else 0

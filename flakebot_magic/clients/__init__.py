@@ -1,4 +1,16 @@
-"""Clients for deployed tools: CLI binaries, MCP servers, HTTP services; and their lifecycle.
+"""Clients for deployed tools: CLI binaries, MCP servers, HTTP services; their contract and lifecycle.
+
+A leaf layer: it imports only foundation modules (errors, process, sandbox,
+provenance, inventory, fsutil), never a stage, the pipeline or a front door.
+
+* :mod:`.contract`: ``[package.metadata.flakebot]``, read and checked
+  (:func:`~.contract.read_contract`).
+* :mod:`.factory`: the client of a tool, by its kind (:func:`make_tool`,
+  :func:`tool_from_record`).
+* :mod:`.base` (what every client has), :mod:`.cli` with :mod:`.cli_help` and
+  :mod:`.exchange`, :mod:`.mcp`, :mod:`.http`; :mod:`.lifecycle` (the tools'
+  processes), :mod:`.bridge` (any tool over MCP), :mod:`.agents` and
+  :mod:`.schema` (function schemas).
 
 Importing this package is cheap (httpx is imported by the HTTP client only).
 Front ends manage running tools by name::
@@ -11,6 +23,11 @@ Front ends manage running tools by name::
 
 from __future__ import annotations
 
+from .base import ToolClient
+from .contract import ToolContract, read_contract
+from .factory import make_tool, tool_from_record
 from .lifecycle import logs, running, stop, stop_all
 
-__all__ = ["logs", "running", "stop", "stop_all"]
+__all__ = [
+    "ToolClient", "ToolContract", "logs", "make_tool", "read_contract", "running", "stop", "stop_all", "tool_from_record",
+]

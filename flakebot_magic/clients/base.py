@@ -10,25 +10,25 @@ from them: ``openai_tools()``, ``call(tool_call)``, ``usage()``,
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..process import allowed_env
+from ..provenance import describe_locked, provenance_of
+from ..sandbox import Sandbox
 from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
-from .contract import KINDS
 from .schema import check_arguments
 
-if TYPE_CHECKING:
-    from ..sandbox import Sandbox
-
-__all__ = ["KINDS", "Confinement", "StartedToolClient", "ToolClient", "tool_environment"]
+__all__ = ["Confinement", "StartedToolClient", "ToolClient", "bridge_command", "tool_environment"]
 
 _KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
 
@@ -59,8 +59,6 @@ class Confinement:
     """
 
     def __init__(self, binary: Path, store_path: Path) -> None:
-        from ..sandbox import Sandbox
-
         self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
         # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it)
         visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
@@ -309,8 +307,6 @@ class ToolClient:
         For a command-line tool or an HTTP service the server is flakebot's
         bridge, which serves this tool's functions over MCP (stdio).
         """
-        from .bridge import bridge_command
-
         return {"mcpServers": {self.name: bridge_command(self)}}
 
     def usage(self) -> str:
@@ -336,8 +332,6 @@ class ToolClient:
     # -- display ---------------------------------------------------------------
 
     def _nixpkgs(self) -> str:
-        from ..stages.nix import describe_locked
-
         locked = self.provenance.get("nixpkgs")
         return describe_locked(locked) if isinstance(locked, dict) else "?"
 
@@ -384,8 +378,6 @@ class ToolClient:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         # no data of its own (text and HTML come from the methods beside it); the
         # output's metadata records the provenance, so a notebook says which tool it got
-        from ..provenance import provenance_of
-
         return {}, {"flakebot": provenance_of(self)}
 
 
@@ -393,9 +385,16 @@ def _first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0]
 
 
-def _signature_text(fn: ToolFunction) -> str:
-    import inspect
+def bridge_command(tool: ToolClient) -> dict[str, Any]:
+    """The ``mcpServers`` entry that serves ``tool`` through :mod:`flakebot_magic.clients.bridge`."""
+    args = ["-m", "flakebot_magic.clients.bridge", "--name", tool.name, "--kind", tool.kind, "--timeout", f"{tool.timeout:g}"]
+    contract = getattr(tool, "contract", None)
+    if contract is not None and tool.kind == "http":
+        args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
+    return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
 
+
+def _signature_text(fn: ToolFunction) -> str:
     try:
         signature = inspect.signature(fn.function)
     except (TypeError, ValueError):

@@ -21,19 +21,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from .agents import result_text
-from .base import KINDS, ToolClient
+from .base import ToolClient
+from .contract import KINDS
+from .factory import make_tool
 from .mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 
-__all__ = ["bridge_command", "main", "serve"]
-
-
-def bridge_command(tool: ToolClient) -> dict[str, Any]:
-    """The ``mcpServers`` entry that serves ``tool`` through this bridge."""
-    args = ["-m", "flakebot_magic.clients.bridge", "--name", tool.name, "--kind", tool.kind, "--timeout", f"{tool.timeout:g}"]
-    contract = getattr(tool, "contract", None)
-    if contract is not None and tool.kind == "http":
-        args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
-    return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
+__all__ = ["main", "serve"]
 
 
 def _answer(tool: ToolClient, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,8 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--health", default="/health", help="http: the readiness path")
     parser.add_argument("--ready-timeout", type=float, default=10.0, help="http: seconds allowed to start")
     args = parser.parse_args(argv)
-    from ..stages.client import make_tool
-
     tool = make_tool(
         args.name, args.binary, crate=args.name, version="", source_hash="", store_path=args.binary.parent.parent,
         contract={"kind": args.kind, "bin": args.binary.name, "health": args.health, "ready_timeout": args.ready_timeout},

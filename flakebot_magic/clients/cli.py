@@ -1,11 +1,8 @@
-"""The Python client of a command-line tool: its ``--help`` parsed into a typed, documented callable.
+"""The Python client of a command-line tool: its ``--help`` (see :mod:`.cli_help`) as a typed, documented callable.
 
-:func:`parse_help` reads the layouts clap prints (2.x ``FLAGS:``/``OPTIONS:``/
-``ARGS:``, 3.x, 4.x short and long help), getopts' and GNU/argparse's
-``-o, --output FILE`` lines, into :class:`CliSpec`: options (flags and
-options with a value, their defaults and possible values) and positional
-arguments. :class:`CliTool` turns them into keyword arguments with a real
-:class:`inspect.Signature` and a numpydoc docstring::
+:class:`CliTool` turns the options and arguments :func:`~.cli_help.parse_help`
+finds into keyword arguments with a real :class:`inspect.Signature` and a
+numpydoc docstring::
 
     >>> hexyl(input=b"\\x00\\x01", length=2, color="never")   # doctest: +SKIP
     >>> md("# Hi", enable_tables=True)                         # doctest: +SKIP
@@ -19,356 +16,20 @@ docstring says so.
 from __future__ import annotations
 
 import inspect
-import keyword
 import os
 import re
-import select
-import selectors
-import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from ..errors import ToolError
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
+from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
+from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 
-__all__ = ["CliArgument", "CliOption", "CliSpec", "CliTool", "parse_help", "reads_stdin"]
+__all__ = ["CliTool"]
 
-_STDIN_HINT = re.compile(r"standard input|\bstdin\b|from input|reads? (?:from )?(?:the )?input", re.I)
-
-#: keyword names the call itself uses; an option with one of these names gets a trailing ``_``
-CALL_KEYWORDS = frozenset({"input", "timeout", "env", "args"})
-
-
-def reads_stdin(help_text: str) -> bool:
-    """Does the tool's help say it reads standard input?"""
-    return bool(_STDIN_HINT.search(help_text))
-
-
-# -- the help ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CliOption:
-    """One option: ``-n, --length <N>``."""
-
-    name: str  # the Python keyword
-    flags: tuple[str, ...]  # as written: ("-n", "--length")
-    value: str | None = None  # the value's placeholder, None for a flag
-    value_optional: bool = False  # ``--color[=WHEN]``
-    help: str = ""
-    default: str | None = None
-    choices: tuple[str, ...] = ()
-    repeatable: bool = False
-
-    @property
-    def takes_value(self) -> bool:
-        return self.value is not None
-
-    @property
-    def flag(self) -> str:
-        """The flag to pass: the long one when there is one."""
-        longs = [f for f in self.flags if f.startswith("--")]
-        return longs[0] if longs else self.flags[0]
-
-
-@dataclass(frozen=True)
-class CliArgument:
-    """One positional argument: ``<FILE>``, ``[FILE]...``."""
-
-    name: str
-    placeholder: str
-    help: str = ""
-    required: bool = False
-    repeatable: bool = False
-
-
-@dataclass(frozen=True)
-class CliSpec:
-    """What a tool's ``--help`` says: its options, arguments, subcommands and description."""
-
-    options: tuple[CliOption, ...] = ()
-    arguments: tuple[CliArgument, ...] = ()
-    commands: tuple[str, ...] = ()
-    description: str = ""
-    usage: str = ""
-    parsed: bool = False
-
-
-_HEADER = re.compile(r"^(?P<title>[A-Za-z][A-Za-z ]{0,40}):\s*(?P<rest>.*)$")
-_OPTION_PART = re.compile(
-    r"^(?P<flag>--?[A-Za-z0-9?][A-Za-z0-9_-]*)"
-    r"(?:(?P<sep>[ =])(?P<value>[<\[]?=?[A-Za-z0-9_.:|-]+[>\]]?(?:\.\.\.)?)|(?P<optional>\[=?[<]?[A-Za-z0-9_.:|-]+[>]?\](?:\.\.\.)?))?"
-    r"(?P<dots>\.\.\.)?$"
-)
-_ARGUMENT_LINE = re.compile(r"^(?P<spec>[<\[]?[A-Za-z][A-Za-z0-9_-]*[>\]]?(?:\.\.\.)?)(?:\s{2,}(?P<help>\S.*))?$")
-_DEFAULT = re.compile(r"\[default: ([^\]]*)\]")
-_CHOICES = re.compile(r"\[possible values: ([^\]]*)\]")
-_REPEAT_HINT = re.compile(r"multiple times|may be repeated|can be repeated|repeatable", re.I)
-
-
-def _section_kind(title: str) -> str:
-    lowered = title.lower()
-    if "usage" in lowered:
-        return "usage"
-    if "command" in lowered:
-        return "commands"
-    if "option" in lowered or "flag" in lowered:
-        return "options"
-    if "arg" in lowered or "positional" in lowered:
-        return "arguments"
-    return "other"
-
-
-def _keyword(name: str, taken: set[str]) -> str:
-    ident = re.sub(r"\W", "_", name.strip("-<>[]. ")).strip("_").lower() or "value"
-    if ident[0].isdigit():
-        ident = "_" + ident
-    if keyword.iskeyword(ident) or ident in CALL_KEYWORDS:
-        ident += "_"
-    while ident in taken:
-        ident += "_"
-    return ident
-
-
-def _split_spec(text: str) -> tuple[str, str]:
-    """``-n, --length <N>    Only read`` -> (``-n, --length <N>``, ``Only read``)."""
-    match = re.search(r"\s{2,}|\t", text)
-    if match is None:
-        return text.strip(), ""
-    return text[: match.start()].strip(), text[match.end():].strip()
-
-
-def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | None:
-    flags: list[str] = []
-    value: str | None = None
-    optional = False
-    repeat = False
-    for part in re.split(r",\s*|\s+or\s+", spec):
-        part = part.strip()
-        if not part:
-            continue
-        match = _OPTION_PART.match(part)
-        if match is None:
-            return None
-        flags.append(match.group("flag"))
-        if match.group("value"):
-            raw = match.group("value")
-            if raw.startswith("[") or raw.startswith("[="):
-                optional = True
-            value = raw
-        if match.group("optional"):
-            value, optional = match.group("optional"), True
-        if match.group("dots") or (value or "").endswith("..."):
-            repeat = True
-    if not flags:
-        return None
-    if value is not None:
-        value = value.strip("[]=<>").removesuffix("...").strip("<>") or "VALUE"
-    longs = [f for f in flags if f.startswith("--")]
-    name = _keyword(longs[0] if longs else flags[0], taken)
-    default = _DEFAULT.search(help_text)
-    choices = _CHOICES.search(help_text)
-    return CliOption(
-        name=name,
-        flags=tuple(flags),
-        value=value,
-        value_optional=optional,
-        help=help_text,
-        default=default.group(1).strip() if default else None,
-        choices=tuple(c.strip() for c in choices.group(1).split(",") if c.strip()) if choices else (),
-        repeatable=repeat or bool(_REPEAT_HINT.search(help_text)),
-    )
-
-
-def _parse_argument(spec: str, help_text: str, taken: set[str]) -> CliArgument:
-    repeat = spec.endswith("...")
-    core = spec.removesuffix("...")
-    required = core.startswith("<") or (not core.startswith("[") and not repeat)
-    return CliArgument(
-        name=_keyword(core, taken), placeholder=core.strip("<>[]"), help=help_text, required=required, repeatable=repeat
-    )
-
-
-def _usage_arguments(usage: str, taken: set[str]) -> list[CliArgument]:
-    """Positional arguments named on a usage line: ``tool [OPTIONS] <INPUT> [OUTPUT]...``."""
-    words = usage.split()[1:]  # drop the program
-    found = []
-    for word in words:
-        match = re.fullmatch(r"(<[A-Za-z][\w-]*>|\[[A-Z][A-Z0-9_-]*\]|[A-Z][A-Z0-9_-]+)(\.\.\.)?", word)
-        if match is None:
-            continue
-        core = match.group(1).strip("<>[]")
-        if core.upper() in ("OPTIONS", "OPTION", "FLAGS", "ARGS", "COMMAND", "SUBCOMMAND"):
-            continue
-        found.append(_parse_argument(word, "", taken))
-        taken.add(found[-1].name)
-    return found
-
-
-def parse_help(text: str) -> CliSpec:
-    """Read a ``--help`` text into options, arguments, subcommands and a description."""
-    if not text.strip():
-        return CliSpec()
-    lines = text.expandtabs(8).splitlines()
-    options: list[CliOption] = []
-    arguments: list[CliArgument] = []
-    commands: list[str] = []
-    description: list[str] = []
-    usage = ""
-    section = "top"
-    taken: set[str] = {"help_", "version_"}
-    # the entry being read: (kind, indent, spec, help lines)
-    current: list[Any] | None = None
-
-    def finish() -> None:
-        nonlocal current
-        if current is None:
-            return
-        kind, _, spec, help_lines = current
-        help_text = " ".join(" ".join(help_lines).split())
-        if kind == "option":
-            option = _parse_option(spec, help_text, taken)
-            if option is not None and not {"--help", "-h", "--version", "-V"} & set(option.flags):
-                taken.add(option.name)
-                options.append(option)
-        elif kind == "argument":
-            argument = _parse_argument(spec, help_text, taken)
-            taken.add(argument.name)
-            arguments.append(argument)
-        elif kind == "command":
-            commands.append(spec)
-        current = None
-
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        index += 1
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if not stripped:
-            # clap's long help puts blank lines inside an entry's help; keep reading it
-            if current is not None:
-                following = next((l for l in lines[index:] if l.strip()), "")
-                following_indent = len(following) - len(following.lstrip())
-                if not (following and following_indent > current[1] and not following.lstrip().startswith("-")):
-                    finish()
-            continue
-        header = _HEADER.match(line) if indent == 0 else None
-        if header is not None and not stripped.startswith("-"):
-            finish()
-            section = _section_kind(header.group("title"))
-            if section == "usage":
-                rest = header.group("rest").strip()
-                if not rest and index < len(lines):
-                    rest = lines[index].strip()
-                    index += 1
-                usage = usage or rest
-                section = "top"
-            continue
-        if stripped.lower().startswith("usage "):  # "usage args [WORDS]..." without a colon
-            usage = usage or stripped[len("usage "):]
-            continue
-        if current is not None and indent > current[1] and not stripped.startswith("-"):
-            current[3].append(stripped)
-            continue
-        if stripped.startswith("-") and indent > 0 and re.match(r"--?[A-Za-z0-9?]", stripped):
-            finish()
-            spec, help_text = _split_spec(stripped)
-            current = ["option", indent, spec, [help_text] if help_text else []]
-            continue
-        if section == "arguments" and indent > 0:
-            finish()
-            spec, help_text = _split_spec(stripped)
-            if _ARGUMENT_LINE.match(spec):
-                current = ["argument", indent, spec, [help_text] if help_text else []]
-            continue
-        if section == "commands" and indent > 0:
-            finish()
-            spec, help_text = _split_spec(stripped)
-            if re.fullmatch(r"[a-z][\w-]*", spec) and spec != "help":
-                current = ["command", indent, spec, [help_text] if help_text else []]
-            continue
-        finish()
-        if section == "top" and indent == 0 or section == "top" and not options:
-            description.append(stripped)
-    finish()
-
-    if not arguments and usage:
-        arguments = _usage_arguments(usage, taken)
-    elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
-        arguments = [
-            CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)
-            if f"[{a.placeholder}]" in usage else a
-            for a in arguments
-        ]
-    # "name 1.2.3" first lines are not a description
-    words = [d for d in description if not re.fullmatch(r"[\w.-]+ v?\d+(\.\d+)*\S*", d)]
-    return CliSpec(
-        options=tuple(options),
-        arguments=tuple(arguments),
-        commands=tuple(commands),
-        description=" ".join(words).strip(),
-        usage=usage,
-        parsed=bool(options or arguments or commands),
-    )
-
-
-#: what the ``--help`` probe keeps of a tool's help text
-HELP_BYTES = 1024 * 1024
-#: what a call keeps of standard output (past it the tool is stopped) and of standard error
-OUTPUT_BYTES = 64 * 1024 * 1024
-STDERR_BYTES = 1024 * 1024
-
-
-def _help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0) -> str:
-    """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
-
-    The store entry is visible read-only, a scratch dir is the only writable
-    place, and the environment is the sandbox's allowlist: the probe sees no
-    secret and no file of the user's.
-    """
-    confinement = Confinement(binary, store_path if store_path is not None else Path(binary).parent)
-    try:
-        for flag in ("--help", "-h"):
-            try:
-                proc = subprocess.Popen(
-                    confinement.command([str(binary), flag]),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=confinement.scratch,
-                    env=confinement.env(),
-                    start_new_session=True,
-                )
-            except OSError:
-                continue
-            exchange = _Exchange(proc, stdout_cap=HELP_BYTES, stderr_cap=HELP_BYTES, stop_at_cap=False)
-            try:
-                out, err = exchange.run(b"", timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                exchange.close()
-                continue
-            except BaseException:
-                _kill_group(proc)
-                exchange.close()
-                raise
-            text = (out or err).decode("utf-8", "replace").strip()
-            if proc.returncode == 0 and text:
-                return text
-        return ""
-    finally:
-        confinement.close()
-
-
-# -- the callable ------------------------------------------------------------------------
-
-_PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _option_annotation(option: CliOption) -> Any:
@@ -426,7 +87,7 @@ class CliTool(ToolClient):
     def help(self) -> str:
         """The binary's ``--help`` text (run once, then remembered)."""
         if self._help is None:
-            self._help = _help_of(self.binary, self.store_path)
+            self._help = help_of(self.binary, self.store_path)
         return self._help
 
     @property
@@ -593,11 +254,11 @@ class CliTool(ToolClient):
                 confinement.close()
 
     def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, limit: float) -> str:
-        exchange = _Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
+        exchange = Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
         try:
             out, err = exchange.run(data, limit)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            stop_group(proc)
             exchange.close()
             raise ToolError(
                 f"{self.name} ran past its time limit of {limit:g} s and was stopped. "
@@ -606,7 +267,7 @@ class CliTool(ToolClient):
                 stderr=exchange.stderr.decode("utf-8", "replace"),
             ) from None
         except BaseException:  # KeyboardInterrupt: stop the tool with the call
-            _kill_group(proc)
+            stop_group(proc)
             exchange.close()
             raise
         if exchange.overflow:
@@ -706,7 +367,7 @@ class CliTool(ToolClient):
         if not self.spec.parsed:
             notes.append(f"flakebot could not parse the tool's `--help`; pass plain command-line arguments (see `{self.name}.help`).")
         notes.append("A non-zero exit raises `flakebot_magic.ToolError` (`returncode`, `stderr`).")
-        return [" ".join(notes), ""] + super()._usage_notes()
+        return [" ".join(notes), "", *super()._usage_notes()]
 
     def summary(self) -> str:
         """Plain text: how to call the tool (what ``repr`` shows)."""
@@ -738,6 +399,7 @@ class CliTool(ToolClient):
         return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.summary()}"
 
 
+
 def _text(value: Any) -> str:
     return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
 
@@ -757,129 +419,9 @@ def _option_argv(option: CliOption, value: Any) -> list[str]:
         text = "true" if item is True else "false" if item is False else _text(item)
         if option.choices and text not in option.choices:
             raise ValueError(f"{option.name} must be one of {', '.join(map(repr, option.choices))}, not {text!r}")
-        if option.value_optional or text.startswith("-") and flag.startswith("--"):
+        if option.value_optional or (text.startswith("-") and flag.startswith("--")):
             out.append(f"{flag}={text}")
         else:
             out += [flag, text]
     return out
 
-
-class _Exchange:
-    """``Popen.communicate`` with a deadline and bounded output, minus its sleep-polling wait for the exit.
-
-    ``communicate(timeout=...)`` waits for the exit by sleeping in growing
-    steps from 0.5 ms; for a tool that runs in a millisecond that doubles the
-    call. Here the exit is awaited on a pidfd (Linux), without polling.
-
-    Output is read in chunks and kept up to ``stdout_cap`` / ``stderr_cap``
-    bytes. Past the standard output's cap the tool is stopped and
-    :attr:`overflow` set (``stop_at_cap``), or the rest is read and dropped;
-    what standard error drops is said at its end.
-    """
-
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        *,
-        stdout_cap: int = OUTPUT_BYTES,
-        stderr_cap: int = STDERR_BYTES,
-        stop_at_cap: bool = True,
-    ) -> None:
-        self.proc = proc
-        self.out: list[bytes] = []
-        self.err: list[bytes] = []
-        self.caps = {"out": stdout_cap, "err": stderr_cap}
-        self.sizes = {"out": 0, "err": 0}
-        self.dropped = {"out": 0, "err": 0}
-        self.stop_at_cap = stop_at_cap
-        self.overflow = False
-
-    @property
-    def stderr(self) -> bytes:
-        return b"".join(self.err) + self._note("err")
-
-    def _note(self, which: str) -> bytes:
-        dropped = self.dropped[which]
-        return f"\n[flakebot: {dropped} more bytes dropped (truncated at {self.caps[which]} bytes)]\n".encode() if dropped else b""
-
-    def _keep(self, which: str, sink: list[bytes], chunk: bytes) -> None:
-        room = self.caps[which] - self.sizes[which]
-        if room > 0:
-            sink.append(chunk[:room])
-            self.sizes[which] += min(room, len(chunk))
-        self.dropped[which] += max(len(chunk) - max(room, 0), 0)
-
-    def run(self, data: bytes, limit: float) -> tuple[bytes, bytes]:
-        proc = self.proc
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        deadline = time.monotonic() + limit
-        sinks = {proc.stdout: ("out", self.out), proc.stderr: ("err", self.err)}
-        view = memoryview(data)
-        offset = 0
-        with selectors.DefaultSelector() as selector:
-            for stream in sinks:
-                selector.register(stream, selectors.EVENT_READ)
-            if view:
-                selector.register(proc.stdin, selectors.EVENT_WRITE)
-            else:
-                proc.stdin.close()
-            while selector.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise subprocess.TimeoutExpired(proc.args, limit)
-                for key, _ in selector.select(remaining):
-                    if key.fileobj is proc.stdin:
-                        try:
-                            offset += os.write(key.fd, view[offset : offset + select.PIPE_BUF])
-                        except BrokenPipeError:  # the tool stopped reading: fine
-                            offset = len(view)
-                        if offset >= len(view):
-                            selector.unregister(proc.stdin)
-                            proc.stdin.close()
-                        continue
-                    chunk = os.read(key.fd, 1 << 16)
-                    if chunk:
-                        which, sink = sinks[key.fileobj]  # type: ignore[index]
-                        self._keep(which, sink, chunk)
-                        if which == "out" and self.dropped["out"] and self.stop_at_cap:
-                            self.overflow = True
-                            _kill_group(proc)
-                            self.close()
-                            return b"".join(self.out), self.stderr
-                    else:
-                        selector.unregister(key.fileobj)
-                        key.fileobj.close()  # type: ignore[union-attr]
-        self._reap(deadline, limit)
-        return b"".join(self.out) + self._note("out"), b"".join(self.err) + self._note("err")
-
-    def _reap(self, deadline: float, limit: float) -> None:
-        proc = self.proc
-        if proc.poll() is not None:
-            return
-        try:
-            fd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # no pidfds here: let Popen poll
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-            return
-        try:
-            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
-        finally:
-            os.close(fd)
-        if not ready:
-            raise subprocess.TimeoutExpired(proc.args, limit)
-        proc.wait()
-
-    def close(self) -> None:
-        """After a kill: reap the tool, close the pipes."""
-        proc = self.proc
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()  # not read to the end: something outside the group may hold it open
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -21,6 +21,7 @@ only by name.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import queue
@@ -32,6 +33,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from ..errors import ToolError
+from ..process import kill_tree
 
 __all__ = [
     "LogBuffer",
@@ -194,8 +198,6 @@ class ToolProcess:
         try:
             proc: subprocess.Popen[bytes] = _spawner.run(spawn)
         except OSError as exc:
-            from ..errors import ToolError
-
             raise ToolError(f"Could not start {self.argv[0]}: {exc}", returncode=None) from exc
         self.proc = proc
         self.started_at = time.time()
@@ -272,21 +274,12 @@ class ToolProcess:
                 proc.wait(timeout=min(grace, 0.2))
             except subprocess.TimeoutExpired:
                 pass
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            if proc.poll() is not None:
-                break
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                pass
-        # whatever the leader left in its group goes too
+        # SIGTERM, ``grace`` s for the group to end, then SIGKILL; whatever the leader left in its group goes too
+        with contextlib.suppress(PermissionError):  # a member we may not signal: the rest went
+            kill_tree(proc.pid, grace=grace if proc.poll() is None else 0.0)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
             pass
         for pump in self._pumps:
             pump.join(timeout=2)

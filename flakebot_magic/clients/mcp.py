@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._version import __version__
 from ..errors import ToolError
 from . import lifecycle
 from .agents import ToolFunction
@@ -52,12 +53,6 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 #: what a session starts: (argv, environment, working directory, called after the process stopped)
 Launch = tuple[list[str], Mapping[str, str], "Path | None", "Callable[[], None] | None"]
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
 
 
 def value_of(result: Mapping[str, Any]) -> Any:
@@ -158,7 +153,7 @@ class McpSession:
                     {
                         "protocolVersion": PROTOCOL_VERSION,
                         "capabilities": {},
-                        "clientInfo": {"name": "flakebot-magic", "version": _version()},
+                        "clientInfo": {"name": "flakebot-magic", "version": __version__},
                     },
                     self.ready_timeout,
                     retry=False,
@@ -509,4 +504,4 @@ class McpTool(StartedToolClient):
 
     def __repr__(self) -> str:
         names = ", ".join(self._functions or {}) or "(not started)"
-        return f"{super().__repr__()}\n  tools: {names}\n  process: {'pid %s' % self.pid if self.running else 'stopped'}"
+        return f"{super().__repr__()}\n  tools: {names}\n  process: {f'pid {self.pid}' if self.running else 'stopped'}"

@@ -59,7 +59,7 @@ _SIMPLE: dict[str, Any] = {
 
 def annotation_of(schema: Mapping[str, Any]) -> Any:
     """The Python type a schema describes: ``{"type": "integer"}`` -> ``int``."""
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         values = tuple(v for v in schema["enum"] if isinstance(v, (str, int, bool)) or v is None)
         if values:
             return Literal[values]
@@ -125,7 +125,7 @@ def _is_type(value: Any, kind: str) -> bool:
     if kind == "string":
         return isinstance(value, str)
     if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool) or (
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
             isinstance(value, float) and value.is_integer()
         )
     if kind == "number":
@@ -147,10 +147,9 @@ def _problem(value: Any, schema: Mapping[str, Any], where: str) -> tuple[type[Ex
         return None
     for key in ("anyOf", "oneOf"):
         options = schema.get(key)
-        if options:
-            if all(_problem(value, option, where) for option in options):
-                labels = " or ".join(_type_label(o) for o in options)
-                return TypeError, f"{where} must be {labels}, not {value!r}"
+        if options and all(_problem(value, option, where) for option in options):
+            labels = " or ".join(_type_label(o) for o in options)
+            return TypeError, f"{where} must be {labels}, not {value!r}"
     kind = schema.get("type")
     if kind is not None:
         kinds = kind if isinstance(kind, list) else [kind]

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..clients import ToolClient
+
 __all__ = ["AcceptanceReport", "Example", "ExampleResult", "run_examples", "split_request"]
 
 _FLAGS = doctest.ELLIPSIS
@@ -171,8 +173,6 @@ def run_one(example: Example, namespace: dict[str, Any]) -> ExampleResult:
 @contextlib.contextmanager
 def _confined(namespace: Mapping[str, Any]) -> Iterator[None]:
     """Every deployed tool in ``namespace`` runs in the sandbox within the block."""
-    from ..clients.base import ToolClient
-
     with contextlib.ExitStack() as stack:
         for value in namespace.values():
             if isinstance(value, ToolClient):

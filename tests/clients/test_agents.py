@@ -63,7 +63,7 @@ def test_make_function_has_a_signature_and_checks_arguments() -> None:
     sent: list[dict[str, Any]] = []
     fn = make_function("say", SCHEMA, lambda args: sent.append(args) or "ok", doc="Say it.")
     signature = inspect.signature(fn)
-    assert list(signature.parameters)[0] == "text"
+    assert next(iter(signature.parameters)) == "text"
     assert signature.parameters["text"].default is inspect.Parameter.empty
     assert "class_" in signature.parameters  # a keyword becomes a usable name
     assert fn.__doc__ == "Say it." and fn.__name__ == "say"

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from flakebot_magic.clients.agents import strict_problems
-from flakebot_magic.clients.cli import CliTool, parse_help
+from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_help import parse_help
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import ToolError
 from flakebot_magic.pipeline import Pipeline
@@ -264,7 +265,7 @@ def test_a_timeout_stops_the_whole_process_group(tmp_path: Path) -> None:
     script.write_text(f"#!/bin/sh\nsleep 30 &\necho $! > {pidfile}\nwait\n")
     script.chmod(0o755)
     spawner = CliTool(name="spawner", binary=script, crate="s", version="1", source_hash="0", store_path=tmp_path)
-    with pytest.raises(ToolError, match="time limit of 0.5 s"):
+    with pytest.raises(ToolError, match=r"time limit of 0\.5 s"):
         spawner(timeout=0.5)
     child = int(pidfile.read_text())
     # SIGKILL to the group is sent before ToolError is raised; the kernel takes a moment to end the

@@ -6,11 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 

@@ -76,7 +76,7 @@ def test_arguments_are_checked_before_sending(calc: Any) -> None:
 
 
 def test_a_tool_error_raises_tool_error(calc: Any) -> None:
-    with pytest.raises(ToolError, match="calc.fail reported an error: boom") as caught:
+    with pytest.raises(ToolError, match=r"calc\.fail reported an error: boom") as caught:
         calc.fail("boom")
     assert caught.value.stderr == "boom"
     assert calc.add(1, 1) == {"sum": 2.0}  # the server is fine
@@ -99,7 +99,7 @@ def test_a_dead_server_is_restarted(calc: Any) -> None:
 
 def test_a_call_past_its_timeout_stops_the_server(calc: Any) -> None:
     started = time.monotonic()
-    with pytest.raises(ToolError, match="no answer within 0.3 s"):
+    with pytest.raises(ToolError, match=r"no answer within 0\.3 s"):
         calc.call_tool("sleep", {"ms": 5000}, timeout=0.3)
     assert time.monotonic() - started < 3
     assert not calc.running

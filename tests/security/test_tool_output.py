@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import lifecycle
-from flakebot_magic.clients.cli import STDERR_BYTES, CliTool
+from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.contract import ToolContract
+from flakebot_magic.clients.exchange import STDERR_BYTES
 from flakebot_magic.clients.http import HttpTool, ResponseTooLarge
 from flakebot_magic.clients.lifecycle import LOG_LINE_CHARS, LogBuffer, ToolProcess
 from flakebot_magic.clients.mcp import MAX_MESSAGE_BYTES, McpTool

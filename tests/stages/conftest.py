@@ -14,7 +14,7 @@ from flakebot_magic.events import EventBus
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.client import Tool
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.fork import Workspace, fork
 
 

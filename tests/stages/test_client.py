@@ -1,4 +1,4 @@
-"""The client stage: a Tool over a real deployed binary (tinyecho) and over small shell scripts."""
+"""The client stage: a CliTool over a real deployed binary (tinyecho) and over small shell scripts."""
 
 from __future__ import annotations
 
@@ -9,23 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_help import reads_stdin
 from flakebot_magic.errors import ToolError
-from flakebot_magic.stages.client import Tool, reads_stdin
 
 
 @pytest.fixture
-def echo(tinyecho_tool: Tool) -> Tool:
+def echo(tinyecho_tool: CliTool) -> CliTool:
     """tinyecho, built by the real pipeline once per session: tests using it carry the cargo mark."""
     return tinyecho_tool
 
 
-def _script(tmp_path: Path, name: str, body: str, **fields: object) -> Tool:
+def _script(tmp_path: Path, name: str, body: str, **fields: object) -> CliTool:
     path = tmp_path / name
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     options: dict[str, object] = {"crate": name, "version": "1.0.0", "source_hash": "0" * 32, "store_path": tmp_path}
     options.update(fields)
-    return Tool(name=name, binary=path, **options)  # type: ignore[arg-type]
+    return CliTool(name=name, binary=path, **options)  # type: ignore[arg-type]
 
 
 ARGS = 'if [ "$1" = --help ]; then echo "usage: args [WORDS]..."; exit 0; fi\nprintf "%s|" "$@"\n'
@@ -35,43 +36,43 @@ ARGS = 'if [ "$1" = --help ]; then echo "usage: args [WORDS]..."; exit 0; fi\npr
 
 
 @pytest.mark.cargo
-def test_stdout_is_returned(echo: Tool) -> None:
+def test_stdout_is_returned(echo: CliTool) -> None:
     assert echo(input="hi there\n") == "HI THERE\n"
 
 
 @pytest.mark.cargo
-def test_input_text_and_bytes(echo: Tool) -> None:
+def test_input_text_and_bytes(echo: CliTool) -> None:
     assert echo(input="grüße") == "GRüßE"  # to_ascii_uppercase leaves the rest alone
     assert echo(input=b"raw\x00bytes") == "RAW\x00BYTES"
     assert echo(input="") == ""
 
 
 @pytest.mark.cargo
-def test_a_plain_str_goes_to_stdin_of_a_tool_that_reads_it(echo: Tool) -> None:
+def test_a_plain_str_goes_to_stdin_of_a_tool_that_reads_it(echo: CliTool) -> None:
     assert echo.reads_stdin
     assert echo("shout me") == "SHOUT ME"
 
 
 @pytest.mark.cargo
-def test_later_arguments_are_options(echo: Tool) -> None:
+def test_later_arguments_are_options(echo: CliTool) -> None:
     # the first plain str is the input; what follows goes on the command line
     assert echo("ignored", "-x") == "-x\n"
 
 
 @pytest.mark.cargo
-def test_a_path_goes_as_an_argument(echo: Tool, tmp_path: Path) -> None:
+def test_a_path_goes_as_an_argument(echo: CliTool, tmp_path: Path) -> None:
     assert echo(Path("dir/file.txt")) == "dir/file.txt\n"
     assert echo(tmp_path) == f"{tmp_path}\n"
 
 
 @pytest.mark.cargo
-def test_numbers_and_options_go_as_arguments(echo: Tool) -> None:
+def test_numbers_and_options_go_as_arguments(echo: CliTool) -> None:
     assert echo(1, 2.5) == "1 2.5\n"
     assert echo("-n", "words") == "-n words\n"
 
 
 @pytest.mark.cargo
-def test_with_input_given_a_plain_str_is_an_argument(echo: Tool) -> None:
+def test_with_input_given_a_plain_str_is_an_argument(echo: CliTool) -> None:
     assert echo("words", input="not read") == "words\n"
 
 
@@ -88,7 +89,7 @@ def test_env_is_added_to_the_environment(tmp_path: Path) -> None:
 
 
 @pytest.mark.cargo
-def test_non_zero_exit_is_a_tool_error(echo: Tool) -> None:
+def test_non_zero_exit_is_a_tool_error(echo: CliTool) -> None:
     with pytest.raises(ToolError) as caught:
         echo("--fail")
     error = caught.value
@@ -105,7 +106,7 @@ def test_non_zero_exit_without_stderr(tmp_path: Path) -> None:
 
 
 @pytest.mark.cargo
-def test_timeout_is_a_tool_error(echo: Tool) -> None:
+def test_timeout_is_a_tool_error(echo: CliTool) -> None:
     started = time.monotonic()
     with pytest.raises(ToolError) as caught:
         echo("--sleep", timeout=0.3)
@@ -117,7 +118,7 @@ def test_timeout_is_a_tool_error(echo: Tool) -> None:
 
 def test_the_default_timeout_applies(tmp_path: Path) -> None:
     slow = _script(tmp_path, "slow", "exec sleep 30\n", timeout=0.2)
-    with pytest.raises(ToolError, match="time limit of 0.2 s"):
+    with pytest.raises(ToolError, match=r"time limit of 0\.2 s"):
         slow()
 
 
@@ -150,7 +151,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.cargo
-def test_help_is_the_binarys_help(echo: Tool) -> None:
+def test_help_is_the_binarys_help(echo: CliTool) -> None:
     assert echo.help.startswith("Usage: tinyecho [WORDS]...")
     assert "standard input" in echo.help
 
@@ -163,7 +164,7 @@ def test_help_of_a_tool_without_help(tmp_path: Path) -> None:
 
 
 @pytest.mark.cargo
-def test_repr_shows_crate_version_store_path_and_an_example(echo: Tool) -> None:
+def test_repr_shows_crate_version_store_path_and_an_example(echo: CliTool) -> None:
     text = repr(echo)
     assert text.startswith(f"<flakebot tool {echo.name}: tinyecho 0.2.0, cargo, {echo.store_path}>")
     assert f'call:    {echo.name}("some input text")' in text
@@ -173,7 +174,7 @@ def test_repr_shows_crate_version_store_path_and_an_example(echo: Tool) -> None:
 
 
 @pytest.mark.cargo
-def test_repr_html_shows_crate_version_store_path_and_an_example(echo: Tool) -> None:
+def test_repr_html_shows_crate_version_store_path_and_an_example(echo: CliTool) -> None:
     page = echo._repr_html_()
     assert "<code>tinyecho 0.2.0</code>" in page
     assert f"<code>{echo.store_path}</code>" in page

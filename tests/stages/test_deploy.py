@@ -18,7 +18,7 @@ from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.build import BUILD_FLAGS
-from flakebot_magic.stages.client import Tool
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
 
 RUSTC = "rustc 1.95.0 (59807616e 2026-04-14)\nhost: x86_64-unknown-linux-gnu"

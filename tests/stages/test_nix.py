@@ -36,7 +36,7 @@ from flakebot_magic.inventory import Inventory
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import CancelToken, Completed, ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.client import Tool
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.nix import (
     NIX_FEATURES,
     Nix,

@@ -1,0 +1,347 @@
+"""A command-line tool's ``--help``: probed in the sandbox, parsed into options and arguments.
+
+:func:`parse_help` reads the layouts clap prints (2.x ``FLAGS:``/``OPTIONS:``/
+``ARGS:``, 3.x, 4.x short and long help), getopts' and GNU/argparse's
+``-o, --output FILE`` lines, into :class:`CliSpec`: options (flags and
+options with a value, their defaults and possible values) and positional
+arguments. :func:`help_of` runs the probe: ``--help`` (else ``-h``), confined.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import Confinement
+from .exchange import Exchange, stop_group
+
+__all__ = ["CALL_KEYWORDS", "HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "help_of", "parse_help", "reads_stdin"]
+
+_STDIN_HINT = re.compile(r"standard input|\bstdin\b|from input|reads? (?:from )?(?:the )?input", re.I)
+
+#: keyword names the call itself uses; an option with one of these names gets a trailing ``_``
+CALL_KEYWORDS = frozenset({"input", "timeout", "env", "args"})
+
+
+def reads_stdin(help_text: str) -> bool:
+    """Does the tool's help say it reads standard input?"""
+    return bool(_STDIN_HINT.search(help_text))
+
+
+# -- the help ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """One option: ``-n, --length <N>``."""
+
+    name: str  # the Python keyword
+    flags: tuple[str, ...]  # as written: ("-n", "--length")
+    value: str | None = None  # the value's placeholder, None for a flag
+    value_optional: bool = False  # ``--color[=WHEN]``
+    help: str = ""
+    default: str | None = None
+    choices: tuple[str, ...] = ()
+    repeatable: bool = False
+
+    @property
+    def takes_value(self) -> bool:
+        return self.value is not None
+
+    @property
+    def flag(self) -> str:
+        """The flag to pass: the long one when there is one."""
+        longs = [f for f in self.flags if f.startswith("--")]
+        return longs[0] if longs else self.flags[0]
+
+
+@dataclass(frozen=True)
+class CliArgument:
+    """One positional argument: ``<FILE>``, ``[FILE]...``."""
+
+    name: str
+    placeholder: str
+    help: str = ""
+    required: bool = False
+    repeatable: bool = False
+
+
+@dataclass(frozen=True)
+class CliSpec:
+    """What a tool's ``--help`` says: its options, arguments, subcommands and description."""
+
+    options: tuple[CliOption, ...] = ()
+    arguments: tuple[CliArgument, ...] = ()
+    commands: tuple[str, ...] = ()
+    description: str = ""
+    usage: str = ""
+    parsed: bool = False
+
+
+_HEADER = re.compile(r"^(?P<title>[A-Za-z][A-Za-z ]{0,40}):\s*(?P<rest>.*)$")
+_OPTION_PART = re.compile(
+    r"^(?P<flag>--?[A-Za-z0-9?][A-Za-z0-9_-]*)"
+    r"(?:(?P<sep>[ =])(?P<value>[<\[]?=?[A-Za-z0-9_.:|-]+[>\]]?(?:\.\.\.)?)|(?P<optional>\[=?[<]?[A-Za-z0-9_.:|-]+[>]?\](?:\.\.\.)?))?"
+    r"(?P<dots>\.\.\.)?$"
+)
+_ARGUMENT_LINE = re.compile(r"^(?P<spec>[<\[]?[A-Za-z][A-Za-z0-9_-]*[>\]]?(?:\.\.\.)?)(?:\s{2,}(?P<help>\S.*))?$")
+_DEFAULT = re.compile(r"\[default: ([^\]]*)\]")
+_CHOICES = re.compile(r"\[possible values: ([^\]]*)\]")
+_REPEAT_HINT = re.compile(r"multiple times|may be repeated|can be repeated|repeatable", re.I)
+
+
+def _section_kind(title: str) -> str:
+    lowered = title.lower()
+    if "usage" in lowered:
+        return "usage"
+    if "command" in lowered:
+        return "commands"
+    if "option" in lowered or "flag" in lowered:
+        return "options"
+    if "arg" in lowered or "positional" in lowered:
+        return "arguments"
+    return "other"
+
+
+def _keyword(name: str, taken: set[str]) -> str:
+    ident = re.sub(r"\W", "_", name.strip("-<>[]. ")).strip("_").lower() or "value"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    if keyword.iskeyword(ident) or ident in CALL_KEYWORDS:
+        ident += "_"
+    while ident in taken:
+        ident += "_"
+    return ident
+
+
+def _split_spec(text: str) -> tuple[str, str]:
+    """``-n, --length <N>    Only read`` -> (``-n, --length <N>``, ``Only read``)."""
+    match = re.search(r"\s{2,}|\t", text)
+    if match is None:
+        return text.strip(), ""
+    return text[: match.start()].strip(), text[match.end():].strip()
+
+
+def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | None:
+    flags: list[str] = []
+    value: str | None = None
+    optional = False
+    repeat = False
+    for part in re.split(r",\s*|\s+or\s+", spec):
+        part = part.strip()
+        if not part:
+            continue
+        match = _OPTION_PART.match(part)
+        if match is None:
+            return None
+        flags.append(match.group("flag"))
+        if match.group("value"):
+            raw = match.group("value")
+            if raw.startswith(("[", "[=")):
+                optional = True
+            value = raw
+        if match.group("optional"):
+            value, optional = match.group("optional"), True
+        if match.group("dots") or (value or "").endswith("..."):
+            repeat = True
+    if not flags:
+        return None
+    if value is not None:
+        value = value.strip("[]=<>").removesuffix("...").strip("<>") or "VALUE"
+    longs = [f for f in flags if f.startswith("--")]
+    name = _keyword(longs[0] if longs else flags[0], taken)
+    default = _DEFAULT.search(help_text)
+    choices = _CHOICES.search(help_text)
+    return CliOption(
+        name=name,
+        flags=tuple(flags),
+        value=value,
+        value_optional=optional,
+        help=help_text,
+        default=default.group(1).strip() if default else None,
+        choices=tuple(c.strip() for c in choices.group(1).split(",") if c.strip()) if choices else (),
+        repeatable=repeat or bool(_REPEAT_HINT.search(help_text)),
+    )
+
+
+def _parse_argument(spec: str, help_text: str, taken: set[str]) -> CliArgument:
+    repeat = spec.endswith("...")
+    core = spec.removesuffix("...")
+    required = core.startswith("<") or (not core.startswith("[") and not repeat)
+    return CliArgument(
+        name=_keyword(core, taken), placeholder=core.strip("<>[]"), help=help_text, required=required, repeatable=repeat
+    )
+
+
+def _usage_arguments(usage: str, taken: set[str]) -> list[CliArgument]:
+    """Positional arguments named on a usage line: ``tool [OPTIONS] <INPUT> [OUTPUT]...``."""
+    words = usage.split()[1:]  # drop the program
+    found = []
+    for word in words:
+        match = re.fullmatch(r"(<[A-Za-z][\w-]*>|\[[A-Z][A-Z0-9_-]*\]|[A-Z][A-Z0-9_-]+)(\.\.\.)?", word)
+        if match is None:
+            continue
+        core = match.group(1).strip("<>[]")
+        if core.upper() in ("OPTIONS", "OPTION", "FLAGS", "ARGS", "COMMAND", "SUBCOMMAND"):
+            continue
+        found.append(_parse_argument(word, "", taken))
+        taken.add(found[-1].name)
+    return found
+
+
+def parse_help(text: str) -> CliSpec:
+    """Read a ``--help`` text into options, arguments, subcommands and a description."""
+    if not text.strip():
+        return CliSpec()
+    lines = text.expandtabs(8).splitlines()
+    options: list[CliOption] = []
+    arguments: list[CliArgument] = []
+    commands: list[str] = []
+    description: list[str] = []
+    usage = ""
+    section = "top"
+    taken: set[str] = {"help_", "version_"}
+    # the entry being read: (kind, indent, spec, help lines)
+    current: list[Any] | None = None
+
+    def finish() -> None:
+        nonlocal current
+        if current is None:
+            return
+        kind, _, spec, help_lines = current
+        help_text = " ".join(" ".join(help_lines).split())
+        if kind == "option":
+            option = _parse_option(spec, help_text, taken)
+            if option is not None and not {"--help", "-h", "--version", "-V"} & set(option.flags):
+                taken.add(option.name)
+                options.append(option)
+        elif kind == "argument":
+            argument = _parse_argument(spec, help_text, taken)
+            taken.add(argument.name)
+            arguments.append(argument)
+        elif kind == "command":
+            commands.append(spec)
+        current = None
+
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if not stripped:
+            # clap's long help puts blank lines inside an entry's help; keep reading it
+            if current is not None:
+                following = next((line for line in lines[index:] if line.strip()), "")
+                following_indent = len(following) - len(following.lstrip())
+                if not (following and following_indent > current[1] and not following.lstrip().startswith("-")):
+                    finish()
+            continue
+        header = _HEADER.match(line) if indent == 0 else None
+        if header is not None and not stripped.startswith("-"):
+            finish()
+            section = _section_kind(header.group("title"))
+            if section == "usage":
+                rest = header.group("rest").strip()
+                if not rest and index < len(lines):
+                    rest = lines[index].strip()
+                    index += 1
+                usage = usage or rest
+                section = "top"
+            continue
+        if stripped.lower().startswith("usage "):  # "usage args [WORDS]..." without a colon
+            usage = usage or stripped[len("usage "):]
+            continue
+        if current is not None and indent > current[1] and not stripped.startswith("-"):
+            current[3].append(stripped)
+            continue
+        if stripped.startswith("-") and indent > 0 and re.match(r"--?[A-Za-z0-9?]", stripped):
+            finish()
+            spec, help_text = _split_spec(stripped)
+            current = ["option", indent, spec, [help_text] if help_text else []]
+            continue
+        if section == "arguments" and indent > 0:
+            finish()
+            spec, help_text = _split_spec(stripped)
+            if _ARGUMENT_LINE.match(spec):
+                current = ["argument", indent, spec, [help_text] if help_text else []]
+            continue
+        if section == "commands" and indent > 0:
+            finish()
+            spec, help_text = _split_spec(stripped)
+            if re.fullmatch(r"[a-z][\w-]*", spec) and spec != "help":
+                current = ["command", indent, spec, [help_text] if help_text else []]
+            continue
+        finish()
+        if (section == "top" and indent == 0) or (section == "top" and not options):
+            description.append(stripped)
+    finish()
+
+    if not arguments and usage:
+        arguments = _usage_arguments(usage, taken)
+    elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
+        arguments = [
+            CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)
+            if f"[{a.placeholder}]" in usage else a
+            for a in arguments
+        ]
+    # "name 1.2.3" first lines are not a description
+    words = [d for d in description if not re.fullmatch(r"[\w.-]+ v?\d+(\.\d+)*\S*", d)]
+    return CliSpec(
+        options=tuple(options),
+        arguments=tuple(arguments),
+        commands=tuple(commands),
+        description=" ".join(words).strip(),
+        usage=usage,
+        parsed=bool(options or arguments or commands),
+    )
+
+
+
+#: what the ``--help`` probe keeps of a tool's help text
+HELP_BYTES = 1024 * 1024
+
+
+def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0) -> str:
+    """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
+
+    The store entry is visible read-only, a scratch dir is the only writable
+    place, and the environment is the sandbox's allowlist: the probe sees no
+    secret and no file of the user's.
+    """
+    confinement = Confinement(binary, store_path if store_path is not None else Path(binary).parent)
+    try:
+        for flag in ("--help", "-h"):
+            try:
+                proc = subprocess.Popen(
+                    confinement.command([str(binary), flag]),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=confinement.scratch,
+                    env=confinement.env(),
+                    start_new_session=True,
+                )
+            except OSError:
+                continue
+            exchange = Exchange(proc, stdout_cap=HELP_BYTES, stderr_cap=HELP_BYTES, stop_at_cap=False)
+            try:
+                out, err = exchange.run(b"", timeout)
+            except subprocess.TimeoutExpired:
+                stop_group(proc)
+                exchange.close()
+                continue
+            except BaseException:
+                stop_group(proc)
+                exchange.close()
+                raise
+            text = (out or err).decode("utf-8", "replace").strip()
+            if proc.returncode == 0 and text:
+                return text
+        return ""
+    finally:
+        confinement.close()

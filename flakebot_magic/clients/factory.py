@@ -1,0 +1,113 @@
+"""The one place a deployed tool's client is made: CLI, MCP or HTTP, by the tool contract's kind.
+
+* :func:`make_tool`: from a store entry (what the pipeline's ``client``
+  stage has just deployed or found in the store).
+* :func:`tool_from_record`: from a tool registry record
+  (:class:`~flakebot_magic.inventory.ToolRecord`), for ``%flakebot show``,
+  the command and the Jupyter server.
+
+Every kind starts with the allowlisted environment plus ``env`` (the
+``tool_env`` setting): the kernel's API keys never reach a tool implicitly.
+A deployed tool runs as the user, outside the sandbox, unless ``confine``
+(the ``confine_tools`` setting) asks for the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..inventory import ToolRecord
+from .base import StartedToolClient, ToolClient
+from .cli import CliTool
+from .contract import ToolContract
+from .http import HttpTool
+from .mcp import McpTool
+
+__all__ = ["make_tool", "tool_from_record"]
+
+def make_tool(
+    name: str,
+    binary: Path,
+    *,
+    crate: str,
+    version: str,
+    source_hash: str,
+    store_path: Path,
+    contract: ToolContract | Mapping[str, Any] | None = None,
+    checksum: str = "",
+    backend: str = "cargo",
+    timeout: float = 60.0,
+    provenance: Mapping[str, Any] | None = None,
+    lock_hash: str = "",
+    start: bool = True,
+    env: Mapping[str, str] | None = None,
+    confine: bool = False,
+) -> ToolClient:
+    """The client for a deployed tool: CLI, MCP or HTTP, by ``contract`` (a stored contract's JSON is fine).
+
+    With ``start``, an MCP server or HTTP service is started now (and its
+    functions read); a CLI tool has nothing to start. ``env`` is added to the
+    allowlisted environment of every start; ``confine`` runs the tool in the
+    sandbox.
+
+    Examples
+    --------
+    >>> tool = make_tool("calc", Path("/store/x/bin/calc"), crate="calc", version="1.0.0", source_hash="0",
+    ...                  store_path=Path("/store/x"), contract={"kind": "mcp"}, start=False)
+    >>> type(tool).__name__, tool.contract.bin
+    ('McpTool', 'calc')
+    """
+    binary = Path(binary)
+    if not isinstance(contract, ToolContract):
+        contract = ToolContract.from_json(contract, default_bin=binary.name)
+    common: dict[str, Any] = dict(
+        name=name, binary=binary, crate=crate, version=version, source_hash=source_hash, store_path=Path(store_path),
+        checksum=checksum, backend=backend, timeout=timeout, provenance=provenance, lock_hash=lock_hash,
+        env=env, confine=confine,
+    )
+    started: StartedToolClient
+    if contract.kind == "mcp":
+        started = McpTool(contract=contract, **common)
+    elif contract.kind == "http":
+        started = HttpTool(contract=contract, **common)
+    else:
+        return CliTool(**common)
+    return started.start() if start else started
+
+
+def _stored_manifest(store_path: str) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(store_path) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def tool_from_record(
+    record: ToolRecord,
+    *,
+    provenance: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    confine: bool = False,
+    start: bool = False,
+) -> ToolClient:
+    """The client for a registered tool, of the kind it was deployed as (not started unless ``start``).
+
+    ``provenance`` is the store entry's manifest (read from the record's
+    store path when not given); its ``"contract"`` says the kind, else the
+    record's ``kind`` does.
+    """
+    manifest = dict(provenance) if provenance is not None else _stored_manifest(record.store_path)
+    binary = Path(record.binary)
+    stored = manifest.get("contract")
+    contract = stored if isinstance(stored, Mapping) and stored else {"kind": record.kind, "bin": binary.name}
+    return make_tool(
+        record.name, binary, crate=record.crate, version=record.version, source_hash=record.source_hash,
+        store_path=Path(record.store_path), contract=contract, checksum=record.checksum, backend=record.backend,
+        timeout=timeout, provenance=manifest, lock_hash=str(record.extra.get("lock_hash") or manifest.get("lock_hash") or ""),
+        start=start, env=env, confine=confine,
+    )
