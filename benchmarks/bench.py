@@ -142,7 +142,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.model import ModelConfig
     from flakebot_magic.process import ProcessRunner
     from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-    from flakebot_magic.stages.edit import EditLoop
+    from flakebot_magic.edit import EditLoop
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

@@ -3,44 +3,34 @@
 Both run at once (on separate target directories, so neither waits for the
 other's lock): the release build is mostly one long rustc, which leaves the
 other core free for the debug test build. Output is ``--message-format=json``;
-diagnostics and test results are parsed into objects.
+diagnostics and test results are parsed by :mod:`flakebot_magic.diagnostics`.
 
-Cargo's JSON is not trusted about paths: a build script or proc macro can
-write to cargo's own stdout (``/proc/<cargo pid>/fd/1``) and forge a
-``compiler-artifact``. A binary is believed only when its name matches
-:data:`BINARY_NAME` and its executable is a regular file whose real path lies
-inside the build's target directory (:func:`untrusted_artifact`); anything
-else is dropped with a notice.
+Cargo's JSON is not trusted about paths: the release build's binaries are
+believed only when their executables lie inside the build's target directory
+(:func:`flakebot_magic.diagnostics.untrusted_artifact`); anything else is
+dropped with a notice.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..cargo import Cargo
+from ..diagnostics import Diagnostic, TestReport, parse_cargo_messages, parse_test_output
 from ..errors import BuildError, TestError
 from ..events import EventBus, StageFinished, StageStarted
 
 __all__ = [
-    "BINARY_NAME",
     "BUILD_FLAGS",
+    "TEST_ENV",
     "BuildResult",
     "CheckResult",
-    "Diagnostic",
-    "TestReport",
     "check",
-    "parse_cargo_messages",
-    "parse_test_output",
-    "untrusted_artifact",
 ]
 
 #: the flags of the release build; part of the store hash
@@ -50,44 +40,6 @@ TEST_FLAGS = ("test", "--locked", "--message-format=json", "--no-fail-fast")
 TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "false"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
-#: what a binary's name may be: it becomes a file name in the store and a command
-BINARY_NAME = re.compile(r"[A-Za-z0-9_-]+")
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """One compiler message."""
-
-    level: str
-    message: str
-    code: str | None = None
-    file: str | None = None
-    line: int | None = None
-    column: int | None = None
-    rendered: str = ""
-    target: str = ""
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}: " if self.file else ""
-        code = f"[{self.code}]" if self.code else ""
-        return f"{where}{self.level}{code}: {self.message}"
-
-
-@dataclass
-class TestReport:
-    """What ``cargo test`` said: counts over all test binaries and doc tests."""
-
-    __test__ = False
-
-    passed: int = 0
-    failed: int = 0
-    ignored: int = 0
-    failures: list[str] = field(default_factory=list)
-    suites: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0
 
 
 @dataclass
@@ -103,116 +55,6 @@ class CheckResult:
     test_diagnostics: list[Diagnostic]
 
 
-def untrusted_artifact(name: object, executable: object, target_dir: Path | None) -> str:
-    """Why a ``compiler-artifact``'s binary is refused, or ``""`` when it may be deployed.
-
-    ``name`` must match :data:`BINARY_NAME`. With ``target_dir``, the
-    executable must be a regular file (not a symlink) whose real path is
-    inside ``target_dir``, itself no symlink.
-    """
-    if not isinstance(name, str) or not BINARY_NAME.fullmatch(name):
-        return f"the binary name {str(name)[:80]!r} is not a plain name ({BINARY_NAME.pattern})"
-    if not isinstance(executable, str) or not executable:
-        return f"the executable of {name!r} is not a path"
-    if target_dir is None:
-        return ""
-    root = os.path.abspath(target_dir)
-    if os.path.islink(root):
-        return f"the target directory {root} is a symlink"
-    real_root = os.path.realpath(root)
-    path = os.path.abspath(executable)
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, real_root]) != real_root or real == real_root:
-        return f"the executable {executable[:200]!r} of {name!r} is outside the target directory {root}"
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return f"the executable {executable[:200]!r} of {name!r} does not exist"
-    if not stat.S_ISREG(info.st_mode):
-        return f"the executable {executable[:200]!r} of {name!r} is not a regular file"
-    return ""
-
-
-def parse_cargo_messages(
-    lines: list[str], *, target_dir: Path | None = None, refused: list[str] | None = None
-) -> tuple[list[Diagnostic], dict[str, Path], list[str]]:
-    """Split cargo's stdout into diagnostics, executables by target name, and other lines.
-
-    Every executable passes :func:`untrusted_artifact` (with ``target_dir``,
-    its path is checked too); why each refused one was refused is appended
-    to ``refused``. A refused message never replaces an accepted one.
-    """
-    diagnostics: list[Diagnostic] = []
-    executables: dict[str, Path] = {}
-    other: list[str] = []
-    for line in lines:
-        if not line.startswith("{"):
-            other.append(line)
-            continue
-        try:
-            message: dict[str, Any] = json.loads(line)
-        except ValueError:
-            other.append(line)
-            continue
-        reason = message.get("reason") if isinstance(message, dict) else None
-        if reason == "compiler-message":
-            try:
-                diagnostics.append(_diagnostic(message))
-            except (AttributeError, TypeError, IndexError):  # not the shape cargo writes: forged
-                other.append(line)
-        elif reason == "compiler-artifact" and message.get("executable"):
-            target = message.get("target")
-            target = target if isinstance(target, dict) else {}
-            profile = message.get("profile")
-            kinds = target.get("kind")
-            if isinstance(kinds, list) and "bin" in kinds and not (isinstance(profile, dict) and profile.get("test")):
-                why = untrusted_artifact(target.get("name"), message["executable"], target_dir)
-                if why:
-                    if refused is not None:
-                        refused.append(why)
-                    continue
-                executables[target["name"]] = Path(message["executable"])
-    return diagnostics, executables, other
-
-
-def _diagnostic(message: dict[str, Any]) -> Diagnostic:
-    inner = message.get("message", {})
-    spans = inner.get("spans") or []
-    primary = next((s for s in spans if s.get("is_primary")), spans[0] if spans else None)
-    code = inner.get("code") or {}
-    return Diagnostic(
-        level=inner.get("level", "error"),
-        message=inner.get("message", ""),
-        code=code.get("code") if isinstance(code, dict) else None,
-        file=primary.get("file_name") if primary else None,
-        line=primary.get("line_start") if primary else None,
-        column=primary.get("column_start") if primary else None,
-        rendered=inner.get("rendered") or "",
-        target=message.get("target", {}).get("name", ""),
-    )
-
-
-_RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
-_FAILED_TEST = re.compile(r"^test (.+?) \.\.\. FAILED$")
-
-
-def parse_test_output(lines: list[str]) -> TestReport:
-    """Sum libtest's ``test result:`` lines; collect the names of failing tests."""
-    report = TestReport()
-    for line in lines:
-        result = _RESULT.match(line)
-        if result:
-            report.suites += 1
-            report.passed += int(result.group(2))
-            report.failed += int(result.group(3))
-            report.ignored += int(result.group(4))
-            continue
-        failed = _FAILED_TEST.match(line)
-        if failed and failed.group(1) not in report.failures:
-            report.failures.append(failed.group(1))
-    return report
-
-
 def _errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return [d for d in diagnostics if d.level in ("error", "error: internal compiler error")]
 
@@ -220,7 +62,7 @@ def _errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 def _describe(errors: list[Diagnostic], stderr: str) -> str:
     if errors:
         return "\n".join(d.rendered.rstrip() or str(d) for d in errors[:FIRST_ERRORS])
-    tail = [l for l in stderr.strip().splitlines() if l.strip()][-15:]
+    tail = [line for line in stderr.strip().splitlines() if line.strip()][-15:]
     return "\n".join(tail)
 
 

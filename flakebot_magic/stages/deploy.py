@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..diagnostics import BINARY_NAME
 from ..errors import DeployError
 from ..fsutil import atomic_write
 from ..git import Git
-from .build import BINARY_NAME
 
 __all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "write_entry"]
 
@@ -252,7 +252,7 @@ def deploy(
 ) -> StorePath:
     """Copy ``binaries`` into the store entry for ``key``, atomically.
 
-    Names must match :data:`~flakebot_magic.stages.build.BINARY_NAME` and
+    Names must match :data:`~flakebot_magic.diagnostics.BINARY_NAME` and
     sources be regular files (never followed through a symlink).
     """
     if not binaries:

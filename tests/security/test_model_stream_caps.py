@@ -17,6 +17,8 @@ from editscripts import TINYHEX, tinyhex_done
 from tinycrates import write_registry
 
 from flakebot_magic.cargo import Cargo
+from flakebot_magic.edit import EditLoop
+from flakebot_magic.edit.model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS
 from flakebot_magic.errors import ModelError
 from flakebot_magic.events import EventBus, Notice
 from flakebot_magic.git import Git
@@ -24,7 +26,6 @@ from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.edit import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, EditLoop
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

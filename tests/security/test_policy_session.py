@@ -20,6 +20,7 @@ from tinycrates import crate, write_registry
 
 from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import Settings
+from flakebot_magic.edit import EditLoop
 from flakebot_magic.errors import PolicyError
 from flakebot_magic.events import EventBus
 from flakebot_magic.git import Git
@@ -28,7 +29,6 @@ from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.edit import EditLoop
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

@@ -21,13 +21,14 @@ from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
 from tinycrates import write_registry
 
 from flakebot_magic.cargo import Cargo
+from flakebot_magic.edit import EditLoop, EditState
+from flakebot_magic.edit.files import MAX_FILE_READ
 from flakebot_magic.events import EventBus
 from flakebot_magic.git import Git
 from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.edit import MAX_FILE_READ, EditLoop, EditState
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 

@@ -164,7 +164,7 @@ def test_the_kept_test_still_runs_under_cargo_test(make_registry: MakeRegistry, 
 
 def test_a_test_added_after_the_fork_runs_and_is_counted(make_registry: MakeRegistry, tmp_path: Path) -> None:
     """Dropping a dev-dependency must not switch off tests/ as a whole (issue 9, item 11)."""
-    from flakebot_magic.stages.build import parse_test_output
+    from flakebot_magic.diagnostics import parse_test_output
 
     registry = make_registry("needsdev")
     ws = _fork(registry, tmp_path, "needsdev")

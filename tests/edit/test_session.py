@@ -25,6 +25,7 @@ from tinycrates import write_registry
 from flakebot_magic import cli
 from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import DEBIAN_REGISTRY
+from flakebot_magic.edit import FUNCTION_SCHEMAS, EditLoop, EditOutcome
 from flakebot_magic.errors import BudgetExhausted, EditError, FlakebotError
 from flakebot_magic.events import EventBus, IterationResult, Notice
 from flakebot_magic.git import Git
@@ -32,202 +33,8 @@ from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.edit import (
-    TOOL_NAMES,
-    TOOLS,
-    EditLoop,
-    EditOutcome,
-    PathRefused,
-    _check_manifest,
-    _ratchet_violations,
-    contain,
-    parse_compiler_messages,
-    read_contract,
-    scan_tests,
-)
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
-
-# -- the protocol --------------------------------------------------------------------
-
-
-def test_the_protocol_is_exactly_the_seven_tools() -> None:
-    assert TOOL_NAMES == ("list_files", "read_file", "write_file", "replace_in_file", "delete_file", "run_checks", "finish")
-    assert [t["function"]["name"] for t in TOOLS] == list(TOOL_NAMES)
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-    assert schemas["read_file"]["required"] == ["path"]
-    assert set(schemas["read_file"]["properties"]) == {"path", "start_line", "end_line"}
-    assert schemas["replace_in_file"]["required"] == ["path", "search", "replace"]
-    assert schemas["finish"]["required"] == ["summary"]
-    assert schemas["run_checks"]["properties"] == {}
-
-
-def test_the_protocol_document_names_every_tool() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "edit-protocol.md").read_text()
-    for name in TOOL_NAMES:
-        assert f"`{name}(" in doc, name
-
-
-# -- containment ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    (path / "src").mkdir(parents=True)
-    (path / "src" / "main.rs").write_text("fn main() {}\n")
-    (tmp_path / "outside").mkdir()
-    (path / "escape").symlink_to(tmp_path / "outside")
-    (path / "inner").symlink_to(path / "src")
-    return path
-
-
-@pytest.mark.parametrize(
-    ("path", "write", "why"),
-    [
-        ("../outside/x.rs", True, "'..' is not allowed"),
-        ("src/../../outside/x.rs", False, "'..' is not allowed"),
-        ("/etc/passwd", False, "is absolute"),
-        ("~/.bashrc", True, "is absolute"),
-        ("escape/x.rs", True, "outside the crate (a symlink leaves it)"),
-        ("escape", False, "outside the crate"),
-        (".git/config", False, "inside .git/"),
-        ("src/.git/hooks/x", True, "inside .git/"),
-        (".cargo/config.toml", True, "inside .cargo/"),
-        ("rust-toolchain.toml", True, "the toolchain is not the model's"),
-        ("rust-toolchain", True, "the toolchain is not the model's"),
-        ("build.rs", True, "build scripts run arbitrary code"),
-        ("target/debug/x", True, "inside target/"),
-        ("", False, "the path is empty"),
-        ("src/a\0b.rs", True, "NUL"),
-        ("inner", True, "is a symlink"),
-    ],
-)
-def test_model_paths_that_leave_or_touch_what_is_not_theirs_are_refused(
-    root: Path, path: str, write: bool, why: str
-) -> None:
-    with pytest.raises(PathRefused, match=re.escape(why)):
-        contain(root, path, write=write)
-
-
-def test_paths_inside_resolve_and_build_scripts_can_be_allowed(root: Path) -> None:
-    assert contain(root, "src/main.rs", write=True) == root.resolve() / "src" / "main.rs"
-    assert contain(root, "./src/new/mod.rs", write=True) == root.resolve() / "src" / "new" / "mod.rs"
-    assert contain(root, "inner/main.rs") == root.resolve() / "inner" / "main.rs"  # a symlink that stays inside
-    assert contain(root, "build.rs", write=True, allow_build_scripts=True).name == "build.rs"
-    assert contain(root, "build.rs").name == "build.rs"  # reading one is fine
-
-
-def test_a_manifest_that_names_a_build_script_or_a_path_outside_is_refused(root: Path) -> None:
-    head = '[package]\nname = "x"\nversion = "0.1.0"\n'
-    with pytest.raises(PathRefused, match="build script"):
-        _check_manifest(root, head + 'build = "src/gen.rs"\n', allow_build_scripts=False)
-    _check_manifest(root, head + 'build = "src/gen.rs"\n', allow_build_scripts=True)
-    with pytest.raises(PathRefused, match=r"dependencies.evil.path: '\.\./outside'"):
-        _check_manifest(root, head + '[dependencies]\nevil = { path = "../outside" }\n', allow_build_scripts=False)
-    with pytest.raises(PathRefused, match="bin.path"):
-        _check_manifest(root, head + '[[bin]]\nname = "x"\npath = "/etc/x.rs"\n', allow_build_scripts=False)
-    with pytest.raises(PathRefused, match="not valid TOML"):
-        _check_manifest(root, head + "[[[", allow_build_scripts=False)
-    _check_manifest(root, head + '[[bin]]\nname = "x"\npath = "src/main.rs"\n', allow_build_scripts=False)
-
-
-# -- the tool contract, tests in the source, compiler output ----------------------------------
-
-
-def test_read_contract(tmp_path: Path) -> None:
-    manifest = tmp_path / "Cargo.toml"
-    manifest.write_text('[package]\nname = "x"\n')
-    assert "no [package.metadata.flakebot]" in read_contract(manifest)[1]
-    manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nkind = "gui"\nbin = "x"\n')
-    assert "kind must be one of cli, mcp, http" in read_contract(manifest)[1]
-    manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nkind = "http"\n')
-    assert "needs bin" in read_contract(manifest)[1]
-    manifest.write_text('[package.metadata.flakebot]\nkind = "cli"\nbin = "sha256"\n\n[package]\nname = "x"\n')
-    contract, problem = read_contract(manifest)
-    assert problem == "" and contract is not None and (contract.kind, contract.bin) == ("cli", "sha256")
-
-
-RUST_WITH_TESTS = '''
-fn add(a: u32, b: u32) -> u32 { a + b }
-
-// #[test] fn commented_out() {}
-const NOT_A_TEST: &str = "#[test] fn in_a_string() { }";
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn adds() {
-        assert_eq!(super::add(1, 2), 3); // {{ braces in a comment
-    }
-
-    #[test]
-    #[should_panic]
-    fn panics() { let s = "}"; panic!("{}", s); }
-
-    #[tokio::test]
-    async fn later() { assert!(true); }
-}
-'''
-
-
-def test_scan_tests_finds_test_functions_not_comments_or_strings(tmp_path: Path) -> None:
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "lib.rs").write_text(RUST_WITH_TESTS)
-    (tmp_path / "target").mkdir()
-    (tmp_path / "target" / "gen.rs").write_text("#[test]\nfn generated() {}\n")
-    found = {t.name: t for t in scan_tests(tmp_path)}
-    assert set(found) == {"adds", "panics", "later"}
-    assert not any(t.empty or t.ignored for t in found.values())
-
-
-def test_the_ratchet_sees_deleted_emptied_and_ignored_tests(tmp_path: Path) -> None:
-    (tmp_path / "lib.rs").write_text(RUST_WITH_TESTS)
-    before = scan_tests(tmp_path)
-    assert _ratchet_violations(before, before) == []
-    changed = (
-        RUST_WITH_TESTS.replace("assert_eq!(super::add(1, 2), 3); // {{ braces in a comment", "// nothing")
-        .replace("#[should_panic]", "#[should_panic]\n    #[ignore]")
-        .replace("async fn later() { assert!(true); }", "async fn renamed() { assert!(true); }")
-    )
-    (tmp_path / "lib.rs").write_text(changed)
-    problems = _ratchet_violations(before, scan_tests(tmp_path))
-    assert problems == [
-        "deleted test `later`",
-        "emptied test `adds` (lib.rs)",
-        "put #[ignore] on test `panics` (lib.rs)",
-    ]
-
-
-def _compiler_message(level: str, text: str, *, code: str | None = None, suggestion: str | None = None) -> str:
-    span = {"file_name": "src/main.rs", "byte_start": 20, "byte_end": 25, "line_start": 3, "column_start": 9,
-            "is_primary": True, "label": "here", "suggested_replacement": None, "suggestion_applicability": None}
-    children = []
-    if suggestion is not None:
-        children.append({"level": "help", "message": "consider changing this to be mutable", "children": [],
-                         "spans": [{**span, "suggested_replacement": suggestion,
-                                    "suggestion_applicability": "MachineApplicable"}]})
-    message = {"level": level, "message": text, "code": {"code": code} if code else None,
-               "spans": [span], "children": children, "rendered": text}
-    return json.dumps({"reason": "compiler-message", "package_id": "path+file:///ws#x@0.1.0",
-                       "target": {"name": "x", "kind": ["bin"]}, "message": message})
-
-
-def test_parse_compiler_messages_keeps_what_the_model_needs() -> None:
-    noise = json.dumps({"reason": "compiler-message", "message": {"level": "error", "message": "aborting due to 1 previous error",
-                                                                  "spans": [], "children": []}})
-    artifact = json.dumps({"reason": "compiler-artifact", "package_id": "registry+https://x#dep@1.0", "fresh": False,
-                           "target": {"name": "dep", "kind": ["lib"]}, "executable": None, "profile": {"test": False}})
-    error = _compiler_message("error", "cannot borrow `input` as mutable", code="E0596", suggestion="mut ")
-    stdout = "\n".join([error, error, noise, artifact, "not json", _compiler_message("warning", "unused variable")])
-    messages, executables, artifacts = parse_compiler_messages(stdout)
-    assert [m.level for m in messages] == ["error", "warning"]  # the duplicate and the noise are gone
-    first = messages[0]
-    assert first.headline() == "error[E0596] src/main.rs:3:9: cannot borrow `input` as mutable"
-    assert first.label == "here" and first.notes == ("help: consider changing this to be mutable: `mut`",)
-    assert [(s.byte_start, s.byte_end, s.replacement) for s in first.suggestions] == [(20, 25, "mut ")]
-    assert executables == {} and len(artifacts) == 1
-
 
 # -- sessions on tinyhex (real cargo, real git, the fake server) --------------------------
 
@@ -320,7 +127,7 @@ def test_a_session_turns_the_library_into_a_green_cli(session: Callable[..., Ses
     for expected in ("print standard input as hex", "Hex-encode bytes", "src/lib.rs (14 lines): fn to_hex",
                      'name = "tinyhex"', "[package.metadata.flakebot]", "Check run 0"):
         assert expected in system, expected
-    assert s.server.requests[0]["tools"] == TOOLS
+    assert s.server.requests[0]["tools"] == FUNCTION_SCHEMAS
     assert "Contract: ok" in s.tool_replies(3)[-1]
 
 
@@ -348,7 +155,7 @@ def test_every_path_escape_is_refused_and_the_model_is_told(session: Callable[..
     s.loop.run("print standard input as hex")
     replies = s.tool_replies(2)
     assert len(replies) == len(attempts)
-    for attempt, answer in zip(attempts, replies):
+    for attempt, answer in zip(attempts, replies, strict=True):
         assert answer.startswith("error: refused: "), (attempt, answer)
     assert list(outside.iterdir()) == []
     assert not (s.root.parent / "escaped.rs").exists()

@@ -1,0 +1,39 @@
+"""Stage 2b, the edit loop: a language model edits the workspace; cargo proves each step; code keeps the score.
+
+The package, one job per module:
+
+* :mod:`.protocol`: the seven protocol functions the model may call (schemas, arguments);
+* :mod:`.files`: containment and the file functions behind them (capped reads, atomic writes);
+* :mod:`.checkrun`: a check run (cargo build, test, clippy in the sandbox), rustc's fixes, commits, reverts;
+* :mod:`.ratchet`: the tests in the source, and the best state that must not be lost;
+* :mod:`.report`: a check run's report for the model;
+* :mod:`.model_io`: requests to the model within byte and time caps, retried when unusable;
+* :mod:`.prompt`: the system prompt;
+* :mod:`.state`: the recorded sessions of a workspace, and one session's outcome;
+* :mod:`.session`: :class:`EditLoop`, the loop itself (budget, stuck detection, finish).
+
+In this package "tool" means the deployed program; what the model calls are
+protocol functions. See ``docs/edit-protocol.md``.
+"""
+
+from __future__ import annotations
+
+from .checkrun import CheckRun
+from .files import PathRefused, contain
+from .protocol import FUNCTION_NAMES, FUNCTION_SCHEMAS
+from .ratchet import TestFunction, scan_tests
+from .session import EditLoop
+from .state import EditOutcome, EditState
+
+__all__ = [
+    "FUNCTION_NAMES",
+    "FUNCTION_SCHEMAS",
+    "CheckRun",
+    "EditLoop",
+    "EditOutcome",
+    "EditState",
+    "PathRefused",
+    "TestFunction",
+    "contain",
+    "scan_tests",
+]

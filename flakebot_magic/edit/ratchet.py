@@ -1,0 +1,135 @@
+"""The ratchet: the crate's ``#[test]`` functions found in the source, and the best state that must not be lost.
+
+Passing tests never go down, and no protected test (one present at the best
+commit) may be deleted, emptied or ``#[ignore]``d; the loop reverts a check
+run that does either to :attr:`Ratchet.best_commit`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .files import read_text
+
+__all__ = ["Ratchet", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
+
+_BLANKABLE = re.compile(
+    r'//[^\n]*|/\*.*?\*/|b?r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?\'(?:\\.|[^\'\\])\'',
+    re.S,
+)
+_TEST_FN = re.compile(
+    r"#\[\s*(?:[A-Za-z_][\w]*::)*test\s*(?:\([^)]*\))?\s*\]"  # #[test], #[tokio::test(...)]
+    r"((?:\s*#\[[^\]]*\])*)"  # more attributes: #[ignore], #[should_panic]
+    r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([A-Za-z_]\w*)"
+)
+_EMPTY_BODIES = {"", "()", "return", "Ok(())", "returnOk(())"}
+
+
+def blank(text: str) -> str:
+    """Rust source with comments and string literals replaced by spaces (same length), so braces can be counted."""
+    return _BLANKABLE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+@dataclass(frozen=True)
+class TestFunction:
+    """A ``#[test]`` function found in the source."""
+
+    __test__ = False
+
+    name: str
+    file: str
+    empty: bool
+    ignored: bool
+
+
+def scan_tests(root: Path) -> list[TestFunction]:
+    """Every ``#[test]`` function in the crate's ``.rs`` files (not ``target/``)."""
+    found: list[TestFunction] = []
+    for path in sorted(_rust_files(root)):
+        try:
+            text = blank(read_text(path))
+        except OSError:
+            continue
+        for match in _TEST_FN.finditer(text):
+            attributes, name = match.group(1), match.group(2)
+            start = text.find("{", match.end())
+            if start < 0:
+                continue
+            depth, end = 0, start
+            for end in range(start, len(text)):
+                if text[end] == "{":
+                    depth += 1
+                elif text[end] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+            body = re.sub(r"[\s;]", "", text[start + 1 : end])
+            found.append(
+                TestFunction(
+                    name=name,
+                    file=path.relative_to(root).as_posix(),
+                    empty=body in _EMPTY_BODIES,
+                    ignored="ignore" in attributes,
+                )
+            )
+    return found
+
+
+def _rust_files(root: Path) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "target")]
+        for name in filenames:
+            if name.endswith(".rs"):
+                yield Path(dirpath) / name
+
+
+def ratchet_violations(protected: list[TestFunction], now: list[TestFunction]) -> list[str]:
+    """What happened to protected tests: deleted, emptied, or newly ignored."""
+    have = Counter(t.name for t in now)
+    wanted = Counter(t.name for t in protected)
+    problems = [f"deleted test `{name}`" for name, count in sorted(wanted.items()) if have[name] < count]
+    live = {t.name: t for t in now}
+    for test in protected:
+        current = live.get(test.name)
+        if current is None:
+            continue
+        if current.empty and not test.empty:
+            problems.append(f"emptied test `{test.name}` ({current.file})")
+        if current.ignored and not test.ignored:
+            problems.append(f"put #[ignore] on test `{test.name}` ({current.file})")
+    return problems
+
+
+@dataclass
+class Ratchet:
+    """The best state so far: its commit, its passing tests, and the tests it protects."""
+
+    root: Path
+    best_commit: str = ""
+    best_passed: int = 0
+    protected: list[TestFunction] = field(default_factory=list)
+
+    def protect(self) -> None:
+        """Protect every test in the source as it is now."""
+        self.protected = scan_tests(self.root)
+
+    def violations(self) -> list[str]:
+        """What the source as it is now did to the protected tests."""
+        return ratchet_violations(self.protected, scan_tests(self.root))
+
+    def advance(self, commit: str, passed: int) -> None:
+        """``commit`` is the new best state (with ``passed`` passing tests); its tests are protected."""
+        self.best_commit, self.best_passed = commit, passed
+        self.protect()
+
+    def hint(self) -> str:
+        """Where the best state is, for an error message."""
+        return (
+            f"\nThe best state is commit {self.best_commit[:12]} ({self.best_passed} tests passing): "
+            f"`git -C {self.root} log` shows every check run."
+        )

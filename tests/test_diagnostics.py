@@ -1,0 +1,63 @@
+"""The one parser of rustc's JSON diagnostics and of libtest's output (more cases: tests/stages/test_build.py)."""
+
+from __future__ import annotations
+
+import json
+
+from flakebot_magic.diagnostics import actionable, parse_cargo_messages, parse_test_output
+
+
+def _compiler_message(level: str, text: str, *, code: str | None = None, suggestion: str | None = None) -> str:
+    span = {"file_name": "src/main.rs", "byte_start": 20, "byte_end": 25, "line_start": 3, "column_start": 9,
+            "is_primary": True, "label": "here", "suggested_replacement": None, "suggestion_applicability": None}
+    children = []
+    if suggestion is not None:
+        children.append({"level": "help", "message": "consider changing this to be mutable", "children": [],
+                         "spans": [{**span, "suggested_replacement": suggestion,
+                                    "suggestion_applicability": "MachineApplicable"}]})
+    message = {"level": level, "message": text, "code": {"code": code} if code else None,
+               "spans": [span], "children": children, "rendered": text}
+    return json.dumps({"reason": "compiler-message", "package_id": "path+file:///ws#x@0.1.0",
+                       "target": {"name": "x", "kind": ["bin"]}, "message": message})
+
+
+def test_the_parser_keeps_what_the_model_needs_and_actionable_drops_repeats_and_summaries() -> None:
+    noise = json.dumps({"reason": "compiler-message", "message": {"level": "error", "message": "aborting due to 1 previous error",
+                                                                  "spans": [], "children": []}})
+    artifact = json.dumps({"reason": "compiler-artifact", "package_id": "registry+https://x#dep@1.0", "fresh": False,
+                           "target": {"name": "dep", "kind": ["lib"]}, "executable": None, "profile": {"test": False}})
+    error = _compiler_message("error", "cannot borrow `input` as mutable", code="E0596", suggestion="mut ")
+    stdout = "\n".join([error, error, noise, artifact, "not json", _compiler_message("warning", "unused variable")])
+    artifacts: list[dict[str, object]] = []
+    found, executables, other = parse_cargo_messages(stdout.splitlines(), artifacts=artifacts)
+    assert len(found) == 4 and other == ["not json"]
+    messages = actionable(found)
+    assert [m.level for m in messages] == ["error", "warning"]  # the duplicate and the noise are gone
+    first = messages[0]
+    assert first.headline() == "error[E0596] src/main.rs:3:9: cannot borrow `input` as mutable"
+    assert first.label == "here" and first.notes == ("help: consider changing this to be mutable: `mut`",)
+    assert [(s.byte_start, s.byte_end, s.replacement) for s in first.suggestions] == [(20, 25, "mut ")]
+    assert executables == {} and len(artifacts) == 1
+
+
+def test_a_failing_tests_captured_output_is_kept_and_capped() -> None:
+    lines = [
+        "running 2 tests",
+        "test tests::ok ... ok",
+        "test tests::breaks ... FAILED",
+        "",
+        "failures:",
+        "",
+        "---- tests::breaks stdout ----",
+        "thread 'tests::breaks' panicked at src/lib.rs:9:5:",
+        *[f"line {n}" for n in range(40)],
+        "",
+        "failures:",
+        "    tests::breaks",
+        "",
+        "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+    ]
+    report = parse_test_output(lines)
+    assert (report.passed, report.failed, report.failures) == (1, 1, ["tests::breaks"])
+    output = report.output["tests::breaks"]
+    assert output[0] == "thread 'tests::breaks' panicked at src/lib.rs:9:5:" and len(output) == 20
