@@ -23,18 +23,16 @@ setting and ``PORT``, ``HOST``, ``FLAKEBOT_TOKEN``). At each start the client
 checks that a request without the token is refused (else the start fails
 with a :class:`~flakebot_magic.errors.DeployError`: the service ignores its
 token), and that every socket it listens on is a loopback one, again at every
-later start. An answer may be at most :data:`MAX_RESPONSE_BYTES` long.
+later start. An answer may be at most
+:data:`~flakebot_magic.clients.http_net.MAX_RESPONSE_BYTES` long.
 
 httpx is imported when a service starts, not when flakebot_magic is imported.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -47,128 +45,16 @@ from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
 from .contract import ToolContract
+from .http_net import MAX_RESPONSE_BYTES, capped_transport, free_port, is_loopback, listening_addresses
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_RESPONSE_BYTES", "HttpTool", "ResponseTooLarge", "listening_addresses"]
+__all__ = ["HttpTool"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
-
-#: the largest answer (body bytes as sent) read from a service
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-
-
-class ResponseTooLarge(ToolError):
-    """A service's answer passed :data:`MAX_RESPONSE_BYTES`; it was dropped."""
-
-
-def _capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx.BaseTransport:
-    """``inner``, with every response body cut off (:class:`ResponseTooLarge`) past ``limit`` bytes.
-
-    The body is counted as sent, and its ``Content-Encoding`` is dropped, so
-    httpx never inflates it: a small compressed answer cannot become a large
-    one in memory (the client asks for ``identity`` anyway).
-    """
-    import httpx
-
-    class CappedStream(httpx.SyncByteStream):
-        def __init__(self, stream: httpx.SyncByteStream, what: str) -> None:
-            self.stream = stream
-            self.what = what
-
-        def __iter__(self) -> Iterator[bytes]:
-            size = 0
-            for chunk in self.stream:
-                size += len(chunk)
-                if size > limit:
-                    raise ResponseTooLarge(
-                        f"{name}: the answer to {self.what} passed {limit // (1024 * 1024)} MiB; it was dropped. "
-                        "Have the service write big results to a file and return its path."
-                    )
-                yield chunk
-
-        def close(self) -> None:
-            self.stream.close()
-
-    class CappedTransport(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            response = inner.handle_request(request)
-            declared = response.headers.get("content-length", "")
-            what = f"{request.method} {request.url.path}"
-            if declared.isdigit() and int(declared) > limit:
-                response.close()
-                raise ResponseTooLarge(
-                    f"{name}: the answer to {what} is {int(declared)} bytes, past the "
-                    f"{limit // (1024 * 1024)} MiB limit; it was not read."
-                )
-            headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
-            assert isinstance(response.stream, httpx.SyncByteStream)
-            return httpx.Response(
-                response.status_code, headers=headers, stream=CappedStream(response.stream, what),
-                extensions=response.extensions,
-            )
-
-        def close(self) -> None:
-            inner.close()
-
-    return CappedTransport()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _decode_address(text: str) -> str:
-    """``0100007F`` -> ``127.0.0.1``; 32 hex digits -> an IPv6 address (``/proc/net/tcp*`` form)."""
-    raw = bytes.fromhex(text)
-    if len(raw) == 4:
-        return str(ipaddress.IPv4Address(raw[::-1]))
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-    return str(ipaddress.IPv6Address(words))
-
-
-def listening_addresses(pgid: int) -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket the process group ``pgid`` listens on (Linux ``/proc``)."""
-    inodes: set[str] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                if int(stat.read().rsplit(")", 1)[1].split()[2]) != pgid:
-                    continue
-            for fd in os.listdir(f"/proc/{entry}/fd"):
-                target = os.readlink(f"/proc/{entry}/fd/{fd}")
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except (OSError, IndexError, ValueError):
-            continue
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as rows:
-                next(rows)
-                for row in rows:
-                    fields = row.split()
-                    if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
-                        address, port = fields[1].split(":")
-                        found.append((_decode_address(address), int(port, 16)))
-        except OSError:
-            continue
-    return found
-
-
-def _is_loopback(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 class HttpTool(StartedToolClient):
@@ -243,7 +129,7 @@ class HttpTool(StartedToolClient):
     def _start_once(self) -> None:
         import httpx
 
-        port = _free_port()
+        port = free_port()
         token = secrets.token_urlsafe(24)
         # the allowlist and tool_env: nothing else of the kernel's environment (no API key) passes
         env = self._environment({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
@@ -255,7 +141,7 @@ class HttpTool(StartedToolClient):
             headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
             timeout=self.timeout,
             trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
-            transport=_capped_transport(self._transport or httpx.HTTPTransport(), self.max_response, self.name),
+            transport=capped_transport(self._transport or httpx.HTTPTransport(), self.max_response, self.name),
         )
         try:
             self._wait_ready(client, process)
@@ -336,7 +222,7 @@ class HttpTool(StartedToolClient):
     def _check_loopback(self, process: ToolProcess) -> None:
         assert process.pid is not None
         self._loopback_checked = time.monotonic()
-        exposed = [(a, p) for a, p in listening_addresses(process.pid) if not _is_loopback(a)]
+        exposed = [(a, p) for a, p in listening_addresses(process.pid) if not is_loopback(a)]
         if exposed:
             where = ", ".join(f"{a}:{p}" for a, p in exposed)
             raise ToolError(

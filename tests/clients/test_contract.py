@@ -1,4 +1,4 @@
-"""The tool contract in Cargo.toml, and the client stage choosing a client by it."""
+"""The tool contract in Cargo.toml: one reader, every key checked, messages that say what to write."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.contract import ToolContract, read_contract
-from flakebot_magic.clients.factory import make_tool
-from flakebot_magic.clients.http import HttpTool
-from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.errors import DeployError
 
 
@@ -51,15 +47,6 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
 def test_a_wrong_table_is_a_deploy_error(table: object, message: str) -> None:
     with pytest.raises(DeployError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_contract(_manifest(table), ["demo"])
-
-
-@pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
-def test_make_tool_picks_the_client_by_kind(kind: str, cls: type, tmp_path: Path) -> None:
-    tool = make_tool(
-        "t", tmp_path / "bin" / "t", crate="t", version="1", source_hash="0", store_path=tmp_path,
-        contract={"kind": kind, "bin": "t"}, start=False,
-    )
-    assert type(tool) is cls and tool.kind == kind and not tool.running
 
 
 def test_the_edit_loop_requires_the_table_kind_and_bin(tmp_path: Path) -> None:

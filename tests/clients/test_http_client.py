@@ -16,7 +16,8 @@ import pytest
 
 from flakebot_magic.clients.agents import strict_problems
 from flakebot_magic.clients.contract import ToolContract
-from flakebot_magic.clients.http import HttpTool, listening_addresses
+from flakebot_magic.clients.http import HttpTool
+from flakebot_magic.clients.http_net import listening_addresses
 from flakebot_magic.errors import ToolError
 from flakebot_magic.inventory import Inventory
 from flakebot_magic.testing.overlay import fixture_crates_buildable

@@ -18,7 +18,8 @@ import pytest
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.contract import ToolContract
-from flakebot_magic.clients.http import HttpTool, listening_addresses
+from flakebot_magic.clients.http import HttpTool
+from flakebot_magic.clients.http_net import listening_addresses
 from flakebot_magic.errors import DeployError, ToolError
 
 _SERVICE = """

@@ -1,0 +1,132 @@
+"""The network side of an HTTP tool: a free loopback port, who listens where, a size-capped transport.
+
+httpx is imported when a transport is made, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..errors import ToolError
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["MAX_RESPONSE_BYTES", "ResponseTooLarge", "capped_transport", "free_port", "is_loopback", "listening_addresses"]
+
+#: the largest answer (body bytes as sent) read from a service
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class ResponseTooLarge(ToolError):
+    """A service's answer passed :data:`MAX_RESPONSE_BYTES`; it was dropped."""
+
+
+def capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx.BaseTransport:
+    """``inner``, with every response body cut off (:class:`ResponseTooLarge`) past ``limit`` bytes.
+
+    The body is counted as sent, and its ``Content-Encoding`` is dropped, so
+    httpx never inflates it: a small compressed answer cannot become a large
+    one in memory (the client asks for ``identity`` anyway).
+    """
+    import httpx
+
+    class CappedStream(httpx.SyncByteStream):
+        def __init__(self, stream: httpx.SyncByteStream, what: str) -> None:
+            self.stream = stream
+            self.what = what
+
+        def __iter__(self) -> Iterator[bytes]:
+            size = 0
+            for chunk in self.stream:
+                size += len(chunk)
+                if size > limit:
+                    raise ResponseTooLarge(
+                        f"{name}: the answer to {self.what} passed {limit // (1024 * 1024)} MiB; it was dropped. "
+                        "Have the service write big results to a file and return its path."
+                    )
+                yield chunk
+
+        def close(self) -> None:
+            self.stream.close()
+
+    class CappedTransport(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = inner.handle_request(request)
+            declared = response.headers.get("content-length", "")
+            what = f"{request.method} {request.url.path}"
+            if declared.isdigit() and int(declared) > limit:
+                response.close()
+                raise ResponseTooLarge(
+                    f"{name}: the answer to {what} is {int(declared)} bytes, past the "
+                    f"{limit // (1024 * 1024)} MiB limit; it was not read."
+                )
+            headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
+            assert isinstance(response.stream, httpx.SyncByteStream)
+            return httpx.Response(
+                response.status_code, headers=headers, stream=CappedStream(response.stream, what),
+                extensions=response.extensions,
+            )
+
+        def close(self) -> None:
+            inner.close()
+
+    return CappedTransport()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _decode_address(text: str) -> str:
+    """``0100007F`` -> ``127.0.0.1``; 32 hex digits -> an IPv6 address (``/proc/net/tcp*`` form)."""
+    raw = bytes.fromhex(text)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return str(ipaddress.IPv6Address(words))
+
+
+def listening_addresses(pgid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket the process group ``pgid`` listens on (Linux ``/proc``)."""
+    inodes: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[2]) != pgid:
+                    continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows)
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
+                        address, port = fields[1].split(":")
+                        found.append((_decode_address(address), int(port, 16)))
+        except OSError:
+            continue
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback

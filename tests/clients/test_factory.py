@@ -1,0 +1,56 @@
+"""The one factory: a deployed tool's client by its kind, from a store entry or a tool registry record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.clients import make_tool, tool_from_record
+from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.http import HttpTool
+from flakebot_magic.clients.mcp import McpTool
+from flakebot_magic.inventory import ToolRecord
+
+
+@pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
+def test_make_tool_picks_the_client_by_kind(kind: str, cls: type, tmp_path: Path) -> None:
+    tool = make_tool(
+        "t", tmp_path / "bin" / "t", crate="t", version="1", source_hash="0", store_path=tmp_path,
+        contract={"kind": kind, "bin": "t"}, start=False,
+    )
+    assert type(tool) is cls and tool.kind == kind and not tool.running
+
+
+def _record(store: Path, kind: str = "cli", **fields: object) -> ToolRecord:
+    options: dict[str, object] = dict(
+        name="t", crate="t", version="1.0.0", binary=str(store / "bin" / "t"), store_path=str(store),
+        source_hash="abc", checksum="sum", checksum_kind="sha256", registry="r", workspace="", commit="", kind=kind,
+    )
+    options.update(fields)
+    return ToolRecord(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
+def test_a_record_gives_the_client_of_its_kind_not_started(kind: str, cls: type, tmp_path: Path) -> None:
+    tool = tool_from_record(_record(tmp_path, kind), timeout=7.0, env={"A": "1"}, confine=True)
+    assert type(tool) is cls and not tool.running
+    assert (tool.name, tool.crate, tool.version, tool.source_hash, tool.checksum) == ("t", "t", "1.0.0", "abc", "sum")
+    assert (tool.timeout, tool.env, tool.confine, tool.store_path) == (7.0, {"A": "1"}, True, tmp_path)
+
+
+def test_the_stored_contract_says_the_kind_and_how_it_starts(tmp_path: Path) -> None:
+    contract = {"kind": "http", "bin": "t", "health": "/ready", "ready_timeout": 3.0}
+    (tmp_path / "manifest.json").write_text(json.dumps({"contract": contract, "description": "a service"}))
+    tool = tool_from_record(_record(tmp_path, "cli"))
+    assert isinstance(tool, HttpTool)
+    assert tool.contract.to_json() == contract and tool.description == "a service"
+    # a manifest given by the caller wins over the file
+    given = tool_from_record(_record(tmp_path, "cli"), provenance={"contract": {"kind": "mcp"}})
+    assert isinstance(given, McpTool) and given.contract.bin == "t"
+
+
+def test_a_nix_record_keeps_its_lock_hash(tmp_path: Path) -> None:
+    tool = tool_from_record(_record(tmp_path, backend="nix", extra={"lock_hash": "sha256-x"}))
+    assert (tool.backend, tool.lock_hash) == ("nix", "sha256-x")
