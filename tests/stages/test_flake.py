@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from flakebot_magic.backends.base import flake_meta
 from flakebot_magic.cargo import find_cargo
 from flakebot_magic.errors import ConfigError, FlakeError
+from flakebot_magic.registry.base import CrateCandidate
 from flakebot_magic.stages.flake import (
     DEFAULT_NIXPKGS_URL,
     FlakeMeta,
@@ -26,6 +28,7 @@ from flakebot_magic.stages.flake import (
     spdx_license_ids,
     write_flake,
 )
+from flakebot_magic.stages.fork import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = REPO / "tests" / "nixpkgs"
@@ -191,11 +194,26 @@ def test_render_flake_empty_description_falls_back() -> None:
         FlakeMeta("x", "1.0.0", "d", "MIT", ""),
         FlakeMeta("x", "1.0.0", "d", "MIT", "../x"),
         FlakeMeta("x", "1.0.0", "d", "MIT", "a b"),
+        # the plain-name rule deploy applies to every binary (diagnostics.BINARY_NAME)
+        FlakeMeta("x", "1.0.0", "d", "MIT", "a.b"),
+        FlakeMeta("x", "1.0.0", "d", "MIT", "a+b"),
+        FlakeMeta("x", "1.0.0", "d", "MIT", "x\n"),
     ],
 )
 def test_render_flake_rejects_bad_meta(meta: FlakeMeta) -> None:
     with pytest.raises(FlakeError):
         render_flake(meta)
+
+
+@pytest.mark.parametrize("bin_name", ["../../bin/sh", "a b", "x;y", "${x}", "x\n", ""])
+def test_a_contracts_bin_is_checked_before_the_flake_is_written(tmp_path: Path, bin_name: str) -> None:
+    """The tool contract's ``bin`` (a model may write it) must be a plain binary name to reach flake.nix."""
+    crate = CrateCandidate("tinyecho", "0.2.0", has_bin=True, bin_names=("tinyecho",))
+    (tmp_path / "Cargo.toml").write_text('[package]\nname = "tinyecho"\nversion = "0.2.0"\n')
+    workspace = Workspace(tmp_path, crate, checksum="", checksum_kind="", published_commit="")
+    assert flake_meta(workspace, "tinyecho").main_program == "tinyecho"
+    with pytest.raises(FlakeError, match="plain binary name"):
+        flake_meta(workspace, bin_name)
 
 
 def test_write_flake(tmp_path: Path) -> None:
