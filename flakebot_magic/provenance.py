@@ -78,8 +78,10 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         "flake_lock": _first(manifest, "flake_lock_hash", "lock_hash", "flake_lock") or _flake_lock_hash(workspace),
         "nix_store_path": _first(manifest, "nix_store_path", "out_path", "nix_out") or "",
         "backend": getattr(tool, "backend", "") or _first(manifest, "backend") or "cargo",
-        "model": _first(manifest, "model") or _first(extra, "model"),
-        "iterations": int(_first(manifest, "iterations") or _first(extra, "iterations") or 0),
+        "model": _first(manifest, "model") or getattr(record, "model", "") or _first(extra, "model"),
+        "iterations": int(
+            _first(manifest, "iterations") or getattr(record, "iterations", 0) or _first(extra, "iterations") or 0
+        ),
         "rustc": (_first(manifest, "rustc") or "").splitlines()[0] if _first(manifest, "rustc") else "",
     }
     if record is not None:
