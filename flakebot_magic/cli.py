@@ -95,11 +95,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.command == "build":
         from .background import start_build
+        from .request import BuildRequest
         from .progress import TextProgress
 
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
-        tool = start_build(settings, args.request, name=args.name, crate=args.crate).wait(observers)
+        tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
         print(json.dumps(tools.tool_json(tool, settings), indent=2) if args.json else tool.usage())
         return 0
     _print(_answer(args, settings), as_json=args.json)

@@ -210,6 +210,7 @@ class FlakebotMagics(_OptionTraits):
         self, args: Any, request: str, *, name: str | None, crate: str | None, settings: Settings | None = None
     ) -> _Build:
         from .background import start_build
+        from .request import BuildRequest
 
         settings = settings or self._settings(args)
         verbose = bool(args.verbose or self.verbose)
@@ -232,7 +233,7 @@ class FlakebotMagics(_OptionTraits):
             build.handle = display(widget.mimebundle(), raw=True, display_id=True)
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
-        build.run = start_build(settings, request, name=name, crate=crate)
+        build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
         return build
 
     def _wait(self, build: _Build) -> Any:
