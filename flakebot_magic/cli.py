@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import tools
+from .background import start_build
 from .cleanup import clean
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
 from .export import export_replit
 from .options import OPTIONS, add_arguments, apply
+from .progress import TextProgress
+from .request import BuildRequest
 from .tools import Answer
 
 __all__ = ["main"]
@@ -94,10 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.command == "build":
-        from .background import start_build
-        from .request import BuildRequest
-        from .progress import TextProgress
-
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)

@@ -14,11 +14,13 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool, Enum, Unicode
 
 from . import errors, tools
+from .background import start_build
 from .cleanup import clean
 from .config import Settings
 from .events import Observer
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
+from .request import BuildRequest
 
 __all__ = ["FlakebotMagics"]
 
@@ -209,9 +211,6 @@ class FlakebotMagics(_OptionTraits):
     def _start(
         self, args: Any, request: str, *, name: str | None, crate: str | None, settings: Settings | None = None
     ) -> _Build:
-        from .background import start_build
-        from .request import BuildRequest
-
         settings = settings or self._settings(args)
         verbose = bool(args.verbose or self.verbose)
         build = _Build(run=None, settings=settings)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .clients import tool_from_record
+from .clients import lifecycle, tool_from_record
 from .config import Settings
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
@@ -177,14 +177,6 @@ def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
     return ToolTable(Inventory(settings.tools_dir).all(), settings, empty)
 
 
-def _lifecycle() -> Any:
-    try:
-        from .clients import lifecycle
-    except ImportError:
-        return None
-    return lifecycle
-
-
 def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     """The tool's build log and, for a tool with a process this interpreter started, its output.
 
@@ -211,13 +203,10 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     else:
         parts.append(f"== no build log kept for {name} (built before logs were kept, or cleaned)")
     if record.kind != "cli":
-        lifecycle = _lifecycle()
-        output = None
-        if lifecycle is not None:
-            try:
-                output = lifecycle.logs(name, last)
-            except KeyError:
-                output = None
+        try:
+            output = lifecycle.logs(name, last)
+        except KeyError:
+            output = None
         if output is not None:
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
         else:
@@ -231,8 +220,7 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     inventory = Inventory(settings.tools_dir)
     if record.kind == "cli":
         return f"{name} is a command-line tool: it runs only while called, so there is nothing to stop."
-    lifecycle = _lifecycle()
-    if lifecycle is not None and lifecycle.stop(name):
+    if lifecycle.stop(name):
         inventory.update(name, status="stopped", pid=None)
         return f"stopped {name}"
     pid = record.pid
