@@ -85,7 +85,7 @@ class ToolRecord:
         return asdict(self)
 
     def public_json(self) -> dict[str, Any]:
-        """The record without its secret, for APIs and listings."""
+        """The record without its secret; :func:`flakebot_magic.tools.tool_json` (the tool's JSON) builds on it."""
         data = self.to_json()
         del data["token"]
         return data
