@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from flakebot_magic.registry.base import CrateCandidate
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.stages.fork import Workspace
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 from flakebot_magic.tools import describe
 
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
@@ -92,12 +94,50 @@ def test_a_nix_build_writes_the_cargo_keys_too(
     assert data["nixpkgs_url"] == f"path:{STAND_IN}" and data["lock_hash"].startswith("sha256-")
 
 
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+#: one scripted session (a test double, not a model): declare the tool contract, finish
+CONTRACT_SCRIPT = [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {**call, "id": f"call_{i}"}
+            for i, call in enumerate(
+                [
+                    _call(
+                        "replace_in_file",
+                        path="Cargo.toml",
+                        search='keywords = ["echo", "shout"]\n',
+                        replace='keywords = ["echo", "shout"]\n\n[package.metadata.flakebot]\nkind = "cli"\nbin = "tinyecho"\n',
+                    ),
+                    _call("finish", summary="tinyecho is the tool"),
+                ]
+            )
+        ],
+    },
+]
+
+
 @pytest.mark.cargo
-def test_show_reports_the_model_of_a_model_built_tool(session_registry: DirectoryRegistry, tmp_path: Path) -> None:
-    """The model and its iterations go to the manifest and the tool record; ``show`` reports them."""
-    settings = Settings(cache_dir=tmp_path, registry=str(session_registry.path), backend="cargo")
-    Pipeline(settings).run(BuildRequest("", crate="tinyecho"))
-    # what a model-built tool's record holds (the edit loop itself is tested in tests/stages/test_edit.py)
-    Inventory(settings.tools_dir).update("tinyecho", model="gpt-test", iterations=3)
-    shown = describe(settings, "tinyecho")
-    assert (shown["model"], shown["iterations"]) == ("gpt-test", 3)
+def test_a_model_built_tool_records_its_model_and_iterations(
+    session_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    with FakeOpenAIServer(CONTRACT_SCRIPT) as server:
+        settings = Settings(
+            cache_dir=tmp_path,
+            registry=str(session_registry.path),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
+        )
+        tool = Pipeline(settings).run(BuildRequest("shout standard input", crate="tinyecho", name="shout"))
+    data = json.loads((Path(tool.store_path) / "manifest.json").read_text())
+    assert set(data) - ENTRY_KEYS == set(MANIFEST_KEYS)
+    assert data["model"] == "scripted-test-double" and data["iterations"] >= 1
+    record = Inventory(settings.tools_dir).get("shout")
+    assert record is not None and (record.model, record.iterations) == (data["model"], data["iterations"])
+    shown = describe(settings, "shout")
+    assert (shown["model"], shown["iterations"]) == ("scripted-test-double", data["iterations"])
