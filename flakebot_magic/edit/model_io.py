@@ -33,10 +33,10 @@ MAX_REPLY_SECONDS = 300.0
 
 @dataclass
 class Reply:
-    """One whole reply of the model: its text, its tool calls (OpenAI's shape), the tokens it cost."""
+    """One whole reply of the model: its text, its function calls (OpenAI's ``tool_calls`` shape), the tokens it cost."""
 
     content: str
-    tool_calls: list[dict[str, Any]]
+    calls: list[dict[str, Any]]
     tokens: int
 
 
@@ -191,7 +191,7 @@ class ModelChannel:
         size = 0
         try:
             for chunk in stream:
-                # bytes received so far (httpx counts them), else what the reply holds (text, tool calls)
+                # bytes received so far (httpx counts them), else what the reply holds (text, function calls)
                 for choice in chunk.choices or []:
                     delta = choice.delta
                     size += len((delta.content or "").encode())
@@ -226,7 +226,7 @@ class ModelChannel:
         if not finished:
             raise BrokenReply("the stream ended before the reply did")
         text = "".join(content)
-        tool_calls: list[dict[str, Any]] = [
+        function_calls: list[dict[str, Any]] = [
             {
                 "id": entry["id"] or f"call_{index}",
                 "type": "function",
@@ -234,9 +234,9 @@ class ModelChannel:
             }
             for index, entry in sorted(calls.items())
         ]
-        arguments = sum(len(c["function"]["arguments"]) for c in tool_calls)
+        arguments = sum(len(c["function"]["arguments"]) for c in function_calls)
         tokens = usage_tokens or prompt_estimate + (len(text) + arguments) // 4
-        return self._accept(text, tool_calls, tokens)
+        return self._accept(text, function_calls, tokens)
 
     def _accept(self, content: str, calls: list[dict[str, Any]], tokens: int) -> Reply:
         self.tokens += tokens

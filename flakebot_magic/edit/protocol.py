@@ -75,7 +75,7 @@ class BadCall(Exception):
 
 
 def decode_call(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The function name and arguments of one tool call from the model, or :class:`BadCall`."""
+    """The function name and arguments of one call from the model (OpenAI's ``tool_calls`` entry), or :class:`BadCall`."""
     function = call.get("function", {})
     name = function.get("name", "")
     raw = function.get("arguments") or "{}"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_TEXT_REPLIES", "EditLoop"]
 
-#: replies in a row without a tool call before the session ends
+#: replies in a row without a function call before the session ends
 MAX_TEXT_REPLIES = 3
 
 
@@ -145,7 +145,7 @@ class EditLoop:
         text_replies = 0
         while self._finished is None:
             reply = self.channel.complete(messages, check_budget=self._check_budget)
-            if not reply.tool_calls:
+            if not reply.calls:
                 text_replies += 1
                 if text_replies > MAX_TEXT_REPLIES:
                     raise EditError(
@@ -161,8 +161,8 @@ class EditLoop:
                 })
                 continue
             text_replies = 0
-            messages.append({"role": "assistant", "content": reply.content or None, "tool_calls": reply.tool_calls})
-            for call in reply.tool_calls:
+            messages.append({"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
+            for call in reply.calls:
                 if self._finished is not None:
                     answer = "not run: finish ended the session"
                 else:

@@ -14,7 +14,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
@@ -27,6 +27,7 @@ from flakebot_magic.events import EventBus
 from flakebot_magic.git import Git
 from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
+from flakebot_magic.registry.base import Registry
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox, SandboxedCargo
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
@@ -54,7 +55,8 @@ def loop(tmp_path: Path) -> EditLoop:
     git.commit("Published source", all_files=True, force=True)
     model = ModelConfig.resolve("unused", base_url="http://127.0.0.1:9/v1")
     assert model is not None
-    return EditLoop(root, None, model, cargo=Cargo(None, runner), bus=EventBus([]), git=git, clippy=False)
+    no_registry = cast(Registry, None)  # these tests call the file functions only: cargo never runs
+    return EditLoop(root, None, model, cargo=Cargo(no_registry, runner), bus=EventBus([]), git=git, clippy=False)
 
 
 def _tool(loop: EditLoop, name: str, **arguments: Any) -> str:
