@@ -145,3 +145,27 @@ def test_an_offline_auto_build_is_cargo_with_a_notice_and_no_failed_stage(
     assert any("falling back to the cargo backend" in n and "--nixpkgs" in n for n in notices), notices
     # no nix flake lock that cannot succeed: nix ran for nothing but the probes
     assert not [argv for argv in runner.argvs if "lock" in argv], runner.argvs
+
+
+@pytest.mark.nix
+@pytest.mark.cargo
+def test_a_lock_that_fails_after_all_is_a_notice_and_a_skipped_row(
+    sandboxed_nix: None, session_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    """The probe said yes (a local flake), nix flake lock said no (it does not parse): cargo builds, nothing failed."""
+    nixpkgs = tmp_path / "broken-nixpkgs"
+    nixpkgs.mkdir()
+    (nixpkgs / "flake.nix").write_text("{ this is not nix\n")
+    recorder = Recorder()
+    settings = Settings(
+        cache_dir=tmp_path / "cache", registry=str(session_registry.path), backend="auto", nixpkgs=str(nixpkgs)
+    )
+    tool: Any = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
+    assert tool.backend == "cargo" and tool(input="hi") == "HI"
+    finished = recorder.of(StageFinished)
+    assert [e for e in finished if e.status == "failed"] == []
+    assert [e.status for e in finished if e.stage == "flake"] == ["skipped", "done"]
+    notices = [n.message for n in recorder.of(Notice)]
+    assert any("falling back to the cargo backend" in n for n in notices), notices
+    # remembered: the next run decides for cargo up front
+    assert decide(settings, NoRunner()).name == "cargo"
