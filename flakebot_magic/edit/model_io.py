@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import httpx
 
 from ..errors import ModelError
 from ..events import EventBus
+from ..model import ModelConfig
 from .protocol import FUNCTION_SCHEMAS
-
-if TYPE_CHECKING:
-    from ..model import ModelConfig
 
 __all__ = ["MAX_REPLY_BYTES", "MAX_REPLY_SECONDS", "MAX_STREAM_RETRIES", "BrokenReply", "ModelChannel", "Reply"]
 
@@ -98,8 +98,7 @@ class ModelChannel:
         )
 
     def _request(self, messages: list[dict[str, Any]]) -> Reply:
-        import httpx
-        import openai
+        import openai  # lazy: importing flakebot_magic stays cheap
 
         prompt_estimate = sum(len(json.dumps(m)) for m in messages) // 4
         kwargs: dict[str, Any] = {"model": self.model.model, "messages": messages, "tools": FUNCTION_SCHEMAS}
@@ -181,8 +180,7 @@ class ModelChannel:
             raise BrokenReply(f"the reply took longer than {self.max_reply_seconds:g} s and was stopped")
 
     def _read_stream(self, stream: Any, prompt_estimate: int, deadline: float) -> Reply:
-        import httpx
-        import openai
+        import openai  # lazy: importing flakebot_magic stays cheap
 
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}

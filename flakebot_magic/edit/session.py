@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..cargo import Cargo
 from ..errors import BudgetExhausted, EditError, PolicyError
 from ..events import EventBus
 from ..fsutil import UnsafePath
 from ..git import Git
+from ..model import ModelConfig
 from ..policy import Baseline
 from ..registry.base import CrateCandidate
 from .checkrun import CheckRun, CheckRunner, clippy_available
@@ -30,9 +31,6 @@ from .protocol import BadCall, decode_call, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .state import EditOutcome, EditState
-
-if TYPE_CHECKING:
-    from ..model import ModelConfig
 
 __all__ = ["MAX_TEXT_REPLIES", "EditLoop"]
 
