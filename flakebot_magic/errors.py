@@ -104,7 +104,7 @@ class ToolBusy(UsageError):
     ``holder`` describes that build (:class:`flakebot_magic.locks.LockHolder`).
     """
 
-    def __init__(self, message: str, *, name: str, holder: Any) -> None:
+    def __init__(self, message: str, *, name: str = "", holder: Any = None) -> None:
         super().__init__(message)
         self.name = name
         self.holder = holder

@@ -227,17 +227,34 @@ def _pipe_inode(fd: int) -> int:
     return os.fstat(fd).st_ino
 
 
+def _parent_of(pid: int) -> int | None:
+    """The parent PID of ``pid`` (from ``/proc/PID/stat``), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "(comm)", which may hold spaces
+    return int(fields[1]) if len(fields) > 1 else None
+
+
 def _pipe_holders(inodes: set[int]) -> list[int]:
-    """Processes (other than this one) with a descriptor on one of the pipes ``inodes``."""
+    """Processes with a descriptor on one of the pipes ``inodes``, other than this one and its own children.
+
+    This process's children are left out: a command another thread is just
+    starting holds copies of every open pipe between its fork and its exec
+    (which closes them: they are close-on-exec). What holds a finished
+    command's pipes for real is that command's descendants, never ours.
+    """
     wanted = {f"pipe:[{inode}]" for inode in inodes}
-    holders = []
+    holders: list[int] = []
     me = os.getpid()
     try:
         entries = os.listdir("/proc")
     except OSError:
         return holders
     for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit() or int(entry) == me or _parent_of(int(entry)) == me:
             continue
         try:
             fds = os.listdir(f"/proc/{entry}/fd")

@@ -40,11 +40,6 @@ def test_one_pipeline_keeps_nothing_of_a_run(session_registry: DirectoryRegistry
 
 
 @pytest.mark.cargo
-@pytest.mark.xfail(
-    reason="process.ProcessRunner._stop kills every process holding the finished command's pipes, including "
-    "a sibling command another thread forked at that moment (it holds them until exec); reported to the lead",
-    strict=False,
-)
 def test_one_pipeline_runs_two_requests_at_once(session_registry: DirectoryRegistry, tmp_path: Path) -> None:
     settings = Settings(cache_dir=tmp_path, registry=str(session_registry.path), backend="cargo")
     recorder = Recorder()
