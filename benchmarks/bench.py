@@ -95,13 +95,16 @@ def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
             archive = subprocess.run(["git", "archive", "HEAD"], cwd=workspace, capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", str(plain)], input=archive, check=True)
             cargo = [
-                find_cargo(), "build", "--release", "--offline",
-                "--config", 'source.crates-io.replace-with="offline"',
-                "--config", f'source.offline.directory="{registry}"',
+                find_cargo(),
+                "build",
+                "--release",
+                "--offline",
+                "--config",
+                'source.crates-io.replace-with="offline"',
+                "--config",
+                f'source.offline.directory="{registry}"',
             ]
-            cargo_times.append(
-                timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True))
-            )
+            cargo_times.append(timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True)))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
     best_pipeline, best_cargo = min(pipeline_times), min(cargo_times)
@@ -114,13 +117,15 @@ def warm(registry: str, runs: int, backend: str = "cargo", nixpkgs: str | None =
         settings = Settings(cache_dir=cache, registry=registry, backend=backend, nixpkgs=nixpkgs)
         Pipeline(settings).run(REQUEST, name="md")
         in_process = [timed(lambda: Pipeline(settings).run(REQUEST, name="md")) for _ in range(runs)]
-        env = {**os.environ, "FLAKEBOT_CACHE_DIR": str(cache), "FLAKEBOT_REGISTRY": registry,
-               "FLAKEBOT_BACKEND": backend, **({"FLAKEBOT_NIXPKGS": nixpkgs} if nixpkgs else {})}
+        env = {
+            **os.environ,
+            "FLAKEBOT_CACHE_DIR": str(cache),
+            "FLAKEBOT_REGISTRY": registry,
+            "FLAKEBOT_BACKEND": backend,
+            **({"FLAKEBOT_NIXPKGS": nixpkgs} if nixpkgs else {}),
+        }
         command = [FLAKEBOT, "build", REQUEST, "--name", "md", "--quiet", "--json"]
-        wall = [
-            timed(lambda: subprocess.run(command, env=env, check=True, capture_output=True))
-            for _ in range(runs)
-        ]
+        wall = [timed(lambda: subprocess.run(command, env=env, check=True, capture_output=True)) for _ in range(runs)]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return {"command_p50_s": statistics.median(wall), "in_process_p50_s": statistics.median(in_process)}
@@ -137,12 +142,12 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     the cargo time; measured apart below).
     """
     from flakebot_magic.cargo import Cargo
+    from flakebot_magic.edit import EditLoop
     from flakebot_magic.events import EventBus
     from flakebot_magic.git import Git
     from flakebot_magic.model import ModelConfig
     from flakebot_magic.process import ProcessRunner
     from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-    from flakebot_magic.edit import EditLoop
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -150,35 +155,62 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]
 
     def checks(content: str, number: int) -> dict[str, object]:
-        write = {"id": f"w{number}", "type": "function",
-                 "function": {"name": "write_file", "arguments": json.dumps({"path": "src/bin/sha256.rs", "content": content})}}
+        write = {
+            "id": f"w{number}",
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "arguments": json.dumps({"path": "src/bin/sha256.rs", "content": content}),
+            },
+        }
         run = {"id": f"r{number}", "type": "function", "function": {"name": "run_checks", "arguments": "{}"}}
         return {"role": "assistant", "content": None, "tool_calls": [write, run]}
 
     edits = [checks(fixed, 0)] + [checks(fixed + f"\n// edit {i}\n", i) for i in range(1, extra_iterations + 1)]
-    finish = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "f", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "bench"}'}}]}
+    finish = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "f", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "bench"}'}}
+        ],
+    }
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-edit-"))
     try:
         found = DirectoryRegistry(registry, cache)
         runner = ProcessRunner()
-        workspace = fork(found.get("sha2"), found, cache / "workspaces", "sha", runner=runner, bus=EventBus(),
-                         cargo=Cargo(found, runner))
+        workspace = fork(
+            found.get("sha2"),
+            found,
+            cache / "workspaces",
+            "sha",
+            runner=runner,
+            bus=EventBus(),
+            cargo=Cargo(found, runner),
+        )
         sandbox = Sandbox(workspace.path)
         with FakeOpenAIServer([script[0], *edits, finish]) as server:
             model = ModelConfig.resolve("scripted", base_url=server.base_url)
             assert model is not None
             client = model.client()
-            loop = EditLoop(workspace.path, client, model, cargo=SandboxedCargo(found, runner, sandbox),
-                            bus=EventBus(), git=Git(workspace.path, runner), crate=workspace.crate,
-                            max_iterations=extra_iterations + 4)
+            loop = EditLoop(
+                workspace.path,
+                client,
+                model,
+                cargo=SandboxedCargo(found, runner, sandbox),
+                bus=EventBus(),
+                git=Git(workspace.path, runner),
+                crate=workspace.crate,
+                max_iterations=extra_iterations + 4,
+            )
             loop.run("a command that prints the SHA-256 of its standard input")
             client.close()
         runs = loop.runs
         later = [r for r in runs if r.iteration >= 1]
         ratios = [(r.seconds - r.cargo_seconds) / r.cargo_seconds for r in later]
         own_ms = [(r.seconds - r.cargo_seconds) * 1000 for r in later]
-        wrapper = [timed(lambda: runner.run(sandbox.command(["true"]), env=sandbox.env(), timeout=30)) for _ in range(9)]
+        wrapper = [
+            timed(lambda: runner.run(sandbox.command(["true"]), env=sandbox.env(), timeout=30)) for _ in range(9)
+        ]
         bare = [timed(lambda: runner.run(["true"], timeout=30)) for _ in range(9)]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -202,13 +234,24 @@ def _edit_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, st
         return []
     cargo_ms = float(edit["cargo_p50_s"]) * 1000  # type: ignore[arg-type]
     return [
-        (f"edit loop: flakebot's own time per check run on top of cargo's (p50 / max over {edit['check_runs']} runs)",
-         f"**{edit['own_p50_ms']:.0f} ms / {cargo_ms:.0f} ms = {float(edit['ratio_p50']) * 100:.1f}%** "  # type: ignore[arg-type]
-         f"(max {float(edit['ratio_max']) * 100:.1f}%)", "<= 10%"),  # type: ignore[arg-type]
-        ("edit loop: dependency units compiled after the baseline check run (baseline: "
-         f"{edit['baseline_dependency_units']})", f"**{edit['dependency_units_after_baseline']}**", "0"),
-        ("edit loop: sandbox wrappers (bwrap + prlimit) per cargo command" + ("" if edit["isolated"] else " (no bwrap)"),
-         f"{edit['sandbox_wrapper_ms']:.0f} ms", "-"),
+        (
+            f"edit loop: flakebot's own time per check run on top of cargo's (p50 / max over {edit['check_runs']} runs)",
+            f"**{edit['own_p50_ms']:.0f} ms / {cargo_ms:.0f} ms = {float(edit['ratio_p50']) * 100:.1f}%** "  # type: ignore[arg-type]
+            f"(max {float(edit['ratio_max']) * 100:.1f}%)",
+            "<= 10%",
+        ),  # type: ignore[arg-type]
+        (
+            "edit loop: dependency units compiled after the baseline check run (baseline: "
+            f"{edit['baseline_dependency_units']})",
+            f"**{edit['dependency_units_after_baseline']}**",
+            "0",
+        ),
+        (
+            "edit loop: sandbox wrappers (bwrap + prlimit) per cargo command"
+            + ("" if edit["isolated"] else " (no bwrap)"),
+            f"{edit['sandbox_wrapper_ms']:.0f} ms",
+            "-",
+        ),
     ]
 
 
@@ -245,8 +288,18 @@ def nix_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
 
 def search_p50(registry: str, runs: int) -> dict[str, float]:
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-search-"))
-    queries = ["render markdown to html", "hex viewer", "sha256 hash", "base64 encode", "parse json",
-               "regular expressions", "compress gzip", "command line arguments", "date and time", "http server"]
+    queries = [
+        "render markdown to html",
+        "hex viewer",
+        "sha256 hash",
+        "base64 encode",
+        "parse json",
+        "regular expressions",
+        "compress gzip",
+        "command line arguments",
+        "date and time",
+        "http server",
+    ]
     try:
         built = timed(lambda: DirectoryRegistry(registry, cache).search("warm"))
         found = DirectoryRegistry(registry, cache)
@@ -257,8 +310,12 @@ def search_p50(registry: str, runs: int) -> dict[str, float]:
             times.append(timed(lambda: search_stage.search(found, query, limit=10)))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    return {"p50_ms": statistics.median(times) * 1000, "p95_ms": sorted(times)[int(runs * 0.95) - 1] * 1000,
-            "crates": crates, "index_build_s": built}
+    return {
+        "p50_ms": statistics.median(times) * 1000,
+        "p95_ms": sorted(times)[int(runs * 0.95) - 1] * 1000,
+        "crates": crates,
+        "index_build_s": built,
+    }
 
 
 def search_accuracy(registry: str, rounds: int = 5) -> dict[str, object]:
@@ -302,10 +359,20 @@ def _accuracy_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str
         part = acc[split]
         assert isinstance(part, dict)
         n = part["n"]
-        rows.append((f"search accuracy, {label} of tests/search_requests.toml ({n} requests): top-1 / top-3",
-                     f"{part['top1'] / n:.2f} / **{part['top3'] / n:.2f}**", "top-3 >= 0.90 held out"))
-    rows.append((f"search latency over those {acc['requests']} requests, warm index (p50 / p95)",
-                 f"**{acc['p50_ms']:.2f} ms** / {acc['p95_ms']:.2f} ms", "p50 <= 10 ms"))
+        rows.append(
+            (
+                f"search accuracy, {label} of tests/search_requests.toml ({n} requests): top-1 / top-3",
+                f"{part['top1'] / n:.2f} / **{part['top3'] / n:.2f}**",
+                "top-3 >= 0.90 held out",
+            )
+        )
+    rows.append(
+        (
+            f"search latency over those {acc['requests']} requests, warm index (p50 / p95)",
+            f"**{acc['p50_ms']:.2f} ms** / {acc['p95_ms']:.2f} ms",
+            "p50 <= 10 ms",
+        )
+    )
     return rows
 
 
@@ -317,8 +384,11 @@ def import_time(runs: int) -> dict[str, object]:
         times.append(timed(lambda: subprocess.run([sys.executable, "-c", "import flakebot_magic"], check=True)))
         baseline.append(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)))
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
-    return {"p50_ms": statistics.median(times) * 1000, "python_alone_ms": statistics.median(baseline) * 1000,
-            "heavy_modules": loaded or "none"}
+    return {
+        "p50_ms": statistics.median(times) * 1000,
+        "python_alone_ms": statistics.median(baseline) * 1000,
+        "heavy_modules": loaded or "none",
+    }
 
 
 def _p50_ms(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
@@ -394,9 +464,14 @@ def clients_bench(registry: str, runs: int = 400) -> dict[str, float]:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return {
-        "cli_tool_ms": cli_tool_ms, "cli_raw_ms": cli_raw_ms, "cli_ratio": cli_tool_ms / cli_raw_ms,
-        "mcp_p50_ms": mcp_kept, "mcp_spawned_ms": mcp_spawned,
-        "http_p50_ms": http_tool_ms, "http_raw_ms": http_raw_ms, "http_new_ms": http_new,
+        "cli_tool_ms": cli_tool_ms,
+        "cli_raw_ms": cli_raw_ms,
+        "cli_ratio": cli_tool_ms / cli_raw_ms,
+        "mcp_p50_ms": mcp_kept,
+        "mcp_spawned_ms": mcp_spawned,
+        "http_p50_ms": http_tool_ms,
+        "http_raw_ms": http_raw_ms,
+        "http_new_ms": http_new,
     }
 
 
@@ -405,12 +480,21 @@ def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, 
         return []
     c: dict[str, float] = results["clients"]  # type: ignore[assignment]
     return [
-        ("CLI call `md(\"# Hi\")` / raw `subprocess.run` of the same binary (p50)",
-         f"{c['cli_tool_ms']:.2f} ms / {c['cli_raw_ms']:.2f} ms = **{c['cli_ratio']:.2f}x**", "<= 1.1x"),
-        ("MCP call round trip, server kept running (p50; spawning it per call)",
-         f"**{c['mcp_p50_ms']:.3f} ms** ({c['mcp_spawned_ms']:.2f} ms)", "<= 0.3 ms"),
-        ("HTTP call with keep-alive, `svc.greet()` (p50; raw httpx keep-alive; raw httpx new connection)",
-         f"**{c['http_p50_ms']:.3f} ms** ({c['http_raw_ms']:.3f} ms; {c['http_new_ms']:.2f} ms)", "<= 1 ms"),
+        (
+            'CLI call `md("# Hi")` / raw `subprocess.run` of the same binary (p50)',
+            f"{c['cli_tool_ms']:.2f} ms / {c['cli_raw_ms']:.2f} ms = **{c['cli_ratio']:.2f}x**",
+            "<= 1.1x",
+        ),
+        (
+            "MCP call round trip, server kept running (p50; spawning it per call)",
+            f"**{c['mcp_p50_ms']:.3f} ms** ({c['mcp_spawned_ms']:.2f} ms)",
+            "<= 0.3 ms",
+        ),
+        (
+            "HTTP call with keep-alive, `svc.greet()` (p50; raw httpx keep-alive; raw httpx new connection)",
+            f"**{c['http_p50_ms']:.3f} ms** ({c['http_raw_ms']:.3f} ms; {c['http_new_ms']:.2f} ms)",
+            "<= 1 ms",
+        ),
     ]
 
 
@@ -421,9 +505,16 @@ def table(results: dict[str, dict[str, object]]) -> str:
     if "nix_cold" in results:
         nix_cold, nix_warm = results["nix_cold"], results["nix_warm"]
         rows += [
-            ("cold pipeline, nix backend / cargo backend (pulldown-cmark, nixpkgs stand-in)",
-             f"{nix_cold['nix_s']:.1f} s / {nix_cold['cargo_s']:.1f} s = **{nix_cold['ratio']:.2f}x**", "<= 1.3x"),
-            ("warm re-run, nix backend, `flakebot build` command (p50)", f"**{nix_warm['command_p50_s']:.3f} s**", "<= 0.5 s"),
+            (
+                "cold pipeline, nix backend / cargo backend (pulldown-cmark, nixpkgs stand-in)",
+                f"{nix_cold['nix_s']:.1f} s / {nix_cold['cargo_s']:.1f} s = **{nix_cold['ratio']:.2f}x**",
+                "<= 1.3x",
+            ),
+            (
+                "warm re-run, nix backend, `flakebot build` command (p50)",
+                f"**{nix_warm['command_p50_s']:.3f} s**",
+                "<= 0.5 s",
+            ),
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
     rows += _client_rows(results)
@@ -435,15 +526,28 @@ def table(results: dict[str, dict[str, object]]) -> str:
 def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
     cold, warm_, search, imp = results["cold"], results["warm"], results["search"], results["import"]
     rows = [
-        ("cold pipeline (pulldown-cmark) / plain `cargo build --release`",
-         f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x**", "<= 1.15x"),
+        (
+            "cold pipeline (pulldown-cmark) / plain `cargo build --release`",
+            f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x**",
+            "<= 1.15x",
+        ),
         ("warm re-run, `flakebot build` command (p50)", f"**{warm_['command_p50_s']:.3f} s**", "<= 0.5 s"),
-        ("warm re-run, `flakebot_magic.build()` in-process (p50)", f"{warm_['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
-        (f"search, warm index over {search['crates']} crates (p50 / p95)",
-         f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms", "<= 10 ms"),
+        (
+            "warm re-run, `flakebot_magic.build()` in-process (p50)",
+            f"{warm_['in_process_p50_s'] * 1000:.0f} ms",
+            "<= 0.5 s",
+        ),
+        (
+            f"search, warm index over {search['crates']} crates (p50 / p95)",
+            f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
+            "<= 10 ms",
+        ),
         ("index build, whole registry (once per registry change)", f"{search['index_build_s']:.2f} s", "-"),
-        ("`python -c 'import flakebot_magic'` (p50; python alone)",
-         f"**{imp['p50_ms']:.0f} ms** ({imp['python_alone_ms']:.0f} ms)", "<= 150 ms"),
+        (
+            "`python -c 'import flakebot_magic'` (p50; python alone)",
+            f"**{imp['p50_ms']:.0f} ms** ({imp['python_alone_ms']:.0f} ms)",
+            "<= 150 ms",
+        ),
         ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
     ]
     rows += _accuracy_rows(results)
@@ -468,25 +572,41 @@ def main() -> int:
     if args.only_search:
         found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
         search = found["search"]
-        rows = [(f"search, warm index over {search['crates']} crates (p50 / p95)",
-                 f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms", "<= 10 ms"),
-                *_accuracy_rows(found)]
-        print("\n".join(["| measurement | result | target |", "|---|---|---|"]
-                        + [f"| {a} | {b} | {c} |" for a, b, c in rows]))
+        rows = [
+            (
+                f"search, warm index over {search['crates']} crates (p50 / p95)",
+                f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
+                "<= 10 ms",
+            ),
+            *_accuracy_rows(found),
+        ]
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+            )
+        )
         if args.json:
             args.json.write_text(json.dumps(found, indent=2, default=str))
         return 0
     if args.only_clients:
         clients = {"clients": clients_bench(args.registry)}
-        print("\n".join(["| measurement | result | target |", "|---|---|---|"]
-                        + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]))
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"]
+                + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]
+            )
+        )
         if args.json:
             args.json.write_text(json.dumps(clients, indent=2, default=str))
         return 0
     if args.only_edit:
         edit = {"edit": edit_loop_overhead(args.registry)}
         rows = _edit_rows(edit)
-        print("\n".join(["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]))
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+            )
+        )
         if args.json:
             args.json.write_text(json.dumps(edit, indent=2, default=str))
         return 0
@@ -524,7 +644,12 @@ def main() -> int:
     if args.readme:
         readme = ROOT / "README.md"
         content = readme.read_text()
-        new = re.sub(r"(<!-- bench:start -->\n).*?(\n<!-- bench:end -->)", lambda m: m.group(1) + text + m.group(2), content, flags=re.S)
+        new = re.sub(
+            r"(<!-- bench:start -->\n).*?(\n<!-- bench:end -->)",
+            lambda m: m.group(1) + text + m.group(2),
+            content,
+            flags=re.S,
+        )
         readme.write_text(new)
     return 0
 

@@ -47,9 +47,9 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .clients import ToolClient
     from .events import Observer
     from .registry.base import CrateCandidate
-    from .clients import ToolClient
 
 __all__ = [
     "BudgetExhausted",
@@ -89,29 +89,29 @@ def build(
 ) -> ToolClient:
     """Build the tool for ``request`` and return it, callable.
 
-    The same pipeline as ``%%flakebot`` and ``flakebot build``, with every
-    build option of theirs as a keyword (the list below is made from the
-    options table, :mod:`flakebot_magic.options`). Ctrl-C cancels the build
-    and keeps its workspace; the run's log is kept like the magic's.
+        The same pipeline as ``%%flakebot`` and ``flakebot build``, with every
+        build option of theirs as a keyword (the list below is made from the
+        options table, :mod:`flakebot_magic.options`). Ctrl-C cancels the build
+        and keeps its workspace; the run's log is kept like the magic's.
 
-    Parameters
-    ----------
-    request
-        What the tool should do, in words.
-    name
-        The tool's name (a Python identifier); default: from the crate's name.
-    crate
-        Use this crate instead of searching.
-    cache_dir
-        Where workspaces, the store and the index live.
-    observers
-        Callables that receive every pipeline event.
-{options}
+        Parameters
+        ----------
+        request
+            What the tool should do, in words.
+        name
+            The tool's name (a Python identifier); default: from the crate's name.
+        crate
+            Use this crate instead of searching.
+        cache_dir
+            Where workspaces, the store and the index live.
+        observers
+            Callables that receive every pipeline event.
+    {options}
     """
     from .background import start_build
-    from .request import BuildRequest
     from .config import Settings
     from .options import apply
+    from .request import BuildRequest
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
     tool: ToolClient = start_build(settings, BuildRequest(request, name=name, crate=crate)).wait(list(observers))
@@ -134,8 +134,8 @@ def _document_build() -> None:
     import textwrap
 
     entries = [
-        f"    {o.name}\n" + textwrap.fill(o.help[0].upper() + o.help[1:] + ".", 72, initial_indent=" " * 8,
-                                       subsequent_indent=" " * 8)
+        f"    {o.name}\n"
+        + textwrap.fill(o.help[0].upper() + o.help[1:] + ".", 72, initial_indent=" " * 8, subsequent_indent=" " * 8)
         for o in OPTIONS
     ]
     build.__doc__ = (build.__doc__ or "").format(options="\n".join(entries))

@@ -13,8 +13,17 @@ from .registry.base import Registry
 __all__ = ["Cargo", "find_cargo"]
 
 _BUILD_VARIABLES = frozenset(
-    {"RUSTFLAGS", "RUSTDOCFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_ENCODED_RUSTDOCFLAGS", "RUSTC_WRAPPER",
-     "RUSTC_WORKSPACE_WRAPPER", "CARGO_INCREMENTAL", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET"}
+    {
+        "RUSTFLAGS",
+        "RUSTDOCFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_ENCODED_RUSTDOCFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_INCREMENTAL",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+    }
 )
 
 
@@ -58,7 +67,9 @@ class Cargo:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = scrubbed_env({"CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never"})
         # flags from the caller's shell would change the binary without changing the store hash
-        for name in [n for n in env if n in _BUILD_VARIABLES or n.startswith(("CARGO_BUILD_", "CARGO_PROFILE_", "CARGO_TARGET_"))]:
+        for name in [
+            n for n in env if n in _BUILD_VARIABLES or n.startswith(("CARGO_BUILD_", "CARGO_PROFILE_", "CARGO_TARGET_"))
+        ]:
             del env[name]
         # the toolchain's own directory must stay reachable when cargo came from ~/.cargo/bin
         bin_dir = os.path.dirname(self.executable)

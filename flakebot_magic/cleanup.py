@@ -52,8 +52,12 @@ class CleanReport:
 
     @property
     def data(self) -> dict[str, object]:
-        return {"removed": [str(p) for p in self.removed], "freed_bytes": self.freed, "kept": list(self.kept),
-                "stopped": list(self.stopped)}
+        return {
+            "removed": [str(p) for p in self.removed],
+            "freed_bytes": self.freed,
+            "kept": list(self.kept),
+            "stopped": list(self.stopped),
+        }
 
     @property
     def text(self) -> str:
@@ -155,7 +159,13 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
 
     inventory = Inventory(settings.tools_dir)
     if everything:
-        for path in (settings.tools_dir, settings.store_dir, settings.workspaces_dir, settings.recipes_dir, settings.index_dir):
+        for path in (
+            settings.tools_dir,
+            settings.store_dir,
+            settings.workspaces_dir,
+            settings.recipes_dir,
+            settings.index_dir,
+        ):
             if path in (settings.tools_dir, settings.index_dir):
                 remove(path)
             else:

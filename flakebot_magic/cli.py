@@ -33,10 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # --registry is a build option (from the options table) every subcommand takes
     add_arguments(common, skip=[o.name for o in OPTIONS if o.name != "registry"])
-    common.add_argument("--cache-dir", help="Where workspaces, the store and the search index live. "
-                        "Default: $FLAKEBOT_CACHE_DIR, else the user cache dir.")
-    common.add_argument("--json", action="store_true",
-                        help="Print JSON on stdout (progress and notes still go to stderr).")
+    common.add_argument(
+        "--cache-dir",
+        help="Where workspaces, the store and the search index live. "
+        "Default: $FLAKEBOT_CACHE_DIR, else the user cache dir.",
+    )
+    common.add_argument(
+        "--json", action="store_true", help="Print JSON on stdout (progress and notes still go to stderr)."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     build = sub.add_parser("build", parents=[common], help="Build a tool for a request.")
@@ -53,22 +57,33 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", parents=[common], help="List the tools built on this machine.")
 
-    show = sub.add_parser("show", parents=[common], help="Show a tool's provenance (crate, checksum, commit, store path).")
+    show = sub.add_parser(
+        "show", parents=[common], help="Show a tool's provenance (crate, checksum, commit, store path)."
+    )
     show.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     logs = sub.add_parser("logs", parents=[common], help="Show a tool's build log (and its process output).")
     logs.add_argument("name", help="The tool's name.")
-    logs.add_argument("--tail", type=int, default=200, help="How many of the last lines to show (0: all). Default: 200.")
+    logs.add_argument(
+        "--tail", type=int, default=200, help="How many of the last lines to show (0: all). Default: 200."
+    )
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
     stop.add_argument("--all", action="store_true", help="Stop every running tool.")
 
     clean_ = sub.add_parser("clean", parents=[common], help="Remove unused store entries and workspaces.")
-    clean_.add_argument("--all", action="store_true",
-                        help="Remove every tool, workspace, store entry and the index (running tools are stopped).")
+    clean_.add_argument(
+        "--all",
+        action="store_true",
+        help="Remove every tool, workspace, store entry and the index (running tools are stopped).",
+    )
 
     export = sub.add_parser("export", parents=[common], help="Write a project that builds a tool elsewhere.")
-    export.add_argument("--replit", metavar="DIR", required=True,
-                        help="Write DIR/.replit and DIR/replit.nix (and the flake in DIR/NAME) for Replit.")
+    export.add_argument(
+        "--replit",
+        metavar="DIR",
+        required=True,
+        help="Write DIR/.replit and DIR/replit.nix (and the flake in DIR/NAME) for Replit.",
+    )
     export.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     return parser
 
@@ -85,8 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except FlakebotError as exc:
         if getattr(args, "json", False):
-            print(json.dumps({"error": type(exc).__name__, "message": str(exc),
-                              "workspace": str(exc.workspace) if exc.workspace else None}))
+            print(
+                json.dumps(
+                    {
+                        "error": type(exc).__name__,
+                        "message": str(exc),
+                        "workspace": str(exc.workspace) if exc.workspace else None,
+                    }
+                )
+            )
         print(f"flakebot: error: {exc}", file=sys.stderr)
         return 130 if isinstance(exc, Cancelled) else 1
     except KeyboardInterrupt:

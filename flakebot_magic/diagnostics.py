@@ -216,8 +216,12 @@ def _diagnostic(record: dict[str, Any]) -> Diagnostic:
             if span.get("suggestion_applicability") == "MachineApplicable":
                 suggestions.append(
                     Suggestion(
-                        span["file_name"], span["byte_start"], span["byte_end"],
-                        span["suggested_replacement"], child_text, span.get("line_start", 0),
+                        span["file_name"],
+                        span["byte_start"],
+                        span["byte_end"],
+                        span["suggested_replacement"],
+                        child_text,
+                        span.get("line_start", 0),
                     )
                 )
     code = inner.get("code") or {}
@@ -236,7 +240,9 @@ def _diagnostic(record: dict[str, Any]) -> Diagnostic:
     )
 
 
-_SUMMARY = re.compile(r"^(aborting due to|could not compile|\d+ warnings? emitted|warning: \d+ warnings?|For more information about)")
+_SUMMARY = re.compile(
+    r"^(aborting due to|could not compile|\d+ warnings? emitted|warning: \d+ warnings?|For more information about)"
+)
 
 
 def actionable(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:

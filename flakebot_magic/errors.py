@@ -176,9 +176,7 @@ class TestError(BuildError):
         workspace: Path | None = None,
     ) -> None:
         self.failed = list(failed)
-        super().__init__(
-            message, diagnostics=diagnostics, command=command, workspace=workspace
-        )
+        super().__init__(message, diagnostics=diagnostics, command=command, workspace=workspace)
 
 
 class PolicyError(FlakebotError):
@@ -211,9 +209,7 @@ class EditError(FlakebotError):
 
     stage = "edit"
 
-    def __init__(
-        self, message: str, *, diagnostics: str = "", reason: str = "", workspace: Path | None = None
-    ) -> None:
+    def __init__(self, message: str, *, diagnostics: str = "", reason: str = "", workspace: Path | None = None) -> None:
         self.diagnostics = diagnostics
         self.reason = reason
         super().__init__(message, workspace=workspace)

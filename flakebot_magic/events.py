@@ -12,9 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 __all__ = [
+    "STAGES",
     "Event",
     "EventBus",
     "IterationResult",
@@ -22,7 +23,6 @@ __all__ = [
     "Notice",
     "Observer",
     "RunFinished",
-    "STAGES",
     "StageFinished",
     "StageStarted",
 ]
@@ -107,7 +107,7 @@ class IterationResult:
     at: float = field(default_factory=time.monotonic)
 
 
-Event = Union[StageStarted, StageFinished, LogLine, Notice, RunFinished, IterationResult]
+Event = StageStarted | StageFinished | LogLine | Notice | RunFinished | IterationResult
 Observer = Callable[[Event], None]
 
 
@@ -132,8 +132,7 @@ class EventBus:
                 except Exception as exc:  # an observer must never stop a build
                     self._broken.add(index)
                     print(
-                        f"flakebot: progress observer {observer!r} failed ({exc!r}); "
-                        "it gets no further events",
+                        f"flakebot: progress observer {observer!r} failed ({exc!r}); it gets no further events",
                         file=sys.stderr,
                     )
 

@@ -81,21 +81,26 @@ OVERRIDES: tuple[tuple[str, str], ...] = (
     ("protocol.allow", "never"),  # the workspace has no remote; nothing is fetched
 )
 _OPTIONS = tuple(arg for key, value in OVERRIDES for arg in ("-c", f"{key}={value}"))
-_NO_DRIVERS = {"diff": ("--no-ext-diff", "--no-textconv"), "log": ("--no-ext-diff", "--no-textconv"),
-               "show": ("--no-ext-diff", "--no-textconv")}
+_NO_DRIVERS = {
+    "diff": ("--no-ext-diff", "--no-textconv"),
+    "log": ("--no-ext-diff", "--no-textconv"),
+    "show": ("--no-ext-diff", "--no-textconv"),
+}
 
 #: the only ``.git/config`` entries kept (section, key): what ``git init`` writes
-KEPT_CONFIG = frozenset({
-    ("core", "repositoryformatversion"),
-    ("core", "filemode"),
-    ("core", "bare"),
-    ("core", "logallrefupdates"),
-    ("core", "ignorecase"),
-    ("core", "precomposeunicode"),
-    ("core", "symlinks"),
-    ("extensions", "objectformat"),
-    ("extensions", "refstorage"),
-})
+KEPT_CONFIG = frozenset(
+    {
+        ("core", "repositoryformatversion"),
+        ("core", "filemode"),
+        ("core", "bare"),
+        ("core", "logallrefupdates"),
+        ("core", "ignorecase"),
+        ("core", "precomposeunicode"),
+        ("core", "symlinks"),
+        ("extensions", "objectformat"),
+        ("extensions", "refstorage"),
+    }
+)
 _MAX_CONFIG = 64 * 1024
 _SECTION = re.compile(r"^\s*\[([A-Za-z0-9.-]+)\]\s*(?:[#;].*)?$")
 _ENTRY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*=\s*([A-Za-z0-9_.-]+)\s*(?:[#;].*)?$")

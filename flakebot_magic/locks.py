@@ -117,7 +117,11 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None) -> Itera
                     holder=holder,
                 )
             time.sleep(_POLL)
-        me = LockHolder(os.getpid(), time.time(), " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200])
+        me = LockHolder(
+            os.getpid(),
+            time.time(),
+            " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200],
+        )
         record = json.dumps({"pid": me.pid, "started": me.started, "command": me.command}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, record, 0)

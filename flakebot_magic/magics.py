@@ -65,9 +65,9 @@ def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
 class FlakebotMagics(_OptionTraits):
     """Build Rust tools from a request and call them from Python."""
 
-    cache_dir = Unicode(
-        None, allow_none=True, help="Where workspaces, the store and the search index live."
-    ).tag(config=True)
+    cache_dir = Unicode(None, allow_none=True, help="Where workspaces, the store and the search index live.").tag(
+        config=True
+    )
     verbose = Bool(False, help="Print cargo's output as it comes.").tag(config=True)
     progress = Enum(
         ["auto", "widget", "text", "none"],
@@ -95,14 +95,16 @@ class FlakebotMagics(_OptionTraits):
 
     @magic_arguments()
     @argument(
-        "command", nargs="*",
+        "command",
+        nargs="*",
         help="Line mode only: `list`, `show NAME`, `logs NAME`, `stop NAME|--all`, "
         "`rebuild NAME`, `clean [--all]` or `search QUERY`.",
     )
     @argument("--name", "-n", help="Name of the tool in the kernel (a Python identifier). Default: from the crate.")
     @argument("--crate", "-c", help="Use this crate instead of searching.")
     @argument(
-        "--all", action="store_true",
+        "--all",
+        action="store_true",
         help="With `clean`: remove every tool, workspace and store entry. With `stop`: stop every running tool.",
     )
     @argument("--tail", type=int, default=200, help="With `logs`: how many of the last lines to show (0: all).")
@@ -305,9 +307,7 @@ class FlakebotMagics(_OptionTraits):
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
-            raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean."
-            )
+            raise UsageError(f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
         if command == "show":

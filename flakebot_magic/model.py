@@ -128,8 +128,7 @@ class ModelConfig:
         if not model:
             if base_url or provider:
                 raise UsageError(
-                    f"{'--base-url' if base_url else '--provider'} was given without --model. "
-                    + HOW_TO_CONFIGURE
+                    f"{'--base-url' if base_url else '--provider'} was given without --model. " + HOW_TO_CONFIGURE
                 )
             return None
         preset = None

@@ -95,55 +95,165 @@ _DEPLOY = "deploy (nix or cargo)"
 _LIMITS = "limits"
 
 OPTIONS: tuple[Option, ...] = (
-    Option("registry", str, None, "a cargo directory source (e.g. `cargo vendor` output), or 'crates.io'",
-           short="-r", env="FLAKEBOT_REGISTRY",
-           default_doc="Debian's /usr/share/cargo/registry when installed, else crates.io"),
+    Option(
+        "registry",
+        str,
+        None,
+        "a cargo directory source (e.g. `cargo vendor` output), or 'crates.io'",
+        short="-r",
+        env="FLAKEBOT_REGISTRY",
+        default_doc="Debian's /usr/share/cargo/registry when installed, else crates.io",
+    ),
     Option("rebuild", bool, False, "fork and build again, ignoring the cache", config=False),
     Option("keep_workspace", bool, False, "keep build outputs (target/) in the workspace after success"),
-    Option("backend", str, "auto", "how tools are built and deployed: nix (`nix build` of the generated flake into "
-           "/nix/store), cargo (cargo build into flakebot's own store), or auto: nix when it is installed and can "
-           "build here, else cargo", group=_DEPLOY, short="-b", choices=("auto", "nix", "cargo"),
-           env="FLAKEBOT_BACKEND"),
-    Option("nixpkgs", str, None, "flake reference for the generated flakes' nixpkgs input (e.g. "
-           "github:NixOS/nixpkgs/<rev>, or path:/a/local/nixpkgs offline)", group=_DEPLOY, env="FLAKEBOT_NIXPKGS"),
-    Option("nix_builders", str, None, "nix remote builders, passed as `--option builders`", group=_DEPLOY,
-           flag="--builders", env="FLAKEBOT_NIX_BUILDERS"),
-    Option("nix_substituters", str, None, "nix binary caches, passed as `--option substituters`", group=_DEPLOY,
-           flag="--substituters", env="FLAKEBOT_NIX_SUBSTITUTERS"),
-    Option("nix_trusted_public_keys", str, None, "keys of those caches, passed as `--option trusted-public-keys`",
-           group=_DEPLOY, flag="--trusted-public-keys", env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS"),
-    Option("model", str, None, "the edit loop's model; with one, a library crate becomes the requested tool "
-           "(none: crates with a binary are deployed as published)", group=_MODEL, short="-m",
-           env="FLAKEBOT_MODEL"),
-    Option("base_url", str, None, "the model's OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
-           "(default: the provider's)", group=_MODEL, env="FLAKEBOT_BASE_URL"),
-    Option("provider", str, None, "a preset that knows its base URL and key variable: openai (OPENAI_API_KEY), "
-           "groq (GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY)", group=_MODEL,
-           env="FLAKEBOT_PROVIDER"),
-    Option("max_iterations", int, 8, "check runs (cargo build + test) the model may ask for in one session",
-           group=_MODEL),
+    Option(
+        "backend",
+        str,
+        "auto",
+        "how tools are built and deployed: nix (`nix build` of the generated flake into "
+        "/nix/store), cargo (cargo build into flakebot's own store), or auto: nix when it is installed and can "
+        "build here, else cargo",
+        group=_DEPLOY,
+        short="-b",
+        choices=("auto", "nix", "cargo"),
+        env="FLAKEBOT_BACKEND",
+    ),
+    Option(
+        "nixpkgs",
+        str,
+        None,
+        "flake reference for the generated flakes' nixpkgs input (e.g. "
+        "github:NixOS/nixpkgs/<rev>, or path:/a/local/nixpkgs offline)",
+        group=_DEPLOY,
+        env="FLAKEBOT_NIXPKGS",
+    ),
+    Option(
+        "nix_builders",
+        str,
+        None,
+        "nix remote builders, passed as `--option builders`",
+        group=_DEPLOY,
+        flag="--builders",
+        env="FLAKEBOT_NIX_BUILDERS",
+    ),
+    Option(
+        "nix_substituters",
+        str,
+        None,
+        "nix binary caches, passed as `--option substituters`",
+        group=_DEPLOY,
+        flag="--substituters",
+        env="FLAKEBOT_NIX_SUBSTITUTERS",
+    ),
+    Option(
+        "nix_trusted_public_keys",
+        str,
+        None,
+        "keys of those caches, passed as `--option trusted-public-keys`",
+        group=_DEPLOY,
+        flag="--trusted-public-keys",
+        env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS",
+    ),
+    Option(
+        "model",
+        str,
+        None,
+        "the edit loop's model; with one, a library crate becomes the requested tool "
+        "(none: crates with a binary are deployed as published)",
+        group=_MODEL,
+        short="-m",
+        env="FLAKEBOT_MODEL",
+    ),
+    Option(
+        "base_url",
+        str,
+        None,
+        "the model's OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (default: the provider's)",
+        group=_MODEL,
+        env="FLAKEBOT_BASE_URL",
+    ),
+    Option(
+        "provider",
+        str,
+        None,
+        "a preset that knows its base URL and key variable: openai (OPENAI_API_KEY), "
+        "groq (GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY)",
+        group=_MODEL,
+        env="FLAKEBOT_PROVIDER",
+    ),
+    Option(
+        "max_iterations", int, 8, "check runs (cargo build + test) the model may ask for in one session", group=_MODEL
+    ),
     Option("token_budget", int, 400_000, "tokens one edit session may spend (prompt + completion)", group=_MODEL),
-    Option("follow_up", bool, False, "apply the request to the existing tool --name (its workspace and history), "
-           "then redeploy", group=_MODEL, flag="--continue", config=False),
-    Option("allow_build_scripts", bool, False, "let the model write build.rs (build scripts run code at build "
-           "time, inside the sandbox)", group=_MODEL),
-    Option("allow_unsandboxed", bool, False, "without bubblewrap, let model-written code build and run unconfined "
-           "(it then sees your files, secrets and the network); off: such builds are refused", group=_MODEL),
-    Option("max_reply_bytes", int, 4 * 1024 * 1024, "largest model reply read; a longer one is unusable",
-           group=_MODEL, per_build=False),
+    Option(
+        "follow_up",
+        bool,
+        False,
+        "apply the request to the existing tool --name (its workspace and history), then redeploy",
+        group=_MODEL,
+        flag="--continue",
+        config=False,
+    ),
+    Option(
+        "allow_build_scripts",
+        bool,
+        False,
+        "let the model write build.rs (build scripts run code at build time, inside the sandbox)",
+        group=_MODEL,
+    ),
+    Option(
+        "allow_unsandboxed",
+        bool,
+        False,
+        "without bubblewrap, let model-written code build and run unconfined "
+        "(it then sees your files, secrets and the network); off: such builds are refused",
+        group=_MODEL,
+    ),
+    Option(
+        "max_reply_bytes",
+        int,
+        4 * 1024 * 1024,
+        "largest model reply read; a longer one is unusable",
+        group=_MODEL,
+        per_build=False,
+    ),
     Option("max_reply_seconds", float, 300.0, "longest a model reply may stream", group=_MODEL, per_build=False),
     Option("model_timeout", float, 120.0, "seconds allowed for one model request", group=_MODEL, per_build=False),
-    Option("build_timeout", float, 1800.0, "seconds allowed for cargo build (and nix build)", group=_LIMITS,
-           per_build=False),
+    Option(
+        "build_timeout",
+        float,
+        1800.0,
+        "seconds allowed for cargo build (and nix build)",
+        group=_LIMITS,
+        per_build=False,
+    ),
     Option("test_timeout", float, 1800.0, "seconds allowed for cargo test", group=_LIMITS, per_build=False),
-    Option("tool_env", dict, {}, "environment variables every deployed tool starts with, beyond the allowlist "
-           "(PATH, locale, time zone, HOME); API keys pass only this way. Default: $FLAKEBOT_TOOL_ENV "
-           "('NAME,OTHER=value': a bare name passes that variable on)", group=_LIMITS, per_build=False),
-    Option("confine_tools", bool, False, "run deployed CLI and MCP tools in the sandbox too (no network, no "
-           "files outside a scratch dir); off: a tool runs as you, like any program you install",
-           group=_LIMITS),
-    Option("tool_timeout", float, 60.0, "default seconds allowed for one call of a deployed tool", group=_LIMITS,
-           per_build=False),
+    Option(
+        "tool_env",
+        dict,
+        {},
+        "environment variables every deployed tool starts with, beyond the allowlist "
+        "(PATH, locale, time zone, HOME); API keys pass only this way. Default: $FLAKEBOT_TOOL_ENV "
+        "('NAME,OTHER=value': a bare name passes that variable on)",
+        group=_LIMITS,
+        per_build=False,
+    ),
+    Option(
+        "confine_tools",
+        bool,
+        False,
+        "run deployed CLI and MCP tools in the sandbox too (no network, no "
+        "files outside a scratch dir); off: a tool runs as you, like any program you install",
+        group=_LIMITS,
+    ),
+    Option(
+        "tool_timeout",
+        float,
+        60.0,
+        "default seconds allowed for one call of a deployed tool",
+        group=_LIMITS,
+        per_build=False,
+    ),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

@@ -77,7 +77,13 @@ TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
 #: directories of the workspace root that hold build outputs, not source
 OUTPUT_DIRS = ("target",)
 
-_DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "dev_dependencies", "build-dependencies", "build_dependencies")
+_DEPENDENCY_TABLES = (
+    "dependencies",
+    "dev-dependencies",
+    "dev_dependencies",
+    "build-dependencies",
+    "build_dependencies",
+)
 _MAX_MANIFEST = 1024 * 1024
 _MAX_HASHED = 16 * 1024 * 1024
 _MAX_MANIFESTS = 500
@@ -249,24 +255,40 @@ def check_manifest(
     found: list[Violation] = []
     for table in ("patch", "replace"):
         if table in doc:
-            found.append(Violation(rel, f"[{table}] replaces dependencies with other sources",
-                                   f"remove the [{table}] table; dependencies come from the registry"))
+            found.append(
+                Violation(
+                    rel,
+                    f"[{table}] replaces dependencies with other sources",
+                    f"remove the [{table}] table; dependencies come from the registry",
+                )
+            )
     if _is_proc_macro(doc) and rel not in baseline.proc_macros:
-        found.append(Violation(rel, "[lib] proc-macro = true: a proc macro runs its code inside the compiler",
-                               "remove proc-macro = true; write ordinary functions instead"))
+        found.append(
+            Violation(
+                rel,
+                "[lib] proc-macro = true: a proc macro runs its code inside the compiler",
+                "remove proc-macro = true; write ordinary functions instead",
+            )
+        )
     package = doc.get("package")
     if isinstance(package, Mapping) and not allow_build_scripts:
         build = package.get("build")
         if build not in (None, False):
             declared = _declared_build_scripts(doc, lambda _rel: True)
-            new = [s for s in declared
-                   if os.path.relpath(os.path.normpath(base / s), root).replace(os.sep, "/") not in baseline.build_scripts]
+            new = [
+                s
+                for s in declared
+                if os.path.relpath(os.path.normpath(base / s), root).replace(os.sep, "/") not in baseline.build_scripts
+            ]
             if new:
-                found.append(Violation(
-                    rel, f"package.build names a build script ({', '.join(map(str, new))}): build scripts run "
-                    "arbitrary code at build time and are refused",
-                    f"remove the build key, {_ALLOW_HINT}",
-                ))
+                found.append(
+                    Violation(
+                        rel,
+                        f"package.build names a build script ({', '.join(map(str, new))}): build scripts run "
+                        "arbitrary code at build time and are refused",
+                        f"remove the build key, {_ALLOW_HINT}",
+                    )
+                )
 
     def walk(value: Any, where: str) -> None:
         if isinstance(value, Mapping):
@@ -279,10 +301,13 @@ def check_manifest(
                     if why:
                         found.append(Violation(rel, f"{here}: {item!r} {why}", "use a path inside the crate"))
                 elif key in ("git", "registry-index") and isinstance(item, str) and _in_dependency(where):
-                    found.append(Violation(
-                        rel, f"{where}: a {key} dependency ({item!r}) fetches code from outside the registry",
-                        "depend on a crate from the registry by version instead",
-                    ))
+                    found.append(
+                        Violation(
+                            rel,
+                            f"{where}: a {key} dependency ({item!r}) fetches code from outside the registry",
+                            "depend on a crate from the registry by version instead",
+                        )
+                    )
                 else:
                     walk(item, here)
         elif isinstance(value, list):
@@ -293,8 +318,13 @@ def check_manifest(
     if isinstance(package, Mapping):
         workspace_path = package.get("workspace")
         if isinstance(workspace_path, str) and _outside(root, base, workspace_path):
-            found.append(Violation(rel, f"package.workspace: {workspace_path!r} {_outside(root, base, workspace_path)}",
-                                   "remove package.workspace"))
+            found.append(
+                Violation(
+                    rel,
+                    f"package.workspace: {workspace_path!r} {_outside(root, base, workspace_path)}",
+                    "remove package.workspace",
+                )
+            )
     workspace = doc.get("workspace")
     if isinstance(workspace, Mapping):
         for key in ("members", "default-members"):
@@ -304,8 +334,9 @@ def check_manifest(
                 literal = member.split("*")[0].split("?")[0].split("[")[0] or "."
                 why = _outside(root, base, literal)
                 if why:
-                    found.append(Violation(rel, f"workspace.{key}: {member!r} {why}",
-                                           "list only members inside the crate"))
+                    found.append(
+                        Violation(rel, f"workspace.{key}: {member!r} {why}", "list only members inside the crate")
+                    )
     return found
 
 
@@ -316,9 +347,7 @@ def _in_dependency(where: str) -> bool:
 # -- the tree on disk --------------------------------------------------------------------
 
 
-def check_tree(
-    root: Path, *, allow_build_scripts: bool = False, baseline: Baseline | None = None
-) -> list[Violation]:
+def check_tree(root: Path, *, allow_build_scripts: bool = False, baseline: Baseline | None = None) -> list[Violation]:
     """Everything in the workspace ``root``, as it is on disk, that the policy refuses.
 
     ``baseline`` is the crate as published (:meth:`Baseline.from_git`); without
@@ -366,14 +395,23 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
                     found.append(Violation(rel, why, "remove the symlink"))
                 continue
             if name == ".cargo":
-                found.append(Violation(rel, f"a .cargo/ directory: {REFUSED_DIRS['.cargo']}",
-                                       "remove it; flakebot configures cargo itself"))
+                found.append(
+                    Violation(
+                        rel,
+                        f"a .cargo/ directory: {REFUSED_DIRS['.cargo']}",
+                        "remove it; flakebot configures cargo itself",
+                    )
+                )
             elif name == ".git" and not at_root:
-                found.append(Violation(rel, "a git repository nested in the crate",
-                                       "remove it; the workspace has one history, flakebot's"))
+                found.append(
+                    Violation(
+                        rel,
+                        "a git repository nested in the crate",
+                        "remove it; the workspace has one history, flakebot's",
+                    )
+                )
             elif name in TOOLCHAIN_FILES and not baseline.unchanged(root, rel):
-                found.append(Violation(rel, "a toolchain file: the compiler is not the crate's to choose",
-                                       "remove it"))
+                found.append(Violation(rel, "a toolchain file: the compiler is not the crate's to choose", "remove it"))
         dirnames[:] = [d for d in dirnames if d not in (".cargo", ".git") and not os.path.islink(here / d)]
     return found
 
@@ -422,10 +460,13 @@ def _manifests(root: Path, *, allow_build_scripts: bool, baseline: Baseline) -> 
             if script_rel in baseline.build_scripts and baseline.unchanged(root, script_rel):
                 continue
             changed = "changed since it was published" if script_rel in baseline.blobs else "new"
-            found.append(Violation(
-                script_rel, f"a build script runs arbitrary code at build time ({changed}, in {rel})",
-                f"remove it, {_ALLOW_HINT}",
-            ))
+            found.append(
+                Violation(
+                    script_rel,
+                    f"a build script runs arbitrary code at build time ({changed}, in {rel})",
+                    f"remove it, {_ALLOW_HINT}",
+                )
+            )
         queue += [Path(os.path.normpath(base / d)) / "Cargo.toml" for d in _local_crates(root, base, doc)]
     return found
 
@@ -488,5 +529,6 @@ def enforce(root: Path, *, allow_build_scripts: bool = False, baseline: Baseline
             f"The workspace {root} holds what flakebot does not build (code written by a model or a test "
             f"may have put it there):\n{listed}{more}\nFix or remove these files in the workspace, "
             "then run again (the git history shows when each appeared).",
-            violations=violations, workspace=root,
+            violations=violations,
+            workspace=root,
         )

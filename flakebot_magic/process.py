@@ -35,7 +35,13 @@ from pathlib import Path
 from .errors import Cancelled, ConfigError, StageTimeout
 
 __all__ = [
-    "CancelToken", "Completed", "ProcessRunner", "allowed_env", "kill_tree", "process_started_at", "scrubbed_env",
+    "CancelToken",
+    "Completed",
+    "ProcessRunner",
+    "allowed_env",
+    "kill_tree",
+    "process_started_at",
+    "scrubbed_env",
 ]
 
 MiB = 1024**2
@@ -54,12 +60,31 @@ _ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUS
 _ALLOWED_PREFIXES = ("LC_",)
 # What flakebot's own trusted helpers (git, nix, cargo outside the sandbox, nothing the model
 # wrote) also need: where the user's home, toolchain and CA certificates are. Paths, not secrets.
-_HOST = frozenset({
-    "HOME", "USER", "LOGNAME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "NIX_SSL_CERT_FILE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
-    "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
-    "NIX_PATH", "NIX_REMOTE", "NIX_CONF_DIR", "NIX_USER_CONF_FILES", "NIX_STORE_DIR", "NIX_STATE_DIR",
-})
+_HOST = frozenset(
+    {
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NIX_SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "NIX_PATH",
+        "NIX_REMOTE",
+        "NIX_CONF_DIR",
+        "NIX_USER_CONF_FILES",
+        "NIX_STORE_DIR",
+        "NIX_STATE_DIR",
+    }
+)
 # belt and braces: even an allowlisted name is dropped when it reads like a secret
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
 
@@ -138,6 +163,7 @@ LineCallback = Callable[[str, str], None]  # (stream, line)
 
 # --- process identity and tree kills ---------------------------------------------------------
 
+
 def _clock_ticks() -> int:
     try:
         return os.sysconf("SC_CLK_TCK")
@@ -159,7 +185,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             raw = stat.read().decode("ascii", "replace")
     except OSError:
         return None
-    return raw[raw.rfind(")") + 2:].split()
+    return raw[raw.rfind(")") + 2 :].split()
 
 
 def process_started_at(pid: int) -> float | None:
@@ -289,6 +315,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
 
 # --- reading output --------------------------------------------------------------------------
 
+
 class _Stream:
     """One output pipe: decoded in chunks, cut into lines of at most MAX_LINE, capture capped."""
 
@@ -416,7 +443,7 @@ class ProcessRunner:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # own process group: kill rustc children too
-            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 (only arms prctl; no Python-level work)
+            preexec_fn=_parent_death_signal(),
         )
         assert proc.stdout is not None and proc.stderr is not None
         streams = {

@@ -21,7 +21,13 @@ from .git import Git
 from .process import ProcessRunner
 
 __all__ = [
-    "IDENTITY", "WorkspaceDiff", "describe_locked", "differences", "provenance_of", "render_text", "workspace_diff",
+    "IDENTITY",
+    "WorkspaceDiff",
+    "describe_locked",
+    "differences",
+    "provenance_of",
+    "render_text",
+    "workspace_diff",
 ]
 
 #: the fields that say "the same tool": equal in all of them, the same binary was built from the same source
@@ -180,7 +186,9 @@ class WorkspaceDiff:
         )
 
 
-def workspace_diff(workspace: Path, commit: str = "HEAD", *, runner: ProcessRunner | None = None) -> WorkspaceDiff | None:
+def workspace_diff(
+    workspace: Path, commit: str = "HEAD", *, runner: ProcessRunner | None = None
+) -> WorkspaceDiff | None:
     """What flakebot changed in ``workspace`` against the published crate; None without a workspace."""
     if not (workspace / ".git").exists():
         return None

@@ -83,8 +83,16 @@ class Limits:
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: from /etc only what running the toolchain and ordinary programs needs: no shadow, no ssh keys
 _ETC = (
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-    "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/hosts", "/etc/os-release",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/hosts",
+    "/etc/os-release",
 )
 
 
@@ -97,7 +105,9 @@ def bubblewrap_works(bwrap: str = "bwrap") -> str:
     try:
         done = subprocess.run(
             [path, *_system_binds(), *_namespaces(), "--", "true"],
-            capture_output=True, timeout=20, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start ({exc})"
@@ -118,10 +128,16 @@ def _system_binds() -> list[str]:
 
 def _namespaces() -> list[str]:
     return [
-        "--unshare-user-try", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
-        "--unshare-cgroup-try", "--unshare-net",
-        "--die-with-parent", "--new-session",
-        "--cap-drop", "ALL",
+        "--unshare-user-try",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--unshare-net",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
     ]
 
 
@@ -135,6 +151,7 @@ def _visible_system(path: str) -> bool:
 
 
 # --- the toolchain ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Toolchain:
@@ -181,8 +198,13 @@ def toolchain_of(cargo: str) -> Toolchain:
         env["RUSTUP_HOME"] = str(beside)
     try:
         done = subprocess.run(
-            [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, cwd="/",
-            env=env, stdin=subprocess.DEVNULL,
+            [rustc, "--print", "sysroot"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+            env=env,
+            stdin=subprocess.DEVNULL,
         )
         sysroot = done.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -197,6 +219,7 @@ def toolchain_of(cargo: str) -> Toolchain:
 
 
 # --- the process-count cgroup -------------------------------------------------------------------
+
 
 def _pids_cgroup_parent() -> Path | None:
     """A pids-cgroup directory this process may create children in, or None."""
@@ -267,6 +290,7 @@ def _sweep_cgroups(parent: Path) -> None:
 
 # --- the sandbox --------------------------------------------------------------------------------
 
+
 class Sandbox:
     """How commands on untrusted code run in one directory.
 
@@ -309,7 +333,9 @@ class Sandbox:
         self.isolated = not why
         self.why_not = why
         self.prlimit = shutil.which("prlimit")
-        self.cargo_home = Path(cargo_home) if cargo_home else self.workspace.parent / ".sandbox" / self.workspace.name / "cargo-home"
+        self.cargo_home = (
+            Path(cargo_home) if cargo_home else self.workspace.parent / ".sandbox" / self.workspace.name / "cargo-home"
+        )
         home = os.path.expanduser("~")
         #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)
         self.home = home if self.isolated and os.path.isabs(home) and home != "/" else str(self.tmp_dir / "home")
@@ -341,8 +367,14 @@ class Sandbox:
             # RLIMIT_NPROC counts per user: in bwrap's user namespace that is the sandbox's processes only
             nproc = [f"--nproc={limits.processes}"] if self.isolated else []
             wrapped = [
-                self.prlimit, f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}",
-                f"--fsize={limits.file_bytes}", "--core=0", *nproc, "--", *wrapped,
+                self.prlimit,
+                f"--cpu={limits.cpu_seconds}",
+                f"--as={limits.memory_bytes}",
+                f"--fsize={limits.file_bytes}",
+                "--core=0",
+                *nproc,
+                "--",
+                *wrapped,
             ]
         if self.isolated:
             wrapped = [shutil.which("bwrap") or "bwrap", *self._bwrap_args(), "--", *wrapped]
@@ -421,7 +453,9 @@ class Sandbox:
     def describe(self) -> str:
         parts = [
             "bubblewrap: only the toolchain, registry and workspace are visible (.git read-only), "
-            "empty $HOME and /tmp, no network" if self.isolated else "NO isolation"
+            "empty $HOME and /tmp, no network"
+            if self.isolated
+            else "NO isolation"
         ]
         if self.prlimit:
             limits = self.limits
@@ -461,6 +495,7 @@ def _du(root: Path) -> int:
 
 
 # --- cargo in the sandbox -----------------------------------------------------------------------
+
 
 class _Stop(CancelToken):
     """A cancel token that also fires on the caller's cancel, and remembers why it fired."""
@@ -534,7 +569,8 @@ class SandboxedCargo(Cargo):
     def sandbox_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """cargo's environment inside the sandbox: the allowlist, the toolchain, the private CARGO_HOME."""
         env = {
-            "CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never",
+            "CARGO_TERM_COLOR": "never",
+            "CARGO_TERM_PROGRESS_WHEN": "never",
             # cargo must not try the network even when a registry is online: the sandbox has none
             "CARGO_NET_OFFLINE": "true",
             "CARGO_HOME": str(self._cargo_home()),
@@ -596,16 +632,23 @@ class SandboxedCargo(Cargo):
             with sandbox.watch_disk(stop) as disk:
                 try:
                     done = runner.run(
-                        sandbox.command(argv), cwd=cwd, env=cmd_env, timeout=timeout, on_line=collect,
-                        workspace=cwd, capture_limit=limit + (1 << 20),  # the limit above fires first
+                        sandbox.command(argv),
+                        cwd=cwd,
+                        env=cmd_env,
+                        timeout=timeout,
+                        on_line=collect,
+                        workspace=cwd,
+                        capture_limit=limit + (1 << 20),  # the limit above fires first
                         label=["cargo", subcommand, *args],
                     )
                 except Cancelled:
                     if self.runner.cancel.cancelled:
                         raise
                     if disk:
-                        why = (f"the workspace grew past {sandbox.limits.disk_bytes / GiB:g} GiB on disk "
-                               "(a build script or test filling the disk?)")
+                        why = (
+                            f"the workspace grew past {sandbox.limits.disk_bytes / GiB:g} GiB on disk "
+                            "(a build script or test filling the disk?)"
+                        )
                     else:
                         why = f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)"
                     message = f"flakebot: stopped `cargo {subcommand}`: {why}\n"

@@ -35,9 +35,26 @@ from .runlog import log_path
 from .stages.search import open_registry, search, why
 
 __all__ = [
-    "NO_TOOLS", "TOOL_JSON_KEYS", "Answer", "CommandResult", "ToolTable", "describe", "diff_of", "find", "logs",
-    "search_crates", "show", "show_text", "status_of", "stop", "stop_all", "stop_tools", "table", "tool_json",
-    "tool_logs", "tool_of",
+    "NO_TOOLS",
+    "TOOL_JSON_KEYS",
+    "Answer",
+    "CommandResult",
+    "ToolTable",
+    "describe",
+    "diff_of",
+    "find",
+    "logs",
+    "search_crates",
+    "show",
+    "show_text",
+    "status_of",
+    "stop",
+    "stop_all",
+    "stop_tools",
+    "table",
+    "tool_json",
+    "tool_logs",
+    "tool_of",
 ]
 
 #: the columns of ``%flakebot list``
@@ -64,8 +81,11 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
 def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
     """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started)."""
     return tool_from_record(
-        record, provenance=_manifest(record), timeout=settings.tool_timeout if settings else 60.0,
-        env=settings.tool_env if settings else None, confine=settings.confine_tools if settings else False,
+        record,
+        provenance=_manifest(record),
+        timeout=settings.tool_timeout if settings else 60.0,
+        env=settings.tool_env if settings else None,
+        confine=settings.confine_tools if settings else False,
     )
 
 
@@ -82,7 +102,9 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
 def diff_of(settings: Settings, tool: Any) -> WorkspaceDiff | None:
     """What flakebot changed in ``tool``'s workspace against the published crate (None without a workspace)."""
     record = Inventory(settings.tools_dir).get(tool.name)
-    workspace = Path(record.workspace) if record is not None and record.workspace else settings.workspaces_dir / tool.name
+    workspace = (
+        Path(record.workspace) if record is not None and record.workspace else settings.workspaces_dir / tool.name
+    )
     commit = (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
     return workspace_diff(workspace, commit)
 
@@ -187,8 +209,19 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
         failed = log_path(settings, name)
         if not failed.is_file():
             find(settings, name)  # raises, naming the tools there are
-        record = ToolRecord(name=name, crate="", version="", binary="", store_path="", source_hash="",
-                            checksum="", checksum_kind="", registry="", workspace="", commit="")
+        record = ToolRecord(
+            name=name,
+            crate="",
+            version="",
+            binary="",
+            store_path="",
+            source_hash="",
+            checksum="",
+            checksum_kind="",
+            registry="",
+            workspace="",
+            commit="",
+        )
     parts = []
     path = Path(record.log_path) if record.log_path else log_path(settings, name)
     try:
@@ -313,11 +346,20 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
         return record
     manifest: dict[str, Any] = dict(getattr(tool, "provenance", None) or {})
     return ToolRecord(
-        name=tool.name, crate=tool.crate, version=tool.version, binary=str(tool.binary),
-        store_path=str(tool.store_path), source_hash=tool.source_hash, checksum=tool.checksum,
-        checksum_kind=str(manifest.get("checksum_kind") or ""), registry=str(manifest.get("registry") or ""),
-        workspace="", commit=str(manifest.get("commit") or ""), backend=tool.backend,
-        kind=getattr(tool, "kind", "cli"), description=str(getattr(tool, "description", "") or ""),
+        name=tool.name,
+        crate=tool.crate,
+        version=tool.version,
+        binary=str(tool.binary),
+        store_path=str(tool.store_path),
+        source_hash=tool.source_hash,
+        checksum=tool.checksum,
+        checksum_kind=str(manifest.get("checksum_kind") or ""),
+        registry=str(manifest.get("registry") or ""),
+        workspace="",
+        commit=str(manifest.get("commit") or ""),
+        backend=tool.backend,
+        kind=getattr(tool, "kind", "cli"),
+        description=str(getattr(tool, "description", "") or ""),
     )
 
 

@@ -32,11 +32,22 @@ STATES = ("pending", "running", "done", "failed", "skipped", "cached", "cancelle
 
 _FINISHED = ("done", "failed", "skipped", "cached", "cancelled")
 _ICON = {
-    "pending": "○", "running": "◔", "done": "✔", "failed": "✘", "skipped": "–", "cached": "↺", "cancelled": "■",
+    "pending": "○",
+    "running": "◔",
+    "done": "✔",
+    "failed": "✘",
+    "skipped": "–",
+    "cached": "↺",
+    "cancelled": "■",
 }
 _COLOR = {
-    "pending": "#8c959f", "running": "#0969da", "done": "#1a7f37", "failed": "#cf222e",
-    "skipped": "#8c959f", "cached": "#1a7f37", "cancelled": "#9a6700",
+    "pending": "#8c959f",
+    "running": "#0969da",
+    "done": "#1a7f37",
+    "failed": "#cf222e",
+    "skipped": "#8c959f",
+    "cached": "#1a7f37",
+    "cancelled": "#9a6700",
 }
 _PASSED = re.compile(r"(\d+) passed")
 #: cargo's lines worth showing next to a running stage
@@ -137,7 +148,9 @@ class ProgressWidget:
         self.table = widgets.HTML()
         self.notice_view = widgets.HTML()
         self.cancel_button = widgets.Button(
-            description="Cancel", button_style="danger", icon="stop",
+            description="Cancel",
+            button_style="danger",
+            icon="stop",
             tooltip="Stop the run: kills the running cargo/nix processes and keeps the workspace",
         )
         self.cancel_button.add_class("flakebot-cancel")
@@ -152,8 +165,17 @@ class ProgressWidget:
         )
         self.diff_box.set_title(0, "Changes against the published crate")
         self.widget = widgets.VBox(
-            [self.title, self.bar, self.counts, self.table, self.notice_view, self.cancel_button,
-             self.summary, self.diff_box, self.log],
+            [
+                self.title,
+                self.bar,
+                self.counts,
+                self.table,
+                self.notice_view,
+                self.cancel_button,
+                self.summary,
+                self.diff_box,
+                self.log,
+            ],
             layout=widgets.Layout(width="100%", max_width="960px"),
         )
         self.widget.add_class("flakebot-progress")
@@ -347,7 +369,10 @@ class ProgressWidget:
         end = self.finished_at if self.finished_at is not None else now
         elapsed = _fmt_seconds(end - self.started)
         word = {
-            "running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled",
+            "running": "building…",
+            "success": "ready",
+            "failed": "failed",
+            "cancelled": "cancelled",
         }[self.outcome]
         color = {"running": "#0969da", "success": "#1a7f37", "failed": "#cf222e", "cancelled": "#9a6700"}[self.outcome]
         name = f" <code>{html.escape(self.tool.name)}</code>" if self.tool is not None else ""
@@ -388,7 +413,8 @@ class ProgressWidget:
             )
         self.table.value = (
             "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;line-height:1.6'>"
-            + "".join(cells) + "</table>"
+            + "".join(cells)
+            + "</table>"
         )
 
     def _render_notices(self) -> None:
@@ -396,7 +422,9 @@ class ProgressWidget:
         for level, message in self.notices[-8:]:
             color = "#9a6700" if level == "warning" else "#57606a"
             items.append(f"<div style='color:{color}'>{'⚠ ' if level == 'warning' else ''}{html.escape(message)}</div>")
-        self.notice_view.value = f"<div class='flakebot-notices' style='font-size:12px'>{''.join(items)}</div>" if items else ""
+        self.notice_view.value = (
+            f"<div class='flakebot-notices' style='font-size:12px'>{''.join(items)}</div>" if items else ""
+        )
 
     def _render_log(self, now: float) -> None:
         self._log_dirty = False
@@ -447,7 +475,9 @@ class ProgressWidget:
         lines.append(f"flakebot: {self.request[:80]} — {head} ({_fmt_seconds(now - self.started)})")
         for row in self.rows.values():
             detail = f"  {row.detail}" if row.detail else ""
-            lines.append(f"  {_ICON[row.state]} {row.label:<12} {row.state:<9} {_fmt_seconds(row.seconds(now)):>7}{detail}")
+            lines.append(
+                f"  {_ICON[row.state]} {row.label:<12} {row.state:<9} {_fmt_seconds(row.seconds(now)):>7}{detail}"
+            )
         for level, message in self.notices:
             lines.append(f"  {'warning: ' if level == 'warning' else ''}{message}")
         if self.outcome == "success" and self.tool is not None and hasattr(self.tool, "example"):
@@ -465,7 +495,9 @@ class ProgressWidget:
         """The display data: the widget view, and the plain text for front ends without widgets."""
         return {
             "application/vnd.jupyter.widget-view+json": {
-                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+                "version_major": 2,
+                "version_minor": 0,
+                "model_id": self.widget.model_id,
             },
             "text/plain": self.text(),
         }

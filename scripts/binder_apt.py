@@ -39,8 +39,12 @@ def render(registry_text: str) -> str:
     registry = [p for p in registry_packages(registry_text) if p not in BASE]
     return (
         HEADER
-        + "\n# flakebot's toolchain\n" + "\n".join(BASE) + "\n"
-        + "\n# the offline crate registry (/usr/share/cargo/registry)\n" + "\n".join(registry) + "\n"
+        + "\n# flakebot's toolchain\n"
+        + "\n".join(BASE)
+        + "\n"
+        + "\n# the offline crate registry (/usr/share/cargo/registry)\n"
+        + "\n".join(registry)
+        + "\n"
     )
 
 

@@ -15,7 +15,9 @@ from nbclient.exceptions import CellExecutionError
 
 def main(path: str) -> int:
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}})
+    client = NotebookClient(
+        notebook, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}
+    )
     failed = False
     try:
         client.execute()

@@ -35,9 +35,7 @@ def _is_loopback(address: object) -> bool:
 
 def _guarded_connect(self: socket.socket, address: object) -> None:
     if not _is_loopback(address):
-        raise RuntimeError(
-            f"test tried to reach {address!r}: tests may only talk to 127.0.0.1"
-        )
+        raise RuntimeError(f"test tried to reach {address!r}: tests may only talk to 127.0.0.1")
     return _real_connect(self, address)  # type: ignore[arg-type]
 
 

@@ -37,14 +37,16 @@ def reply(*calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
 
 SHA256_CONTRACT = '[package.metadata.flakebot]\nkind = "cli"\nbin = "sha256"\n\n[package.metadata.docs.rs]'
 
-SHA256_HEAD = '''use sha2::{Digest, Sha256};
+SHA256_HEAD = """use sha2::{Digest, Sha256};
 use std::io::Read;
 
 const HELP: &str = "Usage: sha256 [--help]
 Prints the SHA-256 of its standard input in hex, like sha256sum.";
-'''
+"""
 
-SHA256_BROKEN = SHA256_HEAD + '''
+SHA256_BROKEN = (
+    SHA256_HEAD
+    + """
 fn hex_digest(data: &[u8]) -> String {
     Sha256::digest(data)
 }
@@ -54,9 +56,10 @@ fn main() {
     std::io::stdin().read_to_end(&mut input).expect("read standard input");
     println!("{}  -", hex_digest(&input));
 }
-'''
+"""
+)
 
-SHA256_MAIN = '''
+SHA256_MAIN = """
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -67,9 +70,9 @@ fn main() {
     std::io::stdin().read_to_end(&mut input).expect("read standard input");
     println!("{}  -", hex_digest(&input));
 }
-'''
+"""
 
-SHA256_TESTS = '''
+SHA256_TESTS = """
 #[cfg(test)]
 mod tests {
     #[test]
@@ -88,13 +91,18 @@ mod tests {
         );
     }
 }
-'''
+"""
 
-SHA256_FIXED = SHA256_HEAD + '''
+SHA256_FIXED = (
+    SHA256_HEAD
+    + """
 fn hex_digest(data: &[u8]) -> String {
     format!("{:x}", Sha256::digest(data))
 }
-''' + SHA256_MAIN + SHA256_TESTS
+"""
+    + SHA256_MAIN
+    + SHA256_TESTS
+)
 
 SHA256 = [
     reply(
@@ -114,21 +122,24 @@ SHA256 = [
 SHA256_UPPER = [
     reply(
         call(
-            "replace_in_file", path="src/bin/sha256.rs",
+            "replace_in_file",
+            path="src/bin/sha256.rs",
             search='    println!("{}  -", hex_digest(&input));\n}\n',
             replace=(
-                '    let digest = hex_digest(&input);\n'
+                "    let digest = hex_digest(&input);\n"
                 '    let digest = if args.iter().any(|a| a == "--upper") { digest.to_uppercase() } else { digest };\n'
                 '    println!("{}  -", digest);\n}\n'
             ),
         ),
         call(
-            "replace_in_file", path="src/bin/sha256.rs",
+            "replace_in_file",
+            path="src/bin/sha256.rs",
             search="Usage: sha256 [--help]",
             replace="Usage: sha256 [--upper] [--help]\n  --upper  print the digest in upper case",
         ),
         call(
-            "replace_in_file", path="src/bin/sha256.rs",
+            "replace_in_file",
+            path="src/bin/sha256.rs",
             search="    #[test]\n    fn abc() {",
             replace=(
                 "    #[test]\n    fn upper_is_hex_in_capitals() {\n"
@@ -143,7 +154,7 @@ SHA256_UPPER = [
 
 # -- tinyhex: a tiny library crate (no dependencies) for the loop's unit tests ----
 
-TINYHEX_LIB = '''//! Hex encoding.
+TINYHEX_LIB = """//! Hex encoding.
 
 /// Lower-case hex of `bytes`.
 pub fn to_hex(bytes: &[u8]) -> String {
@@ -157,7 +168,7 @@ mod tests {
         assert_eq!(super::to_hex(&[0, 255, 16]), "00ff10");
     }
 }
-'''
+"""
 
 TINYHEX: Crate = crate(
     "tinyhex",
@@ -166,11 +177,13 @@ TINYHEX: Crate = crate(
 )
 
 TINYHEX_CONTRACT = call(
-    "replace_in_file", path="Cargo.toml", search='license = "MIT"\n',
+    "replace_in_file",
+    path="Cargo.toml",
+    search='license = "MIT"\n',
     replace='license = "MIT"\n\n[package.metadata.flakebot]\nkind = "cli"\nbin = "tinyhex"\n',
 )
 
-TINYHEX_MAIN = '''use std::io::Read;
+TINYHEX_MAIN = """use std::io::Read;
 
 const HELP: &str = "Usage: tinyhex
 Prints its standard input as hex.";
@@ -192,7 +205,7 @@ mod tests {
         assert!(super::HELP.contains("standard input"));
     }
 }
-'''
+"""
 
 
 def tinyhex_done(summary: str = "tinyhex prints its standard input as hex") -> list[dict[str, Any]]:

@@ -66,14 +66,22 @@ class JupyterProcess:
             self._lab_settings()
         module = "jupyterlab" if self.app == "lab" else "jupyter_server"
         argv = [
-            sys.executable, "-m", module, "--no-browser", "--allow-root",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+            sys.executable,
+            "-m",
+            module,
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root}",
         ]
         if self.app == "lab":
             argv += [
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
+                "--LabApp.news_url=None",
+                "--LabApp.extension_manager=readonly",
             ]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.root)

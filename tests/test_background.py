@@ -25,8 +25,11 @@ def sleeper(seconds: float = 30.0):  # type: ignore[no-untyped-def]
         emit(StageStarted("build"))
         runner = ProcessRunner(cancel)
         try:
-            runner.run([sys.executable, "-c", f"import time; print('working', flush=True); time.sleep({seconds})"],
-                       on_line=lambda stream, line: emit(LogLine("build", line)), timeout=60)
+            runner.run(
+                [sys.executable, "-c", f"import time; print('working', flush=True); time.sleep({seconds})"],
+                on_line=lambda stream, line: emit(LogLine("build", line)),
+                timeout=60,
+            )
         except BaseException as exc:
             emit(RunFinished(ok=False, error=exc))
             raise

@@ -14,11 +14,17 @@ BINDER = ROOT / "binder"
 
 
 def _apt() -> list[str]:
-    return [line.strip() for line in (BINDER / "apt.txt").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip()
+        for line in (BINDER / "apt.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_apt_txt_is_generated_from_the_registry_list() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "binder_apt.py"), "--check"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "binder_apt.py"), "--check"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -40,7 +40,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
-    code, out, _ = _run(capsys, "search", "shout uppercase text", "--registry", registry, "--cache-dir", str(cache), "--json")
+    code, out, _ = _run(
+        capsys, "search", "shout uppercase text", "--registry", registry, "--cache-dir", str(cache), "--json"
+    )
     assert code == 0
     found = json.loads(out)
     assert [c["name"] for c in found] == ["tinylib", "tinyecho"]  # no tool words: no binary boost
@@ -49,8 +51,11 @@ def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: P
         assert candidate["score"] > 0
     fields = ("name", "version", "description", "has_bin", "bin_names")
     assert {k: found[1][k] for k in fields} == {
-        "name": "tinyecho", "version": "0.2.0", "description": "Echo words, or shout standard input",
-        "has_bin": True, "bin_names": ["tinyecho"],
+        "name": "tinyecho",
+        "version": "0.2.0",
+        "description": "Echo words, or shout standard input",
+        "has_bin": True,
+        "bin_names": ["tinyecho"],
     }
     assert found[0]["has_bin"] is False
     assert (cache / "index").is_dir()
@@ -74,8 +79,20 @@ def test_search_without_matches(capsys: pytest.CaptureFixture[str], registry: st
 def test_search_as_a_subprocess(registry: str, tmp_path: Path) -> None:
     env = {**os.environ, "FLAKEBOT_BACKEND": "cargo"}
     done = subprocess.run(
-        [str(FLAKEBOT), "search", "echo words", "--registry", registry, "--cache-dir", str(tmp_path / "cache"), "--json"],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            str(FLAKEBOT),
+            "search",
+            "echo words",
+            "--registry",
+            registry,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
@@ -149,24 +166,42 @@ def test_clean_with_nothing_to_remove(capsys: pytest.CaptureFixture[str], cache:
 # -- errors ---------------------------------------------------------------------------------------
 
 
-def test_an_error_exits_1_with_the_message_on_stderr(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+def test_an_error_exits_1_with_the_message_on_stderr(
+    capsys: pytest.CaptureFixture[str], registry: str, cache: Path
+) -> None:
     code, out, err = _run(capsys, "build", "-r", registry, "--quiet")
     assert (code, out) == (1, "")
     assert err.startswith("flakebot: error: The request is empty. Say what the tool should do")
     assert "Traceback" not in err
 
 
-def test_an_error_with_json_is_also_json_on_stdout(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
+def test_an_error_with_json_is_also_json_on_stdout(
+    capsys: pytest.CaptureFixture[str], registry: str, cache: Path
+) -> None:
     code, out, err = _run(capsys, "build", "--crate", "nope", "-r", registry, "--quiet", "--json")
     assert code == 1
-    assert json.loads(out) == {"error": "SearchError", "message": err.removeprefix("flakebot: error: ").rstrip("\n"), "workspace": None}
+    assert json.loads(out) == {
+        "error": "SearchError",
+        "message": err.removeprefix("flakebot: error: ").rstrip("\n"),
+        "workspace": None,
+    }
     assert "There is no crate named 'nope'" in err
 
 
 def test_a_missing_registry_as_a_subprocess(tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(FLAKEBOT), "search", "anything", "--registry", str(tmp_path / "nowhere"), "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=120,
+        [
+            str(FLAKEBOT),
+            "search",
+            "anything",
+            "--registry",
+            str(tmp_path / "nowhere"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith(f"flakebot: error: The registry path {tmp_path / 'nowhere'} does not exist")
@@ -204,7 +239,9 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
     slow = write_registry(tmp_path / "slow-registry", ["slowbuild"])
     proc = subprocess.Popen(
         [str(FLAKEBOT), "build", "--registry", str(slow), "--crate", "slowbuild", "--name", "slow"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "FLAKEBOT_CACHE_DIR": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "FLAKEBOT_CACHE_DIR": str(cache)},
     )
     workspace = cache / "workspaces" / "slow"
     deadline = time.monotonic() + 120
@@ -223,12 +260,26 @@ def test_clean_all_stops_running_tools_first(capsys: pytest.CaptureFixture[str],
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        Inventory(cache / "tools").save(ToolRecord(
-            name="svc", crate="demo-http", version="0.1.0", binary="/x", store_path="/x", source_hash="h",
-            checksum="", checksum_kind="", registry="r", workspace="", commit="", kind="http",
-            status="running", pid=proc.pid, url="http://127.0.0.1:1/",
-            started=time.time(),  # stop signals only a process that started no later than recorded
-        ))
+        Inventory(cache / "tools").save(
+            ToolRecord(
+                name="svc",
+                crate="demo-http",
+                version="0.1.0",
+                binary="/x",
+                store_path="/x",
+                source_hash="h",
+                checksum="",
+                checksum_kind="",
+                registry="r",
+                workspace="",
+                commit="",
+                kind="http",
+                status="running",
+                pid=proc.pid,
+                url="http://127.0.0.1:1/",
+                started=time.time(),  # stop signals only a process that started no later than recorded
+            )
+        )
         code, _, err = _run(capsys, "clean", "--all")
         assert code == 0 and "stopped svc" in err
         assert proc.wait(timeout=10) is not None

@@ -8,24 +8,64 @@ from flakebot_magic.diagnostics import actionable, parse_cargo_messages, parse_t
 
 
 def _compiler_message(level: str, text: str, *, code: str | None = None, suggestion: str | None = None) -> str:
-    span = {"file_name": "src/main.rs", "byte_start": 20, "byte_end": 25, "line_start": 3, "column_start": 9,
-            "is_primary": True, "label": "here", "suggested_replacement": None, "suggestion_applicability": None}
+    span = {
+        "file_name": "src/main.rs",
+        "byte_start": 20,
+        "byte_end": 25,
+        "line_start": 3,
+        "column_start": 9,
+        "is_primary": True,
+        "label": "here",
+        "suggested_replacement": None,
+        "suggestion_applicability": None,
+    }
     children = []
     if suggestion is not None:
-        children.append({"level": "help", "message": "consider changing this to be mutable", "children": [],
-                         "spans": [{**span, "suggested_replacement": suggestion,
-                                    "suggestion_applicability": "MachineApplicable"}]})
-    message = {"level": level, "message": text, "code": {"code": code} if code else None,
-               "spans": [span], "children": children, "rendered": text}
-    return json.dumps({"reason": "compiler-message", "package_id": "path+file:///ws#x@0.1.0",
-                       "target": {"name": "x", "kind": ["bin"]}, "message": message})
+        children.append(
+            {
+                "level": "help",
+                "message": "consider changing this to be mutable",
+                "children": [],
+                "spans": [
+                    {**span, "suggested_replacement": suggestion, "suggestion_applicability": "MachineApplicable"}
+                ],
+            }
+        )
+    message = {
+        "level": level,
+        "message": text,
+        "code": {"code": code} if code else None,
+        "spans": [span],
+        "children": children,
+        "rendered": text,
+    }
+    return json.dumps(
+        {
+            "reason": "compiler-message",
+            "package_id": "path+file:///ws#x@0.1.0",
+            "target": {"name": "x", "kind": ["bin"]},
+            "message": message,
+        }
+    )
 
 
 def test_the_parser_keeps_what_the_model_needs_and_actionable_drops_repeats_and_summaries() -> None:
-    noise = json.dumps({"reason": "compiler-message", "message": {"level": "error", "message": "aborting due to 1 previous error",
-                                                                  "spans": [], "children": []}})
-    artifact = json.dumps({"reason": "compiler-artifact", "package_id": "registry+https://x#dep@1.0", "fresh": False,
-                           "target": {"name": "dep", "kind": ["lib"]}, "executable": None, "profile": {"test": False}})
+    noise = json.dumps(
+        {
+            "reason": "compiler-message",
+            "message": {"level": "error", "message": "aborting due to 1 previous error", "spans": [], "children": []},
+        }
+    )
+    artifact = json.dumps(
+        {
+            "reason": "compiler-artifact",
+            "package_id": "registry+https://x#dep@1.0",
+            "fresh": False,
+            "target": {"name": "dep", "kind": ["lib"]},
+            "executable": None,
+            "profile": {"test": False},
+        }
+    )
     error = _compiler_message("error", "cannot borrow `input` as mutable", code="E0596", suggestion="mut ")
     stdout = "\n".join([error, error, noise, artifact, "not json", _compiler_message("warning", "unused variable")])
     artifacts: list[dict[str, object]] = []

@@ -128,7 +128,7 @@ def test_cargo_missing_is_a_config_error_that_says_how_to_install(
 
 
 def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="`no-such-program-here` is not on PATH. Install it"):
+    with pytest.raises(ConfigError, match=r"`no-such-program-here` is not on PATH\. Install it"):
         ProcessRunner().run(["no-such-program-here"], cwd=tmp_path)
 
 

@@ -66,7 +66,7 @@ def test_hexyl_builds_tests_and_dumps_bytes(settings: Settings) -> None:
     hexyl, finished = _run(settings, "a hex viewer for binary data", name="hexyl")
     assert hexyl.crate == "hexyl"
     out = hexyl("-n", "4", "--color", "never", "--border", "none", input=b"\x00\x01\x02\x03\x04")
-    assert out.split() [:5] == ["00000000", "00", "01", "02", "03"]
+    assert out.split()[:5] == ["00000000", "00", "01", "02", "03"]
     assert " 04" not in out
     assert hexyl.reads_stdin  # its help says: "If no FILE argument is given, read from STDIN"
     with pytest.raises(ToolError) as failure:

@@ -17,9 +17,18 @@ from flakebot_magic.inventory import DB_NAME, Inventory, ToolRecord
 
 def record(name: str, **changes: object) -> ToolRecord:
     base = ToolRecord(
-        name=name, crate="tinyecho", version="0.2.0", binary="/store/x/bin/tinyecho", store_path="/store/x",
-        source_hash="abc123", checksum="c0ffee", checksum_kind="sha256", registry="dir:/r",
-        workspace="/ws/" + name, commit="deadbeef", created=1.0,
+        name=name,
+        crate="tinyecho",
+        version="0.2.0",
+        binary="/store/x/bin/tinyecho",
+        store_path="/store/x",
+        source_hash="abc123",
+        checksum="c0ffee",
+        checksum_kind="sha256",
+        registry="dir:/r",
+        workspace="/ws/" + name,
+        commit="deadbeef",
+        created=1.0,
     )
     for key, value in changes.items():
         setattr(base, key, value)

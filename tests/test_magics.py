@@ -76,7 +76,9 @@ def test_cell_injects_md_into_the_kernel(ip: InteractiveShell, capsys: pytest.Ca
     assert "pulldown-cmark@0.9.2" in capsys.readouterr().out
 
 
-def test_failed_run_shows_message_not_traceback(ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_failed_run_shows_message_not_traceback(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     registry = tmp_path / "empty-registry"
     registry.mkdir()
     ip.run_cell(f"%%flakebot --registry {registry}\nrender markdown")

@@ -97,6 +97,7 @@ def test_cell_shows_the_widget_then_the_tool_with_its_provenance(kernel: Kernel)
     content, messages = kernel.run("print(te('hi'))\n%flakebot list")
     text = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
     table = next(m for m in messages if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"]
+    assert "HI" in text  # te('hi') went to standard input, which tinyecho prints in upper case
     assert "tinyecho@0.2.0" in table and "ready" in table
     _, messages = kernel.run("%flakebot show te")
     shown = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
@@ -110,7 +111,9 @@ def test_cancel_button_stops_the_build_while_the_cell_runs(kernel: Kernel) -> No
     seen = kernel.iopub_until(marker.exists)  # the build script sleeps for a minute
     clicked = time.monotonic()
     click = {"method": "custom", "content": {"event": "click"}}
-    kernel.client.shell_channel.send(kernel.client.session.msg("comm_msg", {"comm_id": _button_comm(seen), "data": click}))
+    kernel.client.shell_channel.send(
+        kernel.client.session.msg("comm_msg", {"comm_id": _button_comm(seen), "data": click})
+    )
     reply = kernel.reply_to(msg_id, timeout=30)
     assert time.monotonic() - clicked < 10
     assert reply["status"] == "error" and reply["ename"] == "Cancelled"

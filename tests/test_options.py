@@ -19,8 +19,8 @@ _SAMPLE = {str: "sample", int: 7, float: 2.5, bool: True}
 
 
 def _sample(opt: object) -> object:
-    choices = getattr(opt, "choices")
-    return choices[-1] if choices else _SAMPLE[getattr(opt, "type")]
+    choices = opt.choices
+    return choices[-1] if choices else _SAMPLE[opt.type]
 
 
 def _clear_env(monkeypatch: pytest.MonkeyPatch) -> None:

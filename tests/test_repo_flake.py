@@ -56,7 +56,9 @@ def test_the_package_has_the_flakebot_command() -> None:
 
 
 def test_the_dev_shell_has_python_rust_and_nix() -> None:
-    script = "python3 -c 'import IPython, traitlets, httpx, pytest' && cargo --version && rustc --version && nix --version"
+    script = (
+        "python3 -c 'import IPython, traitlets, httpx, pytest' && cargo --version && rustc --version && nix --version"
+    )
     done = _nix("develop", *OVERRIDE, "-c", "sh", "-c", script)
     assert "cargo " in done.stdout and "rustc " in done.stdout and "nix (Nix)" in done.stdout
 

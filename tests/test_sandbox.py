@@ -131,7 +131,10 @@ BUILD_RS_ESCAPE = """fn main() {{
 def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp_path: Path) -> None:
     # next to the crate, in the registry: shown to the sandbox, read-only
     outside = tmp_path / "registry" / f"escaped-{uuid.uuid4().hex}"
-    files = {"src/main.rs": 'fn main() {\n    println!("sandboxed");\n}\n', "build.rs": BUILD_RS_ESCAPE.format(outside=outside)}
+    files = {
+        "src/main.rs": 'fn main() {\n    println!("sandboxed");\n}\n',
+        "build.rs": BUILD_RS_ESCAPE.format(outside=outside),
+    }
     root = write_registry(tmp_path / "registry", [crate("escaper", files=files)])
     registry = DirectoryRegistry(root, tmp_path / "index")
     workspace = root / "escaper-0.1.0"

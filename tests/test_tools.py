@@ -39,15 +39,37 @@ def settings(tmp_path: Path) -> Settings:
     settings = Settings(cache_dir=tmp_path / "cache")
     store = tmp_path / "store" / "abc-tinyecho-0.2.0"
     store.mkdir(parents=True)
-    (store / "manifest.json").write_text(json.dumps({
-        "crate": "tinyecho", "version": "0.2.0", "checksum": "c0ffee", "commit": "b" * 40, "backend": "cargo",
-        "rustc": "rustc 1.95.0 (x)\nhost: x86_64", "model": "gpt-test", "iterations": 3,
-    }))
-    Inventory(settings.tools_dir).save(ToolRecord(
-        name="te", crate="tinyecho", version="0.2.0", binary=str(store / "bin" / "tinyecho"), store_path=str(store),
-        source_hash="abcdef0123456789", checksum="c0ffee", checksum_kind="sha256", registry="dir:/r",
-        workspace=str(tmp_path / "ws"), commit="b" * 40, created=time.time(), request="echo words",
-    ))
+    (store / "manifest.json").write_text(
+        json.dumps(
+            {
+                "crate": "tinyecho",
+                "version": "0.2.0",
+                "checksum": "c0ffee",
+                "commit": "b" * 40,
+                "backend": "cargo",
+                "rustc": "rustc 1.95.0 (x)\nhost: x86_64",
+                "model": "gpt-test",
+                "iterations": 3,
+            }
+        )
+    )
+    Inventory(settings.tools_dir).save(
+        ToolRecord(
+            name="te",
+            crate="tinyecho",
+            version="0.2.0",
+            binary=str(store / "bin" / "tinyecho"),
+            store_path=str(store),
+            source_hash="abcdef0123456789",
+            checksum="c0ffee",
+            checksum_kind="sha256",
+            registry="dir:/r",
+            workspace=str(tmp_path / "ws"),
+            commit="b" * 40,
+            created=time.time(),
+            request="echo words",
+        )
+    )
     return settings
 
 
@@ -94,7 +116,13 @@ def test_stop_kills_a_recorded_process_group(settings: Settings) -> None:
         inventory = Inventory(settings.tools_dir)
         record = inventory.get("te")
         assert record is not None
-        record.name, record.kind, record.status, record.pid, record.url = "svc", "http", "running", proc.pid, "http://127.0.0.1:1/"
+        record.name, record.kind, record.status, record.pid, record.url = (
+            "svc",
+            "http",
+            "running",
+            proc.pid,
+            "http://127.0.0.1:1/",
+        )
         record.started = time.time()  # stop checks the PID's start time against it
         inventory.save(record)
         assert [status_of(r) for r in inventory.all()] == ["running", "ready"]
@@ -142,8 +170,11 @@ def test_tool_json_is_the_record_and_how_to_reach_it(settings: Settings) -> None
     data = tool_json(record, settings)
     assert set(data) == set(record.public_json()) | set(TOOL_JSON_KEYS) and "token" not in data
     assert data["status"] == "ready" and data["provenance"]["model"] == "gpt-test"
-    assert data["links"] == {"self": "/flakebot/api/tools/te", "logs": "/flakebot/api/tools/te/logs",
-                             "stop": "/flakebot/api/tools/te/stop"}
+    assert data["links"] == {
+        "self": "/flakebot/api/tools/te",
+        "logs": "/flakebot/api/tools/te/logs",
+        "stop": "/flakebot/api/tools/te/stop",
+    }
     assert (data["usage"], data["example"], data["reads_stdin"]) == (None, None, None)
     assert json.loads(json.dumps(data)) == data
 

@@ -23,8 +23,12 @@ class Clock:
 
 def fake_tool(name: str = "md") -> SimpleNamespace:
     return SimpleNamespace(
-        name=name, crate="pulldown-cmark", version="0.9.2", backend="cargo",
-        store_path=Path("/store/abc-pulldown-cmark-0.9.2"), example=lambda: f'{name}("some input text")',
+        name=name,
+        crate="pulldown-cmark",
+        version="0.9.2",
+        backend="cargo",
+        store_path=Path("/store/abc-pulldown-cmark-0.9.2"),
+        example=lambda: f'{name}("some input text")',
     )
 
 
@@ -76,7 +80,9 @@ def test_success_summary_counts_and_diff() -> None:
 
     def diff(tool: object) -> SimpleNamespace:
         diffs.append(tool)
-        return SimpleNamespace(summary="3 files changed, +10 -2 against the published crate", to_html=lambda: "<pre>+x</pre>")
+        return SimpleNamespace(
+            summary="3 files changed, +10 -2 against the published crate", to_html=lambda: "<pre>+x</pre>"
+        )
 
     widget = ProgressWidget("render markdown", diff=diff, clock=clock)
     for stage in ("search", "fork", "build", "test", "flake", "deploy", "client"):
@@ -91,7 +97,9 @@ def test_success_summary_counts_and_diff() -> None:
     assert all(state == "done" for key, state in states(widget).items() if key != "edit")
     assert states(widget).get("edit", "skipped") == "skipped"  # no model: the edit loop never ran
     assert widget.cancel_button.layout.display == "none"
-    assert "data-outcome='success'" in widget.summary.value and "md(&quot;some input text&quot;)" in widget.summary.value
+    assert (
+        "data-outcome='success'" in widget.summary.value and "md(&quot;some input text&quot;)" in widget.summary.value
+    )
     assert diffs == [tool]
     assert widget.diff_box.layout.display is None and "3 files changed" in widget.diff_box.titles[0]
     assert "+x" in widget.diff_view.value
@@ -136,8 +144,10 @@ def test_repeated_stages_and_iterations_get_rows_of_their_own() -> None:
     iteration = pytest.importorskip("flakebot_magic.events").__dict__.get("IterationResult")
     widget(StageStarted("edit"))
     if iteration is None:  # the edit loop's event is not there yet: a stand-in with its fields
+
         def iteration(**fields: object) -> object:
             return type("IterationResult", (), fields)()
+
     widget(iteration(iteration=0, passed=3, failed=1, errors=0, green=False, summary="baseline"))
     widget(iteration(iteration=1, passed=2, failed=0, errors=0, reverted=True, reason="fewer tests pass", run=2))
     widget(iteration(iteration=2, passed=5, failed=0, errors=0, green=True, run=3))
@@ -146,7 +156,13 @@ def test_repeated_stages_and_iterations_get_rows_of_their_own() -> None:
     widget(StageFinished("build", "done", "", 1.0))
     widget(StageStarted("build"))  # a stage run again is a new row, after the first
     keys = list(widget.rows)
-    assert keys.index("edit") < keys.index("iteration-0") < keys.index("iteration-2") < keys.index("iteration-3") < keys.index("build")
+    assert (
+        keys.index("edit")
+        < keys.index("iteration-0")
+        < keys.index("iteration-2")
+        < keys.index("iteration-3")
+        < keys.index("build")
+    )
     assert keys.index("build-2") == keys.index("build") + 1
     assert widget.rows["iteration-2"].state == "failed" and "reverted" in widget.rows["iteration-2"].detail
     assert widget.rows["iteration-3"].state == "done"

@@ -61,7 +61,7 @@ def _manifest(name: str, version: str, body: str = "", *, description: str = "",
     return head + body
 
 
-_TINYECHO_MAIN = r'''use std::io::{Read, Write};
+_TINYECHO_MAIN = r"""use std::io::{Read, Write};
 
 const HELP: &str = "Usage: tinyecho [WORDS]...
 Prints its words. With no words, reads standard input and prints it in upper case.
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(super::shout(b"hi"), b"HI");
     }
 }
-'''
+"""
 
 #: every crate the tests know; ``write_registry`` writes any subset
 CRATES: dict[str, Crate] = {
@@ -106,7 +106,9 @@ CRATES: dict[str, Crate] = {
         Crate(
             "tinyecho",
             "0.2.0",
-            _manifest("tinyecho", "0.2.0", description="Echo words, or shout standard input", keywords=["echo", "shout"]),
+            _manifest(
+                "tinyecho", "0.2.0", description="Echo words, or shout standard input", keywords=["echo", "shout"]
+            ),
             {
                 "src/main.rs": _TINYECHO_MAIN,
                 "README.md": "# tinyecho\n\nA tiny echo for flakebot's tests; it is as loud as a zebra.\n",
@@ -118,7 +120,9 @@ CRATES: dict[str, Crate] = {
         Crate(
             "tinylib",
             "0.1.3",
-            _manifest("tinylib", "0.1.3", description="Uppercase helper library for text", keywords=["uppercase", "text"]),
+            _manifest(
+                "tinylib", "0.1.3", description="Uppercase helper library for text", keywords=["uppercase", "text"]
+            ),
             {
                 "src/lib.rs": "pub fn shout(s: &str) -> String {\n    s.to_uppercase()\n}\n",
                 "README.md": "# tinylib\n\nUppercase text. Uppercase it all: uppercase strings, uppercase words.\n",
@@ -150,19 +154,19 @@ CRATES: dict[str, Crate] = {
             _manifest("brokentest", "0.1.0", description="A binary whose tests do not compile"),
             {
                 "src/main.rs": 'fn main() {\n    println!("fine");\n}\n',
-                "tests/it.rs": '#[test]\nfn typo() {\n    let s: String = 42;\n    assert!(s.is_empty());\n}\n',
+                "tests/it.rs": "#[test]\nfn typo() {\n    let s: String = 42;\n    assert!(s.is_empty());\n}\n",
             },
         ),
         Crate(
             "needsdev",
             "0.1.0",
             # comments and layout that a format-preserving edit keeps
-            '# needsdev: a bin crate whose tests want a crate the registry lacks\n'
+            "# needsdev: a bin crate whose tests want a crate the registry lacks\n"
             '[package]\nname = "needsdev"  # the name\nversion = "0.1.0"\nedition = "2021"\n'
             'description = "A binary with a dev-dependency the registry lacks"\nlicense = "MIT"\n'
-            '\n# used by tests/uses_missing.rs and examples/demo.rs only\n'
+            "\n# used by tests/uses_missing.rs and examples/demo.rs only\n"
             '[dev-dependencies]\nmissingcrate = "1.0"  # not in the registry\n'
-            '\n[profile.release]\n# keep the tests fast\nopt-level = 1\n',
+            "\n[profile.release]\n# keep the tests fast\nopt-level = 1\n",
             {
                 "src/main.rs": 'fn main() {\n    println!("needsdev");\n}\n',
                 "tests/uses_missing.rs": "use missingcrate::x;\n\n#[test]\nfn uses_it() {\n    x();\n}\n",
@@ -173,7 +177,12 @@ CRATES: dict[str, Crate] = {
         Crate(
             "lockpinned",
             "0.1.0",
-            _manifest("lockpinned", "0.1.0", '\n[dependencies]\ntinylib = "0.1"\n', description="A binary whose lock pins an old tinylib"),
+            _manifest(
+                "lockpinned",
+                "0.1.0",
+                '\n[dependencies]\ntinylib = "0.1"\n',
+                description="A binary whose lock pins an old tinylib",
+            ),
             {
                 "src/main.rs": 'fn main() {\n    println!("{}", tinylib::shout("pinned"));\n}\n',
                 "Cargo.lock": (
@@ -214,8 +223,11 @@ def crate(
 ) -> Crate:
     """An ad-hoc crate: ``crate("x", files={"src/main.rs": ...})`` (a library by default)."""
     return Crate(
-        name, version, manifest or _manifest(name, version, description=description),
-        dict(files or {"src/lib.rs": ""}), package_checksum,
+        name,
+        version,
+        manifest or _manifest(name, version, description=description),
+        dict(files or {"src/lib.rs": ""}),
+        package_checksum,
     )
 
 

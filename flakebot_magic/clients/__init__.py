@@ -29,5 +29,13 @@ from .factory import make_tool, tool_from_record
 from .lifecycle import logs, running, stop, stop_all
 
 __all__ = [
-    "ToolClient", "ToolContract", "logs", "make_tool", "read_contract", "running", "stop", "stop_all", "tool_from_record",
+    "ToolClient",
+    "ToolContract",
+    "logs",
+    "make_tool",
+    "read_contract",
+    "running",
+    "stop",
+    "stop_all",
+    "tool_from_record",
 ]

@@ -30,15 +30,49 @@ __all__ = [
 
 #: keywords strict mode rejects; their meaning moves into the description
 _UNSUPPORTED = (
-    "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minLength", "maxLength", "pattern", "format", "minItems", "maxItems", "uniqueItems",
-    "minProperties", "maxProperties", "patternProperties", "unevaluatedProperties",
-    "propertyNames", "contains", "minContains", "maxContains", "unevaluatedItems",
-    "examples", "title", "$schema", "$id", "readOnly", "writeOnly", "deprecated", "nullable",
+    "default",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedItems",
+    "examples",
+    "title",
+    "$schema",
+    "$id",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "nullable",
 )
 _ALLOWED = {
-    "type", "description", "properties", "required", "additionalProperties", "items", "enum",
-    "const", "anyOf", "$defs", "$ref",
+    "type",
+    "description",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "anyOf",
+    "$defs",
+    "$ref",
 }
 _TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -134,7 +168,12 @@ def strict_schema(parameters: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[
     json_text: list[str] = []
     properties = parameters.get("properties") or {}
     required = set(parameters.get("required") or [])
-    out: dict[str, Any] = {"type": "object", "properties": {}, "required": list(properties), "additionalProperties": False}
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": {},
+        "required": list(properties),
+        "additionalProperties": False,
+    }
     for key, sub in properties.items():
         converted = _convert(sub, json_text, key)
         out["properties"][key] = converted if key in required else _nullable(converted)

@@ -387,7 +387,16 @@ def _first_line(text: str) -> str:
 
 def bridge_command(tool: ToolClient) -> dict[str, Any]:
     """The ``mcpServers`` entry that serves ``tool`` through :mod:`flakebot_magic.clients.bridge`."""
-    args = ["-m", "flakebot_magic.clients.bridge", "--name", tool.name, "--kind", tool.kind, "--timeout", f"{tool.timeout:g}"]
+    args = [
+        "-m",
+        "flakebot_magic.clients.bridge",
+        "--name",
+        tool.name,
+        "--kind",
+        tool.kind,
+        "--timeout",
+        f"{tool.timeout:g}",
+    ]
     contract = getattr(tool, "contract", None)
     if contract is not None and tool.kind == "http":
         args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]

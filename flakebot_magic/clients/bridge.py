@@ -64,7 +64,11 @@ def _answer(tool: ToolClient, message: dict[str, Any]) -> dict[str, Any] | None:
         functions = tool.functions()
         fn = functions.get(str(params.get("name")))
         if fn is None:
-            return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32602, "message": f"Unknown tool: {params.get('name')}"}}
+            return {
+                "jsonrpc": "2.0",
+                "id": ident,
+                "error": {"code": -32602, "message": f"Unknown tool: {params.get('name')}"},
+            }
         try:
             value = tool._invoke(fn, dict(params.get("arguments") or {}))
         except Exception as exc:  # reported to the client as a tool error, which it shows its model
@@ -85,7 +89,9 @@ def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
             message = json.loads(raw)
         except ValueError as exc:
             answer: dict[str, Any] | None = {
-                "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {exc}"},
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32700, "message": f"Parse error: {exc}"},
             }
         else:
             answer = _answer(tool, message) if isinstance(message, dict) else None
@@ -107,9 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=10.0, help="http: seconds allowed to start")
     args = parser.parse_args(argv)
     tool = make_tool(
-        args.name, args.binary, crate=args.name, version="", source_hash="", store_path=args.binary.parent.parent,
-        contract={"kind": args.kind, "bin": args.binary.name, "health": args.health, "ready_timeout": args.ready_timeout},
-        timeout=args.timeout, start=False,
+        args.name,
+        args.binary,
+        crate=args.name,
+        version="",
+        source_hash="",
+        store_path=args.binary.parent.parent,
+        contract={
+            "kind": args.kind,
+            "bin": args.binary.name,
+            "health": args.health,
+            "ready_timeout": args.ready_timeout,
+        },
+        timeout=args.timeout,
+        start=False,
     )
     try:
         serve(tool, sys.stdin.buffer, sys.stdout.buffer)

@@ -31,7 +31,6 @@ from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 __all__ = ["CliTool"]
 
 
-
 def _option_annotation(option: CliOption) -> Any:
     if not option.takes_value:
         return Union[bool, int] if option.repeatable else bool
@@ -42,7 +41,11 @@ def _option_annotation(option: CliOption) -> Any:
 
 
 def _argument_annotation(argument: CliArgument) -> Any:
-    return Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]] if argument.repeatable else Union[str, "os.PathLike[str]"]
+    return (
+        Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+        if argument.repeatable
+        else Union[str, "os.PathLike[str]"]
+    )
 
 
 class _InstanceAttribute:
@@ -105,8 +108,10 @@ class CliTool(ToolClient):
         if self._sig is None:
             kw = inspect.Parameter.KEYWORD_ONLY
             parameters = [
-                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL, annotation=Union[str, "os.PathLike[str]", int, float]),
-                inspect.Parameter("input", kw, default=None, annotation=Optional[Union[str, bytes]]),
+                inspect.Parameter(
+                    "args", inspect.Parameter.VAR_POSITIONAL, annotation=Union[str, "os.PathLike[str]", int, float]
+                ),
+                inspect.Parameter("input", kw, default=None, annotation=Optional[str | bytes]),
                 inspect.Parameter("timeout", kw, default=None, annotation=Optional[float]),
                 inspect.Parameter("env", kw, default=None, annotation=Optional[Mapping[str, str]]),
             ]
@@ -114,10 +119,19 @@ class CliTool(ToolClient):
                 annotation = _option_annotation(option)
                 default = False if not option.takes_value else None
                 parameters.append(
-                    inspect.Parameter(option.name, kw, default=default, annotation=annotation if default is False else Optional[annotation])
+                    inspect.Parameter(
+                        option.name,
+                        kw,
+                        default=default,
+                        annotation=annotation if default is False else Optional[annotation],
+                    )
                 )
             for argument in self.spec.arguments:
-                parameters.append(inspect.Parameter(argument.name, kw, default=None, annotation=Optional[_argument_annotation(argument)]))
+                parameters.append(
+                    inspect.Parameter(
+                        argument.name, kw, default=None, annotation=Optional[_argument_annotation(argument)]
+                    )
+                )
             self._sig = inspect.Signature(parameters, return_annotation=str)
         return self._sig
 
@@ -137,9 +151,17 @@ class CliTool(ToolClient):
                 f'command-line arguments only: {self.name}("--flag", "value", Path("file")).',
                 f"See {self.name}.help for what the tool accepts.",
             ]
-        lines += ["", "Parameters", "----------", "*args : str, os.PathLike, int or float", "    Command-line arguments, as they are."]
+        lines += [
+            "",
+            "Parameters",
+            "----------",
+            "*args : str, os.PathLike, int or float",
+            "    Command-line arguments, as they are.",
+        ]
         if self.reads_stdin:
-            lines.append("    This tool reads standard input: a first plain str is sent there (when input= is not given).")
+            lines.append(
+                "    This tool reads standard input: a first plain str is sent there (when input= is not given)."
+            )
         lines += [
             "input : str or bytes, optional",
             "    Text or bytes for the tool's standard input.",
@@ -150,8 +172,10 @@ class CliTool(ToolClient):
             "    allowlisted environment (PATH, HOME, LANG, ...; no API keys), plus the tool_env setting.",
         ]
         for option in spec.options:
-            kind = "bool" if not option.takes_value else (
-                " | ".join(repr(c) for c in option.choices) if option.choices else "str or number"
+            kind = (
+                "bool"
+                if not option.takes_value
+                else (" | ".join(repr(c) for c in option.choices) if option.choices else "str or number")
             )
             if option.repeatable:
                 kind += " (repeatable: a list gives it several times)" if option.takes_value else " or int (a count)"
@@ -162,8 +186,12 @@ class CliTool(ToolClient):
             if option.default is not None:
                 lines.append(f"    The tool's default: {option.default}.")
         for argument in spec.arguments:
-            lines.append(f"{argument.name} : str or os.PathLike{' (or a list)' if argument.repeatable else ''}, optional")
-            lines.append(f"    <{argument.placeholder}>{': ' + argument.help if argument.help else ''} (positional, after the options)")
+            lines.append(
+                f"{argument.name} : str or os.PathLike{' (or a list)' if argument.repeatable else ''}, optional"
+            )
+            lines.append(
+                f"    <{argument.placeholder}>{': ' + argument.help if argument.help else ''} (positional, after the options)"
+            )
         if spec.commands:
             lines += ["", f"Subcommands (pass as the first argument): {', '.join(spec.commands)}."]
         lines += [
@@ -224,13 +252,7 @@ class CliTool(ToolClient):
     ) -> str:
         """Run the tool; return its standard output (see ``help(tool)`` for its options)."""
         items = list(args)
-        if (
-            input is None
-            and items
-            and isinstance(items[0], str)
-            and not items[0].startswith("-")
-            and self.reads_stdin
-        ):
+        if input is None and items and isinstance(items[0], str) and not items[0].startswith("-") and self.reads_stdin:
             input = str(items.pop(0))
         argv = self.argv(*items, **options) if options else [_text(a) for a in items]
         data = input.encode() if isinstance(input, str) else input
@@ -281,8 +303,7 @@ class CliTool(ToolClient):
         if proc.returncode != 0:
             stderr = err.decode("utf-8", "replace")
             raise ToolError(
-                f"{self.name} exited with status {proc.returncode}: "
-                f"{stderr.strip()[-1500:] or '(no error output)'}",
+                f"{self.name} exited with status {proc.returncode}: {stderr.strip()[-1500:] or '(no error output)'}",
                 returncode=proc.returncode,
                 stderr=stderr,
             )
@@ -330,7 +351,9 @@ class CliTool(ToolClient):
         for argument in spec.arguments:
             item = {"type": "string"}
             schema = {"type": "array", "items": item} if argument.repeatable else dict(item)
-            schema["description"] = f"positional <{argument.placeholder}>" + (f": {argument.help}" if argument.help else "")
+            schema["description"] = f"positional <{argument.placeholder}>" + (
+                f": {argument.help}" if argument.help else ""
+            )
             properties[argument.name] = schema
         if self.reads_stdin:
             properties["input"] = {"type": "string", "description": "Text sent to the tool's standard input."}
@@ -363,9 +386,13 @@ class CliTool(ToolClient):
     def _usage_notes(self) -> list[str]:
         notes = []
         if self.reads_stdin:
-            notes.append("A first plain `str` argument is sent to standard input; later ones are command-line arguments. Use `pathlib.Path` for files.")
+            notes.append(
+                "A first plain `str` argument is sent to standard input; later ones are command-line arguments. Use `pathlib.Path` for files."
+            )
         if not self.spec.parsed:
-            notes.append(f"flakebot could not parse the tool's `--help`; pass plain command-line arguments (see `{self.name}.help`).")
+            notes.append(
+                f"flakebot could not parse the tool's `--help`; pass plain command-line arguments (see `{self.name}.help`)."
+            )
         notes.append("A non-zero exit raises `flakebot_magic.ToolError` (`returncode`, `stderr`).")
         return [" ".join(notes), "", *super()._usage_notes()]
 
@@ -377,7 +404,9 @@ class CliTool(ToolClient):
             f"  args:    {self.name}(*args, input=None, timeout={self.timeout:g}, **options) -> str (standard output)",
         ]
         if self.reads_stdin:
-            lines.append("  input:   a first plain-str argument is sent to standard input; later ones are options; use pathlib.Path for files")
+            lines.append(
+                "  input:   a first plain-str argument is sent to standard input; later ones are options; use pathlib.Path for files"
+            )
         if self.spec.options or self.spec.arguments:
             names = [o.name for o in self.spec.options] + [a.name for a in self.spec.arguments]
             lines.append(f"  options: {', '.join(names)} (keyword arguments; help({self.name}) explains them)")
@@ -397,7 +426,6 @@ class CliTool(ToolClient):
 
     def __repr__(self) -> str:
         return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.summary()}"
-
 
 
 def _text(value: Any) -> str:
@@ -424,4 +452,3 @@ def _option_argv(option: CliOption, value: Any) -> list[str]:
         else:
             out += [flag, text]
     return out
-

@@ -123,7 +123,7 @@ def _split_spec(text: str) -> tuple[str, str]:
     match = re.search(r"\s{2,}|\t", text)
     if match is None:
         return text.strip(), ""
-    return text[: match.start()].strip(), text[match.end():].strip()
+    return text[: match.start()].strip(), text[match.end() :].strip()
 
 
 def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | None:
@@ -254,7 +254,7 @@ def parse_help(text: str) -> CliSpec:
                 section = "top"
             continue
         if stripped.lower().startswith("usage "):  # "usage args [WORDS]..." without a colon
-            usage = usage or stripped[len("usage "):]
+            usage = usage or stripped[len("usage ") :]
             continue
         if current is not None and indent > current[1] and not stripped.startswith("-"):
             current[3].append(stripped)
@@ -286,7 +286,8 @@ def parse_help(text: str) -> CliSpec:
     elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
         arguments = [
             CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)
-            if f"[{a.placeholder}]" in usage else a
+            if f"[{a.placeholder}]" in usage
+            else a
             for a in arguments
         ]
     # "name 1.2.3" first lines are not a description
@@ -299,7 +300,6 @@ def parse_help(text: str) -> CliSpec:
         usage=usage,
         parsed=bool(options or arguments or commands),
     )
-
 
 
 #: what the ``--help`` probe keeps of a tool's help text

@@ -184,7 +184,5 @@ def read_contract(
         raise DeployError(f"{TABLE} health = {health!r}{where} must be a path starting with '/', like \"/health\".")
     timeout = table.get("ready_timeout", DEFAULT_READY_TIMEOUT)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
-        raise DeployError(
-            f"{TABLE} ready_timeout = {timeout!r}{where} must be a positive number of seconds, like 10."
-        )
+        raise DeployError(f"{TABLE} ready_timeout = {timeout!r}{where} must be a positive number of seconds, like 10.")
     return ToolContract(kind=str(kind), bin=bin_name, health=health, ready_timeout=float(timeout))

@@ -63,7 +63,11 @@ class Exchange:
 
     def _note(self, which: str) -> bytes:
         dropped = self.dropped[which]
-        return f"\n[flakebot: {dropped} more bytes dropped (truncated at {self.caps[which]} bytes)]\n".encode() if dropped else b""
+        return (
+            f"\n[flakebot: {dropped} more bytes dropped (truncated at {self.caps[which]} bytes)]\n".encode()
+            if dropped
+            else b""
+        )
 
     def _keep(self, which: str, sink: list[bytes], chunk: bytes) -> None:
         room = self.caps[which] - self.sizes[which]
@@ -139,4 +143,3 @@ class Exchange:
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None and not stream.closed:
                 stream.close()  # not read to the end: something outside the group may hold it open
-

@@ -28,6 +28,7 @@ from .mcp import McpTool
 
 __all__ = ["make_tool", "tool_from_record"]
 
+
 def make_tool(
     name: str,
     binary: Path,
@@ -64,9 +65,19 @@ def make_tool(
     if not isinstance(contract, ToolContract):
         contract = ToolContract.from_json(contract, default_bin=binary.name)
     common: dict[str, Any] = dict(
-        name=name, binary=binary, crate=crate, version=version, source_hash=source_hash, store_path=Path(store_path),
-        checksum=checksum, backend=backend, timeout=timeout, provenance=provenance, lock_hash=lock_hash,
-        env=env, confine=confine,
+        name=name,
+        binary=binary,
+        crate=crate,
+        version=version,
+        source_hash=source_hash,
+        store_path=Path(store_path),
+        checksum=checksum,
+        backend=backend,
+        timeout=timeout,
+        provenance=provenance,
+        lock_hash=lock_hash,
+        env=env,
+        confine=confine,
     )
     started: StartedToolClient
     if contract.kind == "mcp":
@@ -106,8 +117,19 @@ def tool_from_record(
     stored = manifest.get("contract")
     contract = stored if isinstance(stored, Mapping) and stored else {"kind": record.kind, "bin": binary.name}
     return make_tool(
-        record.name, binary, crate=record.crate, version=record.version, source_hash=record.source_hash,
-        store_path=Path(record.store_path), contract=contract, checksum=record.checksum, backend=record.backend,
-        timeout=timeout, provenance=manifest, lock_hash=str(record.extra.get("lock_hash") or manifest.get("lock_hash") or ""),
-        start=start, env=env, confine=confine,
+        record.name,
+        binary,
+        crate=record.crate,
+        version=record.version,
+        source_hash=record.source_hash,
+        store_path=Path(record.store_path),
+        contract=contract,
+        checksum=record.checksum,
+        backend=record.backend,
+        timeout=timeout,
+        provenance=manifest,
+        lock_hash=str(record.extra.get("lock_hash") or manifest.get("lock_hash") or ""),
+        start=start,
+        env=env,
+        confine=confine,
     )

@@ -108,7 +108,9 @@ class HttpTool(StartedToolClient):
                 return self
             if self._process is not None:
                 self.restarts += 1
-                self._logs.append(f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n")
+                self._logs.append(
+                    f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n"
+                )
                 self._close_client()
                 self._process.stop()  # reaps it and closes its pipes
             for attempt in range(2):
@@ -270,7 +272,11 @@ class HttpTool(StartedToolClient):
                 stderr=self.logs(20),
             ) from exc
         except httpx.HTTPError as exc:
-            alive = "is running" if self.running else f"exited (status {self._process.returncode if self._process else None})"
+            alive = (
+                "is running"
+                if self.running
+                else f"exited (status {self._process.returncode if self._process else None})"
+            )
             raise ToolError(
                 f"{self.name}: {method} {path} failed: {exc}. The service {alive}; "
                 f"its output:\n{self.logs(20).strip() or '(none)'}",
@@ -364,7 +370,9 @@ class HttpTool(StartedToolClient):
                 operation = item.get(method)
                 if not isinstance(operation, Mapping):
                     continue
-                fn = self._operation(str(path), method, self._resolve(operation), self._resolve(shared), taken | set(functions))
+                fn = self._operation(
+                    str(path), method, self._resolve(operation), self._resolve(shared), taken | set(functions)
+                )
                 if fn is not None:
                     functions[fn.name] = fn
         return functions
@@ -422,7 +430,9 @@ class HttpTool(StartedToolClient):
                 if place == "path":
                     url = url.replace("{" + wire + "}", quote(_query_text(value), safe=""))
                 elif place == "query":
-                    query[wire] = [_query_text(v) for v in value] if isinstance(value, (list, tuple)) else _query_text(value)
+                    query[wire] = (
+                        [_query_text(v) for v in value] if isinstance(value, (list, tuple)) else _query_text(value)
+                    )
                 elif place == "body":
                     payload[wire] = value
                 elif place == "whole-body":
@@ -445,8 +455,13 @@ class HttpTool(StartedToolClient):
         )
         function = make_function(name, parameters, send, doc=doc, qualname=f"{self.name}.{name}")
         return ToolFunction(
-            name=name, description=description, parameters=parameters, function=function,
-            example=example, remote_name=f"{verb} {path}", wire=send,
+            name=name,
+            description=description,
+            parameters=parameters,
+            function=function,
+            example=example,
+            remote_name=f"{verb} {path}",
+            wire=send,
         )
 
     def _decode(self, answer: httpx.Response, what: str, verb: str, url: str) -> Any:

@@ -16,7 +16,14 @@ from ..errors import ToolError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_RESPONSE_BYTES", "ResponseTooLarge", "capped_transport", "free_port", "is_loopback", "listening_addresses"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "ResponseTooLarge",
+    "capped_transport",
+    "free_port",
+    "is_loopback",
+    "listening_addresses",
+]
 
 #: the largest answer (body bytes as sent) read from a service
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -68,7 +75,9 @@ def capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx
             headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
             assert isinstance(response.stream, httpx.SyncByteStream)
             return httpx.Response(
-                response.status_code, headers=headers, stream=CappedStream(response.stream, what),
+                response.status_code,
+                headers=headers,
+                stream=CappedStream(response.stream, what),
                 extensions=response.extensions,
             )
 

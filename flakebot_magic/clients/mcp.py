@@ -423,7 +423,9 @@ class McpTool(StartedToolClient):
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            result = self.session.request("tools/list", {"cursor": cursor} if cursor else None, self.contract.ready_timeout)
+            result = self.session.request(
+                "tools/list", {"cursor": cursor} if cursor else None, self.contract.ready_timeout
+            )
             tools += [t for t in result.get("tools", []) if isinstance(t, dict) and t.get("name")]
             cursor = result.get("nextCursor")
             if not cursor:
@@ -479,7 +481,10 @@ class McpTool(StartedToolClient):
         functions = self.functions()
         if len(functions) == 1:
             return next(iter(functions.values())).function(*args, **kwargs)
-        raise TypeError(f"{self.name} has {len(functions)} tools; call one of them: " + ", ".join(f"{self.name}.{n}(...)" for n in functions))
+        raise TypeError(
+            f"{self.name} has {len(functions)} tools; call one of them: "
+            + ", ".join(f"{self.name}.{n}(...)" for n in functions)
+        )
 
     def example(self) -> str:
         functions = self._functions or {}

@@ -114,7 +114,9 @@ def example_value(schema: Mapping[str, Any]) -> Any:
     if kind == "array":
         return [example_value(schema.get("items") or {"type": "string"})]
     if kind == "object":
-        return {k: example_value(v) for k, v in (schema.get("properties") or {}).items() if k in schema.get("required", [])}
+        return {
+            k: example_value(v) for k, v in (schema.get("properties") or {}).items() if k in schema.get("required", [])
+        }
     return "text"
 
 
@@ -191,7 +193,9 @@ def _problem(value: Any, schema: Mapping[str, Any], where: str) -> tuple[type[Ex
     return None
 
 
-def _object_problem(value: Mapping[str, Any], schema: Mapping[str, Any], where: str) -> tuple[type[Exception], str] | None:
+def _object_problem(
+    value: Mapping[str, Any], schema: Mapping[str, Any], where: str
+) -> tuple[type[Exception], str] | None:
     properties: Mapping[str, Any] = schema.get("properties") or {}
     missing = [k for k in schema.get("required", []) if k not in value]
     if missing:

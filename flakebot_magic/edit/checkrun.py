@@ -161,7 +161,9 @@ def workspace_contract(
     if cut:
         return None, f"Cargo.toml is larger than {MAX_MANIFEST_BYTES} bytes; it cannot be a crate's manifest"
     try:
-        contract = read_contract(load_toml(data.decode("utf-8", errors="replace")), binaries if built else (), required=True)
+        contract = read_contract(
+            load_toml(data.decode("utf-8", errors="replace")), binaries if built else (), required=True
+        )
     except ValueError as exc:
         return None, f"Cargo.toml is not valid TOML: {exc}"
     except DeployError as exc:
@@ -365,7 +367,11 @@ class CheckRunner:
             else "(the ratchet: passing tests never go down; existing tests stay)"
         )
         self.git(
-            "commit", "-q", "--no-verify", "--allow-empty", "-m",
+            "commit",
+            "-q",
+            "--no-verify",
+            "--allow-empty",
+            "-m",
             f"Revert check run {run.run} to {to[:12]}\n\n{run.reason}\n{why}\n",
         )
         self.bus.notice("edit", f"check run {run.run} reverted to {to[:12]}: {run.reason}", "warning")

@@ -118,7 +118,8 @@ class ModelChannel:
             raise ModelError(
                 f"The model endpoint {self.model.base_url} answered HTTP {exc.status_code} "
                 f"(after the SDK's retries): {str(exc)[:300]}. Check --model, --base-url and the key.",
-                status=exc.status_code, workspace=self.workspace,
+                status=exc.status_code,
+                workspace=self.workspace,
             ) from exc
         except openai.APIConnectionError as exc:
             raise ModelError(
@@ -133,7 +134,11 @@ class ModelChannel:
             raise BrokenReply("a reply without choices")
         message = response.choices[0].message
         calls = [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or ""}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments or ""},
+            }
             for c in message.tool_calls or []
         ]
         usage = response.usage
@@ -158,11 +163,16 @@ class ModelChannel:
             function = c.get("function") if isinstance(c, dict) else None
             if not isinstance(function, dict):
                 continue
-            calls.append({
-                "id": str(c.get("id") or f"call_{len(calls)}"),
-                "type": "function",
-                "function": {"name": str(function.get("name") or ""), "arguments": str(function.get("arguments") or "")},
-            })
+            calls.append(
+                {
+                    "id": str(c.get("id") or f"call_{len(calls)}"),
+                    "type": "function",
+                    "function": {
+                        "name": str(function.get("name") or ""),
+                        "arguments": str(function.get("arguments") or ""),
+                    },
+                }
+            )
         text = message.get("content")
         content = text if isinstance(text, str) else ""
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}

@@ -30,7 +30,7 @@ _CONTRACT = (
     "stdin closes.\n"
     "An http tool is a service that listens on 127.0.0.1 only, at the port given as --port PORT and "
     "in the PORT environment variable; it requires `Authorization: Bearer $FLAKEBOT_TOKEN` on every "
-    "request except its health path (GET /health unless the table sets health = \"/path\"), and "
+    'request except its health path (GET /health unless the table sets health = "/path"), and '
     "may describe its operations at GET /openapi.json. See docs/tool-contract.md."
 )
 

@@ -92,8 +92,12 @@ class EditLoop:
             self.files, cargo=cargo, git=git, bus=bus, build_timeout=build_timeout, test_timeout=test_timeout
         )
         self.channel = ModelChannel(
-            client, model, bus=bus, workspace=self.root,
-            max_reply_bytes=max_reply_bytes, max_reply_seconds=max_reply_seconds,
+            client,
+            model,
+            bus=bus,
+            workspace=self.root,
+            max_reply_bytes=max_reply_bytes,
+            max_reply_seconds=max_reply_seconds,
         )
         self.ratchet = Ratchet(self.root)
         self.iterations = 0
@@ -124,7 +128,8 @@ class EditLoop:
             raise PolicyError(
                 f"The workspace holds what flakebot does not build, before the edit loop started:\n{listed}\n"
                 "Fix or remove these files in the workspace, then run again.",
-                violations=found, workspace=self.root,
+                violations=found,
+                workspace=self.root,
             )
         baseline = self._baseline()
         context = PromptContext(
@@ -138,7 +143,10 @@ class EditLoop:
         )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system_prompt(self.root, self.git, context)},
-            {"role": "user", "content": (f"Follow-up instructions for the existing tool: {request}" if follow_up else request)},
+            {
+                "role": "user",
+                "content": (f"Follow-up instructions for the existing tool: {request}" if follow_up else request),
+            },
         ]
         text_replies = 0
         while self._finished is None:
@@ -149,14 +157,18 @@ class EditLoop:
                     raise EditError(
                         f"The model stopped using the tools ({MAX_TEXT_REPLIES + 1} replies in a row without a tool call). "
                         f"Its last words: {reply.content[:300]!r}",
-                        diagnostics=self._last_report(), workspace=self.root, reason="no-tools",
+                        diagnostics=self._last_report(),
+                        workspace=self.root,
+                        reason="no-tools",
                     )
                 messages.append({"role": "assistant", "content": reply.content})
-                messages.append({
-                    "role": "user",
-                    "content": "Reply with tool calls: edit the files, then call run_checks, "
-                    "and finish(summary) once the checks pass and the contract is met.",
-                })
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": "Reply with tool calls: edit the files, then call run_checks, "
+                        "and finish(summary) once the checks pass and the contract is met.",
+                    }
+                )
                 continue
             text_replies = 0
             messages.append({"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
@@ -170,8 +182,13 @@ class EditLoop:
         last = self.runs[-1]
         assert last.contract is not None
         return EditOutcome(
-            summary=self._finished, contract=last.contract, runs=self.runs, iterations=self.iterations,
-            model_calls=self.model_calls, tokens=self.tokens, head=self.git.head(),
+            summary=self._finished,
+            contract=last.contract,
+            runs=self.runs,
+            iterations=self.iterations,
+            model_calls=self.model_calls,
+            tokens=self.tokens,
+            head=self.git.head(),
         )
 
     # -- the protocol functions -------------------------------------------------
@@ -183,7 +200,9 @@ class EditLoop:
             if name == "list_files":
                 return self.files.list_files(str(args.get("path") or "."))
             if name == "read_file":
-                return self.files.read_file(text_argument(name, args, "path"), args.get("start_line"), args.get("end_line"))
+                return self.files.read_file(
+                    text_argument(name, args, "path"), args.get("start_line"), args.get("end_line")
+                )
             if name == "write_file":
                 return self.files.write_file(text_argument(name, args, "path"), text_argument(name, args, "content"))
             if name == "replace_in_file":
@@ -261,13 +280,17 @@ class EditLoop:
             raise EditError(
                 f"The edit loop is stuck: check runs {previous.run} and {run.run} failed the same way. "
                 f"Last diagnostics:\n{cap(text, 1500)}{ratchet.hint()}",
-                diagnostics=text, workspace=self.root, reason="stuck",
+                diagnostics=text,
+                workspace=self.root,
+                reason="stuck",
             )
         if iteration >= self.max_iterations:
             raise BudgetExhausted(
                 f"The edit loop used all {self.max_iterations} iterations and the workspace is not green. "
                 f"Last diagnostics:\n{cap(text, 1500)}{ratchet.hint()}",
-                diagnostics=text, workspace=self.root, reason="iterations",
+                diagnostics=text,
+                workspace=self.root,
+                reason="iterations",
             )
         if finish is not None:
             return text + "\nNot finished: the checks must pass and the contract must be met first."
@@ -280,7 +303,9 @@ class EditLoop:
             raise BudgetExhausted(
                 f"The token budget ({self.token_budget:,} tokens) is spent after {self.iterations} "
                 f"iteration(s) and the workspace is not green yet.{self._last_words()}",
-                diagnostics=self._last_report(), workspace=self.root, reason="tokens",
+                diagnostics=self._last_report(),
+                workspace=self.root,
+                reason="tokens",
             )
 
     def _last_report(self) -> str:
@@ -290,13 +315,15 @@ class EditLoop:
         return f" Last diagnostics:\n{cap(self._last_report(), 1500)}{self.ratchet.hint()}" if self.runs else ""
 
     def _record(self, state: EditState, request: str) -> None:
-        state.sessions.append({
-            "request": request,
-            "summary": self._finished,
-            "model": self.model.model,
-            "base_url": self.model.base_url,
-            "iterations": self.iterations,
-            "head": self.git.head(),
-            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        })
+        state.sessions.append(
+            {
+                "request": request,
+                "summary": self._finished,
+                "model": self.model.model,
+                "base_url": self.model.base_url,
+                "iterations": self.iterations,
+                "head": self.git.head(),
+                "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
         state.save(self.root)

@@ -42,15 +42,10 @@ MAX_RETRY_AFTER = 60.0
 #: the longest wait between retries when the server does not say how long
 _MAX_BACKOFF = 30.0
 _PROJECT_URL = "https://github.com/flakebot/flakebot-magic"
-_OFFLINE_HINT = (
-    "Try again later, or search an offline directory registry instead "
-    "with --registry PATH."
-)
+_OFFLINE_HINT = "Try again later, or search an offline directory registry instead with --registry PATH."
 # crates.io's own rule for crate names (and the only ones safe in a URL path)
 _CRATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_SEMVER = re.compile(
-    r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
-)
+_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
 def user_agent() -> str:
@@ -103,10 +98,7 @@ def _semver_key(version: str) -> tuple[Any, ...]:
     major, minor, patch, pre = match.groups()
     if pre is None:
         return (int(major), int(minor), int(patch), 1, ())
-    idents = tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part)
-        for part in pre.split(".")
-    )
+    idents = tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in pre.split("."))
     return (int(major), int(minor), int(patch), 0, idents)
 
 
@@ -181,11 +173,7 @@ def _error_detail(response: httpx.Response) -> str:
     except ValueError:
         return ""
     if isinstance(data, dict) and isinstance(data.get("errors"), list):
-        details = [
-            str(err.get("detail", ""))
-            for err in data["errors"]
-            if isinstance(err, dict)
-        ]
+        details = [str(err.get("detail", "")) for err in data["errors"] if isinstance(err, dict)]
         return "; ".join(d for d in details if d)
     return ""
 
@@ -254,11 +242,7 @@ class CratesIoRegistry:
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.index_url = index_url.removeprefix("sparse+").rstrip("/")
-        self.download_url = (
-            download_url.rstrip("/")
-            if download_url
-            else f"{self.api_url}/api/v1/crates"
-        )
+        self.download_url = download_url.rstrip("/") if download_url else f"{self.api_url}/api/v1/crates"
         self.id = "crates.io" if self.api_url == DEFAULT_API_URL else self.api_url
         self.user_agent = user_agent()
         self.retries = max(0, retries)
@@ -267,11 +251,7 @@ class CratesIoRegistry:
         self._limiter = _RateLimiter(min_interval, sleep=sleep, clock=clock)
         self._owns_client = client is None
         self._client = (
-            client
-            if client is not None
-            else httpx.Client(
-                timeout=timeout, headers={"User-Agent": self.user_agent}
-            )
+            client if client is not None else httpx.Client(timeout=timeout, headers={"User-Agent": self.user_agent})
         )
 
     # -- lifecycle ---------------------------------------------------------
@@ -320,14 +300,11 @@ class CratesIoRegistry:
         )
         if data is None:
             raise RegistryError(
-                f"{self.api_url} has no search API (/api/v1/crates answered 404). "
-                "Check the registry URL."
+                f"{self.api_url} has no search API (/api/v1/crates answered 404). Check the registry URL."
             )
         results = data.get("crates")
         if not isinstance(results, list):
-            raise RegistryError(
-                f"crates.io's search answer has no 'crates' list. {_OFFLINE_HINT}"
-            )
+            raise RegistryError(f"crates.io's search answer has no 'crates' list. {_OFFLINE_HINT}")
         found = [c for c in results[:per_page] if isinstance(c, dict)]
         candidates: list[CrateCandidate] = []
         for rank, crate in enumerate(found):
@@ -372,8 +349,7 @@ class CratesIoRegistry:
         )
         if data is None:
             raise SearchError(
-                f"no crate named {name} on crates.io. "
-                "Check the spelling, or search for it without naming a crate."
+                f"no crate named {name} on crates.io. Check the spelling, or search for it without naming a crate."
             )
         crate = data.get("crate")
         versions = [v for v in data.get("versions") or [] if isinstance(v, dict)]
@@ -475,9 +451,7 @@ class CratesIoRegistry:
         score: float,
         checksum: str | None,
     ) -> CrateCandidate:
-        bin_names = tuple(
-            b for b in details.get("bin_names") or [] if isinstance(b, str) and b
-        )
+        bin_names = tuple(b for b in details.get("bin_names") or [] if isinstance(b, str) and b)
         return CrateCandidate(
             name=str(crate["name"]),
             version=version,
@@ -494,27 +468,19 @@ class CratesIoRegistry:
             checksum=checksum,
         )
 
-    def _pick_version(
-        self, name: str, versions: list[dict[str, Any]], wanted: str | None
-    ) -> dict[str, Any]:
+    def _pick_version(self, name: str, versions: list[dict[str, Any]], wanted: str | None) -> dict[str, Any]:
         usable = [v for v in versions if isinstance(v.get("num"), str)]
         if wanted is not None:
             for entry in usable:
                 if entry["num"] == wanted:
                     return entry
             listed = sorted(usable, key=lambda v: _semver_key(v["num"]), reverse=True)
-            shown = ", ".join(
-                v["num"] + (" (yanked)" if v.get("yanked") else "") for v in listed
-            )
-            raise SearchError(
-                f"crates.io has no version {wanted} of {name}. "
-                f"Available versions: {shown or 'none'}."
-            )
+            shown = ", ".join(v["num"] + (" (yanked)" if v.get("yanked") else "") for v in listed)
+            raise SearchError(f"crates.io has no version {wanted} of {name}. Available versions: {shown or 'none'}.")
         live = [v for v in usable if not v.get("yanked")]
         if not live:
             raise SearchError(
-                f"every version of {name} on crates.io is yanked. "
-                "Name a version explicitly, or choose another crate."
+                f"every version of {name} on crates.io is yanked. Name a version explicitly, or choose another crate."
             )
         stable = [v for v in live if not _is_prerelease(v["num"])]
         return max(stable or live, key=lambda v: _semver_key(v["num"]))
@@ -559,9 +525,7 @@ class CratesIoRegistry:
             "Look the crate up again with get() to choose a published version."
         )
 
-    def _get_json(
-        self, url: str, *, what: str, params: Mapping[str, str] | None = None
-    ) -> dict[str, Any] | None:
+    def _get_json(self, url: str, *, what: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
         """The JSON object at ``url``, or None on 404."""
         response = self._request(url, what=what, params=params)
         if response.status_code == 404:
@@ -571,13 +535,10 @@ class CratesIoRegistry:
             data = response.json()
         except ValueError as exc:
             raise RegistryError(
-                f"could not {what}: {url} answered with something that is not JSON. "
-                f"{_OFFLINE_HINT}"
+                f"could not {what}: {url} answered with something that is not JSON. {_OFFLINE_HINT}"
             ) from exc
         if not isinstance(data, dict):
-            raise RegistryError(
-                f"could not {what}: {url} answered with JSON that is not an object."
-            )
+            raise RegistryError(f"could not {what}: {url} answered with JSON that is not an object.")
         return data
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
@@ -588,9 +549,7 @@ class CratesIoRegistry:
             if response.status_code == 403
             else f" {_OFFLINE_HINT}"
         )
-        raise RegistryError(
-            f"could not {what}: {response.request.url} answered {_describe(response)}.{hint}"
-        )
+        raise RegistryError(f"could not {what}: {response.request.url} answered {_describe(response)}.{hint}")
 
     def _request(
         self,
@@ -662,13 +621,11 @@ def _tar_errors(label: str) -> Iterator[None]:
         yield
     except tarfile.TarError as exc:  # FilterError is a TarError too
         raise RegistryError(
-            f"the archive of {label} is not a well-formed crate ({exc}); it was "
-            "not unpacked. Try another version."
+            f"the archive of {label} is not a well-formed crate ({exc}); it was not unpacked. Try another version."
         ) from exc
     except (EOFError, OSError) as exc:
         raise RegistryError(
-            f"could not unpack {label}: {exc}. Check the destination is writable, "
-            "or try another version."
+            f"could not unpack {label}: {exc}. Check the destination is writable, or try another version."
         ) from exc
 
 
@@ -696,9 +653,7 @@ def _inside(path: str) -> bool:
     return True
 
 
-def _safe_members(
-    members: list[tarfile.TarInfo], *, top: str, label: str
-) -> list[tarfile.TarInfo]:
+def _safe_members(members: list[tarfile.TarInfo], *, top: str, label: str) -> list[tarfile.TarInfo]:
     """Copies of ``members`` renamed without ``top/``, or RegistryError if any escapes."""
     prefix = f"{top}/"
     kept: list[tarfile.TarInfo] = []
@@ -712,7 +667,7 @@ def _safe_members(
             continue
         if not name.startswith(prefix):
             raise _escape(label, name, f"is not under {prefix}")
-        relative = name[len(prefix):].strip("/")
+        relative = name[len(prefix) :].strip("/")
         if not relative or not _inside(relative):
             raise _escape(label, name, "points outside the crate directory")
         if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
@@ -727,8 +682,8 @@ def _safe_members(
                 raise _escape(label, name, f"is a symlink pointing outside ({target!r})")
         elif member.islnk():
             target = member.linkname
-            if not target.startswith(prefix) or not _inside(target[len(prefix):]):
+            if not target.startswith(prefix) or not _inside(target[len(prefix) :]):
                 raise _escape(label, name, f"is a hard link pointing outside ({target!r})")
-            renamed.linkname = target[len(prefix):]
+            renamed.linkname = target[len(prefix) :]
         kept.append(renamed)
     return kept

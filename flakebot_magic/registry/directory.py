@@ -242,20 +242,30 @@ class DirectoryRegistry:
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
                 " license, homepage, repository, bins, stdin, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    name, version, entry, description, json.dumps(keywords), json.dumps(categories),
-                    str(package.get("license", "")), str(package.get("homepage", "")),
-                    str(package.get("repository", "")), json.dumps(bins),
-                    int(bool(bins) and _reads_stdin(crate_dir, manifest)), ranking.name_key(name),
+                    name,
+                    version,
+                    entry,
+                    description,
+                    json.dumps(keywords),
+                    json.dumps(categories),
+                    str(package.get("license", "")),
+                    str(package.get("homepage", "")),
+                    str(package.get("repository", "")),
+                    json.dumps(bins),
+                    int(bool(bins) and _reads_stdin(crate_dir, manifest)),
+                    ranking.name_key(name),
                 ),
             )
             # the index holds stemmed words (ranking.analyze), the same stems the query is turned into
             db.execute(
-                "INSERT INTO crates_fts (rowid, name, description, keywords, categories, readme)"
-                " VALUES (?,?,?,?,?,?)",
+                "INSERT INTO crates_fts (rowid, name, description, keywords, categories, readme) VALUES (?,?,?,?,?,?)",
                 (
-                    cursor.lastrowid, ranking.analyze(name) + " " + ranking.name_key(name),
-                    ranking.analyze(description), ranking.analyze(" ".join(keywords)),
-                    ranking.analyze(" ".join(categories)), ranking.analyze(_readme(crate_dir, package)),
+                    cursor.lastrowid,
+                    ranking.analyze(name) + " " + ranking.name_key(name),
+                    ranking.analyze(description),
+                    ranking.analyze(" ".join(keywords)),
+                    ranking.analyze(" ".join(categories)),
+                    ranking.analyze(_readme(crate_dir, package)),
                 ),
             )
         priors = ranking.reverse_dependencies(depends_on)
@@ -285,10 +295,21 @@ class DirectoryRegistry:
         name, version, _dir, description, keywords, categories, license_, homepage, repository, bins, stdin = row
         bin_names = tuple(json.loads(bins))
         return CrateCandidate(
-            name=name, version=version, description=description, score=score,
-            has_bin=bool(bin_names), bin_names=bin_names, reads_stdin=bool(stdin), keywords=tuple(json.loads(keywords)),
-            categories=tuple(json.loads(categories)), license=license_, homepage=homepage,
-            repository=repository, registry=self.id, checksum=None, parts=parts or {},
+            name=name,
+            version=version,
+            description=description,
+            score=score,
+            has_bin=bool(bin_names),
+            bin_names=bin_names,
+            reads_stdin=bool(stdin),
+            keywords=tuple(json.loads(keywords)),
+            categories=tuple(json.loads(categories)),
+            license=license_,
+            homepage=homepage,
+            repository=repository,
+            registry=self.id,
+            checksum=None,
+            parts=parts or {},
         )
 
     _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.stdin"
@@ -330,9 +351,9 @@ class DirectoryRegistry:
 
     def recorded_checksum(self, name: str, version: str) -> str | None:
         """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
-        row = self._connect().execute(
-            "SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version)
-        ).fetchone()
+        row = (
+            self._connect().execute("SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version)).fetchone()
+        )
         if row is None:
             return None
         try:
@@ -385,6 +406,7 @@ class DirectoryRegistry:
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
         source = self.source_dir(candidate)
+
         def not_published(directory: str, names: list[str]) -> set[str]:
             # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
             return {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
@@ -394,7 +416,9 @@ class DirectoryRegistry:
         if recorded:
             return FetchedSource(path=dest, checksum=recorded, checksum_kind="crate-sha256")
         return FetchedSource(
-            path=dest, checksum=tree_sha256(dest), checksum_kind="tree-sha256",
+            path=dest,
+            checksum=tree_sha256(dest),
+            checksum_kind="tree-sha256",
             notes=("The registry records no .crate checksum; the checksum is the sha256 of the source tree.",),
         )
 
@@ -407,8 +431,10 @@ class DirectoryRegistry:
     def cargo_config_args(self) -> list[str]:
         """The same configuration as ``--config`` arguments, so nothing is written to the workspace."""
         return [
-            "--config", 'source.crates-io.replace-with="flakebot-offline"',
-            "--config", f'source.flakebot-offline.directory="{self.path}"',
+            "--config",
+            'source.crates-io.replace-with="flakebot-offline"',
+            "--config",
+            f'source.flakebot-offline.directory="{self.path}"',
         ]
 
 

@@ -172,16 +172,49 @@ def _ends_cvc(word: str) -> bool:
 
 #: derivational endings rewritten when the stem before them has m > 0
 _STEP2 = (
-    ("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-    ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"), ("iveness", "ive"),
-    ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"), ("iviti", "ive"), ("biliti", "ble"),
-    ("entli", "ent"), ("ousli", "ous"), ("alli", "al"), ("eli", "e"), ("bli", "ble"),
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
+    ("entli", "ent"),
+    ("ousli", "ous"),
+    ("alli", "al"),
+    ("eli", "e"),
+    ("bli", "ble"),
 )
 _STEP3 = (("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""), ("ness", ""))
 #: endings removed when the stem before them has m > 1
 _STEP4 = (
-    "ement", "ance", "ence", "able", "ible", "ment", "ant", "ent", "ism", "ate", "iti", "ous",
-    "ive", "ize", "ion", "al", "er", "ic", "ou",
+    "ement",
+    "ance",
+    "ence",
+    "able",
+    "ible",
+    "ment",
+    "ant",
+    "ent",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+    "ion",
+    "al",
+    "er",
+    "ic",
+    "ou",
 )
 
 
@@ -217,7 +250,12 @@ def stem(word: str) -> str:
                 word = base
                 if word.endswith(("at", "bl", "iz")):
                     word += "e"
-                elif len(word) >= 2 and word[-1] == word[-2] and _consonant(word, len(word) - 1) and word[-1] not in "lsz":
+                elif (
+                    len(word) >= 2
+                    and word[-1] == word[-2]
+                    and _consonant(word, len(word) - 1)
+                    and word[-1] not in "lsz"
+                ):
                     word = word[:-1]
                 elif _measure(word) == 1 and _ends_cvc(word):
                     word += "e"
@@ -315,8 +353,11 @@ def dependency_names(manifest: Mapping[str, Any]) -> set[str]:
     also under ``[target.*]``, by their registry name (``package = "..."`` renames
     followed). Dev-dependencies are left out: they say what a crate is tested
     with, not what it is built on."""
-    tables: list[Any] = [manifest.get("dependencies"), manifest.get("build-dependencies"),
-                         manifest.get("build_dependencies")]
+    tables: list[Any] = [
+        manifest.get("dependencies"),
+        manifest.get("build-dependencies"),
+        manifest.get("build_dependencies"),
+    ]
     targets = manifest.get("target")
     if isinstance(targets, Mapping):
         for target in targets.values():
@@ -372,5 +413,10 @@ def combine(relevance: float, prior: float, *, named: bool, weight: float | None
     """
     factor = prior_factor(prior, weight)
     name = NAME_BOOST if named else 1.0
-    return {"relevance": relevance, "prior": prior, "popularity": factor, "name": name,
-            "score": relevance * factor * name}
+    return {
+        "relevance": relevance,
+        "prior": prior,
+        "popularity": factor,
+        "name": name,
+        "score": relevance * factor * name,
+    }

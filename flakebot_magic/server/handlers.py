@@ -43,8 +43,15 @@ __all__ = [
 
 #: request and response headers that belong to one hop, never forwarded
 _HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-    "transfer-encoding", "upgrade", "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
 }
 #: Jupyter's credentials stay with Jupyter (the Referer may carry ``?token=``)
 _PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token", "referer"}
@@ -145,12 +152,16 @@ class IndexHandler(_API):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        self.finish(json.dumps({
-            "version": __version__,
-            "tools": "/flakebot/api/tools",
-            "dashboard": "/flakebot/",
-            "cache_dir": str(self.flakebot.cache_dir),
-        }))
+        self.finish(
+            json.dumps(
+                {
+                    "version": __version__,
+                    "tools": "/flakebot/api/tools",
+                    "dashboard": "/flakebot/",
+                    "cache_dir": str(self.flakebot.cache_dir),
+                }
+            )
+        )
 
 
 class ToolsHandler(_API):
@@ -339,9 +350,7 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     auth_resource = "flakebot"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
-    def initialize(
-        self, name: str, settings: Settings, timeout: float, max_response: int = MAX_PROXY_RESPONSE
-    ) -> None:
+    def initialize(self, name: str, settings: Settings, timeout: float, max_response: int = MAX_PROXY_RESPONSE) -> None:
         super().initialize(name)
         self.flakebot = settings
         self.timeout = timeout
@@ -363,7 +372,8 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         if query:
             url += "?" + query
         headers = {
-            k: v for k, v in self.request.headers.get_all()
+            k: v
+            for k, v in self.request.headers.get_all()
             if k.lower() not in _HOP_BY_HOP and k.lower() not in _PRIVATE_REQUEST
         }
         headers["Accept-Encoding"] = "identity"  # the size cap counts what the browser gets
@@ -385,10 +395,16 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
             chunks.append(chunk)
 
         request = httpclient.HTTPRequest(
-            url, method=method, headers=headers,
+            url,
+            method=method,
+            headers=headers,
             body=self.request.body if method in ("POST", "PUT", "PATCH") else None,
-            follow_redirects=False, decompress_response=False, allow_nonstandard_methods=True,
-            request_timeout=self.timeout, header_callback=on_header, streaming_callback=on_chunk,
+            follow_redirects=False,
+            decompress_response=False,
+            allow_nonstandard_methods=True,
+            request_timeout=self.timeout,
+            header_callback=on_header,
+            streaming_callback=on_chunk,
         )
         # its own client: the body limit is this proxy's (the connection is cut past it), not the
         # server's shared client's
@@ -398,8 +414,8 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         except Exception as exc:  # the tool cut the connection, timed out, or passed the limit
             if received >= self.max_response or any(size > self.max_response for size in declared):
                 raise web.HTTPError(
-                    502, f"{name}'s answer is larger than {self.max_response // (1024 * 1024)} MiB; "
-                    "it was not passed on"
+                    502,
+                    f"{name}'s answer is larger than {self.max_response // (1024 * 1024)} MiB; it was not passed on",
                 ) from None
             raise web.HTTPError(502, f"{name} did not answer: {exc}") from None
         finally:

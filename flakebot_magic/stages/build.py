@@ -104,6 +104,7 @@ def check(
         def on_line(stream: str, line: str) -> None:
             if stream == "stderr" or not line.startswith("{"):
                 bus.log(stage_name, line, "stderr" if stream == "stderr" else "stdout")
+
         return on_line
 
     def build() -> BuildResult:
@@ -113,7 +114,9 @@ def check(
             done.stdout.splitlines(), target_dir=target_dir or workspace / "target", refused=refused
         )
         for why in refused:
-            bus.notice("build", f"dropped a forged or unsafe compiler-artifact message from cargo's output: {why}", "warning")
+            bus.notice(
+                "build", f"dropped a forged or unsafe compiler-artifact message from cargo's output: {why}", "warning"
+            )
         if done.returncode != 0:
             errors = _errors(diagnostics)
             raise BuildError(
@@ -126,7 +129,10 @@ def check(
 
     def test() -> tuple[TestReport, list[Diagnostic]]:
         done = cargo.run(
-            *TEST_FLAGS, cwd=workspace, timeout=test_timeout, on_line=log("test"),
+            *TEST_FLAGS,
+            cwd=workspace,
+            timeout=test_timeout,
+            on_line=log("test"),
             env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
             # the release build is the critical path; the tests take the CPU it leaves
             nice=10,
@@ -138,18 +144,23 @@ def check(
             if errors:
                 raise TestError(
                     f"The tests of {workspace.name} do not compile:\n{_describe(errors, done.stderr)}",
-                    diagnostics=errors, command=done.args, workspace=workspace,
+                    diagnostics=errors,
+                    command=done.args,
+                    workspace=workspace,
                 )
             if report.failed:
                 names = ", ".join(report.failures[:10]) or f"{report.failed} tests"
                 raise TestError(
                     f"cargo test: {report.failed} failed, {report.passed} passed in {workspace.name}. "
                     f"Failing: {names}. Run `cargo test` in the workspace to see their output.",
-                    failed=report.failures, command=done.args, workspace=workspace,
+                    failed=report.failures,
+                    command=done.args,
+                    workspace=workspace,
                 )
             raise TestError(
                 f"cargo test failed for {workspace.name}:\n{_describe([], done.stderr)}",
-                command=done.args, workspace=workspace,
+                command=done.args,
+                workspace=workspace,
             )
         return report, diagnostics
 
@@ -178,7 +189,9 @@ def check(
     ):
         raise BuildError(
             str(tested).replace("The tests of", "The crate", 1).replace("do not compile", "does not compile", 1),
-            diagnostics=tested.diagnostics, command=tested.command, workspace=workspace,
+            diagnostics=tested.diagnostics,
+            command=tested.command,
+            workspace=workspace,
         ) from built
     for name in ("build", "test"):
         if name in failures:

@@ -77,7 +77,9 @@ def store_key(git: Git, rustc_version: str, flags: Sequence[str], backend: str =
     if status:  # uncommitted edits change the binary too
         digest.update(status.encode())
         digest.update(git("diff", "HEAD", "--", ".", *not_inputs).encode())
-    digest.update(f"\0rustc:{rustc_version}\0flags:{' '.join(flags)}\0backend:{backend}\0format:{STORE_FORMAT}".encode())
+    digest.update(
+        f"\0rustc:{rustc_version}\0flags:{' '.join(flags)}\0backend:{backend}\0format:{STORE_FORMAT}".encode()
+    )
     return digest.hexdigest()[:32]
 
 
@@ -204,7 +206,7 @@ def staging_owner(path: Path) -> int | None:
     """The pid of the run that owns a staging directory in the store (``None``: not a staging name)."""
     if not path.name.startswith(STAGING_PREFIX):
         return None
-    parts = path.name[len(STAGING_PREFIX):].split("-")
+    parts = path.name[len(STAGING_PREFIX) :].split("-")
     try:
         return int(parts[1])
     except (IndexError, ValueError):
@@ -214,7 +216,9 @@ def staging_owner(path: Path) -> int | None:
 def _copy_binary(name: str, source: Path, target: Path) -> None:
     """Copy one built binary into the staging entry without following a symlink at either end."""
     if not BINARY_NAME.fullmatch(name):
-        raise DeployError(f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'.")
+        raise DeployError(
+            f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'."
+        )
     try:
         source_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -233,7 +237,7 @@ def _copy_binary(name: str, source: Path, target: Path) -> None:
                     break
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(target_fd, view):]
+                    view = view[os.write(target_fd, view) :]
             os.fchmod(target_fd, 0o555)
             os.utime(target_fd, ns=(info.st_atime_ns, info.st_mtime_ns))
         finally:
@@ -268,6 +272,4 @@ def deploy(
         for name, source in sorted(binaries.items()):
             _copy_binary(name, Path(source), staging / "bin" / name)
 
-    return write_entry(
-        store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)}
-    )
+    return write_entry(store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)})

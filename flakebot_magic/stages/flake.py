@@ -265,9 +265,7 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
 """
 
 
-def write_flake(
-    workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL
-) -> Path:
+def write_flake(workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> Path:
     """Write ``workspace/flake.nix`` for ``meta``; return its path.
 
     The flake refers to ``./Cargo.lock``, which the fork stage creates.

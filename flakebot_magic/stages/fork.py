@@ -172,7 +172,9 @@ def fork(
 
 # -- dependencies the registry cannot satisfy -------------------------------
 
-_NON_LINUX = re.compile(r"windows|macos|ios|android|wasm|redox|fuchsia|hermit|solaris|illumos|freebsd|netbsd|openbsd|dragonfly|haiku|wasi|emscripten")
+_NON_LINUX = re.compile(
+    r"windows|macos|ios|android|wasm|redox|fuchsia|hermit|solaris|illumos|freebsd|netbsd|openbsd|dragonfly|haiku|wasi|emscripten"
+)
 
 
 def _requirement(spec: Any) -> tuple[str, str, bool]:
@@ -187,7 +189,7 @@ def _requirement(spec: Any) -> tuple[str, str, bool]:
 def _make_satisfiable(workspace: Workspace, registry: Registry, git: Git, bus: EventBus) -> None:
     manifest_path = workspace.path / "Cargo.toml"
     doc = tomlkit.parse(manifest_path.read_text(encoding="utf-8"))
-    can_satisfy = getattr(registry, "can_satisfy")
+    can_satisfy = registry.can_satisfy
     dropped: list[DroppedDependency] = []
     missing_required: list[str] = []
 
@@ -262,10 +264,7 @@ def _strip_features(doc: Any, gone: set[str]) -> None:
         return
     for feature in list(features.keys()):
         items = features[feature]
-        kept = [
-            item for item in items
-            if re.split(r"[/?]", str(item).removeprefix("dep:"))[0] not in gone
-        ]
+        kept = [item for item in items if re.split(r"[/?]", str(item).removeprefix("dep:"))[0] not in gone]
         if len(kept) != len(items):
             array = tomlkit.array()
             array.extend(kept)
@@ -285,14 +284,26 @@ def _module_files(root: Path) -> list[Path]:
             continue
         seen.append(current)
         text = current.read_text(encoding="utf-8", errors="replace")
-        base = current.parent if current.name in ("mod.rs", "main.rs", "lib.rs") or current == root else current.parent / current.stem
+        base = (
+            current.parent
+            if current.name in ("mod.rs", "main.rs", "lib.rs") or current == root
+            else current.parent / current.stem
+        )
         for name in _MOD.findall(text):
             stack += [base / f"{name}.rs", base / name / "mod.rs"]
     return seen
 
 
 def _uses(files: list[Path], idents: set[str]) -> set[str]:
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(idents))) + r")\s*::|extern\s+crate\s+(" + "|".join(map(re.escape, sorted(idents))) + r")\b|\buse\s+(" + "|".join(map(re.escape, sorted(idents))) + r")\b")
+    pattern = re.compile(
+        r"\b("
+        + "|".join(map(re.escape, sorted(idents)))
+        + r")\s*::|extern\s+crate\s+("
+        + "|".join(map(re.escape, sorted(idents)))
+        + r")\b|\buse\s+("
+        + "|".join(map(re.escape, sorted(idents)))
+        + r")\b"
+    )
     found: set[str] = set()
     for path in files:
         for match in pattern.finditer(path.read_text(encoding="utf-8", errors="replace")):
@@ -336,12 +347,18 @@ def _skip_targets(root: Path, doc: Any, idents: set[str]) -> list[str]:
     package = doc["package"]
     skipped: list[str] = []
     needs_feature = False
-    for kind, directory, auto_key in (("test", "tests", "autotests"), ("example", "examples", "autoexamples"), ("bench", "benches", "autobenches")):
+    for kind, directory, auto_key in (
+        ("test", "tests", "autotests"),
+        ("example", "examples", "autoexamples"),
+        ("bench", "benches", "autobenches"),
+    ):
         tables = list(doc.get(kind) or [])
         explicit_paths = {_target_path(t, directory) for t in tables}
-        auto = [] if package.get(auto_key) is False else [
-            (name, rel) for name, rel in _auto_targets(root, directory) if rel not in explicit_paths
-        ]
+        auto = (
+            []
+            if package.get(auto_key) is False
+            else [(name, rel) for name, rel in _auto_targets(root, directory) if rel not in explicit_paths]
+        )
         targets = [(str(t["name"]), _target_path(t, directory), t) for t in tables]
         targets += [(name, rel, None) for name, rel in auto]
         for name, rel, table in targets:
@@ -416,6 +433,7 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
 
 # -- Cargo.lock -------------------------------------------------------------
 
+
 def _read_lock(path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     if sys.version_info >= (3, 11):
@@ -452,7 +470,11 @@ def _settle_lockfile(
                     continue
                 if package["version"] not in versions(package["name"]):
                     missing.append(f"{package['name']} {package['version']}")
-                elif recorded is not None and "checksum" in package and package["checksum"] != recorded(package["name"], package["version"]):
+                elif (
+                    recorded is not None
+                    and "checksum" in package
+                    and package["checksum"] != recorded(package["name"], package["version"])
+                ):
                     # cargo refuses a lock whose checksums differ from the source's
                     missing.append(f"{package['name']} {package['version']} (checksum differs)")
         if missing:

@@ -104,7 +104,15 @@ class NixSandbox:
 
 
 #: environment variables that change which nix.conf nix reads (or what it says)
-_CONFIG_ENV = ("NIX_CONF_DIR", "NIX_CONFIG", "NIX_USER_CONF_FILES", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "HOME", "NIX_REMOTE")
+_CONFIG_ENV = (
+    "NIX_CONF_DIR",
+    "NIX_CONFIG",
+    "NIX_USER_CONF_FILES",
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    "HOME",
+    "NIX_REMOTE",
+)
 _SANDBOX_CACHE: dict[tuple[str, ...], NixSandbox] = {}
 
 
@@ -226,7 +234,7 @@ def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
         raise UsageError("--nixpkgs is empty: give a flake reference such as github:NixOS/nixpkgs/nixos-24.05")
     root = base or Path.cwd()
     if ref.startswith("path:"):
-        location, sep, query = ref[len("path:"):].partition("?")
+        location, sep, query = ref[len("path:") :].partition("?")
         if not location.startswith("/"):
             location = str((root / location).resolve())
         return f"path:{location}{sep}{query}"
@@ -352,7 +360,9 @@ class Nix:
         done = self.run("flake", "lock", cwd=workspace, timeout=timeout, on_line=on_line)
         if done.returncode != 0:
             raise flake_error(
-                done, workspace, "nix could not lock the flake's inputs",
+                done,
+                workspace,
+                "nix could not lock the flake's inputs",
                 "When offline, point nixpkgs at a local copy with --nixpkgs path:/a/nixpkgs "
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
@@ -383,8 +393,15 @@ class Nix:
         out_link.parent.mkdir(parents=True, exist_ok=True)
         installable = f".#{attribute}" if attribute else "."
         done = self.run(
-            "build", installable, "--print-build-logs", "--json", "--out-link", str(out_link),
-            cwd=workspace, timeout=timeout, on_line=on_line,
+            "build",
+            installable,
+            "--print-build-logs",
+            "--json",
+            "--out-link",
+            str(out_link),
+            cwd=workspace,
+            timeout=timeout,
+            on_line=on_line,
         )
         if done.returncode != 0:
             raise flake_error(done, workspace, "nix build failed")
@@ -409,15 +426,15 @@ class Nix:
         link.parent.mkdir(parents=True, exist_ok=True)
         done = self.runner.run(
             [self._nix_store(), *self.options.argv(), "--realise", str(path), "--add-root", str(link)],
-            env=scrubbed_env(), timeout=timeout, interrupt_grace=INTERRUPT_GRACE,
+            env=scrubbed_env(),
+            timeout=timeout,
+            interrupt_grace=INTERRUPT_GRACE,
         )
         return done.returncode == 0
 
     def is_valid(self, path: Path, *, timeout: float = 60.0) -> bool:
         """Is ``path`` a complete, registered store path?"""
-        done = self.runner.run(
-            [self._nix_store(), "--check-validity", str(path)], env=scrubbed_env(), timeout=timeout
-        )
+        done = self.runner.run([self._nix_store(), "--check-validity", str(path)], env=scrubbed_env(), timeout=timeout)
         return done.returncode == 0
 
 
@@ -460,7 +477,9 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
             drv=failed.group(1),
         )
     errors = [line for line in lines if line.startswith("error:")]
-    message = (errors[0] if errors else (lines[-1] if lines else f"exit status {done.returncode}")).removeprefix("error: ")
+    message = (errors[0] if errors else (lines[-1] if lines else f"exit status {done.returncode}")).removeprefix(
+        "error: "
+    )
     location = _EVAL_AT.search(stderr)
     file = line_no = None
     where = ""
@@ -526,9 +545,7 @@ def remove_link(link: Path) -> None:
         pass
 
 
-def record_nix(
-    store_dir: Path, key: str, crate: str, version: str, built: Path, manifest: dict[str, Any]
-) -> StorePath:
+def record_nix(store_dir: Path, key: str, crate: str, version: str, built: Path, manifest: dict[str, Any]) -> StorePath:
     """The cache entry ``<store_dir>/<key>-<crate>-<version>/`` for a nix-built tool, written atomically.
 
     It holds ``manifest.json`` (with ``nix_store_path``) and ``bin``, a
@@ -536,7 +553,10 @@ def record_nix(
     entry, so the recipe and cleanup machinery treat both alike.
     """
     return write_entry(
-        store_dir, key, crate, version,
+        store_dir,
+        key,
+        crate,
+        version,
         lambda staging: (staging / "bin").symlink_to(built / "bin"),
         {**manifest, "nix_store_path": str(built)},
     )

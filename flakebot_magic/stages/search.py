@@ -9,7 +9,18 @@ from pathlib import Path
 from ..errors import SearchError
 from ..registry.base import CrateCandidate, Registry
 
-__all__ = ["BIN_BOOST", "FIT_RATIO", "TERM_BOOST", "boost_exact_terms", "fittest_binary", "open_registry", "rank", "search", "wants_tool", "why"]
+__all__ = [
+    "BIN_BOOST",
+    "FIT_RATIO",
+    "TERM_BOOST",
+    "boost_exact_terms",
+    "fittest_binary",
+    "open_registry",
+    "rank",
+    "search",
+    "wants_tool",
+    "why",
+]
 
 #: how much a binary target multiplies a candidate's score when a tool is wanted
 BIN_BOOST = 1.75
@@ -90,9 +101,7 @@ def fittest_binary(candidates: list[CrateCandidate]) -> CrateCandidate | None:
     return best
 
 
-def search(
-    registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool | None = None
-) -> list[CrateCandidate]:
+def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool | None = None) -> list[CrateCandidate]:
     """Ranked candidates for ``query``; ``prefer_bin=None`` decides from the query's words."""
     if not query.strip():
         raise SearchError("The search query is empty. Say what the tool should do, e.g. 'render markdown to html'.")

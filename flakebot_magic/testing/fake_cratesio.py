@@ -89,7 +89,7 @@ class FakeCrate:
                 path = "src/main.rs" if bin_name == self.name else f"src/bin/{bin_name}.rs"
                 files.setdefault(path, f'fn main() {{\n    println!("{bin_name}");\n}}\n')
             if not self.bin_names:
-                files.setdefault("src/lib.rs", "pub fn hello() -> &'static str {\n    \"hello\"\n}\n")
+                files.setdefault("src/lib.rs", 'pub fn hello() -> &\'static str {\n    "hello"\n}\n')
         return files
 
 
@@ -193,8 +193,10 @@ class FakeCratesIo:
         self._server = server
         self.url = f"http://127.0.0.1:{server.server_address[1]}"
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name="fake-crates.io", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-crates.io",
+            daemon=True,
         )
         self._thread.start()
         return self.url
@@ -389,28 +391,34 @@ class FakeCratesIo:
     def _index_lines(self, name: str) -> str:
         lines = []
         for crate in reversed(self._versions(name)):
-            lines.append(json.dumps({
-                "name": crate.name,
-                "vers": crate.version,
-                "deps": [],
-                "cksum": self.checksum(crate.name, crate.version),
-                "features": {},
-                "yanked": crate.yanked,
-                "links": None,
-                "v": 2,
-            }))
+            lines.append(
+                json.dumps(
+                    {
+                        "name": crate.name,
+                        "vers": crate.version,
+                        "deps": [],
+                        "cksum": self.checksum(crate.name, crate.version),
+                        "features": {},
+                        "yanked": crate.yanked,
+                        "links": None,
+                        "v": 2,
+                    }
+                )
+            )
         return "\n".join(lines) + "\n"
 
     def _record(self, handler: BaseHTTPRequestHandler, arrived: float) -> None:
         parts = urlsplit(handler.path)
         with self._lock:
-            self.requests.append(RecordedRequest(
-                method=handler.command,
-                path=parts.path,
-                query=parse_qs(parts.query),
-                headers={k.lower(): v for k, v in handler.headers.items()},
-                time=arrived,
-            ))
+            self.requests.append(
+                RecordedRequest(
+                    method=handler.command,
+                    path=parts.path,
+                    query=parse_qs(parts.query),
+                    headers={k.lower(): v for k, v in handler.headers.items()},
+                    time=arrived,
+                )
+            )
 
 
 class _Server(ThreadingHTTPServer):
@@ -434,10 +442,10 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return SERVER_HEADER
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: tests read self.owner.requests instead
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib's name
+    def do_GET(self) -> None:
         arrived = time.monotonic()
         self.owner._record(self, arrived)
         fault = self.owner._next_fault()
@@ -495,19 +503,22 @@ class _Handler(BaseHTTPRequestHandler):
         per_page = max(1, min(100, int((query.get("per_page") or ["10"])[0])))
         page = max(1, int((query.get("page") or ["1"])[0]))
         names = self.owner._search(q)
-        chosen = names[(page - 1) * per_page: page * per_page]
+        chosen = names[(page - 1) * per_page : page * per_page]
         crates = [self.owner._summary(n) for n in chosen]
         for item in crates:
             item["exact_match"] = item["name"].lower() == q.strip().lower()
         more = page * per_page < len(names)
-        self._json(200, {
-            "crates": crates,
-            "meta": {
-                "total": len(names),
-                "next_page": f"?q={quote(q)}&per_page={per_page}&page={page + 1}" if more else None,
-                "prev_page": None,
+        self._json(
+            200,
+            {
+                "crates": crates,
+                "meta": {
+                    "total": len(names),
+                    "next_page": f"?q={quote(q)}&per_page={per_page}&page={page + 1}" if more else None,
+                    "prev_page": None,
+                },
             },
-        })
+        )
 
     def _crate(self, versions: list[FakeCrate]) -> None:
         owner = self.owner
@@ -516,13 +527,18 @@ class _Handler(BaseHTTPRequestHandler):
         summary["keywords"] = list(newest.keywords)
         summary["categories"] = list(newest.categories)
         summary["versions"] = [owner._version_json(c)["id"] for c in versions]
-        self._json(200, {
-            "crate": summary,
-            "versions": [owner._version_json(c) for c in versions],
-            "keywords": [{"id": k, "keyword": k, "crates_cnt": 1, "created_at": _DATE} for k in newest.keywords],
-            "categories": [{"id": c, "category": c, "slug": c, "description": "", "crates_cnt": 1,
-                            "created_at": _DATE} for c in newest.categories],
-        })
+        self._json(
+            200,
+            {
+                "crate": summary,
+                "versions": [owner._version_json(c) for c in versions],
+                "keywords": [{"id": k, "keyword": k, "crates_cnt": 1, "created_at": _DATE} for k in newest.keywords],
+                "categories": [
+                    {"id": c, "category": c, "slug": c, "description": "", "crates_cnt": 1, "created_at": _DATE}
+                    for c in newest.categories
+                ],
+            },
+        )
 
     def _fault(self, fault: _Fault) -> None:
         if fault.kind == "drop":

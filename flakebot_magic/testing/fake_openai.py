@@ -124,9 +124,7 @@ def _check_item(index: int, item: object) -> dict[str, Any]:
             raise ValueError(f"{where}: unknown fault {fault!r}; use one of {', '.join(_FAULTS)}")
         if fault == "status" and not (isinstance(item.get("status"), int) and 400 <= item["status"] <= 599):
             raise ValueError(f'{where}: a "status" fault needs "status": an HTTP error code 400-599')
-        if fault == "stall" and not (
-            isinstance(item.get("seconds"), (int, float)) and item["seconds"] >= 0
-        ):
+        if fault == "stall" and not (isinstance(item.get("seconds"), (int, float)) and item["seconds"] >= 0):
             raise ValueError(f'{where}: a "stall" fault needs "seconds": a number >= 0')
         if fault == "reset":
             after = item.get("after_chunks", 0)
@@ -389,8 +387,15 @@ class _Handler(BaseHTTPRequestHandler):
         while not self.server.fake._stopping.wait(interval):  # ends when the client hangs up (OSError)
             if stream:
                 delta = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
-                self._send_event({"id": f"chatcmpl-testdouble-{number}", "object": "chat.completion.chunk",
-                                  "created": 0, "model": MODEL_NAME, "choices": [delta]})
+                self._send_event(
+                    {
+                        "id": f"chatcmpl-testdouble-{number}",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": MODEL_NAME,
+                        "choices": [delta],
+                    }
+                )
             else:
                 self._send_chunk(text.encode())
         self.close_connection = True

@@ -27,8 +27,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):  # in CI a missing browser is a failure, not a skip
@@ -40,12 +46,19 @@ sync_api = pytest.importorskip("playwright.sync_api")
 def _notebook(cells: list[str]) -> dict[str, object]:
     return {
         "cells": [
-            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-             "source": source}
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
             for i, source in enumerate(cells)
         ],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5,
+        "nbformat": 4,
+        "nbformat_minor": 5,
     }
 
 
@@ -54,7 +67,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", root / "quickstart.ipynb")
     registry = write_registry(root / "registry", ["slowbuild"])
-    cancel = _notebook(["%load_ext flakebot_magic", f"%%flakebot --registry {registry} --crate slowbuild --name slow --rebuild\n"])
+    cancel = _notebook(
+        ["%load_ext flakebot_magic", f"%%flakebot --registry {registry} --crate slowbuild --name slow --rebuild\n"]
+    )
     (root / "cancel.ipynb").write_text(json.dumps(cancel))
     cache = os.environ.get("FLAKEBOT_CACHE_DIR") or str(root / "cache")
     env = {"FLAKEBOT_CACHE_DIR": cache, "FLAKEBOT_BACKEND": "cargo"}

@@ -20,7 +20,11 @@ SCHEMA = {
         "mode": {"type": "string", "enum": ["a", "b"]},
         "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
         "options": {"type": "object"},
-        "point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x"]},
+        "point": {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+            "required": ["x"],
+        },
         "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
         "class": {"type": "boolean"},
     },
@@ -34,7 +38,10 @@ def test_strict_schema_follows_the_rules() -> None:
     assert strict_problems(strict) == []
     properties = strict["properties"]
     assert strict["required"] == list(SCHEMA["properties"]) and strict["additionalProperties"] is False
-    assert properties["text"] == {"type": "string", "description": "what to say (minLength: 1)"}  # required: not nullable
+    assert properties["text"] == {
+        "type": "string",
+        "description": "what to say (minLength: 1)",
+    }  # required: not nullable
     assert properties["times"]["type"] == ["integer", "null"]
     assert properties["times"]["description"] == "(default: 1; minimum: 1; maximum: 5)"
     assert properties["mode"]["enum"] == ["a", "b", None]
@@ -47,11 +54,38 @@ def test_strict_schema_follows_the_rules() -> None:
 @pytest.mark.parametrize(
     ("schema", "problem"),
     [
-        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": []}, "every property must be required"),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": []},
+            "every property must be required",
+        ),
         ({"type": "object", "properties": {}, "required": []}, "additionalProperties must be false"),
-        ({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}, "required": ["a"], "additionalProperties": False}, "'format'"),
-        ({"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"], "additionalProperties": False}, "needs items"),
-        ({"type": "object", "properties": {"a": {"type": ["string", "null"], "enum": ["x"]}}, "required": ["a"], "additionalProperties": False}, "must list null"),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string", "format": "date"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "'format'",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "array"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "needs items",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": ["string", "null"], "enum": ["x"]}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "must list null",
+        ),
         ({"type": "string"}, "root must be an object"),
     ],
 )
@@ -90,8 +124,11 @@ class _Echo(ToolClient):
     kind = "cli"
 
     def functions(self) -> dict[str, ToolFunction]:
-        schema = {"type": "object", "properties": {"text": {"type": "string"}, "loud": {"type": "boolean"},
-                                                   "extra": {"type": "object"}}, "required": ["text"]}
+        schema = {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "loud": {"type": "boolean"}, "extra": {"type": "object"}},
+            "required": ["text"],
+        }
 
         def send(args: dict[str, Any]) -> Any:
             if args["text"] == "fail":
@@ -113,7 +150,9 @@ def test_call_runs_a_tool_call_and_returns_the_tool_message() -> None:
     arguments = json.dumps({"text": "hi", "loud": True, "extra": json.dumps({"k": 1})})
     message = echo.call({"id": "call_9", "type": "function", "function": {"name": "echo", "arguments": arguments}})
     assert message == {"role": "tool", "tool_call_id": "call_9", "content": '{"said": "HI", "extra": {"k": 1}}'}
-    nulls = echo.call({"id": "c", "function": {"name": "echo", "arguments": '{"text": "a", "loud": null, "extra": null}'}})
+    nulls = echo.call(
+        {"id": "c", "function": {"name": "echo", "arguments": '{"text": "a", "loud": null, "extra": null}'}}
+    )
     assert json.loads(nulls["content"]) == {"said": "a", "extra": None}
     failed = echo.call({"id": "c", "function": {"name": "echo", "arguments": '{"text": "fail"}'}})
     assert failed["content"] == "error: ValueError: asked to fail"

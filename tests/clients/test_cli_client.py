@@ -170,7 +170,9 @@ def _tool(tmp_path: Path, help_text: str, name: str = "tool", **fields: Any) -> 
     path.chmod(0o755)
     # the interpreter of this stand-in is not in the sandbox the --help probe runs in: give its help
     fields.setdefault("_help", help_text.strip())
-    return CliTool(name=name, binary=path, crate=name, version="1.0.0", source_hash="0" * 32, store_path=tmp_path, **fields)
+    return CliTool(
+        name=name, binary=path, crate=name, version="1.0.0", source_hash="0" * 32, store_path=tmp_path, **fields
+    )
 
 
 def _run(tool: CliTool, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -195,7 +197,13 @@ def test_signature_and_docstring(tmp_path: Path) -> None:
 
 def test_keyword_arguments_become_options(tmp_path: Path) -> None:
     hexyl = _tool(tmp_path, CLAP3, "hexyl")
-    assert _run(hexyl, length=4, color="never", no_squeezing=True)["argv"] == ["--length", "4", "--color", "never", "--no-squeezing"]
+    assert _run(hexyl, length=4, color="never", no_squeezing=True)["argv"] == [
+        "--length",
+        "4",
+        "--color",
+        "never",
+        "--no-squeezing",
+    ]
     assert _run(hexyl, no_squeezing=False, length=None)["argv"] == []
     assert _run(hexyl, file=Path("a.bin"), length=2)["argv"] == ["--length", "2", "a.bin"]
     assert _run(hexyl, file="-weird")["argv"] == ["--", "-weird"]
@@ -217,7 +225,9 @@ def test_repeatable_and_optional_value_options(tmp_path: Path) -> None:
 
 def test_bad_keywords_and_values(tmp_path: Path) -> None:
     hexyl = _tool(tmp_path, CLAP3, "hexyl")
-    with pytest.raises(TypeError, match="unexpected keyword argument 'lenght'; its options are: color, file, length, no_squeezing"):
+    with pytest.raises(
+        TypeError, match="unexpected keyword argument 'lenght'; its options are: color, file, length, no_squeezing"
+    ):
         hexyl(lenght=4)
     with pytest.raises(ValueError, match="color must be one of 'always', 'auto', 'never', not 'blue'"):
         hexyl(color="blue")
@@ -247,8 +257,15 @@ def test_for_agents(tmp_path: Path) -> None:
     assert properties["color"]["enum"] == ["always", "auto", "never", None]
     assert properties["no_squeezing"]["type"] == ["boolean", "null"]
     assert "input" in properties  # it reads standard input
-    call = {"id": "x", "function": {"name": "hexyl", "arguments": json.dumps(
-        {"length": "2", "color": None, "no_squeezing": True, "file": None, "input": "ab", "args": None})}}
+    call = {
+        "id": "x",
+        "function": {
+            "name": "hexyl",
+            "arguments": json.dumps(
+                {"length": "2", "color": None, "no_squeezing": True, "file": None, "input": "ab", "args": None}
+            ),
+        },
+    }
     message = hexyl.call(call)
     assert message["tool_call_id"] == "x"
     assert json.loads(message["content"]) == {"argv": ["--length", "2", "--no-squeezing"], "stdin": "ab"}
@@ -292,7 +309,9 @@ def _gone(pid: int) -> bool:
 def debian(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     cache = os.environ.get("FLAKEBOT_CACHE_DIR")
     return Settings(
-        cache_dir=Path(cache) if cache else tmp_path_factory.mktemp("cache"), registry=str(DEBIAN_REGISTRY), backend="cargo"
+        cache_dir=Path(cache) if cache else tmp_path_factory.mktemp("cache"),
+        registry=str(DEBIAN_REGISTRY),
+        backend="cargo",
     )
 
 

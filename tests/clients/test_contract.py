@@ -24,7 +24,9 @@ def test_a_crate_without_a_table_is_a_cli_tool() -> None:
 
 
 def test_the_table_names_kind_bin_health_and_deadline() -> None:
-    contract = read_contract(_manifest({"kind": "http", "bin": "serve", "health": "/ready", "ready_timeout": 3}), ["demo", "serve"])
+    contract = read_contract(
+        _manifest({"kind": "http", "bin": "serve", "health": "/ready", "ready_timeout": 3}), ["demo", "serve"]
+    )
     assert contract == ToolContract(kind="http", bin="serve", health="/ready", ready_timeout=3.0)
     assert ToolContract.from_json(contract.to_json()) == contract
     assert ToolContract.from_json(None, default_bin="x") == ToolContract(kind="cli", bin="x")

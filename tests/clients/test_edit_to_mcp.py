@@ -26,7 +26,9 @@ from flakebot_magic.testing.overlay import fixture_crates_buildable, overlay_reg
 
 pytestmark = [
     pytest.mark.cargo,
-    pytest.mark.skipif(not fixture_crates_buildable(), reason="needs serde_json from Debian's registry: run `make install`"),
+    pytest.mark.skipif(
+        not fixture_crates_buildable(), reason="needs serde_json from Debian's registry: run `make install`"
+    ),
 ]
 
 CALCLIB = crate(
@@ -53,7 +55,7 @@ kind = "mcp"
 bin = "calclib"
 """
 
-SERVER = r'''use serde_json::{json, Value};
+SERVER = r"""use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
 fn answer(message: &Value) -> Option<Value> {
@@ -99,7 +101,7 @@ mod tests {
         assert_eq!(reply["result"]["tools"][0]["name"], "add");
     }
 }
-'''
+"""
 
 
 def _call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -119,7 +121,9 @@ SCRIPT = [
     ),
     # session 2: the failing acceptance example came back as instructions
     _reply(
-        _call("replace_in_file", path="src/main.rs", search="calclib::add(a, a + 0.0 * b)", replace="calclib::add(a, b)"),
+        _call(
+            "replace_in_file", path="src/main.rs", search="calclib::add(a, a + 0.0 * b)", replace="calclib::add(a, b)"
+        ),
         _call("finish", summary="add now adds b"),
     ),
 ]
@@ -136,8 +140,11 @@ def test_failing_examples_go_back_to_the_edit_loop_until_they_pass(tmp_path: Pat
     events: list[object] = []
     with FakeOpenAIServer(SCRIPT) as server:
         settings = Settings(
-            cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo",
-            model="scripted-test-double", base_url=server.base_url,
+            cache_dir=tmp_path / "cache",
+            registry=str(registry),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
         )
         calc = Pipeline(settings, observers=[events.append]).run(CELL, crate="calclib", name="calc")
         requests = server.requests

@@ -17,16 +17,32 @@ from flakebot_magic.inventory import ToolRecord
 @pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
 def test_make_tool_picks_the_client_by_kind(kind: str, cls: type, tmp_path: Path) -> None:
     tool = make_tool(
-        "t", tmp_path / "bin" / "t", crate="t", version="1", source_hash="0", store_path=tmp_path,
-        contract={"kind": kind, "bin": "t"}, start=False,
+        "t",
+        tmp_path / "bin" / "t",
+        crate="t",
+        version="1",
+        source_hash="0",
+        store_path=tmp_path,
+        contract={"kind": kind, "bin": "t"},
+        start=False,
     )
     assert type(tool) is cls and tool.kind == kind and not tool.running
 
 
 def _record(store: Path, kind: str = "cli", **fields: object) -> ToolRecord:
     options: dict[str, object] = dict(
-        name="t", crate="t", version="1.0.0", binary=str(store / "bin" / "t"), store_path=str(store),
-        source_hash="abc", checksum="sum", checksum_kind="sha256", registry="r", workspace="", commit="", kind=kind,
+        name="t",
+        crate="t",
+        version="1.0.0",
+        binary=str(store / "bin" / "t"),
+        store_path=str(store),
+        source_hash="abc",
+        checksum="sum",
+        checksum_kind="sha256",
+        registry="r",
+        workspace="",
+        commit="",
+        kind=kind,
     )
     options.update(fields)
     return ToolRecord(**options)  # type: ignore[arg-type]

@@ -36,7 +36,9 @@ class TestDemoService:
             assert anonymous.get(f"{svc.base_url}/health").status_code == 200  # open, for readiness
             refused = anonymous.get(f"{svc.base_url}/greet", params={"name": "x"})
             assert refused.status_code == 401
-            wrong = anonymous.get(f"{svc.base_url}/greet", params={"name": "x"}, headers={"Authorization": "Bearer nope"})
+            wrong = anonymous.get(
+                f"{svc.base_url}/greet", params={"name": "x"}, headers={"Authorization": "Bearer nope"}
+            )
             assert wrong.status_code == 401
         assert len(svc.token) >= 32
 
@@ -97,10 +99,18 @@ class TestDemoService:
 
     def test_for_agents(self, svc: Any) -> None:
         tools = svc.openai_tools()
-        assert sorted(t["function"]["name"] for t in tools) == ["svc_add", "svc_fail", "svc_get_item", "svc_greet", "svc_pid_"]
+        assert sorted(t["function"]["name"] for t in tools) == [
+            "svc_add",
+            "svc_fail",
+            "svc_get_item",
+            "svc_greet",
+            "svc_pid_",
+        ]
         for tool in tools:
             assert strict_problems(tool["function"]["parameters"]) == []
-        message = svc.call({"id": "c1", "function": {"name": "svc_greet", "arguments": json.dumps({"name": "Bo", "excited": None})}})
+        message = svc.call(
+            {"id": "c1", "function": {"name": "svc_greet", "arguments": json.dumps({"name": "Bo", "excited": None})}}
+        )
         assert message == {"role": "tool", "tool_call_id": "c1", "content": '{"greeting": "Hello, Bo."}'}
         bridge = svc.mcp_config()["mcpServers"]["svc"]
         assert bridge["command"] == sys.executable
@@ -117,7 +127,12 @@ def _service(tmp_path: Path, body: str, **contract: Any) -> HttpTool:
     script.write_text(f"#!{sys.executable}\n" + body)
     script.chmod(0o755)
     return HttpTool(
-        name="bad", binary=script, crate="bad", version="0.0.1", source_hash="0" * 32, store_path=tmp_path,
+        name="bad",
+        binary=script,
+        crate="bad",
+        version="0.0.1",
+        source_hash="0" * 32,
+        store_path=tmp_path,
         contract=ToolContract(kind="http", bin="service", **contract),
     )
 

@@ -10,8 +10,21 @@ import flakebot_magic.clients
 CLIENTS = Path(flakebot_magic.clients.__file__).parent
 #: what clients/ may import from the package (the foundation layer)
 FOUNDATION = {
-    "_version", "errors", "fsutil", "process", "events", "options", "config", "locks", "git", "sandbox", "policy",
-    "provenance", "runlog", "inventory", "model",
+    "_version",
+    "errors",
+    "fsutil",
+    "process",
+    "events",
+    "options",
+    "config",
+    "locks",
+    "git",
+    "sandbox",
+    "policy",
+    "provenance",
+    "runlog",
+    "inventory",
+    "model",
 }
 
 

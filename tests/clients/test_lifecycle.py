@@ -182,6 +182,8 @@ print(tool.process.pid, flush=True)
 
 @pytest.mark.parametrize("ending", ["pass", "raise KeyboardInterrupt", "sys.exit(3)"])
 def test_the_interpreter_stops_its_tools_at_exit(ending: str) -> None:
-    done = subprocess.run([sys.executable, "-c", _EXIT.format(ending=ending)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT.format(ending=ending)], capture_output=True, text=True, timeout=60
+    )
     tool = int(done.stdout.split()[0])
     assert _gone(tool, within=0.5)  # stopped by atexit, not only by the death signal

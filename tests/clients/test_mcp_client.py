@@ -169,8 +169,11 @@ def test_for_agents(calc: Any) -> None:
     assert echo["properties"]["times"]["type"] == ["integer", "null"]
     assert "minimum: 1" in echo["properties"]["times"]["description"]
     message = calc.call(
-        {"id": "call_1", "type": "function",
-         "function": {"name": "calc_echo", "arguments": json.dumps({"text": "yo", "times": 2, "case": None})}}
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "calc_echo", "arguments": json.dumps({"text": "yo", "times": 2, "case": None})},
+        }
     )
     assert message == {"role": "tool", "tool_call_id": "call_1", "content": "yo yo"}
     added = calc.call({"id": "c2", "function": {"name": "calc_add", "arguments": '{"a": 1, "b": 2}'}})

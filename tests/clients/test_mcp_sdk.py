@@ -69,5 +69,9 @@ def test_the_sdk_calls_a_cli_tool_through_the_bridge(tmp_path: Any) -> None:
 
     listed, called = anyio.run(_session, entry, work)
     (tool,) = listed.tools
-    assert tool.name == "shout" and set(_field(tool, "input_schema", "inputSchema")["properties"]) == {"exclaim", "input", "args"}
+    assert tool.name == "shout" and set(_field(tool, "input_schema", "inputSchema")["properties"]) == {
+        "exclaim",
+        "input",
+        "args",
+    }
     assert _field(called, "is_error", "isError") is False and called.content[0].text == "HI!"

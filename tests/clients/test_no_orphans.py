@@ -54,7 +54,9 @@ def kernel(fixture_settings: Settings, tmp_path: Any) -> Iterator[tuple[KernelMa
             manager.cleanup_resources()
 
 
-def test_stop_by_name_then_no_orphans_after_kill_9(kernel: tuple[KernelManager, Any], fixture_settings: Settings) -> None:
+def test_stop_by_name_then_no_orphans_after_kill_9(
+    kernel: tuple[KernelManager, Any], fixture_settings: Settings
+) -> None:
     manager, client = kernel
     registry = fixture_settings.registry
     _run(client, "%load_ext flakebot_magic")

@@ -11,7 +11,15 @@ from flakebot_magic.edit.protocol import FUNCTION_NAMES, FUNCTION_SCHEMAS, BadCa
 
 
 def test_the_protocol_is_exactly_the_seven_functions() -> None:
-    assert FUNCTION_NAMES == ("list_files", "read_file", "write_file", "replace_in_file", "delete_file", "run_checks", "finish")
+    assert FUNCTION_NAMES == (
+        "list_files",
+        "read_file",
+        "write_file",
+        "replace_in_file",
+        "delete_file",
+        "run_checks",
+        "finish",
+    )
     assert [t["function"]["name"] for t in FUNCTION_SCHEMAS] == list(FUNCTION_NAMES)
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in FUNCTION_SCHEMAS}
     assert schemas["read_file"]["required"] == ["path"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flakebot_magic.edit.ratchet import ratchet_violations, scan_tests
 
-RUST_WITH_TESTS = '''
+RUST_WITH_TESTS = """
 fn add(a: u32, b: u32) -> u32 { a + b }
 
 // #[test] fn commented_out() {}
@@ -26,7 +26,7 @@ mod tests {
     #[tokio::test]
     async fn later() { assert!(true); }
 }
-'''
+"""
 
 
 def test_scan_tests_finds_test_functions_not_comments_or_strings(tmp_path: Path) -> None:

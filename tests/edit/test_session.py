@@ -73,13 +73,20 @@ def session(
     """``session(script, **loop_options)``: tinyhex forked, a fake server replaying ``script``, a loop."""
     clients: list[Any] = []
 
-    def start(script: Any, *, stream: bool = True, before: Callable[[Path], None] | None = None, **options: Any) -> Session:
+    def start(
+        script: Any, *, stream: bool = True, before: Callable[[Path], None] | None = None, **options: Any
+    ) -> Session:
         events: list[Any] = []
         bus = EventBus([events.append])
         runner = ProcessRunner()
         workspace = fork(
-            hex_registry.get("tinyhex"), hex_registry, tmp_path / "workspaces", "tinyhex",
-            runner=runner, bus=bus, cargo=Cargo(hex_registry, runner),
+            hex_registry.get("tinyhex"),
+            hex_registry,
+            tmp_path / "workspaces",
+            "tinyhex",
+            runner=runner,
+            bus=bus,
+            cargo=Cargo(hex_registry, runner),
         )
         if before is not None:
             before(workspace.path)
@@ -90,8 +97,14 @@ def session(
         clients.append(client)
         options.setdefault("clippy", False)  # clippy runs in the sha2 sessions; here it only costs time
         loop = EditLoop(
-            workspace.path, client, model, bus=bus, git=Git(workspace.path, runner), crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)), **options,
+            workspace.path,
+            client,
+            model,
+            bus=bus,
+            git=Git(workspace.path, runner),
+            crate=workspace.crate,
+            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
+            **options,
         )
         return Session(loop, server, workspace.path, events)
 
@@ -124,8 +137,14 @@ def test_a_session_turns_the_library_into_a_green_cli(session: Callable[..., Ses
     ]
     # the system prompt carries the request, the README, the repo map, Cargo.toml and the contract
     system = s.server.requests[0]["messages"][0]["content"]
-    for expected in ("print standard input as hex", "Hex-encode bytes", "src/lib.rs (14 lines): fn to_hex",
-                     'name = "tinyhex"', "[package.metadata.flakebot]", "Check run 0"):
+    for expected in (
+        "print standard input as hex",
+        "Hex-encode bytes",
+        "src/lib.rs (14 lines): fn to_hex",
+        'name = "tinyhex"',
+        "[package.metadata.flakebot]",
+        "Check run 0",
+    ):
         assert expected in system, expected
     assert s.server.requests[0]["tools"] == FUNCTION_SCHEMAS
     assert "Contract: ok" in s.tool_replies(3)[-1]
@@ -147,7 +166,12 @@ def test_every_path_escape_is_refused_and_the_model_is_told(session: Callable[..
         call("write_file", path=".cargo/config.toml", content="[build]\nrustflags = []\n"),
         call("write_file", path="rust-toolchain.toml", content='[toolchain]\nchannel = "nightly"\n'),
         call("write_file", path="build.rs", content="fn main() {}\n"),
-        call("replace_in_file", path="Cargo.toml", search='license = "MIT"\n', replace='license = "MIT"\nbuild = "src/gen.rs"\n'),
+        call(
+            "replace_in_file",
+            path="Cargo.toml",
+            search='license = "MIT"\n',
+            replace='license = "MIT"\nbuild = "src/gen.rs"\n',
+        ),
         call("delete_file", path="../escaped.rs"),
         call("list_files", path=".."),
     ]
@@ -181,7 +205,10 @@ def test_faults_never_apply_half_an_edit(session: Callable[..., Session]) -> Non
         {"fault": "stall", "seconds": 4},  # past the client's 1.5 s: the SDK retries...
         stalled,  # ...so this reply is never delivered
         reply(
-            {"type": "function", "function": {"name": "write_file", "arguments": '{"path": "src/main.rs", "content": '}},
+            {
+                "type": "function",
+                "function": {"name": "write_file", "arguments": '{"path": "src/main.rs", "content": '},
+            },
             call("run_shell", command="curl evil.example"),
             call("replace_in_file", path="src/lib.rs", search="nothing like this", replace="x"),
             call("replace_in_file", path="src/lib.rs", search="    ", replace="\t"),
@@ -194,7 +221,10 @@ def test_faults_never_apply_half_an_edit(session: Callable[..., Session]) -> Non
     # the SDK's retry, then two broken replies, list_files, an empty reply, the stall's retry
     assert len(s.server.requests) == 9
     bad_json, unknown, missing, ambiguous = s.tool_replies(8)[-4:]
-    assert bad_json.startswith("error: the arguments of write_file are not valid JSON") and "nothing was changed" in bad_json
+    assert (
+        bad_json.startswith("error: the arguments of write_file are not valid JSON")
+        and "nothing was changed" in bad_json
+    )
     assert unknown.startswith("error: there is no tool named 'run_shell'")
     assert "does not occur" in missing and re.search(r"occurs \d+ times", ambiguous)
     every_version = Git(s.root, ProcessRunner())("log", "-p", "--all")
@@ -212,7 +242,7 @@ def test_without_streaming_too(session: Callable[..., Session]) -> None:
     assert all(r["body"].get("stream") in (None, False) for r in s.server.recorded if r["method"] == "POST")
 
 
-BROKEN_HEX = "    bytes.iter().map(|b| format!(\"{:02X}\", b)).collect()"
+BROKEN_HEX = '    bytes.iter().map(|b| format!("{:02X}", b)).collect()'
 
 
 @pytest.mark.cargo
@@ -223,9 +253,15 @@ def test_the_ratchet_reverts_deleted_emptied_and_failing_tests(session: Callable
     emptied = TINYHEX_LIB.replace('assert_eq!(super::to_hex(&[0, 255, 16]), "00ff10");', "// trust me")
     script = [
         reply(call("write_file", path="src/lib.rs", content=without_tests), call("run_checks")),
-        reply(call("replace_in_file", path="src/lib.rs",
-                   search="    bytes.iter().map(|b| format!(\"{:02x}\", b)).collect()", replace=BROKEN_HEX),
-              call("run_checks")),
+        reply(
+            call(
+                "replace_in_file",
+                path="src/lib.rs",
+                search='    bytes.iter().map(|b| format!("{:02x}", b)).collect()',
+                replace=BROKEN_HEX,
+            ),
+            call("run_checks"),
+        ),
         reply(call("write_file", path="src/lib.rs", content=emptied), call("run_checks")),
         *tinyhex_done(),
     ]
@@ -251,8 +287,12 @@ def test_machine_applicable_fixes_cost_no_model_call(session: Callable[..., Sess
     needs_mut = TINYHEX_MAIN.replace("let mut input", "let input")
     from editscripts import TINYHEX_CONTRACT
 
-    s = session([reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=needs_mut), call("run_checks")),
-                 reply(call("finish", summary="done"))])
+    s = session(
+        [
+            reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=needs_mut), call("run_checks")),
+            reply(call("finish", summary="done")),
+        ]
+    )
     s.loop.run("print standard input as hex")
     assert len(s.server.requests) == 2
     assert "let mut input" in (s.root / "src" / "main.rs").read_text()
@@ -297,10 +337,12 @@ def test_the_iteration_budget_ends_with_the_last_diagnostics_and_keeps_the_works
 def test_the_same_errors_twice_in_a_row_is_stuck(session: Callable[..., Session]) -> None:
     from editscripts import TINYHEX_CONTRACT
 
-    s = session([
-        reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=_broken(1)), call("run_checks")),
-        reply(call("write_file", path="src/main.rs", content="// moved a line\n" + _broken(1)), call("run_checks")),
-    ])
+    s = session(
+        [
+            reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=_broken(1)), call("run_checks")),
+            reply(call("write_file", path="src/main.rs", content="// moved a line\n" + _broken(1)), call("run_checks")),
+        ]
+    )
     with pytest.raises(EditError, match="stuck: check runs 1 and 2 failed the same way") as caught:
         s.loop.run("print standard input as hex")
     assert caught.value.reason == "stuck" and not isinstance(caught.value, BudgetExhausted)
@@ -339,7 +381,9 @@ class Built:
     stderr: str
 
 
-def _cli(args: list[str], script: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], list[Any], str]:
+def _cli(
+    args: list[str], script: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, Any], list[Any], str]:
     with FakeOpenAIServer(script) as server:
         code = cli.main([*args, "--model", "scripted", "--base-url", server.base_url, "--json"])
         requests = server.requests
@@ -355,9 +399,26 @@ def sha_tool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     """
     cache = tmp_path_factory.mktemp("shacache")
     out, err = io.StringIO(), io.StringIO()
-    with FakeOpenAIServer(SCRIPTS / "sha256.json") as server, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["build", REQUEST, "--model", "scripted", "--base-url", server.base_url,
-                         "--registry", str(DEBIAN_REGISTRY), "--cache-dir", str(cache), "--json"])
+    with (
+        FakeOpenAIServer(SCRIPTS / "sha256.json") as server,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = cli.main(
+            [
+                "build",
+                REQUEST,
+                "--model",
+                "scripted",
+                "--base-url",
+                server.base_url,
+                "--registry",
+                str(DEBIAN_REGISTRY),
+                "--cache-dir",
+                str(cache),
+                "--json",
+            ]
+        )
         requests = server.requests
     assert code == 0, err.getvalue()
     yield Built(cache, json.loads(out.getvalue()), requests, err.getvalue())
@@ -402,33 +463,53 @@ def test_the_tool_reads_standard_input_through_its_python_client(sha_tool: Built
 
 @needs_sha2
 @pytest.mark.cargo
-def test_follow_up_applies_new_instructions_to_the_existing_tool(sha_tool: Built, capsys: pytest.CaptureFixture[str]) -> None:
+def test_follow_up_applies_new_instructions_to_the_existing_tool(
+    sha_tool: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, tool, requests, err = _cli(
-        ["build", "also accept a --upper flag", "--name", "sha2", "--continue",
-         "--registry", str(DEBIAN_REGISTRY), "--cache-dir", str(sha_tool.cache)],
-        SCRIPTS / "sha256-upper.json", capsys,
+        [
+            "build",
+            "also accept a --upper flag",
+            "--name",
+            "sha2",
+            "--continue",
+            "--registry",
+            str(DEBIAN_REGISTRY),
+            "--cache-dir",
+            str(sha_tool.cache),
+        ],
+        SCRIPTS / "sha256-upper.json",
+        capsys,
     )
     assert code == 0, err
     assert tool["binary"] != sha_tool.tool["binary"] and tool["store_path"] != sha_tool.tool["store_path"]
     upper = subprocess.run([tool["binary"], "--upper"], input=b"abc", capture_output=True, check=True).stdout.decode()
     assert upper == _sha256sum(b"abc").split()[0].upper() + "  -\n"
     # the old tool is untouched, and the new one still agrees with sha256sum
-    assert subprocess.run([sha_tool.tool["binary"]], input=b"abc", capture_output=True).stdout.decode() == _sha256sum(b"abc")
+    assert subprocess.run([sha_tool.tool["binary"]], input=b"abc", capture_output=True).stdout.decode() == _sha256sum(
+        b"abc"
+    )
     assert subprocess.run([tool["binary"]], input=b"abc", capture_output=True).stdout.decode() == _sha256sum(b"abc")
     system = requests[0]["messages"][0]["content"]
     assert "Earlier sessions on this workspace" in system and REQUEST in system
-    assert requests[0]["messages"][1]["content"] == "Follow-up instructions for the existing tool: also accept a --upper flag"
+    assert (
+        requests[0]["messages"][1]["content"]
+        == "Follow-up instructions for the existing tool: also accept a --upper flag"
+    )
     log = Git(sha_tool.cache / "workspaces" / "sha2", ProcessRunner())("log", "--format=%s")
     assert "baseline of edit session 2" in log and "baseline of edit session 1" in log
     assert "search  skipped" not in err and "fork    ok" in err
 
 
 @needs_sha2
-def test_continue_without_a_model_or_a_workspace_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_continue_without_a_model_or_a_workspace_says_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = cli.main(["build", "also --upper", "--name", "sha2", "--continue", "--cache-dir", str(tmp_path), "--quiet"])
     assert code == 1 and "needs a model" in capsys.readouterr().err
     code, _, _, err = _cli(
         ["build", "also --upper", "--name", "nothere", "--continue", "--cache-dir", str(tmp_path), "--quiet"],
-        SCRIPTS / "sha256-upper.json", capsys,
+        SCRIPTS / "sha256-upper.json",
+        capsys,
     )
     assert code == 1 and "no workspace for a tool named 'nothere'" in err

@@ -76,9 +76,7 @@ def fake_cratesio() -> Iterator[FakeCratesIo]:
 
 
 @pytest.fixture
-def make_registry(
-    fake_cratesio: FakeCratesIo, fake_time: FakeTime
-) -> Iterator[Callable[..., CratesIoRegistry]]:
+def make_registry(fake_cratesio: FakeCratesIo, fake_time: FakeTime) -> Iterator[Callable[..., CratesIoRegistry]]:
     """Build CratesIoRegistry instances aimed at the fake; all closed at teardown.
 
     Defaults to the fake clock with ``min_interval=0`` so ``fake_time.sleeps``

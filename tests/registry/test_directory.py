@@ -21,7 +21,23 @@ from flakebot_magic.registry.directory import DirectoryRegistry, tree_sha256
 @pytest.fixture
 def registry_dir(tmp_path: Path) -> Path:
     # a library with a 200-word README that says "echo" eight times, and nothing else does
-    words = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor ".split() * 20)[:200]
+    words = (
+        [
+            "lorem",
+            "ipsum",
+            "dolor",
+            "sit",
+            "amet",
+            "consectetur",
+            "adipiscing",
+            "elit",
+            "sed",
+            "do",
+            "eiusmod",
+            "tempor",
+        ]
+        * 20
+    )[:200]
     words[::25] = ["echo"] * 8
     decoy = crate(
         "echodecoy",
@@ -75,8 +91,11 @@ def test_index_holds_every_crate_and_skips_what_is_not_one(registry_dir: Path, t
     finally:
         opened.close()
     assert rows == [
-        ("brokenbin", "0.1.0"), ("echodecoy", "0.1.0"), ("needsdev", "0.1.0"),
-        ("tinyecho", "0.2.0"), ("tinylib", "0.1.3"),
+        ("brokenbin", "0.1.0"),
+        ("echodecoy", "0.1.0"),
+        ("needsdev", "0.1.0"),
+        ("tinyecho", "0.2.0"),
+        ("tinylib", "0.1.3"),
     ]
 
 
@@ -215,7 +234,9 @@ def test_get_picks_the_newest_version_by_semver(tmp_path: Path) -> None:
 # -- fetch ---------------------------------------------------------------------
 
 
-def test_fetch_copies_the_crate_without_packaging_files(registry: DirectoryRegistry, registry_dir: Path, tmp_path: Path) -> None:
+def test_fetch_copies_the_crate_without_packaging_files(
+    registry: DirectoryRegistry, registry_dir: Path, tmp_path: Path
+) -> None:
     source = registry_dir / "tinyecho-0.2.0"
     (source / "debian").mkdir()
     (source / "debian" / "control").write_text("Source: rust-tinyecho\n")
@@ -226,7 +247,12 @@ def test_fetch_copies_the_crate_without_packaging_files(registry: DirectoryRegis
     fetched = registry.fetch(registry.get("tinyecho"), dest)
     copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert copied == [
-        ".gitignore", "Cargo.toml", "README.md", "data/sample.txt", "src/main.rs", "tests/debian/case.txt",
+        ".gitignore",
+        "Cargo.toml",
+        "README.md",
+        "data/sample.txt",
+        "src/main.rs",
+        "tests/debian/case.txt",
     ]
     assert fetched.path == dest
     assert fetched.checksum_kind == "tree-sha256"
@@ -270,7 +296,11 @@ _BIN_LAYOUTS = {
         {"src/lib.rs": "", "src/bin/one.rs": "fn main() {}\n", "src/bin/two/main.rs": "fn main() {}\n"},
         ["one", "two"],
     ),
-    "declared": ('\n[[bin]]\nname = "dtool"\npath = "cli/dtool.rs"\n', {"src/lib.rs": "", "cli/dtool.rs": "fn main() {}\n"}, ["dtool"]),
+    "declared": (
+        '\n[[bin]]\nname = "dtool"\npath = "cli/dtool.rs"\n',
+        {"src/lib.rs": "", "cli/dtool.rs": "fn main() {}\n"},
+        ["dtool"],
+    ),
     "noauto": (
         "autobins = false\n",
         {"src/lib.rs": "", "src/main.rs": "fn main() {}\n", "src/bin/x.rs": "fn main() {}\n"},
@@ -281,7 +311,11 @@ _BIN_LAYOUTS = {
         {"src/main.rs": "fn main() {}\n", "src/bin/extra.rs": "fn main() {}\n"},
         ["only"],
     ),
-    "mainandbins": ("", {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"}, ["mainandbins", "helper"]),
+    "mainandbins": (
+        "",
+        {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"},
+        ["mainandbins", "helper"],
+    ),
     "libonly": ("", {"src/lib.rs": "pub fn f() {}\n"}, []),
 }
 
@@ -310,11 +344,13 @@ def test_binary_targets_agree_with_cargo_metadata(layouts: DirectoryRegistry) ->
     for name, (_, _, expected) in _BIN_LAYOUTS.items():
         done = subprocess.run(
             ["cargo", "metadata", "--offline", "--no-deps", "--format-version", "1"],
-            cwd=layouts.path / f"{name}-0.1.0", capture_output=True, text=True, check=True,
+            cwd=layouts.path / f"{name}-0.1.0",
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "CARGO_TARGET_DIR": str(layouts.index_path.parent / "target")},
         )
         [package] = json.loads(done.stdout)["packages"]
         cargo_bins = sorted(t["name"] for t in package["targets"] if "bin" in t["kind"])
         assert cargo_bins == sorted(expected), name
         assert sorted(layouts.get(name).bin_names) == cargo_bins, name
-

@@ -135,8 +135,13 @@ def small_registry(tmp_path: Path) -> Iterator[DirectoryRegistry]:
     crates = [
         crate("obscure", **same),
         crate("popular", **same),
-        *(crate(f"user{i}", manifest=f'[package]\nname = "user{i}"\nversion = "0.1.0"\n\n[dependencies]\npopular = "0.1"\n')
-          for i in range(3)),
+        *(
+            crate(
+                f"user{i}",
+                manifest=f'[package]\nname = "user{i}"\nversion = "0.1.0"\n\n[dependencies]\npopular = "0.1"\n',
+            )
+            for i in range(3)
+        ),
     ]
     opened = DirectoryRegistry(write_registry(tmp_path / "registry", crates), tmp_path / "cache")
     yield opened
@@ -196,8 +201,9 @@ def _top3(registry: DirectoryRegistry, text: str) -> list[str]:
 @needs_debian
 def test_held_out_top3_accuracy(debian: DirectoryRegistry) -> None:
     requests = _requests("held-out")
-    misses = [(r["text"], _top3(debian, r["text"])) for r in requests
-              if not set(_top3(debian, r["text"])) & set(r["accept"])]
+    misses = [
+        (r["text"], _top3(debian, r["text"])) for r in requests if not set(_top3(debian, r["text"])) & set(r["accept"])
+    ]
     accuracy = 1 - len(misses) / len(requests)
     assert accuracy >= HELD_OUT_TOP3, misses
 

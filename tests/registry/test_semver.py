@@ -50,7 +50,11 @@ CASES = [
 
 # pre-releases match only a requirement that names a pre-release of the same major.minor.patch
 PRERELEASE_CASES = [
-    ("^1.2.3-alpha.1", ["1.2.3-alpha.1", "1.2.3-alpha.2", "1.2.3-beta", "1.2.3", "1.3.0"], ["1.2.3-alpha.0", "1.3.0-alpha", "2.0.0"]),
+    (
+        "^1.2.3-alpha.1",
+        ["1.2.3-alpha.1", "1.2.3-alpha.2", "1.2.3-beta", "1.2.3", "1.3.0"],
+        ["1.2.3-alpha.0", "1.3.0-alpha", "2.0.0"],
+    ),
     (">=1.0.0", ["1.0.0"], ["1.1.0-beta", "2.0.0-rc.1"]),
     ("*", [], ["1.0.0-alpha"]),
     ("1", [], ["1.0.1-rc.1"]),
@@ -82,7 +86,9 @@ def test_minor_wildcard_stays_within_the_minor(requirement: str) -> None:
     assert not matches(requirement, "1.3.0")
 
 
-@pytest.mark.parametrize(("requirement", "version"), [("not a version", "1.0.0"), ("^1.0", "1.0"), ("^1.0", "banana"), (">=", "1.0.0x")])
+@pytest.mark.parametrize(
+    ("requirement", "version"), [("not a version", "1.0.0"), ("^1.0", "1.0"), ("^1.0", "banana"), (">=", "1.0.0x")]
+)
 def test_nonsense_never_matches(requirement: str, version: str) -> None:
     assert matches(requirement, version) is False
 
@@ -90,8 +96,18 @@ def test_nonsense_never_matches(requirement: str, version: str) -> None:
 def test_version_order_follows_semver() -> None:
     # the Semantic Versioning spec, item 11
     ordered = [
-        "1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
-        "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.0.1", "1.1.0", "1.10.0", "2.0.0",
+        "1.0.0-alpha",
+        "1.0.0-alpha.1",
+        "1.0.0-alpha.beta",
+        "1.0.0-beta",
+        "1.0.0-beta.2",
+        "1.0.0-beta.11",
+        "1.0.0-rc.1",
+        "1.0.0",
+        "1.0.1",
+        "1.1.0",
+        "1.10.0",
+        "2.0.0",
     ]
     versions = [Version(v) for v in ordered]
     assert sorted(reversed(versions)) == versions

@@ -31,7 +31,10 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -82,7 +85,7 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
 
 # -- two builds of one name, and clean, while a build runs ------------------------------------------
 
-_GATED_BUILD_RS = r'''fn main() {
+_GATED_BUILD_RS = r"""fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
     std::fs::write(format!("{}/build-script-started", dir), "").unwrap();
     for _ in 0..1200 {
@@ -92,7 +95,7 @@ _GATED_BUILD_RS = r'''fn main() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
-'''
+"""
 
 _BUILD = """
     import sys

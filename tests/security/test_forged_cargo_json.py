@@ -34,7 +34,7 @@ _ARTIFACT = (
     '"profile":{{"test":false}},"features":[],"filenames":["{exe}"],"executable":"{exe}","fresh":false}}'
 )
 
-_BUILD_RS = r'''use std::io::Write;
+_BUILD_RS = r"""use std::io::Write;
 
 fn main() {
     let canary = "CANARY_PATH";
@@ -53,7 +53,7 @@ fn main() {
         stdout.write_all(format!("{}\n", line.replace("LINK", &link)).as_bytes()).unwrap();
     }
 }
-'''
+"""
 
 
 def _forge_crate(canary: Path) -> object:
@@ -63,7 +63,7 @@ def _forge_crate(canary: Path) -> object:
         _ARTIFACT.format(name="innocent", exe="LINK"),  # inside the target dir, a symlink out
         _ARTIFACT.format(name="forge", exe=canary),  # the real binary's name, a forged path
     ]
-    rust_lines = ", ".join("r#\"" + line + "\"#" for line in forged)
+    rust_lines = ", ".join('r#"' + line + '"#' for line in forged)
     build_rs = _BUILD_RS.replace("CANARY_PATH", str(canary)).replace("FORGED", rust_lines)
     return crate(
         "forge",

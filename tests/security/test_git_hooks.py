@@ -52,8 +52,17 @@ def _plant_executable(path: Path, text: str) -> None:
 
 def _plant_everything(git: Git, outside: Path) -> None:
     root, dot_git = git.root, git.root / ".git"
-    for hook in ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout",
-                 "reference-transaction", "post-index-change", "pre-auto-gc", "post-rewrite"):
+    for hook in (
+        "pre-commit",
+        "prepare-commit-msg",
+        "commit-msg",
+        "post-commit",
+        "post-checkout",
+        "reference-transaction",
+        "post-index-change",
+        "pre-auto-gc",
+        "post-rewrite",
+    ):
         _plant_executable(dot_git / "hooks" / hook, _canary_script(outside, hook))
     program = outside.parent / "evil.sh"
     _plant_executable(program, _canary_script(outside, "driver"))
@@ -117,7 +126,7 @@ def test_the_planted_config_is_dropped_and_what_git_init_wrote_is_kept(repo: Git
     [
         "[core]\n\tworktree = {outside}\n",
         "[core]\n\tbare = true\n",
-        "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"{program}\" ; quoted\n",
+        '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "{program}" ; quoted\n',
         "[core]\n\trepositoryformatversion = 0\\\n\tfsmonitor = {program}\n",  # a continuation line
         '[core "x"]\n\tfsmonitor = {program}\n',
         "[core.x]\n\tfsmonitor = {program}\n",
@@ -180,7 +189,9 @@ def test_the_kernel_environment_and_global_config_do_not_reach_git(
     assert git.commit("edited", all_files=True) is not None
     git("diff", "HEAD~1")
     assert list(outside.iterdir()) == []
-    assert not any(k.startswith("GIT_CONFIG_") and k not in ("GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL") for k in git.env)
+    assert not any(
+        k.startswith("GIT_CONFIG_") and k not in ("GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL") for k in git.env
+    )
 
 
 def test_without_the_overrides_the_planted_hooks_would_run(repo: Git, outside: Path) -> None:

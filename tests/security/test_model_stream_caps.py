@@ -53,8 +53,13 @@ def run_loop(
         bus = EventBus([events.append])
         runner = ProcessRunner()
         workspace = fork(
-            hex_registry.get("tinyhex"), hex_registry, tmp_path / "workspaces", "tinyhex",
-            runner=runner, bus=bus, cargo=Cargo(hex_registry, runner),
+            hex_registry.get("tinyhex"),
+            hex_registry,
+            tmp_path / "workspaces",
+            "tinyhex",
+            runner=runner,
+            bus=bus,
+            cargo=Cargo(hex_registry, runner),
         )
         server = fake_openai(script)
         model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=10.0, stream=stream)
@@ -62,8 +67,15 @@ def run_loop(
         client = model.client()
         clients.append(client)
         loop = EditLoop(
-            workspace.path, client, model, bus=bus, git=Git(workspace.path, runner), crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)), clippy=False, **options,
+            workspace.path,
+            client,
+            model,
+            bus=bus,
+            git=Git(workspace.path, runner),
+            crate=workspace.crate,
+            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
+            clippy=False,
+            **options,
         )
         try:
             result: Any = loop.run("print standard input as hex")

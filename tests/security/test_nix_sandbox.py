@@ -55,7 +55,7 @@ pytestmark = [
     pytest.mark.skipif(NIX is None, reason="nix is not installed (run scripts/setup-nix.sh as root)"),
 ]
 
-_ATTACK_RS = r'''// What a hostile build script or unit test tries during `nix build`.
+_ATTACK_RS = r"""// What a hostile build script or unit test tries during `nix build`.
 #![allow(dead_code)]
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -95,9 +95,9 @@ pub fn run(who: &str) -> String {
     lines.push(format!("environment: [{}]", found.join(" ")));
     lines.join("\n")
 }
-'''
+"""
 
-_BUILD_RS = r'''#[path = "src/attack.rs"]
+_BUILD_RS = r"""#[path = "src/attack.rs"]
 mod attack;
 
 fn main() {
@@ -106,9 +106,9 @@ fn main() {
     std::fs::write(format!("{}/report.txt", out), report).unwrap();
     println!("cargo:rerun-if-changed=build.rs");
 }
-'''
+"""
 
-_MAIN_RS = r'''mod attack;
+_MAIN_RS = r"""mod attack;
 
 // what the build script managed, as it wrote it
 const BUILD_REPORT: &str = include_str!(concat!(env!("OUT_DIR"), "/report.txt"));
@@ -124,7 +124,7 @@ mod tests {
         println!("{}", super::attack::run("unit-test"));
     }
 }
-'''
+"""
 
 
 def _rust_strings(values: list[str]) -> str:
@@ -179,7 +179,9 @@ class Attack:
 
     def created(self) -> list[Path]:
         return [
-            Path(f"{c}-{who}") for c in self.canaries for who in ("build-script", "unit-test")
+            Path(f"{c}-{who}")
+            for c in self.canaries
+            for who in ("build-script", "unit-test")
             if Path(f"{c}-{who}").exists()
         ]
 
@@ -187,7 +189,10 @@ class Attack:
 def _git(workspace: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "core.hooksPath=/dev/null", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=workspace, capture_output=True, text=True, check=True,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout
 
@@ -209,7 +214,9 @@ def attack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attack]:
         .replace("PORT_HERE", str(listener.port))
     )
     hostile = crate(
-        "nixattack", "0.1.0", description="A crate whose build script and test attack the host",
+        "nixattack",
+        "0.1.0",
+        description="A crate whose build script and test attack the host",
         files={"src/attack.rs": attack_rs, "build.rs": _BUILD_RS, "src/main.rs": _MAIN_RS},
     )
     registry = write_registry(tmp / "registry", [hostile])
@@ -253,7 +260,10 @@ def _build(attack: Attack, attribute: str, monkeypatch: pytest.MonkeyPatch, link
     nix = Nix(ProcessRunner())
     head = _git(attack.workspace, "rev-parse", "HEAD")
     path = nix.build(
-        attack.workspace, link, timeout=900, attribute=attribute,
+        attack.workspace,
+        link,
+        timeout=900,
+        attribute=attribute,
         on_line=lambda stream, line: lines.append(line),
     )
     # nothing lost: the workspace and its history are as they were
@@ -298,9 +308,12 @@ def test_a_unit_test_reaches_nothing_during_nix_flake_check(
     _sandbox_on()
     built = _build(attack, f"checks.{SYSTEM}.default", monkeypatch, tmp_path / "checked")
     # the stand-in ran cargo test, and the hostile test in it
-    log = subprocess.run(
-        [NIX or "nix", *NIX_FEATURES, "log", str(built.store_path)], capture_output=True, text=True, timeout=60
-    ).stdout + built.log
+    log = (
+        subprocess.run(
+            [NIX or "nix", *NIX_FEATURES, "log", str(built.store_path)], capture_output=True, text=True, timeout=60
+        ).stdout
+        + built.log
+    )
     assert "attacks_from_a_unit_test ... ok" in log, log[-3000:]
     _assert_nothing_escaped(attack, log)
 
@@ -315,7 +328,8 @@ def sandbox_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     conf_dir.mkdir()
     current = Path(os.environ.get("NIX_CONF_DIR", "/etc/nix")) / "nix.conf"
     kept = [
-        line for line in (current.read_text().splitlines() if current.is_file() else [])
+        line
+        for line in (current.read_text().splitlines() if current.is_file() else [])
         if line.split("=", 1)[0].strip() not in ("sandbox", "sandbox-fallback")
     ]
     (conf_dir / "nix.conf").write_text("\n".join([*kept, "sandbox = false", ""]))
@@ -358,4 +372,6 @@ def test_with_the_sandbox_off_auto_builds_with_cargo_and_says_why(sandbox_off: P
     assert tool.backend == "cargo"
     assert tool("sandboxed", input="") == "sandboxed\n"
     notices = [n.message for n in recorder.of(Notice)]
-    assert any(m.startswith("backend: cargo (auto: nix is on PATH but its sandbox is off") and "make nix" in m for m in notices), notices
+    assert any(
+        m.startswith("backend: cargo (auto: nix is on PATH but its sandbox is off") and "make nix" in m for m in notices
+    ), notices

@@ -70,8 +70,13 @@ def session(
         bus = EventBus([events.append])
         runner = ProcessRunner()
         workspace = fork(
-            hex_registry.get("tinyhex"), hex_registry, tmp_path / "workspaces", "tinyhex",
-            runner=runner, bus=bus, cargo=Cargo(hex_registry, runner),
+            hex_registry.get("tinyhex"),
+            hex_registry,
+            tmp_path / "workspaces",
+            "tinyhex",
+            runner=runner,
+            bus=bus,
+            cargo=Cargo(hex_registry, runner),
         )
         server = fake_openai(script)
         model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=5.0, stream=True)
@@ -79,8 +84,15 @@ def session(
         client = model.client()
         clients.append(client)
         loop = EditLoop(
-            workspace.path, client, model, bus=bus, git=Git(workspace.path, runner), crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)), clippy=False, **options,
+            workspace.path,
+            client,
+            model,
+            bus=bus,
+            git=Git(workspace.path, runner),
+            crate=workspace.crate,
+            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
+            clippy=False,
+            **options,
         )
         return Session(loop, server, workspace.path, events)
 
@@ -116,10 +128,12 @@ def test_files_a_unit_test_writes_during_cargo_test_are_reverted_and_the_model_i
         f'        std::os::unix::fs::symlink("{outside}", format!("{{}}/src/leak", dir)).unwrap();'
     )
     hostile = _hostile_test(body)
-    s = session([
-        reply(call("write_file", path="src/lib.rs", content=hostile), call("run_checks")),
-        *tinyhex_done(),
-    ])
+    s = session(
+        [
+            reply(call("write_file", path="src/lib.rs", content=hostile), call("run_checks")),
+            *tinyhex_done(),
+        ]
+    )
     outcome = s.loop.run("print standard input as hex")
 
     # the attack failed: every planted file is gone, the canary is untouched, the tool is green
@@ -132,8 +146,12 @@ def test_files_a_unit_test_writes_during_cargo_test_are_reverted_and_the_model_i
     # the model's next request carries the reason, file by file
     [answer] = [r for r in s.tool_replies(2) if r.startswith("Check run 1")]
     assert "REVERTED: the build policy refuses" in answer
-    for named in ("build.rs: a build script", ".cargo: a .cargo/ directory", "rust-toolchain.toml: a toolchain file",
-                  "src/leak: a symlink pointing outside the crate"):
+    for named in (
+        "build.rs: a build script",
+        ".cargo: a .cargo/ directory",
+        "rust-toolchain.toml: a toolchain file",
+        "src/leak: a symlink pointing outside the crate",
+    ):
         assert named in answer, named
     assert "Tests and build scripts must not write these files" in answer
 
@@ -158,10 +176,12 @@ def test_a_build_script_the_model_names_under_another_name_is_caught_on_disk(
         '        std::fs::write(&manifest, text.replace("license = \\"MIT\\"", "license = \\"MIT\\"\\nbuild = \\"src/gen.rs\\"")).unwrap();\n'
         '        std::fs::write(format!("{}/src/gen.rs", dir), "fn main() {}").unwrap();'
     )
-    s = session([
-        reply(call("write_file", path="src/lib.rs", content=_hostile_test(body)), call("run_checks")),
-        *tinyhex_done(),
-    ])
+    s = session(
+        [
+            reply(call("write_file", path="src/lib.rs", content=_hostile_test(body)), call("run_checks")),
+            *tinyhex_done(),
+        ]
+    )
     s.loop.run("print standard input as hex")
     answer = next(r for r in s.tool_replies(2) if r.startswith("Check run 1"))
     assert "Cargo.toml: package.build names a build script" in answer
@@ -182,14 +202,16 @@ def test_a_workspace_that_breaks_the_policy_is_refused_before_the_loop_runs_carg
 # -- the pipeline: before every build ---------------------------------------------------------
 
 BUILDSCRIPT = crate(
-    "publishedbuild", description="A binary whose published build script is part of the crate",
+    "publishedbuild",
+    description="A binary whose published build script is part of the crate",
     files={
         "src/main.rs": 'fn main() {\n    println!("{}", env!("FROM_BUILD"));\n}\n',
         "build.rs": 'fn main() {\n    println!("cargo:rustc-env=FROM_BUILD=built");\n}\n',
     },
 )
 HOSTILE_CONFIG = crate(
-    "shipsconfig", description="A binary that ships cargo configuration",
+    "shipsconfig",
+    description="A binary that ships cargo configuration",
     files={
         "src/main.rs": "fn main() {}\n",
         ".cargo/config.toml": '[build]\nrustc-wrapper = "/bin/sh"\n',

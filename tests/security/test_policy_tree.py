@@ -39,10 +39,19 @@ def test_a_clean_crate_passes(ws: Path) -> None:
     ("plant", "path", "reason"),
     [
         (lambda r: (r / "build.rs").write_text("fn main() {}"), "build.rs", "a build script"),
-        (lambda r: (r / ".cargo").mkdir() or (r / ".cargo" / "config.toml").write_text('[target.x]\nrunner = "sh"\n'),
-         ".cargo", "a .cargo/ directory"),
+        (
+            lambda r: (
+                (r / ".cargo").mkdir() or (r / ".cargo" / "config.toml").write_text('[target.x]\nrunner = "sh"\n')
+            ),
+            ".cargo",
+            "a .cargo/ directory",
+        ),
         (lambda r: (r / "src" / ".cargo").mkdir(), "src/.cargo", "a .cargo/ directory"),
-        (lambda r: (r / "rust-toolchain.toml").write_text('[toolchain]\npath = "/evil"\n'), "rust-toolchain.toml", "toolchain"),
+        (
+            lambda r: (r / "rust-toolchain.toml").write_text('[toolchain]\npath = "/evil"\n'),
+            "rust-toolchain.toml",
+            "toolchain",
+        ),
         (lambda r: (r / "rust-toolchain").write_text("nightly\n"), "rust-toolchain", "toolchain"),
         (lambda r: (r / "src" / "leak").symlink_to(r.parent / "outside"), "src/leak", "symlink pointing outside"),
         (lambda r: (r / "src" / "git").symlink_to(r / ".git"), "src/git", "into .git/"),
@@ -64,7 +73,7 @@ def test_planted_files_are_violations_named_by_path(ws: Path, plant: object, pat
         (HEAD + '[patch.crates-io]\nserde = { path = "src" }\n', "[patch]"),
         (HEAD + '[replace]\n"foo:0.1.0" = { path = "src" }\n', "[replace]"),
         (HEAD + '[dependencies]\nevil = { git = "https://example.com/evil" }\n', "a git dependency"),
-        (HEAD + '[target.\'cfg(unix)\'.dependencies]\nevil = { path = "../outside" }\n', "leaves the crate"),
+        (HEAD + "[target.'cfg(unix)'.dependencies]\nevil = { path = \"../outside\" }\n", "leaves the crate"),
         (HEAD + '[build-dependencies]\nevil = { path = "/etc" }\n', "is absolute"),
         (HEAD + '[dependencies]\nevil = { path = "target/x" }\n', "points into target/"),
         (HEAD + '[workspace]\nmembers = ["../outside/*"]\n', "workspace.members"),
@@ -80,7 +89,9 @@ def test_manifest_rules(ws: Path, manifest: str, reason: str) -> None:
 
 
 def test_members_and_path_dependencies_are_followed_and_their_build_scripts_seen(ws: Path) -> None:
-    (ws / "Cargo.toml").write_text(HEAD + '[workspace]\nmembers = ["crates/*"]\n[dependencies]\nhelper = { path = "helper" }\n')
+    (ws / "Cargo.toml").write_text(
+        HEAD + '[workspace]\nmembers = ["crates/*"]\n[dependencies]\nhelper = { path = "helper" }\n'
+    )
     for member in ("crates/a", "helper"):
         (ws / member / "src").mkdir(parents=True)
         (ws / member / "src" / "lib.rs").write_text("")
@@ -120,7 +131,10 @@ def test_what_was_published_is_allowed_while_unchanged(ws: Path) -> None:
 
 
 def test_check_manifest_checks_text_before_it_is_written(ws: Path) -> None:
-    doc = {"package": {"name": "x", "metadata": {"tool": {"path": "/anywhere"}}}, "dependencies": {"y": {"path": "src"}}}
+    doc = {
+        "package": {"name": "x", "metadata": {"tool": {"path": "/anywhere"}}},
+        "dependencies": {"y": {"path": "src"}},
+    }
     assert check_manifest(ws, ws / "Cargo.toml", doc) == []  # metadata is not cargo's; a path inside is fine
     nested = ws / "crates" / "a" / "Cargo.toml"
     ok = {"package": {"name": "a"}, "dependencies": {"x": {"path": "../.."}}}

@@ -81,7 +81,9 @@ def test_a_line_without_end_is_not_held_in_memory() -> None:
     printer = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(300): sys.stdout.write(chunk)\n"
     pieces: list[int] = []
     done = ProcessRunner().run(
-        [sys.executable, "-c", printer], timeout=120, capture_limit=4 << 20,
+        [sys.executable, "-c", printer],
+        timeout=120,
+        capture_limit=4 << 20,
         on_line=lambda stream, line: pieces.append(len(line)),
     )
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
@@ -111,9 +113,21 @@ def test_stop_never_kills_a_process_that_reused_the_recorded_pid(tmp_path: Path)
         started = process_started_at(bystander.pid)
         assert started is not None and abs(started - time.time()) < 5
         record = ToolRecord(
-            name="svc", crate="c", version="0.1.0", binary="", store_path="", source_hash="", checksum="",
-            checksum_kind="", registry="", workspace="", commit="", kind="http", status="running",
-            pid=bystander.pid, started=time.time() - 3600,  # the tool started an hour ago; this PID just now
+            name="svc",
+            crate="c",
+            version="0.1.0",
+            binary="",
+            store_path="",
+            source_hash="",
+            checksum="",
+            checksum_kind="",
+            registry="",
+            workspace="",
+            commit="",
+            kind="http",
+            status="running",
+            pid=bystander.pid,
+            started=time.time() - 3600,  # the tool started an hour ago; this PID just now
         )
         Inventory(settings.tools_dir).save(record)
         said = stop(settings, "svc")
@@ -128,8 +142,19 @@ def test_stop_never_kills_a_process_that_reused_the_recorded_pid(tmp_path: Path)
 
 def test_no_secret_passes_either_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     canary = uuid.uuid4().hex
-    secrets = ("CANARY_API_KEY", "SECRET_KEY", "DATABASE_URL", "PGPASSWORD", "SSH_AUTH_SOCK", "AZURE_OPENAI_KEY",
-               "KAGGLE_KEY", "OPENAI_API_KEY", "GH_TOKEN", "AWS_SECRET_ACCESS_KEY", "JUPYTER_TOKEN")
+    secrets = (
+        "CANARY_API_KEY",
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "PGPASSWORD",
+        "SSH_AUTH_SOCK",
+        "AZURE_OPENAI_KEY",
+        "KAGGLE_KEY",
+        "OPENAI_API_KEY",
+        "GH_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "JUPYTER_TOKEN",
+    )
     for name in secrets:
         monkeypatch.setenv(name, f"{name}-{canary}")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")

@@ -109,12 +109,29 @@ def server(
     store = cache / "store" / "evil"
     store.mkdir(parents=True)
     (store / "manifest.json").write_text(json.dumps({"crate": "evil", "version": "0.1.0", "backend": "cargo"}))
-    Inventory(settings.tools_dir).save(ToolRecord(
-        name="evil", crate="evil", version="0.1.0", binary=str(store / "bin" / "evil"), store_path=str(store),
-        source_hash="0" * 16, checksum="", checksum_kind="", registry="dir:/r", workspace="", commit="",
-        description="A hostile service", created=time.time(), kind="http", status="running", pid=proc.pid,
-        url=url, started=time.time(), token="the-tools-own-token",
-    ))
+    Inventory(settings.tools_dir).save(
+        ToolRecord(
+            name="evil",
+            crate="evil",
+            version="0.1.0",
+            binary=str(store / "bin" / "evil"),
+            store_path=str(store),
+            source_hash="0" * 16,
+            checksum="",
+            checksum_kind="",
+            registry="dir:/r",
+            workspace="",
+            commit="",
+            description="A hostile service",
+            created=time.time(),
+            kind="http",
+            status="running",
+            pid=proc.pid,
+            url=url,
+            started=time.time(),
+            token="the-tools-own-token",
+        )
+    )
     root = tmp_path_factory.mktemp("root")
     jupyter = JupyterProcess(root, env={"FLAKEBOT_CACHE_DIR": str(cache)})
     config = Path(jupyter.env["JUPYTER_CONFIG_DIR"])
@@ -175,7 +192,8 @@ def test_jupyters_credentials_never_reach_the_tool(
         assert got.status_code == 200
         posted = browser.post(
             f"/flakebot/proxy/evil/form?token={server.token}",
-            headers={"Authorization": f"token {server.token}"}, content=b"field=1",
+            headers={"Authorization": f"token {server.token}"},
+            content=b"field=1",
         )
         assert posted.status_code == 200
     seen = log.read_text()

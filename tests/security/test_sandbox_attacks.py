@@ -36,8 +36,12 @@ def _git(workspace: Path, *args: str) -> str:
     return subprocess.run([*GIT, *args], cwd=workspace, capture_output=True, text=True, check=True).stdout
 
 
-def _hostile(tmp_path: Path, name: str, build_rs: str, files: dict[str, str] | None = None) -> tuple[DirectoryRegistry, Path]:
-    root = write_registry(tmp_path / "registry", [crate(name, files={"src/main.rs": MAIN, "build.rs": build_rs, **(files or {})})])
+def _hostile(
+    tmp_path: Path, name: str, build_rs: str, files: dict[str, str] | None = None
+) -> tuple[DirectoryRegistry, Path]:
+    root = write_registry(
+        tmp_path / "registry", [crate(name, files={"src/main.rs": MAIN, "build.rs": build_rs, **(files or {})})]
+    )
     registry = DirectoryRegistry(root, tmp_path / "index")
     # the workspace is a copy with history, like flakebot's fork
     workspace = tmp_path / "workspaces" / name
@@ -116,8 +120,11 @@ def test_a_hostile_build_script_reaches_no_secret_socket_network_or_git(
     outside = tmp_path / f"outside-{uuid.uuid4().hex}"
     hook_ran = tmp_path / f"hook-ran-{uuid.uuid4().hex}"
     build_rs = (
-        ATTACKS_RS.replace("HOME_DIR", canaries["home"]).replace("PORT", canaries["port"])
-        .replace("AGENT", canaries["agent"]).replace("OUTSIDE", str(outside)).replace("HOOK_RAN", str(hook_ran))
+        ATTACKS_RS.replace("HOME_DIR", canaries["home"])
+        .replace("PORT", canaries["port"])
+        .replace("AGENT", canaries["agent"])
+        .replace("OUTSIDE", str(outside))
+        .replace("HOOK_RAN", str(hook_ran))
     )
     registry, workspace = _hostile(tmp_path, "attacker", build_rs)
     head = _git(workspace, "rev-parse", "HEAD")
@@ -128,7 +135,18 @@ def test_a_hostile_build_script_reaches_no_secret_socket_network_or_git(
     assert done.returncode == 0, done.stderr
     attacks = [line.split("ATTACK ", 1)[1] for line in output.splitlines() if "ATTACK " in line]
     assert any(a.startswith("home-secret blocked") for a in attacks), attacks
-    for name in ("fake-home-secret", "ssh-key", "tcp", "agent", "dbus", "outside-tmp", "bashrc", "hook", "git-config", "shadow"):
+    for name in (
+        "fake-home-secret",
+        "ssh-key",
+        "tcp",
+        "agent",
+        "dbus",
+        "outside-tmp",
+        "bashrc",
+        "hook",
+        "git-config",
+        "shadow",
+    ):
         results = [a for a in attacks if a.startswith(name + " ")]
         if name in ("outside-tmp", "bashrc"):
             # the sandbox's /tmp and $HOME are private tmpfs: the write lands there, or is refused
@@ -151,7 +169,9 @@ def test_a_hostile_build_script_reaches_no_secret_socket_network_or_git(
 
 
 def test_a_rust_toolchain_file_does_not_switch_toolchains(tmp_path: Path) -> None:
-    build_rs = 'fn main() { println!("cargo:warning=TOOLCHAIN {}", std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_default()); }\n'
+    build_rs = (
+        'fn main() { println!("cargo:warning=TOOLCHAIN {}", std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_default()); }\n'
+    )
     files = {"rust-toolchain.toml": '[toolchain]\nchannel = "nightly-2019-01-01"\n'}
     registry, workspace = _hostile(tmp_path, "pinner", build_rs, files)
     cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))

@@ -75,7 +75,9 @@ def test_a_planted_temp_file_symlink_is_never_followed(loop: EditLoop, canary: t
     assert not (loop.root / "src" / "lib.rs").is_symlink()
 
 
-def test_a_target_that_became_a_symlink_is_refused_and_the_canary_kept(loop: EditLoop, canary: tuple[Path, str]) -> None:
+def test_a_target_that_became_a_symlink_is_refused_and_the_canary_kept(
+    loop: EditLoop, canary: tuple[Path, str]
+) -> None:
     path, token = canary
     (loop.root / "src" / "lib.rs").unlink()
     (loop.root / "src" / "lib.rs").symlink_to(path)
@@ -140,7 +142,9 @@ def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Directory
 
 @pytest.mark.cargo
 def test_symlinks_a_test_plants_never_redirect_the_models_next_write(
-    hex_registry: DirectoryRegistry, tmp_path: Path, canary: tuple[Path, str],
+    hex_registry: DirectoryRegistry,
+    tmp_path: Path,
+    canary: tuple[Path, str],
     fake_openai: Callable[..., FakeOpenAIServer],
 ) -> None:
     from flakebot_magic.stages.fork import fork
@@ -153,26 +157,41 @@ def test_symlinks_a_test_plants_never_redirect_the_models_next_write(
         '        std::os::unix::fs::symlink(canary, format!("{}/src/main.rs", dir)).ok();\n'
         f'        std::os::unix::fs::symlink("{path.parent}", format!("{{}}/src/bin", dir)).ok();'
     )
-    hostile = TINYHEX_LIB.replace("mod tests {\n", f"mod tests {{\n    #[test]\n    fn plants() {{\n{plant}\n    }}\n\n")
+    hostile = TINYHEX_LIB.replace(
+        "mod tests {\n", f"mod tests {{\n    #[test]\n    fn plants() {{\n{plant}\n    }}\n\n"
+    )
     runner = ProcessRunner()
     bus = EventBus([])
     workspace = fork(
-        hex_registry.get("tinyhex"), hex_registry, tmp_path / "workspaces", "tinyhex",
-        runner=runner, bus=bus, cargo=Cargo(hex_registry, runner),
+        hex_registry.get("tinyhex"),
+        hex_registry,
+        tmp_path / "workspaces",
+        "tinyhex",
+        runner=runner,
+        bus=bus,
+        cargo=Cargo(hex_registry, runner),
     )
     done = tinyhex_done()
-    server = fake_openai([
-        reply(call("write_file", path="src/lib.rs", content=hostile), call("run_checks")),
-        reply(call("write_file", path="src/bin/extra.rs", content="fn main() {}\n"), *done[0]["tool_calls"]),
-        done[1],
-    ])
+    server = fake_openai(
+        [
+            reply(call("write_file", path="src/lib.rs", content=hostile), call("run_checks")),
+            reply(call("write_file", path="src/bin/extra.rs", content="fn main() {}\n"), *done[0]["tool_calls"]),
+            done[1],
+        ]
+    )
     model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=5.0)
     assert model is not None
     client = model.client()
     try:
         loop = EditLoop(
-            workspace.path, client, model, bus=bus, git=Git(workspace.path, runner), crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)), clippy=False,
+            workspace.path,
+            client,
+            model,
+            bus=bus,
+            git=Git(workspace.path, runner),
+            crate=workspace.crate,
+            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
+            clippy=False,
         )
         outcome = loop.run("print standard input as hex")
     finally:
@@ -180,7 +199,9 @@ def test_symlinks_a_test_plants_never_redirect_the_models_next_write(
     assert path.read_text() == token and sorted(os.listdir(path.parent)) == ["bashrc"]
     assert outcome.contract.bin == "tinyhex"
     # the test really planted them (the sandbox lets it write the workspace); the policy reverted them
-    report = next(m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool" and "Check run 1" in m["content"])
+    report = next(
+        m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool" and "Check run 1" in m["content"]
+    )
     assert "src/main.rs: a symlink pointing outside the crate" in report and "src/bin: a symlink" in report
     main = workspace.path / "src" / "main.rs"
     assert not main.is_symlink() and "tinyhex::to_hex" in main.read_text()

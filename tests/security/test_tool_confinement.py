@@ -45,8 +45,15 @@ def _hostile(tmp_path: Path, outside: Path, secret: Path, **fields: object) -> C
         "echo done\n"
     )
     binary.chmod(0o755)
-    return CliTool(name="hostile", binary=binary, crate="hostile", version="0.1.0", source_hash="0" * 32,
-                   store_path=store, **fields)  # type: ignore[arg-type]
+    return CliTool(
+        name="hostile",
+        binary=binary,
+        crate="hostile",
+        version="0.1.0",
+        source_hash="0" * 32,
+        store_path=store,
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 def test_the_help_probe_reads_no_secret_and_writes_nothing_outside(

@@ -27,7 +27,13 @@ from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.config import Settings, default_tool_env
 
 CANARY_NAMES = (
-    "OPENAI_API_KEY", "GROQ_API_KEY", "SECRET_KEY", "DATABASE_URL", "PGPASSWORD", "AZURE_OPENAI_KEY", "KAGGLE_KEY",
+    "OPENAI_API_KEY",
+    "GROQ_API_KEY",
+    "SECRET_KEY",
+    "DATABASE_URL",
+    "PGPASSWORD",
+    "AZURE_OPENAI_KEY",
+    "KAGGLE_KEY",
 )
 
 
@@ -72,7 +78,12 @@ def test_a_cli_tool_and_its_help_probe_see_no_secret(tmp_path: Path, canaries: d
     store = tmp_path / "store" / "envdump"
     binary = _script(store / "bin" / "envdump", _ENV_CLI)
     tool = CliTool(
-        name="envdump", binary=binary, crate="envdump", version="0.1.0", source_hash="0" * 32, store_path=store,
+        name="envdump",
+        binary=binary,
+        crate="envdump",
+        version="0.1.0",
+        source_hash="0" * 32,
+        store_path=store,
         env={"FROM_SETTING": "setting-value"},
     )
     out = tool()
@@ -93,7 +104,9 @@ def test_a_failing_cli_tools_error_carries_no_secret(tmp_path: Path, canaries: d
     from flakebot_magic.errors import ToolError
 
     binary = _script(tmp_path / "bin" / "fails", "#!/bin/sh\nenv >&2\nexit 4\n")
-    tool = CliTool(name="fails", binary=binary, crate="fails", version="1", source_hash="0", store_path=tmp_path, _help="")
+    tool = CliTool(
+        name="fails", binary=binary, crate="fails", version="1", source_hash="0", store_path=tmp_path, _help=""
+    )
     with pytest.raises(ToolError) as caught:
         tool()
     assert _leaked(str(caught.value) + caught.value.stderr, canaries) == []
@@ -130,8 +143,13 @@ for line in sys.stdin:
 def mcp_envdump(tmp_path: Path) -> Iterator[McpTool]:
     binary = _script(tmp_path / "store" / "bin" / "envdump-mcp", f"#!{sys.executable}\n{_ENV_MCP}")
     tool = McpTool(
-        name="envmcp", binary=binary, crate="envdump-mcp", version="0.1.0", source_hash="0" * 32,
-        store_path=tmp_path / "store", contract=ToolContract(kind="mcp", bin="envdump-mcp"),
+        name="envmcp",
+        binary=binary,
+        crate="envdump-mcp",
+        version="0.1.0",
+        source_hash="0" * 32,
+        store_path=tmp_path / "store",
+        contract=ToolContract(kind="mcp", bin="envdump-mcp"),
         env={"FROM_SETTING": "setting-value"},
     )
     yield tool
@@ -174,8 +192,13 @@ HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 def http_envdump(tmp_path: Path) -> Iterator[HttpTool]:
     binary = _script(tmp_path / "store" / "bin" / "envdump-http", f"#!{sys.executable}\n{_ENV_HTTP}")
     tool = HttpTool(
-        name="envhttp", binary=binary, crate="envdump-http", version="0.1.0", source_hash="0" * 32,
-        store_path=tmp_path / "store", contract=ToolContract(kind="http", bin="envdump-http"),
+        name="envhttp",
+        binary=binary,
+        crate="envdump-http",
+        version="0.1.0",
+        source_hash="0" * 32,
+        store_path=tmp_path / "store",
+        contract=ToolContract(kind="http", bin="envdump-http"),
         env={"FROM_SETTING": "setting-value"},
     )
     yield tool
@@ -197,7 +220,8 @@ def test_tool_env_names_variables_to_pass_on_purpose(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-passed-on-purpose")
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     assert default_tool_env("GITHUB_TOKEN, RUST_LOG=debug,NOT_SET_ANYWHERE,,") == {
-        "GITHUB_TOKEN": "ghp-passed-on-purpose", "RUST_LOG": "debug",
+        "GITHUB_TOKEN": "ghp-passed-on-purpose",
+        "RUST_LOG": "debug",
     }
     monkeypatch.setenv("FLAKEBOT_TOOL_ENV", "RUST_LOG=info")
     assert Settings().tool_env == {"RUST_LOG": "info"}
@@ -207,7 +231,7 @@ def test_tool_env_names_variables_to_pass_on_purpose(monkeypatch: pytest.MonkeyP
 
 # -- a real tool, built by the pipeline ---------------------------------------------------
 
-_ENVDUMP_MAIN = r'''fn main() {
+_ENVDUMP_MAIN = r"""fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help") {
         println!("Usage: envdump [OPTIONS]\nPrints its environment.\n\nOptions:\n  -a, --all  every variable");
@@ -216,7 +240,7 @@ _ENVDUMP_MAIN = r'''fn main() {
         println!("{}={}", key, value);
     }
 }
-'''
+"""
 
 
 @pytest.mark.cargo
@@ -229,7 +253,9 @@ def test_a_built_cli_tool_sees_no_secret(tmp_path: Path, canaries: dict[str, str
         '[package]\nname = "envdump"\nversion = "0.1.0"\nedition = "2021"\n'
         'description = "Print the environment"\nlicense = "MIT"\n'
     )
-    registry = write_registry(tmp_path / "registry", [Crate("envdump", "0.1.0", manifest, {"src/main.rs": _ENVDUMP_MAIN})])
+    registry = write_registry(
+        tmp_path / "registry", [Crate("envdump", "0.1.0", manifest, {"src/main.rs": _ENVDUMP_MAIN})]
+    )
     settings = Settings(
         cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo", tool_env={"PASSED_ON_PURPOSE": "yes"}
     )

@@ -66,8 +66,14 @@ def service(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
         script.write_text(f"#!{sys.executable}\nimport sys\nsys.argv.insert(1, {mode!r})\n{_SERVICE}")
         script.chmod(0o755)
         tool = HttpTool(
-            name="guard", binary=script, crate="svc", version="1", source_hash="0", store_path=tmp_path,
-            contract=ToolContract(kind="http", bin="svc"), env={"MARKER": str(tmp_path / "exposed"), "PIDFILE": str(tmp_path / "pid")},
+            name="guard",
+            binary=script,
+            crate="svc",
+            version="1",
+            source_hash="0",
+            store_path=tmp_path,
+            contract=ToolContract(kind="http", bin="svc"),
+            env={"MARKER": str(tmp_path / "exposed"), "PIDFILE": str(tmp_path / "pid")},
         )
         made.append(tool)
         return tool
@@ -80,7 +86,10 @@ def service(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize(("mode", "what"), [("ignores", "without the token"), ("any-token", "with a wrong token")])
 def test_a_service_that_ignores_its_token_is_refused(
-    service, tmp_path: Path, mode: str, what: str  # type: ignore[no-untyped-def]
+    service,
+    tmp_path: Path,
+    mode: str,
+    what: str,  # type: ignore[no-untyped-def]
 ) -> None:
     tool = service(mode)
     with pytest.raises(DeployError, match=rf"guard ignores its token: GET /openapi.json {what} answered 200"):

@@ -97,7 +97,12 @@ for line in sys.stdin:
 def mcp_flood(tmp_path: Path) -> Iterator[McpTool]:
     binary = _script(tmp_path / "bin" / "flood", f"#!{sys.executable}\n{_MCP_FLOOD}")
     tool = McpTool(
-        name="mcpflood", binary=binary, crate="flood", version="1", source_hash="0", store_path=tmp_path,
+        name="mcpflood",
+        binary=binary,
+        crate="flood",
+        version="1",
+        source_hash="0",
+        store_path=tmp_path,
         contract=ToolContract(kind="mcp", bin="flood"),
     )
     yield tool
@@ -151,7 +156,12 @@ HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 def http_big(tmp_path: Path) -> Iterator[HttpTool]:
     binary = _script(tmp_path / "bin" / "big", f"#!{sys.executable}\n{_HTTP_BIG}")
     tool = HttpTool(
-        name="httpbig", binary=binary, crate="big", version="1", source_hash="0", store_path=tmp_path,
+        name="httpbig",
+        binary=binary,
+        crate="big",
+        version="1",
+        source_hash="0",
+        store_path=tmp_path,
         contract=ToolContract(kind="http", bin="big"),
     )
     tool.max_response = 1 * MiB
@@ -177,7 +187,9 @@ def test_a_log_line_of_50_mb_is_cut(tmp_path: Path) -> None:
     logs = LogBuffer()
     process = ToolProcess(
         ["sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' z >&2; echo >&2; echo after >&2"],
-        env=allowed_env(), logs=logs, stdio=False,
+        env=allowed_env(),
+        logs=logs,
+        stdio=False,
     )
     process.start()
     deadline = time.monotonic() + 60

@@ -55,13 +55,31 @@ _ECHO_SERVER = textwrap.dedent(
 
 def _record(name: str, store: Path, **changes: object) -> ToolRecord:
     store.mkdir(parents=True, exist_ok=True)
-    (store / "manifest.json").write_text(json.dumps({
-        "crate": "tinyecho", "version": "0.2.0", "checksum": "c0ffee", "commit": "a" * 40, "backend": "cargo",
-    }))
+    (store / "manifest.json").write_text(
+        json.dumps(
+            {
+                "crate": "tinyecho",
+                "version": "0.2.0",
+                "checksum": "c0ffee",
+                "commit": "a" * 40,
+                "backend": "cargo",
+            }
+        )
+    )
     record = ToolRecord(
-        name=name, crate="tinyecho", version="0.2.0", binary=str(store / "bin" / "tinyecho"), store_path=str(store),
-        source_hash="0123456789abcdef", checksum="c0ffee", checksum_kind="sha256", registry="dir:/r",
-        workspace="", commit="a" * 40, description="Echo words", created=time.time(),
+        name=name,
+        crate="tinyecho",
+        version="0.2.0",
+        binary=str(store / "bin" / "tinyecho"),
+        store_path=str(store),
+        source_hash="0123456789abcdef",
+        checksum="c0ffee",
+        checksum_kind="sha256",
+        registry="dir:/r",
+        workspace="",
+        commit="a" * 40,
+        description="Echo words",
+        created=time.time(),
     )
     for key, value in changes.items():
         setattr(record, key, value)
@@ -95,11 +113,22 @@ def settings(tmp_path_factory: pytest.TempPathFactory, echo: tuple[subprocess.Po
     inventory = Inventory(settings.tools_dir)
     inventory.save(_record("te", cache / "store" / "te"))
     proc, url = echo
-    inventory.save(_record("web", cache / "store" / "web", kind="http", status="running", pid=proc.pid, url=url,
-                           started=time.time(), token="tool-secret"))
+    inventory.save(
+        _record(
+            "web",
+            cache / "store" / "web",
+            kind="http",
+            status="running",
+            pid=proc.pid,
+            url=url,
+            started=time.time(),
+            token="tool-secret",
+        )
+    )
     inventory.save(_record("gone", cache / "store" / "gone", kind="http", status="stopped", url=url))
-    inventory.save(_record("far", cache / "store" / "far", kind="http", status="running", pid=proc.pid,
-                           url="http://192.0.2.1:80"))
+    inventory.save(
+        _record("far", cache / "store" / "far", kind="http", status="running", pid=proc.pid, url="http://192.0.2.1:80")
+    )
     path = log_path(settings, "te")
     path.parent.mkdir(parents=True)
     path.write_text("== build started\nbuild|    Compiling tinyecho v0.2.0\n== build done\n")
@@ -123,8 +152,9 @@ def test_extension_is_enabled_by_the_installed_config() -> None:
     assert "flakebot_magic.server" in listing and "enabled" in listing.split("flakebot_magic.server", 1)[1][:40]
 
 
-@pytest.mark.parametrize("path", ["/flakebot/api", "/flakebot/api/tools", "/flakebot/api/tools/te",
-                                  "/flakebot/api/tools/te/logs"])
+@pytest.mark.parametrize(
+    "path", ["/flakebot/api", "/flakebot/api/tools", "/flakebot/api/tools/te", "/flakebot/api/tools/te/logs"]
+)
 def test_api_without_a_token_is_forbidden(server: JupyterProcess, path: str) -> None:
     with server.client(token=False) as client:
         assert client.get(path).status_code == 403
@@ -237,7 +267,9 @@ def test_post_with_the_login_cookie_but_no_xsrf_is_forbidden(server: JupyterProc
         assert browser.get("/flakebot/api/tools").status_code == 200  # the cookie authenticates
         forged = browser.post("/flakebot/api/tools/te/stop")
         assert forged.status_code == 403
-        cross_site = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf, "Origin": "http://evil.example"})
+        cross_site = browser.post(
+            "/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf, "Origin": "http://evil.example"}
+        )
         assert cross_site.status_code == 403
         allowed = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf})
         assert allowed.status_code == 200 and "nothing to stop" in allowed.json()["message"]

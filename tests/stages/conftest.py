@@ -9,12 +9,12 @@ import pytest
 from tinycrates import Crate, Recorder, write_registry
 
 from flakebot_magic.cargo import Cargo
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.fork import Workspace, fork
 
 
@@ -59,9 +59,7 @@ def session_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Direc
 
 
 @pytest.fixture(scope="session")
-def forked(
-    session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[str], Workspace]:
+def forked(session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Workspace]:
     """``forked("tinyecho")``: that crate forked once per session (share it read-mostly)."""
     workspaces = tmp_path_factory.mktemp("workspaces")
     runner = ProcessRunner()
@@ -70,8 +68,13 @@ def forked(
     def get(name: str) -> Workspace:
         if name not in done:
             done[name] = fork(
-                session_registry.get(name), session_registry, workspaces, name,
-                runner=runner, bus=EventBus(), cargo=Cargo(session_registry, runner),
+                session_registry.get(name),
+                session_registry,
+                workspaces,
+                name,
+                runner=runner,
+                bus=EventBus(),
+                cargo=Cargo(session_registry, runner),
             )
         return done[name]
 

@@ -57,7 +57,9 @@ def test_each_example_passes_or_fails_on_its_own() -> None:
     assert oops.describe() == "line 11: >>> md(\"oops\")\n    expected: <p>nope</p>\n    got:      '<p>oops</p>\\n'"
     assert "raised:   NameError: name 'undefined' is not defined" in undefined.describe()
     instructions = report.as_request("Render Markdown text to HTML.")
-    assert instructions.startswith("Render Markdown text to HTML.\n\nThe tool is deployed, but these acceptance examples")
+    assert instructions.startswith(
+        "Render Markdown text to HTML.\n\nThe tool is deployed, but these acceptance examples"
+    )
     assert '>>> md("oops")' in instructions and "undefined()" in instructions
 
 
@@ -77,4 +79,8 @@ def test_the_pipeline_runs_the_examples_against_the_deployed_tool(session_regist
     accept = [e for e in events if isinstance(e, StageFinished) and e.stage == "accept"]
     assert accept and accept[0].detail == "1 of 3 examples FAIL"
     (notice,) = [e for e in events if isinstance(e, Notice) and e.stage == "accept"]
-    assert notice.level == "warning" and ">>> te('two', 'words')" in notice.message and "got:      'words\\n'" in notice.message
+    assert (
+        notice.level == "warning"
+        and ">>> te('two', 'words')" in notice.message
+        and "got:      'words\\n'" in notice.message
+    )

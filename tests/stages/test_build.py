@@ -25,26 +25,32 @@ Forked = Callable[[str], Workspace]
 
 
 def _artifact(name: str, kind: str, executable: str | None, *, test: bool = False) -> str:
-    return json.dumps({
-        "reason": "compiler-artifact",
-        "target": {"kind": [kind], "name": name},
-        "profile": {"test": test},
-        "filenames": [executable or f"/t/lib{name}.rlib"],
-        "executable": executable,
-        "fresh": False,
-    })
+    return json.dumps(
+        {
+            "reason": "compiler-artifact",
+            "target": {"kind": [kind], "name": name},
+            "profile": {"test": test},
+            "filenames": [executable or f"/t/lib{name}.rlib"],
+            "executable": executable,
+            "fresh": False,
+        }
+    )
 
 
 def _message(level: str, text: str, *, code: str | None = None, spans: list[dict[str, object]] | None = None) -> str:
-    return json.dumps({
-        "reason": "compiler-message",
-        "target": {"kind": ["bin"], "name": "tool"},
-        "message": {
-            "level": level, "message": text, "rendered": f"{level}: {text}\n",
-            "code": {"code": code, "explanation": "..."} if code else None,
-            "spans": spans or [],
-        },
-    })
+    return json.dumps(
+        {
+            "reason": "compiler-message",
+            "target": {"kind": ["bin"], "name": "tool"},
+            "message": {
+                "level": level,
+                "message": text,
+                "rendered": f"{level}: {text}\n",
+                "code": {"code": code, "explanation": "..."} if code else None,
+                "spans": spans or [],
+            },
+        }
+    )
 
 
 def _span(line: int, column: int, primary: bool, file: str = "src/main.rs") -> dict[str, object]:
@@ -68,8 +74,14 @@ def test_parse_cargo_messages_sorts_what_cargo_says() -> None:
     assert executables == {"tool": Path("/w/target/release/tool"), "helper": Path("/w/target/release/helper")}
     assert diagnostics == [
         Diagnostic(
-            level="warning", message="unused variable: `x`", code=None, file="src/main.rs", line=3, column=9,
-            rendered="warning: unused variable: `x`\n", target="tool",
+            level="warning",
+            message="unused variable: `x`",
+            code=None,
+            file="src/main.rs",
+            line=3,
+            column=9,
+            rendered="warning: unused variable: `x`\n",
+            target="tool",
         )
     ]
     assert other == ["   Compiling tool v0.1.0 (/w)", "{not json", ""]
@@ -183,7 +195,9 @@ def _cargo(registry: DirectoryRegistry) -> Cargo:
     return Cargo(registry, ProcessRunner())
 
 
-def _check(ws: Workspace, registry: DirectoryRegistry, recorder: Recorder | None = None, *, run_tests: bool = True) -> CheckResult:
+def _check(
+    ws: Workspace, registry: DirectoryRegistry, recorder: Recorder | None = None, *, run_tests: bool = True
+) -> CheckResult:
     bus = (recorder or Recorder()).bus
     return check(ws.path, _cargo(registry), bus, build_timeout=300, test_timeout=300, run_tests=run_tests)
 
@@ -223,7 +237,9 @@ def test_check_emits_build_and_test_stages(tinyecho_checked: tuple[Workspace, Ch
 
 
 @pytest.mark.cargo
-def test_real_cargo_messages_parse(tinyecho_checked: tuple[Workspace, CheckResult, Recorder], session_registry: DirectoryRegistry) -> None:
+def test_real_cargo_messages_parse(
+    tinyecho_checked: tuple[Workspace, CheckResult, Recorder], session_registry: DirectoryRegistry
+) -> None:
     ws, result, _ = tinyecho_checked
     done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300)  # fresh: cargo replays
     assert done.returncode == 0, done.stderr

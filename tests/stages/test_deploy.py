@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder
 
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, DeployError
 from flakebot_magic.events import StageFinished
@@ -18,11 +19,14 @@ from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.build import BUILD_FLAGS
-from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
 
 RUSTC = "rustc 1.95.0 (59807616e 2026-04-14)\nhost: x86_64-unknown-linux-gnu"
-SOURCES = {"Cargo.toml": '[package]\nname = "t"\nversion = "0.1.0"\n', "src/main.rs": "fn main() {}\n", "Cargo.lock": "version = 3\n"}
+SOURCES = {
+    "Cargo.toml": '[package]\nname = "t"\nversion = "0.1.0"\n',
+    "src/main.rs": "fn main() {}\n",
+    "Cargo.lock": "version = 3\n",
+}
 
 
 def _repo(root: Path, files: dict[str, str] = SOURCES, message: str = "Published source") -> Git:
@@ -125,7 +129,10 @@ def _binary(path: Path, text: str) -> Path:
 
 @pytest.fixture
 def built(tmp_path: Path) -> dict[str, Path]:
-    return {"tool": _binary(tmp_path / "target" / "tool", "tool"), "helper": _binary(tmp_path / "target" / "helper", "helper")}
+    return {
+        "tool": _binary(tmp_path / "target" / "tool", "tool"),
+        "helper": _binary(tmp_path / "target" / "helper", "helper"),
+    }
 
 
 KEY = "0123456789abcdef0123456789abcdef"
@@ -139,7 +146,13 @@ def test_deploy_writes_a_complete_entry(tmp_path: Path, built: dict[str, Path]) 
     assert sorted(p.name for p in (entry.path / "bin").iterdir()) == ["helper", "tool"]
     assert stat.S_IMODE(entry.bin("tool").stat().st_mode) == 0o555
     assert subprocess.run([entry.bin("tool")], capture_output=True, text=True, check=True).stdout == "tool\n"
-    assert entry.manifest == {"crate": "tool", "commit": "abc", "hash": KEY, "binaries": ["helper", "tool"], "format": 1}
+    assert entry.manifest == {
+        "crate": "tool",
+        "commit": "abc",
+        "hash": KEY,
+        "binaries": ["helper", "tool"],
+        "format": 1,
+    }
     assert sorted(p.name for p in store.iterdir()) == [entry.path.name]  # no staging left behind
 
 
@@ -219,8 +232,13 @@ def test_a_second_run_is_served_from_the_store(tinyecho_tool: Tool, session_regi
     assert again.store_path == tinyecho_tool.store_path
     assert again.source_hash == tinyecho_tool.source_hash
     assert _statuses(recorder) == {
-        "search": "done", "fork": "cached", "build": "cached", "test": "cached",
-        "flake": "cached", "deploy": "cached", "client": "done",
+        "search": "done",
+        "fork": "cached",
+        "build": "cached",
+        "test": "cached",
+        "flake": "cached",
+        "deploy": "cached",
+        "client": "done",
     }
 
 
@@ -279,9 +297,12 @@ def fixed_after_failing(
 def test_a_fixed_workspace_builds_on_the_next_run(fixed_after_failing: tuple[Tool, Path, str]) -> None:
     tool, workspace, _ = fixed_after_failing
     assert tool() == "fixed\n"
-    assert tool.provenance["commit"] == subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    assert (
+        tool.provenance["commit"]
+        == subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
 
 
 @pytest.mark.cargo

@@ -52,7 +52,7 @@ TRICKY_STRINGS = [
     "plain",
     'say "hi"',
     "back\\slash",
-    "${builtins.abort \"boom\"}",
+    '${builtins.abort "boom"}',
     "$${x}",
     "\\${x}",
     "$",
@@ -302,8 +302,7 @@ def built_workspace(nix_ready: None, tmp_path_factory: pytest.TempPathFactory) -
     shutil.rmtree(workspace / "tests")  # integration tests need the dropped dev-dependencies
     (workspace / ".cargo").mkdir()
     (workspace / ".cargo" / "config.toml").write_text(
-        '[source.crates-io]\nreplace-with = "deb"\n\n'
-        f'[source.deb]\ndirectory = "{REGISTRY}"\n'
+        f'[source.crates-io]\nreplace-with = "deb"\n\n[source.deb]\ndirectory = "{REGISTRY}"\n'
     )
     subprocess.run(
         [cargo, "generate-lockfile", "--offline"], cwd=workspace, check=True, capture_output=True, timeout=300

@@ -24,13 +24,24 @@ pytestmark = pytest.mark.cargo
 
 
 def _fork(
-    registry: DirectoryRegistry, root: Path, crate_name: str, name: str | None = None,
-    *, bus: EventBus | None = None, fresh: bool = False,
+    registry: DirectoryRegistry,
+    root: Path,
+    crate_name: str,
+    name: str | None = None,
+    *,
+    bus: EventBus | None = None,
+    fresh: bool = False,
 ) -> Workspace:
     runner = ProcessRunner()
     return fork(
-        registry.get(crate_name), registry, root / "workspaces", name or crate_name,
-        runner=runner, bus=bus or EventBus(), cargo=Cargo(registry, runner), fresh=fresh,
+        registry.get(crate_name),
+        registry,
+        root / "workspaces",
+        name or crate_name,
+        runner=runner,
+        bus=bus or EventBus(),
+        cargo=Cargo(registry, runner),
+        fresh=fresh,
     )
 
 
@@ -101,7 +112,11 @@ def test_the_workspace_state_is_saved(make_registry: MakeRegistry, tmp_path: Pat
     loaded = Workspace.load(ws.path)
     assert loaded is not None and loaded.reused
     assert (loaded.crate, loaded.checksum, loaded.published_commit) == (ws.crate, ws.checksum, ws.published_commit)
-    assert (loaded.dropped, loaded.skipped_targets, loaded.lock_action) == (ws.dropped, ws.skipped_targets, ws.lock_action)
+    assert (loaded.dropped, loaded.skipped_targets, loaded.lock_action) == (
+        ws.dropped,
+        ws.skipped_targets,
+        ws.lock_action,
+    )
 
 
 # -- dependencies the registry cannot satisfy -------------------------------------------
@@ -145,9 +160,7 @@ def test_cargo_toml_is_edited_format_preservingly(make_registry: MakeRegistry, t
     # auto-discovery stays on: only the targets that need the dropped crate are switched off
     assert "autotests" not in manifest["package"] and "autoexamples" not in manifest["package"]
     assert manifest["test"] == [{"name": "uses_missing", "path": "tests/uses_missing.rs", "test": False}]
-    assert manifest["example"] == [
-        {"name": "demo", "path": "examples/demo.rs", "required-features": [SKIP_FEATURE]}
-    ]
+    assert manifest["example"] == [{"name": "demo", "path": "examples/demo.rs", "required-features": [SKIP_FEATURE]}]
     assert manifest["features"] == {SKIP_FEATURE: []}
     assert "lib" not in manifest and "bin" not in manifest
     assert manifest["dev-dependencies"] == {}
@@ -180,16 +193,21 @@ def test_a_test_added_after_the_fork_runs_and_is_counted(make_registry: MakeRegi
     assert lint.returncode == 0, lint.stderr
 
 
-def test_unit_tests_that_use_a_dropped_crate_are_skipped_per_target(make_registry: MakeRegistry, tmp_path: Path) -> None:
+def test_unit_tests_that_use_a_dropped_crate_are_skipped_per_target(
+    make_registry: MakeRegistry, tmp_path: Path
+) -> None:
     manifest = (
-        '[package]\nname = "unitdev"\nversion = "0.1.0"\nedition = "2021"\n'
-        '\n[dev-dependencies]\nmissingcrate = "1.0"\n'
+        '[package]\nname = "unitdev"\nversion = "0.1.0"\nedition = "2021"\n\n[dev-dependencies]\nmissingcrate = "1.0"\n'
     )
-    spec = crate("unitdev", manifest=manifest, files={
-        "src/lib.rs": "pub fn one() -> u32 { 1 }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() { missingcrate::x(); }\n}\n",
-        "src/main.rs": "fn main() {\n    println!(\"{}\", unitdev::one());\n}\n\n#[test]\nfn bin_ok() {}\n",
-        "tests/fine.rs": "#[test]\nfn fine() { assert_eq!(unitdev::one(), 1); }\n",
-    })
+    spec = crate(
+        "unitdev",
+        manifest=manifest,
+        files={
+            "src/lib.rs": "pub fn one() -> u32 { 1 }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() { missingcrate::x(); }\n}\n",
+            "src/main.rs": 'fn main() {\n    println!("{}", unitdev::one());\n}\n\n#[test]\nfn bin_ok() {}\n',
+            "tests/fine.rs": "#[test]\nfn fine() { assert_eq!(unitdev::one(), 1); }\n",
+        },
+    )
     registry = make_registry(spec)
     ws = _fork(registry, tmp_path, "unitdev")
     assert ws.skipped_targets == ["lib unit and doc tests (need missingcrate)"]
@@ -205,7 +223,7 @@ def test_optional_and_foreign_target_dependencies_are_dropped(make_registry: Mak
     manifest = (
         '[package]\nname = "optdeps"\nversion = "0.1.0"\nedition = "2021"\n\n'
         '[dependencies]\ntinylib = "0.1"\nmissingcrate = { version = "1", optional = true }\n\n'
-        '[target.\'cfg(windows)\'.dependencies]\nwinonly = "0.3"\n\n'
+        "[target.'cfg(windows)'.dependencies]\nwinonly = \"0.3\"\n\n"
         '[features]\ndefault = ["fancy"]\nfancy = ["dep:missingcrate", "plain"]\nplain = []\n'
     )
     registry = make_registry("tinylib", crate("optdeps", manifest=manifest, files={"src/main.rs": "fn main() {}\n"}))
@@ -222,7 +240,9 @@ def test_optional_and_foreign_target_dependencies_are_dropped(make_registry: Mak
 
 
 def test_a_missing_required_dependency_is_a_fork_error(make_registry: MakeRegistry, tmp_path: Path) -> None:
-    manifest = '[package]\nname = "needsmore"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nmissingcrate = "1"\n'
+    manifest = (
+        '[package]\nname = "needsmore"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nmissingcrate = "1"\n'
+    )
     registry = make_registry(crate("needsmore", manifest=manifest, files={"src/main.rs": "fn main() {}\n"}))
     with pytest.raises(ForkError) as caught:
         _fork(registry, tmp_path, "needsmore")
@@ -273,7 +293,9 @@ def test_a_satisfiable_lock_is_kept(make_registry: MakeRegistry, tmp_path: Path)
     assert git(ws.path, "status", "--porcelain") == ""
 
 
-def test_a_lock_with_checksums_the_registry_cannot_verify_still_builds(make_registry: MakeRegistry, tmp_path: Path) -> None:
+def test_a_lock_with_checksums_the_registry_cannot_verify_still_builds(
+    make_registry: MakeRegistry, tmp_path: Path
+) -> None:
     registry = make_registry(_lockgood("ab" * 32), "tinylib")  # crates.io checksums; the registry has none
     ws = _fork(registry, tmp_path, "lockgood")
     done = Cargo(registry, ProcessRunner()).run("build", "--locked", cwd=ws.path, timeout=300)
@@ -283,7 +305,9 @@ def test_a_lock_with_checksums_the_registry_cannot_verify_still_builds(make_regi
 # -- an existing workspace -------------------------------------------------------------------
 
 
-def test_re_forking_the_same_crate_reuses_the_workspace(make_registry: MakeRegistry, tmp_path: Path, recorder: Recorder) -> None:
+def test_re_forking_the_same_crate_reuses_the_workspace(
+    make_registry: MakeRegistry, tmp_path: Path, recorder: Recorder
+) -> None:
     registry = make_registry("tinyecho")
     first = _fork(registry, tmp_path, "tinyecho")
     (first.path / "notes.txt").write_text("my edits\n")
@@ -333,7 +357,9 @@ def test_moving_aside_twice_in_one_second_loses_nothing(make_registry: MakeRegis
     # the names the next few seconds would give are already taken, as by earlier moves
     now = time.time()
     for second in range(10):
-        taken = tmp_path / "workspaces" / ".old" / f"tool-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now + second))}"
+        taken = (
+            tmp_path / "workspaces" / ".old" / f"tool-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now + second))}"
+        )
         (taken / "tool").mkdir(parents=True)
     new = _fork(registry, tmp_path, "brokenbin", "tool")
     assert new.crate.name == "brokenbin"

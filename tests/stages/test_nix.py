@@ -28,6 +28,7 @@ from tinycrates import Recorder, processes_in
 
 from flakebot_magic.cleanup import clean
 from flakebot_magic.cli import main as cli_main
+from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import Cancelled, ConfigError, FlakeError, UsageError
 from flakebot_magic.events import Notice, StageFinished
@@ -36,7 +37,6 @@ from flakebot_magic.inventory import Inventory
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import CancelToken, Completed, ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.stages.nix import (
     NIX_FEATURES,
     Nix,
@@ -75,7 +75,14 @@ def test_nix_refuses_to_build_unsandboxed_and_says_how_to_turn_the_sandbox_on(tm
     with pytest.raises(ConfigError) as error:
         resolve_backend("nix", nix="/usr/bin/nix", sandbox=SANDBOX_OFF)
     message = str(error.value)
-    for words in ("sandbox = false", "make nix", "sandbox = true", "build-users-group = nixbld", "/etc/nix/nix.conf", "--backend cargo"):
+    for words in (
+        "sandbox = false",
+        "make nix",
+        "sandbox = true",
+        "build-users-group = nixbld",
+        "/etc/nix/nix.conf",
+        "--backend cargo",
+    ):
         assert words in message
     # Nix.build checks too, before running anything
     runner = RecordingRunner({})
@@ -167,7 +174,11 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLAKEBOT_NIXPKGS", "path:/x")
     monkeypatch.setenv("FLAKEBOT_NIX_SUBSTITUTERS", "https://cache.example")
     settings = Settings()
-    assert (settings.backend, settings.nixpkgs, settings.nix_substituters) == ("nix", "path:/x", "https://cache.example")
+    assert (settings.backend, settings.nixpkgs, settings.nix_substituters) == (
+        "nix",
+        "path:/x",
+        "https://cache.example",
+    )
 
 
 @pytest.mark.parametrize(
@@ -278,14 +289,28 @@ def fake_nix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_command_options_reach_the_nix_argv(
     fake_nix: Path, session_registry: DirectoryRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli_main([
-        "build", "--crate", "tinyecho", "--registry", str(session_registry.path),
-        "--cache-dir", str(tmp_path / "cache"), "--backend", "nix", "--quiet",
-        "--nixpkgs", "path:/some/nixpkgs",
-        "--builders", "ssh://b1 x86_64-linux",
-        "--substituters", "https://cache.example.org",
-        "--trusted-public-keys", "cache.example.org-1:KEY=",
-    ])
+    code = cli_main(
+        [
+            "build",
+            "--crate",
+            "tinyecho",
+            "--registry",
+            str(session_registry.path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--backend",
+            "nix",
+            "--quiet",
+            "--nixpkgs",
+            "path:/some/nixpkgs",
+            "--builders",
+            "ssh://b1 x86_64-linux",
+            "--substituters",
+            "https://cache.example.org",
+            "--trusted-public-keys",
+            "cache.example.org-1:KEY=",
+        ]
+    )
     assert code == 1
     assert "fake nix" in capsys.readouterr().err
     argv = fake_nix.read_text().splitlines()
@@ -321,7 +346,9 @@ def nix_ready() -> None:
         pytest.skip(problem)
 
 
-def _nix(*args: str, cwd: Path, timeout: float = 600, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _nix(
+    *args: str, cwd: Path, timeout: float = 600, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     assert NIX is not None
     done = subprocess.run(
         [NIX, *NIX_FEATURES, *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout
@@ -356,7 +383,9 @@ class CountingRunner(ProcessRunner):
 
 
 @pytest.fixture(scope="module")
-def echo_settings(nix_ready: None, session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def echo_settings(
+    nix_ready: None, session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
     return _nix_settings(tmp_path_factory.mktemp("nixcache"), str(session_registry.path))
 
 
@@ -369,7 +398,9 @@ def echo_run(echo_settings: Settings) -> tuple[Tool, Recorder]:
 
 
 @pytest.mark.nix
-def test_nix_deploy_gives_a_working_tool_in_the_nix_store(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
+def test_nix_deploy_gives_a_working_tool_in_the_nix_store(
+    echo_run: tuple[Tool, Recorder], echo_settings: Settings
+) -> None:
     tool, recorder = echo_run
     assert tool.backend == "nix"
     assert str(tool.store_path).startswith("/nix/store/") and tool.store_path.name.endswith("-tinyecho-0.2.0")
@@ -388,7 +419,9 @@ def test_nix_deploy_gives_a_working_tool_in_the_nix_store(echo_run: tuple[Tool, 
 def test_the_flake_and_its_lock_are_committed(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
     tool, _ = echo_run
     workspace = echo_settings.workspaces_dir / "tinyecho"
-    tracked = subprocess.run(["git", "ls-files"], cwd=workspace, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=workspace, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert {"flake.nix", "flake.lock", "Cargo.lock"} <= set(tracked)
     assert subprocess.run(["git", "status", "--porcelain"], cwd=workspace, capture_output=True, text=True).stdout == ""
     lock = json.loads((workspace / "flake.lock").read_text())
@@ -408,7 +441,10 @@ def test_a_gc_root_keeps_the_tool(echo_run: tuple[Tool, Recorder], echo_settings
     assert root.is_symlink() and Path(os.readlink(root)) == tool.store_path
     assert not list((echo_settings.gcroots_dir / ".pending").iterdir())
     roots = subprocess.run(
-        [str(Path(NIX or "nix").with_name("nix-store")), "--gc", "--print-roots"], capture_output=True, text=True, check=True
+        [str(Path(NIX or "nix").with_name("nix-store")), "--gc", "--print-roots"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert f"{root} -> {tool.store_path}" in roots
 
@@ -457,7 +493,9 @@ def test_the_store_path_is_stable_across_caches(
 
 
 @pytest.mark.nix
-def test_clean_all_removes_every_root(session_registry: DirectoryRegistry, echo_run: tuple[Tool, Recorder], tmp_path: Path) -> None:
+def test_clean_all_removes_every_root(
+    session_registry: DirectoryRegistry, echo_run: tuple[Tool, Recorder], tmp_path: Path
+) -> None:
     first, _ = echo_run
     settings = _nix_settings(tmp_path / "cache", str(session_registry.path))
     Pipeline(settings).run("", crate="tinyecho", name="echo3")
@@ -468,7 +506,9 @@ def test_clean_all_removes_every_root(session_registry: DirectoryRegistry, echo_
 
 
 @pytest.mark.nix
-def test_nix_flake_check_passes_on_the_generated_flake(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
+def test_nix_flake_check_passes_on_the_generated_flake(
+    echo_run: tuple[Tool, Recorder], echo_settings: Settings
+) -> None:
     workspace = echo_settings.workspaces_dir / "tinyecho"
     _nix("flake", "check", cwd=workspace)
     drv = _nix("eval", "--raw", f".#checks.{SYSTEM}.default.drvPath", cwd=workspace).stdout
@@ -518,22 +558,40 @@ def test_replit_export_builds_and_runs_the_tool_from_its_flake(
     nix_build = Path(NIX or "nix").with_name("nix-build")
     legacy_pkgs = f'(import {STAND_IN}/pkgs.nix {{ lib = import {STAND_IN}/lib.nix; system = "{SYSTEM}"; }})'
     done = subprocess.run(
-        [str(nix_build), "--option", "experimental-features", "", "--no-out-link", "-E",
-         f"builtins.head (import {exported.replit_nix} {{ pkgs = {legacy_pkgs}; }}).deps"],
-        capture_output=True, text=True, timeout=600,
+        [
+            str(nix_build),
+            "--option",
+            "experimental-features",
+            "",
+            "--no-out-link",
+            "-E",
+            f"builtins.head (import {exported.replit_nix} {{ pkgs = {legacy_pkgs}; }}).deps",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     built = Path(done.stdout.strip())
-    assert subprocess.run([str(built / "bin" / "tinyecho"), "replit"], capture_output=True, text=True).stdout == "replit\n"
+    assert (
+        subprocess.run([str(built / "bin" / "tinyecho"), "replit"], capture_output=True, text=True).stdout == "replit\n"
+    )
 
 
 @pytest.mark.nix
-def test_export_command(echo_run: tuple[Tool, Recorder], echo_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["export", "--cache-dir", str(echo_settings.cache_dir), "--replit", str(tmp_path / "r"), "tinyecho"])
+def test_export_command(
+    echo_run: tuple[Tool, Recorder], echo_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(
+        ["export", "--cache-dir", str(echo_settings.cache_dir), "--replit", str(tmp_path / "r"), "tinyecho"]
+    )
     assert code == 0
     assert (tmp_path / "r" / ".replit").is_file() and (tmp_path / "r" / "replit.nix").is_file()
     assert "replit.nix" in capsys.readouterr().out
-    assert cli_main(["export", "--cache-dir", str(echo_settings.cache_dir), "--replit", str(tmp_path / "r"), "nosuch"]) == 1
+    assert (
+        cli_main(["export", "--cache-dir", str(echo_settings.cache_dir), "--replit", str(tmp_path / "r"), "nosuch"])
+        == 1
+    )
 
 
 # -- errors -----------------------------------------------------------------
@@ -549,13 +607,16 @@ def _flake_repo(path: Path, text: str) -> Path:
 
 @pytest.mark.nix
 def test_an_evaluation_error_names_the_flake_file_and_line(nix_ready: None, tmp_path: Path) -> None:
-    repo = _flake_repo(tmp_path / "bad", (
-        "{\n"
-        "  outputs = { self }: {\n"
-        f"    packages.{SYSTEM}.default = let x = 1; in x + undefinedThing;\n"
-        "  };\n"
-        "}\n"
-    ))
+    repo = _flake_repo(
+        tmp_path / "bad",
+        (
+            "{\n"
+            "  outputs = { self }: {\n"
+            f"    packages.{SYSTEM}.default = let x = 1; in x + undefinedThing;\n"
+            "  };\n"
+            "}\n"
+        ),
+    )
     with pytest.raises(FlakeError) as error:
         Nix(ProcessRunner()).build(repo, tmp_path / "link")
     assert error.value.file == repo / "flake.nix" and error.value.line == 3
@@ -569,13 +630,16 @@ def test_an_evaluation_error_names_the_flake_file_and_line(nix_ready: None, tmp_
 @pytest.mark.nix
 def test_a_failed_build_carries_the_tail_of_its_log(nix_ready: None, tmp_path: Path) -> None:
     nonce = uuid.uuid4().hex
-    repo = _flake_repo(tmp_path / "boom", (
-        "{\n  outputs = { self }: {\n"
-        f"    packages.{SYSTEM}.default = derivation {{\n"
-        f'      name = "boom"; system = "{SYSTEM}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
-        f'      args = [ "-c" "echo {nonce}; for i in $(seq 1 100); do echo line $i; done; echo last words >&2; exit 3" ];\n'
-        "    };\n  };\n}\n"
-    ))
+    repo = _flake_repo(
+        tmp_path / "boom",
+        (
+            "{\n  outputs = { self }: {\n"
+            f"    packages.{SYSTEM}.default = derivation {{\n"
+            f'      name = "boom"; system = "{SYSTEM}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
+            f'      args = [ "-c" "echo {nonce}; for i in $(seq 1 100); do echo line $i; done; echo last words >&2; exit 3" ];\n'
+            "    };\n  };\n}\n"
+        ),
+    )
     with pytest.raises(FlakeError) as error:
         Nix(ProcessRunner()).build(repo, tmp_path / "link")
     tail = error.value.log_tail.splitlines()
@@ -612,14 +676,17 @@ def _processes_with_env(entry: str, *, settle: float = 2.0) -> list[int]:
 @pytest.mark.nix
 def test_cancelling_nix_build_leaves_no_process_store_path_or_root(nix_ready: None, tmp_path: Path) -> None:
     nonce = uuid.uuid4().hex
-    repo = _flake_repo(tmp_path / "slow", (
-        "{\n  outputs = { self }: {\n"
-        f"    packages.{SYSTEM}.default = derivation {{\n"
-        f'      name = "slow-{nonce[:8]}"; system = "{SYSTEM}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
-        f'      FLAKEBOT_TEST_NONCE = "{nonce}";\n'
-        f'      args = [ "-c" "mkdir -p $out; sleep 120; echo done > $out/done" ];\n'
-        "    };\n  };\n}\n"
-    ))
+    repo = _flake_repo(
+        tmp_path / "slow",
+        (
+            "{\n  outputs = { self }: {\n"
+            f"    packages.{SYSTEM}.default = derivation {{\n"
+            f'      name = "slow-{nonce[:8]}"; system = "{SYSTEM}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
+            f'      FLAKEBOT_TEST_NONCE = "{nonce}";\n'
+            f'      args = [ "-c" "mkdir -p $out; sleep 120; echo done > $out/done" ];\n'
+            "    };\n  };\n}\n"
+        ),
+    )
     out = Path(_nix("eval", "--raw", f".#packages.{SYSTEM}.default.outPath", cwd=repo).stdout)
     cancel = CancelToken()
     failure: list[BaseException] = []
@@ -697,7 +764,9 @@ def test_a_cancelled_pipeline_leaves_no_root_and_no_recipe(
 
 @pytest.mark.nix
 @pytest.mark.cargo
-@pytest.mark.skipif(not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed")
+@pytest.mark.skipif(
+    not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed"
+)
 def test_markdown_request_through_nix(nix_ready: None, tmp_path_factory: pytest.TempPathFactory) -> None:
     settings = _nix_settings(tmp_path_factory.mktemp("mdcache"), str(DEBIAN_REGISTRY))
     md = Pipeline(settings).run("render markdown to html", name="md")

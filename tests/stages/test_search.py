@@ -109,7 +109,10 @@ def test_boosts_are_recorded_in_the_parts() -> None:
     lib = CrateCandidate("a", "1", score=10.0, parts={"relevance": 10.0})
     binary = CrateCandidate("b", "1", score=6.0, has_bin=True, parts={"relevance": 6.0})
     ranked = rank([lib, binary], prefer_bin=True)
-    assert [(c.name, c.parts) for c in ranked] == [("b", {"relevance": 6.0, "bin": BIN_BOOST}), ("a", {"relevance": 10.0})]
+    assert [(c.name, c.parts) for c in ranked] == [
+        ("b", {"relevance": 6.0, "bin": BIN_BOOST}),
+        ("a", {"relevance": 10.0}),
+    ]
     sha = CrateCandidate("sha2", "1", "SHA-256", score=5.0, parts={"relevance": 5.0})
     [boosted] = boost_exact_terms([sha], "the SHA-256 of a file")
     assert boosted.parts == {"relevance": 5.0, "term": TERM_BOOST}
@@ -188,7 +191,9 @@ def test_open_registry_directory(tmp_path: Path, make_registry: MakeRegistry) ->
         opened.close()
 
 
-def test_open_registry_from_the_environment(tmp_path: Path, make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_registry_from_the_environment(
+    tmp_path: Path, make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = make_registry("tinyecho").path
     monkeypatch.setenv("FLAKEBOT_REGISTRY", str(path))
     opened = open_registry(None, tmp_path / "cache")

@@ -65,9 +65,7 @@ def test_plain_text_reply(fake_openai: StartServer, client_for: Callable[..., op
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
 
-def test_model_name_labels_it_a_test_double(
-    fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]
-) -> None:
+def test_model_name_labels_it_a_test_double(fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]) -> None:
     server = fake_openai([TEXT])
     client = client_for(server)
 
@@ -152,9 +150,7 @@ def test_rate_limit_is_retried_then_succeeds(
     assert len(server.requests) == 2
 
 
-def test_rate_limit_without_retries_raises(
-    fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]
-) -> None:
+def test_rate_limit_without_retries_raises(fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]) -> None:
     body = {"error": {"message": "slow down", "type": "rate_limit_error", "param": None, "code": "rate_limit"}}
     server = fake_openai([{"fault": "status", "status": 429, "headers": {"Retry-After": "0"}, "body": body}])
 
@@ -192,14 +188,16 @@ def test_reset_mid_stream(fake_openai: StartServer, client_for: Callable[..., op
     received = []
 
     # The SDK never retries once a stream has started: the error reaches the reader.
-    with pytest.raises(openai.APIConnectionError):
-        with client_for(server, max_retries=2).chat.completions.create(
+    with (
+        pytest.raises(openai.APIConnectionError),
+        client_for(server, max_retries=2).chat.completions.create(
             model="m",
             messages=USER,  # type: ignore[arg-type]
             stream=True,
-        ) as stream:
-            for chunk in stream:
-                received.append(chunk)
+        ) as stream,
+    ):
+        for chunk in stream:
+            received.append(chunk)
 
     assert len(received) == 2
     assert received[1].choices[0].delta.tool_calls[0].function.name == "choose_crate"  # type: ignore[index,union-attr]
@@ -307,7 +305,7 @@ def test_bad_script_items_are_refused(item: dict[str, Any]) -> None:
 
 
 def test_only_loopback() -> None:
-    with pytest.raises(ValueError, match="127.0.0.1"):
+    with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
         FakeOpenAIServer([TEXT], host="0.0.0.0")
 
 
