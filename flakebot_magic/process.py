@@ -205,7 +205,7 @@ def process_started_at(pid: int) -> float | None:
 
 def _group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in process group ``pgid``."""
-    members = []
+    members: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

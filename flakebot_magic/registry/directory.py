@@ -402,7 +402,8 @@ class DirectoryRegistry:
         ).fetchone()
         if row is None:
             raise SearchError(f"{candidate.id} is not in the registry {self.path}.")
-        return self.path / row[0]
+        directory: str = row[0]
+        return self.path / directory
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
         source = self.source_dir(candidate)
