@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import email.utils
 import hashlib
-import importlib.metadata
-import io
 import json
-import os
 import re
-import tarfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +16,9 @@ import httpx
 
 from ..errors import RegistryError, SearchError
 from .base import CrateCandidate, FetchedSource
+from .crate_archive import unpack_crate
+from .cratesio_http import MAX_RETRY_AFTER, OFFLINE_HINT, PoliteClient, user_agent
+from .semver import Version
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -37,30 +31,8 @@ __all__ = [
 
 DEFAULT_API_URL = "https://crates.io"
 DEFAULT_INDEX_URL = "https://index.crates.io"
-#: the longest ``Retry-After`` (seconds) that is waited out; a longer one fails at once
-MAX_RETRY_AFTER = 60.0
-#: the longest wait between retries when the server does not say how long
-_MAX_BACKOFF = 30.0
-_PROJECT_URL = "https://github.com/flakebot/flakebot-magic"
-_OFFLINE_HINT = "Try again later, or search an offline directory registry instead with --registry PATH."
 # crates.io's own rule for crate names (and the only ones safe in a URL path)
 _CRATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
-
-
-def user_agent() -> str:
-    """The User-Agent flakebot sends, as crates.io's crawler policy asks.
-
-    Examples
-    --------
-    >>> user_agent().startswith("flakebot-magic/")
-    True
-    """
-    try:
-        version = importlib.metadata.version("flakebot-magic")
-    except importlib.metadata.PackageNotFoundError:
-        version = "0+unknown"
-    return f"flakebot-magic/{version} ({_PROJECT_URL})"
 
 
 def sparse_index_path(name: str) -> str:
@@ -90,92 +62,19 @@ def sparse_index_path(name: str) -> str:
     return f"{lower[0:2]}/{lower[2:4]}/{lower}"
 
 
-def _semver_key(version: str) -> tuple[Any, ...]:
-    """Sort key giving semver precedence; unparseable versions sort lowest."""
-    match = _SEMVER.match(version)
-    if match is None:
-        return (-1, -1, -1, 0, ())
-    major, minor, patch, pre = match.groups()
-    if pre is None:
-        return (int(major), int(minor), int(patch), 1, ())
-    idents = tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in pre.split("."))
-    return (int(major), int(minor), int(patch), 0, idents)
+def _semver_key(version: str) -> tuple[int, Version]:
+    """Sort key giving semver precedence (:class:`~.semver.Version`); unparseable versions sort lowest."""
+    try:
+        return (1, Version(version))
+    except ValueError:
+        return (0, Version("0.0.0"))
 
 
 def _is_prerelease(version: str) -> bool:
-    return _SEMVER.match(version) is not None and "-" in version.split("+", 1)[0]
-
-
-class _RateLimiter:
-    """Spaces the starts of calls at least ``min_interval`` apart, across threads."""
-
-    def __init__(
-        self,
-        min_interval: float,
-        *,
-        sleep: Callable[[float], None],
-        clock: Callable[[], float],
-    ) -> None:
-        self._min_interval = max(0.0, min_interval)
-        self._sleep = sleep
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._next_start: float | None = None
-
-    def wait(self) -> None:
-        # The lock is held while sleeping on purpose: waiting callers queue up
-        # and each takes the next free slot.
-        with self._lock:
-            now = self._clock()
-            start = now if self._next_start is None else max(now, self._next_start)
-            if start > now:
-                self._sleep(start - now)
-            self._next_start = start + self._min_interval
-
-
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    """Seconds the server asks us to wait, from ``Retry-After`` (seconds or HTTP date)."""
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    value = value.strip()
     try:
-        return max(0.0, float(value))
+        return bool(Version(version).pre)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    # Measure against the server's own clock when it sent one: skew-proof.
-    now = datetime.now(timezone.utc)
-    date_header = response.headers.get("date")
-    if date_header:
-        with contextlib.suppress(TypeError, ValueError, IndexError):
-            now = email.utils.parsedate_to_datetime(date_header)
-            if now.tzinfo is None:
-                now = now.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - now).total_seconds())
-
-
-def _describe(response: httpx.Response) -> str:
-    text = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-    detail = _error_detail(response)
-    return f"{text}: {detail}" if detail else text
-
-
-def _error_detail(response: httpx.Response) -> str:
-    """crates.io's ``{"errors": [{"detail": ...}]}`` text, if any."""
-    try:
-        data = response.json()
-    except ValueError:
-        return ""
-    if isinstance(data, dict) and isinstance(data.get("errors"), list):
-        details = [str(err.get("detail", "")) for err in data["errors"] if isinstance(err, dict)]
-        return "; ".join(d for d in details if d)
-    return ""
+        return False
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -245,13 +144,18 @@ class CratesIoRegistry:
         self.download_url = download_url.rstrip("/") if download_url else f"{self.api_url}/api/v1/crates"
         self.id = "crates.io" if self.api_url == DEFAULT_API_URL else self.api_url
         self.user_agent = user_agent()
-        self.retries = max(0, retries)
-        self.timeout = timeout
-        self._sleep = sleep
-        self._limiter = _RateLimiter(min_interval, sleep=sleep, clock=clock)
         self._owns_client = client is None
         self._client = (
             client if client is not None else httpx.Client(timeout=timeout, headers={"User-Agent": self.user_agent})
+        )
+        self._http = PoliteClient(
+            self._client,
+            user_agent=self.user_agent,
+            min_interval=min_interval,
+            retries=retries,
+            timeout=timeout,
+            sleep=sleep,
+            clock=clock,
         )
 
     # -- lifecycle ---------------------------------------------------------
@@ -271,6 +175,16 @@ class CratesIoRegistry:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    @property
+    def retries(self) -> int:
+        """How many times a failed request is retried."""
+        return self._http.retries
+
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed for each request."""
+        return self._http.timeout
 
     def __repr__(self) -> str:
         return f"CratesIoRegistry(api_url={self.api_url!r}, index_url={self.index_url!r})"
@@ -293,7 +207,7 @@ class CratesIoRegistry:
         if not query or limit < 1:
             return []
         per_page = min(limit, 100)
-        data = self._get_json(
+        data = self._http.get_json(
             f"{self.api_url}/api/v1/crates",
             params={"q": query, "per_page": str(per_page)},
             what=f"search crates.io for {query!r}",
@@ -304,7 +218,7 @@ class CratesIoRegistry:
             )
         results = data.get("crates")
         if not isinstance(results, list):
-            raise RegistryError(f"crates.io's search answer has no 'crates' list. {_OFFLINE_HINT}")
+            raise RegistryError(f"crates.io's search answer has no 'crates' list. {OFFLINE_HINT}")
         found = [c for c in results[:per_page] if isinstance(c, dict)]
         candidates: list[CrateCandidate] = []
         for rank, crate in enumerate(found):
@@ -343,7 +257,7 @@ class CratesIoRegistry:
             crates.io could not be read.
         """
         self._check_name(name)
-        data = self._get_json(
+        data = self._http.get_json(
             f"{self.api_url}/api/v1/crates/{quote(name)}",
             what=f"read crate {name} from crates.io",
         )
@@ -410,13 +324,13 @@ class CratesIoRegistry:
                 "Look the crate up again with get() before fetching it."
             )
         url = f"{self.download_url}/{quote(name)}/{quote(version)}/download"
-        response = self._request(url, what=f"download {candidate.id}", follow_redirects=True)
+        response = self._http.get(url, what=f"download {candidate.id}", follow_redirects=True)
         if response.status_code == 404:
             raise RegistryError(
                 f"crates.io has no download for {candidate.id} (HTTP 404). "
                 "The version may have been deleted; choose another version."
             )
-        self._raise_for_status(response, f"download {candidate.id}")
+        self._http.raise_for_status(response, f"download {candidate.id}")
         archive = response.content
         actual = hashlib.sha256(archive).hexdigest()
         if actual != expected:
@@ -425,7 +339,7 @@ class CratesIoRegistry:
                 f"sha256 is {actual} but crates.io's index says {expected}. Nothing "
                 "was unpacked. Try again; if it persists, report it to the crates.io team."
             )
-        _unpack_crate(archive, dest, top=f"{name}-{version}", label=candidate.id)
+        unpack_crate(archive, dest, top=f"{name}-{version}", label=candidate.id)
         return FetchedSource(path=dest, checksum=actual, checksum_kind="crate-sha256")
 
     def cargo_config(self) -> str:
@@ -486,7 +400,7 @@ class CratesIoRegistry:
         return max(stable or live, key=lambda v: _semver_key(v["num"]))
 
     def _version_details(self, name: str, version: str) -> dict[str, Any] | None:
-        data = self._get_json(
+        data = self._http.get_json(
             f"{self.api_url}/api/v1/crates/{quote(name)}/{quote(version)}",
             what=f"read {name}@{version} from crates.io",
         )
@@ -498,13 +412,13 @@ class CratesIoRegistry:
     def _index_checksum(self, name: str, version: str) -> str:
         url = f"{self.index_url}/{sparse_index_path(name)}"
         what = f"read the sparse index entry of {name}"
-        response = self._request(url, what=what)
+        response = self._http.get(url, what=what)
         if response.status_code in (404, 410, 451):
             raise RegistryError(
                 f"crates.io's index has no entry for {name} ({url} answered "
                 f"{response.status_code}). The crate may have been removed."
             )
-        self._raise_for_status(response, what)
+        self._http.raise_for_status(response, what)
         for line in response.text.splitlines():
             if not line.strip():
                 continue
@@ -524,166 +438,3 @@ class CratesIoRegistry:
             f"crates.io's index lists no version {version} of {name}. "
             "Look the crate up again with get() to choose a published version."
         )
-
-    def _get_json(self, url: str, *, what: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-        """The JSON object at ``url``, or None on 404."""
-        response = self._request(url, what=what, params=params)
-        if response.status_code == 404:
-            return None
-        self._raise_for_status(response, what)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise RegistryError(
-                f"could not {what}: {url} answered with something that is not JSON. {_OFFLINE_HINT}"
-            ) from exc
-        if not isinstance(data, dict):
-            raise RegistryError(f"could not {what}: {url} answered with JSON that is not an object.")
-        return data
-
-    def _raise_for_status(self, response: httpx.Response, what: str) -> None:
-        if response.is_success:
-            return
-        hint = (
-            " crates.io refuses clients it cannot identify; check the User-Agent."
-            if response.status_code == 403
-            else f" {_OFFLINE_HINT}"
-        )
-        raise RegistryError(f"could not {what}: {response.request.url} answered {_describe(response)}.{hint}")
-
-    def _request(
-        self,
-        url: str,
-        *,
-        what: str,
-        params: Mapping[str, str] | None = None,
-        follow_redirects: bool = False,
-    ) -> httpx.Response:
-        """GET ``url`` politely, retrying 429, 5xx and transport errors."""
-        attempts = self.retries + 1
-        last = ""
-        for attempt in range(attempts):
-            self._limiter.wait()
-            try:
-                response = self._client.get(
-                    url,
-                    params=params,
-                    headers={"User-Agent": self.user_agent, "Accept": "application/json"},
-                    timeout=self.timeout,
-                    follow_redirects=follow_redirects,
-                )
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                delay = self._backoff(attempt)
-            else:
-                if response.status_code != 429 and response.status_code < 500:
-                    return response
-                last = _describe(response)
-                asked = _retry_after_seconds(response)
-                if asked is not None and asked > MAX_RETRY_AFTER:
-                    raise RegistryError(
-                        f"could not {what}: {url} answered {last} and asked us to wait "
-                        f"{asked:.0f} s before trying again, longer than flakebot "
-                        f"waits ({MAX_RETRY_AFTER:.0f} s). {_OFFLINE_HINT}"
-                    )
-                delay = asked if asked is not None else self._backoff(attempt)
-            if attempt + 1 < attempts:
-                self._sleep(delay)
-        raise RegistryError(
-            f"could not {what}: {url} failed {attempts} time(s), last with {last}. "
-            f"crates.io may be down, unreachable from here, or rate-limiting this "
-            f"machine. {_OFFLINE_HINT}"
-        )
-
-    @staticmethod
-    def _backoff(attempt: int) -> float:
-        return float(min(_MAX_BACKOFF, 2.0**attempt))
-
-
-# -- unpacking ---------------------------------------------------------------
-
-
-def _unpack_crate(archive: bytes, dest: Path, *, top: str, label: str) -> None:
-    """Unpack a ``.crate`` (tar.gz) into ``dest``, stripping ``top/``; refuse escapes."""
-    with _tar_errors(label), tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-        members = _safe_members(tar.getmembers(), top=top, label=label)
-        dest.mkdir(parents=True, exist_ok=True)
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, members=members, filter="data")
-        else:  # pragma: no cover - Python without PEP 706
-            tar.extractall(dest, members=members)
-
-
-@contextlib.contextmanager
-def _tar_errors(label: str) -> Iterator[None]:
-    """Turn tarfile's and the OS's complaints into RegistryError."""
-    try:
-        yield
-    except tarfile.TarError as exc:  # FilterError is a TarError too
-        raise RegistryError(
-            f"the archive of {label} is not a well-formed crate ({exc}); it was not unpacked. Try another version."
-        ) from exc
-    except (EOFError, OSError) as exc:
-        raise RegistryError(
-            f"could not unpack {label}: {exc}. Check the destination is writable, or try another version."
-        ) from exc
-
-
-def _escape(label: str, member: str, why: str) -> RegistryError:
-    return RegistryError(
-        f"refusing to unpack {label}: archive member {member!r} {why}. The crate "
-        "archive is malformed or malicious; nothing was unpacked."
-    )
-
-
-def _inside(path: str) -> bool:
-    """True when a relative POSIX path stays within its root after resolving ``..``."""
-    if not path or path.startswith("/") or PurePosixPath(path).is_absolute():
-        return False
-    depth = 0
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return False
-        else:
-            depth += 1
-    return True
-
-
-def _safe_members(members: list[tarfile.TarInfo], *, top: str, label: str) -> list[tarfile.TarInfo]:
-    """Copies of ``members`` renamed without ``top/``, or RegistryError if any escapes."""
-    prefix = f"{top}/"
-    kept: list[tarfile.TarInfo] = []
-    for member in members:
-        name = member.name
-        if "\\" in name or "\x00" in name or os.path.isabs(name) or name.startswith("/"):
-            raise _escape(label, name, "has an absolute or non-POSIX path")
-        if ".." in name.split("/"):
-            raise _escape(label, name, "contains '..'")
-        if name.rstrip("/") == top and member.isdir():
-            continue
-        if not name.startswith(prefix):
-            raise _escape(label, name, f"is not under {prefix}")
-        relative = name[len(prefix) :].strip("/")
-        if not relative or not _inside(relative):
-            raise _escape(label, name, "points outside the crate directory")
-        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-            raise _escape(label, name, "is a device, pipe or other special file")
-        renamed = copy.copy(member)
-        renamed.name = relative
-        if member.issym():
-            target = member.linkname
-            parent = relative.rsplit("/", 1)[0] if "/" in relative else ""
-            joined = f"{parent}/{target}" if parent else target
-            if target.startswith("/") or os.path.isabs(target) or not _inside(joined):
-                raise _escape(label, name, f"is a symlink pointing outside ({target!r})")
-        elif member.islnk():
-            target = member.linkname
-            if not target.startswith(prefix) or not _inside(target[len(prefix) :]):
-                raise _escape(label, name, f"is a hard link pointing outside ({target!r})")
-            renamed.linkname = target[len(prefix) :]
-        kept.append(renamed)
-    return kept
