@@ -56,7 +56,6 @@ import argparse
 import fcntl
 import json
 import os
-import re
 import signal
 import socket
 import socketserver
@@ -65,155 +64,19 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Union
+from typing import Any
 from urllib.parse import urlsplit
+
+from .openai_script import Script, load_script
+from .openai_wire import LABEL, MODEL_NAME, completion, deltas, error_body, finish_reason, usage
 
 __all__ = ["LABEL", "MODEL_NAME", "FakeOpenAIServer", "Script", "load_script", "main"]
 
-MODEL_NAME = "scripted-test-double"
-"""The model name in every reply, whatever model the request asked for."""
-
-LABEL = "scripted test double (not a language model)"
-
 _HOST = "127.0.0.1"
-_FAULTS = ("status", "reset", "malformed", "stall", "flood")
-_ARGUMENT_PIECE = 8  # characters of tool-call arguments per streamed chunk
-_PLACEHOLDER = {"role": "assistant", "content": "partial reply from the scripted test double"}
-
-Script = Union[Mapping[str, Any], Sequence[Mapping[str, Any]], "os.PathLike[str]", str]
-
-
-def load_script(script: Script) -> list[dict[str, Any]]:
-    """Read and check a script; return its items, normalised.
-
-    Parameters
-    ----------
-    script
-        ``{"responses": [...]}``, the bare list, or the path of a JSON file
-        holding either.
-
-    Raises
-    ------
-    ValueError
-        An item is neither an assistant message nor a known fault; the
-        message names the item's index.
-    """
-    if isinstance(script, (str, os.PathLike)):
-        script = json.loads(Path(script).read_text(encoding="utf-8"))
-    if isinstance(script, Mapping):
-        if "responses" not in script:
-            raise ValueError('a fake-openai script must be {"responses": [...]} or a list')
-        script = script["responses"]
-    if not isinstance(script, Sequence) or isinstance(script, (str, bytes)):
-        raise ValueError("the fake-openai script's responses must be a list")
-    return [_check_item(index, item) for index, item in enumerate(script)]
-
-
-def _check_item(index: int, item: object) -> dict[str, Any]:
-    where = f"fake-openai script item {index}"
-    if not isinstance(item, Mapping):
-        raise ValueError(f"{where} must be an object, not {type(item).__name__}")
-    item = dict(item)
-    if "fault" in item:
-        fault = item["fault"]
-        if fault not in _FAULTS:
-            raise ValueError(f"{where}: unknown fault {fault!r}; use one of {', '.join(_FAULTS)}")
-        if fault == "status" and not (isinstance(item.get("status"), int) and 400 <= item["status"] <= 599):
-            raise ValueError(f'{where}: a "status" fault needs "status": an HTTP error code 400-599')
-        if fault == "stall" and not (isinstance(item.get("seconds"), (int, float)) and item["seconds"] >= 0):
-            raise ValueError(f'{where}: a "stall" fault needs "seconds": a number >= 0')
-        if fault == "reset":
-            after = item.get("after_chunks", 0)
-            if not isinstance(after, int) or after < 0:
-                raise ValueError(f'{where}: "after_chunks" must be an integer >= 0')
-            item["message"] = _check_message(where, item.get("message", _PLACEHOLDER))
-        return item
-    return _check_message(where, item)
-
-
-def _check_message(where: str, item: Mapping[str, Any]) -> dict[str, Any]:
-    if item.get("role", "assistant") != "assistant":
-        raise ValueError(f'{where}: a message must have "role": "assistant"')
-    content = item.get("content")
-    tool_calls = item.get("tool_calls") or []
-    if content is not None and not isinstance(content, str):
-        raise ValueError(f'{where}: "content" must be a string or null')
-    if content is None and not tool_calls:
-        raise ValueError(f'{where}: a message needs "content", "tool_calls", or a "fault"')
-    calls = []
-    for number, call in enumerate(tool_calls):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise ValueError(f'{where}: tool call {number} needs "function": {{"name": ...}}')
-        arguments = function.get("arguments", "{}")
-        if not isinstance(arguments, str):  # a convenience: the wire always carries a string
-            arguments = json.dumps(arguments)
-        calls.append(
-            {
-                "id": call.get("id") or f"call_testdouble_{number}",
-                "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
-            }
-        )
-    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def _error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _text_length(value: object) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(_text_length(v) for k, v in value.items() if k in ("text", "content", "arguments", "name"))
-    if isinstance(value, list):
-        return sum(_text_length(v) for v in value)
-    return 0
-
-
-def _usage(request: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str, int]:
-    prompt = _text_length(request.get("messages", [])) // 4
-    completion = _text_length(message.get("content") or "") // 4
-    for call in message.get("tool_calls", []):
-        completion += (len(call["function"]["name"]) + len(call["function"]["arguments"])) // 4
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _finish_reason(message: Mapping[str, Any]) -> str:
-    return "tool_calls" if message.get("tool_calls") else "stop"
-
-
-def _deltas(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """Split a message into chat.completion.chunk deltas the way OpenAI streams them."""
-    content = message.get("content")
-    tool_calls = message.get("tool_calls", [])
-    yield {"role": "assistant", "content": "" if content is not None else None, "refusal": None}
-    for piece in re.findall(r"\s*\S+\s*|\s+", content or ""):
-        yield {"content": piece}
-    for index, call in enumerate(tool_calls):
-        function = call["function"]
-        yield {
-            "tool_calls": [
-                {
-                    "index": index,
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": function["name"], "arguments": ""},
-                }
-            ]
-        }
-        arguments = function["arguments"]
-        for start in range(0, len(arguments), _ARGUMENT_PIECE):
-            piece = arguments[start : start + _ARGUMENT_PIECE]
-            yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -275,13 +138,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
             self.server.fake._record(self._record_of(raw.decode("utf-8", "replace")))
-            self._send_json(400, _error_body("request body is not JSON", "invalid_request_error"))
+            self._send_json(400, error_body("request body is not JSON", "invalid_request_error"))
             return
         self.server.fake._record(self._record_of(body))
         if path != "/v1/chat/completions":
             self._not_found(path)
         elif not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            self._send_json(400, _error_body('the body needs "messages": [...]', "invalid_request_error"))
+            self._send_json(400, error_body('the body needs "messages": [...]', "invalid_request_error"))
         else:
             self._chat_completion(body)
 
@@ -298,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
             if item is None:
                 self._send_json(
                     500,
-                    _error_body(
+                    error_body(
                         f"fake-openai (a scripted test double): the script ran out: this is chat-completions "
                         f"request {number} but the script has only {len(fake.script)} items",
                         "server_error",
@@ -307,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
                     {"x-should-retry": "false"},
                 )
             elif item.get("fault") == "status":
-                body = item.get("body") or _error_body(
+                body = item.get("body") or error_body(
                     f"scripted HTTP {item['status']} from fake-openai (a scripted test double)",
                     "rate_limit_error" if item["status"] == 429 else "server_error",
                 )
@@ -323,22 +186,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif stream:
                 self._stream(request, number, item)
             else:
-                self._send_json(200, self._completion(request, number, item))
+                self._send_json(200, completion(request, number, item))
         except OSError:  # the client hung up (timed out) before the answer went out
             self.close_connection = True
-
-    def _completion(self, request: Mapping[str, Any], number: int, message: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-testdouble-{number}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": MODEL_NAME,
-            "system_fingerprint": None,
-            "choices": [
-                {"index": 0, "message": dict(message), "logprobs": None, "finish_reason": _finish_reason(message)}
-            ],
-            "usage": _usage(request, message),
-        }
 
     def _stream(
         self, request: Mapping[str, Any], number: int, message: Mapping[str, Any], limit: int | None = None
@@ -364,17 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._start_stream()
         sent = 0
-        for delta in _deltas(message):
+        for delta in deltas(message):
             if limit is not None and sent >= limit:
                 return
             self._send_event(chunk(delta))
             sent += 1
         if limit is not None:  # a reset after more chunks than the message has
             return
-        self._send_event(chunk({}, _finish_reason(message)))
+        self._send_event(chunk({}, finish_reason(message)))
         if include_usage:
             final = chunk(None)
-            final["usage"] = _usage(request, message)
+            final["usage"] = usage(request, message)
             self._send_event(final)
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
@@ -435,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _not_found(self, path: str) -> None:
         message = f"fake-openai (a scripted test double) has no route {path!r}"
-        self._send_json(404, _error_body(message, "invalid_request_error"))
+        self._send_json(404, error_body(message, "invalid_request_error"))
 
     def _record_of(self, body: object) -> dict[str, Any]:
         headers = {key.lower(): value for key, value in self.headers.items()}
