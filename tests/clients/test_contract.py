@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,40 @@ def test_a_manifest_that_is_not_toml_or_not_there_says_so(tmp_path: Path) -> Non
     (tmp_path / "link.toml").symlink_to(tmp_path / "Cargo.toml")
     with pytest.raises(DeployError, match="cannot be read"):
         read_contract(tmp_path / "link.toml")
+
+
+def test_a_fifo_named_cargo_toml_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    # crate code could leave one; opening it for reading must not block deploy until someone writes
+    manifest = tmp_path / "Cargo.toml"
+    os.mkfifo(manifest)
+    result: list[Exception | ToolContract] = []
+
+    def read() -> None:
+        try:
+            result.append(read_contract(manifest))
+        except Exception as exc:  # handed to the test thread
+            result.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # unblock the reader so the test run can end, then fail
+        with open(manifest, "wb"):
+            pass
+        reader.join(timeout=5)
+        pytest.fail("read_contract blocked on a FIFO named Cargo.toml")
+    assert len(result) == 1 and isinstance(result[0], DeployError), result
+    assert "is not a regular file" in str(result[0]) and "FIFO" in str(result[0])
+
+
+def test_a_symlinked_or_directory_manifest_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.toml"
+    real.write_text('[package]\nname = "x"\n')
+    link = tmp_path / "Cargo.toml"
+    link.symlink_to(real)
+    with pytest.raises(DeployError, match="is a symlink"):
+        read_contract(link)
+    link.unlink()
+    link.mkdir()
+    with pytest.raises(DeployError, match="not a regular file"):
+        read_contract(link)
