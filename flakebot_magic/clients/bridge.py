@@ -9,6 +9,18 @@ It answers ``initialize``, ``ping``, ``tools/list`` (the tool's functions,
 with their input schemas) and ``tools/call`` (through the same Python client
 a notebook uses), one newline-delimited JSON-RPC message per line. The HTTP
 service it wraps is started with it and stopped when the client closes stdin.
+
+It follows JSON-RPC 2.0 for what is not a request it can serve: a line that
+is not JSON gets ``-32700``; ``null``, a batch (MCP has none since
+2025-06-18) or an object that is not a request gets ``-32600`` (id
+``null`` where the request has none); ``params`` or ``arguments`` that are
+not an object, and an unknown tool, get ``-32602``; an unknown method
+``-32601``. A tool that fails answers a result with ``isError`` (the model
+reads it). ``serverInfo`` carries the crate and its version (from the store
+entry's manifest), ``instructions`` say in plain words what the tool is, and
+each input schema says what is enforced (``additionalProperties: false``:
+extra keys are refused). ``null`` for an optional argument means "not given"
+(docs/tool-contract.md).
 """
 
 from __future__ import annotations
@@ -20,21 +32,74 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .agents import result_text
+from .agents import ToolFunction, result_text
 from .base import ToolClient
 from .contract import KINDS
 from .factory import make_tool
 from .mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from .schema import sentence
 
-__all__ = ["main", "serve"]
+__all__ = ["instructions", "main", "serve", "server_info"]
 
 
-def _answer(tool: ToolClient, message: dict[str, Any]) -> dict[str, Any] | None:
+#: JSON-RPC 2.0 error codes
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+
+_KIND_WORDS = {"cli": "a command-line program", "http": "an HTTP service"}
+
+
+def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+def server_info(tool: ToolClient) -> dict[str, Any]:
+    """``serverInfo``: the crate and its version (never empty), and a title naming the tool."""
+    return {
+        "name": tool.crate or tool.name,
+        "version": tool.version or "unknown",
+        "title": f"{tool.name} ({tool.crate} {tool.version or 'unknown'}, served by flakebot)",
+    }
+
+
+def instructions(tool: ToolClient) -> str:
+    """What the server offers, in words any client can use (no Python)."""
+    what = _KIND_WORDS.get(tool.kind, "a program")
+    lines = [f"{tool.crate} {tool.version}: {sentence(tool.description) or '(no description)'}".strip()]
+    lines.append(
+        f"This server runs {what} built from the Rust crate {tool.crate}; each tool below calls it once. "
+        "Arguments are checked against the input schema before it runs; a failure is a result with isError."
+    )
+    for fn in tool.functions().values():
+        lines.append(f"- {fn.public_name}: {sentence(_first_line(fn.description)) or '(no description)'}")
+    return "\n".join(lines)
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _by_public_name(tool: ToolClient) -> dict[str, ToolFunction]:
+    return {fn.public_name: fn for fn in tool.functions().values()}
+
+
+def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
+    """The answer to one decoded message (None for a notification or a response)."""
+    if not isinstance(message, dict):
+        kind = "a batch (MCP has no batches)" if isinstance(message, list) else f"{json.dumps(message)}"
+        return _error(None, INVALID_REQUEST, f"Invalid Request: expected one request object, got {kind}")
+    ident = message.get("id")
+    if "id" in message and not (isinstance(ident, (str, int)) and not isinstance(ident, bool)):
+        return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    method = message.get("method")
+    if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
+        if "method" not in message and ("result" in message or "error" in message):
+            return None  # a response (to nothing this server asked): nothing to answer
+        return _error(ident, INVALID_REQUEST, 'Invalid Request: needs "jsonrpc": "2.0" and a string "method"')
     if "id" not in message:
         return None  # notifications need no answer
-    ident = message["id"]
-    method = message.get("method")
-    params = message.get("params") or {}
+    params = message.get("params", {})
+    if not isinstance(params, dict):
+        return _error(ident, INVALID_PARAMS, "Invalid params: params must be an object")
 
     def ok(result: dict[str, Any]) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": ident, "result": result}
@@ -45,8 +110,8 @@ def _answer(tool: ToolClient, message: dict[str, Any]) -> dict[str, Any] | None:
             {
                 "protocolVersion": asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION,
                 "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": f"flakebot-{tool.name}", "version": tool.version},
-                "instructions": tool.usage(),
+                "serverInfo": server_info(tool),
+                "instructions": instructions(tool),
             }
         )
     if method == "ping":
@@ -55,29 +120,31 @@ def _answer(tool: ToolClient, message: dict[str, Any]) -> dict[str, Any] | None:
         return ok(
             {
                 "tools": [
-                    {"name": fn.name, "description": fn.description, "inputSchema": fn.parameters}
-                    for fn in tool.functions().values()
+                    {"name": name, "description": sentence(fn.description), "inputSchema": fn.enforced_schema}
+                    for name, fn in _by_public_name(tool).items()
                 ]
             }
         )
     if method == "tools/call":
-        functions = tool.functions()
-        fn = functions.get(str(params.get("name")))
+        fn = _by_public_name(tool).get(str(params.get("name")))
         if fn is None:
-            return {
-                "jsonrpc": "2.0",
-                "id": ident,
-                "error": {"code": -32602, "message": f"Unknown tool: {params.get('name')}"},
-            }
+            return _error(ident, INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
+        arguments = params.get("arguments", {})
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return _error(
+                ident, INVALID_PARAMS, f"Invalid params: arguments must be an object, not {json.dumps(arguments)}"
+            )
         try:
-            value = tool._invoke(fn, dict(params.get("arguments") or {}))
+            value = tool._invoke(fn, arguments)
         except Exception as exc:  # reported to the client as a tool error, which it shows its model
             return ok({"content": [{"type": "text", "text": f"{type(exc).__name__}: {exc}"}], "isError": True})
         result: dict[str, Any] = {"content": [{"type": "text", "text": result_text(value)}], "isError": False}
         if isinstance(value, dict):
             result["structuredContent"] = value
         return ok(result)
-    return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"Method not found: {method}"}}
+    return _error(ident, METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
 def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
@@ -88,16 +155,21 @@ def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         try:
             message = json.loads(raw)
         except ValueError as exc:
-            answer: dict[str, Any] | None = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": -32700, "message": f"Parse error: {exc}"},
-            }
+            answer: dict[str, Any] | None = _error(None, PARSE_ERROR, f"Parse error: {exc}")
         else:
-            answer = _answer(tool, message) if isinstance(message, dict) else None
+            answer = _answer(tool, message)
         if answer is not None:
             stdout.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             stdout.flush()
+
+
+def _manifest(binary: Path) -> dict[str, Any]:
+    """The store entry's manifest beside ``binary`` (``<entry>/bin/<name>``), or {}."""
+    try:
+        data = json.loads((binary.parent.parent / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,13 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--health", default="/health", help="http: the readiness path")
     parser.add_argument("--ready-timeout", type=float, default=10.0, help="http: seconds allowed to start")
     args = parser.parse_args(argv)
+    manifest = _manifest(args.binary)
     tool = make_tool(
         args.name,
         args.binary,
-        crate=args.name,
-        version="",
-        source_hash="",
+        crate=str(manifest.get("crate") or args.name),
+        version=str(manifest.get("version") or ""),
+        source_hash=str(manifest.get("hash") or ""),
         store_path=args.binary.parent.parent,
+        provenance=manifest,
         contract={
             "kind": args.kind,
             "bin": args.binary.name,

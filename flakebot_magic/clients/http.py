@@ -427,6 +427,8 @@ class HttpTool(StartedToolClient):
             whole: Any = None
             for wire, value in arguments.items():
                 place = where.get(wire)
+                if value is None and place in ("path", "query"):
+                    continue  # null is "not given" (docs/tool-contract.md); a URL cannot carry it anyway
                 if place == "path":
                     url = url.replace("{" + wire + "}", quote(_query_text(value), safe=""))
                 elif place == "query":

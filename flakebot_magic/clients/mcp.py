@@ -11,7 +11,11 @@ anything is sent, then go out as ``tools/call`` on the running process::
 
 A result's ``structuredContent`` comes back as Python values; otherwise its
 text. A tool that reports an error (``isError``), or a JSON-RPC error, raises
-:class:`~flakebot_magic.errors.ToolError`. A server that died is started again
+:class:`~flakebot_magic.errors.ToolError`; so does an error with a ``null`` id
+(the server could not read the request), at once. Arguments go out exactly
+(:func:`~flakebot_magic.clients.schema.prepare_arguments`): NaN and
+infinities are refused before sending, whole floats for integer parameters
+are sent as integers, ``None`` for an optional argument is not sent. A server that died is started again
 on the next call; a call that times out or is interrupted stops the server
 (the next call starts a fresh one). Messages are newline-delimited JSON
 (the MCP stdio transport); the server's stderr is kept in ``calc.logs()``.
@@ -40,7 +44,7 @@ from .agents import ToolFunction
 from .base import Confinement, StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
-from .schema import docstring_of, example_value, make_function, params_of, python_name
+from .schema import docstring_of, example_value, make_function, nonfinite, params_of, python_name, refuse_nonfinite
 
 __all__ = ["PROTOCOL_VERSION", "McpSession", "McpTool", "value_of"]
 
@@ -205,7 +209,15 @@ class McpSession:
 
     def _send(self, message: Mapping[str, Any]) -> None:
         assert self.process is not None and self.process.proc is not None and self.process.proc.stdin is not None
-        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        try:
+            text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except ValueError:  # NaN or an infinity: JSON has none, and the server could not parse it
+            where = nonfinite(message.get("params")) or "a value"
+            raise ValueError(
+                f"{self.name}: {message.get('method')} not sent: {where} is NaN or infinite, "
+                "which JSON cannot carry; pass a finite number"
+            ) from None
+        data = text.encode() + b"\n"
         fd = self.process.proc.stdin.fileno()
         view = memoryview(data)
         while view:
@@ -256,6 +268,15 @@ class McpSession:
             if "method" in message:
                 self._from_server(message)
                 continue
+            if message.get("id") is None and "error" in message:
+                # JSON-RPC: the server could not read a request (a parse error or an invalid request), so it
+                # could not say which; the one waited for is the one it could not read
+                error = message["error"] if isinstance(message["error"], Mapping) else {}
+                raise ToolError(
+                    f"{self.name}: the MCP server could not read the {method} request: "
+                    f"{error.get('message', 'unknown error')} (JSON-RPC error {error.get('code')})",
+                    stderr=self.logs.text(last=30),
+                )
             if message.get("id") != ident:
                 continue  # the answer to a request given up on earlier
             if "error" in message:
@@ -432,9 +453,14 @@ class McpTool(StartedToolClient):
                 return tools
 
     def call_tool(self, tool: str, arguments: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Any:
-        """Call the MCP tool ``tool`` with ``arguments`` (unchecked); return its value."""
+        """Call the MCP tool ``tool`` with ``arguments`` (not checked against its schema); return its value.
+
+        NaN and infinities are refused (``ValueError``) before anything is sent.
+        """
         limit = self.timeout if timeout is None else timeout
-        result = self.session.request("tools/call", {"name": tool, "arguments": dict(arguments or {})}, limit)
+        arguments = dict(arguments or {})
+        refuse_nonfinite(arguments, f"{self.name}.{tool}")
+        result = self.session.request("tools/call", {"name": tool, "arguments": arguments}, limit)
         if result.get("isError"):
             text = _error_text(result)
             raise ToolError(f"{self.name}.{tool} reported an error: {text}", stderr=text)
@@ -473,6 +499,7 @@ class McpTool(StartedToolClient):
                 example=example,
                 remote_name=remote,
                 wire=send,
+                open_arguments=schema.get("additionalProperties") is not False,
             )
         return functions
 
@@ -492,7 +519,18 @@ class McpTool(StartedToolClient):
         return first.example if first is not None else f"{self.name}.<tool>(...)"
 
     def mcp_config(self) -> dict[str, Any]:
-        """The server entry for MCP clients: this very binary over stdio."""
+        """The server entry for MCP clients: this very binary over stdio.
+
+        Inside a Jupyter kernel, the official ``mcp`` SDK's ``stdio_client``
+        fails with ``UnsupportedOperation: fileno`` (python-sdk#1103): it
+        hands ``sys.stderr`` to the server process, and a kernel's
+        ``sys.stderr`` is not a file. Pass a real file as ``errlog=``::
+
+            entry = calc.mcp_config()["mcpServers"]["calc"]
+            params = StdioServerParameters(command=entry["command"], args=entry["args"])
+            with open("calc-stderr.log", "w") as log:
+                async with stdio_client(params, errlog=log) as (read, write): ...
+        """
         return {"mcpServers": {self.name: {"command": str(self.binary), "args": [], "env": {}}}}
 
     def _usage_notes(self) -> list[str]:

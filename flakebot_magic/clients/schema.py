@@ -11,6 +11,13 @@ Only the keywords tools commonly use are checked: ``type``, ``required``,
 ``minimum``/``maximum`` (and the exclusive forms), ``minLength``/
 ``maxLength``, ``minItems``/``maxItems``, ``anyOf``/``oneOf``. The server
 checks the rest.
+
+:func:`prepare_arguments` is the one way arguments go out, from a Python call,
+``tool.call(tool_call)`` and the MCP bridge alike (docs/tool-contract.md,
+"Arguments"): ``None``/``null`` for an optional argument means "not given";
+NaN and infinities are refused (JSON cannot carry them); a whole float for an
+``integer`` parameter is sent as an integer (``2.0`` -> ``2``; ``2.5`` is a
+``TypeError``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import inspect
 import json
 import keyword
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -29,8 +37,11 @@ __all__ = [
     "check_arguments",
     "example_value",
     "make_function",
+    "nonfinite",
     "params_of",
+    "prepare_arguments",
     "python_name",
+    "sentence",
 ]
 
 RESERVED = frozenset({"self", "timeout"})
@@ -212,6 +223,77 @@ def _object_problem(
     return None
 
 
+def nonfinite(value: Any, where: str = "") -> str | None:
+    """Where ``value`` holds a NaN or an infinity (``"b"``, ``"xs[2]"``), else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = nonfinite(item, f"{where}[{key!r}]" if where else repr(key))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = nonfinite(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def refuse_nonfinite(arguments: Mapping[str, Any], function: str = "") -> None:
+    """Raise ``ValueError`` when an argument holds NaN or an infinity: JSON has no such numbers."""
+    found = nonfinite(arguments)
+    if found is not None:
+        prefix = f"{function}(): " if function else ""
+        raise ValueError(
+            f"{prefix}argument {found} is NaN or infinite, which JSON cannot carry, so nothing was sent; "
+            "pass a finite number"
+        )
+
+
+def _kinds(schema: Mapping[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    kinds = set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or []:
+            if isinstance(option, Mapping):
+                kinds |= _kinds(option)
+    return kinds
+
+
+def exact_numbers(value: Any, schema: Any) -> Any:
+    """``value`` with whole floats turned into ints where ``schema`` wants an integer (and no other number)."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        kinds = _kinds(schema)
+        return int(value) if "integer" in kinds and "number" not in kinds else value
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        return {k: exact_numbers(v, properties.get(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [exact_numbers(v, items) for v in value]
+    return value
+
+
+def prepare_arguments(arguments: Mapping[str, Any], schema: Mapping[str, Any], function: str = "") -> dict[str, Any]:
+    """The arguments exactly as they go out: the one rule of every door (Python calls, ``call()``, the bridge).
+
+    ``None`` for an optional argument means "not given" and is left out;
+    for a required one it is the value ``null`` (so it must fit the schema).
+    Paths become strings and tuples lists; NaN and infinities raise
+    ``ValueError``; the arguments are checked against ``schema``
+    (:func:`check_arguments`); a whole float for an integer parameter becomes
+    an ``int``.
+    """
+    required = set(schema.get("required") or [])
+    wire = {str(k): jsonable(v) for k, v in arguments.items() if v is not None or k in required}
+    refuse_nonfinite(wire, function)
+    check_arguments(wire, schema, function)
+    return {k: exact_numbers(v, (schema.get("properties") or {}).get(k)) for k, v in wire.items()}
+
+
 def check_arguments(arguments: Mapping[str, Any], schema: Mapping[str, Any], function: str = "") -> None:
     """Raise ``TypeError`` or ``ValueError`` when ``arguments`` break ``schema`` (an object schema)."""
     found = _object_problem(arguments, schema, "arguments")
@@ -295,8 +377,16 @@ def signature_of(params: list[Param], returns: Any = Any) -> inspect.Signature:
     return inspect.Signature(parameters, return_annotation=returns)
 
 
+def sentence(text: str) -> str:
+    """``text`` stripped, ending in a full stop when it ends in none of ``.!?:`` (``A hex viewer`` -> ``A hex viewer.``)."""
+    text = text.strip()
+    return text if not text or text[-1] in ".!?:" or text.endswith("```") else text + "."
+
+
 def docstring_of(summary: str, params: list[Param], returns: str, raises: str, example: str = "") -> str:
-    lines = [summary.strip() or "(no description)", ""]
+    """A numpydoc docstring; the summary's paragraphs end in a full stop, as pydoc and IPython show them."""
+    paragraphs = [sentence(part) for part in summary.strip().split("\n\n") if part.strip()]
+    lines = ["\n\n".join(paragraphs) or "(no description)", ""]
     if params:
         lines += ["Parameters", "----------"]
         for p in params:
@@ -328,8 +418,10 @@ def make_function(
 ) -> Callable[..., Any]:
     """A Python function with a real signature that checks its arguments, then calls ``send(wire_args)``.
 
-    ``None`` for an optional argument means "not given": it is left out of the
-    wire arguments.
+    The arguments go through :func:`prepare_arguments`: ``None`` for an
+    optional argument means "not given" (it is left out of the wire
+    arguments), NaN and infinities are refused, whole floats for integer
+    parameters are sent as integers.
     """
     params = params_of(schema)
     signature = signature_of(params, returns)
@@ -340,13 +432,8 @@ def make_function(
             bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{name}(): {exc}. Signature: {name}{signature}") from None
-        wire = {
-            by_name[key].wire: jsonable(value)
-            for key, value in bound.arguments.items()
-            if value is not None or by_name[key].required
-        }
-        check_arguments(wire, schema, name)
-        return send(wire)
+        wire = {by_name[key].wire: value for key, value in bound.arguments.items()}
+        return send(prepare_arguments(wire, schema, name))
 
     function.__name__ = name
     function.__qualname__ = qualname or name

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from polling import wait_for
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.agents import strict_problems
@@ -91,7 +92,7 @@ def test_a_dead_server_is_restarted(calc: Any) -> None:
     assert calc.add(2, 2) == {"sum": 4.0}
     assert calc.running and calc.pid != first and calc.session.restarts == 1
     os.kill(calc.pid, signal.SIGKILL)  # killed from outside: noticed on the next call
-    time.sleep(0.1)
+    wait_for(lambda: not calc.running, 5, "the killed server to be gone")
     assert calc.add(3, 3) == {"sum": 6.0}
     assert calc.session.restarts == 2
     assert _eventually(lambda: "restarting calc" in calc.logs())
@@ -161,7 +162,7 @@ def test_building_the_same_name_again_replaces_the_old_server(build_tool: Any) -
 def test_for_agents(calc: Any) -> None:
     tools = calc.openai_tools()
     names = [t["function"]["name"] for t in tools]
-    assert names == ["calc_add", "calc_echo", "calc_fail", "calc_pid_", "calc_crash", "calc_sleep"]
+    assert names == ["calc_add", "calc_echo", "calc_fail", "calc_pid", "calc_crash", "calc_sleep"]
     for tool in tools:
         assert tool["function"]["strict"] is True
         assert strict_problems(tool["function"]["parameters"]) == []
