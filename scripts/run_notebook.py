@@ -1,10 +1,17 @@
 """Run a notebook headlessly in a real kernel and print each cell's text output.
 
 Used by `make demo`. Exits non-zero when a cell fails.
+
+With ``--inplace`` the outputs are written back into the notebook, so the
+stored outputs nbval compares against are the real current ones (re-run after
+a change that alters what a checked cell prints). Widget state and per-cell
+timings are not stored: they differ on every run and a fresh kernel has no
+widget models to match.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -13,10 +20,15 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 
-def main(path: str) -> int:
+def main(path: str, *, inplace: bool = False) -> int:
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        notebook, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}
+        notebook,
+        timeout=1800,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(path).parent)}},
+        record_timing=False,
+        store_widget_state=False,
     )
     failed = False
     try:
@@ -35,8 +47,21 @@ def main(path: str) -> int:
                 print(output.get("data", {}).get("text/plain", ""))
             elif output.output_type == "error":
                 print(f"{output.ename}: {output.evalue}")
+    if inplace:
+        if failed:
+            print(f"{path}: not written back, a cell failed", file=sys.stderr)
+        else:
+            for cell in notebook.cells:
+                cell.metadata.pop("execution", None)  # timings left by earlier runs
+            notebook.metadata.pop("widgets", None)
+            nbformat.write(notebook, path)
+            print(f"\n{path}: outputs written back", file=sys.stderr)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else "notebooks/quickstart.ipynb"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", nargs="?", default="notebooks/quickstart.ipynb")
+    parser.add_argument("--inplace", action="store_true", help="write the outputs back into the notebook")
+    arguments = parser.parse_args()
+    raise SystemExit(main(arguments.notebook, inplace=arguments.inplace))

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for_async
 
 from flakebot_magic.background import BackgroundRun
 from flakebot_magic.errors import Cancelled, SearchError
@@ -87,7 +88,7 @@ def test_cancelling_the_awaiting_task_cancels_the_run() -> None:
         run = BackgroundRun(sleeper()).start()
         ticks: list[float] = []
         task = asyncio.ensure_future(run.wait_async([], tick=lambda: ticks.append(time.monotonic())))
-        await asyncio.sleep(0.6)
+        await wait_for_async(lambda: ticks, 10, "the awaiting task's first tick")
         task.cancel()  # what ipykernel does on a kernel interrupt
         with pytest.raises(Cancelled):
             await task

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 from tinycrates import processes_in
 
 from flakebot_magic.config import Settings
@@ -96,7 +97,7 @@ def test_a_line_without_end_is_not_held_in_memory() -> None:
 
 def test_kill_tree_ends_the_whole_group(tmp_path: Path) -> None:
     proc = subprocess.Popen(["sh", "-c", "sleep 100 & sleep 100 & wait"], cwd=tmp_path, start_new_session=True)
-    time.sleep(0.3)
+    wait_for(lambda: len(processes_in(tmp_path, settle=0)) == 3, 10, "sh and its two sleeps to start")
     kill_tree(proc.pid, grace=0.5)
     proc.wait(timeout=5)
     assert processes_in(tmp_path) == []
