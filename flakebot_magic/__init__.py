@@ -71,7 +71,9 @@ __all__ = [
     "ToolError",
     "UsageError",
     "__version__",
+    "agent_tools",
     "build",
+    "call",
     "load_ipython_extension",
     "search",
     "unload_ipython_extension",
@@ -156,6 +158,28 @@ def search(
 
 
 _document_build()
+
+
+def agent_tools(*, cache_dir: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:
+    """OpenAI function schemas (strict mode) for ``build_tool``, ``search_crates`` and every built tool.
+
+    Pass them as ``tools=`` to a chat completion and run the model's tool calls
+    with :func:`call`; see :func:`flakebot_magic.agent.notebook.agent_tools`.
+    """
+    from .agent.notebook import agent_tools as tools_for_agents
+
+    return tools_for_agents(cache_dir=cache_dir, **options)
+
+
+def call(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """Run one tool call from a chat completion (building a tool when asked); return the ``tool`` message.
+
+    A tool built this way is in the next :func:`agent_tools` and callable at
+    once; see :func:`flakebot_magic.agent.notebook.call`.
+    """
+    from .agent.notebook import call as call_for_agent
+
+    return call_for_agent(tool_call, cache_dir=cache_dir, **options)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import tools
+from .agent import command as agent_command
 from .background import start_build
 from .cleanup import clean
 from .config import Settings
@@ -85,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
         help="Write DIR/.replit and DIR/replit.nix (and the flake in DIR/NAME) for Replit.",
     )
     export.add_argument("name", help="The tool's name (`flakebot list` shows them).")
+
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="Serve flakebot to MCP clients (stdio, or --http PORT): build_tool and every built tool.",
+    )
+    add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
+    agent_command.add_arguments(mcp)
     return parser
 
 
@@ -118,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if args.command == "mcp":
+        return agent_command.run(args, settings)
     if args.command == "build":
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)

@@ -118,6 +118,11 @@ class Settings:
     tool_env: dict[str, str] = field(default_factory=default_tool_env)
     #: run deployed tools inside the sandbox too (by default a deployed tool runs as the user)
     confine_tools: bool = False
+    #: let agents (``flakebot mcp``'s clients, ``flakebot_magic.call``) ask for builds
+    allow_agent_builds: bool = True
+    #: builds one agent session may ask for, and the model tokens they may spend together
+    agent_max_builds: int = 10
+    agent_token_budget: int = 1_000_000
 
     def model_config(self) -> ModelConfig | None:
         """The configured model, or None (then libraries cannot become tools)."""

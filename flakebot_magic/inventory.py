@@ -77,6 +77,9 @@ class ToolRecord:
     #: the model that wrote the tool ("" for a crate deployed as published), and its check runs
     model: str = ""
     iterations: int = 0
+    #: who asked for the build when it was not a person at a front door: an MCP client's name, or "notebook"
+    #: (``flakebot_magic.call``); "" for the magic, the command and ``build()``
+    requested_by: str = ""
     updated: float = 0.0
     #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
     token: str = field(default="", repr=False)

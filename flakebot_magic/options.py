@@ -93,6 +93,7 @@ def _convert(opt: Option, raw: str) -> Any:
 _MODEL = "model (the edit loop)"
 _DEPLOY = "deploy (nix or cargo)"
 _LIMITS = "limits"
+_AGENTS = "agents (flakebot mcp, flakebot_magic.call)"
 
 OPTIONS: tuple[Option, ...] = (
     Option(
@@ -252,6 +253,32 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         "default seconds allowed for one call of a deployed tool",
         group=_LIMITS,
+        per_build=False,
+    ),
+    Option(
+        "allow_agent_builds",
+        bool,
+        True,
+        "let agents (MCP clients of `flakebot mcp`, `flakebot_magic.call` in a notebook) build tools; "
+        "off: their build_tool calls are refused and they can only call tools already built",
+        group=_AGENTS,
+        per_build=False,
+    ),
+    Option(
+        "agent_max_builds",
+        int,
+        10,
+        "builds one agent session (one MCP connection, one kernel) may ask for",
+        group=_AGENTS,
+        per_build=False,
+    ),
+    Option(
+        "agent_token_budget",
+        int,
+        1_000_000,
+        "model tokens the builds of one agent session may spend together "
+        "(each build's edit loop gets at most what is left)",
+        group=_AGENTS,
         per_build=False,
     ),
 )

@@ -93,6 +93,8 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
     if record is not None:
         data["workspace"] = getattr(record, "workspace", "")
         data["request"] = getattr(record, "request", "")
+        # an agent-requested build names its agent (an MCP client, or "notebook")
+        data["requested_by"] = getattr(record, "requested_by", "") or ""
     return data
 
 

@@ -1,0 +1,17 @@
+"""flakebot for agents: ``flakebot mcp`` (an MCP server whose tool list grows as tools are built) and, in a
+notebook, :func:`agent_tools` and :func:`call` (OpenAI function calling).
+
+* :mod:`.builds`: an agent's builds, within the agent limits, recording who asked;
+* :mod:`.catalog`: every built tool's functions, from the shared tool registry;
+* :mod:`.functions`: flakebot's own functions (build_tool, search_crates, list_tools, tool_info);
+* :mod:`.protocol`: one MCP session (JSON-RPC), :mod:`.stdio` and :mod:`.http` its transports;
+* :mod:`.notebook`: the same functions as OpenAI tools in a kernel;
+* :mod:`.command`: the ``flakebot mcp`` subcommand.
+"""
+
+from __future__ import annotations
+
+from .builds import AgentSession
+from .notebook import agent_tools, call, mcp_config
+
+__all__ = ["AgentSession", "agent_tools", "call", "mcp_config"]

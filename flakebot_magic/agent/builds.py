@@ -1,0 +1,171 @@
+"""Builds an agent asks for: the same pipeline as every front door, within the agent limits, recording who asked.
+
+One :class:`AgentSession` is one agent's conversation with flakebot (an MCP
+connection, a notebook kernel). Before each build it checks the settings'
+agent limits: ``allow_agent_builds``, ``agent_max_builds`` builds per session
+and ``agent_token_budget`` model tokens for the session's builds together
+(each build's edit loop gets ``token_budget`` or what is left of the
+session's tokens, whichever is less). A refused build raises
+:class:`~flakebot_magic.errors.ConfigError` saying which limit and which
+setting raises it. After a build the tool's registry record names who asked
+(``requested_by``: the MCP client's name, or ``notebook``), so ``show`` and
+the provenance say it was an agent's build.
+
+Examples
+--------
+>>> session = AgentSession(Settings(), requested_by="claude-code")        # doctest: +SKIP
+>>> tool = session.build("view a file as hex", name="hex")                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..background import BackgroundRun, start_build
+from ..clients import ToolClient
+from ..config import Settings
+from ..errors import ConfigError
+from ..events import Event, Observer, StageFinished, StageStarted
+from ..inventory import Inventory
+from ..request import BuildRequest
+
+__all__ = ["AgentBuild", "AgentSession", "BuildReport"]
+
+#: what the edit stage's detail says it spent ("..., 3 model call(s), 12,345 tokens; ...")
+_TOKENS = re.compile(r"([\d,]+) tokens\b")
+
+
+@dataclass
+class BuildReport:
+    """One agent build: the tool, and what it cost the session."""
+
+    tool: ToolClient
+    requested_by: str
+    tokens: int
+
+
+class _TokenMeter:
+    """Counts the model tokens a build spent, from its edit stage (runs on the pipeline's thread)."""
+
+    def __init__(self, granted: int) -> None:
+        self.granted = granted
+        self.edited = False
+        self.spent: int | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, StageStarted) and event.stage == "edit":
+            self.edited = True
+        elif isinstance(event, StageFinished) and event.stage == "edit" and event.status == "done":
+            found = _TOKENS.search(event.detail)
+            if found:
+                self.spent = int(found.group(1).replace(",", ""))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens to charge: what the edit stage reported; all that was granted when it did not say (a failure)."""
+        if not self.edited:
+            return 0
+        return self.spent if self.spent is not None else self.granted
+
+
+class AgentSession:
+    """One agent's builds, counted against the agent limits of ``settings``.
+
+    Parameters
+    ----------
+    settings
+        The user's settings (registry, backend, model, limits): every agent
+        build uses them, as the magic and the command do.
+    requested_by
+        Who asks: an MCP client's name (``clientInfo.name``), or ``notebook``.
+    """
+
+    def __init__(self, settings: Settings, *, requested_by: str) -> None:
+        self.settings = settings
+        self.requested_by = requested_by or "agent"
+        self.builds = 0
+        self.tokens = 0
+        self._lock = threading.Lock()
+
+    # -- limits ------------------------------------------------------------------
+
+    def refusal(self) -> str | None:
+        """Why the next build would be refused (None: it may run)."""
+        settings = self.settings
+        if not settings.allow_agent_builds:
+            return (
+                "Agent builds are off on this machine (the allow_agent_builds setting). The tools already "
+                "built can still be called; ask the user to build the tool, or to turn allow_agent_builds on."
+            )
+        if self.builds >= settings.agent_max_builds:
+            return (
+                f"This session has used its {settings.agent_max_builds} builds (the agent_max_builds setting). "
+                "Use the tools already built, or ask the user to raise agent_max_builds."
+            )
+        if settings.model is not None and self.tokens >= settings.agent_token_budget:
+            return (
+                f"This session's builds have spent {self.tokens:,} of their {settings.agent_token_budget:,} model "
+                "tokens (the agent_token_budget setting). Use the tools already built, or ask the user to raise it."
+            )
+        return None
+
+    def _reserve(self) -> Settings:
+        """Count one build (before it starts, so builds at once cannot pass the cap); its settings."""
+        with self._lock:
+            why = self.refusal()
+            if why is not None:
+                raise ConfigError(why)
+            self.builds += 1
+            left = self.settings.agent_token_budget - self.tokens
+            return replace(self.settings, token_budget=max(1, min(self.settings.token_budget, left)))
+
+    # -- building ----------------------------------------------------------------
+
+    def start(self, request: str, *, name: str | None = None, crate: str | None = None) -> AgentBuild:
+        """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
+        settings = self._reserve()
+        meter = _TokenMeter(settings.token_budget if settings.model is not None else 0)
+        build = BuildRequest(request or "", name=name or None, crate=crate or None)
+        try:
+            run = start_build(settings, build, extra_observers=[meter])
+        except BaseException:
+            with self._lock:
+                self.builds -= 1
+            raise
+        return AgentBuild(self, run, meter)
+
+    def build(
+        self, request: str, *, name: str | None = None, crate: str | None = None, observers: Iterable[Observer] = ()
+    ) -> BuildReport:
+        """Build and wait (Ctrl-C cancels); the tool and what it cost."""
+        return self.start(request, name=name, crate=crate).wait(observers)
+
+    def _charge(self, tokens: int) -> None:
+        with self._lock:
+            self.tokens += tokens
+
+
+class AgentBuild:
+    """A running agent build: wait for it, or cancel it (the pipeline stops as on Cancel, the workspace kept)."""
+
+    def __init__(self, session: AgentSession, run: BackgroundRun[Any], meter: _TokenMeter) -> None:
+        self.session = session
+        self.run = run
+        self._meter = meter
+
+    def cancel(self, reason: str = "cancelled by the agent") -> None:
+        self.run.cancel(reason)
+
+    def wait(self, observers: Iterable[Observer] = (), *, tick: Callable[[], None] | None = None) -> BuildReport:
+        """Wait for the build, delivering its events to ``observers`` on this thread; record who asked."""
+        try:
+            tool: ToolClient = self.run.wait(list(observers), tick=tick)
+        finally:
+            self.session._charge(self._meter.tokens)
+        who = self.session.requested_by
+        Inventory(self.session.settings.tools_dir).update(tool.name, requested_by=who)
+        return BuildReport(tool, who, self._meter.tokens)

@@ -1,0 +1,297 @@
+"""One MCP session of ``flakebot mcp``: JSON-RPC 2.0 requests in, responses and notifications out.
+
+The transport (stdio, Streamable HTTP) hands each message to
+:meth:`ServerSession.handle` with ``out``, a function that sends a message
+back on the stream the request came from. Quick requests are answered before
+``handle`` returns; ``tools/call`` of ``build_tool`` runs on a thread of its
+own (``handle`` returns it), so the session keeps reading: a
+``notifications/cancelled`` for the build stops it as the widget's Cancel
+does (cargo's process group killed, the workspace kept) and no response
+follows. While it runs, a request that carries ``_meta.progressToken`` gets
+one ``notifications/progress`` per finished stage. Before the build's
+response the session sends ``notifications/tools/list_changed``; its next
+``tools/list`` has the new tool's functions. Calls of built tools run on the
+reading thread, so they cost one JSON round on top of the tool's own client.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._version import __version__
+from ..clients.agents import result_text
+from ..clients.mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from ..clients.schema import check_arguments
+from ..config import Settings
+from ..errors import Cancelled, FlakebotError
+from ..events import Event, StageFinished
+from .builds import AgentBuild, AgentSession
+from .catalog import ToolCatalog
+from .functions import BUILTINS, Outcome, build_outcome, list_tools, search, tool_info
+
+__all__ = ["INSTRUCTIONS", "ServerSession", "Send"]
+
+#: sends one JSON-RPC message on a stream
+Send = Callable[[dict[str, Any]], None]
+
+INSTRUCTIONS = (
+    "flakebot builds command-line tools, MCP servers and HTTP services from published Rust crates, proven by "
+    "cargo build and cargo test in a sandbox. Every tool already built is in this tool list. When none does "
+    "the job, call build_tool with a request in words; its functions join the list when it returns "
+    "(notifications/tools/list_changed)."
+)
+
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
+
+
+def _response(ident: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "result": dict(result)}
+
+
+def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+def _tool_result(text: str, data: Mapping[str, Any] | None = None, *, error: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
+    if data:
+        result["structuredContent"] = dict(data)
+    return result
+
+
+def list_changed() -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+class _Progress:
+    """An observer that sends one ``notifications/progress`` per finished stage."""
+
+    def __init__(self, token: Any, out: Send) -> None:
+        self.token = token
+        self.out = out
+        self.count = 0
+
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, StageFinished):
+            return
+        self.count += 1
+        detail = f": {event.detail}" if event.detail else ""
+        timing = f" ({event.elapsed:.1f}s)" if event.status in ("done", "failed") else ""
+        self.out(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {
+                    "progressToken": self.token,
+                    "progress": self.count,
+                    "message": f"{event.stage} {event.status}{timing}{detail}"[:500],
+                },
+            }
+        )
+
+
+class ServerSession:
+    """One client's MCP session: its handshake, its builds (counted against the agent limits), its tool list.
+
+    Parameters
+    ----------
+    settings
+        The user's settings: every build and call uses them.
+    catalog
+        The built tools (shared by the sessions of one server).
+    notify
+        Sends a message the client did not ask for (``list_changed`` after a
+        build elsewhere): stdout, or the session's GET stream over HTTP.
+    """
+
+    def __init__(self, settings: Settings, catalog: ToolCatalog, *, notify: Send) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.notify = notify
+        self.client: dict[str, Any] = {}
+        self.protocol = PROTOCOL_VERSION
+        self.agent = AgentSession(settings, requested_by="mcp client")
+        self.initialized = False
+        self._builds: dict[str, AgentBuild] = {}
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+        self.known: tuple[tuple[str, str, str], ...] | None = None
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def handle(self, message: Any, out: Send) -> threading.Thread | None:
+        """Answer one message on ``out``; a thread when the answer comes later (a build)."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            out(_error(None, INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 object"))
+            return None
+        method = message.get("method")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        if "id" not in message:
+            if method == "notifications/cancelled":
+                self._cancel(params)
+            elif method == "notifications/initialized":
+                self.initialized = True
+            return None  # other notifications (and responses to nothing we asked) need no answer
+        if method is None:
+            return None  # a response: this server sends no requests
+        ident = message["id"]
+        try:
+            if method == "initialize":
+                out(_response(ident, self._initialize(params)))
+            elif method == "ping":
+                out(_response(ident, {}))
+            elif method == "tools/list":
+                out(_response(ident, {"tools": self.tools()}))
+            elif method == "tools/call":
+                return self._call(ident, params, out)
+            else:
+                out(_error(ident, METHOD_NOT_FOUND, f"Method not found: {method}"))
+        except Exception as exc:  # a bug here must not end the session
+            out(_error(ident, -32603, f"Internal error: {type(exc).__name__}: {exc}"))
+        return None
+
+    def _initialize(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        info = params.get("clientInfo")
+        self.client = dict(info) if isinstance(info, Mapping) else {}
+        self.agent.requested_by = str(self.client.get("name") or "mcp client")[:100]
+        asked = params.get("protocolVersion")
+        self.protocol = asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION
+        self.known = self.catalog.signature()
+        return {
+            "protocolVersion": self.protocol,
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "flakebot", "title": "flakebot: tools from Rust crates", "version": __version__},
+            "instructions": INSTRUCTIONS,
+        }
+
+    def tools(self) -> list[dict[str, Any]]:
+        """``tools/list``: flakebot's functions, then every built tool's."""
+        own = [{"name": n, "description": d, "inputSchema": s} for n, (d, s) in BUILTINS.items()]
+        return own + [entry.mcp() for entry in self.catalog.entries()]
+
+    # -- tools/call --------------------------------------------------------------
+
+    def _call(self, ident: Any, params: Mapping[str, Any], out: Send) -> threading.Thread | None:
+        name = params.get("name")
+        arguments = params.get("arguments") if params.get("arguments") is not None else {}
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            out(_error(ident, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments"))
+            return None
+        if name in BUILTINS:
+            try:
+                check_arguments(arguments, BUILTINS[name][1], name)
+            except (TypeError, ValueError) as exc:
+                out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+                return None
+            if name == "build_tool":
+                meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+                thread = threading.Thread(
+                    target=self._build,
+                    args=(ident, arguments, meta.get("progressToken"), out),
+                    name=f"flakebot-mcp-build-{ident}",
+                    daemon=True,
+                )
+                thread.start()
+                return thread
+            out(_response(ident, self._builtin(name, arguments)))
+            return None
+        entry = self.catalog.find(name)
+        if entry is None:
+            out(_error(ident, INVALID_PARAMS, f"Unknown tool: {name} (tools/list names them)"))
+            return None
+        try:
+            value = entry.invoke(arguments)
+        except Exception as exc:  # the model reads what went wrong and may try again
+            out(_response(ident, _tool_result(f"{type(exc).__name__}: {exc}", error=True)))
+            return None
+        out(_response(ident, _tool_result(result_text(value), value if isinstance(value, dict) else None)))
+        return None
+
+    def _builtin(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            if name == "search_crates":
+                outcome = search(self.settings, arguments)
+            elif name == "list_tools":
+                outcome = list_tools(self.settings)
+            else:
+                tool = str(arguments["name"])
+                entry = next((e for e in self.catalog.entries() if e.tool == tool), None)
+                outcome = tool_info(self.settings, tool, entry.client if entry is not None else None)
+        except FlakebotError as exc:
+            return _tool_result(f"error: {exc}", error=True)
+        return _tool_result(outcome.text, outcome.data)
+
+    def _build(self, ident: Any, arguments: Mapping[str, Any], token: Any, out: Send) -> None:
+        key = json.dumps(ident)
+        try:
+            build = self.agent.start(
+                str(arguments.get("request") or ""), name=arguments.get("name"), crate=arguments.get("crate")
+            )
+        except FlakebotError as exc:
+            out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+            return
+        with self._lock:
+            self._builds[key] = build
+            cancelled = key in self._cancelled
+        if cancelled:  # the cancel came before the build was known
+            build.cancel("cancelled by the MCP client")
+        try:
+            report = build.wait([_Progress(token, out)] if token is not None else [])
+        except Cancelled as exc:
+            if key not in self._cancelled:
+                out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+            return  # cancelled by the client: no response (MCP cancellation)
+        except FlakebotError as exc:
+            out(_response(ident, _tool_result(f"error: {type(exc).__name__}: {exc}", error=True)))
+            return
+        except Exception as exc:
+            out(_response(ident, _tool_result(f"error: {type(exc).__name__}: {exc}", error=True)))
+            return
+        finally:
+            with self._lock:
+                self._builds.pop(key, None)
+                self._cancelled.discard(key)
+        self.catalog.adopt(report.tool)
+        functions = [e.name for e in self.catalog.entries() if e.tool == report.tool.name]
+        self.known = self.catalog.signature()
+        out(list_changed())
+        outcome: Outcome = build_outcome(report.tool, functions, report.requested_by, report.tokens)
+        out(_response(ident, _tool_result(outcome.text, outcome.data)))
+
+    def _cancel(self, params: Mapping[str, Any]) -> None:
+        key = json.dumps(params.get("requestId"))
+        with self._lock:
+            self._cancelled.add(key)
+            build = self._builds.get(key)
+        if build is not None:
+            reason = str(params.get("reason") or "cancelled by the MCP client")
+            build.cancel(f"{self.agent.requested_by}: {reason}"[:200])
+
+    # -- the session's end, changes elsewhere ----------------------------------------
+
+    def tools_changed(self, signature: tuple[tuple[str, str, str], ...]) -> None:
+        """The registry changed (a build elsewhere): tell the client when its tool list differs."""
+        if not self.initialized or self.known is None or signature == self.known:
+            return
+        self.known = signature
+        try:
+            self.notify(list_changed())
+        except OSError as exc:
+            print(f"flakebot: could not send tools/list_changed: {exc}", file=sys.stderr)
+
+    def close(self, wait: float = 30.0) -> None:
+        """Cancel the session's running builds and wait for them to stop."""
+        with self._lock:
+            builds = list(self._builds.values())
+        for build in builds:
+            build.cancel("the MCP client went away")
+        deadline = time.monotonic() + wait
+        while any(not build.run.done for build in builds) and time.monotonic() < deadline:
+            time.sleep(0.05)

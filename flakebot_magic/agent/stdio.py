@@ -1,0 +1,107 @@
+"""``flakebot mcp`` over stdio: newline-delimited JSON-RPC on stdin and stdout, and the registry watcher.
+
+Only JSON-RPC messages go to stdout: while the server runs, anything else
+that would print there (a stray ``print``) goes to stderr. The watcher
+notices tools built elsewhere (a notebook, the command) by polling the
+registry file's size and time every :data:`POLL_SECONDS`, and tells each
+session whose tool list changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import redirect_stdout
+from typing import IO, Any
+
+from ..config import Settings
+from .catalog import ToolCatalog
+from .functions import BUILTIN_NAMES
+from .protocol import ServerSession
+
+__all__ = ["POLL_SECONDS", "RegistryWatcher", "StreamWriter", "serve_stdio"]
+
+#: how often the registry file is checked for tools built elsewhere
+POLL_SECONDS = 0.05
+
+
+class StreamWriter:
+    """Writes one JSON-RPC message per line; one writer at a time (builds send from their threads)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        with self._lock:
+            self.stream.write(data)
+            self.stream.flush()
+
+
+class RegistryWatcher:
+    """Polls the tool registry; calls ``on_change(signature)`` when the tools (names, store entries) change."""
+
+    def __init__(
+        self,
+        catalog: ToolCatalog,
+        sessions: Callable[[], Iterable[ServerSession]],
+        *,
+        interval: float = POLL_SECONDS,
+    ) -> None:
+        self.catalog = catalog
+        self.sessions = sessions
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="flakebot-mcp-watcher", daemon=True)
+
+    def start(self) -> RegistryWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _main(self) -> None:
+        stamp = self.catalog.stamp()
+        while not self._stop.wait(self.interval):
+            now = self.catalog.stamp()
+            if now == stamp:
+                continue
+            stamp = now
+            try:
+                signature = self.catalog.signature()
+            except Exception as exc:  # a registry being rewritten: try again at the next change
+                print(f"flakebot: could not read the tool registry: {exc}", file=sys.stderr)
+                continue
+            for session in list(self.sessions()):
+                session.tools_changed(signature)
+
+
+def serve_stdio(settings: Settings, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> int:
+    """Serve one MCP session on ``stdin``/``stdout`` until stdin closes; running builds are then cancelled."""
+    stdin = stdin or sys.stdin.buffer
+    out = StreamWriter(stdout or sys.stdout.buffer)
+    catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
+    session = ServerSession(settings, catalog, notify=out)
+    watcher = RegistryWatcher(catalog, lambda: [session]).start()
+    try:
+        with redirect_stdout(sys.stderr):  # stdout carries JSON-RPC only
+            for raw in iter(stdin.readline, b""):
+                if not raw.strip():
+                    continue
+                try:
+                    message = json.loads(raw)
+                except ValueError as exc:
+                    out({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {exc}"}})
+                    continue
+                for each in message if isinstance(message, list) else [message]:
+                    session.handle(each, out)
+    finally:
+        watcher.stop()
+        session.close()
+        catalog.close()
+    return 0
