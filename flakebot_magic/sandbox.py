@@ -32,260 +32,30 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import subprocess
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from .cargo import Cargo
 from .errors import Cancelled, ConfigError
-from .process import CancelToken, Completed, LineCallback, ProcessRunner, allowed_env, scrubbed_env
+from .process import CancelToken, Completed, LineCallback, ProcessRunner, allowed_env
 from .registry.base import Registry
+from .sandbox_host import (
+    INSTALL_BWRAP,
+    Toolchain,
+    bubblewrap_works,
+    is_under,
+    namespaces,
+    system_binds,
+    toolchain_of,
+    visible_system,
+)
+from .sandbox_limits import GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
 
 __all__ = ["Limits", "Sandbox", "SandboxedCargo", "Toolchain", "allowed_env", "bubblewrap_works", "toolchain_of"]
-
-GiB = 1024**3
-MiB = 1024**2
-
-#: how to get bubblewrap, said wherever it is missing
-INSTALL_BWRAP = "install bubblewrap (`apt-get install bubblewrap`, or `make install`)"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-command resource limits (wall time is the runner's ``timeout``)."""
-
-    #: CPU seconds per process (RLIMIT_CPU): a runaway test or rustc gets SIGXCPU
-    cpu_seconds: int = 900
-    #: address space per process (RLIMIT_AS)
-    memory_bytes: int = 8 * GiB
-    #: largest file a process may write (RLIMIT_FSIZE)
-    file_bytes: int = 4 * GiB
-    #: stdout plus stderr of one command; past it the command is stopped
-    output_bytes: int = 32 * MiB
-    #: processes (and threads) at once: a fork bomb stops here
-    processes: int = 1024
-    #: the workspace (target dir included) plus the private CARGO_HOME; past it the command is stopped
-    disk_bytes: int = 20 * GiB
-    #: the private /tmp and $HOME (tmpfs, so memory)
-    tmp_bytes: int = 512 * MiB
-
-
-# --- what the sandbox shows of the host -------------------------------------------------------
-
-#: system directories bound read-only (a symlink, as /bin on merged-/usr systems, is recreated)
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: from /etc only what running the toolchain and ordinary programs needs: no shadow, no ssh keys
-_ETC = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-    "/etc/localtime",
-    "/etc/hosts",
-    "/etc/os-release",
-)
-
-
-@lru_cache(maxsize=4)
-def bubblewrap_works(bwrap: str = "bwrap") -> str:
-    """``""`` when bubblewrap can make an isolated, network-less sandbox here, else why not."""
-    path = shutil.which(bwrap)
-    if path is None:
-        return "bubblewrap (bwrap) is not installed"
-    try:
-        done = subprocess.run(
-            [path, *_system_binds(), *_namespaces(), "--", "true"],
-            capture_output=True,
-            timeout=20,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap could not start ({exc})"
-    if done.returncode != 0:
-        return f"bubblewrap cannot create a sandbox here ({done.stderr.decode(errors='replace').strip()[:200]})"
-    return ""
-
-
-def _system_binds() -> list[str]:
-    args: list[str] = []
-    for path in (*_SYSTEM, *_ETC):
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.exists(path):
-            args += ["--ro-bind", path, path]
-    return [*args, "--dev", "/dev", "--proc", "/proc"]
-
-
-def _namespaces() -> list[str]:
-    return [
-        "--unshare-user-try",
-        "--unshare-ipc",
-        "--unshare-pid",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--unshare-net",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-    ]
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-def _visible_system(path: str) -> bool:
-    real = os.path.realpath(path)
-    return _under(real, ("/usr",)) or _under(path, _SYSTEM)
-
-
-# --- the toolchain ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    """The Rust toolchain cargo uses, as the sandbox must show it."""
-
-    #: ``rustc --print sysroot``
-    sysroot: str
-    #: rustup's home and the active toolchain's name (empty without rustup)
-    rustup_home: str = ""
-    name: str = ""
-    #: the directory of the cargo executable (rustup's proxies in ~/.cargo/bin)
-    bin_dir: str = ""
-
-    def read_only(self) -> list[str]:
-        paths = [self.rustup_home or self.sysroot]
-        if self.bin_dir:
-            paths.append(self.bin_dir)
-        return [p for p in paths if p and not _visible_system(p)]
-
-    def env(self) -> dict[str, str]:
-        path = [p for p in (self.bin_dir, os.path.join(self.sysroot, "bin")) if p]
-        env = {"PATH": os.pathsep.join([*dict.fromkeys(path), "/usr/local/bin", "/usr/bin", "/bin"])}
-        if self.rustup_home:
-            # the toolchain chosen here, not by a rust-toolchain file in the workspace
-            env["RUSTUP_HOME"] = self.rustup_home
-            env["RUSTUP_TOOLCHAIN"] = self.name
-        return env
-
-
-@lru_cache(maxsize=8)
-def toolchain_of(cargo: str) -> Toolchain:
-    """The toolchain behind ``cargo`` (a rustup proxy or a plain install), found outside any workspace.
-
-    ``rustc`` runs in ``/`` so no ``rust-toolchain`` file can pick it.
-    """
-    bin_dir = os.path.dirname(os.path.abspath(cargo))
-    rustc = os.path.join(bin_dir, "rustc")
-    if not os.path.exists(rustc):  # not a toolchain's bin directory (a stand-in for cargo)
-        bin_dir = ""
-        rustc = shutil.which("rustc", path=scrubbed_env().get("PATH")) or "rustc"
-    env = scrubbed_env()
-    beside = Path(bin_dir).parent.parent / ".rustup"  # rustup's proxies in ~/.cargo/bin, toolchains in ~/.rustup
-    if bin_dir and "RUSTUP_HOME" not in env and Path(bin_dir).parent.name == ".cargo" and beside.is_dir():
-        env["RUSTUP_HOME"] = str(beside)
-    try:
-        done = subprocess.run(
-            [rustc, "--print", "sysroot"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        sysroot = done.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        sysroot = ""
-    if not sysroot:
-        sysroot = os.path.dirname(os.path.dirname(os.path.abspath(rustc)))
-    sysroot = os.path.realpath(sysroot)
-    parent = Path(sysroot).parent
-    if parent.name == "toolchains":
-        return Toolchain(sysroot=sysroot, rustup_home=str(parent.parent), name=Path(sysroot).name, bin_dir=bin_dir)
-    return Toolchain(sysroot=sysroot, bin_dir=bin_dir)
-
-
-# --- the process-count cgroup -------------------------------------------------------------------
-
-
-def _pids_cgroup_parent() -> Path | None:
-    """A pids-cgroup directory this process may create children in, or None."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        rel = path.lstrip("/")
-        if "pids" in controllers.split(","):
-            candidate = Path("/sys/fs/cgroup/pids") / rel
-        elif controllers == "":
-            base = Path("/sys/fs/cgroup")
-            if not (base / "cgroup.controllers").exists():
-                base = base / "unified"
-            candidate = base / rel
-            try:
-                if "pids" not in (candidate / "cgroup.subtree_control").read_text().split():
-                    continue
-            except OSError:
-                continue
-        else:
-            continue
-        if os.access(candidate, os.W_OK) and (candidate / "cgroup.procs").exists():
-            return candidate
-    return None
-
-
-_PIDS_PARENT: list[Path | None] = []
-
-
-def _make_pids_cgroup(limit: int) -> Path | None:
-    if not _PIDS_PARENT:
-        parent = _pids_cgroup_parent()
-        _PIDS_PARENT.append(parent)
-        if parent is not None:
-            _sweep_cgroups(parent)
-    parent = _PIDS_PARENT[0]
-    if parent is None:
-        return None
-    path = parent / f"flakebot-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:
-        path.mkdir()
-        (path / "pids.max").write_text(str(limit))
-    except OSError:
-        _remove_cgroup(path)
-        return None
-    return path
-
-
-def _remove_cgroup(path: Path) -> None:
-    try:
-        path.rmdir()  # fails while a process is still inside: then it stays for the next sweep
-    except OSError:
-        pass
-
-
-def _sweep_cgroups(parent: Path) -> None:
-    """Remove empty cgroups left by earlier runs (older than a minute: a new one is entered at once)."""
-    for entry in parent.glob("flakebot-*"):
-        try:
-            if time.time() - entry.stat().st_mtime > 60:
-                _remove_cgroup(entry)
-        except OSError:
-            pass
 
 
 # --- the sandbox --------------------------------------------------------------------------------
@@ -340,7 +110,7 @@ class Sandbox:
         #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)
         self.home = home if self.isolated and os.path.isabs(home) and home != "/" else str(self.tmp_dir / "home")
         self._cgroups: list[Path] = []
-        weakref.finalize(self, _remove_all, self._cgroups)
+        weakref.finalize(self, remove_cgroups, self._cgroups)
 
     @property
     def notice(self) -> str:
@@ -378,7 +148,7 @@ class Sandbox:
             ]
         if self.isolated:
             wrapped = [shutil.which("bwrap") or "bwrap", *self._bwrap_args(), "--", *wrapped]
-        cgroup = _make_pids_cgroup(limits.processes)
+        cgroup = make_pids_cgroup(limits.processes)
         if cgroup is not None:
             self._cgroups.append(cgroup)
             # enter the cgroup, then become the command: everything it starts is counted, setsid or not
@@ -387,14 +157,14 @@ class Sandbox:
 
     def _bwrap_args(self) -> list[str]:
         size = str(self.limits.tmp_bytes)
-        args = [*_system_binds(), "--size", size, "--tmpfs", "/tmp"]
+        args = [*system_binds(), "--size", size, "--tmpfs", "/tmp"]
         if self.home != "/tmp":
             args += ["--size", size, "--perms", "0700", "--tmpfs", self.home]
         read_only = list(dict.fromkeys(self.read_only))
-        if any(_under(p, ("/nix/store",)) for p in read_only):
-            read_only = ["/nix/store", *(p for p in read_only if not _under(p, ("/nix/store",)))]
+        if any(is_under(p, ("/nix/store",)) for p in read_only):
+            read_only = ["/nix/store", *(p for p in read_only if not is_under(p, ("/nix/store",)))]
         for path in read_only:
-            if os.path.exists(path) and not _visible_system(path):
+            if os.path.exists(path) and not visible_system(path):
                 args += ["--ro-bind", path, path]
         ws = str(self.workspace)
         for path in dict.fromkeys([*self.read_write, ws]):
@@ -404,7 +174,7 @@ class Sandbox:
         if git.exists() or git.is_symlink():
             # the repository is flakebot's, not the code's: no hooks, no config, no rewritten history
             args += ["--ro-bind", str(git), str(git)]
-        return [*args, *_namespaces()]
+        return [*args, *namespaces()]
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The allowlisted environment (:func:`allowed_env`) plus ``extra``; temporary files in the workspace."""
@@ -418,8 +188,9 @@ class Sandbox:
         return env
 
     def disk_usage(self) -> int:
-        """Bytes on disk under the workspace and the private ``CARGO_HOME``."""
-        return sum(_du(Path(p)) for p in (self.workspace, self.cargo_home, *self.read_write))
+        """Bytes on disk under the workspace, the private ``CARGO_HOME`` and the other writable paths."""
+        roots = [self.workspace, self.cargo_home, *map(Path, self.read_write)]
+        return sum(disk_usage_of(root) for root in roots)
 
     @contextmanager
     def watch_disk(self, token: CancelToken) -> Iterator[list[int]]:
@@ -448,7 +219,7 @@ class Sandbox:
 
     def release(self) -> None:
         """Remove the process-count cgroups of finished commands."""
-        _remove_all(self._cgroups)
+        remove_cgroups(self._cgroups)
 
     def describe(self) -> str:
         parts = [
@@ -465,33 +236,6 @@ class Sandbox:
                 f"{limits.output_bytes // MiB} MiB output per command"
             )
         return "; ".join(parts)
-
-
-def _remove_all(cgroups: list[Path]) -> None:
-    for path in list(cgroups):
-        _remove_cgroup(path)
-        if not path.exists():
-            cgroups.remove(path)
-
-
-def _du(root: Path) -> int:
-    total = 0
-    stack = [root]
-    while stack:
-        try:
-            entries = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                total += st.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-    return total
 
 
 # --- cargo in the sandbox -----------------------------------------------------------------------
@@ -531,7 +275,7 @@ class SandboxedCargo(Cargo):
         path = getattr(registry, "path", None)
         if path is not None:
             shown.append(str(Path(path).resolve()))
-        if not _visible_system(self.executable) and not _under(os.path.realpath(self.executable), shown):
+        if not visible_system(self.executable) and not is_under(os.path.realpath(self.executable), shown):
             shown.append(os.path.realpath(self.executable))  # a stand-in for cargo (tests), alone
         sandbox.read_only.extend(p for p in shown if p not in sandbox.read_only)
 
@@ -621,7 +365,7 @@ class SandboxedCargo(Cargo):
 
         writable = [str(self._cargo_home().resolve())]
         target = (env or {}).get("CARGO_TARGET_DIR")
-        if target and not _under(str(Path(target).resolve()), (str(sandbox.workspace),)):
+        if target and not is_under(str(Path(target).resolve()), (str(sandbox.workspace),)):
             Path(target).mkdir(parents=True, exist_ok=True)
             writable.append(str(Path(target).resolve()))
         sandbox.read_write.extend(p for p in writable if p not in sandbox.read_write)

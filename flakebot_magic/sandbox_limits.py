@@ -1,0 +1,134 @@
+"""What a sandbox allows a command: its resource limits, the pids cgroup that counts its processes, its disk use."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["GiB", "Limits", "MiB", "disk_usage_of", "make_pids_cgroup", "remove_cgroups"]
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-command resource limits (wall time is the runner's ``timeout``)."""
+
+    #: CPU seconds per process (RLIMIT_CPU): a runaway test or rustc gets SIGXCPU
+    cpu_seconds: int = 900
+    #: address space per process (RLIMIT_AS)
+    memory_bytes: int = 8 * GiB
+    #: largest file a process may write (RLIMIT_FSIZE)
+    file_bytes: int = 4 * GiB
+    #: stdout plus stderr of one command; past it the command is stopped
+    output_bytes: int = 32 * MiB
+    #: processes (and threads) at once: a fork bomb stops here
+    processes: int = 1024
+    #: the workspace (target dir included) plus the private CARGO_HOME; past it the command is stopped
+    disk_bytes: int = 20 * GiB
+    #: the private /tmp and $HOME (tmpfs, so memory)
+    tmp_bytes: int = 512 * MiB
+
+
+# --- the process-count cgroup (the kernel never applies RLIMIT_NPROC to root) -------------------
+
+
+def _pids_cgroup_parent() -> Path | None:
+    """A pids-cgroup directory this process may create children in, or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if "pids" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/pids") / rel
+        elif controllers == "":
+            base = Path("/sys/fs/cgroup")
+            if not (base / "cgroup.controllers").exists():
+                base = base / "unified"
+            candidate = base / rel
+            try:
+                if "pids" not in (candidate / "cgroup.subtree_control").read_text().split():
+                    continue
+            except OSError:
+                continue
+        else:
+            continue
+        if os.access(candidate, os.W_OK) and (candidate / "cgroup.procs").exists():
+            return candidate
+    return None
+
+
+_PIDS_PARENT: list[Path | None] = []
+
+
+def make_pids_cgroup(limit: int) -> Path | None:
+    """A new cgroup allowing ``limit`` processes, or None where no pids cgroup is writable."""
+    if not _PIDS_PARENT:
+        parent = _pids_cgroup_parent()
+        _PIDS_PARENT.append(parent)
+        if parent is not None:
+            _sweep_cgroups(parent)
+    parent = _PIDS_PARENT[0]
+    if parent is None:
+        return None
+    path = parent / f"flakebot-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(limit))
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: Path) -> None:
+    try:
+        path.rmdir()  # fails while a process is still inside: then it stays for the next sweep
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(parent: Path) -> None:
+    """Remove empty cgroups left by earlier runs (older than a minute: a new one is entered at once)."""
+    for entry in parent.glob("flakebot-*"):
+        try:
+            if time.time() - entry.stat().st_mtime > 60:
+                _remove_cgroup(entry)
+        except OSError:
+            pass
+
+
+def remove_cgroups(cgroups: list[Path]) -> None:
+    """Remove the empty cgroups in ``cgroups`` and drop them from the list; busy ones stay for later."""
+    for path in list(cgroups):
+        _remove_cgroup(path)
+        if not path.exists():
+            cgroups.remove(path)
+
+
+def disk_usage_of(root: Path) -> int:
+    """Bytes on disk under ``root`` (allocated blocks), never following a symlink."""
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+    return total
