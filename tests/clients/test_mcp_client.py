@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -205,3 +207,65 @@ def test_value_of_results() -> None:
     assert value_of({"content": [], "structuredContent": {"x": 1}}) == {"x": 1}
     image = {"type": "image", "data": "AA==", "mimeType": "image/png"}
     assert value_of({"content": [image]}) == [image]
+
+
+def test_nan_and_infinity_are_refused_before_anything_is_sent(calc: Any) -> None:
+    pid = calc.pid
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"add\(\): argument 'a' is NaN or infinite, which JSON cannot carry"):
+        calc.add(a=math.inf, b=1)
+    with pytest.raises(ValueError, match=r"'b' is NaN or infinite"):
+        calc.add(a=1, b=math.nan)
+    with pytest.raises(ValueError, match=r"calc.add\(\): argument 'a' is NaN"):
+        calc.call_tool("add", {"a": -math.inf, "b": 1})  # the raw form too
+    assert time.monotonic() - started < 1.0  # refused at once, not a 60 s timeout
+    assert calc.pid == pid and calc.session.restarts == 0  # the server never saw them
+    model = calc.call({"id": "n", "function": {"name": "calc_add", "arguments": '{"a": NaN, "b": 1}'}})
+    assert model["content"].startswith("error: ValueError: add(): argument 'a' is NaN or infinite")
+
+
+def test_whole_floats_go_out_as_integers_and_fractions_are_refused(calc: Any) -> None:
+    assert calc.echo(text="hi", times=2.0) == "hi hi"  # the server reads integers only: 2.0 would be ignored
+    assert calc.call_tool("echo", {"text": "hi", "times": 2.0}) == "hi"  # the raw form sends what it is given
+    with pytest.raises(TypeError, match=r"echo\(\): argument 'times' must be int, not float 2.5"):
+        calc.echo(text="hi", times=2.5)
+    message = calc.call({"id": "i", "function": {"name": "calc_echo", "arguments": '{"text": "hi", "times": 3.0}'}})
+    assert message["content"] == "hi hi hi"
+    assert calc.add(a=2.0, b=1) == {"sum": 3.0}  # a number parameter keeps its float
+
+
+def test_null_means_not_given_for_optional_arguments_at_every_door(calc: Any) -> None:
+    assert calc.echo(text="hi", times=None, case=None) == "hi"
+    call = {"id": "z", "function": {"name": "calc_echo", "arguments": '{"text": "hi", "times": null, "case": null}'}}
+    assert calc.call(call)["content"] == "hi"
+    required = calc.call({"id": "r", "function": {"name": "calc_add", "arguments": '{"a": null, "b": 1}'}})
+    assert required["content"].startswith("error: TypeError: add(): argument 'a' must be")  # null is a value there
+    with pytest.raises(TypeError, match="must be"):
+        calc.add(a=None, b=1)
+
+
+def test_a_json_rpc_error_without_an_id_raises_at_once(tmp_path: Any) -> None:
+    """A server that cannot read a request answers -32700 with id null: the call fails now, not after its timeout."""
+    from flakebot_magic.clients.lifecycle import LogBuffer
+    from flakebot_magic.clients.mcp import McpSession
+
+    server = tmp_path / "server.py"
+    server.write_text(
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if m.get('method') == 'initialize':\n"
+        "        r = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'serverInfo': {'name': 's', 'version': '1'}}\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
+        "    elif 'id' in m:\n"
+        "        e = {'code': -32700, 'message': 'Parse error: expected value'}\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': None, 'error': e}), flush=True)\n"
+    )
+    session = McpSession([sys.executable, str(server)], env=dict(os.environ), name="s", logs=LogBuffer())
+    try:
+        started = time.monotonic()
+        with pytest.raises(ToolError, match=r"could not read the tools/list request: Parse error.*-32700"):
+            session.request("tools/list", timeout=30)
+        assert time.monotonic() - started < 5
+    finally:
+        session.stop()
