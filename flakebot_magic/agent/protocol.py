@@ -34,7 +34,7 @@ from .builds import AgentBuild, AgentSession
 from .catalog import ToolCatalog
 from .functions import BUILTINS, Outcome, build_outcome, list_tools, search, tool_info
 
-__all__ = ["INSTRUCTIONS", "ServerSession", "Send"]
+__all__ = ["INSTRUCTIONS", "Send", "ServerSession"]
 
 #: sends one JSON-RPC message on a stream
 Send = Callable[[dict[str, Any]], None]
