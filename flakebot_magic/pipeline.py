@@ -28,7 +28,16 @@ from .clients import ToolClient, make_tool
 from .clients.contract import read_contract
 from .config import Settings
 from .edit import EditLoop, EditState
-from .errors import ConfigError, DeployError, FlakebotError, NeedsModelError, SearchError, UsageError
+from .errors import (
+    BuildError,
+    ConfigError,
+    DeployError,
+    FlakebotError,
+    ForkError,
+    NeedsModelError,
+    SearchError,
+    UsageError,
+)
 from .events import EventBus, Observer, RunFinished
 from .fsutil import atomic_write
 from .git import Git
@@ -45,6 +54,7 @@ from .sandbox import Sandbox, SandboxedCargo
 from .stages import search as search_stage
 from .stages.accept import Example, run_examples, split_request
 from .stages.build import BUILD_FLAGS
+from .stages.choose import Choice, choose_by_model, choose_without_model
 from .stages.deploy import StorePath
 from .stages.fork import FORK_FORMAT, Workspace, fork
 
@@ -52,6 +62,8 @@ __all__ = ["Pipeline", "tool_name"]
 
 #: how many times failing acceptance examples go back to the edit loop
 ACCEPTANCE_ROUNDS = 2
+#: how many candidates a run tries when a published crate cannot be forked or built
+MAX_TRIES = 3
 
 
 def tool_name(crate: str) -> str:
@@ -146,15 +158,33 @@ class Pipeline:
 
     def _run(self, run: RunState, search_text: str) -> ToolClient:
         with Stage(self.bus, "search") as stage:
-            run.candidate = self._choose(run, search_text)
-            stage.detail = f"{run.candidate.name} {run.candidate.version}"
-        run.name = run.request.name or tool_name(run.candidate.name)
-        # one build per tool name at a time, across kernels: fork may move the workspace aside,
-        # deploy swaps the store entry, and `clean` skips what a held lock covers
-        with tool_lock(self.settings.cache_dir, run.name):
-            return self._build(run)
+            choice = self._choose(run, search_text)
+            stage.detail = f"{choice.candidate.name} {choice.candidate.version}"
+        # a published crate the registry cannot fork or build gives way to the next that fits
+        tries = [choice.candidate]
+        if choice.by in ("fitness", "model", "ranking"):
+            tries += choice.alternatives[: MAX_TRIES - 1]
+        for candidate in tries:
+            run.candidate, run.workspace = candidate, None
+            run.name = run.request.name or tool_name(candidate.name)
+            try:
+                # one build per tool name at a time, across kernels: fork may move the workspace aside,
+                # deploy swaps the store entry, and `clean` skips what a held lock covers
+                with tool_lock(self.settings.cache_dir, run.name):
+                    return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
+            except (ForkError, BuildError) as exc:
+                # a model's edits are not thrown away for another crate; the last candidate's error stands
+                if candidate is tries[-1] or (run.model is not None and run.workspace is not None):
+                    raise
+                self.bus.notice(
+                    "search",
+                    f"{candidate.id} cannot be built from {self.registry.id} as published "
+                    f"({str(exc).splitlines()[0][:200]}); trying the next candidate",
+                    "warning",
+                )
+        raise RuntimeError("unreachable: the loop returns or raises")
 
-    def _build(self, run: RunState) -> ToolClient:
+    def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
         settings, deps = self.settings, self.deps
         candidate = run.crate()
@@ -176,7 +206,7 @@ class Pipeline:
                     ("fork", "build", "test", "flake", "deploy"),
                     lambda stage: where if stage == "deploy" else "",
                 )
-                return self._client(run, cached)
+                return self._client(run, cached, choice)
 
         with Stage(self.bus, "fork", candidate.id) as stage:
             workspace = run.workspace = fork(
@@ -231,46 +261,31 @@ class Pipeline:
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)
-        return self._client(run, store)
+        return self._client(run, store, choice)
 
-    def _choose(self, run: RunState, request: str) -> CrateCandidate:
+    def _choose(self, run: RunState, request: str) -> Choice:
         registry, crate = self.registry, run.request.crate
         if run.follow_up:
-            return self._continued(run)
-        if run.model is not None:
-            return self._choose_for_model(request, crate)
+            return Choice(self._continued(run), "user", "--continue: the tool's own crate")
         if crate:
             candidate = registry.get(crate)
-            if not candidate.has_bin:
+            if run.model is None and not search_stage.tools_of(candidate):
                 raise NeedsModelError(
-                    f"{candidate.id} is a library: it has no binary target to deploy. "
-                    "Turning a library into a tool needs a language model (the edit loop). "
-                    f"Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
+                    f"{candidate.id} has no binary target that is a tool (a library, or only test fixtures): "
+                    "nothing to deploy as published. Turning a library into a tool needs a language model "
+                    f"(the edit loop). Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
                     candidates=[candidate],
                 )
-            return candidate
+            return Choice(candidate, "user", f"--crate {crate}")
+        if run.model is not None:
+            return self._choose_for_model(run, request)
         candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)
         if not candidates:
             raise SearchError(
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        best = candidates[0]
-        if best.has_bin:
-            best = search_stage.fittest_binary(candidates) or best
-        if not best.has_bin:
-            listing = "\n".join(
-                f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in candidates[:8]
-            )
-            raise NeedsModelError(
-                f"The best match for {request!r} is {best.id}, a library without a binary. "
-                "Turning a library into a tool needs a language model (the edit loop); "
-                "without one flakebot can only deploy crates that ship a binary.\n"
-                f"Candidates found:\n{listing}\n"
-                f"Name one with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
-                candidates=candidates,
-            )
-        return best
+        return choose_without_model(candidates, request)
 
     def _recipe_path(self, run: RunState, backend: Backend) -> Path:
         """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""
@@ -293,12 +308,10 @@ class Pipeline:
 
     # -- the edit loop ----------------------------------------------------------
 
-    def _choose_for_model(self, request: str, crate: str | None) -> CrateCandidate:
-        """With a model a library is a fine start: the best match, binary or not."""
-        registry = self.registry
-        if crate:
-            return registry.get(crate)
-        if not request:
+    def _choose_for_model(self, run: RunState, request: str) -> Choice:
+        """With a model a library is a fine start: the model chooses among the best matches (one request)."""
+        registry, model = self.registry, run.model
+        if not request or model is None:
             raise UsageError("The request is empty: say what the tool should do (the model needs it).")
         candidates = search_stage.boost_exact_terms(search_stage.search(registry, request, limit=10), request)
         if not candidates:
@@ -306,7 +319,11 @@ class Pipeline:
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        return candidates[0]
+        client = model.client()
+        try:
+            return choose_by_model(client, model, registry, request, candidates, self.bus)
+        finally:
+            client.close()
 
     def _continued(self, run: RunState) -> CrateCandidate:
         """The crate of the tool a ``--continue`` run changes (checks the options first)."""
@@ -400,7 +417,7 @@ class Pipeline:
                 client.close()
         return cargo
 
-    def _client(self, run: RunState, store: StorePath) -> ToolClient:
+    def _client(self, run: RunState, store: StorePath, choice: Choice) -> ToolClient:
         settings, name, candidate = self.settings, run.name, run.crate()
         with Stage(self.bus, "client", name) as stage:
             manifest = store.manifest
@@ -420,7 +437,7 @@ class Pipeline:
                 checksum=manifest.get("checksum", ""),
                 backend=manifest.get("backend", "cargo"),
                 timeout=settings.tool_timeout,
-                provenance=manifest,
+                provenance={**manifest, "choice": choice.to_json()},
                 lock_hash=manifest.get("lock_hash", ""),
                 env=settings.tool_env,
                 confine=settings.confine_tools,
@@ -442,9 +459,12 @@ class Pipeline:
                     backend=tool.backend,
                     description=candidate.description,
                     created=time.time(),
-                    extra={"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
-                    if tool.backend == "nix"
-                    else {},
+                    extra={"choice": choice.to_json()}
+                    | (
+                        {"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
+                        if tool.backend == "nix"
+                        else {}
+                    ),
                     kind=tool.kind,
                     request=run.request.text,
                     model=str(manifest.get("model") or ""),
@@ -483,6 +503,11 @@ class Pipeline:
             run = RunState(request, run.model, run.choice)
             tool.close()
             tool = self._run(run, search_text)
+
+
+def _next(choice: Choice, candidate: CrateCandidate) -> Choice:
+    """The choice after ``choice.candidate`` failed to fork or build: ``candidate``, and why."""
+    return Choice(candidate, choice.by, f"{choice.candidate.name} could not be built as published; next best", [])
 
 
 def _check_request(build: BuildRequest, search_text: str) -> None:

@@ -8,7 +8,13 @@ numpydoc docstring::
     >>> md("# Hi", enable_tables=True)                         # doctest: +SKIP
 
 Positional ``*args`` still go on the command line as they are; for a tool that
-reads standard input (its help says so) a first plain ``str`` is the input.
+reads standard input (its help says so) a first plain ``str`` or ``bytes`` is
+the input. A tool whose help shows it reads one input file and no standard
+input gets a first ``str`` that is not a path through a temporary file.
+
+A result is data: tools start with ``NO_COLOR=1``, ``CLICOLOR=0`` and
+``TERM=dumb``, and ANSI escape sequences that still come through are
+stripped (``raw=True`` keeps the output as the tool wrote it).
 When the help cannot be parsed, the tool still takes plain arguments, and its
 docstring says so.
 """
@@ -19,7 +25,9 @@ import inspect
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from ..errors import ToolError
@@ -28,7 +36,25 @@ from .base import Confinement, ToolClient
 from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
 from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 
-__all__ = ["CliTool"]
+__all__ = ["PLAIN_ENV", "CliTool", "strip_ansi"]
+
+#: what a tool is started with so that it writes plain text (a call's ``env=`` may override it)
+PLAIN_ENV = {"NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"}
+#: ANSI escape sequences: CSI (colours, cursor), OSC (titles, links) and the two-byte ones
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+#: an argument placeholder that names one input file
+_FILE_ARGUMENT = re.compile(r"^(?:in(?:put)?[-_]?)?(?:file|path)(?:name)?$|^input$", re.I)
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences.
+
+    Examples
+    --------
+    >>> strip_ansi("\x1b[38;5;242m00000000\x1b[0m ok")
+    '00000000 ok'
+    """
+    return _ANSI.sub("", text)
 
 
 def _option_annotation(option: CliOption) -> Any:
@@ -114,6 +140,7 @@ class CliTool(ToolClient):
                 inspect.Parameter("input", kw, default=None, annotation=Optional[str | bytes]),
                 inspect.Parameter("timeout", kw, default=None, annotation=Optional[float]),
                 inspect.Parameter("env", kw, default=None, annotation=Optional[Mapping[str, str]]),
+                inspect.Parameter("raw", kw, default=False, annotation=bool),
             ]
             for option in self.spec.options:
                 annotation = _option_annotation(option)
@@ -244,22 +271,47 @@ class CliTool(ToolClient):
 
     def __call__(
         self,
-        *args: str | os.PathLike[str] | int | float,
+        *args: str | bytes | os.PathLike[str] | int | float,
         input: str | bytes | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        raw: bool = False,
         **options: Any,
     ) -> str:
-        """Run the tool; return its standard output (see ``help(tool)`` for its options)."""
-        items = list(args)
+        """Run the tool; return its standard output (see ``help(tool)`` for its options).
+
+        ``raw=True`` returns the output as written (colours and all); by
+        default the tool is asked for plain text and escapes are stripped.
+        """
+        items: list[Any] = list(args)
+        if input is None and items and isinstance(items[0], bytes):
+            if not self.reads_stdin:
+                raise TypeError(
+                    f"{self.name}() got bytes as a positional argument, and its help does not say it reads "
+                    f"standard input. Pass them as input=b'...' to send them there, or write them to a file "
+                    f"and pass its pathlib.Path."
+                )
+            input = items.pop(0)
         if input is None and items and isinstance(items[0], str) and not items[0].startswith("-") and self.reads_stdin:
             input = str(items.pop(0))
-        argv = self.argv(*items, **options) if options else [_text(a) for a in items]
-        data = input.encode() if isinstance(input, str) else input
+        if any(isinstance(item, bytes) for item in items):
+            raise TypeError(f"{self.name}(): bytes go to standard input as input=b'...', not as a later argument.")
+        text_file = self._text_for_file(items) if input is None and not options else None
         limit = self.timeout if timeout is None else timeout
-        command = [str(self.binary), *argv]
         confinement = Confinement(self.binary, self.store_path) if self.confined_now else None
+        scratch = None
         try:
+            if text_file is not None:
+                # a tool that reads one input file, handed text: the text goes through a temporary file
+                scratch = Path(confinement.scratch if confinement else tempfile.mkdtemp(prefix="flakebot-input-"))
+                path = scratch / "input.txt"
+                path.write_text(items[0], encoding="utf-8")
+                items[0] = str(path) if confinement is None else path.name
+            argv = self.argv(*items, **options) if options else [_text(a) for a in items]
+            data = input.encode() if isinstance(input, str) else input
+            command = [str(self.binary), *argv]
+            plain = {} if raw else PLAIN_ENV
+            extra = {**plain, **(env or {})}
             proc = subprocess.Popen(
                 confinement.command(command) if confinement else command,
                 stdin=subprocess.PIPE,
@@ -267,15 +319,37 @@ class CliTool(ToolClient):
                 stderr=subprocess.PIPE,
                 cwd=confinement.scratch if confinement else None,
                 # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
-                env=confinement.env(self.env, env) if confinement else self._environment(env),
+                env=confinement.env(self.env, extra) if confinement else self._environment(extra),
                 start_new_session=True,  # a timeout or an interrupt stops what the tool started, too
             )
-            return self._exchange(proc, data or b"", limit)
+            out = self._exchange(proc, data or b"", limit, items)
+            return out if raw else strip_ansi(out)
         finally:
             if confinement is not None:
                 confinement.close()
+            elif scratch is not None:
+                for leftover in scratch.iterdir():
+                    leftover.unlink()
+                scratch.rmdir()
 
-    def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, limit: float) -> str:
+    def _file_argument(self) -> CliArgument | None:
+        """The one positional argument when it names an input file (``<FILE>``, ``[INPUT]``), else None."""
+        arguments = self.spec.arguments
+        if len(arguments) != 1:
+            return None
+        argument = arguments[0]
+        return argument if _FILE_ARGUMENT.match(argument.name) or _FILE_ARGUMENT.match(argument.placeholder) else None
+
+    def _text_for_file(self, items: list[Any]) -> str | None:
+        """The text to pass through a temporary file: a lone ``str`` that is no path, for a file-only tool."""
+        if self.reads_stdin or len(items) != 1 or not isinstance(items[0], str) or items[0].startswith("-"):
+            return None
+        text = items[0]
+        if self._file_argument() is None or _is_path(text):
+            return None
+        return text
+
+    def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, limit: float, items: Sequence[Any] = ()) -> str:
         exchange = Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
         try:
             out, err = exchange.run(data, limit)
@@ -302,12 +376,26 @@ class CliTool(ToolClient):
         stdout = out.decode("utf-8", "replace")
         if proc.returncode != 0:
             stderr = err.decode("utf-8", "replace")
+            hint = self._not_a_file_hint(items)
             raise ToolError(
-                f"{self.name} exited with status {proc.returncode}: {stderr.strip()[-1500:] or '(no error output)'}",
+                f"{self.name} exited with status {proc.returncode}: "
+                f"{strip_ansi(stderr).strip()[-1500:] or '(no error output)'}{hint}",
                 returncode=proc.returncode,
                 stderr=stderr,
             )
         return stdout
+
+    def _not_a_file_hint(self, items: Sequence[Any]) -> str:
+        """What to do when a failed call was handed text where the tool wants a file path."""
+        texts = [i for i in items if isinstance(i, str) and not i.startswith("-") and not _is_path(i)]
+        if self.reads_stdin or not texts:
+            return ""
+        shown = texts[0] if len(texts[0]) <= 40 else texts[0][:37] + "..."
+        return (
+            f"\n{self.name} reads files, not text, and its help does not say it reads standard input: "
+            f"{shown!r} is not a file. Write the text to a file and pass its pathlib.Path, "
+            f"or send it with input='...' if the tool reads standard input after all."
+        )
 
     # -- describing ------------------------------------------------------------
 
@@ -426,6 +514,16 @@ class CliTool(ToolClient):
 
     def __repr__(self) -> str:
         return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.summary()}"
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names an existing file (text with a newline never does)."""
+    if "\n" in text or "\0" in text or len(text) > 4096:
+        return False
+    try:
+        return os.path.exists(text)
+    except (OSError, ValueError):
+        return False
 
 
 def _text(value: Any) -> str:

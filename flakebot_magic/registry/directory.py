@@ -31,10 +31,10 @@ from . import ranking
 from .base import CrateCandidate, FetchedSource
 from .semver import matches, newest
 
-__all__ = ["DirectoryRegistry", "read_manifest", "tree_sha256"]
+__all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 README_LIMIT = 16_000
 #: bm25 column weights: name, description, keywords, categories, readme
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 0.5)
@@ -74,29 +74,122 @@ def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
             yield Path(dirpath) / filename
 
 
-def _bin_names(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
-    """The binary targets cargo would build for this manifest."""
+#: words in a binary's name or path that mark a test, example or benchmark helper, never a tool
+_FIXTURE_WORDS = frozenset(
+    {"fixture", "fixtures", "test", "tests", "testing", "example", "examples", "bench", "benches"}
+)
+#: directories whose binaries are helpers of the crate's own tests
+_FIXTURE_DIRS = ("tests/", "examples/", "benches/", "fixtures/", "test/")
+#: features that only development needs: a binary requiring one is a helper (``criterion``: benchmarks)
+_DEV_FEATURES = re.compile(r"test|bench|fixture|criterion|example|dev\b|internal|unstable", re.I)
+
+
+def fixture_binary(name: str, path: str = "", required_features: tuple[str, ...] = ()) -> str:
+    """Why a binary target is a test, example or benchmark helper rather than a tool ("" when it is a tool).
+
+    Told apart by its name's words (``stdio-fixture``, ``gen_hash_test``,
+    ``*-do-not-use``), its path (under ``tests/``, ``examples/``,
+    ``benches/``) or features it requires that only development needs.
+
+    Examples
+    --------
+    >>> fixture_binary("stdio-fixture")
+    "its name says it is a test fixture ('stdio-fixture')"
+    >>> fixture_binary("hexyl", "src/main.rs")
+    ''
+    """
+    words = set(re.split(r"[-_.\s]+", name.lower()))
+    if words & _FIXTURE_WORDS or "do-not-use" in name.lower():
+        return f"its name says it is a test fixture ({name!r})"
+    clean = path.replace("\\", "/").lstrip("./")
+    if clean.startswith(_FIXTURE_DIRS) or any(f"/{d}" in clean for d in _FIXTURE_DIRS):
+        return f"it lives under {clean.split('/')[0]}/ ({clean})"
+    if any(_DEV_FEATURES.search(f) for f in required_features):
+        return f"it needs the development-only feature(s) {', '.join(required_features)}"
+    return ""
+
+
+def _default_bin_path(crate_dir: Path, name: str) -> str:
+    """Where cargo looks for a ``[[bin]]`` that gives no ``path``."""
+    for path in (f"src/bin/{name}.rs", f"src/bin/{name}/main.rs"):
+        if (crate_dir / path).is_file():
+            return path
+    return "src/main.rs"
+
+
+def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The binary targets cargo would build: name, path and required features of each."""
     package = manifest.get("package", {})
-    names = [b["name"] for b in manifest.get("bin", []) if isinstance(b, dict) and "name" in b]
+    targets: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    for b in manifest.get("bin", []):
+        if isinstance(b, dict) and isinstance(b.get("name"), str):
+            features = b.get("required-features") or b.get("required_features") or []
+            given = b.get("path")
+            path = given if isinstance(given, str) else _default_bin_path(crate_dir, b["name"])
+            targets.setdefault(b["name"], (b["name"], path, tuple(str(f) for f in features if isinstance(f, str))))
     if package.get("autobins", True) is not False:
         if (crate_dir / "src" / "main.rs").is_file():
-            names.append(package.get("name", crate_dir.name))
+            name = package.get("name", crate_dir.name)
+            targets.setdefault(name, (name, "src/main.rs", ()))
         bin_dir = crate_dir / "src" / "bin"
         if bin_dir.is_dir():
             for entry in sorted(bin_dir.iterdir()):
                 if entry.suffix == ".rs":
-                    names.append(entry.stem)
+                    targets.setdefault(entry.stem, (entry.stem, f"src/bin/{entry.name}", ()))
                 elif (entry / "main.rs").is_file():
-                    names.append(entry.name)
-    seen: dict[str, None] = {}
-    for name in names:
-        seen.setdefault(name, None)
-    return list(seen)
+                    targets.setdefault(entry.name, (entry.name, f"src/bin/{entry.name}/main.rs", ()))
+    return list(targets.values())
 
 
 _STDIN = re.compile(rb"\bstdin\b")
 #: how much of a binary's sources the stdin scan reads
 _SCAN_LIMIT = 512 * 1024
+
+
+def _test_sources(crate_dir: Path) -> bytes:
+    """The crate's own test code (``tests/``, ``src/**/test.rs`` and ``tests.rs``), capped."""
+    paths = sorted((crate_dir / "tests").rglob("*.rs")) if (crate_dir / "tests").is_dir() else []
+    paths += [p for p in sorted((crate_dir / "src").rglob("*.rs")) if p.name in ("test.rs", "tests.rs")]
+    text, budget = [], _SCAN_LIMIT
+    for path in paths:
+        if budget <= 0 or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as handle:
+                text.append(handle.read(budget))
+        except OSError:
+            continue
+        budget -= len(text[-1])
+    return b"\n".join(text)
+
+
+#: a binary this small that the crate's tests run by name is a test helper, not a tool
+_HELPER_BYTES = 4096
+
+
+def _helper(source: Path, name: str, tests: bytes) -> bool:
+    try:
+        small = source.is_file() and source.stat().st_size < _HELPER_BYTES
+    except OSError:
+        small = False
+    return small and f'"{name}"'.encode() in tests
+
+
+def _bin_names(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """The binary targets cargo would build for this manifest that are tools (test fixtures left out).
+
+    Besides :func:`fixture_binary`'s signs, a library's binary that is not
+    named after the crate, whose source is small and that the crate's own
+    tests run by name (duct's ``cat``, ``x_to_y``) is a test helper.
+    """
+    package = manifest.get("package", {})
+    targets = [t for t in _bin_targets(crate_dir, manifest) if not fixture_binary(*t)]
+    crate = str(package.get("name", crate_dir.name))
+    lib = (crate_dir / "src" / "lib.rs").is_file() or isinstance(manifest.get("lib"), dict)
+    if lib and any(name != crate for name, _, _ in targets):
+        tests = _test_sources(crate_dir)
+        targets = [t for t in targets if t[0] == crate or not _helper(crate_dir / t[1], t[0], tests)]
+    return [name for name, _, _ in targets]
 
 
 def _reads_stdin(crate_dir: Path, manifest: dict[str, Any]) -> bool:
@@ -106,8 +199,12 @@ def _reads_stdin(crate_dir: Path, manifest: dict[str, Any]) -> bool:
     and ``[[bin]]`` paths. A binary that reads only a file path cannot take
     the string its Python client is called with.
     """
-    paths = [crate_dir / "src" / "main.rs", *(crate_dir / "src" / "bin").rglob("*.rs")]
-    paths += [crate_dir / str(b["path"]) for b in manifest.get("bin", []) if isinstance(b, dict) and "path" in b]
+    targets = _bin_targets(crate_dir, manifest)
+    # a test fixture reading stdin says nothing about the tool
+    fixtures = {crate_dir / p for n, p, f in targets if fixture_binary(n, p, f)}
+    paths = [crate_dir / p for n, p, f in targets if crate_dir / p not in fixtures]
+    if any(p.is_relative_to(crate_dir / "src" / "bin") for p in paths):  # their modules sit beside them
+        paths += [p for p in sorted((crate_dir / "src" / "bin").rglob("*.rs")) if p not in fixtures and p not in paths]
     budget = _SCAN_LIMIT
     for path in paths:
         if budget <= 0:

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SearchError
 from ..registry.base import CrateCandidate, Registry
+from ..registry.directory import fixture_binary
 
 __all__ = [
     "BIN_BOOST",
     "FIT_RATIO",
+    "FIT_SHARE",
     "TERM_BOOST",
+    "Fitness",
     "boost_exact_terms",
+    "fitness",
     "fittest_binary",
     "open_registry",
     "rank",
+    "relevance",
     "search",
+    "tools_of",
     "wants_tool",
     "why",
 ]
@@ -26,6 +32,8 @@ __all__ = [
 BIN_BOOST = 1.75
 #: a binary that takes text is preferred over a better-ranked one that does not, down to this share of its score
 FIT_RATIO = 0.5
+#: a binary is deployed as published only when its relevance is at least this share of the best candidate's
+FIT_SHARE = 0.6
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
 
@@ -99,6 +107,79 @@ def fittest_binary(candidates: list[CrateCandidate]) -> CrateCandidate | None:
         if candidate.reads_stdin:
             return candidate
     return best
+
+
+def relevance(candidate: CrateCandidate) -> float:
+    """A candidate's score without the binary boost: how well it matches the request as a crate."""
+    return candidate.score / candidate.parts.get("bin", 1.0)
+
+
+def tools_of(candidate: CrateCandidate) -> tuple[str, ...]:
+    """The binaries of a candidate that are tools: test, example and benchmark fixtures left out.
+
+    A directory registry leaves fixtures out of its index already; a
+    registry that only knows names (crates.io) is checked by name here.
+    """
+    return tuple(name for name in candidate.bin_names if not fixture_binary(name))
+
+
+@dataclass(frozen=True)
+class Fitness:
+    """What may be deployed as published for a request: ``chosen``, or None and ``reason`` why not.
+
+    ``candidates`` are the best candidates by relevance (binary or not), for
+    the listing a :class:`~flakebot_magic.errors.NeedsModelError` shows.
+    """
+
+    chosen: CrateCandidate | None
+    reason: str
+    candidates: list[CrateCandidate] = field(default_factory=list)
+
+
+def fitness(candidates: list[CrateCandidate]) -> Fitness:
+    """Whether a candidate's binary is a real tool for the request, and which.
+
+    A binary is deployed as published only when its crate's relevance (the
+    score without the binary boost) is at least :data:`FIT_SHARE` of the best
+    candidate's: a crate that has a binary but is about something else (a
+    command-line parser's test fixture for "wrap text") is no tool for the
+    request. Test, example and benchmark binaries never count. Among the
+    binaries that fit, :func:`fittest_binary` prefers one that reads
+    standard input.
+
+    Examples
+    --------
+    >>> found = [CrateCandidate("textwrap", "0.16.0", score=9.1, parts={"relevance": 9.1}),
+    ...     CrateCandidate("open", "3.0.2", score=5.3, has_bin=True, bin_names=("open",), parts={"bin": 1.75})]
+    >>> fit = fitness(found)
+    >>> fit.chosen is None, fit.candidates[0].name
+    (True, 'textwrap')
+    """
+    by_relevance = sorted(candidates, key=lambda c: -relevance(c))
+    if not by_relevance:
+        return Fitness(None, "no crate matches the request")
+    best = by_relevance[0]
+    binaries = [c for c in candidates if c.has_bin and tools_of(c)]
+    if not binaries:
+        fixtures = [c for c in candidates if c.has_bin]
+        why = f"none of the {len(candidates)} best candidates ships a binary"
+        if fixtures:
+            why += f" that is a tool ({', '.join(c.name for c in fixtures[:3])} ship only test fixtures)"
+        return Fitness(None, why, by_relevance)
+    top = max(binaries, key=relevance)
+    share = relevance(top) / relevance(best) if relevance(best) > 0 else 1.0
+    if top is not best and share < FIT_SHARE:
+        return Fitness(
+            None,
+            f"the best binary, {top.name}, matches the request {share:.0%} as well as {best.name} "
+            f"(a library): it is not a tool for this request",
+            by_relevance,
+        )
+    # the top binary fits; one beside it that can be handed text is preferred (fittest_binary)
+    chosen = fittest_binary(binaries) or top
+    return Fitness(
+        chosen, f"{chosen.name} ships the binary {tools_of(chosen)[0]} and ranks with the best", by_relevance
+    )
 
 
 def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool | None = None) -> list[CrateCandidate]:

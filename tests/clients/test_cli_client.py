@@ -183,7 +183,17 @@ def _run(tool: CliTool, *args: Any, **kwargs: Any) -> dict[str, Any]:
 def test_signature_and_docstring(tmp_path: Path) -> None:
     hexyl = _tool(tmp_path, CLAP3, "hexyl")
     signature = inspect.signature(hexyl)
-    assert list(signature.parameters) == ["args", "input", "timeout", "env", "length", "color", "no_squeezing", "file"]
+    assert list(signature.parameters) == [
+        "args",
+        "input",
+        "timeout",
+        "env",
+        "raw",
+        "length",
+        "color",
+        "no_squeezing",
+        "file",
+    ]
     assert signature.parameters["no_squeezing"].default is False
     assert "Literal['always', 'auto', 'never']" in str(signature.parameters["color"].annotation)
     assert signature.return_annotation is str
@@ -236,7 +246,7 @@ def test_bad_keywords_and_values(tmp_path: Path) -> None:
 def test_plain_arguments_when_the_help_cannot_be_parsed(tmp_path: Path) -> None:
     odd = _tool(tmp_path, "odd tool, no options listed", "odd")
     assert not odd.spec.parsed
-    assert list(inspect.signature(odd).parameters) == ["args", "input", "timeout", "env"]
+    assert list(inspect.signature(odd).parameters) == ["args", "input", "timeout", "env", "raw"]
     assert "could not parse this tool's --help" in odd.__doc__
     assert "could not parse" in odd.usage()
     assert _run(odd, "--x", "1")["argv"] == ["--x", "1"]

@@ -1,0 +1,230 @@
+"""The choice of crate: fitness without a model, the model's choice among the best candidates with one.
+
+Without a model a crate is deployed as published only when its binary is a
+tool for the request (:func:`.search.fitness`); otherwise the run stops with
+:class:`~flakebot_magic.errors.NeedsModelError` naming the best candidates.
+With a model, one chat request shows it the best candidates (description,
+README summary, public items) and it answers with ``choose_crate(crate,
+reason)``; an unusable answer falls back to the ranking, with a notice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import NeedsModelError
+from ..events import EventBus
+from ..model import HOW_TO_CONFIGURE, ModelConfig
+from ..registry.base import CrateCandidate, Registry
+from . import search as search_stage
+
+__all__ = ["CHOICES", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
+
+#: how many candidates the model chooses among
+CHOICES = 5
+#: caps on what the model is shown of each candidate
+README_CHARS = 600
+PUBLIC_ITEMS = 25
+_PUB = re.compile(rb"^\s*pub\s+(?:async\s+)?(fn|struct|enum|trait|mod)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+_FUNCTION = {
+    "type": "function",
+    "function": {
+        "name": "choose_crate",
+        "description": "Choose the crate to start the tool from, and say why in one sentence.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "crate": {"type": "string", "description": "the crate's name, one of the candidates"},
+                "reason": {"type": "string", "description": "why this crate fits the request"},
+            },
+            "required": ["crate", "reason"],
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The crate a run starts from, who chose it (``ranking``, ``fitness``, ``model``, ``user``) and why."""
+
+    candidate: CrateCandidate
+    by: str
+    reason: str
+    #: the other candidates, best first (the next ones to try when a fork fails)
+    alternatives: list[CrateCandidate] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "crate": self.candidate.name,
+            "version": self.candidate.version,
+            "by": self.by,
+            "reason": self.reason,
+            "alternatives": [c.name for c in self.alternatives[:CHOICES]],
+        }
+
+
+def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choice:
+    """The crate to deploy as published, or :class:`NeedsModelError` saying why none fits.
+
+    The error lists the best candidates by relevance (the right library
+    among them) and carries them as ``candidates``.
+    """
+    fit = search_stage.fitness(candidates)
+    if fit.chosen is not None:
+        floor = search_stage.relevance(fit.candidates[0]) * search_stage.FIT_SHARE
+        others = [
+            c
+            for c in fit.candidates
+            if c is not fit.chosen and search_stage.tools_of(c) and search_stage.relevance(c) >= floor
+        ]
+        return Choice(fit.chosen, "fitness", fit.reason, others)
+    listing = "\n".join(
+        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in fit.candidates[:8]
+    )
+    best = fit.candidates[0] if fit.candidates else None
+    raise NeedsModelError(
+        f"No crate fits {request!r} as published: {fit.reason}. "
+        + (f"The best match is {best.id}, a library. " if best is not None and not best.has_bin else "")
+        + "Turning a library into a tool needs a language model (the edit loop); "
+        "without one flakebot only deploys a crate whose own binary does what was asked.\n"
+        f"Best candidates:\n{listing}\n"
+        f"Name a crate with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
+        candidates=fit.candidates,
+    )
+
+
+def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
+    """What the model is shown of one candidate: description, README start, public items, binaries."""
+    data: dict[str, Any] = {
+        "crate": candidate.name,
+        "version": candidate.version,
+        "description": candidate.description,
+        "binaries": list(search_stage.tools_of(candidate)),
+    }
+    source_dir = getattr(registry, "source_dir", None)
+    if source_dir is None:
+        return data
+    try:
+        root = Path(source_dir(candidate))
+    except Exception:  # a crate the registry cannot place: the description is enough
+        return data
+    data["readme"] = _readme_start(root)
+    data["public_items"] = _public_items(root / "src" / "lib.rs")
+    return data
+
+
+def _readable(path: Path, limit: int) -> bytes:
+    try:
+        if path.is_symlink() or not path.is_file():
+            return b""
+        with path.open("rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
+
+
+def _readme_start(root: Path) -> str:
+    for name in ("README.md", "README", "readme.md", "README.markdown"):
+        text = _readable(root / name, 16_000).decode("utf-8", "replace")
+        if text:
+            # badges, links and headings say little; the first prose does
+            lines = [
+                line
+                for line in text.splitlines()
+                if line.strip() and not line.lstrip().startswith(("[!", "![", "[", "<", "#", "```"))
+            ]
+            return " ".join(" ".join(lines).split())[:README_CHARS]
+    return ""
+
+
+def _public_items(lib: Path) -> list[str]:
+    found: dict[str, None] = {}
+    for kind, name in _PUB.findall(_readable(lib, 256 * 1024)):
+        found.setdefault(f"{kind.decode()} {name.decode()}", None)
+        if len(found) >= PUBLIC_ITEMS:
+            break
+    return list(found)
+
+
+def choose_by_model(
+    client: Any,
+    model: ModelConfig,
+    registry: Registry,
+    request: str,
+    candidates: list[CrateCandidate],
+    bus: EventBus,
+) -> Choice:
+    """The model's choice among the best ``candidates`` (one request), or the ranking's with a notice.
+
+    ``client`` is an ``openai.OpenAI`` (or anything with
+    ``chat.completions.create``). The answer is a ``choose_crate`` function
+    call (or the same JSON as plain content) naming one of the candidates.
+    """
+    shown = candidates[:CHOICES]
+    if len(shown) == 1:  # nothing to choose between: no request
+        return Choice(shown[0], "ranking", "the only candidate")
+    summaries = [summary_of(registry, c) for c in shown]
+    messages = [
+        {
+            "role": "system",
+            "content": "You pick the Rust crate a command-line tool will be built from. The crate will be "
+            "forked and edited until it does what the user asked; a library is a fine start. "
+            "Call choose_crate with one candidate's name and a one-sentence reason.",
+        },
+        {
+            "role": "user",
+            "content": f"Request: {request}\n\nCandidates (best ranked first):\n" + json.dumps(summaries, indent=1),
+        },
+    ]
+    fallback = shown[0]
+    try:
+        response = client.chat.completions.create(
+            model=model.model,
+            messages=messages,
+            tools=[_FUNCTION],
+            tool_choice={"type": "function", "function": {"name": "choose_crate"}},
+        )
+        answer = _answer(response)
+    except Exception as exc:  # any failure of this one request: the ranking still stands
+        answer = None
+        problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+    else:
+        problem = "its answer named no candidate" if answer is None else ""
+    if answer is not None:
+        name, reason = answer
+        for candidate in shown:
+            if candidate.name == name:
+                return Choice(
+                    candidate, "model", reason or "(no reason given)", [c for c in shown if c is not candidate]
+                )
+        problem = f"it chose {name!r}, which is not one of the candidates"
+    bus.notice(
+        "search",
+        f"the model's choice of crate was unusable ({problem}); starting from the best ranked, {fallback.name}",
+        "warning",
+    )
+    return Choice(fallback, "ranking", f"the model's choice was unusable ({problem})", shown[1:])
+
+
+def _answer(response: Any) -> tuple[str, str] | None:
+    """``(crate, reason)`` from a chat completion: a ``choose_crate`` call, or that JSON as content."""
+    if not getattr(response, "choices", None):
+        return None
+    message = response.choices[0].message
+    texts = [c.function.arguments or "" for c in (message.tool_calls or []) if c.function.name == "choose_crate"]
+    texts.append(message.content or "")
+    for text in texts:
+        match = re.search(r"\{.*\}", text, re.S)
+        if match is None:
+            continue
+        try:
+            data = json.loads(match.group(0))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("crate"), str):
+            return data["crate"].strip(), str(data.get("reason", "")).strip()[:500]
+    return None
