@@ -185,7 +185,10 @@ fn main() {
     let mut children = Vec::new();
     let mut failed = String::new();
     for _ in 0..5000 {
-        match std::process::Command::new("sleep").arg("60").spawn() {
+        // the sleepers hold no pipe of cargo's, so cargo does not wait a minute for them: the sandbox must end them
+        match std::process::Command::new("sleep").arg("60")
+            .stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null())
+            .spawn() {
             Ok(c) => children.push(c),
             Err(e) => { failed = e.to_string(); break; }
         }
