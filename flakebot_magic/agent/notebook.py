@@ -75,9 +75,10 @@ def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> Settings
 
 def _agent(cache_dir: str | Path | None = None, **options: Any) -> _Agent:
     settings = _settings(cache_dir, options)
-    key = str(settings.cache_dir)
+    # one session per settings (the kernel's config and these options): its builds are counted together
+    key = repr(settings)
     agent = _AGENTS.get(key)
-    if agent is None or options:
+    if agent is None:
         agent = _AGENTS[key] = _Agent(settings)
     return agent
 

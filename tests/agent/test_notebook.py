@@ -1,0 +1,116 @@
+"""``flakebot_magic.agent_tools()`` and ``flakebot_magic.call()``: a scripted chat builds a tool and calls it.
+
+The model is the project's scripted fake OpenAI server (a labelled test
+double); the build is real (cargo, the tiny registry).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import flakebot_magic
+from flakebot_magic.agent.builds import AgentSession, _TokenMeter
+from flakebot_magic.clients.agents import strict_problems
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import ConfigError
+from flakebot_magic.events import StageFinished, StageStarted
+from flakebot_magic.inventory import Inventory
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+
+def _call(ident: str, function: str, /, **arguments: Any) -> dict[str, Any]:
+    return {"id": ident, "type": "function", "function": {"name": function, "arguments": json.dumps(arguments)}}
+
+
+def test_agent_tools_are_strict_and_name_flakebots_functions(agent_settings: Settings) -> None:
+    tools = flakebot_magic.agent_tools(cache_dir=agent_settings.cache_dir, registry=agent_settings.registry)
+    assert [t["function"]["name"] for t in tools] == ["build_tool", "search_crates"]
+    for tool in tools:
+        assert tool["function"]["strict"] is True
+        assert strict_problems(tool["function"]["parameters"]) == []
+    assert tools[0]["function"]["parameters"]["properties"]["crate"]["type"] == ["string", "null"]
+
+
+@pytest.mark.cargo
+def test_a_scripted_chat_builds_a_tool_then_calls_it(
+    agent_settings: Settings, fake_openai: Callable[..., FakeOpenAIServer]
+) -> None:
+    options = {"cache_dir": agent_settings.cache_dir, "registry": agent_settings.registry}
+    script = [  # the test double's replies, in order: not a model's output
+        {"role": "assistant", "content": None, "tool_calls": [
+            _call("c1", "build_tool", request="shout text", crate="tinyecho", name="shout")
+        ]},
+        {"role": "assistant", "content": None, "tool_calls": [_call("c2", "shout", input="quiet please", words=None)]},
+        {"role": "assistant", "content": "It says QUIET PLEASE."},
+    ]  # fmt: skip
+    server = fake_openai(script)
+    client = openai.OpenAI(base_url=server.base_url, api_key="none: a test double")
+    messages: list[Any] = [{"role": "user", "content": "I need text shouted."}]
+    results = []
+    offered = []
+    while True:
+        tools = flakebot_magic.agent_tools(**options)
+        offered.append([t["function"]["name"] for t in tools])
+        reply = client.chat.completions.create(model="scripted-test-double", messages=messages, tools=tools)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            break
+        for tool_call in message.tool_calls:
+            result = flakebot_magic.call(tool_call, **options)
+            results.append(result)
+            messages.append(result)
+    client.close()
+    assert results[0]["tool_call_id"] == "c1" and "Built `shout`" in results[0]["content"], results[0]
+    assert results[1] == {"role": "tool", "tool_call_id": "c2", "content": "QUIET PLEASE"}
+    # the new tool was offered to the model in the turn after the build, with a strict schema
+    assert "shout" not in offered[0] and "shout" in offered[1]
+    sent = {t["function"]["name"]: t for t in server.requests[1]["tools"]}
+    assert strict_problems(sent["shout"]["function"]["parameters"]) == []
+    record = Inventory(agent_settings.tools_dir).get("shout")
+    assert record is not None and record.requested_by == "notebook"
+    assert flakebot_magic.tools.show(agent_settings, "shout").data["provenance"]["requested_by"] == "notebook"
+
+
+def test_a_failure_is_the_tool_message_the_model_reads(agent_settings: Settings) -> None:
+    options = {"cache_dir": agent_settings.cache_dir, "registry": agent_settings.registry}
+    unknown = flakebot_magic.call(_call("x", "nothing_here"), **options)
+    assert unknown["tool_call_id"] == "x" and unknown["content"].startswith("error: there is no function")
+    bad = flakebot_magic.call({"id": "y", "function": {"name": "build_tool", "arguments": "[1]"}}, **options)
+    assert bad["content"] == "error: ValueError: the arguments must be a JSON object"
+    refused = flakebot_magic.call(_call("z", "build_tool", request="echo"), allow_agent_builds=False, **options)
+    assert "allow_agent_builds" in refused["content"]
+
+
+def test_the_token_budget_of_a_session(agent_settings: Settings) -> None:
+    agent_settings.model = "scripted-test-double"
+    agent_settings.agent_token_budget = 1000
+    session = AgentSession(agent_settings, requested_by="t")
+    session.tokens = 1000
+    assert "agent_token_budget" in (session.refusal() or "")
+    with pytest.raises(ConfigError, match="spent 1,000 of their 1,000"):
+        session.start("anything")
+    assert session.builds == 0
+    # a build is charged what its edit stage reports, or all it was granted when it said nothing (a failure)
+    meter = _TokenMeter(granted=400)
+    meter(StageStarted("edit"))
+    meter(StageFinished("edit", "done", "green after 2 iteration(s), 3 model call(s), 1,234 tokens; cli: ok"))
+    assert meter.tokens == 1234
+    failed = _TokenMeter(granted=400)
+    failed(StageStarted("edit"))
+    assert failed.tokens == 400
+    assert _TokenMeter(granted=400).tokens == 0  # no edit stage: no model, no tokens
+
+
+def test_mcp_config_starts_flakebot_mcp(tmp_path: Path) -> None:
+    from flakebot_magic.agent import mcp_config
+
+    entry = mcp_config(cache_dir=tmp_path, registry="/r")["mcpServers"]["flakebot"]
+    assert Path(entry["command"]).name == "flakebot" and entry["args"] == ["mcp", "--registry", "/r"]
+    assert entry["env"] == {"FLAKEBOT_CACHE_DIR": str(tmp_path)}
