@@ -90,6 +90,9 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         ),
         "rustc": (_first(manifest, "rustc") or "").splitlines()[0] if _first(manifest, "rustc") else "",
     }
+    choice = _first(manifest, "choice") or _first(extra, "choice")
+    if isinstance(choice, Mapping):  # who chose the crate and why (stages/choose.py)
+        data["choice"] = f"{choice.get('by', '')}: {choice.get('reason', '')}"
     if record is not None:
         data["workspace"] = getattr(record, "workspace", "")
         data["request"] = getattr(record, "request", "")

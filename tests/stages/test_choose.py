@@ -1,0 +1,252 @@
+"""The choice of crate: fitness without a model (over Debian's real registry), the model's choice (scripted)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+
+from flakebot_magic.config import DEBIAN_REGISTRY, Settings
+from flakebot_magic.errors import NeedsModelError
+from flakebot_magic.events import EventBus, Notice
+from flakebot_magic.model import ModelConfig
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.provenance import provenance_of
+from flakebot_magic.registry.base import CrateCandidate, Registry
+from flakebot_magic.registry.directory import DirectoryRegistry, fixture_binary
+from flakebot_magic.stages import search as search_stage
+from flakebot_magic.stages.choose import Choice, choose_by_model, choose_without_model, summary_of
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+REQUESTS = Path(__file__).parent.parent / "search_requests.toml"
+debian = pytest.mark.skipif(not (DEBIAN_REGISTRY / "textwrap-0.16.0").is_dir(), reason="run `make install` first")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> DirectoryRegistry:
+    if not DEBIAN_REGISTRY.is_dir():
+        pytest.skip("Debian's registry is not installed: run `make install` first")
+    return DirectoryRegistry(DEBIAN_REGISTRY, tmp_path_factory.mktemp("cache"))
+
+
+# -- telling fixtures from tools ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "features"),
+    [
+        ("stdio-fixture", "src/bin/stdio-fixture.rs", ()),
+        ("bin_fixture", "src/bin/bin_fixture.rs", ()),
+        ("gen_hash_test", "src/bin/gen_hash_test.rs", ("criterion",)),
+        ("protobuf-bin-gen-rust-do-not-use", "src/bin/x.rs", ()),
+        ("runner", "tests/support/runner.rs", ()),
+        ("demo", "examples/demo/main.rs", ()),
+        ("bench", "src/bin/bench.rs", ()),
+    ],
+)
+def test_fixture_binaries_are_told_apart(name: str, path: str, features: tuple[str, ...]) -> None:
+    assert fixture_binary(name, path, features)
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "features"),
+    [
+        ("hexyl", "src/main.rs", ()),
+        ("pulldown-cmark", "src/main.rs", ("getopts",)),
+        ("cargo-ctest", "src/bin/ctest.rs", ()),
+        ("rav1e", "src/bin/rav1e.rs", ("binaries",)),
+        ("sq-wot", "src/sq-wot.rs", ()),
+    ],
+)
+def test_tools_are_not_fixtures(name: str, path: str, features: tuple[str, ...]) -> None:
+    assert fixture_binary(name, path, features) == ""
+
+
+@debian
+def test_the_index_leaves_test_fixtures_out(registry: DirectoryRegistry) -> None:
+    clap = registry.get("clap", "4.0.32")
+    assert "stdio-fixture" not in clap.bin_names and not clap.has_bin
+    assert registry.get("duct").bin_names == ()  # tiny helpers its own tests run by name
+    assert registry.get("hexyl").bin_names == ("hexyl",)
+    pulldown = registry.get("pulldown-cmark")
+    assert pulldown.bin_names == ("pulldown-cmark",) and pulldown.reads_stdin
+
+
+# -- fitness without a model -----------------------------------------------------------
+
+
+@debian
+@pytest.mark.parametrize(
+    ("request_text", "crate"),
+    [
+        ("wrap long lines of text to a width", "textwrap"),
+        ("parse TOML", "toml"),
+        ("parse a URL", "url"),
+    ],
+)
+def test_library_only_requests_stop_naming_the_right_crate(
+    registry: DirectoryRegistry, request_text: str, crate: str
+) -> None:
+    candidates = search_stage.search(registry, request_text, limit=10, prefer_bin=True)
+    with pytest.raises(NeedsModelError) as caught:
+        choose_without_model(candidates, request_text)
+    error = caught.value
+    assert error.candidates[0].name == crate, [c.name for c in error.candidates]
+    message = str(error)
+    assert f"The best match is {crate}@" in message and "as published" in message and "--model" in message
+    assert "stdio-fixture" not in message
+
+
+@debian
+def test_the_pipeline_stops_before_any_fork(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(DEBIAN_REGISTRY), backend="cargo")
+    with pytest.raises(NeedsModelError, match="textwrap"):
+        Pipeline(settings).run("wrap long lines of text to a width", name="wrap")
+    assert not (tmp_path / "cache" / "workspaces" / "wrap").exists()
+    assert not list((tmp_path / "cache").glob("store/*"))
+
+
+@debian
+def test_no_fixture_binary_is_ever_chosen_and_binaries_that_fit_are(registry: DirectoryRegistry) -> None:
+    requests = tomllib.loads(REQUESTS.read_text(encoding="utf-8"))["request"]
+    assert len(requests) >= 30
+    deployed: dict[str, str] = {}
+    for request in requests:
+        candidates = search_stage.search(registry, request["text"], limit=10, prefer_bin=True)
+        try:
+            choice = choose_without_model(candidates, request["text"])
+        except NeedsModelError as exc:
+            # the right crate is among the candidates the error lists
+            assert {c.name for c in exc.candidates[:8]} & set(request["accept"]), request["text"]
+            continue
+        tools = search_stage.tools_of(choice.candidate)
+        assert tools and not any(fixture_binary(t) for t in tools), (request["text"], tools)
+        deployed[request["text"]] = choice.candidate.name
+    # the binary crates of the set still deploy as published
+    assert deployed["Render Markdown text to HTML"] == "pulldown-cmark"
+    assert deployed["show a hex dump of a binary file"] == "hexyl"
+    assert deployed["cat a file with syntax highlighting"] == "bat"
+    print(f"deployed as published: {len(deployed)} of {len(requests)}: {deployed}", file=sys.stderr)
+
+
+def test_a_binary_far_below_the_best_library_does_not_fit() -> None:
+    library = CrateCandidate("url", "2.3.1", score=19.7, parts={"relevance": 9.4})
+    binary = CrateCandidate("open", "3.0.2", score=10.7, has_bin=True, bin_names=("open",), parts={"bin": 1.75})
+    fit = search_stage.fitness([library, binary])
+    assert fit.chosen is None and "open" in fit.reason and "url" in fit.reason
+    # relevance without the binary boost: 24.5 / 1.75 = 14.0, 71% of 19.7 (>= FIT_SHARE)
+    close = CrateCandidate("urlcli", "1.0.0", score=24.5, has_bin=True, bin_names=("urlcli",), parts={"bin": 1.75})
+    assert search_stage.fitness([close, library]).chosen == close
+    fixture = CrateCandidate("clap", "4", score=30.0, has_bin=True, bin_names=("stdio-fixture",), parts={"bin": 1.75})
+    fit = search_stage.fitness([fixture, library])
+    assert fit.chosen is None and "test fixtures" in fit.reason
+
+
+# -- the model's choice ----------------------------------------------------------------
+
+
+def _choice_call(crate: str, reason: str) -> dict[str, Any]:
+    arguments = json.dumps({"crate": crate, "reason": reason})
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "choose_crate", "arguments": arguments}}],
+    }
+
+
+def _choose(
+    server: FakeOpenAIServer, registry: Registry, request: str, candidates: list[CrateCandidate]
+) -> tuple[Choice, list[Notice]]:
+    notices: list[Notice] = []
+    bus = EventBus([lambda e: notices.append(e) if isinstance(e, Notice) else None])
+    model = ModelConfig("scripted", base_url=server.base_url, max_retries=0, stream=False)
+    client = model.client()
+    try:
+        return choose_by_model(client, model, registry, request, candidates, bus), notices
+    finally:
+        client.close()
+
+
+@debian
+def test_the_model_chooses_among_the_best_and_says_why(
+    registry: DirectoryRegistry, fake_openai: Callable[..., FakeOpenAIServer]
+) -> None:
+    request = "wrap long lines of text to a width"
+    candidates = search_stage.search(registry, request, limit=10)
+    server = fake_openai([_choice_call("textwrap", "textwrap::fill wraps text to a width")])
+    choice, notices = _choose(server, registry, request, candidates)
+    assert (choice.candidate.name, choice.by, choice.reason) == (
+        "textwrap",
+        "model",
+        "textwrap::fill wraps text to a width",
+    )
+    assert not notices and len(server.requests) == 1
+    sent = server.requests[0]
+    shown = json.loads(sent["messages"][1]["content"].split("\n\n", 1)[1].split("\n", 1)[1])
+    textwrap = next(s for s in shown if s["crate"] == "textwrap")
+    assert "fn fill" in textwrap["public_items"] and textwrap["readme"]
+    assert len(shown) == 5 and sent["tools"][0]["function"]["name"] == "choose_crate"
+    assert choice.to_json()["by"] == "model" and "textwrap" not in choice.to_json()["alternatives"]
+
+
+@debian
+@pytest.mark.parametrize(
+    "reply",
+    [
+        _choice_call("no-such-crate", "made up"),
+        {"role": "assistant", "content": "I think textwrap is best."},
+        {"fault": "malformed"},
+        {"fault": "status", "status": 400},
+    ],
+)
+def test_an_unusable_choice_falls_back_to_the_ranking_with_a_notice(
+    registry: DirectoryRegistry, fake_openai: Callable[..., FakeOpenAIServer], reply: dict[str, Any]
+) -> None:
+    request = "parse TOML"
+    candidates = search_stage.search(registry, request, limit=10)
+    server = fake_openai([reply])
+    choice, notices = _choose(server, registry, request, candidates)
+    assert choice.candidate == candidates[0] and choice.by == "ranking"
+    assert "unusable" in choice.reason
+    assert len(notices) == 1 and notices[0].level == "warning" and candidates[0].name in notices[0].message
+
+
+def test_a_json_answer_in_plain_content_is_read_too(fake_openai: Callable[..., FakeOpenAIServer]) -> None:
+    a, b = CrateCandidate("alpha", "1.0.0", "first"), CrateCandidate("beta", "1.0.0", "second")
+    server = fake_openai([{"role": "assistant", "content": 'Here: {"crate": "beta", "reason": "it fits"}'}])
+    choice, _ = _choose(server, _NoSources(), "x", [a, b])
+    assert (choice.candidate, choice.reason, choice.alternatives) == (b, "it fits", [a])
+
+
+def test_one_candidate_needs_no_request(fake_openai: Callable[..., FakeOpenAIServer]) -> None:
+    server = fake_openai([])
+    only = CrateCandidate("alpha", "1.0.0")
+    choice, _ = _choose(server, _NoSources(), "x", [only])
+    assert choice.candidate == only and server.requests == []
+
+
+def test_summaries_without_sources_are_the_description() -> None:
+    summary = summary_of(_NoSources(), CrateCandidate("a", "1", "does a", bin_names=("a", "a-fixture")))
+    assert summary == {"crate": "a", "version": "1", "description": "does a", "binaries": ["a"]}
+
+
+def test_the_choice_is_in_the_provenance() -> None:
+    choice = Choice(CrateCandidate("textwrap", "0.16.0"), "model", "it wraps text")
+
+    class Tool:
+        name, crate, version = "wrap", "textwrap", "0.16.0"
+        provenance = {"choice": choice.to_json()}
+
+    assert provenance_of(Tool())["choice"] == "model: it wraps text"
+
+
+class _NoSources:
+    """A registry that cannot place sources (crates.io-like): the model sees descriptions only."""
+
+    id = "test"
+    offline = True
