@@ -498,6 +498,140 @@ def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, 
     ]
 
 
+def _mcp_line(proc: subprocess.Popen[bytes], timeout: float) -> dict[str, object] | None:
+    """One JSON-RPC message from a ``flakebot mcp`` child's stdout (None: nothing within ``timeout``)."""
+    import select
+
+    assert proc.stdout is not None
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        return None
+    line = proc.stdout.readline()
+    return json.loads(line) if line else None
+
+
+def agent_bench(registry: str, runs: int = 2000, builds: int = 5) -> dict[str, float]:
+    """``flakebot mcp`` (issue 15): how soon a build shows in tools/list; a built tool's call through it vs its own client.
+
+    * list: ``builds`` cache-hit builds of the demo MCP server under new
+      names, done in this process (elsewhere, for the server); for each, the
+      time from the build's end to ``notifications/tools/list_changed`` on an
+      open ``flakebot mcp`` session, and to a ``tools/list`` that has it;
+      the slowest of each, target <= 100 ms;
+    * call: ``calc.add`` through the tool's own client vs ``tools/call
+      calc_add`` through ``flakebot mcp`` (the same JSON-RPC client code),
+      alternated call by call, p50 difference, target <= 0.2 ms.
+    """
+    from flakebot_magic.clients import stop_all
+    from flakebot_magic.clients.lifecycle import LogBuffer
+    from flakebot_magic.clients.mcp import McpSession
+    from flakebot_magic.testing.overlay import FIXTURES, overlay_registry
+
+    cache = Path(tempfile.mkdtemp(prefix="fb-bench-agent-"))
+    proc = None
+    session = None
+    try:
+        overlay = overlay_registry(cache / "registry", [FIXTURES / "demo-mcp"], Path(registry))
+        settings = Settings(cache_dir=cache, registry=str(overlay), backend="cargo")
+        calc = Pipeline(settings).run("", crate="demo-mcp", name="calc")
+        env = {**os.environ, "FLAKEBOT_CACHE_DIR": str(cache), "FLAKEBOT_BACKEND": "cargo"}
+        argv = [FLAKEBOT, "mcp", "--registry", str(overlay)]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert proc.stdin is not None
+        ident = 0
+
+        def send(method: str, params: dict[str, object] | None = None, *, notify: bool = False) -> int:
+            nonlocal ident
+            ident += 1
+            message: dict[str, object] = {"jsonrpc": "2.0", "method": method}
+            if not notify:
+                message["id"] = ident
+            if params is not None:
+                message["params"] = params
+            assert proc is not None and proc.stdin is not None
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+            proc.stdin.flush()
+            return ident
+
+        def answer(wanted: int) -> dict[str, object]:
+            while True:
+                assert proc is not None
+                message = _mcp_line(proc, 60)
+                assert message is not None, "flakebot mcp did not answer"
+                if message.get("id") == wanted:
+                    return message
+
+        send("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench"}})
+        answer(ident)
+        send("notifications/initialized", notify=True)
+
+        def listed() -> set[str]:
+            result = answer(send("tools/list"))["result"]
+            return {str(t["name"]) for t in result["tools"]}  # type: ignore[index]
+
+        listed()
+        notified, visible = [], []
+        for n in range(builds):
+            name = f"calc{n}"
+            Pipeline(settings).run("", crate="demo-mcp", name=name)  # a cache hit: its end is the moment it returns
+            ended = time.perf_counter()
+            note = _mcp_line(proc, 5)
+            assert note is not None and note.get("method") == "notifications/tools/list_changed", note
+            notified.append(time.perf_counter() - ended)
+            while f"{name}_add" not in listed():
+                pass
+            visible.append(time.perf_counter() - ended)
+
+        session = McpSession(argv, env=env, name="flakebot-mcp", logs=LogBuffer())
+        session.start()
+
+        def through_flakebot() -> None:
+            assert session is not None
+            result = session.request("tools/call", {"name": "calc_add", "arguments": {"a": 1, "b": 2}})
+            assert result["structuredContent"] == {"sum": 3.0}
+
+        for _ in range(300):
+            calc.add(a=1, b=2)
+            through_flakebot()
+        own_ms, via_ms = _p50_pair_ms(lambda: calc.add(a=1, b=2), through_flakebot, runs)
+    finally:
+        if session is not None:
+            session.stop()
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(30)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        stop_all()
+        shutil.rmtree(cache, ignore_errors=True)
+    return {
+        "list_changed_max_ms": max(notified) * 1000,
+        "list_changed_p50_ms": statistics.median(notified) * 1000,
+        "tools_list_max_ms": max(visible) * 1000,
+        "own_client_ms": own_ms,
+        "via_mcp_ms": via_ms,
+        "extra_ms": via_ms - own_ms,
+    }
+
+
+def _agent_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
+    if "agent" not in results:
+        return []
+    a: dict[str, float] = results["agent"]  # type: ignore[assignment]
+    return [
+        (
+            "`flakebot mcp`: a build's end to `tools/list` having it (slowest of 5; `list_changed` p50 / slowest)",
+            f"**{a['tools_list_max_ms']:.1f} ms** ({a['list_changed_p50_ms']:.1f} ms / {a['list_changed_max_ms']:.1f} ms)",
+            "<= 100 ms",
+        ),
+        (
+            "`flakebot mcp`: `calc_add` through it / `calc.add` through its own client (p50, alternated)",
+            f"{a['via_mcp_ms']:.3f} ms / {a['own_client_ms']:.3f} ms = **+{a['extra_ms']:.3f} ms**",
+            "<= +0.2 ms",
+        ),
+    ]
+
+
 def table(results: dict[str, dict[str, object]]) -> str:
     rows: list[tuple[str, str, str]] = []
     if "cold" in results:  # absent with --only-nix
@@ -518,6 +652,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
     rows += _client_rows(results)
+    rows += _agent_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -568,7 +703,20 @@ def main() -> int:
     parser.add_argument("--no-clients", action="store_true", help="skip the tool-client rows")
     parser.add_argument("--only-clients", action="store_true", help="measure only the tool-client rows")
     parser.add_argument("--only-search", action="store_true", help="measure only search latency and accuracy")
+    parser.add_argument("--no-agent", action="store_true", help="skip the flakebot mcp rows")
+    parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
     args = parser.parse_args()
+    if args.only_agent:
+        agent = {"agent": agent_bench(args.registry)}
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"]
+                + [f"| {a} | {b} | {c} |" for a, b, c in _agent_rows(agent)]
+            )
+        )
+        if args.json:
+            args.json.write_text(json.dumps(agent, indent=2, default=str))
+        return 0
     if args.only_search:
         found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
         search = found["search"]
@@ -636,6 +784,9 @@ def main() -> int:
     if not args.no_clients and not args.only_nix:
         print("benchmark: tool clients (CLI, MCP, HTTP) ...", file=sys.stderr)
         results["clients"] = clients_bench(args.registry)
+    if not args.no_agent and not args.only_nix:
+        print("benchmark: flakebot mcp (tools/list after a build, a call through it) ...", file=sys.stderr)
+        results["agent"] = agent_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"
     text = table(results) + f"\n\nMeasured by `make bench` on {machine}."
     print(text)
