@@ -8,19 +8,25 @@ target's directory, written, ``fsync``-ed, then renamed over the target (a
 rename replaces a symlink, it never follows it), with no symlink allowed in the
 directories between ``root`` and the target.
 
-The same module owns the other two file habits: private directories
-(:func:`private_dir`, mode ``0700``) and reading TOML (:func:`load_toml`).
+Reading is the mirror image: :func:`read_regular` reads at most so many bytes
+of a regular file, never through a symlink and never blocking on a FIFO that
+untrusted code left in the file's place.
+
+The same module owns the other file habits: private directories
+(:func:`private_dir`, mode ``0700``), ``fsync`` of a directory
+(:func:`fsync_dir`) and reading TOML (:func:`load_toml`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UnsafePath", "atomic_write", "check_no_symlinks", "load_toml", "private_dir"]
+__all__ = ["UnsafePath", "atomic_write", "check_no_symlinks", "fsync_dir", "load_toml", "private_dir", "read_regular"]
 
 
 class UnsafePath(OSError):
@@ -112,10 +118,57 @@ def atomic_write(
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
+def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the regular file ``path``, and whether it holds more.
+
+    The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with
+    ``fstat`` before a byte is read: a symlink, a FIFO, a device or a
+    directory raises :class:`UnsafePath` (a file named ``x.rs`` in a
+    workspace may be a link to ``~/.ssh/id_rsa`` or a FIFO that never ends).
+    A missing file raises ``FileNotFoundError``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "a").write_text("hello")
+    5
+    >>> read_regular(d / "a", 4)
+    (b'hell', True)
+    >>> (d / "b").symlink_to(d / "a")
+    >>> read_regular(d / "b", 4)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    UnsafePath: ... is a symlink
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symlink") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
+
+
+def fsync_dir(directory: Path) -> None:
+    """``fsync`` a directory, so a rename or a new entry in it survives a crash (best effort)."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ForkError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_regular
 from .process import ProcessRunner, scrubbed_env
 
 __all__ = ["KEPT_CONFIG", "OVERRIDES", "Git"]
@@ -230,18 +230,12 @@ def _read_small(path: Path) -> str | None:
     parser accepts, so the caller replaces it.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        data, more = read_regular(path, _MAX_CONFIG)
     except FileNotFoundError:
         return None
-    except OSError:  # ELOOP: a symlink
+    except OSError:  # a symlink, a FIFO, a device (UnsafePath), or unreadable
         return "<not a regular file>"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "<not a regular file>"
-        data = os.read(fd, _MAX_CONFIG + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_CONFIG:
+    if more:
         return f"<over {_MAX_CONFIG} bytes>"
     return data.decode("utf-8", "replace")
 

@@ -42,14 +42,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .errors import PolicyError
-from .fsutil import load_toml
+from .fsutil import UnsafePath, load_toml, read_regular
 
 if TYPE_CHECKING:
     from .git import Git
@@ -164,21 +163,11 @@ class Baseline:
 def _blob_id(path: Path, *, sha256: bool) -> str | None:
     """git's object id of a regular file's content (never read through a symlink), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        data, more = read_regular(path, _MAX_HASHED)
     except OSError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_HASHED:
-            return None
-        data = b""
-        while len(data) <= _MAX_HASHED:
-            chunk = os.read(fd, 1024 * 1024)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
+    if more:
+        return None
     digest = hashlib.sha256() if sha256 else hashlib.sha1()
     digest.update(b"blob %d\0" % len(data))
     digest.update(data)
@@ -473,18 +462,14 @@ def _manifests(root: Path, *, allow_build_scripts: bool, baseline: Baseline) -> 
 
 def _load_manifest(path: Path) -> tuple[dict[str, Any], str]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        data, more = read_regular(path, _MAX_MANIFEST)
     except FileNotFoundError:
         return {}, "a manifest named by another one is missing"
+    except UnsafePath:
+        return {}, "the manifest is not a regular file (a symlink, a FIFO or a device)"
     except OSError as exc:
-        return {}, f"the manifest cannot be read ({exc.strerror}; a symlink?)"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}, "the manifest is not a regular file"
-        data = os.read(fd, _MAX_MANIFEST + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_MANIFEST:
+        return {}, f"the manifest cannot be read ({exc.strerror})"
+    if more:
         return {}, f"the manifest passes {_MAX_MANIFEST // 1024} KiB"
     try:
         return load_toml(data.decode("utf-8")), ""

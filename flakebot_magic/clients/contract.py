@@ -32,16 +32,13 @@ ToolContract(kind='cli', bin='demo', health='/health', ready_timeout=10.0)
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DeployError
-from ..fsutil import load_toml
+from ..fsutil import UnsafePath, load_toml, read_regular
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -105,40 +102,19 @@ def _load(source: Path | str | Mapping[str, Any]) -> Mapping[str, Any]:
     """A parsed Cargo.toml: ``source`` itself, or the regular file at that path (bounded, no symlink followed).
 
     Crate code (a build script, a model's edit) can leave anything named
-    Cargo.toml: a symlink is refused by ``O_NOFOLLOW``, and a FIFO or device,
-    opened without blocking, is refused before a byte is read.
+    Cargo.toml: :func:`~flakebot_magic.fsutil.read_regular` refuses a symlink,
+    a FIFO or a device before a byte is read.
     """
     if isinstance(source, Mapping):
         return source
     path = Path(source)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise DeployError(
-                f"Cargo.toml cannot be read: {path} is a symlink, and a crate's manifest must be a regular file"
-            ) from None
-        raise DeployError(f"Cargo.toml cannot be read: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DeployError(
-                f"Cargo.toml cannot be read: {path} is not a regular file (a FIFO, a device or a directory), "
-                "and a crate's manifest must be one"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_MANIFEST_BYTES:
-            chunk = os.read(fd, MAX_MANIFEST_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data, more = read_regular(path, MAX_MANIFEST_BYTES)
+    except UnsafePath as exc:
+        raise DeployError(f"Cargo.toml cannot be read: {exc}, and a crate's manifest must be a regular file") from None
     except OSError as exc:
         raise DeployError(f"Cargo.toml cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MAX_MANIFEST_BYTES:
+    if more:
         raise DeployError(f"Cargo.toml is larger than {MAX_MANIFEST_BYTES} bytes; it cannot be a crate's manifest")
     try:
         return load_toml(data.decode("utf-8", errors="replace"))

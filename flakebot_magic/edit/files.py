@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..fsutil import atomic_write, check_no_symlinks, load_toml
+from ..fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
 from ..policy import REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
 
 __all__ = [
@@ -129,26 +129,10 @@ def write_text(root: Path, target: Path, content: str) -> None:
 def read_capped(path: Path, limit: int = MAX_FILE_READ) -> tuple[bytes, bool]:
     """At most ``limit`` bytes of the regular file ``path`` (never through a symlink), and whether there was more.
 
-    Raises ``OSError`` for a symlink, a FIFO, a device or a missing file:
-    files in the workspace are written by untrusted code, and one named
-    ``x.rs`` may be a link to ``/dev/zero`` or ``~/.ssh/id_rsa``.
+    Files in the workspace are written by untrusted code: see :func:`~flakebot_magic.fsutil.read_regular`
+    (an ``OSError`` for a symlink, a FIFO, a device or a missing file).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return data[:limit], len(data) > limit
+    return read_regular(path, limit)
 
 
 def read_text(path: Path, limit: int = MAX_FILE_READ) -> str:

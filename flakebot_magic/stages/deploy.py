@@ -31,7 +31,7 @@ from typing import Any
 
 from ..diagnostics import BINARY_NAME
 from ..errors import DeployError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, fsync_dir
 from ..git import Git
 
 __all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "write_entry"]
@@ -128,15 +128,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(directory))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(Path(directory))
 
 
 def _swap_in(staging: Path, final: Path) -> None:
@@ -189,7 +181,7 @@ def write_entry(
         atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
         _fsync_tree(staging)
         _swap_in(staging, final)
-        _fsync_dir(store_dir)
+        fsync_dir(store_dir)
     except OSError as exc:
         raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
     finally:
