@@ -270,10 +270,11 @@ class Pipeline:
         if crate:
             candidate = registry.get(crate)
             if run.model is None and not search_stage.tools_of(candidate):
+                what = "it has no binary target" if not candidate.has_bin else "its only binaries are test fixtures"
                 raise NeedsModelError(
-                    f"{candidate.id} has no binary target that is a tool (a library, or only test fixtures): "
-                    "nothing to deploy as published. Turning a library into a tool needs a language model "
-                    f"(the edit loop). Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
+                    f"{candidate.id} is a library: {what} to deploy. "
+                    "Turning a library into a tool needs a language model (the edit loop). "
+                    f"Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
                     candidates=[candidate],
                 )
             return Choice(candidate, "user", f"--crate {crate}")

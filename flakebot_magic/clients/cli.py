@@ -378,8 +378,8 @@ class CliTool(ToolClient):
             stderr = err.decode("utf-8", "replace")
             hint = self._not_a_file_hint(items)
             raise ToolError(
-                f"{self.name} exited with status {proc.returncode}: "
-                f"{strip_ansi(stderr).strip()[-1500:] or '(no error output)'}{hint}",
+                f"{hint}{self.name} exited with status {proc.returncode}: "
+                f"{strip_ansi(stderr).strip()[-1500:] or '(no error output)'}",
                 returncode=proc.returncode,
                 stderr=stderr,
             )
@@ -392,9 +392,9 @@ class CliTool(ToolClient):
             return ""
         shown = texts[0] if len(texts[0]) <= 40 else texts[0][:37] + "..."
         return (
-            f"\n{self.name} reads files, not text, and its help does not say it reads standard input: "
+            f"{self.name} reads files, not text, and its help does not say it reads standard input: "
             f"{shown!r} is not a file. Write the text to a file and pass its pathlib.Path, "
-            f"or send it with input='...' if the tool reads standard input after all."
+            f"or send it with input='...' if the tool reads standard input after all.\n"
         )
 
     # -- describing ------------------------------------------------------------

@@ -86,13 +86,14 @@ def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choi
         f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in fit.candidates[:8]
     )
     best = fit.candidates[0] if fit.candidates else None
+    what = "a library without a binary" if best is None or not search_stage.tools_of(best) else "no fit"
     raise NeedsModelError(
-        f"No crate fits {request!r} as published: {fit.reason}. "
-        + (f"The best match is {best.id}, a library. " if best is not None and not best.has_bin else "")
-        + "Turning a library into a tool needs a language model (the edit loop); "
+        (f"The best match for {request!r} is {best.id}, {what}. " if best is not None else "")
+        + f"No crate fits as published: {fit.reason}. "
+        "Turning a library into a tool needs a language model (the edit loop); "
         "without one flakebot only deploys a crate whose own binary does what was asked.\n"
-        f"Best candidates:\n{listing}\n"
-        f"Name a crate with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
+        f"Candidates found:\n{listing}\n"
+        f"Name one with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
         candidates=fit.candidates,
     )
 

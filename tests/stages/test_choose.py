@@ -98,7 +98,8 @@ def test_library_only_requests_stop_naming_the_right_crate(
     error = caught.value
     assert error.candidates[0].name == crate, [c.name for c in error.candidates]
     message = str(error)
-    assert f"The best match is {crate}@" in message and "as published" in message and "--model" in message
+    assert f"The best match for {request_text!r} is {crate}@" in message and "a library without a binary" in message
+    assert "No crate fits as published" in message and "--model" in message
     assert "stdio-fixture" not in message
 
 

@@ -1,0 +1,121 @@
+"""Issue 10 end to end, without a model: what the registry holds builds on today's compiler, and a tool's result is data.
+
+Real cargo builds: published crates from Debian's registry (hexyl, the
+markdown crate's file-only binary, pulldown-cmark), and small crates that
+deny warnings or cannot resolve their dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tinycrates import Recorder, crate, write_registry
+
+from flakebot_magic.config import DEBIAN_REGISTRY, Settings
+from flakebot_magic.errors import ToolError
+from flakebot_magic.events import Notice
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.provenance import provenance_of
+from flakebot_magic.stages import search as search_stage
+from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, EDIT_STATE
+
+pytestmark = pytest.mark.cargo
+debian = pytest.mark.skipif(not (DEBIAN_REGISTRY / "hexyl-0.8.0").is_dir(), reason="run `make install` first")
+
+#: a published crate written for an older compiler: it denies warnings, and today's rustc warns about it
+DENIES_WARNINGS = r"""#![deny(warnings)]
+#[cfg(feature = "no-such-feature-declared")]
+fn unused() {}
+fn main() {
+    let unused_variable = 1;
+    println!("still builds");
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    cache = os.environ.get("FLAKEBOT_CACHE_DIR")
+    return Settings(
+        cache_dir=Path(cache) if cache else tmp_path_factory.mktemp("cache"),
+        registry=str(DEBIAN_REGISTRY),
+        backend="cargo",
+    )
+
+
+def test_the_edit_state_name_is_the_edit_loops() -> None:
+    from flakebot_magic.edit.state import STATE_FILE
+
+    assert EDIT_STATE == STATE_FILE  # build.py cannot import it (edit imports build)
+    assert all(flag in BUILD_FLAGS for flag in CAP_LINTS)  # capped lints are in the store hash
+
+
+@debian
+def test_hexyl_gives_clean_text_and_takes_bytes_positionally(settings: Settings) -> None:
+    events = Recorder()
+    hexyl = Pipeline(settings, observers=[events]).run("show a hex dump of a binary file", name="hexyl")
+    assert hexyl.crate == "hexyl"
+    out = hexyl(input=b"flakebot")
+    assert "\x1b" not in out and "66 6c 61 6b 65 62 6f 74" in out
+    assert hexyl(b"flakebot") == out  # positional bytes are the input of a tool that reads stdin
+    assert "\x1b[" in hexyl(input=b"flakebot", raw=True, color="always")
+    choice = provenance_of(hexyl)["choice"]
+    assert choice.startswith("fitness: hexyl ships the binary hexyl"), choice
+
+
+@debian
+def test_pulldown_cmark_stays_the_readme_demo(settings: Settings) -> None:
+    md = Pipeline(settings).run("Render Markdown text to HTML.", name="md")
+    assert md.crate == "pulldown-cmark" and md("# Hi") == "<h1>Hi</h1>\n"
+
+
+@debian
+def test_a_file_only_markdown_tool_says_so_when_given_text(settings: Settings, tmp_path: Path) -> None:
+    # the markdown crate's binary reads the file named by its first argument and has no --help:
+    # nothing shows it reads one input file, so the text is not guessed into one; the error says what to do
+    markdown = Pipeline(settings).run("", crate="markdown", name="markdown_file")
+    assert not markdown.reads_stdin
+    with pytest.raises(ToolError) as caught:
+        markdown("# Hi\n\nsome *text*")
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("markdown_file reads files, not text") and "pathlib.Path" in first
+    page = tmp_path / "page.md"
+    page.write_text("# Hi\n\nsome *text*\n", encoding="utf-8")
+    out = markdown(page)
+    assert "\x1b" not in out and "<h1" in out and "<em>text</em>" in out
+
+
+def test_lints_never_fail_an_unedited_published_crate(tmp_path: Path) -> None:
+    registry = write_registry(
+        tmp_path / "registry",
+        [crate("oldlints", description="prints a line", files={"src/main.rs": DENIES_WARNINGS})],
+    )
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
+    tool = Pipeline(settings).run("", crate="oldlints")
+    assert tool() == "still builds\n"
+    assert list(CAP_LINTS) == [f for f in tool.provenance["flags"] if f in CAP_LINTS]
+
+
+def test_a_fork_that_cannot_resolve_moves_on_to_the_next_candidate(tmp_path: Path) -> None:
+    main = 'fn main() { println!("%s"); }\n'
+    unresolvable = crate(
+        "shoutlines",
+        description="shout lines of text in capitals",
+        manifest='[package]\nname = "shoutlines"\nversion = "0.1.0"\nedition = "2021"\n'
+        'description = "shout lines of text in capitals"\nlicense = "MIT"\nkeywords = ["shout", "capitals"]\n'
+        '[dependencies]\nno-such-dependency-xyz = "1"\n',
+        files={"src/main.rs": main % "never"},
+    )
+    fine = crate("shouttext", description="shout lines of text in capitals", files={"src/main.rs": main % "SHOUT"})
+    registry = write_registry(tmp_path / "registry", [unresolvable, fine])
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
+    events = Recorder()
+    found = search_stage.search(Pipeline(settings).registry, "shout lines of text in capitals", prefer_bin=True)
+    assert [c.name for c in found] == ["shoutlines", "shouttext"]  # the unresolvable one ranks first
+    tool = Pipeline(settings, observers=[events]).run("shout lines of text in capitals", name="shout")
+    assert tool.crate == "shouttext" and tool() == "SHOUT\n"
+    notes = [n.message for n in events.of(Notice) if "trying the next candidate" in n.message]
+    assert len(notes) == 1 and "shoutlines" in notes[0] and "no-such-dependency-xyz" in notes[0]
+    assert "could not be built as published" in provenance_of(tool)["choice"]
