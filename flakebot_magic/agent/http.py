@@ -43,7 +43,6 @@ ENDPOINT = "/mcp"
 MAX_BODY = 4 * 1024 * 1024
 #: seconds between keep-alive comments on an idle event stream
 KEEPALIVE = 15.0
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 class _Session:
@@ -117,9 +116,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _plain(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
         body = text.encode()
+        if status >= 400:
+            self.close_connection = True  # the refused request's body is left unread: this connection is done
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
+        if status >= 400:
+            self.send_header("Connection", "close")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()

@@ -180,7 +180,7 @@ def _progress(
             pass
         else:
             widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: diff_of(settings, tool))
-            handle = display(widget.mimebundle(), raw=True, display_id=True)
+            handle = display(widget.mimebundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
 
             def refresh() -> None:
                 handle.update(widget.mimebundle(), raw=True)

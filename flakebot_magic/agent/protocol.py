@@ -132,7 +132,8 @@ class ServerSession:
             out(_error(None, INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 object"))
             return None
         method = message.get("method")
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        given = message.get("params")
+        params: dict[str, Any] = given if isinstance(given, dict) else {}
         if "id" not in message:
             if method == "notifications/cancelled":
                 self._cancel(params)
@@ -191,7 +192,8 @@ class ServerSession:
                 out(_response(ident, _tool_result(f"error: {exc}", error=True)))
                 return None
             if name == "build_tool":
-                meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+                found = params.get("_meta")
+                meta: dict[str, Any] = found if isinstance(found, dict) else {}
                 thread = threading.Thread(
                     target=self._build,
                     args=(ident, arguments, meta.get("progressToken"), out),
