@@ -209,11 +209,17 @@ def _object_problem(
 ) -> tuple[type[Exception], str] | None:
     properties: Mapping[str, Any] = schema.get("properties") or {}
     missing = [k for k in schema.get("required", []) if k not in value]
+    top = where == "arguments"
     if missing:
+        if top:  # Python's own words for a call
+            return TypeError, f"missing a required argument: {', '.join(map(repr, missing))}"
         return TypeError, f"{where} is missing {', '.join(map(repr, missing))}"
     if schema.get("additionalProperties") is False:
         extra = [k for k in value if k not in properties]
         if extra:
+            if top:
+                known = ", ".join(map(repr, properties)) or "none"
+                return TypeError, f"got an unexpected argument {', '.join(map(repr, extra))} (it takes {known})"
             return TypeError, f"{where} has unexpected {', '.join(map(repr, extra))}"
     for key, item in value.items():
         if key in properties:

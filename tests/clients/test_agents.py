@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from typing import Any
 
 import pytest
 
-from flakebot_magic.clients.agents import ToolFunction, parse_tool_call, strict_problems, strict_schema
+from flakebot_magic.clients.agents import ToolFunction, agent_name, parse_tool_call, strict_problems, strict_schema
 from flakebot_magic.clients.base import ToolClient
-from flakebot_magic.clients.schema import check_arguments, make_function, python_name
+from flakebot_magic.clients.schema import (
+    check_arguments,
+    docstring_of,
+    make_function,
+    prepare_arguments,
+    python_name,
+    sentence,
+)
 
 SCHEMA = {
     "type": "object",
@@ -170,3 +178,71 @@ def test_parse_tool_call_reads_openai_objects() -> None:
     call = ChatCompletionMessageToolCall(id="c1", type="function", function={"name": "f", "arguments": "{}"})
     assert parse_tool_call(call) == ("c1", "f", "{}")
     assert openai is not None
+
+
+def test_prepare_arguments_is_the_one_rule_for_what_goes_out() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "x": {"type": "number"},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "ns": {"type": "array", "items": {"type": "integer"}},
+            "point": {"type": "object", "properties": {"i": {"type": "integer"}}},
+            "maybe": {"type": ["string", "null"]},
+        },
+        "required": ["n", "maybe"],
+    }
+    out = prepare_arguments(
+        {"n": 2.0, "x": 2.0, "either": 3.0, "ns": [1.0, 2], "point": {"i": 4.0}, "maybe": None}, schema, "f"
+    )
+    assert out == {"n": 2, "x": 2.0, "either": 3, "ns": [1, 2], "point": {"i": 4}, "maybe": None}
+    assert [type(out[k]) for k in ("n", "x", "either")] == [int, float, int] and type(out["ns"][0]) is int
+    assert prepare_arguments({"n": 1, "maybe": "m", "x": None, "point": None}, schema) == {"n": 1, "maybe": "m"}
+    with pytest.raises(TypeError, match=r"f\(\): argument 'n' must be int, not float 2.5"):
+        prepare_arguments({"n": 2.5, "maybe": None}, schema, "f")
+    with pytest.raises(TypeError, match="'n' must be int, not NoneType None"):
+        prepare_arguments({"n": None, "maybe": None}, schema, "f")  # null for a required argument is a value
+    for bad, where in (
+        ({"x": math.nan}, "'x'"),
+        ({"ns": [1, math.inf]}, r"'ns'\[1\]"),
+        ({"point": {"i": -math.inf}}, r"'point'\['i'\]"),
+    ):
+        with pytest.raises(ValueError, match=rf"f\(\): argument {where} is NaN or infinite, which JSON cannot carry"):
+            prepare_arguments({"n": 1, "maybe": None, **bad}, schema, "f")
+    open_schema = {"type": "object", "properties": {"free": {"type": "object"}}}
+    with pytest.raises(ValueError, match=r"argument 'free'\['deep'\] is NaN"):
+        prepare_arguments({"free": {"deep": math.nan}}, open_schema)
+
+
+def test_names_are_kept_where_valid() -> None:
+    def fn(name: str, remote: str = "") -> ToolFunction:
+        return ToolFunction(name, "", {"type": "object"}, lambda: None, remote_name=remote)
+
+    assert agent_name("calc", fn("pid_", "pid")) == "calc_pid"  # the Python attribute's `_` is not the tool's name
+    assert agent_name("calc", fn("get_x", "get.x")) == "calc_get_x"  # a dot is not valid for OpenAI
+    assert agent_name("svc", fn("greet", "GET /greet")) == "svc_greet"  # an HTTP route is no name
+    assert agent_name("md", fn("md"), alone=True) == "md" and agent_name("md", fn("md")) == "md_md"
+    assert fn("pid_", "pid").public_name == "pid" and fn("a_b", "a b").public_name == "a_b"
+    assert len(agent_name("t", fn("x" * 80, "x" * 80))) == 64
+
+
+def test_enforced_schema_says_extra_keys_are_refused() -> None:
+    closed = ToolFunction("f", "", {"type": "object", "properties": {}}, lambda: None)
+    assert closed.enforced_schema["additionalProperties"] is False
+    assert (
+        "additionalProperties"
+        not in ToolFunction("f", "", {"type": "object"}, lambda: None, open_arguments=True).enforced_schema
+    )
+    echo = _echo()
+    extra = echo.call({"id": "c", "function": {"name": "echo", "arguments": '{"text": "a", "volume": 11}'}})
+    assert extra["content"] == (
+        "error: TypeError: echo(): got an unexpected argument 'volume' (it takes 'text', 'loud', 'extra')"
+    )
+
+
+def test_summaries_end_in_a_full_stop() -> None:
+    assert sentence("A command-line hex viewer") == "A command-line hex viewer."
+    assert sentence("Done!") == "Done!" and sentence("Options:") == "Options:" and sentence("") == ""
+    doc = docstring_of("A hex viewer\n\nGET /x on the service", [], "str", "ToolError")
+    assert doc.startswith("A hex viewer.\n\nGET /x on the service.\n")
