@@ -62,7 +62,7 @@ def test_hexyl_gives_clean_text_and_takes_bytes_positionally(settings: Settings)
     assert hexyl(b"flakebot") == out  # positional bytes are the input of a tool that reads stdin
     assert "\x1b[" in hexyl(input=b"flakebot", raw=True, color="always")
     choice = provenance_of(hexyl)["choice"]
-    assert choice.startswith("fitness: hexyl ships the binary hexyl"), choice
+    assert choice.startswith("hexyl (chosen by fitness): hexyl ships the binary hexyl"), choice
 
 
 @debian

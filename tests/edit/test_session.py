@@ -435,9 +435,13 @@ def test_done_when_the_command_builds_a_sha256_tool_after_the_loop_fixed_a_compi
     assert Path(binary).name == "sha256" and sha_tool.tool["crate"] == "sha2"
     for data in (b"", b"hello\n", os.urandom(100_000)):
         assert subprocess.run([binary], input=data, capture_output=True, check=True).stdout.decode() == _sha256sum(data)
-    # the first attempt did not compile; the compiler's diagnostics reached the model in the second request
-    assert len(sha_tool.requests) == 2
-    second = sha_tool.requests[1]["messages"]
+    # the model chose the crate among the candidates first, and the choice is the tool's provenance
+    choice = sha_tool.requests[0]
+    assert choice["tool_choice"]["function"]["name"] == "choose_crate" and "sha2" in str(choice["messages"])
+    assert sha_tool.tool["provenance"]["choice"].startswith("sha2 (chosen by model): sha2 implements SHA-256")
+    # the first attempt did not compile; the compiler's diagnostics reached the model in the next request
+    assert len(sha_tool.requests) == 3
+    second = sha_tool.requests[2]["messages"]
     report = second[-1]["content"]
     assert second[-1]["role"] == "tool"
     assert report.startswith("Check run 1: build FAILED: 1 error(s)")

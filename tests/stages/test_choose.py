@@ -243,7 +243,7 @@ def test_the_choice_is_in_the_provenance() -> None:
         name, crate, version = "wrap", "textwrap", "0.16.0"
         provenance = {"choice": choice.to_json()}
 
-    assert provenance_of(Tool())["choice"] == "model: it wraps text"
+    assert provenance_of(Tool())["choice"] == "textwrap (chosen by model): it wraps text"
 
 
 class _NoSources:
