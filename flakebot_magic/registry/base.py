@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CrateCandidate", "FetchedSource", "Registry"]
+__all__ = ["CrateCandidate", "FetchedSource", "Registry", "ResolvesLocally"]
 
 
 @dataclass(frozen=True)
@@ -89,4 +89,15 @@ class Registry(Protocol):
     def cargo_config(self) -> str:
         """TOML for ``.cargo/config.toml`` that makes cargo resolve from this registry
         (empty when cargo's default, crates.io, is right)."""
+        ...
+
+
+@runtime_checkable
+class ResolvesLocally(Protocol):
+    """A registry that can say, without cargo, whether it holds a version matching a requirement (a directory source)."""
+
+    id: str
+
+    def can_satisfy(self, name: str, requirement: str) -> bool:
+        """Whether some version of ``name`` in this registry matches ``requirement`` (cargo's rules)."""
         ...

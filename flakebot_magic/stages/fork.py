@@ -33,7 +33,7 @@ from ..events import EventBus
 from ..fsutil import atomic_write
 from ..git import Git
 from ..process import ProcessRunner
-from ..registry.base import CrateCandidate, Registry
+from ..registry.base import CrateCandidate, Registry, ResolvesLocally
 
 __all__ = ["DroppedDependency", "Workspace", "fork"]
 
@@ -163,7 +163,7 @@ def fork(
         checksum_kind=fetched.checksum_kind,
         published_commit=published,
     )
-    if registry.offline:
+    if registry.offline and isinstance(registry, ResolvesLocally):
         _make_satisfiable(workspace, registry, git, bus)
     _settle_lockfile(workspace, registry, git, bus, cargo, timeout)
     workspace.save()
@@ -186,7 +186,7 @@ def _requirement(spec: Any) -> tuple[str, str, bool]:
     return "", "*", False
 
 
-def _make_satisfiable(workspace: Workspace, registry: Registry, git: Git, bus: EventBus) -> None:
+def _make_satisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git, bus: EventBus) -> None:
     manifest_path = workspace.path / "Cargo.toml"
     doc = tomlkit.parse(manifest_path.read_text(encoding="utf-8"))
     can_satisfy = registry.can_satisfy
