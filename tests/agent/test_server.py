@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import select
+import queue
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import FLAKEBOT
+from polling import wait_for
 from tinycrates import processes_in
 
 import flakebot_magic
@@ -18,7 +20,13 @@ from flakebot_magic.inventory import Inventory
 
 
 class Client:
-    """A JSON-RPC client of one ``flakebot mcp`` process; keeps every notification it reads."""
+    """A JSON-RPC client of one ``flakebot mcp`` process; keeps every notification it reads.
+
+    A thread reads the server's stdout line by line into a queue. (Waiting with
+    ``select`` on the pipe and then ``readline`` loses messages: when two
+    arrive together, as ``list_changed`` and a build's answer do, the second
+    sits in the reader's buffer while ``select`` waits on the empty pipe.)
+    """
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
@@ -26,6 +34,15 @@ class Client:
         )
         self.notes: list[dict[str, Any]] = []
         self.ident = 0
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.reader = threading.Thread(target=self._read_all, daemon=True)
+        self.reader.start()
+
+    def _read_all(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, b""):
+            self.lines.put(line)
+        self.lines.put(b"")  # end of output
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -33,24 +50,27 @@ class Client:
         self.proc.stdin.flush()
 
     def read(self, timeout: float = 120.0) -> dict[str, Any] | None:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
+        """The next message within ``timeout`` seconds (None: none came, or the server exited)."""
+        try:
+            line = self.lines.get(timeout=max(0.0, timeout))
+        except queue.Empty:
             return None
-        line = self.proc.stdout.readline()
-        return json.loads(line) if line else None
+        if not line:
+            self.lines.put(b"")  # every later read sees the end too
+            return None
+        message: dict[str, Any] = json.loads(line)
+        return message
 
     def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 120.0) -> dict[str, Any]:
         self.ident += 1
         self.send({"id": self.ident, "method": method, **({"params": params} if params is not None else {})})
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             message = self.read(deadline - time.monotonic())
-            assert message is not None, f"no answer to {method}"
+            assert message is not None, f"no answer to {method} within {timeout} s (or the server exited)"
             if message.get("id") == self.ident:
                 return message
             self.notes.append(message)
-        raise AssertionError(f"no answer to {method} within {timeout} s")
 
     def initialize(self, name: str = "raw-client") -> dict[str, Any]:
         answer = self.request(
@@ -72,6 +92,7 @@ class Client:
         try:
             return self.proc.wait(60)
         finally:
+            self.reader.join(10)
             self.proc.stdout.close()
 
 
@@ -105,6 +126,11 @@ def test_the_handshake_and_bad_requests(client: Any) -> None:
     assert mcp.call("tool_info", {"name": "ghost"})["result"]["isError"] is True
     mcp.send({"id": 99, "method": "tools/list", "params": []})  # params that are no object: treated as none
     assert mcp.read(10)["id"] == 99  # type: ignore[index]
+    # a batch: two answers written back to back, both read
+    assert mcp.proc.stdin is not None
+    mcp.proc.stdin.write(b'[{"jsonrpc":"2.0","id":100,"method":"ping"},{"jsonrpc":"2.0","id":101,"method":"ping"}]\n')
+    mcp.proc.stdin.flush()
+    assert [mcp.read(10), mcp.read(10)] == [{"jsonrpc": "2.0", "id": i, "result": {}} for i in (100, 101)]
     assert mcp.close() == 0
 
 
@@ -120,24 +146,15 @@ def test_cancelled_stops_the_build_like_cancel(client: Any, agent_cache: Path) -
         }
     )
     workspace = agent_cache / "workspaces" / "slow"
-    deadline = time.monotonic() + 120
-    while not (workspace / "build-script-started").exists():
-        assert time.monotonic() < deadline, "the build script never started"
-        time.sleep(0.1)
+    wait_for((workspace / "build-script-started").exists, 120, "the build script to start")
     mcp.send({"method": "notifications/cancelled", "params": {"requestId": 7, "reason": "user pressed stop"}})
-    deadline = time.monotonic() + 30
-    while processes_in(workspace, settle=0.2):
-        assert time.monotonic() < deadline, "cargo still runs after the cancel"
-        time.sleep(0.2)
+    wait_for(lambda: not processes_in(workspace, settle=0.2), 30, "cargo to stop after the cancel")
     # no response for a cancelled request; the session goes on
     assert mcp.request("ping")["result"] == {}
     assert all(m.get("id") != 7 for m in mcp.notes)
     assert workspace.is_dir() and Inventory(agent_cache / "tools").get("slow") is None
     log = agent_cache / "logs" / "slow.log"  # written once the pipeline has stopped
-    deadline = time.monotonic() + 30
-    while not log.exists():
-        assert time.monotonic() < deadline, "the cancelled run left no log"
-        time.sleep(0.1)
+    wait_for(log.exists, 30, "the cancelled run's log")
     assert "raw-client: user pressed stop" in log.read_text()
 
 
@@ -153,6 +170,8 @@ def test_agent_limits_refuse_builds(client: Any, agent_cache: Path) -> None:
     capped.initialize()
     first = capped.call("build_tool", {"request": "echo", "crate": "tinyecho", "name": "one"})["result"]
     assert first["isError"] is False, first
+    # list_changed came right before the answer (often in the same read from the pipe): both were read
+    assert {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"} in capped.notes
     second = capped.call("build_tool", {"request": "echo", "crate": "tinyecho", "name": "two"})["result"]
     assert second["isError"] and "agent_max_builds" in second["content"][0]["text"]
     assert Inventory(agent_cache / "tools").get("two") is None
