@@ -5,9 +5,11 @@ removing the root (never the store path itself) lets ``nix-collect-garbage``
 reclaim a tool flakebot no longer uses.
 
 A build that is still running (its tool lock is held, see
-:mod:`flakebot_magic.locks`) keeps everything it may be using: its workspace
-and what was moved aside from it, its staging entry and pending GC roots, and
-any store entry or recipe made since it started. Each is reported as kept.
+:mod:`flakebot_magic.locks`) keeps everything it may be using: its workspace,
+the one it builds beside it (``workspaces/.next/``) and what was moved
+aside, its staging entry and pending GC roots, and any store entry or
+recipe made since it started. Each is reported as kept. What a build that
+failed or was killed left under ``.next/`` is removed.
 
 ``clean(everything=True)`` removes the tool registry too, and with it the
 process groups it records: tools with a running process are stopped first.
@@ -26,6 +28,7 @@ from .config import Settings
 from .inventory import Inventory
 from .locks import LockHolder, held_locks
 from .stages.deploy import staging_owner
+from .stages.fork import NEXT_DIR, OLD_DIR
 from .tools import stop_all
 
 __all__ = ["CleanReport", "clean"]
@@ -84,7 +87,8 @@ class _Running:
             return ""
         name = path.name
         for tool, holder in self.holders.items():
-            # workspaces/NAME, workspaces/.old/NAME-<time>, gcroots/NAME, gcroots/.pending/NAME-<pid>-<n>
+            # workspaces/NAME, workspaces/.old/NAME-<time>, workspaces/.next/NAME-<pid>-<ns>,
+            # gcroots/NAME, gcroots/.pending/NAME-<pid>-<n>
             if name == tool or name.startswith(f"{tool}-"):
                 return f"the build of {tool!r} is still running ({holder.describe()})"
         pid = staging_owner(path)
@@ -152,7 +156,7 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             return
         if directory.is_dir():
             for entry in sorted(directory.iterdir()):
-                if entry.name in (".old", ".pending") and entry.is_dir() and not entry.is_symlink():
+                if entry.name in (OLD_DIR, NEXT_DIR, ".pending") and entry.is_dir() and not entry.is_symlink():
                     remove_all_in(entry)
                 else:
                     remove(entry)
@@ -189,14 +193,15 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             if entry not in live_store:
                 remove(entry)
     if settings.workspaces_dir.is_dir():
-        old = settings.workspaces_dir / ".old"
-        if old.is_dir() and not old.is_symlink():
-            for entry in sorted(old.iterdir()):
-                remove(entry)
-            if not any(old.iterdir()):
-                old.rmdir()
-        else:
-            remove(old)
+        # workspaces replaced (.old) and builds beside a tool's workspace (.next): a running one's are kept
+        for aside in (settings.workspaces_dir / OLD_DIR, settings.workspaces_dir / NEXT_DIR):
+            if aside.is_dir() and not aside.is_symlink():
+                for entry in sorted(aside.iterdir()):
+                    remove(entry)
+                if not any(aside.iterdir()):
+                    aside.rmdir()
+            else:
+                remove(aside)
         for entry in sorted(settings.workspaces_dir.iterdir()):
             if entry.name.startswith("."):
                 continue

@@ -56,7 +56,7 @@ from .stages.accept import Example, run_examples, split_request
 from .stages.build import BUILD_FLAGS
 from .stages.choose import Choice, choose_by_model, choose_without_model
 from .stages.deploy import StorePath
-from .stages.fork import FORK_FORMAT, Workspace, fork
+from .stages.fork import FORK_FORMAT, Workspace, fork, swap_workspace
 
 __all__ = ["Pipeline", "tool_name"]
 
@@ -218,6 +218,8 @@ class Pipeline:
                 bus=self.bus,
                 cargo=cargo,
                 fresh=settings.rebuild or self._fork_afresh(run),
+                # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
+                copy=run.follow_up,
             )
             stage.detail = str(workspace.path)
         cargo = self._edit(run, self._confined(run, cargo))
@@ -248,11 +250,15 @@ class Pipeline:
             contract = {} if built.cached is not None else _contract(workspace.path, list(built.binaries))
             run.store = store = backend.deploy(run, built, contract)
         except FlakebotError as exc:
+            self._unchanged(run)
             exc.keep_workspace(workspace.path)
             raise
         except KeyboardInterrupt:
+            self._unchanged(run)
             self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
             raise
+        # deployed: the workspace built beside the tool's takes its place (one rename)
+        workspace = run.workspace = swap_workspace(workspace, self.bus)
         atomic_write(
             recipe,
             json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend.name}),
@@ -262,6 +268,17 @@ class Pipeline:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)
         return self._client(run, store, choice)
+
+    def _unchanged(self, run: RunState) -> None:
+        """Say that a failed build left the tool it would have replaced as it was."""
+        workspace = run.workspace
+        if workspace is not None and workspace.replaces is not None:
+            self.bus.notice(
+                "deploy",
+                f"{run.name!r} is unchanged: its workspace {workspace.replaces}, record and log are as before "
+                f"(this attempt is kept at {workspace.path})",
+                "warning",
+            )
 
     def _choose(self, run: RunState, request: str) -> Choice:
         registry, crate = self.registry, run.request.crate
@@ -408,9 +425,11 @@ class Pipeline:
                     f"{outcome.tokens:,} tokens; {outcome.contract}: {outcome.summary[:200]}"
                 )
         except FlakebotError as exc:
+            self._unchanged(run)
             exc.keep_workspace(workspace.path)
             raise
         except KeyboardInterrupt:
+            self._unchanged(run)
             self.bus.notice("edit", f"interrupted; the workspace is kept at {workspace.path}", "warning")
             raise
         finally:

@@ -31,7 +31,7 @@ from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
-from .runlog import log_path
+from .runlog import failed_log_path, log_path
 from .stages.search import open_registry, search, why
 
 __all__ = [
@@ -223,6 +223,16 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             commit="",
         )
     parts = []
+    failed = failed_log_path(settings, name)
+    try:
+        failed_at = failed.stat().st_mtime if record.created else 0.0
+    except OSError:
+        failed_at = 0.0
+    if failed_at >= record.created > 0:
+        parts.append(
+            f"== a later build of {name} failed or was cancelled ({_when(failed_at)}); {name} is still the tool "
+            f"built before, whose log follows. The failed attempt's log: {failed}"
+        )
     path = Path(record.log_path) if record.log_path else log_path(settings, name)
     try:
         text = path.read_text()

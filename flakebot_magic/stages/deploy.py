@@ -34,7 +34,7 @@ from ..errors import DeployError
 from ..fsutil import atomic_write, fsync_dir
 from ..git import Git
 
-__all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "write_entry"]
+__all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "swap_in", "write_entry"]
 
 STORE_FORMAT = 1
 #: tracked files that do not change what cargo builds
@@ -131,8 +131,11 @@ def _fsync_tree(root: Path) -> None:
         fsync_dir(Path(directory))
 
 
-def _swap_in(staging: Path, final: Path) -> None:
-    """Make ``staging`` the entry ``final`` in one step; the old entry (if any) ends up at ``staging``."""
+def swap_in(staging: Path, final: Path) -> None:
+    """Make ``staging`` the entry ``final`` in one step; the old entry (if any) ends up at ``staging``.
+
+    Store entries and workspaces (:func:`~flakebot_magic.stages.fork.swap_workspace`) are swapped this way.
+    """
     try:
         _renameat2(staging, final, _RENAME_NOREPLACE)
         return
@@ -180,7 +183,7 @@ def write_entry(
         data = {**manifest, "hash": key, "format": STORE_FORMAT}
         atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
         _fsync_tree(staging)
-        _swap_in(staging, final)
+        swap_in(staging, final)
         fsync_dir(store_dir)
     except OSError as exc:
         raise DeployError(f"Could not write the store entry {final}: {exc}") from exc

@@ -12,16 +12,31 @@ Every offline fix-up is its own commit with a message that says why, and
 test targets that lost their dev-dependencies are reported as skipped, one
 target at a time: auto-discovery stays on, so a test the model adds under
 ``tests/`` is built and counted.
+
+Where workspaces live::
+
+    workspaces/NAME                    the tool's workspace (its record's commit is its HEAD)
+    workspaces/.next/NAME-<pid>-<ns>   a build that replaces it (a re-fork, or a copy for --continue)
+    workspaces/.old/NAME-<time>-<ns>   a workspace a re-fork replaced
+
+A build never changes ``workspaces/NAME`` of a tool it replaces: it forks
+(``--rebuild``, another crate) or copies (``--continue``) into ``.next/``,
+and :func:`swap_workspace` puts the result in place in one step
+(``renameat2(RENAME_EXCHANGE)``) only once it is deployed. A failed,
+cancelled or killed build leaves the tool's workspace as it was; its own
+tree stays under ``.next/`` (the error says where) until ``clean``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +49,14 @@ from ..fsutil import atomic_write
 from ..git import Git
 from ..process import ProcessRunner
 from ..registry.base import CrateCandidate, Registry, ResolvesLocally
+from .deploy import swap_in
 
-__all__ = ["DroppedDependency", "Workspace", "fork"]
+__all__ = ["NEXT_DIR", "OLD_DIR", "DroppedDependency", "Workspace", "fork", "next_owner", "swap_workspace"]
 
 STATE_FILE = "flakebot.json"
 FORK_FORMAT = 1  # bump when fix-ups change, so old workspaces are re-forked
+#: under the workspaces dir: builds that replace a tool's workspace, and workspaces they replaced
+NEXT_DIR, OLD_DIR = ".next", ".old"
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,8 @@ class Workspace:
     skipped_targets: list[str] = field(default_factory=list)
     lock_action: str = "kept"
     reused: bool = False
+    #: the workspace this one replaces once its build is deployed (:func:`swap_workspace`); None: it is in place
+    replaces: Path | None = None
 
     @property
     def git_dir(self) -> Path:
@@ -76,6 +96,7 @@ class Workspace:
         data["crate"] = self.crate.to_json()
         data["format"] = FORK_FORMAT
         data.pop("reused")
+        data.pop("replaces")
         # sandboxed code may have planted a symlink here; atomic_write replaces it, never follows it
         atomic_write(self.git_dir / STATE_FILE, json.dumps(data, indent=2), root=self.path)
 
@@ -113,11 +134,19 @@ def fork(
     bus: EventBus,
     cargo: Cargo,
     fresh: bool = False,
+    copy: bool = False,
     timeout: float = 600.0,
 ) -> Workspace:
-    """Fork ``candidate`` into ``workspaces_dir/name`` (reusing it when it is the same crate)."""
+    """Fork ``candidate`` for the tool ``name`` (reusing ``workspaces_dir/name`` when it is the same crate).
+
+    When ``workspaces_dir/name`` exists and is not reused as it is (``fresh``,
+    another crate, or ``copy``: a ``--continue`` edits a copy of it), the
+    returned workspace is under ``.next/`` and :attr:`Workspace.replaces`
+    names the one it replaces once :func:`swap_workspace` puts it in place.
+    """
     path = workspaces_dir / name
-    if path.exists():
+    replaces: Path | None = None
+    if path.exists() or path.is_symlink():
         existing = Workspace.load(path)
         if (
             not fresh
@@ -125,8 +154,15 @@ def fork(
             and existing.crate.id == candidate.id
             and existing.crate.registry == candidate.registry
         ):
-            bus.notice("fork", f"reusing the workspace {path}")
-            git = Git(path, runner)
+            if copy:
+                existing = _copy_beside(existing, _next_path(workspaces_dir, name))
+                bus.notice(
+                    "fork",
+                    f"working on a copy of {path} at {existing.path}; {path} stays as it is until the build succeeds",
+                )
+            else:
+                bus.notice("fork", f"reusing the workspace {path}")
+            git = Git(existing.path, runner)
             # edits made by hand (say, a fix after a failed build) become history, so the
             # deployed tool's commit really contains what was built
             if git.is_dirty() and git.commit(
@@ -134,12 +170,9 @@ def fork(
             ):
                 bus.notice("fork", "committed local edits found in the workspace", "warning")
             return existing
-        aside = workspaces_dir / ".old" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
-        aside.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), str(aside))
-        bus.notice("fork", f"the previous workspace for {name!r} was moved to {aside}")
+        replaces, path = path, _next_path(workspaces_dir, name)
+        bus.notice("fork", f"forking into {path}; {replaces} stays as it is until the build succeeds")
     path.mkdir(parents=True)
-
     fetched = registry.fetch(candidate, path)
     for note in fetched.notes:
         bus.notice("fork", note)
@@ -162,12 +195,85 @@ def fork(
         checksum=fetched.checksum,
         checksum_kind=fetched.checksum_kind,
         published_commit=published,
+        replaces=replaces,
     )
     if registry.offline and isinstance(registry, ResolvesLocally):
         _make_satisfiable(workspace, registry, git, bus)
     _settle_lockfile(workspace, registry, git, bus, cargo, timeout)
     workspace.save()
     return workspace
+
+
+# -- building beside a tool's workspace ---------------------------------------
+
+
+def _next_path(workspaces_dir: Path, name: str) -> Path:
+    """A new place under ``.next/`` for a build replacing ``name``'s workspace (its pid in the name, for clean)."""
+    parent = workspaces_dir / NEXT_DIR
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent / f"{name}-{os.getpid()}-{time.time_ns()}"
+
+
+def next_owner(path: Path) -> int | None:
+    """The pid of the run building in ``.next/NAME-<pid>-<ns>`` (None: not such a name)."""
+    parts = path.name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _copy_regular(source: str, target: str) -> str:
+    """Copy a regular file; skip anything else (a FIFO planted by crate code would block a read)."""
+    if stat.S_ISREG(os.lstat(source).st_mode):
+        shutil.copy2(source, target, follow_symlinks=False)
+    return target
+
+
+def _copy_beside(workspace: Workspace, path: Path) -> Workspace:
+    """A copy of ``workspace`` (its history and working tree, not its build outputs) at ``path``."""
+    root = str(workspace.path)
+
+    def outputs(directory: str, names: list[str]) -> list[str]:
+        return ["target"] if directory == root else []
+
+    try:
+        shutil.copytree(workspace.path, path, symlinks=True, ignore=outputs, copy_function=_copy_regular)
+    except (OSError, shutil.Error) as exc:
+        raise ForkError(
+            f"Could not copy the workspace {workspace.path} to build beside it: {exc}", workspace=path
+        ) from exc
+    return replace(workspace, path=path, reused=True, replaces=workspace.path)
+
+
+def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
+    """Put a workspace built beside the tool's (:attr:`Workspace.replaces`) in its place, in one step.
+
+    Called once the build is deployed. The replaced workspace goes to
+    ``.old/`` (a re-fork) or away (a ``--continue`` copy: its whole history
+    is in the new one). Returns the workspace at its final path.
+    """
+    final = workspace.replaces
+    if final is None:
+        return workspace
+    if final.exists() or final.is_symlink():
+        swap_in(workspace.path, final)  # the replaced workspace is now at workspace.path
+        if workspace.reused:
+            shutil.rmtree(workspace.path, ignore_errors=True)
+        else:
+            aside = _aside_path(final.parent, final.name)
+            os.rename(workspace.path, aside)
+            bus.notice("fork", f"the previous workspace for {final.name!r} was moved to {aside}")
+    else:
+        os.rename(workspace.path, final)
+    done = replace(workspace, path=final, replaces=None)
+    done.save()
+    return done
+
+
+def _aside_path(workspaces_dir: Path, name: str) -> Path:
+    parent = workspaces_dir / OLD_DIR
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
 
 
 # -- dependencies the registry cannot satisfy -------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from flakebot_magic.errors import ForkError
 from flakebot_magic.events import EventBus, Notice
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
-from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork
+from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork, next_owner, swap_workspace
 
 MakeRegistry = Callable[..., DirectoryRegistry]
 
@@ -31,6 +32,7 @@ def _fork(
     *,
     bus: EventBus | None = None,
     fresh: bool = False,
+    copy: bool = False,
 ) -> Workspace:
     runner = ProcessRunner()
     return fork(
@@ -42,6 +44,7 @@ def _fork(
         bus=bus or EventBus(),
         cargo=Cargo(registry, runner),
         fresh=fresh,
+        copy=copy,
     )
 
 
@@ -321,7 +324,7 @@ def test_re_forking_the_same_crate_reuses_the_workspace(
     assert not (tmp_path / "workspaces" / ".old").exists()
 
 
-def test_a_different_crate_under_the_same_name_moves_the_old_workspace_aside(
+def test_a_different_crate_under_the_same_name_is_forked_beside_and_swapped_in(
     make_registry: MakeRegistry, tmp_path: Path, recorder: Recorder
 ) -> None:
     registry = make_registry("tinyecho", "brokenbin")
@@ -330,14 +333,24 @@ def test_a_different_crate_under_the_same_name_moves_the_old_workspace_aside(
     old_head = git(old.path, "rev-parse", "HEAD")
 
     new = _fork(registry, tmp_path, "brokenbin", "tool", bus=recorder.bus)
-    assert new.path == old.path and new.crate.name == "brokenbin"
-    assert "Published source of brokenbin" in git(new.path, "log", "--format=%s", "published")
+    # forked beside: the tool's workspace is untouched until the new build is deployed
+    assert new.path.parent == tmp_path / "workspaces" / ".next" and new.path.name.startswith("tool-")
+    assert next_owner(new.path) == os.getpid()
+    assert new.replaces == old.path and new.crate.name == "brokenbin"
+    assert git(old.path, "rev-parse", "HEAD") == old_head
+    assert (old.path / "notes.txt").read_text() == "uncommitted edits\n"
+    assert f"forking into {new.path}; {old.path} stays as it is until the build succeeds" in _notices(recorder)
 
+    done = swap_workspace(new, recorder.bus)
+    assert done.path == old.path and done.replaces is None
+    assert "Published source of brokenbin" in git(done.path, "log", "--format=%s", "published")
+    assert not any((tmp_path / "workspaces" / ".next").iterdir())
     [aside] = (tmp_path / "workspaces" / ".old").iterdir()
     assert aside.name.startswith("tool-")
     assert (aside / "notes.txt").read_text() == "uncommitted edits\n"
     assert git(aside, "rev-parse", "HEAD") == old_head
     assert f"the previous workspace for 'tool' was moved to {aside}" in _notices(recorder)
+    assert Workspace.load(done.path) is not None and Workspace.load(done.path).crate.name == "brokenbin"  # type: ignore[union-attr]
 
 
 def test_fresh_forks_again_and_keeps_the_old_one(make_registry: MakeRegistry, tmp_path: Path) -> None:
@@ -345,10 +358,41 @@ def test_fresh_forks_again_and_keeps_the_old_one(make_registry: MakeRegistry, tm
     first = _fork(registry, tmp_path, "tinyecho")
     (first.path / "notes.txt").write_text("kept aside\n")
     again = _fork(registry, tmp_path, "tinyecho", fresh=True)
-    assert not again.reused
+    assert not again.reused and again.replaces == first.path
     assert not (again.path / "notes.txt").exists()
+    assert (first.path / "notes.txt").read_text() == "kept aside\n"  # until the swap
+    done = swap_workspace(again, EventBus())
+    assert not (done.path / "notes.txt").exists()
     [aside] = (tmp_path / "workspaces" / ".old").iterdir()
     assert (aside / "notes.txt").read_text() == "kept aside\n"
+
+
+def test_a_copy_for_continue_leaves_the_workspace_as_it_is(
+    make_registry: MakeRegistry, tmp_path: Path, recorder: Recorder
+) -> None:
+    registry = make_registry("tinyecho")
+    first = _fork(registry, tmp_path, "tinyecho")
+    head = git(first.path, "rev-parse", "HEAD")
+    (first.path / "notes.txt").write_text("a hand edit\n")
+    (first.path / "target" / "release").mkdir(parents=True)
+    (first.path / "target" / "release" / "big").write_bytes(b"x" * 1000)
+    os.mkfifo(first.path / "planted-fifo")  # crate code may leave one; reading it would block the copy
+
+    copy = _fork(registry, tmp_path, "tinyecho", bus=recorder.bus, copy=True)
+    assert copy.reused and copy.replaces == first.path and copy.path.parent.name == ".next"
+    assert copy.published_commit == first.published_commit
+    # the hand edit is committed in the copy only; build outputs and special files are not copied
+    assert "Local edits" in git(copy.path, "log", "-1", "--format=%s")
+    assert git(first.path, "rev-parse", "HEAD") == head
+    assert git(first.path, "status", "--porcelain") != ""
+    assert not (copy.path / "target").exists() and not (copy.path / "planted-fifo").exists()
+
+    new_head = git(copy.path, "rev-parse", "HEAD")
+    done = swap_workspace(copy, recorder.bus)
+    assert done.path == first.path and git(done.path, "rev-parse", "HEAD") == new_head
+    # the replaced copy's history is all in the new one: nothing is kept aside
+    assert not (tmp_path / "workspaces" / ".old").exists()
+    assert not any((tmp_path / "workspaces" / ".next").iterdir())
 
 
 def test_moving_aside_twice_in_one_second_loses_nothing(make_registry: MakeRegistry, tmp_path: Path) -> None:
@@ -361,5 +405,6 @@ def test_moving_aside_twice_in_one_second_loses_nothing(make_registry: MakeRegis
             tmp_path / "workspaces" / ".old" / f"tool-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now + second))}"
         )
         (taken / "tool").mkdir(parents=True)
-    new = _fork(registry, tmp_path, "brokenbin", "tool")
+    new = swap_workspace(_fork(registry, tmp_path, "brokenbin", "tool"), EventBus())
     assert new.crate.name == "brokenbin"
+    assert len(list((tmp_path / "workspaces" / ".old").iterdir())) == 11
