@@ -20,6 +20,7 @@ __all__ = [
     "EventBus",
     "IterationResult",
     "LogLine",
+    "ModelUsage",
     "Notice",
     "Observer",
     "RunFinished",
@@ -107,7 +108,24 @@ class IterationResult:
     at: float = field(default_factory=time.monotonic)
 
 
-Event = StageStarted | StageFinished | LogLine | Notice | RunFinished | IterationResult
+@dataclass(frozen=True)
+class ModelUsage:
+    """What one edit session cost in model tokens, sent once when it ends: green, failed or stopped.
+
+    ``tokens``: prompt and completion tokens together, summed over the
+    session's model calls, as the model's API reported them (estimated from
+    the text for a reply that reported none); ``calls``: the completions it
+    asked for. A session that fails still says what it spent, so a caller
+    counting a budget (the agent limits) charges that, not a guess.
+    """
+
+    tokens: int
+    calls: int = 0
+    stage: str = "edit"
+    at: float = field(default_factory=time.monotonic)
+
+
+Event = StageStarted | StageFinished | LogLine | Notice | RunFinished | IterationResult | ModelUsage
 Observer = Callable[[Event], None]
 
 

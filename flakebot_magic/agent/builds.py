@@ -19,7 +19,6 @@ Examples
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -29,14 +28,11 @@ from ..background import BackgroundRun, start_build
 from ..clients import ToolClient
 from ..config import Settings
 from ..errors import ConfigError
-from ..events import Event, Observer, StageFinished, StageStarted
+from ..events import Event, ModelUsage, Observer
 from ..inventory import Inventory
 from ..request import BuildRequest
 
 __all__ = ["AgentBuild", "AgentSession", "BuildReport"]
-
-#: what the edit stage's detail says it spent ("..., 3 model call(s), 12,345 tokens; ...")
-_TOKENS = re.compile(r"([\d,]+) tokens\b")
 
 
 @dataclass
@@ -49,27 +45,19 @@ class BuildReport:
 
 
 class _TokenMeter:
-    """Counts the model tokens a build spent, from its edit stage (runs on the pipeline's thread)."""
+    """Counts the model tokens a build spent: what its edit loop reports (runs on the pipeline's thread).
 
-    def __init__(self, granted: int) -> None:
-        self.granted = granted
-        self.edited = False
-        self.spent: int | None = None
+    The loop reports once per session however it ends
+    (:class:`~flakebot_magic.events.ModelUsage`), so a failed or cancelled
+    build is charged what it really spent; a build without a model, nothing.
+    """
+
+    def __init__(self) -> None:
+        self.tokens = 0
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, StageStarted) and event.stage == "edit":
-            self.edited = True
-        elif isinstance(event, StageFinished) and event.stage == "edit" and event.status == "done":
-            found = _TOKENS.search(event.detail)
-            if found:
-                self.spent = int(found.group(1).replace(",", ""))
-
-    @property
-    def tokens(self) -> int:
-        """Tokens to charge: what the edit stage reported; all that was granted when it did not say (a failure)."""
-        if not self.edited:
-            return 0
-        return self.spent if self.spent is not None else self.granted
+        if isinstance(event, ModelUsage):
+            self.tokens += event.tokens
 
 
 class AgentSession:
@@ -128,7 +116,7 @@ class AgentSession:
     def start(self, request: str, *, name: str | None = None, crate: str | None = None) -> AgentBuild:
         """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
         settings = self._reserve()
-        meter = _TokenMeter(settings.token_budget if settings.model is not None else 0)
+        meter = _TokenMeter()
         build = BuildRequest(request or "", name=name or None, crate=crate or None)
         try:
             run = start_build(settings, build, extra_observers=[meter])

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..cargo import Cargo
 from ..errors import BudgetExhausted, EditError, PolicyError
-from ..events import EventBus
+from ..events import EventBus, ModelUsage
 from ..fsutil import UnsafePath
 from ..git import Git
 from ..model import ModelConfig
@@ -118,7 +118,17 @@ class EditLoop:
     # -- public -------------------------------------------------------------
 
     def run(self, request: str, *, follow_up: bool = False) -> EditOutcome:
-        """Edit until the checks pass and the model finishes; raise :class:`EditError` otherwise."""
+        """Edit until the checks pass and the model finishes; raise :class:`EditError` otherwise.
+
+        However the session ends, the bus then gets one
+        :class:`~flakebot_magic.events.ModelUsage`: the tokens it spent.
+        """
+        try:
+            return self._run(request, follow_up=follow_up)
+        finally:
+            self.bus.emit(ModelUsage(self.tokens, self.model_calls))
+
+    def _run(self, request: str, *, follow_up: bool) -> EditOutcome:
         state = EditState.load(self.root)
         self.checks.session = len(state.sessions) + 1
         self.files.published = Baseline.from_git(self.git)

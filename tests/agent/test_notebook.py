@@ -15,11 +15,8 @@ import openai
 import pytest
 
 import flakebot_magic
-from flakebot_magic.agent.builds import AgentSession, _TokenMeter
 from flakebot_magic.clients.agents import strict_problems
 from flakebot_magic.config import Settings
-from flakebot_magic.errors import ConfigError
-from flakebot_magic.events import StageFinished, StageStarted
 from flakebot_magic.inventory import Inventory
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -86,26 +83,6 @@ def test_a_failure_is_the_tool_message_the_model_reads(agent_settings: Settings)
     assert bad["content"] == "error: ValueError: the arguments must be a JSON object"
     refused = flakebot_magic.call(_call("z", "build_tool", request="echo"), allow_agent_builds=False, **options)
     assert "allow_agent_builds" in refused["content"]
-
-
-def test_the_token_budget_of_a_session(agent_settings: Settings) -> None:
-    agent_settings.model = "scripted-test-double"
-    agent_settings.agent_token_budget = 1000
-    session = AgentSession(agent_settings, requested_by="t")
-    session.tokens = 1000
-    assert "agent_token_budget" in (session.refusal() or "")
-    with pytest.raises(ConfigError, match="spent 1,000 of their 1,000"):
-        session.start("anything")
-    assert session.builds == 0
-    # a build is charged what its edit stage reports, or all it was granted when it said nothing (a failure)
-    meter = _TokenMeter(granted=400)
-    meter(StageStarted("edit"))
-    meter(StageFinished("edit", "done", "green after 2 iteration(s), 3 model call(s), 1,234 tokens; cli: ok"))
-    assert meter.tokens == 1234
-    failed = _TokenMeter(granted=400)
-    failed(StageStarted("edit"))
-    assert failed.tokens == 400
-    assert _TokenMeter(granted=400).tokens == 0  # no edit stage: no model, no tokens
 
 
 def test_mcp_config_starts_flakebot_mcp(tmp_path: Path) -> None:
