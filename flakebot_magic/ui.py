@@ -3,8 +3,14 @@
 :class:`ProgressWidget` is a pipeline observer: it only reads events. One row
 per stage (search, fork, each edit/check iteration, build, test, flake,
 deploy, client) with its state and elapsed time, the iteration and
-passing-test counts, a live log (collapsed), a Cancel button, and at the end
-a summary with the diff against the published crate. Its state is plain
+passing-test counts, a live log (collapsed, shown once there is output), a Cancel button, and at
+the end a summary with the diff against the published crate. A stage that
+only some runs have (``edit``: the edit loop, with a model) gets its row when
+it starts, never a "pending" row that waits for nothing. A failed stage the
+run got past (a candidate that could not be forked gave way to the next) is
+``handled``, not a red failure: the notice beside it says what happened. A
+run that fails before any stage started (a bad argument) collapses to one
+line. Its state is plain
 attributes (``rows``, ``bar.bar_style``, ``log_lines``), so tests assert on
 it without a browser; ``text()`` is the same progress as plain text, for
 front ends that cannot render widgets.
@@ -25,17 +31,20 @@ import ipywidgets as widgets
 from .errors import Cancelled
 from .events import STAGES, Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
 
-__all__ = ["STATES", "ProgressWidget", "StageRow"]
+__all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow"]
 
-#: what a row can show
-STATES = ("pending", "running", "done", "failed", "skipped", "cached", "cancelled")
+#: what a row can show; ``handled``: it failed, and the run carried on past it (a fallback)
+STATES = ("pending", "running", "done", "failed", "handled", "skipped", "cached", "cancelled")
+#: stages only some runs have (the edit loop needs a model): a row when they start, none before
+OPTIONAL_STAGES = ("edit",)
 
-_FINISHED = ("done", "failed", "skipped", "cached", "cancelled")
+_FINISHED = ("done", "failed", "handled", "skipped", "cached", "cancelled")
 _ICON = {
     "pending": "○",
     "running": "◔",
     "done": "✔",
     "failed": "✘",
+    "handled": "↷",
     "skipped": "–",
     "cached": "↺",
     "cancelled": "■",
@@ -45,6 +54,7 @@ _COLOR = {
     "running": "#0969da",
     "done": "#1a7f37",
     "failed": "#cf222e",
+    "handled": "#8c959f",
     "skipped": "#8c959f",
     "cached": "#1a7f37",
     "cancelled": "#9a6700",
@@ -54,6 +64,10 @@ _PASSED = re.compile(r"(\d+) passed")
 _PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)
 _LOG_EVERY = 0.3
+#: ipywidgets give HTML a line height of one widget row (28 px): wrapped text needs its own
+_TEXT = "line-height:1.45;white-space:normal"
+#: wrap at spaces; break inside a word only when the word alone is wider than the box
+_WRAP = "white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere"
 
 
 @dataclass
@@ -98,9 +112,17 @@ class ProgressWidget:
         Called with the tool at the end; returns a
         :class:`~flakebot_magic.provenance.WorkspaceDiff` or None.
     stages
-        The rows shown as pending from the start.
+        The rows shown as pending from the start (the stages of
+        :data:`~flakebot_magic.events.STAGES` but :data:`OPTIONAL_STAGES`);
+        any other stage gets its row, in pipeline order, when it starts.
     clock
         ``time.monotonic`` (events carry monotonic times).
+    show_error
+        Write the error's whole message in the widget at the end. The
+        ``%%flakebot`` magic raises the error, and IPython shows it right
+        below the widget, so there the widget does not repeat it (the failed
+        row carries its first line); a caller that does not raise it (an
+        agent's tool call, which gives the error to the model) passes True.
 
     Examples
     --------
@@ -114,16 +136,20 @@ class ProgressWidget:
         *,
         on_cancel: Callable[[], None] | None = None,
         diff: Callable[[Any], Any] | None = None,
-        stages: Iterable[str] = STAGES,
+        stages: Iterable[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         log_limit: int = 400,
+        show_error: bool = False,
     ) -> None:
         self.request = " ".join(request.split())
         self.on_cancel = on_cancel
         self.diff_provider = diff
         self.clock = clock
+        self.show_error = show_error
         self.started = clock()
         self.rows: dict[str, StageRow] = {}
+        if stages is None:
+            stages = [stage for stage in STAGES if stage not in OPTIONAL_STAGES]
         for stage in stages:
             self.rows[stage] = StageRow(stage, stage, stage)
         self.log_lines: deque[str] = deque(maxlen=log_limit)
@@ -141,8 +167,9 @@ class ProgressWidget:
         self._log_rendered_at = 0.0
 
         self.title = widgets.HTML()
+        # width auto: the box stretches it; 100% plus ipywidgets' 2 px margins overflowed by 4 px
         self.bar = widgets.IntProgress(
-            value=0, min=0, max=len(self.rows), bar_style="info", layout=widgets.Layout(width="100%")
+            value=0, min=0, max=len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
         )
         self.counts = widgets.HTML()
         self.table = widgets.HTML()
@@ -156,7 +183,10 @@ class ProgressWidget:
         self.cancel_button.add_class("flakebot-cancel")
         self.cancel_button.on_click(self._cancel_clicked)
         self.log_view = widgets.HTML()
-        self.log = widgets.Accordion(children=[self.log_view], selected_index=None)
+        # shown once there is output: a cache hit has none, and "Log (0 lines)" says nothing
+        self.log = widgets.Accordion(
+            children=[self.log_view], selected_index=None, layout=widgets.Layout(display="none")
+        )
         self.log.set_title(0, "Log")
         self.summary = widgets.HTML()
         self.diff_view = widgets.HTML()
@@ -187,6 +217,7 @@ class ProgressWidget:
         if isinstance(event, LogLine):
             self._on_log(event)
         elif isinstance(event, StageStarted):
+            self._carried_on()
             row = self._row_to_start(event.stage)
             row.state, row.started, row.elapsed, row.live = "running", event.at, None, ""
             row.detail = event.detail
@@ -237,18 +268,27 @@ class ProgressWidget:
         count = sum(1 for row in self.rows.values() if row.stage == stage)
         key = stage if count == 0 else f"{stage}-{count + 1}"
         row = StageRow(key, stage, stage if count == 0 else f"{stage} {count + 1}")
-        # a repeated stage (edit, check) goes right after its previous row
         keys = list(self.rows)
         previous = [i for i, k in enumerate(keys) if self.rows[k].stage == stage]
-        if previous:
-            keys.insert(previous[-1] + 1, key)
-            rows = dict(self.rows)
-            rows[key] = row
-            self.rows = {k: rows[k] for k in keys}
+        if previous:  # a repeated stage (edit, check) goes right after its previous row
+            at = previous[-1] + 1
+        elif stage in STAGES:  # a first row in pipeline order: before the rows of later stages
+            later = set(STAGES[STAGES.index(stage) + 1 :])
+            at = next((i for i, k in enumerate(keys) if self.rows[k].stage in later), len(keys))
         else:
-            self.rows[key] = row
+            at = len(keys)
+        keys.insert(at, key)
+        rows = dict(self.rows)
+        rows[key] = row
+        self.rows = {k: rows[k] for k in keys}
         self.bar.max = len(self.rows)
         return row
+
+    def _carried_on(self) -> None:
+        """A stage starts after another failed: the run got past that failure (a fallback), so it was handled."""
+        for row in self.rows.values():
+            if row.state == "failed" and row.stage != "iteration":
+                row.state = "handled"
 
     def _row_to_start(self, stage: str) -> StageRow:
         row = self._latest(stage)
@@ -266,6 +306,8 @@ class ProgressWidget:
         self.log_lines.append(f"{event.stage}| {event.line}")
         self.log_count += 1
         self._log_dirty = True
+        if self.log_count == 1:
+            self.log.layout.display = None
         if _PROGRESS_LINE.match(event.line):
             row = self._latest(event.stage)
             if row is not None and row.state == "running":
@@ -335,6 +377,12 @@ class ProgressWidget:
         self.bar.value = self.bar.max
         self.bar.bar_style = {"success": "success", "cancelled": "warning"}.get(self.outcome, "danger")
         self.cancel_button.layout.display = "none"
+        if self.collapsed:  # one line, or none when the caller shows the error itself
+            for part in self.widget.children:
+                if part is not self.summary:
+                    part.layout.display = "none"
+            if not self.show_error:
+                self.widget.layout.display = "none"
         if event.ok and self.diff_provider is not None:
             try:
                 self.diff = self.diff_provider(event.tool)
@@ -345,6 +393,11 @@ class ProgressWidget:
             self.diff_box.set_title(0, f"Changes: {self.diff.summary}")
             self.diff_box.layout.display = None
         self._render_all(self.finished_at)
+
+    @property
+    def collapsed(self) -> bool:
+        """The run failed before any stage started (a bad argument): one line says it all."""
+        return self.outcome in ("failed", "cancelled") and all(row.started is None for row in self.rows.values())
 
     def _cancel_clicked(self, _button: Any = None) -> None:
         if self.outcome != "running" or self.cancel_button.disabled:
@@ -421,9 +474,12 @@ class ProgressWidget:
         items = []
         for level, message in self.notices[-8:]:
             color = "#9a6700" if level == "warning" else "#57606a"
-            items.append(f"<div style='color:{color}'>{'⚠ ' if level == 'warning' else ''}{html.escape(message)}</div>")
+            items.append(
+                f"<div class='flakebot-notice' data-level='{level}' style='color:{color};margin:2px 0'>"
+                f"{'⚠ ' if level == 'warning' else ''}{html.escape(message)}</div>"
+            )
         self.notice_view.value = (
-            f"<div class='flakebot-notices' style='font-size:12px'>{''.join(items)}</div>" if items else ""
+            f"<div class='flakebot-notices' style='font-size:12px;{_TEXT}'>{''.join(items)}</div>" if items else ""
         )
 
     def _render_log(self, now: float) -> None:
@@ -436,7 +492,8 @@ class ProgressWidget:
             "<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0'>"
             f"{html.escape(head + shown) or '(no output yet)'}</pre>"
         )
-        self.log.set_title(0, f"Log ({self.log_count} lines)")
+        count = self.log_count
+        self.log.set_title(0, f"Log ({count} line{'' if count == 1 else 's'})" if count else "Log")
 
     def _render_summary(self, now: float) -> None:
         if self.outcome == "running":
@@ -447,7 +504,8 @@ class ProgressWidget:
             example = html.escape(tool.example()) if hasattr(tool, "example") else ""
             tests = f"{self.tests_passing} tests passing · " if self.tests_passing is not None else ""
             self.summary.value = (
-                "<div class='flakebot-summary' data-outcome='success' style='border-left:3px solid #1a7f37;padding-left:8px'>"
+                "<div class='flakebot-summary' data-outcome='success' "
+                f"style='border-left:3px solid #1a7f37;padding-left:8px;{_TEXT}'>"
                 f"<b><code>{html.escape(tool.name)}</code></b> is ready: {html.escape(tool.crate)} {html.escape(tool.version)} "
                 f"({tests}{html.escape(getattr(tool, 'backend', ''))})<br>"
                 f"call it: <code>{example}</code><br>"
@@ -459,9 +517,19 @@ class ProgressWidget:
         lines = message.splitlines()
         kind = type(error).__name__ if error is not None else "Error"
         color = "#9a6700" if self.outcome == "cancelled" else "#cf222e"
+        if not self.show_error:  # the caller raises it: IPython shows it below, once
+            self.summary.value = ""
+            return
+        if self.collapsed:
+            self.summary.value = (
+                f"<div class='flakebot-summary' data-outcome='{self.outcome}' style='color:{color};{_TEXT}'>"
+                f"<b>flakebot</b>: {html.escape(kind)}: {html.escape(' '.join(lines[:3]))}</div>"
+            )
+            return
         self.summary.value = (
-            f"<div class='flakebot-summary' data-outcome='{self.outcome}' style='border-left:3px solid {color};padding-left:8px'>"
-            f"<b>{html.escape(kind)}</b><pre style='white-space:pre-wrap;margin:0'>"
+            f"<div class='flakebot-summary' data-outcome='{self.outcome}' "
+            f"style='border-left:3px solid {color};padding-left:8px;{_TEXT}'>"
+            f"<b>{html.escape(kind)}</b><pre style='{_WRAP};margin:0'>"
             f"{html.escape(chr(10).join(lines[:40]))}</pre></div>"
         )
 
@@ -470,6 +538,9 @@ class ProgressWidget:
     def text(self) -> str:
         """The same progress as plain text (for front ends without a widget manager)."""
         now = self.finished_at if self.finished_at is not None else self.clock()
+        error = f"{type(self.error).__name__}: {str(self.error).splitlines()[0] if str(self.error) else ''}"
+        if self.collapsed:
+            return f"flakebot: {error}" if self.show_error else ""
         lines = []
         head = {"running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled"}[self.outcome]
         lines.append(f"flakebot: {self.request[:80]} — {head} ({_fmt_seconds(now - self.started)})")
@@ -482,8 +553,8 @@ class ProgressWidget:
             lines.append(f"  {'warning: ' if level == 'warning' else ''}{message}")
         if self.outcome == "success" and self.tool is not None and hasattr(self.tool, "example"):
             lines.append(f"  `{self.tool.name}` is ready: {self.tool.example()}")
-        elif self.error is not None:
-            lines.append(f"  {type(self.error).__name__}: {str(self.error).splitlines()[0] if str(self.error) else ''}")
+        elif self.error is not None and self.show_error:
+            lines.append(f"  {error}")
         if self.diff is not None:
             lines.append(f"  {self.diff.summary}")
         return "\n".join(lines)

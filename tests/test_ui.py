@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flakebot_magic.errors import BuildError, Cancelled
+from flakebot_magic.errors import BuildError, Cancelled, ForkError, UsageError
 from flakebot_magic.events import LogLine, Notice, RunFinished, StageFinished, StageStarted
 from flakebot_magic.ui import ProgressWidget
 
@@ -111,7 +111,7 @@ def test_success_summary_counts_and_diff() -> None:
 
 
 def test_failure_keeps_the_message() -> None:
-    widget = ProgressWidget()
+    widget = ProgressWidget(show_error=True)  # a caller that does not raise the error (an agent's tool call)
     widget(StageStarted("build"))
     widget(StageFinished("build", "failed", "cargo build failed", 2.0))
     error = BuildError("cargo build failed for x:\nerror[E0308]: mismatched types", workspace=Path("/ws/x"))
@@ -169,3 +169,116 @@ def test_repeated_stages_and_iterations_get_rows_of_their_own() -> None:
     assert widget.iterations == 2 and widget.tests_passing == 5
     assert "iteration 2" in widget.counts.value and "5 tests passing" in widget.counts.value
     assert widget.bar.max == len(widget.rows)
+
+
+def test_a_raised_failure_is_shown_once_by_the_caller_not_repeated_in_the_widget() -> None:
+    widget = ProgressWidget()  # %%flakebot raises the error; IPython shows it right below
+    widget(StageStarted("build"))
+    widget(StageFinished("build", "failed", "cargo build failed for x:", 2.0))
+    widget(RunFinished(ok=False, error=BuildError("cargo build failed for x:\nerror[E0308]: mismatched"), elapsed=3.0))
+    assert widget.outcome == "failed" and "data-outcome='failed'" in widget.title.value
+    assert widget.summary.value == "" and "E0308" not in widget.text()
+    assert widget.rows["build"].detail == "cargo build failed for x:"  # the row still says which stage
+
+
+def test_the_error_box_wraps_at_spaces_not_inside_words() -> None:
+    widget = ProgressWidget(show_error=True)
+    widget(StageStarted("build"))
+    widget(RunFinished(ok=False, error=BuildError("word " * 60), elapsed=1.0))
+    pre = re.search(r"<pre style='([^']*)'", widget.summary.value)
+    assert pre is not None
+    style = pre.group(1)
+    assert "white-space:pre-wrap" in style and "word-break:normal" in style and "overflow-wrap:anywhere" in style
+    assert "break-all" not in widget.summary.value
+
+
+def test_wrapped_notices_and_summary_are_not_double_spaced() -> None:
+    # ipywidgets give HTML the line height of a widget row (28 px); wrapped lines need their own
+    widget = ProgressWidget()
+    widget(Notice("build", "cargo runs in a sandbox: " + "a long explanation " * 20, "info"))
+    assert "line-height:1.45" in widget.notice_view.value
+    for stage in ("search", "client"):
+        widget(StageStarted(stage))
+        widget(StageFinished(stage, "done"))
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=1.0))
+    assert "line-height:1.45" in widget.summary.value
+
+
+def test_no_row_waits_for_a_stage_that_only_runs_with_a_model() -> None:
+    widget = ProgressWidget()
+    assert "edit" not in widget.rows and "pending" not in rendered_states(widget).get("edit", "")
+    assert list(widget.rows) == ["search", "fork", "build", "test", "flake", "deploy", "client"]
+    widget(StageStarted("search"))
+    widget(StageFinished("search", "done"))
+    widget(StageStarted("fork"))
+    widget(StageFinished("fork", "done"))
+    widget(StageStarted("edit"))  # with a model: its row appears, in pipeline order
+    keys = list(widget.rows)
+    assert keys.index("fork") + 1 == keys.index("edit") < keys.index("build")
+    assert widget.rows["edit"].state == "running" and widget.bar.max == len(widget.rows)
+
+
+def test_a_handled_fallback_is_not_a_failed_stage() -> None:
+    widget = ProgressWidget()
+    widget(StageStarted("search"))
+    widget(StageFinished("search", "done", "tinyfoo 0.1.0"))
+    widget(StageStarted("fork"))
+    widget(StageFinished("fork", "failed", "tinyfoo 0.1.0 cannot be resolved offline", 0.2))
+    assert widget.rows["fork"].state == "failed"  # nothing has carried on yet
+    widget(Notice("search", "tinyfoo 0.1.0 cannot be built as published; trying the next candidate", "warning"))
+    widget(StageStarted("fork"))  # the next candidate: the run got past the failure
+    assert widget.rows["fork"].state == "handled" and widget.rows["fork-2"].state == "running"
+    widget(StageFinished("fork", "done", "/ws/tinybar"))
+    for stage in ("build", "test", "flake", "deploy", "client"):
+        widget(StageStarted(stage))
+        widget(StageFinished(stage, "done"))
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=2.0))
+    assert "failed" not in states(widget).values()
+    assert "data-state='handled'" in widget.table.value and "#cf222e" not in widget.table.value
+    assert widget.bar.bar_style == "success"
+
+
+def test_the_log_is_hidden_until_there_is_output_and_counts_in_words() -> None:
+    widget = ProgressWidget()
+    assert widget.log.layout.display == "none"
+    for stage in ("search", "fork", "build", "test", "flake", "deploy"):  # a cache hit prints nothing
+        widget(StageStarted(stage))
+        widget(StageFinished(stage, "cached"))
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=0.3))
+    assert widget.log.layout.display == "none" and "Log (0 lines)" not in widget.log.titles
+    widget = ProgressWidget()
+    widget(StageStarted("build"))
+    widget(LogLine("build", "   Compiling x v0.1.0"))
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=0.3))
+    assert widget.log.layout.display is None and widget.log.titles[0] == "Log (1 line)"
+    widget(LogLine("build", "    Finished release"))
+    widget._render_log(0.0)
+    assert widget.log.titles[0] == "Log (2 lines)"
+
+
+@pytest.mark.parametrize("show_error", [False, True])
+def test_an_error_before_any_stage_is_one_line(show_error: bool) -> None:
+    widget = ProgressWidget("Echo words", show_error=show_error)
+    error = UsageError("--name '1bad' is not a valid Python identifier; try '_1bad'.")
+    widget(RunFinished(ok=False, error=error, elapsed=0.0))
+    assert widget.collapsed and "skipped" not in widget.text()
+    shown = [part for part in widget.widget.children if part.layout.display != "none"]
+    if show_error:  # the one line is the widget's
+        assert shown == [widget.summary] and widget.widget.layout.display is None
+        assert "1bad" in widget.summary.value and "<table" not in widget.summary.value
+        assert widget.text() == "flakebot: UsageError: --name '1bad' is not a valid Python identifier; try '_1bad'."
+    else:  # the one line is the UsageError the magic raises: the widget draws nothing
+        assert widget.widget.layout.display == "none" and widget.text() == ""
+
+
+def test_a_run_that_started_is_not_collapsed() -> None:
+    widget = ProgressWidget()
+    widget(StageStarted("search"))
+    widget(StageFinished("search", "failed", "No crate matches"))
+    widget(RunFinished(ok=False, error=ForkError("x"), elapsed=0.1))
+    assert not widget.collapsed and widget.widget.layout.display is None and widget.table.layout.display is None
+
+
+def test_the_bar_does_not_overflow_its_box() -> None:
+    # width 100% plus ipywidgets' 2 px margins made a permanent horizontal scrollbar (tests/browser measures it)
+    assert ProgressWidget().bar.layout.width == "auto"

@@ -179,7 +179,8 @@ def _progress(
         except ImportError:  # no ipywidgets: printed progress
             pass
         else:
-            widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: diff_of(settings, tool))
+            # the model gets the error, not the notebook: the widget shows it to the user
+            widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: diff_of(settings, tool), show_error=True)
             handle = display(widget.mimebundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
 
             def refresh() -> None:
