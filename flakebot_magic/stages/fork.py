@@ -16,7 +16,7 @@ target at a time: auto-discovery stays on, so a test the model adds under
 Where workspaces live::
 
     workspaces/NAME                    the tool's workspace (its record's commit is its HEAD)
-    workspaces/.next/NAME-<pid>-<ns>   a build that replaces it (a re-fork, or a copy for --continue)
+    workspaces/.next/NAME-<pid>-<ns>/NAME   a build that replaces it (a re-fork, or a copy for --continue)
     workspaces/.old/NAME-<time>-<ns>   a workspace a re-fork replaced
 
 A build never changes ``workspaces/NAME`` of a tool it replaces: it forks
@@ -208,10 +208,10 @@ def fork(
 
 
 def _next_path(workspaces_dir: Path, name: str) -> Path:
-    """A new place under ``.next/`` for a build replacing ``name``'s workspace (its pid in the name, for clean)."""
-    parent = workspaces_dir / NEXT_DIR
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent / f"{name}-{os.getpid()}-{time.time_ns()}"
+    """``.next/NAME-<pid>-<ns>/NAME``: a build replacing ``name``'s workspace (its sandbox's home goes beside it)."""
+    attempt = workspaces_dir / NEXT_DIR / f"{name}-{os.getpid()}-{time.time_ns()}"
+    attempt.mkdir(parents=True)
+    return attempt / name
 
 
 def next_owner(path: Path) -> int | None:
@@ -257,14 +257,14 @@ def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
         return workspace
     if final.exists() or final.is_symlink():
         swap_in(workspace.path, final)  # the replaced workspace is now at workspace.path
-        if workspace.reused:
-            shutil.rmtree(workspace.path, ignore_errors=True)
-        else:
+        if not workspace.reused:
             aside = _aside_path(final.parent, final.name)
             os.rename(workspace.path, aside)
             bus.notice("fork", f"the previous workspace for {final.name!r} was moved to {aside}")
     else:
         os.rename(workspace.path, final)
+    # the attempt's directory: what is left of it (a --continue's old copy, the sandbox's cargo home)
+    shutil.rmtree(workspace.path.parent, ignore_errors=True)
     done = replace(workspace, path=final, replaces=None)
     done.save()
     return done

@@ -334,8 +334,8 @@ def test_a_different_crate_under_the_same_name_is_forked_beside_and_swapped_in(
 
     new = _fork(registry, tmp_path, "brokenbin", "tool", bus=recorder.bus)
     # forked beside: the tool's workspace is untouched until the new build is deployed
-    assert new.path.parent == tmp_path / "workspaces" / ".next" and new.path.name.startswith("tool-")
-    assert next_owner(new.path) == os.getpid()
+    assert new.path.parent.parent == tmp_path / "workspaces" / ".next" and new.path.name == "tool"
+    assert new.path.parent.name.startswith("tool-") and next_owner(new.path.parent) == os.getpid()
     assert new.replaces == old.path and new.crate.name == "brokenbin"
     assert git(old.path, "rev-parse", "HEAD") == old_head
     assert (old.path / "notes.txt").read_text() == "uncommitted edits\n"
@@ -379,7 +379,7 @@ def test_a_copy_for_continue_leaves_the_workspace_as_it_is(
     os.mkfifo(first.path / "planted-fifo")  # crate code may leave one; reading it would block the copy
 
     copy = _fork(registry, tmp_path, "tinyecho", bus=recorder.bus, copy=True)
-    assert copy.reused and copy.replaces == first.path and copy.path.parent.name == ".next"
+    assert copy.reused and copy.replaces == first.path and copy.path.parent.parent.name == ".next"
     assert copy.published_commit == first.published_commit
     # the hand edit is committed in the copy only; build outputs and special files are not copied
     assert "Local edits" in git(copy.path, "log", "-1", "--format=%s")
