@@ -74,6 +74,7 @@ __all__ = [
     "agent_tools",
     "build",
     "call",
+    "load",
     "load_ipython_extension",
     "search",
     "unload_ipython_extension",
@@ -141,6 +142,30 @@ def _document_build() -> None:
         for o in OPTIONS
     ]
     build.__doc__ = (build.__doc__ or "").format(options="\n".join(entries))
+
+
+def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> ToolClient:
+    """The tool ``name`` built earlier (by any front door), callable again; nothing is rebuilt.
+
+    A command-line tool is returned as it is; an MCP or HTTP tool has its
+    process started. Nothing is put in a namespace: after a kernel restart,
+    ``%flakebot load NAME`` (or ``--all``) does that, or assign the result.
+    ``options`` are build options that apply to calling tools
+    (``tool_timeout``, ``confine_tools``, ...).
+
+    Examples
+    --------
+    >>> md = flakebot_magic.load("md")  # doctest: +SKIP
+    >>> md("# Hi")                      # doctest: +SKIP
+    '<h1>Hi</h1>\\n'
+    """
+    from . import tools
+    from .config import Settings
+    from .options import apply
+
+    settings = apply(Settings(), {"cache_dir": cache_dir, **options})
+    tool: ToolClient = tools.load(settings, name)
+    return tool
 
 
 def search(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, argument_group, kwds, magic_arguments, parse_argstring
 from traitlets import Bool, Enum, Unicode
 
 from . import errors, tools
@@ -57,8 +57,20 @@ else:
 
 def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for decorate in reversed(magic_argument_decorators()):
+        # a value among choices reads as its name (BACKEND), not IPython's `<{auto,nix,cargo}>`
+        if decorate.kwds.get("choices") and not decorate.kwds.get("metavar"):
+            decorate.kwds["metavar"] = decorate.args[0].lstrip("-").replace("-", "_").upper()
         func = decorate(func)
     return func
+
+
+#: the help's first lines: the cell form, then the line form (argparse formats ``%%`` as ``%``, and puts
+#: IPython's ``%`` before the first line)
+_USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
+  what the tool should do, in words (the cell's body)
+
+  %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
+  %%flakebot rebuild NAME | search QUERY | clean [--all]"""
 
 
 @magics_class
@@ -94,22 +106,30 @@ class FlakebotMagics(_OptionTraits):
         return settings
 
     @magic_arguments()
+    @kwds(usage=_USAGE)
+    @argument_group("the tool")
+    @argument("--name", "-n", help="Name of the tool in the kernel (a Python identifier). Default: from the crate.")
+    @argument("--crate", "-c", help="Use this crate instead of searching.")
+    @argument_group("build options (also `%config FlakebotMagics.OPTION`, except --rebuild and --continue)")
+    @argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
+    @_with_build_options
+    @argument_group("line mode (%flakebot COMMAND)")
     @argument(
         "command",
         nargs="*",
-        help="Line mode only: `list`, `show NAME`, `logs NAME`, `stop NAME|--all`, "
-        "`rebuild NAME`, `clean [--all]` or `search QUERY`.",
+        metavar="COMMAND",
+        help="`list`, `show NAME`, `logs NAME`, `load NAME|--all`, `stop NAME|--all`, "
+        "`rebuild NAME`, `search QUERY` or `clean [--all]`.",
     )
-    @argument("--name", "-n", help="Name of the tool in the kernel (a Python identifier). Default: from the crate.")
-    @argument("--crate", "-c", help="Use this crate instead of searching.")
     @argument(
         "--all",
         action="store_true",
-        help="With `clean`: remove every tool, workspace and store entry. With `stop`: stop every running tool.",
+        help="With `load`: every tool built earlier. With `stop`: every running tool. "
+        "With `clean`: every tool, workspace and store entry.",
     )
-    @argument("--tail", type=int, default=200, help="With `logs`: how many of the last lines to show (0: all).")
-    @argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
-    @_with_build_options
+    @argument(
+        "--tail", type=int, default=200, metavar="N", help="With `logs`: how many of the last lines to show (0: all)."
+    )
     @line_cell_magic
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
@@ -152,6 +172,7 @@ class FlakebotMagics(_OptionTraits):
             %flakebot list              the tools: name, kind, crate@version, hash, backend, status, started
             %flakebot show NAME         where NAME came from (provenance)
             %flakebot logs NAME         its build log (and its process output, for http/mcp tools)
+            %flakebot load NAME|--all   put tools built earlier in the kernel (after a restart), unbuilt
             %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
             %flakebot rebuild NAME      fork and build NAME again from its crate
             %flakebot search QUERY      ranked crate candidates
@@ -274,14 +295,16 @@ class FlakebotMagics(_OptionTraits):
     def _line(self, args: Any) -> Any:
         if not args.command:
             raise UsageError(
-                "Usage: %flakebot list | show NAME | logs NAME | stop NAME|--all | rebuild NAME | "
-                "search QUERY | clean [--all]; or %%flakebot as a cell magic."
+                "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
+                "rebuild NAME | search QUERY | clean [--all]; or %%flakebot as a cell magic (see %%flakebot?)."
             )
         command, rest = args.command[0], args.command[1:]
         if command == "rebuild":
             build = self._start_rebuild(args)
             return self._finish(build, self._wait(build))
         settings = self._settings(args)
+        if command == "load":
+            return self._load(settings, rest, everything=args.all)
         try:
             answer = self._answer(command, rest, args, settings)
         except errors.UsageError as exc:
@@ -292,6 +315,28 @@ class FlakebotMagics(_OptionTraits):
             print(note)
         if answer.text:
             print(answer.text)
+        return None
+
+    def _load(self, settings: Settings, names: list[str], *, everything: bool) -> None:
+        """``load NAME`` / ``load --all``: tools built earlier into the kernel's namespace, without rebuilding."""
+        assert self.shell is not None
+        if everything == bool(names) or len(names) > 1:
+            raise UsageError("Usage: %flakebot load NAME, or %flakebot load --all (`%flakebot list` shows the names).")
+        if everything:
+            loaded, problems = tools.load_all(settings)
+            if not loaded and not problems:
+                print(tools.NO_TOOLS)
+                return None
+        else:
+            try:
+                loaded, problems = {names[0]: tools.load(settings, names[0])}, []
+            except errors.FlakebotError as exc:
+                raise UsageError(str(exc)) from None
+        self.shell.push(loaded)
+        for name, tool in loaded.items():
+            print(f"flakebot: `{name}` is ready in the kernel: {tool.example()}")
+        for problem in problems:
+            print(f"flakebot: {problem}", file=sys.stderr)
         return None
 
     def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:
@@ -307,7 +352,9 @@ class FlakebotMagics(_OptionTraits):
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
-            raise UsageError(f"Unknown subcommand {command!r}: use list, show, logs, stop, rebuild, search or clean.")
+            raise UsageError(
+                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, search or clean."
+            )
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
         if command == "show":
@@ -333,7 +380,7 @@ def _install_transformer(shell: Any) -> None:
         return
 
     def _await_flakebot(lines: list[str]) -> list[str]:
-        if len(lines) != 1 or not _async_ok(shell):
+        if len(lines) != 1 or not _async_ok(shell) or _inside_running_code():
             return lines
         cell = _CELL_CALL.match(lines[0])
         if cell:
@@ -344,6 +391,30 @@ def _install_transformer(shell: Any) -> None:
         return lines
 
     shell.input_transformers_post.append(_await_flakebot)
+
+
+def _inside_running_code() -> bool:
+    """Whether this transform was asked for by code that runs inside a cell: another magic, not the kernel.
+
+    ``%%time``, ``%%capture`` and other cell magics that wrap ``%%flakebot``
+    transform (and compile, or run) their body while the outer cell runs; a
+    top-level ``await`` there is a SyntaxError or needs a loop that is busy.
+    Such a ``%%flakebot`` runs the synchronous way (Ctrl-C or a kernel
+    interrupt still cancels it; the widget's Cancel button waits for the cell).
+    """
+    from IPython.core.interactiveshell import InteractiveShell
+
+    running = {
+        InteractiveShell.run_code.__code__,
+        InteractiveShell.run_cell_magic.__code__,
+        InteractiveShell.run_line_magic.__code__,
+    }
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in running:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _uninstall_transformer(shell: Any) -> None:

@@ -43,6 +43,8 @@ __all__ = [
     "describe",
     "diff_of",
     "find",
+    "load",
+    "load_all",
     "logs",
     "search_crates",
     "show",
@@ -87,6 +89,41 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
         env=settings.tool_env if settings else None,
         confine=settings.confine_tools if settings else False,
     )
+
+
+def load(settings: Settings, name: str) -> Any:
+    """Tool ``name``, built earlier, ready to call: never rebuilt, started when its kind has a process.
+
+    A command-line tool is its client; an MCP server or HTTP service is
+    started (its record follows its process, as after a build). This is how a
+    tool comes back after a kernel restart. A tool whose store entry was
+    removed (``clean``) is a :class:`UsageError` saying how to rebuild it.
+    """
+    record = find(settings, name)
+    binary = Path(record.binary)
+    if not binary.is_file():
+        raise UsageError(
+            f"The tool {name!r} is registered, but its binary {binary} is gone (removed by `clean`?). "
+            f"Build it again with `%flakebot rebuild {name}` (or `flakebot rebuild {name}`)."
+        )
+    tool = tool_of(record, settings)
+    if tool.kind != "cli":  # an MCP server or HTTP service runs from now on, as after its build
+        inventory = Inventory(settings.tools_dir)
+        tool.on_state = lambda **changes: inventory.update(name, **changes)
+        tool.start()
+    return tool
+
+
+def load_all(settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """Every registered tool :func:`load` can load, by name; and why each other one could not be."""
+    loaded: dict[str, Any] = {}
+    problems: list[str] = []
+    for record in Inventory(settings.tools_dir).all():
+        try:
+            loaded[record.name] = load(settings, record.name)
+        except Exception as exc:  # one broken tool must not keep the others out
+            problems.append(f"{record.name}: not loaded: {exc}")
+    return loaded, problems
 
 
 def describe(settings: Settings, name: str) -> dict[str, Any]:

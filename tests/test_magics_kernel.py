@@ -137,3 +137,38 @@ def test_kernel_interrupt_cancels_the_build(kernel: Kernel) -> None:
     assert processes_in(workspace) == []
     content, _ = kernel.run("1 + 1")  # the kernel is fine afterwards
     assert content["status"] == "ok"
+
+
+# -- %%flakebot wrapped by another cell magic (issue 12 item 4) ---------------------------------
+
+
+def _texts(messages: list[dict[str, Any]]) -> str:
+    return "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "name"), [("%%time", "timed"), ("%%capture captured", "captured_te"), ("%%timeit -n1 -r1", "ti")]
+)
+def test_a_cell_magic_wrapping_flakebot_runs_it(kernel: Kernel, wrapper: str, name: str) -> None:
+    """The inner cell runs the synchronous way: no `await` outside a function, no busy loop, no traceback."""
+    cell = f"{wrapper}\n%%flakebot --registry {kernel.registry} --crate tinyecho --name {name}\nEcho its words.\n"
+    content, messages = kernel.run(cell)
+    assert content["status"] == "ok", content
+    errors = [m for m in messages if m["msg_type"] == "error"]
+    assert errors == [] and "SyntaxError" not in _texts(messages)
+    if wrapper == "%%time":
+        assert "Wall time" in _texts(messages)
+    if wrapper.startswith("%%timeit"):
+        assert "per loop" in _texts(messages)
+    content, messages = kernel.run(f"print({name}('hi'))")
+    assert content["status"] == "ok", content
+    assert "HI" in _texts(messages)
+    if wrapper.startswith("%%capture"):
+        _, messages = kernel.run("print(type(captured).__name__, len(captured.outputs) >= 1)")
+        assert "CapturedIO True" in _texts(messages)  # the widget's display went into the capture
+
+
+def test_time_over_a_failing_flakebot_cell_is_a_one_line_error(kernel: Kernel) -> None:
+    content, _ = kernel.run("%%time\n%%flakebot --name 1bad\nanything\n")
+    assert content["status"] == "error" and content["ename"] == "UsageError", content
+    assert "not a valid Python identifier" in content["evalue"]
