@@ -34,6 +34,22 @@ def test_magic_documents_itself(ip: InteractiveShell) -> None:
     assert "--keep-workspace" in doc
 
 
+def test_the_help_reads_as_ipythons_own(ip: InteractiveShell) -> None:
+    """The cell form first, the options in groups, the line commands after; no `<{...}>` placeholders."""
+    doc = ip.find_cell_magic("flakebot").__doc__
+    assert doc.startswith("::\n\n  %%flakebot [--name NAME] [--crate CRATE] [build options]\n")
+    usage = doc[: doc.index("Turn a request into")]
+    assert "%flakebot list | show NAME | logs NAME | load NAME|--all" in usage
+    assert "--tail" not in usage and "--backend" not in usage  # the usage is not every flag
+    assert "<{" not in doc and "{auto,nix,cargo}" not in doc
+    assert "--backend BACKEND, -b BACKEND" in doc
+    tool, build, line = (doc.index(h) for h in ("\nthe tool:", "\nbuild options", "\nline mode (%flakebot COMMAND):"))
+    assert doc.index("Turn a request into") < tool < build < line
+    # each option in its group: --name with the tool, --model with the build, --tail with the line commands
+    assert tool < doc.index("  --name NAME") < build < doc.index("  --model MODEL") < line < doc.index("  --tail N")
+    assert "positional arguments" not in doc and "\noptions:" not in doc  # nothing left ungrouped
+
+
 def test_empty_cell_is_a_usage_error(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="The cell is empty"):
         ip.run_cell_magic("flakebot", "--name md", "   \n")
