@@ -55,7 +55,8 @@ class CatalogEntry:
             "name": self.name,
             "title": f"{self.tool}: {self.client.crate} {self.client.version}",
             "description": description,
-            "inputSchema": self.function.parameters or {"type": "object"},
+            # what is enforced, as the bridge says it: extra arguments are refused unless the tool takes them
+            "inputSchema": self.function.enforced_schema,
         }
 
     def openai(self) -> tuple[dict[str, Any], tuple[str, ...]]:

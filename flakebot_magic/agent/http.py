@@ -11,9 +11,10 @@ One endpoint, ``/mcp``:
   tool is built elsewhere.
 * ``DELETE`` ends the session (its running builds are cancelled).
 
-Every request must carry ``Authorization: Bearer TOKEN``; a browser page
-cannot reach the server with another site's ``Origin`` (DNS rebinding), and
-the server listens on 127.0.0.1 only.
+Every request must carry ``Authorization: Bearer TOKEN``; a request whose
+``Host`` or ``Origin`` names anything but 127.0.0.1 or localhost is refused
+(a web page of another site, a name rebound to 127.0.0.1), and the server
+listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ ENDPOINT = "/mcp"
 MAX_BODY = 4 * 1024 * 1024
 #: seconds between keep-alive comments on an idle event stream
 KEEPALIVE = 15.0
+#: the only names a request's ``Host`` and ``Origin`` may carry (DNS rebinding gets no further)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 class _Session:
@@ -143,8 +146,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._plain(404, f"not found: MCP is served at {ENDPOINT}")
             return False
         origin = self.headers.get("Origin")
-        if origin and urlsplit(origin).hostname not in ("127.0.0.1", "localhost", "::1"):
+        if origin and urlsplit(origin).hostname not in LOOPBACK_NAMES:
             self._plain(403, "forbidden: requests from web pages of other origins are refused")
+            return False
+        host = self.headers.get("Host") or ""
+        if urlsplit(f"//{host}").hostname not in LOOPBACK_NAMES:  # a name rebound to 127.0.0.1 by its DNS
+            self._plain(403, f"forbidden: this server answers to 127.0.0.1 and localhost only, not to Host {host!r}")
             return False
         sent = self.headers.get("Authorization", "")
         scheme, _, given = sent.partition(" ")

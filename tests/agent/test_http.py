@@ -42,6 +42,12 @@ def test_requests_without_the_token_or_from_other_sites_are_refused(server: McpH
         assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"] == "Bearer"
         page = {"Authorization": "Bearer right-token", "Origin": "https://evil.example"}
         assert http.post(server.url, json=INIT, headers=page).status_code == 403
+        # DNS rebinding without an Origin (a plain GET from a page): the Host names another site
+        rebound = http.get(server.url, headers={"Authorization": "Bearer right-token", "Host": "evil.example:8080"})
+        assert rebound.status_code == 403 and "Host" in rebound.text
+        for name in ("localhost", "[::1]"):
+            host = {"Authorization": "Bearer right-token", "Host": f"{name}:{server.server_address[1]}"}
+            assert http.post(server.url, json=INIT, headers=host).status_code == 200
         assert http.post(server.url.replace("/mcp", "/other"), json=INIT).status_code == 404
 
 

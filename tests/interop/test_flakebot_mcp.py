@@ -1,0 +1,174 @@
+"""``flakebot mcp`` itself, driven by clients nobody here wrote: the MCP Inspector CLI and the conformance suite.
+
+The Inspector CLI lists flakebot's functions over stdio, calls ``build_tool``
+(a real build of a tiny crate with cargo), finds the new tool in the next
+``tools/list`` and calls it; over Streamable HTTP (``flakebot mcp --http``) it
+sends the bearer token as a header, and without it gets nothing. The
+conformance suite's server scenarios that apply to a server whose tools are
+built on demand (initialize, ping, tools-list, several streams at once, DNS
+rebinding) run against ``flakebot mcp --http`` through a proxy that adds the
+token (the suite sends no headers), and against the stdio server through the
+loopback gateway. Scenarios that need the suite's own test tools, resources,
+prompts, logging, sampling or elicitation do not apply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from auth_proxy import bearer_proxy
+from interop_tools import node_env
+from mcp_gateway import gateway
+from test_conformance import conformance
+from tinycrates import write_registry
+
+import flakebot_magic
+from flakebot_magic.inventory import Inventory
+
+pytestmark = pytest.mark.cargo
+
+#: the ``flakebot`` command of this interpreter
+FLAKEBOT = str(Path(sys.executable).parent / "flakebot")
+BUILTINS = {"build_tool", "search_crates", "list_tools", "tool_info"}
+TOKEN = "interop-token"
+#: the scenarios of the suite that apply to flakebot mcp over Streamable HTTP
+HTTP_SCENARIOS = ("server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "dns-rebinding-protection")
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "FLAKEBOT_CACHE_DIR": str(cache), "FLAKEBOT_BACKEND": "cargo"}
+
+
+def inspector(bin_dir: Path, target: list[str], *method: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bin_dir / "inspector"), "--cli", *target, *method],
+        env=node_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def answer(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_registry(tmp_path_factory.mktemp("registry"), ["tinyecho"])
+
+
+@pytest.fixture(scope="module")
+def served(registry: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``flakebot mcp --http 0`` over a cache that has one tool (``shout``, built by a person); its URL."""
+    cache = tmp_path_factory.mktemp("cache")
+    flakebot_magic.build("", crate="tinyecho", name="shout", registry=str(registry), backend="cargo", cache_dir=cache)
+    server = subprocess.Popen(
+        [FLAKEBOT, "mcp", "--registry", str(registry), "--http", "0", "--token", TOKEN],
+        stderr=subprocess.PIPE,
+        env=_env(cache),
+    )
+    try:
+        assert server.stderr is not None
+        found = re.search(rb"serving (\S+)", server.stderr.readline())
+        assert found is not None, "flakebot mcp --http did not say where it serves"
+        yield found.group(1).decode(), cache
+    finally:
+        server.terminate()
+        server.wait(30)
+        if server.stderr is not None:
+            server.stderr.close()
+
+
+def test_the_inspector_builds_a_tool_through_flakebot_mcp_then_calls_it(
+    node_tools: Path, registry: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    # the Inspector starts the server with an environment of its own: the cache and backend go with -e
+    target = [FLAKEBOT, "mcp", "--registry", str(registry), "-e", f"FLAKEBOT_CACHE_DIR={cache}"]
+    target += ["-e", "FLAKEBOT_BACKEND=cargo"]
+    listed = answer(inspector(node_tools, target, "--method", "tools/list"))
+    assert {t["name"] for t in listed["tools"]} == BUILTINS
+
+    args = ["request=echo words", "crate=tinyecho", "name=te"]
+    built = answer(
+        inspector(node_tools, target, "--method", "tools/call", "--tool-name", "build_tool", "--tool-arg", *args)
+    )
+    assert built["isError"] is False, built
+    assert built["content"][0]["text"].startswith("Built `te`")
+    who = built["structuredContent"]["requested_by"]
+    assert who and who != "mcp client"  # the Inspector's own clientInfo.name
+    record = Inventory(cache / "tools").get("te")
+    assert record is not None and record.requested_by == who
+
+    listed = answer(inspector(node_tools, target, "--method", "tools/list"))
+    tools = {t["name"]: t for t in listed["tools"]}
+    assert set(tools) == BUILTINS | {"te"}
+    assert tools["te"]["inputSchema"]["additionalProperties"] is False
+    called = answer(
+        inspector(node_tools, target, "--method", "tools/call", "--tool-name", "te", "--tool-arg", "input=quiet")
+    )
+    assert called["isError"] is False and called["content"][0]["text"] == "QUIET"
+    info = answer(
+        inspector(node_tools, target, "--method", "tools/call", "--tool-name", "tool_info", "--tool-arg", "name=te")
+    )
+    assert f"requested_by: {who}" in info["content"][0]["text"]
+
+
+def test_the_inspector_over_streamable_http_needs_the_token(node_tools: Path, served: tuple[str, Path]) -> None:
+    url, _ = served
+    refused = inspector(node_tools, [url, "--transport", "http"], "--method", "tools/list")
+    # the 401 (WWW-Authenticate: Bearer) makes the Inspector ask for authorization, which it cannot do here
+    assert refused.returncode != 0 and '"auth_required"' in refused.stderr, refused.stdout + refused.stderr
+    target = [url, "--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
+    listed = answer(inspector(node_tools, target, "--method", "tools/list"))
+    assert {t["name"] for t in listed["tools"]} == BUILTINS | {"shout"}
+    called = answer(
+        inspector(node_tools, target, "--method", "tools/call", "--tool-name", "shout", "--tool-arg", "input=hi")
+    )
+    assert called["isError"] is False and called["content"][0]["text"] == "HI"
+    found = answer(
+        inspector(
+            node_tools, target, "--method", "tools/call", "--tool-name", "search_crates", "--tool-arg", "query=echo"
+        )
+    )
+    assert found["isError"] is False and "tinyecho" in found["content"][0]["text"]
+
+
+def _passed(checks: list[dict[str, Any]], scenario: str) -> None:
+    assert checks, f"{scenario}: no checks ran"
+    failed = [c for c in checks if c["status"] not in ("SUCCESS", "INFO")]
+    assert not failed, json.dumps(failed, indent=2)
+
+
+def test_the_conformance_scenarios_over_streamable_http(
+    node_tools: Path, served: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = served
+    with bearer_proxy(url, TOKEN) as proxied:
+        for scenario in HTTP_SCENARIOS:
+            checks = conformance(node_tools, proxied, scenario, tmp_path / scenario)
+            _passed(checks, scenario)
+            if scenario == "tools-list":  # the built tool is listed, with a valid entry
+                assert set(checks[0]["details"]["tools"]) == BUILTINS | {"shout"}
+            if scenario == "dns-rebinding-protection":
+                (rebound,) = [c for c in checks if c["id"] == "localhost-host-rebinding-rejected"]
+                assert rebound["details"]["statusCode"] == 403  # refused for its Host/Origin, not for a token
+
+
+def test_the_conformance_scenarios_over_stdio_through_the_gateway(
+    node_tools: Path, registry: Path, served: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, cache = served
+    with gateway([FLAKEBOT, "mcp", "--registry", str(registry)], _env(cache)) as url:
+        for scenario in ("server-initialize", "ping", "tools-list"):
+            _passed(conformance(node_tools, url, scenario, tmp_path / scenario), scenario)
