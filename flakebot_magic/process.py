@@ -374,6 +374,23 @@ def _short(argv: list[str]) -> str:
     return " ".join([os.path.basename(argv[0]), *argv[1:3]])
 
 
+def _cancelled_during(argv: list[str]) -> str:
+    """The message of a cancelled run: what the user knows was running (``cargo test``, not its wrapper or flags).
+
+    (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
+    whole there, where JupyterLab's error box would break it mid-word.)
+
+    >>> _cancelled_during(["cargo", "test", "--locked"])
+    'Cancelled during `cargo test`.'
+    """
+    words = [os.path.basename(argv[0])] if argv else []
+    for word in argv[1:3]:
+        if word.startswith("-"):
+            break
+        words.append(word)
+    return f"Cancelled during `{' '.join(words)}`."
+
+
 class ProcessRunner:
     """Runs commands with a time limit in their own process group.
 
@@ -480,7 +497,7 @@ class ProcessRunner:
                         break  # stragglers hold the pipes: they are killed below
                 if self.cancel.cancelled:
                     self._stop(proc, interrupt_grace, inodes)
-                    raise Cancelled(f"Cancelled while running `{shown}`.", workspace=workspace)
+                    raise Cancelled(_cancelled_during(list(label) if label is not None else argv), workspace=workspace)
                 if exited_at is None and time.monotonic() > deadline:
                     self._stop(proc, interrupt_grace, inodes)
                     raise StageTimeout(

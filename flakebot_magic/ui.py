@@ -91,6 +91,10 @@ class StageRow:
         return None
 
 
+def _tests_passing(count: int) -> str:
+    return f"{count} test{'' if count == 1 else 's'} passing"
+
+
 def _fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -440,7 +444,7 @@ class ProgressWidget:
         if self.iterations:
             counts.append(f"iteration {self.iterations}")
         if self.tests_passing is not None:
-            counts.append(f"{self.tests_passing} tests passing")
+            counts.append(_tests_passing(self.tests_passing))
         self.counts.value = (
             f"<div class='flakebot-counts' style='color:#57606a'>{' · '.join(counts)}</div>" if counts else ""
         )
@@ -489,7 +493,7 @@ class ProgressWidget:
         more = self.log_count - len(self.log_lines)
         head = f"… {more} earlier lines in the saved log (%flakebot logs NAME)\n" if more > 0 else ""
         self.log_view.value = (
-            "<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0'>"
+            f"<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0;{_WRAP}'>"
             f"{html.escape(head + shown) or '(no output yet)'}</pre>"
         )
         count = self.log_count
@@ -502,7 +506,7 @@ class ProgressWidget:
         if self.outcome == "success" and self.tool is not None:
             tool = self.tool
             example = html.escape(tool.example()) if hasattr(tool, "example") else ""
-            tests = f"{self.tests_passing} tests passing · " if self.tests_passing is not None else ""
+            tests = f"{_tests_passing(self.tests_passing)} · " if self.tests_passing is not None else ""
             self.summary.value = (
                 "<div class='flakebot-summary' data-outcome='success' "
                 f"style='border-left:3px solid #1a7f37;padding-left:8px;{_TEXT}'>"

@@ -131,8 +131,12 @@ def test_cancel_button_calls_back_once_and_rows_show_cancelled() -> None:
     assert calls == [1]
     assert widget.cancel_button.disabled and widget.cancel_button.description == "Cancelling…"
     widget(Notice("run", "cancelled from the widget: stopping the running process; the workspace is kept", "warning"))
-    widget(StageFinished("build", "failed", "Cancelled while running `cargo build`", 0.4))
-    widget(RunFinished(ok=False, error=Cancelled("Cancelled while running cargo"), elapsed=1.0))
+    widget(StageFinished("build", "failed", "Cancelled during `cargo build`.\nThe workspace is kept at /ws/x", 0.4))
+    widget(
+        RunFinished(
+            ok=False, error=Cancelled("Cancelled during `cargo build`.\nThe workspace is kept at /ws/x"), elapsed=1.0
+        )
+    )
     assert widget.outcome == "cancelled" and widget.bar.bar_style == "warning"
     assert states(widget)["build"] == "cancelled" and states(widget)["test"] == "cancelled"
     assert "data-outcome='cancelled'" in widget.title.value
@@ -282,3 +286,12 @@ def test_a_run_that_started_is_not_collapsed() -> None:
 def test_the_bar_does_not_overflow_its_box() -> None:
     # width 100% plus ipywidgets' 2 px margins made a permanent horizontal scrollbar (tests/browser measures it)
     assert ProgressWidget().bar.layout.width == "auto"
+
+
+def test_one_test_passing_is_singular() -> None:
+    widget = ProgressWidget()
+    widget(StageStarted("test"))
+    widget(StageFinished("test", "done", "1 passed, 0 failed, 0 ignored", 0.5))
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=1.0))
+    assert "1 test passing" in widget.counts.value and "1 test passing" in widget.summary.value
+    assert "1 tests" not in widget.counts.value + widget.summary.value

@@ -358,7 +358,8 @@ class ToolClient:
         return rows
 
     def __repr__(self) -> str:
-        return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.kind}, {self.store_path}>"
+        # one short line: pydoc's help(tool) and IPython's `tool?` start with it (pydoc cuts it at 100)
+        return f"<flakebot tool {self.name}: {self.crate} {self.version} ({self.kind}, {self.backend})>"
 
     def _repr_html_(self) -> str:
         e = html.escape

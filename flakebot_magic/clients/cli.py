@@ -35,6 +35,7 @@ from .agents import ToolFunction
 from .base import Confinement, ToolClient
 from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
 from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
+from .schema import sentence
 
 __all__ = ["PLAIN_ENV", "CliTool", "strip_ansi"]
 
@@ -68,9 +69,9 @@ def _option_annotation(option: CliOption) -> Any:
 
 def _argument_annotation(argument: CliArgument) -> Any:
     return (
-        Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+        Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
         if argument.repeatable
-        else Union[str, "os.PathLike[str]"]
+        else Union[str, os.PathLike[str]]
     )
 
 
@@ -135,7 +136,7 @@ class CliTool(ToolClient):
             kw = inspect.Parameter.KEYWORD_ONLY
             parameters = [
                 inspect.Parameter(
-                    "args", inspect.Parameter.VAR_POSITIONAL, annotation=Union[str, "os.PathLike[str]", int, float]
+                    "args", inspect.Parameter.VAR_POSITIONAL, annotation=Union[str, os.PathLike[str], int, float]
                 ),
                 inspect.Parameter("input", kw, default=None, annotation=Optional[str | bytes]),
                 inspect.Parameter("timeout", kw, default=None, annotation=Optional[float]),
@@ -167,7 +168,7 @@ class CliTool(ToolClient):
     def _docstring(self) -> str:
         spec = self.spec
         lines = [
-            f"{self.name}: {self.crate} {self.version}. {spec.description or self.description}".strip(),
+            f"{self.name}: {self.crate} {self.version}. {sentence(spec.description or self.description)}".strip(),
             "",
             "Runs the tool and returns its standard output (a str).",
         ]
@@ -405,6 +406,11 @@ class CliTool(ToolClient):
         return f'{self.name}("--help")'
 
     def _rich_example(self) -> str:
+        """The first call to try: the plain one, with an argument only where the tool needs one.
+
+        Never an option for show: the first flag of a help text is as often
+        ``--dry-run`` or ``--debug`` as anything useful.
+        """
         spec = self.spec
         parts: list[str] = []
         if self.reads_stdin:
@@ -412,10 +418,6 @@ class CliTool(ToolClient):
         for argument in spec.arguments[:1]:
             if argument.required or not self.reads_stdin:
                 parts.append(f'{argument.name}="{argument.placeholder.lower()}"')
-        for option in spec.options:
-            if not option.takes_value:
-                parts.append(f"{option.name}=True")
-                break
         return f"{self.name}({', '.join(parts)})" if parts else self.example()
 
     def functions(self) -> dict[str, ToolFunction]:
@@ -450,7 +452,7 @@ class CliTool(ToolClient):
             "items": {"type": "string"},
             "description": "Extra command-line arguments, as they are (rarely needed).",
         }
-        description = (spec.description or self.description or f"Run {self.crate}.").strip()
+        description = sentence(spec.description or self.description or f"Run {self.crate}")
         description += " Returns the tool's standard output."
         if not spec.parsed:
             description += " Its options could not be parsed from --help; pass command-line arguments in args."
@@ -512,8 +514,13 @@ class CliTool(ToolClient):
         lines.append(f"  backend: {self.backend}")
         return "\n".join(lines)
 
-    def __repr__(self) -> str:
-        return f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>\n{self.summary()}"
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # what IPython shows for `md` (text/plain): how to call it; repr() stays one line
+        # (pydoc's help(md) starts with it, cut to 100 characters)
+        printer.text(f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>")
+        for line in self.summary().splitlines():
+            printer.break_()
+            printer.text(line)
 
 
 def _is_path(text: str) -> bool:

@@ -216,6 +216,9 @@ class ToolStopHandler(_API):
 # -- the dashboard ------------------------------------------------------------------
 
 
+#: a log or provenance line as long as it likes scrolls inside its own box (``width:0;
+#: min-width:100%``: a box that adds nothing to the table's width, then fills its cell), so
+#: opening one never widens the table past the screen
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1f2328}
 h1{font-size:20px;margin:0 0 4px} .sub{color:#57606a;margin:0 0 16px;font-size:13px}
@@ -223,6 +226,8 @@ table{border-collapse:collapse;width:100%;font-size:14px}
 th{text-align:left;border-bottom:2px solid #d0d7de;padding:6px 8px}
 td{border-bottom:1px solid #eaeef2;padding:6px 8px;vertical-align:top}
 code{font-size:12px} pre{font-size:12px;background:#f6f8fa;padding:8px;max-height:360px;overflow:auto;margin:4px 0}
+.tool-details pre{width:0;min-width:100%;box-sizing:border-box}
+.tool-details div{overflow-wrap:anywhere}
 .status{font-weight:600} .status[data-status=ready],.status[data-status=running]{color:#1a7f37}
 .status[data-status=stopped]{color:#57606a} .status[data-status=failed]{color:#cf222e}
 details summary{cursor:pointer;color:#0969da;font-size:13px} button{cursor:pointer}

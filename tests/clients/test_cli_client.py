@@ -283,7 +283,7 @@ def test_for_agents(tmp_path: Path) -> None:
     assert bridge["args"][-1] == str(hexyl.binary) and "--kind" in bridge["args"]
     usage = hexyl.usage()
     assert usage.startswith("### `hexyl`: hexyl 1.0.0 (command-line tool)")
-    assert 'hexyl("some input text", no_squeezing=True)' in usage
+    assert '\nhexyl("some input text")\n' in usage  # the plain call, no option for show (issue 12)
 
 
 def test_a_timeout_stops_the_whole_process_group(tmp_path: Path) -> None:
@@ -348,3 +348,58 @@ def test_hexyl_options_as_keywords(debian: Settings) -> None:
     assert "Literal['always', 'auto', 'never']" in str(inspect.signature(hexyl).parameters["color"].annotation)
     with pytest.raises(ValueError, match="border must be one of"):
         hexyl(input=b"", border="fancy")
+
+
+def test_the_first_call_shown_is_the_plain_one_never_a_flag_for_show(tmp_path: Path) -> None:
+    md = _tool(tmp_path, GETOPTS, "md")  # its first flag is --dry-run
+    (function,) = md.functions().values()
+    assert function.example == 'md("some input text")' == md.example()
+    assert ">>> md(\"some input text\")  # doctest: +SKIP" in md.__doc__
+    assert "dry_run=True" not in md.__doc__ + md.usage() + md._repr_html_()
+    assert _run(md, "some input text") == {"argv": [], "stdin": "some input text"}  # the call does what it shows
+    hexyl = _tool(tmp_path, CLAP3, "hexyl")  # reads files or standard input: still no option
+    assert hexyl.functions()["hexyl"].example == 'hexyl("some input text")'
+    cat = _tool(tmp_path, GNU, "cat")  # reads its FILE arguments: the argument it needs, no option
+    assert not cat.reads_stdin and cat.functions()["cat"].example == 'cat(file="file")'
+
+
+def test_summaries_end_in_a_full_stop(tmp_path: Path) -> None:
+    hexyl = _tool(tmp_path, CLAP3, "hexyl")
+    assert hexyl.__doc__.startswith("hexyl: hexyl 1.0.0. A command-line hex viewer.\n")
+    (function,) = hexyl.openai_tools()
+    assert function["function"]["description"].startswith("A command-line hex viewer. Returns the tool's standard")
+    md = _tool(tmp_path, GETOPTS, "md")  # a description with its own full stop gets no second one
+    assert md.functions()["md"].description.startswith("Reads markdown from standard input and emits HTML. Returns")
+
+
+def test_help_and_the_question_mark_read_well(tmp_path: Path) -> None:
+    import pydoc
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.lib.pretty import pretty
+
+    md = _tool(tmp_path, GETOPTS, "md")
+    assert repr(md) == "<flakebot tool md: md 1.0.0 (cli, cargo)>"
+    page = pydoc.render_doc(md, "Help on %s:", renderer=pydoc.plaintext)  # what help(md) prints
+    lines = page.splitlines()
+    # pydoc prints the object as its repr, cut at 100 characters, then its docstring
+    assert lines[:4] == [
+        "Help on CliTool in module flakebot_magic.clients.cli:",
+        "",
+        "<flakebot tool md: md 1.0.0 (cli, cargo)>",
+        "    md: md 1.0.0. Reads markdown from standard input and emits HTML.",
+    ]
+    assert "..." not in lines[2] and "Parameters" in page and "Examples" in page
+    # IPython's `md` shows how to call it; `md?` its one-line form, signature and docstring
+    assert pretty(md).splitlines()[0] == f"<flakebot tool md: md 1.0.0, cargo, {md.store_path}>"
+    assert 'call:    md("some input text")' in pretty(md)
+    shell = InteractiveShell()
+    try:
+        shell.push({"md": md})
+        info = shell.object_inspect("md", detail_level=0)
+        assert info["string_form"] == repr(md)
+        assert info["docstring"].startswith("md: md 1.0.0. Reads markdown from standard input and emits HTML.")
+        definition = info["definition"] or ""
+        assert "    dry_run: bool = False," in definition and "ForwardRef" not in definition
+    finally:
+        shell.clear_instance()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from IPython.lib.pretty import pretty
 
 from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.cli_help import reads_stdin
@@ -165,7 +166,8 @@ def test_help_of_a_tool_without_help(tmp_path: Path) -> None:
 
 @pytest.mark.cargo
 def test_repr_shows_crate_version_store_path_and_an_example(echo: CliTool) -> None:
-    text = repr(echo)
+    # what IPython shows for `echo` (repr() itself is one line: pydoc's help() starts with it)
+    text = pretty(echo)
     assert text.startswith(f"<flakebot tool {echo.name}: tinyecho 0.2.0, cargo, {echo.store_path}>")
     assert f'call:    {echo.name}("some input text")' in text
     assert str(echo.store_path) in text and str(echo.binary) in text
@@ -187,11 +189,11 @@ def test_repr_html_escapes(tmp_path: Path) -> None:
     page = tool._repr_html_()
     assert "<script>" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert 'args("--help")' in repr(tool)
+    assert 'args("--help")' in pretty(tool)
 
 
 def test_repr_of_a_tool_that_does_not_read_stdin(tmp_path: Path) -> None:
-    text = repr(_script(tmp_path, "args", ARGS))
+    text = pretty(_script(tmp_path, "args", ARGS))
     assert 'call:    args("--help")' in text
     assert "standard input" not in text
 

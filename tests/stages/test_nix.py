@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.lib.pretty import pretty
 from tinycrates import Recorder, processes_in
 
 from flakebot_magic.cleanup import clean
@@ -429,8 +430,8 @@ def test_the_flake_and_its_lock_are_committed(echo_run: tuple[Tool, Recorder], e
     assert locked["type"] == "path" and locked["path"] == str(STAND_IN) and locked["narHash"].startswith("sha256-")
     assert tool.lock_hash == lock_hash(workspace)
     assert tool.provenance["nixpkgs"] == locked
-    assert f"flake.lock {tool.lock_hash}" in repr(tool)
-    assert str(tool.store_path) in repr(tool)
+    assert f"flake.lock {tool.lock_hash}" in pretty(tool)  # what IPython shows for `tool`
+    assert str(tool.store_path) in pretty(tool)
     assert tool.lock_hash in tool._repr_html_()
 
 
