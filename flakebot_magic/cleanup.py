@@ -28,7 +28,7 @@ from .config import Settings
 from .inventory import Inventory
 from .locks import LockHolder, held_locks
 from .stages.deploy import staging_owner
-from .stages.fork import NEXT_DIR, OLD_DIR
+from .stages.workspace import NEXT_DIR, OLD_DIR
 from .tools import stop_all
 
 __all__ = ["CleanReport", "clean"]

@@ -56,7 +56,8 @@ from .stages.accept import Example, run_examples, split_request
 from .stages.build import BUILD_FLAGS
 from .stages.choose import Choice, choose_by_model, choose_without_model
 from .stages.deploy import StorePath
-from .stages.fork import FORK_FORMAT, Workspace, fork, swap_workspace
+from .stages.fork import FORK_FORMAT, Workspace, fork
+from .stages.workspace import swap_workspace
 
 __all__ = ["Pipeline", "tool_name"]
 

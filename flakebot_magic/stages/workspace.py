@@ -1,0 +1,182 @@
+"""A forked crate's workspace: its saved state, where it lives, and how a rebuild puts a new one in place.
+
+Where workspaces live::
+
+    workspaces/NAME                         the tool's workspace (its record's commit is its HEAD)
+    workspaces/.next/NAME-<pid>-<ns>/NAME   a build that replaces it (a re-fork, or a copy for --continue)
+    workspaces/.old/NAME-<time>-<ns>        a workspace a re-fork replaced
+
+A build never changes ``workspaces/NAME`` of a tool it replaces: it forks
+(``--rebuild``, another crate) or copies (``--continue``) into ``.next/``,
+and :func:`swap_workspace` puts the result in place in one step
+(``renameat2(RENAME_EXCHANGE)``) only once it is deployed. A failed,
+cancelled or killed build leaves the tool's workspace as it was; its own
+tree stays under ``.next/`` (the error says where) until ``clean``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ..errors import ForkError
+from ..events import EventBus
+from ..fsutil import atomic_write
+from ..registry.base import CrateCandidate
+from .deploy import swap_in
+
+__all__ = [
+    "FORK_FORMAT",
+    "NEXT_DIR",
+    "OLD_DIR",
+    "DroppedDependency",
+    "Workspace",
+    "copy_beside",
+    "next_owner",
+    "next_path",
+    "swap_workspace",
+]
+
+STATE_FILE = "flakebot.json"
+FORK_FORMAT = 1  # bump when fix-ups change, so old workspaces are re-forked
+#: under the workspaces dir: builds that replace a tool's workspace, and workspaces they replaced
+NEXT_DIR, OLD_DIR = ".next", ".old"
+
+
+@dataclass(frozen=True)
+class DroppedDependency:
+    key: str
+    crate: str
+    requirement: str
+    kind: str  # "dev" | "optional" | "target"
+
+    def __str__(self) -> str:
+        return f"{self.crate} {self.requirement}".strip()
+
+
+@dataclass
+class Workspace:
+    """A forked crate: its git repo, where it came from, and what was changed to build it."""
+
+    path: Path
+    crate: CrateCandidate
+    checksum: str
+    checksum_kind: str
+    published_commit: str
+    dropped: list[DroppedDependency] = field(default_factory=list)
+    skipped_targets: list[str] = field(default_factory=list)
+    lock_action: str = "kept"
+    reused: bool = False
+    #: the workspace this one replaces once its build is deployed (:func:`swap_workspace`); None: it is in place
+    replaces: Path | None = None
+
+    @property
+    def git_dir(self) -> Path:
+        return self.path / ".git"
+
+    def save(self) -> None:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["crate"] = self.crate.to_json()
+        data["format"] = FORK_FORMAT
+        data.pop("reused")
+        data.pop("replaces")
+        # sandboxed code may have planted a symlink here; atomic_write replaces it, never follows it
+        atomic_write(self.git_dir / STATE_FILE, json.dumps(data, indent=2), root=self.path)
+
+    @classmethod
+    def load(cls, path: Path) -> Workspace | None:
+        try:
+            data = json.loads((path / ".git" / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if data.pop("format", None) != FORK_FORMAT:
+            return None
+        crate = data.pop("crate")
+        for key in ("bin_names", "keywords", "categories"):
+            crate[key] = tuple(crate[key])
+        return cls(
+            path=path,
+            crate=CrateCandidate(**crate),
+            checksum=data["checksum"],
+            checksum_kind=data["checksum_kind"],
+            published_commit=data["published_commit"],
+            dropped=[DroppedDependency(**d) for d in data["dropped"]],
+            skipped_targets=list(data["skipped_targets"]),
+            lock_action=data["lock_action"],
+            reused=True,
+        )
+
+
+def next_path(workspaces_dir: Path, name: str) -> Path:
+    """``.next/NAME-<pid>-<ns>/NAME``: a build replacing ``name``'s workspace (its sandbox's home goes beside it)."""
+    attempt = workspaces_dir / NEXT_DIR / f"{name}-{os.getpid()}-{time.time_ns()}"
+    attempt.mkdir(parents=True)
+    return attempt / name
+
+
+def next_owner(path: Path) -> int | None:
+    """The pid of the run building in ``.next/NAME-<pid>-<ns>`` (None: not such a name)."""
+    parts = path.name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _copy_regular(source: str, target: str) -> str:
+    """Copy a regular file; skip anything else (a FIFO planted by crate code would block a read)."""
+    if stat.S_ISREG(os.lstat(source).st_mode):
+        shutil.copy2(source, target, follow_symlinks=False)
+    return target
+
+
+def copy_beside(workspace: Workspace, path: Path) -> Workspace:
+    """A copy of ``workspace`` (its history and working tree, not its build outputs) at ``path``."""
+    root = str(workspace.path)
+
+    def outputs(directory: str, names: list[str]) -> list[str]:
+        return ["target"] if directory == root else []
+
+    try:
+        shutil.copytree(workspace.path, path, symlinks=True, ignore=outputs, copy_function=_copy_regular)
+    except (OSError, shutil.Error) as exc:
+        raise ForkError(
+            f"Could not copy the workspace {workspace.path} to build beside it: {exc}", workspace=path
+        ) from exc
+    return replace(workspace, path=path, reused=True, replaces=workspace.path)
+
+
+def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
+    """Put a workspace built beside the tool's (:attr:`Workspace.replaces`) in its place, in one step.
+
+    Called once the build is deployed. The replaced workspace goes to
+    ``.old/`` (a re-fork) or away (a ``--continue`` copy: its whole history
+    is in the new one). Returns the workspace at its final path.
+    """
+    final = workspace.replaces
+    if final is None:
+        return workspace
+    if final.exists() or final.is_symlink():
+        swap_in(workspace.path, final)  # the replaced workspace is now at workspace.path
+        if not workspace.reused:
+            aside = _aside_path(final.parent, final.name)
+            os.rename(workspace.path, aside)
+            bus.notice("fork", f"the previous workspace for {final.name!r} was moved to {aside}")
+    else:
+        os.rename(workspace.path, final)
+    # the attempt's directory: what is left of it (a --continue's old copy, the sandbox's cargo home)
+    shutil.rmtree(workspace.path.parent, ignore_errors=True)
+    done = replace(workspace, path=final, replaces=None)
+    done.save()
+    return done
+
+
+def _aside_path(workspaces_dir: Path, name: str) -> Path:
+    parent = workspaces_dir / OLD_DIR
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
