@@ -71,6 +71,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
         ["%load_ext flakebot_magic", f"%%flakebot --registry {registry} --crate slowbuild --name slow --rebuild\n"]
     )
     (root / "cancel.ipynb").write_text(json.dumps(cancel))
+    (root / "usage.ipynb").write_text(
+        json.dumps(_notebook(["%load_ext flakebot_magic", "%%flakebot --name 1bad\nEcho words"]))
+    )
     cache = os.environ.get("FLAKEBOT_CACHE_DIR") or str(root / "cache")
     env = {"FLAKEBOT_CACHE_DIR": cache, "FLAKEBOT_BACKEND": "cargo"}
     jupyter = JupyterProcess(root, app="lab", env=env).start()
@@ -118,6 +121,13 @@ def _run_all(page: object) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()  # type: ignore[attr-defined]
 
 
+def _overflow(page: object, selector: str) -> list[int]:
+    """How many pixels each element matching ``selector`` is wider than its box (0: no scrollbar)."""
+    return page.evaluate(  # type: ignore[attr-defined,no-any-return]
+        "s => [...document.querySelectorAll(s)].map(e => e.scrollWidth - e.clientWidth)", selector
+    )
+
+
 def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, lab: JupyterProcess) -> None:
     started = time.monotonic()
     page = _open_notebook(context, lab, "quickstart.ipynb")
@@ -125,6 +135,7 @@ def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, 
     progress = page.locator(".flakebot-progress").first  # type: ignore[attr-defined]
     progress.wait_for()
     assert progress.locator(".flakebot-row").count() >= 7  # one row per stage
+    assert progress.locator('.flakebot-row[data-stage="edit"]').count() == 0  # no model: no row waits for it
     page.screenshot(path=SHOTS / "01-quickstart-progress.png")  # type: ignore[attr-defined]
     progress.locator('.flakebot-title[data-outcome="success"]').wait_for(timeout=150_000)
     progress.get_by_text("Changes:").click()  # the diff against the published crate
@@ -143,35 +154,62 @@ def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, 
     listing.scroll_into_view_if_needed()
     assert "pulldown-cmark@0.9.2" in (listing.text_content() or "")
     page.screenshot(path=SHOTS / "03-quickstart-done.png", full_page=True)  # type: ignore[attr-defined]
+    # no horizontal scrollbar on the widget or its output (the bar was 4 px too wide)
+    assert set(_overflow(page, ".flakebot-progress")) == {0}
+    assert set(_overflow(page, ".jp-OutputArea-output:has(.flakebot-progress)")) == {0}
+    # the notebook's second %%flakebot cell is a cache hit: no output, so no "Log (0 lines)"
+    warm = page.locator(".flakebot-progress").last  # type: ignore[attr-defined]
+    warm.locator('.flakebot-title[data-outcome="success"]').wait_for()
+    assert warm.locator('.flakebot-row[data-state="cached"]').count() >= 5
+    assert not warm.get_by_text("Log (").is_visible() and "Log (0 lines)" not in warm.inner_text()
+    # wrapped notices are not double-spaced: a line is about a line high, not a widget row (28 px)
+    heights = page.evaluate(
+        "() => [...document.querySelectorAll('.flakebot-notice')].map(e => parseFloat(getComputedStyle(e).lineHeight))"
+    )
+    assert heights and max(heights) < 20, heights
 
     dashboard = context.new_page()  # type: ignore[attr-defined]
+    dashboard.set_viewport_size({"width": 760, "height": 1000})  # a narrow window: the log's lines are wider
     dashboard.goto(f"{lab.url}/flakebot/")
     row = dashboard.locator('tr.tool[data-name="md"]')
     row.wait_for()
     assert "pulldown-cmark@0.9.2" in row.inner_text() and "ready" in row.inner_text()
     dashboard.locator('tr.tool-details[data-name="md"] summary', has_text="provenance").click()
+    dashboard.locator('tr.tool-details[data-name="md"] summary', has_text="log").click()
     dashboard.screenshot(path=SHOTS / "04-dashboard.png", full_page=True)
+    # opening them does not widen the table: their long lines scroll in their own boxes
+    assert _overflow(dashboard, "html") == [0]
+    assert max(_overflow(dashboard, 'tr.tool-details[data-name="md"] pre')) > 0
     assert time.monotonic() - started < 170
 
 
 def test_cancel_button_stops_the_build(context: object, lab: JupyterProcess) -> None:
-    workspace = lab.cache / "workspaces" / "slow"  # type: ignore[attr-defined]
-    marker = workspace / "build-script-started"
-    marker.unlink(missing_ok=True)
+    workspaces = lab.cache / "workspaces"  # type: ignore[attr-defined]
+    for old in workspaces.glob("**/build-script-started"):
+        old.unlink()
     page = _open_notebook(context, lab, "cancel.ipynb")
     _run_all(page)
     progress = page.locator(".flakebot-progress").first  # type: ignore[attr-defined]
     progress.locator('.flakebot-row[data-stage="build"][data-state="running"]').wait_for(timeout=90_000)
     deadline = time.monotonic() + 60
-    while not marker.exists():  # the build script (a minute's sleep) is running
+    # the build script (a minute's sleep) is running; --rebuild builds in a place of its own
+    while not (markers := list(workspaces.glob("**/build-script-started"))):
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    workspace = markers[0].parent
     page.screenshot(path=SHOTS / "05-cancel-running.png")  # type: ignore[attr-defined]
     clicked = time.monotonic()
     progress.locator("button.flakebot-cancel").click()
     progress.locator('.flakebot-title[data-outcome="cancelled"]').wait_for(timeout=20_000)
     assert time.monotonic() - clicked < 20
-    page.get_by_text("Cancelled while running").first.wait_for()  # type: ignore[attr-defined]
+    # the message once (the error below the widget), naming what the user knows, not a wrapper
+    error = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")  # type: ignore[attr-defined]
+    error.first.wait_for()
+    assert error.count() == 1
+    message = error.inner_text()
+    assert message.startswith("Cancelled: Cancelled during `cargo ") and "nice" not in message
+    assert f"\nThe workspace is kept at {workspace}" in message
+    assert progress.locator(".flakebot-summary").count() == 0 or not progress.locator(".flakebot-summary").inner_text()
     page.screenshot(path=SHOTS / "06-cancelled.png")  # type: ignore[attr-defined]
     assert progress.locator('.flakebot-row[data-stage="build"]').get_attribute("data-state") == "cancelled"
     assert processes_in(workspace) == [] and (workspace / ".git").is_dir()
@@ -233,3 +271,15 @@ def test_api_needs_a_token_and_posts_need_xsrf(browser: object, context: object,
     finally:
         evil.kill()
         evil.wait()
+
+
+def test_an_argument_error_is_one_line(context: object, lab: JupyterProcess) -> None:
+    page = _open_notebook(context, lab, "usage.ipynb")
+    _run_all(page)
+    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(1)  # type: ignore[attr-defined]
+    error = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    error.wait_for()
+    assert error.inner_text().strip() == "UsageError: --name '1bad' is not a valid Python identifier; try '_1bad'."
+    assert cell.locator(".flakebot-row").count() == 0 or not cell.locator(".flakebot-progress").is_visible()
+    assert "skipped" not in cell.locator(".jp-Cell-outputArea").inner_text()
+    cell.screenshot(path=SHOTS / "07-argument-error.png")
