@@ -354,7 +354,7 @@ def test_the_first_call_shown_is_the_plain_one_never_a_flag_for_show(tmp_path: P
     md = _tool(tmp_path, GETOPTS, "md")  # its first flag is --dry-run
     (function,) = md.functions().values()
     assert function.example == 'md("some input text")' == md.example()
-    assert ">>> md(\"some input text\")  # doctest: +SKIP" in md.__doc__
+    assert '>>> md("some input text")  # doctest: +SKIP' in md.__doc__
     assert "dry_run=True" not in md.__doc__ + md.usage() + md._repr_html_()
     assert _run(md, "some input text") == {"argv": [], "stdin": "some input text"}  # the call does what it shows
     hexyl = _tool(tmp_path, CLAP3, "hexyl")  # reads files or standard input: still no option
