@@ -50,7 +50,11 @@ def test_the_repository_flake_checks() -> None:
 
 def test_the_package_has_the_flakebot_command() -> None:
     package = _built("default")
-    done = subprocess.run([str(package / "bin" / "flakebot"), "--help"], capture_output=True, text=True, timeout=60)
+    # the stand-in's python3 is the host's (tests/nixpkgs/python.sh): point it at the one with the dependencies
+    env = {**os.environ, "FLAKEBOT_HOST_PYTHON": sys.executable}
+    done = subprocess.run(
+        [str(package / "bin" / "flakebot"), "--help"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0 and "usage: flakebot" in done.stdout
     assert (package / "lib" / "python3" / "site-packages" / "flakebot_magic" / "__init__.py").is_file()
 
