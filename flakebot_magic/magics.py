@@ -235,19 +235,34 @@ class FlakebotMagics(_OptionTraits):
         self, args: Any, request: str, *, name: str | None, crate: str | None, settings: Settings | None = None
     ) -> _Build:
         settings = settings or self._settings(args)
-        verbose = bool(args.verbose or self.verbose)
+        build = self.show_build(
+            request or crate or "",
+            settings,
+            lambda: build.run.cancel("cancelled from the widget"),
+            verbose=bool(args.verbose or self.verbose),
+        )
+        build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
+        return build
+
+    def show_build(
+        self, title: str, settings: Settings, cancel: Callable[[], None], *, verbose: bool | None = None
+    ) -> _Build:
+        """Show a build in this kernel the way ``%%flakebot`` shows its own (also for an agent's, from ``call``).
+
+        The ``progress`` trait says how: the widget (its Cancel button calls
+        ``cancel``), printed lines, or nothing. Pass the result's ``observers``
+        and ``tick`` to the run's ``wait``; its ``refresh()`` then puts the
+        final text in the display.
+        """
         build = _Build(run=None, settings=settings)
+        verbose = self.verbose if verbose is None else verbose
         mode = self._progress_mode()
         if mode == "widget":
             from IPython.display import display
 
             from .ui import ProgressWidget
 
-            widget = ProgressWidget(
-                request or crate or "",
-                on_cancel=lambda: build.run.cancel("cancelled from the widget"),
-                diff=lambda tool: tools.diff_of(settings, tool),
-            )
+            widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: tools.diff_of(settings, tool))
             if verbose:
                 widget.log.selected_index = 0
             build.widget, build.tick = widget, widget.tick
@@ -255,7 +270,6 @@ class FlakebotMagics(_OptionTraits):
             build.handle = display(widget.mimebundle(), raw=True, display_id=True)
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
-        build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
         return build
 
     def _wait(self, build: _Build) -> Any:

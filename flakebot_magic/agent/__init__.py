@@ -5,13 +5,13 @@ notebook, :func:`agent_tools` and :func:`call` (OpenAI function calling).
 * :mod:`.catalog`: every built tool's functions, from the shared tool registry;
 * :mod:`.functions`: flakebot's own functions (build_tool, search_crates, list_tools, tool_info);
 * :mod:`.protocol`: one MCP session (JSON-RPC), :mod:`.stdio` and :mod:`.http` its transports;
-* :mod:`.notebook`: the same functions as OpenAI tools in a kernel;
+* :mod:`.notebook`: the same functions as OpenAI tools in a kernel (:func:`call`, and :func:`acall` to await);
 * :mod:`.command`: the ``flakebot mcp`` subcommand.
 """
 
 from __future__ import annotations
 
 from .builds import AgentSession
-from .notebook import agent_tools, call, mcp_config
+from .notebook import acall, agent_tools, call, mcp_config
 
-__all__ = ["AgentSession", "agent_tools", "call", "mcp_config"]
+__all__ = ["AgentSession", "acall", "agent_tools", "call", "mcp_config"]

@@ -154,6 +154,19 @@ class AgentBuild:
             tool: ToolClient = self.run.wait(list(observers), tick=tick)
         finally:
             self.session._charge(self._meter.tokens)
+        return self._report(tool)
+
+    async def wait_async(
+        self, observers: Iterable[Observer] = (), *, tick: Callable[[], None] | None = None
+    ) -> BuildReport:
+        """:meth:`wait` awaited on the running event loop (cancelling the awaiting task cancels the build)."""
+        try:
+            tool: ToolClient = await self.run.wait_async(list(observers), tick=tick)
+        finally:
+            self.session._charge(self._meter.tokens)
+        return self._report(tool)
+
+    def _report(self, tool: ToolClient) -> BuildReport:
         who = self.session.requested_by
         Inventory(self.session.settings.tools_dir).update(tool.name, requested_by=who)
         return BuildReport(tool, who, self._meter.tokens)

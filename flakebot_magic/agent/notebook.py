@@ -8,18 +8,26 @@
         messages.append(flakebot_magic.call(tool_call))   # builds when asked; returns the `tool` message
 
 A tool the model had built is in the next ``agent_tools()`` and callable at
-once, and it is put in the kernel under its name. In a Jupyter kernel the
-build shows the same progress widget as ``%%flakebot`` (interrupting the
-kernel cancels it); elsewhere progress is printed. The kernel's settings
+once, and it is put in the kernel under its name. With the extension loaded
+(``%load_ext flakebot_magic``) a build shows itself as ``%%flakebot`` builds
+do (the magic's ``progress`` setting: the widget in a Jupyter kernel);
+otherwise progress is printed. The kernel's settings
 (``%config FlakebotMagics.model = ...``) apply, and the agent limits
 (``allow_agent_builds``, ``agent_max_builds``, ``agent_token_budget``) count
 this kernel's agent builds; the registry records them as requested by
 ``notebook``.
+
+Stopping a build: :func:`call` waits on the kernel's own thread, so the
+kernel reads no message while it builds and the widget's Cancel button
+cannot reach it (interrupting the kernel does stop it). ``await acall(...)``
+waits on the kernel's event loop instead, as a ``%%flakebot`` cell does: the
+Cancel button works, and so does an interrupt. Either way a stopped build
+raises :class:`~flakebot_magic.errors.Cancelled` in the cell (the workspace
+is kept): the person stopped it, so the model is not asked to go on.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,16 +35,15 @@ from typing import Any
 
 from ..clients.agents import parse_tool_call, result_text, strict_schema
 from ..config import Settings
-from ..errors import FlakebotError
+from ..errors import Cancelled
 from ..events import Observer
-from ..options import apply
+from ..options import OPTIONS, apply
 from ..progress import TextProgress
-from ..tools import diff_of
-from .builds import AgentSession
+from .builds import AgentBuild, AgentSession, BuildReport
 from .catalog import ToolCatalog, decode_arguments
 from .functions import BUILTIN_NAMES, BUILTINS, build_outcome, search
 
-__all__ = ["NOTEBOOK", "agent_tools", "call", "mcp_config"]
+__all__ = ["NOTEBOOK", "acall", "agent_tools", "call", "mcp_config"]
 
 #: who the registry says asked for a build made through :func:`call`
 NOTEBOOK = "notebook"
@@ -63,13 +70,18 @@ def _shell() -> Any:
     return get() if get is not None else None
 
 
+def _magics() -> Any:
+    """The kernel's ``FlakebotMagics`` when the extension is loaded (None otherwise)."""
+    return getattr(getattr(_shell(), "magics_manager", None), "registry", {}).get("FlakebotMagics")
+
+
 def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> Settings:
-    """The kernel's settings (its ``FlakebotMagics`` config) when the extension is loaded, then ``options``."""
+    """The kernel's settings (its ``FlakebotMagics`` config traits) when the extension is loaded, then ``options``."""
     settings = Settings()
-    shell = _shell()
-    magics = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("FlakebotMagics")
-    if magics is not None:
-        settings = magics._settings(argparse.Namespace())
+    magics = _magics()
+    if magics is not None:  # the traits are the magic's public configuration (%config, ipython_config.py)
+        apply(settings, {"cache_dir": magics.cache_dir})
+        apply(settings, {o.name: getattr(magics, o.name) for o in OPTIONS if o.config})
     return apply(settings, {"cache_dir": cache_dir, **options})
 
 
@@ -119,28 +131,65 @@ def call(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any)
 
     ``tool_call`` is an item of ``message.tool_calls`` (the ``openai`` object or
     its dict form) naming a function of :func:`agent_tools`. ``build_tool``
-    builds (with the progress widget in a kernel) and the new tool is callable
-    in the next turn; a failure (a refused or failed build, a tool error, bad
-    arguments) becomes the message's content, so the model can read it and try
-    something else.
+    builds (shown as ``%%flakebot`` shows a build) and the new tool is
+    callable in the next turn; a failure (a refused or failed build, a tool
+    error, bad arguments) becomes the message's content, so the model can
+    read it and try something else. A build stopped by a person (a kernel
+    interrupt) raises :class:`~flakebot_magic.errors.Cancelled`. In a Jupyter
+    kernel, ``await acall(tool_call)`` lets the widget's Cancel button stop it too.
     """
     call_id, name, arguments = parse_tool_call(tool_call)
     agent = _agent(cache_dir, **options)
     try:
-        content = _run(agent, name, arguments)
-    except KeyboardInterrupt:
+        if name == "build_tool":
+            pending = _start(agent, arguments)
+            try:
+                report = pending.build.wait(pending.observers, tick=pending.tick)
+            finally:
+                pending.refresh()
+            content = pending.finish(report)
+        else:
+            content = _run(agent, name, arguments)
+    except (KeyboardInterrupt, Cancelled):
         raise
-    except FlakebotError as exc:
-        content = f"error: {type(exc).__name__}: {exc}"
     except Exception as exc:  # the model sees what went wrong, and may correct itself
-        content = f"error: {type(exc).__name__}: {exc}"
+        content = _error_text(exc)
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
+async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """:func:`call`, awaited on the running event loop: ``messages.append(await acall(tool_call))``.
+
+    In a Jupyter kernel the cell then awaits on the kernel's loop (as a
+    ``%%flakebot`` cell does), so the kernel keeps reading messages while a
+    tool builds: the widget's Cancel button stops the build, and a kernel
+    interrupt does too; either raises :class:`~flakebot_magic.errors.Cancelled`.
+    Calls of built tools run as in :func:`call`.
+    """
+    call_id, name, arguments = parse_tool_call(tool_call)
+    agent = _agent(cache_dir, **options)
+    try:
+        if name == "build_tool":
+            pending = _start(agent, arguments)
+            try:
+                report = await pending.build.wait_async(pending.observers, tick=pending.tick)
+            finally:
+                pending.refresh()
+            content = pending.finish(report)
+        else:
+            content = _run(agent, name, arguments)
+    except (KeyboardInterrupt, Cancelled):
+        raise
+    except Exception as exc:
+        content = _error_text(exc)
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _error_text(exc: Exception) -> str:
+    return f"error: {type(exc).__name__}: {exc}"
+
+
 def _run(agent: _Agent, name: str, arguments: str) -> str:
-    if name == "build_tool":
-        args = decode_arguments(arguments)
-        return _build(agent, str(args.get("request") or ""), args.get("name"), args.get("crate"))
     if name == "search_crates":
         return search(agent.settings, decode_arguments(arguments)).text
     entry = agent.catalog.find(name)
@@ -151,42 +200,42 @@ def _run(agent: _Agent, name: str, arguments: str) -> str:
     return result_text(entry.invoke(decode_arguments(arguments, json_text)))
 
 
-def _build(agent: _Agent, request: str, name: str | None, crate: str | None) -> str:
+class _PendingBuild:
+    """A ``build_tool`` call under way: the build, how it shows itself, and what its answer says."""
+
+    def __init__(self, agent: _Agent, build: AgentBuild, title: str) -> None:
+        self.agent = agent
+        self.build = build
+        self.observers, self.tick, self.refresh = _progress(
+            agent.settings, title, lambda: build.cancel("cancelled from the widget")
+        )
+
+    def finish(self, report: BuildReport) -> str:
+        """The tool is built: into the kernel and the catalog; the answer for the model."""
+        agent = self.agent
+        agent.catalog.adopt(report.tool)
+        shell = _shell()
+        if shell is not None:
+            shell.push({report.tool.name: report.tool})
+        functions = [e.name for e in agent.catalog.entries() if e.tool == report.tool.name]
+        return build_outcome(report.tool, functions, report.requested_by, report.tokens).text
+
+
+def _start(agent: _Agent, arguments: str) -> _PendingBuild:
+    args = decode_arguments(arguments)
+    request, name, crate = str(args.get("request") or ""), args.get("name"), args.get("crate")
     build = agent.session.start(request, name=name, crate=crate)
-    observers, tick, done = _progress(agent.settings, request or crate or "", build.cancel)
-    try:
-        report = build.wait(observers, tick=tick)
-    finally:
-        done()
-    agent.catalog.adopt(report.tool)
-    shell = _shell()
-    if shell is not None:
-        shell.push({report.tool.name: report.tool})
-    functions = [e.name for e in agent.catalog.entries() if e.tool == report.tool.name]
-    return build_outcome(report.tool, functions, report.requested_by, report.tokens).text
+    return _PendingBuild(agent, build, request or crate or "")
 
 
 def _progress(
     settings: Settings, title: str, cancel: Callable[[], None]
 ) -> tuple[list[Observer], Callable[[], None] | None, Callable[[], None]]:
-    """How a build shows itself: the ``%%flakebot`` widget in a Jupyter kernel, else printed lines."""
-    shell = _shell()
-    if getattr(shell, "kernel", None) is not None:
-        try:
-            from IPython.display import display
-
-            from ..ui import ProgressWidget
-        except ImportError:  # no ipywidgets: printed progress
-            pass
-        else:
-            # the model gets the error, not the notebook: the widget shows it to the user
-            widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: diff_of(settings, tool), show_error=True)
-            handle = display(widget.mimebundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
-
-            def refresh() -> None:
-                handle.update(widget.mimebundle(), raw=True)
-
-            return [widget], widget.tick, refresh
+    """How a build shows itself: as the magic shows its builds when the extension is loaded, else printed lines."""
+    magics = _magics()
+    if magics is not None:
+        shown = magics.show_build(title, settings, cancel)
+        return list(shown.observers), shown.tick, shown.refresh
     return [TextProgress(sys.stdout)], None, lambda: None
 
 
