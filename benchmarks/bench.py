@@ -151,7 +151,9 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
-    script = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
+    replies = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
+    # the edit loop's replies (the script starts with the pipeline's crate choice, which the loop never asks for)
+    script = [r for r in replies if r["tool_calls"][0]["function"]["name"] != "choose_crate"]
     fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]
 
     def checks(content: str, number: int) -> dict[str, object]:

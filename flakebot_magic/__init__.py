@@ -37,6 +37,7 @@ from .errors import (
     ForkError,
     ModelError,
     NeedsModelError,
+    PolicyError,
     RegistryError,
     SearchError,
     StageTimeout,
@@ -63,6 +64,7 @@ __all__ = [
     "ForkError",
     "ModelError",
     "NeedsModelError",
+    "PolicyError",
     "RegistryError",
     "SearchError",
     "StageTimeout",
@@ -71,6 +73,7 @@ __all__ = [
     "ToolError",
     "UsageError",
     "__version__",
+    "acall",
     "agent_tools",
     "build",
     "call",
@@ -205,6 +208,17 @@ def call(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any)
     from .agent.notebook import call as call_for_agent
 
     return call_for_agent(tool_call, cache_dir=cache_dir, **options)
+
+
+async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
+    """:func:`call`, awaited on the kernel's event loop, so the widget's Cancel button stops a build.
+
+    ``messages.append(await flakebot_magic.acall(tool_call))``; see
+    :func:`flakebot_magic.agent.notebook.acall`.
+    """
+    from .agent.notebook import acall as acall_for_agent
+
+    return await acall_for_agent(tool_call, cache_dir=cache_dir, **options)
 
 
 def load_ipython_extension(ipython: Any) -> None:

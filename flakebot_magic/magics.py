@@ -245,14 +245,22 @@ class FlakebotMagics(_OptionTraits):
         return build
 
     def show_build(
-        self, title: str, settings: Settings, cancel: Callable[[], None], *, verbose: bool | None = None
+        self,
+        title: str,
+        settings: Settings,
+        cancel: Callable[[], None],
+        *,
+        verbose: bool | None = None,
+        show_error: bool = False,
     ) -> _Build:
         """Show a build in this kernel the way ``%%flakebot`` shows its own (also for an agent's, from ``call``).
 
         The ``progress`` trait says how: the widget (its Cancel button calls
         ``cancel``), printed lines, or nothing. Pass the result's ``observers``
         and ``tick`` to the run's ``wait``; its ``refresh()`` then puts the
-        final text in the display.
+        final text in the display. ``show_error``: the widget shows why a
+        build failed (for an agent's build, whose error goes to the model; a
+        ``%%flakebot`` cell raises its error, which IPython shows).
         """
         build = _Build(run=None, settings=settings)
         verbose = self.verbose if verbose is None else verbose
@@ -262,7 +270,9 @@ class FlakebotMagics(_OptionTraits):
 
             from .ui import ProgressWidget
 
-            widget = ProgressWidget(title, on_cancel=cancel, diff=lambda tool: tools.diff_of(settings, tool))
+            widget = ProgressWidget(
+                title, on_cancel=cancel, diff=lambda tool: tools.diff_of(settings, tool), show_error=show_error
+            )
             if verbose:
                 widget.log.selected_index = 0
             build.widget, build.tick = widget, widget.tick

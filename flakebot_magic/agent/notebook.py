@@ -234,7 +234,8 @@ def _progress(
     """How a build shows itself: as the magic shows its builds when the extension is loaded, else printed lines."""
     magics = _magics()
     if magics is not None:
-        shown = magics.show_build(title, settings, cancel)
+        # the build's error goes to the model as the tool message: the person watching sees it in the widget
+        shown = magics.show_build(title, settings, cancel, show_error=True)
         return list(shown.observers), shown.tick, shown.refresh
     return [TextProgress(sys.stdout)], None, lambda: None
 
