@@ -7,18 +7,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import tools
 from .agent import command as agent_command
-from .background import start_build
-from .cleanup import clean
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
-from .export import export_replit
 from .options import OPTIONS, add_arguments, apply
-from .progress import TextProgress
-from .request import BuildRequest
-from .tools import Answer
+
+if TYPE_CHECKING:
+    from .tools import Answer
 
 __all__ = ["main"]
 
@@ -129,7 +126,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.command == "mcp":
         return agent_command.run(args, settings)
+    # the pipeline and the tool clients are imported by the subcommands that use them:
+    # `flakebot --help` and a warm `flakebot build` start quickly
     if args.command == "build":
+        from . import tools
+        from .background import start_build
+        from .progress import TextProgress
+        from .request import BuildRequest
+
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
@@ -141,6 +145,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
     """What a management command answers (each is written once, in :mod:`flakebot_magic.tools`)."""
+    from . import tools
+
     if args.command == "search":
         return tools.search_crates(settings, args.query, limit=args.limit)
     if args.command == "list":
@@ -154,8 +160,12 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
             raise UsageError("flakebot stop NAME, or flakebot stop --all")
         return tools.stop_tools(settings, args.name or None)
     if args.command == "clean":
+        from .cleanup import clean
+
         return clean(settings, everything=args.all)
     if args.command == "export":
+        from .export import export_replit
+
         return export_replit(settings, args.name, Path(args.replit))
     raise AssertionError(args.command)
 

@@ -11,7 +11,27 @@ notebook, :func:`agent_tools` and :func:`call` (OpenAI function calling).
 
 from __future__ import annotations
 
-from .builds import AgentSession
-from .notebook import acall, agent_tools, call, mcp_config
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .builds import AgentSession
+    from .notebook import acall, agent_tools, call, mcp_config
 
 __all__ = ["AgentSession", "acall", "agent_tools", "call", "mcp_config"]
+
+# imported on first use: `flakebot --help` (which reads .command) must not load the pipeline
+_HOMES = {
+    "AgentSession": "builds",
+    "acall": "notebook",
+    "agent_tools": "notebook",
+    "call": "notebook",
+    "mcp_config": "notebook",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
