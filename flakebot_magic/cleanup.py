@@ -27,6 +27,7 @@ from pathlib import Path
 from .config import Settings
 from .inventory import Inventory
 from .locks import LockHolder, held_locks
+from .process import alive
 from .stages.deploy import staging_owner
 from .stages.workspace import NEXT_DIR, OLD_DIR
 from .tools import stop_all
@@ -92,7 +93,7 @@ class _Running:
             if name == tool or name.startswith(f"{tool}-"):
                 return f"the build of {tool!r} is still running ({holder.describe()})"
         pid = staging_owner(path)
-        if pid is not None and (pid in self.pids or _alive(pid)):
+        if pid is not None and (pid in self.pids or alive(pid)):
             return f"the run with pid {pid} is still writing it"
         if self.since is not None and path.parent in self.outputs:
             try:
@@ -101,16 +102,6 @@ class _Running:
             except OSError:
                 return ""
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _size(path: Path) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "CancelToken",
     "Completed",
     "ProcessRunner",
+    "alive",
     "allowed_env",
     "kill_tree",
     "process_started_at",
@@ -251,6 +252,19 @@ def kill_tree(pid_or_pgid: int, *, grace: float = 0.0, first: int = signal.SIGTE
 
 def _pipe_inode(fd: int) -> int:
     return os.fstat(fd).st_ino
+
+
+def alive(pid: int | None) -> bool:
+    """Whether a process ``pid`` exists (one owned by another user counts); False for no pid."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _parent_of(pid: int) -> int | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from .clients import lifecycle, tool_from_record
 from .config import Settings
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
-from .process import kill_tree, process_started_at
+from .process import alive, kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from .runlog import failed_log_path, log_path
 from .stages.search import open_registry, search, why
@@ -154,18 +153,6 @@ def _started(record: ToolRecord) -> str:
     return _when(record.started or record.created)
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _same_process(pid: int, record: ToolRecord) -> bool:
     """Whether ``pid`` is still the process the record names: it started no later than recorded."""
     started = process_started_at(pid)
@@ -177,7 +164,7 @@ def _same_process(pid: int, record: ToolRecord) -> bool:
 def status_of(record: ToolRecord) -> str:
     """The record's status, corrected when a recorded process is gone."""
     # a recorded "running" whose process is gone (kernel restarted, machine rebooted) is stale
-    if record.status == "running" and record.pid and not (_alive(record.pid) and _same_process(record.pid, record)):
+    if record.status == "running" and record.pid and not (alive(record.pid) and _same_process(record.pid, record)):
         return "stopped"
     return record.status
 
@@ -304,7 +291,7 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
         inventory.update(name, status="stopped", pid=None)
         return f"stopped {name}"
     pid = record.pid
-    if record.status == "running" and _alive(pid):
+    if record.status == "running" and alive(pid):
         assert pid is not None
         if not _same_process(pid, record):
             # the tool is gone and its PID now belongs to another process: never signal that one

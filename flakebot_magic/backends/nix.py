@@ -42,6 +42,7 @@ from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
 from ..fsutil import atomic_write
 from ..process import ProcessRunner, scrubbed_env
+from ..provenance import describe_locked
 from ..stages.build import check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
@@ -50,7 +51,6 @@ from ..stages.nix import (
     Nix,
     NixOptions,
     NixRelease,
-    describe_locked,
     find_nix,
     pending_link,
     record_nix,

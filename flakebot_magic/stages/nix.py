@@ -560,15 +560,3 @@ def record_nix(store_dir: Path, key: str, crate: str, version: str, built: Path,
         lambda staging: (staging / "bin").symlink_to(built / "bin"),
         {**manifest, "nix_store_path": str(built)},
     )
-
-
-def describe_locked(node: dict[str, Any]) -> str:
-    """``github:NixOS/nixpkgs/abc1234`` or ``path:/x (sha256-…)``: what nixpkgs is pinned to."""
-    kind = node.get("type", "")
-    if kind == "path":
-        return f"path:{node.get('path', '')} ({str(node.get('narHash', ''))[:19]}…)"
-    if kind in ("github", "gitlab", "sourcehut"):
-        return f"{kind}:{node.get('owner', '')}/{node.get('repo', '')}/{str(node.get('rev', ''))[:12]}"
-    if node.get("rev"):
-        return f"{kind}:{node.get('url', '')}@{str(node['rev'])[:12]}"
-    return f"{kind}:{node.get('url') or node.get('path') or ''}"
