@@ -21,41 +21,19 @@ from typing import Any
 import pytest
 from editscripts import SCRIPTS, TINYHEX, TINYHEX_MAIN, call, reply, tinyhex_done
 from tinycrates import write_registry
+from tinyhex_sessions import Session, start_session
 
 from flakebot_magic import cli
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import DEBIAN_REGISTRY
-from flakebot_magic.edit import FUNCTION_SCHEMAS, EditLoop, EditOutcome
+from flakebot_magic.edit import FUNCTION_SCHEMAS, EditOutcome
 from flakebot_magic.errors import BudgetExhausted, EditError, FlakebotError
-from flakebot_magic.events import EventBus, IterationResult, Notice
+from flakebot_magic.events import Notice
 from flakebot_magic.git import Git
-from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 # -- sessions on tinyhex (real cargo, real git, the fake server) --------------------------
-
-
-@dataclass
-class Session:
-    loop: EditLoop
-    server: FakeOpenAIServer
-    root: Path
-    events: list[Any]
-
-    def tool_replies(self, request: int) -> list[str]:
-        """The tool results the loop sent in chat request number ``request`` (1-based)."""
-        body = self.server.requests[request - 1]
-        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-    def results(self) -> list[IterationResult]:
-        return [e for e in self.events if isinstance(e, IterationResult)]
-
-    def history(self) -> list[str]:
-        return Git(self.root, ProcessRunner())("log", "--format=%s").splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -76,37 +54,10 @@ def session(
     def start(
         script: Any, *, stream: bool = True, before: Callable[[Path], None] | None = None, **options: Any
     ) -> Session:
-        events: list[Any] = []
-        bus = EventBus([events.append])
-        runner = ProcessRunner()
-        workspace = fork(
-            hex_registry.get("tinyhex"),
-            hex_registry,
-            tmp_path / "workspaces",
-            "tinyhex",
-            runner=runner,
-            bus=bus,
-            cargo=Cargo(hex_registry, runner),
-        )
-        if before is not None:
-            before(workspace.path)
-        server = fake_openai(script)
-        model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=1.5, stream=stream)
-        assert model is not None
-        client = model.client()
-        clients.append(client)
         options.setdefault("clippy", False)  # clippy runs in the sha2 sessions; here it only costs time
-        loop = EditLoop(
-            workspace.path,
-            client,
-            model,
-            bus=bus,
-            git=Git(workspace.path, runner),
-            crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
-            **options,
+        return start_session(
+            hex_registry, tmp_path, fake_openai, script, clients, timeout=1.5, stream=stream, before=before, **options
         )
-        return Session(loop, server, workspace.path, events)
 
     yield start
     for client in clients:

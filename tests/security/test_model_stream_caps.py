@@ -15,18 +15,12 @@ from typing import Any
 import pytest
 from editscripts import TINYHEX, tinyhex_done
 from tinycrates import write_registry
+from tinyhex_sessions import start_session
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.edit import EditLoop
 from flakebot_magic.edit.model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS
 from flakebot_magic.errors import ModelError
-from flakebot_magic.events import EventBus, Notice
-from flakebot_magic.git import Git
-from flakebot_magic.model import ModelConfig
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.events import Notice
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.cargo
@@ -49,34 +43,10 @@ def run_loop(
     clients: list[Any] = []
 
     def start(script: Any, *, stream: bool = True, **options: Any) -> tuple[Any, list[str], FakeOpenAIServer]:
-        events: list[Any] = []
-        bus = EventBus([events.append])
-        runner = ProcessRunner()
-        workspace = fork(
-            hex_registry.get("tinyhex"),
-            hex_registry,
-            tmp_path / "workspaces",
-            "tinyhex",
-            runner=runner,
-            bus=bus,
-            cargo=Cargo(hex_registry, runner),
+        session = start_session(
+            hex_registry, tmp_path, fake_openai, script, clients, timeout=10.0, stream=stream, clippy=False, **options
         )
-        server = fake_openai(script)
-        model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=10.0, stream=stream)
-        assert model is not None
-        client = model.client()
-        clients.append(client)
-        loop = EditLoop(
-            workspace.path,
-            client,
-            model,
-            bus=bus,
-            git=Git(workspace.path, runner),
-            crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
-            clippy=False,
-            **options,
-        )
+        loop, events, server = session.loop, session.events, session.server
         try:
             result: Any = loop.run("print standard input as hex")
         except ModelError as exc:

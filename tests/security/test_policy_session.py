@@ -10,44 +10,23 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
 from tinycrates import crate, write_registry
+from tinyhex_sessions import Session, start_session
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import Settings
-from flakebot_magic.edit import EditLoop
 from flakebot_magic.errors import PolicyError
-from flakebot_magic.events import EventBus
 from flakebot_magic.git import Git
-from flakebot_magic.model import ModelConfig
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
-from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.cargo
-
-
-@dataclass
-class Session:
-    loop: EditLoop
-    server: FakeOpenAIServer
-    root: Path
-    events: list[Any]
-
-    def tool_replies(self, request: int) -> list[str]:
-        body = self.server.requests[request - 1]
-        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-    def history(self) -> list[str]:
-        return Git(self.root, ProcessRunner())("log", "--format=%s").splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -66,35 +45,7 @@ def session(
     clients: list[Any] = []
 
     def start(script: Any, **options: Any) -> Session:
-        events: list[Any] = []
-        bus = EventBus([events.append])
-        runner = ProcessRunner()
-        workspace = fork(
-            hex_registry.get("tinyhex"),
-            hex_registry,
-            tmp_path / "workspaces",
-            "tinyhex",
-            runner=runner,
-            bus=bus,
-            cargo=Cargo(hex_registry, runner),
-        )
-        server = fake_openai(script)
-        model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=5.0, stream=True)
-        assert model is not None
-        client = model.client()
-        clients.append(client)
-        loop = EditLoop(
-            workspace.path,
-            client,
-            model,
-            bus=bus,
-            git=Git(workspace.path, runner),
-            crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
-            clippy=False,
-            **options,
-        )
-        return Session(loop, server, workspace.path, events)
+        return start_session(hex_registry, tmp_path, fake_openai, script, clients, timeout=5.0, clippy=False, **options)
 
     yield start
     for client in clients:

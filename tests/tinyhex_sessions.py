@@ -1,0 +1,93 @@
+"""Scripted edit sessions on the tiny ``tinyhex`` crate: real cargo in the sandbox, real git, the fake OpenAI server.
+
+Shared by the edit loop's tests and the security tests that attack it::
+
+    from tinyhex_sessions import Session, start_session
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot_magic.cargo import Cargo
+from flakebot_magic.edit import EditLoop
+from flakebot_magic.events import EventBus, IterationResult
+from flakebot_magic.git import Git
+from flakebot_magic.model import ModelConfig
+from flakebot_magic.process import ProcessRunner
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+from flakebot_magic.stages.fork import fork
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+__all__ = ["Session", "start_session"]
+
+
+@dataclass
+class Session:
+    loop: EditLoop
+    server: FakeOpenAIServer
+    root: Path
+    events: list[Any]
+
+    def tool_replies(self, request: int) -> list[str]:
+        """The tool results the loop sent in chat request number ``request`` (1-based)."""
+        body = self.server.requests[request - 1]
+        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+    def results(self) -> list[IterationResult]:
+        return [e for e in self.events if isinstance(e, IterationResult)]
+
+    def history(self) -> list[str]:
+        return Git(self.root, ProcessRunner())("log", "--format=%s").splitlines()
+
+
+def start_session(
+    registry: DirectoryRegistry,
+    workdir: Path,
+    fake_openai: Callable[..., FakeOpenAIServer],
+    script: Any,
+    clients: list[Any],
+    *,
+    timeout: float,
+    stream: bool = True,
+    before: Callable[[Path], None] | None = None,
+    **options: Any,
+) -> Session:
+    """tinyhex forked under ``workdir``, a fake server replaying ``script``, and a loop on them (not run yet).
+
+    The model client is appended to ``clients``, for the caller to close.
+    """
+    events: list[Any] = []
+    bus = EventBus([events.append])
+    runner = ProcessRunner()
+    workspace = fork(
+        registry.get("tinyhex"),
+        registry,
+        workdir / "workspaces",
+        "tinyhex",
+        runner=runner,
+        bus=bus,
+        cargo=Cargo(registry, runner),
+    )
+    if before is not None:
+        before(workspace.path)
+    server = fake_openai(script)
+    model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=timeout, stream=stream)
+    assert model is not None
+    client = model.client()
+    clients.append(client)
+    loop = EditLoop(
+        workspace.path,
+        client,
+        model,
+        bus=bus,
+        git=Git(workspace.path, runner),
+        crate=workspace.crate,
+        cargo=SandboxedCargo(registry, runner, Sandbox(workspace.path)),
+        **options,
+    )
+    return Session(loop, server, workspace.path, events)
