@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 __all__ = [
     "STAGES",
+    "CandidateUpdate",
     "Event",
     "EventBus",
     "IterationResult",
@@ -24,6 +25,7 @@ __all__ = [
     "Notice",
     "Observer",
     "RunFinished",
+    "SteeringMessage",
     "StageFinished",
     "StageStarted",
 ]
@@ -121,11 +123,64 @@ class ModelUsage:
 
     tokens: int
     calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    #: None when no price is known for the model
+    cost_usd: float | None = None
+    #: False for the running totals sent after each reply; True once, when the session ends
+    final: bool = True
+    #: the candidate (``--candidates``) or role that spent it; None for a plain session
+    candidate: int | None = None
+    role: str = "engineer"
     stage: str = "edit"
     at: float = field(default_factory=time.monotonic)
 
 
-Event = StageStarted | StageFinished | LogLine | Notice | RunFinished | IterationResult | ModelUsage
+CandidateState = Literal["waiting", "editing", "green", "failed", "cancelled", "winner", "lost"]
+
+
+@dataclass(frozen=True)
+class CandidateUpdate:
+    """One candidate of a speculative session (``--candidates N``): where it is and how it scores.
+
+    ``score`` is the judge's score as text (``contract ✓ · 3/3 examples · 12 tests · 0 clippy · 40 lines``),
+    empty before the candidate's first green check run.
+    """
+
+    index: int
+    state: CandidateState
+    iteration: int = 0
+    score: str = ""
+    detail: str = ""
+    crate: str = ""
+    stage: str = "edit"
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class SteeringMessage:
+    """A message a person (or an agent) sent to a running edit session; the model reads it in its next request."""
+
+    text: str
+    source: str = "api"
+    #: True once it went out in a request to the model
+    delivered: bool = False
+    stage: str = "edit"
+    at: float = field(default_factory=time.monotonic)
+
+
+Event = (
+    StageStarted
+    | StageFinished
+    | LogLine
+    | Notice
+    | RunFinished
+    | IterationResult
+    | ModelUsage
+    | CandidateUpdate
+    | SteeringMessage
+)
 Observer = Callable[[Event], None]
 
 

@@ -56,7 +56,7 @@ class _TokenMeter:
         self.tokens = 0
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, ModelUsage):
+        if isinstance(event, ModelUsage) and event.final:  # the running totals are not charged twice
             self.tokens += event.tokens
 
 
