@@ -35,12 +35,43 @@ or a fault:
     and retries gets the item after that pair, not the stalled answer. If no
     item follows, the stalled request gets the script-exhausted error.
 
-When the script runs out, every further request gets HTTP 500 saying so, with
-``x-should-retry: false`` so the SDK fails at once instead of retrying.
+A response may also carry ``"delay": SECONDS`` (wait that long before
+answering, as a model would think; other requests are served meanwhile and
+``stop()`` does not wait for it) and, if it is a message, ``"usage":
+{"prompt_tokens": P, "completion_tokens": C, "total_tokens": T,
+"prompt_tokens_details": {"cached_tokens": K}}`` (``total_tokens`` defaults
+to P + C), which becomes that completion's ``usage`` -- in a stream, the last
+chunk (empty ``choices``) when the request asks for
+``stream_options: {"include_usage": true}``. Without it the usage is a rough
+estimate (four characters a token).
 
-``GET /_requests`` returns every recorded request (not itself) as JSON; the
-``Authorization`` header is recorded redacted. ``GET /v1/models`` lists the
-scripted model.
+Routed scripts: a script may hold one queue per role and per candidate::
+
+    {"roles": {"architect": {"responses": [...], "delay": 0.5}},
+     "candidates": {"0": {"responses": [...]}, "1": [...]},
+     "responses": [...],
+     "delay": 1.5}
+
+A request goes to the queue ``candidates.<i>`` if its header
+``X-Flakebot-Candidate: <i>`` names one the script has, else to
+``roles.<role>`` if its ``X-Flakebot-Role: <role>`` does, else to the default
+queue ``responses``. Each queue is consumed in order, independently of the
+others. A ``"delay"`` at the top applies to every reply, one on a queue to
+that queue's replies, one on a response to that response: the most specific
+wins. A delayed or stalled item is consumed when its request arrives.
+
+When a queue runs out (or no queue claims a request), the request gets HTTP
+500 naming the queue, with ``x-should-retry: false`` so the SDK fails at once
+instead of retrying.
+
+``GET /_requests`` returns every recorded request (not itself) as JSON:
+``method``, ``path``, ``headers`` (lower-cased; ``Authorization`` redacted),
+``body``, and ``queue`` (the queue that answered a chat-completions request,
+e.g. ``"candidates.1"``; null otherwise). In Python, ``server.requests`` is the
+chat-completions bodies, ``server.records`` the same requests' full records
+(``records[i]["headers"]``, ``records[i]["queue"]``), and
+``server.requests_for("roles.architect")`` the bodies one queue answered.
+``GET /v1/models`` lists the scripted model.
 
 Example
 -------
@@ -71,7 +102,7 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from .openai_script import Script, load_script
+from .openai_script import CANDIDATE_HEADER, ROLE_HEADER, LoadedScript, Queue, Script, Taken, load_script
 from .openai_wire import LABEL, MODEL_NAME, completion, deltas, error_body, finish_reason, usage
 
 __all__ = ["LABEL", "MODEL_NAME", "FakeOpenAIServer", "Script", "load_script", "main"]
@@ -140,36 +171,40 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.fake._record(self._record_of(raw.decode("utf-8", "replace")))
             self._send_json(400, error_body("request body is not JSON", "invalid_request_error"))
             return
-        self.server.fake._record(self._record_of(body))
+        record = self._record_of(body)
+        queue = None
+        if path == "/v1/chat/completions":
+            queue = self.server.fake.script.route(record["headers"])
+            record["queue"] = queue.name if queue is not None else None
+        self.server.fake._record(record)
         if path != "/v1/chat/completions":
             self._not_found(path)
         elif not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             self._send_json(400, error_body('the body needs "messages": [...]', "invalid_request_error"))
         else:
-            self._chat_completion(body)
+            self._chat_completion(body, queue, record["headers"])
 
     # -- chat completions --------------------------------------------------
 
-    def _chat_completion(self, request: dict[str, Any]) -> None:
+    def _chat_completion(self, request: dict[str, Any], queue: Queue | None, headers: Mapping[str, str]) -> None:
         fake = self.server.fake
-        number, item, stall = fake._take()
-        if stall and fake._stopping.wait(stall):
-            self.close_connection = True
+        number = fake._next_number()
+        taken = queue.take() if queue is not None else None
+        if taken is not None and taken.wait and fake._stopping.wait(taken.wait):
+            self.close_connection = True  # stopping: a delayed answer is never sent
             return
         stream = bool(request.get("stream"))
         try:
-            if item is None:
+            if taken is None or taken.item is None:
                 self._send_json(
                     500,
-                    error_body(
-                        f"fake-openai (a scripted test double): the script ran out: this is chat-completions "
-                        f"request {number} but the script has only {len(fake.script)} items",
-                        "server_error",
-                        "script_exhausted",
-                    ),
+                    error_body(self._no_answer(number, taken, headers), "server_error", "script_exhausted"),
                     {"x-should-retry": "false"},
                 )
-            elif item.get("fault") == "status":
+                return
+            scripted = taken.item
+            item = scripted.body
+            if item.get("fault") == "status":
                 body = item.get("body") or error_body(
                     f"scripted HTTP {item['status']} from fake-openai (a scripted test double)",
                     "rate_limit_error" if item["status"] == 429 else "server_error",
@@ -184,14 +219,35 @@ class _Handler(BaseHTTPRequestHandler):
             elif item.get("fault") == "flood":
                 self._flood(number, stream, int(item.get("chunk_bytes", 65536)), float(item.get("interval", 0)))
             elif stream:
-                self._stream(request, number, item)
+                self._stream(request, number, item, scripted_usage=scripted.usage)
             else:
-                self._send_json(200, completion(request, number, item))
+                self._send_json(200, completion(request, number, item, scripted.usage))
         except OSError:  # the client hung up (timed out) before the answer went out
             self.close_connection = True
 
+    def _no_answer(self, number: int, taken: Taken | None, headers: Mapping[str, str]) -> str:
+        where = "fake-openai (a scripted test double)"
+        if taken is None:
+            role = headers.get(ROLE_HEADER)
+            candidate = headers.get(CANDIDATE_HEADER)
+            queues = ", ".join(self.server.fake.script.queues) or "none"
+            return (
+                f"{where}: no queue answers chat-completions request {number} (X-Flakebot-Role {role!r}, "
+                f'X-Flakebot-Candidate {candidate!r}) and the script has no default "responses" queue '
+                f"(its queues: {queues})"
+            )
+        return (
+            f"{where}: the script ran out: queue {taken.queue!r} has only {taken.size} items and this is its "
+            f"request {taken.number} (chat-completions request {number} overall)"
+        )
+
     def _stream(
-        self, request: Mapping[str, Any], number: int, message: Mapping[str, Any], limit: int | None = None
+        self,
+        request: Mapping[str, Any],
+        number: int,
+        message: Mapping[str, Any],
+        limit: int | None = None,
+        scripted_usage: Mapping[str, Any] | None = None,
     ) -> None:
         options = request.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
@@ -224,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_event(chunk({}, finish_reason(message)))
         if include_usage:
             final = chunk(None)
-            final["usage"] = usage(request, message)
+            final["usage"] = dict(scripted_usage) if scripted_usage is not None else usage(request, message)
             self._send_event(final)
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
@@ -291,7 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {key.lower(): value for key, value in self.headers.items()}
         if "authorization" in headers:  # never keep a key, even a test one, in failure output
             headers["authorization"] = headers["authorization"].split(" ")[0] + " <redacted>"
-        return {"method": self.command, "path": self.path, "headers": headers, "body": body}
+        return {"method": self.command, "path": self.path, "headers": headers, "body": body, "queue": None}
 
     def _send_json(self, status: int, body: object, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
@@ -346,9 +402,8 @@ class FakeOpenAIServer:
         if host not in (_HOST, "localhost"):
             raise ValueError(f"fake-openai only listens on {_HOST}, not {host!r}")
         self.source = str(script) if isinstance(script, (str, os.PathLike)) else "an inline script"
-        self.script = load_script(script)
+        self.script: LoadedScript = load_script(script)
         self.port = port
-        self._cursor = 0
         self._count = 0
         self._recorded: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -421,7 +476,9 @@ class FakeOpenAIServer:
     def label(self) -> str:
         """The line that says what this server is (printed at startup)."""
         where = self._base_url or "(not started)"
-        return f"fake-openai: {LABEL} replaying {len(self.script)} responses from {self.source} at {where}"
+        queues = len(self.script.queues)
+        spread = f" in {queues} queues" if queues > 1 else ""
+        return f"fake-openai: {LABEL} replaying {len(self.script)} responses{spread} from {self.source} at {where}"
 
     @property
     def recorded(self) -> list[dict[str, Any]]:
@@ -430,37 +487,42 @@ class FakeOpenAIServer:
             return [dict(record) for record in self._recorded]
 
     @property
+    def records(self) -> list[dict[str, Any]]:
+        """The chat-completions requests' records (``method``, ``path``, ``headers``, ``body``, ``queue``), oldest first.
+
+        ``records[i]`` is the request whose body is ``requests[i]``;
+        ``records[i]["queue"]`` names the queue that answered it
+        (``"responses"``, ``"roles.architect"``, ``"candidates.0"``; None when
+        no queue claimed it).
+        """
+        return [r for r in self.recorded if r["path"].split("?")[0].rstrip("/") == "/v1/chat/completions"]
+
+    @property
     def requests(self) -> list[Any]:
         """The parsed JSON bodies of the chat-completions requests received, oldest first."""
-        return [r["body"] for r in self.recorded if r["path"].split("?")[0].rstrip("/") == "/v1/chat/completions"]
+        return [r["body"] for r in self.records]
+
+    def requests_for(self, queue: str) -> list[Any]:
+        """The bodies of the chat-completions requests the queue named ``queue`` answered, oldest first."""
+        if queue not in self.script.queues:
+            raise ValueError(f"this script has no queue {queue!r}; it has {', '.join(self.script.queues)}")
+        return [r["body"] for r in self.records if r["queue"] == queue]
 
     @property
     def remaining(self) -> int:
-        """How many script items have not been consumed yet."""
-        with self._lock:
-            return len(self.script) - self._cursor
+        """How many script items, over all queues, have not been consumed yet."""
+        return self.script.remaining
 
     def __repr__(self) -> str:
         return f"<FakeOpenAIServer {LABEL}: {self.remaining}/{len(self.script)} left at {self._base_url}>"
 
     # -- called from handler threads ---------------------------------------
 
-    def _take(self) -> tuple[int, dict[str, Any] | None, float]:
-        """Consume the next item: (request number, item or None when exhausted, stall seconds)."""
+    def _next_number(self) -> int:
+        """Count a chat-completions request; return its number (1 for the first), used in reply ids."""
         with self._lock:
             self._count += 1
-            stall = 0.0
-            item = self._pop()
-            while item is not None and item.get("fault") == "stall":
-                stall += float(item["seconds"])
-                item = self._pop()
-            return self._count, item, stall
-
-    def _pop(self) -> dict[str, Any] | None:
-        if self._cursor >= len(self.script):
-            return None
-        self._cursor += 1
-        return self.script[self._cursor - 1]
+            return self._count
 
     def _record(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -484,7 +546,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m flakebot_magic.testing.fake_openai",
         description=f"A {LABEL}: an OpenAI-compatible server on {_HOST} that replays a script.",
     )
-    parser.add_argument("--script", required=True, type=Path, help='JSON file: {"responses": [...]}')
+    parser.add_argument(
+        "--script",
+        required=True,
+        type=Path,
+        help='JSON file: {"responses": [...]} or a routed script (see the module docstring)',
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
     args = parser.parse_args(argv)
     try:

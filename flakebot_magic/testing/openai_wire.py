@@ -71,8 +71,17 @@ def deltas(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
 
 
-def completion(request: Mapping[str, Any], number: int, message: Mapping[str, Any]) -> dict[str, Any]:
-    """The non-streamed ``chat.completion`` answering ``request`` (the ``number``-th) with ``message``."""
+def completion(
+    request: Mapping[str, Any],
+    number: int,
+    message: Mapping[str, Any],
+    scripted_usage: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` answering ``request`` (the ``number``-th) with ``message``.
+
+    Its ``usage`` is ``scripted_usage`` when the script gave one, else the
+    rough estimate of ``usage``.
+    """
     return {
         "id": f"chatcmpl-testdouble-{number}",
         "object": "chat.completion",
@@ -80,5 +89,5 @@ def completion(request: Mapping[str, Any], number: int, message: Mapping[str, An
         "model": MODEL_NAME,
         "system_fingerprint": None,
         "choices": [{"index": 0, "message": dict(message), "logprobs": None, "finish_reason": finish_reason(message)}],
-        "usage": usage(request, message),
+        "usage": dict(scripted_usage) if scripted_usage is not None else usage(request, message),
     }

@@ -261,7 +261,9 @@ def test_requests_are_recorded(fake_openai: StartServer, client_for: Callable[..
     assert records[1]["body"]["messages"] == follow_up
     assert records[1]["body"]["tools"][0]["function"]["name"] == "choose_crate"
     assert records[0]["headers"]["authorization"] == "Bearer <redacted>"
+    assert [r["queue"] for r in records] == ["responses", "responses"]  # a plain script has one queue
     assert server.requests == [r["body"] for r in records]
+    assert server.records == records
 
 
 def test_exhausted_script_is_a_500(fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]) -> None:
