@@ -11,8 +11,9 @@ from .fsutil import private_dir
 
 if TYPE_CHECKING:
     from .model import ModelConfig
+    from .usage import Prices
 
-__all__ = ["BACKENDS", "DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_registry"]
+__all__ = ["BACKENDS", "DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_prices", "default_registry"]
 
 #: where Debian's librust-*-dev packages install crate sources
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
@@ -52,6 +53,26 @@ def default_tool_env(text: str | None = None) -> dict[str, str]:
         elif name in os.environ:
             env[name] = os.environ[name]
     return env
+
+
+def default_prices(text: str | None = None) -> Prices:
+    """The ``prices`` setting from ``$FLAKEBOT_PRICES`` (``model=IN/OUT,...``, USD per million tokens); ``{}`` unset.
+
+    A malformed value is a :class:`~flakebot_magic.errors.ConfigError` saying
+    how to fix it (never a silent "no price")::
+
+        FLAKEBOT_PRICES="gpt-4.1-mini=0.4/1.6,llama3=0/0"
+    """
+    text = os.environ.get("FLAKEBOT_PRICES", "") if text is None else text
+    if not text.strip():
+        return {}
+    from .errors import ConfigError, UsageError
+    from .usage import parse_prices
+
+    try:
+        return parse_prices(text)
+    except UsageError as exc:
+        raise ConfigError(f"$FLAKEBOT_PRICES={text!r}: {exc} Fix or unset $FLAKEBOT_PRICES.") from None
 
 
 def default_registry() -> str | None:
@@ -101,6 +122,21 @@ class Settings:
     max_iterations: int = 8
     #: tokens (prompt + completion, summed over the session's model calls)
     token_budget: int = 400_000
+    #: USD one edit session may spend (by ``prices``); None: no limit
+    max_cost: float | None = None
+    #: model -> :class:`~flakebot_magic.usage.Price` (USD per million input, output and optionally cached
+    #: input tokens); default ``$FLAKEBOT_PRICES``
+    prices: Prices = field(default_factory=default_prices)
+    #: the model's context size: older turns are compacted before a request would pass it
+    context_tokens: int = 128_000
+    #: ``--resume``: continue the tool's last unfinished edit session from its journal
+    resume: bool = False
+    #: edit sessions racing from forks of one workspace (1 to 8); the judge keeps the best
+    candidates: int = 1
+    #: one architect request (a plan) before the engineers start
+    plan: bool = False
+    #: the architect's model; None: the edit loop's
+    architect_model: str | None = None
     #: let the model write build.rs (build scripts run code at build time)
     allow_build_scripts: bool = False
     #: without bubblewrap, let model-written code build and run unconfined (it sees $HOME, secrets, network)

@@ -63,6 +63,12 @@ class Option:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     #: how the default is described when it is not just ``default`` (computed at run time)
     default_doc: str | None = None
+    #: the smallest and largest value allowed (numbers); outside them a front door says so
+    minimum: float | None = None
+    maximum: float | None = None
+    #: makes the setting's value from what was given (the environment's text, a trait's or a keyword's
+    #: value), raising :class:`~flakebot_magic.errors.UsageError` that says what is wrong
+    parse: Callable[[Any], Any] | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -78,21 +84,54 @@ class Option:
 
 
 def _convert(opt: Option, raw: str) -> Any:
+    from .errors import ConfigError, UsageError
+
     if opt.type is bool:
         return raw.strip().lower() in ("1", "true", "yes", "on")
     try:
-        return opt.type(raw)
+        return _checked(opt, opt.parse(raw) if opt.parse else opt.type(raw))
+    except UsageError as exc:
+        raise ConfigError(f"${opt.env}={raw!r}: {exc} Fix or unset ${opt.env}.") from None
     except ValueError:
-        from .errors import ConfigError
-
         raise ConfigError(
             f"${opt.env}={raw!r} is not a valid {opt.type.__name__} for {opt.name}; fix or unset it."
         ) from None
 
 
+def _checked(opt: Option, value: Any) -> Any:
+    """``value`` when it is within the option's bounds; else a UsageError naming them."""
+    from .errors import UsageError
+
+    low, high = opt.minimum, opt.maximum
+    if low is None and high is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or (opt.type is int and isinstance(value, float)):
+        raise UsageError(f"{opt.name} must be a number ({opt.type.__name__}), not {value!r}.")
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            allowed = f"at least {_number(low)}"
+        elif low is None:
+            allowed = f"at most {_number(high)}"
+        else:
+            allowed = f"from {_number(low)} to {_number(high)}"
+        raise UsageError(f"{opt.name} must be {allowed}, not {value!r}.")
+    return value
+
+
+def _number(value: float | None) -> str:
+    return f"{value:g}"
+
+
+def _prices(value: Any) -> Any:
+    from .usage import parse_prices
+
+    return parse_prices(value)
+
+
 _MODEL = "model (the edit loop)"
 _DEPLOY = "deploy (nix or cargo)"
 _LIMITS = "limits"
+_TEAM = "candidates and roles"
 _AGENTS = "agents (flakebot mcp, flakebot_magic.call)"
 
 OPTIONS: tuple[Option, ...] = (
@@ -187,6 +226,45 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("token_budget", int, 400_000, "tokens one edit session may spend (prompt + completion)", group=_MODEL),
     Option(
+        "max_cost",
+        float,
+        None,
+        "USD one edit session may spend, by the `prices` table; it stops with BudgetExhausted before "
+        "spending more (no limit when unset, or when the model has no price)",
+        group=_MODEL,
+        minimum=0.0,
+    ),
+    Option(
+        "prices",
+        dict,
+        {},
+        "model prices for the cost shown and --max-cost: {model: (USD per million input tokens, USD per "
+        "million output tokens)}; $FLAKEBOT_PRICES reads 'model=IN/OUT,other=IN/OUT'",
+        group=_MODEL,
+        env="FLAKEBOT_PRICES",
+        per_build=False,
+        parse=_prices,
+        default_doc="none (no prices are built in)",
+    ),
+    Option(
+        "context_tokens",
+        int,
+        128_000,
+        "the model's context size in tokens: older turns of a session are compacted before it is reached",
+        group=_MODEL,
+        per_build=False,
+        minimum=1024,
+    ),
+    Option(
+        "resume",
+        bool,
+        False,
+        "continue the tool --name's last unfinished edit session (after a crash, a stop or a used-up budget) "
+        "from its journal",
+        group=_MODEL,
+        config=False,
+    ),
+    Option(
         "follow_up",
         bool,
         False,
@@ -209,6 +287,31 @@ OPTIONS: tuple[Option, ...] = (
         "without bubblewrap, let model-written code build and run unconfined "
         "(it then sees your files, secrets and the network); off: such builds are refused",
         group=_MODEL,
+    ),
+    Option(
+        "candidates",
+        int,
+        1,
+        "edit sessions racing from forks of the workspace (1 to 8); the judge keeps the best and the others stop",
+        group=_TEAM,
+        minimum=1,
+        maximum=8,
+    ),
+    Option(
+        "plan",
+        bool,
+        False,
+        "ask an architect model for a plan (and acceptance examples when the cell has none) before the edit "
+        "sessions start",
+        group=_TEAM,
+    ),
+    Option(
+        "architect_model",
+        str,
+        None,
+        "the architect's model for --plan",
+        group=_TEAM,
+        default_doc="the edit loop's model",
     ),
     Option(
         "max_reply_bytes",
@@ -312,6 +415,9 @@ def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
             raise UsageError(f"{name} must be one of {', '.join(opt.choices)}, not {value!r}.")
         if name == "registry":
             value = str(value)
+        if opt.parse is not None:
+            value = opt.parse(value)
+        value = _checked(opt, value)
         setattr(settings, name, value)
     return settings
 
@@ -342,6 +448,8 @@ def _default_text(opt: Option) -> str:
     otherwise = opt.default_doc or (str(opt.default) if opt.default is not None else "")
     if opt.env:
         return f" Default: ${opt.env}" + (f", else {otherwise}." if otherwise else ".")
+    if opt.default_doc:
+        return f" Default: {opt.default_doc}."
     if opt.default not in (None, False):
         return f" Default: {opt.default}."
     return ""

@@ -96,3 +96,119 @@ def test_unknown_and_invalid_options_are_usage_errors() -> None:
         apply(Settings(), {"modle": "x"})
     with pytest.raises(UsageError, match="backend must be one of"):
         apply(Settings(), {"backend": "docker"})
+
+
+# -- the options of edit sessions: candidates, roles, cost, context, resume ---------------------------
+
+
+def test_candidates_are_bounded_at_every_door(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from IPython.core.error import UsageError as IPythonUsageError
+    from IPython.core.magic_arguments import parse_argstring
+
+    from flakebot_magic.magics import FlakebotMagics
+
+    _clear_env(monkeypatch)
+    assert apply(Settings(), {"candidates": 8}).candidates == 8
+    for wrong in (0, 9):
+        with pytest.raises(UsageError, match=rf"candidates must be from 1 to 8, not {wrong}\."):
+            apply(Settings(), {"candidates": wrong})
+    with pytest.raises(UsageError, match="candidates must be a number"):
+        apply(Settings(), {"candidates": "3"})
+    with pytest.raises(UsageError, match="candidates must be from 1 to 8"):
+        flakebot_magic.build("a request", candidates=9, cache_dir="/nonexistent/never-used")
+    assert cli.main(["build", "a request", "--candidates", "9", "--cache-dir", "/nonexistent/never-used"]) == 1
+    assert "candidates must be from 1 to 8, not 9." in capsys.readouterr().err
+    magics = FlakebotMagics(shell=None)
+    with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8"):
+        magics._settings(parse_argstring(FlakebotMagics.flakebot, "--candidates 12"))
+    magics.candidates = 0  # the kernel's setting is checked too
+    with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8, not 0"):
+        magics._settings(parse_argstring(FlakebotMagics.flakebot, ""))
+
+
+def test_max_cost_and_context_tokens_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_env(monkeypatch)
+    assert Settings().max_cost is None and Settings().context_tokens == 128_000
+    assert apply(Settings(), {"max_cost": 0.25}).max_cost == 0.25
+    assert cli._settings(cli._parser().parse_args(["build", "x", "--max-cost", "1.5"])).max_cost == 1.5
+    with pytest.raises(UsageError, match="max_cost must be at least 0"):
+        apply(Settings(), {"max_cost": -1.0})
+    with pytest.raises(UsageError, match="context_tokens must be at least 1024"):
+        apply(Settings(), {"context_tokens": 10})
+    assert not option("context_tokens").per_build  # a setting of the kernel, not a flag
+    assert "context_tokens" in inspect.signature(flakebot_magic.build).parameters
+
+
+def test_resume_is_a_flag_but_not_a_kernel_setting() -> None:
+    from IPython.core.magic_arguments import parse_argstring
+
+    from flakebot_magic.magics import FlakebotMagics
+
+    assert "resume" not in FlakebotMagics.class_traits(config=True)
+    assert parse_argstring(FlakebotMagics.flakebot, "--resume").resume is True
+    assert cli._parser().parse_args(["build", "x", "--resume"]).resume is True
+    magics = FlakebotMagics(shell=None)
+    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "--name md --resume")).resume is True
+    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).resume is False
+
+
+def test_plan_and_the_architects_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from IPython.core.magic_arguments import parse_argstring
+
+    from flakebot_magic.magics import FlakebotMagics
+
+    _clear_env(monkeypatch)
+    magics = FlakebotMagics(shell=None)
+    magics.architect_model = "planner-1"  # %config FlakebotMagics.architect_model = ...
+    settings = magics._settings(parse_argstring(FlakebotMagics.flakebot, "--plan --candidates 3"))
+    assert (settings.plan, settings.architect_model, settings.candidates) == (True, "planner-1", 3)
+    line = parse_argstring(FlakebotMagics.flakebot, "--architect-model other")
+    assert magics._settings(line).architect_model == "other"  # the line wins
+    with pytest.raises(SystemExit):
+        cli.main(["build", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--architect-model ARCHITECT_MODEL The architect's model for --plan. Default: the edit loop's model." in (
+        help_text
+    )
+    assert "--candidates CANDIDATES Edit sessions racing from forks of the workspace (1 to 8)" in help_text
+
+
+def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from IPython.core.error import UsageError as IPythonUsageError
+    from IPython.core.magic_arguments import parse_argstring
+
+    from flakebot_magic.config import default_prices
+    from flakebot_magic.errors import ConfigError
+    from flakebot_magic.magics import FlakebotMagics
+    from flakebot_magic.usage import Price
+
+    _clear_env(monkeypatch)
+    assert Settings().prices == {}
+    # build(prices=...) and apply() take a mapping (or the text form) and keep the parsed table
+    assert apply(Settings(), {"prices": {"m": (2.5, 10)}}).prices == {"m": Price(2.5, 10.0)}
+    assert apply(Settings(), {"prices": "m=1/2,n=0.1/0.2/0.05"}).prices["n"] == Price(0.1, 0.2, 0.05)
+    with pytest.raises(UsageError, match="The price"):
+        apply(Settings(), {"prices": {"m": (1,)}})
+    # the kernel's setting: %config FlakebotMagics.prices = {...}
+    magics = FlakebotMagics(shell=None)
+    magics.prices = {"gpt-test": [0.4, 1.6]}
+    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).prices == {"gpt-test": Price(0.4, 1.6)}
+    # $FLAKEBOT_PRICES, read by Settings and by the options table alike
+    monkeypatch.setenv("FLAKEBOT_PRICES", "gpt-test=0.4/1.6, local=0/0")
+    assert (
+        Settings().prices
+        == option("prices").default_value()
+        == {
+            "gpt-test": Price(0.4, 1.6),
+            "local": Price(0.0, 0.0),
+        }
+    )
+    monkeypatch.setenv("FLAKEBOT_PRICES", "gpt-test=cheap")
+    with pytest.raises(ConfigError, match=r"\$FLAKEBOT_PRICES='gpt-test=cheap'.*Fix or unset \$FLAKEBOT_PRICES"):
+        default_prices()
+    with pytest.raises(ConfigError, match="Fix or unset"):
+        option("prices").default_value()
+    with pytest.raises(IPythonUsageError, match="FLAKEBOT_PRICES"):  # the magic: one line, no traceback
+        FlakebotMagics(shell=None)._settings(parse_argstring(FlakebotMagics.flakebot, ""))
