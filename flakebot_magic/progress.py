@@ -6,7 +6,19 @@ import sys
 from collections import deque
 from typing import TextIO
 
-from .events import Event, IterationResult, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from .events import (
+    CandidateUpdate,
+    Event,
+    IterationResult,
+    LogLine,
+    ModelUsage,
+    Notice,
+    RunFinished,
+    StageFinished,
+    StageStarted,
+    SteeringMessage,
+)
+from .ui_rows import CandidateTable, SteerLog, UsageTotals
 
 __all__ = ["TextProgress"]
 
@@ -15,6 +27,10 @@ _MARK = {"done": "ok", "cached": "cached", "skipped": "skipped", "failed": "FAIL
 
 class TextProgress:
     """An observer that prints one line per finished stage, and the log tail on failure.
+
+    Also a line when a candidate (``--candidates``) changes state, one per
+    steering message queued or delivered, and at the end what the model
+    spent (tokens, cost when priced), summed over candidates and roles.
 
     Parameters
     ----------
@@ -29,6 +45,9 @@ class TextProgress:
         self.verbose = verbose
         self.logs: dict[str, deque[str]] = {}
         self.tail = tail
+        self.usage = UsageTotals()
+        self.candidates = CandidateTable()
+        self.steering = SteerLog()
 
     def _write(self, text: str) -> None:
         stream = self.stream or sys.stderr
@@ -58,5 +77,19 @@ class TextProgress:
             label = "baseline" if event.iteration == 0 else f"run {event.run}"
             undone = f"  reverted: {event.reason}" if event.reverted else ""
             self._write(f"flakebot: edit    {label}: {event.summary}{undone}")
-        elif isinstance(event, RunFinished) and event.ok:
-            self._write(f"flakebot: done in {event.elapsed:.2f}s")
+        elif isinstance(event, ModelUsage):
+            self.usage.add(event)
+        elif isinstance(event, CandidateUpdate):
+            before = self.candidates.rows.get(event.index)
+            state = before.state if before is not None else None
+            row = self.candidates.update(event)
+            if row.state != state:
+                self._write(f"flakebot: edit    candidate {self.candidates.line(row, self.usage)}")
+        elif isinstance(event, SteeringMessage):
+            steer, _ = self.steering.record(event)
+            self._write(f"flakebot: edit    {steer}")
+        elif isinstance(event, RunFinished):
+            if self.usage.total().spent:
+                self._write(f"flakebot: model   {self.usage.total().text()}")
+            if event.ok:
+                self._write(f"flakebot: done in {event.elapsed:.2f}s")

@@ -3,17 +3,18 @@
 :class:`ProgressWidget` is a pipeline observer: it only reads events. One row
 per stage (search, fork, each edit/check iteration, build, test, flake,
 deploy, client) with its state and elapsed time, the iteration and
-passing-test counts, a live log (collapsed, shown once there is output), a Cancel button, and at
-the end a summary with the diff against the published crate. A stage that
-only some runs have (``edit``: the edit loop, with a model) gets its row when
-it starts, never a "pending" row that waits for nothing. A failed stage the
-run got past (a candidate that could not be forked gave way to the next) is
-``handled``, not a red failure: the notice beside it says what happened. A
-run that fails before any stage started (a bad argument) collapses to one
-line. Its state is plain
-attributes (``rows``, ``bar.bar_style``, ``log_lines``), so tests assert on
-it without a browser; ``text()`` is the same progress as plain text, for
-front ends that cannot render widgets.
+passing-test counts, the model's tokens and cost, a live log (collapsed,
+shown once there is output), a Cancel button, and at the end a summary with
+the diff against the published crate. A stage only some runs have (``edit``,
+with a model) gets its row when it starts; under it, one row per candidate
+of a speculative edit (the winner starred), and while it runs a box to send
+the model a steering message. A failed stage the run got past (a fallback)
+is ``handled``, not a red failure. A run that fails before any stage started
+(a bad argument) collapses to one line. Its state is plain attributes
+(``rows``, ``candidates``, ``usage``, ``bar.bar_style``, ``log_lines``), so
+tests assert on it without a browser; ``text()`` is the same progress as
+plain text, for front ends that cannot render widgets. The rows' data and
+HTML live in :mod:`flakebot_magic.ui_rows`.
 """
 
 from __future__ import annotations
@@ -23,42 +24,41 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
 
 from .errors import Cancelled
-from .events import STAGES, Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from .events import (
+    STAGES,
+    CandidateUpdate,
+    Event,
+    LogLine,
+    ModelUsage,
+    Notice,
+    RunFinished,
+    StageFinished,
+    StageStarted,
+    SteeringMessage,
+)
+from .ui_rows import (
+    FINISHED,
+    OPTIONAL_STAGES,
+    STATES,
+    CandidateTable,
+    StageRow,
+    SteerLine,
+    SteerLog,
+    UsageTotals,
+    fmt_seconds,
+    iteration_outcome,
+    stage_table_html,
+    stage_text_lines,
+    tests_passing,
+)
 
 __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow"]
 
-#: what a row can show; ``handled``: it failed, and the run carried on past it (a fallback)
-STATES = ("pending", "running", "done", "failed", "handled", "skipped", "cached", "cancelled")
-#: stages only some runs have (the edit loop needs a model): a row when they start, none before
-OPTIONAL_STAGES = ("edit",)
-
-_FINISHED = ("done", "failed", "handled", "skipped", "cached", "cancelled")
-_ICON = {
-    "pending": "○",
-    "running": "◔",
-    "done": "✔",
-    "failed": "✘",
-    "handled": "↷",
-    "skipped": "–",
-    "cached": "↺",
-    "cancelled": "■",
-}
-_COLOR = {
-    "pending": "#8c959f",
-    "running": "#0969da",
-    "done": "#1a7f37",
-    "failed": "#cf222e",
-    "handled": "#8c959f",
-    "skipped": "#8c959f",
-    "cached": "#1a7f37",
-    "cancelled": "#9a6700",
-}
 _PASSED = re.compile(r"(\d+) passed")
 #: cargo's lines worth showing next to a running stage
 _PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
@@ -68,39 +68,6 @@ _LOG_EVERY = 0.3
 _TEXT = "line-height:1.45;white-space:normal"
 #: wrap at spaces; break inside a word only when the word alone is wider than the box
 _WRAP = "white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere"
-
-
-@dataclass
-class StageRow:
-    """One row of the widget: a stage, or one iteration of a repeated stage."""
-
-    key: str
-    stage: str
-    label: str
-    state: str = "pending"
-    detail: str = ""
-    started: float | None = None
-    elapsed: float | None = None
-    live: str = ""
-
-    def seconds(self, now: float) -> float | None:
-        if self.elapsed is not None and self.state in _FINISHED:
-            return self.elapsed
-        if self.started is not None:
-            return max(0.0, now - self.started)
-        return None
-
-
-def _tests_passing(count: int) -> str:
-    return f"{count} test{'' if count == 1 else 's'} passing"
-
-
-def _fmt_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 class ProgressWidget:
@@ -127,6 +94,12 @@ class ProgressWidget:
         below the widget, so there the widget does not repeat it (the failed
         row carries its first line); a caller that does not raise it (an
         agent's tool call, which gives the error to the model) passes True.
+    on_steer
+        Called with the text of a steering message when Send is clicked
+        (the magic passes ``steering.send`` for the tool). The text box and
+        Send show only while the edit stage runs and only when this is
+        given; what it raises is shown as a notice, and the text stays in the
+        box to send again.
 
     Examples
     --------
@@ -144,19 +117,21 @@ class ProgressWidget:
         clock: Callable[[], float] = time.monotonic,
         log_limit: int = 400,
         show_error: bool = False,
+        on_steer: Callable[[str], None] | None = None,
     ) -> None:
         self.request = " ".join(request.split())
         self.on_cancel = on_cancel
         self.diff_provider = diff
         self.clock = clock
         self.show_error = show_error
+        self.on_steer = on_steer
         self.started = clock()
         self.rows: dict[str, StageRow] = {}
         if stages is None:
             stages = [stage for stage in STAGES if stage not in OPTIONAL_STAGES]
         for stage in stages:
             self.rows[stage] = StageRow(stage, stage, stage)
-        self.log_lines: deque[str] = deque(maxlen=log_limit)
+        self.log_lines: deque[str | SteerLine] = deque(maxlen=log_limit)
         self.log_count = 0
         self.notices: list[tuple[str, str]] = []
         self.iterations = 0
@@ -167,6 +142,9 @@ class ProgressWidget:
         self.error: BaseException | None = None
         self.diff: Any = None
         self.cancel_requested = False
+        self.candidates = CandidateTable()
+        self.usage = UsageTotals()
+        self.steering = SteerLog()
         self._log_dirty = False
         self._log_rendered_at = 0.0
 
@@ -186,6 +164,20 @@ class ProgressWidget:
         )
         self.cancel_button.add_class("flakebot-cancel")
         self.cancel_button.on_click(self._cancel_clicked)
+        self.steer_view = widgets.HTML()
+        self.steer_input = widgets.Text(
+            placeholder="Tell the model something (it reads it in its next request)",
+            layout=widgets.Layout(flex="1 1 auto", width="auto"),
+        )
+        self.steer_button = widgets.Button(
+            description="Send", icon="paper-plane", tooltip="Send this to the model while it edits"
+        )
+        self.steer_button.on_click(self._steer_clicked)
+        # only while the edit stage runs, and only when there is somewhere to send it
+        self.steer_box = widgets.HBox(
+            [self.steer_input, self.steer_button], layout=widgets.Layout(display="none", width="100%")
+        )
+        self.steer_box.add_class("flakebot-steer-box")
         self.log_view = widgets.HTML()
         # shown once there is output: a cache hit has none, and "Log (0 lines)" says nothing
         self.log = widgets.Accordion(
@@ -205,6 +197,8 @@ class ProgressWidget:
                 self.counts,
                 self.table,
                 self.notice_view,
+                self.steer_view,
+                self.steer_box,
                 self.cancel_button,
                 self.summary,
                 self.diff_box,
@@ -225,6 +219,8 @@ class ProgressWidget:
             row = self._row_to_start(event.stage)
             row.state, row.started, row.elapsed, row.live = "running", event.at, None, ""
             row.detail = event.detail
+            if event.stage == "edit":
+                self._show_steer(True)
             self._render_table()
         elif isinstance(event, StageFinished):
             row = self._row_to_finish(event.stage)
@@ -239,6 +235,8 @@ class ProgressWidget:
                 found = _PASSED.search(event.detail)
                 if found:
                     self.tests_passing = int(found.group(1))
+            elif event.stage == "edit":
+                self._show_steer(False)
             self._render_table()
         elif isinstance(event, Notice):
             if event.stage == "run" and event.level == "warning":
@@ -247,6 +245,16 @@ class ProgressWidget:
             self._render_notices()
         elif isinstance(event, RunFinished):
             self._finish(event)
+        elif isinstance(event, CandidateUpdate):
+            self.candidates.update(event)
+            self._render_table()
+        elif isinstance(event, ModelUsage):
+            self.usage.add(event)
+            self._render_title(self.clock())
+            if self.candidates:
+                self._render_table()
+        elif isinstance(event, SteeringMessage):
+            self._on_steering(event)
         elif type(event).__name__ == "IterationResult":
             self._on_iteration(event)
 
@@ -302,7 +310,7 @@ class ProgressWidget:
 
     def _row_to_finish(self, stage: str) -> StageRow:
         row = self._latest(stage)
-        if row is None or row.state in _FINISHED:
+        if row is None or row.state in FINISHED:
             row = self._new_row(stage)
         return row
 
@@ -317,14 +325,48 @@ class ProgressWidget:
             if row is not None and row.state == "running":
                 row.live = event.line.strip()[:90]
 
+    # -- steering -------------------------------------------------------------------
+
+    def _show_steer(self, shown: bool) -> None:
+        """The steer box shows while the edit stage runs, when there is somewhere to send (``on_steer``)."""
+        shown = shown and self.on_steer is not None and self.outcome == "running" and not self.cancel_requested
+        self.steer_box.layout.display = None if shown else "none"
+        self.steer_input.disabled = self.steer_button.disabled = not shown
+
+    def _steer_clicked(self, _button: Any = None) -> None:
+        text = self.steer_input.value.strip()
+        if not text or self.on_steer is None or self.steer_button.disabled:
+            return
+        try:
+            self.on_steer(text)
+        except Exception as exc:  # the reason, as a notice; the text stays in the box to send again
+            self.notices.append(("warning", f"The message was not sent: {exc}"))
+            self._render_notices()
+            return
+        self.steer_input.value = ""
+        self._add_steer_line(self.steering.sent(text))
+
+    def _on_steering(self, event: SteeringMessage) -> None:
+        line, new = self.steering.record(event)
+        if new:
+            self._add_steer_line(line)
+        else:
+            self._log_dirty = True
+            self.steer_view.value = self.steering.html()
+
+    def _add_steer_line(self, line: SteerLine) -> None:
+        self.log_lines.append(line)
+        self.log_count += 1
+        self._log_dirty = True
+        self.log.layout.display = None
+        self.steer_view.value = self.steering.html()
+
     def _on_iteration(self, event: Any) -> None:
         """An edit/check iteration of the edit loop (``events.IterationResult``), read by duck typing."""
         number = int(getattr(event, "iteration", self.iterations + 1) or 0)
         run = int(getattr(event, "run", 0) or 0)
         self.iterations = max(self.iterations, number)
         passed = getattr(event, "passed", None)
-        failed = getattr(event, "failed", None)
-        errors = getattr(event, "errors", None)
         if passed is not None and not getattr(event, "reverted", False):
             self.tests_passing = int(passed)
         key = f"iteration-{run or number}"
@@ -342,26 +384,8 @@ class ProgressWidget:
             rows[key] = row
             self.rows = {k: rows[k] for k in keys}
             self.bar.max = len(self.rows)
-        reverted = bool(getattr(event, "reverted", False))
-        green = getattr(event, "green", getattr(event, "ok", None))
-        if reverted:
-            row.state = "failed"
-        elif green is not None:
-            row.state = "done" if green else "failed"
-        else:
-            row.state = "failed" if (errors or failed) else "done"
+        row.state, row.detail = iteration_outcome(event)
         row.elapsed = getattr(event, "elapsed", None)
-        parts = []
-        if passed is not None or failed is not None:
-            parts.append(f"{passed or 0} passed, {failed or 0} failed")
-        if errors:
-            parts.append(f"{errors} compile errors")
-        if reverted:
-            parts.append(f"reverted: {getattr(event, 'reason', '')}".rstrip(": "))
-        summary = getattr(event, "summary", "")
-        if summary:
-            parts.append(str(summary))
-        row.detail = "; ".join(parts)
         self._render_table()
         self._render_title(self.clock())
 
@@ -378,6 +402,8 @@ class ProgressWidget:
                 row.elapsed = event.at - row.started if row.started is not None else None
             elif row.state == "pending":
                 row.state = "skipped"
+        self.candidates.stop()
+        self._show_steer(False)
         self.bar.value = self.bar.max
         self.bar.bar_style = {"success": "success", "cancelled": "warning"}.get(self.outcome, "danger")
         self.cancel_button.layout.display = "none"
@@ -409,6 +435,7 @@ class ProgressWidget:
         self.cancel_requested = True
         self.cancel_button.disabled = True
         self.cancel_button.description = "Cancelling…"
+        self._show_steer(False)
         if self.on_cancel is not None:
             self.on_cancel()
 
@@ -424,7 +451,7 @@ class ProgressWidget:
 
     def _render_title(self, now: float) -> None:
         end = self.finished_at if self.finished_at is not None else now
-        elapsed = _fmt_seconds(end - self.started)
+        elapsed = fmt_seconds(end - self.started)
         word = {
             "running": "building…",
             "success": "ready",
@@ -444,34 +471,20 @@ class ProgressWidget:
         if self.iterations:
             counts.append(f"iteration {self.iterations}")
         if self.tests_passing is not None:
-            counts.append(_tests_passing(self.tests_passing))
+            counts.append(tests_passing(self.tests_passing))
+        if self.usage.total().spent:  # summed over candidates and roles, live
+            counts.append(self.usage.html())
         self.counts.value = (
             f"<div class='flakebot-counts' style='color:#57606a'>{' · '.join(counts)}</div>" if counts else ""
         )
 
     def _render_table(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        finished = sum(1 for row in self.rows.values() if row.state in _FINISHED)
+        finished = sum(1 for row in self.rows.values() if row.state in FINISHED)
         if self.outcome == "running":
             self.bar.value = min(finished, self.bar.max)
-        cells = []
-        for row in self.rows.values():
-            color = _COLOR[row.state]
-            detail = row.live if row.state == "running" and row.live else row.detail
-            cells.append(
-                f"<tr class='flakebot-row' data-stage='{html.escape(row.key)}' data-state='{row.state}'>"
-                f"<td style='color:{color};width:1.5em;text-align:center'>{_ICON[row.state]}</td>"
-                f"<td style='padding-right:1em'><b>{html.escape(row.label)}</b></td>"
-                f"<td style='color:{color};padding-right:1em'>{row.state}</td>"
-                f"<td style='text-align:right;padding-right:1em;font-variant-numeric:tabular-nums'>"
-                f"{_fmt_seconds(row.seconds(now))}</td>"
-                f"<td style='color:#57606a;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
-                f"{html.escape(detail[:200])}</td></tr>"
-            )
-        self.table.value = (
-            "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;line-height:1.6'>"
-            + "".join(cells)
-            + "</table>"
+        self.table.value = stage_table_html(
+            self.rows.values(), now, self.candidates, self.usage, settled=self.outcome == "success"
         )
 
     def _render_notices(self) -> None:
@@ -489,7 +502,7 @@ class ProgressWidget:
     def _render_log(self, now: float) -> None:
         self._log_dirty = False
         self._log_rendered_at = now
-        shown = "\n".join(self.log_lines)
+        shown = "\n".join(line if isinstance(line, str) else f"{line.stage}| {line}" for line in self.log_lines)
         more = self.log_count - len(self.log_lines)
         head = f"… {more} earlier lines in the saved log (%flakebot logs NAME)\n" if more > 0 else ""
         self.log_view.value = (
@@ -506,13 +519,20 @@ class ProgressWidget:
         if self.outcome == "success" and self.tool is not None:
             tool = self.tool
             example = html.escape(tool.example()) if hasattr(tool, "example") else ""
-            tests = f"{_tests_passing(self.tests_passing)} · " if self.tests_passing is not None else ""
+            tests = f"{tests_passing(self.tests_passing)} · " if self.tests_passing is not None else ""
+            extra = ""
+            winner = self.candidates.winner
+            if winner is not None:
+                score = f": {html.escape(winner.score)}" if winner.score else ""
+                extra += f"chosen: candidate {html.escape(winner.label)} of {len(self.candidates.rows)}{score}<br>"
+            if self.usage.total().spent:
+                extra += f"model: {self.usage.html()}<br>"
             self.summary.value = (
                 "<div class='flakebot-summary' data-outcome='success' "
                 f"style='border-left:3px solid #1a7f37;padding-left:8px;{_TEXT}'>"
                 f"<b><code>{html.escape(tool.name)}</code></b> is ready: {html.escape(tool.crate)} {html.escape(tool.version)} "
                 f"({tests}{html.escape(getattr(tool, 'backend', ''))})<br>"
-                f"call it: <code>{example}</code><br>"
+                f"call it: <code>{example}</code><br>{extra}"
                 f"<span style='color:#57606a'>store: <code>{html.escape(str(tool.store_path))}</code></span></div>"
             )
             return
@@ -547,14 +567,13 @@ class ProgressWidget:
             return f"flakebot: {error}" if self.show_error else ""
         lines = []
         head = {"running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled"}[self.outcome]
-        lines.append(f"flakebot: {self.request[:80]} — {head} ({_fmt_seconds(now - self.started)})")
-        for row in self.rows.values():
-            detail = f"  {row.detail}" if row.detail else ""
-            lines.append(
-                f"  {_ICON[row.state]} {row.label:<12} {row.state:<9} {_fmt_seconds(row.seconds(now)):>7}{detail}"
-            )
+        lines.append(f"flakebot: {self.request[:80]} — {head} ({fmt_seconds(now - self.started)})")
+        if self.usage.total().spent:
+            lines.append(f"  model: {self.usage.total().text()}")
+        lines += stage_text_lines(self.rows.values(), now, self.candidates, self.usage)
         for level, message in self.notices:
             lines.append(f"  {'warning: ' if level == 'warning' else ''}{message}")
+        lines += [f"  {line}" for line in self.steering.lines]
         if self.outcome == "success" and self.tool is not None and hasattr(self.tool, "example"):
             lines.append(f"  `{self.tool.name}` is ready: {self.tool.example()}")
         elif self.error is not None and self.show_error:
