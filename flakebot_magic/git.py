@@ -219,6 +219,10 @@ class Git:
     def head(self) -> str:
         return self("rev-parse", "HEAD")
 
+    def tree(self, commit: str = "HEAD") -> str:
+        """The tree id of ``commit``: two commits with the same files have the same tree."""
+        return self("rev-parse", f"{commit}^{{tree}}")
+
     def is_dirty(self) -> bool:
         return bool(self("status", "--porcelain"))
 

@@ -37,6 +37,7 @@ from .errors import Cancelled, ConfigError, StageTimeout
 __all__ = [
     "CancelToken",
     "Completed",
+    "LinkedToken",
     "ProcessRunner",
     "alive",
     "allowed_env",
@@ -148,6 +149,32 @@ class CancelToken:
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)
+
+
+class LinkedToken(CancelToken):
+    """A cancel token also set when its ``parent`` is: one candidate of a run can be stopped alone.
+
+    >>> run = CancelToken(); one = LinkedToken(run); other = LinkedToken(run); one.cancel()
+    >>> (one.cancelled, other.cancelled, run.cancelled)
+    (True, False, False)
+    """
+
+    def __init__(self, parent: CancelToken) -> None:
+        super().__init__()
+        self.parent = parent
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set() or self.parent.cancelled
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.cancelled:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._event.wait(min(left, 0.05))
+        return True
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ __all__ = [
 MANIFEST_KEYS = (
     "backend",
     "binaries",
+    "candidates",
     "checksum",
     "checksum_kind",
     "commit",
@@ -76,11 +77,14 @@ MANIFEST_KEYS = (
     "nix_store_path",
     "nixpkgs",
     "nixpkgs_url",
+    "plan",
     "registry",
     "rustc",
     "skipped_targets",
     "tests",
+    "usage",
     "version",
+    "winner",
 )
 
 
@@ -125,6 +129,13 @@ class RunState:
     #: the edit loop's check runs (0: no model)
     iterations: int = 0
     store: StorePath | None = None
+    #: what the edit session recorded for the manifest: ``usage``, and ``winner``, ``candidates``, ``plan``
+    session: dict[str, Any] = field(default_factory=dict)
+    #: the cell's ``>>>`` examples (the judge runs them against every candidate)
+    examples: list[Any] = field(default_factory=list)
+    #: the session's journal (None: no model, or a speculative session) and the one a ``--resume`` continues
+    journal: Any = None
+    resume: Any = None
 
     @property
     def follow_up(self) -> bool:
@@ -263,6 +274,7 @@ def manifest(
         "skipped_targets": workspace.skipped_targets,
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
         "version": crate.version,
+        **{key: value for key, value in run.session.items() if key in MANIFEST_KEYS},
     }
     unknown = set(nix) - set(MANIFEST_KEYS)
     if unknown:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,18 @@ import httpx
 from ..errors import ModelError
 from ..events import EventBus
 from ..model import ModelConfig
+from ..model_http import ModelHTTP
 from .protocol import FUNCTION_SCHEMAS
 
-__all__ = ["MAX_REPLY_BYTES", "MAX_REPLY_SECONDS", "MAX_STREAM_RETRIES", "BrokenReply", "ModelChannel", "Reply"]
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_REPLY_SECONDS",
+    "MAX_STREAM_RETRIES",
+    "BrokenReply",
+    "ModelChannel",
+    "Reply",
+    "usage_numbers",
+]
 
 MAX_STREAM_RETRIES = 3
 #: a model reply (streamed or not) is stopped past this many bytes or seconds and counts as unusable
@@ -33,11 +42,37 @@ MAX_REPLY_SECONDS = 300.0
 
 @dataclass
 class Reply:
-    """One whole reply of the model: its text, its function calls (OpenAI's ``tool_calls`` shape), the tokens it cost."""
+    """One whole reply of the model: its text, its function calls (OpenAI's ``tool_calls`` shape), the tokens it cost.
+
+    ``usage`` holds ``prompt_tokens``, ``completion_tokens`` and ``cached_tokens`` as the API reported them;
+    ``estimated`` is True when it reported none and ``tokens`` was estimated from the text.
+    """
 
     content: str
     calls: list[dict[str, Any]]
     tokens: int
+    usage: dict[str, int] = field(default_factory=dict)
+    estimated: bool = False
+
+
+def usage_numbers(usage: Any) -> dict[str, int] | None:
+    """``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``total_tokens`` of an API ``usage`` (object or dict)."""
+    if usage is None:
+        return None
+
+    def get(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    numbers = {}
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = get(usage, name)
+        numbers[name] = value if isinstance(value, int) and value >= 0 else 0
+    details = get(usage, "prompt_tokens_details")
+    cached = get(details, "cached_tokens") if details is not None else None
+    numbers["cached_tokens"] = cached if isinstance(cached, int) and cached >= 0 else 0
+    if not numbers["total_tokens"]:
+        numbers["total_tokens"] = numbers["prompt_tokens"] + numbers["completion_tokens"]
+    return numbers if numbers["total_tokens"] else None
 
 
 class BrokenReply(Exception):
@@ -68,8 +103,17 @@ class ModelChannel:
         workspace: Path,
         max_reply_bytes: int = MAX_REPLY_BYTES,
         max_reply_seconds: float = MAX_REPLY_SECONDS,
+        headers: dict[str, str] | None = None,
+        sampling: dict[str, Any] | None = None,
+        http: ModelHTTP | None = None,
     ) -> None:
         self.client = client
+        #: sent with every request (``X-Flakebot-Role``, ``X-Flakebot-Candidate``)
+        self.headers = dict(headers or {})
+        #: ``temperature``, ``seed``: what makes one candidate differ from another
+        self.sampling = dict(sampling or {})
+        self.http = http
+        self.prompt_tokens = self.completion_tokens = self.cached_tokens = 0
         self.model = model
         self.bus = bus
         self.workspace = workspace
@@ -83,6 +127,8 @@ class ModelChannel:
         problem = ""
         for _ in range(MAX_STREAM_RETRIES + 1):
             check_budget()
+            if self.http is not None:
+                self.http.check()
             self.calls += 1
             try:
                 return self._request(messages)
@@ -101,7 +147,14 @@ class ModelChannel:
         import openai  # lazy: importing flakebot_magic stays cheap
 
         prompt_estimate = sum(len(json.dumps(m)) for m in messages) // 4
-        kwargs: dict[str, Any] = {"model": self.model.model, "messages": messages, "tools": FUNCTION_SCHEMAS}
+        kwargs: dict[str, Any] = {
+            "model": self.model.model,
+            "messages": messages,
+            "tools": FUNCTION_SCHEMAS,
+            **self.sampling,
+        }
+        if self.headers:
+            kwargs["extra_headers"] = self.headers
         deadline = time.monotonic() + self.max_reply_seconds
         try:
             if self.model.stream:
@@ -141,9 +194,9 @@ class ModelChannel:
             }
             for c in message.tool_calls or []
         ]
-        usage = response.usage
-        tokens = usage.total_tokens if usage else prompt_estimate + len(message.content or "") // 4
-        return self._accept(message.content or "", calls, tokens)
+        usage = usage_numbers(response.usage)
+        tokens = usage["total_tokens"] if usage else prompt_estimate + len(message.content or "") // 4
+        return self._accept(message.content or "", calls, tokens, usage, prompt_estimate)
 
     def _read_body(self, pieces: Iterable[bytes], prompt_estimate: int, deadline: float) -> Reply:
         """A non-streamed reply, read in pieces within the byte and time caps; parsed as plain JSON."""
@@ -175,10 +228,9 @@ class ModelChannel:
             )
         text = message.get("content")
         content = text if isinstance(text, str) else ""
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        total = usage.get("total_tokens")
-        tokens = total if isinstance(total, int) else prompt_estimate + len(content) // 4
-        return self._accept(content, calls, tokens)
+        usage = usage_numbers(data.get("usage") if isinstance(data.get("usage"), dict) else None)
+        tokens = usage["total_tokens"] if usage else prompt_estimate + len(content) // 4
+        return self._accept(content, calls, tokens, usage, prompt_estimate)
 
     def _within_caps(self, size: int, deadline: float) -> None:
         """Stop a reply past ``max_reply_bytes`` or its time limit."""
@@ -194,7 +246,7 @@ class ModelChannel:
 
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        usage_tokens = 0
+        usage: dict[str, int] | None = None
         finished = False
         size = 0
         try:
@@ -209,7 +261,7 @@ class ModelChannel:
                 received = getattr(getattr(stream, "response", None), "num_bytes_downloaded", None)
                 self._within_caps(max(size, received if isinstance(received, int) else 0), deadline)
                 if getattr(chunk, "usage", None):
-                    usage_tokens = chunk.usage.total_tokens
+                    usage = usage_numbers(chunk.usage) or usage
                 for choice in chunk.choices or []:
                     delta = choice.delta
                     if delta.content:
@@ -243,11 +295,27 @@ class ModelChannel:
             for index, entry in sorted(calls.items())
         ]
         arguments = sum(len(c["function"]["arguments"]) for c in function_calls)
-        tokens = usage_tokens or prompt_estimate + (len(text) + arguments) // 4
-        return self._accept(text, function_calls, tokens)
+        tokens = usage["total_tokens"] if usage else prompt_estimate + (len(text) + arguments) // 4
+        return self._accept(text, function_calls, tokens, usage, prompt_estimate)
 
-    def _accept(self, content: str, calls: list[dict[str, Any]], tokens: int) -> Reply:
+    def _accept(
+        self,
+        content: str,
+        calls: list[dict[str, Any]],
+        tokens: int,
+        usage: dict[str, int] | None = None,
+        prompt_estimate: int = 0,
+    ) -> Reply:
+        numbers = usage or {
+            "prompt_tokens": prompt_estimate,
+            "completion_tokens": max(0, tokens - prompt_estimate),
+            "cached_tokens": 0,
+            "total_tokens": tokens,
+        }
         self.tokens += tokens
+        self.prompt_tokens += numbers["prompt_tokens"]
+        self.completion_tokens += numbers["completion_tokens"]
+        self.cached_tokens += numbers["cached_tokens"]
         if not content.strip() and not calls:
             raise BrokenReply("an empty reply")
-        return Reply(content, calls, tokens)
+        return Reply(content, calls, tokens, numbers, estimated=usage is None)

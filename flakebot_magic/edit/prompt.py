@@ -121,7 +121,7 @@ def repo_map(root: Path, limit: int = 5000) -> str:
     """Files and their public items: the shape of the crate in a few lines."""
     lines: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target"))
+        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target", ".flakebot-candidates"))
         for filename in sorted(filenames):
             file = Path(dirpath) / filename
             rel = file.relative_to(root).as_posix()

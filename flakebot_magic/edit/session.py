@@ -17,25 +17,32 @@ from typing import Any
 
 from ..cargo import Cargo
 from ..errors import BudgetExhausted, EditError, PolicyError
-from ..events import EventBus, ModelUsage
+from ..events import EventBus, ModelUsage, SteeringMessage
 from ..fsutil import UnsafePath
 from ..git import Git
 from ..model import ModelConfig
+from ..model_http import ModelHTTP
 from ..policy import Baseline
 from ..registry.base import CrateCandidate
+from ..steering import Inbox
+from .budget import Budget
 from .checkrun import CheckRun, CheckRunner, clippy_available
+from .context import cap_middle, compact, estimate_tokens
 from .files import PathRefused, WorkspaceFiles
-from .model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, ModelChannel
+from .journal import EndStatus, Journal, ResumePoint
+from .model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, ModelChannel, Reply
 from .prompt import PromptContext, system_prompt
 from .protocol import BadCall, decode_call, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .state import EditOutcome, EditState
 
-__all__ = ["MAX_TEXT_REPLIES", "EditLoop"]
+__all__ = ["MAX_RESULT_BYTES", "MAX_TEXT_REPLIES", "EditLoop"]
 
 #: replies in a row without a function call before the session ends
 MAX_TEXT_REPLIES = 3
+#: one protocol function's result (a file, a report, test output), as the model gets it: head and tail kept
+MAX_RESULT_BYTES = 24 * 1024
 
 
 class EditLoop:
@@ -57,6 +64,25 @@ class EditLoop:
         The workspace's git (flakebot's identity).
     crate
         Where the workspace came from (for the prompt).
+    candidate
+        The candidate's index in a speculative session (``--candidates``); its
+        requests carry ``X-Flakebot-Candidate`` and ``X-Flakebot-Role: engineer``.
+    sampling
+        ``temperature`` and ``seed`` sent with each request.
+    http
+        The conversation's :class:`~flakebot_magic.model_http.ModelHTTP`; its
+        ``stop`` ends the session, even mid-request.
+    budget
+        The run's :class:`~flakebot_magic.edit.budget.Budget` (shared with
+        other actors); by default one of ``token_budget`` for this session.
+    journal, inbox
+        Where the session is recorded (to resume it), and where steering
+        messages arrive.
+    plan
+        The architect's plan, given to the model with the request.
+    resume
+        A :class:`~flakebot_magic.edit.journal.ResumePoint`: continue that
+        session's conversation instead of starting one.
     """
 
     def __init__(
@@ -77,8 +103,31 @@ class EditLoop:
         clippy: bool | None = None,
         max_reply_bytes: int = MAX_REPLY_BYTES,
         max_reply_seconds: float = MAX_REPLY_SECONDS,
+        candidate: int | None = None,
+        sampling: dict[str, Any] | None = None,
+        http: ModelHTTP | None = None,
+        budget: Budget | None = None,
+        journal: Journal | None = None,
+        inbox: Inbox | None = None,
+        plan: str = "",
+        resume: ResumePoint | None = None,
+        context_tokens: int = 128_000,
+        baseline: CheckRun | None = None,
     ) -> None:
         self.root = workspace.resolve()
+        self.candidate = candidate
+        self.budget = budget or Budget(token_budget)
+        self.journal = journal
+        self.inbox = inbox
+        self.plan = plan
+        self.resume = resume
+        #: check run 0 done elsewhere (the workspace this one was cloned from, at the same commit)
+        self.known_baseline = baseline
+        self.context_tokens = context_tokens
+        self.http = http
+        headers = {"X-Flakebot-Role": "engineer"}
+        if candidate is not None:
+            headers["X-Flakebot-Candidate"] = str(candidate)
         self.model = model
         self.bus = bus
         self.git = git
@@ -98,8 +147,13 @@ class EditLoop:
             workspace=self.root,
             max_reply_bytes=max_reply_bytes,
             max_reply_seconds=max_reply_seconds,
+            headers=headers,
+            sampling=sampling,
+            http=http,
         )
         self.ratchet = Ratchet(self.root)
+        #: the iteration of the last check run (the widget's candidate rows)
+        self.on_iteration: Any = None
         self.iterations = 0
         self._finished: str | None = None
 
@@ -123,44 +177,50 @@ class EditLoop:
         However the session ends, the bus then gets one
         :class:`~flakebot_magic.events.ModelUsage`: the tokens it spent.
         """
+        status: EndStatus = "failed"
+        error = ""
         try:
-            return self._run(request, follow_up=follow_up)
+            outcome = self._run(request, follow_up=follow_up)
+            status = "finished"
+            return outcome
+        except BudgetExhausted as exc:
+            status, error = "budget", str(exc)
+            raise
+        except BaseException as exc:
+            status, error = ("cancelled" if _is_cancel(exc) else "failed"), str(exc)
+            raise
         finally:
-            self.bus.emit(ModelUsage(self.tokens, self.model_calls))
+            self.bus.emit(self._usage_event(final=True))
+            if self.journal is not None:
+                self.journal.end(status, error=error[:2000])
+
+    def _usage_event(self, *, final: bool) -> ModelUsage:
+        channel = self.channel
+        usage = {
+            "prompt_tokens": channel.prompt_tokens,
+            "completion_tokens": channel.completion_tokens,
+            "cached_tokens": channel.cached_tokens,
+        }
+        return ModelUsage(
+            self.tokens,
+            self.model_calls,
+            prompt_tokens=channel.prompt_tokens,
+            completion_tokens=channel.completion_tokens,
+            cached_tokens=channel.cached_tokens,
+            cost_usd=self.budget.cost(self.model.model, usage),
+            final=final,
+            candidate=self.candidate,
+        )
 
     def _run(self, request: str, *, follow_up: bool) -> EditOutcome:
         state = EditState.load(self.root)
         self.checks.session = len(state.sessions) + 1
         self.files.published = Baseline.from_git(self.git)
-        found = self.checks.policy()
-        if found:  # before any cargo run; nothing good to go back to yet
-            listed = "\n".join(f"  - {v}" for v in found[:20])
-            raise PolicyError(
-                f"The workspace holds what flakebot does not build, before the edit loop started:\n{listed}\n"
-                "Fix or remove these files in the workspace, then run again.",
-                violations=found,
-                workspace=self.root,
-            )
-        baseline = self._baseline()
-        context = PromptContext(
-            request=request,
-            baseline_report=report(baseline, self.root, best_passed=self.ratchet.best_passed, limit=2500),
-            sessions=state.sessions,
-            follow_up=follow_up,
-            crate=self.crate,
-            allow_build_scripts=self.allow_build_scripts,
-            max_iterations=self.max_iterations,
-        )
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": system_prompt(self.root, self.git, context)},
-            {
-                "role": "user",
-                "content": (f"Follow-up instructions for the existing tool: {request}" if follow_up else request),
-            },
-        ]
+        self._refuse_policy()
+        messages = self._resumed() if self.resume is not None else self._opening(request, state, follow_up)
         text_replies = 0
         while self._finished is None:
-            reply = self.channel.complete(messages, check_budget=self._check_budget)
+            reply = self._next_reply(messages)
             if not reply.calls:
                 text_replies += 1
                 if text_replies > MAX_TEXT_REPLIES:
@@ -171,23 +231,24 @@ class EditLoop:
                         workspace=self.root,
                         reason="no-tools",
                     )
-                messages.append({"role": "assistant", "content": reply.content})
-                messages.append(
+                self._say(messages, {"role": "assistant", "content": reply.content})
+                self._say(
+                    messages,
                     {
                         "role": "user",
                         "content": "Reply with tool calls: edit the files, then call run_checks, "
                         "and finish(summary) once the checks pass and the contract is met.",
-                    }
+                    },
                 )
                 continue
             text_replies = 0
-            messages.append({"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
+            self._say(messages, {"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
             for call in reply.calls:
                 if self._finished is not None:
                     answer = "not run: finish ended the session"
                 else:
                     answer = self._call(call)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer})
+                self._say(messages, {"role": "tool", "tool_call_id": call["id"], "content": answer})
         self._record(state, request)
         last = self.runs[-1]
         assert last.contract is not None
@@ -200,6 +261,121 @@ class EditLoop:
             tokens=self.tokens,
             head=self.git.head(),
         )
+
+    # -- the conversation ---------------------------------------------------------
+
+    def prepare(self) -> CheckRun:
+        """Check run 0 alone (the policy first): the baseline clones of this workspace start from."""
+        self.files.published = Baseline.from_git(self.git)
+        self._refuse_policy()
+        return self._baseline()
+
+    def _refuse_policy(self) -> None:
+        found = self.checks.policy()
+        if found:  # before any cargo run; nothing good to go back to yet
+            listed = "\n".join(f"  - {v}" for v in found[:20])
+            raise PolicyError(
+                f"The workspace holds what flakebot does not build, before the edit loop started:\n{listed}\n"
+                "Fix or remove these files in the workspace, then run again.",
+                violations=found,
+                workspace=self.root,
+            )
+
+    def _opening(self, request: str, state: EditState, follow_up: bool) -> list[dict[str, Any]]:
+        """A new conversation: check run 0, the system prompt, the request (and the architect's plan)."""
+        if self.known_baseline is not None:
+            baseline = self.known_baseline
+            self.ratchet.protect()
+            self.ratchet.best_passed = baseline.passed if baseline.tests_ran else 0
+            self.ratchet.best_commit = baseline.commit or self.checks.head()
+            self.checks.runs.append(baseline)
+        else:
+            baseline = self._baseline()
+        context = PromptContext(
+            request=request,
+            baseline_report=report(baseline, self.root, best_passed=self.ratchet.best_passed, limit=2500),
+            sessions=state.sessions,
+            follow_up=follow_up,
+            crate=self.crate,
+            allow_build_scripts=self.allow_build_scripts,
+            max_iterations=self.max_iterations,
+        )
+        ask = f"Follow-up instructions for the existing tool: {request}" if follow_up else request
+        if self.plan:
+            ask += f"\n\nThe architect's plan (follow it unless the checks prove it wrong):\n{self.plan}"
+        messages: list[dict[str, Any]] = []
+        self._say(messages, {"role": "system", "content": system_prompt(self.root, self.git, context)})
+        self._say(messages, {"role": "user", "content": ask})
+        return messages
+
+    def _resumed(self) -> list[dict[str, Any]]:
+        """The conversation of the session being resumed, and the ratchet where it stood (no check run repeated)."""
+        point = self.resume
+        assert point is not None
+        self.ratchet.protect()
+        known = _ratchet_of(point)
+        if known is None:  # the session died before its first check run finished: run it now
+            self._baseline()
+        else:
+            self.ratchet.best_commit, self.ratchet.best_passed = known
+            self.iterations = point.iterations
+            self.bus.notice(
+                "edit",
+                f"resumed after iteration {point.iterations}: the best commit {known[0][:12]} "
+                f"({known[1]} tests passing) is known, so no check run is repeated",
+            )
+        messages: list[dict[str, Any]] = []
+        for message in _paired(point.messages):
+            self._say(messages, message)
+        self._say(
+            messages,
+            {
+                "role": "user",
+                "content": "The session was interrupted and is resumed here; the workspace is as you left it "
+                f"(last check run's commit {point.last_commit[:12] or 'none'}). Re-read any file you were changing, "
+                "then carry on.",
+            },
+        )
+        return messages
+
+    def _say(self, messages: list[dict[str, Any]], message: dict[str, Any]) -> None:
+        """Add ``message`` to the conversation (capped when it is a function's result) and to the journal."""
+        if message.get("role") == "tool" and isinstance(message.get("content"), str):
+            message = {**message, "content": cap_middle(message["content"], MAX_RESULT_BYTES)}
+        messages.append(message)
+        if self.journal is not None:
+            self.journal.message(message)
+
+    def _next_reply(self, messages: list[dict[str, Any]]) -> Reply:
+        """Steering delivered, the conversation kept within the context, the budget checked; the model's reply."""
+        self._deliver_steering(messages)
+        fitted = compact(messages, self.context_tokens)
+        if fitted != messages:
+            before = estimate_tokens(messages)
+            messages[:] = fitted
+            self.bus.notice(
+                "edit",
+                f"the conversation neared the model's context ({self.context_tokens:,} tokens): older turns "
+                f"compacted, ~{before:,} -> ~{estimate_tokens(messages):,} tokens",
+            )
+        reply = self.channel.complete(messages, check_budget=lambda: self._check_budget(messages))
+        self.budget.charge(self.model.model, reply.usage)
+        if self.journal is not None:
+            self.journal.reply(reply.usage, estimated=reply.estimated)
+        self.bus.emit(self._usage_event(final=False))
+        return reply
+
+    def _deliver_steering(self, messages: list[dict[str, Any]]) -> None:
+        if self.inbox is None:
+            return
+        for steer in self.inbox.take():
+            self._say(
+                messages,
+                {"role": "user", "content": f"A message from the user, sent while you work: {steer.text}"},
+            )
+            if self.journal is not None:
+                self.journal.steer(steer.text, steer.source)
+            self.bus.emit(SteeringMessage(steer.text, steer.source, delivered=True))
 
     # -- the protocol functions -------------------------------------------------
 
@@ -246,9 +422,28 @@ class EditLoop:
         run.commit = self.checks.commit(run)
         self.ratchet.best_commit = run.commit
         self.checks.emit(run)
+        self._journal_check(run, report(run, self.root, best_passed=self.ratchet.best_passed))
         return run
 
+    def _journal_check(self, run: CheckRun, text: str) -> None:
+        """Record a check run (and where the ratchet stands after it) in the journal; tell the manager."""
+        if self.journal is not None:
+            self.journal.check(
+                iteration=run.iteration,
+                run=run.run,
+                commit=run.commit or self.ratchet.best_commit,
+                tree=self.git.tree(run.commit) if run.commit else "",
+                green=run.green,
+                report=text,
+                best_commit=self.ratchet.best_commit,
+                best_passed=self.ratchet.best_passed,
+            )
+        if self.on_iteration is not None:
+            self.on_iteration(run)
+
     def _iteration(self, *, finish: str | None) -> str:
+        if self.http is not None:
+            self.http.check()
         started, cargo_before = time.monotonic(), self.checks.cargo_seconds
         self.iterations += 1
         iteration = self.iterations
@@ -271,6 +466,7 @@ class EditLoop:
                     ratchet.advance(run.commit, run.passed)
                 self.checks.emit(run)
         text = report(run, self.root, best_passed=ratchet.best_passed)
+        self._journal_check(run, text)
         # the whole iteration: ratchet scan, cargo, fixes, commits, events, the report
         run.seconds, run.cargo_seconds = time.monotonic() - started, self.checks.cargo_seconds - cargo_before
         previous = next((r for r in reversed(self.runs) if r.iteration == iteration - 1), None)
@@ -308,15 +504,21 @@ class EditLoop:
 
     # -- the budget and the record ------------------------------------------------
 
-    def _check_budget(self) -> None:
-        if self.tokens >= self.token_budget:
+    def _check_budget(self, messages: list[dict[str, Any]]) -> None:
+        if self.http is not None:
+            self.http.check()
+        try:
+            if self.tokens >= self.token_budget:
+                raise BudgetExhausted(f"The token budget ({self.token_budget:,} tokens) is spent.", reason="tokens")
+            self.budget.check(self.model.model, next_prompt_tokens=estimate_tokens(messages))
+        except BudgetExhausted as exc:
             raise BudgetExhausted(
-                f"The token budget ({self.token_budget:,} tokens) is spent after {self.iterations} "
-                f"iteration(s) and the workspace is not green yet.{self._last_words()}",
+                f"{exc} The session stopped after {self.iterations} iteration(s) and the workspace is not green "
+                f"yet.{self._last_words()}\nTo continue it, raise the budget and run the same cell with --resume.",
                 diagnostics=self._last_report(),
                 workspace=self.root,
-                reason="tokens",
-            )
+                reason=exc.reason,
+            ) from None
 
     def _last_report(self) -> str:
         return report(self.runs[-1], self.root, best_passed=self.ratchet.best_passed) if self.runs else ""
@@ -337,3 +539,45 @@ class EditLoop:
             }
         )
         state.save(self.root)
+
+
+def _is_cancel(exc: BaseException) -> bool:
+    from ..errors import Cancelled
+
+    return isinstance(exc, (Cancelled, KeyboardInterrupt))
+
+
+def _ratchet_of(point: ResumePoint) -> tuple[str, int] | None:
+    """Where the ratchet stood after the interrupted session's last check run: (best commit, passing tests)."""
+    found: tuple[str, int] | None = None
+    for path in point.chain:
+        for record in Journal.read(path):
+            if record.get("t") == "check" and isinstance(record.get("best_commit"), str) and record["best_commit"]:
+                passed = record.get("best_passed")
+                found = (record["best_commit"], passed if isinstance(passed, int) else 0)
+    return found
+
+
+def _paired(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The journal's conversation, made valid: calls the session died before answering get an answer saying so."""
+    out: list[dict[str, Any]] = []
+    waiting: list[str] = []
+    for message in messages:
+        if waiting and message.get("role") != "tool":
+            out += [_unanswered(call) for call in waiting]
+            waiting = []
+        if message.get("role") == "tool" and message.get("tool_call_id") in waiting:
+            waiting.remove(message["tool_call_id"])
+        out.append(message)
+        if message.get("role") == "assistant":
+            waiting = [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    return out + [_unanswered(call) for call in waiting]
+
+
+def _unanswered(call_id: str) -> dict[str, Any]:
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": "interrupted: the session stopped around this call, so it may or may not have been carried out; "
+        "read the files again before relying on them",
+    }

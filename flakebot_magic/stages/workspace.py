@@ -140,7 +140,8 @@ def copy_beside(workspace: Workspace, path: Path) -> Workspace:
     root = str(workspace.path)
 
     def outputs(directory: str, names: list[str]) -> list[str]:
-        return ["target"] if directory == root else []
+        # build outputs, and the losing candidates of an earlier speculative session
+        return ["target", ".flakebot-candidates"] if directory == root else []
 
     try:
         shutil.copytree(workspace.path, path, symlinks=True, ignore=outputs, copy_function=_copy_regular)

@@ -1,0 +1,92 @@
+"""The architect: one request, before any engineer, that reads the crate and the request and writes a plan.
+
+Its reply is plain text: a short plan (which files, which functions, which
+tests) and, when the cell has no ``>>>`` examples, a few acceptance examples in
+the cell's own syntax (``>>> NAME("input")`` followed by the expected output).
+Every engineer gets the plan with the request; the judge runs the examples
+against every green candidate. The request carries ``X-Flakebot-Role:
+architect`` and may use its own model (``--architect-model``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..events import EventBus, ModelUsage
+from ..model import ModelConfig
+from ..registry.base import CrateCandidate
+from .budget import Budget
+from .model_io import usage_numbers
+from .prompt import readme_summary, repo_map
+
+__all__ = ["MAX_PLAN_CHARS", "ask_architect"]
+
+#: the plan is cut here before the engineers see it
+MAX_PLAN_CHARS = 8000
+
+
+def ask_architect(
+    client: Any,
+    model: ModelConfig,
+    request: str,
+    root: Path,
+    *,
+    crate: CrateCandidate | None,
+    budget: Budget,
+    bus: EventBus,
+    want_examples: bool,
+) -> str:
+    """The architect's plan for ``request`` on the workspace ``root`` (capped at :data:`MAX_PLAN_CHARS`)."""
+    about = f"{crate.name} {crate.version}: {crate.description}" if crate is not None else root.name
+    examples = (
+        "\nThen, under a line 'Examples:', write two to four acceptance examples the finished tool must pass, "
+        'in doctest form: a line `>>> TOOL("input")` (TOOL is the tool\'s name; a string argument is the '
+        "tool's standard input, keyword arguments are flags) followed by the exact expected output."
+        if want_examples
+        else ""
+    )
+    messages = [
+        {
+            "role": "system",
+            "content": "You are the architect of flakebot's edit loop. Engineers will change a Rust crate into a "
+            "command-line tool that does what the user asks; you do not edit files. Write a short, concrete plan "
+            "(at most 15 lines): which files to change, which functions to add or reuse, which tests to add, and "
+            "the pitfalls." + examples,
+        },
+        {
+            "role": "user",
+            "content": f"The request: {request}\n\nThe crate: {about}\n\nREADME (summary):\n"
+            f"{readme_summary(root, 1200)}\n\nFiles:\n{repo_map(root, 3000)}",
+        },
+    ]
+    budget.check(model.model, next_prompt_tokens=sum(len(str(m["content"])) for m in messages) // 4)
+    bus.notice("edit", f"the architect ({model.describe()}) is writing a plan")
+    response = client.chat.completions.create(
+        model=model.model, messages=messages, extra_headers={"X-Flakebot-Role": "architect"}
+    )
+    text = (response.choices[0].message.content or "").strip() if response.choices else ""
+    usage = usage_numbers(response.usage) or {
+        "prompt_tokens": sum(len(str(m["content"])) for m in messages) // 4,
+        "completion_tokens": len(text) // 4,
+        "cached_tokens": 0,
+        "total_tokens": 0,
+    }
+    budget.charge(model.model, usage)
+    bus.emit(
+        ModelUsage(
+            usage["prompt_tokens"] + usage["completion_tokens"],
+            1,
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            cached_tokens=usage["cached_tokens"],
+            cost_usd=budget.cost(model.model, usage),
+            final=True,
+            role="architect",
+        )
+    )
+    if not text:
+        bus.notice("edit", "the architect's reply was empty; the engineers start without a plan", "warning")
+        return ""
+    bus.notice("edit", f"the architect's plan: {text.splitlines()[0][:160]}")
+    return text[:MAX_PLAN_CHARS]

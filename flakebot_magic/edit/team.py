@@ -1,0 +1,460 @@
+"""Roles as actors: an architect who plans, engineers who edit, a judge who scores, a manager who decides.
+
+One edit session is a :class:`Team`. The manager (the calling thread) owns a
+mailbox; every other actor is a thread that posts to it:
+
+* the **architect** (``--plan``): one request (``X-Flakebot-Role: architect``,
+  its own model with ``--architect-model``) that reads the crate and the
+  request and writes a plan, and acceptance examples when the cell has none;
+* the **engineers**: :class:`~flakebot_magic.edit.session.EditLoop` sessions.
+  With ``--candidates N`` each works in its own clone of the warm workspace
+  (:mod:`.forks`), from the same check run 0, with its own sampling and its own
+  ``X-Flakebot-Candidate`` header, all spending one shared
+  :class:`~flakebot_magic.edit.budget.Budget`;
+* the **judge**: code, not a model. It scores each finished candidate
+  structurally (:mod:`.judge`: contract, the cell's examples run against the
+  candidate's binary, passing tests, clippy, the smaller diff).
+
+The manager stops the others as soon as one candidate is fully green (no other
+can beat it), picks the best score, and brings the winner's commits into the
+tool's workspace. A cancel (the Cancel button, Ctrl-C, kernel shutdown) stops
+every actor: each engineer's model request is cut (:mod:`..model_http`) and its
+cargo killed (its own :class:`~flakebot_magic.process.LinkedToken`), within
+:data:`STOP_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cargo import Cargo
+from ..errors import Cancelled, EditError
+from ..events import CandidateUpdate, Event, EventBus, IterationResult, LogLine, Notice
+from ..git import Git
+from ..model import ModelConfig
+from ..model_http import ModelHTTP
+from ..process import LinkedToken, ProcessRunner
+from ..registry.base import CrateCandidate
+from ..stages.accept import Example, split_request
+from ..steering import Inbox
+from .budget import Budget
+from .checkrun import CheckRun
+from .forks import adopt, clone_candidate
+from .journal import Journal, ResumePoint
+from .judge import Score, best, judge
+from .session import EditLoop
+from .state import EditOutcome, EditState
+
+__all__ = ["STOP_SECONDS", "CandidateResult", "Team", "TeamOutcome"]
+
+#: every actor and process of a session is stopped within this many seconds of a cancel
+STOP_SECONDS = 2.0
+#: each candidate's sampling: the first stays close to the model's default, the others spread out
+TEMPERATURES = (0.2, 0.7, 1.0, 0.4, 0.85, 0.55, 1.1, 0.3)
+
+
+@dataclass
+class CandidateResult:
+    """One engineer's session in a speculative run: its state, its score, what stopped it."""
+
+    index: int
+    path: Path
+    state: str = "waiting"
+    iteration: int = 0
+    outcome: EditOutcome | None = None
+    error: BaseException | None = None
+    score: Score | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "status": self.state,
+            "iterations": self.outcome.iterations if self.outcome else self.iteration,
+            "score": self.score.to_json() if self.score else None,
+            "error": str(self.error).splitlines()[0][:300] if self.error else "",
+            "workspace": str(self.path),
+        }
+
+
+@dataclass
+class TeamOutcome:
+    """A finished session: the winner's outcome, and every candidate's (one, without ``--candidates``)."""
+
+    outcome: EditOutcome
+    winner: int | None
+    candidates: list[CandidateResult]
+    plan: str = ""
+    examples: list[Example] = field(default_factory=list)
+
+
+class _CandidateBus(EventBus):
+    """What one candidate says, for the run's bus: its check runs as candidate rows, its lines marked with its index."""
+
+    def __init__(self, parent: EventBus, index: int, crate: str) -> None:
+        super().__init__()
+        self.parent, self.index, self.crate = parent, index, crate
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, IterationResult):
+            self.parent.emit(
+                CandidateUpdate(
+                    self.index, "editing", iteration=event.iteration, detail=event.summary, crate=self.crate
+                )
+            )
+        elif isinstance(event, LogLine):
+            self.parent.emit(LogLine(event.stage, f"[#{self.index}] {event.line}", event.stream))
+        elif isinstance(event, Notice):
+            self.parent.emit(Notice(event.stage, f"candidate #{self.index}: {event.message}", event.level))
+        else:
+            self.parent.emit(event)
+
+
+class _Fanout:
+    """Steering for several engineers: the manager takes each message once and gives every engineer a copy."""
+
+    def __init__(self) -> None:
+        self._items: queue.Queue[Any] = queue.Queue()
+
+    def put(self, item: Any) -> None:
+        self._items.put(item)
+
+    def take(self) -> list[Any]:
+        taken = []
+        while True:
+            try:
+                taken.append(self._items.get_nowait())
+            except queue.Empty:
+                return taken
+
+
+class Team:
+    """Runs one edit session on ``workspace``: one engineer, or ``candidates`` racing from clones; returns the best.
+
+    ``cargo_for(path, runner)`` gives the (sandboxed) cargo for a workspace
+    path; ``loop_options`` are :class:`EditLoop` keywords every engineer gets
+    (iterations, time limits, caps).
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        model: ModelConfig,
+        *,
+        runner: ProcessRunner,
+        bus: EventBus,
+        cargo_for: Callable[[Path, ProcessRunner], Cargo],
+        crate: CrateCandidate | None,
+        budget: Budget,
+        loop_options: dict[str, Any],
+        candidates: int = 1,
+        plan: bool = False,
+        architect: ModelConfig | None = None,
+        examples: list[Example] | None = None,
+        journal: Journal | None = None,
+        inbox: Inbox | None = None,
+        resume: ResumePoint | None = None,
+    ) -> None:
+        self.root = workspace
+        self.model = model
+        self.runner = runner
+        self.bus = bus
+        self.cargo_for = cargo_for
+        self.crate = crate
+        self.budget = budget
+        self.loop_options = loop_options
+        self.count = max(1, candidates)
+        self.plan_wanted = plan
+        self.architect = architect or model
+        self.examples = list(examples or [])
+        self.journal = journal
+        self.inbox = inbox
+        self.resume = resume
+        self.mail: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._stoppers: list[Callable[[str], None]] = []
+        self._threads: list[threading.Thread] = []
+        self._fanouts: list[_Fanout] = []
+
+    # -- the manager -----------------------------------------------------------
+
+    def run(self, request: str, *, follow_up: bool = False) -> TeamOutcome:
+        """The session, start to end; raises the session's error when no candidate gets green."""
+        try:
+            plan, examples = self._plan(request) if self.plan_wanted and self.resume is None else ("", [])
+            self.examples = self.examples or examples
+            if self.count == 1:
+                return self._alone(request, follow_up, plan)
+            return self._race(request, follow_up, plan)
+        finally:
+            self._stop_all("the session ended")
+
+    def _alone(self, request: str, follow_up: bool, plan: str) -> TeamOutcome:
+        """One engineer, in the tool's workspace itself (no clone), on its own thread so a cancel can cut it."""
+        result = CandidateResult(0, self.root, state="editing")
+        loop = self._engineer(
+            self.root, None, self.bus, plan=plan, journal=self.journal, resume=self.resume, baseline=None
+        )
+        self._start(0, loop, request, follow_up)
+        self._wait({0: result})
+        if result.outcome is None:
+            assert result.error is not None
+            raise result.error
+        result.state = "winner"
+        return TeamOutcome(result.outcome, None, [result], plan, self.examples)
+
+    def _race(self, request: str, follow_up: bool, plan: str) -> TeamOutcome:
+        """N engineers from clones of the workspace after its check run 0; the judge's best wins."""
+        git = Git(self.root, self.runner)
+        crate = self.crate.name if self.crate else ""
+        first = self._engineer(self.root, None, self.bus, plan="", journal=None, resume=None, baseline=None)
+        self.bus.notice("edit", f"check run 0 once, then {self.count} candidates from clones of the warm workspace")
+        baseline = first.prepare()
+        base_commit = baseline.commit or git.head()
+        results: dict[int, CandidateResult] = {}
+        for index in range(self.count):
+            self._check_cancel()
+            started = time.monotonic()
+            path = clone_candidate(self.root, index, runner=self.runner)
+            results[index] = CandidateResult(index, path, state="editing")
+            self.bus.emit(
+                CandidateUpdate(index, "editing", detail=f"cloned in {time.monotonic() - started:.1f} s", crate=crate)
+            )
+            cbus = _CandidateBus(self.bus, index, crate)
+            loop = self._engineer(path, index, cbus, plan=plan, journal=None, resume=None, baseline=baseline)
+            self._start(index, loop, request, follow_up)
+        self._wait(results, base_commit=base_commit)
+        scored = {i: r.score for i, r in results.items() if r.outcome is not None and r.score is not None}
+        if not scored:
+            lines = "\n".join(
+                f"  #{r.index}: {r.state}: {str(r.error).splitlines()[0][:200] if r.error else ''}"
+                for r in results.values()
+            )
+            raise EditError(
+                f"None of the {self.count} candidates got green:\n{lines}\n"
+                f"Their workspaces are kept under {self.root / '.flakebot-candidates'}.",
+                workspace=self.root,
+                reason="candidates",
+            )
+        winner = best(scored)
+        for index, result in results.items():
+            if index == winner:
+                result.state = "winner"
+            elif result.outcome is not None:
+                result.state = "lost"
+            self.bus.emit(
+                CandidateUpdate(
+                    index,
+                    result.state,  # type: ignore[arg-type]
+                    iteration=result.iteration,
+                    score=result.score.describe() if result.score else "",
+                    crate=crate,
+                )
+            )
+        chosen = results[winner]
+        adopt(self.root, chosen.path, winner, git)
+        EditState.load(chosen.path).save(self.root)
+        assert chosen.outcome is not None
+        self.bus.notice("edit", f"candidate #{winner} wins: {chosen.score.describe() if chosen.score else ''}")
+        return TeamOutcome(chosen.outcome, winner, list(results.values()), plan, self.examples)
+
+    def _wait(self, results: dict[int, CandidateResult], *, base_commit: str = "") -> None:
+        """The manager's loop: read the mailbox until every engineer is done (or stopped); judge as they finish."""
+        running = set(results)
+        judging = 0
+        while running or judging:
+            self._check_cancel()
+            try:
+                message = self.mail.get(timeout=0.1)
+            except queue.Empty:
+                self._steer(len(results))
+                continue
+            kind, index = message[0], message[1]
+            result = results[index]
+            if kind == "iteration":
+                run: CheckRun = message[2]
+                result.iteration = max(result.iteration, run.iteration)
+            elif kind == "done":
+                running.discard(index)
+                result.outcome, result.error = message[2], message[3]
+                if result.outcome is None:
+                    stopped = isinstance(result.error, Cancelled)
+                    result.state = "cancelled" if stopped else "failed"
+                    if len(results) > 1:
+                        detail = str(result.error).splitlines()[0][:200] if result.error else ""
+                        self.bus.emit(
+                            CandidateUpdate(index, result.state, iteration=result.iteration, detail=detail)  # type: ignore[arg-type]
+                        )
+                elif len(results) > 1:
+                    result.state = "green"
+                    judging += 1
+                    self._judge(result, base_commit)
+            elif kind == "scored":
+                judging -= 1
+                result.score = message[2]
+                self.bus.emit(
+                    CandidateUpdate(index, "green", iteration=result.iteration, score=result.score.describe())
+                )
+                if result.score.perfect and running:
+                    self.bus.notice(
+                        "edit",
+                        f"candidate #{index} is fully green ({result.score.describe()}); no other can beat it, "
+                        f"stopping {', '.join(f'#{i}' for i in sorted(running))}",
+                    )
+                    for other in running:
+                        self._stoppers[other](f"candidate #{index} won")
+
+    # -- the actors ----------------------------------------------------------------
+
+    def _engineer(
+        self,
+        path: Path,
+        index: int | None,
+        bus: EventBus,
+        *,
+        plan: str,
+        journal: Journal | None,
+        resume: ResumePoint | None,
+        baseline: CheckRun | None,
+    ) -> EditLoop:
+        token = LinkedToken(self.runner.cancel)
+        runner = ProcessRunner(token)
+        http = ModelHTTP(timeout=self.model.timeout)
+        inbox = _Fanout()
+        self._fanouts.append(inbox)
+        sampling: dict[str, Any] = {}
+        if index is not None:
+            sampling = {"temperature": TEMPERATURES[index % len(TEMPERATURES)], "seed": index}
+
+        def stop(reason: str) -> None:
+            http.stop(reason)
+            token.cancel()
+
+        self._stoppers.append(stop)
+        loop = EditLoop(
+            path,
+            self.model.client(http_client=http.client),
+            self.model,
+            cargo=self.cargo_for(path, runner),
+            bus=bus,
+            git=Git(path, runner),
+            crate=self.crate,
+            candidate=index,
+            sampling=sampling,
+            http=http,
+            budget=self.budget,
+            journal=journal,
+            inbox=inbox,  # type: ignore[arg-type]
+            plan=plan,
+            resume=resume,
+            baseline=baseline,
+            **self.loop_options,
+        )
+        loop.on_iteration = lambda run: self.mail.put(("iteration", index or 0, run))
+        return loop
+
+    def _start(self, index: int, loop: EditLoop, request: str, follow_up: bool) -> None:
+        def work() -> None:
+            try:
+                self.mail.put(("done", index, loop.run(request, follow_up=follow_up), None))
+            except BaseException as exc:  # every ending is the manager's to judge
+                self.mail.put(("done", index, None, exc))
+            finally:
+                if loop.http is not None:
+                    loop.http.close()
+
+        thread = threading.Thread(target=work, name=f"flakebot-engineer-{index}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _judge(self, result: CandidateResult, base_commit: str) -> None:
+        """The judge actor: scores a finished candidate on its own thread and posts the score."""
+        outcome = result.outcome
+        assert outcome is not None
+
+        def work() -> None:
+            try:
+                runner = ProcessRunner(LinkedToken(self.runner.cancel))
+                score = judge(
+                    outcome.runs[-1],
+                    result.path,
+                    base_commit,
+                    self.examples,
+                    git=Git(result.path, runner),
+                )
+            except BaseException as exc:  # a judge that cannot score says so; the candidate scores lowest
+                self.bus.notice("edit", f"the judge could not score candidate #{result.index}: {exc}", "warning")
+                score = Score(contract_met=False)
+            self.mail.put(("scored", result.index, score))
+
+        thread = threading.Thread(target=work, name=f"flakebot-judge-{result.index}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _plan(self, request: str) -> tuple[str, list[Example]]:
+        """The architect actor: one request, before any engineer; its plan (and examples) go to every engineer."""
+        from .architect import ask_architect
+
+        http = ModelHTTP(timeout=self.architect.timeout)
+        self._stoppers.append(http.stop)
+        done: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
+
+        def work() -> None:
+            try:
+                text = ask_architect(
+                    self.architect.client(http_client=http.client),
+                    self.architect,
+                    request,
+                    self.root,
+                    crate=self.crate,
+                    budget=self.budget,
+                    bus=self.bus,
+                    want_examples=not self.examples,
+                )
+                done.put((text, None))
+            except BaseException as exc:
+                done.put(("", exc))
+            finally:
+                http.close()
+
+        thread = threading.Thread(target=work, name="flakebot-architect", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        while True:
+            self._check_cancel()
+            try:
+                text, error = done.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
+        if error is not None:
+            raise error
+        _, examples = split_request(text)
+        return text, examples
+
+    # -- stopping -------------------------------------------------------------------
+
+    def _steer(self, engineers: int) -> None:
+        """Give each engineer a copy of every steering message that arrived."""
+        if self.inbox is None:
+            return
+        for message in self.inbox.take():
+            for fanout in self._fanouts:
+                fanout.put(message)
+
+    def _check_cancel(self) -> None:
+        if self.runner.cancel.cancelled:
+            self._stop_all("the run was cancelled")
+            raise Cancelled("The run was cancelled.", workspace=self.root)
+
+    def _stop_all(self, reason: str) -> None:
+        """Stop every actor (model requests cut, processes killed) and wait for them, at most STOP_SECONDS."""
+        for stop in self._stoppers:
+            stop(reason)
+        deadline = time.monotonic() + STOP_SECONDS
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
