@@ -4,7 +4,8 @@ The tree::
 
     FlakebotError
     ├── UsageError          bad input from the user (empty cell, unknown option)
-    │   └── ToolBusy        another process is building the same tool name (names it)
+    │   ├── ToolBusy        another process is building the same tool name (names it)
+    │   └── SteeringError   a steering message with no running session to read it, or a bad one
     ├── ConfigError         the machine lacks something (cargo, a registry path)
     ├── SearchError         no candidates, unknown --crate, registry unreachable
     │   └── RegistryError   a registry answered badly (HTTP error, bad checksum)
@@ -50,6 +51,7 @@ __all__ = [
     "RegistryError",
     "SearchError",
     "StageTimeout",
+    "SteeringError",
     "TestError",
     "ToolBusy",
     "ToolError",
@@ -108,6 +110,10 @@ class ToolBusy(UsageError):
         super().__init__(message)
         self.name = name
         self.holder = holder
+
+
+class SteeringError(UsageError):
+    """A steering message could not be queued: no edit session of that tool is running, or the text is bad."""
 
 
 class ConfigError(FlakebotError):
