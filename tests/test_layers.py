@@ -43,6 +43,8 @@ FOUNDATION = {
     "request",
     "diagnostics",
     "cargo",
+    "usage",
+    "steering",
     # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
     "registry.base",
 }
