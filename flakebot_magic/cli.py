@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, clean, export; ``--json`` for scripts and agents."""
+"""The ``flakebot`` command: build, search, list, show, steer, clean, export; ``--json`` for scripts and agents."""
 
 from __future__ import annotations
 
@@ -63,6 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("name", help="The tool's name.")
     logs.add_argument(
         "--tail", type=int, default=200, help="How many of the last lines to show (0: all). Default: 200."
+    )
+    steer = sub.add_parser(
+        "steer",
+        parents=[common],
+        help="Send a message to a tool's running edit session: the model reads it in its next request.",
+    )
+    steer.add_argument("name", help="The tool being built (its --name).")
+    steer.add_argument(
+        "text", nargs="+", help="The message, e.g. 'also accept --upper' (quote it; words are joined by spaces)."
     )
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
@@ -155,6 +164,8 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
         return tools.show(settings, args.name)
     if args.command == "logs":
         return tools.tool_logs(settings, args.name, last=args.tail or None)
+    if args.command == "steer":
+        return tools.steer(settings, args.name, " ".join(args.text), source="cli")
     if args.command == "stop":
         if not args.name and not args.all:
             raise UsageError("flakebot stop NAME, or flakebot stop --all")

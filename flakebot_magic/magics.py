@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ _USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
   %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
-  %%flakebot rebuild NAME | search QUERY | clean [--all]"""
+  %%flakebot rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]"""
 
 
 @magics_class
@@ -96,12 +97,12 @@ class FlakebotMagics(_OptionTraits):
 
     def _settings(self, args: Any) -> Settings:
         """The line's options over this kernel's settings (config traits) over the defaults."""
-        settings = Settings()
         try:
+            settings = Settings()
             apply(settings, {"cache_dir": self.cache_dir})
             apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config})
             apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
-        except errors.UsageError as exc:
+        except (errors.UsageError, errors.ConfigError) as exc:
             raise UsageError(str(exc)) from None
         return settings
 
@@ -119,7 +120,7 @@ class FlakebotMagics(_OptionTraits):
         nargs="*",
         metavar="COMMAND",
         help="`list`, `show NAME`, `logs NAME`, `load NAME|--all`, `stop NAME|--all`, "
-        "`rebuild NAME`, `search QUERY` or `clean [--all]`.",
+        "`rebuild NAME`, `steer NAME TEXT`, `search QUERY` or `clean [--all]`.",
     )
     @argument(
         "--all",
@@ -175,9 +176,12 @@ class FlakebotMagics(_OptionTraits):
             %flakebot load NAME|--all   put tools built earlier in the kernel (after a restart), unbuilt
             %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
             %flakebot rebuild NAME      fork and build NAME again from its crate
+            %flakebot steer NAME TEXT   a message for NAME's running edit session (the model reads it next)
             %flakebot search QUERY      ranked crate candidates
             %flakebot clean [--all]     remove unused workspaces and store entries
         """
+        if cell is None and line.split(None, 1)[:1] == ["steer"]:
+            return self._steer(line)  # the text is the rest of the line, as written: no option parsing
         args = parse_argstring(self.flakebot, line)
         if cell is None:
             return self._line(args)
@@ -240,6 +244,7 @@ class FlakebotMagics(_OptionTraits):
             settings,
             lambda: build.run.cancel("cancelled from the widget"),
             verbose=bool(args.verbose or self.verbose),
+            steer_name=name,
         )
         build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
         return build
@@ -252,6 +257,7 @@ class FlakebotMagics(_OptionTraits):
         *,
         verbose: bool | None = None,
         show_error: bool = False,
+        steer_name: str | None = None,
     ) -> _Build:
         """Show a build in this kernel the way ``%%flakebot`` shows its own (also for an agent's, from ``call``).
 
@@ -261,6 +267,9 @@ class FlakebotMagics(_OptionTraits):
         final text in the display. ``show_error``: the widget shows why a
         build failed (for an agent's build, whose error goes to the model; a
         ``%%flakebot`` cell raises its error, which IPython shows).
+        ``steer_name``: the tool's name, when known before the build starts;
+        the widget's steer box then sends to its edit session
+        (:func:`flakebot_magic.tools.steer`).
         """
         build = _Build(run=None, settings=settings)
         verbose = self.verbose if verbose is None else verbose
@@ -271,7 +280,11 @@ class FlakebotMagics(_OptionTraits):
             from .ui import ProgressWidget
 
             widget = ProgressWidget(
-                title, on_cancel=cancel, diff=lambda tool: tools.diff_of(settings, tool), show_error=show_error
+                title,
+                on_cancel=cancel,
+                diff=lambda tool: tools.diff_of(settings, tool),
+                show_error=show_error,
+                on_steer=_steer_to(settings, steer_name) if steer_name else None,
             )
             if verbose:
                 widget.log.selected_index = 0
@@ -320,7 +333,8 @@ class FlakebotMagics(_OptionTraits):
         if not args.command:
             raise UsageError(
                 "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
-                "rebuild NAME | search QUERY | clean [--all]; or %%flakebot as a cell magic (see %%flakebot?)."
+                "rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]; "
+                "or %%flakebot as a cell magic (see %%flakebot?)."
             )
         command, rest = args.command[0], args.command[1:]
         if command == "rebuild":
@@ -340,6 +354,24 @@ class FlakebotMagics(_OptionTraits):
         if answer.text:
             print(answer.text)
         return None
+
+    def _steer(self, line: str) -> None:
+        """``steer NAME TEXT``: queue TEXT for NAME's running edit session (quotes around TEXT are optional)."""
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            raise UsageError('Usage: %flakebot steer NAME TEXT, e.g. %flakebot steer md "also accept --upper".')
+        text = parts[2].strip()
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            words = []
+        if len(words) == 1:  # one quoted string: its content
+            text = words[0]
+        try:
+            answer = tools.steer(self._settings(parse_argstring(self.flakebot, "")), parts[1], text, source="magic")
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
+        print(answer.text)
 
     def _load(self, settings: Settings, names: list[str], *, everything: bool) -> None:
         """``load NAME`` / ``load --all``: tools built earlier into the kernel's namespace, without rebuilding."""
@@ -377,7 +409,7 @@ class FlakebotMagics(_OptionTraits):
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
             raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, search or clean."
+                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, search or clean."
             )
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
@@ -386,6 +418,15 @@ class FlakebotMagics(_OptionTraits):
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])
+
+
+def _steer_to(settings: Settings, name: str) -> Callable[[str], None]:
+    """The widget's Send: queue the text for ``name``'s edit session (what it raises, the widget shows)."""
+
+    def send(text: str) -> None:
+        tools.steer(settings, name, text, source="widget")
+
+    return send
 
 
 def _install_transformer(shell: Any) -> None:

@@ -26,15 +26,17 @@ from typing import Any, Protocol
 
 from .clients import lifecycle, tool_from_record
 from .config import Settings
+from .edit_summary import SESSION_KEYS, render_with_sessions, session_parts
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import alive, kill_tree, process_started_at
-from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
+from .provenance import WorkspaceDiff, provenance_of, workspace_diff
 from .runlog import failed_log_path, log_path
 from .stages.search import open_registry, search, why
 
 __all__ = [
     "NO_TOOLS",
+    "SESSION_KEYS",
     "TOOL_JSON_KEYS",
     "Answer",
     "CommandResult",
@@ -49,6 +51,7 @@ __all__ = [
     "show",
     "show_text",
     "status_of",
+    "steer",
     "stop",
     "stop_all",
     "stop_tools",
@@ -128,7 +131,7 @@ def load_all(settings: Settings) -> tuple[dict[str, Any], list[str]]:
 def describe(settings: Settings, name: str) -> dict[str, Any]:
     """The provenance of tool ``name`` (what ``%flakebot show`` prints)."""
     record = find(settings, name)
-    data = provenance_of(tool_of(record, settings), record)
+    data = _provenance(tool_of(record, settings), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
     if record.url:
         data["url"] = record.url
@@ -314,8 +317,8 @@ def stop_all(settings: Settings) -> list[str]:
 
 
 def show_text(settings: Settings, name: str) -> str:
-    """``show`` for a person: the provenance as aligned ``key: value`` lines."""
-    return render_text(describe(settings, name))
+    """``show`` for a person: the provenance as aligned ``key: value`` lines (an edit's usage and candidates in words)."""
+    return render_with_sessions(describe(settings, name))
 
 
 # -- one JSON shape of a tool ------------------------------------------------------------
@@ -341,7 +344,12 @@ def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> di
         that is gone reads ``stopped``.
     ``provenance``
         :func:`~flakebot_magic.provenance.provenance_of`: crate, checksum,
-        commit, store path, flake lock, backend, model, iterations, rustc.
+        commit, store path, flake lock, backend, model, iterations, rustc;
+        and, when its edit sessions recorded them (:data:`SESSION_KEYS`),
+        ``usage`` (``prompt_tokens``, ``completion_tokens``,
+        ``cached_tokens``, ``calls``, ``cost_usd``: null without a price),
+        ``winner`` (the index of the candidate deployed) and ``candidates``
+        (each with ``index``, ``status``, ``crate`` and its score's parts).
     ``links``
         The Jupyter server extension's paths for the tool: ``self``,
         ``logs``, ``stop``, and ``proxy`` for an http tool.
@@ -360,7 +368,7 @@ def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> di
     record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
     data = record.public_json()
     data["status"] = status_of(record)
-    data["provenance"] = provenance_of(loaded if loaded is not None else tool_of(record, settings), record)
+    data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings), record)
     api = f"/flakebot/api/tools/{record.name}"
     links = {"self": api, "logs": f"{api}/logs", "stop": f"{api}/stop"}
     if record.kind == "http":
@@ -370,6 +378,15 @@ def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> di
     data["example"] = loaded.example() if loaded is not None else None
     data["reads_stdin"] = bool(loaded.reads_stdin) if loaded is not None else None
     data["lock_hash"] = getattr(loaded, "lock_hash", "") or data["provenance"].get("flake_lock") or ""
+    return data
+
+
+def _provenance(tool: Any, record: ToolRecord | None) -> dict[str, Any]:
+    """:func:`provenance_of`, with what the tool's edit sessions recorded (:data:`SESSION_KEYS`)."""
+    data = provenance_of(tool, record)
+    for key, value in session_parts(getattr(tool, "provenance", None), record.extra if record else None).items():
+        if data.get(key) is None:
+            data[key] = value
     return data
 
 
@@ -434,6 +451,24 @@ def show(settings: Settings, name: str) -> CommandResult:
     """``show NAME``: the tool as :func:`tool_json`; as text, its provenance."""
     record = find(settings, name)
     return CommandResult(tool_json(record, settings), show_text(settings, name))
+
+
+def steer(settings: Settings, name: str, text: str, *, source: str = "cli") -> CommandResult:
+    """``steer NAME TEXT``: queue ``text`` for the running edit session of ``name``.
+
+    The session gives it to the model as a user message in its next
+    request. Any process on the machine may steer (the queue is in the cache
+    dir). No running session, empty or too long text: a
+    :class:`~flakebot_magic.errors.UsageError` that says what to do. The
+    data is ``{"name", "text", "source", "queued"}``.
+    """
+    from .steering import send
+
+    path = send(settings.cache_dir, name, text, source=source)
+    return CommandResult(
+        {"name": name, "text": text, "source": source, "queued": str(path)},
+        f"Queued for {name}'s edit session; the model reads it in its next request.",
+    )
 
 
 def tool_logs(settings: Settings, name: str, *, last: int | None = 200) -> CommandResult:

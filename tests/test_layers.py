@@ -37,9 +37,11 @@ FOUNDATION = {
     "sandbox_limits",
     "policy",
     "provenance",
+    "edit_summary",
     "runlog",
     "inventory",
     "model",
+    "model_http",
     "request",
     "diagnostics",
     "cargo",
@@ -52,7 +54,7 @@ LAYERS = {
     1: FOUNDATION,
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
-    4: {"pipeline", "background", "tools", "cleanup", "export"},
+    4: {"pipeline", "editing", "background", "tools", "cleanup", "export"},
     5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "progress", "agent"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples

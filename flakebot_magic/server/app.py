@@ -17,6 +17,7 @@ from .handlers import (
     ToolHandler,
     ToolLogsHandler,
     ToolsHandler,
+    ToolSteerHandler,
     ToolStopHandler,
 )
 
@@ -65,6 +66,7 @@ class FlakebotExtension(ExtensionApp):
                 (rf"/flakebot/api/tools/{_NAME}/?", ToolHandler, state),
                 (rf"/flakebot/api/tools/{_NAME}/logs/?", ToolLogsHandler, state),
                 (rf"/flakebot/api/tools/{_NAME}/stop/?", ToolStopHandler, state),
+                (rf"/flakebot/api/tools/{_NAME}/steer/?", ToolSteerHandler, state),
                 (rf"/flakebot/proxy/{_NAME}(?P<path>/.*)?", ProxyHandler, proxy),
             ]
         )

@@ -24,8 +24,9 @@ from tornado import httpclient, web
 
 from .. import __version__, tools
 from ..config import Settings
-from ..errors import UsageError
+from ..errors import SteeringError, UsageError
 from ..inventory import Inventory, ToolRecord
+from ..steering import is_running
 
 __all__ = [
     "MAX_PROXY_RESPONSE",
@@ -35,6 +36,7 @@ __all__ = [
     "ProxyHandler",
     "ToolHandler",
     "ToolLogsHandler",
+    "ToolSteerHandler",
     "ToolStopHandler",
     "ToolsHandler",
     "proxied_location",
@@ -211,6 +213,39 @@ class ToolStopHandler(_API):
         answer = await asyncio.get_running_loop().run_in_executor(None, tools.stop_tools, self.flakebot, name)
         [stopped] = answer.data
         self.finish(json.dumps(stopped))
+
+
+class ToolSteerHandler(_API):
+    """``POST /flakebot/api/tools/NAME/steer`` with ``{"text": "..."}``: a message for NAME's running edit session.
+
+    The session gives it to the model in its next request. 404: no such tool
+    and no session building it; 409: the tool exists but no edit session of
+    it runs (the message says how to start one); 400: the body is not
+    ``{"text": "..."}`` or the text is refused (empty, too long). The answer
+    is ``{"name", "text", "source", "queued"}``.
+    """
+
+    @web.authenticated
+    @authorized
+    def post(self, name: str) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, 'the body must be JSON: {"text": "..."}') from None
+        text = body.get("text") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise web.HTTPError(400, 'the body must be JSON with the message: {"text": "..."}')
+        try:
+            answer = tools.steer(self.flakebot, name, text, source="api")
+        except SteeringError as exc:
+            if is_running(self.flakebot.cache_dir, name):
+                raise web.HTTPError(400, str(exc)) from None  # the session runs: the text was refused
+            if Inventory(self.flakebot.tools_dir).get(name) is None:
+                raise web.HTTPError(404, f"no tool named {name!r}, and no edit session building it") from None
+            raise web.HTTPError(409, str(exc)) from None
+        except UsageError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        self.finish(json.dumps(answer.data))
 
 
 # -- the dashboard ------------------------------------------------------------------

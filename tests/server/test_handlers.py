@@ -17,7 +17,7 @@ import httpx
 import pytest
 from jupyter_process import JupyterProcess, free_port
 
-from flakebot_magic import cli
+from flakebot_magic import cli, steering
 from flakebot_magic.config import Settings
 from flakebot_magic.inventory import Inventory, ToolRecord
 from flakebot_magic.runlog import log_path
@@ -273,6 +273,71 @@ def test_post_with_the_login_cookie_but_no_xsrf_is_forbidden(server: JupyterProc
         assert cross_site.status_code == 403
         allowed = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf})
         assert allowed.status_code == 200 and "nothing to stop" in allowed.json()["message"]
+
+
+def test_steer_queues_a_message_for_the_running_session(server: JupyterProcess, settings: Settings) -> None:
+    with steering.running(settings.cache_dir, "te") as inbox, server.client() as client:
+        sent = client.post("/flakebot/api/tools/te/steer", json={"text": "also accept --upper"})
+        assert sent.status_code == 200, sent.text
+        # a tool built for the first time has no record yet; its session can be steered all the same
+        with steering.running(settings.cache_dir, "fresh") as fresh:
+            first = client.post("/flakebot/api/tools/fresh/steer", json={"text": "use the hex crate"})
+            assert first.status_code == 200, first.text
+            assert [m.text for m in fresh.take()] == ["use the hex crate"]
+        messages = inbox.take()
+    assert [(m.text, m.source) for m in messages] == [("also accept --upper", "api")]
+    assert sent.json()["name"] == "te" and sent.json()["text"] == "also accept --upper"
+
+
+def test_steer_refuses_what_it_must(server: JupyterProcess, settings: Settings) -> None:
+    with server.client() as client:
+        idle = client.post("/flakebot/api/tools/te/steer", json={"text": "hello"})
+        unknown = client.post("/flakebot/api/tools/nope/steer", json={"text": "hello"})
+        with steering.running(settings.cache_dir, "te") as inbox:
+            bad = [
+                client.post("/flakebot/api/tools/te/steer", content=b"not json"),
+                client.post("/flakebot/api/tools/te/steer", json={"text": ""}),
+                client.post("/flakebot/api/tools/te/steer", json={"text": 5}),
+                client.post("/flakebot/api/tools/te/steer", json=["hello"]),
+                client.post("/flakebot/api/tools/te/steer", json={"text": "x" * (steering.MAX_MESSAGE_BYTES + 1)}),
+            ]
+            assert inbox.take() == []
+    assert idle.status_code == 409
+    assert "No edit session of 'te' is running" in idle.json()["message"] and "--resume" in idle.json()["message"]
+    assert unknown.status_code == 404
+    assert [r.status_code for r in bad] == [400] * 5
+    assert "limit" in bad[-1].json()["message"]
+
+
+def test_steer_needs_jupyters_login_and_the_xsrf_token(server: JupyterProcess, settings: Settings) -> None:
+    with steering.running(settings.cache_dir, "te") as inbox:
+        with server.client(token=False) as client:
+            assert client.post("/flakebot/api/tools/te/steer", json={"text": "a"}).status_code == 403
+            assert (
+                client.post("/flakebot/api/tools/te/steer", params={"token": "wrong"}, json={"text": "a"}).status_code
+                == 403
+            )
+        with httpx.Client(base_url=server.url, timeout=30) as browser:
+            login = browser.get("/login")
+            xsrf = login.cookies.get("_xsrf") or browser.cookies.get("_xsrf")
+            assert xsrf
+            assert browser.post("/login", data={"password": server.token, "_xsrf": xsrf}).status_code == 302
+            forged = browser.post("/flakebot/api/tools/te/steer", json={"text": "forged"})
+            wrong = browser.post(
+                "/flakebot/api/tools/te/steer", json={"text": "forged"}, headers={"X-XSRFToken": "not-" + xsrf}
+            )
+            cross_site = browser.post(
+                "/flakebot/api/tools/te/steer",
+                json={"text": "forged"},
+                headers={"X-XSRFToken": xsrf, "Origin": "http://evil.example"},
+            )
+            assert inbox.take() == []  # nothing refused got through
+            allowed = browser.post(
+                "/flakebot/api/tools/te/steer", json={"text": "from the page"}, headers={"X-XSRFToken": xsrf}
+            )
+            assert [m.text for m in inbox.take()] == ["from the page"]
+    assert (forged.status_code, wrong.status_code, cross_site.status_code) == (403, 403, 403)
+    assert allowed.status_code == 200
 
 
 def test_stop_kills_the_recorded_process_group(
