@@ -4,6 +4,9 @@ Nix-built tools live in /nix/store, kept by a GC root ``<cache>/gcroots/NAME``;
 removing the root (never the store path itself) lets ``nix-collect-garbage``
 reclaim a tool flakebot no longer uses.
 
+The losing candidates of a tool's edit (``<workspace>/.flakebot-candidates/``,
+kept for inspection) are removed with its build outputs.
+
 A build that is still running (its tool lock is held, see
 :mod:`flakebot_magic.locks`) keeps everything it may be using: its workspace,
 the one it builds beside it (``workspaces/.next/``) and what was moved
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +36,11 @@ from .stages.deploy import staging_owner
 from .stages.workspace import NEXT_DIR, OLD_DIR
 from .tools import stop_all
 
-__all__ = ["CleanReport", "clean"]
+__all__ = ["CANDIDATES_DIR", "CleanReport", "clean"]
+
+#: where an edit keeps its candidates' workspaces inside the tool's (the name edit/forks.py gives it;
+#: not imported from there, so that ``flakebot clean`` does not load the edit loop)
+CANDIDATES_DIR = ".flakebot-candidates"
 
 
 @dataclass
@@ -45,13 +53,21 @@ class CleanReport:
     kept: list[str] = field(default_factory=list)
     #: what happened to each tool stopped first (``everything``)
     stopped: list[str] = field(default_factory=list)
+    #: the losing candidates' workspaces removed (``<workspace>/.flakebot-candidates``), and their bytes
+    candidates: list[Path] = field(default_factory=list)
+    candidates_freed: int = 0
 
     def summary(self) -> list[str]:
         lines = [f"kept {why}" for why in self.kept]
         if not self.removed:
             return [*lines, "flakebot clean: nothing to remove."]
         lines += [f"removed {p}" for p in self.removed]
-        lines.append(f"flakebot clean: removed {len(self.removed)} paths, {self.freed / 1e6:.1f} MB.")
+        if self.candidates:
+            tools = f"{len(self.candidates)} tool{'s' if len(self.candidates) != 1 else ''}"
+            lines.append(
+                f"flakebot clean: the losing candidates of {tools} ({CANDIDATES_DIR}): {_amount(self.candidates_freed)}."
+            )
+        lines.append(f"flakebot clean: removed {len(self.removed)} paths, {_amount(self.freed)}.")
         return lines
 
     @property
@@ -61,6 +77,8 @@ class CleanReport:
             "freed_bytes": self.freed,
             "kept": list(self.kept),
             "stopped": list(self.stopped),
+            "candidates": [str(p) for p in self.candidates],
+            "candidates_freed_bytes": self.candidates_freed,
         }
 
     @property
@@ -104,12 +122,29 @@ class _Running:
         return ""
 
 
+def _amount(size: int) -> str:
+    """``12.3 MB (12,345,678 bytes)``: the rounded size for a glance, the bytes exactly."""
+    return f"{size / 1e6:.1f} MB ({size:,} bytes)"
+
+
 def _size(path: Path) -> int:
+    """The bytes removing ``path`` frees: a file hard-linked from outside it (a candidate's warm target) frees none."""
     if path.is_symlink():
         return 0
     if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+        info = path.stat()
+        return info.st_size if info.st_nlink <= 1 else 0
+    files: dict[tuple[int, int], list[int]] = {}  # inode -> [size, links, links seen here]
+    for each in path.rglob("*"):
+        try:
+            info = each.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        seen = files.setdefault((info.st_dev, info.st_ino), [info.st_size, info.st_nlink, 0])
+        seen[2] += 1
+    return sum(size for size, links, here in files.values() if here >= links)
 
 
 def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
@@ -200,8 +235,11 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
                 remove(entry)
             elif running.owner(entry):
                 report.kept.append(f"{entry / 'target'}: {running.owner(entry)}")
+                if (entry / CANDIDATES_DIR).exists():
+                    report.kept.append(f"{entry / CANDIDATES_DIR}: {running.owner(entry)}")
             else:
                 remove(entry / "target")
+                _remove_candidates(entry / CANDIDATES_DIR, report, remove)
     if settings.recipes_dir.is_dir():
         for recipe in sorted(settings.recipes_dir.glob("*.json")):
             try:
@@ -211,6 +249,20 @@ def clean(settings: Settings, *, everything: bool = False) -> CleanReport:
             if store not in live_store:
                 remove(recipe)
     return report
+
+
+def _remove_candidates(path: Path, report: CleanReport, remove: Callable[[Path], None]) -> None:
+    """Remove a workspace's losing candidates, counted apart in ``report`` too (never through a symlink)."""
+    if path.is_symlink():
+        remove(path)  # only the link goes
+        return
+    if not path.is_dir():
+        return
+    before = report.freed
+    remove(path)
+    if path in report.removed:
+        report.candidates.append(path)
+        report.candidates_freed += report.freed - before
 
 
 def _clean_gcroots(gcroots: Path, live: dict[str, str], remove: Callable[[Path], None]) -> None:

@@ -287,3 +287,69 @@ def test_clean_all_stops_running_tools_first(capsys: pytest.CaptureFixture[str],
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_clean_removes_the_losing_candidates_of_tools_not_being_built(
+    capsys: pytest.CaptureFixture[str], cache: Path
+) -> None:
+    """``<workspace>/.flakebot-candidates`` goes with the build outputs, unless the tool's build runs; bytes counted."""
+    from flakebot_magic.cleanup import CANDIDATES_DIR
+    from flakebot_magic.edit import forks
+    from flakebot_magic.inventory import Inventory, ToolRecord
+    from flakebot_magic.locks import tool_lock
+
+    assert CANDIDATES_DIR == forks.CANDIDATES_DIR  # one name, though clean does not import the edit loop
+    inventory = Inventory(cache / "tools")
+
+    def tool(name: str) -> Path:
+        workspace = cache / "workspaces" / name
+        (workspace / "target" / "release").mkdir(parents=True)
+        (workspace / "target" / "release" / name).write_bytes(b"b" * 500)
+        (workspace / "target" / "dep.rlib").write_bytes(b"r" * 100)
+        (workspace / "Cargo.toml").write_bytes(b"c" * 50)
+        for index, size in ((0, 1000), (1, 2000)):
+            candidate = workspace / CANDIDATES_DIR / str(index)
+            (candidate / "src").mkdir(parents=True)
+            (candidate / "src" / "main.rs").write_bytes(b"m" * size)
+        # a candidate's warm target shares a dependency's library with the workspace's; its sources a file
+        # the workspace keeps: removing the candidates frees the library (the target goes too), not Cargo.toml
+        (workspace / CANDIDATES_DIR / "1" / "target").mkdir()
+        os.link(workspace / "target" / "dep.rlib", workspace / CANDIDATES_DIR / "1" / "target" / "dep.rlib")
+        os.link(workspace / "Cargo.toml", workspace / CANDIDATES_DIR / "0" / "Cargo.toml")
+        store = cache / "store" / f"abc-{name}"
+        store.mkdir(parents=True)
+        inventory.save(
+            ToolRecord(
+                name=name,
+                crate="tinyhex",
+                version="0.1.0",
+                binary=str(store / "bin" / name),
+                store_path=str(store),
+                source_hash="h",
+                checksum="",
+                checksum_kind="",
+                registry="r",
+                workspace=str(workspace),
+                commit="",
+            )
+        )
+        return workspace
+
+    done, busy = tool("hx"), tool("busy")
+    with tool_lock(cache, "busy"):
+        code, out, err = _run(capsys, "clean", "--json", "--cache-dir", str(cache))
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["candidates"] == [str(done / CANDIDATES_DIR)]
+    assert report["candidates_freed_bytes"] == 1000 + 2000 + 100  # Cargo.toml's bytes stay in the workspace
+    assert report["freed_bytes"] == 500 + 100 + 1000 + 2000
+    assert not (done / CANDIDATES_DIR).exists() and not (done / "target").exists()
+    assert (done / "Cargo.toml").read_bytes() == b"c" * 50
+    # the running build's candidates stay, and clean says why
+    assert (busy / CANDIDATES_DIR / "1" / "src" / "main.rs").is_file() and (busy / "target").is_dir()
+    kept = [line for line in report["kept"] if CANDIDATES_DIR in line]
+    assert kept and "'busy' is still running" in kept[0]
+    # with no build running, the text says what the candidates freed
+    code, out, _ = _run(capsys, "clean", "--cache-dir", str(cache))
+    assert code == 0 and not (busy / CANDIDATES_DIR).exists()
+    assert "the losing candidates of 1 tool (.flakebot-candidates): 0.0 MB (3,100 bytes)." in out
