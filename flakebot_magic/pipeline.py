@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from . import steering
 from .backends import Backend, RunDeps, RunState, Stage, backend_for, decide
 from .backends.base import cached_rows
 from .cargo import Cargo
@@ -29,9 +28,8 @@ from .clients import ToolClient, make_tool
 from .clients.contract import read_contract
 from .config import Settings
 from .edit import EditState
-from .edit.budget import Budget
-from .edit.journal import Journal, ResumePoint
-from .edit.team import Team, TeamOutcome
+from .edit.journal import ResumePoint
+from .editing import edit_session, resume_point, resumed_run
 from .errors import (
     BuildError,
     ConfigError,
@@ -47,7 +45,7 @@ from .fsutil import atomic_write
 from .git import Git
 from .inventory import Inventory, ToolRecord
 from .locks import tool_lock
-from .model import HOW_TO_CONFIGURE, ModelConfig
+from .model import HOW_TO_CONFIGURE
 from .policy import Baseline
 from .policy import enforce as enforce_policy
 from .process import CancelToken, ProcessRunner
@@ -146,7 +144,7 @@ class Pipeline:
         try:
             build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
             model = self.settings.model_config()
-            point = self._resume_point(build, model) if self.settings.resume else None
+            point = resume_point(self.settings, build, model) if self.settings.resume else None
             if point is not None:  # the request is the interrupted session's
                 build = replace(
                     build, text=str(point.start.get("request", "")), follow_up=bool(point.start.get("follow_up"))
@@ -197,50 +195,9 @@ class Pipeline:
                 )
         raise RuntimeError("unreachable: the loop returns or raises")
 
-    def _resume_point(self, build: BuildRequest, model: ModelConfig | None) -> ResumePoint:
-        """The tool's last unfinished session (``--resume``), checked before anything runs."""
-        if model is None:
-            raise UsageError(f"--resume continues an edit session, which needs a model. {HOW_TO_CONFIGURE}")
-        if not build.name:
-            raise UsageError("--resume needs --name: the tool whose interrupted session to continue.")
-        point = Journal.last_unfinished(self.settings.cache_dir, build.name)
-        if point is None:
-            raise UsageError(
-                f"There is no unfinished edit session of {build.name!r} to resume (looked in "
-                f"{self.settings.cache_dir / 'journals' / build.name}). Run the cell without --resume."
-            )
-        if not Path(str(point.start.get("workspace", ""))).is_dir():
-            raise UsageError(
-                f"The workspace of {build.name!r}'s interrupted session ({point.start.get('workspace')}) is gone "
-                "(`flakebot clean` removes interrupted builds). Run the cell without --resume."
-            )
-        return point
-
     def _resumed(self, run: RunState, point: ResumePoint) -> ToolClient:
         """Continue an interrupted session in its own workspace, then build and deploy as usual."""
-        path = Path(str(point.start["workspace"]))
-        workspace = Workspace.load(path)
-        if workspace is None:
-            raise UsageError(f"{path} is not a flakebot workspace; run the cell without --resume.")
-        replaces = str(point.start.get("replaces") or "")
-        run.workspace = replace(workspace, replaces=Path(replaces) if replaces else None)
-        run.candidate, run.name = workspace.crate, str(run.request.name)
-        run.resume = point
-        start = point.start
-        run.journal = Journal.create(
-            self.settings.cache_dir,
-            run.name,
-            resumes=point,
-            request=run.request.text,
-            follow_up="yes" if run.follow_up else "",
-            model=str(start.get("model", "")),
-            base_url=str(start.get("base_url", "")),
-            workspace=str(path),
-            replaces=replaces,
-            crate=workspace.crate.id,
-        )
-        self.bus.notice("edit", f"resuming {run.name!r}'s session from {point.path} (iteration {point.iterations})")
-        choice = Choice(workspace.crate, "user", "--resume: the interrupted session's crate")
+        choice = resumed_run(self.settings, run, point, self.bus)
         with tool_lock(self.settings.cache_dir, run.name):
             return self._build(run, choice)
 
@@ -456,121 +413,12 @@ class Pipeline:
         return SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
 
     def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
-        """Run the edit session when a model is configured (with ``cargo``, the sandboxed one); return ``cargo``.
-
-        The session is a :class:`~flakebot_magic.edit.team.Team`: one
-        engineer, or ``candidates`` racing from clones of the warm workspace,
-        with an architect's plan when ``plan`` is set. It is journalled (to
-        resume it) and reads steering messages while it runs.
-        """
-        model, workspace = run.model, run.forked()
-        if model is None:
-            return cargo
-        settings = self.settings
+        """Run the edit session when a model is configured (:func:`~flakebot_magic.editing.edit_session`)."""
         try:
-            with Stage(self.bus, "edit", model.describe()) as stage, steering.running(settings.cache_dir, run.name):
-                team = self._team(run, cargo)
-                done = team.run(run.request.text, follow_up=run.follow_up)
-                outcome = done.outcome
-                run.iterations = outcome.iterations
-                run.session = self._session_record(team, done)
-                won = f"candidate #{done.winner} of {len(done.candidates)} won; " if done.winner is not None else ""
-                stage.detail = (
-                    f"{won}green after {outcome.iterations} iteration(s), {outcome.model_calls} model call(s), "
-                    f"{team.budget.tokens:,} tokens{_cost_text(team.budget)}; {outcome.contract}: {outcome.summary[:200]}"
-                )
-        except FlakebotError as exc:
+            return edit_session(self.deps, run, cargo)
+        except (FlakebotError, KeyboardInterrupt):
             self._unchanged(run)
-            exc.keep_workspace(workspace.path)
-            if run.journal is not None and not isinstance(exc, UsageError):
-                exc.args = (
-                    f"{exc}\nTo carry on where it stopped: the same cell with --resume "
-                    f"(or `flakebot build --name {run.name} --resume`).",
-                )
             raise
-        except KeyboardInterrupt:
-            self._unchanged(run)
-            self.bus.notice("edit", f"interrupted; the workspace is kept at {workspace.path}", "warning")
-            raise
-        return cargo
-
-    def _team(self, run: RunState, cargo: Cargo) -> Team:
-        """The session's actors, wired to this run: sandboxed cargo per workspace, one budget, the journal."""
-        settings, workspace, model = self.settings, run.forked(), run.model
-        assert model is not None
-        if settings.candidates > 1 and run.resume is not None:
-            raise UsageError("--resume continues one session; it does not go with --candidates (use 1).")
-        architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
-
-        def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
-            if path == workspace.path and runner is self.runner:
-                return cargo
-            if not isinstance(cargo, SandboxedCargo):  # no bubblewrap, and allowed: as the workspace's
-                return Cargo(self.registry, runner, executable=cargo.executable)
-            return SandboxedCargo(self.registry, runner, Sandbox(path), executable=cargo.executable)
-
-        run.journal = run.journal or (
-            Journal.create(
-                settings.cache_dir,
-                run.name,
-                request=run.request.text,
-                follow_up="yes" if run.follow_up else "",
-                model=model.model,
-                base_url=model.base_url,
-                workspace=str(workspace.path),
-                replaces=str(workspace.replaces or ""),
-                crate=workspace.crate.id,
-                candidates=settings.candidates,
-            )
-            if settings.candidates == 1
-            else None
-        )
-        return Team(
-            workspace.path,
-            model,
-            runner=self.runner,
-            bus=self.bus,
-            cargo_for=cargo_for,
-            crate=workspace.crate,
-            budget=Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices),
-            loop_options={
-                "max_iterations": settings.max_iterations,
-                "token_budget": settings.token_budget,
-                "allow_build_scripts": settings.allow_build_scripts,
-                "build_timeout": settings.build_timeout,
-                "test_timeout": min(settings.test_timeout, 600.0),
-                "max_reply_bytes": settings.max_reply_bytes,
-                "max_reply_seconds": settings.max_reply_seconds,
-                "context_tokens": settings.context_tokens,
-            },
-            candidates=settings.candidates,
-            plan=settings.plan,
-            architect=architect,
-            examples=run.examples,
-            journal=run.journal,
-            inbox=steering.Inbox(settings.cache_dir, run.name),
-            resume=run.resume,
-        )
-
-    @staticmethod
-    def _session_record(team: Team, done: TeamOutcome) -> dict[str, object]:
-        """What the manifest records of the session: usage and cost, and with candidates, each one and the winner."""
-        budget = team.budget
-        usage: dict[str, object] = {
-            "tokens": budget.tokens,
-            "prompt_tokens": budget.prompt_tokens,
-            "completion_tokens": budget.completion_tokens,
-            "cached_tokens": budget.cached_tokens,
-            "calls": budget.calls,
-            "cost_usd": None if budget.unpriced and not budget.cost_usd else round(budget.cost_usd, 6),
-        }
-        record: dict[str, object] = {"usage": usage}
-        if done.winner is not None:
-            record["winner"] = done.winner
-            record["candidates"] = [c.to_json() for c in done.candidates]
-        if done.plan:
-            record["plan"] = done.plan
-        return record
 
     def _client(self, run: RunState, store: StorePath, choice: Choice) -> ToolClient:
         settings, name, candidate = self.settings, run.name, run.crate()
@@ -658,12 +506,6 @@ class Pipeline:
             run = RunState(request, run.model, run.choice, examples=run.examples)
             tool.close()
             tool = self._run(run, search_text)
-
-
-def _cost_text(budget: Budget) -> str:
-    if budget.unpriced and not budget.cost_usd:
-        return ""
-    return f", ${budget.cost_usd:.4f}" + (" (some replies unpriced)" if budget.unpriced else "")
 
 
 def _next(choice: Choice, candidate: CrateCandidate) -> Choice:

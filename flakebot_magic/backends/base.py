@@ -274,7 +274,11 @@ def manifest(
         "skipped_targets": workspace.skipped_targets,
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
         "version": crate.version,
-        **{key: value for key, value in run.session.items() if key in MANIFEST_KEYS},
+        # the edit session's (editing.session_record): tokens and cost; with --candidates, each and the winner
+        "usage": run.session.get("usage", {}),
+        "winner": run.session.get("winner"),
+        "candidates": run.session.get("candidates", []),
+        "plan": run.session.get("plan", ""),
     }
     unknown = set(nix) - set(MANIFEST_KEYS)
     if unknown:

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Mapping
 
 from ..errors import BudgetExhausted
-from ..usage import Price, Usage, cost_usd
+from ..usage import Price, Usage, cost_usd, parse_prices
 
 __all__ = ["Budget"]
 
@@ -41,7 +41,7 @@ class Budget:
     ) -> None:
         self.token_budget = token_budget
         self.max_cost = max_cost
-        self.prices = dict(prices or {})
+        self.prices = parse_prices(dict(prices or {}))  # (in, out) tuples too
         self._lock = threading.Lock()
         self.tokens = 0
         self.prompt_tokens = self.completion_tokens = self.cached_tokens = self.calls = 0

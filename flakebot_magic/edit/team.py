@@ -47,7 +47,6 @@ from .budget import Budget
 from .checkrun import CheckRun
 from .forks import adopt, clone_candidate
 from .journal import Journal, ResumePoint
-from .judge import Score, best, judge
 from .session import EditLoop
 from .state import EditOutcome, EditState
 
@@ -69,7 +68,7 @@ class CandidateResult:
     iteration: int = 0
     outcome: EditOutcome | None = None
     error: BaseException | None = None
-    score: Score | None = None
+    score: Any = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,6 +239,8 @@ class Team:
                 workspace=self.root,
                 reason="candidates",
             )
+        from .judge import best
+
         winner = best(scored)
         for index, result in results.items():
             if index == winner:
@@ -256,7 +257,7 @@ class Team:
                 )
             )
         chosen = results[winner]
-        adopt(self.root, chosen.path, winner, git)
+        adopt(self.root, chosen.path, winner, git, losers={i: r.path for i, r in results.items() if i != winner})
         EditState.load(chosen.path).save(self.root)
         assert chosen.outcome is not None
         self.bus.notice("edit", f"candidate #{winner} wins: {chosen.score.describe() if chosen.score else ''}")
@@ -375,6 +376,8 @@ class Team:
         """The judge actor: scores a finished candidate on its own thread and posts the score."""
         outcome = result.outcome
         assert outcome is not None
+
+        from .judge import Score, judge
 
         def work() -> None:
             try:

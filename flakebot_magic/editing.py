@@ -1,0 +1,197 @@
+"""The edit session of a pipeline run: the team that runs it, its journal and steering, what the manifest records.
+
+:func:`edit_session` is the pipeline's ``edit`` stage. The session is a
+:class:`~flakebot_magic.edit.team.Team`: one engineer, or ``candidates``
+racing from clones of the warm workspace, with an architect's plan when
+``plan`` is set. A one-engineer session is journalled
+(:mod:`~flakebot_magic.edit.journal`) so that :func:`resume_point` and
+:func:`resumed_run` can continue it after a crash, a ``kill -9``, a cancel or
+a spent budget; while it runs it reads steering messages
+(:mod:`~flakebot_magic.steering`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from . import steering
+from .backends import RunDeps, RunState, Stage
+from .cargo import Cargo
+from .config import Settings
+from .edit.budget import Budget
+from .edit.journal import Journal, ResumePoint, journals_dir
+from .edit.team import Team, TeamOutcome
+from .errors import FlakebotError, UsageError
+from .events import EventBus
+from .model import HOW_TO_CONFIGURE, ModelConfig
+from .process import ProcessRunner
+from .request import BuildRequest
+from .sandbox import Sandbox, SandboxedCargo
+from .stages.choose import Choice
+from .stages.fork import Workspace
+
+__all__ = ["edit_session", "resume_point", "resumed_run", "session_record"]
+
+
+def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
+    """Run the edit session when a model is configured (with ``cargo``, the sandboxed one); return ``cargo``."""
+    model, workspace = run.model, run.forked()
+    if model is None:
+        return cargo
+    settings, bus = deps.settings, deps.bus
+    try:
+        with (
+            Stage(bus, "edit", model.describe()) as stage,
+            steering.running(settings.cache_dir, run.name, keep_queued=run.resume is not None) as inbox,
+        ):
+            team = _team(deps, run, cargo, inbox)
+            done = team.run(run.request.text, follow_up=run.follow_up)
+            outcome = done.outcome
+            run.iterations = outcome.iterations
+            run.session = session_record(team, done)
+            won = f"candidate #{done.winner} of {len(done.candidates)} won; " if done.winner is not None else ""
+            stage.detail = (
+                f"{won}green after {outcome.iterations} iteration(s), {outcome.model_calls} model call(s), "
+                f"{team.budget.tokens:,} tokens{_cost_text(team.budget)}; {outcome.contract}: {outcome.summary[:200]}"
+            )
+    except FlakebotError as exc:
+        exc.keep_workspace(workspace.path)
+        if run.journal is not None and not isinstance(exc, UsageError):
+            exc.args = (
+                f"{exc}\nTo carry on where it stopped: the same cell with --resume "
+                f"(or `flakebot build --name {run.name} --resume`).",
+            )
+        raise
+    except KeyboardInterrupt:
+        bus.notice("edit", f"interrupted; the workspace is kept at {workspace.path}", "warning")
+        raise
+    return cargo
+
+
+def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> Team:
+    """The session's actors, wired to this run: sandboxed cargo per workspace, one budget, the journal."""
+    settings, workspace, model = deps.settings, run.forked(), run.model
+    assert model is not None
+    if settings.candidates > 1 and run.resume is not None:
+        raise UsageError("--resume continues one session; it does not go with --candidates (use 1).")
+    architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
+
+    def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
+        if not isinstance(cargo, SandboxedCargo):  # no bubblewrap, and allowed (the pipeline checked): as is
+            return Cargo(deps.registry, runner, executable=cargo.executable)
+        return SandboxedCargo(deps.registry, runner, Sandbox(path), executable=cargo.executable)
+
+    if run.journal is None and settings.candidates == 1:
+        run.journal = Journal.create(
+            settings.cache_dir,
+            run.name,
+            request=run.request.text,
+            follow_up="yes" if run.follow_up else "",
+            model=model.model,
+            base_url=model.base_url,
+            workspace=str(workspace.path),
+            replaces=str(workspace.replaces or ""),
+            crate=workspace.crate.id,
+        )
+    return Team(
+        workspace.path,
+        model,
+        runner=deps.runner,
+        bus=deps.bus,
+        cargo_for=cargo_for,
+        crate=workspace.crate,
+        budget=Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices),
+        loop_options={
+            "max_iterations": settings.max_iterations,
+            "token_budget": settings.token_budget,
+            "allow_build_scripts": settings.allow_build_scripts,
+            "build_timeout": settings.build_timeout,
+            "test_timeout": min(settings.test_timeout, 600.0),
+            "max_reply_bytes": settings.max_reply_bytes,
+            "max_reply_seconds": settings.max_reply_seconds,
+            "context_tokens": settings.context_tokens,
+        },
+        candidates=settings.candidates,
+        plan=settings.plan,
+        architect=architect,
+        examples=run.examples,
+        journal=run.journal,
+        inbox=inbox,
+        resume=run.resume,
+    )
+
+
+def session_record(team: Team, done: TeamOutcome) -> dict[str, object]:
+    """What the manifest records of a session: usage and cost; with candidates, each one and the winner."""
+    budget = team.budget
+    usage: dict[str, object] = {
+        "tokens": budget.tokens,
+        "prompt_tokens": budget.prompt_tokens,
+        "completion_tokens": budget.completion_tokens,
+        "cached_tokens": budget.cached_tokens,
+        "calls": budget.calls,
+        "cost_usd": None if budget.unpriced and not budget.cost_usd else round(budget.cost_usd, 6),
+    }
+    record: dict[str, object] = {"usage": usage}
+    if done.winner is not None:
+        record["winner"] = done.winner
+        record["candidates"] = [c.to_json() for c in done.candidates]
+    if done.plan:
+        record["plan"] = done.plan
+    return record
+
+
+def _cost_text(budget: Budget) -> str:
+    if budget.unpriced and not budget.cost_usd:
+        return ""
+    return f", ${budget.cost_usd:.4f}" + (" (some replies unpriced)" if budget.unpriced else "")
+
+
+# -- resuming -------------------------------------------------------------------------
+
+
+def resume_point(settings: Settings, build: BuildRequest, model: ModelConfig | None) -> ResumePoint:
+    """The tool's last unfinished session (``--resume``), checked before anything runs."""
+    if model is None:
+        raise UsageError(f"--resume continues an edit session, which needs a model. {HOW_TO_CONFIGURE}")
+    if not build.name:
+        raise UsageError("--resume needs --name: the tool whose interrupted session to continue.")
+    point = Journal.last_unfinished(settings.cache_dir, build.name)
+    if point is None:
+        raise UsageError(
+            f"There is no unfinished edit session of {build.name!r} to resume (looked in "
+            f"{journals_dir(settings.cache_dir, build.name)}). Run the cell without --resume."
+        )
+    if not Path(str(point.start.get("workspace", ""))).is_dir():
+        raise UsageError(
+            f"The workspace of {build.name!r}'s interrupted session ({point.start.get('workspace')}) is gone "
+            "(`flakebot clean` removes interrupted builds). Run the cell without --resume."
+        )
+    return point
+
+
+def resumed_run(settings: Settings, run: RunState, point: ResumePoint, bus: EventBus) -> Choice:
+    """Point ``run`` at the interrupted session's workspace and journal; the crate choice to build it with."""
+    path = Path(str(point.start["workspace"]))
+    workspace = Workspace.load(path)
+    if workspace is None:
+        raise UsageError(f"{path} is not a flakebot workspace; run the cell without --resume.")
+    replaces = str(point.start.get("replaces") or "")
+    run.workspace = replace(workspace, replaces=Path(replaces) if replaces else None)
+    run.candidate, run.name = workspace.crate, str(run.request.name)
+    run.resume = point
+    run.journal = Journal.create(
+        settings.cache_dir,
+        run.name,
+        resumes=point,
+        request=run.request.text,
+        follow_up="yes" if run.follow_up else "",
+        model=str(point.start.get("model", "")),
+        base_url=str(point.start.get("base_url", "")),
+        workspace=str(path),
+        replaces=replaces,
+        crate=workspace.crate.id,
+    )
+    bus.notice("edit", f"resuming {run.name!r}'s session from {point.path} (after iteration {point.iterations})")
+    return Choice(workspace.crate, "user", "--resume: the interrupted session's crate")

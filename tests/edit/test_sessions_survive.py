@@ -1,0 +1,206 @@
+"""Edit sessions that survive and can be steered, through the whole pipeline.
+
+Real cargo in the sandbox, real git, a real second process; the model is the
+scripted fake server (a test double, not a model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply, tinyhex_done
+from polling import wait_for
+from tinycrates import write_registry
+
+from flakebot_magic.config import Settings
+from flakebot_magic.edit.journal import Journal
+from flakebot_magic.edit.session import MAX_RESULT_BYTES
+from flakebot_magic.errors import BudgetExhausted
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.request import BuildRequest
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+pytestmark = pytest.mark.cargo
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUEST = "hex-encode standard input"
+
+
+@pytest.fixture(scope="module")
+def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
+    root = write_registry(tmp_path_factory.mktemp("survregistry"), [TINYHEX])
+    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("survindex"))
+    yield registry
+    registry.close()
+
+
+def _settings(tmp_path: Path, registry: DirectoryRegistry, server: FakeOpenAIServer, **more: Any) -> Settings:
+    return Settings(
+        cache_dir=tmp_path / "cache",
+        registry=str(registry.path),
+        backend="cargo",
+        model="scripted-test-double",
+        base_url=server.base_url,
+        **more,
+    )
+
+
+def _user_texts(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user" and isinstance(m.get("content"), str)]
+
+
+def test_a_steering_message_from_another_process_reaches_the_next_request(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    first, second = tinyhex_done()
+    script = [{**first, "delay": 3.0}, second]
+    with FakeOpenAIServer(script) as server:
+        settings = _settings(tmp_path, hex_registry, server)
+        done: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: done.append(Pipeline(settings).run(BuildRequest(REQUEST, crate="tinyhex", name="hexer")))
+        )
+        thread.start()
+        wait_for(lambda: len(server.requests) >= 1, timeout=120, what="the session's first request")
+        sent = subprocess.run(
+            [sys.executable, "-m", "flakebot_magic.cli", "steer", "hexer", "also accept --upper"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "FLAKEBOT_CACHE_DIR": str(settings.cache_dir)},
+            timeout=60,
+        )
+        assert sent.returncode == 0, sent.stderr
+        thread.join(180)
+        assert done, "the build did not finish"
+        bodies = server.requests
+    assert not any("also accept --upper" in t for t in _user_texts(bodies[0]))
+    assert any("also accept --upper" in t for t in _user_texts(bodies[1]))
+    # recorded in the journal too
+    journals = list((settings.cache_dir / "journals" / "hexer").glob("*.jsonl"))
+    steers = [r for j in journals for r in Journal.read(j) if r["t"] == "steer"]
+    assert [s["text"] for s in steers] == ["also accept --upper"]
+
+
+def test_usage_and_cost_are_the_scripted_usage_times_the_price_table(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    first, second = tinyhex_done()
+    usage = [
+        {"prompt_tokens": 12_000, "completion_tokens": 800, "prompt_tokens_details": {"cached_tokens": 0}},
+        {"prompt_tokens": 15_000, "completion_tokens": 50, "prompt_tokens_details": {"cached_tokens": 0}},
+    ]
+    script = [{**first, "usage": usage[0]}, {**second, "usage": usage[1]}]
+    with FakeOpenAIServer(script) as server:
+        settings = _settings(tmp_path, hex_registry, server, prices={"scripted-test-double": (2.0, 8.0)})
+        tool = Pipeline(settings).run(BuildRequest(REQUEST, crate="tinyhex", name="hexer"))
+    recorded = tool.provenance["usage"]
+    assert recorded["prompt_tokens"] == 27_000 and recorded["completion_tokens"] == 850
+    assert recorded["cost_usd"] == pytest.approx((27_000 * 2.0 + 850 * 8.0) / 1_000_000)
+
+
+def test_max_cost_stops_the_session_before_it_overspends(hex_registry: DirectoryRegistry, tmp_path: Path) -> None:
+    first, second = tinyhex_done()
+    # $0.98 + $0.008 spent by the first reply; the second request's prompt would take it past $0.99
+    script = [{**first, "usage": {"prompt_tokens": 490_000, "completion_tokens": 1000}}, second]
+    with FakeOpenAIServer(script) as server:
+        settings = _settings(
+            tmp_path,
+            hex_registry,
+            server,
+            prices={"scripted-test-double": (2.0, 8.0)},
+            max_cost=0.99,
+            token_budget=10_000_000,
+        )
+        with pytest.raises(BudgetExhausted) as caught:
+            Pipeline(settings).run(BuildRequest(REQUEST, crate="tinyhex", name="hexer"))
+        assert len(server.requests) == 1  # the second request would have passed $1.00: it was never sent
+    assert caught.value.reason == "cost"
+    assert "--resume" in str(caught.value)
+
+
+LOUD_MAIN = TINYHEX_MAIN.replace(
+    "mod tests {",
+    'mod tests {\n    #[test]\n    fn loud() {\n        print!("{}", "x".repeat(5_000_000));\n        panic!("too loud");\n    }\n',
+)
+
+
+def test_five_megabytes_of_test_output_reach_the_model_within_the_cap(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    script = [
+        reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=LOUD_MAIN), call("run_checks")),
+        reply(call("replace_in_file", path="src/main.rs", search='panic!("too loud");', replace="")),
+        reply(call("finish", summary="quiet again")),
+    ]
+    with FakeOpenAIServer(script) as server:
+        settings = _settings(tmp_path, hex_registry, server)
+        Pipeline(settings).run(BuildRequest(REQUEST, crate="tinyhex", name="hexer"))
+        after_checks = server.requests[1]
+    results = [m["content"] for m in after_checks["messages"] if m["role"] == "tool"]
+    assert results and all(len(r.encode()) <= MAX_RESULT_BYTES for r in results)
+    assert len(json.dumps(after_checks)) < 200_000
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from flakebot_magic.config import Settings
+    from flakebot_magic.pipeline import Pipeline
+    from flakebot_magic.request import BuildRequest
+    cache, registry, base_url = sys.argv[1:4]
+    settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
+                        base_url=base_url)
+    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer"))
+    """
+)
+
+
+def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: DirectoryRegistry, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=TINYHEX_MAIN), call("run_checks"))
+    script = [
+        first,
+        {**reply(call("finish", summary="never seen")), "delay": 120.0},  # the process dies waiting for this
+        reply(call("finish", summary="finished after the resume")),
+    ]
+    with FakeOpenAIServer(script) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(cache), str(hex_registry.path), server.base_url],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: len(server.requests) >= 2, timeout=180, what="the session's second request")
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+        settings = Settings(
+            cache_dir=cache,
+            registry=str(hex_registry.path),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
+            resume=True,
+        )
+        events: list[Any] = []
+        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
+        resumed = server.requests[2]
+    assert tool(b"hi").strip() == "6869"
+    # the resumed request carries the earlier conversation: the first reply's calls and their results
+    roles = [m["role"] for m in resumed["messages"]]
+    assert roles[:2] == ["system", "user"] and "tool" in roles
+    assert any(REQUEST in t for t in _user_texts(resumed))
+    # the check run the killed session finished is not repeated
+    assert any("no check run is repeated" in str(getattr(e, "message", "")) for e in events)
