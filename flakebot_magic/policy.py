@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .git import Git
 
 __all__ = [
+    "CANDIDATES_DIR",
     "PUBLISHED_REF",
     "REFUSED_DIRS",
     "TOOLCHAIN_FILES",
@@ -73,8 +74,10 @@ REFUSED_DIRS = {
 }
 #: files that choose the compiler
 TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
-#: directories of the workspace root that hold build outputs, not source
-OUTPUT_DIRS = ("target",)
+#: where ``--candidates`` keeps each candidate's clone of the workspace (edit/forks.py): never source
+CANDIDATES_DIR = ".flakebot-candidates"
+#: directories of the workspace root that hold build outputs or candidates' clones, not source
+OUTPUT_DIRS = ("target", CANDIDATES_DIR)
 
 _DEPENDENCY_TABLES = (
     "dependencies",

@@ -22,7 +22,7 @@ from ..errors import DeployError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..fsutil import UnsafePath, load_toml
 from ..git import Git
-from ..policy import Violation, check_tree
+from ..policy import CANDIDATES_DIR, Violation, check_tree
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
 
@@ -38,8 +38,8 @@ __all__ = [
 
 #: the loop's check runs share the test stage's target dir, so the final test run is fresh
 LOOP_TARGET = ("target", "flakebot-test")
-#: never committed: build outputs (cargo's, and nix's result links)
-NOT_SOURCE = ("target", "result", "result-*")
+#: never committed (nor removed by a revert): build outputs (cargo's, nix's result links), candidates' clones
+NOT_SOURCE = ("target", "result", "result-*", CANDIDATES_DIR)
 #: rounds of rustc's machine-applicable fixes before the model hears of the errors
 FIX_ROUNDS = 3
 #: errors listed in a check run's commit message and report

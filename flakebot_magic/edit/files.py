@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
-from ..policy import REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
+from ..policy import CANDIDATES_DIR, REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
 
 __all__ = [
     "MAX_FILE_READ",
@@ -70,6 +70,8 @@ def contain(root: Path, path: str, *, write: bool = False, allow_build_scripts: 
     resolved = target.resolve()
     if resolved != root and root not in resolved.parents:
         raise PathRefused(f"{path!r} resolves to {resolved}, outside the crate (a symlink leaves it)")
+    if parts[:1] == [CANDIDATES_DIR] or resolved.relative_to(root).parts[:1] == (CANDIDATES_DIR,):
+        raise PathRefused(f"{path!r} is inside {CANDIDATES_DIR}/, other candidates' workspaces: off limits")
     if write:
         if not parts:
             raise PathRefused("give a file path, not the crate root")
@@ -172,7 +174,7 @@ class WorkspaceFiles:
             raise PathRefused(f"{path!r} is not a directory")
         lines: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target"))
+            dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target", CANDIDATES_DIR))
             for filename in sorted(filenames):
                 file = Path(dirpath) / filename
                 rel = file.relative_to(self.root).as_posix()
