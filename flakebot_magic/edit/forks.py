@@ -284,9 +284,9 @@ def adopt(workspace: Path, candidate: Path, index: int, git: Git, *, losers: Map
 
     Every candidate's head is kept (:func:`keep_head`): the winner's, and the
     ``losers``' (index -> path; one that cannot be read is left out). The
-    workspace's branch then moves to the winner's head by a fast-forward
-    (its working tree follows): the candidate was cloned from the workspace's
-    head, so its history descends from it. Raises
+    workspace's branch then moves to the winner's head, and its working tree
+    and index follow (build outputs and candidates stay): the candidate was
+    cloned from the workspace's head, so its history descends from it. Raises
     :class:`~flakebot_magic.errors.ForkError` when it does not (the workspace
     moved since the clone).
     """
@@ -305,8 +305,9 @@ def adopt(workspace: Path, candidate: Path, index: int, git: Git, *, losers: Map
             f"are kept as {CANDIDATE_REFS}/{index}; its workspace stays at {candidate}.",
             workspace=Path(workspace),
         )
-    if old != head:
-        git("merge", "--ff-only", "--quiet", "--no-stat", head)
+    # the clone had the working tree as it was, uncommitted files too, and the edit loop commits
+    # everything: the winner's head holds all of it, so nothing of the workspace's is lost
+    git("reset", "-q", "--hard", head)
     return git.head()
 
 

@@ -280,6 +280,9 @@ def test_adopt_moves_the_branch_to_the_winner_and_keeps_every_head(tmp_path: Pat
         (clone / "src" / "main.rs").write_text(text)
         (clone / "src" / "new.rs").write_text("// new\n")
         Git(clone, ProcessRunner()).commit("candidate's edit", all_files=True)
+    (root / "notes.txt").write_text("left in the workspace, uncommitted")  # in the way of the winner's file
+    (winner / "notes.txt").write_text("the winner's notes\n")
+    Git(winner, ProcessRunner()).commit("notes", all_files=True)
     marker = tmp_path / "pwned"
     _plant(winner, marker)
     _plant(loser, marker)
@@ -289,6 +292,7 @@ def test_adopt_moves_the_branch_to_the_winner_and_keeps_every_head(tmp_path: Pat
     assert head == their_head == git.head()
     assert (root / "src" / "main.rs").read_text() == 'fn main() { println!("won"); }\n'
     assert (root / "src" / "new.rs").is_file() and git("status", "--porcelain", "--ignored=no") == ""
+    assert (root / "notes.txt").read_text() == "the winner's notes\n"
     assert git("rev-parse", f"{CANDIDATE_REFS}/0") == their_head
     assert git("rev-parse", f"{CANDIDATE_REFS}/1") == Git(loser, ProcessRunner()).head()
     assert git("symbolic-ref", "HEAD") == "refs/heads/flakebot"
