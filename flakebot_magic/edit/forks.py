@@ -58,6 +58,7 @@ from pathlib import Path
 from ..errors import Cancelled, ForkError
 from ..fsutil import atomic_write, load_toml, read_regular
 from ..git import Git
+from ..policy import CANDIDATES_DIR
 from ..process import CancelToken, ProcessRunner
 from .checkrun import LOOP_TARGET
 
@@ -73,8 +74,6 @@ __all__ = [
     "local_packages",
 ]
 
-#: where the candidates' workspaces live, inside the tool's workspace (never built, committed or shown to a model)
-CANDIDATES_DIR = ".flakebot-candidates"
 #: each candidate's head is kept in the tool's workspace as ``refs/flakebot/candidates/<index>``
 CANDIDATE_REFS = "refs/flakebot/candidates"
 #: what the clone may share with the workspace by a hard link: a dependency's compiled library
