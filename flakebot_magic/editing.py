@@ -80,7 +80,10 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
     def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
         if not isinstance(cargo, SandboxedCargo):  # no bubblewrap, and allowed (the pipeline checked): as is
             return Cargo(deps.registry, runner, executable=cargo.executable)
-        return SandboxedCargo(deps.registry, runner, Sandbox(path), executable=cargo.executable)
+        # one CARGO_HOME for the session: what the workspace's check run 0 downloaded, every candidate has
+        # (the candidates are the same untrusted code, so sharing it widens nothing)
+        sandbox = Sandbox(path, cargo_home=cargo.sandbox.cargo_home)
+        return SandboxedCargo(deps.registry, runner, sandbox, executable=cargo.executable)
 
     if run.journal is None and settings.candidates == 1:
         run.journal = Journal.create(
@@ -119,6 +122,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         journal=run.journal,
         inbox=inbox,
         resume=run.resume,
+        name=run.name,
     )
 
 

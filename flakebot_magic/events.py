@@ -25,9 +25,9 @@ __all__ = [
     "Notice",
     "Observer",
     "RunFinished",
-    "SteeringMessage",
     "StageFinished",
     "StageStarted",
+    "SteeringMessage",
 ]
 
 #: the stages in pipeline order; "check" is cargo build and cargo test together

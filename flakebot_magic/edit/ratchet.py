@@ -82,7 +82,7 @@ def scan_tests(root: Path) -> list[TestFunction]:
 
 def _rust_files(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "target")]
+        dirnames[:] = [d for d in dirnames if d not in (".git", "target", ".flakebot-candidates")]
         for name in filenames:
             if name.endswith(".rs"):
                 yield Path(dirpath) / name

@@ -47,6 +47,7 @@ from .budget import Budget
 from .checkrun import CheckRun
 from .forks import adopt, clone_candidate
 from .journal import Journal, ResumePoint
+from .judge import Score, best, judge
 from .session import EditLoop
 from .state import EditOutcome, EditState
 
@@ -68,7 +69,7 @@ class CandidateResult:
     iteration: int = 0
     outcome: EditOutcome | None = None
     error: BaseException | None = None
-    score: Any = None
+    score: Score | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,8 +159,11 @@ class Team:
         journal: Journal | None = None,
         inbox: Inbox | None = None,
         resume: ResumePoint | None = None,
+        name: str = "",
     ) -> None:
         self.root = workspace
+        #: the tool's name (the acceptance examples call it by that name)
+        self.name = name
         self.model = model
         self.runner = runner
         self.bus = bus
@@ -176,6 +180,8 @@ class Team:
         self.resume = resume
         self.mail: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._stoppers: list[Callable[[str], None]] = []
+        #: each candidate's stop, by its index
+        self._stop: dict[int, Callable[[str], None]] = {}
         self._threads: list[threading.Thread] = []
         self._fanouts: list[_Fanout] = []
 
@@ -212,7 +218,11 @@ class Team:
         crate = self.crate.name if self.crate else ""
         first = self._engineer(self.root, None, self.bus, plan="", journal=None, resume=None, baseline=None)
         self.bus.notice("edit", f"check run 0 once, then {self.count} candidates from clones of the warm workspace")
-        baseline = first.prepare()
+        try:
+            baseline = first.prepare()
+        finally:
+            if first.http is not None:
+                first.http.close()
         base_commit = baseline.commit or git.head()
         results: dict[int, CandidateResult] = {}
         for index in range(self.count):
@@ -239,8 +249,6 @@ class Team:
                 workspace=self.root,
                 reason="candidates",
             )
-        from .judge import best
-
         winner = best(scored)
         for index, result in results.items():
             if index == winner:
@@ -307,7 +315,7 @@ class Team:
                         f"stopping {', '.join(f'#{i}' for i in sorted(running))}",
                     )
                     for other in running:
-                        self._stoppers[other](f"candidate #{index} won")
+                        self._stop[other](f"candidate #{index} won")
 
     # -- the actors ----------------------------------------------------------------
 
@@ -336,6 +344,7 @@ class Team:
             token.cancel()
 
         self._stoppers.append(stop)
+        self._stop[index or 0] = stop
         loop = EditLoop(
             path,
             self.model.client(http_client=http.client),
@@ -377,8 +386,6 @@ class Team:
         outcome = result.outcome
         assert outcome is not None
 
-        from .judge import Score, judge
-
         def work() -> None:
             try:
                 runner = ProcessRunner(LinkedToken(self.runner.cancel))
@@ -388,6 +395,7 @@ class Team:
                     base_commit,
                     self.examples,
                     git=Git(result.path, runner),
+                    name=self.name or None,
                 )
             except BaseException as exc:  # a judge that cannot score says so; the candidate scores lowest
                 self.bus.notice("edit", f"the judge could not score candidate #{result.index}: {exc}", "warning")

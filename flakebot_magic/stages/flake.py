@@ -57,6 +57,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 _SRC_EXCLUDES = (
     ".git",
     "target",
+    ".flakebot-candidates",
     "result",
     "flake.nix",
     "flake.lock",
