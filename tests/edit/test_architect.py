@@ -1,0 +1,79 @@
+"""The architect (``--plan``): one request before the engineers, its own model, its plan given to every engineer.
+
+Real cargo in the sandbox and real git; the model is the scripted fake server (a test double, not a model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from editscripts import TINYHEX, tinyhex_done
+from tinycrates import write_registry
+
+from flakebot_magic.config import Settings
+from flakebot_magic.events import ModelUsage
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.request import BuildRequest
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+pytestmark = pytest.mark.cargo
+
+PLAN = (
+    "1. Add src/main.rs reading standard input and printing tinyhex::to_hex of it.\n"
+    "2. Declare the tool contract in Cargo.toml.\n"
+    "Examples:\n"
+    '>>> hexer(b"hi")\n'
+    "'6869\\n'\n"
+)
+
+
+@pytest.fixture(scope="module")
+def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
+    root = write_registry(tmp_path_factory.mktemp("archregistry"), [TINYHEX])
+    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("archindex"))
+    yield registry
+    registry.close()
+
+
+def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_the_plan(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    script = {
+        "roles": {
+            "architect": [
+                {"role": "assistant", "content": PLAN, "usage": {"prompt_tokens": 900, "completion_tokens": 80}}
+            ]
+        },
+        "candidates": {"0": tinyhex_done("from the plan, #0"), "1": tinyhex_done("from the plan, #1")},
+    }
+    events: list[Any] = []
+    with FakeOpenAIServer(script) as server:
+        settings = Settings(
+            cache_dir=tmp_path / "cache",
+            registry=str(hex_registry.path),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
+            plan=True,
+            architect_model="scripted-architect",
+            candidates=2,
+        )
+        tool = Pipeline(settings, observers=[events.append]).run(
+            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+        )
+        architect = server.requests_for("roles.architect")
+        engineers = [r for r in server.records if r["queue"] != "roles.architect"]
+    assert len(architect) == 1 and architect[0]["model"] == "scripted-architect"
+    assert "hex-encode standard input" in architect[0]["messages"][1]["content"]
+    assert engineers and all(r["body"]["model"] == "scripted-test-double" for r in engineers)
+    firsts = [r["body"] for r in engineers if len(r["body"]["messages"]) == 2]
+    assert len(firsts) == 2 and all(PLAN.strip() in b["messages"][1]["content"] for b in firsts)
+    assert tool.provenance["plan"].startswith("1. Add src/main.rs")
+    # the judge ran the architect's example against both candidates
+    scores = [c["score"] for c in tool.provenance["candidates"]]
+    assert all(s["examples_total"] == 1 and s["examples_passed"] == 1 for s in scores), scores
+    assert any(isinstance(e, ModelUsage) and e.role == "architect" and e.prompt_tokens == 900 for e in events)
