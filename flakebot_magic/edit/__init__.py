@@ -11,6 +11,10 @@ The package, one job per module:
 * :mod:`.prompt`: the system prompt;
 * :mod:`.state`: the recorded sessions of a workspace, and one session's outcome;
 * :mod:`.session`: :class:`EditLoop`, the loop itself (budget, stuck detection, finish).
+* :mod:`.team`: the session's actors (manager, architect, engineers, judge) and ``--candidates``;
+* :mod:`.architect`: the plan; :mod:`.forks`: candidate clones with a warm target dir, adopting the winner;
+* :mod:`.judge`: a candidate's structural score; :mod:`.budget`: tokens and dollars shared by the actors;
+* :mod:`.journal`: the session's record and where a resume starts; :mod:`.context`: result caps, compaction.
 
 In this package "tool" means the deployed program; what the model calls are
 protocol functions. See ``docs/edit-protocol.md``.
