@@ -22,7 +22,7 @@ from ..fsutil import UnsafePath
 from ..git import Git
 from ..model import ModelConfig
 from ..model_http import ModelHTTP
-from ..policy import Baseline
+from ..policy import Baseline, Violation
 from ..registry.base import CrateCandidate
 from ..steering import Inbox
 from .budget import Budget
@@ -35,6 +35,7 @@ from .prompt import PromptContext, system_prompt
 from .protocol import BadCall, decode_call, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
+from .resume import known_check, paired, ratchet_of
 from .state import EditOutcome, EditState
 
 __all__ = ["MAX_RESULT_BYTES", "MAX_TEXT_REPLIES", "EditLoop"]
@@ -313,7 +314,7 @@ class EditLoop:
         point = self.resume
         assert point is not None
         self.ratchet.protect()
-        known = _ratchet_of(point)
+        known = ratchet_of(point)
         if known is None:  # the session died before its first check run finished: run it now
             self._baseline()
         else:
@@ -325,7 +326,7 @@ class EditLoop:
                 f"({known[1]} tests passing) is known, so no check run is repeated",
             )
         messages: list[dict[str, Any]] = []
-        for message in _paired(point.messages):
+        for message in paired(point.messages):
             self._say(messages, message)
         self._say(
             messages,
@@ -425,6 +426,9 @@ class EditLoop:
         self._journal_check(run, report(run, self.root, best_passed=self.ratchet.best_passed))
         return run
 
+    def _known_check(self, iteration: int) -> tuple[CheckRun, list[Violation]] | None:
+        return known_check(self.resume, self.checks, self.root, self.bus, iteration)
+
     def _journal_check(self, run: CheckRun, text: str) -> None:
         """Record a check run (and where the ratchet stands after it) in the journal; tell the manager."""
         if self.journal is not None:
@@ -437,6 +441,9 @@ class EditLoop:
                 report=text,
                 best_commit=self.ratchet.best_commit,
                 best_passed=self.ratchet.best_passed,
+                passed=run.passed,
+                ignored=run.tests.ignored if run.tests else 0,
+                binaries=sorted(run.binaries),
             )
         if self.on_iteration is not None:
             self.on_iteration(run)
@@ -454,7 +461,8 @@ class EditLoop:
             run.reason = "; ".join(violations)
             self.checks.revert(run, to=ratchet.best_commit)
         else:
-            run, refused = self.checks.check(iteration, clippy=self.clippy)
+            known = self._known_check(iteration)
+            run, refused = known if known is not None else self.checks.check(iteration, clippy=self.clippy)
             if refused:
                 self.checks.refuse(run, refused, to=ratchet.best_commit)
             elif run.tests_ran and run.passed < ratchet.best_passed:
@@ -545,39 +553,3 @@ def _is_cancel(exc: BaseException) -> bool:
     from ..errors import Cancelled
 
     return isinstance(exc, (Cancelled, KeyboardInterrupt))
-
-
-def _ratchet_of(point: ResumePoint) -> tuple[str, int] | None:
-    """Where the ratchet stood after the interrupted session's last check run: (best commit, passing tests)."""
-    found: tuple[str, int] | None = None
-    for path in point.chain:
-        for record in Journal.read(path):
-            if record.get("t") == "check" and isinstance(record.get("best_commit"), str) and record["best_commit"]:
-                passed = record.get("best_passed")
-                found = (record["best_commit"], passed if isinstance(passed, int) else 0)
-    return found
-
-
-def _paired(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The journal's conversation, made valid: calls the session died before answering get an answer saying so."""
-    out: list[dict[str, Any]] = []
-    waiting: list[str] = []
-    for message in messages:
-        if waiting and message.get("role") != "tool":
-            out += [_unanswered(call) for call in waiting]
-            waiting = []
-        if message.get("role") == "tool" and message.get("tool_call_id") in waiting:
-            waiting.remove(message["tool_call_id"])
-        out.append(message)
-        if message.get("role") == "assistant":
-            waiting = [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-    return out + [_unanswered(call) for call in waiting]
-
-
-def _unanswered(call_id: str) -> dict[str, Any]:
-    return {
-        "role": "tool",
-        "tool_call_id": call_id,
-        "content": "interrupted: the session stopped around this call, so it may or may not have been carried out; "
-        "read the files again before relying on them",
-    }

@@ -202,5 +202,7 @@ def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: Directo
     roles = [m["role"] for m in resumed["messages"]]
     assert roles[:2] == ["system", "user"] and "tool" in roles
     assert any(REQUEST in t for t in _user_texts(resumed))
-    # the check run the killed session finished is not repeated
-    assert any("no check run is repeated" in str(getattr(e, "message", "")) for e in events)
+    # the check runs the killed session finished are not repeated: not check run 0, not the green check run 1
+    notices = [str(getattr(e, "message", "")) for e in events]
+    assert any("no check run is repeated" in n for n in notices)
+    assert any("its result is reused, no check run repeated" in n for n in notices), notices
