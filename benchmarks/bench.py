@@ -24,6 +24,11 @@ What is measured (targets from the issues):
   <= 10% of the cargo time, and the dependency units cargo compiles after the
   baseline check run (count ``compiler-artifact`` messages with
   ``fresh: false`` for non-workspace packages), target 0;
+* speculative candidates (issue 13, ``benchmarks/bench_candidates.py``): the
+  edit session on sha2 with 3 candidates vs the same session with 1, each
+  reply after 1.5 s of simulated model latency, target ratio <= 1.5; and the
+  dependency units each extra candidate's first check run compiles, target 0
+  (``make bench BENCH_ARGS=--only-candidates`` measures only these);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
   ipywidgets, tornado and IPython not imported;
 * nix backend (when nix is installed): the cold pipeline with ``nix build``
@@ -61,6 +66,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
 
 from flakebot_magic.cargo import find_cargo  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
@@ -653,6 +660,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ),
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
+    rows += candidate_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
@@ -707,7 +715,20 @@ def main() -> int:
     parser.add_argument("--only-search", action="store_true", help="measure only search latency and accuracy")
     parser.add_argument("--no-agent", action="store_true", help="skip the flakebot mcp rows")
     parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
+    parser.add_argument("--no-candidates", action="store_true", help="skip the speculative-candidates rows")
+    parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
     args = parser.parse_args()
+    if args.only_candidates:
+        found = {"candidates": candidates_bench(args.registry)}
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"]
+                + [f"| {a} | {b} | {c} |" for a, b, c in candidate_rows(found)]
+            )
+        )
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=2, default=str))
+        return 0
     if args.only_agent:
         agent = {"agent": agent_bench(args.registry)}
         print(
@@ -783,6 +804,9 @@ def main() -> int:
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)
+    if not args.no_candidates and not args.only_nix and (Path(args.registry) / "sha2-0.10.5").is_dir():
+        print("benchmark: speculative candidates, 3 vs 1 (scripted sessions on sha2, real cargo) ...", file=sys.stderr)
+        results["candidates"] = candidates_bench(args.registry)
     if not args.no_clients and not args.only_nix:
         print("benchmark: tool clients (CLI, MCP, HTTP) ...", file=sys.stderr)
         results["clients"] = clients_bench(args.registry)
