@@ -12,6 +12,8 @@ a spent budget; while it runs it reads steering messages
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,16 +24,18 @@ from .config import Settings
 from .edit.budget import Budget
 from .edit.journal import Journal, ResumePoint, journals_dir
 from .edit.team import Team, TeamOutcome
-from .errors import FlakebotError, UsageError
+from .errors import FlakebotError, ForkError, UsageError
 from .events import EventBus
 from .model import HOW_TO_CONFIGURE, ModelConfig
-from .process import ProcessRunner
+from .policy import CANDIDATES_DIR
+from .process import LinkedToken, ProcessRunner
+from .registry.base import CrateCandidate
 from .request import BuildRequest
 from .sandbox import Sandbox, SandboxedCargo
 from .stages.choose import Choice
-from .stages.fork import Workspace
+from .stages.fork import Workspace, fork
 
-__all__ = ["edit_session", "resume_point", "resumed_run", "session_record"]
+__all__ = ["CLOSE_SHARE", "close_alternatives", "edit_session", "resume_point", "resumed_run", "session_record"]
 
 
 def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
@@ -47,6 +51,8 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
         ):
             team = _team(deps, run, cargo, inbox)
             done = team.run(run.request.text, follow_up=run.follow_up)
+            if done.switched is not None:
+                _switch_workspace(run, done.switched.path, bus)
             outcome = done.outcome
             run.iterations = outcome.iterations
             run.session = session_record(team, done)
@@ -84,6 +90,21 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         # (the candidates are the same untrusted code, so sharing it widens nothing)
         sandbox = Sandbox(path, cargo_home=cargo.sandbox.cargo_home)
         return SandboxedCargo(deps.registry, runner, sandbox, executable=cargo.executable)
+
+    def fork_other(crate: CrateCandidate, path: Path) -> str:
+        """Fork a close second of the search for one candidate; the commit its diff is measured from."""
+        runner = ProcessRunner(LinkedToken(deps.runner.cancel))
+        other = fork(
+            crate,
+            deps.registry,
+            path.parent,
+            path.name,
+            runner=runner,
+            bus=deps.bus,
+            cargo=Cargo(deps.registry, runner),
+            fresh=True,
+        )
+        return other.published_commit
 
     if run.journal is None and settings.candidates == 1:
         run.journal = Journal.create(
@@ -123,6 +144,48 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         inbox=inbox,
         resume=run.resume,
         name=run.name,
+        alternatives=run.alternatives if not run.follow_up and run.resume is None else [],
+        fork_other=fork_other,
+    )
+
+
+#: a crate whose search score is at least this share of the chosen one's counts as close
+CLOSE_SHARE = 0.9
+
+
+def close_alternatives(choice: Choice) -> list[CrateCandidate]:
+    """The crates the search found close to the chosen one (none when a person named the crate)."""
+    if choice.by not in ("model", "ranking", "fitness"):
+        return []
+    best = max([choice.candidate.score, *(c.score for c in choice.alternatives)], default=0.0)
+    if best <= 0:
+        return []
+    floor = min(choice.candidate.score, best) * CLOSE_SHARE
+    return [c for c in choice.alternatives if c.id != choice.candidate.id and c.score >= floor]
+
+
+def _switch_workspace(run: RunState, winner: Path, bus: EventBus) -> None:
+    """Put the winner's fork (another crate) where the tool's workspace is; keep the rest among the candidates.
+
+    The winner moves out from under the workspace, the losers' directory moves into it, the workspace itself
+    (the first crate, at its check run 0) goes there too as ``base``, and the winner takes its path.
+    """
+    old = run.forked()
+    chosen = Workspace.load(winner)
+    if chosen is None:
+        raise ForkError(f"The winning candidate's workspace {winner} has no fork record.", workspace=winner)
+    beside = old.path.parent / f".{old.path.name}.winner-{time.time_ns()}"
+    os.rename(winner, beside)
+    os.rename(old.path / CANDIDATES_DIR, beside / CANDIDATES_DIR)
+    os.rename(old.path, beside / CANDIDATES_DIR / "base")
+    os.rename(beside, old.path)
+    run.workspace = replace(chosen, path=old.path, replaces=old.replaces, reused=old.reused)
+    run.workspace.save()
+    run.candidate = chosen.crate
+    bus.notice(
+        "edit",
+        f"the winner started from {chosen.crate.id}: it is the tool's workspace now; the fork of "
+        f"{old.crate.id} is kept at {old.path / CANDIDATES_DIR / 'base'}",
     )
 
 

@@ -29,7 +29,7 @@ from .clients.contract import read_contract
 from .config import Settings
 from .edit import EditState
 from .edit.journal import ResumePoint
-from .editing import edit_session, resume_point, resumed_run
+from .editing import close_alternatives, edit_session, resume_point, resumed_run
 from .errors import (
     BuildError,
     ConfigError,
@@ -225,6 +225,7 @@ class Pipeline:
                 )
                 return self._client(run, cached, choice)
 
+        run.alternatives = close_alternatives(choice)
         if run.resume is not None:  # the interrupted session's workspace, as it was left
             workspace = run.forked()
         else:
@@ -243,6 +244,7 @@ class Pipeline:
                 )
                 stage.detail = str(workspace.path)
         cargo = self._edit(run, self._confined(run, cargo))
+        workspace = run.forked()  # a candidate that started from another crate may have won
         try:
             # the build policy on the tree on disk, before either backend builds it (policy.py)
             enforce_policy(

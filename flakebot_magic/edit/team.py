@@ -45,7 +45,7 @@ from ..stages.accept import Example, split_request
 from ..steering import Inbox
 from .budget import Budget
 from .checkrun import CheckRun
-from .forks import adopt, clone_candidate
+from .forks import adopt, candidate_path, clone_candidate
 from .journal import Journal, ResumePoint
 from .judge import Score, best, judge
 from .session import EditLoop
@@ -70,6 +70,10 @@ class CandidateResult:
     outcome: EditOutcome | None = None
     error: BaseException | None = None
     score: Score | None = None
+    #: the crate it started from when not the workspace's (a close second in the search)
+    crate: CrateCandidate | None = None
+    #: the commit its diff is measured from
+    base_commit: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +83,7 @@ class CandidateResult:
             "score": self.score.to_json() if self.score else None,
             "error": str(self.error).splitlines()[0][:300] if self.error else "",
             "workspace": str(self.path),
+            **({"crate": self.crate.id} if self.crate is not None else {}),
         }
 
 
@@ -91,6 +96,8 @@ class TeamOutcome:
     candidates: list[CandidateResult]
     plan: str = ""
     examples: list[Example] = field(default_factory=list)
+    #: the winner started from another crate: its workspace (a fork of that crate) replaces the tool's
+    switched: CandidateResult | None = None
 
 
 class _CandidateBus(EventBus):
@@ -160,10 +167,16 @@ class Team:
         inbox: Inbox | None = None,
         resume: ResumePoint | None = None,
         name: str = "",
+        alternatives: list[CrateCandidate] | None = None,
+        fork_other: Callable[[CrateCandidate, Path], str] | None = None,
     ) -> None:
         self.root = workspace
         #: the tool's name (the acceptance examples call it by that name)
         self.name = name
+        #: close seconds in the search: the last candidates start from them (``fork_other`` forks one
+        #: into a path and returns the commit it starts from)
+        self.alternatives = list(alternatives or []) if fork_other is not None else []
+        self.fork_other = fork_other
         self.model = model
         self.runner = runner
         self.bus = bus
@@ -225,18 +238,30 @@ class Team:
                 first.http.close()
         base_commit = baseline.commit or git.head()
         results: dict[int, CandidateResult] = {}
+        starts = self._starting_crates()
         for index in range(self.count):
             self._check_cancel()
             started = time.monotonic()
-            path = clone_candidate(self.root, index, runner=self.runner)
-            results[index] = CandidateResult(index, path, state="editing")
-            self.bus.emit(
-                CandidateUpdate(index, "editing", detail=f"cloned in {time.monotonic() - started:.1f} s", crate=crate)
+            other = starts.get(index)
+            if other is None:
+                path = clone_candidate(self.root, index, runner=self.runner)
+                result = CandidateResult(index, path, state="editing", base_commit=base_commit)
+                how, known = f"cloned in {time.monotonic() - started:.1f} s", baseline
+            else:
+                assert self.fork_other is not None
+                path = candidate_path(self.root, index)
+                result = CandidateResult(index, path, state="editing", crate=other)
+                result.base_commit = self.fork_other(other, path)
+                how, known = f"forked {other.id}: the search found it close", None
+            results[index] = result
+            label = result.crate.name if result.crate is not None else crate
+            self.bus.emit(CandidateUpdate(index, "editing", detail=how, crate=label))
+            cbus = _CandidateBus(self.bus, index, label)
+            loop = self._engineer(
+                path, index, cbus, plan=plan, journal=None, resume=None, baseline=known, crate=result.crate
             )
-            cbus = _CandidateBus(self.bus, index, crate)
-            loop = self._engineer(path, index, cbus, plan=plan, journal=None, resume=None, baseline=baseline)
             self._start(index, loop, request, follow_up)
-        self._wait(results, base_commit=base_commit)
+        self._wait(results)
         scored = {i: r.score for i, r in results.items() if r.outcome is not None and r.score is not None}
         if not scored:
             lines = "\n".join(
@@ -265,13 +290,24 @@ class Team:
                 )
             )
         chosen = results[winner]
-        adopt(self.root, chosen.path, winner, git, losers={i: r.path for i, r in results.items() if i != winner})
-        EditState.load(chosen.path).save(self.root)
         assert chosen.outcome is not None
         self.bus.notice("edit", f"candidate #{winner} wins: {chosen.score.describe() if chosen.score else ''}")
+        if chosen.crate is not None:  # another crate's fork: the caller puts its workspace in place
+            return TeamOutcome(chosen.outcome, winner, list(results.values()), plan, self.examples, switched=chosen)
+        same = {i: r.path for i, r in results.items() if i != winner and r.crate is None}
+        adopt(self.root, chosen.path, winner, git, losers=same)
+        EditState.load(chosen.path).save(self.root)
         return TeamOutcome(chosen.outcome, winner, list(results.values()), plan, self.examples)
 
-    def _wait(self, results: dict[int, CandidateResult], *, base_commit: str = "") -> None:
+    def _starting_crates(self) -> dict[int, CrateCandidate]:
+        """Which candidates start from a close second of the search: the last ones, keeping most on the choice.
+
+        With N candidates at most N // 2 start elsewhere (one of two, one of three, two of four ...).
+        """
+        others = self.alternatives[: self.count // 2]
+        return {self.count - 1 - i: crate for i, crate in enumerate(others)}
+
+    def _wait(self, results: dict[int, CandidateResult]) -> None:
         """The manager's loop: read the mailbox until every engineer is done (or stopped); judge as they finish."""
         running = set(results)
         judging = 0
@@ -301,7 +337,7 @@ class Team:
                 elif len(results) > 1:
                     result.state = "green"
                     judging += 1
-                    self._judge(result, base_commit)
+                    self._judge(result, result.base_commit)
             elif kind == "scored":
                 judging -= 1
                 result.score = message[2]
@@ -329,6 +365,7 @@ class Team:
         journal: Journal | None,
         resume: ResumePoint | None,
         baseline: CheckRun | None,
+        crate: CrateCandidate | None = None,
     ) -> EditLoop:
         token = LinkedToken(self.runner.cancel)
         runner = ProcessRunner(token)
@@ -352,7 +389,7 @@ class Team:
             cargo=self.cargo_for(path, runner),
             bus=bus,
             git=Git(path, runner),
-            crate=self.crate,
+            crate=crate or self.crate,
             candidate=index,
             sampling=sampling,
             http=http,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply, tinyhex_done
-from tinycrates import write_registry
+from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_LIB, TINYHEX_MAIN, call, reply, tinyhex_done
+from tinycrates import crate, write_registry
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import Cancelled
@@ -165,3 +165,56 @@ def test_a_cancel_stops_every_actor_and_process_within_two_seconds(
     assert stopped_after < 2.0, f"stopping took {stopped_after:.2f} s"
     leftovers = [t.name for t in threading.enumerate() if t.name.startswith(("flakebot-engineer", "flakebot-judge"))]
     assert leftovers == []
+
+
+HEXLITE = crate(
+    "hexlite",
+    description="Hex encoding of bytes, small",
+    files={"src/lib.rs": TINYHEX_LIB.replace("tinyhex", "hexlite"), "README.md": "# hexlite\n\nHex-encode bytes.\n"},
+)
+HEXLITE_MAIN = TINYHEX_MAIN.replace("tinyhex::to_hex", "hexlite::to_hex").replace("Usage: tinyhex", "Usage: hexlite")
+HEXLITE_CONTRACT = call(
+    "replace_in_file",
+    path="Cargo.toml",
+    search='license = "MIT"\n',
+    replace='license = "MIT"\n\n[package.metadata.flakebot]\nkind = "cli"\nbin = "hexlite"\n',
+)
+
+
+def test_when_the_search_is_close_a_candidate_starts_from_the_second_crate_and_can_win(
+    tmp_path: Path,
+) -> None:
+    root = write_registry(tmp_path / "registry", [TINYHEX, HEXLITE])
+    registry = DirectoryRegistry(root, tmp_path / "index")
+    choose = reply(call("choose_crate", crate="tinyhex", reason="hex encoding"))
+    script = {
+        "responses": [choose],  # the crate choice (no role header)
+        "candidates": {
+            "0": {"responses": linted_done()},  # tinyhex, green with a clippy warning
+            "1": {
+                "responses": [
+                    reply(HEXLITE_CONTRACT, call("write_file", path="src/main.rs", content=HEXLITE_MAIN)),
+                    reply(call("finish", summary="hexlite, clean")),
+                ]
+            },
+        },
+    }
+    events: list[Any] = []
+    try:
+        with FakeOpenAIServer(script) as server:
+            settings = _settings(tmp_path, registry, server, candidates=2)
+            tool = Pipeline(settings, observers=[events.append]).run(
+                BuildRequest("hex encoding of bytes", name="hexer")
+            )
+    finally:
+        registry.close()
+    assert tool.provenance["winner"] == 1
+    assert tool.crate == "hexlite" and tool.provenance["crate"] == "hexlite"
+    listed = {c["index"]: c for c in tool.provenance["candidates"]}
+    assert listed[1].get("crate", "").startswith("hexlite") and "crate" not in listed[0]
+    assert tool(b"hi").strip() == "6869"
+    workspace = settings.workspaces_dir / "hexer"
+    assert "hexlite" in (workspace / "Cargo.toml").read_text()
+    # the first crate's fork and the losing candidate are kept for inspection
+    kept = workspace / ".flakebot-candidates"
+    assert (kept / "base" / "src" / "lib.rs").is_file() and (kept / "0" / "src" / "main.rs").is_file()
