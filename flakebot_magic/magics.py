@@ -215,7 +215,7 @@ class FlakebotMagics(_OptionTraits):
                 f"Unexpected words after %%flakebot: {' '.join(args.command)!r}. "
                 "Options go on the %%flakebot line (see %%flakebot?), the request in the cell body."
             )
-        if not cell.strip() and not args.crate:
+        if not cell.strip() and not args.crate and not getattr(args, "resume", None):
             raise UsageError(
                 "The cell is empty. Write what the tool should do under the %%flakebot line, e.g.\n"
                 "    %%flakebot --name md\n    Render Markdown text to HTML."
