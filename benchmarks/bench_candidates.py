@@ -8,6 +8,9 @@ every engineer with the same green two-reply script of
 ``tests/scripts/sha256.json`` (a binary that does not compile, then its fix
 and ``finish``), each reply after 1.5 s of simulated model latency. The
 single engineer reads the default queue, each candidate its own copy of it.
+The judge scores that result green but not perfect (clippy counts 5
+warnings), so no candidate is stopped early: all three finish and the judge
+picks, the slowest case of a race.
 
 What is timed is the pipeline's ``edit`` stage (``StageFinished.elapsed``):
 check run 0, the clones, the engineers, the judge, the winner's adoption. The
