@@ -124,6 +124,7 @@ def judge(
     confine: bool = True,
     timeout: float = 60.0,
     env: Mapping[str, str] | None = None,
+    clippy_baseline: int = 0,
 ) -> Score:
     """Score the candidate in ``workspace`` whose last check run is ``run``.
 
@@ -135,6 +136,8 @@ def judge(
     default: the contract's binary name), and with ``confine`` (the default)
     in the sandbox. ``timeout`` is the seconds one call of the tool may take,
     ``env`` what is added to its environment (the ``tool_env`` setting).
+    ``clippy_baseline``: clippy's warnings at check run 0; only those beyond
+    it count against the candidate.
     """
     contract_met = run.contract is not None and not run.contract_problem
     passed, note = 0, ""
@@ -152,7 +155,8 @@ def judge(
         examples_total=len(examples),
         tests_passed=run.passed,
         tests_failed=run.failed,
-        clippy_warnings=len(run.clippy),
+        # the crate's own warnings at check run 0 are not the candidate's doing
+        clippy_warnings=max(0, len(run.clippy) - clippy_baseline),
         diff_lines=diff_lines(git, base_commit),
         green=run.green,
         note=note,

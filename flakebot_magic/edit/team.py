@@ -72,8 +72,11 @@ class CandidateResult:
     score: Score | None = None
     #: the crate it started from when not the workspace's (a close second in the search)
     crate: CrateCandidate | None = None
-    #: the commit its diff is measured from
+    #: the commit its diff is measured from, and clippy's warnings there
     base_commit: str = ""
+    base_clippy: int = 0
+    #: its check runs as they came (a stopped candidate's too)
+    runs: list[CheckRun] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,10 @@ class CandidateResult:
             "score": self.score.to_json() if self.score else None,
             "error": str(self.error).splitlines()[0][:300] if self.error else "",
             "workspace": str(self.path),
+            # what its first check run after the clone compiled of the dependencies (0: the clone was warm)
+            "first_check_dependency_units": next(
+                (r.dependency_units for r in self.runs if r.iteration > 0 and not r.reverted), None
+            ),
             **({"crate": self.crate.id} if self.crate is not None else {}),
         }
 
@@ -245,7 +252,9 @@ class Team:
             other = starts.get(index)
             if other is None:
                 path = clone_candidate(self.root, index, runner=self.runner)
-                result = CandidateResult(index, path, state="editing", base_commit=base_commit)
+                result = CandidateResult(
+                    index, path, state="editing", base_commit=base_commit, base_clippy=len(baseline.clippy)
+                )
                 how, known = f"cloned in {time.monotonic() - started:.1f} s", baseline
             else:
                 assert self.fork_other is not None
@@ -323,6 +332,9 @@ class Team:
             if kind == "iteration":
                 run: CheckRun = message[2]
                 result.iteration = max(result.iteration, run.iteration)
+                result.runs.append(run)
+                if run.iteration == 0:  # a candidate from another crate ran its own check run 0
+                    result.base_clippy = len(run.clippy)
             elif kind == "done":
                 running.discard(index)
                 result.outcome, result.error = message[2], message[3]
@@ -433,6 +445,7 @@ class Team:
                     self.examples,
                     git=Git(result.path, runner),
                     name=self.name or None,
+                    clippy_baseline=result.base_clippy,
                 )
             except BaseException as exc:  # a judge that cannot score says so; the candidate scores lowest
                 self.bus.notice("edit", f"the judge could not score candidate #{result.index}: {exc}", "warning")

@@ -98,6 +98,7 @@ def test_three_candidates_race_and_the_judge_keeps_the_perfect_one(
     listed = {c["index"]: c for c in tool.provenance["candidates"]}
     assert listed[1]["status"] == "winner" and listed[1]["score"]["contract_met"] is True
     assert listed[0]["status"] == "lost" and listed[0]["score"]["clippy_warnings"] >= 1
+    assert listed[1]["first_check_dependency_units"] == 0
     assert listed[2]["status"] == "cancelled", json.dumps(listed)
     assert tool(b"hi").strip() == "6869"
 
