@@ -63,7 +63,12 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
             )
     except FlakebotError as exc:
         exc.keep_workspace(workspace.path)
-        if run.journal is not None and not isinstance(exc, UsageError):
+        if run.journal is None and deps.settings.candidates > 1 and not isinstance(exc, UsageError):
+            exc.args = (
+                f"{exc}\nA race of candidates is not journalled, so it cannot be resumed: run the cell again "
+                f"(the candidates' workspaces are kept under {workspace.path / CANDIDATES_DIR}).",
+            )
+        elif run.journal is not None and not isinstance(exc, UsageError):
             exc.args = (
                 f"{exc}\nTo carry on where it stopped: the same cell with --resume "
                 f"(or `flakebot build --name {run.name} --resume`).",
@@ -118,6 +123,9 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             replaces=str(workspace.replaces or ""),
             crate=workspace.crate.id,
         )
+    budget = Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
+    if run.resume is not None:  # the interrupted session's spending counts: one budget, one usage record
+        budget.carry(model.model, run.resume.usage)
     return Team(
         workspace.path,
         model,
@@ -125,7 +133,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         bus=deps.bus,
         cargo_for=cargo_for,
         crate=workspace.crate,
-        budget=Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices),
+        budget=budget,
         loop_options={
             "max_iterations": settings.max_iterations,
             "token_budget": settings.token_budget,
@@ -260,5 +268,5 @@ def resumed_run(settings: Settings, run: RunState, point: ResumePoint, bus: Even
         replaces=replaces,
         crate=workspace.crate.id,
     )
-    bus.notice("edit", f"resuming {run.name!r}'s session from {point.path} (after iteration {point.iterations})")
+    bus.notice("edit", f"resuming the session of {run.name!r} from {point.path} (after iteration {point.iterations})")
     return Choice(workspace.crate, "user", "--resume: the interrupted session's crate")

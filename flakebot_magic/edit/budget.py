@@ -67,6 +67,20 @@ class Budget:
             else:
                 self.cost_usd += cost
 
+    def carry(self, model: str, spent: Usage) -> None:
+        """Count what an interrupted session spent before this one resumed it (its budget goes on from there)."""
+        cost = cost_usd(spent, model, self.prices)
+        with self._lock:
+            self.tokens += spent.prompt_tokens + spent.completion_tokens
+            self.prompt_tokens += spent.prompt_tokens
+            self.completion_tokens += spent.completion_tokens
+            self.cached_tokens += spent.cached_tokens
+            self.calls += spent.calls
+            if cost is None:
+                self.unpriced = self.unpriced or spent.calls > 0
+            else:
+                self.cost_usd += cost
+
     def check(self, model: str, *, next_prompt_tokens: int = 0) -> None:
         """Raise :class:`BudgetExhausted` (its ``reason``: ``tokens`` or ``cost``) when the next request may not go."""
         with self._lock:

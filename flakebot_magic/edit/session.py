@@ -12,12 +12,13 @@ and an early stop when two check runs in a row fail the same way.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..cargo import Cargo
 from ..errors import BudgetExhausted, EditError, PolicyError
-from ..events import EventBus, ModelUsage, SteeringMessage
+from ..events import EventBus, ModelUsage
 from ..fsutil import UnsafePath
 from ..git import Git
 from ..model import ModelConfig
@@ -323,7 +324,7 @@ class EditLoop:
             self.bus.notice(
                 "edit",
                 f"resumed after iteration {point.iterations}: the best commit {known[0][:12]} "
-                f"({known[1]} tests passing) is known, so no check run is repeated",
+                f"({known[1]} test{'' if known[1] == 1 else 's'} passing) is known, so no check run is repeated",
             )
         messages: list[dict[str, Any]] = []
         for message in paired(point.messages):
@@ -376,7 +377,7 @@ class EditLoop:
             )
             if self.journal is not None:
                 self.journal.steer(steer.text, steer.source)
-            self.bus.emit(SteeringMessage(steer.text, steer.source, delivered=True))
+            self.bus.emit(replace(steer, delivered=True))  # the same message (its `at`), now delivered
 
     # -- the protocol functions -------------------------------------------------
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..cargo import Cargo
 from ..errors import Cancelled, EditError
-from ..events import CandidateUpdate, Event, EventBus, IterationResult, LogLine, Notice
+from ..events import CandidateUpdate, Event, EventBus, IterationResult, LogLine, Notice, SteeringMessage
 from ..git import Git
 from ..model import ModelConfig
 from ..model_http import ModelHTTP
@@ -110,9 +110,11 @@ class TeamOutcome:
 class _CandidateBus(EventBus):
     """What one candidate says, for the run's bus: its check runs as candidate rows, its lines marked with its index."""
 
-    def __init__(self, parent: EventBus, index: int, crate: str) -> None:
+    def __init__(self, parent: EventBus, index: int, crate: str, delivered: set[tuple[str, float]]) -> None:
         super().__init__()
         self.parent, self.index, self.crate = parent, index, crate
+        #: steering messages some candidate already delivered (each reaches every candidate; it is shown once)
+        self.delivered = delivered
 
     def emit(self, event: Event) -> None:
         if isinstance(event, IterationResult):
@@ -123,6 +125,11 @@ class _CandidateBus(EventBus):
             )
         elif isinstance(event, LogLine):
             self.parent.emit(LogLine(event.stage, f"[#{self.index}] {event.line}", event.stream))
+        elif isinstance(event, SteeringMessage) and event.delivered:
+            key = (event.text, event.at)
+            if key not in self.delivered:
+                self.delivered.add(key)
+                self.parent.emit(event)
         elif isinstance(event, Notice):
             self.parent.emit(Notice(event.stage, f"candidate #{self.index}: {event.message}", event.level))
         else:
@@ -204,6 +211,7 @@ class Team:
         self._stop: dict[int, Callable[[str], None]] = {}
         self._threads: list[threading.Thread] = []
         self._fanouts: list[_Fanout] = []
+        self._delivered: set[tuple[str, float]] = set()
 
     # -- the manager -----------------------------------------------------------
 
@@ -265,7 +273,7 @@ class Team:
             results[index] = result
             label = result.crate.name if result.crate is not None else crate
             self.bus.emit(CandidateUpdate(index, "editing", detail=how, crate=label))
-            cbus = _CandidateBus(self.bus, index, label)
+            cbus = _CandidateBus(self.bus, index, label, self._delivered)
             loop = self._engineer(
                 path, index, cbus, plan=plan, journal=None, resume=None, baseline=known, crate=result.crate
             )
