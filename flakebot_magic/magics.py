@@ -92,6 +92,8 @@ class FlakebotMagics(_OptionTraits):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
+        if shell is not None:
+            _spare_examples(shell)
         if shell is not None and getattr(shell, "kernel", None) is not None:
             _install_transformer(shell)
 
@@ -427,6 +429,35 @@ def _steer_to(settings: Settings, name: str) -> Callable[[str], None]:
         tools.steer(settings, name, text, source="widget")
 
     return send
+
+
+class _SparingFlakebot:
+    """IPython's prompt stripper, except in a ``%%flakebot`` cell: its ``>>>`` lines are acceptance examples.
+
+    IPython removes ``>>>`` and ``...`` prompts from a pasted doctest before a
+    cell runs, so a cell magic never sees them; ``%%flakebot`` needs them.
+    """
+
+    def __init__(self, strip: Any) -> None:
+        self.strip = strip
+
+    def __call__(self, lines: list[str]) -> list[str]:
+        if any(line.lstrip().startswith("%%flakebot") for line in lines):
+            return lines
+        return list(self.strip(lines))
+
+
+def _spare_examples(shell: Any) -> None:
+    """Keep the ``>>>`` examples of ``%%flakebot`` cells (see :class:`_SparingFlakebot`)."""
+    manager = getattr(shell, "input_transformer_manager", None)
+    transforms = getattr(manager, "cleanup_transforms", None)
+    if not isinstance(transforms, list):
+        return
+    try:
+        from IPython.core.inputtransformer2 import PromptStripper
+    except ImportError:  # pragma: no cover - an IPython without it strips nothing
+        return
+    transforms[:] = [_SparingFlakebot(t) if isinstance(t, PromptStripper) else t for t in transforms]
 
 
 def _install_transformer(shell: Any) -> None:

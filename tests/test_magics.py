@@ -146,3 +146,16 @@ def test_a_configured_model_turns_a_library_into_a_tool_in_the_kernel(
     finally:
         shell.cleanup()
     assert len(server.requests) == 2 and "print standard input as hex" in str(server.requests[0]["messages"])
+
+
+def test_the_cells_acceptance_examples_reach_the_magic(ip: InteractiveShell) -> None:
+    """IPython strips `>>>` prompts from a pasted doctest; in a %%flakebot cell they are examples and stay."""
+    code = ip.input_transformer_manager.transform_cell(
+        '%%flakebot --name md\nRender Markdown.\n>>> md("# Hi")\n<h1>Hi</h1>\n'
+    )
+    assert '>>> md(\\"# Hi\\")' in code or ">>> md(" in code, code
+    # wrapped in another cell magic too
+    wrapped = ip.input_transformer_manager.transform_cell("%%time\n%%flakebot --name md\nx\n>>> md('a')\nb\n")
+    assert ">>> md(" in wrapped, wrapped
+    # everywhere else IPython still strips pasted prompts
+    assert ip.input_transformer_manager.transform_cell(">>> x = 1\n>>> x\n") == "x = 1\nx\n"
