@@ -52,8 +52,11 @@ def test_a_failed_edit_is_charged_what_it_spent_not_the_budget(
     seen: list[Any] = []
     with pytest.raises(EditError, match="stopped using the tools"):
         session.build("echo words", crate="tinyecho", name="thinker", observers=[seen.append])
-    reported = [e for e in seen if isinstance(e, ModelUsage)]
+    # running totals after each reply, then the session's final word
+    reported = [e for e in seen if isinstance(e, ModelUsage) and e.final]
     assert [(e.stage, e.calls) for e in reported] == [("edit", 4)]
+    running = [e.calls for e in seen if isinstance(e, ModelUsage) and not e.final]
+    assert running == [1, 2, 3, 4]
     # what the model's API reported, request by request (the test double counts like the real usage field)
     spent = sum(usage(request, reply)["total_tokens"] for request, reply in zip(server.requests, script, strict=True))
     assert reported[0].tokens == spent > 0
