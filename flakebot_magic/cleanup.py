@@ -67,7 +67,8 @@ class CleanReport:
             lines.append(
                 f"flakebot clean: the losing candidates of {tools} ({CANDIDATES_DIR}): {_amount(self.candidates_freed)}."
             )
-        lines.append(f"flakebot clean: removed {len(self.removed)} paths, {_amount(self.freed)}.")
+        count = len(self.removed)
+        lines.append(f"flakebot clean: removed {count} path{'' if count == 1 else 's'}, {_amount(self.freed)}.")
         return lines
 
     @property

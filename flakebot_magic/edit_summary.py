@@ -10,7 +10,7 @@ API give them as recorded; ``show`` as text gives one sentence each.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .provenance import render_text
@@ -63,41 +63,46 @@ def usage_text(usage: Mapping[str, Any]) -> str:
     return text + ", cost unknown (no price for the model: see the prices setting)"
 
 
-#: a score's parts (the judge's, in its order of priority) as a person reads them
-_SCORE_WORDS: dict[str, Callable[[Any], str]] = {
-    "contract_met": lambda v: "contract met" if v else "contract not met",
-    "tests_passed": lambda v: f"{_count(v)} tests passed",
-    "tests_failed": lambda v: f"{_count(v)} failed",
-    "clippy_warnings": lambda v: f"{_count(v)} clippy warnings",
-    "diff_lines": lambda v: f"{_count(v)} diff lines",
-}
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
 
 
 def candidate_text(candidate: Mapping[str, Any]) -> str:
-    """One line for a candidate: index, status, crate, its score's parts.
+    """One line for a candidate: index, status, crate, its score's parts (the judge's, in its order of priority).
 
     >>> candidate_text({"index": 1, "status": "winner", "crate": "tinyhex", "score": {"contract_met": True,
-    ...                 "examples_passed": 2, "examples_total": 2, "tests_passed": 5, "tests_failed": 0,
-    ...                 "clippy_warnings": 0, "diff_lines": 12}})
-    '#1 winner  tinyhex  contract met, examples 2/2, 5 tests passed, 0 failed, 0 clippy warnings, 12 diff lines'
+    ...                 "green": True, "examples_passed": 2, "examples_total": 2, "tests_passed": 5,
+    ...                 "tests_failed": 0, "clippy_warnings": 1, "diff_lines": 12, "note": ""}})
+    '#1 winner  tinyhex  green, contract met, examples 2/2, 5 tests passed, 1 clippy warning, 12 diff lines'
+    >>> candidate_text({"index": 2, "status": "cancelled", "score": None, "error": "", "iterations": 1})
+    '#2 cancelled  not scored (1 iteration)'
     """
     score = candidate.get("score")
-    parts: Mapping[str, Any] = (
-        score
-        if isinstance(score, Mapping)
-        else {k: v for k, v in candidate.items() if k not in ("index", "status", "crate", "score")}
-    )
-    words = []
-    for key, value in parts.items():
-        if key == "examples_total":
-            continue
-        if key == "examples_passed":
-            total = parts.get("examples_total")
-            words.append(f"examples {_count(value)}" + (f"/{_count(total)}" if total is not None else ""))
-        elif key in _SCORE_WORDS:
-            words.append(_SCORE_WORDS[key](value))
-        elif value is None or isinstance(value, str | int | float):
-            words.append(f"{key} {value}")
+    words: list[str] = []
+    if isinstance(score, Mapping):
+        if "green" in score:
+            words.append("green" if score.get("green") else "not green")
+        words.append("contract met" if score.get("contract_met") else "contract not met")
+        total = _int(score.get("examples_total"))
+        if total:
+            words.append(f"examples {_int(score.get('examples_passed'))}/{total}")
+        words.append(f"{_plural(_int(score.get('tests_passed')), 'test')} passed")
+        failed = _int(score.get("tests_failed"))
+        if failed:
+            words.append(f"{failed} failed")
+        words.append(_plural(_int(score.get("clippy_warnings")), "clippy warning"))
+        words.append(_plural(_int(score.get("diff_lines")), "diff line"))
+        if score.get("note"):
+            words.append(str(score["note"]))
+    elif "score" in candidate:  # the judge never scored it (stopped, or failed first)
+        iterations = _int(candidate.get("iterations"))
+        words.append("not scored" + (f" ({_plural(iterations, 'iteration')})" if iterations else ""))
+        if candidate.get("error"):
+            words.append(str(candidate["error"]))
     head = f"#{candidate.get('index', '?')} {candidate.get('status') or ''}".rstrip()
     return "  ".join(part for part in (head, str(candidate.get("crate") or ""), ", ".join(words)) if part)
 

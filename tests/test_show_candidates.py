@@ -110,7 +110,7 @@ def test_show_as_text_says_them_in_words(settings: Settings) -> None:
     assert lines["winner"].split(None, 1)[1] == "candidate 1"
     candidates = text[text.index("candidates") :].splitlines()
     assert candidates[0].split(None, 1)[1] == (
-        "#0 lost  tinyhex  contract met, examples 1/2, 4 tests passed, 0 failed, 2 clippy warnings, 40 diff lines"
+        "#0 lost  tinyhex  contract met, examples 1/2, 4 tests passed, 2 clippy warnings, 40 diff lines"
     )
     assert candidates[1].strip().startswith("#1 winner  tinyhex  contract met, examples 2/2, 5 tests passed")
     assert candidates[2].strip() == "#2 cancelled  hexfmt"
