@@ -117,11 +117,15 @@ def render_with_sessions(data: Mapping[str, Any]) -> str:
     candidates  #0 winner
                 #1 lost
     """
-    plain = {k: v for k, v in data.items() if k not in SESSION_KEYS}
+    plain = {k: v for k, v in data.items() if k not in (*SESSION_KEYS, "usage_all_sessions")}
     lines: dict[str, list[str]] = {}
     usage = data.get("usage")
     if isinstance(usage, Mapping):
         lines["usage"] = [usage_text(usage)]
+    every = data.get("usage_all_sessions")
+    if isinstance(every, Mapping):
+        count = every.get("sessions")
+        lines["all sessions"] = [f"{usage_text(every)} over {count} edit session{'' if count == 1 else 's'}"]
     if data.get("winner") is not None:
         lines["winner"] = [f"candidate {data['winner']}"]
     candidates = data.get("candidates")

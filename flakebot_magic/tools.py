@@ -135,6 +135,13 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
     if record.url:
         data["url"] = record.url
+    from .edit.journal import spent  # the edit loop's modules load only when asked
+    from .usage import cost_usd, parse_prices
+
+    total, sessions = spent(settings.cache_dir, name)
+    if sessions:  # every edit session of the tool, not only the last build's
+        cost = cost_usd(total, record.model, parse_prices(dict(settings.prices))) if record.model else None
+        data["usage_all_sessions"] = {**total.to_json(), "sessions": sessions, "cost_usd": cost}
     return data
 
 

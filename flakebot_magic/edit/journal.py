@@ -50,7 +50,7 @@ from ..steering import check_tool_name
 from ..usage import Usage
 from .context import cap_middle
 
-__all__ = ["MAX_RECORD_BYTES", "STATUSES", "Journal", "KnownCheck", "ResumePoint", "journals_dir"]
+__all__ = ["MAX_RECORD_BYTES", "STATUSES", "Journal", "KnownCheck", "ResumePoint", "journals_dir", "spent"]
 
 #: a record longer than this (a message holding a whole file, 5 MB of test output) is cut in the middle
 MAX_RECORD_BYTES = 256 * 1024
@@ -325,6 +325,20 @@ class Journal:
         if not build:
             return None
         return _resume_point(folder, build[0])
+
+
+def spent(cache_dir: Path, name: str) -> tuple[Usage, int]:
+    """What every journalled session of tool ``name`` spent (the newest kept ones), and how many sessions."""
+    folder = journals_dir(cache_dir, name)
+    total, sessions = Usage(), 0
+    for session in _sessions(folder):
+        records = Journal.read(folder / f"{session}.jsonl")
+        if records:
+            sessions += 1
+        for record in records:
+            if record.get("t") == "reply":
+                total = total + Usage.from_json(record.get("usage"))
+    return total, sessions
 
 
 def _start_of(path: Path) -> dict[str, Any] | None:

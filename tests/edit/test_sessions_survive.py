@@ -25,11 +25,13 @@ from tinycrates import write_registry
 from flakebot_magic.config import Settings
 from flakebot_magic.edit.journal import Journal
 from flakebot_magic.edit.session import MAX_RESULT_BYTES
+from flakebot_magic.edit_summary import render_with_sessions
 from flakebot_magic.errors import BudgetExhausted
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+from flakebot_magic.tools import describe
 
 pytestmark = pytest.mark.cargo
 
@@ -107,6 +109,12 @@ def test_usage_and_cost_are_the_scripted_usage_times_the_price_table(
     recorded = tool.provenance["usage"]
     assert recorded["prompt_tokens"] == 27_000 and recorded["completion_tokens"] == 850
     assert recorded["cost_usd"] == pytest.approx((27_000 * 2.0 + 850 * 8.0) / 1_000_000)
+    # per tool: every journalled session of it (one so far), in `flakebot show`
+    shown = describe(settings, "hexer")
+    every = shown["usage_all_sessions"]
+    assert (every["sessions"], every["prompt_tokens"], every["completion_tokens"]) == (1, 27_000, 850)
+    assert every["cost_usd"] == pytest.approx(recorded["cost_usd"])
+    assert "over 1 edit session" in render_with_sessions(shown)
 
 
 def test_max_cost_stops_the_session_before_it_overspends(hex_registry: DirectoryRegistry, tmp_path: Path) -> None:
@@ -158,6 +166,7 @@ CHILD = textwrap.dedent(
     from flakebot_magic.config import Settings
     from flakebot_magic.pipeline import Pipeline
     from flakebot_magic.request import BuildRequest
+from flakebot_magic.tools import describe
     cache, registry, base_url = sys.argv[1:4]
     settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
                         base_url=base_url)
