@@ -35,7 +35,7 @@ from .sandbox import Sandbox, SandboxedCargo
 from .stages.choose import Choice
 from .stages.fork import Workspace, fork
 
-__all__ = ["CLOSE_SHARE", "close_alternatives", "edit_session", "resume_point", "resumed_run", "session_record"]
+__all__ = ["edit_session", "resume_point", "resumed_run", "session_record"]
 
 
 def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
@@ -155,21 +155,6 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         alternatives=run.alternatives if not run.follow_up and run.resume is None else [],
         fork_other=fork_other,
     )
-
-
-#: a crate whose search score is at least this share of the chosen one's counts as close
-CLOSE_SHARE = 0.9
-
-
-def close_alternatives(choice: Choice) -> list[CrateCandidate]:
-    """The crates the search found close to the chosen one (none when a person named the crate)."""
-    if choice.by not in ("model", "ranking", "fitness"):
-        return []
-    best = max([choice.candidate.score, *(c.score for c in choice.alternatives)], default=0.0)
-    if best <= 0:
-        return []
-    floor = min(choice.candidate.score, best) * CLOSE_SHARE
-    return [c for c in choice.alternatives if c.id != choice.candidate.id and c.score >= floor]
 
 
 def _switch_workspace(run: RunState, winner: Path, bus: EventBus) -> None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .backends import Backend, RunDeps, RunState, Stage, backend_for, decide
 from .backends.base import cached_rows
@@ -28,8 +29,6 @@ from .clients import ToolClient, make_tool
 from .clients.contract import read_contract
 from .config import Settings
 from .edit import EditState
-from .edit.journal import ResumePoint
-from .editing import close_alternatives, edit_session, resume_point, resumed_run
 from .errors import (
     BuildError,
     ConfigError,
@@ -60,6 +59,9 @@ from .stages.choose import Choice, choose_by_model, choose_without_model
 from .stages.deploy import StorePath
 from .stages.fork import FORK_FORMAT, Workspace, fork
 from .stages.workspace import swap_workspace
+
+if TYPE_CHECKING:
+    from .edit.journal import ResumePoint
 
 __all__ = ["Pipeline", "tool_name"]
 
@@ -144,7 +146,11 @@ class Pipeline:
         try:
             build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
             model = self.settings.model_config()
-            point = resume_point(self.settings, build, model) if self.settings.resume else None
+            point = None
+            if self.settings.resume:
+                from .editing import resume_point  # the edit loop loads only when a run needs it
+
+                point = resume_point(self.settings, build, model)
             if point is not None:  # the request is the interrupted session's
                 build = replace(
                     build, text=str(point.start.get("request", "")), follow_up=bool(point.start.get("follow_up"))
@@ -197,6 +203,8 @@ class Pipeline:
 
     def _resumed(self, run: RunState, point: ResumePoint) -> ToolClient:
         """Continue an interrupted session in its own workspace, then build and deploy as usual."""
+        from .editing import resumed_run
+
         choice = resumed_run(self.settings, run, point, self.bus)
         with tool_lock(self.settings.cache_dir, run.name):
             return self._build(run, choice)
@@ -225,7 +233,7 @@ class Pipeline:
                 )
                 return self._client(run, cached, choice)
 
-        run.alternatives = close_alternatives(choice)
+        run.alternatives = choice.close_alternatives()
         if run.resume is not None:  # the interrupted session's workspace, as it was left
             workspace = run.forked()
         else:
@@ -416,6 +424,10 @@ class Pipeline:
 
     def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
         """Run the edit session when a model is configured (:func:`~flakebot_magic.editing.edit_session`)."""
+        if run.model is None:
+            return cargo
+        from .editing import edit_session  # the edit loop loads only when a model is configured
+
         try:
             return edit_session(self.deps, run, cargo)
         except (FlakebotError, KeyboardInterrupt):

@@ -22,7 +22,7 @@ from ..model import HOW_TO_CONFIGURE, ModelConfig
 from ..registry.base import CrateCandidate, Registry
 from . import search as search_stage
 
-__all__ = ["CHOICES", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
+__all__ = ["CHOICES", "CLOSE_SHARE", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
 
 #: how many candidates the model chooses among
 CHOICES = 5
@@ -47,6 +47,10 @@ _FUNCTION = {
 }
 
 
+#: with ``--candidates``, a crate whose search score is at least this share of the chosen one's is a close second
+CLOSE_SHARE = 0.9
+
+
 @dataclass(frozen=True)
 class Choice:
     """The crate a run starts from, who chose it (``ranking``, ``fitness``, ``model``, ``user``) and why."""
@@ -56,6 +60,19 @@ class Choice:
     reason: str
     #: the other candidates, best first (the next ones to try when a fork fails)
     alternatives: list[CrateCandidate] = field(default_factory=list)
+
+    def close_alternatives(self) -> list[CrateCandidate]:
+        """The crates the search found close to the chosen one: a score within :data:`CLOSE_SHARE` of its.
+
+        None when a person named the crate (``--crate``, ``--continue``).
+        """
+        if self.by not in ("model", "ranking", "fitness"):
+            return []
+        best = max([self.candidate.score, *(c.score for c in self.alternatives)], default=0.0)
+        if best <= 0:
+            return []
+        floor = min(self.candidate.score, best) * CLOSE_SHARE
+        return [c for c in self.alternatives if c.id != self.candidate.id and c.score >= floor]
 
     def to_json(self) -> dict[str, Any]:
         return {

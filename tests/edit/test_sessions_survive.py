@@ -166,7 +166,6 @@ CHILD = textwrap.dedent(
     from flakebot_magic.config import Settings
     from flakebot_magic.pipeline import Pipeline
     from flakebot_magic.request import BuildRequest
-from flakebot_magic.tools import describe
     cache, registry, base_url = sys.argv[1:4]
     settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
                         base_url=base_url)
