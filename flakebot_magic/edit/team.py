@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cargo import Cargo
-from ..errors import Cancelled, EditError
+from ..errors import BudgetExhausted, Cancelled, EditError
 from ..events import CandidateUpdate, Event, EventBus, IterationResult, LogLine, Notice, SteeringMessage
 from ..git import Git
 from ..model import ModelConfig
@@ -500,8 +500,16 @@ class Team:
                 break
             except queue.Empty:
                 continue
-        if error is not None:
+        if isinstance(error, (Cancelled, BudgetExhausted)) or (error is not None and not isinstance(error, Exception)):
             raise error
+        if error is not None:  # the engineers can do without a plan: a notice, not a failed run
+            self.bus.notice(
+                "edit",
+                f"the architect ({self.architect.describe()}) gave no plan ({type(error).__name__}: "
+                f"{str(error).splitlines()[0][:200] if str(error) else ''}); the engineers start without one",
+                "warning",
+            )
+            return "", []
         _, examples = split_request(text)
         return text, examples
 

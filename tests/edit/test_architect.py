@@ -14,7 +14,7 @@ from editscripts import TINYHEX, tinyhex_done
 from tinycrates import write_registry
 
 from flakebot_magic.config import Settings
-from flakebot_magic.events import ModelUsage
+from flakebot_magic.events import ModelUsage, Notice
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
@@ -80,3 +80,34 @@ def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_th
     scores = [c["score"] for c in tool.provenance["candidates"] if c["score"]]
     assert all(s["examples_total"] == 1 for s in scores), scores
     assert any(isinstance(e, ModelUsage) and e.role == "architect" and e.prompt_tokens == 900 for e in events)
+
+
+def test_an_architect_that_fails_is_a_notice_and_the_engineer_starts_without_a_plan(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    script = {
+        "roles": {
+            "architect": [
+                {"fault": "status", "status": 400, "body": {"error": {"message": "no such model: scripted-architect"}}}
+            ]
+        },
+        "responses": tinyhex_done(),
+    }
+    events: list[Any] = []
+    with FakeOpenAIServer(script) as server:
+        settings = Settings(
+            cache_dir=tmp_path / "cache",
+            registry=str(hex_registry.path),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
+            plan=True,
+            architect_model="scripted-architect",
+        )
+        tool = Pipeline(settings, observers=[events.append]).run(
+            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+        )
+    assert tool(b"hi").strip() == "6869"
+    warnings = [e.message for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert any("the architect" in w and "without one" in w for w in warnings), warnings
+    assert not tool.provenance["plan"]
