@@ -23,6 +23,7 @@ from .cargo import Cargo
 from .config import Settings
 from .edit.budget import Budget
 from .edit.journal import Journal, ResumePoint, journals_dir
+from .edit.races import RacePoint, RaceRecord, unfinished_race
 from .edit.team import Team, TeamOutcome
 from .errors import FlakebotError, ForkError, UsageError
 from .events import EventBus
@@ -51,6 +52,8 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
         ):
             team = _team(deps, run, cargo, inbox)
             done = team.run(run.request.text, follow_up=run.follow_up)
+            if run.race is not None:  # a winner is kept: nothing of this race is left to resume
+                run.race.decide(settings.cache_dir, run.name)
             if done.switched is not None:
                 _switch_workspace(run, done.switched.path, bus)
             outcome = done.outcome
@@ -63,12 +66,7 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
             )
     except FlakebotError as exc:
         exc.keep_workspace(workspace.path)
-        if run.journal is None and deps.settings.candidates > 1 and not isinstance(exc, UsageError):
-            exc.args = (
-                f"{exc}\nA race of candidates is not journalled, so it cannot be resumed: run the cell again "
-                f"(the candidates' workspaces are kept under {workspace.path / CANDIDATES_DIR}).",
-            )
-        elif run.journal is not None and not isinstance(exc, UsageError):
+        if (run.journal is not None or run.race is not None) and not isinstance(exc, UsageError):
             exc.args = (
                 f"{exc}\nTo carry on where it stopped: the same cell with --resume "
                 f"(or `flakebot build --name {run.name} --resume`).",
@@ -84,8 +82,12 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
     """The session's actors, wired to this run: sandboxed cargo per workspace, one budget, the journal."""
     settings, workspace, model = deps.settings, run.forked(), run.model
     assert model is not None
-    if settings.candidates > 1 and run.resume is not None:
-        raise UsageError("--resume continues one session; it does not go with --candidates (use 1).")
+    race_resume = run.resume if isinstance(run.resume, RacePoint) else None
+    if settings.candidates > 1 and isinstance(run.resume, ResumePoint):
+        raise UsageError(
+            f"--resume continues {run.name!r}'s last session, which had one candidate; drop --candidates to resume it."
+        )
+    count = race_resume.record.candidates if race_resume is not None else settings.candidates
     architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
 
     def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
@@ -111,7 +113,50 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         )
         return other.published_commit
 
-    if run.journal is None and settings.candidates == 1:
+    journal_for = None
+    if count > 1:
+        run.race = (
+            race_resume.record
+            if race_resume is not None
+            else RaceRecord.start(
+                settings.cache_dir,
+                run.name,
+                workspace=str(workspace.path),
+                replaces=str(workspace.replaces or ""),
+                candidates=count,
+                request=run.request.text,
+                follow_up=run.follow_up,
+            )
+        )
+        race = run.race.race
+
+        def journal_for(
+            index: int,
+            path: Path,
+            crate: CrateCandidate | None,
+            base_commit: str,
+            base_clippy: int,
+            plan: str,
+            resumes: ResumePoint | None,
+        ) -> Journal:
+            return Journal.create(
+                settings.cache_dir,
+                run.name,
+                request=run.request.text,
+                follow_up="yes" if run.follow_up else "",
+                model=model.model,
+                base_url=model.base_url,
+                candidate=index,
+                workspace=str(path),
+                base_commit=base_commit,
+                resumes=resumes,
+                run=race,
+                crate=(crate or workspace.crate).id,
+                base_clippy=base_clippy,
+                plan=plan,
+            )
+
+    elif run.journal is None:
         run.journal = Journal.create(
             settings.cache_dir,
             run.name,
@@ -144,13 +189,15 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             "max_reply_seconds": settings.max_reply_seconds,
             "context_tokens": settings.context_tokens,
         },
-        candidates=settings.candidates,
+        candidates=count,
         plan=settings.plan,
         architect=architect,
         examples=run.examples,
         journal=run.journal,
         inbox=inbox,
-        resume=run.resume,
+        resume=run.resume if race_resume is None else None,
+        race_resume=race_resume.points if race_resume is not None else None,
+        journal_for=journal_for,
         name=run.name,
         alternatives=run.alternatives if not run.follow_up and run.resume is None else [],
         fork_other=fork_other,
@@ -211,12 +258,15 @@ def _cost_text(budget: Budget) -> str:
 # -- resuming -------------------------------------------------------------------------
 
 
-def resume_point(settings: Settings, build: BuildRequest, model: ModelConfig | None) -> ResumePoint:
+def resume_point(settings: Settings, build: BuildRequest, model: ModelConfig | None) -> ResumePoint | RacePoint:
     """The tool's last unfinished session (``--resume``), checked before anything runs."""
     if model is None:
         raise UsageError(f"--resume continues an edit session, which needs a model. {HOW_TO_CONFIGURE}")
     if not build.name:
         raise UsageError("--resume needs --name: the tool whose interrupted session to continue.")
+    race = unfinished_race(settings.cache_dir, build.name)
+    if race is not None and Path(race.record.workspace).is_dir():
+        return race
     point = Journal.last_unfinished(settings.cache_dir, build.name)
     if point is None:
         raise UsageError(
@@ -231,8 +281,10 @@ def resume_point(settings: Settings, build: BuildRequest, model: ModelConfig | N
     return point
 
 
-def resumed_run(settings: Settings, run: RunState, point: ResumePoint, bus: EventBus) -> Choice:
+def resumed_run(settings: Settings, run: RunState, point: ResumePoint | RacePoint, bus: EventBus) -> Choice:
     """Point ``run`` at the interrupted session's workspace and journal; the crate choice to build it with."""
+    if isinstance(point, RacePoint):
+        return _resumed_race(run, point, bus)
     path = Path(str(point.start["workspace"]))
     workspace = Workspace.load(path)
     if workspace is None:
@@ -255,3 +307,19 @@ def resumed_run(settings: Settings, run: RunState, point: ResumePoint, bus: Even
     )
     bus.notice("edit", f"resuming the session of {run.name!r} from {point.path} (after iteration {point.iterations})")
     return Choice(workspace.crate, "user", "--resume: the interrupted session's crate")
+
+
+def _resumed_race(run: RunState, race: RacePoint, bus: EventBus) -> Choice:
+    """Point ``run`` at an interrupted race's workspace; every candidate resumes from its own journal."""
+    record = race.record
+    workspace = Workspace.load(Path(record.workspace))
+    if workspace is None:
+        raise UsageError(f"{record.workspace} is not a flakebot workspace; run the cell without --resume.")
+    run.workspace = replace(workspace, replaces=Path(record.replaces) if record.replaces else None)
+    run.candidate, run.name = workspace.crate, str(run.request.name)
+    run.resume = race
+    states = ", ".join(
+        f"#{i} {p.status or 'interrupted'} after iteration {p.iterations}" for i, p in race.points.items()
+    )
+    bus.notice("edit", f"resuming the race of {record.candidates} candidates of {run.name!r}: {states}")
+    return Choice(workspace.crate, "user", "--resume: the interrupted race's crate")

@@ -62,6 +62,7 @@ from .stages.workspace import swap_workspace
 
 if TYPE_CHECKING:
     from .edit.journal import ResumePoint
+    from .edit.races import RacePoint
 
 __all__ = ["Pipeline", "tool_name"]
 
@@ -201,7 +202,7 @@ class Pipeline:
                 )
         raise RuntimeError("unreachable: the loop returns or raises")
 
-    def _resumed(self, run: RunState, point: ResumePoint) -> ToolClient:
+    def _resumed(self, run: RunState, point: ResumePoint | RacePoint) -> ToolClient:
         """Continue an interrupted session in its own workspace, then build and deploy as usual."""
         from .editing import resumed_run
 

@@ -136,6 +136,8 @@ class RunState:
     #: the session's journal (None: no model, or a speculative session) and the one a ``--resume`` continues
     journal: Any = None
     resume: Any = None
+    #: a race of candidates, journalled (:class:`~flakebot_magic.edit.races.RaceRecord`)
+    race: Any = None
     #: crates the search found close to the chosen one (with ``--candidates``, some candidates start from them)
     alternatives: list[CrateCandidate] = field(default_factory=list)
 

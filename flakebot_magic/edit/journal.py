@@ -50,7 +50,16 @@ from ..steering import check_tool_name
 from ..usage import Usage
 from .context import cap_middle
 
-__all__ = ["MAX_RECORD_BYTES", "STATUSES", "Journal", "KnownCheck", "ResumePoint", "journals_dir", "spent"]
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "STATUSES",
+    "Journal",
+    "KnownCheck",
+    "ResumePoint",
+    "journals_dir",
+    "race_points",
+    "spent",
+]
 
 #: a record longer than this (a message holding a whole file, 5 MB of test output) is cut in the middle
 MAX_RECORD_BYTES = 256 * 1024
@@ -325,6 +334,18 @@ class Journal:
         if not build:
             return None
         return _resume_point(folder, build[0])
+
+
+def race_points(cache_dir: Path, name: str, race: str) -> dict[int, ResumePoint]:
+    """Each candidate of the race ``race`` (the ``run`` its journals share): where its newest session stopped."""
+    folder = journals_dir(cache_dir, name)
+    newest: dict[int, str] = {}
+    for session in _sessions(folder):  # oldest first: the last one seen per candidate is its newest
+        start = _start_of(folder / f"{session}.jsonl")
+        index = start.get("candidate") if start is not None else None
+        if start is not None and start.get("run") == race and isinstance(index, int) and not isinstance(index, bool):
+            newest[index] = session
+    return {index: _resume_point(folder, session) for index, session in sorted(newest.items())}
 
 
 def spent(cache_dir: Path, name: str) -> tuple[Usage, int]:

@@ -115,6 +115,7 @@ class EditLoop:
         resume: ResumePoint | None = None,
         context_tokens: int = 128_000,
         baseline: CheckRun | None = None,
+        conclude: str = "",
     ) -> None:
         self.root = workspace.resolve()
         self.candidate = candidate
@@ -123,6 +124,8 @@ class EditLoop:
         self.inbox = inbox
         self.plan = plan
         self.resume = resume
+        #: a resumed session that had finished: check (a known green tree: no cargo) and finish, no model call
+        self.conclude = conclude
         #: check run 0 done elsewhere (the workspace this one was cloned from, at the same commit)
         self.known_baseline = baseline
         self.context_tokens = context_tokens
@@ -220,6 +223,10 @@ class EditLoop:
         self.files.published = Baseline.from_git(self.git)
         self._refuse_policy()
         messages = self._resumed() if self.resume is not None else self._opening(request, state, follow_up)
+        if self.conclude:  # it had finished before the interruption: its result stands if its tree is still green
+            text = self._iteration(finish=self.conclude)
+            if self._finished is None:
+                self._say(messages, {"role": "user", "content": f"Your finished work was checked again:\n{text}"})
         text_replies = 0
         while self._finished is None:
             reply = self._next_reply(messages)

@@ -29,129 +29,39 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..cargo import Cargo
 from ..errors import BudgetExhausted, Cancelled, EditError
-from ..events import CandidateUpdate, Event, EventBus, IterationResult, LogLine, Notice, SteeringMessage
+from ..events import CandidateUpdate, EventBus
 from ..git import Git
 from ..model import ModelConfig
 from ..model_http import ModelHTTP
 from ..process import LinkedToken, ProcessRunner
 from ..registry.base import CrateCandidate
 from ..stages.accept import Example, split_request
+from ..stages.fork import Workspace
 from ..steering import Inbox
 from .budget import Budget
+from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome
 from .checkrun import CheckRun
 from .forks import adopt, candidate_path, clone_candidate
 from .journal import Journal, ResumePoint
 from .judge import Score, best, judge
 from .session import EditLoop
-from .state import EditOutcome, EditState
+from .state import EditState
 
-__all__ = ["STOP_SECONDS", "CandidateResult", "Team", "TeamOutcome"]
+__all__ = ["STOP_SECONDS", "CandidateResult", "JournalFor", "Team", "TeamOutcome"]
+
+#: makes a candidate's journal: (index, path, crate or None, base commit, clippy at check run 0, plan, resumed point)
+JournalFor = Callable[[int, Path, CrateCandidate | None, str, int, str, ResumePoint | None], Journal | None]
+
 
 #: every actor and process of a session is stopped within this many seconds of a cancel
 STOP_SECONDS = 2.0
 #: each candidate's sampling: the first stays close to the model's default, the others spread out
 TEMPERATURES = (0.2, 0.7, 1.0, 0.4, 0.85, 0.55, 1.1, 0.3)
-
-
-@dataclass
-class CandidateResult:
-    """One engineer's session in a speculative run: its state, its score, what stopped it."""
-
-    index: int
-    path: Path
-    state: str = "waiting"
-    iteration: int = 0
-    outcome: EditOutcome | None = None
-    error: BaseException | None = None
-    score: Score | None = None
-    #: the crate it started from when not the workspace's (a close second in the search)
-    crate: CrateCandidate | None = None
-    #: the commit its diff is measured from, and clippy's warnings there
-    base_commit: str = ""
-    base_clippy: int = 0
-    #: its check runs as they came (a stopped candidate's too)
-    runs: list[CheckRun] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "status": self.state,
-            "iterations": self.outcome.iterations if self.outcome else self.iteration,
-            "score": self.score.to_json() if self.score else None,
-            "error": str(self.error).splitlines()[0][:300] if self.error else "",
-            "workspace": str(self.path),
-            # what its first check run after the clone compiled of the dependencies (0: the clone was warm)
-            "first_check_dependency_units": next(
-                (r.dependency_units for r in self.runs if r.iteration > 0 and not r.reverted), None
-            ),
-            **({"crate": self.crate.id} if self.crate is not None else {}),
-        }
-
-
-@dataclass
-class TeamOutcome:
-    """A finished session: the winner's outcome, and every candidate's (one, without ``--candidates``)."""
-
-    outcome: EditOutcome
-    winner: int | None
-    candidates: list[CandidateResult]
-    plan: str = ""
-    examples: list[Example] = field(default_factory=list)
-    #: the winner started from another crate: its workspace (a fork of that crate) replaces the tool's
-    switched: CandidateResult | None = None
-
-
-class _CandidateBus(EventBus):
-    """What one candidate says, for the run's bus: its check runs as candidate rows, its lines marked with its index."""
-
-    def __init__(self, parent: EventBus, index: int, crate: str, delivered: set[tuple[str, float]]) -> None:
-        super().__init__()
-        self.parent, self.index, self.crate = parent, index, crate
-        #: steering messages some candidate already delivered (each reaches every candidate; it is shown once)
-        self.delivered = delivered
-
-    def emit(self, event: Event) -> None:
-        if isinstance(event, IterationResult):
-            self.parent.emit(
-                CandidateUpdate(
-                    self.index, "editing", iteration=event.iteration, detail=event.summary, crate=self.crate
-                )
-            )
-        elif isinstance(event, LogLine):
-            self.parent.emit(LogLine(event.stage, f"[#{self.index}] {event.line}", event.stream))
-        elif isinstance(event, SteeringMessage) and event.delivered:
-            key = (event.text, event.at)
-            if key not in self.delivered:
-                self.delivered.add(key)
-                self.parent.emit(event)
-        elif isinstance(event, Notice):
-            self.parent.emit(Notice(event.stage, f"candidate #{self.index}: {event.message}", event.level))
-        else:
-            self.parent.emit(event)
-
-
-class _Fanout:
-    """Steering for several engineers: the manager takes each message once and gives every engineer a copy."""
-
-    def __init__(self) -> None:
-        self._items: queue.Queue[Any] = queue.Queue()
-
-    def put(self, item: Any) -> None:
-        self._items.put(item)
-
-    def take(self) -> list[Any]:
-        taken = []
-        while True:
-            try:
-                taken.append(self._items.get_nowait())
-            except queue.Empty:
-                return taken
 
 
 class Team:
@@ -183,6 +93,8 @@ class Team:
         name: str = "",
         alternatives: list[CrateCandidate] | None = None,
         fork_other: Callable[[CrateCandidate, Path], str] | None = None,
+        journal_for: JournalFor | None = None,
+        race_resume: dict[int, ResumePoint] | None = None,
     ) -> None:
         self.root = workspace
         #: the tool's name (the acceptance examples call it by that name)
@@ -191,6 +103,10 @@ class Team:
         #: into a path and returns the commit it starts from)
         self.alternatives = list(alternatives or []) if fork_other is not None else []
         self.fork_other = fork_other
+        #: each candidate's journal (index, path, crate, base commit, clippy at check run 0, plan, resumed point)
+        self.journal_for = journal_for
+        #: an interrupted race: each candidate's resume point (the plan is in their journals)
+        self.race_resume = race_resume
         self.model = model
         self.runner = runner
         self.bus = bus
@@ -210,7 +126,7 @@ class Team:
         #: each candidate's stop, by its index
         self._stop: dict[int, Callable[[str], None]] = {}
         self._threads: list[threading.Thread] = []
-        self._fanouts: list[_Fanout] = []
+        self._fanouts: list[Fanout] = []
         self._delivered: set[tuple[str, float]] = set()
 
     # -- the manager -----------------------------------------------------------
@@ -218,6 +134,8 @@ class Team:
     def run(self, request: str, *, follow_up: bool = False) -> TeamOutcome:
         """The session, start to end; raises the session's error when no candidate gets green."""
         try:
+            if self.race_resume:
+                return self._race_resumed(request, follow_up)
             plan, examples = self._plan(request) if self.plan_wanted and self.resume is None else ("", [])
             self.examples = self.examples or examples
             if self.count == 1:
@@ -273,11 +191,71 @@ class Team:
             results[index] = result
             label = result.crate.name if result.crate is not None else crate
             self.bus.emit(CandidateUpdate(index, "editing", detail=how, crate=label))
-            cbus = _CandidateBus(self.bus, index, label, self._delivered)
+            cbus = CandidateBus(self.bus, index, label, self._delivered)
+            journal = self._journal(result, plan, None)
             loop = self._engineer(
-                path, index, cbus, plan=plan, journal=None, resume=None, baseline=known, crate=result.crate
+                path, index, cbus, plan=plan, journal=journal, resume=None, baseline=known, crate=result.crate
             )
             self._start(index, loop, request, follow_up)
+        return self._decide(results, plan)
+
+    def _race_resumed(self, request: str, follow_up: bool) -> TeamOutcome:
+        """An interrupted race, each candidate from its journal in its own workspace; then judged as usual."""
+        assert self.race_resume
+        crate = self.crate.name if self.crate else ""
+        results: dict[int, CandidateResult] = {}
+        plan = ""
+        for index, point in sorted(self.race_resume.items()):
+            start = point.start
+            path = candidate_path(self.root, index)
+            own = Workspace.load(path)
+            other = own.crate if own is not None and self.crate is not None and own.crate.id != self.crate.id else None
+            clippy = start.get("base_clippy")
+            result = CandidateResult(
+                index,
+                path,
+                state="editing",
+                crate=other,
+                base_commit=str(start.get("base_commit") or ""),
+                base_clippy=clippy if isinstance(clippy, int) else 0,
+            )
+            plan = plan or str(start.get("plan") or "")
+            results[index] = result
+            label = other.name if other is not None else crate
+            finished = point.status == "finished"
+            self.bus.emit(
+                CandidateUpdate(
+                    index, "editing", detail="finished before: checked again" if finished else "resumed", crate=label
+                )
+            )
+            loop = self._engineer(
+                path,
+                index,
+                CandidateBus(self.bus, index, label, self._delivered),
+                plan=plan,
+                journal=self._journal(result, plan, point),
+                resume=point,
+                baseline=None,
+                crate=other,
+            )
+            if finished:
+                loop.conclude = "(finished before the interruption)"
+            self._start(index, loop, request, follow_up)
+        _, examples = split_request(plan)
+        self.examples = self.examples or examples
+        return self._decide(results, plan)
+
+    def _journal(self, result: CandidateResult, plan: str, resumes: ResumePoint | None) -> Journal | None:
+        if self.journal_for is None:
+            return None
+        return self.journal_for(
+            result.index, result.path, result.crate, result.base_commit, result.base_clippy, plan, resumes
+        )
+
+    def _decide(self, results: dict[int, CandidateResult], plan: str) -> TeamOutcome:
+        """Wait for the engineers (judging each as it finishes), then keep the best."""
+        git = Git(self.root, self.runner)
+        crate = self.crate.name if self.crate else ""
         self._wait(results)
         scored = {i: r.score for i, r in results.items() if r.outcome is not None and r.score is not None}
         if not scored:
@@ -390,7 +368,7 @@ class Team:
         token = LinkedToken(self.runner.cancel)
         runner = ProcessRunner(token)
         http = ModelHTTP(timeout=self.model.timeout)
-        inbox = _Fanout()
+        inbox = Fanout()
         self._fanouts.append(inbox)
         sampling: dict[str, Any] = {}
         if index is not None:

@@ -26,7 +26,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.edit.journal import Journal
 from flakebot_magic.edit.session import MAX_RESULT_BYTES
 from flakebot_magic.edit_summary import render_with_sessions
-from flakebot_magic.errors import BudgetExhausted
+from flakebot_magic.errors import BudgetExhausted, UsageError
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
@@ -214,3 +214,54 @@ def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: Directo
     notices = [str(getattr(e, "message", "")) for e in events]
     assert any("no check run is repeated" in n for n in notices)
     assert any("its result is reused, no check run repeated" in n for n in notices), notices
+
+
+CHILD_RACE = CHILD.replace("base_url=base_url)", "base_url=base_url, candidates=2)")
+
+
+def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winner(
+    hex_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    first = reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=TINYHEX_MAIN), call("run_checks"))
+    waiting = {**reply(call("finish", summary="never seen")), "delay": 120.0}  # the process dies waiting
+    script = {
+        "candidates": {
+            "0": [first, waiting, reply(call("finish", summary="#0 after the resume"))],
+            "1": [first, waiting, reply(call("finish", summary="#1 after the resume"))],
+        }
+    }
+    assert "candidates=2" in CHILD_RACE
+    with FakeOpenAIServer(script) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD_RACE, str(cache), str(hex_registry.path), server.base_url],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: len(server.requests) >= 4, timeout=240, what="both candidates' second requests")
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+        settings = Settings(
+            cache_dir=cache,
+            registry=str(hex_registry.path),
+            backend="cargo",
+            model="scripted-test-double",
+            base_url=server.base_url,
+            resume=True,
+        )
+        events: list[Any] = []
+        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
+        resumed = server.records[4:]
+    assert tool(b"hi").strip() == "6869"
+    assert tool.provenance["winner"] in (0, 1) and len(tool.provenance["candidates"]) == 2
+    # each candidate's resumed request carried its own earlier conversation
+    assert {r["headers"]["x-flakebot-candidate"] for r in resumed} <= {"0", "1"}
+    assert all("tool" in [m["role"] for m in r["body"]["messages"]] for r in resumed)
+    notices = [str(getattr(e, "message", "")) for e in events]
+    assert any("resuming the race of 2 candidates" in n for n in notices), notices
+    # the race is decided: nothing is left to resume
+    with pytest.raises(UsageError, match="no unfinished edit session"):
+        Pipeline(settings).run(BuildRequest("", name="hexer"))
