@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from . import steering
 from .backends import RunDeps, RunState, Stage
@@ -139,13 +140,11 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             plan: str,
             resumes: ResumePoint | None,
         ) -> Journal:
-            return Journal.create(
-                settings.cache_dir,
-                run.name,
-                request=run.request.text,
-                follow_up="yes" if run.follow_up else "",
-                model=model.model,
-                base_url=model.base_url,
+            return _journal(
+                settings,
+                run,
+                model.model,
+                model.base_url,
                 candidate=index,
                 workspace=str(path),
                 base_commit=base_commit,
@@ -157,13 +156,11 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             )
 
     elif run.journal is None:
-        run.journal = Journal.create(
-            settings.cache_dir,
-            run.name,
-            request=run.request.text,
-            follow_up="yes" if run.follow_up else "",
-            model=model.model,
-            base_url=model.base_url,
+        run.journal = _journal(
+            settings,
+            run,
+            model.model,
+            model.base_url,
             workspace=str(workspace.path),
             replaces=str(workspace.replaces or ""),
             crate=workspace.crate.id,
@@ -226,6 +223,19 @@ def _switch_workspace(run: RunState, winner: Path, bus: EventBus) -> None:
         "edit",
         f"the winner started from {chosen.crate.id}: it is the tool's workspace now; the fork of "
         f"{old.crate.id} is kept at {old.path / CANDIDATES_DIR / 'base'}",
+    )
+
+
+def _journal(settings: Settings, state: RunState, model: str, base_url: str, **fields: Any) -> Journal:
+    """A new journal for a session of the run ``state`` (its request and model in the start record, and ``fields``)."""
+    return Journal.create(
+        settings.cache_dir,
+        state.name,
+        request=state.request.text,
+        follow_up="yes" if state.follow_up else "",
+        model=model,
+        base_url=base_url,
+        **fields,
     )
 
 
@@ -293,14 +303,12 @@ def resumed_run(settings: Settings, run: RunState, point: ResumePoint | RacePoin
     run.workspace = replace(workspace, replaces=Path(replaces) if replaces else None)
     run.candidate, run.name = workspace.crate, str(run.request.name)
     run.resume = point
-    run.journal = Journal.create(
-        settings.cache_dir,
-        run.name,
+    run.journal = _journal(
+        settings,
+        run,
+        str(point.start.get("model", "")),
+        str(point.start.get("base_url", "")),
         resumes=point,
-        request=run.request.text,
-        follow_up="yes" if run.follow_up else "",
-        model=str(point.start.get("model", "")),
-        base_url=str(point.start.get("base_url", "")),
         workspace=str(path),
         replaces=replaces,
         crate=workspace.crate.id,

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 from editscripts import TINYHEX, tinyhex_done
-from tinycrates import write_registry
+from scripted_builds import scripted_settings, tiny_registry
 
-from flakebot_magic.config import Settings
 from flakebot_magic.events import ModelUsage, Notice
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
@@ -33,10 +32,7 @@ PLAN = (
 
 @pytest.fixture(scope="module")
 def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
-    root = write_registry(tmp_path_factory.mktemp("archregistry"), [TINYHEX])
-    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("archindex"))
-    yield registry
-    registry.close()
+    yield from tiny_registry(tmp_path_factory, [TINYHEX])
 
 
 def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_the_plan(
@@ -52,12 +48,10 @@ def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_th
     }
     events: list[Any] = []
     with FakeOpenAIServer(script) as server:
-        settings = Settings(
-            cache_dir=tmp_path / "cache",
-            registry=str(hex_registry.path),
-            backend="cargo",
-            model="scripted-test-double",
-            base_url=server.base_url,
+        settings = scripted_settings(
+            tmp_path / "cache",
+            hex_registry,
+            server,
             plan=True,
             architect_model="scripted-architect",
             candidates=2,
@@ -95,12 +89,10 @@ def test_an_architect_that_fails_is_a_notice_and_the_engineer_starts_without_a_p
     }
     events: list[Any] = []
     with FakeOpenAIServer(script) as server:
-        settings = Settings(
-            cache_dir=tmp_path / "cache",
-            registry=str(hex_registry.path),
-            backend="cargo",
-            model="scripted-test-double",
-            base_url=server.base_url,
+        settings = scripted_settings(
+            tmp_path / "cache",
+            hex_registry,
+            server,
             plan=True,
             architect_model="scripted-architect",
         )

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 import pytest
 from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply, tinyhex_done
 from polling import wait_for
-from tinycrates import write_registry
+from scripted_builds import kill_when, scripted_settings, tiny_registry
 
 from flakebot_magic.config import Settings
 from flakebot_magic.edit.journal import Journal
@@ -41,21 +39,11 @@ REQUEST = "hex-encode standard input"
 
 @pytest.fixture(scope="module")
 def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
-    root = write_registry(tmp_path_factory.mktemp("survregistry"), [TINYHEX])
-    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("survindex"))
-    yield registry
-    registry.close()
+    yield from tiny_registry(tmp_path_factory, [TINYHEX])
 
 
 def _settings(tmp_path: Path, registry: DirectoryRegistry, server: FakeOpenAIServer, **more: Any) -> Settings:
-    return Settings(
-        cache_dir=tmp_path / "cache",
-        registry=str(registry.path),
-        backend="cargo",
-        model="scripted-test-double",
-        base_url=server.base_url,
-        **more,
-    )
+    return scripted_settings(tmp_path / "cache", registry, server, **more)
 
 
 def _user_texts(body: dict[str, Any]) -> list[str]:
@@ -160,20 +148,6 @@ def test_five_megabytes_of_test_output_reach_the_model_within_the_cap(
     assert len(json.dumps(after_checks)) < 200_000
 
 
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from flakebot_magic.config import Settings
-    from flakebot_magic.pipeline import Pipeline
-    from flakebot_magic.request import BuildRequest
-    cache, registry, base_url = sys.argv[1:4]
-    settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
-                        base_url=base_url)
-    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer"))
-    """
-)
-
-
 def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: DirectoryRegistry, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=TINYHEX_MAIN), call("run_checks"))
@@ -183,25 +157,8 @@ def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: Directo
         reply(call("finish", summary="finished after the resume")),
     ]
     with FakeOpenAIServer(script) as server:
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(cache), str(hex_registry.path), server.base_url],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for(lambda: len(server.requests) >= 2, timeout=180, what="the session's second request")
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait(30)
-        settings = Settings(
-            cache_dir=cache,
-            registry=str(hex_registry.path),
-            backend="cargo",
-            model="scripted-test-double",
-            base_url=server.base_url,
-            resume=True,
-        )
+        kill_when(server, cache, hex_registry, requests=2)
+        settings = scripted_settings(cache, hex_registry, server, resume=True)
         events: list[Any] = []
         tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
         resumed = server.requests[2]
@@ -216,9 +173,6 @@ def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: Directo
     assert any("its result is reused, no check run repeated" in n for n in notices), notices
 
 
-CHILD_RACE = CHILD.replace("base_url=base_url)", "base_url=base_url, candidates=2)")
-
-
 def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winner(
     hex_registry: DirectoryRegistry, tmp_path: Path
 ) -> None:
@@ -231,27 +185,9 @@ def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winn
             "1": [first, waiting, reply(call("finish", summary="#1 after the resume"))],
         }
     }
-    assert "candidates=2" in CHILD_RACE
     with FakeOpenAIServer(script) as server:
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD_RACE, str(cache), str(hex_registry.path), server.base_url],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for(lambda: len(server.requests) >= 4, timeout=240, what="both candidates' second requests")
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait(30)
-        settings = Settings(
-            cache_dir=cache,
-            registry=str(hex_registry.path),
-            backend="cargo",
-            model="scripted-test-double",
-            base_url=server.base_url,
-            resume=True,
-        )
+        kill_when(server, cache, hex_registry, requests=4, candidates=2)
+        settings = scripted_settings(cache, hex_registry, server, resume=True)
         events: list[Any] = []
         tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
         resumed = server.records[4:]

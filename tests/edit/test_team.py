@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_LIB, TINYHEX_MAIN, call, reply, tinyhex_done
+from scripted_builds import scripted_settings, tiny_registry
 from tinycrates import crate, write_registry
 
 from flakebot_magic.config import Settings
@@ -59,21 +60,11 @@ def race_script(slow: float = 30.0) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
-    root = write_registry(tmp_path_factory.mktemp("teamregistry"), [TINYHEX])
-    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("teamindex"))
-    yield registry
-    registry.close()
+    yield from tiny_registry(tmp_path_factory, [TINYHEX])
 
 
 def _settings(tmp_path: Path, registry: DirectoryRegistry, server: FakeOpenAIServer, **more: Any) -> Settings:
-    return Settings(
-        cache_dir=tmp_path / "cache",
-        registry=str(registry.path),
-        backend="cargo",
-        model="scripted-test-double",
-        base_url=server.base_url,
-        **more,
-    )
+    return scripted_settings(tmp_path / "cache", registry, server, **more)
 
 
 def test_three_candidates_race_and_the_judge_keeps_the_perfect_one(

@@ -1,0 +1,79 @@
+"""Whole-pipeline builds against the scripted fake OpenAI server (a test double): the registry, the settings, a kill.
+
+Shared by the tests of candidates, the architect and sessions that survive::
+
+    from scripted_builds import kill_when, scripted_settings, tiny_registry
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polling import wait_for
+from tinycrates import Crate, write_registry
+
+from flakebot_magic.config import Settings
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+__all__ = ["CHILD", "kill_when", "scripted_settings", "tiny_registry"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: a build in a child process (argv: cache dir, registry, base URL, candidates), to be killed mid-run
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from flakebot_magic.config import Settings
+    from flakebot_magic.pipeline import Pipeline
+    from flakebot_magic.request import BuildRequest
+    cache, registry, base_url, candidates = sys.argv[1:5]
+    settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
+                        base_url=base_url, candidates=int(candidates))
+    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer"))
+    """
+)
+
+
+def tiny_registry(factory: pytest.TempPathFactory, crates: Sequence[Crate]) -> Iterator[DirectoryRegistry]:
+    """A directory registry of ``crates`` (for a module-scoped fixture: ``yield from tiny_registry(...)``)."""
+    root = write_registry(factory.mktemp("registry"), list(crates))
+    registry = DirectoryRegistry(root, factory.mktemp("index"))
+    yield registry
+    registry.close()
+
+
+def scripted_settings(cache: Path, registry: DirectoryRegistry, server: FakeOpenAIServer, **more: Any) -> Settings:
+    """Settings for a cargo build whose model is ``server``."""
+    return Settings(
+        cache_dir=cache,
+        registry=str(registry.path),
+        backend="cargo",
+        model="scripted-test-double",
+        base_url=server.base_url,
+        **more,
+    )
+
+
+def kill_when(
+    server: FakeOpenAIServer, cache: Path, registry: DirectoryRegistry, *, requests: int, candidates: int = 1
+) -> None:
+    """Run :data:`CHILD`, SIGKILL it once ``server`` has had ``requests`` chat requests (its build never ends)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(cache), str(registry.path), server.base_url, str(candidates)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(server.requests) >= requests, timeout=240, what=f"{requests} requests of the build")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
