@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .cargo import Cargo
 from .errors import Cancelled, ConfigError
-from .process import CancelToken, Completed, LineCallback, ProcessRunner, allowed_env
+from .process import CancelToken, Completed, LineCallback, LinkedToken, ProcessRunner, allowed_env
 from .registry.base import Registry
 from .sandbox_host import (
     INSTALL_BWRAP,
@@ -241,18 +241,6 @@ class Sandbox:
 # --- cargo in the sandbox -----------------------------------------------------------------------
 
 
-class _Stop(CancelToken):
-    """A cancel token that also fires on the caller's cancel, and remembers why it fired."""
-
-    def __init__(self, parent: CancelToken) -> None:
-        super().__init__()
-        self.parent = parent
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set() or self.parent.cancelled
-
-
 #: what may live in a private CARGO_HOME; anything else (a planted config.toml, credentials) is removed
 _CARGO_HOME_KEEP = frozenset({"registry", "git", ".package-cache", ".package-cache-mutate", ".global-cache"})
 
@@ -346,7 +334,7 @@ class SandboxedCargo(Cargo):
             argv = ["nice", "-n", str(nice), *argv]
         sandbox = self.sandbox
         limit = sandbox.limits.output_bytes
-        stop = _Stop(self.runner.cancel)
+        stop = LinkedToken(self.runner.cancel)  # also set by the output cap and the disk watch
         size = 0
         out: list[str] = []
         err: list[str] = []
