@@ -31,16 +31,13 @@ from pathlib import Path
 from .config import Settings
 from .inventory import Inventory
 from .locks import LockHolder, held_locks
+from .policy import CANDIDATES_DIR
 from .process import alive
 from .stages.deploy import staging_owner
 from .stages.workspace import NEXT_DIR, OLD_DIR
 from .tools import stop_all
 
 __all__ = ["CANDIDATES_DIR", "CleanReport", "clean"]
-
-#: where an edit keeps its candidates' workspaces inside the tool's (the name edit/forks.py gives it;
-#: not imported from there, so that ``flakebot clean`` does not load the edit loop)
-CANDIDATES_DIR = ".flakebot-candidates"
 
 
 @dataclass

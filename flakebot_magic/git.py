@@ -191,7 +191,7 @@ class Git:
         exclude = self.root / ".git" / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         # build outputs never belong in the history
-        atomic_write(exclude, "/target/\n/result\n/result-*\n/.flakebot-candidates/\n", mode=0o644, root=self.root)
+        atomic_write(exclude, "/target/\n/result\n/result-*\n", mode=0o644, root=self.root)
 
     def commit(
         self, message: str, paths: Sequence[str] = (), *, all_files: bool = False, force: bool = False

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..git import Git
+from ..policy import OUTPUT_DIRS
 from ..registry.base import CrateCandidate
 from .files import line_count, read_text
 from .ratchet import blank
@@ -121,7 +122,7 @@ def repo_map(root: Path, limit: int = 5000) -> str:
     """Files and their public items: the shape of the crate in a few lines."""
     lines: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target", ".flakebot-candidates"))
+        dirnames[:] = sorted(d for d in dirnames if d not in (".git", *OUTPUT_DIRS))
         for filename in sorted(filenames):
             file = Path(dirpath) / filename
             rel = file.relative_to(root).as_posix()

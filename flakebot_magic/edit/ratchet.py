@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..policy import OUTPUT_DIRS
 from .files import read_text
 
 __all__ = ["Ratchet", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
@@ -82,7 +83,7 @@ def scan_tests(root: Path) -> list[TestFunction]:
 
 def _rust_files(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "target", ".flakebot-candidates")]
+        dirnames[:] = [d for d in dirnames if d not in (".git", *OUTPUT_DIRS)]
         for name in filenames:
             if name.endswith(".rs"):
                 yield Path(dirpath) / name

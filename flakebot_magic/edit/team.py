@@ -38,6 +38,7 @@ from ..events import CandidateUpdate, EventBus
 from ..git import Git
 from ..model import ModelConfig
 from ..model_http import ModelHTTP
+from ..policy import CANDIDATES_DIR
 from ..process import LinkedToken, ProcessRunner
 from ..registry.base import CrateCandidate
 from ..stages.accept import Example, split_request
@@ -265,7 +266,7 @@ class Team:
             )
             raise EditError(
                 f"None of the {self.count} candidates got green:\n{lines}\n"
-                f"Their workspaces are kept under {self.root / '.flakebot-candidates'}.",
+                f"Their workspaces are kept under {self.root / CANDIDATES_DIR}.",
                 workspace=self.root,
                 reason="candidates",
             )

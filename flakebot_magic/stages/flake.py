@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..diagnostics import BINARY_NAME
 from ..errors import FlakeError
+from ..policy import CANDIDATES_DIR
 
 __all__ = [
     "DEFAULT_NIXPKGS_URL",
@@ -57,7 +58,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 _SRC_EXCLUDES = (
     ".git",
     "target",
-    ".flakebot-candidates",
+    CANDIDATES_DIR,
     "result",
     "flake.nix",
     "flake.lock",

@@ -27,6 +27,7 @@ from pathlib import Path
 from ..errors import ForkError
 from ..events import EventBus
 from ..fsutil import atomic_write
+from ..policy import OUTPUT_DIRS
 from ..registry.base import CrateCandidate
 from .deploy import swap_in
 
@@ -141,7 +142,7 @@ def copy_beside(workspace: Workspace, path: Path) -> Workspace:
 
     def outputs(directory: str, names: list[str]) -> list[str]:
         # build outputs, and the losing candidates of an earlier speculative session
-        return ["target", ".flakebot-candidates"] if directory == root else []
+        return list(OUTPUT_DIRS) if directory == root else []
 
     try:
         shutil.copytree(workspace.path, path, symlinks=True, ignore=outputs, copy_function=_copy_regular)
