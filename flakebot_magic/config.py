@@ -160,6 +160,12 @@ class Settings:
     agent_max_builds: int = 10
     agent_token_budget: int = 1_000_000
 
+    def __post_init__(self) -> None:
+        if self.prices:  # given as plain (input, output) tuples too: one shape, usage.Price, from here on
+            from .usage import parse_prices
+
+            self.prices = parse_prices(dict(self.prices))
+
     def model_config(self) -> ModelConfig | None:
         """The configured model, or None (then libraries cannot become tools)."""
         from .model import ModelConfig

@@ -167,7 +167,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         )
     budget = Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
     if run.resume is not None:  # the interrupted session's spending counts: one budget, one usage record
-        budget.carry(model.model, run.resume.usage)
+        budget.charge(model.model, run.resume.usage)
     return Team(
         workspace.path,
         model,
@@ -243,11 +243,7 @@ def session_record(team: Team, done: TeamOutcome) -> dict[str, object]:
     """What the manifest records of a session: usage and cost; with candidates, each one and the winner."""
     budget = team.budget
     usage: dict[str, object] = {
-        "tokens": budget.tokens,
-        "prompt_tokens": budget.prompt_tokens,
-        "completion_tokens": budget.completion_tokens,
-        "cached_tokens": budget.cached_tokens,
-        "calls": budget.calls,
+        **budget.spent.to_json(),
         "cost_usd": None if budget.unpriced and not budget.cost_usd else round(budget.cost_usd, 6),
     }
     record: dict[str, object] = {"usage": usage}

@@ -136,11 +136,11 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     if record.url:
         data["url"] = record.url
     from .edit.journal import spent  # the edit loop's modules load only when asked
-    from .usage import cost_usd, parse_prices
+    from .usage import cost_usd
 
     total, sessions = spent(settings.cache_dir, name)
     if sessions:  # every edit session of the tool, not only the last build's
-        cost = cost_usd(total, record.model, parse_prices(dict(settings.prices))) if record.model else None
+        cost = cost_usd(total, record.model, settings.prices) if record.model else None
         data["usage_all_sessions"] = {**total.to_json(), "sessions": sessions, "cost_usd": cost}
     return data
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..events import EventBus, ModelUsage
+from ..events import EventBus
 from ..model import ModelConfig
 from ..registry.base import CrateCandidate
+from ..usage import Usage
 from .budget import Budget
-from .model_io import usage_numbers
 from .prompt import readme_summary, repo_map
 
 __all__ = ["MAX_PLAN_CHARS", "ask_architect"]
@@ -60,31 +60,16 @@ def ask_architect(
             f"{readme_summary(root, 1200)}\n\nFiles:\n{repo_map(root, 3000)}",
         },
     ]
-    budget.check(model.model, next_prompt_tokens=sum(len(str(m["content"])) for m in messages) // 4)
+    prompt_estimate = sum(len(str(m["content"])) for m in messages) // 4
+    budget.check(model.model, next_prompt_tokens=prompt_estimate)
     bus.notice("edit", f"the architect ({model.describe()}) is writing a plan")
     response = client.chat.completions.create(
         model=model.model, messages=messages, extra_headers={"X-Flakebot-Role": "architect"}
     )
     text = (response.choices[0].message.content or "").strip() if response.choices else ""
-    usage = usage_numbers(response.usage) or {
-        "prompt_tokens": sum(len(str(m["content"])) for m in messages) // 4,
-        "completion_tokens": len(text) // 4,
-        "cached_tokens": 0,
-        "total_tokens": 0,
-    }
+    usage = Usage.of_reply(response.usage, prompt_estimate=prompt_estimate, completion_estimate=len(text) // 4)
     budget.charge(model.model, usage)
-    bus.emit(
-        ModelUsage(
-            usage["prompt_tokens"] + usage["completion_tokens"],
-            1,
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
-            cached_tokens=usage["cached_tokens"],
-            cost_usd=budget.cost(model.model, usage),
-            final=True,
-            role="architect",
-        )
-    )
+    bus.emit(usage.event(budget.cost(model.model, usage), final=True, role="architect"))
     if not text:
         bus.notice("edit", "the architect's reply was empty; the engineers start without a plan", "warning")
         return ""

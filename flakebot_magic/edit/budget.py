@@ -8,8 +8,9 @@ the session stops *before* it overspends, not after).
 
 Examples
 --------
->>> budget = Budget(1_000_000, max_cost=1.0, prices={"m": (2.0, 8.0)})
->>> budget.charge("m", {"prompt_tokens": 100_000, "completion_tokens": 10_000, "cached_tokens": 0})
+>>> from flakebot_magic.usage import Price, Usage
+>>> budget = Budget(1_000_000, max_cost=1.0, prices={"m": Price(2.0, 8.0)})
+>>> budget.charge("m", Usage(prompt_tokens=100_000, completion_tokens=10_000, calls=1))
 >>> round(budget.cost_usd, 4)
 0.28
 >>> budget.check("m", next_prompt_tokens=400_000)  # 0.28 + 0.8 > 1.0
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Mapping
 
 from ..errors import BudgetExhausted
-from ..usage import Price, Usage, cost_usd, parse_prices
+from ..usage import Price, Usage, cost_usd
 
 __all__ = ["Budget"]
 
@@ -41,50 +42,36 @@ class Budget:
     ) -> None:
         self.token_budget = token_budget
         self.max_cost = max_cost
-        self.prices = parse_prices(dict(prices or {}))  # (in, out) tuples too
+        self.prices = dict(prices or {})
         self._lock = threading.Lock()
-        self.tokens = 0
-        self.prompt_tokens = self.completion_tokens = self.cached_tokens = self.calls = 0
+        #: what the replies charged so far add up to
+        self.spent = Usage()
         self.cost_usd = 0.0
         #: True once a reply's model had no price: the cost is then a lower bound
         self.unpriced = False
 
-    def cost(self, model: str, usage: Mapping[str, int]) -> float | None:
-        """What ``usage`` of ``model`` cost, from the price table; None without a price."""
-        return cost_usd(_usage(usage), model, self.prices)
+    @property
+    def tokens(self) -> int:
+        return self.spent.tokens
 
-    def charge(self, model: str, usage: Mapping[str, int]) -> None:
-        """Count one reply."""
+    def cost(self, model: str, usage: Usage) -> float | None:
+        """What ``usage`` of ``model`` cost, from the price table; None without a price."""
+        return cost_usd(usage, model, self.prices)
+
+    def charge(self, model: str, usage: Usage) -> None:
+        """Count replies: one, or what an interrupted session spent before this one resumed it."""
         cost = self.cost(model, usage)
         with self._lock:
-            self.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-            self.prompt_tokens += int(usage.get("prompt_tokens", 0))
-            self.completion_tokens += int(usage.get("completion_tokens", 0))
-            self.cached_tokens += int(usage.get("cached_tokens", 0))
-            self.calls += 1
+            self.spent = self.spent + usage
             if cost is None:
-                self.unpriced = True
-            else:
-                self.cost_usd += cost
-
-    def carry(self, model: str, spent: Usage) -> None:
-        """Count what an interrupted session spent before this one resumed it (its budget goes on from there)."""
-        cost = cost_usd(spent, model, self.prices)
-        with self._lock:
-            self.tokens += spent.prompt_tokens + spent.completion_tokens
-            self.prompt_tokens += spent.prompt_tokens
-            self.completion_tokens += spent.completion_tokens
-            self.cached_tokens += spent.cached_tokens
-            self.calls += spent.calls
-            if cost is None:
-                self.unpriced = self.unpriced or spent.calls > 0
+                self.unpriced = self.unpriced or usage.calls > 0
             else:
                 self.cost_usd += cost
 
     def check(self, model: str, *, next_prompt_tokens: int = 0) -> None:
         """Raise :class:`BudgetExhausted` (its ``reason``: ``tokens`` or ``cost``) when the next request may not go."""
         with self._lock:
-            tokens, spent = self.tokens, self.cost_usd
+            tokens, spent = self.spent.tokens, self.cost_usd
         if tokens >= self.token_budget:
             raise BudgetExhausted(
                 f"The token budget ({self.token_budget:,} tokens) is spent: {tokens:,} tokens so far.",
@@ -107,12 +94,3 @@ class Budget:
                 f"and its prompt alone (~{next_prompt_tokens:,} tokens) costs about ${upcoming:.4f}.",
                 reason="cost",
             )
-
-
-def _usage(numbers: Mapping[str, int]) -> Usage:
-    return Usage(
-        prompt_tokens=int(numbers.get("prompt_tokens", 0)),
-        completion_tokens=int(numbers.get("completion_tokens", 0)),
-        cached_tokens=int(numbers.get("cached_tokens", 0)),
-        calls=1,
-    )

@@ -22,6 +22,7 @@ from ..errors import ModelError
 from ..events import EventBus
 from ..model import ModelConfig
 from ..model_http import ModelHTTP
+from ..usage import Usage
 from .protocol import FUNCTION_SCHEMAS
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "BrokenReply",
     "ModelChannel",
     "Reply",
-    "usage_numbers",
 ]
 
 MAX_STREAM_RETRIES = 3
@@ -44,35 +44,21 @@ MAX_REPLY_SECONDS = 300.0
 class Reply:
     """One whole reply of the model: its text, its function calls (OpenAI's ``tool_calls`` shape), the tokens it cost.
 
-    ``usage`` holds ``prompt_tokens``, ``completion_tokens`` and ``cached_tokens`` as the API reported them;
-    ``estimated`` is True when it reported none and ``tokens`` was estimated from the text.
+    ``usage``: its tokens as the API reported them; ``estimated`` is True when it reported none and
+    ``tokens`` (and ``usage``) were estimated from the text.
     """
 
     content: str
     calls: list[dict[str, Any]]
     tokens: int
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
     estimated: bool = False
 
 
-def usage_numbers(usage: Any) -> dict[str, int] | None:
-    """``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``total_tokens`` of an API ``usage`` (object or dict)."""
-    if usage is None:
-        return None
-
-    def get(obj: Any, name: str) -> Any:
-        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-    numbers = {}
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        value = get(usage, name)
-        numbers[name] = value if isinstance(value, int) and value >= 0 else 0
-    details = get(usage, "prompt_tokens_details")
-    cached = get(details, "cached_tokens") if details is not None else None
-    numbers["cached_tokens"] = cached if isinstance(cached, int) and cached >= 0 else 0
-    if not numbers["total_tokens"]:
-        numbers["total_tokens"] = numbers["prompt_tokens"] + numbers["completion_tokens"]
-    return numbers if numbers["total_tokens"] else None
+def _reported(usage: Any) -> Usage | None:
+    """One reply's ``usage`` as the API reported it (:meth:`Usage.of_reply`), or None when it reported none."""
+    reply = Usage.of_reply(usage) if usage is not None else None
+    return reply if reply is not None and reply.tokens else None
 
 
 class BrokenReply(Exception):
@@ -113,7 +99,8 @@ class ModelChannel:
         #: ``temperature``, ``seed``: what makes one candidate differ from another
         self.sampling = dict(sampling or {})
         self.http = http
-        self.prompt_tokens = self.completion_tokens = self.cached_tokens = 0
+        #: prompt, completion and cached tokens of the replies so far
+        self.spent = Usage()
         self.model = model
         self.bus = bus
         self.workspace = workspace
@@ -194,8 +181,8 @@ class ModelChannel:
             }
             for c in message.tool_calls or []
         ]
-        usage = usage_numbers(response.usage)
-        tokens = usage["total_tokens"] if usage else prompt_estimate + len(message.content or "") // 4
+        usage = _reported(response.usage)
+        tokens = usage.tokens if usage else prompt_estimate + len(message.content or "") // 4
         return self._accept(message.content or "", calls, tokens, usage, prompt_estimate)
 
     def _read_body(self, pieces: Iterable[bytes], prompt_estimate: int, deadline: float) -> Reply:
@@ -228,8 +215,8 @@ class ModelChannel:
             )
         text = message.get("content")
         content = text if isinstance(text, str) else ""
-        usage = usage_numbers(data.get("usage") if isinstance(data.get("usage"), dict) else None)
-        tokens = usage["total_tokens"] if usage else prompt_estimate + len(content) // 4
+        usage = _reported(data.get("usage") if isinstance(data.get("usage"), dict) else None)
+        tokens = usage.tokens if usage else prompt_estimate + len(content) // 4
         return self._accept(content, calls, tokens, usage, prompt_estimate)
 
     def _within_caps(self, size: int, deadline: float) -> None:
@@ -246,7 +233,7 @@ class ModelChannel:
 
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        usage: dict[str, int] | None = None
+        usage: Usage | None = None
         finished = False
         size = 0
         try:
@@ -261,7 +248,7 @@ class ModelChannel:
                 received = getattr(getattr(stream, "response", None), "num_bytes_downloaded", None)
                 self._within_caps(max(size, received if isinstance(received, int) else 0), deadline)
                 if getattr(chunk, "usage", None):
-                    usage = usage_numbers(chunk.usage) or usage
+                    usage = _reported(chunk.usage) or usage
                 for choice in chunk.choices or []:
                     delta = choice.delta
                     if delta.content:
@@ -295,7 +282,7 @@ class ModelChannel:
             for index, entry in sorted(calls.items())
         ]
         arguments = sum(len(c["function"]["arguments"]) for c in function_calls)
-        tokens = usage["total_tokens"] if usage else prompt_estimate + (len(text) + arguments) // 4
+        tokens = usage.tokens if usage else prompt_estimate + (len(text) + arguments) // 4
         return self._accept(text, function_calls, tokens, usage, prompt_estimate)
 
     def _accept(
@@ -303,19 +290,12 @@ class ModelChannel:
         content: str,
         calls: list[dict[str, Any]],
         tokens: int,
-        usage: dict[str, int] | None = None,
+        usage: Usage | None = None,
         prompt_estimate: int = 0,
     ) -> Reply:
-        numbers = usage or {
-            "prompt_tokens": prompt_estimate,
-            "completion_tokens": max(0, tokens - prompt_estimate),
-            "cached_tokens": 0,
-            "total_tokens": tokens,
-        }
+        reply = usage or Usage(prompt_estimate, max(0, tokens - prompt_estimate), 0, 1)
         self.tokens += tokens
-        self.prompt_tokens += numbers["prompt_tokens"]
-        self.completion_tokens += numbers["completion_tokens"]
-        self.cached_tokens += numbers["cached_tokens"]
+        self.spent = self.spent + reply
         if not content.strip() and not calls:
             raise BrokenReply("an empty reply")
-        return Reply(content, calls, tokens, numbers, estimated=usage is None)
+        return Reply(content, calls, tokens, reply, estimated=usage is None)

@@ -200,22 +200,10 @@ class EditLoop:
                 self.journal.end(status, error=error[:2000])
 
     def _usage_event(self, *, final: bool) -> ModelUsage:
-        channel = self.channel
-        usage = {
-            "prompt_tokens": channel.prompt_tokens,
-            "completion_tokens": channel.completion_tokens,
-            "cached_tokens": channel.cached_tokens,
-        }
-        return ModelUsage(
-            self.tokens,
-            self.model_calls,
-            prompt_tokens=channel.prompt_tokens,
-            completion_tokens=channel.completion_tokens,
-            cached_tokens=channel.cached_tokens,
-            cost_usd=self.budget.cost(self.model.model, usage),
-            final=final,
-            candidate=self.candidate,
-        )
+        spent = self.channel.spent
+        event = spent.event(self.budget.cost(self.model.model, spent), final=final, candidate=self.candidate)
+        # the requests made (an unusable reply too) and the tokens counted (an estimate where none was reported)
+        return replace(event, tokens=self.tokens, calls=self.model_calls)
 
     def _run(self, request: str, *, follow_up: bool) -> EditOutcome:
         state = EditState.load(self.root)
