@@ -115,6 +115,8 @@ class KnownCheck:
     commit: str = ""
     iteration: int = 0
     run: int = 0
+    #: the record as written (what the session added: the ratchet's state, the binaries built, test counts)
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -148,6 +150,8 @@ class ResumePoint:
     chain: list[Path] = field(default_factory=list)
     #: some message records were kept cut (over MAX_RECORD_BYTES)
     capped: bool = False
+    #: the last check run of the chain
+    last_check: KnownCheck | None = None
 
 
 class Journal:
@@ -436,12 +440,14 @@ def _add_check(point: ResumePoint, record: dict[str, Any]) -> None:
         commit=commit,
         iteration=number("iteration"),
         run=number("run"),
+        record=record,
     )
     tree = record.get("tree")
     if isinstance(tree, str) and tree:
         point.checks_by_tree[tree] = known
     if commit:
         point.last_commit = commit
+    point.last_check = known
     point.iterations = max(point.iterations, known.iteration)
     point.runs = max(point.runs, known.run)
 

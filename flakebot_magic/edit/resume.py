@@ -16,9 +16,9 @@ from ..diagnostics import TestReport
 from ..events import EventBus
 from ..policy import Violation
 from .checkrun import LOOP_TARGET, NOT_SOURCE, CheckRun, CheckRunner, workspace_contract
-from .journal import Journal, ResumePoint
+from .journal import ResumePoint
 
-__all__ = ["check_record", "known_check", "paired", "ratchet_of"]
+__all__ = ["known_check", "paired", "ratchet_of"]
 
 
 def known_check(
@@ -33,10 +33,10 @@ def known_check(
         return None
     checks.git("add", "-A", "-f", "--", ".", *(f":(exclude,top){p}" for p in NOT_SOURCE))
     tree = checks.git("write-tree")
-    record = check_record(point, tree)
     known = point.checks_by_tree.get(tree)
-    if known is None or not known.green or record is None:
+    if known is None or not known.green:
         return None
+    record = known.record
     target = root.joinpath(*LOOP_TARGET, "debug")
     names = [n for n in record.get("binaries") or [] if isinstance(n, str)]
     binaries = {n: target / n for n in names}
@@ -59,23 +59,11 @@ def known_check(
 
 def ratchet_of(point: ResumePoint) -> tuple[str, int] | None:
     """Where the ratchet stood after the interrupted session's last check run: (best commit, passing tests)."""
-    found: tuple[str, int] | None = None
-    for path in point.chain:
-        for record in Journal.read(path):
-            if record.get("t") == "check" and isinstance(record.get("best_commit"), str) and record["best_commit"]:
-                passed = record.get("best_passed")
-                found = (record["best_commit"], passed if isinstance(passed, int) else 0)
-    return found
-
-
-def check_record(point: ResumePoint, tree: str) -> dict[str, Any] | None:
-    """The journal's last check record of ``tree`` in the interrupted session's chain."""
-    found = None
-    for path in point.chain:
-        for record in Journal.read(path):
-            if record.get("t") == "check" and record.get("tree") == tree:
-                found = record
-    return found
+    record = point.last_check.record if point.last_check is not None else {}
+    best, passed = record.get("best_commit"), record.get("best_passed")
+    if not isinstance(best, str) or not best:
+        return None
+    return best, passed if isinstance(passed, int) else 0
 
 
 def paired(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
