@@ -154,7 +154,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.git import Git
     from flakebot_magic.model import ModelConfig
     from flakebot_magic.process import ProcessRunner
-    from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+    from flakebot_magic.sandbox import Sandbox
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -205,7 +205,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
                 workspace.path,
                 client,
                 model,
-                cargo=SandboxedCargo(found, runner, sandbox),
+                cargo=Cargo(found, runner, sandbox),
                 bus=EventBus(),
                 git=Git(workspace.path, runner),
                 crate=workspace.crate,

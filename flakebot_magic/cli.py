@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, export; ``--json`` for scripts and agents."""
+"""The ``flakebot`` command: build, search, list, show, steer, cargo, clean, export; ``--json`` for scripts and agents."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .agent import command as agent_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
+from .events import Event, LogLine, Notice
 from .options import OPTIONS, add_arguments, apply
 
 if TYPE_CHECKING:
@@ -73,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     steer.add_argument(
         "text", nargs="+", help="The message, e.g. 'also accept --upper' (quote it; words are joined by spaces)."
     )
+    cargo = sub.add_parser(
+        "cargo",
+        parents=[common],
+        help="Run cargo in a tool's workspace, in the sandbox its builds run in (e.g. `flakebot cargo NAME test`).",
+    )
+    cargo.add_argument("name", help="The tool whose workspace cargo works on.")
+    cargo.add_argument("args", nargs=argparse.REMAINDER, help="cargo's subcommand and its arguments.")
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
     stop.add_argument("--all", action="store_true", help="Stop every running tool.")
@@ -148,6 +156,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
         print(json.dumps(tools.tool_json(tool, settings), indent=2) if args.json else tool.usage())
         return 0
+    if args.command == "cargo":
+        from .workspace_cargo import run_cargo
+
+        return run_cargo(settings, args.name, args.args, observers=[_print_cargo])
     _print(_answer(args, settings), as_json=args.json)
     return 0
 
@@ -179,6 +191,14 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
 
         return export_replit(settings, args.name, Path(args.replit))
     raise AssertionError(args.command)
+
+
+def _print_cargo(event: Event) -> None:
+    """cargo's lines as cargo printed them (stdout to stdout), and flakebot's notes on stderr."""
+    if isinstance(event, LogLine):
+        print(event.line, file=sys.stdout if event.stream == "stdout" else sys.stderr, flush=True)
+    elif isinstance(event, Notice):
+        print(f"flakebot: {event.message}", file=sys.stderr, flush=True)
 
 
 def _print(answer: Answer, *, as_json: bool) -> None:

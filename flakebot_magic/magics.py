@@ -18,7 +18,7 @@ from . import errors, tools
 from .background import start_build
 from .cleanup import clean
 from .config import Settings
-from .events import Observer
+from .events import LogLine, Notice, Observer
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
@@ -71,7 +71,7 @@ _USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
   %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
-  %%flakebot rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]"""
+  %%flakebot rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all]"""
 
 
 @magics_class
@@ -179,11 +179,14 @@ class FlakebotMagics(_OptionTraits):
             %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
             %flakebot rebuild NAME      fork and build NAME again from its crate
             %flakebot steer NAME TEXT   a message for NAME's running edit session (the model reads it next)
+            %flakebot cargo NAME ARGS   cargo in NAME's workspace, in the sandbox its builds run in
             %flakebot search QUERY      ranked crate candidates
             %flakebot clean [--all]     remove unused workspaces and store entries
         """
         if cell is None and line.split(None, 1)[:1] == ["steer"]:
             return self._steer(line)  # the text is the rest of the line, as written: no option parsing
+        if cell is None and line.split(None, 1)[:1] == ["cargo"]:
+            return self._cargo(line)  # cargo's own options (--release, -- --nocapture) are not ours to parse
         args = parse_argstring(self.flakebot, line)
         if cell is None:
             return self._line(args)
@@ -335,7 +338,7 @@ class FlakebotMagics(_OptionTraits):
         if not args.command:
             raise UsageError(
                 "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
-                "rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]; "
+                "rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all]; "
                 "or %%flakebot as a cell magic (see %%flakebot?)."
             )
         command, rest = args.command[0], args.command[1:]
@@ -375,6 +378,31 @@ class FlakebotMagics(_OptionTraits):
             raise UsageError(str(exc)) from None
         print(answer.text)
 
+    def _cargo(self, line: str) -> None:
+        """``cargo NAME ARGS``: cargo in the tool's workspace, sandboxed; its output as it comes."""
+        from .workspace_cargo import USAGE, run_cargo  # the sandbox and cargo load only when used
+
+        try:
+            words = shlex.split(line)[1:]
+        except ValueError as exc:
+            raise UsageError(f"Usage: %{USAGE.removeprefix('flakebot ')} ({exc}).") from None
+        if not words:
+            raise UsageError(f"Usage: %{USAGE.removeprefix('flakebot ')}.")
+
+        def show(event: Any) -> None:
+            if isinstance(event, LogLine):
+                print(event.line, file=sys.stdout if event.stream == "stdout" else sys.stderr, flush=True)
+            elif isinstance(event, Notice):
+                print(f"flakebot: {event.message}", file=sys.stderr, flush=True)
+
+        settings = self._settings(parse_argstring(self.flakebot, ""))
+        try:
+            status = run_cargo(settings, words[0], words[1:], observers=[show])
+        except errors.FlakebotError as exc:
+            raise UsageError(str(exc)) from None
+        if status:
+            print(f"flakebot: cargo exited with status {status}", file=sys.stderr)
+
     def _load(self, settings: Settings, names: list[str], *, everything: bool) -> None:
         """``load NAME`` / ``load --all``: tools built earlier into the kernel's namespace, without rebuilding."""
         assert self.shell is not None
@@ -411,7 +439,7 @@ class FlakebotMagics(_OptionTraits):
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
             raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, search or clean."
+                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, cargo, search or clean."
             )
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")

@@ -45,13 +45,12 @@ from .git import Git
 from .inventory import Inventory, ToolRecord
 from .locks import tool_lock
 from .model import HOW_TO_CONFIGURE
-from .policy import Baseline
-from .policy import enforce as enforce_policy
+from .policy import Baseline, TreePolicy
 from .process import CancelToken, ProcessRunner
 from .registry.base import CrateCandidate, Registry
 from .registry.directory import read_manifest
 from .request import BuildRequest
-from .sandbox import Sandbox, SandboxedCargo
+from .sandbox import Sandbox
 from .stages import search as search_stage
 from .stages.accept import Example, run_examples, split_request
 from .stages.build import BUILD_FLAGS
@@ -256,11 +255,8 @@ class Pipeline:
         workspace = run.forked()  # a candidate that started from another crate may have won
         try:
             # the build policy on the tree on disk, before either backend builds it (policy.py)
-            enforce_policy(
-                workspace.path,
-                allow_build_scripts=settings.allow_build_scripts,
-                baseline=Baseline.from_git(Git(workspace.path, self.runner)),
-            )
+            run.policy = TreePolicy(settings.allow_build_scripts, Baseline.from_git(Git(workspace.path, self.runner)))
+            run.policy.enforce(workspace.path)
             run.main_program = _main_binary(
                 workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False
             )
@@ -421,7 +417,7 @@ class Pipeline:
         self.bus.notice("build", f"cargo runs in a sandbox: {sandbox.describe()}")
         if sandbox.notice:
             self.bus.notice("build", sandbox.notice, "warning")
-        return SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
+        return cargo.confined_to(sandbox)
 
     def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
         """Run the edit session when a model is configured (:func:`~flakebot_magic.editing.edit_session`)."""

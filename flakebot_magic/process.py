@@ -10,7 +10,12 @@ of them
 * is read in bounded chunks: a line without end is never held whole, what is
   kept per stream is capped, and past the cap a visible note says so;
 * sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
-  variables pass by name, never because they "do not look like a secret".
+  variables pass by name, never because they "do not look like a secret";
+* is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
+  rustdoc, rustup, clippy) unless it comes wrapped by the sandbox, as a
+  :class:`SandboxedCommand`: those programs run what a crate says (its build
+  scripts, its ``.cargo/config.toml``, its ``rust-toolchain.toml``), so no
+  other command line for them is accepted.
 
 :func:`kill_tree` is the one process-tree kill; :func:`process_started_at`
 tells a process from a later one that reused its PID.
@@ -35,10 +40,12 @@ from pathlib import Path
 from .errors import Cancelled, ConfigError, StageTimeout
 
 __all__ = [
+    "TOOLCHAIN_PROGRAMS",
     "CancelToken",
     "Completed",
     "LinkedToken",
     "ProcessRunner",
+    "SandboxedCommand",
     "alive",
     "allowed_env",
     "kill_tree",
@@ -132,6 +139,28 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     if extra:
         env.update(extra)
     return env
+
+
+#: programs that run what a crate ships or says: they run only inside the sandbox
+TOOLCHAIN_PROGRAMS = frozenset(
+    {"cargo", "rustc", "rustdoc", "rustup", "cargo-clippy", "clippy-driver", "cargo-fmt", "rustfmt"}
+)
+
+
+class SandboxedCommand(list[str]):
+    """A command line made by the sandbox (``flakebot_magic.sandbox.Sandbox.command``), and only there.
+
+    :meth:`ProcessRunner.run` refuses any other command line that names a
+    :data:`TOOLCHAIN_PROGRAMS` program.
+    """
+
+
+def _toolchain_program(argv: Sequence[str]) -> str:
+    """The first word of ``argv`` that names a Rust toolchain program, or ""."""
+    for word in argv:
+        if os.path.basename(word) in TOOLCHAIN_PROGRAMS:
+            return word
+    return ""
 
 
 class CancelToken:
@@ -483,6 +512,12 @@ class ProcessRunner:
         them, and it does so (and releases its locks) on SIGINT.
         """
         argv = [os.fspath(a) for a in args]
+        program = _toolchain_program(argv)
+        if program and not isinstance(args, SandboxedCommand):
+            raise ValueError(
+                f"refusing to run {program!r} outside the sandbox: Rust toolchain programs run only as "
+                "flakebot_magic.sandbox.Sandbox.command makes them"
+            )
         shown = _short(list(label) if label is not None else argv)
         if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
             raise ConfigError(

@@ -33,8 +33,6 @@ FOUNDATION = {
     "locks",
     "git",
     "sandbox",
-    "sandbox_host",
-    "sandbox_limits",
     "policy",
     "provenance",
     "edit_summary",
@@ -54,7 +52,7 @@ LAYERS = {
     1: FOUNDATION,
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
-    4: {"pipeline", "editing", "background", "tools", "cleanup", "export"},
+    4: {"pipeline", "editing", "background", "tools", "cleanup", "export", "workspace_cargo"},
     5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "progress", "agent"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
+from flakebot_magic.cargo import Cargo
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_works
+from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
 
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
@@ -107,7 +108,7 @@ def test_output_past_the_limit_stops_the_command(workspace: Path, tmp_path: Path
     noisy.chmod(0o755)
     registry = DirectoryRegistry(write_registry(tmp_path / "registry", []), tmp_path / "index")
     sandbox = Sandbox(workspace, limits=Limits(output_bytes=200_000))
-    cargo = SandboxedCargo(registry, ProcessRunner(), sandbox, executable=str(noisy))
+    cargo = Cargo(registry, ProcessRunner(), sandbox, executable=str(noisy))
     lines: list[str] = []
     done = cargo.run("test", cwd=workspace, timeout=60, on_line=lambda stream, line: lines.append(line))
     assert done.returncode == -9
@@ -138,7 +139,7 @@ def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp
     root = write_registry(tmp_path / "registry", [crate("escaper", files=files)])
     registry = DirectoryRegistry(root, tmp_path / "index")
     workspace = root / "escaper-0.1.0"
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode != 0
     assert "Read-only file system" in done.stderr

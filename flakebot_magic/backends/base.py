@@ -33,6 +33,7 @@ from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..git import Git
 from ..model import ModelConfig
+from ..policy import TreePolicy
 from ..process import ProcessRunner
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
@@ -140,6 +141,9 @@ class RunState:
     race: Any = None
     #: crates the search found close to the chosen one (with ``--candidates``, some candidates start from them)
     alternatives: list[CrateCandidate] = field(default_factory=list)
+    #: the tree policy the workspace passed before its build (the published commit is its baseline);
+    #: cargo's downloads run only right after it passes again
+    policy: TreePolicy | None = None
 
     @property
     def follow_up(self) -> bool:
@@ -156,6 +160,12 @@ class RunState:
         if self.workspace is None:
             raise RuntimeError("the run has no workspace yet")
         return self.workspace
+
+    def checked(self) -> TreePolicy:
+        """The tree policy the build is held to (set by the pipeline before any backend builds)."""
+        if self.policy is None:
+            raise RuntimeError("the run's tree was not checked yet")
+        return self.policy
 
 
 @dataclass

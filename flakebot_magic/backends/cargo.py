@@ -45,6 +45,7 @@ class CargoBackend(Backend):
                 workspace.path,
                 cargo,
                 bus,
+                policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
             )

@@ -329,6 +329,7 @@ class NixBackend(Backend):
                 workspace.path,
                 cargo,
                 bus,
+                policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
                 release=release,

@@ -1,8 +1,14 @@
 """Stage 2: the crate's published source becomes a git workspace, made buildable offline.
 
+The published source is imported as data (:mod:`flakebot_magic.stages.source`):
+a crate's ``.git``, ``.cargo/``, ``rust-toolchain*``, ``.gitattributes`` and
+``.gitmodules`` never enter the workspace, and the first commit holds exactly
+the files on disk. The lock file is settled by cargo in the sandbox's fetch
+profile, after the tree policy has passed the imported tree.
+
 History of a workspace::
 
-    published   "Published source of NAME VERSION" (checksum in the message)
+    published   "Published source of NAME VERSION" (checksum, files not imported)
     └── flakebot
           "Drop dev-dependencies the registry cannot satisfy"   (when needed)
           "Regenerate Cargo.lock ..." / "Add Cargo.lock ..."    (when needed)
@@ -20,7 +26,9 @@ one in place, is :mod:`flakebot_magic.stages.workspace`'s.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +38,10 @@ from ..cargo import Cargo
 from ..errors import ForkError
 from ..events import EventBus
 from ..git import Git
+from ..policy import Baseline, TreePolicy
 from ..process import ProcessRunner
-from ..registry.base import CrateCandidate, Registry, ResolvesLocally
+from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
+from .source import Imported, import_source
 from .workspace import (
     FORK_FORMAT,
     NEXT_DIR,
@@ -106,20 +116,27 @@ def fork(
         replaces, path = path, next_path(workspaces_dir, name)
         bus.notice("fork", f"forking into {path}; {replaces} stays as it is until the build succeeds")
     path.mkdir(parents=True)
-    fetched = registry.fetch(candidate, path)
+    fetched, imported = _import(candidate, registry, path)
     for note in fetched.notes:
         bus.notice("fork", note)
     git = Git(path, runner)
     git.init("published")
-    published = git.commit(
+    if not imported.files:
+        raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
+    message = (
         f"Published source of {candidate.name} {candidate.version}\n\n"
         f"Registry: {candidate.registry}\n"
-        f"Checksum ({fetched.checksum_kind}): {fetched.checksum}\n",
-        all_files=True,
-        force=True,
+        f"Checksum ({fetched.checksum_kind}): {fetched.checksum}\n"
     )
-    if published is None:
-        raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
+    if imported.dropped:
+        message += f"\nNot imported (flakebot never takes these from a crate):\n{imported.describe()}\n"
+        bus.notice(
+            "fork",
+            f"not imported from {candidate.id}: "
+            + "; ".join(f"{p} ({why})" for p, why in sorted(imported.dropped.items())),
+            "warning",
+        )
+    published = git.commit_files(message, imported.files)
     git("tag", "published")
     git("checkout", "-q", "-b", "flakebot")
     workspace = Workspace(
@@ -132,9 +149,20 @@ def fork(
     )
     if registry.offline and isinstance(registry, ResolvesLocally):
         _make_satisfiable(workspace, registry, git, bus)
-    _settle_lockfile(workspace, registry, git, bus, cargo, timeout)
+    # what the registry published is the baseline: its own build script or proc macro passes, nothing else
+    _settle_lockfile(workspace, registry, git, bus, cargo, timeout, TreePolicy(baseline=Baseline.from_git(git)))
     workspace.save()
     return workspace
+
+
+def _import(candidate: CrateCandidate, registry: Registry, path: Path) -> tuple[FetchedSource, Imported]:
+    """Unpack ``candidate`` beside ``path`` and import it into ``path`` as data (the unpacked copy goes)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.published-", dir=path.parent))
+    try:
+        fetched = registry.fetch(candidate, staging)
+        return fetched, import_source(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 # -- dependencies the registry cannot satisfy -------------------------------
@@ -411,7 +439,13 @@ def _read_lock(path: Path) -> dict[str, Any]:
 
 
 def _settle_lockfile(
-    workspace: Workspace, registry: Registry, git: Git, bus: EventBus, cargo: Cargo, timeout: float
+    workspace: Workspace,
+    registry: Registry,
+    git: Git,
+    bus: EventBus,
+    cargo: Cargo,
+    timeout: float,
+    policy: TreePolicy,
 ) -> None:
     lock = workspace.path / "Cargo.lock"
 
@@ -419,7 +453,8 @@ def _settle_lockfile(
         bus.log("fork", line, "stderr" if stream == "stderr" else "stdout")
 
     def run(subcommand: str, *args: str) -> None:
-        done = cargo.run(subcommand, *args, cwd=workspace.path, timeout=timeout, on_line=log)
+        # in the sandbox's fetch profile, once the policy has passed the tree (Cargo.resolve)
+        done = cargo.resolve(subcommand, *args, cwd=workspace.path, policy=policy, timeout=timeout, on_line=log)
         if done.returncode != 0:
             raise ForkError(
                 f"`cargo {subcommand}` could not resolve the dependencies of {workspace.crate.id} "

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 STATE_FILE = "flakebot.json"
-FORK_FORMAT = 1  # bump when fix-ups change, so old workspaces are re-forked
+FORK_FORMAT = 2  # bump when fix-ups or the import change, so old workspaces are re-forked
 #: under the workspaces dir: builds that replace a tool's workspace, and workspaces they replaced
 NEXT_DIR, OLD_DIR = ".next", ".old"
 

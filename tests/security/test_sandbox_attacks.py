@@ -1,4 +1,4 @@
-"""Hostile crates under SandboxedCargo: no secret, no network, no socket, no git hook, no write outside, bounded resources.
+"""Hostile crates under the sandboxed Cargo: no secret, no network, no socket, no git hook, no write outside, bounded resources.
 
 Each crate's build script or test attacks, and reports what it got on stdout
 (``cargo:warning=`` lines reach cargo's stderr): if an attack worked, a
@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, processes_in, write_registry
 
+from flakebot_magic.cargo import Cargo
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_works
+from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
 
 pytestmark = [
     pytest.mark.cargo,
@@ -129,7 +130,7 @@ def test_a_hostile_build_script_reaches_no_secret_socket_network_or_git(
     registry, workspace = _hostile(tmp_path, "attacker", build_rs)
     head = _git(workspace, "rev-parse", "HEAD")
     git_config = (workspace / ".git" / "config").read_text()
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     output = done.stdout + done.stderr
     assert done.returncode == 0, done.stderr
@@ -174,7 +175,7 @@ def test_a_rust_toolchain_file_does_not_switch_toolchains(tmp_path: Path) -> Non
     )
     files = {"rust-toolchain.toml": '[toolchain]\nchannel = "nightly-2019-01-01"\n'}
     registry, workspace = _hostile(tmp_path, "pinner", build_rs, files)
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == 0, done.stderr  # no attempt to install the pinned toolchain
     assert "nightly-2019" not in done.stderr
@@ -200,7 +201,7 @@ fn main() {
 
 def test_a_fork_bomb_stops_at_the_process_limit(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "forker", FORK_BOMB_RS)
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(processes=200)))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(processes=200)))
     started = time.monotonic()
     done = cargo.run("build", cwd=workspace, timeout=300)
     line = next(line for line in done.stderr.splitlines() if "FORKED" in line)
@@ -229,13 +230,13 @@ fn main() {
 def test_filling_the_disk_stops_the_build(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "filler", FILL_RS)
     sandbox = Sandbox(workspace, limits=Limits(disk_bytes=300 * 1024**2))
-    cargo = SandboxedCargo(registry, ProcessRunner(), sandbox)
+    cargo = Cargo(registry, ProcessRunner(), sandbox)
     started = time.monotonic()
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == -9
     assert "grew past" in done.stderr
     assert time.monotonic() - started < 60
-    assert sandbox.disk_usage() < 3000 * 1024**2
+    assert sandbox.disk_usage().bytes < 3000 * 1024**2
     assert _git(workspace, "log", "--oneline").count("\n") == 1
 
 
@@ -254,7 +255,7 @@ def test_300_mb_without_a_newline_is_cut_at_the_output_limit(tmp_path: Path) -> 
     import resource
 
     registry, workspace = _hostile(tmp_path, "printer", "fn main() {}\n", {"tests/print.rs": PRINT_RS})
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(output_bytes=8 * 1024**2)))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(output_bytes=8 * 1024**2)))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     done = cargo.run("test", "--", "--nocapture", cwd=workspace, timeout=300)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
@@ -273,7 +274,7 @@ fn leaves_a_grandchild_holding_the_pipe() {
 
 def test_a_setsid_grandchild_dies_with_the_sandbox(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "lingerer", "fn main() {}\n", {"tests/linger.rs": SETSID_RS})
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     cargo.run("test", "--no-run", cwd=workspace, timeout=300)  # compile first: the timing is the test's alone
     started = time.monotonic()
     done = cargo.run("test", cwd=workspace, timeout=30)
