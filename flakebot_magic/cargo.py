@@ -24,11 +24,12 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import Cancelled, ConfigError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_regular
 from .policy import TreePolicy
 from .process import Completed, LineCallback, LinkedToken, ProcessRunner
 from .registry.base import Registry
@@ -38,6 +39,7 @@ from .sandbox.limits import MiB
 
 __all__ = ["MANIFEST_SUBCOMMANDS", "Cargo", "find_cargo"]
 
+_HOME_LOCK = threading.Lock()
 #: what may live in a CARGO_HOME besides flakebot's config.toml; anything else (credentials) is removed
 _CARGO_HOME_KEEP = frozenset({"registry", "git", ".package-cache", ".package-cache-mutate", ".global-cache"})
 #: cargo's subcommands that take ``--manifest-path`` (so they run from ``/``, reading no workspace configuration)
@@ -155,18 +157,24 @@ class Cargo:
     def _cargo_home(self, sandbox: Sandbox) -> Path:
         """The sandbox's CARGO_HOME, holding flakebot's config.toml and nothing else cargo reads as configuration."""
         home = sandbox.cargo_home
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for entry in home.iterdir():
-            if entry.name != "config.toml" and (entry.name not in _CARGO_HOME_KEEP or entry.is_symlink()):
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
         config = (
             "# Written by flakebot before every cargo command; nothing in a sandbox can write it.\n"
             '[term]\ncolor = "never"\nprogress.when = "never"\n\n' + self.registry.cargo_config()
-        )
-        atomic_write(home / "config.toml", config, mode=0o600, root=home)
+        ).encode()
+        with _HOME_LOCK:  # the build and the tests of one check start at once, candidates share a home
+            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for entry in home.iterdir():
+                if entry.name != "config.toml" and (entry.name not in _CARGO_HOME_KEEP or entry.is_symlink()):
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink(missing_ok=True)
+            try:
+                current, _ = read_regular(home / "config.toml", len(config) + 1)
+            except OSError:
+                current = b""
+            if current != config:
+                atomic_write(home / "config.toml", config, mode=0o600, root=home)
         return home
 
     def _argv(self, subcommand: str, workspace: Path, args: Iterable[str], profile: Profile) -> list[str]:

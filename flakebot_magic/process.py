@@ -26,7 +26,6 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -37,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .environment import allowed_env, scrubbed_env
 from .errors import Cancelled, ConfigError, StageTimeout
 
 __all__ = [
@@ -61,85 +61,6 @@ MAX_LINE = 64 * 1024
 #: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
 DRAIN_GRACE = 1.0
 _CHUNK = 64 * 1024
-
-# The environment rule: a child sees only variables named here (and what flakebot passes
-# explicitly). A denylist lets through whatever secret nobody thought of (SECRET_KEY,
-# DATABASE_URL, PGPASSWORD, AZURE_OPENAI_KEY, SSH_AUTH_SOCK ...); an allowlist cannot.
-_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
-_ALLOWED_PREFIXES = ("LC_",)
-# What flakebot's own trusted helpers (git, nix, cargo outside the sandbox, nothing the model
-# wrote) also need: where the user's home, toolchain and CA certificates are. Paths, not secrets.
-_HOST = frozenset(
-    {
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "NIX_SSL_CERT_FILE",
-        "CURL_CA_BUNDLE",
-        "GIT_SSL_CAINFO",
-        "XDG_CACHE_HOME",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "XDG_STATE_HOME",
-        "NIX_PATH",
-        "NIX_REMOTE",
-        "NIX_CONF_DIR",
-        "NIX_USER_CONF_FILES",
-        "NIX_STORE_DIR",
-        "NIX_STATE_DIR",
-    }
-)
-# belt and braces: even an allowlisted name is dropped when it reads like a secret
-_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
-
-
-def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
-    if _SECRET.search(name):
-        return False
-    return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
-
-
-def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
-    """The environment for code flakebot does not trust: allowlisted variables only.
-
-    Passes ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``, ``TERM``,
-    ``NO_COLOR``, ``RUST_BACKTRACE`` and ``SOURCE_DATE_EPOCH`` from the current
-    environment; nothing else (no API keys, ``SECRET_KEY``, ``DATABASE_URL``,
-    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, not even ``HOME``). ``home`` sets
-    ``HOME``; ``extra`` is added last, unfiltered: it is what flakebot or the
-    user passes on purpose (``CARGO_*``, ``RUSTUP_*``, a tool's ``env=``).
-
-    >>> env = allowed_env({"CARGO_TERM_COLOR": "never"}, home="/tmp/empty-home")
-    >>> env["HOME"], "OPENAI_API_KEY" in env
-    ('/tmp/empty-home', False)
-    """
-    env = {k: v for k, v in os.environ.items() if _allowed(k)}
-    if home is not None:
-        env["HOME"] = home
-    if extra:
-        env.update(extra)
-    return env
-
-
-def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for flakebot's own helpers (git, nix, cargo outside the sandbox).
-
-    The :func:`allowed_env` rule, plus what those helpers need to find the
-    user's home, toolchain, nix and CA certificates (``HOME``, ``USER``,
-    ``CARGO_HOME``, ``RUSTUP_HOME``, ``RUSTUP_TOOLCHAIN``, ``SSL_CERT_FILE``,
-    ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
-    ``extra`` is added last, unfiltered.
-    """
-    env = {k: v for k, v in os.environ.items() if _allowed(k, _HOST)}
-    if extra:
-        env.update(extra)
-    return env
-
 
 #: programs that run what a crate ships or says: they run only inside the sandbox
 TOOLCHAIN_PROGRAMS = frozenset(

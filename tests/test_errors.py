@@ -161,7 +161,7 @@ def test_a_test_failure_keeps_the_workspace(settings: Settings) -> None:
     assert error.failed == ["tests::breaks_on_purpose"]
     message = str(error)
     assert "Failing: tests::breaks_on_purpose" in message
-    assert "Run `cargo test` in the workspace" in message
+    assert "`flakebot cargo failingtest test`" in message  # in the sandbox, never unconfined
     assert f"The workspace is kept at {workspace}" in message
     assert _statuses(recorder)["test"] == "failed"
 

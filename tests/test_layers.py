@@ -43,6 +43,7 @@ FOUNDATION = {
     "request",
     "diagnostics",
     "cargo",
+    "environment",
     "usage",
     "steering",
     # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
