@@ -8,6 +8,9 @@ that nothing landed outside, and that the workspace's history is intact.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import socket
 import subprocess
 import time
@@ -282,3 +285,91 @@ def test_a_setsid_grandchild_dies_with_the_sandbox(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     # the grandchild was in the sandbox's pid namespace, which died with it: no "sleep 100" has the workspace as cwd
     assert processes_in(workspace) == []
+
+
+KEYRING_RS = r"""
+extern "C" {
+    fn syscall(number: i64, ...) -> i64;
+}
+fn outcome(result: i64) -> String {
+    if result >= 0 { format!("GOT {}", result) } else { format!("blocked: {}", std::io::Error::last_os_error()) }
+}
+fn main() {
+    let mut buf = [0u8; 256];
+    // KEYCTL_READ of the key the test put in the session keyring, by its serial
+    let read = unsafe { syscall(250, 11i64, SERIAL as i64, buf.as_mut_ptr(), buf.len()) };
+    let text = String::from_utf8_lossy(&buf[..read.max(0) as usize]).to_string();
+    println!("cargo:warning=KEY read {} {}", outcome(read), text);
+    // KEYCTL_SEARCH the session keyring by description
+    let found = unsafe { syscall(250, 10i64, -3i64, b"user\0".as_ptr(), b"DESCRIPTION\0".as_ptr(), 0i64) };
+    println!("cargo:warning=KEY search {}", outcome(found));
+    // add_key into the user keyring: something to leave behind
+    let added = unsafe { syscall(248, b"user\0".as_ptr(), b"planted-DESCRIPTION\0".as_ptr(), b"x".as_ptr(), 1i64, -4i64) };
+    println!("cargo:warning=KEY add {}", outcome(added));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let seccomp = status.lines().find(|l| l.starts_with("Seccomp:")).unwrap_or("").to_string();
+    println!("cargo:warning=KEY status {}", seccomp.replace('\t', " "));
+    // a child the build script starts is filtered as well
+    let child = std::process::Command::new("/bin/sh").args(["-c", "grep ^Seccomp: /proc/self/status"]).output();
+    let child = child.map(|o| String::from_utf8_lossy(&o.stdout).replace('\t', " ").trim().to_string());
+    println!("cargo:warning=KEY child {}", child.unwrap_or_default());
+}
+"""
+
+
+def _keyctl(*args: object) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(*args))
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the syscall numbers are x86_64's")
+def test_a_build_script_can_neither_read_nor_add_keys_of_the_session_keyring(tmp_path: Path) -> None:
+    description = f"flakebot-canary-{uuid.uuid4().hex}"
+    secret = uuid.uuid4().hex
+    serial = _keyctl(248, b"user", description.encode(), secret.encode(), len(secret), -3)  # add_key to @s
+    if serial < 0:
+        pytest.skip(f"the kernel keyring is not reachable here either ({os.strerror(ctypes.get_errno())})")
+    try:
+        build_rs = KEYRING_RS.replace("SERIAL", str(serial)).replace("DESCRIPTION", description)
+        registry, workspace = _hostile(tmp_path, "keyreader", build_rs)
+        done = Cargo(registry, ProcessRunner(), Sandbox(workspace)).run("build", cwd=workspace, timeout=300)
+        assert done.returncode == 0, done.stderr  # cargo, rustc and the build script run under the filter
+        report = {
+            line.split("KEY ", 1)[1].split(" ", 1)[0]: line.split("KEY ", 1)[1]
+            for line in done.stderr.splitlines()
+            if "KEY " in line
+        }
+        assert report["read"].startswith("read blocked: Operation not permitted"), report
+        assert report["search"].startswith("search blocked: Operation not permitted"), report
+        assert report["add"].startswith("add blocked: Operation not permitted"), report
+        assert report["status"].endswith("Seccomp: 2") and report["child"].endswith("Seccomp: 2"), report
+        assert secret not in done.stdout + done.stderr
+        # nothing was added: the user keyring has no planted key
+        assert _keyctl(250, 10, -4, b"user", f"planted-{description}".encode(), 0) < 0  # KEYCTL_SEARCH
+        assert _git(workspace, "log", "--oneline").count("\n") == 1
+    finally:
+        _keyctl(250, 3, serial)  # KEYCTL_REVOKE
+
+
+MANY_FILES_RS = r"""
+fn main() {
+    let out = std::env::var("OUT_DIR").unwrap();
+    for i in 0..150_000 {
+        if std::fs::File::create(format!("{}/f{}", out, i)).is_err() { break; }
+    }
+    println!("cargo:warning=CREATED ALL 150000");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+"""
+
+
+def test_150_000_empty_files_stop_the_build(tmp_path: Path) -> None:
+    registry, workspace = _hostile(tmp_path, "inodes", MANY_FILES_RS)
+    sandbox = Sandbox(workspace)  # the default limits: 100,000 files
+    started = time.monotonic()
+    done = Cargo(registry, ProcessRunner(), sandbox).run("build", cwd=workspace, timeout=300)
+    assert done.returncode == -9 and "files" in done.stderr.splitlines()[-1], done.stderr[-500:]
+    assert "CREATED ALL" not in done.stderr
+    assert sandbox.disk_usage().files < 150_000
+    assert time.monotonic() - started < 60
+    assert _git(workspace, "log", "--oneline").count("\n") == 1  # nothing lost

@@ -12,9 +12,9 @@ import pytest
 from tinycrates import crate, write_registry
 
 from flakebot_magic.cargo import Cargo
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.process import ProcessRunner, SandboxedCommand
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
+from flakebot_magic.sandbox import FETCH, Limits, Sandbox, bubblewrap_works
 
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
@@ -149,3 +149,41 @@ def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (workspace / "target" / "debug" / "escaper").is_file()
+
+
+def test_the_runner_refuses_a_toolchain_command_the_sandbox_did_not_make(workspace: Path) -> None:
+    for argv in (["cargo", "build"], ["/root/.cargo/bin/rustc", "-vV"], ["nice", "-n", "5", "rustup", "show"]):
+        with pytest.raises(ValueError, match="outside the sandbox"):
+            ProcessRunner().run(argv, cwd=workspace)
+    made = Sandbox(workspace, isolate=False).command(["cargo", "--version"])
+    assert isinstance(made, SandboxedCommand)
+
+
+@needs_bwrap
+def test_the_fetch_profile_has_the_network_and_cargo_home_but_not_the_workspace(
+    workspace: Path, tmp_path: Path, listener: int
+) -> None:
+    home = tmp_path / "cargo-home"
+    home.mkdir()
+    (workspace / "Cargo.lock").write_text("")
+    sandbox = Sandbox(workspace, read_only=PYTHON, cargo_home=home)
+    probe = (
+        "import socket, pathlib\n"
+        f"socket.create_connection(('127.0.0.1', {listener}), timeout=3); print('connected')\n"
+        f"pathlib.Path('{home}/registry').mkdir(); print('cargo home written')\n"
+        f"pathlib.Path('{workspace}/Cargo.lock').write_text('lock'); print('lock written')\n"
+        f"pathlib.Path('{workspace}/src.rs').write_text('x')\n"
+    )
+    command = sandbox.command([sys.executable, "-c", probe], FETCH, writable_files=[workspace / "Cargo.lock"])
+    done = ProcessRunner().run(command, cwd=workspace, env=sandbox.env(profile=FETCH), timeout=60)
+    assert done.stdout.split("\n")[:3] == ["connected", "cargo home written", "lock written"]
+    assert done.returncode != 0 and "Read-only file system" in done.stderr
+    assert not (workspace / "src.rs").exists() and (workspace / "Cargo.lock").read_text() == "lock"
+    # the build profile: the workspace writable, CARGO_HOME not, no network
+    probe = (
+        f"import pathlib; pathlib.Path('{workspace}/src.rs').write_text('x'); print('workspace written')\n"
+        f"pathlib.Path('{home}/config.toml').write_text('[build]')\n"
+    )
+    code, out, err = _run(sandbox, [sys.executable, "-c", probe])
+    assert out.strip() == "workspace written" and code != 0 and "Read-only file system" in err
+    assert not (home / "config.toml").exists()
