@@ -38,6 +38,12 @@ What is measured (targets from the issues):
   /nix/store); and the warm re-run (cache hit) with the nix backend, target
   <= 0.5 s.
 
+* the sandbox's cost per cargo command (issue 19, ``benchmarks/bench_sandbox.py``):
+  ``cargo --version``, ``cargo metadata --no-deps`` and a no-op ``cargo build``
+  plain and wrapped, side by side, in the build profile and the fetch profile
+  (and without the seccomp filter), p50; and ``Cargo.run`` end to end
+  (``make bench BENCH_ARGS=--only-sandbox`` measures only these);
+
 * the tool clients (issue 5), each against its floor in the same run: a
   CLI call (``md("# Hi")``) vs a raw ``subprocess.run`` of the same binary,
   p50 ratio, target <= 1.1; an MCP call round trip (``calc.add``, the
@@ -68,6 +74,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
+from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
 
 from flakebot_magic.cargo import find_cargo  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
@@ -661,6 +668,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
     rows += candidate_rows(results)
+    rows += sandbox_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
@@ -717,7 +725,20 @@ def main() -> int:
     parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
     parser.add_argument("--no-candidates", action="store_true", help="skip the speculative-candidates rows")
     parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
+    parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
+    parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     args = parser.parse_args()
+    if args.only_sandbox:
+        found = {"sandbox": sandbox_bench(args.registry)}
+        print(
+            "\n".join(
+                ["| measurement | result | target |", "|---|---|---|"]
+                + [f"| {a} | {b} | {c} |" for a, b, c in sandbox_rows(found)]
+            )
+        )
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=2, default=str))
+        return 0
     if args.only_candidates:
         found = {"candidates": candidates_bench(args.registry)}
         print(
@@ -807,6 +828,9 @@ def main() -> int:
     if not args.no_candidates and not args.only_nix and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: speculative candidates, 3 vs 1 (scripted sessions on sha2, real cargo) ...", file=sys.stderr)
         results["candidates"] = candidates_bench(args.registry)
+    if not args.no_sandbox and not args.only_nix:
+        print("benchmark: the sandbox's cost per cargo command ...", file=sys.stderr)
+        results["sandbox"] = sandbox_bench(args.registry)
     if not args.no_clients and not args.only_nix:
         print("benchmark: tool clients (CLI, MCP, HTTP) ...", file=sys.stderr)
         results["clients"] = clients_bench(args.registry)

@@ -175,6 +175,18 @@ def test_an_error_exits_1_with_the_message_on_stderr(
     assert "Traceback" not in err
 
 
+def test_cargo_for_no_such_tool_or_subcommand_says_what_to_do(
+    capsys: pytest.CaptureFixture[str], cache: Path
+) -> None:
+    code, out, err = _run(capsys, "cargo", "ghost", "test")
+    assert (code, out) == (1, "") and "There is no workspace for a tool named 'ghost'" in err
+    code, _, err = _run(capsys, "cargo", "ghost", "install", "ripgrep")
+    assert code == 1 and "`cargo install` is not one flakebot runs in a workspace" in err
+    code, _, err = _run(capsys, "cargo", "ghost")
+    assert code == 1 and "Usage: flakebot cargo NAME SUBCOMMAND" in err
+    assert "Traceback" not in err
+
+
 def test_an_error_with_json_is_also_json_on_stdout(
     capsys: pytest.CaptureFixture[str], registry: str, cache: Path
 ) -> None:

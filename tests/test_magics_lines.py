@@ -70,7 +70,9 @@ def test_build_then_manage_it(ip: InteractiveShell, capsys: pytest.CaptureFixtur
     assert ip.user_ns["te"] is rebuilt.result
 
 
-@pytest.mark.parametrize("line", ["show", "logs", "show a b", "rebuild", "frobnicate"])
+@pytest.mark.parametrize(
+    "line", ["show", "logs", "show a b", "rebuild", "frobnicate", "cargo", "cargo ghost test", "cargo 'unclosed"]
+)
 def test_line_mistakes_are_usage_errors(ip: InteractiveShell, line: str) -> None:
     with pytest.raises(UsageError):
         ip.run_line_magic("flakebot", line)
