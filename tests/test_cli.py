@@ -175,9 +175,7 @@ def test_an_error_exits_1_with_the_message_on_stderr(
     assert "Traceback" not in err
 
 
-def test_cargo_for_no_such_tool_or_subcommand_says_what_to_do(
-    capsys: pytest.CaptureFixture[str], cache: Path
-) -> None:
+def test_cargo_for_no_such_tool_or_subcommand_says_what_to_do(capsys: pytest.CaptureFixture[str], cache: Path) -> None:
     code, out, err = _run(capsys, "cargo", "ghost", "test")
     assert (code, out) == (1, "") and "There is no workspace for a tool named 'ghost'" in err
     code, _, err = _run(capsys, "cargo", "ghost", "install", "ripgrep")
