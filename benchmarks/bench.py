@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -676,6 +677,14 @@ def table(results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def _search_row(search: dict[str, object]) -> tuple[str, str, str]:
+    return (
+        f"search, warm index over {search['crates']} crates (p50 / p95)",
+        f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
+        "<= 10 ms",
+    )
+
+
 def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
     cold, warm_, search, imp = results["cold"], results["warm"], results["search"], results["import"]
     rows = [
@@ -690,11 +699,7 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
             f"{warm_['in_process_p50_s'] * 1000:.0f} ms",
             "<= 0.5 s",
         ),
-        (
-            f"search, warm index over {search['crates']} crates (p50 / p95)",
-            f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
-            "<= 10 ms",
-        ),
+        _search_row(search),
         ("index build, whole registry (once per registry change)", f"{search['index_build_s']:.2f} s", "-"),
         (
             "`python -c 'import flakebot_magic'` (p50; python alone)",
@@ -728,80 +733,30 @@ def main() -> int:
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
     parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     args = parser.parse_args()
-    if args.only_sandbox:
-        found = {"sandbox": sandbox_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in sandbox_rows(found)]
+    only: list[tuple[bool, Any, Any]] = [
+        (args.only_sandbox, lambda: {"sandbox": sandbox_bench(args.registry)}, sandbox_rows),
+        (args.only_candidates, lambda: {"candidates": candidates_bench(args.registry)}, candidate_rows),
+        (args.only_agent, lambda: {"agent": agent_bench(args.registry)}, _agent_rows),
+        (
+            args.only_search,
+            lambda: {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)},
+            lambda found: [_search_row(found["search"]), *_accuracy_rows(found)],
+        ),
+        (args.only_clients, lambda: {"clients": clients_bench(args.registry)}, _client_rows),
+        (args.only_edit, lambda: {"edit": edit_loop_overhead(args.registry)}, _edit_rows),
+    ]
+    for wanted, measure, rows in only:
+        if wanted:
+            found = measure()
+            print(
+                "\n".join(
+                    ["| measurement | result | target |", "|---|---|---|"]
+                    + [f"| {a} | {b} | {c} |" for a, b, c in rows(found)]
+                )
             )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
-    if args.only_candidates:
-        found = {"candidates": candidates_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in candidate_rows(found)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
-    if args.only_agent:
-        agent = {"agent": agent_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _agent_rows(agent)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(agent, indent=2, default=str))
-        return 0
-    if args.only_search:
-        found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
-        search = found["search"]
-        rows = [
-            (
-                f"search, warm index over {search['crates']} crates (p50 / p95)",
-                f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
-                "<= 10 ms",
-            ),
-            *_accuracy_rows(found),
-        ]
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
-    if args.only_clients:
-        clients = {"clients": clients_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(clients, indent=2, default=str))
-        return 0
-    if args.only_edit:
-        edit = {"edit": edit_loop_overhead(args.registry)}
-        rows = _edit_rows(edit)
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(edit, indent=2, default=str))
-        return 0
+            if args.json:
+                args.json.write_text(json.dumps(found, indent=2, default=str))
+            return 0
     if not (Path(args.registry) / "pulldown-cmark-0.9.2").is_dir():
         print("the offline registry is missing: run `make install` first", file=sys.stderr)
         return 1
