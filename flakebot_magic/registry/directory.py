@@ -526,15 +526,6 @@ class DirectoryRegistry:
             f'[source.flakebot-offline]\ndirectory = "{self.path}"\n'
         )
 
-    def cargo_config_args(self) -> list[str]:
-        """The same configuration as ``--config`` arguments, so nothing is written to the workspace."""
-        return [
-            "--config",
-            'source.crates-io.replace-with="flakebot-offline"',
-            "--config",
-            f'source.flakebot-offline.directory="{self.path}"',
-        ]
-
 
 def _with_score(candidate: CrateCandidate, score: float, parts: dict[str, float]) -> CrateCandidate:
     from dataclasses import replace

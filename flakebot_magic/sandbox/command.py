@@ -35,10 +35,21 @@ from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_
 from .limits import DiskUsage, GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
 from .seccomp import SeccompFilter, seccomp_filter
 
-__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "Profile", "Sandbox"]
+__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "Profile", "Sandbox"]
 
 #: the file descriptor bubblewrap reads the seccomp filter from
 _SECCOMP_FD = 3
+#: what a command with the network (the fetch profile) also gets of the kernel's environment: the way out
+PROXY_VARIABLES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+)
 
 
 @dataclass(frozen=True)
@@ -219,10 +230,12 @@ class Sandbox:
 
     def env(self, extra: Mapping[str, str] | None = None, profile: Profile = BUILD) -> dict[str, str]:
         """The allowlisted environment (:func:`allowed_env`) plus ``extra``; in :data:`BUILD`, temporary files
-        in the workspace's target dir."""
+        in the workspace's target dir; with the network, the user's proxy settings (:data:`PROXY_VARIABLES`)."""
         if not self.isolated:
             Path(self.home).mkdir(mode=0o700, parents=True, exist_ok=True)
         env = allowed_env(home=self.home)
+        if profile.network:  # the user's proxy, for cargo's downloads (no crate code runs with the network)
+            env.update({k: v for k, v in os.environ.items() if k in PROXY_VARIABLES})
         if profile.workspace:
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
             env["TMPDIR"] = str(self.tmp_dir)

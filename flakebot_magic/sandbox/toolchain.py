@@ -2,7 +2,7 @@
 
 cargo is found on ``PATH`` (or in rustup's ``~/.cargo/bin``); what it runs
 with (the sysroot, rustup's home, the toolchain's name, ``rustc -vV``) is
-asked of ``rustc`` itself, in the sandbox, in an empty directory: no
+asked of ``rustc`` itself, in the sandbox, from ``/``: no
 ``rust-toolchain.toml`` can answer, and the toolchain's programs never run
 outside. From then on every command pins ``RUSTUP_TOOLCHAIN`` to that name,
 so a toolchain file a crate ships (even one naming a ``path``) chooses nothing.
@@ -119,9 +119,10 @@ class _Probe:
 
     def ask(self, argv: list[str], env: dict[str, str]) -> str:
         program = shutil.which(argv[0], path=env["PATH"]) or argv[0]
-        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd=self.scratch)
+        # from "/": no directory a toolchain file could be planted in (the sandbox's own root, or the host's)
+        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd="/")
         try:
-            done = ProcessRunner().run(command, cwd=self.scratch, env=self.sandbox.env(env), timeout=120)
+            done = ProcessRunner().run(command, cwd=Path("/"), env=self.sandbox.env(env), timeout=120)
         finally:
             self.sandbox.release()
         answer = done.stdout.strip()

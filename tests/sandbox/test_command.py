@@ -187,3 +187,13 @@ def test_the_fetch_profile_has_the_network_and_cargo_home_but_not_the_workspace(
     code, out, err = _run(sandbox, [sys.executable, "-c", probe])
     assert out.strip() == "workspace written" and code != 0 and "Read-only file system" in err
     assert not (home / "config.toml").exists()
+
+
+def test_only_the_fetch_profile_gets_the_users_proxy(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("no_proxy", "localhost")
+    sandbox = Sandbox(workspace)
+    fetch, build = sandbox.env(profile=FETCH), sandbox.env()
+    assert fetch["HTTPS_PROXY"] == "http://proxy.example:3128" and fetch["no_proxy"] == "localhost"
+    assert "HTTPS_PROXY" not in build and "no_proxy" not in build
+    assert "TMPDIR" not in fetch  # the workspace is read-only there
