@@ -47,6 +47,7 @@ FOUNDATION = {
     "cargo",
     "usage",
     "steering",
+    "untrusted",
     # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
     "registry.base",
 }

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
+from ..untrusted import safe_text
+
 __all__ = [
     "Param",
     "annotation_of",
@@ -410,7 +412,7 @@ def docstring_of(summary: str, params: list[Param], returns: str, raises: str, e
     lines += ["Returns", "-------", returns, "", "Raises", "------", raises]
     if example:
         lines += ["", "Examples", "--------", f">>> {example}  # doctest: +SKIP"]
-    return "\n".join(lines)
+    return safe_text("\n".join(lines))  # the tool's own words are in it; help() and ``?`` print it
 
 
 def make_function(

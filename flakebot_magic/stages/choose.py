@@ -20,6 +20,7 @@ from ..errors import NeedsModelError
 from ..events import EventBus
 from ..model import HOW_TO_CONFIGURE, ModelConfig
 from ..registry.base import CrateCandidate, Registry
+from ..untrusted import safe_text
 from . import search as search_stage
 
 __all__ = ["CHOICES", "CLOSE_SHARE", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
@@ -155,7 +156,7 @@ def _readme_start(root: Path) -> str:
                 for line in text.splitlines()
                 if line.strip() and not line.lstrip().startswith(("[!", "![", "[", "<", "#", "```"))
             ]
-            return " ".join(" ".join(lines).split())[:README_CHARS]
+            return safe_text(" ".join(" ".join(lines).split()))[:README_CHARS]
     return ""
 
 

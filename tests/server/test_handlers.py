@@ -236,7 +236,8 @@ def test_proxy_forwards_to_the_tool_without_jupyters_credentials(server: Jupyter
         response = client.get("/flakebot/proxy/web/hello/there", params={"x": "1"}, headers={"X-Mine": "yes"})
         posted = client.post("/flakebot/proxy/web/submit", content=b"payload")
         root = client.get("/flakebot/proxy/web")
-    assert response.status_code == 200 and response.headers["x-tool"] == "echo"
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    assert "x-tool" not in response.headers  # not on the allowlist (tests/security/test_proxy_hostile_tool.py)
     # a tool sets no cookies on Jupyter's origin
     assert not any("tool=1" in c for c in response.headers.get_list("set-cookie"))
     echoed = response.json()
