@@ -38,7 +38,7 @@ from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, read
 from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from .schema import sentence
 
-__all__ = ["PLAIN_ENV", "CliTool", "strip_ansi"]
+__all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
 
 #: what a tool is started with so that it writes plain text (a call's ``env=`` may override it)
 PLAIN_ENV = {"NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"}
@@ -123,7 +123,7 @@ class CliTool(ToolClient):
     def spec(self) -> CliSpec:
         """The options and arguments parsed from :attr:`help`."""
         if self._spec is None:
-            self._spec = parse_help(self.help)
+            self._spec = parse_help(self.help, CALL_KEYWORDS)
         return self._spec
 
     @property
@@ -520,6 +520,16 @@ class CliTool(ToolClient):
         for line in self.summary().splitlines():
             printer.break_()
             printer.text(line)
+
+
+#: the names a call itself takes (``self``, ``args``, ``input``, ``timeout``, ``env``, ``raw``), read off
+#: :meth:`CliTool.__call__`: an option of the tool's with one of these names gets another keyword
+#: (``--raw`` is ``raw_``; :func:`~.schema.python_name`), so a keyword added to the call is reserved too
+CALL_KEYWORDS = frozenset(
+    name
+    for name, parameter in inspect.signature(CliTool.__call__).parameters.items()
+    if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+)
 
 
 def _is_path(text: str) -> bool:
