@@ -285,8 +285,8 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             f"built before, whose log follows. The failed attempt's log: {failed}"
         )
     path = Path(record.log_path) if record.log_path else log_path(settings, name)
-    try:
-        text = path.read_text()
+    try:  # the log file may be older than the rule, or written by another process: made safe as it is read
+        text = safe_text(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         text = ""
     if text:
@@ -305,8 +305,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
         else:
             parts.append(f"== {name}'s process output is kept by the interpreter that started it")
-    # the log file may be older than the rule, or written by another process: made safe as it is read
-    return safe_text("\n".join(parts))
+    return safe_text("\n".join(parts))  # a tool process's output too
 
 
 def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
