@@ -51,7 +51,7 @@ def strip_ansi(text: str) -> str:
 
     Examples
     --------
-    >>> strip_ansi("\x1b[38;5;242m00000000\x1b[0m ok")
+    >>> strip_ansi("\\x1b[38;5;242m00000000\\x1b[0m ok")
     '00000000 ok'
     """
     return strip_sequences(text)

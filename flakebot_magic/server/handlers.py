@@ -107,7 +107,7 @@ def forwarded_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     several lines becomes one, a single-valued one keeps its first line.
 
     >>> forwarded_headers([("Content-Type", "text/html"), ("Refresh", "0; url=http://evil.example/"),
-    ...     ("Vary", "Accept"), ("vary", "Origin"), ("Set-Cookie", "a=1"), ("ETag", '"x\x1b"')])
+    ...     ("Vary", "Accept"), ("vary", "Origin"), ("Set-Cookie", "a=1"), ("ETag", '"x\\x1b"')])
     [('Content-Type', 'text/html'), ('Vary', 'Accept, Origin')]
     """
     kept: dict[str, tuple[str, str]] = {}
