@@ -394,27 +394,25 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
+def _scripted(kind: type[Any], name: str, body: str, tmp_path: Path, **extra: Any) -> Any:
+    """A client of ``kind`` whose binary is the Python script ``body``."""
+    store = tmp_path / name
+    return kind(
+        name=name,
+        binary=_script(store / name, body),
+        crate=name,
+        version="1",
+        source_hash="0",
+        store_path=store,
+        contract=ToolContract(kind=kind.kind, bin=name),
+        **extra,
+    )
+
+
 def test_mcp_and_http_tools_show_no_control_characters(world: World, tmp_path: Path) -> None:
     settings = world.settings
-    mcp = McpTool(
-        name="hostmcp",
-        binary=_script(tmp_path / "mcp" / "hostmcp", _MCP),
-        crate="hostmcp",
-        version="1",
-        source_hash="0",
-        store_path=tmp_path / "mcp",
-        contract=ToolContract(kind="mcp", bin="hostmcp"),
-        provenance={"description": marked("MCPPROV")},
-    )
-    http = HttpTool(
-        name="hosthttp",
-        binary=_script(tmp_path / "http" / "hosthttp", _HTTP),
-        crate="hosthttp",
-        version="1",
-        source_hash="0",
-        store_path=tmp_path / "http",
-        contract=ToolContract(kind="http", bin="hosthttp"),
-    )
+    mcp = _scripted(McpTool, "hostmcp", _MCP, tmp_path, provenance={"description": marked("MCPPROV")})
+    http = _scripted(HttpTool, "hosthttp", _HTTP, tmp_path)
     inventory = Inventory(settings.tools_dir)
     for tool in (mcp, http):
         inventory.save(
