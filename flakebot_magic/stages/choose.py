@@ -101,7 +101,8 @@ def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choi
         ]
         return Choice(fit.chosen, "fitness", fit.reason, others)
     listing = "\n".join(
-        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {safe_line(c.description)[:70]}" for c in fit.candidates[:8]
+        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {safe_line(c.description)[:70]}"
+        for c in fit.candidates[:8]
     )
     best = fit.candidates[0] if fit.candidates else None
     what = "a library without a binary" if best is None or not search_stage.tools_of(best) else "no fit"
