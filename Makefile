@@ -24,7 +24,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test,lint]'
+	@$(PY) -m pip install --quiet -e '.[test,lint,eval]'
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 

@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, export; ``--json`` for scripts and agents."""
+"""The ``flakebot`` command: build, search, list, show, steer, clean, export, eval; ``--json`` for scripts and agents."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .agent import command as agent_command
+from .eval import command as eval_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
 from .options import OPTIONS, add_arguments, apply
@@ -100,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
     agent_command.add_arguments(mcp)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
+    )
+    eval_command.add_arguments(evaluate)
     return parser
 
 
@@ -132,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "eval":  # its attempts each build in a cache of their own, under --out
+        return eval_command.run(args)
     settings = _settings(args)
     if args.command == "mcp":
         return agent_command.run(args, settings)
