@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .agent import command as agent_command
-from .eval import command as eval_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
+from .eval import command as eval_command
 from .options import OPTIONS, add_arguments, apply
 
 if TYPE_CHECKING:

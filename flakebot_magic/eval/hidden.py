@@ -58,6 +58,8 @@ def run_pytest(
             ENV_REPORT: str(report),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONPATH": str(_PACKAGE_ROOT),
+            # only this plugin: the environment's other pytest plugins are not the task's, and cost seconds to load
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
     )
     argv = [

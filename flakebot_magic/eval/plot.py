@@ -56,7 +56,9 @@ def _matplotlib() -> Any:
             "The eval's plot needs matplotlib, which is not installed. Install it with "
             "`pip install 'flakebot-magic[eval]'` (or `pip install matplotlib`)."
         ) from None
-    matplotlib.rcParams["svg.hashsalt"] = "flakebot-eval"  # the same figure gives the same SVG
+    # the same figure gives the same SVG, and its words stay text (searchable, selectable, small)
+    matplotlib.rcParams["svg.hashsalt"] = "flakebot-eval"
+    matplotlib.rcParams["svg.fonttype"] = "none"
     return Figure
 
 
@@ -64,7 +66,8 @@ def pass_rate_vs_cost(data: Mapping[str, Any]) -> PassCostPlot:
     """One point per model: pass@1 against USD per task (tokens per task when a model has no price)."""
     figure_class = _matplotlib()
     models = list(data.get("models", []))
-    priced = bool(models) and all(m["summary"].get("cost_usd") is not None for m in models)
+    # a replay costs nothing anyone paid: its tokens are what it shows
+    priced = not data.get("replay") and bool(models) and all(m["summary"].get("cost_usd") is not None for m in models)
     figure = figure_class(figsize=(6.4, 4.2), layout="constrained")
     axes = figure.subplots()
     for model in models:

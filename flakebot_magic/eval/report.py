@@ -275,10 +275,10 @@ class TerminalProgress:
         self.done += 1
         self.passed += int(result.passed)
         who = "replay" if result.replay else result.model
-        hidden = f"{result.hidden.passed}/{result.hidden.total} hidden" if result.hidden else (result.failure or "")
+        hidden = f"{result.hidden.passed}/{result.hidden.total} hidden, " if result.hidden else ""
         verdict = "passed" if result.passed else f"FAILED ({result.failure})"
         line = safe(
-            f"{result.task} · {who} · try {result.attempt}: {verdict}, {hidden}, {result.seconds:.1f}s"
+            f"{result.task} · {who} · try {result.attempt}: {verdict}, {hidden}{result.seconds:.1f}s"
             + (" (finished before)" if resumed else ""),
             160,
         )

@@ -193,16 +193,19 @@ def summarize(
         by_task.setdefault(result.task, []).append(result)
     for results in by_task.values():
         results.sort(key=lambda r: r.attempt)
-    complete = all(len(results) >= attempts_per_task for results in by_task.values())
+
+    def done(results: list[AttemptResult]) -> bool:  # with feedback, a task that passed gets no more tries
+        return len(results) >= attempts_per_task or (feedback and any(r.passed for r in results))
+
+    complete = all(done(results) for results in by_task.values())
     pass_at: dict[str, float | None] = {}
     for k in range(1, attempts_per_task + 1):
         scores = []
         for results in by_task.values():
-            if len(results) < k:
-                continue
             if feedback:  # sequential tries: solved within k
-                scores.append(1.0 if any(r.passed for r in results[:k]) else 0.0)
-            else:
+                if len(results) >= k or done(results):
+                    scores.append(1.0 if any(r.passed for r in results[:k]) else 0.0)
+            elif len(results) >= k:
                 scores.append(pass_at_k(len(results), sum(r.passed for r in results), k))
         pass_at[str(k)] = round(sum(scores) / len(scores), 6) if scores else None
     passing = [r for r in attempts if r.passed]

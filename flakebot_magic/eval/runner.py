@@ -11,7 +11,8 @@ models run side by side, task after task.
 ``--feedback``: attempt ``i+1`` of a task whose attempt ``i`` deployed a tool
 that failed its hidden checks continues that tool (a ``--continue`` session
 on its workspace) with the failures as its instructions, as aider's second
-try does; without it every attempt is independent. ``--resume``: attempts
+try does, and a task that passed gets no further attempt; without it every
+attempt is independent. ``--resume``: attempts
 with a record are not run again; one that was interrupted continues its edit
 session from its journal when it can (a replay starts it over: its script
 starts over too).
@@ -315,6 +316,8 @@ class Eval:
             if recorded is not None:
                 report(recorded, True)
                 previous = recorded
+                if self.plan.feedback and recorded.passed:
+                    return
                 continue
             try:
                 result = self._attempt(model, task, attempt, previous)
@@ -334,6 +337,8 @@ class Eval:
             self.store.write(result)
             report(result, False)
             previous = result
+            if self.plan.feedback and result.passed:  # solved within this many tries: the rest are not needed
+                return
 
     def _attempt(self, model: str, task: Task, attempt: int, previous: AttemptResult | None) -> AttemptResult:
         started = time.monotonic()
