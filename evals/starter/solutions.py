@@ -138,7 +138,9 @@ SOLUTIONS["sha256"] = [
         call(
             "write_file",
             path="src/bin/sha256.rs",
-            content=SHA256_HEAD + "\nfn hex_digest(data: &[u8]) -> String {\n    Sha256::digest(data)\n}\n" + SHA256_MAIN,
+            content=SHA256_HEAD
+            + "\nfn hex_digest(data: &[u8]) -> String {\n    Sha256::digest(data)\n}\n"
+            + SHA256_MAIN,
         ),
         call("run_checks"),
         content="sha2 is a library; I add src/bin/sha256.rs and the tool contract.",
@@ -195,7 +197,9 @@ SOLUTIONS["crc32"] = solution(
 )
 SOLUTIONS["adler32"] = solution(
     "adler32",
-    digest_tool("adler32", "Adler-32 checksum (as zlib computes it)", "", 'format!("{:08x}", adler::adler32_slice(&input))'),
+    digest_tool(
+        "adler32", "Adler-32 checksum (as zlib computes it)", "", 'format!("{:08x}", adler::adler32_slice(&input))'
+    ),
 )
 
 SOLUTIONS["fnv1a"] = solution(
@@ -292,7 +296,12 @@ SOLUTIONS["b64"] = [
             search='#![cfg_attr(feature = "cargo-clippy", allow(clippy::cast_lossless))]\n',
             replace="#![allow(clippy::cast_lossless)]\n",
         ),
-        call("replace_in_file", path="src/lib.rs", search="    variant_size_differences,\n    warnings\n)]", replace="    variant_size_differences\n)]"),
+        call(
+            "replace_in_file",
+            path="src/lib.rs",
+            search="    variant_size_differences,\n    warnings\n)]",
+            replace="    variant_size_differences\n)]",
+        ),
         call("run_checks"),
         content="The library denies all warnings, and this rustc warns about its cfg: I relax both.",
     ),
@@ -958,12 +967,18 @@ SOLUTIONS["hsize"] = [
         content="humansize formats sizes; a binary reads them from standard input.",
     ),
     reply(
-        call("replace_in_file", path="src/bin/hsize.rs", search="use humansize::", replace="extern crate humansize;\n\nuse humansize::"),
+        call(
+            "replace_in_file",
+            path="src/bin/hsize.rs",
+            search="use humansize::",
+            replace="extern crate humansize;\n\nuse humansize::",
+        ),
         call("run_checks"),
         content="The crate is edition 2015: the binary needs `extern crate humansize;`.",
     ),
     reply(call("finish", summary="hsize: human-friendly sizes, decimal or binary")),
 ]
+
 
 def write(only: list[str] | None = None) -> list[Path]:
     """Write each task's solution.json; return the paths written."""

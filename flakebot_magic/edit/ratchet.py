@@ -99,9 +99,9 @@ def ratchet_violations(protected: list[TestFunction], now: list[TestFunction]) -
     have = Counter(t.name for t in now)
     wanted = Counter(t.name for t in protected)
     problems = [f"deleted test `{name}`" for name, count in sorted(wanted.items()) if have[name] < count]
-    for verb, flagged in (("emptied", lambda t: t.empty), ("put #[ignore] on", lambda t: t.ignored)):
-        before = Counter(t.name for t in protected if flagged(t))
-        after = [t for t in now if flagged(t) and t.name in wanted]
+    for verb, flag in (("emptied", "empty"), ("put #[ignore] on", "ignored")):
+        before = Counter(t.name for t in protected if getattr(t, flag))
+        after = [t for t in now if getattr(t, flag) and t.name in wanted]
         for name, count in sorted(Counter(t.name for t in after).items()):
             if count > before[name]:
                 where = next(t.file for t in after if t.name == name)

@@ -8,10 +8,10 @@ import pytest
 import flakebot_magic
 
 DATA = (
-    'name,city,notes\n'
+    "name,city,notes\n"
     'Ada,London,"mathematician, writer"\n'
     'Grace,"New York","said ""it\'s easier to ask forgiveness"""\n'
-    'Linus,Helsinki,\n'
+    "Linus,Helsinki,\n"
 )
 
 

@@ -1,6 +1,5 @@
 """Hidden checks of hsize: sizes compared with the formatting rule written out in Python."""
 
-
 DECIMAL = ["B", "KB", "MB", "GB", "TB", "PB", "EB"]
 BINARY = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
 
