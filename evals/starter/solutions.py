@@ -980,14 +980,19 @@ SOLUTIONS["hsize"] = [
 ]
 
 
+def text(task: str) -> str:
+    """The solution.json of ``task``, as written."""
+    return json.dumps({"responses": SOLUTIONS[task]}, indent=1) + "\n"
+
+
 def write(only: list[str] | None = None) -> list[Path]:
     """Write each task's solution.json; return the paths written."""
     written = []
-    for task, replies in SOLUTIONS.items():
+    for task in SOLUTIONS:
         if only and task not in only:
             continue
         path = SUITE / task / "solution.json"
-        path.write_text(json.dumps({"responses": replies}, indent=1) + "\n", encoding="utf-8")
+        path.write_text(text(task), encoding="utf-8")
         written.append(path)
     return written
 

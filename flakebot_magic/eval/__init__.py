@@ -131,11 +131,15 @@ def run(
     if refused:
         raise UsageError(f"An eval sets {', '.join(refused)} itself for each attempt; drop it from the options.")
     settings = apply(Settings(), given)  # unknown options and bad values fail here, before anything runs
-    models = _models(models, replay=replay, feedback=feedback, default=settings.model)
     if (suite is None) == (polyglot is None):
         raise UsageError("Give a suite directory, or --polyglot PATH (an aider polyglot-benchmark rust/ directory).")
     if attempts < 1 or jobs < 1 or (timeout is not None and timeout <= 0):
         raise UsageError("--attempts and --jobs must be at least 1, and --timeout a positive number of seconds.")
+    models = _models(models, replay=replay, feedback=feedback, default=settings.model)
+    for name in models:  # an endpoint or a key that is wrong fails here, once, not in every attempt
+        endpoint = apply(Settings(), {**given, "model": name}).model_config()
+        if endpoint is not None:
+            endpoint.api_key()
     source = Path(str(polyglot if polyglot is not None else suite)).expanduser()
     target = Path(out).expanduser() if out is not None else default_out(source, replay=replay)
     loaded = polyglot_suite(source, target / "polyglot") if polyglot is not None else load_suite(source)

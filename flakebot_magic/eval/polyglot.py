@@ -142,8 +142,10 @@ def _files(exercise: Path, listed: Any, *, default: list[Path]) -> list[Path]:
     found = []
     for entry in listed:
         path = (exercise / str(entry)).resolve()
-        if not path.is_relative_to(exercise.resolve()) or not path.is_file() or (exercise / str(entry)).is_symlink():
+        if not path.is_relative_to(exercise.resolve()) or (exercise / str(entry)).is_symlink():
             raise _Bad(f".meta/config.json names {entry!r}, which is not a file inside the exercise")
+        if not path.is_file():
+            raise _Bad(f".meta/config.json names {entry!r}, which is missing")
         found.append(path)
     return found
 

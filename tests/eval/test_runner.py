@@ -106,30 +106,6 @@ def _by_task(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{a['task']}/{a['model']}/{a['attempt']}": a for a in data["attempts"]}
 
 
-def test_wrong_solutions_fail_their_hidden_tests_and_the_ratchet_stops_deleted_or_ignored_tests(
-    registry: DirectoryRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    suite = _suite(tmp_path / "suite", {"good": GOOD, "wrong": WRONG, "ignores": IGNORES, "deletes": DELETES})
-    code, data, err = _eval(
-        [str(suite), "--replay", "--registry", str(registry.path), "--out", str(tmp_path / "out"), "-j", "2"], capsys
-    )
-    assert code == 1, err  # a replay in which a task fails: the suite and the harness disagree
-    found = _by_task(data)
-    good, wrong = found["good/replay/1"], found["wrong/replay/1"]
-    assert good["passed"] and good["hidden"] == {"passed": 2, "total": 2, "output": "", "error": ""}
-    assert good["proof"]["commit"] and good["proof"]["store_hash"] and good["iterations"] >= 1
-    # deployed (green), but the tool is wrong: the hidden tests say so, k of n
-    assert wrong["green"] and not wrong["passed"] and wrong["failure"] == "hidden-tests-failed"
-    assert wrong["hidden"]["passed"] == 1 and wrong["hidden"]["total"] == 2
-    assert "test_lower_case_hex" in wrong["hidden"]["output"]
-    for name in ("ignores", "deletes"):
-        cheat = found[f"{name}/replay/1"]
-        assert not cheat["passed"] and not cheat["green"] and cheat["failure"] == "ratchet", cheat["message"]
-        assert cheat["reverts"] and "ratchet reverted" in cheat["message"]
-    assert data["replay"] is True and data["models"][0]["summary"]["pass_at_1"] == 0.25
-    assert "REPLAY" in err
-
-
 CHILD = """
 import sys
 from flakebot_magic import cli
@@ -151,29 +127,47 @@ def _kill(child: subprocess.Popen[bytes], until: Any, what: str) -> None:
         child.wait(30)
 
 
-def test_a_replay_killed_mid_task_resumes_without_running_finished_tasks_again(
+def test_wrong_solutions_fail_cheats_are_stopped_by_the_ratchet_and_a_killed_replay_resumes(
     registry: DirectoryRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    slow = [{**r, "delay": 1.5} for r in GOOD]
-    suite = _suite(tmp_path / "suite", {"a-first": GOOD, "b-second": slow})
+    slow = [{**r, "delay": 1.5} for r in GOOD]  # still running when the others are done and the eval is killed
+    suite = _suite(tmp_path / "suite", {"a-good": slow, "b-wrong": WRONG, "c-ignores": IGNORES, "d-deletes": DELETES})
     out = tmp_path / "out"
-    args = [str(suite), "--replay", "--registry", str(registry.path), "--out", str(out)]
-    first = out / "records" / "replay" / "a-first" / "attempt-1.json"
-    journals = out / "work" / "replay" / "b-second" / "attempt-1" / "cache" / "journals" / "hexer"
-    _kill(_child(args), lambda: first.is_file() and journals.is_dir() and any(journals.iterdir()), "b-second's session")
-    recorded = first.read_bytes()
-    assert not (out / "records" / "replay" / "b-second").exists()
-    # the same command without --resume refuses to mix two evals
+    args = [str(suite), "--replay", "--registry", str(registry.path), "--out", str(out), "--jobs", "2"]
+    records = out / "records" / "replay"
+
+    def midway() -> bool:
+        done = {p.parent.name for p in records.glob("*/attempt-1.json")} if records.is_dir() else set()
+        return bool(done) and "a-good" not in done
+
+    _kill(_child(args), midway, "a task finished while a-good still runs")
+    finished = {p.parent.name: p.read_bytes() for p in records.glob("*/attempt-1.json")}
+    assert finished and "a-good" not in finished
+    # the same command without --resume refuses to mix two evals; a resumed eval must be the same eval
     code, _, err = _eval(args, capsys)
     assert code == 1 and "--resume" in err
-    code, data, err = _eval([*args, "--resume"], capsys)
-    assert code == 0, err
-    assert first.read_bytes() == recorded  # finished before: not run again
-    assert data["complete"] and all(a["passed"] for a in data["attempts"]) and len(data["attempts"]) == 2
-    assert "(1 finished before)" in err
-    # a resumed eval must be the same eval
     code, _, err = _eval([*args, "--resume", "--attempts", "2"], capsys)
     assert code == 1 and "attempts: 1 then, 2 now" in err
+    code, data, err = _eval([*args, "--resume"], capsys)
+    assert code == 1, err  # a replay in which a task fails: the suite and the harness disagree
+    assert f"({len(finished)} finished before)" in err and data["complete"]
+    for task, recorded in finished.items():
+        assert (records / task / "attempt-1.json").read_bytes() == recorded  # finished: not run again
+    found = _by_task(data)
+    good, wrong = found["a-good/replay/1"], found["b-wrong/replay/1"]
+    assert good["passed"]  # interrupted, then run again from the start: a replay's script starts over too
+    assert good["hidden"] == {"passed": 2, "total": 2, "output": "", "error": ""}
+    assert good["proof"]["commit"] and good["proof"]["store_hash"] and good["iterations"] >= 1
+    # deployed (green), but the tool is wrong: the hidden tests say so, k of n
+    assert wrong["green"] and not wrong["passed"] and wrong["failure"] == "hidden-tests-failed"
+    assert wrong["hidden"]["passed"] == 1 and wrong["hidden"]["total"] == 2
+    assert "test_lower_case_hex" in wrong["hidden"]["output"]
+    for name in ("c-ignores", "d-deletes"):
+        cheat = found[f"{name}/replay/1"]
+        assert not cheat["passed"] and not cheat["green"] and cheat["failure"] == "ratchet", cheat["message"]
+        assert cheat["reverts"] and "ratchet reverted" in cheat["message"]
+    assert data["replay"] is True and data["models"][0]["summary"]["pass_at_1"] == 0.25
+    assert "REPLAY" in err
 
 
 def test_a_models_session_killed_mid_task_continues_from_its_journal(
