@@ -24,6 +24,7 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +182,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, not n={n}, c={c}, k={k}")
     if n - c < k:
         return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))  # exact, rounded once
 
 
 def summarize(
