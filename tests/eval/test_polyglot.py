@@ -185,7 +185,20 @@ def test_exercises_run_through_the_edit_loop_and_their_rust_tests_judge_them(
     before = sorted(p.as_posix() for p in checkout.rglob("*"))
     with FakeOpenAIServer(script) as server:
         code = cli.main(
-            ["eval", "--polyglot", str(checkout), "--model", "scripted", "--base-url", server.base_url, "--registry", str(registry.path), "--out", str(tmp_path / "out"), "--json"]
+            [
+                "eval",
+                "--polyglot",
+                str(checkout),
+                "--model",
+                "scripted",
+                "--base-url",
+                server.base_url,
+                "--registry",
+                str(registry.path),
+                "--out",
+                str(tmp_path / "out"),
+                "--json",
+            ]
         )
         requests = server.requests
     out, err = capsys.readouterr()
