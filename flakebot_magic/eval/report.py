@@ -292,3 +292,8 @@ class TerminalProgress:
     def ended(self) -> None:
         if self.tty:
             self._write("\n")
+        if self.done < self.total:
+            self._write(
+                f"flakebot eval: {self.total - self.done} attempt(s) not needed: with --feedback a task that "
+                "passed gets no more tries\n"
+            )

@@ -147,3 +147,12 @@ def test_without_matplotlib_the_plot_says_how_to_install_it(tmp_path: Path) -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'flakebot-magic[eval]'" in out
+
+
+def test_attempts_a_feedback_eval_did_not_need_are_said_so() -> None:
+    stream = io.StringIO()
+    progress = TerminalProgress(stream)
+    progress.started(4, 0, [])
+    progress.finished(AttemptResult("t", "m", 1, False, True, True, HiddenResult(1, 1)), resumed=False)
+    progress.ended()
+    assert "3 attempt(s) not needed" in stream.getvalue()

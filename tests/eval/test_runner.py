@@ -241,3 +241,16 @@ def test_models_side_by_side_with_feedback_prices_and_hidden_tests_never_shown(
         files = [p for p in workspace.rglob("*") if p.is_file() and ".git" not in p.parts and "target" not in p.parts]
         assert files and all(MARKER not in p.read_text(errors="replace") for p in files)
         assert not any(p.name == "test_hidden.py" for p in files)
+
+
+def test_a_task_past_its_time_limit_is_stopped_and_counted_as_a_timeout(
+    registry: DirectoryRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = _suite(tmp_path / "suite", {"hexer": [{**r, "delay": 20} for r in GOOD]})
+    (suite / "hexer" / "task.toml").write_text(TASK + "timeout = 4\n")
+    out = tmp_path / "out"
+    code, data, err = _eval([str(suite), "--replay", "--registry", str(registry.path), "--out", str(out)], capsys)
+    assert code == 1, err
+    (attempt,) = data["attempts"]
+    assert attempt["failure"] == "timeout" and not attempt["passed"]
+    assert attempt["seconds"] < 15  # stopped at its limit, not after the model's 20 s
