@@ -16,6 +16,7 @@ One job per module:
 ``task``           the task format (``task.toml``, ``test_hidden.py``, ``solution.json``)
 ``polyglot``       aider's polyglot Rust exercises as tasks
 ``runner``         each attempt built through the pipeline in its own cache, then checked
+``outcome``        what one attempt's build says: reverts, the failure class, the proof
 ``hidden``         the hidden checks: pytest against the tool, or Rust tests on a copy
 ``pytest_plugin``  the hidden tests' fixture ``tool``
 ``replay``         ``--replay``: solution scripts served by the fake server (not a model)

@@ -34,29 +34,14 @@ from typing import Any, Protocol
 from ..background import start_build
 from ..config import Settings
 from ..edit.journal import spent
-from ..errors import (
-    BudgetExhausted,
-    BuildError,
-    Cancelled,
-    DeployError,
-    EditError,
-    FlakebotError,
-    FlakeError,
-    ForkError,
-    ModelError,
-    NeedsModelError,
-    PolicyError,
-    SearchError,
-    StageTimeout,
-    UsageError,
-)
-from ..events import Event, IterationResult, ModelUsage
+from ..errors import Cancelled, UsageError
 from ..options import apply
 from ..process import CancelToken, ProcessRunner
 from ..registry.base import Registry
 from ..request import BuildRequest
 from ..usage import Usage, cost_usd
 from .hidden import run_cargo_tests, run_pytest
+from .outcome import Meter, TimedOut, classify, failure_message, feedback_request, proof_of, usage_fields
 from .replay import REPLAY_MODEL_NAME, replay_server
 from .results import REPLAY_MODEL, AttemptResult, HiddenResult, ResultStore, cut, document
 from .task import Suite, Task
@@ -128,57 +113,6 @@ class EvalPlan:
 
 class _Interrupted(Exception):
     """The eval was stopped: the attempt is not recorded (``--resume`` runs it again)."""
-
-
-class _TimedOut(Exception):
-    """The task's time limit passed."""
-
-
-class _Meter:
-    """An observer of one build: its check runs, the ratchet's reverts, the architect's tokens."""
-
-    def __init__(self) -> None:
-        self.iterations = 0
-        self.reverts: list[str] = []
-        self.architect = Usage()
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, IterationResult):
-            self.iterations = max(self.iterations, event.iteration)
-            if event.reverted:
-                self.reverts.append(event.reason)
-        elif isinstance(event, ModelUsage) and event.final and event.role == "architect":
-            self.architect = self.architect + Usage(
-                event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.calls
-            )
-
-    @property
-    def ratchet_reverts(self) -> list[str]:
-        return [r for r in self.reverts if not r.startswith("the build policy refuses")]
-
-
-def classify(exc: BaseException, meter: _Meter) -> str:
-    """The failure class (:data:`~.results.FAILURES`) of a build that raised ``exc``."""
-    if isinstance(exc, _TimedOut | StageTimeout):
-        return "timeout"
-    if isinstance(exc, EditError | ModelError) and meter.ratchet_reverts:
-        return "ratchet"  # the session never went green after the ratchet undid a change to the tests
-    table: list[tuple[type[BaseException] | tuple[type[BaseException], ...], str]] = [
-        ((NeedsModelError, SearchError), "no-crate"),
-        (ForkError, "fork"),
-        (PolicyError, "policy"),
-        (BudgetExhausted, "budget"),
-        (EditError, "edit-stuck"),
-        (ModelError, "model"),
-        (BuildError, "build"),
-        ((DeployError, FlakeError), "deploy"),
-        (UsageError, "bad-task"),
-        (FlakebotError, "error"),
-    ]
-    for kinds, name in table:
-        if isinstance(exc, kinds):
-            return name
-    return "harness"
 
 
 class Eval:
@@ -356,13 +290,13 @@ class Eval:
             cache = self.store.work_dir(model, task.id, attempt) / "cache"
         hidden_dir = self.store.work_dir(model, task.id, attempt) / "hidden"
         build = BuildRequest(
-            _feedback_request(previous) if follow and previous is not None else task.request,
+            feedback_request(previous) if follow and previous is not None else task.request,
             name=task.name,
             crate=None if follow else task.crate,
             follow_up=follow,
         )
         deadline = started + (task.timeout or plan.timeout)
-        meter = _Meter()
+        meter = Meter()
         # a follow-up shares the cache of the attempt it continues: only what it adds is its own
         before = spent(cache, task.name)[0] if follow else Usage()
         base: dict[str, Any] = {
@@ -373,17 +307,21 @@ class Eval:
             "cache_dir": str(cache),
         }
         settings: Settings | None = None
-        tool: Any = None
+        deployed: dict[str, Any] = {}  # once the build succeeded: its proof, iterations and workspace
         try:
             with self._endpoint(model, task) as (model_name, base_url):
                 settings = self._settings(task, cache, model_name, base_url)
                 self._prepare(settings, build, cache, follow)
                 tool = self._build(settings, build, meter, deadline)
-            workspace = settings.workspaces_dir / task.name
-            proof = _proof(tool)
-            iterations = int(tool.provenance.get("iterations") or meter.iterations)
-            tool.close()
-            hidden = self._hidden(task, settings, workspace, hidden_dir, deadline)
+            try:
+                deployed = {
+                    "proof": proof_of(tool),
+                    "iterations": int(tool.provenance.get("iterations") or meter.iterations),
+                    "workspace": str(settings.workspaces_dir / task.name),
+                }
+            finally:
+                tool.close()
+            hidden = self._hidden(task, settings, Path(deployed["workspace"]), hidden_dir, deadline)
         except _Interrupted:
             raise
         except BaseException as exc:
@@ -395,20 +333,20 @@ class Eval:
             if not isinstance(exc, Exception):
                 raise
             failure = classify(exc, meter)
-            message = _message(exc, failure, meter)
             usage, cost = self._spent(cache, task.name, before, meter, settings)
             return AttemptResult(
                 **base,
                 passed=False,
-                green=False,
-                iterations=meter.iterations,
-                **_usage_fields(usage),
+                green=bool(deployed),  # a timeout of the hidden checks comes after a green session
+                proof=deployed.get("proof", {}),
+                iterations=deployed.get("iterations", meter.iterations),
+                **usage_fields(usage),
                 cost_usd=cost,
                 seconds=round(time.monotonic() - started, 3),
                 failure=failure,
-                message=message,
+                message=failure_message(exc, failure, meter),
                 reverts=meter.reverts,
-                workspace=str(getattr(exc, "workspace", "") or ""),
+                workspace=deployed.get("workspace") or str(getattr(exc, "workspace", "") or ""),
             )
         usage, cost = self._spent(cache, task.name, before, meter, settings)
         verdict = None if hidden.ok else ("hidden-tests-error" if hidden.error else "hidden-tests-failed")
@@ -417,15 +355,15 @@ class Eval:
             passed=hidden.ok,
             green=True,
             hidden=hidden,
-            proof=proof,
-            iterations=iterations,
-            **_usage_fields(usage),
+            proof=deployed["proof"],
+            iterations=deployed["iterations"],
+            **usage_fields(usage),
             cost_usd=cost,
             seconds=round(time.monotonic() - started, 3),
             failure=verdict,
             message=cut(hidden.error or hidden.output, 2000) if verdict else "",
             reverts=meter.reverts,
-            workspace=str(workspace),
+            workspace=deployed["workspace"],
         )
 
     @contextmanager
@@ -463,7 +401,7 @@ class Eval:
         if not follow:  # a fresh start (a follow-up's cache is the tool it continues: kept)
             shutil.rmtree(cache.parent)
 
-    def _build(self, settings: Settings, build: BuildRequest, meter: _Meter, deadline: float) -> Any:
+    def _build(self, settings: Settings, build: BuildRequest, meter: Meter, deadline: float) -> Any:
         run = start_build(settings, build, registry=self.registry)
         timed_out = False
 
@@ -481,13 +419,13 @@ class Eval:
             if self.stop.is_set():
                 raise _Interrupted() from None
             if timed_out:
-                raise _TimedOut("the task's time limit passed") from None
+                raise TimedOut("the task's time limit passed") from None
             raise
 
     def _hidden(self, task: Task, settings: Settings, workspace: Path, work: Path, deadline: float) -> HiddenResult:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise _TimedOut("the task's time limit passed before its hidden checks ran")
+            raise TimedOut("the task's time limit passed before its hidden checks ran")
         token = CancelToken()
         runner = ProcessRunner(token)
         finished = threading.Event()
@@ -513,7 +451,7 @@ class Eval:
             finished.set()
 
     def _spent(
-        self, cache: Path, name: str, before: Usage, meter: _Meter, settings: Settings | None
+        self, cache: Path, name: str, before: Usage, meter: Meter, settings: Settings | None
     ) -> tuple[Usage, float | None]:
         """What the attempt's sessions spent (from their journals; the architect's from its events), and the cost."""
         after, _ = spent(cache, name)
@@ -529,42 +467,3 @@ class Eval:
         if settings is None or not settings.model:
             return usage, None
         return usage, cost_usd(usage, settings.model, settings.prices) if usage.calls else 0.0
-
-
-def _usage_fields(usage: Usage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "cached_tokens": usage.cached_tokens,
-        "calls": usage.calls,
-    }
-
-
-def _proof(tool: Any) -> dict[str, Any]:
-    """What shows the attempt ended green: the green check run's commit, the store entry, the final tests."""
-    provenance = dict(getattr(tool, "provenance", {}) or {})
-    return {
-        "commit": provenance.get("commit", ""),
-        "store_hash": getattr(tool, "source_hash", ""),
-        "crate": f"{provenance.get('crate', '')}@{provenance.get('version', '')}",
-        "tests": provenance.get("tests", {}),
-        "backend": provenance.get("backend", ""),
-    }
-
-
-def _message(exc: BaseException, failure: str, meter: _Meter) -> str:
-    text = str(exc) if isinstance(exc, FlakebotError | _TimedOut) else "".join(traceback.format_exception(exc))
-    if failure == "ratchet":
-        text = "The ratchet reverted: " + "; ".join(meter.ratchet_reverts[:5]) + "\n" + text
-    return cut(text)
-
-
-def _feedback_request(previous: AttemptResult) -> str:
-    """A follow-up's instructions: what the hidden checks said of the last attempt (``--feedback``)."""
-    hidden = previous.hidden
-    said = (hidden.error or hidden.output) if hidden is not None else previous.message
-    return (
-        "The tool was checked with tests you cannot see, and some of them failed:\n\n"
-        f"{cut(said, 6000)}\n\n"
-        "The tests are correct. Change the tool so that they pass, and keep what already works."
-    )
