@@ -706,6 +706,15 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
     return rows
 
 
+def _print_only(found: dict[str, dict[str, object]], rows: list[tuple[str, str, str]], json_path: Path | None) -> int:
+    """Print the rows of a partial run (``--only-*``), and its raw numbers to ``json_path``."""
+    lines = ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    print("\n".join(lines))
+    if json_path:
+        json_path.write_text(json.dumps(found, indent=2, default=str))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", default=str(DEBIAN_REGISTRY))
@@ -728,37 +737,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.only_eval:
         found = {"eval": eval_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in eval_rows(found)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _print_only(found, eval_rows(found), args.json)
     if args.only_candidates:
         found = {"candidates": candidates_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in candidate_rows(found)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _print_only(found, candidate_rows(found), args.json)
     if args.only_agent:
-        agent = {"agent": agent_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _agent_rows(agent)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(agent, indent=2, default=str))
-        return 0
+        found = {"agent": agent_bench(args.registry)}
+        return _print_only(found, _agent_rows(found), args.json)
     if args.only_search:
         found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
         search = found["search"]
@@ -770,36 +755,13 @@ def main() -> int:
             ),
             *_accuracy_rows(found),
         ]
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _print_only(found, rows, args.json)
     if args.only_clients:
-        clients = {"clients": clients_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(clients, indent=2, default=str))
-        return 0
+        found = {"clients": clients_bench(args.registry)}
+        return _print_only(found, _client_rows(found), args.json)
     if args.only_edit:
-        edit = {"edit": edit_loop_overhead(args.registry)}
-        rows = _edit_rows(edit)
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(edit, indent=2, default=str))
-        return 0
+        found = {"edit": edit_loop_overhead(args.registry)}
+        return _print_only(found, _edit_rows(found), args.json)
     if not (Path(args.registry) / "pulldown-cmark-0.9.2").is_dir():
         print("the offline registry is missing: run `make install` first", file=sys.stderr)
         return 1

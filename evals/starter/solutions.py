@@ -37,17 +37,28 @@ def contract(binary: str, dependencies: str = "") -> dict[str, Any]:
     return call("replace_in_file", path="Cargo.toml", search="\n[package]\n", replace=f"\n{tables}[package]\n")
 
 
-def solution(binary: str, source: str, *, dependencies: str = "", note: str = "") -> list[dict[str, Any]]:
-    """Two replies: the contract and the binary, then run the checks; then finish."""
-    return [
+def solution(
+    binary: str,
+    source: str,
+    *,
+    dependencies: str = "",
+    note: str = "",
+    fix: list[dict[str, Any]] | None = None,
+    fix_note: str = "",
+    summary: str = "",
+) -> list[dict[str, Any]]:
+    """The contract and the binary, then run the checks; ``fix`` (edits) and the checks again; then finish."""
+    replies = [
         reply(
             contract(binary, dependencies),
             call("write_file", path=f"src/bin/{binary}.rs", content=source.lstrip("\n")),
             call("run_checks"),
             content=note or f"I add a binary, src/bin/{binary}.rs, and the tool contract.",
-        ),
-        reply(call("finish", summary=f"{binary}: done")),
+        )
     ]
+    if fix:
+        replies.append(reply(*fix, call("run_checks"), content=fix_note or None))
+    return [*replies, reply(call("finish", summary=summary or f"{binary}: done"))]
 
 
 #: task id -> its replies
@@ -282,14 +293,11 @@ fn main() {
 
 # base64 0.13 as published denies every warning, and today's rustc warns of its `cargo-clippy` cfg:
 # the crate does not build until that is relaxed (what upstream did in later versions)
-SOLUTIONS["b64"] = [
-    reply(
-        contract("b64"),
-        call("write_file", path="src/bin/b64.rs", content=B64.lstrip("\n")),
-        call("run_checks"),
-        content="base64 has encode and decode; a binary puts them on standard input.",
-    ),
-    reply(
+SOLUTIONS["b64"] = solution(
+    "b64",
+    B64,
+    note="base64 has encode and decode; a binary puts them on standard input.",
+    fix=[
         call(
             "replace_in_file",
             path="src/lib.rs",
@@ -302,11 +310,10 @@ SOLUTIONS["b64"] = [
             search="    variant_size_differences,\n    warnings\n)]",
             replace="    variant_size_differences\n)]",
         ),
-        call("run_checks"),
-        content="The library denies all warnings, and this rustc warns about its cfg: I relax both.",
-    ),
-    reply(call("finish", summary="b64: base64 encode and decode, standard and URL-safe")),
-]
+    ],
+    fix_note="The library denies all warnings, and this rustc warns about its cfg: I relax both.",
+    summary="b64: base64 encode and decode, standard and URL-safe",
+)
 
 SOLUTIONS["b32"] = solution(
     "b32",
@@ -623,30 +630,22 @@ fn main() {
 }
 """
 
-SOLUTIONS["editdist"] = [
-    reply(
-        contract("editdist"),
-        call(
-            "write_file",
-            path="src/bin/editdist.rs",
-            content=EDITDIST_HEAD.lstrip("\n")
-            + '\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn kitten_sitting() {\n        assert_eq!(super::distance("levenshtein", "kitten", "sitting"), Some(2));\n    }\n}\n',
-        ),
-        call("run_checks"),
-        content="strsim has the distances; a binary chooses one.",
-    ),
-    reply(
+SOLUTIONS["editdist"] = solution(
+    "editdist",
+    EDITDIST_HEAD
+    + '\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn kitten_sitting() {\n        assert_eq!(super::distance("levenshtein", "kitten", "sitting"), Some(2));\n    }\n}\n',
+    note="strsim has the distances; a binary chooses one.",
+    fix=[
         call(
             "replace_in_file",
             path="src/bin/editdist.rs",
             search='"kitten", "sitting"), Some(2));',
             replace='"kitten", "sitting"), Some(3));',
-        ),
-        call("run_checks"),
-        content="kitten -> sitting takes three edits (k->s, e->i, +g): my test was wrong, not the code.",
-    ),
-    reply(call("finish", summary="editdist: Levenshtein, Damerau-Levenshtein and OSA distances")),
-]
+        )
+    ],
+    fix_note="kitten -> sitting takes three edits (k->s, e->i, +g): my test was wrong, not the code.",
+    summary="editdist: Levenshtein, Damerau-Levenshtein and OSA distances",
+)
 
 # -- formats -----------------------------------------------------------------------------------
 
@@ -824,25 +823,21 @@ fn main() {
 """
 
 # the first try forgets the serde_json dependency; the compiler's E0433 leads to adding it
-SOLUTIONS["toml2json"] = [
-    reply(
-        contract("toml2json"),
-        call("write_file", path="src/bin/toml2json.rs", content=TOML2JSON.lstrip("\n")),
-        call("run_checks"),
-        content="toml parses; serde_json writes.",
-    ),
-    reply(
+SOLUTIONS["toml2json"] = solution(
+    "toml2json",
+    TOML2JSON,
+    note="toml parses; serde_json writes.",
+    fix=[
         call(
             "replace_in_file",
             path="Cargo.toml",
             search='bin = "toml2json"\n',
             replace='bin = "toml2json"\n\n[dependencies.serde_json]\nversion = "1"\n',
-        ),
-        call("run_checks"),
-        content="serde_json is not a dependency yet: I add it.",
-    ),
-    reply(call("finish", summary="toml2json: TOML to pretty JSON")),
-]
+        )
+    ],
+    fix_note="serde_json is not a dependency yet: I add it.",
+    summary="toml2json: TOML to pretty JSON",
+)
 
 SOLUTIONS["semcheck"] = solution(
     "semcheck",
@@ -959,25 +954,21 @@ fn main() {
 
 # humansize is a Rust 2015 crate: a `use` of it from a binary needs `extern crate` first; the
 # compiler's E0432 says so, and the second try adds it
-SOLUTIONS["hsize"] = [
-    reply(
-        contract("hsize"),
-        call("write_file", path="src/bin/hsize.rs", content=HSIZE.lstrip("\n")),
-        call("run_checks"),
-        content="humansize formats sizes; a binary reads them from standard input.",
-    ),
-    reply(
+SOLUTIONS["hsize"] = solution(
+    "hsize",
+    HSIZE,
+    note="humansize formats sizes; a binary reads them from standard input.",
+    fix=[
         call(
             "replace_in_file",
             path="src/bin/hsize.rs",
             search="use humansize::",
             replace="extern crate humansize;\n\nuse humansize::",
-        ),
-        call("run_checks"),
-        content="The crate is edition 2015: the binary needs `extern crate humansize;`.",
-    ),
-    reply(call("finish", summary="hsize: human-friendly sizes, decimal or binary")),
-]
+        )
+    ],
+    fix_note="The crate is edition 2015: the binary needs `extern crate humansize;`.",
+    summary="hsize: human-friendly sizes, decimal or binary",
+)
 
 
 def text(task: str) -> str:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from editscripts import TINYHEX, call, reply
+from evalcli import eval_json
 from scripted_builds import tiny_registry
 
-from flakebot_magic import cli
 from flakebot_magic.eval.polyglot import ExerciseRegistry, exercise_dirs, polyglot_suite
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
@@ -184,26 +184,10 @@ def test_exercises_run_through_the_edit_loop_and_their_rust_tests_judge_them(
     ]
     before = sorted(p.as_posix() for p in checkout.rglob("*"))
     with FakeOpenAIServer(script) as server:
-        code = cli.main(
-            [
-                "eval",
-                "--polyglot",
-                str(checkout),
-                "--model",
-                "scripted",
-                "--base-url",
-                server.base_url,
-                "--registry",
-                str(registry.path),
-                "--out",
-                str(tmp_path / "out"),
-                "--json",
-            ]
-        )
+        args = ["--polyglot", str(checkout), "--model", "scripted", "--base-url", server.base_url]
+        code, data, err = eval_json(capsys, [*args, "--registry", str(registry.path), "--out", str(tmp_path / "out")])
         requests = server.requests
-    out, err = capsys.readouterr()
     assert code == 0, err
-    data = json.loads(out)
     found = {a["task"]: a for a in data["attempts"]}
     # the ignored tests ran too (--include-ignored): 3 of 3, and 2 of 3 for the wrong shout
     assert found["reverse-words"]["passed"] and found["reverse-words"]["hidden"]["total"] == 3

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply, tinyhex_done
+from evalcli import eval_json
 from polling import wait_for
 from scripted_builds import ROOT, tiny_registry
 
-from flakebot_magic import cli
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -96,12 +96,6 @@ def _suite(root: Path, solutions: dict[str, Any]) -> Path:
     return root
 
 
-def _eval(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
-    code = cli.main(["eval", *args, "--json"])
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip() else {}), err
-
-
 def _by_task(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{a['task']}/{a['model']}/{a['attempt']}": a for a in data["attempts"]}
 
@@ -113,18 +107,18 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def _child(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, "eval", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-
-def _kill(child: subprocess.Popen[bytes], until: Any, what: str) -> None:
-    try:
-        wait_for(until, timeout=240, what=what)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
+def _kill(args: list[str], until: Any, what: str, log: Path) -> None:
+    """Run ``flakebot eval *args`` in a child process; SIGKILL it once ``until()`` holds (its stderr in ``log``)."""
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, "eval", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        try:
+            wait_for(lambda: until() or child.poll() is not None, timeout=240, what=what)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+    assert child.returncode == -signal.SIGKILL, f"the eval ended before {what}:\n{log.read_text()}"
 
 
 def test_wrong_solutions_fail_cheats_are_stopped_by_the_ratchet_and_a_killed_replay_resumes(
@@ -140,15 +134,15 @@ def test_wrong_solutions_fail_cheats_are_stopped_by_the_ratchet_and_a_killed_rep
         done = {p.parent.name for p in records.glob("*/attempt-1.json")} if records.is_dir() else set()
         return bool(done) and "a-good" not in done
 
-    _kill(_child(args), midway, "a task finished while a-good still runs")
+    _kill(args, midway, "a task finished while a-good still runs", tmp_path / "child.log")
     finished = {p.parent.name: p.read_bytes() for p in records.glob("*/attempt-1.json")}
     assert finished and "a-good" not in finished
     # the same command without --resume refuses to mix two evals; a resumed eval must be the same eval
-    code, _, err = _eval(args, capsys)
+    code, _, err = eval_json(capsys, args)
     assert code == 1 and "--resume" in err
-    code, _, err = _eval([*args, "--resume", "--attempts", "2"], capsys)
+    code, _, err = eval_json(capsys, [*args, "--resume", "--attempts", "2"])
     assert code == 1 and "attempts: 1 then, 2 now" in err
-    code, data, err = _eval([*args, "--resume"], capsys)
+    code, data, err = eval_json(capsys, [*args, "--resume"])
     assert code == 1, err  # a replay in which a task fails: the suite and the harness disagree
     assert f"({len(finished)} finished before)" in err and data["complete"]
     for task, recorded in finished.items():
@@ -190,8 +184,8 @@ def test_a_models_session_killed_mid_task_continues_from_its_journal(
             "--out",
             str(out),
         ]
-        _kill(_child(args), lambda: len(server.requests) >= 2, "the second model request")
-        code, data, err = _eval([*args, "--resume"], capsys)
+        _kill(args, lambda: len(server.requests) >= 2, "the second model request", tmp_path / "child.log")
+        code, data, err = eval_json(capsys, [*args, "--resume"])
         requests = server.requests
     assert code == 0, err
     (attempt,) = data["attempts"]
@@ -215,7 +209,7 @@ def test_models_side_by_side_with_feedback_prices_and_hidden_tests_never_shown(
     with FakeOpenAIServer(script) as server:
         args = [str(suite), "--model", "small", "--model", "large", "--base-url", server.base_url]
         args += ["--registry", str(registry.path), "--out", str(out), "--attempts", "2", "--feedback"]
-        code, data, err = _eval([*args, "--prices", "small=1/2,large=10/20"], capsys)
+        code, data, err = eval_json(capsys, [*args, "--prices", "small=1/2,large=10/20"])
         requests = server.requests
     assert code == 0, err
     found = _by_task(data)
@@ -249,7 +243,7 @@ def test_a_task_past_its_time_limit_is_stopped_and_counted_as_a_timeout(
     suite = _suite(tmp_path / "suite", {"hexer": [{**r, "delay": 20} for r in GOOD]})
     (suite / "hexer" / "task.toml").write_text(TASK + "timeout = 4\n")
     out = tmp_path / "out"
-    code, data, err = _eval([str(suite), "--replay", "--registry", str(registry.path), "--out", str(out)], capsys)
+    code, data, err = eval_json(capsys, [str(suite), "--replay", "--registry", str(registry.path), "--out", str(out)])
     assert code == 1, err
     (attempt,) = data["attempts"]
     assert attempt["failure"] == "timeout" and not attempt["passed"]
