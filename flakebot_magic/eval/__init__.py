@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .report import EvalResults, TerminalProgress
-from .results import FAILURES, REPLAY_LABEL, SCHEMA, pass_at_k
+from .results import FAILURES, REPLAY_LABEL, REPLAY_MODEL, SCHEMA, pass_at_k
 from .task import Suite, Task, TaskProblem, load_suite
 
 if TYPE_CHECKING:
@@ -194,6 +194,10 @@ def _models(models: Sequence[str], *, replay: bool, feedback: bool, default: str
         )
     if len(set(names)) != len(names):
         raise UsageError(f"--model names a model twice: {', '.join(names)}.")
+    if REPLAY_MODEL in names:  # a model's results must never read as a replay's, nor a replay's as a model's
+        raise UsageError(
+            f"The model name {REPLAY_MODEL!r} is kept for --replay's results: a model called so cannot be evaluated under that name."
+        )
     return names
 
 

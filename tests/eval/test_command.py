@@ -21,6 +21,7 @@ STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"
         (["--replay", "--feedback"], "--feedback needs a model"),
         ([], "Which model?"),
         (["--model", "m", "--model", "m"], "names a model twice"),
+        (["--model", "replay"], "kept for --replay"),
         (["--model", "m", "--polyglot", "/nonexistent"], "a suite directory, or --polyglot"),
         (["--model", "m", "--attempts", "0"], "at least 1"),
         (["--replay", "--task", "nope"], "No task 'nope'"),
