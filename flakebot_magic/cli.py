@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, export; ``--json`` for scripts and agents.
+"""The ``flakebot`` command: build, search, list, show, steer, clean, export, eval; ``--json`` for scripts and agents.
 
 What it prints to a terminal goes through :func:`_say` (text made safe by
 :mod:`flakebot_magic.untrusted`) or :func:`_say_json` (every string in the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 from .agent import command as agent_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
+from .eval import command as eval_command
 from .options import OPTIONS, add_arguments, apply
 from .untrusted import safe_data, safe_text
 
@@ -107,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
     agent_command.add_arguments(mcp)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
+    )
+    eval_command.add_arguments(evaluate)
     return parser
 
 
@@ -148,6 +155,8 @@ def _say_json(data: object, *, indent: int | None = 2) -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "eval":  # its attempts each build in a cache of their own, under --out
+        return eval_command.run(args)
     settings = _settings(args)
     if args.command == "mcp":
         return agent_command.run(args, settings)
