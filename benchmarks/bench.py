@@ -29,6 +29,10 @@ What is measured (targets from the issues):
   reply after 1.5 s of simulated model latency, target ratio <= 1.5; and the
   dependency units each extra candidate's first check run compiles, target 0
   (``make bench BENCH_ARGS=--only-candidates`` measures only these);
+* the starter suite replayed (issue 25, ``benchmarks/bench_eval.py``):
+  ``flakebot eval --replay evals/starter`` with 2 jobs, every task must pass
+  its hidden tests; wall time, and the p50 and slowest task
+  (``make bench BENCH_ARGS=--only-eval`` measures only this);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
   ipywidgets, tornado and IPython not imported;
 * nix backend (when nix is installed): the cold pipeline with ``nix build``
@@ -69,12 +73,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
+from bench_eval import eval_bench, eval_rows  # noqa: E402
 from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
 
 from flakebot_magic.cargo import find_cargo  # noqa: E402
@@ -672,6 +676,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
     rows += sandbox_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
+    rows += eval_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -713,6 +718,15 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
     return rows
 
 
+def _print_only(found: dict[str, dict[str, object]], rows: list[tuple[str, str, str]], json_path: Path | None) -> int:
+    """Print the rows of a partial run (``--only-*``), and its raw numbers to ``json_path``."""
+    lines = ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    print("\n".join(lines))
+    if json_path:
+        json_path.write_text(json.dumps(found, indent=2, default=str))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", default=str(DEBIAN_REGISTRY))
@@ -730,33 +744,32 @@ def main() -> int:
     parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
     parser.add_argument("--no-candidates", action="store_true", help="skip the speculative-candidates rows")
     parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
+    parser.add_argument("--no-eval", action="store_true", help="skip the starter suite's replay")
+    parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's replay")
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
     parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     args = parser.parse_args()
-    only: list[tuple[bool, Any, Any]] = [
-        (args.only_sandbox, lambda: {"sandbox": sandbox_bench(args.registry)}, sandbox_rows),
-        (args.only_candidates, lambda: {"candidates": candidates_bench(args.registry)}, candidate_rows),
-        (args.only_agent, lambda: {"agent": agent_bench(args.registry)}, _agent_rows),
-        (
-            args.only_search,
-            lambda: {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)},
-            lambda found: [_search_row(found["search"]), *_accuracy_rows(found)],
-        ),
-        (args.only_clients, lambda: {"clients": clients_bench(args.registry)}, _client_rows),
-        (args.only_edit, lambda: {"edit": edit_loop_overhead(args.registry)}, _edit_rows),
-    ]
-    for wanted, measure, rows in only:
-        if wanted:
-            found = measure()
-            print(
-                "\n".join(
-                    ["| measurement | result | target |", "|---|---|---|"]
-                    + [f"| {a} | {b} | {c} |" for a, b, c in rows(found)]
-                )
-            )
-            if args.json:
-                args.json.write_text(json.dumps(found, indent=2, default=str))
-            return 0
+    if args.only_sandbox:
+        found = {"sandbox": sandbox_bench(args.registry)}
+        return _print_only(found, sandbox_rows(found), args.json)
+    if args.only_eval:
+        found = {"eval": eval_bench(args.registry)}
+        return _print_only(found, eval_rows(found), args.json)
+    if args.only_candidates:
+        found = {"candidates": candidates_bench(args.registry)}
+        return _print_only(found, candidate_rows(found), args.json)
+    if args.only_agent:
+        found = {"agent": agent_bench(args.registry)}
+        return _print_only(found, _agent_rows(found), args.json)
+    if args.only_search:
+        found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
+        return _print_only(found, [_search_row(found["search"]), *_accuracy_rows(found)], args.json)
+    if args.only_clients:
+        found = {"clients": clients_bench(args.registry)}
+        return _print_only(found, _client_rows(found), args.json)
+    if args.only_edit:
+        found = {"edit": edit_loop_overhead(args.registry)}
+        return _print_only(found, _edit_rows(found), args.json)
     if not (Path(args.registry) / "pulldown-cmark-0.9.2").is_dir():
         print("the offline registry is missing: run `make install` first", file=sys.stderr)
         return 1
@@ -792,6 +805,11 @@ def main() -> int:
     if not args.no_agent and not args.only_nix:
         print("benchmark: flakebot mcp (tools/list after a build, a call through it) ...", file=sys.stderr)
         results["agent"] = agent_bench(args.registry)
+    if not args.no_eval and not args.only_nix:
+        print(
+            "benchmark: flakebot eval --replay of the starter suite (real cargo, about 10 minutes) ...", file=sys.stderr
+        )
+        results["eval"] = eval_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"
     text = table(results) + f"\n\nMeasured by `make bench` on {machine}."
     print(text)

@@ -27,6 +27,11 @@ The tree::
 
 Every error says what happened and what to do next. Errors raised after the
 fork carry ``workspace``, the path of the kept workspace, and mention it.
+
+A message may quote what flakebot does not control (a compiler's output, a
+crate's description, a tool's error text), so every message is made safe to
+show when the error is made (:func:`flakebot_magic.untrusted.safe_text`);
+the attributes (``stderr``, ``diagnostics``) keep the text as it was.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .untrusted import safe_text
 
 __all__ = [
     "BudgetExhausted",
@@ -75,6 +82,7 @@ class FlakebotError(Exception):
 
     def __init__(self, message: str, *, workspace: Path | None = None) -> None:
         self.workspace = workspace
+        message = safe_text(message)
         if workspace is not None and str(workspace) not in message:
             message = f"{message}\nThe workspace is kept at {workspace}"
         super().__init__(message)

@@ -1,4 +1,10 @@
-"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic (the only module importing IPython)."""
+"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic (the only module importing IPython).
+
+What it prints may quote a crate, a build or a tool: every print goes through
+:func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython
+in a terminal obey escape sequences), and errors are
+:class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from .events import LogLine, Notice, Observer
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
+from .untrusted import safe_text
 
 __all__ = ["FlakebotMagics"]
 
@@ -320,7 +327,7 @@ class FlakebotMagics(_OptionTraits):
         assert self.shell is not None
         self.shell.push({tool.name: tool})
         if build.widget is None:
-            print(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}")
+            print(safe_text(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}"))
         return tool
 
     def _start_rebuild(self, args: Any) -> _Build:
@@ -355,9 +362,9 @@ class FlakebotMagics(_OptionTraits):
         if isinstance(answer, tools.ToolTable):
             return answer  # displayed: a table as text, and as HTML in a notebook
         for note in answer.notes:
-            print(note)
+            print(safe_text(note))
         if answer.text:
-            print(answer.text)
+            print(safe_text(answer.text))
         return None
 
     def _steer(self, line: str) -> None:
@@ -376,7 +383,7 @@ class FlakebotMagics(_OptionTraits):
             answer = tools.steer(self._settings(parse_argstring(self.flakebot, "")), parts[1], text, source="magic")
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        print(answer.text)
+        print(safe_text(answer.text))
 
     def _cargo(self, line: str) -> None:
         """``cargo NAME ARGS``: cargo in the tool's workspace, sandboxed; its output as it comes."""
@@ -389,11 +396,11 @@ class FlakebotMagics(_OptionTraits):
         if not words:
             raise UsageError(f"Usage: %{USAGE.removeprefix('flakebot ')}.")
 
-        def show(event: Any) -> None:
+        def show(event: Any) -> None:  # cargo's lines, made safe (what a test prints is untrusted)
             if isinstance(event, LogLine):
-                print(event.line, file=sys.stdout if event.stream == "stdout" else sys.stderr, flush=True)
+                print(safe_text(event.line), file=sys.stdout if event.stream == "stdout" else sys.stderr, flush=True)
             elif isinstance(event, Notice):
-                print(f"flakebot: {event.message}", file=sys.stderr, flush=True)
+                print(safe_text(f"flakebot: {event.message}"), file=sys.stderr, flush=True)
 
         settings = self._settings(parse_argstring(self.flakebot, ""))
         try:
@@ -420,9 +427,9 @@ class FlakebotMagics(_OptionTraits):
                 raise UsageError(str(exc)) from None
         self.shell.push(loaded)
         for name, tool in loaded.items():
-            print(f"flakebot: `{name}` is ready in the kernel: {tool.example()}")
+            print(safe_text(f"flakebot: `{name}` is ready in the kernel: {tool.example()}"))
         for problem in problems:
-            print(f"flakebot: {problem}", file=sys.stderr)
+            print(safe_text(f"flakebot: {problem}"), file=sys.stderr)
         return None
 
     def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:

@@ -26,6 +26,7 @@ from ..diagnostics import Diagnostic, TestReport, parse_cargo_messages, parse_te
 from ..errors import BuildError, TestError
 from ..events import EventBus, StageFinished, StageStarted
 from ..policy import TreePolicy
+from ..untrusted import safe_text
 
 __all__ = [
     "BUILD_FLAGS",
@@ -70,7 +71,8 @@ def _errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 def _describe(errors: list[Diagnostic], stderr: str) -> str:
     if errors:
         return "\n".join(d.rendered.rstrip() or str(d) for d in errors[:FIRST_ERRORS])
-    tail = [line for line in stderr.strip().splitlines() if line.strip()][-15:]
+    # made safe before it is cut into lines: a crate's \x0b or \u2028 must not push real lines out
+    tail = [line for line in safe_text(stderr).strip().splitlines() if line.strip()][-15:]
     return "\n".join(tail)
 
 

@@ -20,6 +20,7 @@ from ..errors import NeedsModelError
 from ..events import EventBus
 from ..model import HOW_TO_CONFIGURE, ModelConfig
 from ..registry.base import CrateCandidate, Registry
+from ..untrusted import safe_line, safe_text
 from . import search as search_stage
 
 __all__ = ["CHOICES", "CLOSE_SHARE", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
@@ -100,7 +101,8 @@ def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choi
         ]
         return Choice(fit.chosen, "fitness", fit.reason, others)
     listing = "\n".join(
-        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in fit.candidates[:8]
+        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {safe_line(c.description)[:70]}"
+        for c in fit.candidates[:8]
     )
     best = fit.candidates[0] if fit.candidates else None
     what = "a library without a binary" if best is None or not search_stage.tools_of(best) else "no fit"
@@ -155,7 +157,7 @@ def _readme_start(root: Path) -> str:
                 for line in text.splitlines()
                 if line.strip() and not line.lstrip().startswith(("[!", "![", "[", "<", "#", "```"))
             ]
-            return " ".join(" ".join(lines).split())[:README_CHARS]
+            return safe_text(" ".join(" ".join(lines).split()))[:README_CHARS]
     return ""
 
 
