@@ -24,7 +24,11 @@ differs:
 * ``rank-bm25``: ``rank_bm25.BM25Okapi`` over the same tokens;
 * ``current``: flakebot's ranker as it is in this checkout.
 
-Printed: top-1/3/10 and the fitness verdicts (``search_eval``) per ranker.
+Printed: top-1/3/10 and the fitness verdicts (``search_eval``) per ranker
+(for the libraries, the fitness check's evidence comes from each
+candidate's name, description and keywords, ``ranking.evidence_in``).
+The query's stopwords and synonyms are this checkout's, so rows other than
+``old`` move with them.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -63,7 +68,7 @@ _LINK = re.compile(r"\b(?:https?|ftp)://\S*|\bwww\.\S*", re.I)
 
 def documents(registry: Path) -> dict[str, dict[str, str]]:
     """Every crate's text fields by name (the newest version of each name)."""
-    from flakebot_magic.registry import directory
+    from flakebot_magic.registry.crate_files import readme
 
     docs: dict[str, dict[str, str]] = {}
     for manifest_path in sorted(registry.glob("*/Cargo.toml")):
@@ -79,7 +84,7 @@ def documents(registry: Path) -> dict[str, dict[str, str]]:
             "description": str(package.get("description", "")),
             "keywords": " ".join(k for k in package.get("keywords", []) if isinstance(k, str)),
             "categories": " ".join(c for c in package.get("categories", []) if isinstance(c, str)),
-            "readme": _LINK.sub(" ", directory._readme(manifest_path.parent, package)),
+            "readme": _LINK.sub(" ", readme(manifest_path.parent, package)),
         }
     return docs
 
@@ -121,7 +126,10 @@ class Finisher:
                 CrateCandidate(**{**base.__dict__, "score": parts.pop("score"), "parts": parts})  # type: ignore[arg-type]
             )
         scored.sort(key=lambda c: -c.score)
-        return search_stage.rank(scored[:30], prefer_bin=True)[:10]
+        # the fitness check needs each candidate's evidence: from its name, description and keywords
+        shares = ranking.evidence_in(text, [(c.name, c.description, " ".join(c.keywords)) for c in scored[:30]])
+        pool = [replace(c, parts={**c.parts, "evidence": e}) for c, e in zip(scored, shares, strict=False)]
+        return search_stage.rank(pool, prefer_bin=True)[:10]
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -302,6 +310,7 @@ def old_ranker(commit: str, registry: Path, cases: list[Case]) -> dict[str, Any]
             text=True,
             check=True,
             env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"},
+            cwd=tmp,  # `python -c` puts its working directory first on sys.path: not this checkout
         )
     outcomes = []
     for case, (names, (kind, decided)) in zip(cases, json.loads(done.stdout), strict=True):
