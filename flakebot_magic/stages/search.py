@@ -175,7 +175,7 @@ def fitness(candidates: list[CrateCandidate]) -> Fitness:
         reason += f", and its own description and binary text cover {evidence:.0%} of the request"
     best = by_relevance[0]
     if best is not chosen and relevance(best) > relevance(chosen):
-        reason += f" (the library {best.name} matches more words, but is no tool as published)"
+        reason += f" ({best.name} matches more words, but {unfit(best)})"
     return Fitness(chosen, reason, by_relevance)
 
 

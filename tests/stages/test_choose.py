@@ -156,7 +156,7 @@ def test_a_binary_whose_own_words_miss_the_request_does_not_fit_however_it_ranks
     assert choice.candidate == close and choice.by == "fitness"
     assert choice.reason == (
         "urlcli ships the binary urlcli, and its own description and binary text cover 90% of the request "
-        "(the library url matches more words, but is no tool as published)"
+        "(url matches more words, but it has no binary)"
     )
     fixture = CrateCandidate("clap", "4", score=30.0, has_bin=True, bin_names=("stdio-fixture",), parts={"bin": 1.75})
     fit = search_stage.fitness([fixture, library])

@@ -91,7 +91,7 @@ def test_a_binary_whose_own_words_cover_the_request_beats_a_library_that_scores_
     assert [c.name for c in search(registry, query, prefer_bin=False)] == ["shoutlib", "shoutcli"]
     fit = fitness(found)
     assert fit.chosen is not None and fit.chosen.name == "shoutcli"
-    assert "the library shoutlib matches more words, but is no tool as published" in fit.reason
+    assert "(shoutlib matches more words, but it has no binary)" in fit.reason
 
 
 def test_a_binary_whose_own_words_miss_the_request_is_not_preferred(make_registry: MakeRegistry) -> None:
