@@ -132,20 +132,6 @@ class Finisher:
         return search_stage.rank(pool, prefer_bin=True)[:10]
 
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def edits1(word: str) -> set[str]:
-    """Every string one deletion, transposition, replacement or insertion away from ``word``."""
-    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
-    return (
-        {a + b[1:] for a, b in splits if b}
-        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
-        | {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
-        | {a + c + b for a, b in splits for c in _LETTERS}
-    )
-
-
 def corrections(words: list[str], df: dict[str, int]) -> list[str]:
     """Vocabulary words one edit from a query word that is unknown or far rarer than them."""
     extra: list[str] = []
@@ -153,7 +139,7 @@ def corrections(words: list[str], df: dict[str, int]) -> list[str]:
         if len(word) < 3 or word.isdigit():
             continue
         own = df.get(word, 0)
-        close = sorted(((df[e], e) for e in edits1(word) if df.get(e, 0) >= max(2, 10 * own)), reverse=True)
+        close = sorted(((df[e], e) for e in ranking.edits1(word) if df.get(e, 0) >= max(2, 10 * own)), reverse=True)
         extra += [e for _, e in close[:2]]
     return extra
 

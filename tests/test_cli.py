@@ -41,7 +41,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
     code, out, _ = _run(
-        capsys, "search", "uppercase helper library for words", "--registry", registry, "--cache-dir", str(cache), "--json"
+        capsys,
+        "search",
+        "uppercase helper library for words",
+        "--registry",
+        registry,
+        "--cache-dir",
+        str(cache),
+        "--json",
     )
     assert code == 0
     found = json.loads(out)

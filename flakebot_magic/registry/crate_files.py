@@ -29,6 +29,7 @@ __all__ = [
     "binary_input",
     "binary_text",
     "fixture_binary",
+    "read_capped",
     "read_manifest",
     "readme",
     "tool_binaries",
@@ -124,7 +125,8 @@ def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, s
 _SCAN_LIMIT = 512 * 1024
 
 
-def _read(path: Path, limit: int) -> bytes:
+def read_capped(path: Path, limit: int) -> bytes:
+    """The first ``limit`` bytes of a regular file, never through a symlink; ``b""`` when there is none."""
     try:
         if path.is_symlink() or not path.is_file():
             return b""
@@ -142,7 +144,7 @@ def _test_sources(crate_dir: Path) -> bytes:
     for path in paths:
         if budget <= 0:
             break
-        text.append(_read(path, budget))
+        text.append(read_capped(path, budget))
         budget -= len(text[-1])
     return b"\n".join(text)
 
@@ -190,7 +192,7 @@ def _tool_sources(crate_dir: Path, manifest: dict[str, Any]) -> list[bytes]:
     for path in paths:
         if budget <= 0:
             break
-        sources.append(_read(path, budget))
+        sources.append(read_capped(path, budget))
         budget -= len(sources[-1])
     return sources
 
@@ -236,7 +238,7 @@ def readme(crate_dir: Path, package: dict[str, Any]) -> str:
     for name in names:
         path = crate_dir / name
         if path.is_file() and not path.is_symlink():
-            return _read(path, README_LIMIT * 4).decode("utf-8", "replace")[:README_LIMIT]
+            return read_capped(path, README_LIMIT * 4).decode("utf-8", "replace")[:README_LIMIT]
     return ""
 
 

@@ -20,6 +20,7 @@ from ..errors import NeedsModelError
 from ..events import EventBus
 from ..model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
+from ..registry.crate_files import read_capped
 from . import search as search_stage
 
 __all__ = [
@@ -183,19 +184,9 @@ def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
     return data
 
 
-def _readable(path: Path, limit: int) -> bytes:
-    try:
-        if path.is_symlink() or not path.is_file():
-            return b""
-        with path.open("rb") as handle:
-            return handle.read(limit)
-    except OSError:
-        return b""
-
-
 def _readme_start(root: Path) -> str:
     for name in ("README.md", "README", "readme.md", "README.markdown"):
-        text = _readable(root / name, 16_000).decode("utf-8", "replace")
+        text = read_capped(root / name, 16_000).decode("utf-8", "replace")
         if text:
             # badges, links and headings say little; the first prose does
             lines = [
@@ -209,7 +200,7 @@ def _readme_start(root: Path) -> str:
 
 def _public_items(lib: Path) -> list[str]:
     found: dict[str, None] = {}
-    for kind, name in _PUB.findall(_readable(lib, 256 * 1024)):
+    for kind, name in _PUB.findall(read_capped(lib, 256 * 1024)):
         found.setdefault(f"{kind.decode()} {name.decode()}", None)
         if len(found) >= PUBLIC_ITEMS:
             break
