@@ -435,7 +435,7 @@ def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, s
             part: dict[str, float] = found[split]  # type: ignore[assignment]
             rows.append(
                 (
-                    f"paraphrases, {label} ({part['n']} of {part['requests']} requests): top-1 / top-3 / top-10; "
+                    f"paraphrases, {label} ({part['n']} paraphrases of {part['requests']} requests): top-1 / top-3 / top-10; "
                     "fitness: right deploy / honest refusal / refusal missing the crate / **wrong deploy**",
                     f"{part['top1']:.2f} / **{part['top3']:.2f}** / **{part['top10']:.2f}**; "
                     f"{part['deploy']} / {part['refuse']} / {part['miss']} / **{part['wrong']}**",
