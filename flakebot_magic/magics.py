@@ -19,6 +19,7 @@ from .background import start_build
 from .cleanup import clean
 from .config import Settings
 from .events import Observer
+from .inventory import Inventory
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
@@ -43,10 +44,15 @@ class _Build:
     handle: Any = None
 
     def refresh(self) -> None:
-        # the final plain text goes into the display too: nbconvert and other
-        # front ends without a widget manager show it instead of the widget
+        """The build is over: its display becomes the record (static HTML and text), and the widget goes.
+
+        A widget in a saved notebook needs the kernel that made it: after a
+        restart, or reopened elsewhere, it is "model not found". The record
+        needs nothing (see :mod:`flakebot_magic.record`).
+        """
         if self.handle is not None and self.widget is not None:
-            self.handle.update(self.widget.mimebundle(), raw=True)
+            self.handle.update(self.widget.record().bundle(), raw=True)
+            self.widget.close()
 
 
 #: the build options' config traits (``%config FlakebotMagics.model = ...``), made from the options table
@@ -242,11 +248,13 @@ class FlakebotMagics(_OptionTraits):
     ) -> _Build:
         settings = settings or self._settings(args)
         build = self.show_build(
-            request or crate or "",
+            request,
             settings,
             lambda: build.run.cancel("cancelled from the widget"),
             verbose=bool(args.verbose or self.verbose),
             steer_name=name,
+            crate=crate,
+            since=_previous_commit(settings, name),
         )
         build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
         return build
@@ -260,6 +268,8 @@ class FlakebotMagics(_OptionTraits):
         verbose: bool | None = None,
         show_error: bool = False,
         steer_name: str | None = None,
+        crate: str | None = None,
+        since: str = "",
     ) -> _Build:
         """Show a build in this kernel the way ``%%flakebot`` shows its own (also for an agent's, from ``call``).
 
@@ -271,7 +281,11 @@ class FlakebotMagics(_OptionTraits):
         ``%%flakebot`` cell raises its error, which IPython shows).
         ``steer_name``: the tool's name, when known before the build starts;
         the widget's steer box then sends to its edit session
-        (:func:`flakebot_magic.tools.steer`).
+        (:func:`flakebot_magic.tools.steer`), and the title names it.
+        ``crate``: the title's subject when the request has no words.
+        ``since``: a follow-up's starting commit (the tool's previous
+        version); its changes since then are shown beside those against the
+        published crate.
         """
         build = _Build(run=None, settings=settings)
         verbose = self.verbose if verbose is None else verbose
@@ -283,8 +297,10 @@ class FlakebotMagics(_OptionTraits):
 
             widget = ProgressWidget(
                 title,
+                name=steer_name,
+                crate=crate,
                 on_cancel=cancel,
-                diff=lambda tool: tools.diff_of(settings, tool),
+                diff=lambda tool: tools.diffs_of(settings, tool, since=since),
                 show_error=show_error,
                 on_steer=_steer_to(settings, steer_name) if steer_name else None,
             )
@@ -420,6 +436,14 @@ class FlakebotMagics(_OptionTraits):
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])
+
+
+def _previous_commit(settings: Settings, name: str | None) -> str:
+    """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
+    if not settings.follow_up or not name:
+        return ""
+    record = Inventory(settings.tools_dir).get(name)
+    return record.commit if record is not None else ""
 
 
 def _steer_to(settings: Settings, name: str) -> Callable[[str], None]:

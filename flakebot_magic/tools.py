@@ -43,6 +43,7 @@ __all__ = [
     "ToolTable",
     "describe",
     "diff_of",
+    "diffs_of",
     "find",
     "load",
     "load_all",
@@ -145,14 +146,26 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     return data
 
 
-def diff_of(settings: Settings, tool: Any) -> WorkspaceDiff | None:
-    """What flakebot changed in ``tool``'s workspace against the published crate (None without a workspace)."""
+def _workspace_of(settings: Settings, tool: Any) -> tuple[Path, str]:
     record = Inventory(settings.tools_dir).get(tool.name)
     workspace = (
         Path(record.workspace) if record is not None and record.workspace else settings.workspaces_dir / tool.name
     )
-    commit = (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
-    return workspace_diff(workspace, commit)
+    return workspace, (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
+
+
+def diff_of(settings: Settings, tool: Any) -> WorkspaceDiff | None:
+    """What flakebot changed in ``tool``'s workspace against the published crate (None without a workspace)."""
+    return workspace_diff(*_workspace_of(settings, tool))
+
+
+def diffs_of(settings: Settings, tool: Any, *, since: str = "") -> list[WorkspaceDiff]:
+    """:func:`diff_of`; with ``since`` (a follow-up's starting commit), also the changes since that version."""
+    workspace, commit = _workspace_of(settings, tool)
+    found = [workspace_diff(workspace, commit)]
+    if since:
+        found.append(workspace_diff(workspace, commit, base=since))
+    return [diff for diff in found if diff is not None]
 
 
 def _when(stamp: float) -> str:

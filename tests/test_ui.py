@@ -102,7 +102,7 @@ def test_success_summary_counts_and_diff() -> None:
     )
     assert diffs == [tool]
     assert widget.diff_box.layout.display is None and "3 files changed" in widget.diff_box.titles[0]
-    assert "+x" in widget.diff_view.value
+    assert "+x" in widget.diff_box.children[0].value
     text = widget.text()
     assert "ready" in text and "`md` is ready" in text and "test" in text
     bundle = widget.mimebundle()

@@ -241,6 +241,12 @@ class CheckRunner:
         def log(stream: str, line: str) -> None:
             if stream == "stderr" or not line.startswith("{"):
                 self.bus.log("edit", line, "stderr" if stream == "stderr" else "stdout")
+                return
+            # cargo's JSON: the log gets a compiler error as rustc renders it (the E-code, the code, the help)
+            for error in parse_cargo_messages([line])[0]:
+                if error.level.startswith("error") and error.rendered:
+                    for rendered in error.rendered.rstrip().splitlines():
+                        self.bus.log("edit", rendered, "stdout")
 
         def cargo(subcommand: str, *args: str, timeout: float) -> Any:
             nonlocal cargo_time
@@ -402,6 +408,8 @@ class CheckRunner:
                 warnings=len(run.warnings),
                 auto_fixed=len(run.auto_fixed),
                 summary=run.headline(),
+                first_error=run.errors[0].headline() if run.errors else "",
+                elapsed=run.seconds,
             )
         )
 
