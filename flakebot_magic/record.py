@@ -281,7 +281,9 @@ class BuildRecord:
         if self.log_count:
             count = self.log_count
             parts.append(
-                _fold("log", f"Log ({count} line{'' if count == 1 else 's'})", log_html(self.log, count, name=self.name))
+                _fold(
+                    "log", f"Log ({count} line{'' if count == 1 else 's'})", log_html(self.log, count, name=self.name)
+                )
             )
         return (
             f"<div class='flakebot-record' data-outcome='{self.outcome}' "

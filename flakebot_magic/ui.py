@@ -44,7 +44,15 @@ from .events import (
     StageStarted,
     SteeringMessage,
 )
-from .record import RECORD_LOG_LINES, BuildRecord, RequestTitle, counts_html, log_html, notices_html, summary_html, title_html
+from .record import (
+    RECORD_LOG_LINES,
+    BuildRecord,
+    RequestTitle,
+    counts_html,
+    log_html,
+    notices_html,
+    title_html,
+)
 from .ui_rows import (
     FINISHED,
     OPTIONAL_STAGES,
