@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 import sys
@@ -190,7 +191,7 @@ class FlakebotMagics(_OptionTraits):
         """
         if cell is None and line.split(None, 1)[:1] == ["steer"]:
             return self._steer(line)  # the text is the rest of the line, as written: no option parsing
-        args = parse_argstring(self.flakebot, line)
+        args = self._parse(line)
         if cell is None:
             return self._line(args)
         request = self._check_cell(args, cell)
@@ -205,7 +206,7 @@ class FlakebotMagics(_OptionTraits):
         (IPython runs a cell that awaits on its own loop; see _install_transformer.)
         """
         assert self.shell is not None
-        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        args = self._parse(self.shell.var_expand(line, 1))
         request = self._check_cell(args, cell)
         build = self._start(args, request, name=args.name, crate=args.crate)
         return self._finish(build, await self._wait_async(build))
@@ -213,9 +214,16 @@ class FlakebotMagics(_OptionTraits):
     async def run_line_async(self, line: str) -> Any:
         """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
         assert self.shell is not None
-        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        args = self._parse(self.shell.var_expand(line, 1))
         build = self._start_rebuild(args)
         return self._finish(build, await self._wait_async(build))
+
+    def _parse(self, line: str) -> Any:
+        """The line's arguments; a mistake says what to do: the nearest option, and where the options are."""
+        try:
+            return parse_argstring(self.flakebot, line)
+        except UsageError as exc:
+            raise UsageError(_explain_usage(str(exc), self.flakebot.parser)) from None
 
     def _check_cell(self, args: Any, cell: str) -> str:
         if args.command:
@@ -366,7 +374,11 @@ class FlakebotMagics(_OptionTraits):
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
-            return answer  # displayed: a table as text, and as HTML in a notebook
+            from IPython.display import display
+
+            # displayed, not returned: a returned value shows only as the cell's last line
+            display(answer)  # a table as text, and as HTML in a notebook
+            return None
         for note in answer.notes:
             print(note)
         if answer.text:
@@ -386,7 +398,7 @@ class FlakebotMagics(_OptionTraits):
         if len(words) == 1:  # one quoted string: its content
             text = words[0]
         try:
-            answer = tools.steer(self._settings(parse_argstring(self.flakebot, "")), parts[1], text, source="magic")
+            answer = tools.steer(self._settings(self._parse("")), parts[1], text, source="magic")
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         print(answer.text)
@@ -436,6 +448,27 @@ class FlakebotMagics(_OptionTraits):
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])
+
+
+def _explain_usage(message: str, parser: Any) -> str:
+    """argparse's complaint, with the nearest option to an unknown one and a pointer to ``%%flakebot?``.
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("--crate")
+    >>> _explain_usage("unrecognized arguments: --crat", parser)
+    'Unknown option --crat: did you mean --crate? `%%flakebot?` lists the options.'
+    """
+    unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
+    if not unknown:
+        return f"{message}. `%%flakebot?` lists the options."
+    known = [flag for action in parser._actions for flag in action.option_strings]
+    words = []
+    for word in unknown:
+        near = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+        kind = "option" if word.startswith("-") else "word"
+        words.append(f"Unknown {kind} {word}" + (f": did you mean {near[0]}?" if near else "."))
+    return " ".join(words) + " `%%flakebot?` lists the options."
 
 
 def _previous_commit(settings: Settings, name: str | None) -> str:

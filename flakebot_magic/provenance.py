@@ -136,9 +136,25 @@ def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[
 
 
 def render_text(data: Mapping[str, Any]) -> str:
-    """Provenance as aligned ``key: value`` lines, for ``%flakebot show``."""
-    width = max((len(k) for k in data), default=0)
-    return "\n".join(f"{key:<{width}}  {'' if value is None else value}" for key, value in data.items())
+    """Provenance as aligned ``key  value`` lines, for ``%flakebot show``.
+
+    A field with no value (a cargo build's ``flake_lock``, a model-less
+    build's ``model``) is left out; a value of several lines (a request)
+    goes on under its first, never as a line of its own.
+
+    >>> print(render_text({"crate": "md", "flake_lock": "", "request": "Render it.\\nAs HTML.\\n"}))
+    crate    md
+    request  Render it.
+             As HTML.
+    """
+    shown = {key: str(value).strip() for key, value in data.items() if value is not None and str(value).strip()}
+    width = max((len(k) for k in shown), default=0)
+    lines = []
+    for key, value in shown.items():
+        first, *rest = value.splitlines()
+        lines.append(f"{key:<{width}}  {first}")
+        lines += [f"{'':<{width}}  {line}".rstrip() for line in rest]
+    return "\n".join(lines)
 
 
 @dataclass

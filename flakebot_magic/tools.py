@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,8 +31,8 @@ from .edit_summary import SESSION_KEYS, render_with_sessions, session_parts
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import alive, kill_tree, process_started_at
-from .provenance import WorkspaceDiff, provenance_of, workspace_diff
-from .runlog import failed_log_path, log_path
+from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
+from .runlog import Attempt, attempt_of, attempts, cached_log_path, log_path
 from .stages.search import open_registry, search, why
 
 __all__ = [
@@ -62,14 +63,25 @@ __all__ = [
     "tool_of",
 ]
 
+#: the width ``search`` wraps its lines at (a terminal's, a notebook's)
+SEARCH_WIDTH = 88
 #: the columns of ``%flakebot list``
 COLUMNS = ("name", "kind", "crate@version", "hash", "backend", "status", "started")
 
 
 def find(settings: Settings, name: str) -> ToolRecord:
-    """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none."""
+    """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none.
+
+    A name whose last build made no tool (failed, cancelled) says so, and how to look at it.
+    """
     record = Inventory(settings.tools_dir).get(name)
     if record is None:
+        attempt = attempt_of(settings, name)
+        if attempt is not None:
+            raise UsageError(
+                f"{name!r} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error} "
+                f"`%flakebot show {name}` and `%flakebot logs {name}` say more; build it again with %%flakebot."
+            )
         known = ", ".join(r.name for r in Inventory(settings.tools_dir).all()) or "none yet"
         raise UsageError(f"No tool named {name!r} (tools: {known}). `%flakebot list` shows them.")
     return record
@@ -208,20 +220,33 @@ class ToolTable:
     settings: Settings | None = None
     empty: str = NO_TOOLS
     notes: tuple[str, ...] = ()
+    #: builds that made no tool (failed, cancelled), for names without one: listed with their outcome
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def _entries(self) -> list[ToolRecord | Attempt]:
+        return sorted([*self.records, *self.attempts], key=lambda entry: entry.name)
 
     def rows(self) -> list[tuple[str, ...]]:
-        return [
-            (r.name, r.kind, f"{r.crate}@{r.version}", r.source_hash[:12], r.backend, status_of(r), _started(r))
-            for r in self.records
-        ]
+        rows: list[tuple[str, ...]] = []
+        for entry in self._entries():
+            if isinstance(entry, Attempt):
+                rows.append(
+                    (entry.name, "-", entry.crate.replace(" ", "@") or "-", "", "", entry.outcome, _when(entry.at))
+                )
+            else:
+                r = entry
+                rows.append(
+                    (r.name, r.kind, f"{r.crate}@{r.version}", r.source_hash[:12], r.backend, status_of(r), _started(r))
+                )
+        return rows
 
     @property
     def data(self) -> list[dict[str, Any]]:
-        return [tool_json(r, self.settings) for r in self.records]
+        return [e.listing_json() if isinstance(e, Attempt) else tool_json(e, self.settings) for e in self._entries()]
 
     @property
     def text(self) -> str:
-        if not self.records:
+        if not self.records and not self.attempts:
             return self.empty
         rows = [COLUMNS, *self.rows()]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
@@ -231,7 +256,7 @@ class ToolTable:
         return self.text
 
     def _repr_html_(self) -> str:
-        if not self.records:
+        if not self.records and not self.attempts:
             return f"<p>{html.escape(self.empty).replace('%%flakebot', '<code>%%flakebot</code>')}</p>"
         head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in COLUMNS)
         body = "".join(
@@ -242,56 +267,60 @@ class ToolTable:
 
 
 def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
-    """``list``: every tool, by name."""
-    return ToolTable(Inventory(settings.tools_dir).all(), settings, empty)
+    """``list``: every tool, and every name whose last build made no tool (its status ``failed`` or ``cancelled``)."""
+    records = Inventory(settings.tools_dir).all()
+    names = {r.name for r in records}
+    return ToolTable(records, settings, empty, attempts=[a for a in attempts(settings) if a.name not in names])
 
 
-def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
-    """The tool's build log and, for a tool with a process this interpreter started, its output.
-
-    A failed build has no tool record but keeps its log: that log is shown.
-    """
-    record = Inventory(settings.tools_dir).get(name)
-    if record is None:
-        failed = log_path(settings, name)
-        if not failed.is_file():
-            find(settings, name)  # raises, naming the tools there are
-        record = ToolRecord(
-            name=name,
-            crate="",
-            version="",
-            binary="",
-            store_path="",
-            source_hash="",
-            checksum="",
-            checksum_kind="",
-            registry="",
-            workspace="",
-            commit="",
-        )
-    parts = []
-    failed = failed_log_path(settings, name)
-    try:
-        failed_at = failed.stat().st_mtime if record.created else 0.0
-    except OSError:
-        failed_at = 0.0
-    if failed_at >= record.created > 0:
-        parts.append(
-            f"== a later build of {name} failed or was cancelled ({_when(failed_at)}); {name} is still the tool "
-            f"built before, whose log follows. The failed attempt's log: {failed}"
-        )
-    path = Path(record.log_path) if record.log_path else log_path(settings, name)
+def _log_part(title: str, path: Path, last: int | None) -> str:
+    """``== title (path)`` and the log's last ``last`` lines; "" when there is no such log."""
     try:
         text = path.read_text()
     except OSError:
-        text = ""
-    if text:
-        lines = text.splitlines()
-        if last and len(lines) > last:
-            lines = [f"… {len(lines) - last} earlier lines in {path}", *lines[-last:]]
-        parts.append(f"== build log ({path})\n" + "\n".join(lines))
-    else:
-        parts.append(f"== no build log kept for {name} (built before logs were kept, or cleaned)")
+        return ""
+    lines = text.splitlines()
+    if last and len(lines) > last:
+        lines = [f"… {len(lines) - last} earlier lines in {path}", *lines[-last:]]
+    return f"== {title} ({path})\n" + "\n".join(lines) if text else ""
+
+
+def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
+    """The log of the build that made tool ``name`` and, for a tool with a process this interpreter started, its output.
+
+    A later run that only found the tool in the cache, or that failed or
+    was cancelled, has its own log: the text says where. A name whose build
+    made no tool shows that build's log.
+    """
+    record = Inventory(settings.tools_dir).get(name)
+    attempt = attempt_of(settings, name)
+    parts = []
+    if record is None:
+        if attempt is None:
+            # older versions kept a failed build's log as NAME.log
+            legacy = _log_part("build log", log_path(settings, name), last)
+            if not legacy:
+                find(settings, name)  # raises, naming the tools there are
+            return legacy
+        parts.append(f"== {name} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error}")
+        parts.append(_log_part("that build's log", Path(attempt.log), last) or f"== its log is gone: {attempt.log}")
+        return "\n".join(parts)
+    if attempt is not None:
+        parts.append(
+            f"== a later build of {name} {attempt.ended} ({_when(attempt.at)}); {name} is still the tool built "
+            f"before, whose log follows. That attempt's log: {attempt.log}"
+        )
+    path = Path(record.log_path) if record.log_path else log_path(settings, name)
+    parts.append(
+        _log_part("build log", path, last)
+        or f"== no build log kept for {name} (built before logs were kept, or cleaned)"
+    )
+    cached = cached_log_path(settings, name)
+    if cached.is_file():
+        parts.append(
+            f"== later runs found {name} in the cache and built nothing; the last one's log: {cached} "
+            f"({_when(cached.stat().st_mtime)})"
+        )
     if record.kind != "cli":
         try:
             output = lifecycle.logs(name, last)
@@ -468,7 +497,15 @@ class CommandResult:
 
 
 def show(settings: Settings, name: str) -> CommandResult:
-    """``show NAME``: the tool as :func:`tool_json`; as text, its provenance."""
+    """``show NAME``: the tool as :func:`tool_json`; as text, its provenance.
+
+    A name whose last build made no tool: that build (:meth:`~flakebot_magic.runlog.Attempt.listing_json`).
+    """
+    if Inventory(settings.tools_dir).get(name) is None:
+        attempt = attempt_of(settings, name)
+        if attempt is not None:
+            shown = {**attempt.to_json(), "at": _when(attempt.at)}
+            return CommandResult(attempt.listing_json(), render_text(shown))
     record = find(settings, name)
     return CommandResult(tool_json(record, settings), show_text(settings, name))
 
@@ -525,9 +562,12 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
     if not found:
         return CommandResult([], "", (f"No crate matches {query!r}.",))
     width = max(len(f"{c.name} {c.version}") for c in found)
-    lines = [
-        f"{c.score:8.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}  "
-        f"{c.description[:50]:<50}  ({why(c)})"
-        for c in found
-    ]
+    lines = []
+    for c in found:
+        # a crate per block at a normal terminal's width: its line, its description and why, wrapped under it
+        lines.append(f"{c.score:6.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}")
+        for text in (c.description, f"why: {why(c)}"):
+            lines += textwrap.wrap(
+                " ".join(text.split()), SEARCH_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8
+            )
     return CommandResult([c.to_json() for c in found], "\n".join(lines))

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import ToolError
 from ..process import allowed_env
 from ..provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
@@ -216,6 +217,20 @@ class ToolClient:
     def running(self) -> bool:
         """True while the tool's own process runs (always False for a CLI tool)."""
         return False
+
+    def require_binary(self) -> None:
+        """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone, saying how to get the tool back.
+
+        ``%flakebot clean --all`` (or a cleaned store) removes what a tool
+        loaded in a kernel runs; starting it then would end in a
+        ``FileNotFoundError`` deep in ``subprocess``.
+        """
+        if not Path(self.binary).is_file():
+            raise ToolError(
+                f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
+                f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
+                "if another kernel has built it since."
+            )
 
     def stop(self) -> None:
         """Stop the tool's process, if it has one (a later call starts it again)."""

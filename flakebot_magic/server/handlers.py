@@ -26,6 +26,7 @@ from .. import __version__, tools
 from ..config import Settings
 from ..errors import SteeringError, UsageError
 from ..inventory import Inventory, ToolRecord
+from ..runlog import attempt_of
 from ..steering import is_running
 
 __all__ = [
@@ -147,6 +148,20 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
             raise web.HTTPError(404, f"no tool named {name!r}")
         return record
 
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Jupyter's JSON error, its ``message`` the text raised as written.
+
+        tornado doubles every ``%`` of a message given without arguments
+        (``%%flakebot`` read ``%%%%flakebot``); :meth:`HTTPError.get_message`
+        is the message itself.
+        """
+        error = (kwargs.get("exc_info") or (None, None, None))[1]
+        if not isinstance(error, web.HTTPError) or not error.get_message():
+            super().write_error(status_code, **kwargs)
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": error.get_message(), "reason": error.reason}))
+
 
 class IndexHandler(_API):
     """``GET /flakebot/api``: what this API offers."""
@@ -167,21 +182,25 @@ class IndexHandler(_API):
 
 
 class ToolsHandler(_API):
-    """``GET /flakebot/api/tools``: every tool, with status and provenance."""
+    """``GET /flakebot/api/tools``: every tool, with status and provenance; a failed or cancelled build's name too."""
 
     @web.authenticated
     @authorized
     def get(self) -> None:
-        records = Inventory(self.flakebot.tools_dir).all()
-        self.finish(json.dumps({"tools": [tools.tool_json(r, self.flakebot) for r in records]}))
+        # the listing the dashboard shows: the tools, and the names whose last build made no tool
+        self.finish(json.dumps({"tools": tools.table(self.flakebot).data}))
 
 
 class ToolHandler(_API):
-    """``GET /flakebot/api/tools/NAME``: one tool."""
+    """``GET /flakebot/api/tools/NAME``: one tool (or, for a name whose last build made no tool, that build)."""
 
     @web.authenticated
     @authorized
     def get(self, name: str) -> None:
+        attempt = attempt_of(self.flakebot, name) if Inventory(self.flakebot.tools_dir).get(name) is None else None
+        if attempt is not None:  # a name whose last build made no tool: that build
+            self.finish(json.dumps(attempt.listing_json()))
+            return
         self.finish(json.dumps(tools.tool_json(self._record(name), self.flakebot)))
 
 
@@ -265,13 +284,15 @@ code{font-size:12px} pre{font-size:12px;background:#f6f8fa;padding:8px;max-heigh
 .tool-details div{overflow-wrap:anywhere}
 .status{font-weight:600} .status[data-status=ready],.status[data-status=running]{color:#1a7f37}
 .status[data-status=stopped]{color:#57606a} .status[data-status=failed]{color:#cf222e}
+.status[data-status=cancelled]{color:#9a6700} button:disabled{cursor:default}
 details summary{cursor:pointer;color:#0969da;font-size:13px} button{cursor:pointer}
 .empty{color:#57606a;padding:24px 0}
 """
 
 _SCRIPT = """
 const xsrf = document.querySelector('meta[name=xsrf]').content;
-async function stopTool(name) {
+async function stopTool(button, name) {
+  button.disabled = true;
   const r = await fetch(`${API}/${encodeURIComponent(name)}/stop`,
                         {method: 'POST', headers: {'X-XSRFToken': xsrf}, credentials: 'same-origin'});
   const body = await r.json().catch(() => ({}));
@@ -286,6 +307,8 @@ async function refresh() {
     names.push(tool.name);
     const cell = document.querySelector(`tr.tool[data-name="${tool.name}"] .status`);
     if (cell) { cell.textContent = tool.status; cell.dataset.status = tool.status; }
+    const stop = document.querySelector(`tr.tool[data-name="${tool.name}"] button.stop`);
+    if (stop) { stop.disabled = tool.status !== 'running'; }
   }
   const shown = JSON.parse(document.getElementById('flakebot-tools').textContent).map(tool => tool.name);
   if (names.join() !== shown.join()) location.reload();
@@ -308,12 +331,32 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
         super().initialize(name)
         self.flakebot = settings
 
+    async def _entry(self, tool: dict[str, Any]) -> str:
+        """Where an http tool's "open" goes: its root when that answers, else its health path (which must)."""
+        record = Inventory(self.flakebot.tools_dir).get(tool["name"])
+        if record is None or not record.url or tools.status_of(record) != "running":
+            return "/"
+        health = getattr(getattr(tools.tool_of(record, self.flakebot), "contract", None), "health", "/health")
+        headers = {"Authorization": f"Bearer {record.token}"} if record.token else {}
+        client = httpclient.AsyncHTTPClient(force_instance=True)
+        try:
+            answer = await client.fetch(
+                record.url.rstrip("/") + "/", headers=headers, request_timeout=2.0, raise_error=False
+            )
+        except Exception:  # not answering: the health path is the safer link
+            return health
+        finally:
+            client.close()
+        return "/" if 0 < answer.code < 400 else health
+
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         base = self.base_url.rstrip("/")
         listing = tools.table(self.flakebot)
-        shown = listing.data  # each tool as tools.tool_json: the API's shape
+        shown = listing.data  # each tool as tools.tool_json (a failed build as its attempt): the API's shape
+        entries = await asyncio.gather(*(self._entry(tool) for tool in shown if "proxy" in tool["links"]))
+        entry = dict(zip([tool["name"] for tool in shown if "proxy" in tool["links"]], entries, strict=True))
         e = html.escape
         rows = []
         for tool in shown:
@@ -324,21 +367,26 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
                 log = ""
             actions = []
             if "proxy" in tool["links"]:
-                actions.append(f"<a href='{e(base + tool['links']['proxy'])}'>open</a>")
-            if tool["kind"] != "cli":
-                actions.append(f"<button onclick=\"stopTool('{e(name)}')\">Stop</button>")
+                path = tool["links"]["proxy"].rstrip("/") + entry[name]
+                actions.append(f"<a href='{e(base + path)}' title='{e(entry[name])}'>open</a>")
+            if tool["kind"] in ("http", "mcp"):
+                # a stopped tool has nothing to stop: the button says so by being off
+                off = "" if status == "running" else " disabled"
+                actions.append(f"<button class='stop' onclick=\"stopTool(this, '{e(name)}')\"{off}>Stop</button>")
             started = tool["started"] or tool["created"]
+            details = tool["provenance"] or {k: tool[k] for k in ("error", "request", "workspace", "log_path")}
             rows.append(
                 f"<tr class='tool' data-name='{e(name)}'>"
                 f"<td><b>{e(name)}</b></td><td>{e(tool['kind'])}</td>"
-                f"<td><code>{e(tool['crate'])}@{e(tool['version'])}</code></td>"
+                f"<td><code>{e(tool['crate'])}{'@' + e(tool['version']) if tool['version'] else ''}</code></td>"
                 f"<td><code>{e(tool['source_hash'][:12])}</code></td><td>{e(tool['backend'])}</td>"
                 f"<td class='status' data-status='{e(status)}'>{e(status)}</td>"
                 f"<td>{e(time.strftime('%Y-%m-%d %H:%M', time.localtime(started))) if started else ''}</td>"
                 f"<td>{' '.join(actions)} <span class='message'></span></td></tr>"
                 f"<tr class='tool-details' data-name='{e(name)}'><td colspan='8'>"
                 f"<div>{e(tool['description'])}</div>"
-                f"<details><summary>provenance</summary><pre>{e(json.dumps(tool['provenance'], indent=2))}</pre></details>"
+                f"<details><summary>{'provenance' if tool['provenance'] else 'the build'}</summary>"
+                f"<pre>{e(json.dumps(details, indent=2))}</pre></details>"
                 f"<details><summary>log</summary><pre>{e(log)}</pre></details></td></tr>"
             )
         body = (

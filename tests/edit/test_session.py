@@ -1,6 +1,6 @@
 """The edit loop: scripted sessions against the fake OpenAI server, real cargo, real git.
 
-The scripts are in ``tests/editscripts.py`` (and ``tests/scripts/*.json``).
+The scripts are in ``tests/editscripts.py`` (and ``flakebot_magic/testing/scripts/*.json``).
 Loop sessions edit ``tinyhex``, a crate without dependencies; the front-door
 tests turn Debian's ``sha2`` library into a ``sha256sum`` look-alike.
 """
