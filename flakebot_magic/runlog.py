@@ -32,7 +32,7 @@ from .config import Settings
 from .errors import Cancelled
 from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
 from .fsutil import atomic_write, private_dir
-from .inventory import Inventory
+from .inventory import Inventory, ToolRecord
 
 __all__ = [
     "Attempt",
@@ -109,35 +109,35 @@ class Attempt:
             return None
         return attempt
 
-    def listing_json(self) -> dict[str, Any]:
-        """The attempt in the shape of a tool's JSON (:func:`flakebot_magic.tools.tool_json`), for listings.
+    def as_record(self) -> ToolRecord:
+        """The attempt as a tool record (never saved: ``status`` is its outcome), for listings and JSON.
 
-        Beside the keys every entry of a listing has (``name``, ``kind``,
-        ``crate``, ``version``, ``status``: ``failed`` or ``cancelled``,
-        ``created``, ``started``, ``description``, ``provenance``,
-        ``links``), it has its own: ``error``, ``request``, ``workspace``
-        (kept, when there is one) and ``log_path``.
+        What a tool has and an attempt has not is empty; the error is its
+        ``description`` and, with its class, in ``extra``.
         """
-        api = f"/flakebot/api/tools/{self.name}"
         crate, _, version = self.crate.partition(" ")
-        return {
-            "name": self.name,
-            "kind": "",
-            "crate": crate,
-            "version": version,
-            "source_hash": "",
-            "backend": "",
-            "status": self.outcome,
-            "created": self.at,
-            "started": self.at,
-            "description": f"{self.kind}: {self.error}" if self.kind else self.error,
-            "provenance": {},
-            "links": {"self": api, "logs": f"{api}/logs"},
-            "error": self.error,
-            "request": self.request,
-            "workspace": self.workspace,
-            "log_path": self.log,
-        }
+        return ToolRecord(
+            name=self.name,
+            crate=crate,
+            version=version,
+            binary="",
+            store_path="",
+            source_hash="",
+            checksum="",
+            checksum_kind="",
+            registry="",
+            workspace=self.workspace,
+            commit="",
+            backend="",
+            kind="",
+            description=f"{self.kind}: {self.error}" if self.kind else self.error,
+            created=self.at,
+            started=self.at,
+            status=self.outcome,
+            log_path=self.log,
+            request=self.request,
+            extra={"error": self.error, "error_kind": self.kind},
+        )
 
     @property
     def ended(self) -> str:

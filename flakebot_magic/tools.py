@@ -32,7 +32,7 @@ from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import alive, kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
-from .runlog import Attempt, attempt_of, attempts, cached_log_path, log_path
+from .runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_path
 from .stages.search import open_registry, search, why
 
 __all__ = [
@@ -242,7 +242,7 @@ class ToolTable:
 
     @property
     def data(self) -> list[dict[str, Any]]:
-        return [e.listing_json() if isinstance(e, Attempt) else tool_json(e, self.settings) for e in self._entries()]
+        return [tool_json(e, self.settings) for e in self._entries()]
 
     @property
     def text(self) -> str:
@@ -297,11 +297,12 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     parts = []
     if record is None:
         if attempt is None:
-            # older versions kept a failed build's log as NAME.log
-            legacy = _log_part("build log", log_path(settings, name), last)
-            if not legacy:
+            # a run killed between writing its log and its record; older versions kept a failed build's log as NAME.log
+            found = _log_part("the last build's log", failed_log_path(settings, name), last)
+            found = found or _log_part("build log", log_path(settings, name), last)
+            if not found:
                 find(settings, name)  # raises, naming the tools there are
-            return legacy
+            return found
         parts.append(f"== {name} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error}")
         parts.append(_log_part("that build's log", Path(attempt.log), last) or f"== its log is gone: {attempt.log}")
         return "\n".join(parts)
@@ -377,7 +378,7 @@ def show_text(settings: Settings, name: str) -> str:
 TOOL_JSON_KEYS = ("status", "provenance", "links", "usage", "example", "reads_stdin", "lock_hash")
 
 
-def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> dict[str, Any]:
+def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = None) -> dict[str, Any]:
     """A tool as JSON: what ``flakebot build/list/show --json``, the REST API and the dashboard give.
 
     ``subject`` is a :class:`~flakebot_magic.inventory.ToolRecord` or a
@@ -408,11 +409,22 @@ def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> di
     ``lock_hash``
         ``sha256-...`` of the flake.lock it was built with, or ``""``.
 
+    A name whose last build made no tool (an
+    :class:`~flakebot_magic.runlog.Attempt`) has the same keys: ``status``
+    ``failed`` or ``cancelled``, the error in ``description`` and ``extra``
+    (``error``, ``error_kind``), its ``request``, kept ``workspace`` and
+    ``log_path``; what only a tool has is empty.
+
     Examples
     --------
     >>> tool_json(record, settings)["links"]["self"]             # doctest: +SKIP
     '/flakebot/api/tools/md'
     """
+    if isinstance(subject, Attempt):
+        data = subject.as_record().public_json()
+        api = f"/flakebot/api/tools/{subject.name}"
+        data.update(provenance={}, links={"self": api, "logs": f"{api}/logs"}, lock_hash="")
+        return data | {key: None for key in ("usage", "example", "reads_stdin")}
     loaded = None if isinstance(subject, ToolRecord) else subject
     record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
     data = record.public_json()
@@ -499,13 +511,13 @@ class CommandResult:
 def show(settings: Settings, name: str) -> CommandResult:
     """``show NAME``: the tool as :func:`tool_json`; as text, its provenance.
 
-    A name whose last build made no tool: that build (:meth:`~flakebot_magic.runlog.Attempt.listing_json`).
+    A name whose last build made no tool: that build (its :func:`tool_json`).
     """
     if Inventory(settings.tools_dir).get(name) is None:
         attempt = attempt_of(settings, name)
         if attempt is not None:
             shown = {**attempt.to_json(), "at": _when(attempt.at)}
-            return CommandResult(attempt.listing_json(), render_text(shown))
+            return CommandResult(tool_json(attempt, settings), render_text(shown))
     record = find(settings, name)
     return CommandResult(tool_json(record, settings), show_text(settings, name))
 

@@ -199,7 +199,7 @@ class ToolHandler(_API):
     def get(self, name: str) -> None:
         attempt = attempt_of(self.flakebot, name) if Inventory(self.flakebot.tools_dir).get(name) is None else None
         if attempt is not None:  # a name whose last build made no tool: that build
-            self.finish(json.dumps(attempt.listing_json()))
+            self.finish(json.dumps(tools.tool_json(attempt, self.flakebot)))
             return
         self.finish(json.dumps(tools.tool_json(self._record(name), self.flakebot)))
 
@@ -374,7 +374,7 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
                 off = "" if status == "running" else " disabled"
                 actions.append(f"<button class='stop' onclick=\"stopTool(this, '{e(name)}')\"{off}>Stop</button>")
             started = tool["started"] or tool["created"]
-            details = tool["provenance"] or {k: tool[k] for k in ("error", "request", "workspace", "log_path")}
+            details = tool["provenance"] or {k: tool[k] for k in ("request", "workspace", "log_path")}
             rows.append(
                 f"<tr class='tool' data-name='{e(name)}'>"
                 f"<td><b>{e(name)}</b></td><td>{e(tool['kind'])}</td>"
