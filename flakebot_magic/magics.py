@@ -462,12 +462,12 @@ def _explain_usage(message: str, parser: Any) -> str:
     unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
     if not unknown:
         return f"{message}. `%%flakebot?` lists the options."
-    known = [flag for action in parser._actions for flag in action.option_strings]
+    known = {flag.lstrip("-"): flag for action in parser._actions for flag in action.option_strings}
     words = []
     for word in unknown:
-        near = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+        near = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), list(known), n=1, cutoff=0.75)
         kind = "option" if word.startswith("-") else "word"
-        words.append(f"Unknown {kind} {word}" + (f": did you mean {near[0]}?" if near else "."))
+        words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
     return " ".join(words) + " `%%flakebot?` lists the options."
 
 

@@ -182,6 +182,8 @@ class RunLog:
         self.cached = False
         #: what the search chose, as its row said (``tinyhex 0.1.0``)
         self.crate = ""
+        #: a stage started: the run was a build, not an argument refused before any (which is no attempt)
+        self.started = False
 
     def _add(self, at: float, text: str) -> None:
         with self._lock:
@@ -191,6 +193,7 @@ class RunLog:
         if isinstance(event, LogLine):
             self._add(event.at, f"{event.stage}| {event.line}")
         elif isinstance(event, StageStarted):
+            self.started = True
             self._add(event.at, f"== {event.stage} started {event.detail}".rstrip())
         elif isinstance(event, StageFinished):
             if event.stage == "deploy":
@@ -221,8 +224,8 @@ class RunLog:
         A build that made the tool points the tool's record at its log; a
         cache hit leaves the record's log as it is; a run that did not
         succeed records an :class:`Attempt` (``request`` and ``error`` say
-        what it was and how it ended) and leaves the tool, if there is one,
-        as it was.
+        what it was and how it ended; none when it was refused before any
+        stage started) and leaves the tool, if there is one, as it was.
         """
         if not name:
             return None
@@ -230,6 +233,8 @@ class RunLog:
         if self.ok is not True:
             path = failed_log_path(settings, name)
             self._write(path, self.text())
+            if not self.started:  # refused before it began (a bad argument): the user saw why; nothing to list
+                return path
             kept = getattr(error, "workspace", None)
             attempt = Attempt(
                 name=name,

@@ -117,7 +117,7 @@ def test_candidates_still_running_when_the_run_ends_are_cancelled_not_failed() -
     widget(CandidateUpdate(0, "editing", iteration=1, crate="tinyhex"))
     widget(CandidateUpdate(1, "waiting", crate="tinyhex"))
     widget(Notice("run", "cancelled from the widget", "warning"))
-    widget(RunFinished(ok=False, error=Cancelled("Cancelled during the edit."), elapsed=1.0))
+    widget(RunFinished(ok=False, error=Cancelled("Stopped during the edit session."), elapsed=1.0))
     assert candidate_states(widget) == {0: "cancelled", 1: "cancelled"}
     assert "#cf222e" not in candidate_row(widget, 0)
 

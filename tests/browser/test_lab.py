@@ -207,7 +207,9 @@ def test_cancel_button_stops_the_build(context: object, lab: JupyterProcess) -> 
     error.first.wait_for()
     assert error.count() == 1
     message = error.inner_text()
-    assert message.startswith("Cancelled: Cancelled during `cargo ") and "nice" not in message
+    assert (
+        message.startswith("Cancelled: Stopped during `cargo ") and "nice" not in message
+    )  # not "Cancelled: Cancelled"
     assert f"\nThe workspace is kept at {workspace}" in message
     assert progress.locator(".flakebot-summary").count() == 0 or not progress.locator(".flakebot-summary").inner_text()
     page.screenshot(path=SHOTS / "06-cancelled.png")  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.config import Settings
-from flakebot_magic.events import EventBus, RunFinished
+from flakebot_magic.events import EventBus, RunFinished, StageStarted
 from flakebot_magic.runlog import RunLog, failed_log_path, log_path
 
 
@@ -62,6 +62,7 @@ def test_a_run_log_is_the_users_alone(tmp_path: Path, umask_022: None) -> None:
     assert _mode(path.parent) == 0o700 and _mode(settings.cache_dir) == 0o700
     # a run that failed: its log and its record (the request, the error) are the user's alone too
     failed = RunLog(settings)
+    EventBus([failed]).emit(StageStarted("build"))
     EventBus([failed]).log("test", "more output that may hold a secret", "stdout")
     path = failed.save("te2", request="secret words", error=RuntimeError("boom"))
     assert path == failed_log_path(settings, "te2") and _mode(path) == 0o600
