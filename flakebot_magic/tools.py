@@ -260,7 +260,12 @@ class ToolTable:
             return f"<p>{html.escape(self.empty).replace('%%flakebot', '<code>%%flakebot</code>')}</p>"
         head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in COLUMNS)
         body = "".join(
-            "<tr>" + "".join(f"<td><code>{html.escape(cell)}</code></td>" for cell in row) + "</tr>"
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left'>{f'<code>{html.escape(cell)}</code>' if cell.strip('-') else cell}</td>"
+                for cell in row
+            )
+            + "</tr>"
             for row in self.rows()
         )
         return f"<table class='flakebot-tools'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

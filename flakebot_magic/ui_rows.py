@@ -82,6 +82,13 @@ STATE_STYLE = {
 WRAP_CELL = "overflow-wrap:anywhere;word-break:normal;white-space:normal"
 #: details longer than this are cut (with "…"); the whole text is the cell's tooltip
 DETAIL_CHARS = 200
+#: every cell: a page's own table style (JupyterLab right-aligns, centres and pads rendered tables, and stripes
+#: their rows) must not make the record a different table from the widget's
+CELL = "text-align:left;vertical-align:top;padding:1px 0.9em 1px 0;border:none;line-height:1.5"
+#: the label, state and time columns take what they need (the detail, the rest)
+TIGHT = "width:1%;white-space:nowrap"
+#: every row: no stripes, no hover colour from the page
+ROW = "background:none"
 
 
 @dataclass
@@ -342,10 +349,10 @@ class CandidateTable:
             detail = self.line(row, usage, label=False)
             cells.append(
                 f"<tr class='flakebot-candidate' data-candidate='{row.index}' data-state='{row.state}' "
-                f"style='font-size:12px;{style}'>"
-                f"<td style='{look}text-align:center'>{icon}</td>"
-                f"<td style='padding:0 1em 0 0.8em;white-space:nowrap'>{html.escape(row.label)}</td>"
-                f"<td style='{look}padding-right:1em'>{row.state}</td><td></td>"
+                f"style='{ROW};font-size:12px;{style}'>"
+                f"<td style='{CELL};{look}text-align:center'>{icon}</td>"
+                f"<td style='{CELL};{TIGHT};padding-left:0.8em'>{html.escape(row.label)}</td>"
+                f"<td style='{CELL};{TIGHT};{look}'>{row.state}</td><td style='{CELL}'></td>"
                 f"{detail_cell(detail)}</tr>"
             )
         return "".join(cells)
@@ -437,7 +444,7 @@ def detail_cell(detail: str, *, extra: str = "") -> str:
     """The last cell of a row: the detail, faint, wrapping; cut past :data:`DETAIL_CHARS` with its whole text as the tooltip."""
     shown = detail if len(detail) <= DETAIL_CHARS else detail[: DETAIL_CHARS - 1] + "…"
     tooltip = f" title='{html.escape(detail)}'" if shown != detail else ""
-    return f"<td class='flakebot-detail' style='{FAINT};{WRAP_CELL}{extra}'{tooltip}>{html.escape(shown)}</td>"
+    return f"<td class='flakebot-detail' style='{CELL};{FAINT};{WRAP_CELL}{extra}'{tooltip}>{html.escape(shown)}</td>"
 
 
 def stage_table_html(
@@ -455,12 +462,11 @@ def stage_table_html(
         look = STATE_STYLE[row.state]
         detail = row.live if row.state == "running" and row.live else row.detail
         cells.append(
-            f"<tr class='flakebot-row' data-stage='{html.escape(row.key)}' data-state='{row.state}' "
-            "style='vertical-align:top'>"
-            f"<td style='{look};width:1.5em;text-align:center'>{ICON[row.state]}</td>"
-            f"<td style='padding-right:1em;white-space:nowrap'><b>{html.escape(row.label)}</b></td>"
-            f"<td style='{look};padding-right:1em'>{row.state}</td>"
-            f"<td style='text-align:right;padding-right:1em;white-space:nowrap;font-variant-numeric:tabular-nums'>"
+            f"<tr class='flakebot-row' data-stage='{html.escape(row.key)}' data-state='{row.state}' style='{ROW}'>"
+            f"<td style='{CELL};{look};width:1.5em;text-align:center;padding-right:0.3em'>{ICON[row.state]}</td>"
+            f"<td style='{CELL};{TIGHT}'><b>{html.escape(row.label)}</b></td>"
+            f"<td style='{CELL};{TIGHT};{look}'>{row.state}</td>"
+            f"<td style='{CELL};{TIGHT};text-align:right;font-variant-numeric:tabular-nums'>"
             f"{fmt_seconds(row.seconds(now))}</td>"
             f"{detail_cell(detail)}</tr>"
         )
@@ -469,9 +475,8 @@ def stage_table_html(
     if not rows:
         cells.append(candidates.html(usage, settled=settled))
     return (
-        "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;line-height:1.5'>"
-        + "".join(cells)
-        + "</table>"
+        "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;width:100%;margin:2px 0;"
+        "table-layout:auto'>" + "".join(cells) + "</table>"
     )
 
 

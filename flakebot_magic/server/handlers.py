@@ -396,12 +396,16 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
             else "<p class='empty'>No tools yet. Build one in a notebook with <code>%%flakebot</code>.</p>"
         )
         api = json.dumps(f"{base}/flakebot/api/tools")
+        tools_count, failed = len(listing.records), len(listing.attempts)
+        counted = f"{tools_count} tool{'' if tools_count == 1 else 's'}" + (
+            f", {failed} build{'' if failed == 1 else 's'} that made none" if failed else ""
+        )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             "<!doctype html><html><head><meta charset='utf-8'><title>flakebot tools</title>"
             f"<meta name='xsrf' content='{e(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)}'>"
             f"<style>{_STYLE}</style></head><body>"
-            f"<h1>flakebot tools</h1><p class='sub'>{len(shown)} tools · registry "
+            f"<h1>flakebot tools</h1><p class='sub'>{counted} · registry "
             f"<code>{e(str(self.flakebot.tools_dir))}</code> · flakebot-magic {e(__version__)}</p>"
             f"{body}<script type='application/json' id='flakebot-tools'>{_script_json(shown)}</script>"
             f"<script>const API = {api};{_SCRIPT}</script></body></html>"
