@@ -378,8 +378,11 @@ class ToolClient:
 
     def _repr_html_(self) -> str:
         e = html.escape
+        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables)
         body = "".join(
-            f"<tr><th style='text-align:left'>{e(k)}</th><td><code>{e(v)}</code></td></tr>" for k, v in self._rows()
+            f"<tr style='background:none'><th style='text-align:left;padding:1px 1em 1px 0'>{e(k)}</th>"
+            f"<td style='text-align:left;padding:1px 0'><code>{e(v)}</code></td></tr>"
+            for k, v in self._rows()
         )
         calls = "".join(
             f"<li><code>{e(_signature_text(fn))}</code> &mdash; {e(_first_line(fn.description))}"
@@ -392,7 +395,7 @@ class ToolClient:
         return (
             f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b> "
             f"&mdash; {e(self.description)}"
-            f"<table>{body}</table>"
+            f"<table style='margin:4px 0'>{body}</table>"
             f"<p>Call it: <code>{e(self.example())}</code></p>"
             f"<ul>{calls}</ul>"
             f"<details><summary>For agents: <code>{e(self.name)}.openai_tools()</code></summary><pre>{tools}</pre></details>"
