@@ -521,8 +521,10 @@ def show(settings: Settings, name: str) -> CommandResult:
     if Inventory(settings.tools_dir).get(name) is None:
         attempt = attempt_of(settings, name)
         if attempt is not None:
-            shown = {**attempt.to_json(), "at": _when(attempt.at)}
-            return CommandResult(tool_json(attempt, settings), render_text(shown))
+            error = f"{attempt.kind}: {attempt.error}" if attempt.kind else attempt.error
+            shown = {"name": name, "status": attempt.outcome, "error": error, "request": attempt.request}
+            shown |= {"crate": attempt.crate, "workspace": attempt.workspace, "ended": _when(attempt.at)}
+            return CommandResult(tool_json(attempt, settings), render_text({**shown, "log": attempt.log}))
     record = find(settings, name)
     return CommandResult(tool_json(record, settings), show_text(settings, name))
 
