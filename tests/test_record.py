@@ -14,10 +14,10 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_ui import fake_tool
 
 from flakebot_magic.errors import BuildError, Cancelled
 from flakebot_magic.events import (
@@ -61,17 +61,6 @@ def _markup(text: str) -> _Markup:
     parser.feed(text)
     parser.close()
     return parser
-
-
-def fake_tool(name: str = "md") -> SimpleNamespace:
-    return SimpleNamespace(
-        name=name,
-        crate="pulldown-cmark",
-        version="0.9.2",
-        backend="cargo",
-        store_path=Path("/store/abc-pulldown-cmark-0.9.2"),
-        example=lambda: f'{name}("some input text")',
-    )
 
 
 def _diff(body: str = "+added\n-removed\n", base: str = "published") -> WorkspaceDiff:

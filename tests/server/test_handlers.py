@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from jupyter_process import JupyterProcess, free_port
+from polling import wait_for
 
 from flakebot_magic import cli, steering
 from flakebot_magic.config import Settings
@@ -420,15 +421,14 @@ def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
     proc = subprocess.Popen([sys.executable, "-c", _HEALTH_ONLY, str(port)], start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        with httpx.Client() as probe:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    probe.get(url + "/health")
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
+
+        def answers() -> bool:
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(answers, 20, "the health-only service")
         record = _record("api", settings.cache_dir / "store" / "api", kind="http", status="running")
         record.pid, record.url, record.started = proc.pid, url, time.time()
         Inventory(settings.tools_dir).save(record)
