@@ -53,6 +53,7 @@ __all__ = [
     "WRAP",
     "BuildRecord",
     "RequestTitle",
+    "collapsed",
     "counts_html",
     "log_html",
     "notices_html",
@@ -206,6 +207,11 @@ def summary_html(
     )
 
 
+def collapsed(outcome: str, rows: Iterable[StageRow]) -> bool:
+    """The run failed before any stage started (a bad argument): one line says it all."""
+    return outcome in ("failed", "cancelled") and all(row.started is None for row in rows)
+
+
 def _fold(kind: str, title: str, body: str) -> str:
     """A ``<details>`` fold: closed, its title the summary line."""
     return (
@@ -245,8 +251,7 @@ class BuildRecord:
 
     @property
     def collapsed(self) -> bool:
-        """The run failed before any stage started (a bad argument): one line says it all."""
-        return self.outcome in ("failed", "cancelled") and all(row.started is None for row in self.rows)
+        return collapsed(self.outcome, self.rows)
 
     def summary(self) -> str:
         return summary_html(

@@ -48,6 +48,7 @@ from .record import (
     RECORD_LOG_LINES,
     BuildRecord,
     RequestTitle,
+    collapsed,
     counts_html,
     log_html,
     notices_html,
@@ -442,7 +443,7 @@ class ProgressWidget:
     @property
     def collapsed(self) -> bool:
         """The run failed before any stage started (a bad argument): one line says it all."""
-        return self.outcome in ("failed", "cancelled") and all(row.started is None for row in self.rows.values())
+        return collapsed(self.outcome, self.rows.values())
 
     def _cancel_clicked(self, _button: Any = None) -> None:
         if self.outcome != "running" or self.cancel_button.disabled:
