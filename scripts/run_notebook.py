@@ -8,7 +8,8 @@ a change that alters what a checked cell prints). Widget state and per-cell
 timings are not stored: they differ on every run and a fresh kernel has no
 widget models to match. The cache dir the run used (a temporary one, or
 yours) is written as ``~/.cache/flakebot``, where a reader's own tools would
-be: a committed notebook names no one's machine.
+be, and the Python environment (an MCP config names its interpreter) as
+``$VIRTUAL_ENV``: a committed notebook names no one's machine.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from nbclient.exceptions import CellExecutionError
 
 from flakebot_magic.config import Settings
 
-#: what a committed notebook calls the cache dir: the default one (platformdirs' on Linux)
-SHOWN_CACHE = "~/.cache/flakebot"
+#: what a committed notebook calls the cache dir (the default one, platformdirs' on Linux) and the environment
+SHOWN_CACHE, SHOWN_ENV = "~/.cache/flakebot", "$VIRTUAL_ENV"
 
 
-def _without(path: str, value: object) -> object:
-    """``value`` (an output's text, HTML or metadata) with ``path`` written as :data:`SHOWN_CACHE`."""
-    return json.loads(json.dumps(value).replace(json.dumps(path)[1:-1], SHOWN_CACHE))
+def _without(paths: dict[str, str], value: object) -> object:
+    """``value`` (an output's text, HTML or metadata) with each of ``paths`` written as what it maps to."""
+    text = json.dumps(value)
+    for path, shown in paths.items():
+        text = text.replace(json.dumps(path)[1:-1], shown)
+    return json.loads(text)
 
 
 def main(path: str, *, inplace: bool = False) -> int:
@@ -64,11 +68,12 @@ def main(path: str, *, inplace: bool = False) -> int:
         if failed:
             print(f"{path}: not written back, a cell failed", file=sys.stderr)
         else:
-            cache = str(Settings().cache_dir)  # the kernel's: the same environment
+            # the kernel's: the same environment
+            paths = {str(Settings().cache_dir): SHOWN_CACHE, sys.prefix: SHOWN_ENV}
             for cell in notebook.cells:
                 cell.metadata.pop("execution", None)  # timings left by earlier runs
                 if cell.cell_type == "code":
-                    cell.outputs = nbformat.from_dict(_without(cache, cell.outputs))
+                    cell.outputs = nbformat.from_dict(_without(paths, cell.outputs))
             notebook.metadata.pop("widgets", None)
             nbformat.write(notebook, path)
             print(f"\n{path}: outputs written back", file=sys.stderr)

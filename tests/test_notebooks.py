@@ -94,14 +94,17 @@ def test_the_fake_model_is_labelled_as_a_test_double(path: Path) -> None:
     assert "scripted test double (not a language model)" in shown
 
 
-#: a path on someone's machine: never in a committed notebook, checked or not (issue 21)
-LOCAL_PATH = re.compile(r"/tmp/|/work/|/home/|/root/|/Users/")
+#: a path on someone's machine (a checkout, a home, a cache in /tmp): never in a committed notebook, checked or not;
+#: only a notebook that makes a temporary cache of its own (the agent notebooks) shows that one (issue 21)
+LOCAL_PATH = re.compile(r"/work/|/home/|/root/|/Users/")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_output_names_a_local_path(path: Path) -> None:
+    own_cache = "tempfile.mkdtemp" in path.read_text()
     for cell in _code_cells(path):
-        found = LOCAL_PATH.search(json.dumps(cell["outputs"]))
+        outputs = json.dumps(cell["outputs"])
+        found = LOCAL_PATH.search(outputs) or (None if own_cache else re.search("/tmp/", outputs))
         assert not found, f"{found.group()!r} in the outputs of: {_source(cell)[:80]}; re-run with --inplace"
 
 
