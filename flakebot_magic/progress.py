@@ -78,7 +78,7 @@ class TextProgress:
             undone = f"  reverted: {event.reason}" if event.reverted else ""
             timing = f" ({event.elapsed:.1f}s)" if event.elapsed is not None else ""
             error = f"; {event.first_error}" if event.first_error else ""
-            self._write(f"flakebot: edit    {label}{timing}: {event.summary}{error}{undone}")
+            self._write(f"flakebot: edit    {label}: {event.summary}{error}{undone}{timing}")
         elif isinstance(event, ModelUsage):
             self.usage.add(event)
         elif isinstance(event, CandidateUpdate):

@@ -399,6 +399,10 @@ def test_done_when_the_command_builds_a_sha256_tool_after_the_loop_fixed_a_compi
     assert "error[E0308] src/bin/sha256.rs:8:5: mismatched types" in report
     assert ">    8 |     Sha256::digest(data)" in report
     assert "edit    run 1: build FAILED" in sha_tool.stderr and "edit    ok" in sha_tool.stderr
+    # which error, and how long the run took (issue 21)
+    assert re.search(
+        r"run 1: build FAILED.*; error\[E0308\] src/bin/sha256\.rs:8:5: mismatched types \(\d+\.\ds\)", sha_tool.stderr
+    )
     assert "cargo runs in a sandbox: bubblewrap" in sha_tool.stderr or "WITHOUT network isolation" in sha_tool.stderr
 
 
