@@ -124,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                 )
             )
-        print(f"flakebot: error: {exc}", file=sys.stderr)
-        return 130 if isinstance(exc, Cancelled) else 1
+        cancelled = isinstance(exc, Cancelled)
+        print(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", file=sys.stderr)
+        return 130 if cancelled else 1
     except KeyboardInterrupt:
         print("flakebot: interrupted", file=sys.stderr)
         return 130

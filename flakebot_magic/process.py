@@ -421,8 +421,7 @@ def _cancelled_during(argv: list[str]) -> str:
     (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
     whole there, where JupyterLab's error box would break it mid-word.)
 
-    It does not start with "Cancelled": IPython puts the class's name before it (``Cancelled: Stopped during …``).
-
+    Not "Cancelled during": IPython puts the class's name before it (``Cancelled: Stopped during …``).
     >>> _cancelled_during(["cargo", "test", "--locked"])
     'Stopped during `cargo test`.'
     """

@@ -253,7 +253,7 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
-    assert "Cancelled" in err.decode() and str(workspace) in err.decode()
+    assert "flakebot: cancelled: Stopped during `cargo " in err.decode() and str(workspace) in err.decode()
     assert processes_in(workspace) == []
 
 

@@ -103,7 +103,7 @@ def test_cell_shows_the_widget_then_the_tool_with_its_provenance(kernel: Kernel)
 
     content, messages = kernel.run("print(te('hi'))\n%flakebot list")
     text = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
-    table = next(m for m in messages if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"]
+    table = next(m for m in messages if m["msg_type"] == "display_data")["content"]["data"]["text/plain"]
     assert "HI" in text  # te('hi') went to standard input, which tinyecho prints in upper case
     assert "tinyecho@0.2.0" in table and "ready" in table
     _, messages = kernel.run("%flakebot show te")
