@@ -222,17 +222,9 @@ def test_a_saved_notebook_keeps_the_record_for_nbconvert(tmp_path: Path) -> None
         nbformat.v4.new_code_cell(f"%%flakebot --registry {registry} --crate tinyecho --name te\nshout the words"),
     ]
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {"FLAKEBOT_CACHE_DIR": str(tmp_path / "cache"), "FLAKEBOT_BACKEND": "cargo"}
-    old = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)  # the kernel nbclient starts inherits them
-    try:
-        NotebookClient(notebook, timeout=600, kernel_name="python3", store_widget_state=True).execute()
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    env = {**os.environ, "FLAKEBOT_CACHE_DIR": str(tmp_path / "cache"), "FLAKEBOT_BACKEND": "cargo"}
+    # the kernel's environment (execute passes it to the kernel manager's start)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", store_widget_state=True).execute(env=env)
     saved = tmp_path / "built.ipynb"
     nbformat.write(notebook, saved)
     outputs: list[dict[str, Any]] = json.loads(saved.read_text())["cells"][1]["outputs"]
