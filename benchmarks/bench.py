@@ -27,7 +27,7 @@ What is measured (targets from the issues):
   the right tool deployed and called, or NeedsModelError naming the library
   (``--no-issue-requests`` skips these few minutes);
 * the edit loop (scripted: the fake OpenAI server replays the sha2 session
-  of ``tests/scripts/sha256.json`` plus edit-only iterations, real cargo in
+  of ``flakebot_magic/testing/scripts/sha256.json`` plus edit-only iterations, real cargo in
   the sandbox): flakebot's own time per check run on top of cargo's, target
   <= 10% of the cargo time, and the dependency units cargo compiles after the
   baseline check run (count ``compiler-artifact`` messages with
@@ -171,7 +171,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
-    replies = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
+    replies = json.loads((ROOT / "flakebot_magic" / "testing" / "scripts" / "sha256.json").read_text())["responses"]
     # the edit loop's replies (the script starts with the pipeline's crate choice, which the loop never asks for)
     script = [r for r in replies if r["tool_calls"][0]["function"]["name"] != "choose_crate"]
     fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]

@@ -137,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
                 indent=None,
             )
-        _say(f"flakebot: error: {exc}", sys.stderr)
-        return 130 if isinstance(exc, Cancelled) else 1
+        cancelled = isinstance(exc, Cancelled)
+        _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
+        return 130 if cancelled else 1
     except KeyboardInterrupt:
         _say("flakebot: interrupted", sys.stderr)
         return 130

@@ -56,7 +56,7 @@ LAYERS = {
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
     4: {"pipeline", "editing", "background", "tools", "cleanup", "export", "eval"},
-    5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "progress", "agent"},
+    5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "record", "progress", "agent"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples
 OUTSIDE = {"testing"}

@@ -251,8 +251,15 @@ class CheckRunner:
             if stream == "stderr":
                 for text in readable([line]):  # rustdoc's JSON diagnostics come on stderr
                     self.bus.log("edit", text, "stderr")
-            elif not line.startswith("{"):
+                return
+            if not line.startswith("{"):
                 self.bus.log("edit", line, "stdout")
+                return
+            # cargo's JSON: the log gets a compiler error as rustc renders it (the E-code, the code, the help)
+            for error in parse_cargo_messages([line])[0]:
+                if error.level.startswith("error") and error.rendered:
+                    for rendered in error.rendered.rstrip().splitlines():
+                        self.bus.log("edit", rendered, "stdout")
 
         def cargo(subcommand: str, *args: str, timeout: float) -> Any:
             nonlocal cargo_time
@@ -415,6 +422,8 @@ class CheckRunner:
                 warnings=len(run.warnings),
                 auto_fixed=len(run.auto_fixed),
                 summary=run.headline(),
+                first_error=run.errors[0].headline() if run.errors else "",
+                elapsed=run.seconds,
             )
         )
 
