@@ -38,7 +38,7 @@ What is measured (targets from the issues):
   dependency units each extra candidate's first check run compiles, target 0
   (``make bench BENCH_ARGS=--only-candidates`` measures only these);
 * the starter suite replayed (issue 25, ``benchmarks/bench_eval.py``):
-  ``flakebot eval --replay evals/starter`` with 2 jobs, every task must pass
+  ``flakebot eval --replay starter`` with 2 jobs, every task must pass
   its hidden tests; wall time, and the p50 and slowest task
   (``make bench BENCH_ARGS=--only-eval`` measures only this);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,

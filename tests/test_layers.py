@@ -75,9 +75,14 @@ def _layer(module: str) -> int | None:
     return None
 
 
+SUITES = PACKAGE / "eval" / "suites"
+
+
 def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
+        if SUITES in path.parents:  # the built-in eval suites' task files: data, not modules of the package
+            continue
         parts = path.relative_to(PACKAGE).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
         found[name] = path
