@@ -44,6 +44,7 @@ from .errors import (
     TestError,
     ToolBusy,
     ToolError,
+    UpstreamTestError,
     UsageError,
 )
 
@@ -71,6 +72,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UpstreamTestError",
     "UsageError",
     "__version__",
     "acall",

@@ -258,10 +258,10 @@ def start_build(
             tool = pipeline.run(build)
         except FlakebotError as exc:
             kept = getattr(exc, "workspace", None)
-            log.save(build.name or (kept.name if kept is not None else None))
+            log.save(build.name or (kept.name if kept is not None else None), request=build.text, error=exc)
             raise
-        except BaseException:
-            log.save(build.name)
+        except BaseException as exc:
+            log.save(build.name, request=build.text, error=exc)
             raise
         log.save(tool.name, request=build.text)
         return tool

@@ -19,7 +19,6 @@ from .agent import command as agent_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
 from .eval import command as eval_command
-from .events import Event, LogLine, Notice
 from .options import OPTIONS, add_arguments, apply
 from .untrusted import safe_data, safe_text
 
@@ -145,8 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
                 indent=None,
             )
-        _say(f"flakebot: error: {exc}", sys.stderr)
-        return 130 if isinstance(exc, Cancelled) else 1
+        cancelled = isinstance(exc, Cancelled)
+        _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
+        return 130 if cancelled else 1
     except KeyboardInterrupt:
         _say("flakebot: interrupted", sys.stderr)
         return 130
@@ -185,9 +185,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             _say(tool.usage())
         return 0
     if args.command == "cargo":
-        from .workspace_cargo import run_cargo
+        from .workspace_cargo import printer, run_cargo
 
-        return run_cargo(settings, args.name, args.args, observers=[_print_cargo])
+        return run_cargo(settings, args.name, args.args, observers=[printer()])
     _print(_answer(args, settings), as_json=args.json)
     return 0
 
@@ -219,14 +219,6 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
 
         return export_replit(settings, args.name, Path(args.replit))
     raise AssertionError(args.command)
-
-
-def _print_cargo(event: Event) -> None:
-    """cargo's lines (stdout to stdout), made safe, and flakebot's notes on stderr."""
-    if isinstance(event, LogLine):
-        _say(event.line, sys.stdout if event.stream == "stdout" else sys.stderr)
-    elif isinstance(event, Notice):
-        _say(f"flakebot: {event.message}", sys.stderr)
 
 
 def _print(answer: Answer, *, as_json: bool) -> None:

@@ -194,6 +194,11 @@ class Settings:
         return self.private_cache_dir() / "tools"
 
     @property
+    def attempts_dir(self) -> Path:
+        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
+        return self.tools_dir / "attempts"
+
+    @property
     def recipes_dir(self) -> Path:
         return self.private_cache_dir() / "recipes"
 

@@ -12,6 +12,8 @@ The tree::
     ├── ForkError           the published source could not become a workspace
     ├── BuildError          cargo build failed (carries the first diagnostics)
     │   └── TestError       cargo test failed (carries the failing test names)
+    │       └── UpstreamTestError  the published crate's own tests fail on this
+    │                       toolchain, unedited (names them; not flakebot's doing)
     ├── PolicyError         the workspace holds what flakebot does not build (a new
     │                       build.rs, .cargo/, a path outside, ...; names the files)
     ├── NeedsModelError     the best candidate is a library; a model must write the tool
@@ -62,6 +64,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UpstreamTestError",
     "UsageError",
 ]
 
@@ -179,6 +182,8 @@ class TestError(BuildError):
 
     __test__ = False  # not a pytest test class
     stage = "test"
+    #: True when the published crate's own tests fail unedited (:class:`UpstreamTestError`)
+    upstream = False
 
     def __init__(
         self,
@@ -191,6 +196,16 @@ class TestError(BuildError):
     ) -> None:
         self.failed = list(failed)
         super().__init__(message, diagnostics=diagnostics, command=command, workspace=workspace)
+
+
+class UpstreamTestError(TestError):
+    """The published crate's own tests fail on this toolchain, with nothing of it edited.
+
+    Not a failure flakebot caused: ``upstream`` is True, and ``failed`` names
+    the failing tests (or ``diagnostics`` holds why they do not compile).
+    """
+
+    upstream = True
 
 
 class PolicyError(FlakebotError):

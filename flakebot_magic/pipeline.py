@@ -159,7 +159,6 @@ class Pipeline:
             search_text, examples = split_request(build.text)
             _check_request(build, search_text)
             choice = decide(self.settings, self.runner)
-            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
             run = RunState(build, model, choice, examples=examples)
             if point is not None:
                 tool = self._resumed(run, point)
@@ -226,14 +225,11 @@ class Pipeline:
                 cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
             if cached is not None:
                 where = cached.manifest.get("nix_store_path") or str(cached.path)
-                cached_rows(
-                    self.bus,
-                    ("fork", "build", "test", "flake", "deploy"),
-                    lambda stage: where if stage == "deploy" else "",
-                )
-                return self._client(run, cached, choice)
+                cached_rows(self.bus, ("fork", "build", "test", "flake", "deploy"), cached, where=where)
+                return self._client(run, cached, choice, reused=True)
 
         run.alternatives = choice.close_alternatives()
+        self._say_backend(run)
         if run.resume is not None:  # the interrupted session's workspace, as it was left
             workspace = run.forked()
         else:
@@ -250,7 +246,9 @@ class Pipeline:
                     # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
                     copy=run.follow_up,
                 )
-                stage.detail = str(workspace.path)
+                # a rebuild forks beside the tool's workspace (.next/) and is swapped in when deployed: the
+                # row names where the workspace will be (the notice above it says where it is meanwhile)
+                stage.detail = str(workspace.replaces or workspace.path)
         cargo = self._edit(run, self._confined(run, cargo))
         workspace = run.forked()  # a candidate that started from another crate may have won
         try:
@@ -260,13 +258,6 @@ class Pipeline:
             run.main_program = _main_binary(
                 workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False
             )
-            if run.choice.fallback:
-                self.bus.notice(
-                    "deploy",
-                    f"auto: {run.choice.fallback}; falling back to the cargo backend. "
-                    "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
-                    "warning",
-                )
             built = backend.build(run, cargo)
             if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
                 backend = backend_for("cargo", deps, run.choice)
@@ -294,7 +285,20 @@ class Pipeline:
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(workspace.path / "target", ignore_errors=True)
-        return self._client(run, store, choice)
+        return self._client(run, store, choice, reused=built.cached is not None)
+
+    def _say_backend(self, run: RunState) -> None:
+        """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""
+        choice = run.choice
+        if choice.fallback:
+            self.bus.notice(
+                "deploy",
+                f"backend: cargo ({choice.why}); auto is falling back to the cargo backend. "
+                "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
+                "warning",
+            )
+        else:
+            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
 
     def _unchanged(self, run: RunState) -> None:
         """Say that a failed build left the tool it would have replaced as it was."""
@@ -431,7 +435,13 @@ class Pipeline:
             self._unchanged(run)
             raise
 
-    def _client(self, run: RunState, store: StorePath, choice: Choice) -> ToolClient:
+    def _client(self, run: RunState, store: StorePath, choice: Choice, *, reused: bool = False) -> ToolClient:
+        """The tool's client, and its record in the registry.
+
+        ``reused``: the store already had this tool (a cache hit). The tool
+        is the one an earlier build made, so its record keeps when that was
+        and that build's log.
+        """
         settings, name, candidate = self.settings, run.name, run.crate()
         with Stage(self.bus, "client", name) as stage:
             manifest = store.manifest
@@ -457,6 +467,8 @@ class Pipeline:
                 confine=settings.confine_tools,
             )
             inventory = Inventory(settings.tools_dir)
+            previous = inventory.get(name)
+            kept = previous if reused and previous is not None and previous.store_path == str(store.path) else None
             inventory.save(
                 ToolRecord(
                     name=name,
@@ -472,7 +484,8 @@ class Pipeline:
                     commit=manifest.get("commit", ""),
                     backend=tool.backend,
                     description=candidate.description,
-                    created=time.time(),
+                    created=kept.created if kept is not None else time.time(),
+                    log_path=kept.log_path if kept is not None else "",
                     extra={"choice": choice.to_json()}
                     | (
                         {"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}

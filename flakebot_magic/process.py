@@ -371,15 +371,16 @@ def _cancelled_during(argv: list[str]) -> str:
     (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
     whole there, where JupyterLab's error box would break it mid-word.)
 
+    Not "Cancelled during": IPython puts the class's name before it (``Cancelled: Stopped during …``).
     >>> _cancelled_during(["cargo", "test", "--locked"])
-    'Cancelled during `cargo test`.'
+    'Stopped during `cargo test`.'
     """
     words = [os.path.basename(argv[0])] if argv else []
     for word in argv[1:3]:
         if word.startswith("-"):
             break
         words.append(word)
-    return f"Cancelled during `{' '.join(words)}`."
+    return f"Stopped during `{' '.join(words)}`."
 
 
 class ProcessRunner:
@@ -447,7 +448,7 @@ class ProcessRunner:
                 workspace=workspace,
             )
         if self.cancel.cancelled:
-            raise Cancelled("The run was cancelled.", workspace=workspace)
+            raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
         started = time.monotonic()
         proc = subprocess.Popen(
             argv,

@@ -12,22 +12,40 @@ arrives as :class:`~flakebot_magic.events.LogLine` events.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterable, Sequence
+from typing import TextIO
 
 from .cargo import MANIFEST_SUBCOMMANDS, Cargo
 from .config import Settings
 from .errors import ConfigError, UsageError
-from .events import EventBus, Observer
+from .events import Event, EventBus, LogLine, Notice, Observer
 from .git import Git
 from .policy import Baseline, TreePolicy
 from .process import CancelToken, ProcessRunner
 from .sandbox import Sandbox
 from .stages.fork import Workspace
 from .stages.search import open_registry
+from .untrusted import safe_text
 
-__all__ = ["USAGE", "run_cargo"]
+__all__ = ["USAGE", "cargo_line", "printer", "run_cargo"]
 
 USAGE = "flakebot cargo NAME SUBCOMMAND [ARGS...], e.g. `flakebot cargo hexer test -- --nocapture`"
+
+
+def printer(stdout: TextIO | None = None, stderr: TextIO | None = None) -> Observer:
+    """An observer printing cargo's lines as they come (stdout to ``stdout``) and flakebot's notes (to
+    ``stderr``), each made safe first: what a build script or a test prints is untrusted."""
+
+    def show(event: Event) -> None:
+        if isinstance(event, LogLine):
+            out = (stdout or sys.stdout) if event.stream == "stdout" else (stderr or sys.stderr)
+            print(safe_text(event.line), file=out, flush=True)
+        elif isinstance(event, Notice):
+            print(safe_text(f"flakebot: {event.message}"), file=stderr or sys.stderr, flush=True)
+
+    return show
 
 
 def run_cargo(
@@ -46,7 +64,7 @@ def run_cargo(
     :class:`~flakebot_magic.errors.PolicyError` when a download is due and the
     tree breaks the build policy.
     """
-    if not args or args[0].startswith("-"):
+    if not name or not args or args[0].startswith("-"):
         raise UsageError(f"Usage: {USAGE}.")
     subcommand, rest = args[0], list(args[1:])
     if subcommand not in MANIFEST_SUBCOMMANDS:
@@ -88,4 +106,15 @@ def run_cargo(
     )
     if done.returncode == -9:  # stopped by a limit: the last line says which
         bus.notice("cargo", (done.stderr.strip().splitlines() or ["stopped"])[-1], "warning")
+    elif done.returncode:
+        bus.notice("cargo", f"cargo exited with status {done.returncode}", "warning")
     return done.returncode if 0 <= done.returncode < 256 else 1
+
+
+def cargo_line(settings: Settings, line: str) -> int:
+    """``NAME ARGS...`` as one line (``%flakebot cargo``'s), quoted as a shell would; printed as it comes."""
+    try:
+        words = shlex.split(line) or [""]
+    except ValueError as exc:  # an unclosed quote
+        raise UsageError(f"Usage: {USAGE} ({exc}).") from None
+    return run_cargo(settings, words[0], words[1:], observers=[printer()])

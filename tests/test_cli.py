@@ -41,7 +41,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
     code, out, _ = _run(
-        capsys, "search", "shout uppercase text", "--registry", registry, "--cache-dir", str(cache), "--json"
+        capsys,
+        "search",
+        "uppercase helper library for words",
+        "--registry",
+        registry,
+        "--cache-dir",
+        str(cache),
+        "--json",
     )
     assert code == 0
     found = json.loads(out)
@@ -62,10 +69,12 @@ def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: P
 
 
 def test_search_limit_and_text_output(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
-    code, out, _ = _run(capsys, "search", "shout uppercase text", "-r", registry, "--limit", "1")
+    code, out, _ = _run(capsys, "search", "uppercase helper library for words", "-r", registry, "--limit", "1")
     assert code == 0
-    [line] = out.splitlines()
+    line, *under = out.splitlines()  # one crate: its line, then its description and why, indented under it
     assert line.split()[1:4] == ["tinylib", "0.1.3", "lib"]
+    assert under and all(part.startswith(" " * 8) for part in under) and any("why:" in part for part in under)
+    assert max(len(part) for part in out.splitlines()) <= 88  # a normal terminal's width
 
 
 def test_search_without_matches(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
@@ -261,7 +270,7 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
-    assert "Cancelled" in err.decode() and str(workspace) in err.decode()
+    assert "flakebot: cancelled: Stopped during `cargo " in err.decode() and str(workspace) in err.decode()
     assert processes_in(workspace) == []
 
 

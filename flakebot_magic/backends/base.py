@@ -208,11 +208,24 @@ class Stage:
             self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))
 
 
-def cached_rows(bus: EventBus, stages: Iterable[str], detail: Callable[[str], str] = lambda stage: "") -> None:
-    """A ``cached`` row for each of ``stages``."""
+def cached_rows(bus: EventBus, stages: Iterable[str], store: StorePath | None = None, *, where: str = "") -> None:
+    """A ``cached`` row for each of ``stages``.
+
+    With the store entry that had the tool, the test row says what its tests
+    counted when it was built (the counts a front end shows are the tool's,
+    not a check run's), and the deploy row says ``where`` it is.
+    """
+    tests = (store.manifest.get("tests") if store is not None else None) or {}
     for name in stages:
+        detail = ""
+        if name == "test" and isinstance(tests, dict) and "passed" in tests:
+            detail = (
+                f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, {tests.get('ignored', 0)} ignored"
+            )
+        elif name == "deploy":
+            detail = where
         bus.emit(StageStarted(name))
-        bus.emit(StageFinished(name, "cached", detail(name)))
+        bus.emit(StageFinished(name, "cached", detail))
 
 
 def line_logger(bus: EventBus, stage: str) -> Callable[[str, str], None]:

@@ -39,7 +39,7 @@ class CargoBackend(Backend):
         built = Built(key=key, flags=list(BUILD_FLAGS))
         built.cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
         if built.cached is not None:
-            cached_rows(bus, ("build", "test"))
+            cached_rows(bus, ("build", "test"), built.cached)
         else:
             result = check(
                 workspace.path,

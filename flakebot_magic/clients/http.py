@@ -102,6 +102,7 @@ class HttpTool(StartedToolClient):
 
     def start(self) -> HttpTool:
         """Start the service (if it is not running), wait until it is healthy, read its OpenAPI."""
+        self.require_binary()
         lifecycle.register(self)
         with self._lock:
             if self.running:

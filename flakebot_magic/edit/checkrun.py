@@ -22,7 +22,16 @@ from typing import Any
 
 from ..cargo import Cargo
 from ..clients.contract import MAX_MANIFEST_BYTES, ToolContract, read_contract
-from ..diagnostics import Diagnostic, Suggestion, TestReport, actionable, parse_cargo_messages, parse_test_output
+from ..diagnostics import (
+    Diagnostic,
+    Suggestion,
+    TestReport,
+    actionable,
+    parse_cargo_messages,
+    parse_diagnostic_line,
+    parse_test_output,
+    readable,
+)
 from ..errors import DeployError, PolicyError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..fsutil import UnsafePath, load_toml
@@ -246,8 +255,18 @@ class CheckRunner:
         cargo_time = 0.0
 
         def log(stream: str, line: str) -> None:
-            if stream == "stderr" or not line.startswith("{"):
-                self.bus.log("edit", line, "stderr" if stream == "stderr" else "stdout")
+            if stream == "stderr":
+                for text in readable([line]):  # rustdoc's JSON diagnostics come on stderr
+                    self.bus.log("edit", text, "stderr")
+                return
+            if not line.startswith("{"):
+                self.bus.log("edit", line, "stdout")
+                return
+            # cargo's JSON: the log gets a compiler error as rustc renders it (the E-code, the code, the help)
+            for error in parse_cargo_messages([line])[0]:
+                if error.level.startswith("error") and error.rendered:
+                    for rendered in error.rendered.rstrip().splitlines():
+                        self.bus.log("edit", rendered, "stdout")
 
         def cargo(subcommand: str, *args: str, timeout: float) -> Any:
             nonlocal cargo_time
@@ -294,6 +313,7 @@ class CheckRunner:
             test = cargo("test", "--no-fail-fast", "--message-format=json", timeout=self.test_timeout)
             if test is not None:
                 found, _, lines = parse_cargo_messages(test.stdout.splitlines(), artifacts=artifacts)
+                found += [d for d in map(parse_diagnostic_line, test.stderr.splitlines()) if d is not None]
                 run.errors = actionable([*run.errors, *(m for m in found if m.level.startswith("error"))])
                 run.tests = parse_test_output(lines)
                 if test.returncode == -9:
@@ -429,9 +449,11 @@ class CheckRunner:
                 warnings=len(run.warnings),
                 auto_fixed=len(run.auto_fixed),
                 summary=run.headline(),
+                first_error=run.errors[0].headline() if run.errors else "",
+                elapsed=run.seconds,
             )
         )
 
 
 def _tail(stderr: str, lines: int = 12) -> str:
-    return "\n".join([line for line in stderr.splitlines() if line.strip()][-lines:])
+    return "\n".join([line for line in readable(stderr.splitlines()) if line.strip()][-lines:])

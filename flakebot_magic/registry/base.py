@@ -32,6 +32,9 @@ class CrateCandidate:
     bin_names: tuple[str, ...] = ()
     #: a binary's sources read standard input (it can be handed text); directory registries know it
     reads_stdin: bool = False
+    #: what its binaries read, as their sources show: ``stdin``, ``args``, ``file`` or ``none``
+    #: (:func:`~flakebot_magic.registry.crate_files.binary_input`); "" when the registry cannot tell
+    reads: str = ""
     keywords: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     license: str = ""
@@ -40,7 +43,8 @@ class CrateCandidate:
     registry: str = ""
     checksum: str | None = None
     #: why ``score`` is what it is: its factors (``relevance``, ``prior``, ``popularity``,
-    #: ``name``, ``bin``, ``term``), as far as the registry and the ranking know them
+    #: ``name``, ``coverage``, ``bin``, ``term``) and ``evidence`` (the share of the request
+    #: its own words cover), as far as the registry and the ranking know them
     parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
