@@ -1,4 +1,10 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, export; ``--json`` for scripts and agents."""
+"""The ``flakebot`` command: build, search, list, show, steer, clean, doctor, export; ``--json`` for scripts and agents.
+
+Every command but ``clean`` and ``doctor`` (which do it their own way) starts
+with :func:`~flakebot_magic.doctor.prepare`: what an interrupted build left is
+finished or undone, a registry that cannot be trusted is rebuilt, and what
+was done is said on stderr.
+"""
 
 from __future__ import annotations
 
@@ -77,7 +83,16 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("name", nargs="?", help="The tool's name.")
     stop.add_argument("--all", action="store_true", help="Stop every running tool.")
 
-    clean_ = sub.add_parser("clean", parents=[common], help="Remove unused store entries and workspaces.")
+    sub.add_parser(
+        "doctor",
+        parents=[common],
+        help="Check the tool registry and the tools on disk; rebuild the registry from disk when it is damaged.",
+    )
+    clean_ = sub.add_parser(
+        "clean",
+        parents=[common],
+        help="Remove unused store entries and workspaces (it stops short when the registry cannot be trusted).",
+    )
     clean_.add_argument(
         "--all",
         action="store_true",
@@ -133,6 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if args.command not in ("build", "clean", "doctor"):  # a build prepares in the pipeline
+        from .doctor import prepare
+
+        for note in prepare(settings):
+            print(f"flakebot: {note}", file=sys.stderr)
     if args.command == "mcp":
         return agent_command.run(args, settings)
     # the pipeline and the tool clients are imported by the subcommands that use them:
@@ -148,7 +168,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
         print(json.dumps(tools.tool_json(tool, settings), indent=2) if args.json else tool.usage())
         return 0
-    _print(_answer(args, settings), as_json=args.json)
+    from .storage import storage_errors
+
+    with storage_errors(f"flakebot {args.command}", settings.cache_dir):
+        _print(_answer(args, settings), as_json=args.json)
     return 0
 
 
@@ -174,6 +197,10 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
         from .cleanup import clean
 
         return clean(settings, everything=args.all)
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return doctor(settings)
     if args.command == "export":
         from .export import export_replit
 

@@ -55,7 +55,19 @@ from .sandbox_host import (
 )
 from .sandbox_limits import GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
 
-__all__ = ["Limits", "Sandbox", "SandboxedCargo", "Toolchain", "allowed_env", "bubblewrap_works", "toolchain_of"]
+__all__ = [
+    "SANDBOX_DIR",
+    "Limits",
+    "Sandbox",
+    "SandboxedCargo",
+    "Toolchain",
+    "allowed_env",
+    "bubblewrap_works",
+    "toolchain_of",
+]
+
+#: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
+SANDBOX_DIR = ".sandbox"
 
 
 # --- the sandbox --------------------------------------------------------------------------------
@@ -104,7 +116,7 @@ class Sandbox:
         self.why_not = why
         self.prlimit = shutil.which("prlimit")
         self.cargo_home = (
-            Path(cargo_home) if cargo_home else self.workspace.parent / ".sandbox" / self.workspace.name / "cargo-home"
+            Path(cargo_home) if cargo_home else self.workspace.parent / SANDBOX_DIR / self.workspace.name / "cargo-home"
         )
         home = os.path.expanduser("~")
         #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)
