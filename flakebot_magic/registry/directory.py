@@ -1,7 +1,11 @@
 """A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
 
 The index lives in the cache dir, one SQLite file per registry path, and is
-rebuilt when the registry changes (its entries or its mtime). Searching is a
+rebuilt when the registry changes (its entries or its mtime), and on any
+error reading it (a damaged page, a truncated file: it is a cache, so it is
+simply made again, once per error). Where it cannot be written (a full
+disk) the index is built in memory for this process, so search and cached
+builds still work. Searching is a
 bm25-ranked FTS5 query over name, description, keywords, categories and
 README text, stemmed and with synonyms expanded, times a popularity prior
 (reverse-dependency counts over the registry's dependency graph) computed
@@ -22,11 +26,13 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
+from ..storage import translate
 from . import ranking
 from .base import CrateCandidate, FetchedSource
 from .semver import matches, newest
@@ -288,17 +294,47 @@ class DirectoryRegistry:
                 row = None
             if row is None or row[0] != signature:
                 db.close()
-                self._rebuild(signature)
-                db = sqlite3.connect(self.index_path, check_same_thread=False)
+                try:
+                    self._rebuild(signature)
+                    db = sqlite3.connect(self.index_path, check_same_thread=False)
+                except (OSError, sqlite3.Error):
+                    # the cache dir cannot take the index (a full disk): this process keeps one in memory
+                    self.index_path.unlink(missing_ok=True)
+                    db = sqlite3.connect(":memory:", check_same_thread=False)
+                    self._fill(db, signature)
             self._db = db
             return db
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of one query; a damaged index is made again and the query asked once more."""
+        for attempt in range(2):
+            db = self._connect()
+            try:
+                return db.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if attempt:
+                    raise translate(exc, "searching the crate index", self.index_path) from exc
+                with self._lock:
+                    if self._db is db:  # another thread may have made it again already
+                        db.close()
+                        self._db = None
+                        self.index_path.unlink(missing_ok=True)
+        raise AssertionError("unreachable: the loop returns or raises")
 
     def _rebuild(self, signature: str) -> None:
         # built beside the index under a fresh name, then written in one step by atomic_write
         # (fsync-ed, a planted symlink replaced, never followed)
         tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
         tmp.unlink(missing_ok=True)
-        db = sqlite3.connect(tmp)
+        try:
+            with closing(sqlite3.connect(tmp)) as db:
+                self._fill(db, signature)
+            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _fill(self, db: sqlite3.Connection, signature: str) -> None:
+        """Index every crate of the registry into the empty database ``db``."""
         db.executescript(
             """
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -372,11 +408,6 @@ class DirectoryRegistry:
         )
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.commit()
-        db.close()
-        try:
-            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:
@@ -417,16 +448,15 @@ class DirectoryRegistry:
         fts = _fts_query(query)
         if not fts:
             return []
-        db = self._connect()
         keys = sorted(ranking.name_keys(query)) or [""]
         named = f"(c.key IN ({', '.join('?' * len(keys))}))"
         # relevance x popularity x name, as ranking.combine computes it, so LIMIT keeps the right rows
-        rows = db.execute(
+        rows = self._rows(
             f"SELECT {self._COLUMNS}, -bm25(crates_fts, ?, ?, ?, ?, ?) AS relevance, c.prior, {named} AS named"
             " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
             " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
             (*_WEIGHTS, *keys, fts, ranking.PRIOR_WEIGHT, ranking.NAME_BOOST, max(limit * 4, 40)),
-        ).fetchall()
+        )
         best: dict[str, CrateCandidate] = {}
         for row in rows:
             parts = ranking.combine(row[-3], row[-2], named=bool(row[-1]))
@@ -440,19 +470,17 @@ class DirectoryRegistry:
 
     def versions(self, name: str) -> list[str]:
         """Every version of ``name`` in the registry (Debian's has one per crate)."""
-        db = self._connect()
-        return [r[0] for r in db.execute("SELECT version FROM crates WHERE name = ?", (name,))]
+        return [r[0] for r in self._rows("SELECT version FROM crates WHERE name = ?", (name,))]
 
     def can_satisfy(self, name: str, requirement: str) -> bool:
         return any(matches(requirement or "*", v) for v in self.versions(name))
 
     def recorded_checksum(self, name: str, version: str) -> str | None:
         """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
-        row = (
-            self._connect().execute("SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version)).fetchone()
-        )
-        if row is None:
+        found = self._rows("SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version))
+        if not found:
             return None
+        row = found[0]
         try:
             value = json.loads((self.path / row[0] / ".cargo-checksum.json").read_text()).get("package")
         except (OSError, ValueError):
@@ -460,13 +488,12 @@ class DirectoryRegistry:
         return value if isinstance(value, str) else None
 
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
-        db = self._connect()
-        rows = db.execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,)).fetchall()
+        rows = self._rows(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,))
         if not rows:
             normalized = name.replace("_", "-")
-            rows = db.execute(
+            rows = self._rows(
                 f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?", (normalized,)
-            ).fetchall()
+            )
         if not rows:
             similar = self._close_names(name)
             hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
@@ -485,7 +512,7 @@ class DirectoryRegistry:
 
     def _close_names(self, name: str) -> list[str]:
         """Crate names a few edits away from ``name`` (a typo), closest first; none when nothing is close."""
-        names = [r[0] for r in self._connect().execute("SELECT DISTINCT name FROM crates ORDER BY name")]
+        names = [r[0] for r in self._rows("SELECT DISTINCT name FROM crates ORDER BY name")]
         by_key: dict[str, str] = {}
         for known in names:
             by_key.setdefault(ranking.name_key(known), known)
@@ -493,13 +520,10 @@ class DirectoryRegistry:
         return [by_key[key] for key in close]
 
     def source_dir(self, candidate: CrateCandidate) -> Path:
-        db = self._connect()
-        row = db.execute(
-            "SELECT dir FROM crates WHERE name = ? AND version = ?", (candidate.name, candidate.version)
-        ).fetchone()
-        if row is None:
+        rows = self._rows("SELECT dir FROM crates WHERE name = ? AND version = ?", (candidate.name, candidate.version))
+        if not rows:
             raise SearchError(f"{candidate.id} is not in the registry {self.path}.")
-        directory: str = row[0]
+        directory: str = rows[0][0]
         return self.path / directory
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,58 @@ class TestDemoService:
         assert bridge["args"][:4] == ["-m", "flakebot_magic.clients.bridge", "--name", "svc"]
         assert bridge["args"][-1] == str(svc.binary)
         assert "svc.greet(name='text')" in svc.usage()
+
+    def test_eight_threads_survive_the_service_being_killed_thirty_times(self, svc: Any) -> None:
+        """Calls in flight when the service dies fail fast (ToolError), later ones restart it; none waits 1 s."""
+        unexpected: list[str] = []  # anything but an answer or a ToolError is a bug
+        failures: list[str] = []
+        waited: list[float] = []  # seconds each call took after the kill (from the kill, or from its start)
+        restarts = svc.restarts
+        for _ in range(30):
+            svc.start()
+            killed_at = 0.0
+            answered_after_kill = 0
+            stop = threading.Event()
+            lock = threading.Lock()
+
+            def calls() -> None:
+                nonlocal answered_after_kill
+                while not stop.is_set():
+                    started = time.monotonic()
+                    try:
+                        ok = svc.greet("Ada") == {"greeting": "Hello, Ada."}
+                    except ToolError as exc:
+                        ok = False
+                        with lock:
+                            failures.append(str(exc))
+                    except Exception as exc:
+                        ok = False
+                        with lock:
+                            unexpected.append(repr(exc))
+                    ended = time.monotonic()
+                    with lock:
+                        if killed_at and ended > killed_at:
+                            waited.append(ended - max(started, killed_at))
+                            answered_after_kill += ok
+
+            threads = [threading.Thread(target=calls, daemon=True) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.05)
+            pid = svc.pid
+            killed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.3)
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=10)
+            assert not any(thread.is_alive() for thread in threads), "a call hung"
+            assert answered_after_kill > 0, "the service was not started again after the kill"
+        assert unexpected == []
+        assert max(waited) < 1.0, sorted(waited)[-5:]
+        assert svc.restarts - restarts >= 30
+        assert not any("Bad file descriptor" in message for message in failures)
+
 
 
 # -- services that break the contract (Python scripts stand in for the binary) ----------------
