@@ -51,12 +51,12 @@ POINTS: dict[str, str] = {
     "deploy.synced": "the staging entry was fsync-ed",
     "deploy.swapped": "the staging entry was swapped in as the store entry",
     "deploy.done": "the replaced store entry was removed",
-    "deploy.named": "the tool was named in its store entry's manifest (a shared entry gains a name)",
     # transaction.py: store entry, workspace and record become the new tool together
     "txn.intent": "the intent record was written and fsync-ed",
     "txn.card": "the tool card was written into the new workspace",
     "txn.swapped": "the new workspace was swapped in; the replaced one is where the new one was",
     "txn.record": "the registry record was saved (the transaction's commit point)",
+    "txn.named": "the tool was named (its commit, its workspace) in its store entry's manifest",
     "txn.aside": "the replaced workspace was moved to .old/ (a --continue copy's stays for the next step)",
     "txn.recipe": "the recipe was written",
     "txn.attempt": "what was left of the attempt under .next/ was removed",
@@ -69,7 +69,7 @@ POINTS: dict[str, str] = {
 #: the functions whose every change on disk must be followed by a crash point (module -> function names)
 WATCHED: dict[str, tuple[str, ...]] = {
     "stages/fork.py": ("fork",),
-    "stages/deploy.py": ("write_entry", "add_tool"),
+    "stages/deploy.py": ("write_entry",),
     "transaction.py": ("install", "_forward"),
     "cleanup.py": ("_discard",),
 }

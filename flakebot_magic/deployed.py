@@ -5,7 +5,7 @@
   tool card, the workspace swap and the record, recoverable at any point.
   The record carries the tool's own provenance: its workspace, the commit in
   it the entry was built from, and the tool that forked the source
-  (``forked_by``); the entry's manifest names it among its ``tools``.
+  (``forked_by``); once saved, the entry's manifest names it among its ``tools``.
 * :func:`from_cache`: a recipe hit. Under the name that built it nothing
   moves; under a new name the tool gets a workspace of its own, a copy of the
   workspace the entry was built from at that commit (never a record that
@@ -33,7 +33,7 @@ from .inventory import Inventory, ToolRecord
 from .registry.base import CrateCandidate
 from .registry.directory import read_manifest
 from .stages.choose import Choice
-from .stages.deploy import StorePath, add_tool
+from .stages.deploy import StorePath
 from .stages.workspace import Workspace, clone_at, next_path
 from .storage import CLEAN_HINT, amount, free_bytes, is_full
 from .transaction import install
@@ -68,7 +68,6 @@ def deployed_tool(
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
         own = {"commit": commit, "workspace": str(final), "forked_by": forked_by}
-        add_tool(store, name, own)
         tool = make_tool(
             contract=contract,
             start=False,

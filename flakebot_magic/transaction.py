@@ -8,6 +8,7 @@ addressed and swapped in one step, it is whole whichever tool uses it). Then::
     swap     the new workspace takes workspaces/NAME (renameat2 RENAME_EXCHANGE); the replaced one is
              where the new one was
     record   the registry's record of NAME is saved                 <- the commit point
+    named    the store entry's manifest names NAME (its commit, workspace, who forked it)
     aside    the replaced workspace moves to .old/ (a --continue copy's stays to go with the attempt)
     recipe   the recipe names the store entry
     attempt  what is left of the attempt under .next/ is removed
@@ -42,11 +43,11 @@ from typing import Any
 
 from .config import Settings
 from .crashpoints import crash_point
-from .errors import StorageError, ToolBusy
+from .errors import DeployError, StorageError, ToolBusy
 from .fsutil import atomic_write, fsync_dir
 from .inventory import Inventory, ToolRecord
 from .locks import tool_lock
-from .stages.deploy import swap_in
+from .stages.deploy import StorePath, add_tool, swap_in
 from .stages.workspace import aside_path
 from .storage import storage_errors
 
@@ -111,6 +112,11 @@ def write_card(workspace: Path, record: dict[str, Any], txn: str) -> None:
     """Write the tool card into ``workspace/.git`` (atomically; a planted symlink is replaced, never followed)."""
     public = {k: v for k, v in record.items() if k != "token"}
     atomic_write(workspace / ".git" / CARD_FILE, json.dumps({"txn": txn, "record": public}, indent=2), root=workspace)
+
+
+def _tool_entry(record: ToolRecord) -> dict[str, str]:
+    """What a store entry's manifest keeps of one tool (``tools[NAME]``)."""
+    return {"commit": record.commit, "workspace": record.workspace, "forked_by": record.forked_by or record.name}
 
 
 def install(
@@ -192,10 +198,21 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
         inventory.save(ToolRecord.from_json(intent.record))
     progress.add("record")
     crash_point("txn.record")
-    # after the commit point nothing may fail the run: what is not done now, recover() does later
+    record = ToolRecord.from_json(intent.record)
+    try:
+        add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, _tool_entry(record))
+    except DeployError as exc:
+        notice(f"{exc} (the record has it; `flakebot doctor` needs it only when the registry is lost)")
+    crash_point("txn.named")
+    # after the commit point nothing may fail the run: what cannot be done is said, and left for `clean`
+    leftover = False
     if beside is not None and intent.aside and (beside.exists() or beside.is_symlink()):
-        os.rename(beside, intent.aside)
-        notice(f"the previous workspace for {intent.name!r} was moved to {intent.aside}")
+        try:
+            os.rename(beside, intent.aside)
+            notice(f"the previous workspace for {intent.name!r} was moved to {intent.aside}")
+        except OSError as exc:
+            leftover = True
+            notice(f"the previous workspace for {intent.name!r} stays at {beside} ({exc})")
     crash_point("txn.aside")
     if intent.recipe:
         try:
@@ -203,7 +220,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
         except OSError as exc:
             notice(f"the recipe {intent.recipe} was not written ({exc}); the next run builds again")
     crash_point("txn.recipe")
-    if beside is not None:
+    if beside is not None and not leftover:
         shutil.rmtree(beside.parent, ignore_errors=True)  # the attempt: a --continue's old copy, the cargo home
     crash_point("txn.attempt")
     _intent_path(settings, intent.name).unlink(missing_ok=True)

@@ -54,11 +54,10 @@ __all__ = [
     "flake_meta",
     "manifest",
     "nixpkgs_url",
-    "tool_entry",
 ]
 
-#: every key of a store entry's manifest.json, whichever backend wrote it (``hash`` and
-#: ``format`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
+#: every key of a store entry's manifest.json, whichever backend wrote it (``hash``, ``format`` and
+#: ``tools`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
 MANIFEST_KEYS = (
     "backend",
     "binaries",
@@ -83,7 +82,6 @@ MANIFEST_KEYS = (
     "rustc",
     "skipped_targets",
     "tests",
-    "tools",
     "usage",
     "version",
     "winner",
@@ -285,24 +283,12 @@ def manifest(
         "winner": run.session.get("winner"),
         "candidates": run.session.get("candidates", []),
         "plan": run.session.get("plan", ""),
-        # per tool name: a shared entry keeps each tool's own commit and workspace (stages/deploy.py)
-        "tools": {run.name: tool_entry(run, commit)},
     }
     unknown = set(nix) - set(MANIFEST_KEYS)
     if unknown:
         raise TypeError(f"not manifest keys: {sorted(unknown)}")
     data.update(nix)
     return data
-
-
-def tool_entry(run: RunState, commit: str) -> dict[str, str]:
-    """What a store entry's manifest keeps of one tool (``tools[NAME]``): its commit, workspace, who forked it."""
-    workspace = run.forked()
-    return {
-        "commit": commit,
-        "workspace": str(workspace.replaces or workspace.path),
-        "forked_by": run.name,
-    }
 
 
 class Backend(ABC):

@@ -15,11 +15,13 @@ what a killed run left behind.
 
 An entry is content: any tool whose workspace builds to the same hash may
 share it. What belongs to one tool (its commit, its workspace, the tool that
-forked the source) is kept per tool name in the manifest's ``tools`` map,
-merged under the store's lock (:func:`~flakebot_magic.locks.store_lock`)
-when an entry is replaced or gains a name (:func:`add_tool`), so tools with
-the same content never overwrite each other's data. The record and the
-tool card in its workspace (:mod:`flakebot_magic.transaction`) hold it too.
+forked the source) is kept per tool name in the manifest's ``tools`` map:
+a tool is named there once its record is saved (:func:`add_tool`, by
+:mod:`flakebot_magic.transaction`), and a replaced entry's names are carried
+into the new one, both under the store's lock
+(:func:`~flakebot_magic.locks.store_lock`), so tools with the same content
+never overwrite each other's data. The record and the tool card in the
+tool's workspace hold it too.
 """
 
 from __future__ import annotations
@@ -203,8 +205,8 @@ def write_entry(
         fill(staging)
         crash_point("deploy.filled")
         with store_lock(store_dir):
-            data = {**manifest, "hash": key, "format": STORE_FORMAT}
-            data["tools"] = {**_tools_of(final), **dict(manifest.get("tools") or {})}
+            # the tools the replaced entry named stay named (each tool's own data: stages/deploy.py's docstring)
+            data = {**manifest, "hash": key, "format": STORE_FORMAT, "tools": _tools_of(final)}
             atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
             crash_point("deploy.manifest")
             _fsync_tree(staging)
@@ -246,7 +248,6 @@ def add_tool(store: StorePath, name: str, data: dict[str, Any]) -> None:
                 return
             manifest["tools"] = {**tools, name: data}
             atomic_write(store.path / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True), mode=0o644)
-            crash_point("deploy.named")
     except (OSError, ValueError) as exc:
         raise DeployError(f"Could not name {name!r} in the store entry {store.path}: {exc}") from exc
 

@@ -171,7 +171,6 @@ class TestDemoService:
         assert not any("Bad file descriptor" in message for message in failures)
 
 
-
 # -- services that break the contract (Python scripts stand in for the binary) ----------------
 
 
