@@ -14,6 +14,7 @@ when the index is built: see :mod:`.ranking` for the score.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -30,7 +31,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SearchError
+from ..errors import ConfigError, SearchError, StorageError
 from ..fsutil import atomic_write
 from ..storage import translate
 from . import ranking
@@ -287,38 +288,57 @@ class DirectoryRegistry:
                 return self._db
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
             signature = self.signature()
-            db = sqlite3.connect(self.index_path, check_same_thread=False)
+            db: sqlite3.Connection | None = None
             try:
+                db = sqlite3.connect(self.index_path, check_same_thread=False)
                 row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
             except sqlite3.DatabaseError:
                 row = None
-            if row is None or row[0] != signature:
-                db.close()
+            if db is None or row is None or row[0] != signature:
+                if db is not None:
+                    db.close()
                 try:
                     self._rebuild(signature)
                     db = sqlite3.connect(self.index_path, check_same_thread=False)
                 except (OSError, sqlite3.Error):
                     # the cache dir cannot take the index (a full disk): this process keeps one in memory
-                    self.index_path.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        with contextlib.suppress(OSError):
+                            self.index_path.unlink(missing_ok=True)
                     db = sqlite3.connect(":memory:", check_same_thread=False)
                     self._fill(db, signature)
             self._db = db
             return db
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        """The rows of one query; a damaged index is made again and the query asked once more."""
+    def _rows(self, sql: str, params: tuple[Any, ...] = (), *, candidates: bool = False) -> list[Any]:
+        """The rows of one query; a damaged index is made again and the query asked once more.
+
+        ``candidates``: the rows start with :attr:`_COLUMNS`, checked here (a
+        damaged row is damage like a bad page).
+        """
         for attempt in range(2):
             db = self._connect()
             try:
-                return db.execute(sql, params).fetchall()
-            except sqlite3.DatabaseError as exc:
+                rows = db.execute(sql, params).fetchall()
+                if candidates:
+                    for row in rows:
+                        _check_row(row)
+                return rows
+            except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
                 if attempt:
-                    raise translate(exc, "searching the crate index", self.index_path) from exc
+                    if isinstance(exc, sqlite3.Error):
+                        raise translate(exc, "searching the crate index", self.index_path) from exc
+                    raise StorageError(
+                        f"The crate index {self.index_path} holds a damaged row even after it was made again "
+                        f"({exc}). Remove it; flakebot makes it again.",
+                        path=self.index_path,
+                    ) from exc
                 with self._lock:
                     if self._db is db:  # another thread may have made it again already
                         db.close()
                         self._db = None
-                        self.index_path.unlink(missing_ok=True)
+                        with contextlib.suppress(OSError):
+                            self.index_path.unlink(missing_ok=True)
         raise AssertionError("unreachable: the loop returns or raises")
 
     def _rebuild(self, signature: str) -> None:
@@ -456,6 +476,7 @@ class DirectoryRegistry:
             " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
             " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
             (*_WEIGHTS, *keys, fts, ranking.PRIOR_WEIGHT, ranking.NAME_BOOST, max(limit * 4, 40)),
+            candidates=True,
         )
         best: dict[str, CrateCandidate] = {}
         for row in rows:
@@ -488,11 +509,13 @@ class DirectoryRegistry:
         return value if isinstance(value, str) else None
 
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
-        rows = self._rows(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,))
+        rows = self._rows(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,), candidates=True)
         if not rows:
             normalized = name.replace("_", "-")
             rows = self._rows(
-                f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?", (normalized,)
+                f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?",
+                (normalized,),
+                candidates=True,
             )
         if not rows:
             similar = self._close_names(name)
@@ -558,6 +581,16 @@ class DirectoryRegistry:
             "--config",
             f'source.flakebot-offline.directory="{self.path}"',
         ]
+
+
+def _check_row(row: tuple[Any, ...]) -> None:
+    """Raise ``ValueError`` unless ``row`` (:attr:`DirectoryRegistry._COLUMNS` first) is what the index writes."""
+    if not all(isinstance(row[i], str) for i in (0, 1, 2, 3, 6, 7, 8)):
+        raise ValueError(f"a crate row with a field that is not text: {row[:2]!r}")
+    for i in (4, 5, 9):
+        value = json.loads(row[i])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"a crate row whose column {i} is not a list of strings: {row[:2]!r}")
 
 
 def _with_score(candidate: CrateCandidate, score: float, parts: dict[str, float]) -> CrateCandidate:

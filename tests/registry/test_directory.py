@@ -173,6 +173,61 @@ def test_a_corrupt_index_is_rebuilt(registry_dir: Path, tmp_path: Path) -> None:
         second.close()
 
 
+def _damage(index: Path, how: str) -> None:
+    """Damage the search index as a crash, a bad disk or a stray write would."""
+    size = index.stat().st_size
+    if how == "zero-length":
+        index.write_bytes(b"")
+    elif how == "truncated":
+        with index.open("r+b") as handle:
+            handle.truncate(size // 2)
+    elif how == "random-bytes":
+        index.write_bytes(os.urandom(size))
+    elif how == "bad-pages":  # every page but the header and the meta table's: the signature still reads
+        with sqlite3.connect(index) as db:
+            keep = {1, db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'meta'").fetchone()[0]}
+            page = db.execute("PRAGMA page_size").fetchone()[0]
+        with index.open("r+b") as handle:
+            for number in range(1, size // page + 1):
+                if number not in keep:
+                    handle.seek((number - 1) * page)
+                    handle.write(os.urandom(page))
+    elif how == "bad-row":
+        with sqlite3.connect(index) as db:
+            db.execute("UPDATE crates SET bins = '{not json', keywords = 'x' WHERE name = 'tinyecho'")
+    else:
+        assert how == "missing"
+        index.unlink()
+
+
+@pytest.mark.parametrize("how", ["zero-length", "truncated", "random-bytes", "bad-pages", "bad-row", "missing"])
+def test_a_damaged_index_is_made_again_at_the_next_search(registry_dir: Path, tmp_path: Path, how: str) -> None:
+    first = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    expected = _names(first, "echo")
+    first.close()
+    _damage(first.index_path, how)
+    second = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(second, "echo") == expected and expected[0] == "tinyecho"
+        assert second.get("tinyecho").bin_names == ("tinyecho",)
+        assert second.versions("tinylib") == ["0.1.3"]
+    finally:
+        second.close()
+    with sqlite3.connect(second.index_path) as db:  # made again, whole
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+
+
+def test_an_index_that_cannot_be_written_is_kept_in_memory(registry_dir: Path, tmp_path: Path) -> None:
+    registry = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    registry.index_path.mkdir(parents=True)  # where the file goes stands a directory: it cannot be written
+    try:
+        assert _names(registry, "echo")[0] == "tinyecho"
+        assert registry.get("tinyecho").name == "tinyecho"
+    finally:
+        registry.close()
+    assert registry.index_path.is_dir()
+
+
 def test_missing_registry_path_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist") as caught:
         DirectoryRegistry(tmp_path / "nowhere", tmp_path / "cache")
