@@ -135,9 +135,7 @@ def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
         assert f"the damaged file is kept at {kept}" in message
 
     records = {r.name: r for r in Inventory(settings.tools_dir).all()}
-    assert {n: _identity(r) for n, r in records.items()} == {
-        n: _identity(r) for n, r in template["records"].items()
-    }
+    assert {n: _identity(r) for n, r in records.items()} == {n: _identity(r) for n, r in template["records"].items()}
     assert records["te2"].forked_by == "te" and records["te2"].workspace != records["te"].workspace
     assert Inventory(settings.tools_dir).check(store_entries(settings)).ok
     assert _disk(settings) == before

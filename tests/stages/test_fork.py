@@ -12,12 +12,12 @@ import pytest
 from tinycrates import CRATES, Crate, Recorder, crate
 
 from flakebot_magic.cargo import Cargo
+from flakebot_magic.config import Settings
 from flakebot_magic.errors import ForkError
 from flakebot_magic.events import EventBus, Notice
+from flakebot_magic.inventory import ToolRecord
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
-from flakebot_magic.config import Settings
-from flakebot_magic.inventory import ToolRecord
 from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork, next_owner
 from flakebot_magic.transaction import install
 
