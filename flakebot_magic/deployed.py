@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import replace
@@ -195,34 +196,54 @@ def _where(store: StorePath, row: str) -> Any:
     return lambda stage: where if stage == row else ""
 
 
-def disk_full(deps: RunDeps, name: str, exc: FlakebotError, attempt: Path | None) -> DiskFull | None:
-    """The error for a build of ``name`` that failed (``exc``) on a full disk; None when the disk is not full.
+def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | None) -> DiskFull | None:
+    """The error for a build of ``run`` that failed (``exc``) on a full disk; None when the disk is not full.
 
     The attempt's build outputs (``target/``) are removed; the message says
-    how much the attempt had written (the build needs more than that), what
-    is free now and what ``flakebot clean`` would free.
+    how much the build needs (what an earlier build of the crate took here,
+    or at least what the attempt had written), what is free now and what
+    ``flakebot clean`` would free.
     """
-    cache = deps.settings.cache_dir
+    settings = deps.settings
+    cache = settings.cache_dir
     if not isinstance(exc, DiskFull) and not is_full(cache):
         return None
-    needed = 0
-    if attempt is not None and attempt.is_dir():
-        needed = size_of(attempt)
+    written = size_of(attempt) if attempt is not None and attempt.is_dir() else 0
+    if attempt is not None:
         shutil.rmtree(attempt / "target", ignore_errors=True)
-    reclaimable = clean(deps.settings, dry_run=True).freed
+    before = _built_before(settings.store_dir, run.candidate)
+    reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)
     first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    if before:
+        needs = f"It needs about {amount(before)} free (what a build of {run.crate().id} took here before)"
+    else:
+        needs = f"It needs more than {amount(written)} free (what it had written when the disk filled)"
     return DiskFull(
-        f"The disk holding {cache} is full: the build of {name!r} stopped ({first}). "
-        f"It needs more than {amount(needed)} free: that much was written when the disk filled; its build "
+        f"The disk holding {cache} is full: the build of {run.name!r} stopped ({first}). {needs}; its build "
         f"outputs were removed, so {amount(free)} is free now. `flakebot clean` can free {amount(reclaimable)} "
         f"more. {CLEAN_HINT[0].upper() + CLEAN_HINT[1:]}; then build again.",
         path=cache,
         free=free,
-        needed=needed,
+        needed=max(before, written),
         reclaimable=reclaimable,
         workspace=attempt,
     )
+
+
+def _built_before(store_dir: Path, candidate: CrateCandidate | None) -> int:
+    """The most bytes a build of ``candidate``'s crate wrote, as the store entries of its builds recorded."""
+    if candidate is None or not store_dir.is_dir():
+        return 0
+    most = 0
+    for entry in store_dir.glob(f"*-{candidate.name}-{candidate.version}"):
+        try:
+            recorded = json.loads((entry / "manifest.json").read_text()).get("build_bytes")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, int):
+            most = max(most, recorded)
+    return most
 
 
 def contract_of(workspace: Path, binaries: list[str], main: str = "") -> dict[str, object]:

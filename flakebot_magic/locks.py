@@ -130,8 +130,11 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None, rebuild:
             " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200],
         )
         record = json.dumps({"pid": me.pid, "started": me.started, "command": me.command}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        try:  # who holds it, for the message of whoever waits: the lock is the flock, not this record
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+        except OSError:  # a full disk: the lock holds all the same
+            pass
         try:
             yield me
         finally:

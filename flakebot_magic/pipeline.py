@@ -159,10 +159,8 @@ class Pipeline:
             choice = decide(self.settings, self.runner)
             self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
             run = RunState(build, model, choice, examples=examples)
-            if point is not None:
-                tool = self._resumed(run, point)
-            else:
-                tool = self._run(run, search_text)
+            with storage_errors("building", self.settings.cache_dir):  # what the stages did not translate
+                tool = self._resumed(run, point) if point is not None else self._run(run, search_text)
             if examples:
                 tool = self._accept(run, tool, examples, search_text)
         except BaseException as exc:
@@ -236,7 +234,7 @@ class Pipeline:
             attempt = run.workspace.path if run.workspace is not None else exc.workspace
             if attempt is not None:
                 exc.keep_workspace(attempt)
-            full = disk_full(deps, run.name, exc, attempt)
+            full = disk_full(deps, run, exc, attempt)
             if full is not None:
                 raise full from exc
             raise

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -137,6 +138,10 @@ def translate(
             path=path,
             code=name,
         )
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        # a copy of a tree collects one error per file: the first says what happened
+        first = [*exc.args[0][0], "", "", ""]
+        exc = OSError(None, str(first[2]), str(first[1]))
     named = exc.filename
     where = Path(os.fsdecode(named)) if isinstance(named, (str, bytes, os.PathLike)) and named else path
     if exc.errno in _NO_SPACE or (exc.errno == errno.EIO and is_full(path)):
