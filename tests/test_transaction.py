@@ -35,6 +35,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +47,12 @@ from flakebot_magic.cli import main
 from flakebot_magic.config import Settings
 from flakebot_magic.crashpoints import ENV, POINTS
 from flakebot_magic.git import Git
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.inventory import Inventory, ToolRecord
+from flakebot_magic.locks import tool_lock
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.stages.deploy import store_key
-from flakebot_magic.transaction import CARD_FILE
-
-pytestmark = pytest.mark.cargo
+from flakebot_magic.transaction import CARD_FILE, Intent, install, pending, read_card, recover
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,6 +178,7 @@ def _next_command(settings: Settings, capsys: pytest.CaptureFixture[str]) -> lis
     return [tool["name"] for tool in json.loads(capsys.readouterr().out)]
 
 
+@pytest.mark.cargo
 @pytest.mark.parametrize(("scenario", "point", "expected"), CASES, ids=[f"{s}-{p}" for s, p, _ in CASES])
 def test_a_crash_at_any_point_leaves_a_whole_tool(
     template: dict[str, Any], scenario: str, point: str, expected: str, capsys: pytest.CaptureFixture[str]
@@ -244,3 +245,126 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
         assert [e.name for e in settings.store_dir.iterdir()] == [Path(old.store_path).name]
         assert not (settings.workspaces_dir / ".old").exists()
         assert _consistent(settings)["te"].to_json() == old.to_json()
+
+
+# -- the transaction on its own: a workspace and a store entry made by hand, no cargo -----------------
+
+
+def _workspace(path: Path, text: str) -> str:
+    """A git workspace at ``path`` whose one file holds ``text``; its HEAD."""
+    path.mkdir(parents=True)
+    (path / "file.txt").write_text(text)
+    for argv in (["init", "-q", "-b", "flakebot"], ["add", "-A"], ["commit", "-q", "-m", text]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *argv], cwd=path, check=True, capture_output=True
+        )
+    return _git(path, "rev-parse", "HEAD")
+
+
+def _entry(settings: Settings, key: str) -> Path:
+    entry = settings.store_dir / f"{key}-demo-1.0.0"
+    (entry / "bin").mkdir(parents=True)
+    (entry / "bin" / "demo").write_text("#!/bin/sh\necho demo\n")
+    (entry / "manifest.json").write_text(json.dumps({"hash": key, "binaries": ["demo"], "tools": {}}))
+    return entry
+
+
+def _record(settings: Settings, entry: Path, commit: str, **changes: Any) -> ToolRecord:
+    record = ToolRecord(
+        name="demo",
+        crate="demo",
+        version="1.0.0",
+        binary=str(entry / "bin" / "demo"),
+        store_path=str(entry),
+        source_hash=entry.name.split("-")[0],
+        checksum="",
+        checksum_kind="",
+        registry="",
+        workspace=str(settings.workspaces_dir / "demo"),
+        commit=commit,
+    )
+    for key, value in changes.items():
+        setattr(record, key, value)
+    return record
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> tuple[Settings, ToolRecord]:
+    """The tool ``demo`` installed in place: its workspace, card, record and store entry."""
+    settings = Settings(cache_dir=tmp_path / "cache")
+    commit = _workspace(settings.workspaces_dir / "demo", "old")
+    record = install(settings, _record(settings, _entry(settings, "a" * 32), commit), settings.workspaces_dir / "demo")
+    return settings, record
+
+
+def test_install_in_place_writes_card_record_and_name(installed: tuple[Settings, ToolRecord]) -> None:
+    settings, record = installed
+    saved = Inventory(settings.tools_dir).get("demo")
+    assert saved is not None and saved.commit == record.commit and saved.extra["txn"] == record.extra["txn"]
+    card = read_card(Path(record.workspace))
+    assert card is not None and card["txn"] == record.extra["txn"] and card["record"]["commit"] == record.commit
+    manifest = json.loads((Path(record.store_path) / "manifest.json").read_text())
+    assert manifest["tools"]["demo"] == {"commit": record.commit, "workspace": record.workspace, "forked_by": "demo"}
+    assert pending(settings) == []
+
+
+def test_a_failure_before_the_record_puts_everything_back(installed: tuple[Settings, ToolRecord]) -> None:
+    settings, old = installed
+    attempt = settings.workspaces_dir / ".next" / "demo-1-2"
+    commit = _workspace(attempt / "demo", "new")
+    bad = _record(settings, _entry(settings, "b" * 32), commit, status="exploded")  # the registry refuses it
+    with pytest.raises(ValueError, match="status"):
+        install(settings, bad, attempt / "demo", replaces=Path(old.workspace))
+    assert _git(Path(old.workspace), "rev-parse", "HEAD") == old.commit  # swapped back
+    assert _git(attempt / "demo", "rev-parse", "HEAD") == commit  # the attempt is kept for a look
+    assert Inventory(settings.tools_dir).get("demo").commit == old.commit  # type: ignore[union-attr]
+    assert pending(settings) == []
+
+
+_INSTALL = """
+    import sys, json
+    from pathlib import Path
+    from flakebot_magic.config import Settings
+    from flakebot_magic.inventory import ToolRecord
+    from flakebot_magic.transaction import install
+    settings = Settings(cache_dir=Path(sys.argv[1]))
+    record = ToolRecord.from_json(json.loads(sys.argv[2]))
+    install(settings, record, Path(sys.argv[3]), replaces=Path(record.workspace))
+"""
+
+
+@pytest.mark.parametrize("gone", ["store entry", "nothing"])
+def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gone(
+    installed: tuple[Settings, ToolRecord], gone: str
+) -> None:
+    settings, old = installed
+    attempt = settings.workspaces_dir / ".next" / "demo-1-2"
+    commit = _workspace(attempt / "demo", "new")
+    entry = _entry(settings, "c" * 32)
+    record = _record(settings, entry, commit)
+    _killed_at("txn.swapped", _INSTALL, str(settings.cache_dir), json.dumps(record.to_json()), str(attempt / "demo"))
+    assert _git(Path(old.workspace), "rev-parse", "HEAD") == commit  # killed between the swap and the record
+    if gone == "store entry":
+        shutil.rmtree(entry)
+    [note] = recover(settings)
+    now = Inventory(settings.tools_dir).get("demo")
+    assert now is not None and pending(settings) == []
+    if gone == "store entry":
+        assert note.startswith("undid the build of 'demo'") and f"its store entry {entry} is gone" in note
+        assert now.commit == old.commit and _git(Path(old.workspace), "rev-parse", "HEAD") == old.commit
+        assert _git(attempt / "demo", "rev-parse", "HEAD") == commit
+    else:
+        assert note.startswith("finished the build of 'demo'")
+        assert now.commit == commit and _git(Path(now.workspace), "rev-parse", "HEAD") == commit
+        [aside] = (settings.workspaces_dir / ".old").iterdir()
+        assert _git(aside, "rev-parse", "HEAD") == old.commit
+
+
+def test_recovery_leaves_a_running_build_alone(installed: tuple[Settings, ToolRecord]) -> None:
+    settings, _ = installed
+    intent = Intent(id="x", name="demo", record={}, final=str(settings.workspaces_dir / "demo"))
+    settings.intents_dir.mkdir(parents=True, exist_ok=True)
+    (settings.intents_dir / "demo.json").write_text(json.dumps(asdict(intent)))
+    with tool_lock(settings.cache_dir, "demo"):  # as the build that wrote it holds it
+        assert recover(settings) == []
+        assert [i.id for i in pending(settings)] == ["x"]

@@ -24,7 +24,8 @@ from tornado import httpclient, web
 
 from .. import __version__, tools
 from ..config import Settings
-from ..errors import SteeringError, UsageError
+from ..doctor import prepare
+from ..errors import SteeringError, StorageError, UsageError
 from ..inventory import Inventory, ToolRecord
 from ..steering import is_running
 
@@ -142,10 +143,22 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
         self.flakebot = settings
 
     def _record(self, name: str) -> ToolRecord:
-        record = Inventory(self.flakebot.tools_dir).get(name)
+        try:
+            record = Inventory(self.flakebot.tools_dir).get(name)
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")
         return record
+
+    def _records(self) -> list[ToolRecord]:
+        """Every record, after what every command does first (an unfinished build finished, a registry repaired)."""
+        try:
+            for note in prepare(self.flakebot):
+                self.log.warning("flakebot: %s", note)
+            return Inventory(self.flakebot.tools_dir).all()
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
 
 
 class IndexHandler(_API):
@@ -172,7 +185,7 @@ class ToolsHandler(_API):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        records = Inventory(self.flakebot.tools_dir).all()
+        records = self._records()
         self.finish(json.dumps({"tools": [tools.tool_json(r, self.flakebot) for r in records]}))
 
 
