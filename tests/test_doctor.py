@@ -13,7 +13,6 @@ entry or workspace is gone.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from damage import WAYS, damage
 from tinycrates import write_registry
 
 from flakebot_magic.background import start_build
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.cargo
 #: what says "the same build" of a record
 IDENTITY = ("name", "crate", "version", "binary", "store_path", "source_hash", "workspace", "commit", "forked_by")
 #: every way the registry file gets damaged
-DAMAGE = ("zero-length", "truncated", "random-bytes", "bad-page", "bad-record", "missing")
+DAMAGE = (*WAYS, "bad-record")
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     settings = Settings(cache_dir=root / "cache", registry=str(registry), backend="cargo")
     start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
     start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()  # from the cache: a second name
-    with sqlite3.connect(settings.tools_dir / DB_NAME) as db:  # more pages than one, as a registry in use has
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     records = {r.name: r for r in Inventory(settings.tools_dir).all()}
     shutil.copytree(settings.cache_dir, root / "template", symlinks=True)
     yield {"root": root, "settings": settings, "records": records}
@@ -65,29 +63,11 @@ def _identity(record: ToolRecord) -> dict[str, Any]:
 
 
 def _damage(path: Path, how: str) -> None:
-    size = path.stat().st_size
-    if how == "zero-length":
-        path.write_bytes(b"")
-    elif how == "truncated":
-        with path.open("r+b") as handle:
-            handle.truncate(size // 2)
-    elif how == "random-bytes":
-        path.write_bytes(os.urandom(size))
-    elif how == "bad-page":  # the tools table's root page
-        with sqlite3.connect(path) as db:
-            root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tools'").fetchone()[0]
-            page = db.execute("PRAGMA page_size").fetchone()[0]
-        with path.open("r+b") as handle:
-            handle.seek((root - 1) * page)
-            handle.write(os.urandom(page))
-    elif how == "bad-record":
+    if how == "bad-record":
         with sqlite3.connect(path) as db:
             db.execute("UPDATE tools SET record = '{\"name\": \"te\", broken' WHERE name = 'te'")
     else:
-        assert how == "missing"
-        path.unlink()
-    for extra in ("-wal", "-shm"):  # what a crash or a copy leaves: the main file alone
-        path.with_name(path.name + extra).unlink(missing_ok=True)
+        damage(path, how, table="tools")
 
 
 def _disk(settings: Settings) -> dict[str, list[str]]:
@@ -210,7 +190,7 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     assert sorted(r.name for r in Inventory(settings.tools_dir).all()) == ["te", "te2"]
 
 
-@pytest.mark.parametrize("how", ["zero-length", "truncated", "random-bytes", "bad-row", "missing"])
+@pytest.mark.parametrize("how", [*WAYS, "bad-row"])
 def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
     template: dict[str, Any], capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
@@ -220,7 +200,7 @@ def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
         with sqlite3.connect(index) as db:
             db.execute("UPDATE crates SET bins = '[1, 2' WHERE name = 'tinyecho'")
     else:
-        _damage(index, how)
+        damage(index, how, table="crates")
     out, _ = _run(capsys, "search", "echo", "--cache-dir", str(settings.cache_dir), "--registry", settings.registry)
     assert out.split()[1] == "tinyecho"
     tool = start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()  # a recipe hit

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from damage import damage
 
 from flakebot_magic.errors import RegistryDamaged
 from flakebot_magic.inventory import DB_NAME, Inventory, ToolRecord
@@ -161,26 +161,12 @@ def _damaged(tmp_path: Path, how: str) -> Inventory:
     for name in ("a", "b", "c"):
         inventory.save(record(name, description="x" * 3000))  # a few pages
     path = tmp_path / "tools" / DB_NAME
-    with closing(sqlite3.connect(path)) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tools'").fetchone()[0]
-    if how == "zero-length":
-        path.write_bytes(b"")
-    elif how == "missing":
-        path.unlink()
-    elif how == "random-bytes":
-        path.write_bytes(os.urandom(path.stat().st_size))
-    elif how == "truncated":
-        with path.open("r+b") as handle:
-            handle.truncate(path.stat().st_size // 2)
-    elif how == "bad-page":
-        with path.open("r+b") as handle:
-            handle.seek((root - 1) * 4096)
-            handle.write(os.urandom(4096))
-    elif how == "bad-record":
+    if how == "bad-record":
         with closing(sqlite3.connect(path)) as db:
             db.execute("UPDATE tools SET record = '[1, 2' WHERE name = 'b'")
             db.commit()
+    else:
+        damage(path, how, table="tools")
     return inventory
 
 
