@@ -47,7 +47,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -57,7 +57,14 @@ from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
 from .contract import ToolContract
-from .http_net import MAX_RESPONSE_BYTES, capped_transport, free_port, is_loopback, listening_addresses
+from .http_net import (
+    MAX_RESPONSE_BYTES,
+    ClientPool,
+    capped_transport,
+    free_port,
+    is_loopback,
+    listening_addresses,
+)
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
 
@@ -67,69 +74,6 @@ if TYPE_CHECKING:
 __all__ = ["HttpTool"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
-
-
-class _Clients:
-    """The ``httpx.Client`` s of one start of the service: at most ``size``, each used by one call at a time.
-
-    No thread ever closes a socket another thread uses: a client (and its
-    one keep-alive connection) belongs to the call that took it until it is
-    given back, and a retired client is closed by the call that had it, or
-    at once when it was idle.
-    """
-
-    def __init__(self, make: Callable[[], httpx.Client], process: ToolProcess, size: int, first: httpx.Client) -> None:
-        self.make = make
-        self.process = process
-        self.size = max(1, size)
-        self.idle = [first]
-        self.made = 1
-        self.retired = False
-        self.ready = threading.Condition()
-
-    def take(self, timeout: float, name: str) -> httpx.Client | None:
-        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired."""
-        deadline = time.monotonic() + timeout
-        with self.ready:
-            while True:
-                if self.retired:
-                    return None
-                if self.idle:
-                    return self.idle.pop()
-                if self.made < self.size:
-                    self.made += 1
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ToolError(
-                        f"{name}: all {self.size} connections to the service stayed busy for {timeout:g} s. "
-                        "Make fewer calls at once, or raise the tool's max_connections if the service serves more."
-                    )
-                self.ready.wait(left)
-        try:
-            return self.make()
-        except BaseException:
-            with self.ready:
-                self.made -= 1
-                self.ready.notify()
-            raise
-
-    def give_back(self, client: httpx.Client) -> None:
-        with self.ready:
-            if not self.retired:
-                self.idle.append(client)
-                self.ready.notify()
-                return
-        client.close()
-
-    def retire(self) -> None:
-        """No call takes a client any more: the idle ones are closed now, the others by their calls."""
-        with self.ready:
-            self.retired = True
-            idle, self.idle = self.idle, []
-            self.ready.notify_all()
-        for client in idle:
-            client.close()
 
 
 class HttpTool(StartedToolClient):
@@ -168,7 +112,7 @@ class HttpTool(StartedToolClient):
         self._transport = transport
         self._logs = LogBuffer()
         self._process: ToolProcess | None = None
-        self._clients: _Clients | None = None
+        self._clients: ClientPool | None = None
         self._lock = threading.RLock()
         self._functions: dict[str, ToolFunction] | None = None
         self.openapi: dict[str, Any] | None = None
@@ -243,7 +187,7 @@ class HttpTool(StartedToolClient):
             process.stop()
             raise
         self._process, self.base_url, self.port = process, base_url, port
-        self._clients = _Clients(make, process, self.max_connections, client)
+        self._clients = ClientPool(make, process, self.max_connections, client)
         self.token = token
 
     def _check_token_required(self, client: httpx.Client, process: ToolProcess) -> None:
@@ -350,7 +294,7 @@ class HttpTool(StartedToolClient):
     # -- raw requests ----------------------------------------------------------
 
     @contextmanager
-    def _map_errors(self, method: str, path: str, clients: _Clients) -> Iterator[None]:
+    def _map_errors(self, method: str, path: str, clients: ClientPool) -> Iterator[None]:
         import httpx
 
         try:
