@@ -1,11 +1,9 @@
 """A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
 
 The index lives in the cache dir, one SQLite file per registry path, and is
-rebuilt when the registry changes (its entries or its mtime), and on any
-error reading it (a damaged page, a truncated file: it is a cache, so it is
-simply made again, once per error). Where it cannot be written (a full
-disk) the index is built in memory for this process, so search and cached
-builds still work. Searching is a
+rebuilt when the registry changes (its entries or its mtime) and on any error
+reading it (a damaged page or row: a cache is made again); in memory where it
+cannot be written (a full disk), so search and cached builds still work. Searching is a
 bm25-ranked FTS5 query over name, description, keywords, categories and
 README text, stemmed and with synonyms expanded, times a popularity prior
 (reverse-dependency counts over the registry's dependency graph) computed
@@ -31,7 +29,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SearchError, StorageError
+from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
 from ..storage import translate
 from . import ranking
@@ -288,51 +286,40 @@ class DirectoryRegistry:
                 return self._db
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
             signature = self.signature()
-            db: sqlite3.Connection | None = None
             try:
                 db = sqlite3.connect(self.index_path, check_same_thread=False)
+            except sqlite3.DatabaseError:  # not even openable: an empty one stands in, made again below
+                db = sqlite3.connect(":memory:", check_same_thread=False)
+            try:
                 row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
             except sqlite3.DatabaseError:
                 row = None
-            if db is None or row is None or row[0] != signature:
-                if db is not None:
-                    db.close()
+            if row is None or row[0] != signature:
+                db.close()
                 try:
                     self._rebuild(signature)
                     db = sqlite3.connect(self.index_path, check_same_thread=False)
                 except (OSError, sqlite3.Error):
                     # the cache dir cannot take the index (a full disk): this process keeps one in memory
                     with contextlib.suppress(OSError):
-                        with contextlib.suppress(OSError):
-                            self.index_path.unlink(missing_ok=True)
+                        self.index_path.unlink(missing_ok=True)
                     db = sqlite3.connect(":memory:", check_same_thread=False)
                     self._fill(db, signature)
             self._db = db
             return db
 
     def _rows(self, sql: str, params: tuple[Any, ...] = (), *, candidates: bool = False) -> list[Any]:
-        """The rows of one query; a damaged index is made again and the query asked once more.
-
-        ``candidates``: the rows start with :attr:`_COLUMNS`, checked here (a
-        damaged row is damage like a bad page).
-        """
+        """One query's rows (``candidates``: checked as :attr:`_COLUMNS`); a damaged index is made again, once."""
         for attempt in range(2):
             db = self._connect()
             try:
                 rows = db.execute(sql, params).fetchall()
-                if candidates:
-                    for row in rows:
-                        _check_row(row)
+                for row in rows if candidates else ():
+                    _check_row(row)
                 return rows
-            except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+            except sqlite3.DatabaseError as exc:
                 if attempt:
-                    if isinstance(exc, sqlite3.Error):
-                        raise translate(exc, "searching the crate index", self.index_path) from exc
-                    raise StorageError(
-                        f"The crate index {self.index_path} holds a damaged row even after it was made again "
-                        f"({exc}). Remove it; flakebot makes it again.",
-                        path=self.index_path,
-                    ) from exc
+                    raise translate(exc, "searching the crate index", self.index_path) from exc
                 with self._lock:
                     if self._db is db:  # another thread may have made it again already
                         db.close()
@@ -342,10 +329,8 @@ class DirectoryRegistry:
         raise AssertionError("unreachable: the loop returns or raises")
 
     def _rebuild(self, signature: str) -> None:
-        # built beside the index under a fresh name, then written in one step by atomic_write
-        # (fsync-ed, a planted symlink replaced, never followed)
+        # built beside under a fresh name, then written in one step by atomic_write (a planted symlink replaced)
         tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
-        tmp.unlink(missing_ok=True)
         try:
             with closing(sqlite3.connect(tmp)) as db:
                 self._fill(db, signature)
@@ -584,13 +569,13 @@ class DirectoryRegistry:
 
 
 def _check_row(row: tuple[Any, ...]) -> None:
-    """Raise ``ValueError`` unless ``row`` (:attr:`DirectoryRegistry._COLUMNS` first) is what the index writes."""
-    if not all(isinstance(row[i], str) for i in (0, 1, 2, 3, 6, 7, 8)):
-        raise ValueError(f"a crate row with a field that is not text: {row[:2]!r}")
-    for i in (4, 5, 9):
-        value = json.loads(row[i])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"a crate row whose column {i} is not a list of strings: {row[:2]!r}")
+    """Raise ``sqlite3.DatabaseError`` unless ``row`` (:attr:`DirectoryRegistry._COLUMNS` first) is what was written."""
+    try:
+        texts = [row[i] for i in (0, 1, 2, 3, 6, 7, 8)] + [t for i in (4, 5, 9) for t in json.loads(row[i])]
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("a field of the wrong type")
+    except (TypeError, ValueError) as exc:
+        raise sqlite3.DatabaseError(f"a damaged crate row {row[:2]!r}: {exc}") from exc
 
 
 def _with_score(candidate: CrateCandidate, score: float, parts: dict[str, float]) -> CrateCandidate:
