@@ -24,7 +24,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test,lint]'
+	@$(PY) -m pip install --quiet -e '.[test,lint,eval]'
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 
@@ -40,8 +40,8 @@ test: install
 
 # ruff (lint and format check) and mypy --strict on the package; needs no root
 lint: venv
-	$(PY) -m ruff check flakebot_magic tests benchmarks scripts
-	$(PY) -m ruff format --check flakebot_magic tests benchmarks scripts
+	$(PY) -m ruff check flakebot_magic tests benchmarks scripts evals
+	$(PY) -m ruff format --check flakebot_magic tests benchmarks scripts evals
 	$(PY) -m mypy
 
 # the unit tests only: no real cargo builds of registry crates, no kernels, no nix, no browser;

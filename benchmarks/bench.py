@@ -16,8 +16,16 @@ What is measured (targets from the issues):
 * search accuracy (issue 10): top-1 and top-3 accuracy over the requests of
   ``tests/search_requests.toml``, the tuning half and the held-out half
   reported apart, and the p50/p95 latency of those requests
-  (``make bench BENCH_ARGS=--only-search`` measures only this and the row
-  above);
+  (``make bench BENCH_ARGS=--only-search`` measures only this, the row
+  above and the two below);
+* search and fitness on paraphrases (issue 20): top-1/3/10 and the fitness
+  decision without a model (right deploy / honest NeedsModelError naming an
+  accepted crate in its first five / a refusal that does not / wrong deploy)
+  over ``tests/search_paraphrases.toml``, tuning and held-out halves apart,
+  targets on the held-out half top-3 >= 0.95, top-10 >= 0.99, 0 wrong deploys;
+* issue 20's five requests through the real pipeline (cargo, cold cache):
+  the right tool deployed and called, or NeedsModelError naming the library
+  (``--no-issue-requests`` skips these few minutes);
 * the edit loop (scripted: the fake OpenAI server replays the sha2 session
   of ``tests/scripts/sha256.json`` plus edit-only iterations, real cargo in
   the sandbox): flakebot's own time per check run on top of cargo's, target
@@ -29,6 +37,10 @@ What is measured (targets from the issues):
   reply after 1.5 s of simulated model latency, target ratio <= 1.5; and the
   dependency units each extra candidate's first check run compiles, target 0
   (``make bench BENCH_ARGS=--only-candidates`` measures only these);
+* the starter suite replayed (issue 25, ``benchmarks/bench_eval.py``):
+  ``flakebot eval --replay evals/starter`` with 2 jobs, every task must pass
+  its hidden tests; wall time, and the p50 and slowest task
+  (``make bench BENCH_ARGS=--only-eval`` measures only this);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
   ipywidgets, tornado and IPython not imported;
 * nix backend (when nix is installed): the cold pipeline with ``nix build``
@@ -68,6 +80,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
+from bench_eval import eval_bench, eval_rows  # noqa: E402
 
 from flakebot_magic.cargo import find_cargo  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
@@ -357,6 +370,100 @@ def search_accuracy(registry: str, rounds: int = 5) -> dict[str, object]:
     result["p95_ms"] = times[int(len(times) * 0.95) - 1] * 1000
     result["requests"] = len(requests)
     return result
+
+
+def paraphrase_accuracy(registry: str) -> dict[str, object]:
+    """Issue 20: top-1/3/10 and the fitness decision over tests/search_paraphrases.toml, per half, and latency."""
+    from flakebot_magic.testing.search_eval import evaluate, load_cases, summarize
+
+    cases = load_cases()
+    cache = Path(tempfile.mkdtemp(prefix="fb-bench-paraphrases-"))
+    try:
+        found = DirectoryRegistry(registry, cache)
+        found.search("warm")
+        result: dict[str, object] = dict(summarize(evaluate(found, cases)))
+        times = sorted(timed(lambda c=c: search_stage.search(found, c.text, limit=10, prefer_bin=True)) for c in cases)
+        found.close()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    result["p50_ms"] = statistics.median(times) * 1000
+    result["p95_ms"] = times[int(len(times) * 0.95) - 1] * 1000
+    return result
+
+
+#: issue 20's five requests, as users typed them, and what each must give
+ISSUE_REQUESTS = (
+    ("Turn Markdown into HTML.", "pulldown-cmark", "*flake*"),
+    ("make a string safe to use as a file name", "sanitize-filename", "report: draft/2?.txt"),
+    ("encode text as a QR code", "qrcode", "flakebot"),
+    ("convert a TOML file to JSON", "toml", None),
+    ("make the text upper case", "heck", None),
+)
+
+
+def issue_requests(registry: str) -> dict[str, object]:
+    """Each of :data:`ISSUE_REQUESTS` through the real pipeline (cargo backend, a cold cache): deployed and
+    called, or a NeedsModelError naming the library in its first five."""
+    from flakebot_magic.errors import FlakebotError, NeedsModelError
+
+    cache = Path(tempfile.mkdtemp(prefix="fb-bench-issue20-"))
+    outcomes: dict[str, object] = {}
+    try:
+        settings = Settings(cache_dir=cache, registry=registry, backend="cargo")
+        for n, (request, crate, call) in enumerate(ISSUE_REQUESTS):
+            started = time.perf_counter()
+            try:
+                tool = Pipeline(settings).run(request, name=f"issue{n}")
+                out = tool(call, raw=True)  # a QR code is drawn with colour escapes: kept
+                ok = tool.crate == crate and bool(out.strip())
+                said = f"deployed {tool.crate}, {tool.name}({call!r}) wrote {len(out.splitlines())} line(s)"
+            except NeedsModelError as refused:
+                named = [c.name for c in refused.candidates[:5]]
+                ok = call is None and crate in named
+                said = f"NeedsModelError naming {', '.join(named)}"
+            except FlakebotError as failed:
+                ok, said = False, f"{type(failed).__name__}: {str(failed).splitlines()[0][:100]}"
+            outcomes[request] = {"ok": ok, "said": said, "seconds": time.perf_counter() - started}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return outcomes
+
+
+def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    found = results.get("paraphrases")
+    if found:
+        for split, label, target in (
+            ("tune", "tuning half", "-"),
+            ("held-out", "held-out half", "top-3 >= 0.95, top-10 >= 0.99, 0 wrong"),
+        ):
+            part: dict[str, float] = found[split]  # type: ignore[assignment]
+            rows.append(
+                (
+                    f"paraphrases, {label} ({part['n']} paraphrases of {part['requests']} requests): top-1 / top-3 / top-10; "
+                    "fitness: right deploy / honest refusal / refusal missing the crate / **wrong deploy**",
+                    f"{part['top1']:.2f} / **{part['top3']:.2f}** / **{part['top10']:.2f}**; "
+                    f"{part['deploy']} / {part['refuse']} / {part['miss']} / **{part['wrong']}**",
+                    target,
+                )
+            )
+        rows.append(
+            (
+                "search latency over the paraphrases, warm index (p50 / p95)",
+                f"**{found['p50_ms']:.2f} ms** / {found['p95_ms']:.2f} ms",
+                "p50 <= 10 ms",
+            )
+        )
+    for request, outcome in (results.get("issue20") or {}).items():
+        done: dict[str, object] = outcome  # type: ignore[assignment]
+        rows.append(
+            (
+                f"issue 20, real cargo: {request!r}",
+                f"{'**ok**' if done['ok'] else '**not ok**'}: {done['said']} ({float(done['seconds']):.0f} s)",  # type: ignore[arg-type]
+                "the right tool, or NeedsModelError naming the library",
+            )
+        )
+    return rows
 
 
 def _accuracy_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
@@ -663,6 +770,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
     rows += candidate_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
+    rows += eval_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -696,8 +804,18 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
         ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
     ]
     rows += _accuracy_rows(results)
+    rows += _paraphrase_rows(results)
     rows += _edit_rows(results)
     return rows
+
+
+def _print_only(found: dict[str, dict[str, object]], rows: list[tuple[str, str, str]], json_path: Path | None) -> int:
+    """Print the rows of a partial run (``--only-*``), and its raw numbers to ``json_path``."""
+    lines = ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    print("\n".join(lines))
+    if json_path:
+        json_path.write_text(json.dumps(found, indent=2, default=str))
+    return 0
 
 
 def main() -> int:
@@ -712,36 +830,39 @@ def main() -> int:
     parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
     parser.add_argument("--no-clients", action="store_true", help="skip the tool-client rows")
     parser.add_argument("--only-clients", action="store_true", help="measure only the tool-client rows")
-    parser.add_argument("--only-search", action="store_true", help="measure only search latency and accuracy")
+    parser.add_argument(
+        "--only-search",
+        action="store_true",
+        help="measure only search latency and accuracy (requests, paraphrases, issue 20's five requests)",
+    )
+    parser.add_argument(
+        "--no-issue-requests", action="store_true", help="skip building issue 20's five requests with real cargo"
+    )
     parser.add_argument("--no-agent", action="store_true", help="skip the flakebot mcp rows")
     parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
     parser.add_argument("--no-candidates", action="store_true", help="skip the speculative-candidates rows")
     parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
+    parser.add_argument("--no-eval", action="store_true", help="skip the starter suite's replay")
+    parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's replay")
     args = parser.parse_args()
+    if args.only_eval:
+        found = {"eval": eval_bench(args.registry)}
+        return _print_only(found, eval_rows(found), args.json)
     if args.only_candidates:
         found = {"candidates": candidates_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in candidate_rows(found)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _print_only(found, candidate_rows(found), args.json)
     if args.only_agent:
-        agent = {"agent": agent_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _agent_rows(agent)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(agent, indent=2, default=str))
-        return 0
+        found = {"agent": agent_bench(args.registry)}
+        return _print_only(found, _agent_rows(found), args.json)
     if args.only_search:
-        found = {"search": search_p50(args.registry, 200), "accuracy": search_accuracy(args.registry)}
+        found = {
+            "search": search_p50(args.registry, 200),
+            "accuracy": search_accuracy(args.registry),
+            "paraphrases": paraphrase_accuracy(args.registry),
+        }
+        if not args.no_issue_requests:
+            print("benchmark: issue 20's five requests, real cargo (a few minutes) ...", file=sys.stderr)
+            found["issue20"] = issue_requests(args.registry)
         search = found["search"]
         rows = [
             (
@@ -750,37 +871,15 @@ def main() -> int:
                 "<= 10 ms",
             ),
             *_accuracy_rows(found),
+            *_paraphrase_rows(found),
         ]
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _print_only(found, rows, args.json)
     if args.only_clients:
-        clients = {"clients": clients_bench(args.registry)}
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"]
-                + [f"| {a} | {b} | {c} |" for a, b, c in _client_rows(clients)]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(clients, indent=2, default=str))
-        return 0
+        found = {"clients": clients_bench(args.registry)}
+        return _print_only(found, _client_rows(found), args.json)
     if args.only_edit:
-        edit = {"edit": edit_loop_overhead(args.registry)}
-        rows = _edit_rows(edit)
-        print(
-            "\n".join(
-                ["| measurement | result | target |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-            )
-        )
-        if args.json:
-            args.json.write_text(json.dumps(edit, indent=2, default=str))
-        return 0
+        found = {"edit": edit_loop_overhead(args.registry)}
+        return _print_only(found, _edit_rows(found), args.json)
     if not (Path(args.registry) / "pulldown-cmark-0.9.2").is_dir():
         print("the offline registry is missing: run `make install` first", file=sys.stderr)
         return 1
@@ -791,6 +890,10 @@ def main() -> int:
         print("benchmark: search ...", file=sys.stderr)
         results["search"] = search_p50(args.registry, 200)
         results["accuracy"] = search_accuracy(args.registry)
+        results["paraphrases"] = paraphrase_accuracy(args.registry)
+        if not args.no_issue_requests:
+            print("benchmark: issue 20's five requests, real cargo (a few minutes) ...", file=sys.stderr)
+            results["issue20"] = issue_requests(args.registry)
         print("benchmark: warm re-run ...", file=sys.stderr)
         results["warm"] = warm(args.registry, 7)
         print(f"benchmark: cold pipeline vs cargo ({args.cold_rounds} rounds, a few minutes) ...", file=sys.stderr)
@@ -813,6 +916,11 @@ def main() -> int:
     if not args.no_agent and not args.only_nix:
         print("benchmark: flakebot mcp (tools/list after a build, a call through it) ...", file=sys.stderr)
         results["agent"] = agent_bench(args.registry)
+    if not args.no_eval and not args.only_nix:
+        print(
+            "benchmark: flakebot eval --replay of the starter suite (real cargo, about 10 minutes) ...", file=sys.stderr
+        )
+        results["eval"] = eval_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"
     text = table(results) + f"\n\nMeasured by `make bench` on {machine}."
     print(text)

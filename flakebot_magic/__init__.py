@@ -47,6 +47,7 @@ from .errors import (
     TestError,
     ToolBusy,
     ToolError,
+    UpstreamTestError,
     UsageError,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UpstreamTestError",
     "UsageError",
     "__version__",
     "acall",

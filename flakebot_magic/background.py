@@ -32,6 +32,7 @@ from .errors import Cancelled, FlakebotError
 from .events import Event, Notice, Observer
 from .pipeline import Pipeline
 from .process import CancelToken
+from .registry.base import Registry
 from .request import BuildRequest
 from .runlog import RunLog
 
@@ -227,6 +228,7 @@ def start_build(
     name: str | None = None,
     crate: str | None = None,
     extra_observers: Iterable[Observer] = (),
+    registry: Registry | None = None,
 ) -> BackgroundRun[Any]:
     """Start ``Pipeline(settings).run(request)`` on a background thread; return the run.
 
@@ -243,6 +245,9 @@ def start_build(
     extra_observers
         Called on the pipeline's thread (keep them quick); front ends should
         pass their observers to :meth:`BackgroundRun.wait` instead.
+    registry
+        The registry to build from (default: opened from ``settings.registry``);
+        an eval shares one between its tasks.
     """
     build = BuildRequest.of(request, name=name, crate=crate)
     log = RunLog(settings)
@@ -255,7 +260,7 @@ def start_build(
             emit(Notice("deploy", f"the run's log could not be saved: {exc}", "warning"))
 
     def target(emit: Observer, cancel: CancelToken) -> Any:
-        pipeline = Pipeline(settings, observers=[log, emit, *extra_observers], cancel=cancel)
+        pipeline = Pipeline(settings, registry=registry, observers=[log, emit, *extra_observers], cancel=cancel)
         try:
             tool = pipeline.run(build)
         except FlakebotError as exc:

@@ -279,7 +279,7 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
             f"the tool registry cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
             "left alone (only what no tool can use was removed)"
         )
-        if health.reason == "empty" and running.holders:
+        if health.reason in ("empty", "missing") and running.holders:
             report.refused += "; a build is running, and its first record may be on its way: try again after it"
         elif not report.dry_run:
             repaired = doctor(settings, health=health)

@@ -1,9 +1,15 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, doctor, export; ``--json`` for scripts and agents.
+"""The ``flakebot`` command: build, search, list, show, steer, clean, doctor, export, eval; ``--json`` for scripts
+and agents.
 
 Every command but ``clean`` and ``doctor`` (which do it their own way) starts
 with :func:`~flakebot_magic.doctor.prepare`: what an interrupted build left is
 finished or undone, a registry that cannot be trusted is rebuilt, and what
 was done is said on stderr.
+
+What it prints to a terminal goes through :func:`_say` (text made safe by
+:mod:`flakebot_magic.untrusted`) or :func:`_say_json` (every string in the
+data made safe, then JSON); progress through
+:class:`~flakebot_magic.progress.TextProgress`, which does the same.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from .agent import command as agent_command
 from .config import Settings
 from .errors import Cancelled, FlakebotError, UsageError
+from .eval import command as eval_command
 from .options import OPTIONS, add_arguments, apply
+from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
     from .tools import Answer
@@ -115,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
     agent_command.add_arguments(mcp)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
+    )
+    eval_command.add_arguments(evaluate)
     return parser
 
 
@@ -130,29 +144,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except FlakebotError as exc:
         if getattr(args, "json", False):
-            print(
-                json.dumps(
-                    {
-                        "error": type(exc).__name__,
-                        "message": str(exc),
-                        "workspace": str(exc.workspace) if exc.workspace else None,
-                    }
-                )
+            _say_json(
+                {
+                    "error": type(exc).__name__,
+                    "message": str(exc),
+                    "workspace": str(exc.workspace) if exc.workspace else None,
+                },
+                indent=None,
             )
-        print(f"flakebot: error: {exc}", file=sys.stderr)
+        _say(f"flakebot: error: {exc}", sys.stderr)
         return 130 if isinstance(exc, Cancelled) else 1
     except KeyboardInterrupt:
-        print("flakebot: interrupted", file=sys.stderr)
+        _say("flakebot: interrupted", sys.stderr)
         return 130
 
 
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Print ``text`` for a person: a crate, a tool or a build may have written part of it."""
+    print(safe_text(text), file=stream or sys.stdout)
+
+
+def _say_json(data: object, *, indent: int | None = 2) -> None:
+    """Print ``data`` as JSON on stdout, every string in it made safe to show."""
+    print(json.dumps(safe_data(data), indent=indent))
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "eval":  # its attempts each build in a cache of their own, under --out
+        return eval_command.run(args)
     settings = _settings(args)
     if args.command not in ("build", "clean", "doctor"):  # a build prepares in the pipeline
         from .doctor import prepare
 
         for note in prepare(settings):
-            print(f"flakebot: {note}", file=sys.stderr)
+            _say(f"flakebot: {note}", sys.stderr)
     if args.command == "mcp":
         return agent_command.run(args, settings)
     # the pipeline and the tool clients are imported by the subcommands that use them:
@@ -166,7 +191,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
-        print(json.dumps(tools.tool_json(tool, settings), indent=2) if args.json else tool.usage())
+        if args.json:
+            _say_json(tools.tool_json(tool, settings))
+        else:
+            _say(tool.usage())
         return 0
     from .storage import storage_errors
 
@@ -211,11 +239,11 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
 def _print(answer: Answer, *, as_json: bool) -> None:
     """Notes on stderr; on stdout the answer's JSON with ``--json``, else its text."""
     for note in answer.notes:
-        print(note, file=sys.stderr)
+        _say(note, sys.stderr)
     if as_json:
-        print(json.dumps(answer.data, indent=2))
+        _say_json(answer.data)
     elif answer.text:
-        print(answer.text)
+        _say(answer.text)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,13 @@
 One parser per format, used by the build stage and the edit loop alike:
 :func:`parse_cargo_messages` reads ``--message-format=json`` lines into
 :class:`Diagnostic` objects, executables and artifact records;
-:func:`parse_test_output` reads libtest's lines into a :class:`TestReport`.
+:func:`parse_diagnostic_line` reads the bare diagnostics rustdoc prints on
+cargo's standard error when it builds a crate for its doc tests
+(``{"$message_type":"diagnostic",...}``, rustc's JSON without cargo's
+envelope), and :func:`readable` renders any such line as the text rustc
+would print, so that no raw JSON line reaches a message, the log or the
+model; :func:`parse_test_output` reads libtest's lines into a
+:class:`TestReport`.
 
 Cargo's JSON is not trusted about paths: a build script or proc macro can
 write to cargo's own stdout (``/proc/<cargo pid>/fd/1``) and forge a
@@ -32,7 +38,9 @@ __all__ = [
     "TestReport",
     "actionable",
     "parse_cargo_messages",
+    "parse_diagnostic_line",
     "parse_test_output",
+    "readable",
     "untrusted_artifact",
 ]
 
@@ -238,6 +246,50 @@ def _diagnostic(record: dict[str, Any]) -> Diagnostic:
         notes=tuple(notes),
         suggestions=tuple(suggestions),
     )
+
+
+def parse_diagnostic_line(line: str) -> Diagnostic | None:
+    r"""One of rustdoc's bare JSON diagnostics as a :class:`Diagnostic`; None for any other line.
+
+    Examples
+    --------
+    >>> line = '{"$message_type":"diagnostic","message":"unused","level":"warning","rendered":"warning: unused\\n"}'
+    >>> parse_diagnostic_line(line).rendered
+    'warning: unused\n'
+    >>> parse_diagnostic_line("test a ... ok") is None
+    True
+    """
+    if not line.startswith('{"$message_type"'):
+        return None
+    try:
+        message = json.loads(line)
+        if not isinstance(message, dict) or message.get("$message_type") != "diagnostic":
+            return None
+        return _diagnostic({"message": message})
+    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+        return None
+
+
+def readable(lines: Iterable[str]) -> list[str]:
+    r"""``lines`` with each JSON diagnostic (rustdoc's bare ones, cargo's ``compiler-message``) replaced by
+    the lines of its rendered text, as rustc prints it; other lines kept.
+
+    Examples
+    --------
+    >>> readable(['{"$message_type":"diagnostic","message":"m","level":"error","rendered":"error: m\\n  --> a.rs"}', "x"])
+    ['error: m', '  --> a.rs', 'x']
+    """
+    out: list[str] = []
+    for line in lines:
+        found = parse_diagnostic_line(line)
+        if found is None and line.startswith('{"reason":"compiler-message"'):
+            parsed, _, _ = parse_cargo_messages([line])
+            found = parsed[0] if parsed else None
+        if found is None:
+            out.append(line)
+        else:
+            out += (found.rendered.rstrip() or str(found)).splitlines()
+    return out
 
 
 _SUMMARY = re.compile(

@@ -121,8 +121,8 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
 
     Unfinished transactions of dead processes are finished or undone; with
     ``repair``, a registry that cannot be trusted is rebuilt (:func:`doctor`).
-    A registry that is only empty is left alone while a build runs (its
-    first record may be on its way). A repair that fails (a full disk) is
+    A registry that is only empty (or not there yet) is left alone while a
+    build runs (its first record may be on its way). A repair that fails (a full disk) is
     reported, not raised: reading commands go on.
     """
     try:
@@ -133,7 +133,7 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     if not repair:
         return notes
     health = Inventory(settings.tools_dir).check(store_entries(settings))
-    if health.ok or (health.reason == "empty" and held_locks(settings.cache_dir)):
+    if health.ok or (health.reason in ("empty", "missing") and held_locks(settings.cache_dir)):
         return notes
     try:
         report = doctor(settings, health=health)

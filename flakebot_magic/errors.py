@@ -12,6 +12,8 @@ The tree::
     ├── ForkError           the published source could not become a workspace
     ├── BuildError          cargo build failed (carries the first diagnostics)
     │   └── TestError       cargo test failed (carries the failing test names)
+    │       └── UpstreamTestError  the published crate's own tests fail on this
+    │                       toolchain, unedited (names them; not flakebot's doing)
     ├── PolicyError         the workspace holds what flakebot does not build (a new
     │                       build.rs, .cargo/, a path outside, ...; names the files)
     ├── NeedsModelError     the best candidate is a library; a model must write the tool
@@ -32,6 +34,11 @@ The tree::
 
 Every error says what happened and what to do next. Errors raised after the
 fork carry ``workspace``, the path of the kept workspace, and mention it.
+
+A message may quote what flakebot does not control (a compiler's output, a
+crate's description, a tool's error text), so every message is made safe to
+show when the error is made (:func:`flakebot_magic.untrusted.safe_text`);
+the attributes (``stderr``, ``diagnostics``) keep the text as it was.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .untrusted import safe_text
 
 __all__ = [
     "BudgetExhausted",
@@ -63,6 +72,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UpstreamTestError",
     "UsageError",
 ]
 
@@ -83,6 +93,7 @@ class FlakebotError(Exception):
 
     def __init__(self, message: str, *, workspace: Path | None = None) -> None:
         self.workspace = workspace
+        message = safe_text(message)
         if workspace is not None and str(workspace) not in message:
             message = f"{message}\nThe workspace is kept at {workspace}"
         super().__init__(message)
@@ -179,6 +190,8 @@ class TestError(BuildError):
 
     __test__ = False  # not a pytest test class
     stage = "test"
+    #: True when the published crate's own tests fail unedited (:class:`UpstreamTestError`)
+    upstream = False
 
     def __init__(
         self,
@@ -191,6 +204,16 @@ class TestError(BuildError):
     ) -> None:
         self.failed = list(failed)
         super().__init__(message, diagnostics=diagnostics, command=command, workspace=workspace)
+
+
+class UpstreamTestError(TestError):
+    """The published crate's own tests fail on this toolchain, with nothing of it edited.
+
+    Not a failure flakebot caused: ``upstream`` is True, and ``failed`` names
+    the failing tests (or ``diagnostics`` holds why they do not compile).
+    """
+
+    upstream = True
 
 
 class PolicyError(FlakebotError):

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .untrusted import make_fields_safe
+
 __all__ = [
     "STAGES",
     "CandidateUpdate",
@@ -36,15 +38,27 @@ STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client"
 StageStatus = Literal["done", "failed", "skipped", "cached"]
 
 
+class _ShownText:
+    """An event's text is made safe to show when the event is made (:mod:`flakebot_magic.untrusted`).
+
+    A log line is whatever a build script or a test printed; a notice or a
+    detail may quote it. Made safe here, it is safe in the widget, the printed
+    progress, the run log and everything that reads those.
+    """
+
+    def __post_init__(self) -> None:
+        make_fields_safe(self)
+
+
 @dataclass(frozen=True)
-class StageStarted:
+class StageStarted(_ShownText):
     stage: str
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
-class StageFinished:
+class StageFinished(_ShownText):
     stage: str
     status: StageStatus
     detail: str = ""
@@ -53,7 +67,7 @@ class StageFinished:
 
 
 @dataclass(frozen=True)
-class LogLine:
+class LogLine(_ShownText):
     """One line of a child process's output (cargo, git, nix)."""
 
     stage: str
@@ -63,7 +77,7 @@ class LogLine:
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(_ShownText):
     """Something the user should read: an offline fix-up, a skipped test target."""
 
     stage: str
@@ -73,7 +87,7 @@ class Notice:
 
 
 @dataclass(frozen=True)
-class RunFinished:
+class RunFinished(_ShownText):
     """The last event of a run: ``tool`` on success, ``error`` on failure."""
 
     ok: bool
@@ -84,7 +98,7 @@ class RunFinished:
 
 
 @dataclass(frozen=True)
-class IterationResult:
+class IterationResult(_ShownText):
     """One check run of the edit loop (stage ``edit``): cargo's verdict and the ratchet's.
 
     ``iteration`` counts the model's check runs (0 is the baseline before any
@@ -111,7 +125,7 @@ class IterationResult:
 
 
 @dataclass(frozen=True)
-class ModelUsage:
+class ModelUsage(_ShownText):
     """What one edit session cost in model tokens, sent once when it ends: green, failed or stopped.
 
     ``tokens``: prompt and completion tokens together, summed over the
@@ -141,7 +155,7 @@ CandidateState = Literal["waiting", "editing", "green", "failed", "cancelled", "
 
 
 @dataclass(frozen=True)
-class CandidateUpdate:
+class CandidateUpdate(_ShownText):
     """One candidate of a speculative session (``--candidates N``): where it is and how it scores.
 
     ``score`` is the judge's score as text (``contract ✓ · 3/3 examples · 12 tests · 0 clippy · 40 lines``),
@@ -159,7 +173,7 @@ class CandidateUpdate:
 
 
 @dataclass(frozen=True)
-class SteeringMessage:
+class SteeringMessage(_ShownText):
     """A message a person (or an agent) sent to a running edit session; the model reads it in its next request."""
 
     text: str

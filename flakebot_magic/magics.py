@@ -1,4 +1,10 @@
-"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic (the only module importing IPython)."""
+"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic (the only module importing IPython).
+
+What it prints may quote a crate, a build or a tool: every print goes through
+:func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython
+in a terminal obey escape sequences), and errors are
+:class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
 from .storage import storage_errors
+from .untrusted import safe_text
 
 __all__ = ["FlakebotMagics"]
 
@@ -322,7 +329,7 @@ class FlakebotMagics(_OptionTraits):
         assert self.shell is not None
         self.shell.push({tool.name: tool})
         if build.widget is None:
-            print(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}")
+            print(safe_text(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}"))
         return tool
 
     def _start_rebuild(self, args: Any) -> _Build:
@@ -350,7 +357,7 @@ class FlakebotMagics(_OptionTraits):
         settings = self._settings(args)
         if command not in ("clean", "doctor"):  # they prepare their own way
             for note in prepare(settings):
-                print(f"flakebot: {note}")
+                print(safe_text(f"flakebot: {note}"))
         if command == "load":
             return self._load(settings, rest, everything=args.all)
         try:
@@ -361,9 +368,9 @@ class FlakebotMagics(_OptionTraits):
         if isinstance(answer, tools.ToolTable):
             return answer  # displayed: a table as text, and as HTML in a notebook
         for note in answer.notes:
-            print(note)
+            print(safe_text(note))
         if answer.text:
-            print(answer.text)
+            print(safe_text(answer.text))
         return None
 
     def _steer(self, line: str) -> None:
@@ -382,7 +389,7 @@ class FlakebotMagics(_OptionTraits):
             answer = tools.steer(self._settings(parse_argstring(self.flakebot, "")), parts[1], text, source="magic")
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        print(answer.text)
+        print(safe_text(answer.text))
 
     def _load(self, settings: Settings, names: list[str], *, everything: bool) -> None:
         """``load NAME`` / ``load --all``: tools built earlier into the kernel's namespace, without rebuilding."""
@@ -401,9 +408,9 @@ class FlakebotMagics(_OptionTraits):
                 raise UsageError(str(exc)) from None
         self.shell.push(loaded)
         for name, tool in loaded.items():
-            print(f"flakebot: `{name}` is ready in the kernel: {tool.example()}")
+            print(safe_text(f"flakebot: `{name}` is ready in the kernel: {tool.example()}"))
         for problem in problems:
-            print(f"flakebot: {problem}", file=sys.stderr)
+            print(safe_text(f"flakebot: {problem}"), file=sys.stderr)
         return None
 
     def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:

@@ -19,6 +19,7 @@ from .events import (
     SteeringMessage,
 )
 from .ui_rows import CandidateTable, SteerLog, UsageTotals
+from .untrusted import safe_text
 
 __all__ = ["TextProgress"]
 
@@ -51,7 +52,7 @@ class TextProgress:
 
     def _write(self, text: str) -> None:
         stream = self.stream or sys.stderr
-        stream.write(text + "\n")
+        stream.write(safe_text(text) + "\n")  # a terminal, or a notebook's output: obeys escape sequences
         stream.flush()
 
     def __call__(self, event: Event) -> None:

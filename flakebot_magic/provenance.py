@@ -4,13 +4,15 @@ The provenance goes into the cell's output metadata (``metadata.flakebot``
 of the ``%%flakebot`` cell's result), so a notebook records which tool it got
 and a re-run elsewhere can compare: :func:`differences` says what differs.
 The diff is ``git diff published..COMMIT`` in the tool's workspace: what
-flakebot changed against the crate as published.
+flakebot changed against the crate as published. Its lines are the model's
+and the crate's text, shown through :func:`flakebot_magic.untrusted.safe_html`:
+a bidirectional override in the code (Trojan Source) shows as ``�`` where it
+would reorder what the reviewer reads.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 from .errors import FlakebotError
 from .git import Git
 from .process import ProcessRunner
+from .untrusted import safe_html, safe_text
 
 __all__ = [
     "IDENTITY",
@@ -137,7 +140,7 @@ def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[
 def render_text(data: Mapping[str, Any]) -> str:
     """Provenance as aligned ``key: value`` lines, for ``%flakebot show``."""
     width = max((len(k) for k in data), default=0)
-    return "\n".join(f"{key:<{width}}  {'' if value is None else value}" for key, value in data.items())
+    return safe_text("\n".join(f"{key:<{width}}  {'' if value is None else value}" for key, value in data.items()))
 
 
 @dataclass
@@ -164,7 +167,7 @@ class WorkspaceDiff:
         """The diff with added lines green and removed lines red (inline styles: no CSS needed)."""
         rows = []
         for line in self.body.splitlines():
-            escaped = html.escape(line)
+            escaped = safe_html(line)
             if line.startswith(("+++", "---")):
                 style = "font-weight:bold"
             elif line.startswith("+"):
@@ -179,12 +182,12 @@ class WorkspaceDiff:
                 style = ""
             rows.append(f"<span style='{style}'>{escaped}</span>" if style else escaped)
         notes = "".join(
-            f"<div><i>{html.escape(path)}: generated, {GENERATED_SHOWN}+ changed lines hidden "
-            f"(<code>git -C {html.escape(str(self.workspace))} diff {self.base}..{self.commit[:12]} -- {html.escape(path)}</code>)</i></div>"
+            f"<div><i>{safe_html(path)}: generated, {GENERATED_SHOWN}+ changed lines hidden "
+            f"(<code>git -C {safe_html(str(self.workspace))} diff {self.base}..{self.commit[:12]} -- {safe_html(path)}</code>)</i></div>"
             for path in self.hidden
         )
         return (
-            f"<div class='flakebot-diff'><pre style='margin:0 0 4px 0'>{html.escape(self.stat)}</pre>{notes}"
+            f"<div class='flakebot-diff'><pre style='margin:0 0 4px 0'>{safe_html(self.stat)}</pre>{notes}"
             "<pre style='font-size:12px;line-height:1.35;max-height:480px;overflow:auto;margin:0'>"
             + "\n".join(rows)
             + "</pre></div>"

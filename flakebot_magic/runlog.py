@@ -6,7 +6,9 @@ The widget shows the same lines live; this file is what ``%flakebot logs``,
 and record as they were: its own log goes beside, as ``NAME.failed.log``. A log may hold
 whatever a crate's tests printed, so it is the user's alone: mode 0600 in a
 0700 directory, written atomically (a planted symlink is replaced, never
-followed).
+followed). Every line is made safe to show before it is kept
+(:func:`flakebot_magic.untrusted.safe_text`): ``flakebot logs`` prints it to a
+terminal, the dashboard to a page.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .config import Settings
 from .events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
 from .fsutil import atomic_write, private_dir
 from .inventory import Inventory
+from .untrusted import safe_text
 
 __all__ = ["RunLog", "failed_log_path", "log_path", "logs_dir"]
 
@@ -54,7 +57,7 @@ class RunLog:
 
     def _add(self, at: float, text: str) -> None:
         with self._lock:
-            self.lines.append(f"{at - self._t0:7.1f}s {text}")
+            self.lines.append(safe_text(f"{at - self._t0:7.1f}s {text}"))
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogLine):

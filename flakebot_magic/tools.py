@@ -12,6 +12,11 @@ Each management command is written here once and answers with an
 doors only parse their arguments and print or display the answer: the magic
 raises IPython's ``UsageError`` and displays tables, the command prints JSON
 and returns exit codes. :func:`tool_json` is the one JSON shape of a tool.
+
+An answer's ``text`` and ``notes`` are made safe to show when it is made
+(:mod:`flakebot_magic.untrusted`): a crate's description, a log line, a
+tool's output may be in them. Its ``data`` is made safe where it leaves as
+JSON (the command's ``--json``, the REST API).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from .process import alive, kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, workspace_diff
 from .runlog import failed_log_path, log_path
 from .stages.search import open_registry, search, why
+from .untrusted import make_fields_safe, safe_line, safe_text
 
 __all__ = [
     "NO_TOOLS",
@@ -201,7 +207,18 @@ class ToolTable:
 
     def rows(self) -> list[tuple[str, ...]]:
         return [
-            (r.name, r.kind, f"{r.crate}@{r.version}", r.source_hash[:12], r.backend, status_of(r), _started(r))
+            tuple(
+                safe_line(cell)
+                for cell in (
+                    r.name,
+                    r.kind,
+                    f"{r.crate}@{r.version}",
+                    r.source_hash[:12],
+                    r.backend,
+                    status_of(r),
+                    _started(r),
+                )
+            )
             for r in self.records
         ]
 
@@ -271,8 +288,8 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             f"built before, whose log follows. The failed attempt's log: {failed}"
         )
     path = Path(record.log_path) if record.log_path else log_path(settings, name)
-    try:
-        text = path.read_text()
+    try:  # the log file may be older than the rule, or written by another process: made safe as it is read
+        text = safe_text(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         text = ""
     if text:
@@ -291,7 +308,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
         else:
             parts.append(f"== {name}'s process output is kept by the interpreter that started it")
-    return "\n".join(parts)
+    return safe_text("\n".join(parts))  # a tool process's output too
 
 
 def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
@@ -453,6 +470,9 @@ class CommandResult:
     text: str
     notes: tuple[str, ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        make_fields_safe(self)
+
     def __str__(self) -> str:
         return self.text
 
@@ -517,7 +537,7 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
     width = max(len(f"{c.name} {c.version}") for c in found)
     lines = [
         f"{c.score:8.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}  "
-        f"{c.description[:50]:<50}  ({why(c)})"
+        f"{safe_line(c.description)[:50]:<50}  ({why(c)})"
         for c in found
     ]
     return CommandResult([c.to_json() for c in found], "\n".join(lines))

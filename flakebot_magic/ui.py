@@ -14,12 +14,13 @@ is ``handled``, not a red failure. A run that fails before any stage started
 (``rows``, ``candidates``, ``usage``, ``bar.bar_style``, ``log_lines``), so
 tests assert on it without a browser; ``text()`` is the same progress as
 plain text, for front ends that cannot render widgets. The rows' data and
-HTML live in :mod:`flakebot_magic.ui_rows`.
+HTML live in :mod:`flakebot_magic.ui_rows`. Every text it shows goes through
+:func:`flakebot_magic.untrusted.safe_html` (or ``safe_text`` for the plain
+text): a log line, a notice, an error may quote a crate or a model.
 """
 
 from __future__ import annotations
 
-import html
 import re
 import time
 from collections import deque
@@ -56,6 +57,7 @@ from .ui_rows import (
     stage_text_lines,
     tests_passing,
 )
+from .untrusted import safe_html, safe_text
 
 __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow"]
 
@@ -459,8 +461,8 @@ class ProgressWidget:
             "cancelled": "cancelled",
         }[self.outcome]
         color = {"running": "#0969da", "success": "#1a7f37", "failed": "#cf222e", "cancelled": "#9a6700"}[self.outcome]
-        name = f" <code>{html.escape(self.tool.name)}</code>" if self.tool is not None else ""
-        request = f" — {html.escape(self.request[:100])}" if self.request else ""
+        name = f" <code>{safe_html(self.tool.name)}</code>" if self.tool is not None else ""
+        request = f" — {safe_html(self.request[:100])}" if self.request else ""
         self.title.value = (
             f"<div class='flakebot-title' data-outcome='{self.outcome}' style='font-size:14px'>"
             f"<b>flakebot</b>{name}{request} · "
@@ -493,7 +495,7 @@ class ProgressWidget:
             color = "#9a6700" if level == "warning" else "#57606a"
             items.append(
                 f"<div class='flakebot-notice' data-level='{level}' style='color:{color};margin:2px 0'>"
-                f"{'⚠ ' if level == 'warning' else ''}{html.escape(message)}</div>"
+                f"{'⚠ ' if level == 'warning' else ''}{safe_html(message)}</div>"
             )
         self.notice_view.value = (
             f"<div class='flakebot-notices' style='font-size:12px;{_TEXT}'>{''.join(items)}</div>" if items else ""
@@ -507,7 +509,7 @@ class ProgressWidget:
         head = f"… {more} earlier lines in the saved log (%flakebot logs NAME)\n" if more > 0 else ""
         self.log_view.value = (
             f"<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0;{_WRAP}'>"
-            f"{html.escape(head + shown) or '(no output yet)'}</pre>"
+            f"{safe_html(head + shown) or '(no output yet)'}</pre>"
         )
         count = self.log_count
         self.log.set_title(0, f"Log ({count} line{'' if count == 1 else 's'})" if count else "Log")
@@ -518,22 +520,22 @@ class ProgressWidget:
             return
         if self.outcome == "success" and self.tool is not None:
             tool = self.tool
-            example = html.escape(tool.example()) if hasattr(tool, "example") else ""
+            example = safe_html(tool.example()) if hasattr(tool, "example") else ""
             tests = f"{tests_passing(self.tests_passing)} · " if self.tests_passing is not None else ""
             extra = ""
             winner = self.candidates.winner
             if winner is not None:
-                score = f": {html.escape(winner.score)}" if winner.score else ""
-                extra += f"chosen: candidate {html.escape(winner.label)} of {len(self.candidates.rows)}{score}<br>"
+                score = f": {safe_html(winner.score)}" if winner.score else ""
+                extra += f"chosen: candidate {safe_html(winner.label)} of {len(self.candidates.rows)}{score}<br>"
             if self.usage.total().spent:
                 extra += f"model: {self.usage.html()}<br>"
             self.summary.value = (
                 "<div class='flakebot-summary' data-outcome='success' "
                 f"style='border-left:3px solid #1a7f37;padding-left:8px;{_TEXT}'>"
-                f"<b><code>{html.escape(tool.name)}</code></b> is ready: {html.escape(tool.crate)} {html.escape(tool.version)} "
-                f"({tests}{html.escape(getattr(tool, 'backend', ''))})<br>"
+                f"<b><code>{safe_html(tool.name)}</code></b> is ready: {safe_html(tool.crate)} {safe_html(tool.version)} "
+                f"({tests}{safe_html(getattr(tool, 'backend', ''))})<br>"
                 f"call it: <code>{example}</code><br>{extra}"
-                f"<span style='color:#57606a'>store: <code>{html.escape(str(tool.store_path))}</code></span></div>"
+                f"<span style='color:#57606a'>store: <code>{safe_html(str(tool.store_path))}</code></span></div>"
             )
             return
         error = self.error
@@ -547,14 +549,14 @@ class ProgressWidget:
         if self.collapsed:
             self.summary.value = (
                 f"<div class='flakebot-summary' data-outcome='{self.outcome}' style='color:{color};{_TEXT}'>"
-                f"<b>flakebot</b>: {html.escape(kind)}: {html.escape(' '.join(lines[:3]))}</div>"
+                f"<b>flakebot</b>: {safe_html(kind)}: {safe_html(' '.join(lines[:3]))}</div>"
             )
             return
         self.summary.value = (
             f"<div class='flakebot-summary' data-outcome='{self.outcome}' "
             f"style='border-left:3px solid {color};padding-left:8px;{_TEXT}'>"
-            f"<b>{html.escape(kind)}</b><pre style='{_WRAP};margin:0'>"
-            f"{html.escape(chr(10).join(lines[:40]))}</pre></div>"
+            f"<b>{safe_html(kind)}</b><pre style='{_WRAP};margin:0'>"
+            f"{safe_html(chr(10).join(lines[:40]))}</pre></div>"
         )
 
     # -- plain text ---------------------------------------------------------------
@@ -580,7 +582,7 @@ class ProgressWidget:
             lines.append(f"  {error}")
         if self.diff is not None:
             lines.append(f"  {self.diff.summary}")
-        return "\n".join(lines)
+        return safe_text("\n".join(lines))
 
     def __repr__(self) -> str:
         return self.text()

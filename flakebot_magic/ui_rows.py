@@ -8,12 +8,12 @@ widget, its ``text()`` fallback and the printed progress
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .events import CandidateUpdate, ModelUsage, SteeringMessage
+from .untrusted import safe_html
 
 __all__ = [
     "COLOR",
@@ -228,9 +228,7 @@ class UsageTotals:
         total = self.total()
         if not total.spent:
             return ""
-        return (
-            f"<span class='flakebot-usage' title='{html.escape(total.breakdown())}'>{html.escape(total.text())}</span>"
-        )
+        return f"<span class='flakebot-usage' title='{safe_html(total.breakdown())}'>{safe_html(total.text())}</span>"
 
 
 # -- candidates ------------------------------------------------------------------------
@@ -314,12 +312,12 @@ class CandidateTable:
             detail = self.line(row, usage, label=False)
             cells.append(
                 f"<tr class='flakebot-candidate' data-candidate='{row.index}' data-state='{row.state}' "
-                f"style='font-size:12px;{style}' title='{html.escape(detail)}'>"
+                f"style='font-size:12px;{style}' title='{safe_html(detail)}'>"
                 f"<td style='color:{color};text-align:center'>{icon}</td>"
-                f"<td style='padding:0 1em 0 0.8em;white-space:nowrap'>{html.escape(row.label)}</td>"
+                f"<td style='padding:0 1em 0 0.8em;white-space:nowrap'>{safe_html(row.label)}</td>"
                 f"<td style='color:{color};padding-right:1em'>{row.state}</td><td></td>"
                 f"<td style='color:{_GREY};overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
-                f"{html.escape(detail[:240])}</td></tr>"
+                f"{safe_html(detail[:240])}</td></tr>"
             )
         return "".join(cells)
 
@@ -389,7 +387,7 @@ class SteerLog:
 
     def html(self, last: int = 5) -> str:
         items = [
-            f"<div class='flakebot-steer' data-status='{line.status}' style='margin:2px 0'>{html.escape(str(line))}</div>"
+            f"<div class='flakebot-steer' data-status='{line.status}' style='margin:2px 0'>{safe_html(str(line))}</div>"
             for line in self.lines[-last:]
         ]
         if not items:
@@ -417,14 +415,14 @@ def stage_table_html(
         color = COLOR[row.state]
         detail = row.live if row.state == "running" and row.live else row.detail
         cells.append(
-            f"<tr class='flakebot-row' data-stage='{html.escape(row.key)}' data-state='{row.state}'>"
+            f"<tr class='flakebot-row' data-stage='{safe_html(row.key)}' data-state='{row.state}'>"
             f"<td style='color:{color};width:1.5em;text-align:center'>{ICON[row.state]}</td>"
-            f"<td style='padding-right:1em'><b>{html.escape(row.label)}</b></td>"
+            f"<td style='padding-right:1em'><b>{safe_html(row.label)}</b></td>"
             f"<td style='color:{color};padding-right:1em'>{row.state}</td>"
             f"<td style='text-align:right;padding-right:1em;font-variant-numeric:tabular-nums'>"
             f"{fmt_seconds(row.seconds(now))}</td>"
             f"<td style='color:{_GREY};overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
-            f"{html.escape(detail[:200])}</td></tr>"
+            f"{safe_html(detail[:200])}</td></tr>"
         )
         if i == at:
             cells.append(candidates.html(usage, settled=settled))

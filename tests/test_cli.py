@@ -41,7 +41,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
     code, out, _ = _run(
-        capsys, "search", "shout uppercase text", "--registry", registry, "--cache-dir", str(cache), "--json"
+        capsys,
+        "search",
+        "uppercase helper library for words",
+        "--registry",
+        registry,
+        "--cache-dir",
+        str(cache),
+        "--json",
     )
     assert code == 0
     found = json.loads(out)
@@ -62,7 +69,7 @@ def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: P
 
 
 def test_search_limit_and_text_output(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
-    code, out, _ = _run(capsys, "search", "shout uppercase text", "-r", registry, "--limit", "1")
+    code, out, _ = _run(capsys, "search", "uppercase helper library for words", "-r", registry, "--limit", "1")
     assert code == 0
     [line] = out.splitlines()
     assert line.split()[1:4] == ["tinylib", "0.1.3", "lib"]

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from flakebot_magic.diagnostics import actionable, parse_cargo_messages, parse_test_output
+import pytest
+
+from flakebot_magic.diagnostics import (
+    actionable,
+    parse_cargo_messages,
+    parse_diagnostic_line,
+    parse_test_output,
+    readable,
+)
 
 
 def _compiler_message(level: str, text: str, *, code: str | None = None, suggestion: str | None = None) -> str:
@@ -101,3 +109,77 @@ def test_a_failing_tests_captured_output_is_kept_and_capped() -> None:
     assert (report.passed, report.failed, report.failures) == (1, 1, ["tests::breaks"])
     output = report.output["tests::breaks"]
     assert output[0] == "thread 'tests::breaks' panicked at src/lib.rs:9:5:" and len(output) == 20
+
+
+#: what rustdoc printed on cargo's standard error for a crate whose doc-test build failed (rustc 1.95)
+RUSTDOC_LINE = json.dumps(
+    {
+        "$message_type": "diagnostic",
+        "message": "only rustdoc sees this: the doc tests do not build",
+        "code": None,
+        "level": "error",
+        "spans": [
+            {
+                "file_name": "src/lib.rs",
+                "byte_start": 16,
+                "byte_end": 84,
+                "line_start": 2,
+                "line_end": 2,
+                "column_start": 1,
+                "column_end": 69,
+                "is_primary": True,
+                "label": None,
+                "suggested_replacement": None,
+                "suggestion_applicability": None,
+            }
+        ],
+        "children": [],
+        "rendered": "error: only rustdoc sees this: the doc tests do not build\n --> src/lib.rs:2:1\n  |\n"
+        '2 | compile_error!("only rustdoc sees this: the doc tests do not build");\n'
+        "  | ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n\n",
+    },
+    separators=(",", ":"),
+)
+
+
+def test_rustdocs_json_diagnostics_are_parsed_like_rustcs() -> None:
+    found = parse_diagnostic_line(RUSTDOC_LINE)
+    assert found is not None
+    assert (found.level, found.message, found.file, found.line) == (
+        "error",
+        "only rustdoc sees this: the doc tests do not build",
+        "src/lib.rs",
+        2,
+    )
+    assert found.rendered.startswith("error: only rustdoc sees this")
+    # cargo's envelope around the same message gives the same diagnostic
+    enveloped = json.dumps({"reason": "compiler-message", "message": json.loads(RUSTDOC_LINE)})
+    [same], _, _ = parse_cargo_messages([enveloped])
+    assert (same.level, same.message, same.file, same.line, same.rendered) == (
+        found.level,
+        found.message,
+        found.file,
+        found.line,
+        found.rendered,
+    )
+
+
+def test_a_rustdoc_error_renders_as_text() -> None:
+    lines = readable(["   Doc-tests x", RUSTDOC_LINE, "error: doctest failed, to rerun pass `--doc`"])
+    assert lines[0] == "   Doc-tests x" and lines[-1] == "error: doctest failed, to rerun pass `--doc`"
+    assert lines[1:3] == ["error: only rustdoc sees this: the doc tests do not build", " --> src/lib.rs:2:1"]
+    assert not any(line.startswith("{") for line in lines)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"$message_type":"diagnostic","message":',  # cut short
+        '{"$message_type":"artifact","artifact":"x.json","emit":"metadata"}',
+        '{"$message_type":"diagnostic","spans":"not a list"}',
+        "plain text",
+    ],
+)
+def test_other_lines_are_not_diagnostics(line: str) -> None:
+    assert parse_diagnostic_line(line) is None
+    assert readable([line]) == [line]

@@ -30,6 +30,7 @@ from ..clients.schema import check_arguments
 from ..config import Settings
 from ..inventory import DB_NAME, Inventory, ToolRecord
 from ..tools import tool_of
+from ..untrusted import safe_text
 
 __all__ = ["CatalogEntry", "ToolCatalog", "call_text", "decode_arguments", "exposed_name"]
 
@@ -173,7 +174,7 @@ class ToolCatalog:
                 functions = client.functions()
             except Exception as exc:  # one broken tool must not hide the others
                 self._failed[record.name] = key
-                print(f"flakebot: tool {record.name} left out of the list: {exc}", file=sys.stderr)
+                print(safe_text(f"flakebot: tool {record.name} left out of the list: {exc}"), file=sys.stderr)
                 return []
             entries = [
                 CatalogEntry(exposed_name(record.name, fn, len(functions)), record.name, fn, client)

@@ -30,6 +30,7 @@ from ..clients.schema import check_arguments
 from ..config import Settings
 from ..errors import Cancelled, FlakebotError
 from ..events import Event, StageFinished
+from ..untrusted import safe_text
 from .builds import AgentBuild, AgentSession
 from .catalog import ToolCatalog
 from .functions import BUILTINS, Outcome, build_outcome, list_tools, search, tool_info
@@ -286,7 +287,7 @@ class ServerSession:
         try:
             self.notify(list_changed())
         except OSError as exc:
-            print(f"flakebot: could not send tools/list_changed: {exc}", file=sys.stderr)
+            print(safe_text(f"flakebot: could not send tools/list_changed: {exc}"), file=sys.stderr)
 
     def close(self, wait: float = 30.0) -> None:
         """Cancel the session's running builds and wait for them to stop."""

@@ -17,6 +17,7 @@ from contextlib import redirect_stdout
 from typing import IO, Any
 
 from ..config import Settings
+from ..untrusted import safe_text
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .protocol import ServerSession
@@ -75,7 +76,7 @@ class RegistryWatcher:
             try:
                 signature = self.catalog.signature()
             except Exception as exc:  # a registry being rewritten: try again at the next change
-                print(f"flakebot: could not read the tool registry: {exc}", file=sys.stderr)
+                print(safe_text(f"flakebot: could not read the tool registry: {exc}"), file=sys.stderr)
                 continue
             for session in list(self.sessions()):
                 session.tools_changed(signature)

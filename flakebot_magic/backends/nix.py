@@ -43,7 +43,7 @@ from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
 from ..fsutil import atomic_write
 from ..process import ProcessRunner, scrubbed_env
 from ..provenance import describe_locked
-from ..stages.build import check
+from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
 from ..stages.nix import (
@@ -73,8 +73,8 @@ from .base import (
 
 __all__ = ["NIX_FLAGS", "PROBE_TTL", "Lockable", "NixBackend", "decide", "nixpkgs_lockable"]
 
-#: what the nix build runs; part of the store hash
-NIX_FLAGS = ("nix", "build", "packages.default")
+#: what the nix build runs (the flake caps lints for rustc and rustdoc); part of the store hash
+NIX_FLAGS = ("nix", "build", "packages.default", *LINT_CAP)
 #: seconds a probe's answer is kept (a machine that comes online is noticed this soon)
 PROBE_TTL = 600.0
 #: the TCP probe's time limit, and nix's for a look in its cache

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..untrusted import make_fields_safe
+
 __all__ = [
     "MCP_NAME_PATTERN",
     "NAME_PATTERN",
@@ -111,6 +113,9 @@ class ToolFunction:
     #: sends arguments named as in ``parameters`` (when they differ from the Python names)
     wire: Callable[[dict[str, Any]], Any] | None = None
     open_arguments: bool = False
+
+    def __post_init__(self) -> None:
+        make_fields_safe(self)  # a tool describes itself: shown in usage(), docstrings, the widget
 
     @property
     def enforced_schema(self) -> dict[str, Any]:

@@ -4,12 +4,14 @@
 says which :class:`~flakebot_magic.clients.agents.ToolFunction` objects it
 offers (:meth:`ToolClient.functions`); everything agent-facing is derived
 from them: ``openai_tools()``, ``call(tool_call)``, ``usage()``,
-``mcp_config()``, and the notebook display.
+``mcp_config()``, and the notebook display. What a tool says about itself (its
+description, help, function descriptions, logs) is made safe to show where
+the client takes it in (:mod:`flakebot_magic.untrusted`); what a call returns
+is data, as the tool wrote it.
 """
 
 from __future__ import annotations
 
-import html
 import inspect
 import json
 import os
@@ -25,6 +27,7 @@ from typing import Any
 from ..process import allowed_env
 from ..provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
+from ..untrusted import safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
 from .schema import prepare_arguments
 
@@ -206,7 +209,7 @@ class ToolClient:
 
     @property
     def description(self) -> str:
-        return str(self.provenance.get("description") or "")
+        return safe_text(str(self.provenance.get("description") or ""))
 
     @property
     def reads_stdin(self) -> bool:
@@ -331,7 +334,7 @@ class ToolClient:
             if fn.example:
                 lines += ["```python", fn.example, "```", ""]
         lines += self._usage_notes()
-        return "\n".join(lines).rstrip() + "\n"
+        return safe_text("\n".join(lines).rstrip() + "\n")
 
     def _usage_notes(self) -> list[str]:
         return [
@@ -362,7 +365,7 @@ class ToolClient:
         return f"<flakebot tool {self.name}: {self.crate} {self.version} ({self.kind}, {self.backend})>"
 
     def _repr_html_(self) -> str:
-        e = html.escape
+        e = safe_html
         body = "".join(
             f"<tr><th style='text-align:left'>{e(k)}</th><td><code>{e(v)}</code></td></tr>" for k, v in self._rows()
         )

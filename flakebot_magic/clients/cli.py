@@ -31,31 +31,30 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from ..errors import ToolError
+from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
 from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
 from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from .schema import sentence
 
-__all__ = ["PLAIN_ENV", "CliTool", "strip_ansi"]
+__all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
 
 #: what a tool is started with so that it writes plain text (a call's ``env=`` may override it)
 PLAIN_ENV = {"NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"}
-#: ANSI escape sequences: CSI (colours, cursor), OSC (titles, links) and the two-byte ones
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 #: an argument placeholder that names one input file
 _FILE_ARGUMENT = re.compile(r"^(?:in(?:put)?[-_]?)?(?:file|path)(?:name)?$|^input$", re.I)
 
 
 def strip_ansi(text: str) -> str:
-    """``text`` without ANSI escape sequences.
+    """``text`` without ANSI escape sequences (:func:`flakebot_magic.untrusted.strip_sequences`); the rest as written.
 
     Examples
     --------
-    >>> strip_ansi("\x1b[38;5;242m00000000\x1b[0m ok")
+    >>> strip_ansi("\\x1b[38;5;242m00000000\\x1b[0m ok")
     '00000000 ok'
     """
-    return _ANSI.sub("", text)
+    return strip_sequences(text)
 
 
 def _option_annotation(option: CliOption) -> Any:
@@ -115,16 +114,16 @@ class CliTool(ToolClient):
 
     @property
     def help(self) -> str:
-        """The binary's ``--help`` text (run once, then remembered)."""
+        """The binary's ``--help`` text (run once, then remembered), made safe to show."""
         if self._help is None:
             self._help = help_of(self.binary, self.store_path)
-        return self._help
+        return safe_text(self._help)
 
     @property
     def spec(self) -> CliSpec:
         """The options and arguments parsed from :attr:`help`."""
         if self._spec is None:
-            self._spec = parse_help(self.help)
+            self._spec = parse_help(self.help, CALL_KEYWORDS)
         return self._spec
 
     @property
@@ -238,7 +237,7 @@ class CliTool(ToolClient):
             "--------",
             f">>> {self._rich_example()}  # doctest: +SKIP",
         ]
-        return "\n".join(lines)
+        return safe_text("\n".join(lines))
 
     __doc__ = _InstanceAttribute("_docstring", __doc__)
 
@@ -512,7 +511,7 @@ class CliTool(ToolClient):
         if self.backend == "nix":
             lines.append(f"  flake:   flake.lock {self.lock_hash}, nixpkgs {self._nixpkgs()}")
         lines.append(f"  backend: {self.backend}")
-        return "\n".join(lines)
+        return safe_text("\n".join(lines))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # what IPython shows for `md` (text/plain): how to call it; repr() stays one line
@@ -521,6 +520,16 @@ class CliTool(ToolClient):
         for line in self.summary().splitlines():
             printer.break_()
             printer.text(line)
+
+
+#: the names a call itself takes (``self``, ``args``, ``input``, ``timeout``, ``env``, ``raw``), read off
+#: :meth:`CliTool.__call__`: an option of the tool's with one of these names gets another keyword
+#: (``--raw`` is ``raw_``; :func:`~.schema.python_name`), so a keyword added to the call is reserved too
+CALL_KEYWORDS = frozenset(
+    name
+    for name, parameter in inspect.signature(CliTool.__call__).parameters.items()
+    if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+)
 
 
 def _is_path(text: str) -> bool:

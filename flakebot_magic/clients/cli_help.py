@@ -9,7 +9,6 @@ arguments. :func:`help_of` runs the probe: ``--help`` (else ``-h``), confined.
 
 from __future__ import annotations
 
-import keyword
 import re
 import subprocess
 from dataclasses import dataclass
@@ -18,13 +17,11 @@ from typing import Any
 
 from .base import Confinement
 from .exchange import Exchange, stop_group
+from .schema import python_name
 
-__all__ = ["CALL_KEYWORDS", "HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "help_of", "parse_help", "reads_stdin"]
+__all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "help_of", "parse_help", "reads_stdin"]
 
 _STDIN_HINT = re.compile(r"standard input|\bstdin\b|from input|reads? (?:from )?(?:the )?input", re.I)
-
-#: keyword names the call itself uses; an option with one of these names gets a trailing ``_``
-CALL_KEYWORDS = frozenset({"input", "timeout", "env", "args"})
 
 
 def reads_stdin(help_text: str) -> bool:
@@ -107,15 +104,9 @@ def _section_kind(title: str) -> str:
     return "other"
 
 
-def _keyword(name: str, taken: set[str]) -> str:
-    ident = re.sub(r"\W", "_", name.strip("-<>[]. ")).strip("_").lower() or "value"
-    if ident[0].isdigit():
-        ident = "_" + ident
-    if keyword.iskeyword(ident) or ident in CALL_KEYWORDS:
-        ident += "_"
-    while ident in taken:
-        ident += "_"
-    return ident
+def _keyword(name: str, taken: set[str], reserved: frozenset[str]) -> str:
+    """An option's or argument's keyword: :func:`~.schema.python_name` of the flag, lower case (``--Dry-Run`` -> ``dry_run``)."""
+    return python_name(name.strip("-<>[]. ").lower(), taken, reserved=reserved, empty="value")
 
 
 def _split_spec(text: str) -> tuple[str, str]:
@@ -126,7 +117,7 @@ def _split_spec(text: str) -> tuple[str, str]:
     return text[: match.start()].strip(), text[match.end() :].strip()
 
 
-def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | None:
+def _parse_option(spec: str, help_text: str, taken: set[str], reserved: frozenset[str]) -> CliOption | None:
     flags: list[str] = []
     value: str | None = None
     optional = False
@@ -153,7 +144,7 @@ def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | Non
     if value is not None:
         value = value.strip("[]=<>").removesuffix("...").strip("<>") or "VALUE"
     longs = [f for f in flags if f.startswith("--")]
-    name = _keyword(longs[0] if longs else flags[0], taken)
+    name = _keyword(longs[0] if longs else flags[0], taken, reserved)
     default = _DEFAULT.search(help_text)
     choices = _CHOICES.search(help_text)
     return CliOption(
@@ -168,16 +159,20 @@ def _parse_option(spec: str, help_text: str, taken: set[str]) -> CliOption | Non
     )
 
 
-def _parse_argument(spec: str, help_text: str, taken: set[str]) -> CliArgument:
+def _parse_argument(spec: str, help_text: str, taken: set[str], reserved: frozenset[str]) -> CliArgument:
     repeat = spec.endswith("...")
     core = spec.removesuffix("...")
     required = core.startswith("<") or (not core.startswith("[") and not repeat)
     return CliArgument(
-        name=_keyword(core, taken), placeholder=core.strip("<>[]"), help=help_text, required=required, repeatable=repeat
+        name=_keyword(core, taken, reserved),
+        placeholder=core.strip("<>[]"),
+        help=help_text,
+        required=required,
+        repeatable=repeat,
     )
 
 
-def _usage_arguments(usage: str, taken: set[str]) -> list[CliArgument]:
+def _usage_arguments(usage: str, taken: set[str], reserved: frozenset[str]) -> list[CliArgument]:
     """Positional arguments named on a usage line: ``tool [OPTIONS] <INPUT> [OUTPUT]...``."""
     words = usage.split()[1:]  # drop the program
     found = []
@@ -188,13 +183,19 @@ def _usage_arguments(usage: str, taken: set[str]) -> list[CliArgument]:
         core = match.group(1).strip("<>[]")
         if core.upper() in ("OPTIONS", "OPTION", "FLAGS", "ARGS", "COMMAND", "SUBCOMMAND"):
             continue
-        found.append(_parse_argument(word, "", taken))
+        found.append(_parse_argument(word, "", taken, reserved))
         taken.add(found[-1].name)
     return found
 
 
-def parse_help(text: str) -> CliSpec:
-    """Read a ``--help`` text into options, arguments, subcommands and a description."""
+def parse_help(text: str, reserved: frozenset[str] = frozenset()) -> CliSpec:
+    """Read a ``--help`` text into options, arguments, subcommands and a description.
+
+    Each option and argument gets a keyword (:func:`~.schema.python_name`):
+    distinct, a valid identifier, never a Python keyword nor one of
+    ``reserved`` (what the call itself takes; :class:`~.cli.CliTool` passes
+    its :data:`~.cli.CALL_KEYWORDS`), the flag kept beside it.
+    """
     if not text.strip():
         return CliSpec()
     lines = text.expandtabs(8).splitlines()
@@ -215,12 +216,12 @@ def parse_help(text: str) -> CliSpec:
         kind, _, spec, help_lines = current
         help_text = " ".join(" ".join(help_lines).split())
         if kind == "option":
-            option = _parse_option(spec, help_text, taken)
+            option = _parse_option(spec, help_text, taken, reserved)
             if option is not None and not {"--help", "-h", "--version", "-V"} & set(option.flags):
                 taken.add(option.name)
                 options.append(option)
         elif kind == "argument":
-            argument = _parse_argument(spec, help_text, taken)
+            argument = _parse_argument(spec, help_text, taken, reserved)
             taken.add(argument.name)
             arguments.append(argument)
         elif kind == "command":
@@ -282,7 +283,7 @@ def parse_help(text: str) -> CliSpec:
     finish()
 
     if not arguments and usage:
-        arguments = _usage_arguments(usage, taken)
+        arguments = _usage_arguments(usage, taken, reserved)
     elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
         arguments = [
             CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)

@@ -36,6 +36,7 @@ from typing import IO, Any, Protocol
 
 from ..errors import ToolError
 from ..process import kill_tree
+from ..untrusted import safe_text
 
 __all__ = [
     "LogBuffer",
@@ -64,6 +65,7 @@ class LogBuffer:
         self.dropped = 0
 
     def append(self, line: str) -> None:
+        line = safe_text(line)  # shown by tool.logs(), `flakebot logs` and the dashboard
         if len(line) > LOG_LINE_CHARS:
             line = line[:LOG_LINE_CHARS] + f"... ({len(line) - LOG_LINE_CHARS} more characters)"
         with self._lock:

@@ -27,9 +27,12 @@ import json
 import keyword
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
+
+from ..untrusted import safe_text
 
 __all__ = [
     "Param",
@@ -44,15 +47,38 @@ __all__ = [
     "sentence",
 ]
 
+#: names an MCP tool's or an HTTP operation's generated function never gives a parameter
 RESERVED = frozenset({"self", "timeout"})
 
 
-def python_name(name: str, taken: Iterable[str] = ()) -> str:
-    """A Python identifier for a schema property or tool name: ``dry-run`` -> ``dry_run``."""
-    ident = re.sub(r"\W", "_", name.strip()).strip("_") or "arg"
+def python_name(name: str, taken: Iterable[str] = (), *, reserved: Iterable[str] = RESERVED, empty: str = "arg") -> str:
+    """The Python name of something a tool names: an MCP tool, an operation, a schema property, a ``--help`` option.
+
+    The one rule, so that a signature always builds and a call maps back to
+    the tool's own name (kept beside it, as the wire name or the flag):
+
+    1. ASCII only: the name is decomposed (NFKD: ``é`` -> ``e``, ``ﬁ`` ->
+       ``fi``), every character but a letter, digit or ``_`` becomes ``_``, and
+       ``_`` at either end goes (Python normalizes identifiers in source, so a
+       non-ASCII parameter could not be passed by keyword as written);
+    2. nothing left: ``empty``; a leading digit gets a leading ``_``;
+    3. a Python keyword (``class``, ``from``) or a ``reserved`` name (one the
+       call itself takes: ``timeout``; for a command-line tool ``raw``,
+       ``input``, ``env`` ...) gets a trailing ``_``;
+    4. then ``_`` is added until the name is not in ``taken`` (the names given
+       before it, in the tool's order).
+
+    >>> python_name("dry-run"), python_name("2d"), python_name("class"), python_name("café")
+    ('dry_run', '_2d', 'class_', 'cafe')
+    >>> python_name("raw", reserved={"raw"}), python_name("raw", taken={"raw_"}, reserved={"raw"})
+    ('raw_', 'raw__')
+    """
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", ascii_name).strip("_") or empty
     if ident[0].isdigit():
         ident = "_" + ident
-    if keyword.iskeyword(ident) or ident in RESERVED or ident in taken:
+    taken = set(taken)
+    if keyword.iskeyword(ident) or ident in set(reserved):
         ident += "_"
     while ident in taken:
         ident += "_"
@@ -410,7 +436,7 @@ def docstring_of(summary: str, params: list[Param], returns: str, raises: str, e
     lines += ["Returns", "-------", returns, "", "Raises", "------", raises]
     if example:
         lines += ["", "Examples", "--------", f">>> {example}  # doctest: +SKIP"]
-    return "\n".join(lines)
+    return safe_text("\n".join(lines))  # the tool's own words are in it; help() and ``?`` print it
 
 
 def make_function(

@@ -17,7 +17,16 @@ from typing import Any
 
 from ..cargo import Cargo
 from ..clients.contract import MAX_MANIFEST_BYTES, ToolContract, read_contract
-from ..diagnostics import Diagnostic, Suggestion, TestReport, actionable, parse_cargo_messages, parse_test_output
+from ..diagnostics import (
+    Diagnostic,
+    Suggestion,
+    TestReport,
+    actionable,
+    parse_cargo_messages,
+    parse_diagnostic_line,
+    parse_test_output,
+    readable,
+)
 from ..errors import DeployError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..fsutil import UnsafePath, load_toml
@@ -239,8 +248,11 @@ class CheckRunner:
         cargo_time = 0.0
 
         def log(stream: str, line: str) -> None:
-            if stream == "stderr" or not line.startswith("{"):
-                self.bus.log("edit", line, "stderr" if stream == "stderr" else "stdout")
+            if stream == "stderr":
+                for text in readable([line]):  # rustdoc's JSON diagnostics come on stderr
+                    self.bus.log("edit", text, "stderr")
+            elif not line.startswith("{"):
+                self.bus.log("edit", line, "stdout")
 
         def cargo(subcommand: str, *args: str, timeout: float) -> Any:
             nonlocal cargo_time
@@ -273,6 +285,7 @@ class CheckRunner:
             test = cargo("test", "--no-fail-fast", "--message-format=json", timeout=self.test_timeout)
             if test is not None:
                 found, _, lines = parse_cargo_messages(test.stdout.splitlines(), artifacts=artifacts)
+                found += [d for d in map(parse_diagnostic_line, test.stderr.splitlines()) if d is not None]
                 run.errors = actionable([*run.errors, *(m for m in found if m.level.startswith("error"))])
                 run.tests = parse_test_output(lines)
                 if test.returncode == -9:
@@ -407,4 +420,4 @@ class CheckRunner:
 
 
 def _tail(stderr: str, lines: int = 12) -> str:
-    return "\n".join([line for line in stderr.splitlines() if line.strip()][-lines:])
+    return "\n".join([line for line in readable(stderr.splitlines()) if line.strip()][-lines:])

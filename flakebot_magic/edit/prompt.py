@@ -11,6 +11,7 @@ from typing import Any
 from ..git import Git
 from ..policy import OUTPUT_DIRS
 from ..registry.base import CrateCandidate
+from ..untrusted import safe_text
 from .files import line_count, read_text
 from .ratchet import blank
 
@@ -106,7 +107,7 @@ def readme_summary(root: Path, limit: int = 1500) -> str:
             text = re.sub(r"!?\[!?\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])\](?:\([^)]*\)|\[[^\]]*\])", "", text)
             text = re.sub(r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])", "", text)
             text = re.sub(r"(?m)^\[[^\]]+\]:.*$", "", text)
-            text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", text).strip()
+            text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", safe_text(text)).strip()
             return text if len(text) <= limit else text[:limit].rsplit("\n", 1)[0] + "\n..."
     return ""
 

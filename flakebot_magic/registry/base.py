@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..untrusted import make_fields_safe
+
 __all__ = ["CrateCandidate", "FetchedSource", "Registry", "ResolvesLocally"]
 
 
@@ -16,6 +18,10 @@ class CrateCandidate:
     ``score`` is higher-is-better and only comparable within one search.
     ``checksum`` is the sha256 of the published ``.crate`` file when the
     registry knows it (crates.io does; Debian's directory registry does not).
+
+    Everything in it is what a crate's author wrote: its text is made safe to
+    show when it is made (:func:`flakebot_magic.untrusted.make_fields_safe`;
+    one line each, but the description).
     """
 
     name: str
@@ -26,6 +32,9 @@ class CrateCandidate:
     bin_names: tuple[str, ...] = ()
     #: a binary's sources read standard input (it can be handed text); directory registries know it
     reads_stdin: bool = False
+    #: what its binaries read, as their sources show: ``stdin``, ``args``, ``file`` or ``none``
+    #: (:func:`~flakebot_magic.registry.crate_files.binary_input`); "" when the registry cannot tell
+    reads: str = ""
     keywords: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     license: str = ""
@@ -34,8 +43,15 @@ class CrateCandidate:
     registry: str = ""
     checksum: str | None = None
     #: why ``score`` is what it is: its factors (``relevance``, ``prior``, ``popularity``,
-    #: ``name``, ``bin``, ``term``), as far as the registry and the ranking know them
+    #: ``name``, ``coverage``, ``bin``, ``term``) and ``evidence`` (the share of the request
+    #: its own words cover), as far as the registry and the ranking know them
     parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        make_fields_safe(
+            self,
+            lines=("name", "version", "bin_names", "keywords", "categories", "license", "homepage", "repository"),
+        )
 
     @property
     def id(self) -> str:

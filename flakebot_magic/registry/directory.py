@@ -3,17 +3,22 @@
 The index lives in the cache dir, one SQLite file per registry path, and is
 rebuilt when the registry changes (its entries or its mtime) and on any error
 reading it (a damaged page or row: a cache is made again); in memory where it
-cannot be written (a full disk), so search and cached builds still work. Searching is a
-bm25-ranked FTS5 query over name, description, keywords, categories and
-README text, stemmed and with synonyms expanded, times a popularity prior
-(reverse-dependency counts over the registry's dependency graph) computed
-when the index is built: see :mod:`.ranking` for the score.
+cannot be written (a full disk), so search and cached builds still work. It holds, per
+crate, its name, description, keywords, categories, what its binaries say
+they do (:func:`.crate_files.binary_text`) and its README, stemmed by FTS5's
+``porter`` tokenizer; what its binaries read (:func:`.crate_files.binary_input`);
+a popularity prior (reverse-dependency counts over the registry's dependency
+graph); and the registry's vocabulary (in how many crates each word appears),
+which corrects a query's typos and joins its split words. Searching is a
+bm25-ranked FTS5 query over the query's concepts, times the prior and the
+share of the request each crate covers: see :mod:`.ranking` for the score.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -22,39 +27,30 @@ import re
 import secrets
 import shutil
 import sqlite3
-import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
 from ..storage import translate
 from . import ranking
 from .base import CrateCandidate, FetchedSource
+from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 7
-README_LIMIT = 16_000
-#: bm25 column weights: name, description, keywords, categories, readme
-_WEIGHTS = (10.0, 4.0, 5.0, 2.0, 0.5)
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """Parse a Cargo.toml into plain Python values."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    import tomlkit
-
-    return tomlkit.parse(text).unwrap()
+INDEX_VERSION = 8
+#: the index's text columns, their bm25 weights, and which hold what a crate says of itself
+_COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
+_WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
+_OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
+#: how many rows bm25 hands to the coverage step, at least
+_POOL = 80
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
@@ -79,168 +75,27 @@ def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
             yield Path(dirpath) / filename
 
 
-#: words in a binary's name or path that mark a test, example or benchmark helper, never a tool
-_FIXTURE_WORDS = frozenset(
-    {"fixture", "fixtures", "test", "tests", "testing", "example", "examples", "bench", "benches"}
-)
-#: directories whose binaries are helpers of the crate's own tests
-_FIXTURE_DIRS = ("tests/", "examples/", "benches/", "fixtures/", "test/")
-#: features that only development needs: a binary requiring one is a helper (``criterion``: benchmarks)
-_DEV_FEATURES = re.compile(r"test|bench|fixture|criterion|example|dev\b|internal|unstable", re.I)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
-def fixture_binary(name: str, path: str = "", required_features: tuple[str, ...] = ()) -> str:
-    """Why a binary target is a test, example or benchmark helper rather than a tool ("" when it is a tool).
+def _remade_when_damaged(
+    read: Callable[Concatenate[DirectoryRegistry, _P], _T],
+) -> Callable[Concatenate[DirectoryRegistry, _P], _T]:
+    """A read of the index that meets damage (a bad page, a row that does not decode) makes it again, reads again."""
 
-    Told apart by its name's words (``stdio-fixture``, ``gen_hash_test``,
-    ``*-do-not-use``), its path (under ``tests/``, ``examples/``,
-    ``benches/``) or features it requires that only development needs.
-
-    Examples
-    --------
-    >>> fixture_binary("stdio-fixture")
-    "its name says it is a test fixture ('stdio-fixture')"
-    >>> fixture_binary("hexyl", "src/main.rs")
-    ''
-    """
-    words = set(re.split(r"[-_.\s]+", name.lower()))
-    if words & _FIXTURE_WORDS or "do-not-use" in name.lower():
-        return f"its name says it is a test fixture ({name!r})"
-    clean = path.replace("\\", "/").lstrip("./")
-    if clean.startswith(_FIXTURE_DIRS) or any(f"/{d}" in clean for d in _FIXTURE_DIRS):
-        return f"it lives under {clean.split('/')[0]}/ ({clean})"
-    if any(_DEV_FEATURES.search(f) for f in required_features):
-        return f"it needs the development-only feature(s) {', '.join(required_features)}"
-    return ""
-
-
-def _default_bin_path(crate_dir: Path, name: str) -> str:
-    """Where cargo looks for a ``[[bin]]`` that gives no ``path``."""
-    for path in (f"src/bin/{name}.rs", f"src/bin/{name}/main.rs"):
-        if (crate_dir / path).is_file():
-            return path
-    return "src/main.rs"
-
-
-def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """The binary targets cargo would build: name, path and required features of each."""
-    package = manifest.get("package", {})
-    targets: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-    for b in manifest.get("bin", []):
-        if isinstance(b, dict) and isinstance(b.get("name"), str):
-            features = b.get("required-features") or b.get("required_features") or []
-            given = b.get("path")
-            path = given if isinstance(given, str) else _default_bin_path(crate_dir, b["name"])
-            targets.setdefault(b["name"], (b["name"], path, tuple(str(f) for f in features if isinstance(f, str))))
-    if package.get("autobins", True) is not False:
-        if (crate_dir / "src" / "main.rs").is_file():
-            name = package.get("name", crate_dir.name)
-            targets.setdefault(name, (name, "src/main.rs", ()))
-        bin_dir = crate_dir / "src" / "bin"
-        if bin_dir.is_dir():
-            for entry in sorted(bin_dir.iterdir()):
-                if entry.suffix == ".rs":
-                    targets.setdefault(entry.stem, (entry.stem, f"src/bin/{entry.name}", ()))
-                elif (entry / "main.rs").is_file():
-                    targets.setdefault(entry.name, (entry.name, f"src/bin/{entry.name}/main.rs", ()))
-    return list(targets.values())
-
-
-_STDIN = re.compile(rb"\bstdin\b")
-#: how much of a binary's sources the stdin scan reads
-_SCAN_LIMIT = 512 * 1024
-
-
-def _test_sources(crate_dir: Path) -> bytes:
-    """The crate's own test code (``tests/``, ``src/**/test.rs`` and ``tests.rs``), capped."""
-    paths = sorted((crate_dir / "tests").rglob("*.rs")) if (crate_dir / "tests").is_dir() else []
-    paths += [p for p in sorted((crate_dir / "src").rglob("*.rs")) if p.name in ("test.rs", "tests.rs")]
-    text, budget = [], _SCAN_LIMIT
-    for path in paths:
-        if budget <= 0 or path.is_symlink() or not path.is_file():
-            continue
+    def again(self: DirectoryRegistry, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
-            with path.open("rb") as handle:
-                text.append(handle.read(budget))
-        except OSError:
-            continue
-        budget -= len(text[-1])
-    return b"\n".join(text)
-
-
-#: a binary this small that the crate's tests run by name is a test helper, not a tool
-_HELPER_BYTES = 4096
-
-
-def _helper(source: Path, name: str, tests: bytes) -> bool:
-    try:
-        small = source.is_file() and source.stat().st_size < _HELPER_BYTES
-    except OSError:
-        small = False
-    return small and f'"{name}"'.encode() in tests
-
-
-def _bin_names(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
-    """The binary targets cargo would build for this manifest that are tools (test fixtures left out).
-
-    Besides :func:`fixture_binary`'s signs, a library's binary that is not
-    named after the crate, whose source is small and that the crate's own
-    tests run by name (duct's ``cat``, ``x_to_y``) is a test helper.
-    """
-    package = manifest.get("package", {})
-    targets = [t for t in _bin_targets(crate_dir, manifest) if not fixture_binary(*t)]
-    crate = str(package.get("name", crate_dir.name))
-    lib = (crate_dir / "src" / "lib.rs").is_file() or isinstance(manifest.get("lib"), dict)
-    if lib and any(name != crate for name, _, _ in targets):
-        tests = _test_sources(crate_dir)
-        targets = [t for t in targets if t[0] == crate or not _helper(crate_dir / t[1], t[0], tests)]
-    return [name for name, _, _ in targets]
-
-
-def _reads_stdin(crate_dir: Path, manifest: dict[str, Any]) -> bool:
-    """Whether a binary's own sources mention standard input (a tool that can be handed text).
-
-    A static look, made when the index is built: ``src/main.rs``, ``src/bin/``
-    and ``[[bin]]`` paths. A binary that reads only a file path cannot take
-    the string its Python client is called with.
-    """
-    targets = _bin_targets(crate_dir, manifest)
-    # a test fixture reading stdin says nothing about the tool
-    fixtures = {crate_dir / p for n, p, f in targets if fixture_binary(n, p, f)}
-    paths = [crate_dir / p for n, p, f in targets if crate_dir / p not in fixtures]
-    if any(p.is_relative_to(crate_dir / "src" / "bin") for p in paths):  # their modules sit beside them
-        paths += [p for p in sorted((crate_dir / "src" / "bin").rglob("*.rs")) if p not in fixtures and p not in paths]
-    budget = _SCAN_LIMIT
-    for path in paths:
-        if budget <= 0:
-            break
+            return read(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            self._discard()
         try:
-            if path.is_symlink() or not path.is_file():
-                continue
-            with path.open("rb") as handle:
-                text = handle.read(budget)
-        except OSError:
-            continue
-        budget -= len(text)
-        if _STDIN.search(text):
-            return True
-    return False
+            return read(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            raise translate(exc, "searching the crate index", self.index_path) from exc
 
-
-def _readme(crate_dir: Path, package: dict[str, Any]) -> str:
-    readme = package.get("readme")
-    candidates = [readme] if isinstance(readme, str) else []
-    candidates += ["README.md", "README", "readme.md", "README.rst", "README.txt"]
-    for name in candidates:
-        path = crate_dir / name
-        if path.is_file():
-            return path.read_text(encoding="utf-8", errors="replace")[:README_LIMIT]
-    return ""
-
-
-def _fts_query(query: str) -> str:
-    """The FTS5 query: any of the query's stemmed terms and their synonyms."""
-    return " OR ".join(f'"{term}"' for term in ranking.query_terms(query))
+    functools.update_wrapper(again, read)
+    return again
 
 
 class DirectoryRegistry:
@@ -308,25 +163,14 @@ class DirectoryRegistry:
             self._db = db
             return db
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = (), *, candidates: bool = False) -> list[Any]:
-        """One query's rows (``candidates``: checked as :attr:`_COLUMNS`); a damaged index is made again, once."""
-        for attempt in range(2):
-            db = self._connect()
-            try:
-                rows = db.execute(sql, params).fetchall()
-                for row in rows if candidates else ():
-                    _check_row(row)
-                return rows
-            except sqlite3.DatabaseError as exc:
-                if attempt:
-                    raise translate(exc, "searching the crate index", self.index_path) from exc
-                with self._lock:
-                    if self._db is db:  # another thread may have made it again already
-                        db.close()
-                        self._db = None
-                        with contextlib.suppress(OSError):
-                            self.index_path.unlink(missing_ok=True)
-        raise AssertionError("unreachable: the loop returns or raises")
+    def _discard(self) -> None:
+        """Close the index and remove its file: the next read makes it again."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            with contextlib.suppress(OSError):
+                self.index_path.unlink(missing_ok=True)
 
     def _rebuild(self, signature: str) -> None:
         # built beside under a fresh name, then written in one step by atomic_write (a planted symlink replaced)
@@ -341,23 +185,25 @@ class DirectoryRegistry:
     def _fill(self, db: sqlite3.Connection, signature: str) -> None:
         """Index every crate of the registry into the empty database ``db``."""
         db.executescript(
-            """
+            f"""
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
             CREATE TABLE crates (
                 id INTEGER PRIMARY KEY, name TEXT, version TEXT, dir TEXT,
                 description TEXT, keywords TEXT, categories TEXT, license TEXT,
-                homepage TEXT, repository TEXT, bins TEXT, stdin INTEGER NOT NULL DEFAULT 0,
+                homepage TEXT, repository TEXT, bins TEXT, input TEXT NOT NULL DEFAULT '',
                 key TEXT, prior REAL DEFAULT 0, log_prior REAL DEFAULT 0
             );
             CREATE INDEX crates_name ON crates(name);
             CREATE VIRTUAL TABLE crates_fts USING fts5(
-                name, description, keywords, categories, readme,
-                content='', tokenize='unicode61'
+                {", ".join(_COLUMNS_FTS)}, content='', tokenize='{ranking.TOKENIZER}'
             );
+            CREATE TABLE words (word TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
             """
         )
         # the popularity prior: which crates each crate builds on, by name (all versions together)
         depends_on: dict[str, set[str]] = {}
+        vocabulary: dict[str, int] = {}
+        documents = 0
         for entry in sorted(os.listdir(self.path)):
             crate_dir = self.path / entry
             manifest_path = crate_dir / "Cargo.toml"
@@ -374,11 +220,11 @@ class DirectoryRegistry:
             keywords = [k for k in package.get("keywords", []) if isinstance(k, str)]
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
-            bins = _bin_names(crate_dir, manifest)
+            bins = tool_binaries(crate_dir, manifest)
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
-                " license, homepage, repository, bins, stdin, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " license, homepage, repository, bins, input, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     version,
@@ -390,28 +236,33 @@ class DirectoryRegistry:
                     str(package.get("homepage", "")),
                     str(package.get("repository", "")),
                     json.dumps(bins),
-                    int(bool(bins) and _reads_stdin(crate_dir, manifest)),
+                    binary_input(crate_dir, manifest) if bins else "",
                     ranking.name_key(name),
                 ),
             )
-            # the index holds stemmed words (ranking.analyze), the same stems the query is turned into
-            db.execute(
-                "INSERT INTO crates_fts (rowid, name, description, keywords, categories, readme) VALUES (?,?,?,?,?,?)",
-                (
-                    cursor.lastrowid,
-                    ranking.analyze(name) + " " + ranking.name_key(name),
-                    ranking.analyze(description),
-                    ranking.analyze(" ".join(keywords)),
-                    ranking.analyze(" ".join(categories)),
-                    ranking.analyze(_readme(crate_dir, package)),
-                ),
+            text = (
+                f"{name} {name.replace('-', ' ').replace('_', ' ')} {ranking.name_key(name)}",
+                description,
+                " ".join(keywords),
+                " ".join(categories),
+                ranking.clean(binary_text(crate_dir, manifest)) if bins else "",
+                ranking.clean(readme(crate_dir, package)),
             )
+            db.execute(
+                f"INSERT INTO crates_fts (rowid, {', '.join(_COLUMNS_FTS)}) VALUES (?,?,?,?,?,?,?)",
+                (cursor.lastrowid, *text),
+            )
+            documents += 1
+            for word in set(ranking.tokens(" ".join(text))):
+                vocabulary[word] = vocabulary.get(word, 0) + 1
         priors = ranking.reverse_dependencies(depends_on)
         db.executemany(
             "UPDATE crates SET prior = ?, log_prior = ? WHERE name = ?",
             [(p, math.log1p(p), n) for n, p in priors.items()],
         )
+        db.executemany("INSERT INTO words VALUES (?, ?)", vocabulary.items())
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
+        db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
         db.commit()
 
     def close(self) -> None:
@@ -425,7 +276,7 @@ class DirectoryRegistry:
     def _candidate(
         self, row: tuple[Any, ...], score: float = 0.0, parts: dict[str, float] | None = None
     ) -> CrateCandidate:
-        name, version, _dir, description, keywords, categories, license_, homepage, repository, bins, stdin = row
+        name, version, _dir, description, keywords, categories, license_, homepage, repository, bins, reads = row
         bin_names = tuple(json.loads(bins))
         return CrateCandidate(
             name=name,
@@ -434,7 +285,8 @@ class DirectoryRegistry:
             score=score,
             has_bin=bool(bin_names),
             bin_names=bin_names,
-            reads_stdin=bool(stdin),
+            reads_stdin=reads == "stdin",
+            reads=reads,
             keywords=tuple(json.loads(keywords)),
             categories=tuple(json.loads(categories)),
             license=license_,
@@ -445,63 +297,114 @@ class DirectoryRegistry:
             parts=parts or {},
         )
 
-    _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.stdin"
+    _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.input"
 
+    @_remade_when_damaged
+    def frequencies(self, words: Collection[str]) -> dict[str, int]:
+        """In how many crates' text each of ``words`` appears (words it never saw left out)."""
+        db, wanted = self._connect(), list(words)
+        found: dict[str, int] = {}
+        for start in range(0, len(wanted), 30_000):  # SQLite's limit on bound parameters
+            chunk = wanted[start : start + 30_000]
+            marks = ", ".join("?" * len(chunk))
+            found.update(db.execute(f"SELECT word, df FROM words WHERE word IN ({marks})", chunk).fetchall())
+        return found
+
+    @_remade_when_damaged
+    def matches(self, words: Collection[str]) -> dict[str, int]:
+        """In how many crates each of ``words`` matches, stemmed as the index stems it."""
+        db = self._connect()
+        return {
+            word: db.execute("SELECT count(*) FROM crates_fts WHERE crates_fts MATCH ?", (f'"{word}"',)).fetchone()[0]
+            for word in words
+            if ranking.tokens(word) == [word]
+        }
+
+    @_remade_when_damaged
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,
-        ``popularity``, ``name``: see :func:`.ranking.combine`)."""
-        fts = _fts_query(query)
-        if not fts:
+        ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`)."""
+        db = self._connect()
+        found = ranking.concepts(query, self.frequencies, self.matches)
+        if not found:
             return []
-        keys = sorted(ranking.name_keys(query)) or [""]
+        keys = sorted(ranking.name_keys(query, found)) or [""]
         named = f"(c.key IN ({', '.join('?' * len(keys))}))"
-        # relevance x popularity x name, as ranking.combine computes it, so LIMIT keeps the right rows
-        rows = self._rows(
-            f"SELECT {self._COLUMNS}, -bm25(crates_fts, ?, ?, ?, ?, ?) AS relevance, c.prior, {named} AS named"
+        weights = ", ".join("?" * len(_WEIGHTS))
+        # relevance x popularity x name first (as ranking.combine computes them), coverage on the best of those
+        rows = db.execute(
+            f"SELECT c.id, {self._COLUMNS}, -bm25(crates_fts, {weights}) AS relevance, c.prior, {named} AS named"
             " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
             " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
-            (*_WEIGHTS, *keys, fts, ranking.PRIOR_WEIGHT, ranking.NAME_BOOST, max(limit * 4, 40)),
-            candidates=True,
-        )
-        best: dict[str, CrateCandidate] = {}
+            (
+                *_WEIGHTS,
+                *keys,
+                ranking.match_expression(found),
+                ranking.PRIOR_WEIGHT,
+                ranking.NAME_BOOST,
+                max(limit * 3, _POOL),
+            ),
+        ).fetchall()
+        matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
+        documents = self._documents()
+        # per name: the newest version's row, scored as the best-scoring version of the name
+        best: dict[str, tuple[tuple[Any, ...], dict[str, float]]] = {}
         for row in rows:
-            parts = ranking.combine(row[-3], row[-2], named=bool(row[-1]))
-            candidate = self._candidate(row[:-3], parts.pop("score"), parts)
-            kept = best.get(candidate.name)
-            if kept is None or newest([kept.version, candidate.version]) == candidate.version != kept.version:
-                # the newest version, scored as the best-scoring version of the name
-                better = candidate if kept is None or candidate.score >= kept.score else kept
-                best[candidate.name] = _with_score(candidate, better.score, better.parts)
-        return sorted(best.values(), key=lambda c: -c.score)[:limit]
+            anywhere, own = matched[row[0]]
+            parts = ranking.combine(
+                row[-3],
+                row[-2],
+                named=bool(row[-1]),
+                covered=ranking.coverage(anywhere, found, documents),
+                evidence=ranking.coverage(own, found, documents, ranking.EVIDENCE_POWER),
+            )
+            name, version = row[1], row[2]
+            kept = best.get(name)
+            if kept is None:
+                best[name] = (row, parts)
+                continue
+            scored = parts if parts["score"] > kept[1]["score"] else kept[1]
+            newer = newest([kept[0][2], version]) == version != kept[0][2]
+            best[name] = (row if newer else kept[0], scored)
+        ranked = sorted(best.values(), key=lambda kept: -kept[1]["score"])[:limit]
+        return [self._candidate(row[1:-3], parts.pop("score"), parts) for row, parts in ranked]
 
+    def _documents(self) -> int:
+        row = self._connect().execute("SELECT value FROM meta WHERE key = 'documents'").fetchone()
+        return int(row[0]) if row else 0
+
+    @_remade_when_damaged
     def versions(self, name: str) -> list[str]:
         """Every version of ``name`` in the registry (Debian's has one per crate)."""
-        return [r[0] for r in self._rows("SELECT version FROM crates WHERE name = ?", (name,))]
+        db = self._connect()
+        return [r[0] for r in db.execute("SELECT version FROM crates WHERE name = ?", (name,))]
 
     def can_satisfy(self, name: str, requirement: str) -> bool:
         return any(matches(requirement or "*", v) for v in self.versions(name))
 
+    @_remade_when_damaged
     def recorded_checksum(self, name: str, version: str) -> str | None:
         """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
-        found = self._rows("SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version))
-        if not found:
+        row = (
+            self._connect().execute("SELECT dir FROM crates WHERE name = ? AND version = ?", (name, version)).fetchone()
+        )
+        if row is None:
             return None
-        row = found[0]
         try:
             value = json.loads((self.path / row[0] / ".cargo-checksum.json").read_text()).get("package")
         except (OSError, ValueError):
             return None
         return value if isinstance(value, str) else None
 
+    @_remade_when_damaged
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
-        rows = self._rows(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,), candidates=True)
+        db = self._connect()
+        rows = db.execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,)).fetchall()
         if not rows:
             normalized = name.replace("_", "-")
-            rows = self._rows(
-                f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?",
-                (normalized,),
-                candidates=True,
-            )
+            rows = db.execute(
+                f"SELECT {self._COLUMNS} FROM crates c WHERE replace(c.name, '_', '-') = ?", (normalized,)
+            ).fetchall()
         if not rows:
             similar = self._close_names(name)
             hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
@@ -520,18 +423,22 @@ class DirectoryRegistry:
 
     def _close_names(self, name: str) -> list[str]:
         """Crate names a few edits away from ``name`` (a typo), closest first; none when nothing is close."""
-        names = [r[0] for r in self._rows("SELECT DISTINCT name FROM crates ORDER BY name")]
+        names = [r[0] for r in self._connect().execute("SELECT DISTINCT name FROM crates ORDER BY name")]
         by_key: dict[str, str] = {}
         for known in names:
             by_key.setdefault(ranking.name_key(known), known)
         close = difflib.get_close_matches(ranking.name_key(name), list(by_key), n=3, cutoff=0.8)
         return [by_key[key] for key in close]
 
+    @_remade_when_damaged
     def source_dir(self, candidate: CrateCandidate) -> Path:
-        rows = self._rows("SELECT dir FROM crates WHERE name = ? AND version = ?", (candidate.name, candidate.version))
-        if not rows:
+        db = self._connect()
+        row = db.execute(
+            "SELECT dir FROM crates WHERE name = ? AND version = ?", (candidate.name, candidate.version)
+        ).fetchone()
+        if row is None:
             raise SearchError(f"{candidate.id} is not in the registry {self.path}.")
-        directory: str = rows[0][0]
+        directory: str = row[0]
         return self.path / directory
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
@@ -566,22 +473,6 @@ class DirectoryRegistry:
             "--config",
             f'source.flakebot-offline.directory="{self.path}"',
         ]
-
-
-def _check_row(row: tuple[Any, ...]) -> None:
-    """Raise ``sqlite3.DatabaseError`` unless ``row`` (:attr:`DirectoryRegistry._COLUMNS` first) is what was written."""
-    try:
-        texts = [row[i] for i in (0, 1, 2, 3, 6, 7, 8)] + [t for i in (4, 5, 9) for t in json.loads(row[i])]
-        if not all(isinstance(text, str) for text in texts):
-            raise TypeError("a field of the wrong type")
-    except (TypeError, ValueError) as exc:
-        raise sqlite3.DatabaseError(f"a damaged crate row {row[:2]!r}: {exc}") from exc
-
-
-def _with_score(candidate: CrateCandidate, score: float, parts: dict[str, float]) -> CrateCandidate:
-    from dataclasses import replace
-
-    return replace(candidate, score=score, parts=parts)
 
 
 def _crate_checksum(source: Path) -> str | None:

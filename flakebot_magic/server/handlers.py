@@ -4,12 +4,15 @@ Every handler is ``@web.authenticated`` (no Jupyter login or token: 403 for
 the API, the login page for pages) and ``@authorized`` on the ``flakebot``
 resource. Requests that change something (POST) also pass Jupyter's XSRF
 check unless they carry the token.
+
+What they serve may quote crates, builds and tools: every string of the
+API's JSON goes through :func:`flakebot_magic.untrusted.safe_data`, every
+text of the dashboard through :func:`~flakebot_magic.untrusted.safe_html`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
 import ipaddress
 import json
 import posixpath
@@ -28,10 +31,12 @@ from ..doctor import prepare
 from ..errors import SteeringError, StorageError, UsageError
 from ..inventory import Inventory, ToolRecord
 from ..steering import is_running
+from ..untrusted import safe_data, safe_html, safe_line
 
 __all__ = [
     "MAX_PROXY_RESPONSE",
     "TOOL_CSP",
+    "TOOL_RESPONSE_HEADERS",
     "DashboardHandler",
     "IndexHandler",
     "ProxyHandler",
@@ -40,11 +45,12 @@ __all__ = [
     "ToolSteerHandler",
     "ToolStopHandler",
     "ToolsHandler",
+    "forwarded_headers",
     "proxied_location",
     "strip_private_query",
 ]
 
-#: request and response headers that belong to one hop, never forwarded
+#: request headers that belong to one hop, never forwarded
 _HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -60,14 +66,63 @@ _HOP_BY_HOP = {
 _PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token", "referer"}
 #: query parameters that are Jupyter's credentials, never the tool's
 _PRIVATE_QUERY = {"token", "_xsrf"}
-#: response headers a tool may not set on Jupyter's origin: cookies, cross-origin grants, the
-#: security policy (the proxy sets its own), and what it handles itself
-_PRIVATE_RESPONSE = {"set-cookie", "server", "date", "location", "content-security-policy"}
+#: the response headers a tool's answer keeps through the proxy: what its body is, how this one URL
+#: may be cached, what the resource allows. Every other header is dropped, known or not: a header
+#: on Jupyter's origin can act on the whole origin (Set-Cookie, Clear-Site-Data, Service-Worker-
+#: Allowed, Strict-Transport-Security, Alt-Svc, Accept-CH), load or run things (Link, Refresh,
+#: SourceMap), grant other origins access (Access-Control-*, Cross-Origin-*, Timing-Allow-Origin)
+#: or report to them (Report-To, NEL, Reporting-Endpoints); whatever browsers obey next is not
+#: on the list either. ``Location`` has a rule of its own (:func:`proxied_location`).
+TOOL_RESPONSE_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-encoding",
+        "content-language",
+        "content-disposition",
+        "content-range",
+        "cache-control",
+        "expires",
+        "pragma",
+        "etag",
+        "last-modified",
+        "vary",
+        "accept-ranges",
+        "allow",
+        "retry-after",
+    }
+)
+#: of those, the ones that are lists: several lines of one join into one (RFC 9110, 5.3); of the
+#: others only the first counts
+_LIST_HEADERS = frozenset({"content-encoding", "content-language", "cache-control", "pragma", "vary", "allow"})
 #: what every tool response served on Jupyter's origin carries: the page is sandboxed (a unique
 #: origin, no scripts), so a tool's HTML cannot use Jupyter's session; only Jupyter may frame it
 TOOL_CSP = "sandbox; frame-ancestors 'self'"
 #: the largest tool response the proxy passes on
 MAX_PROXY_RESPONSE = 64 * 1024 * 1024
+
+
+def forwarded_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The response headers of a tool's answer that reach the browser: only :data:`TOOL_RESPONSE_HEADERS`.
+
+    A value with a control character is dropped; a list header given on
+    several lines becomes one, a single-valued one keeps its first line.
+
+    >>> forwarded_headers([("Content-Type", "text/html"), ("Refresh", "0; url=http://evil.example/"),
+    ...     ("Vary", "Accept"), ("vary", "Origin"), ("Set-Cookie", "a=1"), ("ETag", '"x\\x1b"')])
+    [('Content-Type', 'text/html'), ('Vary', 'Accept, Origin')]
+    """
+    kept: dict[str, tuple[str, str]] = {}
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered not in TOOL_RESPONSE_HEADERS or any(
+            (ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160 for c in value
+        ):
+            continue
+        if lowered not in kept:
+            kept[lowered] = (name, value)
+        elif lowered in _LIST_HEADERS:
+            kept[lowered] = (kept[lowered][0], f"{kept[lowered][1]}, {value}")
+    return list(kept.values())
 
 
 def strip_private_query(query: str) -> str:
@@ -160,6 +215,10 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
         except StorageError as exc:
             raise web.HTTPError(503, str(exc)) from None
 
+    def _answer(self, data: Any) -> None:
+        """Finish with ``data`` as JSON, every string in it made safe to show (the dashboard shows them)."""
+        self.finish(json.dumps(safe_data(data)))
+
 
 class IndexHandler(_API):
     """``GET /flakebot/api``: what this API offers."""
@@ -167,15 +226,13 @@ class IndexHandler(_API):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        self.finish(
-            json.dumps(
-                {
-                    "version": __version__,
-                    "tools": "/flakebot/api/tools",
-                    "dashboard": "/flakebot/",
-                    "cache_dir": str(self.flakebot.cache_dir),
-                }
-            )
+        self._answer(
+            {
+                "version": __version__,
+                "tools": "/flakebot/api/tools",
+                "dashboard": "/flakebot/",
+                "cache_dir": str(self.flakebot.cache_dir),
+            }
         )
 
 
@@ -186,7 +243,7 @@ class ToolsHandler(_API):
     @authorized
     def get(self) -> None:
         records = self._records()
-        self.finish(json.dumps({"tools": [tools.tool_json(r, self.flakebot) for r in records]}))
+        self._answer({"tools": [tools.tool_json(r, self.flakebot) for r in records]})
 
 
 class ToolHandler(_API):
@@ -195,7 +252,7 @@ class ToolHandler(_API):
     @web.authenticated
     @authorized
     def get(self, name: str) -> None:
-        self.finish(json.dumps(tools.tool_json(self._record(name), self.flakebot)))
+        self._answer(tools.tool_json(self._record(name), self.flakebot))
 
 
 class ToolLogsHandler(_API):
@@ -212,7 +269,7 @@ class ToolLogsHandler(_API):
             answer = tools.tool_logs(self.flakebot, name, last=tail or None)
         except UsageError as exc:
             raise web.HTTPError(404, str(exc)) from None
-        self.finish(json.dumps(answer.data))
+        self._answer(answer.data)
 
 
 class ToolStopHandler(_API):
@@ -225,7 +282,7 @@ class ToolStopHandler(_API):
         # stopping waits for the process to go: keep the server's loop free meanwhile
         answer = await asyncio.get_running_loop().run_in_executor(None, tools.stop_tools, self.flakebot, name)
         [stopped] = answer.data
-        self.finish(json.dumps(stopped))
+        self._answer(stopped)
 
 
 class ToolSteerHandler(_API):
@@ -258,7 +315,7 @@ class ToolSteerHandler(_API):
             raise web.HTTPError(409, str(exc)) from None
         except UsageError as exc:
             raise web.HTTPError(400, str(exc)) from None
-        self.finish(json.dumps(answer.data))
+        self._answer(answer.data)
 
 
 # -- the dashboard ------------------------------------------------------------------
@@ -326,8 +383,8 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
     def get(self) -> None:
         base = self.base_url.rstrip("/")
         listing = tools.table(self.flakebot)
-        shown = listing.data  # each tool as tools.tool_json: the API's shape
-        e = html.escape
+        shown = safe_data(listing.data)  # each tool as tools.tool_json: the API's shape
+        e = safe_html
         rows = []
         for tool in shown:
             name, status = tool["name"], tool["status"]
@@ -394,10 +451,12 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
     not passed on; the tool's own token (recorded by the kernel that started
     it) is added. What the tool answers is untrusted: it is served with
     ``Content-Security-Policy: sandbox`` (its HTML runs in a unique origin,
-    without scripts, so it cannot drive Jupyter's API), without its cookies,
-    CORS grants or off-site redirects (a ``Location`` stays under the proxy's
-    prefix or is dropped), and at most ``max_response`` bytes (the
-    ``proxy_max_bytes`` setting, default :data:`MAX_PROXY_RESPONSE`).
+    without scripts, so it cannot drive Jupyter's API), with only the headers
+    of :data:`TOOL_RESPONSE_HEADERS` (:func:`forwarded_headers`: no cookies,
+    CORS grants, ``Refresh``, ``Link`` ...) and the standard reason phrase, no
+    off-site redirect (a ``Location`` stays under the proxy's prefix or is
+    dropped), and at most ``max_response`` bytes (the ``proxy_max_bytes``
+    setting, default :data:`MAX_PROXY_RESPONSE`).
     """
 
     auth_resource = "flakebot"
@@ -470,18 +529,15 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
                     502,
                     f"{name}'s answer is larger than {self.max_response // (1024 * 1024)} MiB; it was not passed on",
                 ) from None
-            raise web.HTTPError(502, f"{name} did not answer: {exc}") from None
+            raise web.HTTPError(502, f"{name} did not answer: {safe_line(str(exc))}") from None
         finally:
             client.close()
         if response.code == 599:
-            raise web.HTTPError(502, f"{name} did not answer: {response.error}")
-        self.set_status(response.code, response.reason)
+            raise web.HTTPError(502, f"{name} did not answer: {safe_line(str(response.error))}")
+        self.set_status(response.code)  # the standard reason phrase, not the tool's words
         self.clear_header("Content-Type")
-        for key, value in response.headers.get_all():
-            lowered = key.lower()
-            if lowered in _HOP_BY_HOP or lowered in _PRIVATE_RESPONSE or lowered.startswith("access-control-"):
-                continue
-            self.add_header(key, value)
+        for key, value in forwarded_headers(list(response.headers.get_all())):
+            self.set_header(key, value)
         location = response.headers.get("Location")
         if location is not None:
             prefix = f"{self.base_url.rstrip('/')}/flakebot/proxy/{name}"

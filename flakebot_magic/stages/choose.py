@@ -18,11 +18,22 @@ from typing import Any
 
 from ..errors import NeedsModelError
 from ..events import EventBus
-from ..model import HOW_TO_CONFIGURE, ModelConfig
+from ..model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
+from ..registry.crate_files import read_capped
+from ..untrusted import safe_line, safe_text
 from . import search as search_stage
 
-__all__ = ["CHOICES", "CLOSE_SHARE", "Choice", "choose_by_model", "choose_without_model", "summary_of"]
+__all__ = [
+    "CHOICES",
+    "CLOSE_SHARE",
+    "LISTED",
+    "Choice",
+    "choose_by_model",
+    "choose_without_model",
+    "refusal",
+    "summary_of",
+]
 
 #: how many candidates the model chooses among
 CHOICES = 5
@@ -88,31 +99,70 @@ def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choi
     """The crate to deploy as published, or :class:`NeedsModelError` saying why none fits.
 
     The error lists the best candidates by relevance (the right library
-    among them) and carries them as ``candidates``.
+    among them, :func:`refusal`) and carries them as ``candidates``.
     """
     fit = search_stage.fitness(candidates)
     if fit.chosen is not None:
-        floor = search_stage.relevance(fit.candidates[0]) * search_stage.FIT_SHARE
-        others = [
-            c
-            for c in fit.candidates
-            if c is not fit.chosen and search_stage.tools_of(c) and search_stage.relevance(c) >= floor
-        ]
+        others = [c for c in candidates if c is not fit.chosen and not search_stage.unfit(c)]
         return Choice(fit.chosen, "fitness", fit.reason, others)
-    listing = "\n".join(
-        f"  {c.name} {c.version}{' [bin]' if c.has_bin else ''}: {c.description[:70]}" for c in fit.candidates[:8]
+    raise NeedsModelError(refusal(request, fit), candidates=fit.candidates)
+
+
+#: how many candidates a refusal lists, and how long a summary may be
+LISTED = 5
+SUMMARY_CHARS = 72
+
+
+def refusal(request: str, fit: search_stage.Fitness) -> str:
+    """What a :class:`NeedsModelError` says, in at most eight short lines.
+
+    What was asked and why nothing fits; the :data:`LISTED` best candidates,
+    each with its summary cut at a word and the binary it ships if any; and
+    the two ways forward.
+
+    Examples
+    --------
+    >>> fit = search_stage.Fitness(None, "none of the 2 candidates ships a binary",
+    ...     [CrateCandidate("textwrap", "0.16.0", "Wrap text to a width, with hyphenation and more")])
+    >>> print(refusal("wrap text", fit))
+    No crate does 'wrap text' as published: none of the 2 candidates ships a binary.
+    The best candidate (a library needs a model to become a tool):
+      textwrap 0.16.0: Wrap text to a width, with hyphenation and more
+    Configure a model (--model NAME, with --provider or --base-url), or build a crate's own binary with --crate NAME.
+    """
+    shown = fit.candidates[:LISTED]
+    lines = [f"No crate does {_shorten(request, 60)!r} as published: {fit.reason}."]
+    if shown:
+        count = "The best candidate" if len(shown) == 1 else f"The {len(shown)} best candidates"
+        lines.append(f"{count} (a library needs a model to become a tool):")
+    for candidate in shown:
+        tools = search_stage.tools_of(candidate)
+        binary = f" [binary {tools[0]}]" if tools else ""
+        lines.append(
+            f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
+        )
+    lines.append(
+        "Configure a model (--model NAME, with --provider or --base-url), "
+        "or build a crate's own binary with --crate NAME."
     )
-    best = fit.candidates[0] if fit.candidates else None
-    what = "a library without a binary" if best is None or not search_stage.tools_of(best) else "no fit"
-    raise NeedsModelError(
-        (f"The best match for {request!r} is {best.id}, {what}. " if best is not None else "")
-        + f"No crate fits as published: {fit.reason}. "
-        "Turning a library into a tool needs a language model (the edit loop); "
-        "without one flakebot only deploys a crate whose own binary does what was asked.\n"
-        f"Candidates found:\n{listing}\n"
-        f"Name one with a binary using --crate NAME, or configure a model. {HOW_TO_CONFIGURE}",
-        candidates=fit.candidates,
-    )
+    return "\n".join(lines)
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` on one line, cut at a word with an ellipsis when longer than ``limit``.
+
+    Examples
+    --------
+    >>> _shorten("A native Rust encoder and decoder of TOML-formatted files and streams", 40)
+    'A native Rust encoder and decoder of…'
+    """
+    text = " ".join(safe_line(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
 
 
 def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
@@ -135,19 +185,9 @@ def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
     return data
 
 
-def _readable(path: Path, limit: int) -> bytes:
-    try:
-        if path.is_symlink() or not path.is_file():
-            return b""
-        with path.open("rb") as handle:
-            return handle.read(limit)
-    except OSError:
-        return b""
-
-
 def _readme_start(root: Path) -> str:
     for name in ("README.md", "README", "readme.md", "README.markdown"):
-        text = _readable(root / name, 16_000).decode("utf-8", "replace")
+        text = read_capped(root / name, 16_000).decode("utf-8", "replace")
         if text:
             # badges, links and headings say little; the first prose does
             lines = [
@@ -155,13 +195,13 @@ def _readme_start(root: Path) -> str:
                 for line in text.splitlines()
                 if line.strip() and not line.lstrip().startswith(("[!", "![", "[", "<", "#", "```"))
             ]
-            return " ".join(" ".join(lines).split())[:README_CHARS]
+            return safe_text(" ".join(" ".join(lines).split()))[:README_CHARS]
     return ""
 
 
 def _public_items(lib: Path) -> list[str]:
     found: dict[str, None] = {}
-    for kind, name in _PUB.findall(_readable(lib, 256 * 1024)):
+    for kind, name in _PUB.findall(read_capped(lib, 256 * 1024)):
         found.setdefault(f"{kind.decode()} {name.decode()}", None)
         if len(found) >= PUBLIC_ITEMS:
             break

@@ -12,6 +12,8 @@
   falls back to a plain record for ids nixpkgs does not know, so a license
   never fails evaluation.
 * ``checks.default``: the same package with ``doCheck = true`` (``cargo test``).
+* Both cap lints at warn for rustc and rustdoc (``RUSTFLAGS``, ``RUSTDOCFLAGS``:
+  :data:`~flakebot_magic.stages.build.LINT_CAP`), as flakebot's cargo builds do.
 * ``apps.default``: runs ``bin/<main_program>`` of the package.
 * ``devShells.default``: ``mkShell`` with cargo, rustc, clippy, rust-analyzer.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from ..diagnostics import BINARY_NAME
 from ..errors import FlakeError
 from ..policy import CANDIDATES_DIR
+from .build import LINT_CAP
 
 __all__ = [
     "DEFAULT_NIXPKGS_URL",
@@ -48,7 +51,7 @@ DEFAULT_NIXPKGS_URL = "github:NixOS/nixpkgs/nixos-24.05"
 FLAKE_FILE = "flake.nix"
 LOCK_FILE = "flake.lock"
 #: bump when render_flake's output changes, so cached nix builds are not reused
-FLAKE_FORMAT = 1
+FLAKE_FORMAT = 2
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
 
 #: top-level workspace entries left out of the package's ``src``: build
@@ -235,6 +238,10 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
         pkgs.rustPlatform.buildRustPackage {{
           inherit pname version src doCheck;
           cargoLock.lockFile = ./Cargo.lock;
+          # lints never fail the build or the tests (doc tests too) of a published crate on a newer
+          # compiler, as flakebot's own builds: rustc and rustdoc cap them at warn
+          RUSTFLAGS = {nix_string(" ".join(LINT_CAP))};
+          RUSTDOCFLAGS = {nix_string(" ".join(LINT_CAP))};
           meta = {{
 {meta_block}
           }};

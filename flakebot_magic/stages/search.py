@@ -7,33 +7,31 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SearchError
+from ..registry import ranking
 from ..registry.base import CrateCandidate, Registry
-from ..registry.directory import fixture_binary
+from ..registry.crate_files import fixture_binary
 
 __all__ = [
     "BIN_BOOST",
-    "FIT_RATIO",
-    "FIT_SHARE",
+    "EVIDENCE",
     "TERM_BOOST",
     "Fitness",
     "boost_exact_terms",
     "fitness",
-    "fittest_binary",
     "open_registry",
     "rank",
     "relevance",
     "search",
     "tools_of",
+    "unfit",
     "wants_tool",
     "why",
 ]
 
-#: how much a binary target multiplies a candidate's score when a tool is wanted
+#: how much a binary that fits the request (:func:`unfit`) multiplies its score when a tool is wanted
 BIN_BOOST = 1.75
-#: a binary that takes text is preferred over a better-ranked one that does not, down to this share of its score
-FIT_RATIO = 0.5
-#: a binary is deployed as published only when its relevance is at least this share of the best candidate's
-FIT_SHARE = 0.6
+#: a binary is deployed as published only when its own words cover at least this share of the request
+EVIDENCE = 0.65
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
 
@@ -71,42 +69,15 @@ def wants_tool(query: str) -> bool:
 
 
 def rank(candidates: list[CrateCandidate], *, prefer_bin: bool) -> list[CrateCandidate]:
-    """Re-rank a registry's candidates: binaries first among equals when a tool is wanted."""
+    """Re-rank a registry's candidates: binaries that fit the request (:func:`unfit`) first among equals."""
     if not prefer_bin:
         return sorted(candidates, key=lambda c: -c.score)
     boosted = [
-        replace(c, score=c.score * BIN_BOOST, parts={**c.parts, "bin": BIN_BOOST}) if c.has_bin else c
+        replace(c, score=c.score * BIN_BOOST, parts={**c.parts, "bin": BIN_BOOST}) if not unfit(c) else c
         for c in candidates
     ]
     # a binary wins ties too: in a small registry bm25 can score every match near zero
-    return sorted(boosted, key=lambda c: (-c.score, not c.has_bin))
-
-
-def fittest_binary(candidates: list[CrateCandidate]) -> CrateCandidate | None:
-    """The binary to deploy as published: the best one that can be handed text, if one ranks close.
-
-    A deployed tool is called with a string (``md("# Hi")``), which its
-    client passes on standard input. A binary whose sources never read
-    standard input (only a file path) cannot take it, so among binaries
-    scoring at least :data:`FIT_RATIO` of the best, the first that reads
-    standard input wins; without one, the best binary. None: no binary.
-
-    Examples
-    --------
-    >>> fittest_binary([CrateCandidate("markdown", "0.3.0", score=49.6, has_bin=True),
-    ...     CrateCandidate("pulldown-cmark", "0.9.2", score=27.0, has_bin=True, reads_stdin=True)]).name
-    'pulldown-cmark'
-    """
-    binaries = [c for c in candidates if c.has_bin]
-    if not binaries:
-        return None
-    best = binaries[0]
-    for candidate in binaries:
-        if candidate.score < best.score * FIT_RATIO:
-            break
-        if candidate.reads_stdin:
-            return candidate
-    return best
+    return sorted(boosted, key=lambda c: (-c.score, bool(unfit(c))))
 
 
 def relevance(candidate: CrateCandidate) -> float:
@@ -123,6 +94,41 @@ def tools_of(candidate: CrateCandidate) -> tuple[str, ...]:
     return tuple(name for name in candidate.bin_names if not fixture_binary(name))
 
 
+def unfit(candidate: CrateCandidate) -> str:
+    """Why a candidate's binary is no tool for the request as published ("" when it is one).
+
+    The evidence is absolute, not relative to other candidates: the crate
+    must ship a binary that is a tool (no test fixture), that binary must
+    take input a string can be (standard input or its arguments: not only a
+    file path, not nothing), and the crate's own words (its name,
+    description, keywords and what its binaries say they do) must cover at
+    least :data:`EVIDENCE` of the request (``parts["evidence"]``, weighted by
+    how rare each word of the request is). A registry that reports no
+    evidence is not held to the last rule.
+
+    Examples
+    --------
+    >>> unfit(CrateCandidate("markdown", "0.3.0", has_bin=True, bin_names=("markdown",), reads="file"))
+    'its binary markdown reads files, not text'
+    >>> unfit(CrateCandidate("hexyl", "0.8.0", has_bin=True, bin_names=("hexyl",), reads="stdin",
+    ...     parts={"evidence": 0.8}))
+    ''
+    """
+    tools = tools_of(candidate)
+    if not candidate.has_bin:
+        return "it has no binary"
+    if not tools:
+        return f"its only binaries are test fixtures ({', '.join(candidate.bin_names[:3])})"
+    if candidate.reads == "file":
+        return f"its binary {tools[0]} reads files, not text"
+    if candidate.reads == "none":
+        return f"its binary {tools[0]} reads no input (a demo, or it needs a feature that is off by default)"
+    evidence = candidate.parts.get("evidence")
+    if evidence is not None and evidence < EVIDENCE:
+        return f"its own description and binary text cover {evidence:.0%} of the request"
+    return ""
+
+
 @dataclass(frozen=True)
 class Fitness:
     """What may be deployed as published for a request: ``chosen``, or None and ``reason`` why not.
@@ -137,49 +143,40 @@ class Fitness:
 
 
 def fitness(candidates: list[CrateCandidate]) -> Fitness:
-    """Whether a candidate's binary is a real tool for the request, and which.
+    """Whether a candidate's binary is a real tool for the request, and which: the best ranked that is not :func:`unfit`.
 
-    A binary is deployed as published only when its crate's relevance (the
-    score without the binary boost) is at least :data:`FIT_SHARE` of the best
-    candidate's: a crate that has a binary but is about something else (a
-    command-line parser's test fixture for "wrap text") is no tool for the
-    request. Test, example and benchmark binaries never count. Among the
-    binaries that fit, :func:`fittest_binary` prefers one that reads
-    standard input.
+    A binary that fits is deployed even when a library ranks higher: its own
+    words say it does what was asked, while the library would need a model
+    to become a tool. The reason says so.
 
     Examples
     --------
-    >>> found = [CrateCandidate("textwrap", "0.16.0", score=9.1, parts={"relevance": 9.1}),
-    ...     CrateCandidate("open", "3.0.2", score=5.3, has_bin=True, bin_names=("open",), parts={"bin": 1.75})]
+    >>> found = [CrateCandidate("textwrap", "0.16.0", score=9.1),
+    ...     CrateCandidate("open", "3.0.2", score=5.3, has_bin=True, bin_names=("open",), reads="args",
+    ...         parts={"evidence": 0.1})]
     >>> fit = fitness(found)
-    >>> fit.chosen is None, fit.candidates[0].name
-    (True, 'textwrap')
+    >>> fit.chosen is None, fit.reason
+    (True, 'the best binary, open: its own description and binary text cover 10% of the request')
     """
     by_relevance = sorted(candidates, key=lambda c: -relevance(c))
     if not by_relevance:
         return Fitness(None, "no crate matches the request")
+    fits = [c for c in candidates if not unfit(c)]
+    if not fits:
+        binaries = [c for c in candidates if c.has_bin]
+        if not binaries:
+            none = "no candidate" if len(candidates) == 1 else f"none of the {len(candidates)} candidates"
+            return Fitness(None, f"{none} ships a binary", by_relevance)
+        return Fitness(None, f"the best binary, {binaries[0].name}: {unfit(binaries[0])}", by_relevance)
+    chosen = fits[0]
+    reason = f"{chosen.name} ships the binary {tools_of(chosen)[0]}"
+    evidence = chosen.parts.get("evidence")
+    if evidence is not None:
+        reason += f", and its own description and binary text cover {evidence:.0%} of the request"
     best = by_relevance[0]
-    binaries = [c for c in candidates if c.has_bin and tools_of(c)]
-    if not binaries:
-        fixtures = [c for c in candidates if c.has_bin]
-        why = f"none of the {len(candidates)} best candidates ships a binary"
-        if fixtures:
-            why += f" that is a tool ({', '.join(c.name for c in fixtures[:3])} ship only test fixtures)"
-        return Fitness(None, why, by_relevance)
-    top = max(binaries, key=relevance)
-    share = relevance(top) / relevance(best) if relevance(best) > 0 else 1.0
-    if top is not best and share < FIT_SHARE:
-        return Fitness(
-            None,
-            f"the best binary, {top.name}, matches the request {share:.0%} as well as {best.name} "
-            f"(a library): it is not a tool for this request",
-            by_relevance,
-        )
-    # the top binary fits; one beside it that can be handed text is preferred (fittest_binary)
-    chosen = fittest_binary(binaries) or top
-    return Fitness(
-        chosen, f"{chosen.name} ships the binary {tools_of(chosen)[0]} and ranks with the best", by_relevance
-    )
+    if best is not chosen and relevance(best) > relevance(chosen):
+        reason += f" ({best.name} matches more words, but {unfit(best)})"
+    return Fitness(chosen, reason, by_relevance)
 
 
 def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool | None = None) -> list[CrateCandidate]:
@@ -189,6 +186,12 @@ def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool 
     prefer = wants_tool(query) if prefer_bin is None else prefer_bin
     # ask for more than needed: the binary boost may lift a lower-ranked crate into the top
     found = registry.search(query, limit=max(limit * 3, 20))
+    if any("evidence" not in c.parts for c in found):  # a registry without an index of its own (crates.io)
+        shares = ranking.evidence_in(query, [(c.name, c.description, " ".join(c.keywords)) for c in found])
+        found = [
+            c if "evidence" in c.parts else replace(c, parts={**c.parts, "evidence": e})
+            for c, e in zip(found, shares, strict=True)
+        ]
     return rank(found, prefer_bin=prefer)[:limit]
 
 
@@ -242,7 +245,13 @@ def boost_exact_terms(candidates: list[CrateCandidate], query: str) -> list[Crat
 
 
 #: how each multiplying part is named in :func:`why`
-_FACTORS = (("popularity", "popularity"), ("name", "name match"), ("bin", "binary"), ("term", "exact term"))
+_FACTORS = (
+    ("popularity", "popularity"),
+    ("name", "name match"),
+    ("coverage", "coverage"),
+    ("bin", "binary"),
+    ("term", "exact term"),
+)
 
 
 def why(candidate: CrateCandidate) -> str:

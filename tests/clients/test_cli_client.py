@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 import os
 import sys
 import time
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flakebot_magic.clients.agents import strict_problems
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli import CALL_KEYWORDS, CliTool
 from flakebot_magic.clients.cli_help import parse_help
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import ToolError
@@ -146,7 +149,7 @@ def test_clap4_long_help() -> None:
 
 
 def test_gnu_layout_and_reserved_names() -> None:
-    spec = parse_help(GNU)
+    spec = parse_help(GNU, CALL_KEYWORDS)
     assert [o.name for o in spec.options] == ["show_all", "input_"]  # `input=` is the call's own keyword
     assert spec.arguments[0].name == "file" and spec.arguments[0].repeatable
 
@@ -403,3 +406,40 @@ def test_help_and_the_question_mark_read_well(tmp_path: Path) -> None:
         assert "    dry_run: bool = False," in definition and "ForwardRef" not in definition
     finally:
         shell.clear_instance()
+
+
+# -- option names the call cannot take as they are ------------------------------------------
+
+#: a long flag as help texts write them (what the parser takes for an option)
+_FLAG = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,10}", fullmatch=True).filter(
+    lambda f: f.lower() not in ("help", "version")
+)
+_NAMES = st.lists(
+    _FLAG | st.sampled_from(sorted({*CALL_KEYWORDS, *keyword.kwlist, *keyword.softkwlist} - {"_"})),
+    min_size=1,
+    max_size=8,
+    unique_by=str.lower,
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_NAMES, st.lists(st.booleans(), min_size=8, max_size=8))
+def test_any_options_give_a_signature_whose_keywords_map_back_to_their_flags(
+    flags: list[str], takes_value: list[bool]
+) -> None:
+    lines = [
+        f"  --{flag}{' <VALUE>' if value else ''}    option {flag}"
+        for flag, value in zip(flags, takes_value, strict=False)
+    ]
+    tool = CliTool(
+        name="t", binary="/bin/true", crate="t", version="1", source_hash="0", store_path="/tmp",
+        _help="Usage: t [OPTIONS]\n\nOptions:\n" + "\n".join(lines) + "\n  -h, --help    Print help\n",
+    )  # fmt: skip
+    signature = inspect.signature(tool)  # builds: no name twice, none invalid
+    own = [p for p in signature.parameters if p not in CALL_KEYWORDS]
+    assert [o.flag for o in tool.spec.options] == [f"--{flag}" for flag in flags]
+    assert own == [o.name for o in tool.spec.options]
+    for option, value in zip(tool.spec.options, takes_value, strict=False):
+        assert option.name not in CALL_KEYWORDS and not keyword.iskeyword(option.name)
+        expected = [option.flag, "x"] if value else [option.flag]
+        assert tool.argv(**{option.name: "x" if value else True}) == expected  # the tool's own flag

@@ -25,6 +25,7 @@ FOUNDATION = {
     "runlog",
     "inventory",
     "model",
+    "untrusted",
 }
 
 

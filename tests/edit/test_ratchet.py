@@ -55,3 +55,24 @@ def test_the_ratchet_sees_deleted_emptied_and_ignored_tests(tmp_path: Path) -> N
         "emptied test `adds` (lib.rs)",
         "put #[ignore] on test `panics` (lib.rs)",
     ]
+
+
+def test_tests_of_the_same_name_in_several_modules_are_counted_not_confused(tmp_path: Path) -> None:
+    # toml 0.5 has `from_dotted_table` in five modules, two of them ignored upstream: no change is no violation
+    ignore = "    #[ignore]\n"
+    modules = "".join(
+        f"mod m{i} {{\n    #[test]\n{ignore if i in (2, 4) else ''}    fn same() {{ assert!(true); }}\n}}\n"
+        for i in range(5)
+    )
+    (tmp_path / "lib.rs").write_text(modules)
+    before = scan_tests(tmp_path)
+    assert ratchet_violations(before, before) == []
+    # a third one ignored is a violation; one of the ignored ones deleted is a deletion
+    (tmp_path / "lib.rs").write_text(
+        modules.replace("mod m0 {\n    #[test]\n", "mod m0 {\n    #[test]\n    #[ignore]\n")
+    )
+    assert ratchet_violations(before, scan_tests(tmp_path)) == ["put #[ignore] on test `same` (lib.rs)"]
+    (tmp_path / "lib.rs").write_text(
+        modules.replace("mod m4 {\n    #[test]\n    #[ignore]\n    fn same() { assert!(true); }\n}\n", "")
+    )
+    assert ratchet_violations(before, scan_tests(tmp_path)) == ["deleted test `same`"]

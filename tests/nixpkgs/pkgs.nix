@@ -40,6 +40,8 @@ let
     , buildNoDefaultFeatures ? false
     , nativeBuildInputs ? [ ]
     , buildInputs ? [ ]
+    , RUSTFLAGS ? ""
+    , RUSTDOCFLAGS ? ""
     , ...
     }@args:
     let
@@ -54,6 +56,8 @@ let
           ++ (if buildNoDefaultFeatures then [ "--no-default-features" ] else [ ])
           ++ (if buildFeatures != [ ] then [ "--features=${builtins.concatStringsSep "," buildFeatures}" ] else [ ]));
         cargoTestFlags = toString cargoTestFlags;
+        # as nixpkgs' mkDerivation: attributes it does not know become the builder's environment
+        inherit RUSTFLAGS RUSTDOCFLAGS;
         PATH = lib.makeBinPath (nativeBuildInputs ++ buildInputs) + ":" + hostPath;
         SOURCE_DATE_EPOCH = "315532800"; # 1980-01-01, as nixpkgs
       };

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import doctest
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,16 @@ from flakebot_magic.registry import ranking
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
 from flakebot_magic.registry.ranking import (
     SYNONYMS,
+    Concept,
     combine,
+    concepts,
+    coverage,
     dependency_names,
+    edits1,
+    evidence_in,
+    match_expression,
     name_key,
-    query_terms,
     reverse_dependencies,
-    stem,
 )
 from flakebot_magic.stages import search as search_stage
 
@@ -44,52 +48,96 @@ def test_doctests() -> None:
     assert doctest.testmod(search_stage).failed == 0
 
 
-# -- the stemmer ----------------------------------------------------------------------
+# -- stemming: SQLite FTS5's porter tokenizer, in the index and the query alike --------------
+
+
+@pytest.fixture
+def inflections(tmp_path: Path) -> Iterator[DirectoryRegistry]:
+    crates = [
+        crate("parsekit", description="A parser of configuration"),
+        crate("squeezer", description="Compression of byte streams"),
+        crate("paint", description="Colored terminal output"),
+        crate("viewkit", description="A viewer for logs"),
+    ]
+    opened = DirectoryRegistry(write_registry(tmp_path / "registry", crates), tmp_path / "cache")
+    yield opened
+    opened.close()
 
 
 @pytest.mark.parametrize(
-    ("words", "common"),
+    ("words", "crate_name"),
     [
-        (["parse", "parses", "parsing", "parser", "parsed"], "pars"),
-        (["compress", "compression", "compressing"], "compress"),
-        (["color", "colors", "colored"], "color"),
-        (["date", "dates"], "date"),
-        (["view", "viewer", "viewing"], "view"),
-        (["url", "urls"], "url"),
-        (["server", "servers"], "serv"),
-        (["encode", "encoding", "encoder", "encodes"], "encod"),
+        (["parse", "parses", "parsing", "parser", "parsed"], "parsekit"),
+        (["compress", "compression", "compressing"], "squeezer"),
+        (["color", "colors", "colored"], "paint"),
+        (["view", "viewer", "viewing"], "viewkit"),
     ],
 )
-def test_inflections_meet(words: list[str], common: str) -> None:
-    assert {stem(w) for w in words} == {common}
+def test_inflections_meet(inflections: DirectoryRegistry, words: list[str], crate_name: str) -> None:
+    for word in words:
+        assert [c.name for c in inflections.search(word)][:1] == [crate_name], word
 
 
-@pytest.mark.parametrize("word", ["sha256", "base64", "md5", "utf8", "is", "md", "s"])
-def test_short_words_and_words_with_digits_are_kept(word: str) -> None:
-    assert stem(word) == word
+# -- the query: concepts ------------------------------------------------------------------
 
 
-def test_different_words_stay_apart() -> None:
-    assert len({stem(w) for w in ["hash", "hex", "http", "html", "json", "yaml", "toml", "time", "text"]}) == 9
-
-
-# -- the query --------------------------------------------------------------------------
+def _vocabulary(counts: dict[str, int]) -> Callable[[Collection[str]], dict[str, int]]:
+    return lambda words: {w: counts[w] for w in words if w in counts}
 
 
 def test_synonyms_are_added_not_substituted() -> None:
-    assert query_terms("md to html") == ["md", "markdown", "html"]
-    assert query_terms("b64 encode") == ["b64", "base64", "encod"]
+    assert [c.alternatives for c in concepts("md to html")] == [("md", "markdown"), ("html",)]
+    assert [c.alternatives for c in concepts("b64 encode")] == [("b64", "base64"), ("encode",)]
 
 
 def test_two_word_synonyms() -> None:
-    assert "regex" in query_terms("match a regular expression")
-    assert "hexdump" in query_terms("show a hex dump")
-    assert "sha2" in query_terms("the SHA-256 of a file")
+    assert "regex" in concepts("match a regular expression")[1].alternatives
+    assert "hexdump" in concepts("show a hex dump")[1].alternatives
+
+
+def test_a_number_qualifies_the_word_before_it() -> None:
+    [sha] = concepts("the SHA-256 of it")
+    assert sha.alternatives == ("sha256", "sha2", "sha 256")
+    assert match_expression([sha]) == '"sha256" OR "sha2" OR NEAR("sha" "256", 2)'
+
+
+def test_words_the_registry_writes_together_are_one_concept() -> None:
+    counts = {"filename": 40, "file": 400, "name": 300, "uppercase": 5}
+    found = concepts("make a string safe to use as a file name", _vocabulary(counts))
+    assert [c.alternatives for c in found] == [("string",), ("safe",), ("filename", "file name")]
+    assert found[-1].df == 40  # weighted as the joined word
+    assert [c.word for c in concepts("upper case", _vocabulary({"uppercase": 1}))] == ["upper", "case"]
+
+
+def test_typos_are_corrected_from_the_vocabulary() -> None:
+    counts = {"markdown": 25, "hostname": 4, "blake3": 1, "percent": 2, "recent": 30, "binary": 90}
+    vocabulary = _vocabulary(counts)
+    found = concepts("markdwon hostnmae balke3 precent binray", vocabulary)
+    assert [c.alternatives for c in found] == [
+        ("markdwon", "markdown"),
+        ("hostnmae", "hostname"),
+        ("balke3", "blake3"),
+        ("precent", "percent", "recent"),  # a swap of two letters first, then the commonest
+        ("binray", "binary"),
+    ]
+    assert [c.df for c in found] == [25, 4, 1, 2, 90]  # weighted as the correction
+
+
+def test_known_words_and_their_inflections_are_not_corrected() -> None:
+    counts = {"text": 80, "tests": 120, "zstd": 5, "std": 186}
+    stems = {"texts": 80, "zstd": 5}  # what the index matches once stemmed
+    found = concepts("texts zstd", _vocabulary(counts), _vocabulary(stems))
+    assert [c.alternatives for c in found] == [("texts",), ("zstd",)]
+
+
+def test_edits_are_one_step() -> None:
+    assert {"hexyl", "hexl", "hexly", "ehxyl", "hexyk"} <= edits1("hexyl")
+    assert "hxyk" not in edits1("hexyl")
 
 
 def test_stopwords_go_unless_nothing_else_is_left() -> None:
-    assert query_terms("a tool for the json") == ["json"]
-    assert query_terms("the tool") == ["the", "tool"]
+    assert [c.word for c in concepts("a tool for the json")] == ["json"]
+    assert [c.word for c in concepts("how do I get the tool?")] == ["how", "do", "get", "the", "tool"]
 
 
 def test_synonym_table_is_small_and_lowercase() -> None:
@@ -100,6 +148,17 @@ def test_synonym_table_is_small_and_lowercase() -> None:
 def test_name_keys() -> None:
     assert name_key("prettytable-rs") == "prettytable"
     assert {"tinyhttp", "toml", "url"} <= ranking.name_keys("tiny http, a TOML and URLs")
+
+
+def test_coverage_weighs_rare_words_more() -> None:
+    found = [Concept("markdown", ("markdown",), 10), Concept("render", ("render",), 200)]
+    assert coverage([0], found, 600) > 0.5 > coverage([1], found, 600)
+    assert coverage([], found, 600) == 0.0 and coverage([0, 1], found, 600) == pytest.approx(1.0)
+
+
+def test_evidence_without_an_index() -> None:
+    texts = [("md2html", "Render Markdown as HTML", "markdown"), ("urlkit", "Parse URLs", "url")]
+    assert evidence_in("render markdown into html", texts) == [pytest.approx(1.0), 0.0]
 
 
 # -- the prior --------------------------------------------------------------------------

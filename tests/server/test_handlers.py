@@ -15,13 +15,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from jupyter_process import JupyterProcess, free_port
 
 from flakebot_magic import cli, steering
 from flakebot_magic.config import Settings
 from flakebot_magic.inventory import Inventory, ToolRecord
 from flakebot_magic.runlog import log_path
-from flakebot_magic.server.handlers import _script_json
+from flakebot_magic.server.handlers import _LIST_HEADERS, TOOL_RESPONSE_HEADERS, _script_json, forwarded_headers
 from flakebot_magic.tools import TOOL_JSON_KEYS, tool_json
 
 _ECHO_SERVER = textwrap.dedent(
@@ -225,6 +228,32 @@ def test_the_command_the_api_and_the_dashboard_give_one_json_shape(
         assert set(listed[name]) == set(shown[name]) == set(command_list[name]) == set(expected)
 
 
+_HEADER_NAMES = st.sampled_from(sorted(TOOL_RESPONSE_HEADERS)).map(
+    lambda name: "".join(c.upper() if i % 2 else c for i, c in enumerate(name))
+) | st.from_regex(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,20}", fullmatch=True)
+
+
+def _clean(value: str) -> bool:
+    return not any((ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160 for c in value)
+
+
+@examples(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(_HEADER_NAMES, st.text(max_size=20)), max_size=12))
+def test_a_tool_response_header_passes_only_when_allowlisted_and_clean(headers: list[tuple[str, str]]) -> None:
+    kept = dict((name.lower(), value) for name, value in forwarded_headers(headers))
+    assert set(kept) <= TOOL_RESPONSE_HEADERS and len(kept) == len(forwarded_headers(headers))
+    assert all(_clean(value) for value in kept.values())
+    seen: set[str] = set()
+    for name, value in headers:  # nothing lost: an allowlisted, clean header arrives (a later one of a list, too)
+        lowered = name.lower()
+        if lowered in TOOL_RESPONSE_HEADERS and _clean(value):
+            if lowered not in seen:
+                assert kept[lowered].startswith(value)
+            else:
+                assert value in kept[lowered] or lowered not in _LIST_HEADERS
+            seen.add(lowered)
+
+
 def test_the_dashboards_json_cannot_end_its_script_element() -> None:
     hostile = [{"description": "</script><script>alert(1)</script><!-- & -->"}]
     text = _script_json(hostile)
@@ -236,7 +265,8 @@ def test_proxy_forwards_to_the_tool_without_jupyters_credentials(server: Jupyter
         response = client.get("/flakebot/proxy/web/hello/there", params={"x": "1"}, headers={"X-Mine": "yes"})
         posted = client.post("/flakebot/proxy/web/submit", content=b"payload")
         root = client.get("/flakebot/proxy/web")
-    assert response.status_code == 200 and response.headers["x-tool"] == "echo"
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    assert "x-tool" not in response.headers  # not on the allowlist (tests/security/test_proxy_hostile_tool.py)
     # a tool sets no cookies on Jupyter's origin
     assert not any("tool=1" in c for c in response.headers.get_list("set-cookie"))
     echoed = response.json()

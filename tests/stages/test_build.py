@@ -303,6 +303,7 @@ def test_tests_that_do_not_compile_are_a_test_error(forked: Forked, session_regi
     with pytest.raises(TestError) as caught:
         _check(ws, session_registry)
     error = caught.value
-    assert str(error).startswith("The tests of brokentest do not compile:\nerror[E0308]")
+    assert error.upstream  # unedited: the published crate's own tests
+    assert "flakebot caused. The tests of brokentest do not compile:\nerror[E0308]" in str(error)
     assert [(d.code, d.file, d.line) for d in error.diagnostics] == [("E0308", "tests/it.rs", 3)]
     assert error.failed == []

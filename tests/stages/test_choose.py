@@ -98,8 +98,9 @@ def test_library_only_requests_stop_naming_the_right_crate(
     error = caught.value
     assert error.candidates[0].name == crate, [c.name for c in error.candidates]
     message = str(error)
-    assert f"The best match for {request_text!r} is {crate}@" in message and "a library without a binary" in message
-    assert "No crate fits as published" in message and "--model" in message
+    lines = message.splitlines()
+    assert len(lines) <= 8 and lines[0].startswith(f"No crate does {request_text!r} as published: ")
+    assert f"  {crate} " in message and "--model NAME" in lines[-1] and "--crate NAME" in lines[-1]
     assert "stdio-fixture" not in message
 
 
@@ -117,17 +118,20 @@ def test_no_fixture_binary_is_ever_chosen_and_binaries_that_fit_are(registry: Di
     requests = tomllib.loads(REQUESTS.read_text(encoding="utf-8"))["request"]
     assert len(requests) >= 30
     deployed: dict[str, str] = {}
+    refused: list[bool] = []
     for request in requests:
         candidates = search_stage.search(registry, request["text"], limit=10, prefer_bin=True)
         try:
             choice = choose_without_model(candidates, request["text"])
         except NeedsModelError as exc:
-            # the right crate is among the candidates the error lists
-            assert {c.name for c in exc.candidates[:8]} & set(request["accept"]), request["text"]
+            # how often the right crate is among the five candidates the error lists (the paraphrase
+            # evaluation, tests/registry/test_paraphrases.py, holds the targets)
+            refused.append(bool({c.name for c in exc.candidates[:5]} & set(request["accept"])))
             continue
         tools = search_stage.tools_of(choice.candidate)
         assert tools and not any(fixture_binary(t) for t in tools), (request["text"], tools)
         deployed[request["text"]] = choice.candidate.name
+    assert sum(refused) >= 0.9 * len(refused)
     # the binary crates of the set still deploy as published
     assert deployed["Render Markdown text to HTML"] == "pulldown-cmark"
     assert deployed["show a hex dump of a binary file"] == "hexyl"
@@ -135,14 +139,25 @@ def test_no_fixture_binary_is_ever_chosen_and_binaries_that_fit_are(registry: Di
     print(f"deployed as published: {len(deployed)} of {len(requests)}: {deployed}", file=sys.stderr)
 
 
-def test_a_binary_far_below_the_best_library_does_not_fit() -> None:
+def test_a_binary_whose_own_words_miss_the_request_does_not_fit_however_it_ranks() -> None:
     library = CrateCandidate("url", "2.3.1", score=19.7, parts={"relevance": 9.4})
-    binary = CrateCandidate("open", "3.0.2", score=10.7, has_bin=True, bin_names=("open",), parts={"bin": 1.75})
-    fit = search_stage.fitness([library, binary])
-    assert fit.chosen is None and "open" in fit.reason and "url" in fit.reason
-    # relevance without the binary boost: 24.5 / 1.75 = 14.0, 71% of 19.7 (>= FIT_SHARE)
-    close = CrateCandidate("urlcli", "1.0.0", score=24.5, has_bin=True, bin_names=("urlcli",), parts={"bin": 1.75})
-    assert search_stage.fitness([close, library]).chosen == close
+    binary = CrateCandidate(
+        "open", "3.0.2", score=30.0, has_bin=True, bin_names=("open",), reads="args", parts={"evidence": 0.3}
+    )
+    fit = search_stage.fitness([binary, library])
+    assert fit.chosen is None and fit.reason == (
+        "the best binary, open: its own description and binary text cover 30% of the request"
+    )
+    # one far below the library in score, whose own words cover the request, is deployed, and the choice says why
+    close = CrateCandidate(
+        "urlcli", "1.0.0", score=2.0, has_bin=True, bin_names=("urlcli",), reads="stdin", parts={"evidence": 0.9}
+    )
+    choice = choose_without_model([library, close], "parse a URL")
+    assert choice.candidate == close and choice.by == "fitness"
+    assert choice.reason == (
+        "urlcli ships the binary urlcli, and its own description and binary text cover 90% of the request "
+        "(url matches more words, but it has no binary)"
+    )
     fixture = CrateCandidate("clap", "4", score=30.0, has_bin=True, bin_names=("stdio-fixture",), parts={"bin": 1.75})
     fit = search_stage.fitness([fixture, library])
     assert fit.chosen is None and "test fixtures" in fit.reason

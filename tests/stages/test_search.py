@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tinycrates import crate
 
 from flakebot_magic.errors import ConfigError, SearchError
+from flakebot_magic.registry import ranking
 from flakebot_magic.registry.base import CrateCandidate, FetchedSource
 from flakebot_magic.registry.cratesio import CratesIoRegistry
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.search import (
     BIN_BOOST,
+    EVIDENCE,
     TERM_BOOST,
     boost_exact_terms,
+    fitness,
     open_registry,
     rank,
     search,
+    unfit,
     wants_tool,
     why,
 )
@@ -53,37 +59,58 @@ def _lib(name: str, score: float) -> CrateCandidate:
     return CrateCandidate(name, "1.0.0", score=score)
 
 
-def _bin(name: str, score: float) -> CrateCandidate:
-    return CrateCandidate(name, "1.0.0", score=score, has_bin=True, bin_names=(name,))
+def _bin(name: str, score: float, evidence: float = 1.0, reads: str = "stdin") -> CrateCandidate:
+    return CrateCandidate(
+        name, "1.0.0", score=score, has_bin=True, bin_names=(name,), reads=reads, parts={"evidence": evidence}
+    )
+
+
+_READS_STDIN = (
+    "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap(); }\n"
+)
 
 
 # -- against a real directory registry ---------------------------------------------
 
 
-def test_a_binary_with_a_lower_text_score_beats_a_library_when_a_tool_is_wanted(make_registry: MakeRegistry) -> None:
-    registry = make_registry("tinyecho", "tinylib", "brokenbin")
-    query = "shout uppercase text"
-    raw = {c.name: c.score for c in registry.search(query)}
-    assert raw["tinylib"] > raw["tinyecho"] > 0  # the library matches the words better
+def test_a_binary_whose_own_words_cover_the_request_beats_a_library_that_scores_higher(
+    make_registry: MakeRegistry,
+) -> None:
+    library = crate("shoutlib", description="Shout words: a library that shouts words, shouts them loud")
+    tool = crate("shoutcli", description="Shout words", files={"src/main.rs": _READS_STDIN})
+    registry = make_registry(library, tool)
+    query = "shout words"
+    raw = {c.name: c for c in registry.search(query)}
+    assert raw["shoutlib"].score > raw["shoutcli"].score > 0  # the library matches the words better
+    assert raw["shoutcli"].parts["evidence"] >= EVIDENCE and raw["shoutcli"].reads == "stdin"
 
     found = search(registry, query, prefer_bin=True)
-    assert [c.name for c in found] == ["tinyecho", "tinylib"]
-    assert found[0].score == pytest.approx(raw["tinyecho"] * BIN_BOOST)
-    assert found[1].score == raw["tinylib"]
+    assert [c.name for c in found] == ["shoutcli", "shoutlib"]
+    assert found[0].score == pytest.approx(raw["shoutcli"].score * BIN_BOOST)
+    assert found[1].score == raw["shoutlib"].score
+    assert [c.name for c in search(registry, query, prefer_bin=False)] == ["shoutlib", "shoutcli"]
+    fit = fitness(found)
+    assert fit.chosen is not None and fit.chosen.name == "shoutcli"
+    assert "(shoutlib matches more words, but it has no binary)" in fit.reason
 
-    assert [c.name for c in search(registry, query, prefer_bin=False)] == ["tinylib", "tinyecho"]
+
+def test_a_binary_whose_own_words_miss_the_request_is_not_preferred(make_registry: MakeRegistry) -> None:
+    registry = make_registry("tinyecho", "tinylib")
+    query = "uppercase helper library for words"
+    [echo] = [c for c in registry.search(query) if c.name == "tinyecho"]
+    assert echo.parts["evidence"] < EVIDENCE and unfit(echo)
+    assert [c.name for c in search(registry, query, prefer_bin=True)] == ["tinylib", "tinyecho"]
 
 
 def test_the_query_decides_when_prefer_bin_is_not_given(make_registry: MakeRegistry) -> None:
     registry = make_registry("tinyecho", "tinylib", "brokenbin")
-    assert [c.name for c in search(registry, "shout uppercase text")][0] == "tinylib"
-    assert [c.name for c in search(registry, "print shout uppercase text")][0] == "tinyecho"
+    assert [c.name for c in search(registry, "uppercase helper")][0] == "tinylib"
+    assert [c.name for c in search(registry, "print shout standard input")][0] == "tinyecho"
 
 
-def test_binaries_are_preferred_even_when_scores_tie_at_zero(make_registry: MakeRegistry) -> None:
-    registry = make_registry("tinyecho", "tinylib")  # two crates: every idf is clamped
-    assert all(c.score < 1e-4 for c in registry.search("shout uppercase text"))
-    assert [c.name for c in search(registry, "shout uppercase text", prefer_bin=True)][0] == "tinyecho"
+def test_binaries_are_preferred_even_when_scores_tie_at_zero() -> None:
+    tied = [_lib("lib", 0.0), _bin("tool", 0.0)]
+    assert [c.name for c in rank(tied, prefer_bin=True)] == ["tool", "lib"]
 
 
 def test_no_match_is_an_empty_list(make_registry: MakeRegistry) -> None:
@@ -100,14 +127,48 @@ def test_empty_query_is_a_search_error(make_registry: MakeRegistry, query: str) 
 # -- ranking -------------------------------------------------------------------------
 
 
-def test_rank_boosts_only_binaries() -> None:
-    ranked = rank([_lib("a", 10.0), _bin("b", 6.0), _lib("c", 5.0), _bin("d", 1.0)], prefer_bin=True)
-    assert [(c.name, c.score) for c in ranked] == [("b", 10.5), ("a", 10.0), ("c", 5.0), ("d", 1.75)]
+def test_rank_boosts_only_binaries_that_fit() -> None:
+    candidates = [_lib("a", 10.0), _bin("b", 6.0), _lib("c", 5.0), _bin("d", 1.0), _bin("e", 4.0, evidence=0.2)]
+    candidates += [_bin("f", 3.0, reads="file"), _bin("g", 2.0, reads="none")]
+    ranked = rank(candidates, prefer_bin=True)
+    assert [(c.name, c.score) for c in ranked] == [
+        ("b", 10.5),
+        ("a", 10.0),
+        ("c", 5.0),
+        ("e", 4.0),
+        ("f", 3.0),
+        ("g", 2.0),
+        ("d", 1.75),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "why_not"),
+    [
+        (_lib("lib", 1.0), "it has no binary"),
+        (_bin("filer", 1.0, reads="file"), "its binary filer reads files, not text"),
+        (_bin("demo", 1.0, reads="none"), "its binary demo reads no input"),
+        (_bin("far", 1.0, evidence=0.5), "its own description and binary text cover 50% of the request"),
+        (
+            CrateCandidate("clap", "4", has_bin=True, bin_names=("stdio-fixture",)),
+            "its only binaries are test fixtures (stdio-fixture)",
+        ),
+    ],
+)
+def test_why_a_binary_is_unfit(candidate: CrateCandidate, why_not: str) -> None:
+    assert unfit(candidate).startswith(why_not)
+    fit = fitness([candidate])
+    assert fit.chosen is None and (why_not if candidate.has_bin else "no candidate ships a binary") in fit.reason
+
+
+@pytest.mark.parametrize("reads", ["stdin", "args", ""])
+def test_a_binary_that_takes_text_and_covers_the_request_fits(reads: str) -> None:
+    assert unfit(_bin("tool", 1.0, evidence=EVIDENCE, reads=reads)) == ""
 
 
 def test_boosts_are_recorded_in_the_parts() -> None:
     lib = CrateCandidate("a", "1", score=10.0, parts={"relevance": 10.0})
-    binary = CrateCandidate("b", "1", score=6.0, has_bin=True, parts={"relevance": 6.0})
+    binary = CrateCandidate("b", "1", score=6.0, has_bin=True, bin_names=("b",), parts={"relevance": 6.0})
     ranked = rank([lib, binary], prefer_bin=True)
     assert [(c.name, c.parts) for c in ranked] == [
         ("b", {"relevance": 6.0, "bin": BIN_BOOST}),
@@ -126,8 +187,9 @@ def test_why_without_parts_gives_the_registry_score() -> None:
 def test_search_results_carry_their_parts(make_registry: MakeRegistry) -> None:
     [echo, *_] = search(make_registry("tinyecho", "tinylib"), "print echo", prefer_bin=True)
     assert echo.name == "tinyecho"
-    assert set(echo.parts) >= {"relevance", "prior", "popularity", "name", "bin"}
-    product = echo.parts["relevance"] * echo.parts["popularity"] * echo.parts["name"] * echo.parts["bin"]
+    assert set(echo.parts) >= {"relevance", "prior", "popularity", "name", "coverage", "evidence", "bin"}
+    factors = ("relevance", "popularity", "name", "bin")
+    product = math.prod(echo.parts[f] for f in factors) * echo.parts["coverage"] ** ranking.COVERAGE_POWER
     assert echo.score == pytest.approx(product)
     assert echo.to_json()["parts"] == echo.parts
 

@@ -1,0 +1,121 @@
+"""What one attempt's build says: its check runs and reverts, why it failed, what proves it green.
+
+An observer (:class:`Meter`) watches the build's events; when the build
+raises, :func:`classify` names the failure class (:data:`~.results.FAILURES`).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from ..errors import (
+    BudgetExhausted,
+    BuildError,
+    DeployError,
+    EditError,
+    FlakebotError,
+    FlakeError,
+    ForkError,
+    ModelError,
+    NeedsModelError,
+    PolicyError,
+    SearchError,
+    StageTimeout,
+    UsageError,
+)
+from ..events import Event, IterationResult, ModelUsage
+from ..usage import Usage
+from .results import AttemptResult, cut
+
+__all__ = ["Meter", "TimedOut", "classify", "failure_message", "feedback_request", "proof_of", "usage_fields"]
+
+
+class TimedOut(Exception):
+    """The task's time limit passed."""
+
+
+class Meter:
+    """An observer of one build: its check runs, the ratchet's reverts, the architect's tokens."""
+
+    def __init__(self) -> None:
+        self.iterations = 0
+        self.reverts: list[str] = []
+        self.architect = Usage()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, IterationResult):
+            self.iterations = max(self.iterations, event.iteration)
+            if event.reverted:
+                self.reverts.append(event.reason)
+        elif isinstance(event, ModelUsage) and event.final and event.role == "architect":
+            self.architect = self.architect + Usage(
+                event.prompt_tokens, event.completion_tokens, event.cached_tokens, event.calls
+            )
+
+    @property
+    def ratchet_reverts(self) -> list[str]:
+        return [r for r in self.reverts if not r.startswith("the build policy refuses")]
+
+
+def classify(exc: BaseException, meter: Meter) -> str:
+    """The failure class (:data:`~.results.FAILURES`) of a build that raised ``exc``."""
+    if isinstance(exc, TimedOut | StageTimeout):
+        return "timeout"
+    if isinstance(exc, EditError | ModelError) and meter.ratchet_reverts:
+        return "ratchet"  # the session never went green after the ratchet undid a change to the tests
+    table: list[tuple[type[BaseException] | tuple[type[BaseException], ...], str]] = [
+        ((NeedsModelError, SearchError), "no-crate"),
+        (ForkError, "fork"),
+        (PolicyError, "policy"),
+        (BudgetExhausted, "budget"),
+        (EditError, "edit-stuck"),
+        (ModelError, "model"),
+        (BuildError, "build"),
+        ((DeployError, FlakeError), "deploy"),
+        (UsageError, "bad-task"),
+        (FlakebotError, "error"),
+    ]
+    for kinds, name in table:
+        if isinstance(exc, kinds):
+            return name
+    return "harness"
+
+
+def usage_fields(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "calls": usage.calls,
+    }
+
+
+def proof_of(tool: Any) -> dict[str, Any]:
+    """What shows the attempt ended green: the green check run's commit, the store entry, the final tests."""
+    provenance = dict(getattr(tool, "provenance", {}) or {})
+    return {
+        "commit": provenance.get("commit", ""),
+        "store_hash": getattr(tool, "source_hash", ""),
+        "crate": f"{provenance.get('crate', '')}@{provenance.get('version', '')}",
+        "tests": provenance.get("tests", {}),
+        "backend": provenance.get("backend", ""),
+    }
+
+
+def failure_message(exc: BaseException, failure: str, meter: Meter) -> str:
+    text = str(exc) if isinstance(exc, FlakebotError | TimedOut) else "".join(traceback.format_exception(exc))
+    if failure == "ratchet":
+        text = "The ratchet reverted: " + "; ".join(meter.ratchet_reverts[:5]) + "\n" + text
+    return cut(text)
+
+
+def feedback_request(previous: AttemptResult) -> str:
+    """A follow-up's instructions: what the hidden checks said of the last attempt (``--feedback``)."""
+    hidden = previous.hidden
+    said = (hidden.error or hidden.output) if hidden is not None else previous.message
+    return (
+        "The tool was checked with tests you cannot see, and some of them failed:\n\n"
+        f"{cut(said, 6000)}\n\n"
+        "The tests are correct. Change the tool so that they pass, and keep what already works."
+    )

@@ -1,0 +1,267 @@
+"""The adapter for aider's polyglot Rust exercises: a checkout the user has becomes a suite of tasks.
+
+``flakebot eval --polyglot PATH/rust`` reads ``PATH/rust/exercises/practice/*``
+(or the ``practice`` directory itself, or one exercise). For each exercise:
+
+* the request is its instructions (``.docs/introduction.md``,
+  ``instructions.md``, ``instructions.append.md``), then a paragraph saying
+  that hidden tests will call the public items ``src/lib.rs`` declares;
+* the starting crate is its ``Cargo.toml`` and ``src/``, staged under
+  ``OUT/polyglot/`` with the tool contract added (``kind = "cli"`` and a
+  placeholder binary ``src/bin/<name>.rs``: flakebot deploys tools, and an
+  exercise is a library) and nothing else: not ``tests/``, ``.meta/`` (which
+  holds the reference solution) nor ``.docs/``;
+* the hidden check is its test files (``.meta/config.json``'s ``files.test``,
+  by default ``tests/*.rs``), run after the session on a copy of the final
+  workspace with ``cargo test -- --include-ignored``, as aider runs them.
+
+Nothing of an exercise is copied into this repository; the exercises stay
+where the user keeps them. :class:`ExerciseRegistry` serves the staged crates
+to the pipeline's fork stage and leaves everything else (dependencies, the
+search) to the registry it wraps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from ..errors import SearchError, UsageError
+from ..fsutil import load_toml
+from ..pipeline import tool_name
+from ..registry.base import CrateCandidate, FetchedSource, Registry
+from ..registry.directory import tree_sha256
+from .task import HiddenCheck, Suite, Task, TaskProblem
+
+__all__ = ["ExerciseRegistry", "exercise_dirs", "polyglot_suite"]
+
+_DOCS = (".docs/introduction.md", ".docs/instructions.md", ".docs/instructions.append.md")
+_ADVICE = (
+    "This crate is a programming exercise: implement it in Rust as the instructions above say. Tests you cannot "
+    "see will call the public items that src/lib.rs declares, so keep their names and signatures (and make them "
+    "work for every case the instructions describe). Use only the dependencies Cargo.toml already lists. The "
+    "crate meets the tool contract already, with a placeholder binary {bin}: keep it."
+)
+
+
+def exercise_dirs(path: Path) -> list[Path]:
+    """The exercise directories under ``path``: ``rust/``, ``rust/exercises/practice/`` or one exercise."""
+    path = Path(path).expanduser()
+    for candidate in (path / "exercises" / "practice", path / "practice", path):
+        if _is_exercise(candidate):
+            return [candidate]
+        if candidate.is_dir():
+            found = sorted(child for child in candidate.iterdir() if _is_exercise(child))
+            if found:
+                return found
+    return []
+
+
+def _is_exercise(path: Path) -> bool:
+    return path.is_dir() and (path / "Cargo.toml").is_file() and (path / ".docs" / "instructions.md").is_file()
+
+
+def polyglot_suite(path: str | Path, staging: Path) -> Suite:
+    """The exercises under ``path`` as tasks, their starting crates staged under ``staging``."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise UsageError(f"--polyglot {root}: not a directory. Give your checkout's rust/ directory.")
+    exercises = exercise_dirs(root)
+    if not exercises:
+        raise UsageError(
+            f"--polyglot {root}: no exercise found (an exercise is a directory with Cargo.toml and "
+            ".docs/instructions.md, under rust/exercises/practice/ in aider's polyglot-benchmark checkout)."
+        )
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    for exercise in exercises:
+        try:
+            tasks.append(_task(exercise, staging / "crates" / exercise.name))
+        except _Bad as exc:
+            problems.append(TaskProblem(exercise.name, exercise, str(exc)))
+    return Suite(root, tuple(tasks), tuple(problems))
+
+
+class _Bad(Exception):
+    """An exercise that cannot become a task; the message says why."""
+
+
+def _task(exercise: Path, staged: Path) -> Task:
+    try:
+        manifest = load_toml(exercise / "Cargo.toml")
+    except (OSError, ValueError) as exc:
+        raise _Bad(f"Cargo.toml cannot be read: {exc}") from None
+    package = manifest.get("package")
+    if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+        raise _Bad("Cargo.toml has no [package] name")
+    crate = package["name"]
+    config = _config(exercise)
+    tests = _files(exercise, config.get("test"), default=sorted((exercise / "tests").glob("*.rs")))
+    if not tests:
+        raise _Bad("it has no test files (.meta/config.json files.test, or tests/*.rs)")
+    instructions = "\n\n".join(
+        (exercise / doc).read_text(encoding="utf-8", errors="replace").strip()
+        for doc in _DOCS
+        if (exercise / doc).is_file()
+    )
+    binary = _stage(exercise, staged, crate)
+    # a polyglot instruction is prose: ">>>" in it must not become a flakebot acceptance example
+    request = (instructions.replace(">>>", "> >>") + "\n\n" + _ADVICE.format(bin=binary)).strip()
+    return Task(
+        id=exercise.name,
+        path=exercise,
+        name=tool_name(crate),
+        request=request,
+        hidden=HiddenCheck("cargo", tuple(tests)),
+        crate=crate,
+        source=staged,
+        origin="polyglot",
+    )
+
+
+def _config(exercise: Path) -> dict[str, Any]:
+    path = exercise / ".meta" / "config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _Bad(f".meta/config.json is not valid JSON: {exc}") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def _files(exercise: Path, listed: Any, *, default: list[Path]) -> list[Path]:
+    """The files ``listed`` (relative to the exercise, each inside it and regular), or ``default``."""
+    if not isinstance(listed, list) or not listed:
+        return default
+    found = []
+    for entry in listed:
+        path = (exercise / str(entry)).resolve()
+        if not path.is_relative_to(exercise.resolve()) or (exercise / str(entry)).is_symlink():
+            raise _Bad(f".meta/config.json names {entry!r}, which is not a file inside the exercise")
+        if not path.is_file():
+            raise _Bad(f".meta/config.json names {entry!r}, which is missing")
+        found.append(path)
+    return found
+
+
+def _stage(exercise: Path, staged: Path, crate: str) -> str:
+    """Copy the exercise's Cargo.toml and src/ to ``staged``, with the tool contract; return the binary's path."""
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    if (exercise / "src").is_dir():
+        shutil.copytree(exercise / "src", staged / "src", symlinks=False)
+    document = tomlkit.parse((exercise / "Cargo.toml").read_text(encoding="utf-8"))
+    has_main = (staged / "src" / "main.rs").is_file()
+    binary = "src/main.rs" if has_main else f"src/bin/{crate}.rs"
+    if not has_main:
+        (staged / "src" / "bin").mkdir(parents=True, exist_ok=True)
+        (staged / binary).write_text(
+            "//! A placeholder: flakebot deploys tools, and this exercise is a library (src/lib.rs).\n\n"
+            "fn main() {\n"
+            f'    println!("Usage: {crate}\\n\\nThe exercise {crate} is a library (src/lib.rs); '
+            "this command only meets flakebot's tool contract.\");\n"
+            "}\n",
+            encoding="utf-8",
+        )
+    package = document["package"]
+    metadata = package.setdefault("metadata", tomlkit.table())
+    contract = tomlkit.table()
+    contract.add("kind", "cli")
+    contract.add("bin", crate)
+    metadata["flakebot"] = contract
+    (staged / "Cargo.toml").write_text(tomlkit.dumps(document), encoding="utf-8")
+    return binary
+
+
+class ExerciseRegistry:
+    """A registry that serves staged exercise crates by name, and everything else from ``base``.
+
+    The pipeline forks an exercise from here like any crate; cargo resolves
+    the exercise's dependencies from ``base`` (its configuration, its path in
+    the sandbox), and the search is ``base``'s.
+    """
+
+    def __init__(self, base: Registry, tasks: tuple[Task, ...]) -> None:
+        self.base = base
+        self.id = base.id
+        self.offline = base.offline
+        self._crates: dict[str, tuple[Path, CrateCandidate]] = {}
+        for task in tasks:
+            if task.source is None or task.crate is None:
+                continue
+            manifest = load_toml(task.source / "Cargo.toml")
+            package = manifest.get("package", {})
+            version = str(package.get("version") or "0.1.0")
+            candidate = CrateCandidate(
+                name=task.crate,
+                version=version,
+                description=f"aider polyglot exercise {task.id}",
+                registry=f"polyglot:{task.path}",
+                checksum=None,
+            )
+            self._crates[task.crate] = (task.source, candidate)
+
+    @property
+    def path(self) -> Any:
+        """The wrapped registry's directory (what cargo resolves from, shown read-only in the sandbox)."""
+        return getattr(self.base, "path", None)
+
+    def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
+        return self.base.search(query, limit)
+
+    def get(self, name: str, version: str | None = None) -> CrateCandidate:
+        if name in self._crates:
+            return self._crates[name][1]
+        return self.base.get(name, version)
+
+    def source_dir(self, candidate: CrateCandidate) -> Path:
+        if candidate.name in self._crates:
+            return self._crates[candidate.name][0]
+        source_dir = getattr(self.base, "source_dir", None)
+        if source_dir is None:
+            raise SearchError(f"{candidate.id} has no source directory in {self.base.id}.")
+        found: Path = source_dir(candidate)
+        return found
+
+    def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        if candidate.name not in self._crates:
+            return self.base.fetch(candidate, dest)
+        source = self._crates[candidate.name][0]
+        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+        return FetchedSource(
+            path=dest,
+            checksum=tree_sha256(dest),
+            checksum_kind="tree-sha256",
+            notes=("an aider polyglot exercise, staged with the tool contract; its checksum is its tree's",),
+        )
+
+    def cargo_config(self) -> str:
+        return self.base.cargo_config()
+
+    def cargo_config_args(self) -> list[str]:
+        args = getattr(self.base, "cargo_config_args", None)
+        return list(args()) if args is not None else []
+
+    def signature(self) -> str:
+        signature = getattr(self.base, "signature", None)
+        return str(signature()) if signature is not None else ""
+
+    def can_satisfy(self, name: str, requirement: str) -> bool:
+        can_satisfy = getattr(self.base, "can_satisfy", None)
+        return bool(can_satisfy(name, requirement)) if can_satisfy is not None else True
+
+    def versions(self, name: str) -> list[str]:
+        if name in self._crates:
+            return [self._crates[name][1].version]
+        versions = getattr(self.base, "versions", None)
+        return list(versions(name)) if versions is not None else []
+
+    def recorded_checksum(self, name: str, version: str) -> str | None:
+        recorded = getattr(self.base, "recorded_checksum", None)
+        return recorded(name, version) if recorded is not None and name not in self._crates else None

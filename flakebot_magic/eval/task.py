@@ -1,0 +1,279 @@
+"""The task format: ``SUITE/TASK/task.toml``, ``test_hidden.py`` and ``solution.json``, read and checked.
+
+A suite is a directory of tasks, one directory each::
+
+    SUITE/TASK/task.toml        name = "sha"; request = '''...'''  (optional: crate, max_iterations,
+                                token_budget, timeout)
+    SUITE/TASK/test_hidden.py   pytest checks the model never sees; fixture ``tool`` is the deployed tool
+    SUITE/TASK/solution.json    optional: a script for the fake OpenAI-compatible server that solves it
+
+:func:`load_suite` reads every task it finds. A task whose files are wrong
+becomes a :class:`TaskProblem` with a message that says what to fix; it never
+raises, and the other tasks still run. ``docs/eval.md`` is the reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import UsageError
+from ..fsutil import load_toml
+
+__all__ = [
+    "HIDDEN_FILE",
+    "SOLUTION_FILE",
+    "TASK_FILE",
+    "HiddenCheck",
+    "Suite",
+    "Task",
+    "TaskProblem",
+    "load_suite",
+    "load_task",
+]
+
+TASK_FILE = "task.toml"
+HIDDEN_FILE = "test_hidden.py"
+SOLUTION_FILE = "solution.json"
+#: the keys a task.toml may hold, and whether each is required
+_KEYS = {
+    "name": True,
+    "request": True,
+    "crate": False,
+    "max_iterations": False,
+    "token_budget": False,
+    "timeout": False,
+}
+#: a task file larger than this is not a task (a test file or a script of a few MB is plenty)
+_MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HiddenCheck:
+    """The checks run against a task's result after its session; the model never sees them.
+
+    ``pytest``: ``files`` is the task's ``test_hidden.py``, run with the
+    fixture ``tool`` (the deployed tool's Python client). ``cargo``: ``files``
+    are Rust integration tests (an aider polyglot exercise's ``tests/*.rs``),
+    added to a copy of the final workspace and run with ``cargo test``.
+    """
+
+    kind: Literal["pytest", "cargo"]
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a suite, checked.
+
+    ``id`` is the task's directory name (unique in its suite); ``name`` the
+    tool's name (what ``>>>`` examples and the hidden tests call it by).
+    ``source`` is a starting crate of the task's own (a polyglot exercise),
+    forked instead of a registry's ``crate``.
+    """
+
+    id: str
+    path: Path
+    name: str
+    request: str
+    hidden: HiddenCheck
+    crate: str | None = None
+    max_iterations: int | None = None
+    token_budget: int | None = None
+    timeout: float | None = None
+    solution: Path | None = None
+    source: Path | None = None
+    #: where the task comes from: ``flakebot`` (this format) or ``polyglot`` (an aider exercise)
+    origin: str = "flakebot"
+
+    def overrides(self) -> dict[str, Any]:
+        """The build options this task sets (the command line's apply to the tasks that do not)."""
+        return {
+            key: value
+            for key, value in (("max_iterations", self.max_iterations), ("token_budget", self.token_budget))
+            if value is not None
+        }
+
+
+@dataclass(frozen=True)
+class TaskProblem:
+    """A task that cannot run as written: where it is and what to fix."""
+
+    id: str
+    path: Path
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"task": self.id, "path": str(self.path), "problem": self.message}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The tasks of a suite that can run, and the problems of those that cannot."""
+
+    path: Path
+    tasks: tuple[Task, ...]
+    problems: tuple[TaskProblem, ...] = field(default=())
+
+    def only(self, ids: tuple[str, ...] | list[str]) -> Suite:
+        """The suite with only the tasks ``ids`` (their problems too); an unknown id is a UsageError."""
+        if not ids:
+            return self
+        known = {t.id for t in self.tasks} | {p.id for p in self.problems}
+        unknown = sorted(set(ids) - known)
+        if unknown:
+            raise UsageError(
+                f"No task {', '.join(map(repr, unknown))} in {self.path}. Its tasks: {', '.join(sorted(known))}."
+            )
+        return Suite(
+            self.path,
+            tuple(t for t in self.tasks if t.id in ids),
+            tuple(p for p in self.problems if p.id in ids),
+        )
+
+
+class _Bad(Exception):
+    """A task file is wrong; the message says how."""
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Every task under ``path`` (a directory of task directories), checked; raises only when ``path`` is no suite.
+
+    Directories whose names start with ``.`` or ``_`` are skipped; a
+    directory holding a ``test_hidden.py`` or ``solution.json`` but no
+    ``task.toml`` is reported as a problem (a task with a typo in its file name).
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise UsageError(f"The suite {root} is not a directory. Give the directory that holds the task directories.")
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir() or entry.name.startswith((".", "_")):
+            continue
+        if not (entry / TASK_FILE).is_file():
+            if (entry / HIDDEN_FILE).exists() or (entry / SOLUTION_FILE).exists():
+                problems.append(TaskProblem(entry.name, entry, f"it has no {TASK_FILE} (name = ..., request = ...)"))
+            continue
+        found = load_task(entry)
+        if isinstance(found, Task):
+            tasks.append(found)
+        else:
+            problems.append(found)
+    if not tasks and not problems:
+        raise UsageError(
+            f"The suite {root} holds no task: a task is a directory with a {TASK_FILE} and a {HIDDEN_FILE} "
+            "(see docs/eval.md)."
+        )
+    return Suite(root, tuple(tasks), tuple(problems))
+
+
+def load_task(directory: Path) -> Task | TaskProblem:
+    """The task in ``directory``, or the problem that keeps it from running."""
+    try:
+        return _task(directory)
+    except _Bad as exc:
+        return TaskProblem(directory.name, directory, str(exc))
+
+
+def _task(directory: Path) -> Task:
+    data = _toml(directory / TASK_FILE)
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        raise _Bad(f"{TASK_FILE}: unknown key(s) {', '.join(unknown)}; a task has {', '.join(_KEYS)}")
+    missing = [key for key, required in _KEYS.items() if required and key not in data]
+    if missing:
+        raise _Bad(f"{TASK_FILE}: missing {', '.join(missing)}")
+    name = data["name"]
+    if not isinstance(name, str) or not name.isidentifier():
+        raise _Bad(f"{TASK_FILE}: name must be a Python identifier (the tool's name), not {name!r}")
+    request = data["request"]
+    if not isinstance(request, str) or not request.strip():
+        raise _Bad(f"{TASK_FILE}: request must be text: what the tool should do, then optional >>> examples")
+    from ..stages.accept import split_request  # the pipeline's own reading of a cell (loads the tool clients)
+
+    words, examples = split_request(request.strip())
+    if not words:
+        raise _Bad(f"{TASK_FILE}: the request has >>> examples but no words saying what the tool should do")
+    if ">>>" in request and not examples:
+        raise _Bad(
+            f"{TASK_FILE}: the request's >>> examples could not be read (doctest format: '>>> call', then output)"
+        )
+    crate = data.get("crate")
+    if crate is not None and (not isinstance(crate, str) or not crate.strip()):
+        raise _Bad(f"{TASK_FILE}: crate must be a crate's name, not {crate!r}")
+    hidden = directory / HIDDEN_FILE
+    _check_tests(hidden)
+    solution = directory / SOLUTION_FILE
+    if solution.exists():
+        _check_json(solution)
+    return Task(
+        id=directory.name,
+        path=directory,
+        name=name,
+        request=request.strip(),
+        hidden=HiddenCheck("pytest", (hidden,)),
+        crate=crate.strip() if crate else None,
+        max_iterations=_number(data, "max_iterations", int, 1),
+        token_budget=_number(data, "token_budget", int, 1),
+        timeout=_number(data, "timeout", float, 1),
+        solution=solution if solution.exists() else None,
+    )
+
+
+def _read(path: Path) -> str:
+    if path.is_symlink() or not path.is_file():
+        raise _Bad(f"{path.name} is missing (or not a regular file)")
+    if path.stat().st_size > _MAX_FILE_BYTES:
+        raise _Bad(f"{path.name} is larger than {_MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Bad(f"{path.name} cannot be read as UTF-8 text: {exc}") from None
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return load_toml(_read(path))
+    except ValueError as exc:
+        raise _Bad(f"{path.name} is not valid TOML: {exc}") from None
+
+
+def _check_tests(path: Path) -> None:
+    text = _read(path)
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise _Bad(f"{path.name} line {exc.lineno}: {exc.msg}") from None
+    tests = [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
+    ]
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name.startswith("Test")]
+    if not tests and not classes:
+        raise _Bad(f"{path.name} defines no test (a function named test_..., taking the fixture `tool`)")
+
+
+def _check_json(path: Path) -> None:
+    try:
+        data = json.loads(_read(path))
+    except ValueError as exc:
+        raise _Bad(f"{path.name} is not valid JSON: {exc}") from None
+    if not isinstance(data, Mapping | list):
+        raise _Bad(f'{path.name} must be a fake-server script: {{"responses": [...]}} or a list of replies')
+
+
+def _number(data: Mapping[str, Any], key: str, kind: type[int] | type[float], low: float) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and isinstance(value, float)):
+        raise _Bad(f"{TASK_FILE}: {key} must be {'an integer' if kind is int else 'a number'}, not {value!r}")
+    if value < low:
+        raise _Bad(f"{TASK_FILE}: {key} must be at least {low:g}, not {value!r}")
+    return kind(value)

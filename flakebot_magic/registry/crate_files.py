@@ -1,0 +1,331 @@
+"""What an unpacked crate's own files say: its manifest, its binary targets, what they read, what they say they do.
+
+Read when a directory registry builds its search index (:mod:`.directory`),
+never from untrusted code paths at run time: every read is capped, and
+symlinks are not followed.
+
+* :func:`tool_binaries`: the binary targets cargo would build that are tools
+  (test, example and benchmark helpers left out, :func:`fixture_binary`);
+* :func:`binary_input`: what those binaries read, as their sources show it:
+  standard input, files named on the command line, arguments only, or
+  nothing (a demo that prints a fixed result, or a binary that only works
+  with a feature flakebot does not enable);
+* :func:`binary_text`: what they say they do: their ``//!`` doc comments,
+  clap's ``about``, their usage line, and the README's usage section or
+  pasted ``--help`` output.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BINARY_TEXT_LIMIT",
+    "INPUTS",
+    "README_LIMIT",
+    "binary_input",
+    "binary_text",
+    "fixture_binary",
+    "read_capped",
+    "read_manifest",
+    "readme",
+    "tool_binaries",
+]
+
+README_LIMIT = 16_000
+#: how much of what a crate's binaries say is indexed
+BINARY_TEXT_LIMIT = 2_000
+#: what a binary's input can be (:func:`binary_input`), the ones a string can be handed to first
+INPUTS = ("stdin", "args", "file", "none")
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Parse a Cargo.toml into plain Python values."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import tomlkit
+
+    return tomlkit.parse(text).unwrap()
+
+
+#: words in a binary's name or path that mark a test, example or benchmark helper, never a tool
+_FIXTURE_WORDS = frozenset(
+    {"fixture", "fixtures", "test", "tests", "testing", "example", "examples", "bench", "benches"}
+)
+#: directories whose binaries are helpers of the crate's own tests
+_FIXTURE_DIRS = ("tests/", "examples/", "benches/", "fixtures/", "test/")
+#: features that only development needs: a binary requiring one is a helper (``criterion``: benchmarks)
+_DEV_FEATURES = re.compile(r"test|bench|fixture|criterion|example|dev\b|internal|unstable", re.I)
+
+
+def fixture_binary(name: str, path: str = "", required_features: tuple[str, ...] = ()) -> str:
+    """Why a binary target is a test, example or benchmark helper rather than a tool ("" when it is a tool).
+
+    Told apart by its name's words (``stdio-fixture``, ``gen_hash_test``,
+    ``*-do-not-use``), its path (under ``tests/``, ``examples/``,
+    ``benches/``) or features it requires that only development needs.
+
+    Examples
+    --------
+    >>> fixture_binary("stdio-fixture")
+    "its name says it is a test fixture ('stdio-fixture')"
+    >>> fixture_binary("hexyl", "src/main.rs")
+    ''
+    """
+    words = set(re.split(r"[-_.\s]+", name.lower()))
+    if words & _FIXTURE_WORDS or "do-not-use" in name.lower():
+        return f"its name says it is a test fixture ({name!r})"
+    clean = path.replace("\\", "/").lstrip("./")
+    if clean.startswith(_FIXTURE_DIRS) or any(f"/{d}" in clean for d in _FIXTURE_DIRS):
+        return f"it lives under {clean.split('/')[0]}/ ({clean})"
+    if any(_DEV_FEATURES.search(f) for f in required_features):
+        return f"it needs the development-only feature(s) {', '.join(required_features)}"
+    return ""
+
+
+def _default_bin_path(crate_dir: Path, name: str) -> str:
+    """Where cargo looks for a ``[[bin]]`` that gives no ``path``."""
+    for path in (f"src/bin/{name}.rs", f"src/bin/{name}/main.rs"):
+        if (crate_dir / path).is_file():
+            return path
+    return "src/main.rs"
+
+
+def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The binary targets cargo would build: name, path and required features of each."""
+    package = manifest.get("package", {})
+    targets: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    for b in manifest.get("bin", []):
+        if isinstance(b, dict) and isinstance(b.get("name"), str):
+            features = b.get("required-features") or b.get("required_features") or []
+            given = b.get("path")
+            path = given if isinstance(given, str) else _default_bin_path(crate_dir, b["name"])
+            targets.setdefault(b["name"], (b["name"], path, tuple(str(f) for f in features if isinstance(f, str))))
+    if package.get("autobins", True) is not False:
+        if (crate_dir / "src" / "main.rs").is_file():
+            name = package.get("name", crate_dir.name)
+            targets.setdefault(name, (name, "src/main.rs", ()))
+        bin_dir = crate_dir / "src" / "bin"
+        if bin_dir.is_dir():
+            for entry in sorted(bin_dir.iterdir()):
+                if entry.suffix == ".rs":
+                    targets.setdefault(entry.stem, (entry.stem, f"src/bin/{entry.name}", ()))
+                elif (entry / "main.rs").is_file():
+                    targets.setdefault(entry.name, (entry.name, f"src/bin/{entry.name}/main.rs", ()))
+    return list(targets.values())
+
+
+#: how much of a crate's sources one scan reads
+_SCAN_LIMIT = 512 * 1024
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """The first ``limit`` bytes of a regular file, never through a symlink; ``b""`` when there is none."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return b""
+        with path.open("rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
+
+
+def _test_sources(crate_dir: Path) -> bytes:
+    """The crate's own test code (``tests/``, ``src/**/test.rs`` and ``tests.rs``), capped."""
+    paths = sorted((crate_dir / "tests").rglob("*.rs")) if (crate_dir / "tests").is_dir() else []
+    paths += [p for p in sorted((crate_dir / "src").rglob("*.rs")) if p.name in ("test.rs", "tests.rs")]
+    text, budget = [], _SCAN_LIMIT
+    for path in paths:
+        if budget <= 0:
+            break
+        text.append(read_capped(path, budget))
+        budget -= len(text[-1])
+    return b"\n".join(text)
+
+
+#: a binary this small that the crate's tests run by name is a test helper, not a tool
+_HELPER_BYTES = 4096
+
+
+def _helper(source: Path, name: str, tests: bytes) -> bool:
+    try:
+        small = source.is_file() and source.stat().st_size < _HELPER_BYTES
+    except OSError:
+        small = False
+    return small and f'"{name}"'.encode() in tests
+
+
+def _tool_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    package = manifest.get("package", {})
+    targets = [t for t in _bin_targets(crate_dir, manifest) if not fixture_binary(*t)]
+    crate = str(package.get("name", crate_dir.name))
+    lib = (crate_dir / "src" / "lib.rs").is_file() or isinstance(manifest.get("lib"), dict)
+    if lib and any(name != crate for name, _, _ in targets):
+        tests = _test_sources(crate_dir)
+        targets = [t for t in targets if t[0] == crate or not _helper(crate_dir / t[1], t[0], tests)]
+    return targets
+
+
+def tool_binaries(crate_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """The binary targets cargo would build for this manifest that are tools (test fixtures left out).
+
+    Besides :func:`fixture_binary`'s signs, a library's binary that is not
+    named after the crate, whose source is small and that the crate's own
+    tests run by name (duct's ``cat``, ``x_to_y``) is a test helper.
+    """
+    return [name for name, _, _ in _tool_targets(crate_dir, manifest)]
+
+
+def _tool_sources(crate_dir: Path, manifest: dict[str, Any]) -> list[bytes]:
+    """The sources of the tool binaries (``src/main.rs``, ``src/bin/``, ``[[bin]]`` paths and their modules), capped."""
+    fixtures = {crate_dir / p for n, p, f in _bin_targets(crate_dir, manifest) if fixture_binary(n, p, f)}
+    paths = [crate_dir / p for _, p, _ in _tool_targets(crate_dir, manifest)]
+    if any(p.is_relative_to(crate_dir / "src" / "bin") for p in paths):  # their modules sit beside them
+        paths += [p for p in sorted((crate_dir / "src" / "bin").rglob("*.rs")) if p not in fixtures and p not in paths]
+    sources, budget = [], _SCAN_LIMIT
+    for path in paths:
+        if budget <= 0:
+            break
+        sources.append(read_capped(path, budget))
+        budget -= len(sources[-1])
+    return sources
+
+
+_STDIN = re.compile(rb"\bstdin\b")
+_FILES = re.compile(rb"\bFile::open\b|\bfs::read(?:_to_string)?\b|\bOpenOptions\b|\bPath(?:Buf)?::(?:new|from)\b")
+_ARGS = re.compile(rb"\benv::args(?:_os)?\b|\bclap\b|\bstructopt\b|\bgetopts\b|\bargh\b|\bpico_args\b|\blexopt\b")
+#: a ``main`` that exists only without a feature: the real one needs that feature
+_FEATURE_GATED_MAIN = re.compile(rb'#\[cfg\(not\(feature\s*=\s*"([^"]+)"\)\)\]\s*(?:pub\s+)?fn\s+main\b')
+
+
+def binary_input(crate_dir: Path, manifest: dict[str, Any]) -> str:
+    """What the crate's tool binaries read, as a static look at their sources shows (one of :data:`INPUTS`).
+
+    ``stdin``: a source mentions standard input (a string can be piped in);
+    ``file``: they open paths and never standard input (a string is no file:
+    the markdown crate's debug binary); ``args``: they read only their
+    command line (``qrencode TEXT``); ``none``: they read nothing (a demo
+    printing a fixed table), or their ``main`` without a feature that is not
+    a default one only says the binary needs it. ``""``: no tool binary.
+    """
+    sources = _tool_sources(crate_dir, manifest)
+    if not sources:
+        return ""
+    text = b"\n".join(sources)
+    defaults = set((manifest.get("features") or {}).get("default") or [])
+    if any(m.decode() not in defaults for m in _FEATURE_GATED_MAIN.findall(text)):
+        return "none"
+    if _STDIN.search(text):
+        return "stdin"
+    if _FILES.search(text):
+        return "file"
+    if _ARGS.search(text):
+        return "args"
+    return "none"
+
+
+def readme(crate_dir: Path, package: dict[str, Any]) -> str:
+    """The crate's README (the manifest's ``readme``, else a usual name), capped at :data:`README_LIMIT`."""
+    given = package.get("readme")
+    names = [given] if isinstance(given, str) else []
+    names += ["README.md", "README", "readme.md", "README.rst", "README.txt"]
+    for name in names:
+        path = crate_dir / name
+        if path.is_file() and not path.is_symlink():
+            return read_capped(path, README_LIMIT * 4).decode("utf-8", "replace")[:README_LIMIT]
+    return ""
+
+
+_DOC_COMMENT = re.compile(r"^[ \t]*//![ \t]?(.*)$", re.M)
+_STRING = r'r(#*)"(.*?)"\1|"((?:[^"\\]|\\.)*)"'
+_LITERAL = re.compile(_STRING, re.S)
+#: clap's and structopt's ``about`` and ``long_about``, as a method or an attribute
+_ABOUT = re.compile(r"\b(?:long_)?about\s*(?:\(\s*|=\s*)(?:" + _STRING + ")", re.S)
+_USAGE = re.compile(r"\busage\b", re.I)
+_PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
+#: how far after a usage line a literal may start and still be its text
+_NEAR_USAGE = 200
+_ESCAPE = re.compile(r"\\\n\s*|\\[nrt]|\\(.)")
+#: a README heading over a section about running the binary
+_USAGE_HEADING = re.compile(r"^(#{1,6})[ \t]+[^\n]*\b(usage|command[- ]line|cli|how to use|running)\b", re.I | re.M)
+#: the options part of a pasted ``--help`` output
+_OPTIONS_HEADER = re.compile(r"^\s*(usage|flags|options|arguments|args|commands|subcommands)\s*:", re.I | re.M)
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+#: how much of one README passage is taken
+_PASSAGE = 400
+
+
+def _first_paragraph(lines: list[str]) -> list[str]:
+    """The lines up to the first empty one: what a doc comment says first is what the binary is."""
+    first: list[str] = []
+    for line in lines:
+        if not line.strip():
+            if first:
+                break
+            continue
+        first.append(line)
+    return first
+
+
+def _unescape(literal: str) -> str:
+    return " ".join(_ESCAPE.sub(lambda m: m.group(1) or " ", literal).split())
+
+
+def _readme_usage(text: str) -> list[str]:
+    """What the README says about running the tool: the prose of pasted ``--help`` outputs (before their
+    options), and the first paragraph of sections headed "Usage", "Command line" and the like."""
+    found = []
+    for block in _FENCE.findall(text):
+        header = _OPTIONS_HEADER.search(block)
+        if header:
+            found.append(block[: header.start()][:_PASSAGE])
+    prose = _FENCE.sub("", text)
+    for heading in _USAGE_HEADING.finditer(prose):
+        paragraph = prose[heading.end() :].strip().split("\n\n", 1)[0]
+        if not paragraph.lstrip().startswith("#"):
+            found.append(paragraph[:_PASSAGE])
+    return found
+
+
+def binary_text(crate_dir: Path, manifest: dict[str, Any]) -> str:
+    """What the crate's tool binaries say they do, for the index (empty for a crate without one).
+
+    Their names; the first paragraph of their ``//!`` doc comments; the
+    ``about`` and ``long_about`` they give clap or structopt; the string literals that
+    carry a usage line ("Usage: {} [options] ... Reads markdown from standard
+    input and emits HTML."); and the README's sections on running the tool
+    and the prose of ``--help`` output pasted into it. Not every help string:
+    a big tool's option list mentions every word and says nothing of what it
+    is for. Capped at :data:`BINARY_TEXT_LIMIT` characters.
+    """
+    targets = _tool_targets(crate_dir, manifest)
+    if not targets:
+        return ""
+    parts = [" ".join(name for name, _, _ in targets)]
+    for source in _tool_sources(crate_dir, manifest):
+        code = source.decode("utf-8", "replace")
+        parts.append(" ".join(_first_paragraph(_DOC_COMMENT.findall(code))))
+        parts += [_unescape(raw_body or plain) for _, raw_body, plain in _ABOUT.findall(code)]
+        usage_end = -1
+        for literal in _LITERAL.finditer(code):
+            text = _unescape(literal.group(2) or literal.group(3) or "")
+            if _USAGE.search(text):
+                parts.append(text)
+                usage_end = literal.end()
+            elif 0 <= literal.start() - usage_end <= _NEAR_USAGE and len(_PROSE_WORD.findall(text)) >= 3:
+                parts.append(text)  # the text a usage format string is given ("Usage: {}\n\n{}", program, TEXT)
+    parts += _readme_usage(readme(crate_dir, manifest.get("package", {})))
+    kept: list[str] = []
+    total = 0
+    for part in parts:
+        part = " ".join(part.split())[:_PASSAGE]
+        if part and total < BINARY_TEXT_LIMIT:
+            kept.append(part[: BINARY_TEXT_LIMIT - total])
+            total += len(kept[-1]) + 1
+    return "\n".join(kept)

@@ -1,0 +1,136 @@
+"""The paraphrase evaluation of search and fitness (``tests/search_paraphrases.toml``), for the tests and ``make bench``.
+
+For every paraphrase of a request it records where the accepted crates rank
+(top-1, top-3, top-10 of :func:`~flakebot_magic.stages.search.search`) and
+what the pipeline would decide without a model
+(:func:`~flakebot_magic.stages.choose.choose_without_model`), judged as:
+
+* ``deploy``: the deployed crate's binary is one of the request's ``tools``;
+* ``refuse``: an honest :class:`~flakebot_magic.errors.NeedsModelError`, with an
+  accepted crate among the first five it lists;
+* ``miss``: a NeedsModelError that lists no accepted crate in its first five;
+* ``wrong``: any other deploy (a binary that does not do what was asked).
+
+The two halves (``tune`` and ``held-out``) are reported apart; the split is by
+request, fixed when the data was written.
+
+Examples
+--------
+>>> summarize([]) == {}
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import NeedsModelError
+from ..fsutil import load_toml
+from ..registry.base import CrateCandidate, Registry
+from ..stages import search as search_stage
+from ..stages.choose import choose_without_model
+
+__all__ = ["PARAPHRASES", "VERDICTS", "Case", "Outcome", "evaluate", "judge", "load_cases", "summarize"]
+
+#: the data file in a source checkout
+PARAPHRASES = Path(__file__).resolve().parents[2] / "tests" / "search_paraphrases.toml"
+#: the fitness verdicts, best first
+VERDICTS = ("deploy", "refuse", "miss", "wrong")
+#: how many of a NeedsModelError's candidates count as "named" by it
+NAMED = 5
+
+
+@dataclass(frozen=True)
+class Case:
+    """One paraphrase of one request, and what answers it."""
+
+    request: str
+    text: str
+    kind: str
+    split: str
+    accept: tuple[str, ...]
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where the accepted crates ranked for one case, and the fitness decision on it."""
+
+    case: Case
+    ranked: tuple[str, ...]
+    verdict: str
+    decided: str  # the deployed crate, or the first candidates the refusal named
+
+    def top(self, k: int) -> bool:
+        return bool(set(self.ranked[:k]) & set(self.case.accept))
+
+
+def load_cases(path: Path = PARAPHRASES) -> list[Case]:
+    """Every paraphrase in ``path`` as a :class:`Case`, in file order."""
+    cases = []
+    for request in load_toml(path)["request"]:
+        for paraphrase in request["paraphrases"]:
+            cases.append(
+                Case(
+                    request=request["id"],
+                    text=paraphrase["text"],
+                    kind=paraphrase["kind"],
+                    split=request["split"],
+                    accept=tuple(request["accept"]),
+                    tools=tuple(request["tools"]),
+                )
+            )
+    return cases
+
+
+def judge(case: Case, candidates: list[CrateCandidate]) -> tuple[str, str]:
+    """``(verdict, what was decided)`` for the pipeline's choice without a model among ``candidates``."""
+    try:
+        choice = choose_without_model(candidates, case.text)
+    except NeedsModelError as refused:
+        named = [c.name for c in refused.candidates[:NAMED]]
+        return ("refuse" if set(named) & set(case.accept) else "miss"), ", ".join(named)
+    name = choice.candidate.name
+    return ("deploy" if name in case.tools else "wrong"), name
+
+
+def evaluate(
+    registry: Registry,
+    cases: Iterable[Case],
+    *,
+    search: Callable[[Registry, str], list[CrateCandidate]] | None = None,
+) -> list[Outcome]:
+    """Search each case as the pipeline does without a model (binaries preferred), then judge its choice.
+
+    ``search`` replaces :func:`~flakebot_magic.stages.search.search` (a
+    ranker being measured); it returns the ten best candidates.
+    """
+    outcomes = []
+    for case in cases:
+        if search is None:
+            found = search_stage.search(registry, case.text, limit=10, prefer_bin=True)
+        else:
+            found = search(registry, case.text)
+        verdict, decided = judge(case, found) if found else ("miss", "")
+        outcomes.append(Outcome(case, tuple(c.name for c in found), verdict, decided))
+    return outcomes
+
+
+def summarize(outcomes: Iterable[Outcome]) -> dict[str, dict[str, Any]]:
+    """Per half: cases, top-1/3/10 accuracy, and how many of each verdict."""
+    halves: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        halves.setdefault(outcome.case.split, []).append(outcome)
+    summary: dict[str, dict[str, Any]] = {}
+    for split, chosen in halves.items():
+        n = len(chosen)
+        summary[split] = {
+            "n": n,
+            "requests": len({o.case.request for o in chosen}),
+            **{f"top{k}": sum(o.top(k) for o in chosen) / n for k in (1, 3, 10)},
+            **{verdict: sum(o.verdict == verdict for o in chosen) for verdict in VERDICTS},
+        }
+    return summary

@@ -1,0 +1,179 @@
+"""Text flakebot did not write, made safe to show: the one rule for terminals, logs, the widget and the dashboard.
+
+Build and test output, crate metadata and READMEs, a tool's help, logs and
+error text, and every message that quotes them reach a person through a
+terminal, a log file, a notebook or a web page. Any of them may carry what a
+terminal or a browser obeys instead of showing: escape sequences (a title
+change, a cleared screen, an OSC 52 clipboard write, an OSC 8 link), control
+characters (a backspace or carriage return that overwrites what was printed),
+bidirectional overrides that reorder text (Trojan Source). :func:`safe_text`
+takes all of that out and keeps the text:
+
+* an escape sequence (ECMA-48: CSI, OSC, DCS, SOS, PM, APC, and the two- and
+  three-character ``ESC`` forms; their 8-bit C1 introducers too) is removed
+  whole: it is an instruction, not text;
+* every other forbidden character becomes U+FFFD ``�``, so an attempt stays
+  visible: C0 controls but tab and newline, DEL, C1 controls (U+0080 to
+  U+009F), the bidirectional controls (U+202A to U+202E, U+2066 to U+2069,
+  and the marks U+200E, U+200F, U+061C), and lone surrogates (which would
+  leave Python as raw bytes, or a traceback);
+* a carriage return (alone or before a newline) and the Unicode line and
+  paragraph separators become a newline: what a ``\\r`` would overwrite is
+  shown on a line of its own;
+* everything else (all printable text of every script, emoji and their
+  joiners, tab, newline) is kept as it is, in order.
+
+Where it applies: at the places untrusted text enters (a process's output
+lines as :class:`~flakebot_magic.events.LogLine` events, every event's text,
+every :class:`~flakebot_magic.errors.FlakebotError` message, crate metadata
+as a registry hands it over, a tool's help, descriptions and kept logs) and,
+as the last step, at each door (printed progress, the command's answers, run
+logs, the widget's and the dashboard's HTML via :func:`safe_html`, the REST
+API via :func:`safe_data`). What a deployed tool *returns* to its caller is
+data and stays byte for byte as the tool wrote it: only what flakebot itself
+prints, shows or logs goes through here.
+
+>>> safe_text("ok\\x1b]52;c;ZXZpbA==\\x07 \\x1b[2Jdone\\x07\\rover\\u202e")
+'ok done�\\nover�'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "REPLACEMENT",
+    "is_safe",
+    "make_fields_safe",
+    "safe_data",
+    "safe_html",
+    "safe_line",
+    "safe_text",
+    "strip_sequences",
+]
+
+#: what a forbidden character outside an escape sequence becomes
+REPLACEMENT = "\ufffd"
+
+#: characters no output of :func:`safe_text` contains (a regular expression character class)
+_FORBIDDEN = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 but tab and newline, DEL, C1
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidirectional marks, embeddings, overrides, isolates
+    "\u2028\u2029"  # line and paragraph separators
+    "\ud800-\udfff"  # lone surrogates (surrogateescape'd bytes)
+)
+#: an ECMA-48 control string (OSC, DCS, SOS, PM, APC), 7- or 8-bit, ended by ST or BEL, on one line
+_STRING = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)"
+#: a control sequence: CSI, parameters, intermediates, final byte
+_CSI = r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
+#: ESC with intermediates and a final (nF: character sets, ``ESC # 8``), or ESC and one final
+#: (Fp, Fe, Fs: ``ESC c`` resets the terminal, ``ESC 7`` saves the cursor); not the introducers
+#: of the two forms above, which are sequences only when complete
+_ESC = r"\x1b[\x20-\x2f]+[\x30-\x7e]|\x1b[\x30-\x4f\x51-\x57\x59-\x5a\x5c\x60-\x7e]"
+_SEQUENCE = re.compile(f"{_STRING}|{_CSI}|{_ESC}")
+_UNSAFE = re.compile(f"{_STRING}|{_CSI}|{_ESC}|\r\n?|[{_FORBIDDEN}]")
+_ANY_UNSAFE = re.compile(f"[\r{_FORBIDDEN}]")
+_NEWLINES = {"\r", "\r\n", "\u2028", "\u2029"}
+
+
+def _replace(match: re.Match[str]) -> str:
+    found = match.group()
+    if found in _NEWLINES:
+        return "\n"
+    if len(found) == 1:  # a forbidden character, a lone ESC among them
+        return REPLACEMENT
+    return ""  # a whole escape sequence
+
+
+def safe_text(text: str) -> str:
+    """``text`` with escape sequences removed and other control characters made visible; tab and newline kept.
+
+    The module docstring has the rule. Idempotent; never longer than ``text``.
+
+    >>> safe_text("\\x1b[31mred\\x1b[0m\\tok\\r\\n")
+    'red\\tok\\n'
+    >>> safe_text("a\\bb \\u202eevil")
+    'a�b �evil'
+    """
+    if _ANY_UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_replace, text)
+
+
+def safe_line(text: str) -> str:
+    """:func:`safe_text` on one line: newlines and tabs become spaces (a cell of a table, a title).
+
+    A crate description with a newline cannot fake a row of ``flakebot search``.
+
+    >>> safe_line("fast\\n  99.00  trusted 1.0\\tbin")
+    'fast   99.00  trusted 1.0 bin'
+    """
+    return safe_text(text).replace("\n", " ").replace("\t", " ")
+
+
+def safe_html(text: str) -> str:
+    """:func:`safe_text`, then HTML-escaped (quotes too): for an element's text or an attribute's value.
+
+    >>> safe_html("<b onmouseover='x'>\\u202e")
+    '&lt;b onmouseover=&#x27;x&#x27;&gt;�'
+    """
+    return html.escape(safe_text(text))
+
+
+def safe_data(value: Any) -> Any:
+    """JSON-like ``value`` with :func:`safe_text` applied to every string in it, keys included.
+
+    >>> safe_data({"description": "x\\x1b]0;t\\x07", "n": [1, "\\u202e"]})
+    {'description': 'x', 'n': [1, '�']}
+    """
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, Mapping):
+        return {safe_data(k): safe_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [safe_data(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(safe_data(v) for v in value)
+    return value
+
+
+def make_fields_safe(instance: Any, *, lines: Iterable[str] = ()) -> None:
+    """Apply :func:`safe_text` to every ``str`` field of a dataclass ``instance`` (frozen or not), in place.
+
+    A tuple of strings is made safe item by item; the fields named in
+    ``lines`` get :func:`safe_line`. Call it from ``__post_init__``: every
+    instance is then safe from the moment it exists, whoever made it.
+    """
+    one_line = set(lines)
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        clean = safe_line if field.name in one_line else safe_text
+        if isinstance(value, str):
+            made: Any = clean(value)
+        elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
+            made = tuple(clean(item) for item in value)
+        else:
+            continue
+        if made != value:
+            object.__setattr__(instance, field.name, made)
+
+
+def strip_sequences(text: str) -> str:
+    """``text`` without its escape sequences, and nothing else changed (a CLI tool's result without colours).
+
+    This cleans data rather than making it safe to show (controls outside a
+    sequence stay); :func:`safe_text` is for showing.
+
+    >>> strip_sequences("\\x1b[38;5;242m00000000\\x1b[0m ok\\x9b1m")
+    '00000000 ok'
+    """
+    return _SEQUENCE.sub("", text)
+
+
+def is_safe(text: str) -> bool:
+    """Whether ``text`` holds nothing :func:`safe_text` would change but tabs and newlines (and U+FFFD)."""
+    return _ANY_UNSAFE.search(text) is None

@@ -1,0 +1,123 @@
+"""The paraphrase evaluation of search and fitness (tests/search_paraphrases.toml) on Debian's registry.
+
+The data was committed before any tuning for issue 20 and split by request;
+the held-out half is checked against the digest it had then. The accuracy
+asserted here is what the held-out half measured (``make bench`` reports both
+halves); the issue's targets that are not reached yet are the strict
+``xfail`` tests below, so that reaching one shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from flakebot_magic.config import DEBIAN_REGISTRY
+from flakebot_magic.fsutil import load_toml
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.stages import search as search_stage
+from flakebot_magic.testing.search_eval import PARAPHRASES, VERDICTS, Case, Outcome, evaluate, load_cases, summarize
+
+#: sha256 of the held-out half as committed before tuning (9a1dfc9): it is never edited
+HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983766"
+#: what the held-out half measured when issue 20 landed (120 paraphrases of 30 requests): top-3 0.85,
+#: top-10 0.875, one wrong deploy
+HELD_OUT_TOP3 = 0.85
+HELD_OUT_TOP10 = 0.875
+HELD_OUT_WRONG = 1
+#: the issue's targets
+TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
+
+needs_debian = pytest.mark.skipif(
+    not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
+)
+
+
+def _requests() -> list[dict[str, Any]]:
+    requests: list[dict[str, Any]] = load_toml(PARAPHRASES)["request"]
+    return requests
+
+
+def test_the_held_out_half_is_as_committed_before_tuning() -> None:
+    held_out = [r for r in _requests() if r["split"] == "held-out"]
+    assert hashlib.sha256(json.dumps(held_out, sort_keys=True).encode()).hexdigest() == HELD_OUT_DIGEST
+
+
+def test_every_request_has_four_kinds_of_paraphrase_in_its_own_half() -> None:
+    requests = _requests()
+    assert len({r["id"] for r in requests}) == len(requests) >= 60
+    texts = [p["text"] for r in requests for p in r["paraphrases"]]
+    assert len(set(texts)) == len(texts)
+    for request in requests:
+        kinds = [p["kind"] for p in request["paraphrases"]]
+        assert {"words", "order", "question", "typo"} <= set(kinds), request["id"]
+        assert set(kinds) <= {"words", "order", "question", "typo", "issue"}
+        assert request["split"] in ("tune", "held-out")
+        assert set(request["tools"]) <= set(request["accept"])
+    # a case carries its request's half: the split is by request, never by paraphrase
+    halves: dict[str, set[str]] = {}
+    for case in load_cases():
+        halves.setdefault(case.request, set()).add(case.split)
+    assert all(len(h) == 1 for h in halves.values())
+    assert len([r for r in requests if r["split"] == "held-out"]) >= 30
+
+
+def test_the_issues_requests_are_in_the_tuning_half() -> None:
+    quoted = [(r["split"], p["text"]) for r in _requests() for p in r["paraphrases"] if p["kind"] == "issue"]
+    assert {text for _, text in quoted} == {
+        "Turn Markdown into HTML.",
+        "convert a TOML file to JSON",
+        "make a string safe to use as a file name",
+        "make the text upper case",
+        "encode text as a QR code",
+    }
+    assert {split for split, _ in quoted} == {"tune"}
+
+
+@needs_debian
+def test_every_accepted_crate_is_in_the_registry_and_every_tool_has_a_binary(debian: DirectoryRegistry) -> None:
+    for request in _requests():
+        for name in request["accept"]:
+            found = debian.get(name)
+            assert name not in request["tools"] or search_stage.tools_of(found), name
+
+
+def test_the_judge() -> None:
+    case = Case("md", "Turn Markdown into HTML.", "issue", "tune", ("pulldown-cmark", "markdown"), ("pulldown-cmark",))
+    outcome = Outcome(case, ("markdown", "x", "pulldown-cmark"), "wrong", "markdown")
+    assert outcome.top(1) and outcome.top(3)
+    summary = summarize([outcome, Outcome(case, ("x",) * 10, "refuse", "")])["tune"]
+    assert summary["n"] == 2 and summary["top1"] == summary["top10"] == 0.5
+    assert [summary[v] for v in VERDICTS] == [0, 1, 0, 1]
+
+
+@pytest.fixture(scope="module")
+def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
+    opened = DirectoryRegistry(DEBIAN_REGISTRY, tmp_path_factory.mktemp("cache"))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="module")
+def held_out(debian: DirectoryRegistry) -> dict[str, Any]:
+    return summarize(evaluate(debian, [c for c in load_cases() if c.split == "held-out"]))["held-out"]
+
+
+@needs_debian
+def test_held_out_accuracy_and_fitness(held_out: dict[str, Any]) -> None:
+    assert held_out["n"] >= 120
+    assert held_out["top3"] >= HELD_OUT_TOP3
+    assert held_out["top10"] >= HELD_OUT_TOP10
+    assert held_out["wrong"] <= HELD_OUT_WRONG
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's held-out targets are not reached yet: see README, search accuracy")
+def test_held_out_targets(held_out: dict[str, Any]) -> None:
+    assert held_out["top3"] >= TARGET_TOP3
+    assert held_out["top10"] >= TARGET_TOP10
+    assert held_out["wrong"] <= TARGET_WRONG
