@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,29 @@ def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (workspace / "target" / "debug" / "escaper").is_file()
+
+
+def test_two_threads_releasing_the_same_cgroups_at_once_both_finish(tmp_path: Path) -> None:
+    """The build and the test beside it release one sandbox's cgroups together: neither may fail for it."""
+    from flakebot_magic.sandbox_limits import remove_cgroups
+
+    for _ in range(50):
+        cgroups = [tmp_path / f"gone-{i}" for i in range(50)]  # already removed: each is dropped from the list
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def release(
+            cgroups: list[Path] = cgroups, start: threading.Barrier = start, errors: list[BaseException] = errors
+        ) -> None:
+            start.wait()
+            try:
+                remove_cgroups(cgroups)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=release) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [] and cgroups == []
