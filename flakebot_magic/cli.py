@@ -1,4 +1,11 @@
-"""The ``flakebot`` command: build, search, list, show, steer, cargo, clean, export, eval; ``--json`` for scripts and agents.
+"""The ``flakebot`` command: build, search, list, show, steer, cargo, clean, doctor, export, eval.
+
+``--json`` everywhere, for scripts and agents.
+
+Every command but ``clean`` and ``doctor`` (which do it their own way) starts
+with :func:`~flakebot_magic.doctor.prepare`: what an interrupted build left is
+finished or undone, a registry that cannot be trusted is rebuilt, and what
+was done is said on stderr.
 
 What it prints to a terminal goes through :func:`_say` (text made safe by
 :mod:`flakebot_magic.untrusted`) or :func:`_say_json` (every string in the
@@ -92,7 +99,16 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("name", nargs="?", help="The tool's name.")
     stop.add_argument("--all", action="store_true", help="Stop every running tool.")
 
-    clean_ = sub.add_parser("clean", parents=[common], help="Remove unused store entries and workspaces.")
+    sub.add_parser(
+        "doctor",
+        parents=[common],
+        help="Check the tool registry and the tools on disk; rebuild the registry from disk when it is damaged.",
+    )
+    clean_ = sub.add_parser(
+        "clean",
+        parents=[common],
+        help="Remove unused store entries and workspaces (it stops short when the registry cannot be trusted).",
+    )
     clean_.add_argument(
         "--all",
         action="store_true",
@@ -166,6 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "eval":  # its attempts each build in a cache of their own, under --out
         return eval_command.run(args)
     settings = _settings(args)
+    if args.command not in ("build", "clean", "doctor"):  # a build prepares in the pipeline
+        from .doctor import prepare
+
+        for note in prepare(settings):
+            _say(f"flakebot: {note}", sys.stderr)
     if args.command == "mcp":
         return agent_command.run(args, settings)
     # the pipeline and the tool clients are imported by the subcommands that use them:
@@ -184,11 +205,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             _say(tool.usage())
         return 0
-    if args.command == "cargo":
-        from .workspace_cargo import printer, run_cargo
+    from .storage import storage_errors
 
-        return run_cargo(settings, args.name, args.args, observers=[printer()])
-    _print(_answer(args, settings), as_json=args.json)
+    with storage_errors(f"flakebot {args.command}", settings.cache_dir):
+        if args.command == "cargo":
+            from .workspace_cargo import printer, run_cargo
+
+            return run_cargo(settings, args.name, args.args, observers=[printer()])
+        _print(_answer(args, settings), as_json=args.json)
     return 0
 
 
@@ -214,6 +238,10 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
         from .cleanup import clean
 
         return clean(settings, everything=args.all)
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return doctor(settings)
     if args.command == "export":
         from .export import export_replit
 

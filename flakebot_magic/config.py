@@ -211,6 +211,11 @@ class Settings:
         return self.private_cache_dir() / "logs"
 
     @property
+    def intents_dir(self) -> Path:
+        """Transactions not finished yet (:mod:`flakebot_magic.transaction`): one intent record per tool name."""
+        return self.private_cache_dir() / "intents"
+
+    @property
     def gcroots_dir(self) -> Path:
         """Nix GC roots of live tools (nix backend): one symlink per tool name."""
         return self.private_cache_dir() / "gcroots"

@@ -30,6 +30,13 @@ So every git command flakebot runs:
   a change invisible to the review diff (``-diff``, ``binary``) or make git
   record other bytes than the file holds (``text``, ``eol``, ``ident``,
   ``working-tree-encoding``); diffs are read with ``--text`` besides.
+
+A git killed mid-command (a cancelled or crashed build kills its process
+tree) leaves its lock files (``.git/index.lock``, ``HEAD.lock``, a ref's
+``.lock``) behind, and every later git command in that repository fails
+until they are gone. :func:`remove_stale_locks` removes the ones no process
+holds open while no git runs in the repository; the fork (reusing a
+workspace) and ``clean`` call it.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from .errors import ForkError
 from .fsutil import atomic_write, read_regular
 from .process import ProcessRunner, scrubbed_env
 
-__all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git"]
+__all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git", "remove_stale_locks", "stale_locks"]
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "flakebot",
@@ -323,3 +330,83 @@ def _render_config(entries: list[tuple[str, str, str]]) -> str:
         lines.append(f"[{section}]")
         lines += [f"\t{key} = {value}" for key, value in items]
     return "\n".join(lines) + "\n"
+
+
+# -- lock files a killed git left behind ------------------------------------------------------
+
+
+def stale_locks(root: Path) -> list[Path]:
+    """The lock files in ``root``'s ``.git`` that no process holds, while no git process runs there.
+
+    A lock is held while some process has it open (git keeps its lock file
+    open until it renames it into place); and while any git process works
+    in the repository, none is taken for stale (it may be between writing a
+    lock and opening the next).
+    """
+    git_dir = Path(root) / ".git"
+    try:
+        if not stat.S_ISDIR(os.lstat(git_dir).st_mode):
+            return []
+    except OSError:
+        return []
+    found = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if _regular(p)]
+    if not found:
+        return []
+    open_files, git_dirs = _open_files_and_git_dirs()
+    if any(_inside(directory, Path(root)) for directory in git_dirs):
+        return []
+    return [path for path in found if os.path.abspath(path) not in open_files]
+
+
+def remove_stale_locks(root: Path) -> list[Path]:
+    """Remove :func:`stale_locks` of ``root``; return what was removed."""
+    removed = []
+    for path in stale_locks(root):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(os.path.abspath(root))
+    except ValueError:
+        return False
+    return True
+
+
+def _open_files_and_git_dirs() -> tuple[set[str], list[Path]]:
+    """Every file some process has open (that this user may see), and the working dirs of running git processes."""
+    files: set[str] = set()
+    git_dirs: list[Path] = []
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return files, git_dirs
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip().startswith("git"):
+                    git_dirs.append(Path(os.readlink(f"/proc/{pid}/cwd")))
+        except OSError:
+            pass
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                files.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+    return files, git_dirs

@@ -25,11 +25,13 @@ from . import errors, tools
 from .background import start_build
 from .cleanup import clean
 from .config import Settings
+from .doctor import doctor, prepare
 from .events import Observer
 from .inventory import Inventory
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
+from .storage import storage_errors
 from .untrusted import safe_text
 from .workspace_cargo import cargo_line
 
@@ -86,7 +88,7 @@ _USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
   %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
-  %%flakebot rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all]"""
+  %%flakebot rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all] | doctor"""
 
 
 @magics_class
@@ -137,7 +139,7 @@ class FlakebotMagics(_OptionTraits):
         nargs="*",
         metavar="COMMAND",
         help="`list`, `show NAME`, `logs NAME`, `load NAME|--all`, `stop NAME|--all`, "
-        "`rebuild NAME`, `steer NAME TEXT`, `search QUERY` or `clean [--all]`.",
+        "`rebuild NAME`, `steer NAME TEXT`, `search QUERY`, `clean [--all]` or `doctor`.",
     )
     @argument(
         "--all",
@@ -196,7 +198,10 @@ class FlakebotMagics(_OptionTraits):
             %flakebot steer NAME TEXT   a message for NAME's running edit session (the model reads it next)
             %flakebot cargo NAME ARGS   cargo in NAME's workspace, in the sandbox its builds run in
             %flakebot search QUERY      ranked crate candidates
-            %flakebot clean [--all]     remove unused workspaces and store entries
+            %flakebot clean [--all]     remove unused workspaces and store entries (never what it cannot
+                                        prove unused: with a damaged tool registry it stops and says why)
+            %flakebot doctor            check the tool registry; rebuild it from the store and workspaces
+                                        when it is damaged (this also happens by itself when needed)
         """
         if cell is None and line.split(None, 1)[:1] in (["steer"], ["cargo"]):  # the rest as written, not parsed
             return (self._steer if line.split()[0] == "steer" else self._cargo)(line)  # a text; cargo's options
@@ -368,7 +373,7 @@ class FlakebotMagics(_OptionTraits):
         if not args.command:
             raise UsageError(
                 "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
-                "rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all]; "
+                "rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all] | doctor; "
                 "or %%flakebot as a cell magic (see %%flakebot?)."
             )
         command, rest = args.command[0], args.command[1:]
@@ -376,10 +381,14 @@ class FlakebotMagics(_OptionTraits):
             build = self._start_rebuild(args)
             return self._finish(build, self._wait(build))
         settings = self._settings(args)
+        if command not in ("clean", "doctor"):  # they prepare their own way
+            for note in prepare(settings):
+                print(safe_text(f"flakebot: {note}"))
         if command == "load":
             return self._load(settings, rest, everything=args.all)
         try:
-            answer = self._answer(command, rest, args, settings)
+            with storage_errors(f"%flakebot {command}", settings.cache_dir):
+                answer = self._answer(command, rest, args, settings)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
@@ -451,11 +460,14 @@ class FlakebotMagics(_OptionTraits):
             return tools.search_crates(settings, " ".join(rest))
         if command == "clean":
             return clean(settings, everything=args.all)
+        if command == "doctor":
+            return doctor(settings)
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
             raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, cargo, search or clean."
+                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, cargo, search, "
+                "clean or doctor."
             )
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")

@@ -93,10 +93,13 @@ def find(settings: Settings, name: str) -> ToolRecord:
 
 
 def _manifest(record: ToolRecord) -> dict[str, Any]:
+    """The store entry's manifest, with the record's own commit: a shared entry's top level is its last builder's."""
     try:
         data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
     except (OSError, ValueError):
         data = {}
+    if record.commit:
+        data["commit"] = record.commit
     return data
 
 

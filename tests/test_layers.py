@@ -46,6 +46,8 @@ FOUNDATION = {
     "environment",
     "usage",
     "steering",
+    "storage",
+    "crashpoints",
     "untrusted",
     # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
     "registry.base",
@@ -54,7 +56,19 @@ LAYERS = {
     1: FOUNDATION,
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
-    4: {"pipeline", "editing", "background", "tools", "cleanup", "export", "eval", "workspace_cargo"},
+    4: {
+        "pipeline",
+        "editing",
+        "background",
+        "tools",
+        "cleanup",
+        "export",
+        "eval",
+        "workspace_cargo",
+        "transaction",
+        "doctor",
+        "deployed",
+    },
     5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "record", "progress", "agent"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples

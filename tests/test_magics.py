@@ -185,3 +185,31 @@ def test_list_shows_its_table_wherever_it_is_in_the_cell(
     assert result.success and result.result is None
     shown = capsys.readouterr().out
     assert "No tools yet" in shown or (shown.startswith("name ") and "crate@version" in shown.splitlines()[0])
+
+
+def test_doctor_and_clean_with_a_damaged_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``%flakebot clean`` stops short of what only a damaged registry could prove unused; ``doctor`` repairs."""
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.FlakebotMagics.cache_dir = str(tmp_path / "cache")
+    shell = InteractiveShell(config=config)
+    shell.extension_manager.load_extension("flakebot_magic")
+    try:
+        entry = tmp_path / "cache" / "store" / f"{'a' * 32}-demo-1.0.0"
+        (entry / "bin").mkdir(parents=True)
+        (entry / "manifest.json").write_text('{"hash": "' + "a" * 32 + '", "binaries": []}')
+        registry = tmp_path / "cache" / "tools" / "tools.sqlite3"
+        registry.parent.mkdir(parents=True)
+        registry.write_bytes(os.urandom(8192))
+        capsys.readouterr()
+        shell.run_line_magic("flakebot", "clean")
+        out = capsys.readouterr().out
+        assert "flakebot clean stopped: the tool registry cannot be trusted: SQLite cannot read" in out
+        assert entry.is_dir()  # nothing a tool might use is gone
+        [kept] = (tmp_path / "cache" / "tools").glob("tools.sqlite3.damaged-*")
+        assert f"the damaged file is kept at {kept}" in out
+        shell.run_line_magic("flakebot", "doctor")
+        out = capsys.readouterr().out
+        assert "The tool registry is sound" in out
+    finally:
+        shell.cleanup()

@@ -19,6 +19,8 @@ model-edited) workspace into a store entry:
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -57,11 +59,12 @@ __all__ = [
     "nixpkgs_url",
 ]
 
-#: every key of a store entry's manifest.json, whichever backend wrote it (``hash`` and
-#: ``format`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
+#: every key of a store entry's manifest.json, whichever backend wrote it (``hash``, ``format`` and
+#: ``tools`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
 MANIFEST_KEYS = (
     "backend",
     "binaries",
+    "build_bytes",
     "candidates",
     "checksum",
     "checksum_kind",
@@ -281,6 +284,8 @@ def manifest(
     data: dict[str, Any] = {
         "backend": backend,
         "binaries": sorted(built.binaries),
+        # what the build's outputs took on disk: what a full disk's error says the next build needs
+        "build_bytes": _bytes_under(workspace.path / "target"),
         "checksum": workspace.checksum,
         "checksum_kind": workspace.checksum_kind,
         "commit": commit,
@@ -312,6 +317,20 @@ def manifest(
         raise TypeError(f"not manifest keys: {sorted(unknown)}")
     data.update(nix)
     return data
+
+
+def _bytes_under(path: Path) -> int:
+    """The bytes of the regular files under ``path`` (0 when there is none)."""
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
 
 
 class Backend(ABC):

@@ -1,7 +1,9 @@
 """A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
 
 The index lives in the cache dir, one SQLite file per registry path, and is
-rebuilt when the registry changes (its entries or its mtime). It holds, per
+rebuilt when the registry changes (its entries or its mtime) and on any error
+reading it (a damaged page or row: a cache is made again); in memory where it
+cannot be written (a full disk), so search and cached builds still work. It holds, per
 crate, its name, description, keywords, categories, what its binaries say
 they do (:func:`.crate_files.binary_text`) and its README, stemmed by FTS5's
 ``porter`` tokenizer; what its binaries read (:func:`.crate_files.binary_input`);
@@ -14,7 +16,9 @@ share of the request each crate covers: see :mod:`.ranking` for the score.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -24,12 +28,14 @@ import secrets
 import shutil
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
+from ..storage import translate
 from . import ranking
 from .base import CrateCandidate, FetchedSource
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
@@ -67,6 +73,29 @@ def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
             dirnames[:] = [d for d in dirnames if d not in exclude]
         for filename in filenames:
             yield Path(dirpath) / filename
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _remade_when_damaged(
+    read: Callable[Concatenate[DirectoryRegistry, _P], _T],
+) -> Callable[Concatenate[DirectoryRegistry, _P], _T]:
+    """A read of the index that meets damage (a bad page, a row that does not decode) makes it again, reads again."""
+
+    def again(self: DirectoryRegistry, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return read(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            self._discard()
+        try:
+            return read(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            raise translate(exc, "searching the crate index", self.index_path) from exc
+
+    functools.update_wrapper(again, read)
+    return again
 
 
 class DirectoryRegistry:
@@ -112,24 +141,49 @@ class DirectoryRegistry:
                 return self._db
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
             signature = self.signature()
-            db = sqlite3.connect(self.index_path, check_same_thread=False)
+            try:
+                db = sqlite3.connect(self.index_path, check_same_thread=False)
+            except sqlite3.DatabaseError:  # not even openable: an empty one stands in, made again below
+                db = sqlite3.connect(":memory:", check_same_thread=False)
             try:
                 row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
             except sqlite3.DatabaseError:
                 row = None
             if row is None or row[0] != signature:
                 db.close()
-                self._rebuild(signature)
-                db = sqlite3.connect(self.index_path, check_same_thread=False)
+                try:
+                    self._rebuild(signature)
+                    db = sqlite3.connect(self.index_path, check_same_thread=False)
+                except (OSError, sqlite3.Error):
+                    # the cache dir cannot take the index (a full disk): this process keeps one in memory
+                    with contextlib.suppress(OSError):
+                        self.index_path.unlink(missing_ok=True)
+                    db = sqlite3.connect(":memory:", check_same_thread=False)
+                    self._fill(db, signature)
             self._db = db
             return db
 
+    def _discard(self) -> None:
+        """Close the index and remove its file: the next read makes it again."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            with contextlib.suppress(OSError):
+                self.index_path.unlink(missing_ok=True)
+
     def _rebuild(self, signature: str) -> None:
-        # built beside the index under a fresh name, then written in one step by atomic_write
-        # (fsync-ed, a planted symlink replaced, never followed)
+        # built beside under a fresh name, then written in one step by atomic_write (a planted symlink replaced)
         tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
-        tmp.unlink(missing_ok=True)
-        db = sqlite3.connect(tmp)
+        try:
+            with closing(sqlite3.connect(tmp)) as db:
+                self._fill(db, signature)
+            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _fill(self, db: sqlite3.Connection, signature: str) -> None:
+        """Index every crate of the registry into the empty database ``db``."""
         db.executescript(
             f"""
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -210,11 +264,6 @@ class DirectoryRegistry:
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
         db.commit()
-        db.close()
-        try:
-            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:
@@ -250,6 +299,7 @@ class DirectoryRegistry:
 
     _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.input"
 
+    @_remade_when_damaged
     def frequencies(self, words: Collection[str]) -> dict[str, int]:
         """In how many crates' text each of ``words`` appears (words it never saw left out)."""
         db, wanted = self._connect(), list(words)
@@ -260,6 +310,7 @@ class DirectoryRegistry:
             found.update(db.execute(f"SELECT word, df FROM words WHERE word IN ({marks})", chunk).fetchall())
         return found
 
+    @_remade_when_damaged
     def matches(self, words: Collection[str]) -> dict[str, int]:
         """In how many crates each of ``words`` matches, stemmed as the index stems it."""
         db = self._connect()
@@ -269,6 +320,7 @@ class DirectoryRegistry:
             if ranking.tokens(word) == [word]
         }
 
+    @_remade_when_damaged
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,
         ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`)."""
@@ -321,6 +373,7 @@ class DirectoryRegistry:
         row = self._connect().execute("SELECT value FROM meta WHERE key = 'documents'").fetchone()
         return int(row[0]) if row else 0
 
+    @_remade_when_damaged
     def versions(self, name: str) -> list[str]:
         """Every version of ``name`` in the registry (Debian's has one per crate)."""
         db = self._connect()
@@ -329,6 +382,7 @@ class DirectoryRegistry:
     def can_satisfy(self, name: str, requirement: str) -> bool:
         return any(matches(requirement or "*", v) for v in self.versions(name))
 
+    @_remade_when_damaged
     def recorded_checksum(self, name: str, version: str) -> str | None:
         """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
         row = (
@@ -342,6 +396,7 @@ class DirectoryRegistry:
             return None
         return value if isinstance(value, str) else None
 
+    @_remade_when_damaged
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
         db = self._connect()
         rows = db.execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,)).fetchall()
@@ -375,6 +430,7 @@ class DirectoryRegistry:
         close = difflib.get_close_matches(ranking.name_key(name), list(by_key), n=3, cutoff=0.8)
         return [by_key[key] for key in close]
 
+    @_remade_when_damaged
     def source_dir(self, candidate: CrateCandidate) -> Path:
         db = self._connect()
         row = db.execute(

@@ -40,7 +40,7 @@ unless the user opts in (``allow_unsandboxed``).
 from __future__ import annotations
 
 from ..process import allowed_env
-from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
+from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox
 from .host import bubblewrap_works
 from .limits import DiskUsage, Limits
 from .seccomp import SeccompFilter, seccomp_filter
@@ -50,6 +50,7 @@ __all__ = [
     "BUILD",
     "FETCH",
     "FETCH_OFFLINE",
+    "SANDBOX_DIR",
     "DiskUsage",
     "Limits",
     "Profile",

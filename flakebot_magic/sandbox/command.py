@@ -35,7 +35,10 @@ from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_
 from .limits import DiskUsage, GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
 from .seccomp import SeccompFilter, seccomp_filter
 
-__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "Profile", "Sandbox"]
+__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox"]
+
+#: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
+SANDBOX_DIR = ".sandbox"
 
 #: the file descriptor bubblewrap reads the seccomp filter from
 _SECCOMP_FD = 3
@@ -120,7 +123,7 @@ class Sandbox:
         self.seccomp: SeccompFilter | None = found if isinstance(found, SeccompFilter) else None
         self.why_no_seccomp = found if isinstance(found, str) else ""
         self.cargo_home = (
-            Path(cargo_home) if cargo_home else self.workspace.parent / ".sandbox" / self.workspace.name / "cargo-home"
+            Path(cargo_home) if cargo_home else self.workspace.parent / SANDBOX_DIR / self.workspace.name / "cargo-home"
         )
         home = os.path.expanduser("~")
         #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)

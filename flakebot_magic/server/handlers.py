@@ -28,7 +28,8 @@ from tornado import httpclient, web
 
 from .. import __version__, tools
 from ..config import Settings
-from ..errors import SteeringError, UsageError
+from ..doctor import prepare
+from ..errors import SteeringError, StorageError, UsageError
 from ..inventory import Inventory, ToolRecord
 from ..runlog import attempt_of
 from ..steering import is_running
@@ -83,10 +84,23 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
         self.flakebot = settings
 
     def _record(self, name: str) -> ToolRecord:
-        record = Inventory(self.flakebot.tools_dir).get(name)
+        try:
+            record = Inventory(self.flakebot.tools_dir).get(name)
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")
         return record
+
+    def _listing(self) -> tools.ToolTable:
+        """The tools and the names whose last build made no tool, after what every command does first
+        (an unfinished build finished, a registry repaired)."""
+        try:
+            for note in prepare(self.flakebot):
+                self.log.warning("flakebot: %s", note)
+            return tools.table(self.flakebot)
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
 
     def _answer(self, data: Any) -> None:
         """Finish with ``data`` as JSON, every string in it made safe to show (the dashboard shows them)."""
@@ -130,7 +144,7 @@ class ToolsHandler(_API):
     @authorized
     def get(self) -> None:
         # the listing the dashboard shows: the tools, and the names whose last build made no tool
-        self._answer({"tools": tools.table(self.flakebot).data})
+        self._answer({"tools": self._listing().data})
 
 
 class ToolHandler(_API):

@@ -19,8 +19,12 @@ test targets that lost their dev-dependencies are reported as skipped, one
 target at a time: auto-discovery stays on, so a test the model adds under
 ``tests/`` is built and counted.
 
-Where it forks, and how a build that replaces a tool's workspace puts the new
-one in place, is :mod:`flakebot_magic.stages.workspace`'s.
+Where it forks is :mod:`flakebot_magic.stages.workspace`'s; how a build that
+replaces a tool's workspace puts the new one in place is
+:mod:`flakebot_magic.transaction`'s. A reused workspace first loses the lock
+files a killed git left in it (:func:`~flakebot_magic.git.remove_stale_locks`).
+Each step is followed by a crash point (``fork.*``) where a test kills the
+process.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from typing import Any
 import tomlkit
 
 from ..cargo import Cargo
+from ..crashpoints import crash_point
 from ..errors import ForkError
 from ..events import EventBus
-from ..git import Git
+from ..git import Git, remove_stale_locks
 from ..policy import Baseline, TreePolicy
 from ..process import ProcessRunner
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
@@ -51,7 +56,6 @@ from .workspace import (
     copy_beside,
     next_owner,
     next_path,
-    swap_workspace,
 )
 
 __all__ = [
@@ -63,7 +67,6 @@ __all__ = [
     "Workspace",
     "fork",
     "next_owner",
-    "swap_workspace",
 ]
 
 
@@ -85,7 +88,7 @@ def fork(
     When ``workspaces_dir/name`` exists and is not reused as it is (``fresh``,
     another crate, or ``copy``: a ``--continue`` edits a copy of it), the
     returned workspace is under ``.next/`` and :attr:`Workspace.replaces`
-    names the one it replaces once :func:`swap_workspace` puts it in place.
+    names the one it replaces once the build's transaction puts it in place.
     """
     path = workspaces_dir / name
     replaces: Path | None = None
@@ -97,8 +100,12 @@ def fork(
             and existing.crate.id == candidate.id
             and existing.crate.registry == candidate.registry
         ):
+            for lock in remove_stale_locks(path):
+                bus.notice("fork", f"removed {lock}, left by a git that was killed", "warning")
+            crash_point("fork.unlocked")
             if copy:
                 existing = copy_beside(existing, next_path(workspaces_dir, name))
+                crash_point("fork.copied")
                 bus.notice(
                     "fork",
                     f"working on a copy of {path} at {existing.path}; {path} stays as it is until the build succeeds",
@@ -112,15 +119,19 @@ def fork(
                 "Local edits in the workspace\n\nCommitted by flakebot before building them.", all_files=True
             ):
                 bus.notice("fork", "committed local edits found in the workspace", "warning")
+            crash_point("fork.local_edits")
             return existing
         replaces, path = path, next_path(workspaces_dir, name)
         bus.notice("fork", f"forking into {path}; {replaces} stays as it is until the build succeeds")
     path.mkdir(parents=True)
+    crash_point("fork.made")
     fetched, imported = _import(candidate, registry, path)
+    crash_point("fork.fetched")
     for note in fetched.notes:
         bus.notice("fork", note)
     git = Git(path, runner)
     git.init("published")
+    crash_point("fork.init")
     if not imported.files:
         raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
     message = (
@@ -137,8 +148,11 @@ def fork(
             "warning",
         )
     published = git.commit_files(message, imported.files)
+    crash_point("fork.published")
     git("tag", "published")
+    crash_point("fork.tagged")
     git("checkout", "-q", "-b", "flakebot")
+    crash_point("fork.branched")
     workspace = Workspace(
         path=path,
         crate=candidate,
@@ -149,9 +163,12 @@ def fork(
     )
     if registry.offline and isinstance(registry, ResolvesLocally):
         _make_satisfiable(workspace, registry, git, bus)
+    crash_point("fork.satisfiable")
     # what the registry published is the baseline: its own build script or proc macro passes, nothing else
     _settle_lockfile(workspace, registry, git, bus, cargo, timeout, TreePolicy(baseline=Baseline.from_git(git)))
+    crash_point("fork.locked")
     workspace.save()
+    crash_point("fork.saved")
     return workspace
 
 

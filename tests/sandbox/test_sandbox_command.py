@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,3 +198,29 @@ def test_only_the_fetch_profile_gets_the_users_proxy(workspace: Path, monkeypatc
     assert fetch["HTTPS_PROXY"] == "http://proxy.example:3128" and fetch["no_proxy"] == "localhost"
     assert "HTTPS_PROXY" not in build and "no_proxy" not in build
     assert "TMPDIR" not in fetch  # the workspace is read-only there
+
+
+def test_two_threads_releasing_the_same_cgroups_at_once_both_finish(tmp_path: Path) -> None:
+    """The build and the test beside it release one sandbox's cgroups together: neither may fail for it."""
+    from flakebot_magic.sandbox.limits import remove_cgroups
+
+    for _ in range(50):
+        cgroups = [tmp_path / f"gone-{i}" for i in range(50)]  # already removed: each is dropped from the list
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def release(
+            cgroups: list[Path] = cgroups, start: threading.Barrier = start, errors: list[BaseException] = errors
+        ) -> None:
+            start.wait()
+            try:
+                remove_cgroups(cgroups)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=release) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [] and cgroups == []
