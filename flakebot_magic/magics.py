@@ -24,6 +24,7 @@ from traitlets import Bool, Enum, Unicode
 from . import errors, tools
 from .background import start_build
 from .cleanup import clean
+from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
 from .config import Settings
 from .doctor import doctor, prepare
 from .events import Observer
@@ -84,11 +85,17 @@ def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 #: the help's first lines: the cell form, then the line form (argparse formats ``%%`` as ``%``, and puts
 #: IPython's ``%`` before the first line)
-_USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
+_USAGE = f"""%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
-  %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
-  %%flakebot rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all] | doctor"""
+  %%flakebot {LINE_USAGE}"""
+
+
+def _with_line_commands(func: Any) -> Any:
+    """``func``'s docstring, its line-mode section made from :data:`LINE_COMMANDS`."""
+    table = "\n".join(f"            %flakebot {usage:<18}{what}" for usage, what in LINE_COMMANDS)
+    func.__doc__ = func.__doc__.replace("{line_commands}", table.lstrip())
+    return func
 
 
 @magics_class
@@ -138,8 +145,7 @@ class FlakebotMagics(_OptionTraits):
         "command",
         nargs="*",
         metavar="COMMAND",
-        help="`list`, `show NAME`, `logs NAME`, `load NAME|--all`, `stop NAME|--all`, "
-        "`rebuild NAME`, `steer NAME TEXT`, `search QUERY`, `clean [--all]` or `doctor`.",
+        help=", ".join(f"`{usage}`" for usage, _ in LINE_COMMANDS) + ".",
     )
     @argument(
         "--all",
@@ -151,6 +157,7 @@ class FlakebotMagics(_OptionTraits):
         "--tail", type=int, default=200, metavar="N", help="With `logs`: how many of the last lines to show (0: all)."
     )
     @line_cell_magic
+    @_with_line_commands
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
 
@@ -189,19 +196,7 @@ class FlakebotMagics(_OptionTraits):
 
         Line mode manages tools::
 
-            %flakebot list              the tools: name, kind, crate@version, hash, backend, status, started
-            %flakebot show NAME         where NAME came from (provenance)
-            %flakebot logs NAME         its build log (and its process output, for http/mcp tools)
-            %flakebot load NAME|--all   put tools built earlier in the kernel (after a restart), unbuilt
-            %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
-            %flakebot rebuild NAME      fork and build NAME again from its crate
-            %flakebot steer NAME TEXT   a message for NAME's running edit session (the model reads it next)
-            %flakebot cargo NAME ARGS   cargo in NAME's workspace, in the sandbox its builds run in
-            %flakebot search QUERY      ranked crate candidates
-            %flakebot clean [--all]     remove unused workspaces and store entries (never what it cannot
-                                        prove unused: with a damaged tool registry it stops and says why)
-            %flakebot doctor            check the tool registry; rebuild it from the store and workspaces
-                                        when it is damaged (this also happens by itself when needed)
+            {line_commands}
         """
         if cell is None and line.split(None, 1)[:1] in (["steer"], ["cargo"]):  # the rest as written, not parsed
             return (self._steer if line.split()[0] == "steer" else self._cargo)(line)  # a text; cargo's options
@@ -371,11 +366,7 @@ class FlakebotMagics(_OptionTraits):
 
     def _line(self, args: Any) -> Any:
         if not args.command:
-            raise UsageError(
-                "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
-                "rebuild NAME | steer NAME TEXT | cargo NAME ARGS | search QUERY | clean [--all] | doctor; "
-                "or %%flakebot as a cell magic (see %%flakebot?)."
-            )
+            raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = args.command[0], args.command[1:]
         if command == "rebuild":
             build = self._start_rebuild(args)
@@ -465,10 +456,7 @@ class FlakebotMagics(_OptionTraits):
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
-            raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, cargo, search, "
-                "clean or doctor."
-            )
+            raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
         if command == "show":

@@ -49,6 +49,7 @@ FOUNDATION = {
     "storage",
     "crashpoints",
     "untrusted",
+    "commands",
     # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
     "registry.base",
 }
