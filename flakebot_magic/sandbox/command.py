@@ -10,7 +10,7 @@ Two profiles, one per kind of work:
   registry on disk); the workspace read-only but for ``Cargo.lock``;
   ``CARGO_HOME`` writable. cargo runs no crate code here, and flakebot runs this
   profile only on a tree the policy has just passed
-  (:meth:`flakebot_magic.cargo.Cargo.resolve`).
+  (:meth:`flakebot_magic.sandbox.cargo.Cargo.resolve`).
 
 Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
 UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..process import CancelToken, SandboxedCommand, allowed_env
+from ..host.process import CancelToken, SandboxedCommand, allowed_env
 from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
 from .limits import (
     DiskUsage,

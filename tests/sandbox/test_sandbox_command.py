@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.process import ProcessRunner, SandboxedCommand
+from flakebot_magic.host.process import ProcessRunner, SandboxedCommand
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import FETCH, Limits, Sandbox, bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
 
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 

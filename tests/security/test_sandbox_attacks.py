@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, processes_in, write_registry
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.sandbox.limits import pids_cgroups_writable
 
 pytestmark = [
