@@ -1,14 +1,19 @@
 """Child processes (cargo, git, nix, the tools): time limits, whole-tree kills, bounded output, clean environments.
 
-Every command flakebot runs goes through :class:`ProcessRunner`, so every one
-of them
+Every child flakebot starts is started here, by :func:`spawn` (the one place
+that forks: a test reads the package to hold it so). A command that runs to
+its end goes through :class:`ProcessRunner`; a tool's call goes through
+:class:`~flakebot_magic.host.exchange.Exchange`; a long-running tool process
+(``clients/lifecycle.py``) is spawned from one long-lived thread
+(``spawn(..., lasting=True)``). Every one of them
 
 * has a time limit, and runs in its own process group: a timeout or a cancel
   kills cargo *and* the rustc processes it started, and whatever still holds
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
 * dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
-* is read in bounded chunks: a line without end is never held whole, what is
-  kept per stream is capped, and past the cap a visible note says so;
+* is read in bounded chunks (:class:`LineReader`, the one line cutter): a
+  line without end is never held whole, what is kept per stream is capped,
+  and past the cap a visible note says so;
 * sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
   variables pass by name, never because they "do not look like a secret";
 * is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
@@ -26,6 +31,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
+import queue
 import selectors
 import shutil
 import signal
@@ -35,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
 from .environment import allowed_env, scrubbed_env
@@ -43,6 +50,7 @@ __all__ = [
     "TOOLCHAIN_PROGRAMS",
     "CancelToken",
     "Completed",
+    "LineReader",
     "LinkedToken",
     "ProcessRunner",
     "SandboxedCommand",
@@ -51,6 +59,7 @@ __all__ = [
     "kill_tree",
     "process_started_at",
     "scrubbed_env",
+    "spawn",
 ]
 
 MiB = 1024**2
@@ -288,62 +297,189 @@ def _pipe_holders(inodes: set[int]) -> list[int]:
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux only)."""
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process (its forking thread) dies; Linux only."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent, kill = os.getpid(), int(signal.SIGKILL)
 
-    def set_pdeathsig() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    def set_pdeathsig() -> None:  # runs in the child between fork and exec: no imports, no locks
+        prctl(1, kill, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(1)
 
     return set_pdeathsig
 
 
+class _Spawner:
+    """One long-lived daemon thread that forks the children that outlive a call (``spawn(..., lasting=True)``).
+
+    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, not the
+    process; forking from a thread that lives as long as the interpreter makes
+    it mean "when this process dies" (the pipeline runs on a short-lived thread).
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pid = 0
+
+    def _loop(self) -> None:
+        while True:
+            work, reply = self._requests.get()
+            try:
+                reply.put((True, work()))
+            except BaseException as exc:  # handed back to the caller's thread
+                reply.put((False, exc))
+
+    def run(self, work: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._pid = os.getpid()  # after a fork, the old thread does not exist here
+                self._thread = threading.Thread(target=self._loop, name="flakebot-spawner", daemon=True)
+                self._thread.start()
+        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._requests.put((work, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+
+_spawner = _Spawner()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: Path | str | None = None,
+    stdin: bool = False,
+    lasting: bool = False,
+    bufsize: int = -1,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv``: the one place a child is forked.
+
+    It gets its own process group (a kill stops what it started too), the
+    parent-death signal, no inherited descriptors, standard output and error
+    as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
+    forked from the long-lived spawner thread, for a child that outlives the
+    thread that asked for it (a tool's server). Raises ``OSError`` when it
+    cannot start.
+    """
+    setup = _parent_death_signal()
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=bufsize,
+            start_new_session=True,  # own process group: kill its children too
+            preexec_fn=setup,
+            close_fds=True,
+        )
+
+    if lasting:
+        proc: subprocess.Popen[bytes] = _spawner.run(start)
+        return proc
+    return start()
+
+
 # --- reading output --------------------------------------------------------------------------
 
 
+class LineReader:
+    """Bytes in chunks to text lines of at most ``max_line`` characters: a line without end is never held whole.
+
+    ``emit(line, newline)`` gets each line (``newline`` is ``""`` for a last
+    line without one). A longer line arrives in pieces (``split``), or as its
+    head and then a note of how many bytes of it were dropped.
+
+    >>> lines = []; reader = LineReader(lambda line, end: lines.append(line), max_line=4, split=False)
+    >>> reader.feed(b"ab\nabcdefgh"); reader.feed(b"ij\nz", final=True); lines
+    ['ab', 'abcd', '[flakebot: 6 more bytes of this line dropped]', 'z']
+    """
+
+    def __init__(self, emit: Callable[[str, str], None], max_line: int = MAX_LINE, *, split: bool = True) -> None:
+        self.emit = emit
+        self.max_line = max_line
+        self.split = split
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending = ""
+        #: bytes dropped so far of the over-long line being read (``split=False``)
+        self.dropped = 0
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        lines = (self.pending + self.decoder.decode(data, final)).split("\n")
+        self.pending = lines.pop()
+        for line in lines:
+            self._line(line, "\n")
+        if len(self.pending) > self.max_line:
+            if self.split:
+                while len(self.pending) > self.max_line:
+                    self.emit(self.pending[: self.max_line], "\n")
+                    self.pending = self.pending[self.max_line :]
+            elif self.dropped:
+                self.dropped += len(self.pending.encode("utf-8", "surrogatepass"))
+                self.pending = ""
+            else:
+                self.emit(self.pending[: self.max_line], "\n")
+                self.dropped = len(self.pending[self.max_line :].encode("utf-8", "surrogatepass"))
+                self.pending = ""
+        if final and (self.pending or self.dropped):
+            self._line(self.pending, "")
+            self.pending = ""
+
+    def _line(self, line: str, newline: str) -> None:
+        if self.dropped:  # the end of a line whose head went out
+            dropped = self.dropped + len(line.encode("utf-8", "surrogatepass"))
+            self.dropped = 0
+            self.emit(f"[flakebot: {dropped} more bytes of this line dropped]", "\n")
+            return
+        while len(line) > self.max_line:
+            if not self.split:
+                self.dropped = len(line[self.max_line :].encode("utf-8", "surrogatepass"))
+                self.emit(line[: self.max_line], "\n")
+                self._line("", newline)
+                return
+            self.emit(line[: self.max_line], "\n")
+            line = line[self.max_line :]
+        self.emit(line, newline)
+
+
 class _Stream:
-    """One output pipe: decoded in chunks, cut into lines of at most MAX_LINE, capture capped."""
+    """One output pipe of a command: its lines (:class:`LineReader`) kept up to ``cap`` bytes, then a note."""
 
     def __init__(self, name: str, cap: int, on_line: LineCallback | None) -> None:
         self.name = name
         self.cap = cap
         self.on_line = on_line
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.lines = LineReader(self._emit)
         self.kept: list[str] = []
         self.size = 0  # bytes read
         self.kept_size = 0
-        self.pending = ""
         self.truncated = False
 
     def feed(self, data: bytes, final: bool = False) -> None:
-        if self.truncated:
-            self.size += len(data)
-            return
         self.size += len(data)
-        text = self.pending + self.decoder.decode(data, final)
-        lines = text.split("\n")
-        self.pending = lines.pop()
-        while len(self.pending) > MAX_LINE:
-            lines.append(self.pending[:MAX_LINE])
-            self.pending = self.pending[MAX_LINE:]
-        for line in lines:
-            self._emit(line)
-            if self.truncated:
-                return
-        if final and self.pending:
-            self._emit(self.pending, newline="")
-            self.pending = ""
+        if not self.truncated:
+            self.lines.feed(data, final)
 
     def _emit(self, line: str, newline: str = "\n") -> None:
+        if self.truncated:
+            return
         if self.kept_size + len(line) + 1 > self.cap:
             self.truncated = True
-            self.pending = ""
             note = f"[flakebot: output truncated after {self.cap / MiB:g} MiB]"
             self.kept.append(note + "\n")
             if self.on_line is not None:
@@ -450,16 +586,7 @@ class ProcessRunner:
         if self.cancel.cancelled:
             raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group: kill rustc children too
-            preexec_fn=_parent_death_signal(),
-        )
+        proc = spawn(argv, cwd=cwd, env=env, stdin=input is not None)
         assert proc.stdout is not None and proc.stderr is not None
         streams = {
             proc.stdout.fileno(): _Stream("stdout", capture_limit, on_line),
