@@ -128,6 +128,12 @@ def _prices(value: Any) -> Any:
     return parse_prices(value)
 
 
+def _tool_env(value: Any) -> Any:
+    from .config import parse_tool_env
+
+    return parse_tool_env(value)
+
+
 _MODEL = "model (the edit loop)"
 _DEPLOY = "deploy (nix or cargo)"
 _LIMITS = "limits"
@@ -337,10 +343,13 @@ OPTIONS: tuple[Option, ...] = (
         dict,
         {},
         "environment variables every deployed tool starts with, beyond the allowlist "
-        "(PATH, locale, time zone, HOME); API keys pass only this way. Default: $FLAKEBOT_TOOL_ENV "
-        "('NAME,OTHER=value': a bare name passes that variable on)",
+        "(PATH, locale, time zone, HOME); API keys pass only this way. $FLAKEBOT_TOOL_ENV reads "
+        "'NAME,OTHER=value' (a bare name passes that variable on)",
         group=_LIMITS,
         per_build=False,
+        env="FLAKEBOT_TOOL_ENV",
+        parse=_tool_env,
+        default_doc="none",
     ),
     Option(
         "confine_tools",

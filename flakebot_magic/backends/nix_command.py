@@ -378,7 +378,7 @@ class Nix:
         workspace: Path,
         out_link: Path,
         *,
-        timeout: float = 1800.0,
+        timeout: float,
         on_line: LineCallback | None = None,
         attribute: str = "",
     ) -> Path:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from ..clients import lifecycle, tool_from_record
 from ..config import Settings
 from ..errors import UsageError
+from ..options import option
 from ..host.process import alive, kill_tree, process_started_at
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
@@ -108,9 +109,9 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
     return tool_from_record(
         record,
         provenance=_manifest(record),
-        timeout=settings.tool_timeout if settings else 60.0,
+        timeout=settings.tool_timeout if settings else option("tool_timeout").default,
         env=settings.tool_env if settings else None,
-        confine=settings.confine_tools if settings else False,
+        confine=settings.confine_tools if settings else option("confine_tools").default,
     )
 
 

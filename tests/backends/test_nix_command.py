@@ -88,7 +88,7 @@ def test_nix_refuses_to_build_unsandboxed_and_says_how_to_turn_the_sandbox_on(tm
     # Nix.build checks too, before running anything
     runner = RecordingRunner({})
     with pytest.raises(ConfigError, match="sandbox"):
-        Nix(runner, executable="/usr/bin/nix", sandbox=SANDBOX_OFF).build(tmp_path, tmp_path / "link")
+        Nix(runner, executable="/usr/bin/nix", sandbox=SANDBOX_OFF).build(tmp_path, tmp_path / "link", timeout=1800)
     assert runner.argvs == []
 
 
@@ -251,7 +251,7 @@ def test_options_reach_every_nix_command_line(tmp_path: Path) -> None:
         trusted_public_keys="cache.example.org-1:AAAA= cache.nixos.org-1:BBBB=",
     )
     nix = Nix(runner, executable="/usr/bin/nix", options=options, sandbox=SANDBOX_ON)
-    assert nix.build(tmp_path, tmp_path / "link") == Path(out)
+    assert nix.build(tmp_path, tmp_path / "link", timeout=60) == Path(out)
     nix.add_root(Path(out), tmp_path / "root")
     build_argv, root_argv = runner.argvs
     for argv in (build_argv, root_argv):
@@ -621,7 +621,7 @@ def test_an_evaluation_error_names_the_flake_file_and_line(nix_ready: None, tmp_
         ),
     )
     with pytest.raises(FlakeError) as error:
-        Nix(ProcessRunner()).build(repo, tmp_path / "link")
+        Nix(ProcessRunner()).build(repo, tmp_path / "link", timeout=1800)
     assert error.value.file == repo / "flake.nix" and error.value.line == 3
     message = str(error.value)
     assert "undefined variable 'undefinedThing'" in message
@@ -644,7 +644,7 @@ def test_a_failed_build_carries_the_tail_of_its_log(nix_ready: None, tmp_path: P
         ),
     )
     with pytest.raises(FlakeError) as error:
-        Nix(ProcessRunner()).build(repo, tmp_path / "link")
+        Nix(ProcessRunner()).build(repo, tmp_path / "link", timeout=1800)
     tail = error.value.log_tail.splitlines()
     assert tail[-1] == "last words" and tail[-2] == "line 100"
     assert nonce not in error.value.log_tail  # a tail, not the whole log
@@ -696,7 +696,7 @@ def test_cancelling_nix_build_leaves_no_process_store_path_or_root(nix_ready: No
 
     def build() -> None:
         try:
-            Nix(ProcessRunner(cancel)).build(repo, tmp_path / "link")
+            Nix(ProcessRunner(cancel)).build(repo, tmp_path / "link", timeout=1800)
         except BaseException as exc:
             failure.append(exc)
 

@@ -351,7 +351,7 @@ def test_with_the_sandbox_off_nix_refuses_the_hostile_crate(
     assert resolve_backend("auto")[0] == "cargo"
     monkeypatch.setenv("CANARY_API_KEY", attack.env_canary)
     with pytest.raises(ConfigError, match="sandbox"):
-        Nix(ProcessRunner()).build(attack.workspace, tmp_path / "result")
+        Nix(ProcessRunner()).build(attack.workspace, tmp_path / "result", timeout=1800)
     assert not (tmp_path / "result").exists()
     _assert_nothing_escaped(attack)
 
