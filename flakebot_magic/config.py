@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .host.cache import CacheLayout
 from .host.fsutil import private_dir
 
 if TYPE_CHECKING:
@@ -188,44 +189,7 @@ class Settings:
         """The cache dir, created (or fixed) as mode 0700: logs, workspaces and the store are the user's alone."""
         return private_dir(self.cache_dir)
 
-    # Every place under the cache is reached through these, so the cache dir is
-    # private before anything is written into it.
-
     @property
-    def workspaces_dir(self) -> Path:
-        return self.private_cache_dir() / "workspaces"
-
-    @property
-    def store_dir(self) -> Path:
-        return self.private_cache_dir() / "store"
-
-    @property
-    def tools_dir(self) -> Path:
-        return self.private_cache_dir() / "tools"
-
-    @property
-    def attempts_dir(self) -> Path:
-        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
-        return self.tools_dir / "attempts"
-
-    @property
-    def recipes_dir(self) -> Path:
-        return self.private_cache_dir() / "recipes"
-
-    @property
-    def index_dir(self) -> Path:
-        return self.private_cache_dir() / "index"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.private_cache_dir() / "logs"
-
-    @property
-    def intents_dir(self) -> Path:
-        """Transactions not finished yet (:mod:`flakebot_magic.manage.transaction`): one intent record per tool name."""
-        return self.private_cache_dir() / "intents"
-
-    @property
-    def gcroots_dir(self) -> Path:
-        """Nix GC roots of live tools (nix backend): one symlink per tool name."""
-        return self.private_cache_dir() / "gcroots"
+    def cache(self) -> CacheLayout:
+        """The cache dir's layout, its root made private (``0700``) first: every path under the cache comes from it."""
+        return CacheLayout(self.private_cache_dir())

@@ -491,7 +491,7 @@ def _previous_commit(settings: Settings, name: str | None) -> str:
     """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
     if not settings.follow_up or not name:
         return ""
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     return record.commit if record is not None else ""
 
 

@@ -37,7 +37,7 @@ class CargoBackend(Backend):
         git = self.git(run)
         key = store_key(git, run.rustc, BUILD_FLAGS)
         built = Built(key=key, flags=list(BUILD_FLAGS))
-        built.cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        built.cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if built.cached is not None:
             cached_rows(bus, ("build", "test"), built.cached)
         else:
@@ -68,6 +68,6 @@ class CargoBackend(Backend):
                 stage.status = "cached"
             else:
                 data = manifest(run, self.name, built, commit=self.git(run).head(), contract=contract)
-                store = deploy(settings.store_dir, built.key, crate.name, crate.version, built.binaries, data)
+                store = deploy(settings.cache.store, built.key, crate.name, crate.version, built.binaries, data)
             stage.detail = str(store.path)
         return store

@@ -446,9 +446,9 @@ def root_points_to(link: Path, path: Path) -> bool:
         return False
 
 
-def pending_link(gcroots: Path, name: str) -> Path:
-    """Where ``nix build`` puts its out-link until the deploy completes."""
-    return gcroots / ".pending" / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+def pending_link(pending: Path, name: str) -> Path:
+    """Where ``nix build`` puts its out-link until the deploy completes (``pending``: ``CacheLayout.pending_gcroots``)."""
+    return pending / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
 
 
 def binaries_of(path: Path) -> dict[str, Path]:

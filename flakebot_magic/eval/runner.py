@@ -317,7 +317,7 @@ class Eval:
                 deployed = {
                     "proof": proof_of(tool),
                     "iterations": int(tool.provenance.get("iterations") or meter.iterations),
-                    "workspace": str(settings.workspaces_dir / task.name),
+                    "workspace": str(settings.cache.workspaces / task.name),
                 }
             finally:
                 tool.close()

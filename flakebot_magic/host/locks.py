@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolBusy, UsageError
+from .cache import CacheLayout
 from .fsutil import private_dir
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
@@ -56,7 +57,7 @@ class LockHolder:
 
 def locks_dir(cache_dir: Path) -> Path:
     """``<cache>/locks``."""
-    return Path(cache_dir) / "locks"
+    return CacheLayout(Path(cache_dir)).locks
 
 
 def _lock_file(cache_dir: Path, name: str) -> Path:

@@ -74,10 +74,10 @@ def run_cargo(
         )
     if not name.isidentifier():
         raise UsageError(f"{name!r} is not a tool's name (`flakebot list` shows them).")
-    workspace = Workspace.load(settings.workspaces_dir / name)
+    workspace = Workspace.load(settings.cache.workspaces / name)
     if workspace is None:
         raise UsageError(
-            f"There is no workspace for a tool named {name!r} in {settings.workspaces_dir} "
+            f"There is no workspace for a tool named {name!r} in {settings.cache.workspaces} "
             "(`flakebot list` shows the tools)."
         )
     sandbox = Sandbox(workspace.path)

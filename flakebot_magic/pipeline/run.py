@@ -250,7 +250,7 @@ class Pipeline:
                 workspace = run.workspace = fork(
                     candidate,
                     self.registry,
-                    settings.workspaces_dir,
+                    settings.cache.workspaces,
                     run.name,
                     runner=self.runner,
                     bus=self.bus,
@@ -356,7 +356,7 @@ class Pipeline:
             parts += ["edit", run.request.text, model.model, model.base_url]
         parts += backend.recipe_parts()
         key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-        return self.settings.recipes_dir / f"{key}.json"
+        return self.settings.cache.recipes / f"{key}.json"
 
     # -- the edit loop ----------------------------------------------------------
 
@@ -401,17 +401,17 @@ class Pipeline:
             raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
         if not run.request.text:
             raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
-        workspace = Workspace.load(self.settings.workspaces_dir / name)
+        workspace = Workspace.load(self.settings.cache.workspaces / name)
         if workspace is None:
             raise UsageError(
                 f"There is no workspace for a tool named {name!r} to continue "
-                f"(looked in {self.settings.workspaces_dir}). Build it first, without --continue."
+                f"(looked in {self.settings.cache.workspaces}). Build it first, without --continue."
             )
         return workspace.crate
 
     def _fork_afresh(self, run: RunState) -> bool:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
-        return not run.follow_up and EditState.exists(self.settings.workspaces_dir / run.name)
+        return not run.follow_up and EditState.exists(self.settings.cache.workspaces / run.name)
 
     def _confined(self, run: RunState, cargo: Cargo) -> Cargo:
         """The cargo that builds and tests the fork: in the sandbox (crate code is untrusted, edited or not).

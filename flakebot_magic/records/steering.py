@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import SteeringError, UsageError
 from ..events import SteeringMessage
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, private_dir, read_regular
 from ..host.process import alive, process_started_at
 
@@ -67,12 +68,12 @@ def check_tool_name(name: str) -> str:
 
 def steer_dir(cache_dir: Path, name: str) -> Path:
     """``<cache>/steer/<name>``: tool ``name``'s mailbox (not created here)."""
-    return Path(cache_dir) / "steer" / check_tool_name(name)
+    return CacheLayout(Path(cache_dir)).steer / check_tool_name(name)
 
 
 def _private_box(cache_dir: Path, name: str, folder: str) -> Path:
     """``<cache>/steer/<name>/<folder>``, each level a directory only its owner can enter."""
-    steer = private_dir(Path(cache_dir) / "steer")
+    steer = private_dir(CacheLayout(Path(cache_dir)).steer)
     return private_dir(private_dir(steer / check_tool_name(name)) / folder)
 
 

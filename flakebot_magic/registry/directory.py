@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.storage import translate
 from . import ranking
@@ -121,7 +122,7 @@ class DirectoryRegistry:
             )
         self.id = f"dir:{self.path}"
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
+        self.index_path = CacheLayout(Path(cache_dir)).index / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
 

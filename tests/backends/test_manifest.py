@@ -71,7 +71,7 @@ def test_a_cargo_build_records_tests_flags_and_no_model(session_registry: Direct
     assert set(data) - ENTRY_KEYS == set(MANIFEST_KEYS)
     assert data["backend"] == "cargo" and data["flags"] and data["model"] == "" and data["iterations"] == 0
     assert data["tests"]["failed"] == 0 and data["tests"]["passed"] >= 0
-    record = Inventory(settings.tools_dir).get("tinyecho")
+    record = Inventory(settings.cache.tools).get("tinyecho")
     assert record is not None and (record.model, record.iterations) == ("", 0)
 
 
@@ -84,7 +84,7 @@ def test_a_nix_build_writes_the_cargo_keys_too(
         cache_dir=tmp_path, registry=str(session_registry.path), backend="nix", nixpkgs=f"path:{STAND_IN}"
     )
     tool = Pipeline(settings).run(BuildRequest("", crate="tinyecho"))
-    record = Inventory(settings.tools_dir).get("tinyecho")
+    record = Inventory(settings.cache.tools).get("tinyecho")
     assert record is not None
     entry = Path(record.store_path)  # the cache entry; the tool itself is the /nix/store path
     assert _keys(entry) == set(MANIFEST_KEYS)
@@ -139,7 +139,7 @@ def test_a_model_built_tool_records_its_model_and_iterations(
     data = json.loads((Path(tool.store_path) / "manifest.json").read_text())
     assert set(data) - ENTRY_KEYS == set(MANIFEST_KEYS)
     assert data["model"] == "scripted-test-double" and data["iterations"] >= 1
-    record = Inventory(settings.tools_dir).get("shout")
+    record = Inventory(settings.cache.tools).get("shout")
     assert record is not None and (record.model, record.iterations) == (data["model"], data["iterations"])
     shown = describe(settings, "shout")
     assert (shown["model"], shown["iterations"]) == ("scripted-test-double", data["iterations"])
