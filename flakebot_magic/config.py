@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .host.cache import CacheLayout
 from .host.fsutil import private_dir
+from .options import OPTION_BY_NAME, checked, option
 
 if TYPE_CHECKING:
     from .llm.limits import ReplyLimits
@@ -22,9 +23,9 @@ __all__ = [
     "DEBIAN_REGISTRY",
     "LoopLimits",
     "Settings",
+    "apply",
     "default_cache_dir",
     "default_registry",
-    "parse_tool_env",
 ]
 
 #: where Debian's librust-*-dev packages install crate sources
@@ -43,37 +44,9 @@ def default_cache_dir() -> Path:
     return Path(user_cache_dir("flakebot", appauthor=False))
 
 
-def parse_tool_env(value: str | Mapping[str, str]) -> dict[str, str]:
-    """The ``tool_env`` setting from its text form (``$FLAKEBOT_TOOL_ENV``) or a mapping.
-
-    The text holds ``NAME=VALUE`` entries and bare ``NAME`` s, comma-separated.
-    A bare name passes that variable of the kernel's environment on (when
-    set); ``NAME=VALUE`` sets it. This is the only way a variable the
-    allowlist drops (an API key) reaches a deployed tool::
-
-        FLAKEBOT_TOOL_ENV="GITHUB_TOKEN,RUST_LOG=debug"
-    """
-    if not isinstance(value, str):
-        return {str(name): str(text) for name, text in value.items()}
-    env: dict[str, str] = {}
-    for entry in value.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        name, sep, text = entry.partition("=")
-        name = name.strip()
-        if sep:
-            env[name] = text
-        elif name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
 def default_registry() -> str | None:
     """The registry when none is given: ``$FLAKEBOT_REGISTRY`` (read by its option), else Debian's when present,
     else None (crates.io)."""
-    from .options import option
-
     given = option("registry").default_value()
     if given:
         return str(given)
@@ -102,8 +75,6 @@ class LoopLimits:
 def _option(name: str) -> Any:
     """A :class:`Settings` field whose default is the option ``name``'s (:data:`~flakebot_magic.options.OPTIONS`):
     its default, or its environment variable's value, read when the settings are made."""
-    from .options import option
-
     opt = option(name)
     return field(default_factory=lambda: copy.deepcopy(opt.default_value()))
 
@@ -193,3 +164,35 @@ class Settings:
     def cache(self) -> CacheLayout:
         """The cache dir's layout, its root made private (``0700``) first: every path under the cache comes from it."""
         return CacheLayout(self.private_cache_dir())
+
+
+def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """Set every option in ``values`` that is not None on ``settings``; return it (the front doors' one way in).
+
+    >>> settings = apply(Settings(), {"model": "m", "max_iterations": 3, "rebuild": None})
+    >>> settings.model, settings.max_iterations, settings.rebuild
+    ('m', 3, False)
+
+    ``cache_dir`` is accepted too (a path). Unknown names raise
+    :class:`~flakebot_magic.errors.UsageError` naming the known ones.
+    """
+    from .errors import UsageError
+
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name == "cache_dir":
+            settings.cache_dir = Path(value).expanduser()
+            continue
+        opt = OPTION_BY_NAME.get(name)
+        if opt is None:
+            raise UsageError(f"Unknown option {name!r}. Options: {', '.join(sorted(OPTION_BY_NAME))}.")
+        if opt.choices and value not in opt.choices:
+            raise UsageError(f"{name} must be one of {', '.join(opt.choices)}, not {value!r}.")
+        if name == "registry":
+            value = str(value)
+        if opt.parse is not None:
+            value = opt.parse(value)
+        value = checked(opt, value)
+        setattr(settings, name, value)
+    return settings

@@ -23,14 +23,14 @@ from traitlets import Bool, Enum, Unicode
 
 from . import errors
 from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
-from .config import Settings
+from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
 from .manage import tools
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
-from .options import OPTIONS, apply, config_traits, magic_argument_decorators
+from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .records.inventory import Inventory
 from .request import BuildRequest

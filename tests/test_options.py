@@ -12,9 +12,9 @@ import pytest
 
 import flakebot_magic
 from flakebot_magic import cli
-from flakebot_magic.config import Settings
+from flakebot_magic.config import Settings, apply
 from flakebot_magic.errors import UsageError
-from flakebot_magic.options import OPTIONS, apply, option
+from flakebot_magic.options import OPTIONS, option
 
 # a value of each type that differs from every default
 _SAMPLE = {str: "sample", int: 7, float: 2.5, bool: True}

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
-from ..host.process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from ..host.output import LineCallback
+from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import LOCK_FILE

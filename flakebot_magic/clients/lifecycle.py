@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from ..errors import ToolError
-from ..host.process import LineReader, kill_tree, spawn
+from ..host.output import LineReader
+from ..host.process import kill_tree, spawn
 from ..untrusted import safe_text
 
 __all__ = [

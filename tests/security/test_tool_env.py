@@ -24,7 +24,8 @@ from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
-from flakebot_magic.config import Settings, parse_tool_env
+from flakebot_magic.config import Settings
+from flakebot_magic.options import parse_tool_env
 
 CANARY_NAMES = (
     "OPENAI_API_KEY",
