@@ -70,7 +70,10 @@ def test_empty_request_is_a_usage_error(settings: Settings, request_text: str) -
 def test_a_bad_tool_name_is_a_usage_error(settings: Settings) -> None:
     error, _ = _fail(settings, "echo", name="my-tool")
     assert type(error) is UsageError
-    assert str(error) == "--name 'my-tool' is not a valid Python identifier; try 'my_tool'."
+    assert str(error) == (
+        "--name 'my-tool' is not a valid tool name (a Python identifier: letters, digits and '_', not a keyword); "
+        "try 'my_tool'."
+    )
 
 
 def test_unknown_crate_is_a_search_error(settings: Settings) -> None:

@@ -48,7 +48,7 @@ from typing import Any, Literal
 from ..host.cache import CacheLayout
 from ..host.fsutil import check_no_symlinks, fsync_dir, private_dir, read_regular
 from ..llm.usage import Usage
-from ..records.steering import check_tool_name
+from ..request import check_tool_name
 from .context import cap_middle
 
 __all__ = [

@@ -52,7 +52,7 @@ from ..host.process import alive
 from ..host.storage import amount, storage_errors
 from ..records.inventory import Inventory
 from ..sandbox import SANDBOX_DIR
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
 from .doctor import doctor, prepare, store_entries

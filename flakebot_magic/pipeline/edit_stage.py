@@ -33,7 +33,7 @@ from ..registry.base import CrateCandidate
 from ..request import BuildRequest
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.choose import Choice
 from ..stages.fork import Workspace, fork
 

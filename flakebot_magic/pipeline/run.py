@@ -12,8 +12,6 @@ front ends only observe them. Building is the backend's
 from __future__ import annotations
 
 import hashlib
-import keyword
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -35,7 +33,7 @@ from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..registry.base import CrateCandidate, Registry
-from ..request import BuildRequest
+from ..request import BuildRequest, check_tool_name, tool_name
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
@@ -50,22 +48,12 @@ if TYPE_CHECKING:
     from ..edit.journal import ResumePoint
     from ..edit.races import RacePoint
 
-__all__ = ["Pipeline", "tool_name"]
+__all__ = ["Pipeline"]
 
 #: how many times failing acceptance examples go back to the edit loop
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
 MAX_TRIES = 3
-
-
-def tool_name(crate: str) -> str:
-    """A valid Python identifier for a crate: ``pulldown-cmark`` -> ``pulldown_cmark``."""
-    name = re.sub(r"\W", "_", crate)
-    if not name or name[0].isdigit():
-        name = "_" + name
-    if keyword.iskeyword(name):
-        name += "_"
-    return name
 
 
 class Pipeline:
@@ -486,5 +474,5 @@ def _check_request(build: BuildRequest, search_text: str) -> None:
             "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
             "or name a crate with --crate NAME."
         )
-    if build.name is not None and not build.name.isidentifier():
-        raise UsageError(f"--name {build.name!r} is not a valid Python identifier; try {tool_name(build.name)!r}.")
+    if build.name is not None:
+        check_tool_name(build.name, what="--name")

@@ -37,6 +37,7 @@ from ..errors import ConfigError, SearchError
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.storage import translate
+from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from . import ranking
 from .base import CrateCandidate, FetchedSource
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
@@ -54,7 +55,7 @@ _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 _POOL = 80
 
 
-def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
+def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) -> str:
     """sha256 over every file's relative path and bytes, in sorted order."""
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
