@@ -17,7 +17,8 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
 from ..stages.flake import write_flake
-from .base import Backend, Built, RunState, Stage, cached_rows, flake_meta, manifest, nixpkgs_url
+from ..stages.state import RunState, Stage
+from .base import Backend, Built, cached_rows, flake_meta, manifest, nixpkgs_url
 
 __all__ = ["CargoBackend"]
 

@@ -47,12 +47,10 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
+from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
     Backend,
-    BackendChoice,
     Built,
-    RunState,
-    Stage,
     cached_rows,
     flake_meta,
     line_logger,

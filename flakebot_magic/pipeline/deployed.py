@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends import RunDeps, RunState, Stage
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
@@ -37,6 +36,7 @@ from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
+from ..stages.state import RunDeps, RunState, Stage
 from ..stages.workspace import Workspace, clone_at, next_path
 
 __all__ = ["contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]

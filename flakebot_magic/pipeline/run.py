@@ -3,7 +3,7 @@
 One :class:`Pipeline` is behind every front door (the magic, the command,
 :func:`flakebot_magic.build`). It holds only what every run uses (settings,
 registry, process runner, event bus); what one run computes travels in a
-:class:`~flakebot_magic.backends.RunState` from step to step, so one pipeline
+:class:`~flakebot_magic.stages.state.RunState` from step to step, so one pipeline
 may run several requests, even at once. It emits :mod:`flakebot_magic.events`;
 front ends only observe them. Building is the backend's
 (:mod:`flakebot_magic.backends`: cargo or nix, one path for both).
@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import Backend, RunDeps, RunState, Stage, backend_for, decide
+from ..backends import Backend, backend_for, decide
 from ..clients import ToolClient
 from ..config import Settings
 from ..edit import EditState
@@ -42,6 +42,7 @@ from ..stages.accept import Example, run_examples, split_request
 from ..stages.build import BUILD_FLAGS
 from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
+from ..stages.state import RunDeps, RunState, Stage
 from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flakebot_magic.backends import MANIFEST_KEYS, BackendChoice, Built, RunState
+from flakebot_magic.backends import MANIFEST_KEYS, Built
 from flakebot_magic.backends.base import manifest
 from flakebot_magic.config import Settings
 from flakebot_magic.manage.tools import describe
@@ -19,6 +19,7 @@ from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.sandbox.diagnostics import TestReport
 from flakebot_magic.stages.fork import Workspace
+from flakebot_magic.stages.state import BackendChoice, RunState
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
