@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -224,18 +225,7 @@ class ModelChannel:
         event = self.spent.event(
             self.budget.cost(self.model.model, self.spent), final=final, candidate=self.candidate, role=self.role
         )
-        return ModelUsage(
-            tokens=self.tokens,
-            calls=self.calls,
-            prompt_tokens=event.prompt_tokens,
-            completion_tokens=event.completion_tokens,
-            cached_tokens=event.cached_tokens,
-            cost_usd=event.cost_usd,
-            final=final,
-            candidate=self.candidate,
-            role=self.role,
-            stage=self.stage,
-        )
+        return replace(event, tokens=self.tokens, calls=self.calls, stage=self.stage)
 
     def close(self, *, report: bool = True) -> None:
         """Send the last word on what was spent (once; not with ``report=False``), and close the connection."""
