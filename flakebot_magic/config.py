@@ -112,6 +112,15 @@ class Settings:
     nix_trusted_public_keys: str | None = field(
         default_factory=lambda: os.environ.get("FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS")
     )
+    #: the nix store to use (``--store``; ``$FLAKEBOT_NIX_STORE``); None: nix's own
+    nix_store: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIX_STORE") or None)
+    #: the binary cache ``push`` copies to, and the key it signs with
+    push_to: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_PUSH_TO") or None)
+    nix_secret_key: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIX_SECRET_KEY") or None)
+    #: push every nix-built tool after its build
+    push_after_build: bool = field(
+        default_factory=lambda: os.environ.get("FLAKEBOT_PUSH_AFTER_BUILD", "").lower() in ("1", "true", "yes", "on")
+    )
     #: the edit loop's model (``$FLAKEBOT_MODEL``); None: no model, crates are deployed as published
     model: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_MODEL") or None)
     #: an OpenAI-compatible endpoint (``$FLAKEBOT_BASE_URL``); default: the provider's

@@ -195,6 +195,43 @@ OPTIONS: tuple[Option, ...] = (
         env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS",
     ),
     Option(
+        "nix_store",
+        str,
+        None,
+        "the nix store tools are built in and pulled to, passed as `--store` (e.g. local?root=/srv/store, "
+        "a second store beside the system's); default: nix's own",
+        group=_DEPLOY,
+        flag="--store",
+        env="FLAKEBOT_NIX_STORE",
+    ),
+    Option(
+        "push_to",
+        str,
+        None,
+        "the team's binary cache `flakebot push` copies tools (and their proofs) to: any URL `nix copy --to` "
+        "takes (file:///srv/cache, ssh://host, s3://bucket)",
+        group=_DEPLOY,
+        env="FLAKEBOT_PUSH_TO",
+    ),
+    Option(
+        "nix_secret_key",
+        str,
+        None,
+        "the team's signing key (from `nix key generate-secret`) pushes are signed with",
+        group=_DEPLOY,
+        flag="--secret-key",
+        env="FLAKEBOT_NIX_SECRET_KEY",
+    ),
+    Option(
+        "push_after_build",
+        bool,
+        False,
+        "push every tool the nix backend builds to --push-to, signed with --secret-key, once its tests passed",
+        group=_DEPLOY,
+        flag="--push",
+        env="FLAKEBOT_PUSH_AFTER_BUILD",
+    ),
+    Option(
         "model",
         str,
         None,

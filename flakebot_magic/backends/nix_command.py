@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -264,9 +264,11 @@ class NixOptions:
     builders: str | None = None
     substituters: str | None = None
     trusted_public_keys: str | None = None
+    #: the nix store to use (``--store``): a second store such as ``local?root=/srv/mate``; None: nix's own
+    store: str | None = None
 
     def argv(self) -> list[str]:
-        args: list[str] = []
+        args: list[str] = ["--store", self.store] if self.store else []
         for name, value in (
             ("builders", self.builders),
             ("substituters", self.substituters),
@@ -327,6 +329,17 @@ class Nix:
 
     def argv(self, *args: str) -> list[str]:
         return [self.executable, *NIX_FEATURES, *self.options.argv(), *args]
+
+    def on_store(self, store: str) -> Nix:
+        """This nix, on another store (a binary cache's URL, a chroot store)."""
+        return Nix(
+            self.runner, executable=self.executable, options=replace(self.options, store=store), sandbox=self._sandbox
+        )
+
+    def trusting(self, keys: str) -> Nix:
+        """This nix, trusting exactly the public keys ``keys``."""
+        options = replace(self.options, trusted_public_keys=keys)
+        return Nix(self.runner, executable=self.executable, options=options, sandbox=self._sandbox)
 
     def _nix_store(self) -> str:
         sibling = Path(self.executable).with_name("nix-store")
