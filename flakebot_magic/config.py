@@ -112,6 +112,8 @@ class Settings:
     nix_trusted_public_keys: str | None = field(
         default_factory=lambda: os.environ.get("FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS")
     )
+    #: nix's ``max-jobs`` (0: every build on the builders; ``$FLAKEBOT_NIX_MAX_JOBS`` through the options); None: nix.conf's
+    nix_max_jobs: int | None = None
     #: the nix store to use (``--store``; ``$FLAKEBOT_NIX_STORE``); None: nix's own
     nix_store: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_NIX_STORE") or None)
     #: the binary cache ``push`` copies to, and the key it signs with

@@ -195,6 +195,16 @@ OPTIONS: tuple[Option, ...] = (
         env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS",
     ),
     Option(
+        "nix_max_jobs",
+        int,
+        None,
+        "nix's `max-jobs` (0: every build goes to the --builders), passed as `--option max-jobs`",
+        group=_DEPLOY,
+        flag="--max-jobs",
+        env="FLAKEBOT_NIX_MAX_JOBS",
+        minimum=0,
+    ),
+    Option(
         "nix_store",
         str,
         None,

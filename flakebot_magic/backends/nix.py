@@ -250,9 +250,7 @@ class NixBackend(Backend):
 
     def nix(self) -> Nix:
         settings = self.settings
-        options = NixOptions(
-            settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys, settings.nix_store
-        )
+        options = NixOptions.of(settings)
         return Nix(self.deps.runner, options=options)
 
     def recipe_parts(self) -> list[str]:

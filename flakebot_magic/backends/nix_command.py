@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import Settings
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
 from ..host.process import Completed, LineCallback, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
@@ -266,9 +267,24 @@ class NixOptions:
     trusted_public_keys: str | None = None
     #: the nix store to use (``--store``): a second store such as ``local?root=/srv/mate``; None: nix's own
     store: str | None = None
+    #: nix's ``max-jobs``: 0 sends every build to the builders
+    max_jobs: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> NixOptions:
+        """The nix options a run's settings give."""
+        return cls(
+            settings.nix_builders,
+            settings.nix_substituters,
+            settings.nix_trusted_public_keys,
+            settings.nix_store,
+            settings.nix_max_jobs,
+        )
 
     def argv(self) -> list[str]:
         args: list[str] = ["--store", self.store] if self.store else []
+        if self.max_jobs is not None:
+            args += ["--option", "max-jobs", str(self.max_jobs)]
         for name, value in (
             ("builders", self.builders),
             ("substituters", self.substituters),

@@ -38,9 +38,7 @@ PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
 
 
 def _nix(settings: Settings, runner: ProcessRunner | None = None) -> Nix:
-    options = NixOptions(
-        settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys, settings.nix_store
-    )
+    options = NixOptions.of(settings)
     return Nix(runner or ProcessRunner(), options=options)
 
 

@@ -21,6 +21,7 @@ import nbformat
 import pytest
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.interactiveshell import InteractiveShell
+from tinycrates import Recorder
 from traitlets.config import Config
 
 from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, signer_of
@@ -28,6 +29,7 @@ from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import UntrustedPath, UsageError
+from flakebot_magic.events import Notice
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.manage import team
 from flakebot_magic.manage.tools import load
@@ -39,6 +41,7 @@ from flakebot_magic.registry.directory import DirectoryRegistry
 pytestmark = [pytest.mark.nix, pytest.mark.cargo]
 
 NIX = shutil.which("nix")
+TEAM_CACHE = Path(__file__).resolve().parents[2] / "scripts" / "team-cache.sh"
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
 STAND_IN = Path(__file__).resolve().parents[1] / "nixpkgs"
 
@@ -56,16 +59,11 @@ def _nix(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def _key(folder: Path, name: str) -> tuple[Path, str]:
-    secret = folder / f"{name}.sk"
-    secret.write_text(_nix("key", "generate-secret", "--key-name", name).stdout)
-    public = subprocess.run(
-        [NIX or "nix", "--extra-experimental-features", "nix-command", "key", "convert-secret-to-public"],
-        input=secret.read_text(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return secret, public
+    """A signing key pair and a cache directory, as scripts/team-cache.sh makes them for a team."""
+    done = subprocess.run(["bash", str(TEAM_CACHE), str(folder), name], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"FLAKEBOT_PUSH_TO=file://{folder}/cache" in done.stdout
+    return folder / "secret-key", (folder / "public-key").read_text().strip()
 
 
 class Team:
@@ -73,11 +71,21 @@ class Team:
 
     def __init__(self, root: Path, registry: str) -> None:
         self.root = root
-        self.settings = Settings(cache_dir=root / "alice", registry=registry, backend="nix", nixpkgs=f"path:{STAND_IN}")
-        self.tool: Any = Pipeline(self.settings).run("", crate="tinyecho", name="echo")
-        self.secret, self.public = _key(root, "team-test-1")
-        self.evil_secret, self.evil_public = _key(root, "evil-1")
-        self.cache = f"file://{root / 'cache'}"
+        self.secret, self.public = _key(root / "team", "team-test-1")
+        self.evil_secret, self.evil_public = _key(root / "evil", "evil-1")
+        self.cache = f"file://{root / 'team' / 'cache'}"
+        # --push: every successful build goes to the cache on its own (here a second one, "auto")
+        self.settings = Settings(
+            cache_dir=root / "alice",
+            registry=registry,
+            backend="nix",
+            nixpkgs=f"path:{STAND_IN}",
+            push_after_build=True,
+            push_to=f"file://{root / 'auto'}",
+            nix_secret_key=str(self.secret),
+        )
+        self.recorder = Recorder()
+        self.tool: Any = Pipeline(self.settings, observers=[self.recorder]).run("", crate="tinyecho", name="echo")
         self.provenance: dict[str, Any] = self.tool._repr_mimebundle_()[1]["flakebot"]
         self.notebook = root / "shared.ipynb"
         cell = nbformat.v4.new_code_cell("%%flakebot --name echo --crate tinyecho\necho its arguments")
@@ -179,8 +187,20 @@ def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        narinfo = (pushed.root / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
+        narinfo = (pushed.root / "team" / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
         assert "Sig: team-test-1:" in narinfo
+
+
+def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
+    notices = [n.message for n in built.recorder.of(Notice)]
+    assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
+    trusted = TrustedKeys(built.public)
+    for path in (built.provenance["nix_store_path"], built.provenance["proof_store_path"]):
+        data = json.loads(
+            _nix("path-info", "--json", "--sigs", "--store", f"file://{built.root / 'auto'}", path).stdout
+        )
+        info = PathInfo(path, data[0]["narHash"], data[0]["narSize"], (), tuple(data[0]["signatures"]))
+        assert signer_of(info, trusted) == "team-test-1"
 
 
 def test_push_needs_a_key_and_a_nix_tool(pushed: Team, capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,7 +333,7 @@ def test_signer_of_checks_the_ed25519_signature_nix_made(pushed: Team) -> None:
     assert signer_of(PathInfo(path, other, info.nar_size, info.references, info.signatures), trusted) is None
     assert signer_of(PathInfo(path, info.nar_hash, info.nar_size, (path,), info.signatures), trusted) is None
     # the fingerprint's hash is nix's own base-32
-    narinfo = (pushed.root / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
+    narinfo = (pushed.root / "team" / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
     assert f"NarHash: sha256:{nix_base32(base64.b64decode(info.nar_hash[7:]))}" in narinfo
 
 
