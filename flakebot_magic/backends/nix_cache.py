@@ -42,6 +42,7 @@ __all__ = [
     "fetch_pinned",
     "nix_base32",
     "path_info",
+    "path_infos",
     "prove",
     "public_key",
     "push_paths",
@@ -166,24 +167,32 @@ def real_path(nix: Nix, path: str) -> Path:
     return Path(f"{root}{path}") if root is not None else Path(path)
 
 
-def path_info(nix: Nix, path: str, *, store: str | None = None) -> PathInfo | None:
-    """``nix path-info --json --sigs`` of ``path`` in ``store`` (default: nix's); None when it does not hold it."""
-    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", path, timeout=120)
+def path_infos(nix: Nix, paths: Iterable[str], *, store: str | None = None) -> dict[str, PathInfo]:
+    """``nix path-info --json --sigs`` of ``paths`` in ``store`` (default: nix's), in one command; the paths it holds."""
+    paths = list(paths)
+    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", *paths, timeout=120)
     if done.returncode != 0:
-        raise DeployError(f"nix path-info {path} failed: {done.stderr.strip()[-500:]}")
+        raise DeployError(f"nix path-info {' '.join(paths)} failed: {done.stderr.strip()[-500:]}")
+    found: dict[str, PathInfo] = {}
     try:
-        entry = json.loads(done.stdout)[0]
-        if entry.get("valid") is False:
-            return None
-        return PathInfo(
-            path=str(entry["path"]),
-            nar_hash=str(entry["narHash"]),
-            nar_size=int(entry["narSize"]),
-            references=tuple(str(r) for r in entry.get("references") or ()),
-            signatures=tuple(str(s) for s in entry.get("signatures") or ()),
-        )
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise DeployError(f"nix path-info {path} printed no usable JSON ({exc}): {done.stdout[-300:]}") from exc
+        for entry in json.loads(done.stdout):
+            if entry.get("valid") is False:
+                continue
+            found[str(entry["path"])] = PathInfo(
+                path=str(entry["path"]),
+                nar_hash=str(entry["narHash"]),
+                nar_size=int(entry["narSize"]),
+                references=tuple(str(r) for r in entry.get("references") or ()),
+                signatures=tuple(str(s) for s in entry.get("signatures") or ()),
+            )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DeployError(f"nix path-info printed no usable JSON ({exc}): {done.stdout[-300:]}") from exc
+    return found
+
+
+def path_info(nix: Nix, path: str, *, store: str | None = None) -> PathInfo | None:
+    """:func:`path_infos` of one path; None when the store does not hold it."""
+    return path_infos(nix, [path], store=store).get(path)
 
 
 def add_proof(nix: Nix, proof: Proof, root: Path) -> Path:
@@ -298,8 +307,9 @@ def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dic
     if signed.returncode != 0:
         raise DeployError(f"nix store sign --store {to} failed: {signed.stderr.strip()[-800:]}")
     signers: dict[str, str] = {}
+    served = path_infos(nix, paths, store=to)
     for path in paths:
-        info = path_info(nix, path, store=to)
+        info = served.get(path)
         signer = signer_of(info, trusted) if info is not None else None
         if signer is None:
             raise DeployError(f"{to} does not serve {path} signed by {trusted.text} after the push.")
@@ -321,8 +331,9 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
             "Pulling needs the cache's public key: --trusted-public-keys NAME:KEY (or FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS)."
         )
     signers: dict[str, str] = {}
+    served = path_infos(nix, pins, store=cache)
     for path, recorded in pins.items():
-        info = path_info(nix, path, store=cache)
+        info = served.get(path)
         if info is None:
             raise UntrustedPath(f"{cache} does not hold {path}.", path=path, cache=cache)
         if info.nar_hash != recorded:
@@ -343,8 +354,9 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
     done = nix.trusting(trusted.text).run("copy", "--from", cache, *pins, timeout=1800)
     if done.returncode != 0:
         raise UntrustedPath(f"nix copy --from {cache} refused: {done.stderr.strip()[-800:]}", cache=cache)
+    copied = path_infos(nix, pins)
     for path, recorded in pins.items():
-        info = path_info(nix, path)
+        info = copied.get(path)
         if info is None or info.nar_hash != recorded:
             raise UntrustedPath(f"{path} is not in the store with narHash {recorded} after the copy.", path=path)
     return signers

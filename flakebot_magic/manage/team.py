@@ -261,7 +261,8 @@ def _install(
             name=name,
             crate=proof.crate,
             version=proof.version,
-            binary=str(tool.binary),
+            # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
+            binary=str(entry.path / "bin" / proof.main),
             store_path=str(entry.path),
             source_hash=key,
             checksum=proof.checksum,
@@ -272,7 +273,12 @@ def _install(
             backend="nix",
             kind=tool.kind,
             created=time.time(),
-            extra={"entry": str(entry.path), "substituted_from": cache, "signed_by": signer},
+            extra={
+                "entry": str(entry.path),
+                "nix_store_path": tool_path,
+                "substituted_from": cache,
+                "signed_by": signer,
+            },
             request=str(provenance.get("request", "")),
             model=manifest["model"],
             iterations=manifest["iterations"],

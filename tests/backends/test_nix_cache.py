@@ -32,6 +32,9 @@ from flakebot_magic.errors import UntrustedPath, UsageError
 from flakebot_magic.events import Notice
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.manage import team
+from flakebot_magic.manage.cleanup import clean
+from flakebot_magic.manage.doctor import doctor
+from flakebot_magic.manage.export import export_replit
 from flakebot_magic.manage.tools import load
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.inventory import Inventory
@@ -363,3 +366,22 @@ def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path
     finally:
         shell.extension_manager.unload_extension("flakebot_magic")
         InteractiveShell.clear_instance()
+
+
+def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> None:
+    mate = pushed.mate("jim")
+    team.pull(mate, "echo", pushed.provenance)
+    checked = doctor(mate)  # a pulled tool (no workspace) is a healthy record
+    assert checked.health.ok and checked.problems == [], checked.summary()
+    # clean keeps what a pulled tool uses: its roots (to the /nix/store path in the second store) and entry
+    assert clean(mate).removed == []
+    assert (mate.gcroots_dir / "echo").is_symlink() and (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
+    assert load(mate, "echo")("still", input="") == "still\n"
+    with pytest.raises(UsageError, match=r"has no flake\.nix"):
+        export_replit(mate, "echo", mate.cache_dir / "export")
+    Inventory(mate.tools_dir).remove("echo")
+    report = clean(mate)
+    if report.refused:  # the registry is empty while the store is not: checked against the disk first
+        report = clean(mate)
+    assert not (mate.gcroots_dir / "echo").is_symlink()
+    assert not (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
