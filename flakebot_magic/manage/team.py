@@ -29,9 +29,9 @@ from ..errors import DeployError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, write_entry
-from .tools import Answer, CommandResult, find
+from .tools import Answer, CommandResult, find, load
 
-__all__ = ["Pulled", "line_command", "notebook_provenance", "pull", "push"]
+__all__ = ["Pulled", "line_command", "load_pinned", "notebook_provenance", "pull", "push"]
 
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
@@ -190,6 +190,19 @@ def pull(
             cache=refusal.cache,
         )
     return _rebuild(settings, nix, name, provenance, str(refusal))
+
+
+def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) -> ToolClient:
+    """Tool ``name`` as ``provenance`` pinned it: the tool registered here when it is that very store path and
+    narHash, else pulled (:func:`pull`, which refuses what no trusted key signed)."""
+    record = Inventory(settings.tools_dir).get(name)
+    if record is not None:
+        here = _manifest(record)
+        if here.get("nix_store_path") == provenance.get("nix_store_path") and here.get("nar_hash") == provenance.get(
+            "nar_hash"
+        ):
+            return load(settings, name)  # type: ignore[no-any-return]
+    return pull(settings, name, provenance).tool
 
 
 def _install(

@@ -24,6 +24,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from tinycrates import Recorder
 from traitlets.config import Config
 
+import flakebot_magic
 from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, signer_of
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
@@ -385,3 +386,27 @@ def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> No
         report = clean(mate)
     assert not (mate.gcroots_dir / "echo").is_symlink()
     assert not (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
+
+
+def test_load_from_saved_provenance_pulls_once_then_loads(pushed: Team) -> None:
+    mate = pushed.mate("kim")
+    options = {
+        "nix_store": mate.nix_store,
+        "nix_substituters": mate.nix_substituters,
+        "nix_trusted_public_keys": mate.nix_trusted_public_keys,
+    }
+    pulled = flakebot_magic.load("echo", cache_dir=mate.cache_dir, notebook=pushed.notebook, **options)
+    assert pulled("one", input="") == "one\n" and pulled.provenance["signed_by"] == "team-test-1"
+    # the same pin again: the tool registered here is that store path, nothing is fetched (no cache needed)
+    again = flakebot_magic.load(
+        "echo", cache_dir=mate.cache_dir, provenance=pushed.provenance, **{**options, "nix_substituters": None}
+    )
+    assert again.provenance["nix_store_path"] == pushed.provenance["nix_store_path"]
+    assert again("two", input="") == "two\n"
+    with pytest.raises(flakebot_magic.UntrustedPath):
+        flakebot_magic.load(
+            "other",
+            cache_dir=mate.cache_dir,
+            provenance=pushed.provenance,
+            **{**options, "nix_trusted_public_keys": pushed.evil_public},
+        )
