@@ -95,6 +95,16 @@ class PathInfo:
         return f"1;{self.path};{algo}:{nix_base32(digest)};{self.nar_size};{refs}".encode()
 
 
+def _nix_key(text: str, size: int) -> tuple[str, bytes] | None:
+    """``name:base64`` of ``size`` bytes (nix's key format, public 32, secret 64) as its parts; None if it is not."""
+    name, _, encoded = text.strip().partition(":")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return (name, raw) if name and len(raw) == size else None
+
+
 class TrustedKeys:
     """Public keys by name, from nix's ``trusted-public-keys`` text (``name:base64`` separated by spaces)."""
 
@@ -102,17 +112,13 @@ class TrustedKeys:
         self.text = " ".join(text.split())
         self.keys: dict[str, bytes] = {}
         for word in self.text.split():
-            name, _, encoded = word.partition(":")
-            try:
-                key = base64.b64decode(encoded, validate=True)
-            except (binascii.Error, ValueError):
-                key = b""
-            if not name or len(key) != 32:
+            parts = _nix_key(word, 32)
+            if parts is None:
                 raise UsageError(
                     f"{word!r} is not a nix public key (name:base64 of 32 bytes). "
                     "Make one with `nix key convert-secret-to-public < SECRET_KEY_FILE`."
                 )
-            self.keys[name] = key
+            self.keys[parts[0]] = parts[1]
 
 
 def signer_of(info: PathInfo, trusted: TrustedKeys) -> str | None:
@@ -274,20 +280,17 @@ def read_proof(nix: Nix, path: str) -> Proof:
 def public_key(secret_key: Path) -> TrustedKeys:
     """The public half of a nix secret key file (``name:base64(seed ‖ public)``, 64 bytes), as a trusted key."""
     try:
-        name, _, encoded = secret_key.read_text().strip().partition(":")
+        parts = _nix_key(secret_key.read_text(), 64)
     except OSError as exc:
         raise UsageError(
             f"Cannot read the signing key {secret_key}: {exc.strerror}. "
             "Make one with `nix key generate-secret --key-name NAME > FILE` (scripts/team-cache.sh does)."
         ) from None
-    try:
-        raw = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    if not name or len(raw) != 64:
+    if parts is None:
         raise UsageError(
             f"{secret_key} is not a nix secret key (NAME:base64 of 64 bytes, from `nix key generate-secret`)."
         )
+    name, raw = parts  # an Ed25519 secret key as libsodium keeps it: the seed, then the public key
     return TrustedKeys(f"{name}:{base64.b64encode(raw[32:]).decode()}")
 
 

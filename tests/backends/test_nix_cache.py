@@ -25,7 +25,7 @@ from tinycrates import Recorder
 from traitlets.config import Config
 
 import flakebot_magic
-from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, signer_of
+from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, public_key, signer_of
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
@@ -42,7 +42,10 @@ from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.records.proof import Proof
 from flakebot_magic.registry.directory import DirectoryRegistry
 
-pytestmark = [pytest.mark.nix, pytest.mark.cargo]
+
+def _real(test: Any) -> Any:
+    return pytest.mark.nix(pytest.mark.cargo(test))
+
 
 NIX = shutil.which("nix")
 TEAM_CACHE = Path(__file__).resolve().parents[2] / "scripts" / "team-cache.sh"
@@ -151,6 +154,7 @@ class CountingRunner(ProcessRunner):
 # -- the proof ----------------------------------------------------------------
 
 
+@_real
 def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
     manifest = built.tool.provenance
     proof_path = manifest["proof_store_path"]
@@ -174,6 +178,7 @@ def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
 # -- push ---------------------------------------------------------------------
 
 
+@_real
 def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
     for path in (pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]):
         # nix itself checks the signature in the cache against the public key
@@ -195,6 +200,7 @@ def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
         assert "Sig: team-test-1:" in narinfo
 
 
+@_real
 def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
     notices = [n.message for n in built.recorder.of(Notice)]
     assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
@@ -207,6 +213,7 @@ def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
         assert signer_of(info, trusted) == "team-test-1"
 
 
+@_real
 def test_push_needs_a_key_and_a_nix_tool(pushed: Team, capsys: pytest.CaptureFixture[str]) -> None:
     cache_dir = str(pushed.settings.cache_dir)
     assert cli_main(["push", "echo", "--cache-dir", cache_dir, "--to", pushed.cache]) == 1
@@ -218,6 +225,7 @@ def test_push_needs_a_key_and_a_nix_tool(pushed: Team, capsys: pytest.CaptureFix
 # -- pull ---------------------------------------------------------------------
 
 
+@_real
 def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     mate = pushed.mate("bob")
     runner = CountingRunner()
@@ -244,6 +252,7 @@ def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     assert record is not None and record.extra["signed_by"] == "team-test-1"
 
 
+@_real
 def test_the_command_pulls_into_a_second_store(pushed: Team, capsys: pytest.CaptureFixture[str]) -> None:
     mate = pushed.mate("carol")
     code = cli_main(
@@ -279,6 +288,7 @@ def _refused(mate: Settings, provenance: dict[str, Any]) -> UntrustedPath:
     return refused.value
 
 
+@_real
 def test_a_path_signed_by_another_key_is_refused(pushed: Team, tmp_path: Path) -> None:
     evil = f"file://{tmp_path / 'evil-cache'}"
     paths = [pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]]
@@ -294,12 +304,14 @@ def test_a_path_signed_by_another_key_is_refused(pushed: Team, tmp_path: Path) -
     assert "signed by nobody" in str(error)
 
 
+@_real
 def test_a_hash_other_than_the_recorded_one_is_refused(pushed: Team) -> None:
     forged = {**pushed.provenance, "nar_hash": "sha256-" + base64.b64encode(bytes(32)).decode()}
     error = _refused(pushed.mate("fay"), forged)
     assert "not the recorded" in str(error)
 
 
+@_real
 def test_refused_then_rebuilt_here_says_it_is_bit_identical(pushed: Team, tmp_path: Path) -> None:
     unsigned = f"file://{tmp_path / 'unsigned'}"
     _nix("copy", "--to", unsigned, pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"])
@@ -310,6 +322,7 @@ def test_refused_then_rebuilt_here_says_it_is_bit_identical(pushed: Team, tmp_pa
     assert isinstance(pulled.tool, ToolClient) and pulled.tool("x", input="") == "x\n"
 
 
+@_real
 def test_pull_without_keys_or_caches_says_what_to_set(pushed: Team) -> None:
     with pytest.raises(UsageError, match="--trusted-public-keys"):
         team.pull(pushed.mate("hal", keys=""), "echo", pushed.provenance)
@@ -322,6 +335,7 @@ def test_pull_without_keys_or_caches_says_what_to_set(pushed: Team) -> None:
 # -- the signature check itself -------------------------------------------------
 
 
+@_real
 def test_signer_of_checks_the_ed25519_signature_nix_made(pushed: Team) -> None:
     path = pushed.provenance["nix_store_path"]
     data = json.loads(_nix("path-info", "--json", "--sigs", "--store", pushed.cache, path).stdout)[0]
@@ -344,6 +358,7 @@ def test_signer_of_checks_the_ed25519_signature_nix_made(pushed: Team) -> None:
 # -- the magic ------------------------------------------------------------------
 
 
+@_real
 def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path) -> None:
     mate = pushed.mate("ivy")
     config = Config()
@@ -369,6 +384,7 @@ def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path
         InteractiveShell.clear_instance()
 
 
+@_real
 def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> None:
     mate = pushed.mate("jim")
     team.pull(mate, "echo", pushed.provenance)
@@ -388,6 +404,7 @@ def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> No
     assert not (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
 
 
+@_real
 def test_load_from_saved_provenance_pulls_once_then_loads(pushed: Team) -> None:
     mate = pushed.mate("kim")
     options = {
@@ -410,3 +427,41 @@ def test_load_from_saved_provenance_pulls_once_then_loads(pushed: Team) -> None:
             provenance=pushed.provenance,
             **{**options, "nix_trusted_public_keys": pushed.evil_public},
         )
+
+
+# -- keys, without nix ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["team:short", "nameless", ":" + base64.b64encode(bytes(32)).decode(), "a:!!!"])
+def test_a_bad_trusted_key_says_what_a_key_is(text: str) -> None:
+    with pytest.raises(UsageError, match="not a nix public key"):
+        TrustedKeys(text)
+
+
+def test_the_public_half_of_a_secret_key(tmp_path: Path) -> None:
+    seed, public = bytes(range(32)), bytes(range(32, 64))
+    (tmp_path / "sk").write_text(f"team-1:{base64.b64encode(seed + public).decode()}\n")
+    assert public_key(tmp_path / "sk").keys == {"team-1": public}
+    (tmp_path / "bad").write_text("team-1:" + base64.b64encode(public).decode())
+    with pytest.raises(UsageError, match="not a nix secret key"):
+        public_key(tmp_path / "bad")
+    with pytest.raises(UsageError, match="Cannot read the signing key"):
+        public_key(tmp_path / "missing")
+
+
+def test_pull_and_push_say_what_is_missing(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path / "c", backend="nix")
+    with pytest.raises(UsageError, match="--to"):
+        team.push(settings, "x")
+    with pytest.raises(UsageError, match="--secret-key"):
+        team.push(settings, "x", to="file:///c")
+    with pytest.raises(UsageError, match="no nix_store_path, nar_hash"):
+        team.pull(settings, "x", {"name": "x", "backend": "cargo"})
+    pinned = dict.fromkeys(team.PINNED, "x")
+    with pytest.raises(UsageError, match="--substituters"):
+        team.pull(settings, "x", pinned)
+    with pytest.raises(UsageError, match="if_untrusted"):
+        team.pull(settings, "x", pinned, if_untrusted="maybe")
+    (tmp_path / "nb.ipynb").write_text("{")
+    with pytest.raises(UsageError, match="Cannot read"):
+        team.notebook_provenance(tmp_path / "nb.ipynb", "x")
