@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,9 +23,11 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder, crate, write_registry
 
+from flakebot_magic.backends.nix_command import Nix, NixOptions
 from flakebot_magic.config import Settings
-from flakebot_magic.errors import FlakeError
+from flakebot_magic.errors import Cancelled, FlakeError
 from flakebot_magic.events import LogLine
+from flakebot_magic.host.process import CancelToken, ProcessRunner
 from flakebot_magic.pipeline import Pipeline
 
 pytestmark = [pytest.mark.nix, pytest.mark.cargo]
@@ -122,3 +125,75 @@ def test_a_builder_that_is_down_is_a_quick_clear_error(builder: Builder, tmp_pat
         Pipeline(settings).run("", crate="remotehi")
     assert time.monotonic() - started < 120
     assert "unable to start any build" in str(failed.value)
+
+
+def _builder_processes(marker: str) -> list[int]:
+    """Live processes whose command line or environment holds ``marker`` (the builder's sandbox included)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            seen = Path(f"/proc/{pid}/environ").read_bytes() + Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in seen and state != "Z" and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def _owned_by(user: str) -> list[int]:
+    uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True).stdout)
+    return [int(p) for p in filter(str.isdigit, os.listdir("/proc")) if _uid(p) == uid]
+
+
+def _uid(pid: str) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1
+
+
+def test_cancel_during_a_remote_build_leaves_nothing_running_on_either_side(builder: Builder, tmp_path: Path) -> None:
+    nonce = uuid.uuid4().hex
+    repo = tmp_path / "slow"
+    repo.mkdir()
+    system = f"{os.uname().machine}-linux"
+    (repo / "flake.nix").write_text(
+        "{\n  outputs = { self }: {\n"
+        f"    packages.{system}.default = derivation {{\n"
+        f'      name = "remote-slow-{nonce[:8]}"; system = "{system}"; builder = "/bin/sh"; PATH = "/usr/bin:/bin";\n'
+        f'      FLAKEBOT_TEST_NONCE = "{nonce}";\n'
+        '      args = [ "-c" "sleep 120; echo done > $out" ];\n'
+        "    };\n  };\n}\n"
+    )
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "flake.nix"], cwd=repo, check=True)
+    before = set(_owned_by("fbbuilder"))
+    cancel = CancelToken()
+    failure: list[BaseException] = []
+    nix = Nix(ProcessRunner(cancel), options=NixOptions(builders=builder.builders, max_jobs=0))
+
+    def build() -> None:
+        try:
+            nix.build(repo, tmp_path / "link")
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    deadline = time.monotonic() + 120
+    remote: list[int] = []
+    while not remote and time.monotonic() < deadline and thread.is_alive():
+        remote = [p for p in _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") if _uid(str(p)) != 0]
+        time.sleep(0.2)
+    assert remote, f"the build never started on the builder: {failure}"
+    cancel.cancel()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and isinstance(failure[0], Cancelled), failure
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (
+        _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") or set(_owned_by("fbbuilder")) - before
+    ):
+        time.sleep(0.2)
+    assert _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") == []  # the build, here and on the builder
+    assert set(_owned_by("fbbuilder")) - before == set()  # no nix-daemon, shell or sshd child of the builder's left
