@@ -208,8 +208,8 @@ OPTIONS: tuple[Option, ...] = (
         "nix_store",
         str,
         None,
-        "the nix store tools are built in and pulled to, passed as `--store` (e.g. local?root=/srv/store, "
-        "a second store beside the system's); default: nix's own",
+        "the nix store `pull` fetches tools into, passed to nix as `--store` (e.g. local?root=/srv/store, "
+        "a second store beside the system's; building into one is not supported yet)",
         group=_DEPLOY,
         flag="--store",
         env="FLAKEBOT_NIX_STORE",

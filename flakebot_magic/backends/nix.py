@@ -272,6 +272,8 @@ class NixBackend(Backend):
     def build(self, run: RunState, cargo: Cargo) -> Built | None:
         """Flake first (nix builds it), then ``nix build`` beside ``cargo test``."""
         settings, bus = self.settings, self.bus
+        if settings.nix_store:  # the tool would be looked for under /nix/store, not under that store's root
+            raise ConfigError(f"--store {settings.nix_store} is for `flakebot pull`; builds use nix's own store.")
         workspace = run.forked()
         crate = workspace.crate
         nix = self.nix()

@@ -13,6 +13,7 @@ and says whether the result is bit-identical to what the notebook recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -308,8 +309,9 @@ def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, A
     request = BuildRequest(
         str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None
     )
-    tool = start_build(settings, request).wait([])
-    info = path_info(nix, str(tool.store_path))
+    here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
+    tool = start_build(here, request).wait([])
+    info = path_info(Nix(nix.runner, options=NixOptions.of(here)), str(tool.store_path))
     identical = (
         str(tool.store_path) == provenance["nix_store_path"]
         and info is not None

@@ -103,14 +103,14 @@ class Team:
         ]
         nbformat.write(nbformat.v4.new_notebook(cells=[cell]), self.notebook)
 
-    def mate(self, name: str, *, cache: str | None = None, keys: str | None = None, store: bool = True) -> Settings:
-        """A teammate: a flakebot cache of its own and (``store``) a nix store of its own."""
+    def mate(self, name: str, *, cache: str | None = None, keys: str | None = None) -> Settings:
+        """A teammate: a flakebot cache of its own and a nix store of its own."""
         return Settings(
             cache_dir=self.root / name,
             registry=self.settings.registry,
             backend="nix",
             nixpkgs=f"path:{STAND_IN}",
-            nix_store=f"local?root={self.root / name / 'nix-root'}" if store else None,
+            nix_store=f"local?root={self.root / name / 'nix-root'}",
             nix_substituters=cache or self.cache,
             nix_trusted_public_keys=keys if keys is not None else self.public,
         )
@@ -315,7 +315,7 @@ def test_a_hash_other_than_the_recorded_one_is_refused(pushed: Team) -> None:
 def test_refused_then_rebuilt_here_says_it_is_bit_identical(pushed: Team, tmp_path: Path) -> None:
     unsigned = f"file://{tmp_path / 'unsigned'}"
     _nix("copy", "--to", unsigned, pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"])
-    mate = pushed.mate("gus", cache=unsigned, store=False)
+    mate = pushed.mate("gus", cache=unsigned)  # refused into its own store; rebuilt in nix's own
     pulled = team.pull(mate, "echo", team.notebook_provenance(pushed.notebook, "echo"), if_untrusted="rebuild")
     assert pulled.refused and "signed by nobody" in pulled.refused
     assert pulled.identical is True and "bit-identical" in pulled.text
