@@ -20,7 +20,7 @@ imported only by the parts that need them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from .errors import (
     TestError,
     ToolBusy,
     ToolError,
+    UntrustedPath,
     UpstreamTestError,
     UsageError,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UntrustedPath",
     "UpstreamTestError",
     "UsageError",
     "__version__",
@@ -154,7 +156,14 @@ def _document_build() -> None:
     build.__doc__ = (build.__doc__ or "").format(options="\n".join(entries))
 
 
-def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> ToolClient:
+def load(
+    name: str,
+    *,
+    cache_dir: str | Path | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    notebook: str | Path | None = None,
+    **options: Any,
+) -> ToolClient:
     """The tool ``name`` built earlier (by any front door), callable again; nothing is rebuilt.
 
     A command-line tool is returned as it is; an MCP or HTTP tool has its
@@ -162,6 +171,12 @@ def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> T
     ``%flakebot load NAME`` (or ``--all``) does that, or assign the result.
     ``options`` are build options that apply to calling tools
     (``tool_timeout``, ``confine_tools``, ...).
+
+    With ``provenance`` (what a ``%%flakebot`` cell's output recorded, its
+    ``metadata["flakebot"]``) or ``notebook`` (a .ipynb holding it), the tool
+    is that exact nix store path: the one here when it is, else pulled from
+    ``nix_substituters`` with its signature (``nix_trusted_public_keys``) and
+    narHash checked, as ``flakebot pull`` does.
 
     Examples
     --------
@@ -173,8 +188,13 @@ def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> T
     from .manage import tools
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
-    tool: ToolClient = tools.load(settings, name)
-    return tool
+    if provenance is None and notebook is None:
+        tool: ToolClient = tools.load(settings, name)
+        return tool
+    from .manage import team
+
+    recorded = dict(provenance) if provenance is not None else team.notebook_provenance(Path(str(notebook)), name)
+    return team.load_pinned(settings, name, recorded)
 
 
 def search(

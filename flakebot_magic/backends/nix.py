@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from ..config import Settings
-from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
+from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageTimeout
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.process import ProcessRunner, scrubbed_env
@@ -57,6 +57,7 @@ from .base import (
     manifest,
     nixpkgs_url,
 )
+from .nix_cache import prove, push_paths
 from .nix_command import (
     NIX_FEATURES,
     Nix,
@@ -248,7 +249,7 @@ class NixBackend(Backend):
 
     def nix(self) -> Nix:
         settings = self.settings
-        options = NixOptions(settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys)
+        options = NixOptions.of(settings)
         return Nix(self.deps.runner, options=options)
 
     def recipe_parts(self) -> list[str]:
@@ -270,6 +271,8 @@ class NixBackend(Backend):
     def build(self, run: RunState, cargo: Cargo) -> Built | None:
         """Flake first (nix builds it), then ``nix build`` beside ``cargo test``."""
         settings, bus = self.settings, self.bus
+        if settings.nix_store:  # the tool would be looked for under /nix/store, not under that store's root
+            raise ConfigError(f"--store {settings.nix_store} is for `flakebot pull`; builds use nix's own store.")
         workspace = run.forked()
         crate = workspace.crate
         nix = self.nix()
@@ -340,6 +343,19 @@ class NixBackend(Backend):
         built.out_path, built.pending = release.store_path, pending
         return built
 
+    def _push(self, data: dict[str, Any]) -> None:
+        """--push: the tool and its proof to the team's cache; a push that fails leaves the tool, and says so."""
+        settings = self.settings
+        try:
+            if not settings.push_to or not settings.nix_secret_key:
+                raise ConfigError("--push needs --push-to CACHE_URL and --secret-key FILE (or their settings).")
+            paths = [data["nix_store_path"], data["proof_store_path"]]
+            signers = push_paths(self.nix(), paths, settings.push_to, Path(settings.nix_secret_key))
+        except FlakebotError as exc:
+            self.bus.notice("deploy", f"built, but not pushed: {exc}", "warning")
+            return
+        self.bus.notice("deploy", f"pushed to {settings.push_to}, signed by {', '.join(sorted(set(signers.values())))}")
+
     def deploy(self, run: RunState, built: Built, contract: dict[str, Any]) -> StorePath:
         settings = self.settings
         crate = run.crate()
@@ -351,9 +367,11 @@ class NixBackend(Backend):
                 else:
                     if built.out_path is None:
                         raise DeployError("nix build recorded no store path to deploy.")
+                    nix = self.nix()
                     root = settings.cache.gcroots / run.name
-                    if not self.nix().add_root(built.out_path, root):
+                    if not nix.add_root(built.out_path, root):
                         raise DeployError(f"Could not make {root} a GC root for {built.out_path}.")
+                    proven = prove(nix, run, built, contract, self.git(run), settings.cache.gcroots)
                     data = manifest(
                         run,
                         self.name,
@@ -362,8 +380,11 @@ class NixBackend(Backend):
                         contract=contract,
                         gcroot=str(root),
                         **built.lock,
+                        **proven,
                     )
                     store = record_nix(settings.cache.store, built.key, crate.name, crate.version, built.out_path, data)
+                    if settings.push_after_build:
+                        self._push(store.manifest)
                 stage.detail = str(store.manifest["nix_store_path"])
         finally:
             if built.pending is not None:

@@ -290,8 +290,10 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
     records = Inventory(settings.cache.tools).all()
     live_store = {Path(r.store_path) for r in records}
     live_store |= {Path(r.extra["entry"]) for r in records if r.extra.get("entry")}
-    # what a tool's root must point at: the directory of its binary (nix: the /nix/store path)
-    _clean_gcroots(settings.cache.gcroots, {r.name: str(Path(r.binary).parent.parent) for r in records}, remove)
+    # what a tool's root must point at: the directory of its binary (nix: the /nix/store path; a tool pulled into
+    # a second store (manage/team.py) records it, its binary being under that store's root)
+    live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
+    _clean_gcroots(settings.cache.gcroots, live, remove)
     if settings.cache.store.is_dir():
         for entry in sorted(settings.cache.store.iterdir()):
             if entry not in live_store:
@@ -377,4 +379,8 @@ def _clean_gcroots(gcroots: Path, live: dict[str, str], remove: Callable[[Path],
         except OSError:
             target = ""
         if live.get(root.name) != target:
+            remove(root)
+    proofs = gcroots / ".proofs"  # a build's proof (backends/nix_cache.py) lives as long as its tool's name
+    for root in sorted(proofs.iterdir()) if proofs.is_dir() else ():
+        if root.is_symlink() and root.name not in live:
             remove(root)

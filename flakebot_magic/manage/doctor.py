@@ -162,7 +162,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     for record in inventory.all():
         report.problems += _disagreements(settings, record, runner)
         workspace = Path(record.workspace)
-        if record.name not in busy and workspace.is_dir():
+        if record.workspace and record.name not in busy and workspace.is_dir():
             report.unlocked += remove_stale_locks(workspace)
     return report
 
@@ -339,6 +339,8 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     problems = [f"{name}: {why}; `flakebot rebuild {name}` builds it again"] if why else []
     if not Path(record.binary).is_file() and not why:
         problems.append(f"{name}: its binary {record.binary} is gone; `flakebot rebuild {name}` builds it again")
+    if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
+        return problems
     workspace = Path(record.workspace)
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
