@@ -169,9 +169,11 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     the cargo time; measured apart below).
     """
     from flakebot_magic.edit import EditLoop
+    from flakebot_magic.edit.session import engineer_channel
     from flakebot_magic.events import EventBus
     from flakebot_magic.host.git import Git
     from flakebot_magic.host.process import ProcessRunner
+    from flakebot_magic.llm.budget import Budget
     from flakebot_magic.llm.model import ModelConfig
     from flakebot_magic.sandbox import Sandbox
     from flakebot_magic.sandbox.cargo import Cargo
@@ -220,19 +222,20 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
         with FakeOpenAIServer([script[0], *edits, finish]) as server:
             model = ModelConfig.resolve("scripted", base_url=server.base_url)
             assert model is not None
-            client = model.client()
+            settings = Settings(cache_dir=cache, max_iterations=extra_iterations + 4)
+            bus = EventBus()
+            budget = Budget(settings.token_budget)
+            channel = engineer_channel(model, bus=bus, budget=budget, limits=settings.reply_limits())
             loop = EditLoop(
                 workspace.path,
-                client,
-                model,
+                channel,
+                limits=settings.loop_limits(),
                 cargo=Cargo(found, runner, sandbox),
-                bus=EventBus(),
+                bus=bus,
                 git=Git(workspace.path, runner),
                 crate=workspace.crate,
-                max_iterations=extra_iterations + 4,
             )
             loop.run("a command that prints the SHA-256 of its standard input")
-            client.close()
         runs = loop.runs
         later = [r for r in runs if r.iteration >= 1]
         ratios = [(r.seconds - r.cargo_seconds) / r.cargo_seconds for r in later]

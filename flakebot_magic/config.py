@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING
 from .host.fsutil import private_dir
 
 if TYPE_CHECKING:
+    from .llm.limits import ReplyLimits
     from .llm.model import ModelConfig
     from .llm.usage import Prices
 
-__all__ = ["BACKENDS", "DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_prices", "default_registry"]
+__all__ = [
+    "BACKENDS",
+    "DEBIAN_REGISTRY",
+    "LoopLimits",
+    "Settings",
+    "default_cache_dir",
+    "default_prices",
+    "default_registry",
+]
 
 #: where Debian's librust-*-dev packages install crate sources
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
@@ -83,6 +92,23 @@ def default_registry() -> str | None:
     if DEBIAN_REGISTRY.is_dir():
         return str(DEBIAN_REGISTRY)
     return None
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    """What one edit loop may do, from the settings (:meth:`Settings.loop_limits`): the loop has no defaults of its own.
+
+    ``max_iterations`` check runs the model may ask for; each check run's
+    ``cargo build`` (and clippy, and downloads) within ``build_timeout`` and
+    its ``cargo test`` within ``test_timeout`` seconds; the conversation kept
+    within ``context_tokens``; build scripts only with ``allow_build_scripts``.
+    """
+
+    max_iterations: int
+    build_timeout: float
+    test_timeout: float
+    context_tokens: int
+    allow_build_scripts: bool
 
 
 @dataclass
@@ -173,6 +199,22 @@ class Settings:
         return ModelConfig.resolve(
             self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
         )
+
+    def loop_limits(self) -> LoopLimits:
+        """The limits every edit loop of a run gets."""
+        return LoopLimits(
+            max_iterations=self.max_iterations,
+            build_timeout=self.build_timeout,
+            test_timeout=self.test_timeout,
+            context_tokens=self.context_tokens,
+            allow_build_scripts=self.allow_build_scripts,
+        )
+
+    def reply_limits(self) -> ReplyLimits:
+        """The caps on every model reply of a run."""
+        from .llm.limits import ReplyLimits
+
+        return ReplyLimits(max_bytes=self.max_reply_bytes, max_seconds=self.max_reply_seconds)
 
     def private_cache_dir(self) -> Path:
         """The cache dir, created (or fixed) as mode 0700: logs, workspaces and the store are the user's alone."""

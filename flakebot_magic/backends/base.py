@@ -33,6 +33,7 @@ from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..host.git import Git
 from ..host.process import ProcessRunner
+from ..llm.budget import Budget
 from ..llm.model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
@@ -144,6 +145,8 @@ class RunState:
     race: Any = None
     #: crates the search found close to the chosen one (with ``--candidates``, some candidates start from them)
     alternatives: list[CrateCandidate] = field(default_factory=list)
+    #: what the run's model requests may spend together (None without a model)
+    budget: Budget | None = None
     #: the tree policy the workspace passed before its build (the published commit is its baseline);
     #: cargo's downloads run only right after it passes again
     policy: TreePolicy | None = None

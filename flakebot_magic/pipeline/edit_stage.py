@@ -165,7 +165,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             replaces=str(workspace.replaces or ""),
             crate=workspace.crate.id,
         )
-    budget = Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
+    budget = run.budget or Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
     if run.resume is not None:  # the interrupted session's spending counts: one budget, one usage record
         budget.charge(model.model, run.resume.usage)
     return Team(
@@ -176,16 +176,8 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         cargo_for=cargo_for,
         crate=workspace.crate,
         budget=budget,
-        loop_options={
-            "max_iterations": settings.max_iterations,
-            "token_budget": settings.token_budget,
-            "allow_build_scripts": settings.allow_build_scripts,
-            "build_timeout": settings.build_timeout,
-            "test_timeout": min(settings.test_timeout, 600.0),
-            "max_reply_bytes": settings.max_reply_bytes,
-            "max_reply_seconds": settings.max_reply_seconds,
-            "context_tokens": settings.context_tokens,
-        },
+        limits=settings.loop_limits(),
+        reply_limits=settings.reply_limits(),
         candidates=count,
         plan=settings.plan,
         architect=architect,

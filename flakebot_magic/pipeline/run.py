@@ -31,7 +31,8 @@ from ..host.git import Git
 from ..host.locks import tool_lock
 from ..host.process import CancelToken, ProcessRunner
 from ..host.storage import storage_errors
-from ..llm.model import HOW_TO_CONFIGURE
+from ..llm.budget import Budget
+from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest
@@ -41,7 +42,7 @@ from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
 from ..stages.accept import Example, run_examples, split_request
 from ..stages.build import BUILD_FLAGS
-from ..stages.choose import Choice, choose_by_model, choose_without_model
+from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
 from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
 
@@ -148,7 +149,7 @@ class Pipeline:
             search_text, examples = split_request(build.text)
             _check_request(build, search_text)
             choice = decide(self.settings, self.runner)
-            run = RunState(build, model, choice, examples=examples)
+            run = RunState(build, model, choice, examples=examples, budget=self._budget(model))
             with storage_errors("building", self.settings.cache_dir):  # what the stages did not translate
                 tool = self._resumed(run, point) if point is not None else self._run(run, search_text)
             if examples:
@@ -370,11 +371,22 @@ class Pipeline:
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        client = model.client()
-        try:
-            return choose_by_model(client, model, registry, request, candidates, self.bus)
-        finally:
-            client.close()
+        assert run.budget is not None
+        with chooser_channel(
+            model,
+            bus=self.bus,
+            budget=run.budget,
+            limits=self.settings.reply_limits(),
+            cancel=self.runner.cancel,
+        ) as channel:
+            return choose_by_model(channel, registry, request, candidates, self.bus)
+
+    def _budget(self, model: ModelConfig | None) -> Budget | None:
+        """What a run's model requests may spend together (the crate choice, the architect, the engineers)."""
+        if model is None:
+            return None
+        settings = self.settings
+        return Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
 
     def _continued(self, run: RunState) -> CrateCandidate:
         """The crate of the tool a ``--continue`` run changes (checks the options first)."""
@@ -456,7 +468,7 @@ class Pipeline:
                 "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
             )
             request = BuildRequest(report.as_request(run.request.text), name=tool.name, follow_up=True)
-            run = RunState(request, run.model, run.choice, examples=run.examples)
+            run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
             tool.close()
             tool = self._run(run, search_text)
 
