@@ -171,6 +171,8 @@ class Settings:
     follow_up: bool = False
     #: seconds allowed for one model request before the SDK retries it
     model_timeout: float = 120.0
+    #: how the model is offered its functions: ``native``, ``text``, ``auto``; None: the provider's preset
+    tool_format: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_TOOL_FORMAT") or None)
     #: the largest model reply read, and how long one may stream (longer ones are unusable replies)
     max_reply_bytes: int = 4 * 1024 * 1024
     max_reply_seconds: float = 300.0
@@ -197,7 +199,11 @@ class Settings:
         from .llm.model import ModelConfig
 
         return ModelConfig.resolve(
-            self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
+            self.model,
+            base_url=self.base_url,
+            provider=self.provider,
+            timeout=self.model_timeout,
+            tool_format=self.tool_format,
         )
 
     def loop_limits(self) -> LoopLimits:

@@ -37,7 +37,7 @@ from .context import cap_middle, compact
 from .files import PathRefused, WorkspaceFiles
 from .journal import EndStatus, Journal, ResumePoint
 from .prompt import PromptContext, system_prompt
-from .protocol import FUNCTION_SCHEMAS, BadCall, decode_call, text_argument
+from .protocol import FUNCTION_SCHEMAS, BadCall, decode_call, decode_reply, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .resume import known_check, paired, ratchet_of
@@ -208,6 +208,19 @@ class EditLoop:
         text_replies = 0
         while self._finished is None:
             reply = self._next_reply(messages)
+            if reply.refusal:  # calls written as text that cannot be read whole: none runs, the model is told
+                text_replies += 1
+                if text_replies > MAX_TEXT_REPLIES:
+                    raise EditError(
+                        f"The model wrote its function calls as text that could not be read "
+                        f"{MAX_TEXT_REPLIES + 1} times in a row. The last refusal: {reply.refusal[:400]}",
+                        diagnostics=self._last_report(),
+                        workspace=self.root,
+                        reason="no-tools",
+                    )
+                self._say(messages, {"role": "assistant", "content": reply.content})
+                self._say(messages, {"role": "user", "content": reply.refusal})
+                continue
             if not reply.calls:
                 text_replies += 1
                 if text_replies > MAX_TEXT_REPLIES:
@@ -230,8 +243,11 @@ class EditLoop:
                 continue
             text_replies = 0
             self._say(messages, {"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
-            for call in reply.calls:
-                if self._finished is not None:
+            refused = decode_reply(reply.calls, cut=reply.finish_reason == "length")
+            for call, error in zip(reply.calls, refused, strict=True):
+                if error:
+                    answer = error
+                elif self._finished is not None:
                     answer = "not run: finish ended the session"
                 else:
                     answer = self._call(call)
@@ -356,7 +372,14 @@ class EditLoop:
                 reason=exc.reason,
             ) from None
         if self.journal is not None:
-            self.journal.reply(reply.usage, estimated=reply.estimated)
+            marks: dict[str, Any] = {}
+            if reply.dialect:  # calls read from text: marked, with their ids (the next message holds them)
+                marks["read_from_text"] = {"dialect": reply.dialect, "calls": [c["id"] for c in reply.calls]}
+            if reply.refusal:
+                marks["refused"] = reply.refusal
+            if reply.finish_reason:
+                marks["finish_reason"] = reply.finish_reason
+            self.journal.reply(reply.usage, estimated=reply.estimated, **marks)
         return reply
 
     def _deliver_steering(self, messages: list[dict[str, Any]]) -> None:

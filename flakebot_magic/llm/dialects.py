@@ -39,9 +39,11 @@ __all__ = [
     "TextCall",
     "TextCallRefused",
     "TextCalls",
+    "as_text_conversation",
     "read_calls",
     "render",
     "strict_form",
+    "text_protocol",
 ]
 
 Dialect = Literal["qwen", "llama", "json", "mistral"]
@@ -123,6 +125,71 @@ def render(calls: Sequence[TextCall], dialect: Dialect, *, fence: bool = False) 
     if fence:
         return "\n".join(f"```json\n{o}\n```" for o in objects)
     return "\n".join(objects)
+
+
+# -- the text protocol (``--tool-format text``) -----------------------------------------------------------
+
+
+def text_protocol(tools: Sequence[dict[str, Any]], tool_choice: dict[str, Any] | None = None) -> str:
+    """The system prompt's part that describes ``tools`` (OpenAI function schemas) and the one form to call them in."""
+    lines = [
+        "## Calling functions",
+        "This endpoint does not pass function calls through its API, so you call functions by writing them "
+        "in your reply, each exactly in this form (one JSON object per call, nothing else inside the tags):",
+        "",
+        render([TextCall("read_file", {"path": "src/main.rs"})], "qwen"),
+        "",
+        "You may write several calls in one reply; they run in order and each result comes back to you. "
+        "Write no other JSON outside the tags. The functions:",
+    ]
+    for tool in tools:
+        function = tool.get("function", {})
+        parameters = function.get("parameters", {})
+        lines.append(
+            f"- {function.get('name')}: {function.get('description', '')} "
+            f"Arguments (JSON schema): {json.dumps(parameters.get('properties', {}))}; "
+            f"required: {json.dumps(parameters.get('required', []))}"
+        )
+    chosen = (tool_choice or {}).get("function", {}).get("name")
+    if chosen:
+        lines.append(f"Your reply must call {chosen}.")
+    return "\n".join(lines)
+
+
+def as_text_conversation(
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], tool_choice: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """``messages`` as a server without function calling takes them: the protocol in the system prompt,
+    calls written in the qwen form, results as user messages (the conversation itself is not changed)."""
+    out: list[dict[str, Any]] = []
+    protocol = text_protocol(tools, tool_choice)
+    names: dict[str, str] = {}
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            out.append({"role": "system", "content": f"{message.get('content') or ''}\n\n{protocol}"})
+        elif role == "assistant" and message.get("tool_calls"):
+            written = []
+            for call in message["tool_calls"]:
+                function = call.get("function", {})
+                names[str(call.get("id"))] = str(function.get("name"))
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    arguments = function.get("arguments")
+                written.append(
+                    f"{_HERMES_OPEN}\n{json.dumps({'name': function.get('name'), 'arguments': arguments})}\n{_HERMES_CLOSE}"
+                )
+            prose = message.get("content") or ""
+            out.append({"role": "assistant", "content": "\n".join([prose, *written]).strip()})
+        elif role == "tool":
+            name = names.get(str(message.get("tool_call_id")), "the function")
+            out.append({"role": "user", "content": f"Result of {name}:\n{message.get('content') or ''}"})
+        else:
+            out.append(dict(message))
+    if not any(m.get("role") == "system" for m in out):
+        out.insert(0, {"role": "system", "content": protocol})
+    return out
 
 
 # -- reading ---------------------------------------------------------------------------------------
