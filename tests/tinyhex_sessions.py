@@ -82,7 +82,13 @@ def start_session(
     if before is not None:
         before(workspace.path)
     server = fake_openai(script)
-    model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=timeout, stream=stream)
+    model = ModelConfig.resolve(
+        "scripted",
+        base_url=server.base_url,
+        timeout=timeout,
+        stream=stream,
+        tool_format=options.pop("tool_format", None),
+    )
     assert model is not None
     # the loop's limits, the reply caps and the budget come from settings, as in a build: options override them
     chosen = {key: options.pop(key) for key in list(options) if key in SETTINGS}

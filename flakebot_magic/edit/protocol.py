@@ -117,7 +117,7 @@ def decode_reply(calls: list[dict[str, Any]], *, cut: bool = False) -> list[str]
     When one call cannot be carried out, none of the reply's calls runs (so a
     reply is never half-applied); each gets its answer: the broken one its
     error, the others that they did not run. ``cut``: the reply ended at the
-    token limit (said in the answer).
+    token limit, so none runs (what followed the cut cannot be known).
     """
     errors: list[str] = []
     for call in calls:
@@ -128,10 +128,15 @@ def decode_reply(calls: list[dict[str, Any]], *, cut: bool = False) -> list[str]
             errors.append("")
         except BadCall as exc:
             errors.append(str(exc))
+    if cut:  # what followed the cut cannot be known: none runs
+        return [
+            (error or "not run:")
+            + " Your reply was cut off at the token limit, so none of its calls ran; send fewer or smaller calls."
+            for error in errors
+        ]
     if not any(errors):
         return errors
-    why = " Your reply was cut off at the token limit: send fewer or smaller calls." if cut else ""
     return [
-        (error or "not run: another call of this reply was malformed, so none of them ran; send them all again.") + why
+        error or "not run: another call of this reply was malformed, so none of them ran; send them all again."
         for error in errors
     ]

@@ -213,8 +213,9 @@ def read_calls(text: str, names: Collection[str], *, truncated: bool = False) ->
     names
         The functions the model may call; a call of any other refuses the reply.
     truncated
-        The reply was cut off (``finish_reason: "length"``): whatever after
-        its last whole call may be the start of another refuses it.
+        The reply was cut off (``finish_reason: "length"``): any call in it,
+        or anything that may start one, refuses it whole (what was cut
+        cannot be known).
 
     Raises
     ------
@@ -248,13 +249,11 @@ def _read(text: str, names: tuple[str, ...], truncated: bool) -> TextCalls | Non
             f"your reply mixes two forms of function call ({spans[0].dialect} and bare JSON).", None, names
         )
     spans = spans or bare
-    tail = text[spans[-1].end :] if spans else text
-    if truncated and any(opener in tail for opener in _OPENERS):
-        dialect = spans[0].dialect if spans else None
+    if truncated and (spans or any(opener in text for opener in _OPENERS)):
         raise TextCallRefused(
-            "your reply was cut off at the token limit, perhaps in the middle of a call; "
+            "your reply was cut off at the token limit, so its calls may be incomplete; "
             "send fewer or smaller calls (replace_in_file rather than write_file of a long file).",
-            dialect,
+            spans[0].dialect if spans else None,
             names,
         )
     if not spans:

@@ -74,22 +74,14 @@ def test_any_calls_in_any_dialect_read_back_exactly(
 
 @settings(max_examples=300, deadline=None)
 @given(calls, st.sampled_from(DIALECTS), st.booleans(), prose, st.data())
-def test_a_cut_reply_is_refused_or_keeps_only_whole_calls(
+def test_a_cut_reply_is_refused_whole(
     calls_: list[TextCall], dialect: Dialect, fence: bool, before: str, data: st.DataObject
 ) -> None:
     rendered = render(calls_, dialect, fence=fence)
-    cut = data.draw(st.integers(1, len(rendered) - 1), label="cut")
-    text = before + "\n" + rendered[:cut]
-    try:
-        found = read_calls(text, NAMES, truncated=True)
-    except TextCallRefused as exc:
-        assert "Nothing from this reply was applied" in str(exc)
-        return
-    # only a cut between two whole calls may be read, and then as exactly the calls before it
-    assert found is not None and dialect in ("qwen", "llama", "json")
-    assert 0 < len(found.calls) < len(calls_)
-    assert list(found.calls) == calls_[: len(found.calls)]
-    assert not rendered[:cut].rstrip().endswith(("<", "{", "[", "`"))
+    cut = data.draw(st.integers(1, len(rendered)), label="cut")  # mid-call, between calls, or after the last
+    with pytest.raises(TextCallRefused) as refused:
+        read_calls(before + "\n" + rendered[:cut], NAMES, truncated=True)
+    assert "Nothing from this reply was applied" in str(refused.value)
 
 
 @settings(max_examples=200, deadline=None)
