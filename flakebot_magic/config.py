@@ -142,7 +142,7 @@ class Settings:
     model: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_MODEL") or None)
     #: an OpenAI-compatible endpoint (``$FLAKEBOT_BASE_URL``); default: the provider's
     base_url: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_BASE_URL") or None)
-    #: a preset: openai, groq, ollama, openrouter (``$FLAKEBOT_PROVIDER``)
+    #: a preset: openai, groq, openrouter; local: ollama, llamacpp, vllm, lmstudio (``$FLAKEBOT_PROVIDER``)
     provider: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_PROVIDER") or None)
     #: check runs the model may ask for in one edit session
     max_iterations: int = 8
