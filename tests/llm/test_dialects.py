@@ -229,3 +229,28 @@ def test_deep_nesting_is_refused_not_a_crash() -> None:
     text = '<tool_call>{"name": "read_file", "arguments": ' + "[" * 100_000 + "]" * 100_000 + "}</tool_call>"
     with pytest.raises(TextCallRefused):
         read_calls(text, NAMES)
+
+
+@settings(max_examples=100, deadline=None)
+@given(calls, prose)
+def test_the_text_protocol_shows_past_calls_in_the_form_it_asks_for(calls_: list[TextCall], before: str) -> None:
+    from flakebot_magic.edit.protocol import FUNCTION_SCHEMAS
+    from flakebot_magic.llm.dialects import as_text_conversation
+
+    wire = [
+        {"id": f"c{i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        for i, c in enumerate(calls_)
+    ]
+    conversation = [
+        {"role": "system", "content": "You edit crates."},
+        {"role": "assistant", "content": before, "tool_calls": wire},
+        *({"role": "tool", "tool_call_id": w["id"], "content": "ok"} for w in wire),
+    ]
+    shown = as_text_conversation(conversation, FUNCTION_SCHEMAS)
+    assert shown[0]["content"].startswith("You edit crates.\n\n## Calling functions")
+    assert all(name in shown[0]["content"] for name in NAMES)
+    assert all("tool_calls" not in m and m["role"] != "tool" for m in shown)
+    found = read_calls(shown[1]["content"], NAMES)
+    assert found is not None and list(found.calls) == calls_ and found.dialect == "qwen"
+    assert [m["content"] for m in shown[2:]] == [f"Result of {c.name}:\nok" for c in calls_]
+    assert conversation[1]["tool_calls"] == wire  # the conversation itself is not changed
