@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from editscripts import SCRIPTS, TINYHEX, TINYHEX_MAIN, call, reply, tinyhex_done
-from tinycrates import write_registry
-from tinyhex_sessions import Session, start_session
+from editscripts import SCRIPTS, TINYHEX_MAIN, call, reply, tinyhex_done
+from tinyhex_sessions import Session
 
 from flakebot_magic import cli
 from flakebot_magic.config import DEBIAN_REGISTRY
@@ -30,38 +29,9 @@ from flakebot_magic.errors import BudgetExhausted, EditError, FlakebotError
 from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
-from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 # -- sessions on tinyhex (real cargo, real git, the fake server) --------------------------
-
-
-@pytest.fixture(scope="module")
-def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
-    root = write_registry(tmp_path_factory.mktemp("hexregistry"), [TINYHEX])
-    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("hexindex"))
-    yield registry
-    registry.close()
-
-
-@pytest.fixture
-def session(
-    hex_registry: DirectoryRegistry, tmp_path: Path, fake_openai: Callable[..., FakeOpenAIServer]
-) -> Iterator[Callable[..., Session]]:
-    """``session(script, **loop_options)``: tinyhex forked, a fake server replaying ``script``, a loop."""
-    clients: list[Any] = []
-
-    def start(
-        script: Any, *, stream: bool = True, before: Callable[[Path], None] | None = None, **options: Any
-    ) -> Session:
-        options.setdefault("clippy", False)  # clippy runs in the sha2 sessions; here it only costs time
-        return start_session(
-            hex_registry, tmp_path, fake_openai, script, clients, timeout=1.5, stream=stream, before=before, **options
-        )
-
-    yield start
-    for client in clients:
-        client.close()
 
 
 def _run_tinyhex(root: Path, data: bytes) -> str:

@@ -10,14 +10,13 @@ with real git.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from editscripts import TINYHEX, call, reply, tinyhex_done
-from tinycrates import write_registry
-from tinyhex_sessions import Session, start_session
+from editscripts import call, reply, tinyhex_done
+from tinyhex_sessions import Session
 
 from flakebot_magic.edit import FUNCTION_SCHEMAS
 from flakebot_magic.edit.journal import Journal
@@ -25,31 +24,6 @@ from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.llm.dialects import DIALECTS
-from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.testing.fake_openai import FakeOpenAIServer
-
-
-@pytest.fixture(scope="module")
-def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
-    root = write_registry(tmp_path_factory.mktemp("hexregistry"), [TINYHEX])
-    registry = DirectoryRegistry(root, tmp_path_factory.mktemp("hexindex"))
-    yield registry
-    registry.close()
-
-
-@pytest.fixture
-def session(
-    hex_registry: DirectoryRegistry, tmp_path: Path, fake_openai: Callable[..., FakeOpenAIServer]
-) -> Iterator[Callable[..., Session]]:
-    clients: list[Any] = []
-
-    def start(script: Any, **options: Any) -> Session:
-        options.setdefault("clippy", False)
-        return start_session(hex_registry, tmp_path, fake_openai, script, clients, timeout=5.0, **options)
-
-    yield start
-    for client in clients:
-        client.close()
 
 
 def in_dialect(message: dict[str, Any], dialect: str, **extra: Any) -> dict[str, Any]:
@@ -70,7 +44,7 @@ def test_a_session_in_each_dialect_ends_green(session: Callable[..., Session], d
         in_dialect({**edit, "content": "I'll add the contract and a main."}, dialect, fence=dialect == "json"),
         in_dialect(finish, dialect, after="That is all."),
     ]
-    s = session(script)
+    s = session(script, timeout=5.0)
     outcome = s.loop.run("print standard input as hex")
     assert outcome.summary == "tinyhex prints its standard input as hex"
     assert _tinyhex(s.root) == "01ab\n"  # the tool was built (real cargo) from calls read from text
@@ -87,7 +61,7 @@ def test_a_session_in_each_dialect_ends_green(session: Callable[..., Session], d
 @pytest.mark.cargo
 def test_calls_read_from_text_are_marked_in_the_journal(session: Callable[..., Session], tmp_path: Path) -> None:
     journal = Journal.create(tmp_path / "journal", "tinyhex", request="hex", model="scripted", base_url="x")
-    s = session([in_dialect(m, "llama") for m in tinyhex_done()], journal=journal, tool_format="native")
+    s = session([in_dialect(m, "llama") for m in tinyhex_done()], journal=journal, tool_format="native", timeout=5.0)
     s.loop.run("print standard input as hex")
     records = Journal.read(journal.path)
     marked = [r["read_from_text"] for r in records if r["t"] == "reply" and "read_from_text" in r]
@@ -119,7 +93,9 @@ def test_a_cut_or_ambiguous_reply_is_never_half_applied(session: Callable[..., S
         native_cut["tool_calls"][0],
         {"id": "c2", "type": "function", "function": {"name": "write_file", "arguments": '{"path": "src/m'}},
     ]
-    s = session([cut, mixed, native_cut, in_dialect(edit, "qwen"), in_dialect(finish, "qwen")], tool_format="text")
+    s = session(
+        [cut, mixed, native_cut, in_dialect(edit, "qwen"), in_dialect(finish, "qwen")], tool_format="text", timeout=5.0
+    )
     outcome = s.loop.run("print standard input as hex")
     assert outcome.summary == "tinyhex prints its standard input as hex"
     every_version = Git(s.root, ProcessRunner())("log", "-p", "--all")
@@ -140,7 +116,7 @@ def test_auto_switches_to_text_when_the_endpoint_refuses_tools(session: Callable
         "status": 400,
         "body": {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice', "type": "x"}},
     }
-    s = session([refused, *(in_dialect(m, "mistral") for m in tinyhex_done())])
+    s = session([refused, *(in_dialect(m, "mistral") for m in tinyhex_done())], timeout=5.0)
     s.loop.run("print standard input as hex")
     assert [("tools" in body) for body in s.server.requests] == [True, False, False]
     switched = [e.message for e in s.events if isinstance(e, Notice) and "switching to the text protocol" in e.message]
