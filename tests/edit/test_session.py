@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from editscripts import SCRIPTS, TINYHEX_MAIN, call, reply, tinyhex_done
+from editscripts import SCRIPTS, TINYHEX_MAIN, call, in_text, reply, tinyhex_done
 from tinyhex_sessions import Session
 
 from flakebot_magic import cli
@@ -168,7 +168,10 @@ BROKEN_HEX = '    bytes.iter().map(|b| format!("{:02X}", b)).collect()'
 
 
 @pytest.mark.cargo
-def test_the_ratchet_reverts_deleted_emptied_and_failing_tests(session: Callable[..., Session]) -> None:
+@pytest.mark.parametrize("tool_format", ["native", "text"])
+def test_the_ratchet_reverts_deleted_emptied_and_failing_tests(
+    session: Callable[..., Session], tool_format: str
+) -> None:
     from editscripts import TINYHEX_LIB
 
     without_tests = TINYHEX_LIB.split("#[cfg(test)]")[0]
@@ -187,8 +190,11 @@ def test_the_ratchet_reverts_deleted_emptied_and_failing_tests(session: Callable
         reply(call("write_file", path="src/lib.rs", content=emptied), call("run_checks")),
         *tinyhex_done(),
     ]
-    s = session(script)
+    if tool_format == "text":  # a model without function calling: the same session, its calls written as text
+        script = [in_text(message) for message in script]
+    s = session(script, tool_format=tool_format, timeout=5.0)
     s.loop.run("print standard input as hex")
+    assert all(("tools" in body) == (tool_format == "native") for body in s.server.requests)
     reverted = [r for r in s.results() if r.reverted]
     assert [r.reason for r in reverted] == [
         "deleted test `hex_of_bytes`",
