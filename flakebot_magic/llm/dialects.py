@@ -60,9 +60,8 @@ _FUNCTION_CLOSE = "</function>"
 _MISTRAL = "[TOOL_CALLS]"
 #: where a bare JSON call starts: an object whose first key is "name" (after an optional "type": "function")
 _CALL_START = re.compile(r"""\{\s*(?:["']type["']\s*:\s*["']function["']\s*,\s*)?["']name["']\s*:""")
-#: the start of a JSON object with a quoted key (the only places a bare call is looked for)
-_OBJECT_START = re.compile(r"""\{\s*["']""")
 _FENCE = re.compile(r"^```[\w-]*[ \t]*\n(.*)\n[ \t]*```$", re.DOTALL)
+_NEXT_CHAR = re.compile(r"\s*(\S)")
 _EMPTY_FENCE = re.compile(r"```[\w-]*\s*```")
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "type", "id"})
 #: what, at the end of a cut reply, may be the start of a call
@@ -345,47 +344,41 @@ def _next_tag(text: str, at: int) -> tuple[int, Dialect, re.Match[str] | None] |
 
 
 def _bare(text: str, names: tuple[str, ...]) -> list[_Span]:
-    """Bare JSON calls (an object whose keys are a call's), or lists of them, in order."""
+    """Bare JSON calls (an object whose first key is ``name``), or lists of them, in order.
+
+    Each character is scanned about once: a closed object that is not a call
+    is skipped whole, and an object or list of calls left open refuses the
+    reply, so a hostile reply costs linear time.
+    """
     spans: list[_Span] = []
     at = 0
     while True:
-        match = _OBJECT_START.search(text, at)
+        match = _CALL_START.search(text, at)
         if match is None:
             return spans
         start = match.start()
-        is_call_start = _CALL_START.match(text, start) is not None
-        found = None
-        opener = _list_before(text, start) if is_call_start else None
-        if opener is not None:  # a list of calls `[{"name": ...}, ...]` is read whole
-            found = _calls_at(text, opener, names)
-        if found is None:
-            found = _calls_at(text, start, names, is_call_start=is_call_start)
-        if found is None:
-            at = start + 1
-            continue
-        spans.append(found)
-        at = found.end
-
-
-def _calls_at(text: str, begin: int, names: tuple[str, ...], *, is_call_start: bool = False) -> _Span | None:
-    """The bare call (or list of calls) opening at ``begin``, or None; a broken call start refuses."""
-    end = _balanced(text, begin)
-    if end is None:
-        if is_call_start:
+        end = _balanced(text, start)
+        if end is None:
             raise TextCallRefused("a JSON call is not closed (cut off?).", "json", names)
-        return None
-    try:
-        value = _loads(text[begin:end], "json", names)
-    except TextCallRefused:
-        if is_call_start:
-            raise
-        return None
-    items = value if isinstance(value, list) else [value]
-    if items and all(_looks_like_call(item, names) for item in items):
-        return _Span(begin, end, "json", tuple(_call(item, "json", names) for item in items))
-    if is_call_start and isinstance(value, dict) and value.get("name") in names:
-        _call(value, "json", names)  # a known function's call gone wrong: says what is wrong with it
-    return None
+        opener = _list_before(text, start)
+        after = _NEXT_CHAR.match(text, end)
+        if (
+            opener is not None and after is not None and after.group(1) in ",]"
+        ):  # a list of calls `[{"name": ...}, ...]` is read whole
+            list_end = _balanced(text, opener)
+            if list_end is None:
+                raise TextCallRefused("a JSON list of calls is not closed (cut off?).", "json", names)
+            value = _loads(text[opener:list_end], "json", names)
+            items = value if isinstance(value, list) else [value]
+            spans.append(_Span(opener, list_end, "json", tuple(_call(item, "json", names) for item in items)))
+            at = list_end
+            continue
+        value = _loads(text[start:end], "json", names)
+        if _looks_like_call(value, names):
+            spans.append(_Span(start, end, "json", (_call(value, "json", names),)))
+        elif isinstance(value, dict) and value.get("name") in names:
+            _call(value, "json", names)  # a known function's call gone wrong: says what is wrong with it
+        at = end
 
 
 def _list_before(text: str, start: int) -> int | None:

@@ -254,3 +254,27 @@ def test_the_text_protocol_shows_past_calls_in_the_form_it_asks_for(calls_: list
     assert found is not None and list(found.calls) == calls_ and found.dialect == "qwen"
     assert [m["content"] for m in shown[2:]] == [f"Result of {c.name}:\nok" for c in calls_]
     assert conversation[1]["tool_calls"] == wire  # the conversation itself is not changed
+
+
+@pytest.mark.timeout(120)  # a hang guard: a quadratic scan of these 1 MB replies would take hours
+@pytest.mark.parametrize(
+    "piece",
+    [
+        '{"name": 1} ',
+        '[{"name": 1}',
+        '[{"name": "run_checks"}, ',
+        '{"name": ',
+        "<tool_call>",
+        "<function=read_file>",
+        "[TOOL_CALLS] [",
+        '{"{"',
+        '{"name": "a", "b": {"name": 1}} ',
+    ],
+)
+def test_a_hostile_reply_of_a_megabyte_is_read_in_linear_time(piece: str) -> None:
+    text = piece * (1024 * 1024 // len(piece))
+    try:
+        found = read_calls(text, NAMES)
+    except TextCallRefused:
+        return
+    assert found is None
