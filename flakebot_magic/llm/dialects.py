@@ -277,9 +277,10 @@ def _blank(text: str, spans: Sequence[_Span]) -> str:
 def _tagged(text: str, names: tuple[str, ...]) -> list[_Span]:
     """The calls in tags (qwen, llama, mistral), in order; a tag left open refuses the reply."""
     spans: list[_Span] = []
+    tags = _Tags(text)
     at = 0
     while True:
-        found = _next_tag(text, at)
+        found = tags.next(at)
         if found is None:
             break
         start, dialect, match = found
@@ -329,18 +330,26 @@ def _tagged(text: str, names: tuple[str, ...]) -> list[_Span]:
     return spans
 
 
-def _next_tag(text: str, at: int) -> tuple[int, Dialect, re.Match[str] | None] | None:
-    found: list[tuple[int, Dialect, re.Match[str] | None]] = []
-    hermes = text.find(_HERMES_OPEN, at)
-    if hermes >= 0:
-        found.append((hermes, "qwen", None))
-    function = _FUNCTION_OPEN.search(text, at)
-    if function is not None:
-        found.append((function.start(), "llama", function))
-    mistral = text.find(_MISTRAL, at)
-    if mistral >= 0:
-        found.append((mistral, "mistral", None))
-    return min(found, key=lambda f: f[0]) if found else None
+class _Tags:
+    """The next opening tag of each dialect from a position on; each kind is searched again only once passed."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.found: dict[Dialect, tuple[int, re.Match[str] | None]] = {}
+
+    def next(self, at: int) -> tuple[int, Dialect, re.Match[str] | None] | None:
+        for dialect in ("qwen", "llama", "mistral"):
+            known = self.found.get(dialect)
+            if known is None or 0 <= known[0] < at:
+                self.found[dialect] = self._search(dialect, at)
+        live = [(start, dialect, match) for dialect, (start, match) in self.found.items() if start >= 0]
+        return min(live, key=lambda f: f[0]) if live else None
+
+    def _search(self, dialect: Dialect, at: int) -> tuple[int, re.Match[str] | None]:
+        if dialect == "llama":
+            match = _FUNCTION_OPEN.search(self.text, at)
+            return (match.start(), match) if match is not None else (-1, None)
+        return self.text.find(_HERMES_OPEN if dialect == "qwen" else _MISTRAL, at), None
 
 
 def _bare(text: str, names: tuple[str, ...]) -> list[_Span]:

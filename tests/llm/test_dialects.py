@@ -278,3 +278,10 @@ def test_a_hostile_reply_of_a_megabyte_is_read_in_linear_time(piece: str) -> Non
     except TextCallRefused:
         return
     assert found is None
+
+
+@pytest.mark.timeout(120)  # a hang guard, as above
+def test_a_megabyte_of_whole_calls_in_tags_is_read_in_linear_time() -> None:
+    one = render([TextCall("run_checks", {})], "llama")
+    found = read_calls(one * (1024 * 1024 // len(one)), NAMES)
+    assert found is not None and len(found.calls) == 1024 * 1024 // len(one)
