@@ -46,7 +46,7 @@ from .dialects import TextCallRefused, as_text_conversation, read_calls
 from .http import ModelHTTP
 from .limits import ReplyLimits
 from .model import ModelConfig
-from .reply import BrokenReply, Reply, ReplyReader
+from .reply import BrokenReply, Reply, ReplyReader, function_call
 from .usage import Usage, estimate_tokens
 
 __all__ = ["MAX_STREAM_RETRIES", "ModelChannel"]
@@ -259,11 +259,7 @@ class ModelChannel:
             return reply
         number = self.calls
         reply.calls = [
-            {
-                "id": f"call_text_{number}_{index}",
-                "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-            }
+            function_call(f"call_text_{number}_{index}", call.name, json.dumps(call.arguments))
             for index, call in enumerate(found.calls)
         ]
         reply.content = found.prose

@@ -21,7 +21,7 @@ import httpx
 from .limits import ReplyLimits
 from .usage import Usage
 
-__all__ = ["BrokenReply", "Reply", "ReplyReader"]
+__all__ = ["BrokenReply", "Reply", "ReplyReader", "function_call"]
 
 
 @dataclass
@@ -96,7 +96,7 @@ class ReplyReader:
             if not isinstance(function, dict):
                 continue
             calls.append(
-                _call(str(c.get("id") or f"call_{len(calls)}"), function.get("name"), function.get("arguments"))
+                function_call(str(c.get("id") or f"call_{len(calls)}"), function.get("name"), function.get("arguments"))
             )
         text = message.get("content")
         content = text if isinstance(text, str) else ""
@@ -154,7 +154,7 @@ class ReplyReader:
         if not finished:
             raise BrokenReply("the stream ended before the reply did")
         function_calls = [
-            _call(entry["id"] or f"call_{index}", entry["name"], "".join(entry["arguments"]))
+            function_call(entry["id"] or f"call_{index}", entry["name"], "".join(entry["arguments"]))
             for index, entry in sorted(calls.items())
         ]
         return self._whole("".join(content), function_calls, usage, finished)
@@ -169,6 +169,6 @@ class ReplyReader:
         return Reply(content, calls, tokens, spent, estimated=usage is None, finish_reason=finish)
 
 
-def _call(ident: str, name: Any, arguments: Any) -> dict[str, Any]:
+def function_call(ident: str, name: Any, arguments: Any) -> dict[str, Any]:
     """One function call in OpenAI's ``tool_calls`` shape (its name and arguments as text)."""
     return {"id": ident, "type": "function", "function": {"name": str(name or ""), "arguments": str(arguments or "")}}
