@@ -285,3 +285,18 @@ def test_a_megabyte_of_whole_calls_in_tags_is_read_in_linear_time() -> None:
     one = render([TextCall("run_checks", {})], "llama")
     found = read_calls(one * (1024 * 1024 // len(one)), NAMES)
     assert found is not None and len(found.calls) == 1024 * 1024 // len(one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(calls, st.sampled_from(DIALECTS), st.booleans(), st.data())
+def test_prose_between_calls_neither_adds_nor_drops_one(
+    calls_: list[TextCall], dialect: Dialect, fence: bool, data: st.DataObject
+) -> None:
+    pieces = [data.draw(prose, label=f"prose {i}") for i in range(len(calls_) + 1)]
+    # as above: prose ending in an open "[" right before a bare call makes a list that holds prose
+    assume(dialect != "json" or fence or not any(p.rstrip(" \n\t").endswith("[") for p in pieces))
+    text = pieces[0]
+    for call, after in zip(calls_, pieces[1:], strict=True):
+        text += "\n" + render([call], dialect, fence=fence) + "\n" + after
+    found = read_calls(text, NAMES)
+    assert found is not None and list(found.calls) == calls_ and found.dialect == dialect
