@@ -309,7 +309,7 @@ def nix_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
                 DirectoryRegistry(registry, cache).search("warm up")
                 took = timed(lambda: Pipeline(settings).run(REQUEST, name="md"))
                 (nix_times if backend == "nix" else cargo_times).append(took)
-                root = settings.gcroots_dir / "md"
+                root = settings.cache.gcroots / "md"
                 if root.is_symlink():  # let nix-collect-garbage have the benchmark's builds
                     root.unlink()
             finally:

@@ -122,8 +122,7 @@ def build(
             Callables that receive every pipeline event.
     {options}
     """
-    from .config import Settings
-    from .options import apply
+    from .config import Settings, apply
     from .pipeline.background import start_build
     from .request import BuildRequest
 
@@ -170,9 +169,8 @@ def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> T
     >>> md("# Hi")                      # doctest: +SKIP
     '<h1>Hi</h1>\\n'
     """
-    from .config import Settings
+    from .config import Settings, apply
     from .manage import tools
-    from .options import apply
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
     tool: ToolClient = tools.load(settings, name)

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from .agent import command as agent_command
-from .config import Settings
+from .config import Settings, apply
 from .errors import Cancelled, FlakebotError, UsageError
 from .eval import command as eval_command
-from .options import OPTIONS, add_arguments, apply
+from .options import OPTIONS, add_arguments
 from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:

@@ -23,14 +23,14 @@ from traitlets import Bool, Enum, Unicode
 
 from . import errors
 from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
-from .config import Settings
+from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
 from .manage import tools
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
-from .options import OPTIONS, apply, config_traits, magic_argument_decorators
+from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .records.inventory import Inventory
 from .request import BuildRequest
@@ -491,7 +491,7 @@ def _previous_commit(settings: Settings, name: str | None) -> str:
     """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
     if not settings.follow_up or not name:
         return ""
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     return record.commit if record is not None else ""
 
 

@@ -39,6 +39,7 @@ from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.process import ProcessRunner, scrubbed_env
 from ..records.provenance import describe_locked
@@ -46,12 +47,10 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
+from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
     Backend,
-    BackendChoice,
     Built,
-    RunState,
-    Stage,
     cached_rows,
     flake_meta,
     line_logger,
@@ -112,7 +111,7 @@ def nixpkgs_lockable(
     seconds) whether it holds a copy. ``nix``: the nix executable (default:
     on PATH).
     """
-    path = cache_dir / "probes" / "nixpkgs.json"
+    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
         known = json.loads(path.read_text())
         entry = known[ref]
@@ -127,7 +126,7 @@ def nixpkgs_lockable(
 
 def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
     """Keep ``answer`` for ``ref`` (a lock that failed after all replaces a probe's yes)."""
-    path = cache_dir / "probes" / "nixpkgs.json"
+    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
         known = json.loads(path.read_text())
         if not isinstance(known, dict):
@@ -263,7 +262,7 @@ class NixBackend(Backend):
         recorded = store.manifest.get("nix_store_path")
         if not recorded:
             return False
-        path, root = Path(recorded), self.settings.gcroots_dir / name
+        path, root = Path(recorded), self.settings.cache.gcroots / name
         if root_points_to(root, path):
             return True
         return self.nix().add_root(path, root)
@@ -315,12 +314,12 @@ class NixBackend(Backend):
                 "nixpkgs_url": url,
             },
         )
-        cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if cached is not None and self.alive(cached, run.name):
             built.cached = cached
             cached_rows(bus, ("build", "test"), cached)
             return built
-        pending = pending_link(settings.gcroots_dir, run.name)
+        pending = pending_link(settings.cache.pending_gcroots, run.name)
         release = NixRelease(
             nix, workspace.path, pending, timeout=settings.build_timeout, on_line=line_logger(bus, "build")
         )
@@ -352,7 +351,7 @@ class NixBackend(Backend):
                 else:
                     if built.out_path is None:
                         raise DeployError("nix build recorded no store path to deploy.")
-                    root = settings.gcroots_dir / run.name
+                    root = settings.cache.gcroots / run.name
                     if not self.nix().add_root(built.out_path, root):
                         raise DeployError(f"Could not make {root} a GC root for {built.out_path}.")
                     data = manifest(
@@ -364,7 +363,7 @@ class NixBackend(Backend):
                         gcroot=str(root),
                         **built.lock,
                     )
-                    store = record_nix(settings.store_dir, built.key, crate.name, crate.version, built.out_path, data)
+                    store = record_nix(settings.cache.store, built.key, crate.name, crate.version, built.out_path, data)
                 stage.detail = str(store.manifest["nix_store_path"])
         finally:
             if built.pending is not None:

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
-from ..host.process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from ..host.output import LineCallback
+from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import LOCK_FILE
@@ -378,7 +379,7 @@ class Nix:
         workspace: Path,
         out_link: Path,
         *,
-        timeout: float = 1800.0,
+        timeout: float,
         on_line: LineCallback | None = None,
         attribute: str = "",
     ) -> Path:
@@ -446,9 +447,9 @@ def root_points_to(link: Path, path: Path) -> bool:
         return False
 
 
-def pending_link(gcroots: Path, name: str) -> Path:
-    """Where ``nix build`` puts its out-link until the deploy completes."""
-    return gcroots / ".pending" / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+def pending_link(pending: Path, name: str) -> Path:
+    """Where ``nix build`` puts its out-link until the deploy completes (``pending``: ``CacheLayout.pending_gcroots``)."""
+    return pending / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
 
 
 def binaries_of(path: Path) -> dict[str, Path]:

@@ -44,7 +44,7 @@ from ..llm.model import ModelConfig
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.accept import Example, split_request
 from ..stages.fork import Workspace
 from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome

@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends import RunDeps, RunState, Stage
 from ..config import Settings
 from ..edit.journal import Journal, ResumePoint, journals_dir
 from ..edit.races import RacePoint, RaceRecord, unfinished_race
@@ -33,9 +32,10 @@ from ..registry.base import CrateCandidate
 from ..request import BuildRequest
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.choose import Choice
 from ..stages.fork import Workspace, fork
+from ..stages.state import RunDeps, RunState, Stage
 
 __all__ = ["edit_session", "resume_point", "resumed_run", "session_record"]
 
@@ -184,7 +184,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         examples=run.examples,
         journal=run.journal,
         inbox=inbox,
-        resume=run.resume if race_resume is None else None,
+        resume=run.resume if isinstance(run.resume, ResumePoint) else None,
         race_resume=race_resume.points if race_resume is not None else None,
         journal_for=journal_for,
         name=run.name,
