@@ -308,8 +308,10 @@ def _literal_timeouts(path: Path, copies: set[float]) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
             positional = [*args.posonlyargs, *args.args]
-            pairs += list(zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults))
-            pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+            pairs += list(
+                zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=True)
+            )
+            pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             pairs.append((node.target.id, node.value))
         elif isinstance(node, ast.Call) and any(k.arg == "default" for k in node.keywords):
