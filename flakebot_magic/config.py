@@ -190,6 +190,11 @@ class Settings:
         return self.private_cache_dir() / "store"
 
     @property
+    def proofs_dir(self) -> Path:
+        """Passing test runs kept by what they proved (:mod:`flakebot_magic.records.proofs`); ``clean`` keeps them."""
+        return self.private_cache_dir() / "proofs"
+
+    @property
     def tools_dir(self) -> Path:
         return self.private_cache_dir() / "tools"
 

@@ -34,6 +34,7 @@ from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..llm.model import ModelConfig
+from ..records.proofs import Proof
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
 from ..request import BuildRequest
@@ -82,6 +83,7 @@ MANIFEST_KEYS = (
     "nixpkgs",
     "nixpkgs_url",
     "plan",
+    "proof",
     "registry",
     "rustc",
     "skipped_targets",
@@ -180,6 +182,8 @@ class Built:
     cached: StorePath | None = None
     binaries: dict[str, Path] = field(default_factory=dict)
     tests: TestReport | None = None
+    #: the proof of the tests (made by this build, or found: ``reused``)
+    proof: Proof | None = None
     #: nix: the built /nix/store path, its pending out-link, and what the lock pinned
     out_path: Path | None = None
     pending: Path | None = None
@@ -305,6 +309,7 @@ def manifest(
         "rustc": run.rustc,
         "skipped_targets": workspace.skipped_targets,
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
+        "proof": built.proof.summary() if built.proof is not None else {},
         "version": crate.version,
         # the edit session's (editing.session_record): tokens and cost; with --candidates, each and the winner
         "usage": run.session.get("usage", {}),
