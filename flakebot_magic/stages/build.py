@@ -6,6 +6,20 @@ policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the 
 other core free for the debug test build. Output is ``--message-format=json``;
 diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
 
+Why two target directories, and a debug test build beside the release one: it
+was measured against the ways to compile the dependencies once for both
+(``benchmarks/bench_proof.py``: the tests in the release profile, the crate's
+own targets at the test profile's settings inside ``--release``, one target
+dir, ``--no-run`` first) and stayed the fastest that runs every test
+``cargo test`` runs: one target dir serialises the two cargo commands (cargo's
+lock), losing the core the long release rustc leaves free, which costs more
+than the dependencies built twice (README, "Benchmarks").
+
+A proof is never made twice on one machine: with a
+:class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
+:class:`~flakebot_magic.records.proof_key.ProofKey` of the tests it would run
+(:func:`proof_key`) and runs only the release build when it was proven before.
+
 Cargo's JSON is not trusted about paths: the release build's binaries are
 believed only when their executables lie inside the build's target directory
 (:func:`flakebot_magic.sandbox.diagnostics.untrusted_artifact`); anything else is
