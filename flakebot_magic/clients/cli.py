@@ -322,6 +322,7 @@ class CliTool(ToolClient):
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
             extra = {**plain, **(env or {})}
+            missing: FileNotFoundError | None = None
             try:
                 proc = subprocess.Popen(
                     confinement.command(command) if confinement else command,
@@ -333,9 +334,11 @@ class CliTool(ToolClient):
                     env=confinement.env(self.env, extra) if confinement else self._environment(extra),
                     start_new_session=True,  # a timeout or an interrupt stops what the tool started, too
                 )
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
+                missing = exc
+            if missing is not None:  # outside the handler: the ToolError below carries no FileNotFoundError
                 self.require_binary()  # the binary is gone: say how to get the tool back
-                raise
+                raise missing
             out = self._exchange(proc, data or b"", limit, items)
             return out if raw else strip_ansi(out)
         finally:
