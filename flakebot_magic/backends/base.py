@@ -31,12 +31,14 @@ from typing import Any, ClassVar
 from ..config import Settings
 from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
+from ..host.fsutil import is_real_dir
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..llm.model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
 from ..request import BuildRequest
+from ..sandbox import release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
 from ..sandbox.policy import TreePolicy
@@ -179,6 +181,8 @@ class Built:
     flags: list[str]
     cached: StorePath | None = None
     binaries: dict[str, Path] = field(default_factory=dict)
+    #: the SHA-256 of each binary as its build ended (the deploy refuses other bytes)
+    digests: dict[str, str] = field(default_factory=dict)
     tests: TestReport | None = None
     #: nix: the built /nix/store path, its pending out-link, and what the lock pinned
     out_path: Path | None = None
@@ -285,7 +289,7 @@ def manifest(
         "backend": backend,
         "binaries": sorted(built.binaries),
         # what the build's outputs took on disk: what a full disk's error says the next build needs
-        "build_bytes": _bytes_under(workspace.path / "target"),
+        "build_bytes": _bytes_under(workspace.path / "target") + _bytes_under(release_target(workspace.path)),
         "checksum": workspace.checksum,
         "checksum_kind": workspace.checksum_kind,
         "commit": commit,
@@ -320,8 +324,10 @@ def manifest(
 
 
 def _bytes_under(path: Path) -> int:
-    """The bytes of the regular files under ``path`` (0 when there is none)."""
+    """The bytes of the regular files under ``path`` (0 when there is none, or it is a planted symlink)."""
     total = 0
+    if not is_real_dir(path):
+        return 0
     for directory, _, files in os.walk(path):
         for name in files:
             try:

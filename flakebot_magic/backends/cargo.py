@@ -50,6 +50,7 @@ class CargoBackend(Backend):
                 test_timeout=settings.test_timeout,
             )
             built.binaries, built.tests = dict(result.build.binaries), result.tests
+            built.digests = dict(result.build.digests)
         with Stage(bus, "flake") as stage:
             write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(
@@ -68,6 +69,14 @@ class CargoBackend(Backend):
                 stage.status = "cached"
             else:
                 data = manifest(run, self.name, built, commit=self.git(run).head(), contract=contract)
-                store = deploy(settings.store_dir, built.key, crate.name, crate.version, built.binaries, data)
+                store = deploy(
+                    settings.store_dir,
+                    built.key,
+                    crate.name,
+                    crate.version,
+                    built.binaries,
+                    data,
+                    digests=built.digests,
+                )
             stage.detail = str(store.path)
         return store

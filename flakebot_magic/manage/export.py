@@ -2,7 +2,7 @@
 
 ``flakebot export --replit DIR NAME`` writes::
 
-    DIR/NAME/        the tool's workspace at its last commit (source, Cargo.lock, flake.nix, flake.lock)
+    DIR/NAME/        the files of the tool's commit, read from git's objects (source, Cargo.lock, flake.nix)
     DIR/replit.nix   Replit's environment: the flake's packages.default
     DIR/.replit      runs the tool
 
@@ -138,18 +138,17 @@ def export_replit(
             raise UsageError(f"{source} exists and is not an exported flake; choose another directory.")
         shutil.rmtree(source)
     git = Git(workspace, runner or ProcessRunner())
-    # the committed files only: no build outputs, nothing machine-specific
-    files = [f for f in git("ls-files", "-z").split("\0") if f]
-    for rel in files:
-        target = source / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        origin = workspace / rel
-        if origin.is_symlink():
-            target.symlink_to(origin.readlink())
-        elif origin.is_file():
-            shutil.copy2(origin, target)
-    if not (source / LOCK_FILE).exists() and (workspace / LOCK_FILE).is_file():
-        shutil.copy2(workspace / LOCK_FILE, source / LOCK_FILE)
+    # the tool's commit, from git's objects: never the work tree, which sandboxed tests could change after the
+    # proof (a file rewritten, a committed directory replaced by a symlink to ~)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = git.export_commit(record.commit or "HEAD", source)
+    missing = [f for f in (FLAKE_FILE, LOCK_FILE) if f not in files]
+    if missing:
+        shutil.rmtree(source)
+        raise UsageError(
+            f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {' or '.join(missing)}, which the "
+            f"export needs; build the tool again (`flakebot build --rebuild --name {name} ...`) and export then."
+        )
     program = Path(record.binary).name
     replit_nix = directory / "replit.nix"
     dot_replit = directory / ".replit"

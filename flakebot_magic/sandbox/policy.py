@@ -399,6 +399,15 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
         here = Path(dirpath)
         at_root = here == root
         if at_root:
+            for name in OUTPUT_DIRS:  # not source, not walked; but flakebot's own paths go through them
+                if os.path.islink(here / name) or (os.path.lexists(here / name) and not os.path.isdir(here / name)):
+                    found.append(
+                        Violation(
+                            name,
+                            f"{name} is not a directory (a symlink?): flakebot keeps build output there",
+                            "remove it; flakebot makes it a directory again",
+                        )
+                    )
             dirnames[:] = [d for d in dirnames if d not in (".git", *OUTPUT_DIRS)]
         for name in [*dirnames, *filenames]:
             path = here / name

@@ -1,7 +1,10 @@
 """Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
 
 Both run at once, offline, in the sandbox (on separate target directories, so
-neither waits for the other's lock), after one download step on the tree the
+neither waits for the other's lock; the release build's is flakebot's own,
+outside the workspace and shown to that one command, so no test running beside
+it can replace the binary it deploys, whose SHA-256 is taken as the build
+ends and checked by the deploy), after one download step on the tree the
 policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
 other core free for the debug test build. Output is ``--message-format=json``;
 diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
@@ -17,13 +20,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
+from ..host.fsutil import real_dir, sha256_regular
 from ..sandbox.cargo import Cargo
+from ..sandbox.command import release_target
 from ..sandbox.diagnostics import (
     Diagnostic,
     TestReport,
@@ -72,6 +77,8 @@ FIRST_ERRORS = 5
 class BuildResult:
     binaries: dict[str, Path]
     diagnostics: list[Diagnostic]
+    #: each binary's SHA-256 as the build left it, before anything else ran (the deploy checks it)
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,11 +161,21 @@ def check(
 
         return on_line
 
+    release_dir = release_target(workspace)
+
     def build() -> BuildResult:
-        done = cargo.run(*BUILD_FLAGS, cwd=workspace, timeout=build_timeout, on_line=log("build"))
+        # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
+        # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
+        done = cargo.run(
+            *BUILD_FLAGS,
+            cwd=workspace,
+            timeout=build_timeout,
+            on_line=log("build"),
+            env={"CARGO_TARGET_DIR": str(release_dir)},
+        )
         refused: list[str] = []
         diagnostics, executables, _ = parse_cargo_messages(
-            done.stdout.splitlines(), target_dir=target_dir or workspace / "target", refused=refused
+            done.stdout.splitlines(), target_dir=target_dir or release_dir, refused=refused
         )
         for why in refused:
             bus.notice(
@@ -172,7 +189,13 @@ def check(
                 command=done.args,
                 workspace=workspace,
             )
-        return BuildResult(binaries=executables, diagnostics=diagnostics)
+        try:
+            digests = {name: sha256_regular(path) for name, path in executables.items()}
+        except OSError as exc:
+            raise BuildError(
+                f"cargo build of {workspace.name} left no readable binary: {exc}", workspace=workspace
+            ) from exc
+        return BuildResult(binaries=executables, diagnostics=diagnostics, digests=digests)
 
     def test() -> tuple[TestReport, list[Diagnostic]]:
         done = cargo.run(
@@ -201,7 +224,7 @@ def check(
         )
     # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
     # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
-    (workspace / "target" / "flakebot-test").mkdir(parents=True, exist_ok=True)
+    real_dir(workspace, workspace / "target" / "flakebot-test")
     threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
     if run_tests:
         threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))

@@ -23,7 +23,6 @@ from flakebot_magic.edit.forks import (
     clone_candidate,
     clone_target,
     keep_head,
-    local_packages,
 )
 from flakebot_magic.errors import Cancelled, ForkError
 from flakebot_magic.events import EventBus
@@ -169,17 +168,6 @@ def test_a_clone_starts_warm_and_its_builds_never_touch_another(registry: Direct
             contain(workspace, path, write=write)
 
 
-def test_local_packages_come_from_the_lock(tmp_path: Path) -> None:
-    assert local_packages(tmp_path) is None
-    (tmp_path / "Cargo.lock").write_text(
-        'version = 3\n\n[[package]]\nname = "me"\nversion = "0.1.0"\n\n'
-        '[[package]]\nname = "dep"\nversion = "1.0.0"\nsource = "registry+https://github.com/rust-lang/crates.io-index"\n'
-    )
-    assert local_packages(tmp_path) == frozenset({"me"})
-    (tmp_path / "Cargo.lock").write_text("[[[")
-    assert local_packages(tmp_path) is None
-
-
 def _fake_target(root: Path) -> Path:
     debug = root / "debug"
     for unit in ("dep-0123456789abcdef", "me-fedcba9876543210"):
@@ -196,20 +184,20 @@ def _fake_target(root: Path) -> Path:
     return root
 
 
-def test_clone_target_shares_only_dependency_libraries(tmp_path: Path) -> None:
+def test_clone_target_copies_every_file_and_shares_no_inode(tmp_path: Path) -> None:
     source = _fake_target(tmp_path / "target")
-    stats = clone_target(source, tmp_path / "a" / "target", frozenset({"me"}))
-    deps, theirs = tmp_path / "a" / "target" / "debug" / "deps", source / "debug" / "deps"
-    linked = {p.name for p in deps.iterdir() if p.stat().st_ino == (theirs / p.name).stat().st_ino}
-    assert linked == {"libdep-0123456789abcdef.rlib", "libdep-0123456789abcdef.rmeta"}
-    assert (stats.linked, stats.copied) == (2, 5)  # 2 fingerprints, a .d, the local and the unknown library
-    assert (deps / "dep-0123456789abcdef.d").stat().st_mtime_ns == 1_000_000_000  # copies keep their mtime
-    assert os.readlink(tmp_path / "a" / "target" / "debug" / "link") == "/etc/passwd"
-    assert not (tmp_path / "a" / "target" / "debug" / "fifo").exists()
-    # no lock to say what is local: nothing is shared
-    assert clone_target(source, tmp_path / "b" / "target", None).linked == 0
-    # the workspace's own package by name: never shared
-    assert clone_target(source, tmp_path / "c" / "target", frozenset({"me", "dep"})).linked == 0
+    stats = clone_target(source, tmp_path / "a" / "target")
+    ours, theirs = tmp_path / "a" / "target", source
+    shared = [
+        p.relative_to(ours)
+        for p in ours.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.stat().st_ino == (theirs / p.relative_to(ours)).stat().st_ino
+    ]
+    assert shared == []
+    assert stats.copied == 7  # 2 fingerprints, a .d, the dependency's rlib and rmeta, the local and the unknown library
+    assert (ours / "debug" / "deps" / "dep-0123456789abcdef.d").stat().st_mtime_ns == 1_000_000_000  # mtime kept
+    assert os.readlink(ours / "debug" / "link") == "/etc/passwd"
+    assert not (ours / "debug" / "fifo").exists()
 
 
 def _workspace(tmp_path: Path) -> tuple[Path, Git]:

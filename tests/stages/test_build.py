@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from flakebot_magic.errors import BuildError, TestError
 from flakebot_magic.events import StageFinished, StageStarted
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox import release_target
 from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.sandbox.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.sandbox.policy import TreePolicy
@@ -217,7 +219,9 @@ def test_check_builds_the_release_binary(tinyecho_checked: tuple[Workspace, Chec
     ws, result, _ = tinyecho_checked
     binary = result.build.binaries["tinyecho"]
     assert list(result.build.binaries) == ["tinyecho"]
-    assert binary == ws.path / "target" / "release" / "tinyecho"
+    # flakebot's own target dir beside the workspace: no test running beside the build can reach it
+    assert binary == release_target(ws.path) / "release" / "tinyecho"
+    assert result.build.digests["tinyecho"] == hashlib.sha256(binary.read_bytes()).hexdigest()
     assert os.access(binary, os.X_OK)
     assert [d for d in result.build.diagnostics if d.level == "error"] == []
 
