@@ -2,7 +2,7 @@
 
 ``flakebot export --replit DIR NAME`` writes::
 
-    DIR/NAME/        the files of the tool's commit, read from git's objects (source, Cargo.lock, flake.nix)
+    DIR/NAME/        the files of the tool's commit, read from git's objects (source, Cargo.lock, flake.nix; flake.lock when the nix backend committed one)
     DIR/replit.nix   Replit's environment: the flake's packages.default
     DIR/.replit      runs the tool
 
@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..records.inventory import Inventory
-from ..stages.flake import FLAKE_FILE, LOCK_FILE
+from ..stages.flake import FLAKE_FILE
 
 __all__ = ["ReplitExport", "export_replit", "render_dot_replit", "render_replit_nix"]
 
@@ -142,12 +142,11 @@ def export_replit(
     # proof (a file rewritten, a committed directory replaced by a symlink to ~)
     directory.mkdir(parents=True, exist_ok=True)
     files = git.export_commit(record.commit or "HEAD", source)
-    missing = [f for f in (FLAKE_FILE, LOCK_FILE) if f not in files]
-    if missing:
+    if FLAKE_FILE not in files:
         shutil.rmtree(source)
         raise UsageError(
-            f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {' or '.join(missing)}, which the "
-            f"export needs; build the tool again (`flakebot build --rebuild --name {name} ...`) and export then."
+            f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {FLAKE_FILE}; build the tool again "
+            f"(`flakebot build --rebuild --name {name} ...`) and export then."
         )
     program = Path(record.binary).name
     replit_nix = directory / "replit.nix"

@@ -1,13 +1,21 @@
 """Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
 
-Both run at once, offline, in the sandbox (on separate target directories, so
-neither waits for the other's lock; the release build's is flakebot's own,
-outside the workspace and shown to that one command, so no test running beside
-it can replace the binary it deploys, whose SHA-256 is taken as the build
-ends and checked by the deploy), after one download step on the tree the
-policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
-other core free for the debug test build. Output is ``--message-format=json``;
-diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
+After one download step on the tree the policy has just passed
+(:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`), both run offline in the
+sandbox, on separate target directories (neither waits for the other's lock):
+
+* the release build, mostly one long rustc, beside the tests' compilation
+  (``cargo test --no-run``), which takes the other core;
+* the tests themselves, the crate's own code, only once the release build is
+  over: no test runs while the release build reads the sources (a test that
+  rewrites ``src/main.rs`` would change what is deployed).
+
+The release build's target dir is flakebot's own, beside the workspace
+(:func:`~flakebot_magic.sandbox.release_target`), shown to that one command:
+no later sandboxed command can replace the binary, whose SHA-256 is taken as
+the build ends and checked again by the deploy. Output is
+``--message-format=json``; diagnostics and test results are parsed by
+:mod:`flakebot_magic.sandbox.diagnostics`.
 
 Cargo's JSON is not trusted about paths: the release build's binaries are
 believed only when their executables lie inside the build's target directory
@@ -27,6 +35,7 @@ from typing import Any
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
 from ..host.fsutil import real_dir, sha256_regular
+from ..host.process import Completed
 from ..sandbox.cargo import Cargo
 from ..sandbox.command import release_target
 from ..sandbox.diagnostics import (
@@ -114,8 +123,8 @@ def check(
     target_dir: Path | None = None,
     cap_lints: bool | None = None,
 ) -> CheckResult:
-    """Download what the workspace needs, then run the release build and the tests concurrently; raise on the
-    first failure.
+    """Download what the workspace needs, then the release build beside the tests' compilation; the tests run
+    once the release build is over; raise on the first failure.
 
     The download (an online registry only) runs once ``policy`` passes the tree
     (:class:`~flakebot_magic.errors.PolicyError` otherwise); the builds and tests
@@ -197,16 +206,33 @@ def check(
             ) from exc
         return BuildResult(binaries=executables, diagnostics=diagnostics, digests=digests)
 
+    released = threading.Event()
+
+    def release_then_tests() -> BuildResult:
+        try:
+            return (release or build)()
+        finally:
+            released.set()  # the binary is built and hashed (or the build failed): the crate's code may run now
+
     def test() -> tuple[TestReport, list[Diagnostic]]:
-        done = cargo.run(
-            *test_flags,
-            cwd=workspace,
-            timeout=test_timeout,
-            on_line=log("test"),
-            env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
-            # the release build is the critical path; the tests take the CPU it leaves
-            nice=10,
-        )
+        def cargo_test(*more: str) -> Completed:
+            return cargo.run(
+                *test_flags,
+                *more,
+                cwd=workspace,
+                timeout=test_timeout,
+                on_line=log("test"),
+                env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
+                # the release build is the critical path; the tests take the CPU it leaves
+                nice=10,
+            )
+
+        # compiled beside the release build, run only once it is over: no test of the crate runs while the
+        # release build reads the sources (a test rewriting src/main.rs would change what is deployed)
+        done = cargo_test("--no-run")
+        if done.returncode == 0:
+            released.wait()
+            done = cargo_test()
         diagnostics, _, other = parse_cargo_messages(done.stdout.splitlines())
         # rustdoc builds the crate and its doc tests with JSON diagnostics on stderr, outside cargo's envelope
         diagnostics += [d for d in map(parse_diagnostic_line, done.stderr.splitlines()) if d is not None]
@@ -225,7 +251,7 @@ def check(
     # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
     # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
     real_dir(workspace, workspace / "target" / "flakebot-test")
-    threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
+    threads = [threading.Thread(target=stage, args=("build", release_then_tests), name="flakebot-build")]
     if run_tests:
         threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
     for thread in threads:
