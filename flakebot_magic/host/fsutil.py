@@ -228,15 +228,8 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     ...
     UnsafePath: ... is a symlink
     """
+    fd = _open_regular(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePath(f"{path} is a symlink") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -251,18 +244,25 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     return data[:limit], len(data) > limit
 
 
-def sha256_regular(path: Path) -> str:
-    """The SHA-256 (hex) of the regular file ``path``, read without following a symlink (:class:`UnsafePath`)."""
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path``: never through a symlink, never blocking on a FIFO."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePath(f"{path} is a symlink") from None
         raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
+    return fd
+
+
+def sha256_regular(path: Path) -> str:
+    """The SHA-256 (hex) of the regular file ``path``, read without following a symlink (:class:`UnsafePath`)."""
+    fd = _open_regular(path)
     digest = hashlib.sha256()
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePath(f"{path} is not a regular file")
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
     finally:
