@@ -248,7 +248,8 @@ def test_real_cargo_messages_parse(
     tinyecho_checked: tuple[Workspace, CheckResult, Recorder], session_registry: DirectoryRegistry
 ) -> None:
     ws, result, _ = tinyecho_checked
-    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300)  # fresh: cargo replays
+    target = {"CARGO_TARGET_DIR": str(release_target(ws.path))}
+    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300, env=target)  # fresh: cargo replays
     assert done.returncode == 0, done.stderr
     diagnostics, executables, other = parse_cargo_messages(done.stdout.splitlines())
     assert executables == result.build.binaries
