@@ -30,9 +30,12 @@ So :func:`clone_target` copies every file (its own loop, with modification
 times: cargo's freshness is by mtime): no inode of a clone is shared with the
 workspace or another candidate, which ``tests/edit/test_forks.py`` checks
 after a real candidate's run. The whole :func:`clone_candidate` (sources and
-``.git`` too) of ``hexyl`` took 0.05 s with the shared libraries; a copy
-costs about 0.03 s more per candidate. Every method leaves the dependencies
-fresh after the move: a clone's first check run compiles 0 dependency units.
+``.git`` too) of ``hexyl``, measured again on a loaded machine (load average
+15 on the 2 cores; ``/tmp/i19c-attacks/bench_clone.py`` in issue 19's report):
+0.215 / 0.501 s (best / median of 11) with the shared libraries, 0.347 /
+0.636 s copying everything, about 0.13 s more per candidate. Every method
+leaves the dependencies fresh after the move: a clone's first check run
+compiles 0 dependency units.
 """
 
 from __future__ import annotations
