@@ -31,7 +31,7 @@ times: cargo's freshness is by mtime): no inode of a clone is shared with the
 workspace or another candidate, which ``tests/edit/test_forks.py`` checks
 after a real candidate's run. The whole :func:`clone_candidate` (sources and
 ``.git`` too) of ``hexyl``, measured again on a loaded machine (load average
-15 on the 2 cores; ``/tmp/i19c-attacks/bench_clone.py`` in issue 19's report):
+15 on the 2 cores; ``benchmarks/bench_workspace_paths.py clone``):
 0.215 / 0.501 s (best / median of 11) with the shared libraries, 0.347 /
 0.636 s copying everything, about 0.13 s more per candidate. Every method
 leaves the dependencies fresh after the move: a clone's first check run
