@@ -8,14 +8,17 @@ Shared by the edit loop's tests and the security tests that attack it::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from flakebot_magic.config import Settings
 from flakebot_magic.edit import EditLoop
+from flakebot_magic.edit.session import engineer_channel
 from flakebot_magic.events import EventBus, IterationResult
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.llm.budget import Budget
 from flakebot_magic.llm.model import ModelConfig
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox
@@ -24,6 +27,9 @@ from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 __all__ = ["Session", "start_session"]
+
+#: the settings a session's options may set (the rest are the loop's own keywords)
+SETTINGS = {f.name for f in fields(Settings)}
 
 
 @dataclass
@@ -78,12 +84,16 @@ def start_session(
     server = fake_openai(script)
     model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=timeout, stream=stream)
     assert model is not None
-    client = model.client()
-    clients.append(client)
+    # the loop's limits, the reply caps and the budget come from settings, as in a build: options override them
+    chosen = {key: options.pop(key) for key in list(options) if key in SETTINGS}
+    settings = Settings(cache_dir=workdir / "cache", **chosen)
+    budget = Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
+    channel = engineer_channel(model, bus=bus, budget=budget, limits=settings.reply_limits(), workspace=workspace.path)
+    clients.append(channel)
     loop = EditLoop(
         workspace.path,
-        client,
-        model,
+        channel,
+        limits=settings.loop_limits(),
         bus=bus,
         git=Git(workspace.path, runner),
         crate=workspace.crate,

@@ -30,12 +30,14 @@ from pathlib import Path
 
 from ..errors import Cancelled, ConfigError
 from ..host.fsutil import atomic_write, is_real_dir, private_dir, read_regular, real_dir, remove_nofollow
-from ..host.process import Completed, LineCallback, LinkedToken, ProcessRunner
+from ..host.output import LineCallback
+from ..host.process import Completed, LinkedToken, ProcessRunner
 from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system
+from .layout import OUTPUT_DIRS
 from .limits import MiB
-from .policy import OUTPUT_DIRS, TreePolicy
+from .policy import TreePolicy
 from .toolchain import Toolchain, toolchain_of
 
 __all__ = ["MANIFEST_SUBCOMMANDS", "Cargo", "find_cargo"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..errors import FlakeError
 from ..host.fsutil import atomic_write
 from ..sandbox.diagnostics import BINARY_NAME
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import NOT_WALKED
 from .build import LINT_CAP
 
 __all__ = [
@@ -60,9 +60,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 #: config files, which point at this machine's registry and would clash with
 #: the vendored sources nixpkgs configures
 _SRC_EXCLUDES = (
-    ".git",
-    "target",
-    CANDIDATES_DIR,
+    *NOT_WALKED,
     "result",
     "flake.nix",
     "flake.lock",

@@ -123,9 +123,9 @@ def test_the_build_stage_deploy_and_export_follow_no_planted_link(tmp_path: Path
     tool = Pipeline(settings).run(BuildRequest("print honest", crate="planter", name="planter"))
     _untouched(out)  # flake.nix written through its link (A01), a target dir bound outside (A20)
     # the deployed binary is the commit's build, not the test's swap (A07) nor the rewritten source
-    binary = settings.store_dir.glob("*-planter-0.1.0/bin/planter")
+    binary = settings.cache.store.glob("*-planter-0.1.0/bin/planter")
     assert subprocess.run([str(next(binary))], capture_output=True, text=True).stdout == "honest\n"
-    workspace = settings.workspaces_dir / "planter"
+    workspace = settings.cache.workspaces / "planter"
     git = Git(workspace, ProcessRunner())
     assert (workspace / "flake.nix").is_file() and not (workspace / "flake.nix").is_symlink()
     assert tool.source_hash  # the tool is there
@@ -254,7 +254,13 @@ def test_the_policy_gates_every_cargo_door_for_a_registry_on_disk(tmp_path: Path
     cargo = Cargo(registry, runner)
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry_dir), backend="cargo", model=None)
     ws = fork(
-        registry.get("gated"), registry, settings.workspaces_dir, "gated", runner=runner, bus=EventBus([]), cargo=cargo
+        registry.get("gated"),
+        registry,
+        settings.cache.workspaces,
+        "gated",
+        runner=runner,
+        bus=EventBus([]),
+        cargo=cargo,
     )
     marker = ws.path / "PLANTED-BUILD-SCRIPT-RAN"
     # what a test leaves after the build stage's last policy check: a build script nobody allowed
