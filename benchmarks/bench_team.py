@@ -86,7 +86,7 @@ def team_bench(registry: str, rounds: int, fresh_stand_in: Callable[[Path], str]
             assert got("# Hi") == "<h1>Hi</h1>\n"
             first_call.append(time.perf_counter() - started)
             for name in ("md", ".proofs/md"):  # let nix-collect-garbage have the benchmark's builds
-                link = alice.gcroots_dir / name
+                link = alice.cache.gcroots / name
                 if link.is_symlink():
                     link.unlink()
         finally:

@@ -123,6 +123,7 @@ class Settings:
     allow_unsandboxed: bool = _option("allow_unsandboxed")
     follow_up: bool = _option("follow_up")
     model_timeout: float = _option("model_timeout")
+    tool_format: str | None = _option("tool_format")
     max_reply_bytes: int = _option("max_reply_bytes")
     max_reply_seconds: float = _option("max_reply_seconds")
     tool_env: dict[str, str] = _option("tool_env")
@@ -142,7 +143,11 @@ class Settings:
         from .llm.model import ModelConfig
 
         return ModelConfig.resolve(
-            self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
+            self.model,
+            base_url=self.base_url,
+            provider=self.provider,
+            timeout=self.model_timeout,
+            tool_format=self.tool_format,
         )
 
     def loop_limits(self) -> LoopLimits:

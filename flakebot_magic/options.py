@@ -292,9 +292,22 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "a preset that knows its base URL and key variable: openai (OPENAI_API_KEY), "
-        "groq (GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY)",
+        "groq (GROQ_API_KEY), openrouter (OPENROUTER_API_KEY); local servers (no key): ollama "
+        "(localhost:11434), llamacpp (localhost:8080), vllm (localhost:8000), lmstudio (localhost:1234)",
         group=_MODEL,
         env="FLAKEBOT_PROVIDER",
+    ),
+    Option(
+        "tool_format",
+        str,
+        None,
+        "how the model is offered its functions: native (the API's tools), text (described in the system "
+        "prompt, one strict form, for servers without function calling), auto (native until the server shows "
+        "it ignores or refuses tools, then text); calls a server passes through as text are read in every format",
+        group=_MODEL,
+        choices=("native", "text", "auto"),
+        env="FLAKEBOT_TOOL_FORMAT",
+        default_doc="the provider's preset, else auto",
     ),
     Option(
         "max_iterations", int, 8, "check runs (cargo build + test) the model may ask for in one session", group=_MODEL

@@ -50,7 +50,7 @@ def test_environment_variables_give_defaults(monkeypatch: pytest.MonkeyPatch) ->
 
 PACKAGE = Path(flakebot_magic.__file__).parent
 #: an environment variable's text and the setting it gives, per option type
-_ENV_SAMPLE = {str: ("from-env", "from-env"), int: ("7", 7), float: ("2.5", 2.5)}
+_ENV_SAMPLE = {str: ("from-env", "from-env"), int: ("7", 7), float: ("2.5", 2.5), bool: ("1", True)}
 
 
 def test_every_env_variable_is_read_by_the_table_alone(monkeypatch: pytest.MonkeyPatch) -> None:

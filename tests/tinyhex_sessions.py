@@ -40,9 +40,18 @@ class Session:
     events: list[Any]
 
     def tool_replies(self, request: int) -> list[str]:
-        """The tool results the loop sent in chat request number ``request`` (1-based)."""
+        """The tool results the loop sent in chat request number ``request`` (1-based).
+
+        Under the text protocol (``--tool-format text``) they are the user messages ``Result of NAME:``.
+        """
         body = self.server.requests[request - 1]
-        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        native = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        as_text = [
+            m["content"].split("\n", 1)[1]
+            for m in body["messages"]
+            if m["role"] == "user" and m["content"].startswith("Result of ")
+        ]
+        return native or as_text
 
     def results(self) -> list[IterationResult]:
         return [e for e in self.events if isinstance(e, IterationResult)]
@@ -82,7 +91,13 @@ def start_session(
     if before is not None:
         before(workspace.path)
     server = fake_openai(script)
-    model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=timeout, stream=stream)
+    model = ModelConfig.resolve(
+        "scripted",
+        base_url=server.base_url,
+        timeout=timeout,
+        stream=stream,
+        tool_format=options.pop("tool_format", None),
+    )
     assert model is not None
     # the loop's limits, the reply caps and the budget come from settings, as in a build: options override them
     chosen = {key: options.pop(key) for key in list(options) if key in SETTINGS}

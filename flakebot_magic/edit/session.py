@@ -24,6 +24,7 @@ from ..host.fsutil import UnsafePath
 from ..host.git import Git
 from ..llm.budget import Budget
 from ..llm.channel import ModelChannel
+from ..llm.dialects import strict_form
 from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
 from ..llm.reply import Reply
@@ -37,7 +38,7 @@ from .context import cap_middle, compact
 from .files import PathRefused, WorkspaceFiles
 from .journal import EndStatus, Journal, ResumePoint
 from .prompt import PromptContext, system_prompt
-from .protocol import FUNCTION_SCHEMAS, BadCall, decode_call, text_argument
+from .protocol import FUNCTION_NAMES, FUNCTION_SCHEMAS, BadCall, decode_call, decode_reply, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .resume import known_check, paired, ratchet_of
@@ -208,30 +209,25 @@ class EditLoop:
         text_replies = 0
         while self._finished is None:
             reply = self._next_reply(messages)
-            if not reply.calls:
+            if reply.refusal or not reply.calls:  # no call, or calls written as text that cannot be read whole
                 text_replies += 1
                 if text_replies > MAX_TEXT_REPLIES:
                     raise EditError(
-                        f"The model stopped using the tools ({MAX_TEXT_REPLIES + 1} replies in a row without a tool call). "
-                        f"Its last words: {reply.content[:300]!r}",
+                        self._no_calls(reply),
                         diagnostics=self._last_report(),
                         workspace=self.root,
                         reason="no-tools",
                     )
                 self._say(messages, {"role": "assistant", "content": reply.content})
-                self._say(
-                    messages,
-                    {
-                        "role": "user",
-                        "content": "Reply with tool calls: edit the files, then call run_checks, "
-                        "and finish(summary) once the checks pass and the contract is met.",
-                    },
-                )
+                self._say(messages, {"role": "user", "content": reply.refusal or self._ask_for_calls()})
                 continue
             text_replies = 0
             self._say(messages, {"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
-            for call in reply.calls:
-                if self._finished is not None:
+            refused = decode_reply(reply.calls, cut=reply.finish_reason == "length")
+            for call, error in zip(reply.calls, refused, strict=True):
+                if error:
+                    answer = error
+                elif self._finished is not None:
                     answer = "not run: finish ended the session"
                 else:
                     answer = self._call(call)
@@ -356,8 +352,36 @@ class EditLoop:
                 reason=exc.reason,
             ) from None
         if self.journal is not None:
-            self.journal.reply(reply.usage, estimated=reply.estimated)
+            marks: dict[str, Any] = {}
+            if reply.dialect:  # calls read from text: marked, with their ids (the next message holds them)
+                marks["read_from_text"] = {"dialect": reply.dialect, "calls": [c["id"] for c in reply.calls]}
+            if reply.refusal:
+                marks["refused"] = reply.refusal
+            if reply.finish_reason:
+                marks["finish_reason"] = reply.finish_reason
+            self.journal.reply(reply.usage, estimated=reply.estimated, **marks)
         return reply
+
+    def _ask_for_calls(self) -> str:
+        """What the model is told after a reply without a call (with the one form, under the text protocol)."""
+        ask = (
+            "Reply with tool calls: edit the files, then call run_checks, "
+            "and finish(summary) once the checks pass and the contract is met."
+        )
+        if self.channel.text_protocol:
+            ask += f" Write each call exactly as:\n{strict_form('qwen', FUNCTION_NAMES)}"
+        return ask
+
+    def _no_calls(self, reply: Reply) -> str:
+        if reply.refusal:
+            return (
+                f"The model wrote its function calls as text that could not be read {MAX_TEXT_REPLIES + 1} times "
+                f"in a row. The last refusal: {reply.refusal[:400]}"
+            )
+        return (
+            f"The model stopped using the tools ({MAX_TEXT_REPLIES + 1} replies in a row without a tool call). "
+            f"Its last words: {reply.content[:300]!r}"
+        )
 
     def _deliver_steering(self, messages: list[dict[str, Any]]) -> None:
         if self.inbox is None:

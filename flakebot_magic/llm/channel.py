@@ -17,11 +17,21 @@ reads the package to hold it so). Whatever its role, every request
   follows;
 * is charged to the budget as its reply arrives, and counted in a
   :class:`~flakebot_magic.events.ModelUsage` event (running totals after each
-  reply, the last word once when the channel closes).
+  reply, the last word once when the channel closes);
+* has its function calls read from its text when the server passed them
+  through as text (:mod:`.dialects`): each recovered call gets an id
+  ``call_text_*``, the reply names its ``dialect``, and the log says so; a
+  text that holds calls that cannot be read whole becomes a ``refusal`` (the
+  answer to the model; none of its calls runs). ``--tool-format`` says how
+  the functions are offered: ``native`` (the API's ``tools``), ``text`` (in
+  the system prompt, one strict form; no ``tools`` sent), ``auto`` (native
+  until a reply writes its calls as text, or the endpoint refuses ``tools``;
+  then text).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,10 +43,11 @@ from ..errors import ModelError
 from ..events import EventBus, ModelUsage
 from ..host.process import CancelToken
 from .budget import Budget
+from .dialects import TextCallRefused, as_text_conversation, read_calls
 from .http import ModelHTTP
 from .limits import ReplyLimits
 from .model import ModelConfig
-from .reply import BrokenReply, Reply, ReplyReader
+from .reply import BrokenReply, Reply, ReplyReader, function_call
 from .usage import Usage, estimate_tokens
 
 __all__ = ["MAX_STREAM_RETRIES", "ModelChannel"]
@@ -105,6 +116,8 @@ class ModelChannel:
             **({"tool_choice": tool_choice} if tool_choice else {}),
             **(sampling or {}),
         }
+        #: the functions are described in the system prompt and read from the text (no ``tools`` sent)
+        self.text_protocol = model.tool_format == "text"
         self.http = ModelHTTP(timeout=model.timeout)
         self._client: Any = None
         #: prompt, completion and cached tokens of the replies so far (an unusable reply read to its end too)
@@ -144,7 +157,7 @@ class ModelChannel:
                 )
                 continue
             self._charge(reply.usage, reply.tokens)
-            return reply
+            return self._calls_from_text(reply)
         raise ModelError(
             f"The model {self.model.describe()} sent {MAX_STREAM_RETRIES + 1} unusable replies in a row "
             f"(the last: {problem}). Nothing from them was applied. Try again, or another model.",
@@ -155,10 +168,15 @@ class ModelChannel:
         import openai  # lazy: importing flakebot_magic stays cheap
 
         reader = ReplyReader(self.limits, estimate_tokens(messages))
+        options = dict(self.options)
+        tools = options.get("tools")
+        if tools and self.text_protocol:
+            messages = as_text_conversation(messages, tools, options.pop("tool_choice", None))
+            del options["tools"]
         kwargs: dict[str, Any] = {
             "model": self.model.model,
             "messages": messages,
-            **self.options,
+            **options,
             "extra_headers": self.headers,
         }
         completions = self.client.chat.completions
@@ -168,6 +186,8 @@ class ModelChannel:
             with completions.with_streaming_response.create(**kwargs) as response:  # read in bounded pieces
                 return reader.body(response.iter_bytes())
         except openai.APIStatusError as exc:
+            if tools and self._refused_tools(exc):
+                return self._request(messages)
             raise ModelError(
                 f"The model endpoint {self.model.base_url} answered HTTP {exc.status_code} "
                 f"(after the SDK's retries): {str(exc)[:300]}. Check --model, --base-url and the key.",
@@ -180,6 +200,75 @@ class ModelChannel:
                 f"Cannot reach the model endpoint {self.model.base_url} (after the SDK's retries): {exc}.",
                 workspace=self.workspace,
             ) from exc
+
+    # -- function calls written as text ---------------------------------------------------
+
+    @property
+    def function_names(self) -> list[str]:
+        """The names of the functions this channel offers."""
+        return [str(t.get("function", {}).get("name")) for t in self.options.get("tools") or []]
+
+    def _refused_tools(self, exc: Any) -> bool:
+        """With ``--tool-format auto``: an endpoint that refuses ``tools`` (HTTP 4xx/5xx naming them) -> text."""
+        if self.model.tool_format != "auto" or self.text_protocol or exc.status_code not in (400, 404, 422, 500, 501):
+            return False
+        said = str(exc).lower()
+        if "tool" not in said and "jinja" not in said:
+            return False
+        self._to_text(f"the endpoint refused the `tools` parameter (HTTP {exc.status_code})")
+        return True
+
+    def _to_text(self, why: str) -> None:
+        self.text_protocol = True
+        self.bus.notice(
+            self.stage,
+            f"{why}: switching to the text protocol (--tool-format auto); the functions are now described in "
+            "the system prompt. Pass --tool-format text to start so.",
+            "warning",
+        )
+
+    def _calls_from_text(self, reply: Reply) -> Reply:
+        """The reply with the calls its text holds (marked), or its refusal; native calls stand as they are."""
+        names = self.function_names
+        if not names:
+            return reply
+        cut = reply.finish_reason == "length" and not reply.calls
+        try:
+            found = read_calls(reply.content, names, truncated=cut)
+        except TextCallRefused as exc:
+            if reply.calls:  # calls through the API; the text around them is prose
+                return reply
+            reply.refusal = str(exc)
+            self.bus.notice(
+                self.stage,
+                f"the model wrote function calls as text that cannot be read whole: {exc.problem}",
+                "warning",
+            )
+            if self.model.tool_format == "auto" and not self.text_protocol:
+                self._to_text("the server passed the model's function calls through as text")
+            return reply
+        if found is None:
+            return reply
+        if reply.calls:
+            native = [(c["function"]["name"], _arguments(c["function"]["arguments"])) for c in reply.calls]
+            if native != [(c.name, c.arguments) for c in found.calls]:
+                reply.refusal = (
+                    "error: your reply made function calls through the API and wrote other calls as text. "
+                    "Nothing from this reply was applied. Make every call one way, through the API."
+                )
+                reply.calls = []
+            return reply
+        number = self.calls
+        reply.calls = [
+            function_call(f"call_text_{number}_{index}", call.name, json.dumps(call.arguments))
+            for index, call in enumerate(found.calls)
+        ]
+        reply.content = found.prose
+        reply.dialect = found.dialect
+        self.bus.notice(self.stage, found.describe())
+        if self.model.tool_format == "auto" and not self.text_protocol:
+            self._to_text("the server passed the model's function calls through as text")
+        return reply
 
     def _charge(self, usage: Usage, tokens: int) -> None:
         """Count one reply here and in the shared budget, and send the running totals."""
@@ -243,3 +332,10 @@ class ModelChannel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text or "{}")
+    except ValueError:
+        return None

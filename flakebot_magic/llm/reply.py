@@ -21,7 +21,7 @@ import httpx
 from .limits import ReplyLimits
 from .usage import Usage
 
-__all__ = ["BrokenReply", "Reply", "ReplyReader"]
+__all__ = ["BrokenReply", "Reply", "ReplyReader", "function_call"]
 
 
 @dataclass
@@ -37,6 +37,12 @@ class Reply:
     tokens: int
     usage: Usage = field(default_factory=Usage)
     estimated: bool = False
+    #: why the reply ended, as the endpoint said (``stop``, ``tool_calls``, ``length``: cut at the token limit)
+    finish_reason: str = ""
+    #: the dialect the calls were read from when the model wrote them as text (:mod:`.dialects`), else None
+    dialect: str | None = None
+    #: when the text held calls that could not be read whole: the whole answer to the model (no call runs)
+    refusal: str = ""
 
 
 class BrokenReply(Exception):
@@ -90,12 +96,16 @@ class ReplyReader:
             if not isinstance(function, dict):
                 continue
             calls.append(
-                _call(str(c.get("id") or f"call_{len(calls)}"), function.get("name"), function.get("arguments"))
+                function_call(str(c.get("id") or f"call_{len(calls)}"), function.get("name"), function.get("arguments"))
             )
         text = message.get("content")
         content = text if isinstance(text, str) else ""
+        finish = data["choices"][0].get("finish_reason") if isinstance(data["choices"][0], dict) else None
         return self._whole(
-            content, calls, _reported(data.get("usage") if isinstance(data.get("usage"), dict) else None)
+            content,
+            calls,
+            _reported(data.get("usage") if isinstance(data.get("usage"), dict) else None),
+            str(finish or ""),
         )
 
     def stream(self, stream: Any) -> Reply:
@@ -105,7 +115,7 @@ class ReplyReader:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: Usage | None = None
-        finished = False
+        finished = ""
         size = 0
         try:
             for chunk in stream:
@@ -134,7 +144,7 @@ class ReplyReader:
                             if piece.function.arguments:
                                 entry["arguments"].append(piece.function.arguments)
                     if choice.finish_reason:
-                        finished = True
+                        finished = str(choice.finish_reason)
         except (openai.APIError, ValueError, OSError, httpx.HTTPError) as exc:
             raise BrokenReply(f"the stream broke mid-way: {type(exc).__name__}: {str(exc)[:200]}") from exc
         finally:
@@ -144,21 +154,21 @@ class ReplyReader:
         if not finished:
             raise BrokenReply("the stream ended before the reply did")
         function_calls = [
-            _call(entry["id"] or f"call_{index}", entry["name"], "".join(entry["arguments"]))
+            function_call(entry["id"] or f"call_{index}", entry["name"], "".join(entry["arguments"]))
             for index, entry in sorted(calls.items())
         ]
-        return self._whole("".join(content), function_calls, usage)
+        return self._whole("".join(content), function_calls, usage, finished)
 
-    def _whole(self, content: str, calls: list[dict[str, Any]], usage: Usage | None) -> Reply:
+    def _whole(self, content: str, calls: list[dict[str, Any]], usage: Usage | None, finish: str = "") -> Reply:
         """The reply read to its end: its usage (estimated when not reported); an empty one is unusable."""
         arguments = sum(len(c["function"]["arguments"]) for c in calls)
         tokens = usage.tokens if usage else self.prompt_estimate + (len(content) + arguments) // 4
         spent = usage or Usage(self.prompt_estimate, max(0, tokens - self.prompt_estimate), 0, 1)
         if not content.strip() and not calls:
             raise BrokenReply("an empty reply", spent)
-        return Reply(content, calls, tokens, spent, estimated=usage is None)
+        return Reply(content, calls, tokens, spent, estimated=usage is None, finish_reason=finish)
 
 
-def _call(ident: str, name: Any, arguments: Any) -> dict[str, Any]:
+def function_call(ident: str, name: Any, arguments: Any) -> dict[str, Any]:
     """One function call in OpenAI's ``tool_calls`` shape (its name and arguments as text)."""
     return {"id": ident, "type": "function", "function": {"name": str(name or ""), "arguments": str(arguments or "")}}

@@ -164,7 +164,7 @@ def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
     assert proof.tool == str(built.tool.store_path) and proof.nar_hash == info["narHash"] == manifest["nar_hash"]
     assert proof.passed and proof.tests["passed"] >= 1
     assert proof.key.toolchain.startswith("rustc ") and proof.key.backend == "nix"
-    workspace = built.settings.workspaces_dir / "echo"
+    workspace = built.settings.cache.workspaces / "echo"
     tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=workspace, capture_output=True, text=True)
     assert proof.key.source_tree == tree.stdout.strip() and proof.key.lock_hash == built.tool.lock_hash
     assert proof.flakebot_version and proof.contract and proof.main == "tinyecho"
@@ -172,7 +172,7 @@ def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
     for key in ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash"):
         assert built.provenance[key], key
     # kept alive like the tool
-    assert Path(os.readlink(built.settings.gcroots_dir / ".proofs" / "echo")) == Path(proof_path)
+    assert Path(os.readlink(built.settings.cache.gcroots / ".proofs" / "echo")) == Path(proof_path)
 
 
 # -- push ---------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     # the teammate's kernel restarts: the tool comes back from its record, as any other
     again = load(mate, "echo")
     assert again("back", input="") == "back\n"
-    record = Inventory(mate.tools_dir).get("echo")
+    record = Inventory(mate.cache.tools).get("echo")
     assert record is not None and record.extra["signed_by"] == "team-test-1"
 
 
@@ -283,7 +283,7 @@ def _refused(mate: Settings, provenance: dict[str, Any]) -> UntrustedPath:
         team.pull(mate, "echo", provenance)
     root = Path(str(mate.nix_store).partition("root=")[2])
     assert not (root / provenance["nix_store_path"].lstrip("/")).exists()  # nothing fetched
-    assert Inventory(mate.tools_dir).get("echo") is None  # nothing registered, nothing to inject
+    assert Inventory(mate.cache.tools).get("echo") is None  # nothing registered, nothing to inject
     assert "--if-untrusted rebuild" in str(refused.value)
     return refused.value
 
@@ -392,16 +392,16 @@ def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> No
     assert checked.health.ok and checked.problems == [], checked.summary()
     # clean keeps what a pulled tool uses: its roots (to the /nix/store path in the second store) and entry
     assert clean(mate).removed == []
-    assert (mate.gcroots_dir / "echo").is_symlink() and (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
+    assert (mate.cache.gcroots / "echo").is_symlink() and (mate.cache.gcroots / ".proofs" / "echo").is_symlink()
     assert load(mate, "echo")("still", input="") == "still\n"
     with pytest.raises(UsageError, match=r"has no flake\.nix"):
         export_replit(mate, "echo", mate.cache_dir / "export")
-    Inventory(mate.tools_dir).remove("echo")
+    Inventory(mate.cache.tools).remove("echo")
     report = clean(mate)
     if report.refused:  # the registry is empty while the store is not: checked against the disk first
         report = clean(mate)
-    assert not (mate.gcroots_dir / "echo").is_symlink()
-    assert not (mate.gcroots_dir / ".proofs" / "echo").is_symlink()
+    assert not (mate.cache.gcroots / "echo").is_symlink()
+    assert not (mate.cache.gcroots / ".proofs" / "echo").is_symlink()
 
 
 @_real

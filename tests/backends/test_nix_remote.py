@@ -175,7 +175,7 @@ def test_cancel_during_a_remote_build_leaves_nothing_running_on_either_side(buil
 
     def build() -> None:
         try:
-            nix.build(repo, tmp_path / "link")
+            nix.build(repo, tmp_path / "link", timeout=300)
         except BaseException as exc:
             failure.append(exc)
 
