@@ -33,18 +33,18 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..errors import ConfigError, SearchError
+from ..errors import ConfigError, RegistryError, SearchError
 from ..host.fsutil import atomic_write
 from ..host.storage import translate
 from . import ranking
-from .base import CrateCandidate, FetchedSource
+from .base import CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 8
+INDEX_VERSION = 9
 #: the index's text columns, their bm25 weights, and which hold what a crate says of itself
 _COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
@@ -215,12 +215,16 @@ class DirectoryRegistry:
                 continue
             package = manifest.get("package", {})
             name, version = package.get("name"), package.get("version")
-            if not isinstance(name, str) or not isinstance(version, str):
+            try:
+                check_crate_field("name", name)
+                check_crate_field("version", version)
+            except RegistryError:  # no valid name or version: not a crate flakebot can offer
                 continue
+            assert isinstance(name, str) and isinstance(version, str)
             keywords = [k for k in package.get("keywords", []) if isinstance(k, str)]
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
-            bins = tool_binaries(crate_dir, manifest)
+            bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
@@ -464,6 +468,14 @@ class DirectoryRegistry:
             '[source.crates-io]\nreplace-with = "flakebot-offline"\n\n'
             f'[source.flakebot-offline]\ndirectory = "{self.path}"\n'
         )
+
+
+def _valid_binary(name: str) -> bool:
+    try:
+        check_crate_field("binary", name)
+    except RegistryError:
+        return False
+    return True
 
 
 def _crate_checksum(source: Path) -> str | None:

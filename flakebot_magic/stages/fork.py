@@ -447,12 +447,7 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
 
 
 def _read_lock(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    return tomlkit.parse(text).unwrap()
+    return load_toml(path.read_text(encoding="utf-8"))
 
 
 def _settle_lockfile(
