@@ -27,6 +27,7 @@ import re
 import secrets
 import shutil
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
@@ -34,10 +35,11 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
-from ..host.fsutil import atomic_write
+from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside
 from ..host.storage import translate
+from ..untrusted import safe_line
 from . import ranking
-from .base import CrateCandidate, FetchedSource, check_crate_field
+from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
 
@@ -395,9 +397,10 @@ class DirectoryRegistry:
         if row is None:
             return None
         try:
-            value = json.loads((self.path / row[0] / ".cargo-checksum.json").read_text()).get("package")
+            recorded = json.loads(read_inside(self.path / row[0], ".cargo-checksum.json", 16 * 1024 * 1024)[0])
         except (OSError, ValueError):
             return None
+        value = recorded.get("package") if isinstance(recorded, dict) else None
         return value if isinstance(value, str) else None
 
     @_remade_when_damaged
@@ -446,22 +449,40 @@ class DirectoryRegistry:
         return self.path / directory
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        """Copy the crate's directory into ``dest``: regular files (capped), directories and symlinks as links.
+
+        A FIFO, a device or a socket is left out (the fork's import names what
+        it never takes); the copy stops with a RegistryError past
+        :data:`~.base.MAX_SOURCE_BYTES` or :data:`~.base.MAX_SOURCE_FILES`.
+        ``.cargo-checksum.json`` is checked, never trusted (:func:`_checked_source`).
+        """
         source = self.source_dir(candidate)
+        budget = {"bytes": MAX_SOURCE_BYTES, "files": MAX_SOURCE_FILES}
 
-        def not_published(directory: str, names: list[str]) -> set[str]:
+        def left_out(directory: str, names: list[str]) -> set[str]:
             # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
-            return {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
+            skipped = {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
+            for name in names:
+                mode = os.lstat(os.path.join(directory, name)).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                    skipped.add(name)
+            return skipped
 
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=not_published)
-        recorded = _crate_checksum(source)
-        if recorded:
-            return FetchedSource(path=dest, checksum=recorded, checksum_kind="crate-sha256")
-        return FetchedSource(
-            path=dest,
-            checksum=tree_sha256(dest),
-            checksum_kind="tree-sha256",
-            notes=("The registry records no .crate checksum; the checksum is the sha256 of the source tree.",),
-        )
+        def copy(src: str, dst: str) -> None:
+            budget["files"] -= 1
+            if budget["files"] < 0:
+                raise TooLarge(f"{source} holds more than {MAX_SOURCE_FILES:,} files")
+            budget["bytes"] -= copy_regular(src, Path(dst), executable=os.access(src, os.X_OK), limit=budget["bytes"])
+
+        try:
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=left_out, copy_function=copy)
+        except shutil.Error as exc:
+            raise RegistryError(
+                f"{candidate.id} in {self.path} could not be copied as plain files: {str(exc)[:300]}. It holds "
+                f"special files, or more than a crate may ({MAX_SOURCE_BYTES:,} bytes, {MAX_SOURCE_FILES:,} files); "
+                "choose another crate."
+            ) from exc
+        return _checked_source(source, dest)
 
     def cargo_config(self) -> str:
         return (
@@ -478,16 +499,57 @@ def _valid_binary(name: str) -> bool:
     return True
 
 
-def _crate_checksum(source: Path) -> str | None:
-    """The ``.crate`` sha256 that ``cargo vendor`` records; Debian's registry has none."""
+def _checked_source(source: Path, dest: Path) -> FetchedSource:
+    """The copy in ``dest`` with its tree's sha256, and what ``.cargo-checksum.json`` claims, checked.
+
+    A directory registry has no ``.crate``: the ``package`` value it records
+    (the archive's sha256) cannot be checked here, so it is never recorded as
+    the source's checksum, only quoted as a claim. Its per-file sha256s are
+    checked against the copied files; a mismatch or a file it does not list is
+    said. The checksum recorded is always the copy's own tree sha256.
+    """
+    notes = []
     try:
-        data = json.loads((source / ".cargo-checksum.json").read_text())
+        data, _ = read_inside(source, ".cargo-checksum.json", 16 * 1024 * 1024)
+        recorded = json.loads(data)
     except (OSError, ValueError):
-        return None
-    package = data.get("package")
-    if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package) and package != _PLACEHOLDER:
-        return package
-    return None
+        recorded = None
+    if isinstance(recorded, dict):
+        package = recorded.get("package")
+        if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package) and package != _PLACEHOLDER:
+            notes.append(
+                f"The registry's .cargo-checksum.json says the published .crate's sha256 is {safe_line(package)}; "
+                "a directory registry has no .crate, so flakebot could not verify it."
+            )
+        files = recorded.get("files")
+        if isinstance(files, dict) and files:
+            notes.append(_files_verdict(dest, files))
+    if not notes:
+        notes.append("The registry records no .crate checksum; the checksum is the sha256 of the source tree.")
+    return FetchedSource(path=dest, checksum=tree_sha256(dest), checksum_kind="tree-sha256", notes=tuple(notes))
+
+
+def _files_verdict(dest: Path, files: dict[str, Any]) -> str:
+    """Whether every copied file is listed in ``files`` with its sha256 (cargo's vendoring record)."""
+    wrong = []
+    listed = set()
+    for rel, expected in files.items():
+        listed.add(rel)
+        try:
+            data, more = read_inside(dest, str(rel), MAX_SOURCE_BYTES)
+        except OSError:
+            wrong.append(str(rel))
+            continue
+        if more or hashlib.sha256(data).hexdigest() != expected:
+            wrong.append(str(rel))
+    unlisted = [p.relative_to(dest).as_posix() for p in _walk(dest, ()) if p.relative_to(dest).as_posix() not in listed]
+    if wrong or unlisted:
+        names = ", ".join(safe_line(n) for n in (wrong + unlisted)[:5])
+        return (
+            f"The files do NOT match the registry's .cargo-checksum.json ({len(wrong)} differ or are missing, "
+            f"{len(unlisted)} are not listed: {names}): the source is not what the registry recorded."
+        )
+    return f"Every file matches the sha256 the registry's .cargo-checksum.json lists ({len(listed)} files)."
 
 
 #: Debian marks some crates with the sha256 of "0" instead of a real checksum

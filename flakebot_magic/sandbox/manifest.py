@@ -80,7 +80,9 @@ _TOP_LEVEL = frozenset(
         "hints",
     }
 )
-_WORKSPACE = frozenset({"members", "exclude", "default-members", "resolver", "metadata", "dependencies", "package", "lints"})
+_WORKSPACE = frozenset(
+    {"members", "exclude", "default-members", "resolver", "metadata", "dependencies", "package", "lints"}
+)
 #: keys of a dependency's table that only choose among the registry's crates
 _DEPENDENCY_SAFE = frozenset(
     {"version", "features", "optional", "default-features", "default_features", "package", "public", "workspace"}

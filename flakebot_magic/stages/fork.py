@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ import tomlkit
 from ..errors import ForkError
 from ..events import EventBus
 from ..host.crashpoints import crash_point
+from ..host.fsutil import load_toml
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
