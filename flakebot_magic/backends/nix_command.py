@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
+from ..host.fsutil import read_inside
 from ..host.process import Completed, LineCallback, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
@@ -484,12 +485,14 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
     file = line_no = None
     where = ""
     if location:
-        file = workspace / location.group(2)
-        line_no = int(location.group(3))
-        where = f"\n  at {file}:{line_no}:{location.group(4)}"
-        source = _source_line(file, line_no)
-        if source:
-            where += f"\n  {line_no} | {source}"
+        # nix's stderr is data: the file it names is only compared with the one flakebot wrote, never opened
+        named, line_no = location.group(2), int(location.group(3))
+        where = f"\n  at {location.group(2)}:{line_no}:{location.group(4)}"
+        if named == FLAKE_FILE:
+            file = workspace / FLAKE_FILE
+            source = _flake_line(workspace, line_no)
+            if source:
+                where += f"\n  {line_no} | {source}"
     tail = "\n".join(line for line in lines if line.strip() and not line.startswith("warning:"))[-4000:]
     return FlakeError(
         f"{what}: {message}{where}" + (f"\n{advice}" if advice else ""),
@@ -500,9 +503,15 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
     )
 
 
-def _source_line(file: Path, line: int) -> str:
+#: the one file of the workspace whose lines a nix error may quote: the flake flakebot wrote
+FLAKE_FILE = "flake.nix"
+
+
+def _flake_line(workspace: Path, line: int) -> str:
+    """Line ``line`` of the workspace's ``flake.nix`` (a regular file, never through a link), or ""."""
     try:
-        return file.read_text(encoding="utf-8", errors="replace").splitlines()[line - 1].strip()
+        data, _ = read_inside(workspace, FLAKE_FILE, 1024 * 1024)
+        return data.decode("utf-8", errors="replace").splitlines()[line - 1].strip()
     except (OSError, IndexError):
         return ""
 

@@ -117,6 +117,7 @@ def deployed_tool(
             ),
             kind=tool.kind,
             request=run.request.text,
+            requested_by=run.request.requested_by,
             model=str(manifest.get("model") or ""),
             iterations=int(manifest.get("iterations") or 0),
         )
@@ -130,11 +131,15 @@ def deployed_tool(
             notice=lambda message: bus.notice("fork", message),
         )
         run.workspace = replace(workspace, path=final, replaces=None)
-        if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
+        if tool.kind != "cli":
+            # an MCP server or HTTP service: its functions are read now, in the sandbox whatever confine_tools
+            # says (a build runs nothing of the tool's unconfined); it starts as the setting says at the first call
             inventory = Inventory(settings.tools_dir)
             tool.on_state = lambda **changes: inventory.update(name, **changes)
-            tool.start()  # type: ignore[attr-defined]
-            stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
+            with tool.confined():
+                functions = tool.functions()
+                tool.stop()
+            stage.detail = f"{name}: {tool.kind}, {len(functions)} function(s)"
     return tool
 
 
