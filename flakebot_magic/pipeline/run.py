@@ -31,9 +31,9 @@ from ..host.git import Git
 from ..host.locks import tool_lock
 from ..host.process import CancelToken, ProcessRunner
 from ..host.storage import storage_errors
-from ..records.inventory import Inventory
 from ..llm.model import HOW_TO_CONFIGURE
 from ..manage.doctor import prepare
+from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest
 from ..sandbox import Sandbox
