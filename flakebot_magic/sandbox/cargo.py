@@ -243,9 +243,15 @@ class Cargo:
     def fetch(
         self, workspace: Path, *, policy: TreePolicy, timeout: float, on_line: LineCallback | None = None
     ) -> Completed | None:
-        """Download what ``workspace`` needs before an offline build (:meth:`resolve`); None for a registry on disk."""
+        """Download what ``workspace`` needs before an offline build (:meth:`resolve`); None for a registry on disk.
+
+        The tree is held to ``policy`` first either way (a PolicyError): for a
+        registry on disk nothing is downloaded, but the build that follows must
+        not start on a tree that sandboxed code changed unchecked.
+        """
         if self.registry.offline:
-            return None  # the registry is a directory the sandbox shows: nothing to download
+            policy.enforce(workspace)  # the registry is a directory the sandbox shows: nothing to download
+            return None
         return self.resolve("fetch", cwd=workspace, policy=policy, timeout=timeout, on_line=on_line)
 
     def _execute(
