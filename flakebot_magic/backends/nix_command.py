@@ -244,10 +244,14 @@ def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
     return ref
 
 
+#: the largest flake.lock read (nix writes a few KiB)
+_MAX_LOCK = 4 * 1024 * 1024
+
+
 def lock_hash(workspace: Path) -> str:
     """``sha256-<hex>`` of the workspace's flake.lock (empty when there is none)."""
     try:
-        data = (Path(workspace) / LOCK_FILE).read_bytes()
+        data, _ = read_inside(Path(workspace), LOCK_FILE, _MAX_LOCK)
     except OSError:
         return ""
     return "sha256-" + hashlib.sha256(data).hexdigest()
@@ -368,7 +372,7 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = json.loads((workspace / LOCK_FILE).read_text())
+            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_LOCK)[0])
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc

@@ -36,6 +36,7 @@ __all__ = [
     "read_manifest",
     "readme",
     "tool_binaries",
+    "well_typed",
 ]
 
 README_LIMIT = 16_000
@@ -57,7 +58,46 @@ def read_manifest(path: Path) -> dict[str, Any]:
     data, more = read_inside(path.parent, path.name, _MANIFEST_LIMIT)
     if more:
         raise ValueError(f"{path} passes {_MANIFEST_LIMIT // 1024} KiB")
-    return load_toml(data.decode("utf-8", errors="replace"))
+    return well_typed(load_toml(data.decode("utf-8", errors="replace")))
+
+
+#: the manifest's tables (a mapping each) and arrays of tables, as cargo types them
+_TABLES = (
+    "package",
+    "lib",
+    "features",
+    "dependencies",
+    "dev-dependencies",
+    "build-dependencies",
+    "target",
+    "workspace",
+)
+_ARRAYS = ("bin", "example", "test", "bench")
+
+
+def well_typed(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` without what has the wrong type for cargo (``package = 0``, ``bin = "x"``): cargo would refuse such
+    a manifest, and what reads it here can then count on the types (no AttributeError from a crate's data).
+
+    >>> well_typed({"package": 0, "bin": [{"name": "a"}, 5], "lib": {"path": "x"}})
+    {'bin': [{'name': 'a'}], 'lib': {'path': 'x'}}
+    """
+    kept: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in _TABLES and not isinstance(value, dict):
+            continue
+        if key in _ARRAYS:
+            if not isinstance(value, list):
+                continue
+            value = [item for item in value if isinstance(item, dict)]
+        kept[key] = value
+    package = kept.get("package")
+    if isinstance(package, dict):
+        for key in ("keywords", "categories"):
+            if key in package and not isinstance(package[key], list):
+                package = {k: v for k, v in package.items() if k != key}
+        kept["package"] = package
+    return kept
 
 
 #: words in a binary's name or path that mark a test, example or benchmark helper, never a tool

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
-from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside
+from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside, read_regular
 from ..host.storage import translate
 from ..untrusted import safe_line
 from . import ranking
@@ -56,7 +56,7 @@ _POOL = 80
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
+    """sha256 over every file's relative path and bytes, in sorted order (regular files and links only: OSError else)."""
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
         rel = path.relative_to(root).as_posix()
@@ -64,7 +64,10 @@ def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) ->
         if path.is_symlink():
             digest.update(b"L" + os.readlink(path).encode())
         else:
-            digest.update(b"F" + path.read_bytes())
+            data, more = read_regular(path, MAX_SOURCE_BYTES)  # a FIFO or a device is refused, never read
+            if more:
+                raise TooLarge(f"{path} holds more than {MAX_SOURCE_BYTES:,} bytes")
+            digest.update(b"F" + data)
         digest.update(b"\0")
     return digest.hexdigest()
 

@@ -471,7 +471,8 @@ def _local_crates(root: Path, base: Path, doc: Mapping[str, Any]) -> Iterable[st
     """Directories (relative to ``base``) of the crates a manifest pulls in: members and path dependencies."""
     workspace = doc.get("workspace")
     if isinstance(workspace, Mapping):
-        for member in workspace.get("members") or []:
+        members = workspace.get("members")
+        for member in members if isinstance(members, list) else []:
             if not isinstance(member, str) or _outside(root, base, member.split("*")[0] or "."):
                 continue
             if any(c in member for c in "*?["):
