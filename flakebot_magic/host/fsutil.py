@@ -163,16 +163,17 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     ...
     UnsafePath: ... is a symlink
     """
+    return _read_fd(_open_file(path), path, limit)
+
+
+def _open_file(path: str | Path, dir_fd: int | None = None) -> int:
+    """``path`` opened for reading, never through a final symlink (:class:`UnsafePath`), never blocking."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePath(f"{path} is a symlink") from None
         raise
-    return _read_fd(fd, path, limit)
-
-
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _read_fd(fd: int, path: object, limit: int) -> tuple[bytes, bool]:
@@ -230,12 +231,7 @@ def read_inside(root: Path, relative: str, limit: int) -> tuple[bytes, bool]:
                 raise
             os.close(fd)
             fd = inner
-        try:
-            file_fd = os.open(parts[-1], _READ_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafePath(f"{relative!r} is a symlink") from None
-            raise
+        file_fd = _open_file(parts[-1], dir_fd=fd)
     finally:
         os.close(fd)
     return _read_fd(file_fd, relative, limit)
@@ -249,12 +245,7 @@ def copy_regular(source: str | Path, dest: Path, *, executable: bool, limit: int
     than ``limit`` bytes raises :class:`TooLarge` (and ``dest`` is removed).
     ``dest`` must not exist. Returns the bytes copied.
     """
-    try:
-        fd_in = os.open(source, _READ_FLAGS)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePath(f"{source} is a symlink") from None
-        raise
+    fd_in = _open_file(source)
     try:
         if not stat.S_ISREG(os.fstat(fd_in).st_mode):
             raise UnsafePath(f"{source} is not a regular file (a FIFO, a device or a directory)")

@@ -103,7 +103,7 @@ def test_a_build_reads_a_service_tools_functions_in_the_sandbox(
     from flakebot_magic.errors import FlakebotError
     from flakebot_magic.pipeline import Pipeline
 
-    outside, secret, value = planted
+    outside, secret, _ = planted
     marker = outside / "marker"
     main = (
         "fn main() {\n"
