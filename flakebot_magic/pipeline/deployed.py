@@ -132,14 +132,19 @@ def deployed_tool(
         )
         run.workspace = replace(workspace, path=final, replaces=None)
         if tool.kind != "cli":
-            # an MCP server or HTTP service: its functions are read now, in the sandbox whatever confine_tools
-            # says (a build runs nothing of the tool's unconfined); it starts as the setting says at the first call
             inventory = Inventory(settings.tools_dir)
             tool.on_state = lambda **changes: inventory.update(name, **changes)
+        if tool.kind == "mcp":
+            # its functions are read now, in the sandbox whatever confine_tools says (a build runs nothing of the
+            # tool unconfined); it starts as the setting says at the first call
             with tool.confined():
                 functions = tool.functions()
                 tool.stop()
-            stage.detail = f"{name}: {tool.kind}, {len(functions)} function(s)"
+            stage.detail = f"{name}: mcp, {len(functions)} function(s)"
+        elif tool.kind != "cli":
+            # an HTTP service cannot run in the sandbox (its empty network cuts the loopback): nothing of it runs
+            # at build time; it starts, and its functions are read, at the first call
+            stage.detail = f"{name}: {tool.kind}, starts at the first call"
     return tool
 
 
