@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
+from ..host.cache import CacheLayout
 from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside, read_regular
 from ..host.storage import translate
+from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from ..untrusted import safe_line
 from . import ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
@@ -55,7 +57,7 @@ _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 _POOL = 80
 
 
-def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
+def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) -> str:
     """sha256 over every file's relative path and bytes, in sorted order (regular files and links only: OSError else)."""
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
@@ -126,7 +128,7 @@ class DirectoryRegistry:
             )
         self.id = f"dir:{self.path}"
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
+        self.index_path = CacheLayout(Path(cache_dir)).index / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
 

@@ -76,11 +76,11 @@ def test_an_agent_never_replaces_a_tool_someone_else_asked_for(agent_settings: S
 
     settings = replace(agent_settings, allow_agent_builds=True)
     Pipeline(settings).run(BuildRequest("", crate="tinyecho", name="jq"))
-    before = Inventory(settings.tools_dir).get("jq")
+    before = Inventory(settings.cache.tools).get("jq")
     agent = AgentSession(settings, requested_by="some-mcp-client")
     with pytest.raises(UsageError, match="built for the user; an agent's build may not replace it"):
         agent.build("a faster jq", name="jq", crate="slowbuild")
-    after = Inventory(settings.tools_dir).get("jq")
+    after = Inventory(settings.cache.tools).get("jq")
     assert before is not None and after is not None
     assert (after.crate, after.store_path, after.workspace) == (before.crate, before.store_path, before.workspace)
     # its own tool, it may build again; and without a name the crate's name is checked the same way
