@@ -49,7 +49,7 @@ from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
-from ..stages.flake import LOCK_FILE
+from ..stages.flake import FLAKE_FILE, LOCK_FILE
 
 __all__ = [
     "NIX_FEATURES",
@@ -246,14 +246,13 @@ def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
     return ref
 
 
-#: the largest flake.lock read (nix writes a few KiB)
-_MAX_LOCK = 4 * 1024 * 1024
+_MAX_READ = 4 << 20  #: the most read of a flake.lock or flake.nix (either is a few KiB)
 
 
 def lock_hash(workspace: Path) -> str:
     """``sha256-<hex>`` of the workspace's flake.lock (empty when there is none)."""
     try:
-        data, _ = read_inside(Path(workspace), LOCK_FILE, _MAX_LOCK)
+        data, _ = read_inside(Path(workspace), LOCK_FILE, _MAX_READ)
     except OSError:
         return ""
     return "sha256-" + hashlib.sha256(data).hexdigest()
@@ -402,7 +401,7 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_LOCK)[0])
+            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
@@ -537,14 +536,10 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
     )
 
 
-#: the one file of the workspace whose lines a nix error may quote: the flake flakebot wrote
-FLAKE_FILE = "flake.nix"
-
-
 def _flake_line(workspace: Path, line: int) -> str:
     """Line ``line`` of the workspace's ``flake.nix`` (a regular file, never through a link), or ""."""
     try:
-        data, _ = read_inside(workspace, FLAKE_FILE, 1024 * 1024)
+        data, _ = read_inside(workspace, FLAKE_FILE, _MAX_READ)
         return data.decode("utf-8", errors="replace").splitlines()[line - 1].strip()
     except (OSError, IndexError):
         return ""
