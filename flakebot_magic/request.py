@@ -88,11 +88,14 @@ class BuildRequest:
     follow_up
         ``--continue``: apply ``text`` to the existing tool ``name`` (its
         workspace and history) instead of starting afresh.
+    requested_by
+        An agent that asks (an MCP client's name, ``notebook``); empty for the
+        user. An agent's build never replaces a tool someone else asked for.
 
     Examples
     --------
     >>> BuildRequest("Render Markdown text to HTML.", name="md")
-    BuildRequest(text='Render Markdown text to HTML.', name='md', crate=None, follow_up=False)
+    BuildRequest(text='Render Markdown text to HTML.', name='md', crate=None, follow_up=False, requested_by='')
     >>> BuildRequest("", crate="tinyecho").label
     'tinyecho'
     """
@@ -101,6 +104,7 @@ class BuildRequest:
     name: str | None = None
     crate: str | None = None
     follow_up: bool = False
+    requested_by: str = ""
 
     @property
     def label(self) -> str:

@@ -117,7 +117,7 @@ class AgentSession:
         """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
         settings = self._reserve()
         meter = _TokenMeter()
-        build = BuildRequest(request or "", name=name or None, crate=crate or None)
+        build = BuildRequest(request or "", name=name or None, crate=crate or None, requested_by=self.requested_by)
         try:
             run = start_build(settings, build, extra_observers=[meter])
         except BaseException:

@@ -44,11 +44,12 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
+from ..host.fsutil import read_inside
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
-from ..stages.flake import LOCK_FILE
+from ..stages.flake import FLAKE_FILE, LOCK_FILE
 
 __all__ = [
     "NIX_FEATURES",
@@ -245,10 +246,13 @@ def normalize_flake_ref(ref: str, base: Path | None = None) -> str:
     return ref
 
 
+_MAX_READ = 4 << 20  #: the most read of a flake.lock or flake.nix (either is a few KiB)
+
+
 def lock_hash(workspace: Path) -> str:
     """``sha256-<hex>`` of the workspace's flake.lock (empty when there is none)."""
     try:
-        data = (Path(workspace) / LOCK_FILE).read_bytes()
+        data, _ = read_inside(Path(workspace), LOCK_FILE, _MAX_READ)
     except OSError:
         return ""
     return "sha256-" + hashlib.sha256(data).hexdigest()
@@ -397,7 +401,7 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = json.loads((workspace / LOCK_FILE).read_text())
+            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
@@ -514,12 +518,14 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
     file = line_no = None
     where = ""
     if location:
-        file = workspace / location.group(2)
-        line_no = int(location.group(3))
-        where = f"\n  at {file}:{line_no}:{location.group(4)}"
-        source = _source_line(file, line_no)
-        if source:
-            where += f"\n  {line_no} | {source}"
+        # nix's stderr is data: the file it names is only compared with the one flakebot wrote, never opened
+        named, line_no = location.group(2), int(location.group(3))
+        where = f"\n  at {location.group(2)}:{line_no}:{location.group(4)}"
+        if named == FLAKE_FILE:
+            file = workspace / FLAKE_FILE
+            source = _flake_line(workspace, line_no)
+            if source:
+                where += f"\n  {line_no} | {source}"
     tail = "\n".join(line for line in lines if line.strip() and not line.startswith("warning:"))[-4000:]
     return FlakeError(
         f"{what}: {message}{where}" + (f"\n{advice}" if advice else ""),
@@ -530,9 +536,11 @@ def flake_error(done: Completed, workspace: Path, what: str, advice: str = "") -
     )
 
 
-def _source_line(file: Path, line: int) -> str:
+def _flake_line(workspace: Path, line: int) -> str:
+    """Line ``line`` of the workspace's ``flake.nix`` (a regular file, never through a link), or ""."""
     try:
-        return file.read_text(encoding="utf-8", errors="replace").splitlines()[line - 1].strip()
+        data, _ = read_inside(workspace, FLAKE_FILE, _MAX_READ)
+        return data.decode("utf-8", errors="replace").splitlines()[line - 1].strip()
     except (OSError, IndexError):
         return ""
 

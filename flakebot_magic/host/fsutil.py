@@ -10,7 +10,11 @@ directories between ``root`` and the target.
 
 Reading is the mirror image: :func:`read_regular` reads at most so many bytes
 of a regular file, never through a symlink and never blocking on a FIFO that
-untrusted code left in the file's place.
+untrusted code left in the file's place. A path that *untrusted data names*
+(a crate manifest's ``readme``, a ``[[bin]] path``) is read only through
+:func:`read_inside`: relative to the crate's root, never leaving it, no
+symlink at any step. :func:`copy_regular` copies one regular file the same
+way, capped.
 
 Directories flakebot keeps in a workspace for itself (``target/``, the edit
 loop's target dir, the sandbox's temporary dir, candidates) are made real by
@@ -36,13 +40,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "TooLarge",
     "UnsafePath",
     "atomic_write",
     "check_no_symlinks",
+    "copy_regular",
     "fsync_dir",
     "is_real_dir",
     "load_toml",
     "private_dir",
+    "read_inside",
     "read_regular",
     "real_dir",
     "remove_nofollow",
@@ -51,7 +58,11 @@ __all__ = [
 
 
 class UnsafePath(OSError):
-    """A write was refused because a symlink (or a non-directory) stands in the way."""
+    """A read or write was refused: a symlink, a non-regular file or a path leaving its root stands in the way."""
+
+
+class TooLarge(OSError):
+    """A copy was stopped: the file holds more than the bytes it was allowed."""
 
 
 def check_no_symlinks(root: Path, path: Path) -> None:
@@ -228,8 +239,24 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     ...
     UnsafePath: ... is a symlink
     """
-    fd = _open_regular(path)
+    return _read_fd(_open_file(path), path, limit)
+
+
+def _open_file(path: str | Path, dir_fd: int | None = None) -> int:
+    """``path`` opened for reading, never through a final symlink (:class:`UnsafePath`), never blocking."""
     try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symlink") from None
+        raise
+
+
+def _read_fd(fd: int, path: object, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the open ``fd`` (closed after), if it is a regular file."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -244,25 +271,90 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     return data[:limit], len(data) > limit
 
 
-def _open_regular(path: Path) -> int:
-    """A read-only descriptor of the regular file ``path``: never through a symlink, never blocking on a FIFO."""
+def read_inside(root: Path, relative: str, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the regular file ``relative`` under ``root``, and whether it holds more.
+
+    The one way to open a file that untrusted data names (a manifest's
+    ``readme``, a target's ``path``): ``relative`` must be relative, without
+    ``..`` or a NUL; every directory on the way is opened with ``O_NOFOLLOW``
+    from the one before (a symlink anywhere is refused, not followed); the
+    file itself as :func:`read_regular` opens it (no symlink, no FIFO, no
+    device: nothing that can block or never end). Raises :class:`UnsafePath`
+    for all of these, ``FileNotFoundError`` when it is missing.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "README.md").write_text("hi")
+    >>> read_inside(d, "README.md", 10)
+    (b'hi', False)
+    >>> read_inside(d, "/proc/self/environ", 10)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    UnsafePath: '/proc/self/environ' is not a path inside the crate
+    """
+    text = str(relative).replace("\\", "/")
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if not text or text.startswith("/") or "\0" in text or ".." in parts or not parts:
+        raise UnsafePath(f"{relative!r} is not a path inside the crate")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePath(f"{path} is a symlink") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafePath(f"{relative!r}: {part!r} is a symlink or not a directory") from None
+                raise
+            os.close(fd)
+            fd = inner
+        file_fd = _open_file(parts[-1], dir_fd=fd)
+    finally:
         os.close(fd)
-        raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
-    return fd
+    return _read_fd(file_fd, relative, limit)
+
+
+def copy_regular(source: str | Path, dest: Path, *, executable: bool, limit: int) -> int:
+    """Copy the regular file ``source`` to the new file ``dest``: bytes only, at most ``limit`` of them.
+
+    Never follows a link and never blocks (``O_NOFOLLOW | O_NONBLOCK``, then
+    ``fstat``): a symlink, FIFO or device raises :class:`UnsafePath`; more
+    than ``limit`` bytes raises :class:`TooLarge` (and ``dest`` is removed).
+    ``dest`` must not exist. Returns the bytes copied.
+    """
+    fd_in = _open_file(source)
+    try:
+        if not stat.S_ISREG(os.fstat(fd_in).st_mode):
+            raise UnsafePath(f"{source} is not a regular file (a FIFO, a device or a directory)")
+        mode = 0o755 if executable else 0o644
+        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        copied = 0
+        try:
+            while chunk := os.read(fd_in, min(1 << 20, limit + 1 - copied) or 1):
+                copied += len(chunk)
+                if copied > limit:
+                    raise TooLarge(f"{source} holds more than {limit} bytes")
+                os.write(fd_out, chunk)
+            os.fchmod(fd_out, mode)  # whatever the umask
+        except BaseException:
+            os.close(fd_out)
+            fd_out = -1
+            os.unlink(dest)
+            raise
+        finally:
+            if fd_out >= 0:
+                os.close(fd_out)
+    finally:
+        os.close(fd_in)
+    return copied
 
 
 def sha256_regular(path: Path) -> str:
     """The SHA-256 (hex) of the regular file ``path``, read without following a symlink (:class:`UnsafePath`)."""
-    fd = _open_regular(path)
+    fd = _open_file(path)
     digest = hashlib.sha256()
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
     finally:
@@ -294,18 +386,28 @@ def private_dir(path: Path) -> Path:
 
 
 def load_toml(source: str | Path) -> dict[str, Any]:
-    """A TOML document (text, or a file's path) as plain Python data.
+    """A TOML document (text, or a file's path) as plain Python data: the one TOML parser for untrusted text.
 
     ``tomllib`` when the interpreter has it (3.11+), else ``tomlkit``.
-    Raises ``ValueError`` (``tomllib.TOMLDecodeError`` or tomlkit's parse
-    error, both subclasses) for malformed input.
+    Raises ``ValueError`` for any malformed input (``tomllib.TOMLDecodeError``
+    and tomlkit's parse error are subclasses), a document nested too deeply
+    for the parser's recursion included: a manifest's bad TOML is a clear
+    error, never a ``RecursionError`` traceback.
+
+    >>> load_toml("a = " + "[" * 5000)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    ValueError: the TOML is nested too deeply to read
     """
     text = source.read_text(encoding="utf-8") if isinstance(source, Path) else source
     try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomlkit
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+            import tomlkit
 
-        data: dict[str, Any] = tomlkit.parse(text).unwrap()
-        return data
-    return tomllib.loads(text)
+            data: dict[str, Any] = tomlkit.parse(text).unwrap()
+            return data
+        return tomllib.loads(text)
+    except RecursionError:
+        raise ValueError("the TOML is nested too deeply to read") from None

@@ -117,6 +117,7 @@ def deployed_tool(
             ),
             kind=tool.kind,
             request=run.request.text,
+            requested_by=run.request.requested_by,
             model=str(manifest.get("model") or ""),
             iterations=int(manifest.get("iterations") or 0),
         )
@@ -130,11 +131,20 @@ def deployed_tool(
             notice=lambda message: bus.notice("fork", message),
         )
         run.workspace = replace(workspace, path=final, replaces=None)
-        if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
+        if tool.kind != "cli":
             inventory = Inventory(settings.cache.tools)
             tool.on_state = lambda **changes: inventory.update(name, **changes)
-            tool.start()  # type: ignore[attr-defined]
-            stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
+        if tool.kind == "mcp":
+            # its functions are read now, in the sandbox whatever confine_tools says (a build runs nothing of the
+            # tool unconfined); it starts as the setting says at the first call
+            with tool.confined():
+                functions = tool.functions()
+                tool.stop()
+            stage.detail = f"{name}: mcp, {len(functions)} function(s)"
+        elif tool.kind != "cli":
+            # an HTTP service cannot run in the sandbox (its empty network cuts the loopback): nothing of it runs
+            # at build time; it starts, and its functions are read, at the first call
+            stage.detail = f"{name}: {tool.kind}, starts at the first call"
     return tool
 
 

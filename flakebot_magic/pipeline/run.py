@@ -32,6 +32,7 @@ from ..host.storage import storage_errors
 from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
+from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, check_tool_name, tool_name
 from ..sandbox import Sandbox, release_target
@@ -55,6 +56,26 @@ __all__ = ["Pipeline"]
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
 MAX_TRIES = 3
+
+
+def _check_agent_may_replace(settings: Settings, request: BuildRequest, name: str) -> None:
+    """An agent's build never replaces a tool that the user (or another agent) asked for: a UsageError.
+
+    Checked under the tool's lock, before anything is forked: the tool's name
+    is the agent's to choose (or comes from a crate it chose), so without this
+    an agent acting on text it read could swap the binary behind a name the
+    user calls, unconfined.
+    """
+    if not request.requested_by:
+        return
+    record = Inventory(settings.cache.tools).get(name)
+    if record is None or record.requested_by == request.requested_by:
+        return
+    owner = f"the agent {record.requested_by!r}" if record.requested_by else "the user"
+    raise UsageError(
+        f"There is already a tool named {name!r}, built for {owner}; an agent's build may not replace it. "
+        "Build it under another name (name=...), or ask the user to rebuild or remove that tool."
+    )
 
 
 class Pipeline:
@@ -188,6 +209,7 @@ class Pipeline:
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
         settings, deps = self.settings, self.deps
+        _check_agent_may_replace(settings, run.request, run.name)
         cargo = Cargo(self.registry, self.runner)
         run.rustc = cargo.rustc_version()
         backend = backend_for(run.choice.name, deps, run.choice)
@@ -457,7 +479,12 @@ class Pipeline:
             self.bus.notice(
                 "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
             )
-            request = BuildRequest(report.as_request(run.request.text), name=tool.name, follow_up=True)
+            request = BuildRequest(
+                report.as_request(run.request.text),
+                name=tool.name,
+                follow_up=True,
+                requested_by=run.request.requested_by,
+            )
             run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
             tool.close()
             tool = self._run(run, search_text)

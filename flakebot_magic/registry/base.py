@@ -2,13 +2,62 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import RegistryError
 from ..untrusted import make_fields_safe
 
-__all__ = ["CrateCandidate", "FetchedSource", "Registry", "ResolvesLocally"]
+__all__ = [
+    "MAX_SOURCE_BYTES",
+    "MAX_SOURCE_FILES",
+    "CrateCandidate",
+    "FetchedSource",
+    "Registry",
+    "ResolvesLocally",
+    "check_crate_field",
+]
+
+#: the most bytes one crate's published source may hold, unpacked (crates.io refuses crates over 10 MB packed)
+MAX_SOURCE_BYTES = 256 * 1024 * 1024
+#: the most files one crate's published source may hold
+MAX_SOURCE_FILES = 50_000
+
+#: what a crate name, a version and a binary's name may be: each becomes a path component (a workspace, a store
+#: entry, ``name-version/`` in an archive, a deployed binary) or a command's argument
+_FIELD_RULES = {
+    "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"), "1 to 64 ASCII letters, digits, '-' or '_'"),
+    "version": (
+        re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}"),
+        "1 to 64 ASCII letters, digits, '.', '+', '-' or '_' (semver: 1.2.3-pre+build)",
+    ),
+    "binary": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}"), "1 to 64 ASCII letters, digits, '_', '.', '+', '-'"),
+}
+
+
+def check_crate_field(kind: str, value: object) -> str:
+    """``value`` if it is a valid crate ``name``, ``version`` or ``binary`` name; else RegistryError.
+
+    The one validator for what a registry or a crate says that becomes a path
+    or a name: no ``/``, no ``..``, no leading ``-`` or ``.``, no control
+    character, at most 64 characters.
+
+    >>> check_crate_field("version", "1.0.0-beta.2+git")
+    '1.0.0-beta.2+git'
+    >>> check_crate_field("version", "0.1.0/../../tmp")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    RegistryError: the registry gives the version '0.1.0/../../tmp', which is not ...
+    """
+    pattern, rule = _FIELD_RULES[kind]
+    if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value:
+        raise RegistryError(
+            f"the registry gives the {kind} {value!r}, which is not one: a {kind} is {rule}. "
+            "The registry's data is malformed or hostile; choose another crate or registry."
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -19,8 +68,9 @@ class CrateCandidate:
     ``checksum`` is the sha256 of the published ``.crate`` file when the
     registry knows it (crates.io does; Debian's directory registry does not).
 
-    Everything in it is what a crate's author wrote: its text is made safe to
-    show when it is made (:func:`flakebot_magic.untrusted.make_fields_safe`;
+    Everything in it is what a crate's author wrote: its name, version and
+    binaries' names are checked when it is made (:func:`check_crate_field`:
+    a RegistryError otherwise), its text is made safe to show (:func:`flakebot_magic.untrusted.make_fields_safe`;
     one line each, but the description).
     """
 
@@ -48,6 +98,10 @@ class CrateCandidate:
     parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        check_crate_field("name", self.name)
+        check_crate_field("version", self.version)
+        for binary in self.bin_names:
+            check_crate_field("binary", binary)
         make_fields_safe(
             self,
             lines=("name", "version", "bin_names", "keywords", "categories", "license", "homepage", "repository"),

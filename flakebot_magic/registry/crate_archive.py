@@ -11,14 +11,24 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from ..errors import RegistryError
+from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES
 
 __all__ = ["unpack_crate"]
 
 
 def unpack_crate(archive: bytes, dest: Path, *, top: str, label: str) -> None:
-    """Unpack a ``.crate`` (tar.gz) into ``dest``, stripping ``top/``; refuse escapes."""
+    """Unpack a ``.crate`` (tar.gz) into ``dest``, stripping ``top/``; refuse escapes, and archives that unpack
+    to more than :data:`~.base.MAX_SOURCE_BYTES` or :data:`~.base.MAX_SOURCE_FILES` (a sparse member declares any
+    size in a few bytes): the sizes the members declare are summed before anything is written."""
     with _tar_errors(label), tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         members = _safe_members(tar.getmembers(), top=top, label=label)
+        declared = sum(m.size for m in members if m.isfile())
+        if declared > MAX_SOURCE_BYTES or len(members) > MAX_SOURCE_FILES:
+            raise RegistryError(
+                f"refusing to unpack {label}: it unpacks to {declared:,} bytes in {len(members):,} entries, more "
+                f"than a crate may ({MAX_SOURCE_BYTES:,} bytes, {MAX_SOURCE_FILES:,} files). Nothing was unpacked; "
+                "choose another crate or version."
+            )
         dest.mkdir(parents=True, exist_ok=True)
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, members=members, filter="data")

@@ -1,8 +1,10 @@
 """What an unpacked crate's own files say: its manifest, its binary targets, what they read, what they say they do.
 
 Read when a directory registry builds its search index (:mod:`.directory`),
-never from untrusted code paths at run time: every read is capped, and
-symlinks are not followed.
+outside any sandbox: every file a crate names (its ``readme``, a
+``[[bin]] path``) or holds is read through one function,
+:func:`flakebot_magic.host.fsutil.read_inside` (inside the crate's directory
+only, regular files only, no symlink at any step, never blocking, capped).
 
 * :func:`tool_binaries`: the binary targets cargo would build that are tools
   (test, example and benchmark helpers left out, :func:`fixture_binary`);
@@ -18,9 +20,10 @@ symlinks are not followed.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
+
+from ..host.fsutil import load_toml, read_inside
 
 __all__ = [
     "BINARY_TEXT_LIMIT",
@@ -33,6 +36,7 @@ __all__ = [
     "read_manifest",
     "readme",
     "tool_binaries",
+    "well_typed",
 ]
 
 README_LIMIT = 16_000
@@ -42,16 +46,58 @@ BINARY_TEXT_LIMIT = 2_000
 INPUTS = ("stdin", "args", "file", "none")
 
 
+#: the largest manifest read
+_MANIFEST_LIMIT = 1024 * 1024
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
-    """Parse a Cargo.toml into plain Python values."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if sys.version_info >= (3, 11):
-        import tomllib
+    """Parse the ``Cargo.toml`` at ``path`` (a regular file, capped) into plain Python values.
 
-        return tomllib.loads(text)
-    import tomlkit
+    Raises ``ValueError`` if it is not TOML (or too large), ``OSError`` if it cannot be read as a regular file.
+    """
+    data, more = read_inside(path.parent, path.name, _MANIFEST_LIMIT)
+    if more:
+        raise ValueError(f"{path} passes {_MANIFEST_LIMIT // 1024} KiB")
+    return well_typed(load_toml(data.decode("utf-8", errors="replace")))
 
-    return tomlkit.parse(text).unwrap()
+
+#: the manifest's tables (a mapping each) and arrays of tables, as cargo types them
+_TABLES = (
+    "package",
+    "lib",
+    "features",
+    "dependencies",
+    "dev-dependencies",
+    "build-dependencies",
+    "target",
+    "workspace",
+)
+_ARRAYS = ("bin", "example", "test", "bench")
+
+
+def well_typed(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` without what has the wrong type for cargo (``package = 0``, ``bin = "x"``): cargo would refuse such
+    a manifest, and what reads it here can then count on the types (no AttributeError from a crate's data).
+
+    >>> well_typed({"package": 0, "bin": [{"name": "a"}, 5], "lib": {"path": "x"}})
+    {'bin': [{'name': 'a'}], 'lib': {'path': 'x'}}
+    """
+    kept: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in _TABLES and not isinstance(value, dict):
+            continue
+        if key in _ARRAYS:
+            if not isinstance(value, list):
+                continue
+            value = [item for item in value if isinstance(item, dict)]
+        kept[key] = value
+    package = kept.get("package")
+    if isinstance(package, dict):
+        for key in ("keywords", "categories"):
+            if key in package and not isinstance(package[key], list):
+                package = {k: v for k, v in package.items() if k != key}
+        kept["package"] = package
+    return kept
 
 
 #: words in a binary's name or path that mark a test, example or benchmark helper, never a tool
@@ -125,13 +171,17 @@ def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, s
 _SCAN_LIMIT = 512 * 1024
 
 
-def read_capped(path: Path, limit: int) -> bytes:
-    """The first ``limit`` bytes of a regular file, never through a symlink; ``b""`` when there is none."""
+def read_capped(crate_dir: Path, path: Path | str, limit: int) -> bytes:
+    """The first ``limit`` bytes of the crate's regular file ``path`` (inside ``crate_dir``); ``b""`` when there is none.
+
+    ``path`` is relative to ``crate_dir``, or under it; anything else (``/proc/self/environ``, ``../x``,
+    a symlink, a FIFO) reads as nothing (:func:`~flakebot_magic.host.fsutil.read_inside`).
+    """
+    relative = str(path)
+    if Path(relative).is_absolute() and Path(relative).is_relative_to(crate_dir):
+        relative = Path(relative).relative_to(crate_dir).as_posix()
     try:
-        if path.is_symlink() or not path.is_file():
-            return b""
-        with path.open("rb") as handle:
-            return handle.read(limit)
+        return read_inside(crate_dir, relative, limit)[0]
     except OSError:
         return b""
 
@@ -144,7 +194,7 @@ def _test_sources(crate_dir: Path) -> bytes:
     for path in paths:
         if budget <= 0:
             break
-        text.append(read_capped(path, budget))
+        text.append(read_capped(crate_dir, path, budget))
         budget -= len(text[-1])
     return b"\n".join(text)
 
@@ -153,12 +203,9 @@ def _test_sources(crate_dir: Path) -> bytes:
 _HELPER_BYTES = 4096
 
 
-def _helper(source: Path, name: str, tests: bytes) -> bool:
-    try:
-        small = source.is_file() and source.stat().st_size < _HELPER_BYTES
-    except OSError:
-        small = False
-    return small and f'"{name}"'.encode() in tests
+def _helper(crate_dir: Path, source: str, name: str, tests: bytes) -> bool:
+    code = read_capped(crate_dir, source, _HELPER_BYTES)
+    return bool(code) and len(code) < _HELPER_BYTES and f'"{name}"'.encode() in tests
 
 
 def _tool_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -168,7 +215,7 @@ def _tool_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, 
     lib = (crate_dir / "src" / "lib.rs").is_file() or isinstance(manifest.get("lib"), dict)
     if lib and any(name != crate for name, _, _ in targets):
         tests = _test_sources(crate_dir)
-        targets = [t for t in targets if t[0] == crate or not _helper(crate_dir / t[1], t[0], tests)]
+        targets = [t for t in targets if t[0] == crate or not _helper(crate_dir, t[1], t[0], tests)]
     return targets
 
 
@@ -192,7 +239,7 @@ def _tool_sources(crate_dir: Path, manifest: dict[str, Any]) -> list[bytes]:
     for path in paths:
         if budget <= 0:
             break
-        sources.append(read_capped(path, budget))
+        sources.append(read_capped(crate_dir, path, budget))
         budget -= len(sources[-1])
     return sources
 
@@ -231,14 +278,14 @@ def binary_input(crate_dir: Path, manifest: dict[str, Any]) -> str:
 
 
 def readme(crate_dir: Path, package: dict[str, Any]) -> str:
-    """The crate's README (the manifest's ``readme``, else a usual name), capped at :data:`README_LIMIT`."""
+    """The crate's README (the manifest's ``readme`` inside the crate, else a usual name), capped at :data:`README_LIMIT`."""
     given = package.get("readme")
     names = [given] if isinstance(given, str) else []
     names += ["README.md", "README", "readme.md", "README.rst", "README.txt"]
     for name in names:
-        path = crate_dir / name
-        if path.is_file() and not path.is_symlink():
-            return read_capped(path, README_LIMIT * 4).decode("utf-8", "replace")[:README_LIMIT]
+        text = read_capped(crate_dir, name, README_LIMIT * 4)
+        if text:
+            return text.decode("utf-8", "replace")[:README_LIMIT]
     return ""
 
 

@@ -231,8 +231,8 @@ class CratesIoRegistry:
             details = self._version_details(name, version)
             if details is None:  # listed but the version is gone (yanked, deleted)
                 continue
-            candidates.append(
-                self._candidate(
+            try:
+                candidate = self._candidate(
                     crate,
                     details,
                     version=version,
@@ -240,7 +240,9 @@ class CratesIoRegistry:
                     score=float(len(found) - rank) / len(found),
                     checksum=_text(details.get("checksum")) or None,
                 )
-            )
+            except RegistryError:  # a name, version or binary that is no path component: not offered
+                continue
+            candidates.append(candidate)
         return candidates
 
     def get(self, name: str, version: str | None = None) -> CrateCandidate:

@@ -27,26 +27,28 @@ import re
 import secrets
 import shutil
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..errors import ConfigError, SearchError
+from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
-from ..host.fsutil import atomic_write
+from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside, read_regular
 from ..host.storage import translate
 from ..sandbox.layout import BUILD_DIR, GIT_DIR
+from ..untrusted import safe_line
 from . import ranking
-from .base import CrateCandidate, FetchedSource
+from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 8
+INDEX_VERSION = 9
 #: the index's text columns, their bm25 weights, and which hold what a crate says of itself
 _COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
@@ -56,7 +58,7 @@ _POOL = 80
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
+    """sha256 over every file's relative path and bytes, in sorted order (regular files and links only: OSError else)."""
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
         rel = path.relative_to(root).as_posix()
@@ -64,7 +66,10 @@ def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) 
         if path.is_symlink():
             digest.update(b"L" + os.readlink(path).encode())
         else:
-            digest.update(b"F" + path.read_bytes())
+            data, more = read_regular(path, MAX_SOURCE_BYTES)  # a FIFO or a device is refused, never read
+            if more:
+                raise TooLarge(f"{path} holds more than {MAX_SOURCE_BYTES:,} bytes")
+            digest.update(b"F" + data)
         digest.update(b"\0")
     return digest.hexdigest()
 
@@ -217,12 +222,16 @@ class DirectoryRegistry:
                 continue
             package = manifest.get("package", {})
             name, version = package.get("name"), package.get("version")
-            if not isinstance(name, str) or not isinstance(version, str):
+            try:
+                check_crate_field("name", name)
+                check_crate_field("version", version)
+            except RegistryError:  # no valid name or version: not a crate flakebot can offer
                 continue
+            assert isinstance(name, str) and isinstance(version, str)
             keywords = [k for k in package.get("keywords", []) if isinstance(k, str)]
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
-            bins = tool_binaries(crate_dir, manifest)
+            bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
@@ -393,9 +402,10 @@ class DirectoryRegistry:
         if row is None:
             return None
         try:
-            value = json.loads((self.path / row[0] / ".cargo-checksum.json").read_text()).get("package")
+            recorded = json.loads(read_inside(self.path / row[0], ".cargo-checksum.json", 16 * 1024 * 1024)[0])
         except (OSError, ValueError):
             return None
+        value = recorded.get("package") if isinstance(recorded, dict) else None
         return value if isinstance(value, str) else None
 
     @_remade_when_damaged
@@ -444,22 +454,40 @@ class DirectoryRegistry:
         return self.path / directory
 
     def fetch(self, candidate: CrateCandidate, dest: Path) -> FetchedSource:
+        """Copy the crate's directory into ``dest``: regular files (capped), directories and symlinks as links.
+
+        A FIFO, a device or a socket is left out (the fork's import names what
+        it never takes); the copy stops with a RegistryError past
+        :data:`~.base.MAX_SOURCE_BYTES` or :data:`~.base.MAX_SOURCE_FILES`.
+        ``.cargo-checksum.json`` is checked, never trusted (:func:`_checked_source`).
+        """
         source = self.source_dir(candidate)
+        budget = {"bytes": MAX_SOURCE_BYTES, "files": MAX_SOURCE_FILES}
 
-        def not_published(directory: str, names: list[str]) -> set[str]:
+        def left_out(directory: str, names: list[str]) -> set[str]:
             # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
-            return {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
+            skipped = {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
+            for name in names:
+                mode = os.lstat(os.path.join(directory, name)).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                    skipped.add(name)
+            return skipped
 
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=not_published)
-        recorded = _crate_checksum(source)
-        if recorded:
-            return FetchedSource(path=dest, checksum=recorded, checksum_kind="crate-sha256")
-        return FetchedSource(
-            path=dest,
-            checksum=tree_sha256(dest),
-            checksum_kind="tree-sha256",
-            notes=("The registry records no .crate checksum; the checksum is the sha256 of the source tree.",),
-        )
+        def copy(src: str, dst: str) -> None:
+            budget["files"] -= 1
+            if budget["files"] < 0:
+                raise TooLarge(f"{source} holds more than {MAX_SOURCE_FILES:,} files")
+            budget["bytes"] -= copy_regular(src, Path(dst), executable=os.access(src, os.X_OK), limit=budget["bytes"])
+
+        try:
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=left_out, copy_function=copy)
+        except shutil.Error as exc:
+            raise RegistryError(
+                f"{candidate.id} in {self.path} could not be copied as plain files: {str(exc)[:300]}. It holds "
+                f"special files, or more than a crate may ({MAX_SOURCE_BYTES:,} bytes, {MAX_SOURCE_FILES:,} files); "
+                "choose another crate."
+            ) from exc
+        return _checked_source(source, dest)
 
     def cargo_config(self) -> str:
         return (
@@ -468,16 +496,65 @@ class DirectoryRegistry:
         )
 
 
-def _crate_checksum(source: Path) -> str | None:
-    """The ``.crate`` sha256 that ``cargo vendor`` records; Debian's registry has none."""
+def _valid_binary(name: str) -> bool:
     try:
-        data = json.loads((source / ".cargo-checksum.json").read_text())
+        check_crate_field("binary", name)
+    except RegistryError:
+        return False
+    return True
+
+
+def _checked_source(source: Path, dest: Path) -> FetchedSource:
+    """The copy in ``dest`` with its tree's sha256, and what ``.cargo-checksum.json`` claims, checked.
+
+    A directory registry has no ``.crate``: the ``package`` value it records
+    (the archive's sha256) cannot be checked here, so it is never recorded as
+    the source's checksum, only quoted as a claim. Its per-file sha256s are
+    checked against the copied files; a mismatch or a file it does not list is
+    said. The checksum recorded is always the copy's own tree sha256.
+    """
+    notes = []
+    try:
+        data, _ = read_inside(source, ".cargo-checksum.json", 16 * 1024 * 1024)
+        recorded = json.loads(data)
     except (OSError, ValueError):
-        return None
-    package = data.get("package")
-    if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package) and package != _PLACEHOLDER:
-        return package
-    return None
+        recorded = None
+    if isinstance(recorded, dict):
+        package = recorded.get("package")
+        if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package) and package != _PLACEHOLDER:
+            notes.append(
+                f"The registry's .cargo-checksum.json says the published .crate's sha256 is {safe_line(package)}; "
+                "a directory registry has no .crate, so flakebot could not verify it."
+            )
+        files = recorded.get("files")
+        if isinstance(files, dict) and files:
+            notes.append(_files_verdict(dest, files))
+    if not notes:
+        notes.append("The registry records no .crate checksum; the checksum is the sha256 of the source tree.")
+    return FetchedSource(path=dest, checksum=tree_sha256(dest), checksum_kind="tree-sha256", notes=tuple(notes))
+
+
+def _files_verdict(dest: Path, files: dict[str, Any]) -> str:
+    """Whether every copied file is listed in ``files`` with its sha256 (cargo's vendoring record)."""
+    wrong = []
+    listed = set()
+    for rel, expected in files.items():
+        listed.add(rel)
+        try:
+            data, more = read_inside(dest, str(rel), MAX_SOURCE_BYTES)
+        except OSError:
+            wrong.append(str(rel))
+            continue
+        if more or hashlib.sha256(data).hexdigest() != expected:
+            wrong.append(str(rel))
+    unlisted = [p.relative_to(dest).as_posix() for p in _walk(dest, ()) if p.relative_to(dest).as_posix() not in listed]
+    if wrong or unlisted:
+        names = ", ".join(safe_line(n) for n in (wrong + unlisted)[:5])
+        return (
+            f"The files do NOT match the registry's .cargo-checksum.json ({len(wrong)} differ or are missing, "
+            f"{len(unlisted)} are not listed: {names}): the source is not what the registry recorded."
+        )
+    return f"Every file matches the sha256 the registry's .cargo-checksum.json lists ({len(listed)} files)."
 
 
 #: Debian marks some crates with the sha256 of "0" instead of a real checksum

@@ -54,7 +54,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
+from . import manifest as schema
 from .layout import OUTPUT_DIRS, is_source, source_dirs
+from .manifest import package_table
 
 if TYPE_CHECKING:
     from ..host.git import Git
@@ -84,13 +86,6 @@ TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
 #: files git reads from the work tree as configuration: attributes (diff, text, filters, encodings), submodules
 GIT_FILES = (".gitattributes", ".gitmodules")
 
-_DEPENDENCY_TABLES = (
-    "dependencies",
-    "dev-dependencies",
-    "dev_dependencies",
-    "build-dependencies",
-    "build_dependencies",
-)
 _MAX_MANIFEST = 1024 * 1024
 _MAX_HASHED = 16 * 1024 * 1024
 _MAX_MANIFESTS = 500
@@ -187,9 +182,7 @@ def _blob_id(path: Path, *, sha256: bool) -> str | None:
 
 def _declared_build_scripts(doc: Mapping[str, Any], exists: Any) -> list[str]:
     """The build scripts a manifest declares, relative to its directory (``exists(rel)`` for build.rs)."""
-    package = doc.get("package")
-    if not isinstance(package, Mapping):
-        return []
+    package = package_table(doc)
     build = package.get("build")
     if build is False:
         return []
@@ -274,14 +267,8 @@ def check_manifest(
                 "remove it; write ordinary functions instead",
             )
         )
-    package = doc.get("package")
-    if isinstance(package, Mapping) and package.get("build") not in (None, False, True):
-        # a build script outside the crate is refused even where build scripts are allowed
-        for script in _declared_build_scripts(doc, lambda _rel: True):
-            why = _outside(root, base, script)
-            if why:
-                found.append(Violation(rel, f"package.build: {script!r} {why}", "use a path inside the crate"))
-    if isinstance(package, Mapping) and not allow_build_scripts:
+    package = package_table(doc)
+    if not allow_build_scripts:
         build = package.get("build")
         if build not in (None, False):
             declared = _declared_build_scripts(doc, lambda _rel: True)
@@ -299,59 +286,29 @@ def check_manifest(
                         f"remove the build key, {_ALLOW_HINT}",
                     )
                 )
-
-    def walk(value: Any, where: str) -> None:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                here = f"{where}.{key}" if where else str(key)
-                if key == "metadata":
-                    continue  # other tools' settings; cargo never reads a path there
-                if key == "path" and isinstance(item, str):
-                    why = _outside(root, base, item)
-                    if why:
-                        found.append(Violation(rel, f"{here}: {item!r} {why}", "use a path inside the crate"))
-                elif key in ("git", "registry-index") and isinstance(item, str) and _in_dependency(where):
-                    found.append(
-                        Violation(
-                            rel,
-                            f"{where}: a {key} dependency ({item!r}) fetches code from outside the registry",
-                            "depend on a crate from the registry by version instead",
-                        )
-                    )
-                else:
-                    walk(item, here)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, where)
-
-    walk(doc, "")
-    if isinstance(package, Mapping):
-        workspace_path = package.get("workspace")
-        if isinstance(workspace_path, str) and _outside(root, base, workspace_path):
+    # a path outside the crate is refused even where build scripts are allowed
+    for where, value in schema.paths(doc):
+        why = _outside(root, base, value)
+        if why:
+            found.append(Violation(rel, f"{where}: {value!r} {why}", "use a path inside the crate"))
+    for dependency in schema.dependencies(doc):
+        for problem in schema.dependency_problems(dependency.spec):
             found.append(
                 Violation(
                     rel,
-                    f"package.workspace: {workspace_path!r} {_outside(root, base, workspace_path)}",
-                    "remove package.workspace",
+                    f"{dependency.where}.{dependency.name}: {problem}",
+                    "depend on a crate from the registry by version instead",
                 )
             )
-    workspace = doc.get("workspace")
-    if isinstance(workspace, Mapping):
-        for key in ("members", "default-members"):
-            for member in workspace.get(key) or []:
-                if not isinstance(member, str):
-                    continue
-                literal = member.split("*")[0].split("?")[0].split("[")[0] or "."
-                why = _outside(root, base, literal)
-                if why:
-                    found.append(
-                        Violation(rel, f"workspace.{key}: {member!r} {why}", "list only members inside the crate")
-                    )
+    for key in schema.unknown_keys(doc):
+        found.append(
+            Violation(
+                rel,
+                f"{key}: a key cargo does not define (flakebot refuses what it cannot check)",
+                "remove it; put other tools' settings under [package.metadata]",
+            )
+        )
     return found
-
-
-def _in_dependency(where: str) -> bool:
-    return any(part in _DEPENDENCY_TABLES for part in where.split("."))
 
 
 # -- the tree on disk --------------------------------------------------------------------
@@ -519,7 +476,8 @@ def _local_crates(root: Path, base: Path, doc: Mapping[str, Any]) -> Iterable[st
     """Directories (relative to ``base``) of the crates a manifest pulls in: members and path dependencies."""
     workspace = doc.get("workspace")
     if isinstance(workspace, Mapping):
-        for member in workspace.get("members") or []:
+        members = workspace.get("members")
+        for member in members if isinstance(members, list) else []:
             if not isinstance(member, str) or _outside(root, base, member.split("*")[0] or "."):
                 continue
             if any(c in member for c in "*?["):
@@ -529,17 +487,10 @@ def _local_crates(root: Path, base: Path, doc: Mapping[str, Any]) -> Iterable[st
             else:
                 yield member
 
-    def dependencies(value: Any, where: str) -> Iterable[str]:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                if where in _DEPENDENCY_TABLES and isinstance(item, Mapping):
-                    path = item.get("path")
-                    if isinstance(path, str) and not _outside(root, base, path):
-                        yield path
-                elif isinstance(item, Mapping):
-                    yield from dependencies(item, str(key))
-
-    yield from dependencies({k: v for k, v in doc.items() if k != "package"}, "")
+    for dependency in schema.dependencies(doc):
+        path = dependency.spec.get("path") if isinstance(dependency.spec, Mapping) else None
+        if isinstance(path, str) and not _outside(root, base, path):
+            yield path
 
 
 @dataclass(frozen=True)

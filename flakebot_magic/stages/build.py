@@ -164,9 +164,9 @@ def check(
     """Download what the workspace needs, then the release build beside the tests' compilation; the tests run
     once the release build is over; raise on the first failure.
 
-    The download (an online registry only) runs once ``policy`` passes the tree
-    (:class:`~flakebot_magic.errors.PolicyError` otherwise); the builds and tests
-    run offline after it.
+    ``policy`` must pass the tree first (:class:`~flakebot_magic.errors.PolicyError`
+    otherwise), whether or not the registry needs a download (an online one
+    only); the builds and tests run offline after it.
 
     Emits the ``build`` and ``test`` stage events itself, since both run at once.
     ``release`` replaces ``cargo build --release`` (the nix backend passes its

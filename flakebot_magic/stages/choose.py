@@ -194,13 +194,13 @@ def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
     except Exception:  # a crate the registry cannot place: the description is enough
         return data
     data["readme"] = _readme_start(root)
-    data["public_items"] = _public_items(root / "src" / "lib.rs")
+    data["public_items"] = _public_items(root)
     return data
 
 
 def _readme_start(root: Path) -> str:
     for name in ("README.md", "README", "readme.md", "README.markdown"):
-        text = read_capped(root / name, 16_000).decode("utf-8", "replace")
+        text = read_capped(root, name, 16_000).decode("utf-8", "replace")
         if text:
             # badges, links and headings say little; the first prose does
             lines = [
@@ -212,9 +212,9 @@ def _readme_start(root: Path) -> str:
     return ""
 
 
-def _public_items(lib: Path) -> list[str]:
+def _public_items(root: Path) -> list[str]:
     found: dict[str, None] = {}
-    for kind, name in _PUB.findall(read_capped(lib, 256 * 1024)):
+    for kind, name in _PUB.findall(read_capped(root, "src/lib.rs", 256 * 1024)):
         found.setdefault(f"{kind.decode()} {name.decode()}", None)
         if len(found) >= PUBLIC_ITEMS:
             break

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import tomlkit
 from ..errors import ForkError
 from ..events import EventBus
 from ..host.crashpoints import crash_point
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, load_toml
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
@@ -448,12 +447,7 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
 
 
 def _read_lock(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    return tomlkit.parse(text).unwrap()
+    return load_toml(path.read_text(encoding="utf-8"))
 
 
 def _settle_lockfile(

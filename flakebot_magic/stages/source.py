@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ForkError
+from ..host.fsutil import TooLarge, UnsafePath, copy_regular
+from ..registry.base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES
 
-__all__ = ["NEVER_IMPORTED", "Imported", "import_source"]
+__all__ = ["MAX_DEPTH", "NEVER_IMPORTED", "Imported", "import_source"]
 
 #: names never taken from a published crate, wherever they are in it, and why
 NEVER_IMPORTED = {
@@ -44,6 +46,8 @@ class Imported:
 
     files: list[str] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
+    #: bytes copied so far (at most :data:`~flakebot_magic.registry.base.MAX_SOURCE_BYTES`)
+    size: int = 0
 
     def describe(self) -> str:
         """The dropped files, one line each (for the commit message)."""
@@ -57,6 +61,10 @@ def import_source(source: Path, dest: Path) -> Imported:
     are kept when their target stays inside the crate (else dropped); other
     entries (FIFOs, devices, sockets), names with control characters and
     :data:`NEVER_IMPORTED` are dropped. Nothing is followed, nothing is run.
+    A source of more than :data:`~flakebot_magic.registry.base.MAX_SOURCE_BYTES`
+    or :data:`~flakebot_magic.registry.base.MAX_SOURCE_FILES` is refused
+    (ForkError): its bytes are counted as they are copied (a sparse file
+    counts what it reads as, not the blocks it holds).
     """
     imported = Imported()
     _copy_dir(Path(source), Path(dest), "", imported)
@@ -64,7 +72,13 @@ def import_source(source: Path, dest: Path) -> Imported:
     return imported
 
 
+#: how deep the published source's directories may nest
+MAX_DEPTH = 64
+
+
 def _copy_dir(source: Path, dest: Path, rel: str, imported: Imported) -> None:
+    if rel.count("/") >= MAX_DEPTH:
+        raise _too_large(dest, f"directories nested more than {MAX_DEPTH} deep (at {rel})")
     try:
         entries = sorted(os.scandir(source), key=lambda e: e.name)
     except OSError as exc:
@@ -89,8 +103,7 @@ def _copy_dir(source: Path, dest: Path, rel: str, imported: Imported) -> None:
             os.symlink(target, dest / name)
             imported.files.append(path)
         elif stat.S_ISREG(info.st_mode):
-            _copy_file(entry.path, dest / name, executable=bool(info.st_mode & 0o111))
-            imported.files.append(path)
+            _copy_file(entry.path, dest / name, path, imported, executable=bool(info.st_mode & 0o111))
         else:
             imported.dropped[path] = "not a regular file, directory or symlink"
 
@@ -100,19 +113,24 @@ def _into_dropped(target: str) -> bool:
     return any(part in NEVER_IMPORTED for part in target.split("/"))
 
 
-def _copy_file(source: str, dest: Path, *, executable: bool) -> None:
-    """Copy bytes only (no owner, no times, no special bits); never follows a link, never blocks on a FIFO."""
-    fd_in = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _copy_file(source: str, dest: Path, path: str, imported: Imported, *, executable: bool) -> None:
+    """Copy bytes only (no owner, no times, no special bits), within what is left of the source's budget."""
+    if len(imported.files) >= MAX_SOURCE_FILES:
+        raise _too_large(dest, f"more than {MAX_SOURCE_FILES:,} files")
     try:
-        if not stat.S_ISREG(os.fstat(fd_in).st_mode):
-            raise ForkError(f"{source} changed while the published source was imported", workspace=dest.parent)
-        mode = 0o755 if executable else 0o644
-        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        try:
-            while chunk := os.read(fd_in, _COPY_CHUNK):
-                os.write(fd_out, chunk)
-            os.fchmod(fd_out, mode)  # whatever the umask
-        finally:
-            os.close(fd_out)
-    finally:
-        os.close(fd_in)
+        imported.size += copy_regular(source, dest, executable=executable, limit=MAX_SOURCE_BYTES - imported.size)
+    except TooLarge:
+        raise _too_large(dest, f"more than {MAX_SOURCE_BYTES:,} bytes (at {path})") from None
+    except UnsafePath as exc:
+        raise ForkError(
+            f"{source} changed while the published source was imported ({exc})", workspace=dest.parent
+        ) from exc
+    imported.files.append(path)
+
+
+def _too_large(dest: Path, what: str) -> ForkError:
+    return ForkError(
+        f"The published source holds {what}, more than flakebot imports from one crate; nothing was built. "
+        "Choose another crate or version.",
+        workspace=dest.parent,
+    )

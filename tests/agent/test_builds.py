@@ -62,3 +62,29 @@ def test_a_failed_edit_is_charged_what_it_spent_not_the_budget(
     assert reported[0].tokens == spent > 0
     assert session.tokens == spent < agent_settings.token_budget
     assert session.builds == 1
+
+
+@pytest.mark.cargo
+def test_an_agent_never_replaces_a_tool_someone_else_asked_for(agent_settings: Settings) -> None:
+    """A16: the agent picks the name (a prompt injection can too); the user's tool of that name stays as it was."""
+    from dataclasses import replace
+
+    from flakebot_magic.errors import UsageError
+    from flakebot_magic.pipeline import Pipeline
+    from flakebot_magic.records.inventory import Inventory
+    from flakebot_magic.request import BuildRequest
+
+    settings = replace(agent_settings, allow_agent_builds=True)
+    Pipeline(settings).run(BuildRequest("", crate="tinyecho", name="jq"))
+    before = Inventory(settings.cache.tools).get("jq")
+    agent = AgentSession(settings, requested_by="some-mcp-client")
+    with pytest.raises(UsageError, match="built for the user; an agent's build may not replace it"):
+        agent.build("a faster jq", name="jq", crate="slowbuild")
+    after = Inventory(settings.cache.tools).get("jq")
+    assert before is not None and after is not None
+    assert (after.crate, after.store_path, after.workspace) == (before.crate, before.store_path, before.workspace)
+    # its own tool, it may build again; and without a name the crate's name is checked the same way
+    agent.build("", name="echo2", crate="tinyecho")
+    assert agent.build("again", name="echo2", crate="tinyecho").tool.name == "echo2"
+    with pytest.raises(UsageError, match="may not replace"):
+        AgentSession(settings, requested_by="another-client").build("", crate="tinyecho", name="echo2")

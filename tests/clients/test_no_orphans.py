@@ -94,7 +94,7 @@ def test_a_kernel_restart_stops_the_tools(kernel: tuple[KernelManager, Any], fix
     manager, client = kernel
     _run(client, "%load_ext flakebot_magic")
     _run(client, f"%%flakebot --registry {fixture_settings.registry} --crate demo-mcp --name calc\n")
-    calc_pid = int(_run(client, "print(calc.pid)").split()[-1])
+    calc_pid = int(_run(client, "calc.add(a=1, b=2); print(calc.pid)").split()[-1])  # started at the first call
     assert _alive(calc_pid)
     manager.restart_kernel(now=False)  # a clean shutdown first: the interpreter's exit stops its tools
     deadline = time.monotonic() + 5

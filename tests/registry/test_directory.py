@@ -16,6 +16,7 @@ from tinycrates import crate, write_crate, write_registry
 
 from flakebot_magic.errors import ConfigError, SearchError
 from flakebot_magic.registry import Registry
+from flakebot_magic.registry.base import FetchedSource
 from flakebot_magic.registry.directory import DirectoryRegistry, tree_sha256
 
 
@@ -297,29 +298,55 @@ def test_fetch_copies_the_crate_without_packaging_files(
     assert fetched.notes and "no .crate checksum" in fetched.notes[0]
 
 
-def test_fetch_reports_the_vendored_crate_checksum(tmp_path: Path) -> None:
+def test_a_vendored_crate_checksum_is_quoted_as_a_claim_never_recorded_as_verified(tmp_path: Path) -> None:
+    """A directory registry has no .crate: its .cargo-checksum.json "package" value cannot be checked (A17)."""
     digest = hashlib.sha256(b"a real .crate file").hexdigest()
     spec = crate("vendored", files={"src/main.rs": "fn main() {}\n"}, package_checksum=digest)
     root = write_registry(tmp_path / "registry", [spec])
+    fetched = _fetch(root, "vendored", tmp_path)
+    assert (fetched.checksum_kind, fetched.checksum) == ("tree-sha256", tree_sha256(tmp_path / "dest"))
+    assert any(digest in note and "could not verify" in note for note in fetched.notes), fetched.notes
+    assert not (tmp_path / "dest" / ".cargo-checksum.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("listed", "verdict"),
+    [
+        ({"Cargo.toml": None, "src/main.rs": "fn main() {}\n"}, "Every file matches"),
+        ({"Cargo.toml": None, "src/main.rs": "fn main() { evil() }\n"}, "do NOT match"),
+        ({"Cargo.toml": None}, "do NOT match"),  # src/main.rs is not listed
+    ],
+)
+def test_the_vendored_per_file_checksums_are_checked_against_the_copy(
+    tmp_path: Path, listed: dict[str, str | None], verdict: str
+) -> None:
+    spec = crate("listed", files={"src/main.rs": "fn main() {}\n"})
+    root = write_registry(tmp_path / "registry", [spec])
+    crate_dir = next(root.iterdir())
+    files = {
+        rel: hashlib.sha256(text.encode() if text is not None else (crate_dir / rel).read_bytes()).hexdigest()
+        for rel, text in listed.items()
+    }
+    (crate_dir / ".cargo-checksum.json").write_text(json.dumps({"files": files}))
+    fetched = _fetch(root, "listed", tmp_path)
+    assert fetched.checksum_kind == "tree-sha256"
+    assert any(verdict in note for note in fetched.notes), fetched.notes
+
+
+def _fetch(root: Path, name: str, tmp_path: Path) -> FetchedSource:
+    """``name`` fetched from the directory registry ``root`` into ``tmp_path/dest``."""
     opened = DirectoryRegistry(root, tmp_path / "cache")
     try:
-        fetched = opened.fetch(opened.get("vendored"), tmp_path / "dest")
+        return opened.fetch(opened.get(name), tmp_path / "dest")
     finally:
         opened.close()
-    assert (fetched.checksum_kind, fetched.checksum, fetched.notes) == ("crate-sha256", digest, ())
-    assert not (tmp_path / "dest" / ".cargo-checksum.json").exists()
 
 
 def test_debian_placeholder_checksum_is_not_a_crate_checksum(tmp_path: Path) -> None:
     placeholder = hashlib.sha256(b"0").hexdigest()  # 5feceb66...: what Debian writes when it has none
     spec = crate("placeholder", files={"src/main.rs": "fn main() {}\n"}, package_checksum=placeholder)
     root = write_registry(tmp_path / "registry", [spec])
-    opened = DirectoryRegistry(root, tmp_path / "cache")
-    try:
-        fetched = opened.fetch(opened.get("placeholder"), tmp_path / "dest")
-    finally:
-        opened.close()
-    assert fetched.checksum_kind == "tree-sha256"
+    assert _fetch(root, "placeholder", tmp_path).checksum_kind == "tree-sha256"
 
 
 # -- binary targets -------------------------------------------------------------

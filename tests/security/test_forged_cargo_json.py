@@ -19,10 +19,11 @@ import pytest
 from tinycrates import Recorder, crate, write_registry
 
 from flakebot_magic.events import Notice
+from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox.cargo import Cargo
-from flakebot_magic.sandbox.policy import TreePolicy
+from flakebot_magic.sandbox.policy import Baseline, TreePolicy
 from flakebot_magic.stages.build import check
 from flakebot_magic.stages.deploy import deploy
 from flakebot_magic.stages.fork import fork
@@ -95,7 +96,7 @@ def test_forged_artifacts_reach_neither_outside_the_entry_nor_the_private_file(t
             workspace.path,
             cargo,
             recorder.bus,
-            policy=TreePolicy(),
+            policy=TreePolicy(baseline=Baseline.from_git(Git(workspace.path, runner))),  # its build.rs as published
             build_timeout=300,
             test_timeout=300,
             run_tests=False,
