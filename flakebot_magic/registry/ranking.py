@@ -26,7 +26,7 @@ report no evidence of their own):
   graph was measured too and ranked worse: it piles its weight on
   infrastructure such as ``proc-macro2``, which no request asks for.)
 
-The score (:func:`combine`) is::
+The lexical score (:func:`combine`) is::
 
     score = relevance * (1 + PRIOR_WEIGHT * log(1 + prior)) * name * coverage ** COVERAGE_POWER
 
@@ -37,6 +37,19 @@ words (a user who says "TOML" means the crate called ``toml``), and
 ``coverage`` the share of the request's concepts its text holds. The
 weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
 ``make bench`` reports both halves.
+
+With a sentence-embedding model (:mod:`.embedding`), words and meaning are
+fused (:func:`fuse`): the crates found by words join the
+:data:`SEMANTIC_POOL` crates closest in meaning, and each scores::
+
+    score = (1 - SEMANTIC_WEIGHT) * lexical / best lexical
+            + SEMANTIC_WEIGHT * max(0, (similarity - mean) / (best - mean))
+
+where ``similarity`` is the cosine between the request's embedding and the
+crate's, and ``mean`` and ``best`` are over every crate of the registry: how
+far above an average crate it is, as a share of the best one's lead. The
+form, the weight and the pool were chosen on the tuning half only
+(``benchmarks/tune_fusion.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +67,8 @@ __all__ = [
     "EVIDENCE_POWER",
     "NAME_BOOST",
     "PRIOR_WEIGHT",
+    "SEMANTIC_POOL",
+    "SEMANTIC_WEIGHT",
     "STOPWORDS",
     "SYNONYMS",
     "TOKENIZER",
@@ -65,6 +80,7 @@ __all__ = [
     "dependency_names",
     "edits1",
     "evidence_in",
+    "fuse",
     "match_concepts",
     "match_expression",
     "name_key",
@@ -84,6 +100,10 @@ NAME_BOOST = 1.5
 COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
+#: how much meaning weighs against words in a fused score (:func:`fuse`)
+SEMANTIC_WEIGHT = 0.6
+#: how many crates closest in meaning join the crates found by words
+SEMANTIC_POOL = 40
 
 _STOPWORD_TEXT = """a an and are as at be by for from in into is it its of on or that the this to with
     which what when how make makes made some any all my me i we you your our can will
@@ -553,3 +573,33 @@ def combine(
     if evidence is not None:
         parts["evidence"] = evidence
     return parts
+
+
+def fuse(
+    lexical: float,
+    best_lexical: float,
+    similarity: float,
+    mean_similarity: float,
+    best_similarity: float,
+    weight: float | None = None,
+) -> tuple[float, float, float]:
+    """``(score, words, meaning)``: a crate's lexical and semantic scores fused, each normalised to [0, 1].
+
+    ``words`` is ``lexical / best_lexical`` (the best crate by words has 1);
+    ``meaning`` is how far the crate's similarity to the request is above the
+    registry's mean, as a share of the best crate's (0 at or below the mean,
+    1 for the closest crate). ``score`` weighs them with ``weight``
+    (:data:`SEMANTIC_WEIGHT` by default).
+
+    Examples
+    --------
+    >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6)
+    (0.8, 0.5, 1.0)
+    >>> fuse(0.0, 20.0, 0.1, 0.2, 0.6)
+    (0.0, 0.0, 0.0)
+    """
+    w = SEMANTIC_WEIGHT if weight is None else weight
+    words = min(max(lexical, 0.0) / best_lexical, 1.0) if best_lexical > 0 else 0.0
+    lead = best_similarity - mean_similarity
+    meaning = min(max((similarity - mean_similarity) / lead, 0.0), 1.0) if lead > 0 else 0.0
+    return (1.0 - w) * words + w * meaning, words, meaning
