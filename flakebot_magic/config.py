@@ -96,6 +96,9 @@ class Settings:
 
     cache_dir: Path = field(default_factory=default_cache_dir)
     registry: str | None = None
+    #: semantic search's model: a directory, ``off``, or None for the installed one
+    #: (``$FLAKEBOT_EMBEDDING_MODEL``; :func:`flakebot_magic.registry.embedding.find_model`)
+    embedding_model: str | None = field(default_factory=lambda: os.environ.get("FLAKEBOT_EMBEDDING_MODEL") or None)
     build_timeout: float = 1800.0
     test_timeout: float = 1800.0
     tool_timeout: float = 60.0

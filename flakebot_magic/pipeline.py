@@ -116,7 +116,9 @@ class Pipeline:
     @property
     def registry(self) -> Registry:
         if self._registry is None:
-            self._registry = search_stage.open_registry(self.settings.registry, self.settings.cache_dir)
+            self._registry = search_stage.open_registry(
+                self.settings.registry, self.settings.cache_dir, self.settings.embedding_model
+            )
         return self._registry
 
     @property

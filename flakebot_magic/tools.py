@@ -36,6 +36,7 @@ from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import alive, kill_tree, process_started_at
 from .provenance import WorkspaceDiff, provenance_of, workspace_diff
+from .registry.base import SearchesByMeaning
 from .runlog import failed_log_path, log_path
 from .stages.search import open_registry, search, why
 from .untrusted import make_fields_safe, safe_line, safe_text
@@ -528,13 +529,16 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
 
     Without a match the text is empty and a note says so.
     """
-    found = search(open_registry(settings.registry, settings.cache_dir), query, limit=limit)
+    registry = open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
+    found = search(registry, query, limit=limit)
+    # said once per search, as a note (stderr for the command): words-only search is no failure
+    notes = (registry.semantic_off,) if isinstance(registry, SearchesByMeaning) and registry.semantic_off else ()
     if not found:
-        return CommandResult([], "", (f"No crate matches {query!r}.",))
+        return CommandResult([], "", (*notes, f"No crate matches {query!r}."))
     width = max(len(f"{c.name} {c.version}") for c in found)
     lines = [
         f"{c.score:8.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}  "
         f"{safe_line(c.description)[:50]:<50}  ({why(c)})"
         for c in found
     ]
-    return CommandResult([c.to_json() for c in found], "\n".join(lines))
+    return CommandResult([c.to_json() for c in found], "\n".join(lines), notes)

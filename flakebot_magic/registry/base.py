@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..untrusted import make_fields_safe
 
-__all__ = ["CrateCandidate", "FetchedSource", "Registry", "ResolvesLocally"]
+__all__ = ["CrateCandidate", "FetchedSource", "Registry", "ResolvesLocally", "SearchesByMeaning"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,11 @@ class ResolvesLocally(Protocol):
     def can_satisfy(self, name: str, requirement: str) -> bool:
         """Whether some version of ``name`` in this registry matches ``requirement`` (cargo's rules)."""
         ...
+
+
+@runtime_checkable
+class SearchesByMeaning(Protocol):
+    """A registry whose search can rank by meaning (sentence embeddings) as well as by words."""
+
+    #: why its search ranks by words only, and how to change that ("" when meaning counts too)
+    semantic_off: str

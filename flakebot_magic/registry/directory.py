@@ -84,7 +84,10 @@ def semantic_model(setting: str | None) -> tuple[embedding.ModelFiles | None, st
     if model is not None and not missing:
         return model, ""
     lacking = "no sentence-embedding model is installed" if model is None else f"{', '.join(missing)} not installed"
-    return None, f"semantic search is off ({lacking}); search ranks by words only. To turn it on: {embedding.how_to_enable()}."
+    return (
+        None,
+        f"semantic search is off ({lacking}); search ranks by words only. To turn it on: {embedding.how_to_enable()}.",
+    )
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
@@ -253,7 +256,11 @@ class DirectoryRegistry:
             summary = readme_summary(ranking.clean(readme_text), SUMMARY_CHARS)
             binary = " ".join(said.split())[:BINARY_CHARS]
             embedded.append(
-                (int(cursor.lastrowid or 0), f"{about}. {summary}" if summary else about, f"{about}. {binary}" if bins else "")
+                (
+                    int(cursor.lastrowid or 0),
+                    f"{about}. {summary}" if summary else about,
+                    f"{about}. {binary}" if bins else "",
+                )
             )
             for word in set(ranking.tokens(" ".join(text))):
                 vocabulary[word] = vocabulary.get(word, 0) + 1
@@ -395,7 +402,9 @@ class DirectoryRegistry:
             for row, parts in scored:
                 lexical = parts["score"]
                 fused, words, closeness = ranking.fuse(lexical, best_lexical, similarity[row[0]], mean, best_similarity)
-                parts.update(score=fused, lexical=lexical, words=words, similarity=similarity[row[0]], meaning=closeness)
+                parts.update(
+                    score=fused, lexical=lexical, words=words, similarity=similarity[row[0]], meaning=closeness
+                )
                 if row[0] in own:
                     parts["own_similarity"] = own[row[0]]
         # per name: the newest version's row, scored as the best-scoring version of the name
@@ -567,4 +576,3 @@ def _crate_checksum(source: Path) -> str | None:
 
 #: Debian marks some crates with the sha256 of "0" instead of a real checksum
 _PLACEHOLDER = hashlib.sha256(b"0").hexdigest()
-

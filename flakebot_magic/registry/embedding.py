@@ -50,8 +50,8 @@ __all__ = [
     "MODEL_FILES",
     "MODEL_NAME",
     "OFF",
-    "REMEMBERED",
     "PACKAGE",
+    "REMEMBERED",
     "ModelFiles",
     "SentenceEncoder",
     "encoder_for",
@@ -77,7 +77,12 @@ _HUB_DIR = "models--sentence-transformers--all-MiniLM-L6-v2"
 
 
 #: what the forward pass needs besides the model's files (pip name, module)
-LIBRARIES = (("numpy", "numpy"), ("tokenizers", "tokenizers"), ("safetensors", "safetensors"), ("threadpoolctl", "threadpoolctl"))
+LIBRARIES = (
+    ("numpy", "numpy"),
+    ("tokenizers", "tokenizers"),
+    ("safetensors", "safetensors"),
+    ("threadpoolctl", "threadpoolctl"),
+)
 
 
 def missing_libraries() -> list[str]:
@@ -299,7 +304,10 @@ class SentenceEncoder:
         if not todo:
             return out
         encoded = tokenizer.encode_batch([texts[i] for i in todo])
-        ids = {i: e.ids[: max_tokens - 1] + e.ids[-1:] if len(e.ids) > max_tokens else e.ids for i, e in zip(todo, encoded, strict=True)}
+        ids = {
+            i: e.ids[: max_tokens - 1] + e.ids[-1:] if len(e.ids) > max_tokens else e.ids
+            for i, e in zip(todo, encoded, strict=True)
+        }
         order = sorted(todo, key=lambda i: len(ids[i]))
         chunks = [order[start : start + batch] for start in range(0, len(order), batch)]
 

@@ -46,10 +46,12 @@ _TOOL_WORDS = re.compile(
 )
 
 
-def open_registry(spec: str | None, cache_dir: Path) -> Registry:
+def open_registry(spec: str | None, cache_dir: Path, embedding_model: str | None = None) -> Registry:
     """A registry from a user's ``--registry``: a directory path, ``crates.io``, or None.
 
     None means Debian's registry when it is installed, crates.io otherwise.
+    ``embedding_model`` is the ``embedding_model`` setting, for a directory
+    registry's semantic search (crates.io ranks with its own search).
     """
     from ..config import default_registry
 
@@ -64,7 +66,7 @@ def open_registry(spec: str | None, cache_dir: Path) -> Registry:
         return CratesIoRegistry(api_url=spec.rstrip("/"))
     from ..registry.directory import DirectoryRegistry
 
-    return DirectoryRegistry(spec, cache_dir)
+    return DirectoryRegistry(spec, cache_dir, embedding_model=embedding_model)
 
 
 def wants_tool(query: str) -> bool:
