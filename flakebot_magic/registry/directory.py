@@ -71,7 +71,9 @@ def _about(name: str, description: str, keywords: list[str]) -> str:
     return f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
 
 
-def semantic_model(setting: str | None, *, package: str = embedding.PACKAGE_MODULE) -> tuple[embedding.ModelFiles | None, str]:
+def semantic_model(
+    setting: str | None, *, package: str = embedding.PACKAGE_MODULE
+) -> tuple[embedding.ModelFiles | None, str]:
     """The embedding model a registry searches with, and why there is none ("" when there is one).
 
     ``setting`` is the ``embedding_model`` setting (a directory, ``off``, or
@@ -366,11 +368,13 @@ class DirectoryRegistry:
         semantic search also ``lexical``, ``words``, ``similarity``, ``meaning`` and, for a crate with
         a tool binary, ``own_similarity``: see :func:`.ranking.fuse`)."""
         db = self._connect()
-        # the request's embedding first: embedding it on a worker thread while the words were ranked was
-        # slower (both need the interpreter, and the machine's two cores)
-        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
         found = ranking.concepts(query, self.frequencies, self.matches)
-        rows = self._lexical_rows(db, query, found, limit) if found else []
+        if not found:  # no word at all: nothing to mean either
+            return []
+        # embedding the request on a worker thread while its words were ranked was slower than this (both
+        # need the interpreter, and the machine's two cores)
+        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
+        rows = self._lexical_rows(db, query, found, limit)
         similarity: dict[int, float] = {}
         own: dict[int, float] = {}
         if meaning is not None:
@@ -379,9 +383,14 @@ class DirectoryRegistry:
             similarity = dict(zip(ids, cosines.tolist(), strict=True))
             own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
             known = {r[0] for r in rows}
-            closest = [ids[i] for i in cosines.argsort()[::-1][: ranking.SEMANTIC_POOL] if ids[i] not in known]
-            rows += self._rows_by_id(db, query, found, closest)
             mean, best_similarity = float(cosines.mean()), float(cosines.max())
+            floor = mean + ranking.SEMANTIC_FLOOR * (best_similarity - mean)
+            closest = [
+                ids[i]
+                for i in cosines.argsort()[::-1][: ranking.SEMANTIC_POOL]
+                if ids[i] not in known and cosines[i] > max(floor, ranking.SEMANTIC_MIN_SIMILARITY)
+            ]
+            rows += self._rows_by_id(db, query, found, closest)
         if not rows:
             return []
         matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)

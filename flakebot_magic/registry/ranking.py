@@ -39,8 +39,10 @@ weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
 ``make bench`` reports both halves.
 
 With a sentence-embedding model (:mod:`.embedding`), words and meaning are
-fused (:func:`fuse`): the crates found by words join the
-:data:`SEMANTIC_POOL` crates closest in meaning, and each scores::
+fused (:func:`fuse`): the crates found by words are joined by the
+:data:`SEMANTIC_POOL` crates closest in meaning (those whose meaning share is
+above :data:`SEMANTIC_FLOOR`, their similarity at least
+:data:`SEMANTIC_MIN_SIMILARITY`), and each scores::
 
     score = (1 - SEMANTIC_WEIGHT) * lexical / best lexical
             + SEMANTIC_WEIGHT * max(0, (similarity - mean) / (best - mean))
@@ -67,6 +69,8 @@ __all__ = [
     "EVIDENCE_POWER",
     "NAME_BOOST",
     "PRIOR_WEIGHT",
+    "SEMANTIC_FLOOR",
+    "SEMANTIC_MIN_SIMILARITY",
     "SEMANTIC_POOL",
     "SEMANTIC_WEIGHT",
     "STOPWORDS",
@@ -102,8 +106,15 @@ COVERAGE_POWER = 0.25
 EVIDENCE_POWER = 2.0
 #: how much meaning weighs against words in a fused score (:func:`fuse`)
 SEMANTIC_WEIGHT = 0.6
-#: how many crates closest in meaning join the crates found by words
+#: how many crates closest in meaning join the crates found by words ...
 SEMANTIC_POOL = 40
+#: ... when their ``meaning`` (:func:`fuse`) is above this: a crate found by meaning alone must be at least
+#: half as far above the registry's mean as the closest crate (0.0 to 0.5 ranked the tuning half alike;
+#: without it a small registry listed every crate for any request)
+SEMANTIC_FLOOR = 0.5
+#: ... and their cosine similarity to the request at least this (unrelated sentences score about 0 to 0.2;
+#: 0.2 ranked the tuning half as no floor did, 0.3 lost a top-10)
+SEMANTIC_MIN_SIMILARITY = 0.2
 
 _STOPWORD_TEXT = """a an and are as at be by for from in into is it its of on or that the this to with
     which what when how make makes made some any all my me i we you your our can will

@@ -37,7 +37,10 @@ WALKER = crate(
     "walkdir",
     "2.3.2",
     description="Recursively walk a directory.",
-    files={"src/lib.rs": "", "README.md": "# walkdir\n\nA cross platform Rust library for efficiently walking a directory recursively."},
+    files={
+        "src/lib.rs": "",
+        "README.md": "# walkdir\n\nA cross platform Rust library for efficiently walking a directory recursively.",
+    },
 )
 OTHERS = [
     crate("tinyurl", "0.1.0", description="Parse and normalize URLs"),
@@ -212,4 +215,3 @@ def test_the_encoder_is_loaded_once_per_process_and_remembers_documents_only() -
     first = encoder.encode([text], remember=True)
     again = encoder.encode([text], remember=True)
     assert (first == again).all() and len(encoder._remembered) == before + 1
-
