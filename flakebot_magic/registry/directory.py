@@ -304,7 +304,7 @@ class DirectoryRegistry:
 
             rows = self._connect().execute("SELECT id, about, own FROM vectors ORDER BY id").fetchall()
             ids = [r[0] for r in rows]
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1 if rows else 0)
             own = {r[0]: np.frombuffer(r[2], dtype=np.float32) for r in rows if r[2] is not None}
             self._vectors = (ids, matrix, own)
         return self._vectors
@@ -377,8 +377,10 @@ class DirectoryRegistry:
         rows = self._lexical_rows(db, query, found, limit)
         similarity: dict[int, float] = {}
         own: dict[int, float] = {}
-        if meaning is not None:
-            ids, matrix, owned = self._load_vectors()
+        ids, matrix, owned = self._load_vectors() if meaning is not None else ([], None, {})
+        if not ids:  # an empty registry: nothing to compare with
+            meaning = None
+        if meaning is not None and matrix is not None:
             cosines = matrix @ meaning
             similarity = dict(zip(ids, cosines.tolist(), strict=True))
             own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}

@@ -39,19 +39,7 @@ weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
 ``make bench`` reports both halves.
 
 With a sentence-embedding model (:mod:`.embedding`), words and meaning are
-fused (:func:`fuse`): the crates found by words are joined by the
-:data:`SEMANTIC_POOL` crates closest in meaning (those whose meaning share is
-above :data:`SEMANTIC_FLOOR`, their similarity at least
-:data:`SEMANTIC_MIN_SIMILARITY`), and each scores::
-
-    score = (1 - SEMANTIC_WEIGHT) * lexical / best lexical
-            + SEMANTIC_WEIGHT * max(0, (similarity - mean) / (best - mean))
-
-where ``similarity`` is the cosine between the request's embedding and the
-crate's, and ``mean`` and ``best`` are over every crate of the registry: how
-far above an average crate it is, as a share of the best one's lead. The
-form, the weight and the pool were chosen on the tuning half only
-(``benchmarks/tune_fusion.py``).
+fused (:func:`fuse`), its form and weights chosen on the tuning half only.
 """
 
 from __future__ import annotations
@@ -587,30 +575,24 @@ def combine(
 
 
 def fuse(
-    lexical: float,
-    best_lexical: float,
-    similarity: float,
-    mean_similarity: float,
-    best_similarity: float,
-    weight: float | None = None,
+    lexical: float, best_lexical: float, similarity: float, mean: float, best: float, weight: float | None = None
 ) -> tuple[float, float, float]:
-    """``(score, words, meaning)``: a crate's lexical and semantic scores fused, each normalised to [0, 1].
+    """``(score, words, meaning)``: ``(1 - weight) * words + weight * meaning``, each share in [0, 1].
 
     ``words`` is ``lexical / best_lexical`` (the best crate by words has 1);
-    ``meaning`` is how far the crate's similarity to the request is above the
-    registry's mean, as a share of the best crate's (0 at or below the mean,
-    1 for the closest crate). ``score`` weighs them with ``weight``
-    (:data:`SEMANTIC_WEIGHT` by default).
+    ``meaning`` is how far the crate's cosine similarity to the request is
+    above the registry's ``mean``, as a share of the closest crate's (``best``)
+    lead: 0 at or below the mean, 1 for the closest. ``weight`` defaults to
+    :data:`SEMANTIC_WEIGHT`. The crates found by words are joined by the
+    :data:`SEMANTIC_POOL` closest in meaning (meaning above
+    :data:`SEMANTIC_FLOOR`, similarity at least :data:`SEMANTIC_MIN_SIMILARITY`).
 
     Examples
     --------
-    >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6)
-    (0.8, 0.5, 1.0)
-    >>> fuse(0.0, 20.0, 0.1, 0.2, 0.6)
-    (0.0, 0.0, 0.0)
+    >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6), fuse(0.0, 20.0, 0.1, 0.2, 0.6)
+    ((0.8, 0.5, 1.0), (0.0, 0.0, 0.0))
     """
     w = SEMANTIC_WEIGHT if weight is None else weight
     words = min(max(lexical, 0.0) / best_lexical, 1.0) if best_lexical > 0 else 0.0
-    lead = best_similarity - mean_similarity
-    meaning = min(max((similarity - mean_similarity) / lead, 0.0), 1.0) if lead > 0 else 0.0
+    meaning = min(max((similarity - mean) / (best - mean), 0.0), 1.0) if best > mean else 0.0
     return (1.0 - w) * words + w * meaning, words, meaning

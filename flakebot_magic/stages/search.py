@@ -15,6 +15,7 @@ __all__ = [
     "BIN_BOOST",
     "EVIDENCE",
     "SEMANTIC_EVIDENCE",
+    "SEMANTIC_VETO",
     "TERM_BOOST",
     "Fitness",
     "boost_exact_terms",
@@ -36,6 +37,9 @@ EVIDENCE = 0.65
 #: ... or when what its binary says of itself means what the request asks: the cosine similarity of their
 #: embeddings at least this (chosen on the tuning half: above every wrong binary's there, 0.595, by 0.05)
 SEMANTIC_EVIDENCE = 0.65
+#: and never when it means something else: a similarity below this vetoes the words' evidence ("parse a URL"
+#: is no job for ``open``, whose description names URLs). The tuning half's right deploys are all at 0.39 or more
+SEMANTIC_VETO = 0.3
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
 
@@ -112,7 +116,9 @@ def unfit(candidate: CrateCandidate) -> str:
     how rare each word of the request is), or mean what it asks: their
     embedding's cosine similarity to the request's at least
     :data:`SEMANTIC_EVIDENCE` (``parts["own_similarity"]``, with semantic
-    search). A registry that reports no evidence is not held to the last rule.
+    search), and, with semantic search, not mean something else (a similarity
+    below :data:`SEMANTIC_VETO`). A registry that reports no evidence is not
+    held to the last rules.
 
     Examples
     --------
@@ -134,6 +140,9 @@ def unfit(candidate: CrateCandidate) -> str:
     evidence = candidate.parts.get("evidence")
     if evidence is not None and evidence < EVIDENCE and not _means_it(candidate):
         return f"its own description and binary text cover {evidence:.0%} of the request"
+    similarity = candidate.parts.get("own_similarity")
+    if similarity is not None and similarity < SEMANTIC_VETO:
+        return f"what its binary says of itself means something else (similarity {similarity:.2f})"
     return ""
 
 
