@@ -42,8 +42,8 @@ test: install
 
 # ruff (lint and format check) and mypy --strict on the package; needs no root
 lint: venv
-	$(PY) -m ruff check flakebot_magic tests benchmarks scripts evals
-	$(PY) -m ruff format --check flakebot_magic tests benchmarks scripts evals
+	$(PY) -m ruff check flakebot_magic tests benchmarks scripts
+	$(PY) -m ruff format --check flakebot_magic tests benchmarks scripts
 	$(PY) -m mypy
 
 # the unit tests only: no real cargo builds of registry crates, no kernels, no nix, no browser;

@@ -30,7 +30,7 @@ What is measured (targets from the issues):
   the right tool deployed and called, or NeedsModelError naming the library
   (``--no-issue-requests`` skips these few minutes);
 * the edit loop (scripted: the fake OpenAI server replays the sha2 session
-  of ``tests/scripts/sha256.json`` plus edit-only iterations, real cargo in
+  of ``flakebot_magic/testing/scripts/sha256.json`` plus edit-only iterations, real cargo in
   the sandbox): flakebot's own time per check run on top of cargo's, target
   <= 10% of the cargo time, and the dependency units cargo compiles after the
   baseline check run (count ``compiler-artifact`` messages with
@@ -41,7 +41,7 @@ What is measured (targets from the issues):
   dependency units each extra candidate's first check run compiles, target 0
   (``make bench BENCH_ARGS=--only-candidates`` measures only these);
 * the starter suite replayed (issue 25, ``benchmarks/bench_eval.py``):
-  ``flakebot eval --replay evals/starter`` with 2 jobs, every task must pass
+  ``flakebot eval --replay starter`` with 2 jobs, every task must pass
   its hidden tests; wall time, and the p50 and slowest task
   (``make bench BENCH_ARGS=--only-eval`` measures only this);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
@@ -52,6 +52,12 @@ What is measured (targets from the issues):
   stand-in whose builder differs by a comment, so nothing comes from
   /nix/store); and the warm re-run (cache hit) with the nix backend, target
   <= 0.5 s.
+
+* the sandbox's cost per cargo command (issue 19, ``benchmarks/bench_sandbox.py``):
+  ``cargo --version``, ``cargo metadata --no-deps`` and a no-op ``cargo build``
+  plain and wrapped, side by side, in the build profile and the fetch profile
+  (and without the seccomp filter), p50; and ``Cargo.run`` end to end
+  (``make bench BENCH_ARGS=--only-sandbox`` measures only these);
 
 * the tool clients (issue 5), each against its floor in the same run: a
   CLI call (``md("# Hi")``) vs a raw ``subprocess.run`` of the same binary,
@@ -84,6 +90,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
 from bench_eval import eval_bench, eval_rows  # noqa: E402
+from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
 
 from flakebot_magic.cargo import find_cargo  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
@@ -170,11 +177,11 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     from flakebot_magic.git import Git
     from flakebot_magic.model import ModelConfig
     from flakebot_magic.process import ProcessRunner
-    from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+    from flakebot_magic.sandbox import Sandbox
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
-    replies = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
+    replies = json.loads((ROOT / "flakebot_magic" / "testing" / "scripts" / "sha256.json").read_text())["responses"]
     # the edit loop's replies (the script starts with the pipeline's crate choice, which the loop never asks for)
     script = [r for r in replies if r["tool_calls"][0]["function"]["name"] != "choose_crate"]
     fixed = json.loads(script[1]["tool_calls"][0]["function"]["arguments"])["content"]
@@ -221,7 +228,7 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
                 workspace.path,
                 client,
                 model,
-                cargo=SandboxedCargo(found, runner, sandbox),
+                cargo=Cargo(found, runner, sandbox),
                 bus=EventBus(),
                 git=Git(workspace.path, runner),
                 crate=workspace.crate,
@@ -828,12 +835,21 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
     rows += candidate_rows(results)
+    rows += sandbox_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
     rows += eval_rows(results)
     lines = ["| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
+
+
+def _search_row(search: dict[str, object]) -> tuple[str, str, str]:
+    return (
+        f"search, warm index over {search['crates']} crates (p50 / p95)",
+        f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
+        "<= 10 ms",
+    )
 
 
 def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
@@ -850,11 +866,7 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
             f"{warm_['in_process_p50_s'] * 1000:.0f} ms",
             "<= 0.5 s",
         ),
-        (
-            f"search, warm index over {search['crates']} crates (p50 / p95)",
-            f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
-            "<= 10 ms",
-        ),
+        _search_row(search),
         ("index build, whole registry (once per registry change)", f"{search['index_build_s']:.2f} s", "-"),
         (
             "`python -c 'import flakebot_magic'` (p50; python alone)",
@@ -904,7 +916,12 @@ def main() -> int:
     parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
     parser.add_argument("--no-eval", action="store_true", help="skip the starter suite's replay")
     parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's replay")
+    parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
+    parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     args = parser.parse_args()
+    if args.only_sandbox:
+        found = {"sandbox": sandbox_bench(args.registry)}
+        return _print_only(found, sandbox_rows(found), args.json)
     if args.only_eval:
         found = {"eval": eval_bench(args.registry)}
         return _print_only(found, eval_rows(found), args.json)
@@ -925,13 +942,8 @@ def main() -> int:
         if not args.no_issue_requests:
             print("benchmark: issue 20's five requests, real cargo (a few minutes) ...", file=sys.stderr)
             found["issue20"] = issue_requests(args.registry)
-        search = found["search"]
         rows = [
-            (
-                f"search, warm index over {search['crates']} crates (p50 / p95)",
-                f"**{search['p50_ms']:.2f} ms** / {search['p95_ms']:.2f} ms",
-                "<= 10 ms",
-            ),
+            _search_row(found["search"]),
             *_accuracy_rows(found),
             *_paraphrase_rows(found),
         ]
@@ -974,6 +986,9 @@ def main() -> int:
     if not args.no_candidates and not args.only_nix and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: speculative candidates, 3 vs 1 (scripted sessions on sha2, real cargo) ...", file=sys.stderr)
         results["candidates"] = candidates_bench(args.registry)
+    if not args.no_sandbox and not args.only_nix:
+        print("benchmark: the sandbox's cost per cargo command ...", file=sys.stderr)
+        results["sandbox"] = sandbox_bench(args.registry)
     if not args.no_clients and not args.only_nix:
         print("benchmark: tool clients (CLI, MCP, HTTP) ...", file=sys.stderr)
         results["clients"] = clients_bench(args.registry)

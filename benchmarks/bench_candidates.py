@@ -5,7 +5,7 @@ Both sessions run through the whole pipeline (``Pipeline.run`` with
 sha2 from the Debian registry (a crate with dependencies: 19 units in check
 run 0). The fake OpenAI server (a scripted test double, not a model) answers
 every engineer with the same green two-reply script of
-``tests/scripts/sha256.json`` (a binary that does not compile, then its fix
+``flakebot_magic/testing/scripts/sha256.json`` (a binary that does not compile, then its fix
 and ``finish``), each reply after 1.5 s of simulated model latency. The
 single engineer reads the default queue, each candidate its own copy of it.
 The judge scores that result green but not perfect (clippy counts 5
@@ -44,7 +44,7 @@ REQUEST = "a command that prints the SHA-256 of its standard input"
 
 def race_script(delay: float = DELAY, candidates: int = CANDIDATES) -> dict[str, Any]:
     """The sha256 edit session for the default queue and for every candidate, each reply after ``delay`` s."""
-    replies = json.loads((ROOT / "tests" / "scripts" / "sha256.json").read_text())["responses"]
+    replies = json.loads((ROOT / "flakebot_magic" / "testing" / "scripts" / "sha256.json").read_text())["responses"]
     # the pipeline is given the crate, so the script's crate choice is never asked for
     session = [r for r in replies if r["tool_calls"][0]["function"]["name"] != "choose_crate"]
     return {

@@ -1,4 +1,4 @@
-"""The starter suite replayed (issue 25): ``flakebot eval --replay`` on every task of ``evals/starter``.
+"""The starter suite replayed (issue 25): ``flakebot eval --replay`` on every task of ``starter`` (the built-in suite).
 
 Each task's ``solution.json`` is served by the fake OpenAI-compatible server
 (a scripted test double, not a model) and built through the whole pipeline
@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flakebot_magic.eval.task import BUILTIN_SUITES
+
 ROOT = Path(__file__).resolve().parent.parent
-STARTER = ROOT / "evals" / "starter"
+STARTER = BUILTIN_SUITES["starter"]
 
 __all__ = ["eval_bench", "eval_rows"]
 

@@ -252,18 +252,25 @@ def start_build(
     build = BuildRequest.of(request, name=name, crate=crate)
     log = RunLog(settings)
 
+    def save(name: str | None, emit: Observer, **changes: Any) -> None:
+        # the log is the run's record, not its result: a disk too full to keep it must not hide the result
+        try:
+            log.save(name, **changes)
+        except (OSError, FlakebotError) as exc:
+            emit(Notice("deploy", f"the run's log could not be saved: {exc}", "warning"))
+
     def target(emit: Observer, cancel: CancelToken) -> Any:
         pipeline = Pipeline(settings, registry=registry, observers=[log, emit, *extra_observers], cancel=cancel)
         try:
             tool = pipeline.run(build)
         except FlakebotError as exc:
             kept = getattr(exc, "workspace", None)
-            log.save(build.name or (kept.name if kept is not None else None))
+            save(build.name or (kept.name if kept is not None else None), emit, request=build.text, error=exc)
             raise
-        except BaseException:
-            log.save(build.name)
+        except BaseException as exc:
+            save(build.name, emit, request=build.text, error=exc)
             raise
-        log.save(tool.name, request=build.text)
+        save(tool.name, emit, request=build.text)
         return tool
 
     run: BackgroundRun[Any] = BackgroundRun(target, name=f"flakebot-build-{build.label}")

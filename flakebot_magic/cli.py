@@ -1,4 +1,11 @@
-"""The ``flakebot`` command: build, search, list, show, steer, clean, export, eval; ``--json`` for scripts and agents.
+"""The ``flakebot`` command: build, search, list, show, steer, cargo, clean, doctor, export, eval.
+
+``--json`` everywhere, for scripts and agents.
+
+Every command but ``clean`` and ``doctor`` (which do it their own way) starts
+with :func:`~flakebot_magic.doctor.prepare`: what an interrupted build left is
+finished or undone, a registry that cannot be trusted is rebuilt, and what
+was done is said on stderr.
 
 What it prints to a terminal goes through :func:`_say` (text made safe by
 :mod:`flakebot_magic.untrusted`) or :func:`_say_json` (every string in the
@@ -81,11 +88,27 @@ def _parser() -> argparse.ArgumentParser:
     steer.add_argument(
         "text", nargs="+", help="The message, e.g. 'also accept --upper' (quote it; words are joined by spaces)."
     )
+    cargo = sub.add_parser(
+        "cargo",
+        parents=[common],
+        help="Run cargo in a tool's workspace, in the sandbox its builds run in (e.g. `flakebot cargo NAME test`).",
+    )
+    cargo.add_argument("name", help="The tool whose workspace cargo works on.")
+    cargo.add_argument("args", nargs=argparse.REMAINDER, help="cargo's subcommand and its arguments.")
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
     stop.add_argument("--all", action="store_true", help="Stop every running tool.")
 
-    clean_ = sub.add_parser("clean", parents=[common], help="Remove unused store entries and workspaces.")
+    sub.add_parser(
+        "doctor",
+        parents=[common],
+        help="Check the tool registry and the tools on disk; rebuild the registry from disk when it is damaged.",
+    )
+    clean_ = sub.add_parser(
+        "clean",
+        parents=[common],
+        help="Remove unused store entries and workspaces (it stops short when the registry cannot be trusted).",
+    )
     clean_.add_argument(
         "--all",
         action="store_true",
@@ -137,8 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
                 indent=None,
             )
-        _say(f"flakebot: error: {exc}", sys.stderr)
-        return 130 if isinstance(exc, Cancelled) else 1
+        cancelled = isinstance(exc, Cancelled)
+        _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
+        return 130 if cancelled else 1
     except KeyboardInterrupt:
         _say("flakebot: interrupted", sys.stderr)
         return 130
@@ -158,6 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "eval":  # its attempts each build in a cache of their own, under --out
         return eval_command.run(args)
     settings = _settings(args)
+    if args.command not in ("build", "clean", "doctor"):  # a build prepares in the pipeline
+        from .doctor import prepare
+
+        for note in prepare(settings):
+            _say(f"flakebot: {note}", sys.stderr)
     if args.command == "mcp":
         return agent_command.run(args, settings)
     # the pipeline and the tool clients are imported by the subcommands that use them:
@@ -176,7 +205,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             _say(tool.usage())
         return 0
-    _print(_answer(args, settings), as_json=args.json)
+    from .storage import storage_errors
+
+    with storage_errors(f"flakebot {args.command}", settings.cache_dir):
+        if args.command == "cargo":
+            from .workspace_cargo import printer, run_cargo
+
+            return run_cargo(settings, args.name, args.args, observers=[printer()])
+        _print(_answer(args, settings), as_json=args.json)
     return 0
 
 
@@ -202,6 +238,10 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
         from .cleanup import clean
 
         return clean(settings, everything=args.all)
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return doctor(settings)
     if args.command == "export":
         from .export import export_replit
 

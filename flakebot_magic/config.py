@@ -197,6 +197,11 @@ class Settings:
         return self.private_cache_dir() / "tools"
 
     @property
+    def attempts_dir(self) -> Path:
+        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
+        return self.tools_dir / "attempts"
+
+    @property
     def recipes_dir(self) -> Path:
         return self.private_cache_dir() / "recipes"
 
@@ -207,6 +212,11 @@ class Settings:
     @property
     def logs_dir(self) -> Path:
         return self.private_cache_dir() / "logs"
+
+    @property
+    def intents_dir(self) -> Path:
+        """Transactions not finished yet (:mod:`flakebot_magic.transaction`): one intent record per tool name."""
+        return self.private_cache_dir() / "intents"
 
     @property
     def gcroots_dir(self) -> Path:

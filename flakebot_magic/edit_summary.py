@@ -30,7 +30,8 @@ def session_parts(manifest: Mapping[str, Any] | None, extra: Mapping[str, Any] |
     found: dict[str, Any] = {}
     for key in SESSION_KEYS:
         for source in (manifest or {}, extra or {}):
-            if source.get(key) is not None:
+            # a build without a model records an empty usage: nothing to say (not "cost unknown")
+            if source.get(key) not in (None, {}, []):
                 found[key] = source[key]
                 break
     return found
@@ -117,7 +118,11 @@ def render_with_sessions(data: Mapping[str, Any]) -> str:
     candidates  #0 winner
                 #1 lost
     """
-    plain = {k: v for k, v in data.items() if k not in (*SESSION_KEYS, "usage_all_sessions")}
+    plain = {
+        k: v
+        for k, v in data.items()
+        if k not in (*SESSION_KEYS, "usage_all_sessions") and v is not None and str(v).strip()
+    }
     lines: dict[str, list[str]] = {}
     usage = data.get("usage")
     if isinstance(usage, Mapping):

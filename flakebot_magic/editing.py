@@ -33,7 +33,7 @@ from .policy import CANDIDATES_DIR
 from .process import LinkedToken, ProcessRunner
 from .registry.base import CrateCandidate
 from .request import BuildRequest
-from .sandbox import Sandbox, SandboxedCargo
+from .sandbox import Sandbox
 from .stages.choose import Choice
 from .stages.fork import Workspace, fork
 
@@ -92,12 +92,12 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
     architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
 
     def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
-        if not isinstance(cargo, SandboxedCargo):  # no bubblewrap, and allowed (the pipeline checked): as is
-            return Cargo(deps.registry, runner, executable=cargo.executable)
-        # one CARGO_HOME for the session: what the workspace's check run 0 downloaded, every candidate has
-        # (the candidates are the same untrusted code, so sharing it widens nothing)
-        sandbox = Sandbox(path, cargo_home=cargo.sandbox.cargo_home)
-        return SandboxedCargo(deps.registry, runner, sandbox, executable=cargo.executable)
+        # one CARGO_HOME for the session, what the workspace's check run 0 downloaded: read-only in every
+        # candidate's builds, written only by cargo's own downloads (the fetch profile), so no candidate
+        # can plant anything another reads
+        home = cargo.sandbox.cargo_home if cargo.sandbox is not None else None
+        isolate = cargo.sandbox.isolated if cargo.sandbox is not None else None
+        return cargo.confined_to(Sandbox(path, cargo_home=home, isolate=isolate), runner)
 
     def fork_other(crate: CrateCandidate, path: Path) -> str:
         """Fork a close second of the search for one candidate; the commit its diff is measured from."""
@@ -109,7 +109,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             path.name,
             runner=runner,
             bus=deps.bus,
-            cargo=Cargo(deps.registry, runner),
+            cargo=Cargo(deps.registry, runner, executable=cargo.executable, isolate=cargo.isolate),
             fresh=True,
         )
         return other.published_commit

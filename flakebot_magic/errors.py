@@ -25,6 +25,11 @@ The tree::
     ├── DeployError         the built binary could not be placed in the store
     ├── StageTimeout        a process ran past its time limit
     ├── Cancelled           the user stopped the run
+    ├── StorageError        the cache could not be read or written (an OS or SQLite error: I/O,
+    │   │                   permissions, a damaged file); says which file and what to do
+    │   ├── DiskFull        no space left: how much the work needs, what `clean` can free
+    │   └── RegistryDamaged the tool registry cannot be trusted (unreadable, fails
+    │                       quick_check, empty while the store is not); `doctor` repairs it
     └── ToolError           a deployed tool failed when called (exit status, MCP or HTTP error)
 
 Every error says what happened and what to do next. Errors raised after the
@@ -50,6 +55,7 @@ __all__ = [
     "Cancelled",
     "ConfigError",
     "DeployError",
+    "DiskFull",
     "EditError",
     "FlakeError",
     "FlakebotError",
@@ -57,10 +63,12 @@ __all__ = [
     "ModelError",
     "NeedsModelError",
     "PolicyError",
+    "RegistryDamaged",
     "RegistryError",
     "SearchError",
     "StageTimeout",
     "SteeringError",
+    "StorageError",
     "TestError",
     "ToolBusy",
     "ToolError",
@@ -313,6 +321,66 @@ class Cancelled(FlakebotError):
     """The run was stopped by the user; the workspace is kept."""
 
     stage = "cancelled"
+
+
+class StorageError(FlakebotError):
+    """The cache dir could not be read or written: an OS or SQLite error, translated once where it happened.
+
+    ``path``: the file or directory concerned; ``errno``: the OS error number
+    (None for a SQLite error without one); ``code``: SQLite's extended error
+    name (``SQLITE_IOERR_SHMSIZE``), or "".
+    """
+
+    stage = "storage"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        errno: int | None = None,
+        code: str = "",
+        workspace: Path | None = None,
+    ) -> None:
+        self.path = path
+        self.errno = errno
+        self.code = code
+        super().__init__(message, workspace=workspace)
+
+
+class DiskFull(StorageError):
+    """The file system holding the cache is full.
+
+    ``free``: bytes free when it was noticed; ``needed``: bytes the failed
+    work had written (it needs at least that much more), 0 when unknown;
+    ``reclaimable``: what ``flakebot clean`` would free now, in bytes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        free: int = 0,
+        needed: int = 0,
+        reclaimable: int = 0,
+        errno: int | None = None,
+        code: str = "",
+        workspace: Path | None = None,
+    ) -> None:
+        self.free = free
+        self.needed = needed
+        self.reclaimable = reclaimable
+        super().__init__(message, path=path, errno=errno, code=code, workspace=workspace)
+
+
+class RegistryDamaged(StorageError):
+    """The tool registry cannot be trusted: unreadable, failing ``PRAGMA quick_check``, a record that does not
+    parse, or empty while the store holds tools. ``reason`` says which; ``flakebot doctor`` rebuilds it."""
+
+    def __init__(self, message: str, *, reason: str = "", path: Path | None = None, code: str = "") -> None:
+        self.reason = reason
+        super().__init__(message, path=path, code=code)
 
 
 class ToolError(FlakebotError):

@@ -105,7 +105,9 @@ class IterationResult(_ShownText):
     edit); ``run`` numbers every check run, including those flakebot starts
     itself after applying compiler suggestions. ``reverted`` with ``reason``:
     the ratchet undid the change. ``commit`` records the run in the
-    workspace's history.
+    workspace's history. ``first_error``: the first compiler error
+    (``error[E0308] src/main.rs:8:5: mismatched types``), when it did not
+    build; ``elapsed``: the run's seconds (cargo and flakebot).
     """
 
     iteration: int
@@ -120,6 +122,8 @@ class IterationResult(_ShownText):
     warnings: int = 0
     auto_fixed: int = 0
     summary: str = ""
+    first_error: str = ""
+    elapsed: float | None = None
     stage: str = "edit"
     at: float = field(default_factory=time.monotonic)
 

@@ -23,7 +23,20 @@ So every git command flakebot runs:
   would run on ``git add``, an ``include.path`` or a ``core.worktree``, is
   dropped before the command runs (:meth:`Git.clean_config`). Filter, diff
   and merge drivers can only be defined in configuration, so with none left
-  ``.gitattributes`` can name a driver but never start one.
+  ``.gitattributes`` can name a driver but never start one;
+* reads no attribute from the work tree: ``.git/info/attributes``, which wins
+  over every ``.gitattributes``, sets each attribute git acts on back to
+  unspecified (:data:`NEUTRAL_ATTRIBUTES`), so no ``.gitattributes`` can make
+  a change invisible to the review diff (``-diff``, ``binary``) or make git
+  record other bytes than the file holds (``text``, ``eol``, ``ident``,
+  ``working-tree-encoding``); diffs are read with ``--text`` besides.
+
+A git killed mid-command (a cancelled or crashed build kills its process
+tree) leaves its lock files (``.git/index.lock``, ``HEAD.lock``, a ref's
+``.lock``) behind, and every later git command in that repository fails
+until they are gone. :func:`remove_stale_locks` removes the ones no process
+holds open while no git runs in the repository; the fork (reusing a
+workspace) and ``clean`` call it.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from .errors import ForkError
 from .fsutil import atomic_write, read_regular
 from .process import ProcessRunner, scrubbed_env
 
-__all__ = ["KEPT_CONFIG", "OVERRIDES", "Git"]
+__all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git", "remove_stale_locks", "stale_locks"]
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "flakebot",
@@ -82,10 +95,17 @@ OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 _OPTIONS = tuple(arg for key, value in OVERRIDES for arg in ("-c", f"{key}={value}"))
 _NO_DRIVERS = {
-    "diff": ("--no-ext-diff", "--no-textconv"),
+    "diff": ("--no-ext-diff", "--no-textconv", "--text"),
     "log": ("--no-ext-diff", "--no-textconv"),
-    "show": ("--no-ext-diff", "--no-textconv"),
+    "show": ("--no-ext-diff", "--no-textconv", "--text"),
 }
+#: ``.git/info/attributes``: every attribute git acts on, for every path, back to unspecified (this file wins
+#: over any ``.gitattributes`` in the tree, which flakebot never imports and the policy refuses)
+NEUTRAL_ATTRIBUTES = (
+    "# Written by flakebot: no .gitattributes changes what git records or shows.\n"
+    "* !text !eol !crlf !ident !filter !working-tree-encoding !diff !merge !whitespace "
+    "!conflict-marker-size !export-ignore !export-subst !delta !encoding\n"
+)
 
 #: the only ``.git/config`` entries kept (section, key): what ``git init`` writes
 KEPT_CONFIG = frozenset(
@@ -127,12 +147,12 @@ class Git:
         self.env = env
         self.cleaned: list[str] = []
 
-    def __call__(self, *args: str, check: bool = True, timeout: float = 120.0) -> str:
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120.0, input: bytes | None = None) -> str:
         if args and args[0] != "init":
             self.clean_config()
         extra = _NO_DRIVERS.get(args[0], ()) if args else ()
         argv = ["git", *_OPTIONS, *args[:1], *extra, *args[1:]]
-        done = self.runner.run(argv, cwd=self.root, env=self.env, timeout=timeout, workspace=self.root)
+        done = self.runner.run(argv, cwd=self.root, env=self.env, timeout=timeout, workspace=self.root, input=input)
         if check and done.returncode != 0:
             raise ForkError(
                 f"`git {' '.join(args)}` failed in {self.root}: {done.stderr.strip() or done.stdout.strip()}",
@@ -161,6 +181,9 @@ class Git:
                 workspace=self.root,
             )
         dropped: list[str] = []
+        attributes = git_dir / "info" / "attributes"
+        if _read_small(attributes) != NEUTRAL_ATTRIBUTES:
+            atomic_write(attributes, NEUTRAL_ATTRIBUTES, mode=0o644, root=self.root, make_parents=True)
         commondir = git_dir / "commondir"
         if os.path.lexists(commondir):
             os.unlink(commondir)
@@ -187,11 +210,57 @@ class Git:
         return dropped
 
     def init(self, branch: str) -> None:
+        """A new repository in the workspace, which must hold no ``.git`` yet (git would reuse it)."""
+        if os.path.lexists(self.root / ".git"):
+            raise ForkError(
+                f"{self.root} already holds a .git; flakebot makes its repositories only in new workspaces.",
+                workspace=self.root,
+            )
         self("init", "-q", "-b", branch)
-        exclude = self.root / ".git" / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
+        info = self.root / ".git" / "info"
+        info.mkdir(parents=True, exist_ok=True)
         # build outputs never belong in the history
-        atomic_write(exclude, "/target/\n/result\n/result-*\n", mode=0o644, root=self.root)
+        atomic_write(info / "exclude", "/target/\n/result\n/result-*\n", mode=0o644, root=self.root)
+        atomic_write(info / "attributes", NEUTRAL_ATTRIBUTES, mode=0o644, root=self.root)
+
+    def commit_files(self, message: str, files: Sequence[str]) -> str:
+        """The first commit, of exactly ``files`` (relative paths) as they are on disk; returns its id.
+
+        The index is built afresh from the files' bytes (``hash-object
+        --no-filters``; a symlink's target text), never from what git would
+        find or skip in the work tree, and the tree is checked against the
+        files before the commit is made: the recorded tree is the tree on disk.
+        """
+        root = self.root
+        links = [f for f in files if os.path.islink(root / f)]
+        regular = [f for f in files if f not in set(links)]
+        ids = self(
+            "hash-object", "-w", "--no-filters", "--stdin-paths", input="".join(f + "\n" for f in regular).encode()
+        )
+        blob_ids = dict(zip(regular, ids.split(), strict=True)) if regular else {}
+        for link in links:
+            blob_ids[link] = self("hash-object", "-w", "--stdin", input=os.readlink(root / link).encode())
+        entries = []
+        for name in files:
+            mode = "120000" if name in links else ("100755" if os.stat(root / name).st_mode & 0o111 else "100644")
+            entries.append(f"{mode} {blob_ids[name]}\t{name}\0")
+        self("update-index", "--add", "-z", "--index-info", input="".join(entries).encode())
+        tree = self("write-tree")
+        recorded = {}
+        for entry in self("ls-tree", "-r", "-z", "--full-tree", tree).split("\0"):
+            meta, _, path = entry.partition("\t")
+            if path:
+                recorded[path] = meta.split()[2]
+        if recorded != blob_ids:
+            raise ForkError(
+                f"git recorded another tree than the files in {root} ({len(recorded)} entries for "
+                f"{len(blob_ids)} files); nothing was committed.",
+                workspace=root,
+            )
+        commit = self("commit-tree", tree, "-m", message)
+        self("update-ref", "HEAD", commit)
+        self("update-index", "-q", "--refresh", check=False)  # stat data for the fresh entries: `status` is clean
+        return commit
 
     def commit(
         self, message: str, paths: Sequence[str] = (), *, all_files: bool = False, force: bool = False
@@ -261,3 +330,83 @@ def _render_config(entries: list[tuple[str, str, str]]) -> str:
         lines.append(f"[{section}]")
         lines += [f"\t{key} = {value}" for key, value in items]
     return "\n".join(lines) + "\n"
+
+
+# -- lock files a killed git left behind ------------------------------------------------------
+
+
+def stale_locks(root: Path) -> list[Path]:
+    """The lock files in ``root``'s ``.git`` that no process holds, while no git process runs there.
+
+    A lock is held while some process has it open (git keeps its lock file
+    open until it renames it into place); and while any git process works
+    in the repository, none is taken for stale (it may be between writing a
+    lock and opening the next).
+    """
+    git_dir = Path(root) / ".git"
+    try:
+        if not stat.S_ISDIR(os.lstat(git_dir).st_mode):
+            return []
+    except OSError:
+        return []
+    found = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if _regular(p)]
+    if not found:
+        return []
+    open_files, git_dirs = _open_files_and_git_dirs()
+    if any(_inside(directory, Path(root)) for directory in git_dirs):
+        return []
+    return [path for path in found if os.path.abspath(path) not in open_files]
+
+
+def remove_stale_locks(root: Path) -> list[Path]:
+    """Remove :func:`stale_locks` of ``root``; return what was removed."""
+    removed = []
+    for path in stale_locks(root):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(os.path.abspath(root))
+    except ValueError:
+        return False
+    return True
+
+
+def _open_files_and_git_dirs() -> tuple[set[str], list[Path]]:
+    """Every file some process has open (that this user may see), and the working dirs of running git processes."""
+    files: set[str] = set()
+    git_dirs: list[Path] = []
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return files, git_dirs
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip().startswith("git"):
+                    git_dirs.append(Path(os.readlink(f"/proc/{pid}/cwd")))
+        except OSError:
+            pass
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                files.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+    return files, git_dirs

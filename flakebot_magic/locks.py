@@ -30,7 +30,7 @@ from pathlib import Path
 from .errors import ToolBusy, UsageError
 from .fsutil import private_dir
 
-__all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "tool_lock"]
+__all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
 
 #: how long a second build of the same name waits for the first before it gives up
 WAIT_SECONDS = 10.0
@@ -78,12 +78,14 @@ def _open(path: Path) -> int:
 
 
 @contextmanager
-def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None) -> Iterator[LockHolder]:
+def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None, rebuild: bool = False) -> Iterator[LockHolder]:
     """Hold the lock of tool ``name`` for the ``with`` block; wait up to ``wait`` seconds for it.
 
-    Raises :class:`ToolBusy` (naming the holder) when it stays taken. Not
-    re-entrant: a second ``tool_lock`` of one name in the same process waits
-    for the first, like any other holder.
+    Raises :class:`ToolBusy` (naming the holder) when it stays taken; it
+    says a second run then comes from the cache unless ``rebuild`` (which
+    builds again whatever the cache holds). Not re-entrant: a second
+    ``tool_lock`` of one name in the same process waits for the first, like
+    any other holder.
 
     Examples
     --------
@@ -109,9 +111,14 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None) -> Itera
                     raise
             if time.monotonic() >= deadline:
                 holder = _read_holder(fd)
+                then = (
+                    "(--rebuild builds it once more then; it does not come from the cache)"
+                    if rebuild
+                    else "(it will then come from the cache when it asked for the same tool)"
+                )
                 raise ToolBusy(
                     f"Another build of the tool {name!r} is running: {holder.describe()}. "
-                    f"Wait for it to finish and run this again (it will then come from the cache), "
+                    f"Wait for it to finish and run this again {then}, "
                     f"or build under another name with --name. The lock is {path}.",
                     name=name,
                     holder=holder,
@@ -123,8 +130,11 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None) -> Itera
             " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:200],
         )
         record = json.dumps({"pid": me.pid, "started": me.started, "command": me.command}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        try:  # who holds it, for the message of whoever waits: the lock is the flock, not this record
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+        except OSError:  # a full disk: the lock holds all the same
+            pass
         try:
             yield me
         finally:
@@ -158,3 +168,20 @@ def held_locks(cache_dir: Path) -> dict[str, LockHolder]:
         finally:
             os.close(fd)
     return held
+
+
+@contextmanager
+def store_lock(store_dir: Path) -> Iterator[None]:
+    """Hold ``flock`` on the store directory itself for the ``with`` block (created if missing).
+
+    Held only for the moments a store entry's manifest is merged and the
+    entry swapped in: two builds of different names that share an entry
+    never lose each other's part of its manifest.
+    """
+    Path(store_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the flock

@@ -8,6 +8,7 @@ in a terminal obey escape sequences), and errors are
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 import sys
@@ -23,12 +24,17 @@ from traitlets import Bool, Enum, Unicode
 from . import errors, tools
 from .background import start_build
 from .cleanup import clean
+from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
 from .config import Settings
+from .doctor import doctor, prepare
 from .events import Observer
+from .inventory import Inventory
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
 from .progress import TextProgress
 from .request import BuildRequest
+from .storage import storage_errors
 from .untrusted import safe_text
+from .workspace_cargo import cargo_line
 
 __all__ = ["FlakebotMagics"]
 
@@ -50,10 +56,15 @@ class _Build:
     handle: Any = None
 
     def refresh(self) -> None:
-        # the final plain text goes into the display too: nbconvert and other
-        # front ends without a widget manager show it instead of the widget
+        """The build is over: its display becomes the record (static HTML and text), and the widget goes.
+
+        A widget in a saved notebook needs the kernel that made it: after a
+        restart, or reopened elsewhere, it is "model not found". The record
+        needs nothing (see :mod:`flakebot_magic.record`).
+        """
         if self.handle is not None and self.widget is not None:
-            self.handle.update(self.widget.mimebundle(), raw=True)
+            self.handle.update(self.widget.record().bundle(), raw=True)
+            self.widget.close()
 
 
 #: the build options' config traits (``%config FlakebotMagics.model = ...``), made from the options table
@@ -74,11 +85,17 @@ def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 #: the help's first lines: the cell form, then the line form (argparse formats ``%%`` as ``%``, and puts
 #: IPython's ``%`` before the first line)
-_USAGE = """%%flakebot [--name NAME] [--crate CRATE] [build options]
+_USAGE = f"""%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
-  %%flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all
-  %%flakebot rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]"""
+  %%flakebot {LINE_USAGE}"""
+
+
+def _with_line_commands(func: Any) -> Any:
+    """``func``'s docstring, its line-mode section made from :data:`LINE_COMMANDS`."""
+    table = "\n".join(f"            %flakebot {usage:<18}{what}" for usage, what in LINE_COMMANDS)
+    func.__doc__ = func.__doc__.replace("{line_commands}", table.lstrip())
+    return func
 
 
 @magics_class
@@ -128,8 +145,7 @@ class FlakebotMagics(_OptionTraits):
         "command",
         nargs="*",
         metavar="COMMAND",
-        help="`list`, `show NAME`, `logs NAME`, `load NAME|--all`, `stop NAME|--all`, "
-        "`rebuild NAME`, `steer NAME TEXT`, `search QUERY` or `clean [--all]`.",
+        help=", ".join(f"`{usage}`" for usage, _ in LINE_COMMANDS) + ".",
     )
     @argument(
         "--all",
@@ -141,6 +157,7 @@ class FlakebotMagics(_OptionTraits):
         "--tail", type=int, default=200, metavar="N", help="With `logs`: how many of the last lines to show (0: all)."
     )
     @line_cell_magic
+    @_with_line_commands
     def flakebot(self, line: str, cell: str | None = None) -> Any:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
 
@@ -179,19 +196,11 @@ class FlakebotMagics(_OptionTraits):
 
         Line mode manages tools::
 
-            %flakebot list              the tools: name, kind, crate@version, hash, backend, status, started
-            %flakebot show NAME         where NAME came from (provenance)
-            %flakebot logs NAME         its build log (and its process output, for http/mcp tools)
-            %flakebot load NAME|--all   put tools built earlier in the kernel (after a restart), unbuilt
-            %flakebot stop NAME|--all   stop a tool's process (http/mcp tools)
-            %flakebot rebuild NAME      fork and build NAME again from its crate
-            %flakebot steer NAME TEXT   a message for NAME's running edit session (the model reads it next)
-            %flakebot search QUERY      ranked crate candidates
-            %flakebot clean [--all]     remove unused workspaces and store entries
+            {line_commands}
         """
-        if cell is None and line.split(None, 1)[:1] == ["steer"]:
-            return self._steer(line)  # the text is the rest of the line, as written: no option parsing
-        args = parse_argstring(self.flakebot, line)
+        if cell is None and line.split(None, 1)[:1] in (["steer"], ["cargo"]):  # the rest as written, not parsed
+            return (self._steer if line.split()[0] == "steer" else self._cargo)(line)  # a text; cargo's options
+        args = self._parse(line)
         if cell is None:
             return self._line(args)
         request = self._check_cell(args, cell)
@@ -206,7 +215,7 @@ class FlakebotMagics(_OptionTraits):
         (IPython runs a cell that awaits on its own loop; see _install_transformer.)
         """
         assert self.shell is not None
-        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        args = self._parse(self.shell.var_expand(line, 1))
         request = self._check_cell(args, cell)
         build = self._start(args, request, name=args.name, crate=args.crate)
         return self._finish(build, await self._wait_async(build))
@@ -214,9 +223,16 @@ class FlakebotMagics(_OptionTraits):
     async def run_line_async(self, line: str) -> Any:
         """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
         assert self.shell is not None
-        args = parse_argstring(self.flakebot, self.shell.var_expand(line, 1))
+        args = self._parse(self.shell.var_expand(line, 1))
         build = self._start_rebuild(args)
         return self._finish(build, await self._wait_async(build))
+
+    def _parse(self, line: str) -> Any:
+        """The line's arguments; a mistake says what to do: the nearest option, and where the options are."""
+        try:
+            return parse_argstring(self.flakebot, line)
+        except UsageError as exc:
+            raise UsageError(_explain_usage(str(exc), self.flakebot.parser)) from None
 
     def _check_cell(self, args: Any, cell: str) -> str:
         if args.command:
@@ -249,11 +265,13 @@ class FlakebotMagics(_OptionTraits):
     ) -> _Build:
         settings = settings or self._settings(args)
         build = self.show_build(
-            request or crate or "",
+            request,
             settings,
             lambda: build.run.cancel("cancelled from the widget"),
             verbose=bool(args.verbose or self.verbose),
             steer_name=name,
+            crate=crate,
+            since=_previous_commit(settings, name),
         )
         build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
         return build
@@ -267,6 +285,8 @@ class FlakebotMagics(_OptionTraits):
         verbose: bool | None = None,
         show_error: bool = False,
         steer_name: str | None = None,
+        crate: str | None = None,
+        since: str = "",
     ) -> _Build:
         """Show a build in this kernel the way ``%%flakebot`` shows its own (also for an agent's, from ``call``).
 
@@ -278,7 +298,11 @@ class FlakebotMagics(_OptionTraits):
         ``%%flakebot`` cell raises its error, which IPython shows).
         ``steer_name``: the tool's name, when known before the build starts;
         the widget's steer box then sends to its edit session
-        (:func:`flakebot_magic.tools.steer`).
+        (:func:`flakebot_magic.tools.steer`), and the title names it.
+        ``crate``: the title's subject when the request has no words.
+        ``since``: a follow-up's starting commit (the tool's previous
+        version); its changes since then are shown beside those against the
+        published crate.
         """
         build = _Build(run=None, settings=settings)
         verbose = self.verbose if verbose is None else verbose
@@ -290,8 +314,10 @@ class FlakebotMagics(_OptionTraits):
 
             widget = ProgressWidget(
                 title,
+                name=steer_name,
+                crate=crate,
                 on_cancel=cancel,
-                diff=lambda tool: tools.diff_of(settings, tool),
+                diff=lambda tool: tools.diffs_of(settings, tool, since=since),
                 show_error=show_error,
                 on_steer=_steer_to(settings, steer_name) if steer_name else None,
             )
@@ -340,24 +366,28 @@ class FlakebotMagics(_OptionTraits):
 
     def _line(self, args: Any) -> Any:
         if not args.command:
-            raise UsageError(
-                "Usage: %flakebot list | show NAME | logs NAME | load NAME|--all | stop NAME|--all | "
-                "rebuild NAME | steer NAME TEXT | search QUERY | clean [--all]; "
-                "or %%flakebot as a cell magic (see %%flakebot?)."
-            )
+            raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = args.command[0], args.command[1:]
         if command == "rebuild":
             build = self._start_rebuild(args)
             return self._finish(build, self._wait(build))
         settings = self._settings(args)
+        if command not in ("clean", "doctor"):  # they prepare their own way
+            for note in prepare(settings):
+                print(safe_text(f"flakebot: {note}"))
         if command == "load":
             return self._load(settings, rest, everything=args.all)
         try:
-            answer = self._answer(command, rest, args, settings)
+            with storage_errors(f"%flakebot {command}", settings.cache_dir):
+                answer = self._answer(command, rest, args, settings)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
-            return answer  # displayed: a table as text, and as HTML in a notebook
+            from IPython.display import display
+
+            # displayed, not returned: a returned value shows only as the cell's last line
+            display(answer)  # a table as text, and as HTML in a notebook
+            return None
         for note in answer.notes:
             print(safe_text(note))
         if answer.text:
@@ -377,10 +407,17 @@ class FlakebotMagics(_OptionTraits):
         if len(words) == 1:  # one quoted string: its content
             text = words[0]
         try:
-            answer = tools.steer(self._settings(parse_argstring(self.flakebot, "")), parts[1], text, source="magic")
+            answer = tools.steer(self._settings(self._parse("")), parts[1], text, source="magic")
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         print(safe_text(answer.text))
+
+    def _cargo(self, line: str) -> None:
+        """``cargo NAME ARGS``: cargo in the tool's workspace, sandboxed; its output (made safe) as it comes."""
+        try:
+            cargo_line(self._settings(self._parse("")), line.strip().partition(" ")[2])
+        except errors.FlakebotError as exc:
+            raise UsageError(str(exc)) from None
 
     def _load(self, settings: Settings, names: list[str], *, everything: bool) -> None:
         """``load NAME`` / ``load --all``: tools built earlier into the kernel's namespace, without rebuilding."""
@@ -414,12 +451,12 @@ class FlakebotMagics(_OptionTraits):
             return tools.search_crates(settings, " ".join(rest))
         if command == "clean":
             return clean(settings, everything=args.all)
+        if command == "doctor":
+            return doctor(settings)
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command not in ("show", "logs", "stop"):
-            raise UsageError(
-                f"Unknown subcommand {command!r}: use list, show, logs, load, stop, rebuild, steer, search or clean."
-            )
+            raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
         if command == "show":
@@ -427,6 +464,35 @@ class FlakebotMagics(_OptionTraits):
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])
+
+
+def _explain_usage(message: str, parser: Any) -> str:
+    """argparse's complaint, with the nearest option to an unknown one and a pointer to ``%%flakebot?``.
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("--crate")
+    >>> _explain_usage("unrecognized arguments: --crat", parser)
+    'Unknown option --crat: did you mean --crate? `%%flakebot?` lists the options.'
+    """
+    unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
+    if not unknown:
+        return f"{message}. `%%flakebot?` lists the options."
+    known = {flag.lstrip("-"): flag for action in parser._actions for flag in action.option_strings}
+    words = []
+    for word in unknown:
+        near = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), list(known), n=1, cutoff=0.75)
+        kind = "option" if word.startswith("-") else "word"
+        words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
+    return " ".join(words) + " `%%flakebot?` lists the options."
+
+
+def _previous_commit(settings: Settings, name: str | None) -> str:
+    """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
+    if not settings.follow_up or not name:
+        return ""
+    record = Inventory(settings.tools_dir).get(name)
+    return record.commit if record is not None else ""
 
 
 def _steer_to(settings: Settings, name: str) -> Callable[[str], None]:

@@ -12,7 +12,6 @@ front ends only observe them. Building is the backend's
 from __future__ import annotations
 
 import hashlib
-import json
 import keyword
 import re
 import shutil
@@ -23,16 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends import Backend, RunDeps, RunState, Stage, backend_for, decide
-from .backends.base import cached_rows
 from .cargo import Cargo
-from .clients import ToolClient, make_tool
-from .clients.contract import read_contract
+from .clients import ToolClient
 from .config import Settings
+from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
+from .doctor import prepare
 from .edit import EditState
 from .errors import (
     BuildError,
     ConfigError,
-    DeployError,
     FlakebotError,
     ForkError,
     NeedsModelError,
@@ -40,25 +38,20 @@ from .errors import (
     UsageError,
 )
 from .events import EventBus, Observer, RunFinished
-from .fsutil import atomic_write
 from .git import Git
-from .inventory import Inventory, ToolRecord
 from .locks import tool_lock
 from .model import HOW_TO_CONFIGURE
-from .policy import Baseline
-from .policy import enforce as enforce_policy
+from .policy import Baseline, TreePolicy
 from .process import CancelToken, ProcessRunner
 from .registry.base import CrateCandidate, Registry
-from .registry.directory import read_manifest
 from .request import BuildRequest
-from .sandbox import Sandbox, SandboxedCargo
+from .sandbox import Sandbox
 from .stages import search as search_stage
 from .stages.accept import Example, run_examples, split_request
 from .stages.build import BUILD_FLAGS
 from .stages.choose import Choice, choose_by_model, choose_without_model
-from .stages.deploy import StorePath
 from .stages.fork import FORK_FORMAT, Workspace, fork
-from .stages.workspace import swap_workspace
+from .storage import storage_errors
 
 if TYPE_CHECKING:
     from .edit.journal import ResumePoint
@@ -148,6 +141,9 @@ class Pipeline:
         started = time.monotonic()
         try:
             build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
+            # what a dead process left unfinished is finished (or undone), a damaged registry rebuilt
+            for note in prepare(self.settings):
+                self.bus.notice("search", note, "warning")
             model = self.settings.model_config()
             point = None
             if self.settings.resume:
@@ -162,12 +158,9 @@ class Pipeline:
             search_text, examples = split_request(build.text)
             _check_request(build, search_text)
             choice = decide(self.settings, self.runner)
-            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
             run = RunState(build, model, choice, examples=examples)
-            if point is not None:
-                tool = self._resumed(run, point)
-            else:
-                tool = self._run(run, search_text)
+            with storage_errors("building", self.settings.cache_dir):  # what the stages did not translate
+                tool = self._resumed(run, point) if point is not None else self._run(run, search_text)
             if examples:
                 tool = self._accept(run, tool, examples, search_text)
         except BaseException as exc:
@@ -190,7 +183,7 @@ class Pipeline:
             try:
                 # one build per tool name at a time, across kernels: fork may move the workspace aside,
                 # deploy swaps the store entry, and `clean` skips what a held lock covers
-                with tool_lock(self.settings.cache_dir, run.name):
+                with tool_lock(self.settings.cache_dir, run.name, rebuild=self.settings.rebuild):
                     return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
             except (ForkError, BuildError) as exc:
                 # a model's edits are not thrown away for another crate; the last candidate's error stands
@@ -209,13 +202,12 @@ class Pipeline:
         from .editing import resumed_run
 
         choice = resumed_run(self.settings, run, point, self.bus)
-        with tool_lock(self.settings.cache_dir, run.name):
+        with tool_lock(self.settings.cache_dir, run.name, rebuild=True):  # a resumed session always builds
             return self._build(run, choice)
 
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
         settings, deps = self.settings, self.deps
-        candidate = run.crate()
         cargo = Cargo(self.registry, self.runner)
         run.rustc = cargo.rustc_version()
         backend = backend_for(run.choice.name, deps, run.choice)
@@ -228,18 +220,41 @@ class Pipeline:
                 cargo_backend = backend_for("cargo", deps, run.choice)
                 cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
             if cached is not None:
-                where = cached.manifest.get("nix_store_path") or str(cached.path)
-                cached_rows(
-                    self.bus,
-                    ("fork", "build", "test", "flake", "deploy"),
-                    lambda stage: where if stage == "deploy" else "",
-                )
-                return self._client(run, cached, choice)
+                with storage_errors(f"taking {run.name!r} from the cache", settings.cache_dir):
+                    tool = from_cache(deps, run, cached, choice)
+                if tool is not None:
+                    return tool
 
         run.alternatives = choice.close_alternatives()
-        if run.resume is not None:  # the interrupted session's workspace, as it was left
-            workspace = run.forked()
-        else:
+        self._say_backend(run)
+        try:
+            with storage_errors(f"building {run.name!r}", settings.cache_dir):
+                tool = self._fork_build_deploy(run, choice, cargo, backend, recipe)
+        except FlakebotError as exc:
+            self._unchanged(run)
+            attempt = run.workspace.path if run.workspace is not None else exc.workspace
+            if attempt is not None:
+                exc.keep_workspace(attempt)
+            full = disk_full(deps, run, exc, attempt)
+            if full is not None:
+                raise full from exc
+            raise
+        except KeyboardInterrupt:
+            self._unchanged(run)
+            if run.workspace is not None:
+                self.bus.notice("fork", f"interrupted; the workspace is kept at {run.workspace.path}", "warning")
+            raise
+        if not settings.keep_workspace:
+            # the git history stays (it is the tool's provenance); build outputs go
+            shutil.rmtree(run.forked().path / "target", ignore_errors=True)
+        return tool
+
+    def _fork_build_deploy(
+        self, run: RunState, choice: Choice, cargo: Cargo, backend: Backend, recipe: Path
+    ) -> ToolClient:
+        """Fork (or resume), edit, check the policy, build and test, deploy, and install the tool."""
+        settings, deps, candidate = self.settings, self.deps, run.crate()
+        if run.resume is None:
             with Stage(self.bus, "fork", candidate.id) as stage:
                 workspace = run.workspace = fork(
                     candidate,
@@ -253,54 +268,49 @@ class Pipeline:
                     # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
                     copy=run.follow_up,
                 )
-                stage.detail = str(workspace.path)
+                # a rebuild forks beside the tool's workspace (.next/) and is swapped in when deployed: the
+                # row names where the workspace will be (the notice above it says where it is meanwhile)
+                stage.detail = str(workspace.replaces or workspace.path)
         cargo = self._edit(run, self._confined(run, cargo))
         workspace = run.forked()  # a candidate that started from another crate may have won
-        try:
-            # the build policy on the tree on disk, before either backend builds it (policy.py)
-            enforce_policy(
-                workspace.path,
-                allow_build_scripts=settings.allow_build_scripts,
-                baseline=Baseline.from_git(Git(workspace.path, self.runner)),
-            )
-            run.main_program = _main_binary(
-                workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False
-            )
-            if run.choice.fallback:
-                self.bus.notice(
-                    "deploy",
-                    f"auto: {run.choice.fallback}; falling back to the cargo backend. "
-                    "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
-                    "warning",
-                )
+        # the build policy on the tree on disk, before either backend builds it (policy.py)
+        run.policy = TreePolicy(settings.allow_build_scripts, Baseline.from_git(Git(workspace.path, self.runner)))
+        run.policy.enforce(workspace.path)
+        run.main_program = main_binary(workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False)
+        built = backend.build(run, cargo)
+        if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
+            backend = backend_for("cargo", deps, run.choice)
+            recipe = self._recipe_path(run, backend)
             built = backend.build(run, cargo)
-            if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
-                backend = backend_for("cargo", deps, run.choice)
-                recipe = self._recipe_path(run, backend)
-                built = backend.build(run, cargo)
-                if built is None:
-                    raise RuntimeError("the cargo backend always builds")
-            contract = {} if built.cached is not None else _contract(workspace.path, list(built.binaries))
-            run.store = store = backend.deploy(run, built, contract)
-        except FlakebotError as exc:
-            self._unchanged(run)
-            exc.keep_workspace(workspace.path)
-            raise
-        except KeyboardInterrupt:
-            self._unchanged(run)
-            self.bus.notice("fork", f"interrupted; the workspace is kept at {workspace.path}", "warning")
-            raise
-        # deployed: the workspace built beside the tool's takes its place (one rename)
-        workspace = run.workspace = swap_workspace(workspace, self.bus)
-        atomic_write(
-            recipe,
-            json.dumps({"store": str(store.path), "hash": store.hash, "backend": backend.name}),
-            make_parents=True,
+            if built is None:
+                raise RuntimeError("the cargo backend always builds")
+        contract = {} if built.cached is not None else contract_of(workspace.path, list(built.binaries))
+        run.store = store = backend.deploy(run, built, contract)
+        # deployed: the workspace, its tool card and the record become the tool together (transaction.py)
+        return deployed_tool(
+            deps,
+            run,
+            store,
+            choice,
+            workspace,
+            commit=Git(workspace.path, self.runner).head(),
+            forked_by=run.name,
+            recipe=(recipe, {"store": str(store.path), "hash": store.hash, "backend": backend.name}),
+            reused=built.cached is not None,
         )
-        if not settings.keep_workspace:
-            # the git history stays (it is the tool's provenance); build outputs go
-            shutil.rmtree(workspace.path / "target", ignore_errors=True)
-        return self._client(run, store, choice)
+
+    def _say_backend(self, run: RunState) -> None:
+        """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""
+        choice = run.choice
+        if choice.fallback:
+            self.bus.notice(
+                "deploy",
+                f"backend: cargo ({choice.why}); auto is falling back to the cargo backend. "
+                "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
+                "warning",
+            )
+        else:
+            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
 
     def _unchanged(self, run: RunState) -> None:
         """Say that a failed build left the tool it would have replaced as it was."""
@@ -423,7 +433,7 @@ class Pipeline:
         self.bus.notice("build", f"cargo runs in a sandbox: {sandbox.describe()}")
         if sandbox.notice:
             self.bus.notice("build", sandbox.notice, "warning")
-        return SandboxedCargo(self.registry, self.runner, sandbox, executable=cargo.executable)
+        return cargo.confined_to(sandbox)
 
     def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
         """Run the edit session when a model is configured (:func:`~flakebot_magic.editing.edit_session`)."""
@@ -431,71 +441,7 @@ class Pipeline:
             return cargo
         from .editing import edit_session  # the edit loop loads only when a model is configured
 
-        try:
-            return edit_session(self.deps, run, cargo)
-        except (FlakebotError, KeyboardInterrupt):
-            self._unchanged(run)
-            raise
-
-    def _client(self, run: RunState, store: StorePath, choice: Choice) -> ToolClient:
-        settings, name, candidate = self.settings, run.name, run.crate()
-        with Stage(self.bus, "client", name) as stage:
-            manifest = store.manifest
-            main = _main_binary(candidate, manifest["binaries"], settings.workspaces_dir / name)
-            # nix: the tool is the /nix/store path; the cache entry only records it
-            deployed = Path(manifest.get("nix_store_path") or store.path)
-            contract = manifest.get("contract") or _contract(settings.workspaces_dir / name, manifest["binaries"], main)
-            tool = make_tool(
-                contract=contract,
-                start=False,
-                name=name,
-                binary=deployed / "bin" / main,
-                crate=candidate.name,
-                version=candidate.version,
-                source_hash=store.hash,
-                store_path=deployed,
-                checksum=manifest.get("checksum", ""),
-                backend=manifest.get("backend", "cargo"),
-                timeout=settings.tool_timeout,
-                provenance={**manifest, "choice": choice.to_json()},
-                lock_hash=manifest.get("lock_hash", ""),
-                env=settings.tool_env,
-                confine=settings.confine_tools,
-            )
-            inventory = Inventory(settings.tools_dir)
-            inventory.save(
-                ToolRecord(
-                    name=name,
-                    crate=candidate.name,
-                    version=candidate.version,
-                    binary=str(tool.binary),
-                    store_path=str(store.path),
-                    source_hash=store.hash,
-                    checksum=tool.checksum,
-                    checksum_kind=manifest.get("checksum_kind", ""),
-                    registry=candidate.registry,
-                    workspace=str(settings.workspaces_dir / name),
-                    commit=manifest.get("commit", ""),
-                    backend=tool.backend,
-                    description=candidate.description,
-                    created=time.time(),
-                    extra={"choice": choice.to_json()}
-                    | (
-                        {"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
-                        if tool.backend == "nix"
-                        else {}
-                    ),
-                    kind=tool.kind,
-                    request=run.request.text,
-                    model=str(manifest.get("model") or ""),
-                    iterations=int(manifest.get("iterations") or 0),
-                )
-            )
-            if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
-                tool.on_state = lambda **changes: inventory.update(name, **changes)
-                tool.start()  # type: ignore[attr-defined]
-                stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
-        return tool
+        return edit_session(self.deps, run, cargo)
 
     def _accept(self, run: RunState, tool: ToolClient, examples: list[Example], search_text: str) -> ToolClient:
         """Run the cell's ``>>>`` examples against the deployed tool; report each failure.
@@ -540,29 +486,3 @@ def _check_request(build: BuildRequest, search_text: str) -> None:
         )
     if build.name is not None and not build.name.isidentifier():
         raise UsageError(f"--name {build.name!r} is not a valid Python identifier; try {tool_name(build.name)!r}.")
-
-
-def _contract(workspace: Path, binaries: list[str], main: str = "") -> dict[str, object]:
-    """The tool contract in the workspace's Cargo.toml (a crate without one is a CLI tool)."""
-    try:
-        manifest = read_manifest(workspace / "Cargo.toml")
-    except (OSError, ValueError):
-        manifest = {}
-    return read_contract(manifest, binaries, main).to_json()
-
-
-def _main_binary(
-    candidate: CrateCandidate, binaries: list[str], workspace: Path | None = None, *, built: bool = True
-) -> str:
-    """The binary a tool runs: the tool contract's ``bin`` when the workspace has one, else by name.
-
-    ``built``: ``binaries`` were built (the contract's must be among them);
-    else they are the registry's names, from before any edit.
-    """
-    main = candidate.name if candidate.name in binaries else (sorted(binaries)[0] if binaries else candidate.name)
-    if workspace is None:
-        return main
-    try:
-        return read_contract(workspace / "Cargo.toml", binaries if built else (), main).bin
-    except DeployError:  # no Cargo.toml, or a contract naming a binary that was not built
-        return main

@@ -16,8 +16,13 @@ Refused, with a :class:`Violation` naming the file, why, and what to do:
   cargo commands), and a git repository nested in the tree;
 * ``rust-toolchain`` / ``rust-toolchain.toml``, unless unchanged as published
   (it picks the compiler, even one at a ``path``);
-* a proc-macro crate (``[lib] proc-macro = true``) that was not one as
-  published (a proc macro runs code at compile time, like a build script);
+* a proc-macro crate that was not one as published, however it says so
+  (``[lib] proc-macro = true``, ``proc_macro``, ``crate-type = ["proc-macro"]``),
+  in the root manifest or any member (a proc macro runs code at compile time,
+  like a build script);
+* ``.gitattributes`` and ``.gitmodules`` anywhere (the fork drops a crate's
+  own, so any there was written since): attributes can hide a change from the
+  review diff or make git record other bytes than the file holds;
 * ``[patch]`` and ``[replace]``; ``git`` and ``registry-index``
   dependencies; any ``path`` (dependency, target, workspace member) that
   leaves the workspace or points into ``.git/`` or ``target/``;
@@ -55,10 +60,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANDIDATES_DIR",
+    "GIT_FILES",
     "PUBLISHED_REF",
     "REFUSED_DIRS",
     "TOOLCHAIN_FILES",
     "Baseline",
+    "TreePolicy",
     "Violation",
     "check_manifest",
     "check_tree",
@@ -74,6 +81,8 @@ REFUSED_DIRS = {
 }
 #: files that choose the compiler
 TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
+#: files git reads from the work tree as configuration: attributes (diff, text, filters, encodings), submodules
+GIT_FILES = (".gitattributes", ".gitmodules")
 #: where ``--candidates`` keeps each candidate's clone of the workspace (edit/forks.py): never source
 CANDIDATES_DIR = ".flakebot-candidates"
 #: directories of the workspace root that hold build outputs or candidates' clones, not source
@@ -198,8 +207,14 @@ def _declared_build_scripts(doc: Mapping[str, Any], exists: Any) -> list[str]:
 
 
 def _is_proc_macro(doc: Mapping[str, Any]) -> bool:
+    """Whether a manifest's library is a proc macro, in any of the ways cargo accepts."""
     lib = doc.get("lib")
-    return isinstance(lib, Mapping) and (lib.get("proc-macro") is True or lib.get("proc_macro") is True)
+    if not isinstance(lib, Mapping):
+        return False
+    if lib.get("proc-macro") is True or lib.get("proc_macro") is True:
+        return True
+    kinds = [lib.get(key) for key in ("crate-type", "crate_type")]
+    return any(isinstance(k, list) and any(str(t).replace("_", "-") == "proc-macro" for t in k) for k in kinds)
 
 
 def _outside(root: Path, base: Path, value: str) -> str:
@@ -258,11 +273,18 @@ def check_manifest(
         found.append(
             Violation(
                 rel,
-                "[lib] proc-macro = true: a proc macro runs its code inside the compiler",
-                "remove proc-macro = true; write ordinary functions instead",
+                "[lib] is a proc macro (proc-macro = true, or the proc-macro crate-type): "
+                "a proc macro runs its code inside the compiler",
+                "remove it; write ordinary functions instead",
             )
         )
     package = doc.get("package")
+    if isinstance(package, Mapping) and package.get("build") not in (None, False, True):
+        # a build script outside the crate is refused even where build scripts are allowed
+        for script in _declared_build_scripts(doc, lambda _rel: True):
+            why = _outside(root, base, script)
+            if why:
+                found.append(Violation(rel, f"package.build: {script!r} {why}", "use a path inside the crate"))
     if isinstance(package, Mapping) and not allow_build_scripts:
         build = package.get("build")
         if build not in (None, False):
@@ -404,6 +426,14 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
                 )
             elif name in TOOLCHAIN_FILES and not baseline.unchanged(root, rel):
                 found.append(Violation(rel, "a toolchain file: the compiler is not the crate's to choose", "remove it"))
+            elif name in GIT_FILES:
+                found.append(
+                    Violation(
+                        rel,
+                        f"a {name} file: git reads it as configuration (it could hide changes from the review diff)",
+                        "remove it; flakebot's git needs no attributes or submodules",
+                    )
+                )
         dirnames[:] = [d for d in dirnames if d not in (".cargo", ".git") and not os.path.islink(here / d)]
     return found
 
@@ -505,6 +535,28 @@ def _local_crates(root: Path, base: Path, doc: Mapping[str, Any]) -> Iterable[st
                     yield from dependencies(item, str(key))
 
     yield from dependencies({k: v for k, v in doc.items() if k != "package"}, "")
+
+
+@dataclass(frozen=True)
+class TreePolicy:
+    """The policy one workspace is held to: whether build scripts are allowed, and the crate as published.
+
+    Examples
+    --------
+    >>> TreePolicy().check(Path("/nonexistent"))
+    []
+    """
+
+    allow_build_scripts: bool = False
+    baseline: Baseline = field(default_factory=Baseline)
+
+    def check(self, root: Path) -> list[Violation]:
+        """What :func:`check_tree` refuses in ``root``."""
+        return check_tree(root, allow_build_scripts=self.allow_build_scripts, baseline=self.baseline)
+
+    def enforce(self, root: Path) -> None:
+        """:func:`enforce` for ``root``."""
+        enforce(root, allow_build_scripts=self.allow_build_scripts, baseline=self.baseline)
 
 
 def enforce(root: Path, *, allow_build_scripts: bool = False, baseline: Baseline | None = None) -> None:

@@ -10,7 +10,12 @@ of them
 * is read in bounded chunks: a line without end is never held whole, what is
   kept per stream is capped, and past the cap a visible note says so;
 * sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
-  variables pass by name, never because they "do not look like a secret".
+  variables pass by name, never because they "do not look like a secret";
+* is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
+  rustdoc, rustup, clippy) unless it comes wrapped by the sandbox, as a
+  :class:`SandboxedCommand`: those programs run what a crate says (its build
+  scripts, its ``.cargo/config.toml``, its ``rust-toolchain.toml``), so no
+  other command line for them is accepted.
 
 :func:`kill_tree` is the one process-tree kill; :func:`process_started_at`
 tells a process from a later one that reused its PID.
@@ -21,7 +26,6 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -32,13 +36,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .environment import allowed_env, scrubbed_env
 from .errors import Cancelled, ConfigError, StageTimeout
 
 __all__ = [
+    "TOOLCHAIN_PROGRAMS",
     "CancelToken",
     "Completed",
     "LinkedToken",
     "ProcessRunner",
+    "SandboxedCommand",
     "alive",
     "allowed_env",
     "kill_tree",
@@ -55,83 +62,26 @@ MAX_LINE = 64 * 1024
 DRAIN_GRACE = 1.0
 _CHUNK = 64 * 1024
 
-# The environment rule: a child sees only variables named here (and what flakebot passes
-# explicitly). A denylist lets through whatever secret nobody thought of (SECRET_KEY,
-# DATABASE_URL, PGPASSWORD, AZURE_OPENAI_KEY, SSH_AUTH_SOCK ...); an allowlist cannot.
-_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
-_ALLOWED_PREFIXES = ("LC_",)
-# What flakebot's own trusted helpers (git, nix, cargo outside the sandbox, nothing the model
-# wrote) also need: where the user's home, toolchain and CA certificates are. Paths, not secrets.
-_HOST = frozenset(
-    {
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "NIX_SSL_CERT_FILE",
-        "CURL_CA_BUNDLE",
-        "GIT_SSL_CAINFO",
-        "XDG_CACHE_HOME",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "XDG_STATE_HOME",
-        "NIX_PATH",
-        "NIX_REMOTE",
-        "NIX_CONF_DIR",
-        "NIX_USER_CONF_FILES",
-        "NIX_STORE_DIR",
-        "NIX_STATE_DIR",
-    }
+#: programs that run what a crate ships or says: they run only inside the sandbox
+TOOLCHAIN_PROGRAMS = frozenset(
+    {"cargo", "rustc", "rustdoc", "rustup", "cargo-clippy", "clippy-driver", "cargo-fmt", "rustfmt"}
 )
-# belt and braces: even an allowlisted name is dropped when it reads like a secret
-_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
 
 
-def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
-    if _SECRET.search(name):
-        return False
-    return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
+class SandboxedCommand(list[str]):
+    """A command line made by the sandbox (``flakebot_magic.sandbox.Sandbox.command``), and only there.
 
-
-def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
-    """The environment for code flakebot does not trust: allowlisted variables only.
-
-    Passes ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``, ``TERM``,
-    ``NO_COLOR``, ``RUST_BACKTRACE`` and ``SOURCE_DATE_EPOCH`` from the current
-    environment; nothing else (no API keys, ``SECRET_KEY``, ``DATABASE_URL``,
-    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, not even ``HOME``). ``home`` sets
-    ``HOME``; ``extra`` is added last, unfiltered: it is what flakebot or the
-    user passes on purpose (``CARGO_*``, ``RUSTUP_*``, a tool's ``env=``).
-
-    >>> env = allowed_env({"CARGO_TERM_COLOR": "never"}, home="/tmp/empty-home")
-    >>> env["HOME"], "OPENAI_API_KEY" in env
-    ('/tmp/empty-home', False)
+    :meth:`ProcessRunner.run` refuses any other command line that names a
+    :data:`TOOLCHAIN_PROGRAMS` program.
     """
-    env = {k: v for k, v in os.environ.items() if _allowed(k)}
-    if home is not None:
-        env["HOME"] = home
-    if extra:
-        env.update(extra)
-    return env
 
 
-def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for flakebot's own helpers (git, nix, cargo outside the sandbox).
-
-    The :func:`allowed_env` rule, plus what those helpers need to find the
-    user's home, toolchain, nix and CA certificates (``HOME``, ``USER``,
-    ``CARGO_HOME``, ``RUSTUP_HOME``, ``RUSTUP_TOOLCHAIN``, ``SSL_CERT_FILE``,
-    ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
-    ``extra`` is added last, unfiltered.
-    """
-    env = {k: v for k, v in os.environ.items() if _allowed(k, _HOST)}
-    if extra:
-        env.update(extra)
-    return env
+def _toolchain_program(argv: Sequence[str]) -> str:
+    """The first word of ``argv`` that names a Rust toolchain program, or ""."""
+    for word in argv:
+        if os.path.basename(word) in TOOLCHAIN_PROGRAMS:
+            return word
+    return ""
 
 
 class CancelToken:
@@ -421,15 +371,16 @@ def _cancelled_during(argv: list[str]) -> str:
     (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
     whole there, where JupyterLab's error box would break it mid-word.)
 
+    Not "Cancelled during": IPython puts the class's name before it (``Cancelled: Stopped during …``).
     >>> _cancelled_during(["cargo", "test", "--locked"])
-    'Cancelled during `cargo test`.'
+    'Stopped during `cargo test`.'
     """
     words = [os.path.basename(argv[0])] if argv else []
     for word in argv[1:3]:
         if word.startswith("-"):
             break
         words.append(word)
-    return f"Cancelled during `{' '.join(words)}`."
+    return f"Stopped during `{' '.join(words)}`."
 
 
 class ProcessRunner:
@@ -483,6 +434,12 @@ class ProcessRunner:
         them, and it does so (and releases its locks) on SIGINT.
         """
         argv = [os.fspath(a) for a in args]
+        program = _toolchain_program(argv)
+        if program and not isinstance(args, SandboxedCommand):
+            raise ValueError(
+                f"refusing to run {program!r} outside the sandbox: Rust toolchain programs run only as "
+                "flakebot_magic.sandbox.Sandbox.command makes them"
+            )
         shown = _short(list(label) if label is not None else argv)
         if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
             raise ConfigError(
@@ -491,7 +448,7 @@ class ProcessRunner:
                 workspace=workspace,
             )
         if self.cancel.cancelled:
-            raise Cancelled("The run was cancelled.", workspace=workspace)
+            raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
         started = time.monotonic()
         proc = subprocess.Popen(
             argv,

@@ -77,7 +77,9 @@ class TextProgress:
         elif isinstance(event, IterationResult):
             label = "baseline" if event.iteration == 0 else f"run {event.run}"
             undone = f"  reverted: {event.reason}" if event.reverted else ""
-            self._write(f"flakebot: edit    {label}: {event.summary}{undone}")
+            timing = f" ({event.elapsed:.1f}s)" if event.elapsed is not None else ""
+            error = f"; {event.first_error}" if event.first_error else ""
+            self._write(f"flakebot: edit    {label}: {event.summary}{error}{undone}{timing}")
         elif isinstance(event, ModelUsage):
             self.usage.add(event)
         elif isinstance(event, CandidateUpdate):

@@ -13,6 +13,7 @@ would reorder what the reviewer reads.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,9 +139,27 @@ def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[
 
 
 def render_text(data: Mapping[str, Any]) -> str:
-    """Provenance as aligned ``key: value`` lines, for ``%flakebot show``."""
-    width = max((len(k) for k in data), default=0)
-    return safe_text("\n".join(f"{key:<{width}}  {'' if value is None else value}" for key, value in data.items()))
+    """Provenance as aligned ``key  value`` lines, for ``%flakebot show``.
+
+    A field with no value (a cargo build's ``flake_lock``, a model-less
+    build's ``model``) is left out; a value of several lines (a request)
+    goes on under its first, never as a line of its own.
+
+    >>> print(render_text({"crate": "md", "flake_lock": "", "request": "Render it.\\nAs HTML.\\n"}))
+    crate    md
+    request  Render it.
+             As HTML.
+    """
+    shown = {
+        key: safe_text(str(value)).strip() for key, value in data.items() if value is not None and str(value).strip()
+    }
+    width = max((len(k) for k in shown), default=0)
+    lines = []
+    for key, value in shown.items():
+        first, *rest = value.splitlines()
+        lines.append(f"{key:<{width}}  {first}")
+        lines += [f"{'':<{width}}  {line}".rstrip() for line in rest]
+    return "\n".join(lines)
 
 
 @dataclass
@@ -158,10 +177,16 @@ class WorkspaceDiff:
     hidden: list[str] = field(default_factory=list)
 
     @property
+    def against(self) -> str:
+        """What the diff is against: the published crate, or an earlier version of the tool (a commit)."""
+        return "the published crate" if self.base == PUBLISHED else f"the previous version ({self.base[:12]})"
+
+    @property
     def summary(self) -> str:
         if not self.files:
-            return "no changes against the published crate"
-        return f"{self.files} files changed, +{self.insertions} -{self.deletions} against the published crate"
+            return f"no changes against {self.against}"
+        files = f"{self.files} file{'' if self.files == 1 else 's'}"
+        return f"{files} changed, +{self.insertions} -{self.deletions} against {self.against}"
 
     def to_html(self) -> str:
         """The diff with added lines green and removed lines red (inline styles: no CSS needed)."""
@@ -175,7 +200,7 @@ class WorkspaceDiff:
             elif line.startswith("-"):
                 style = "color:#82071e;background:#ffebe9"
             elif line.startswith("@@"):
-                style = "color:#0550ae"
+                style = "color:var(--jp-brand-color1,#0550ae)"  # the theme's blue: readable on a dark one too
             elif line.startswith("diff --git"):
                 style = "font-weight:bold"
             else:
@@ -195,21 +220,23 @@ class WorkspaceDiff:
 
 
 def workspace_diff(
-    workspace: Path, commit: str = "HEAD", *, runner: ProcessRunner | None = None
+    workspace: Path, commit: str = "HEAD", *, base: str = PUBLISHED, runner: ProcessRunner | None = None
 ) -> WorkspaceDiff | None:
-    """What flakebot changed in ``workspace`` against the published crate; None without a workspace."""
-    if not (workspace / ".git").exists():
+    """What flakebot changed in ``workspace`` against ``base`` (the published crate, or a commit of an earlier
+    version); None without a workspace or without ``base`` in its history.
+    """
+    if not (workspace / ".git").exists() or not (base == PUBLISHED or re.fullmatch(r"[0-9a-f]{7,64}", base)):
         return None
     git = Git(workspace, runner or ProcessRunner())
     try:
-        if not git("rev-parse", "--verify", "--quiet", PUBLISHED, check=False):
+        if not git("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False):
             return None
         target = commit or "HEAD"
         if not git("rev-parse", "--verify", "--quiet", f"{target}^{{commit}}", check=False):
             target = "HEAD"
-        numstat = git("diff", "--numstat", f"{PUBLISHED}..{target}")
+        numstat = git("diff", "--numstat", f"{base}..{target}")
         # git pads every stat line with one space; the runner strips the first
-        stat = " " + git("diff", "--stat=100", f"{PUBLISHED}..{target}")
+        stat = " " + git("diff", "--stat=100", f"{base}..{target}")
         files = insertions = deletions = 0
         hidden: list[str] = []
         for line in numstat.splitlines():
@@ -221,8 +248,8 @@ def workspace_diff(
             if Path(path).name in GENERATED and changed > GENERATED_SHOWN:
                 hidden.append(path)
         excludes = [f":(exclude){path}" for path in hidden]
-        body = git("diff", f"{PUBLISHED}..{target}", "--", ".", *excludes)
+        body = git("diff", f"{base}..{target}", "--", ".", *excludes)
         head = git("rev-parse", target)
     except FlakebotError:
         return None
-    return WorkspaceDiff(workspace, PUBLISHED, head, stat, body, files, insertions, deletions, hidden)
+    return WorkspaceDiff(workspace, base, head, stat, body, files, insertions, deletions, hidden)

@@ -21,8 +21,8 @@ JSON (the command's ``--json``, the REST API).
 
 from __future__ import annotations
 
-import html
 import json
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,11 +35,11 @@ from .edit_summary import SESSION_KEYS, render_with_sessions, session_parts
 from .errors import UsageError
 from .inventory import Inventory, ToolRecord
 from .process import alive, kill_tree, process_started_at
-from .provenance import WorkspaceDiff, provenance_of, workspace_diff
+from .provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from .registry.base import SearchesByMeaning
-from .runlog import failed_log_path, log_path
+from .runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
 from .stages.search import open_registry, search, why
-from .untrusted import make_fields_safe, safe_line, safe_text
+from .untrusted import make_fields_safe, safe_html, safe_line, safe_text
 
 __all__ = [
     "NO_TOOLS",
@@ -50,6 +50,7 @@ __all__ = [
     "ToolTable",
     "describe",
     "diff_of",
+    "diffs_of",
     "find",
     "load",
     "load_all",
@@ -68,24 +69,38 @@ __all__ = [
     "tool_of",
 ]
 
+#: the width ``search`` wraps its lines at (a terminal's, a notebook's)
+SEARCH_WIDTH = 88
 #: the columns of ``%flakebot list``
 COLUMNS = ("name", "kind", "crate@version", "hash", "backend", "status", "started")
 
 
 def find(settings: Settings, name: str) -> ToolRecord:
-    """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none."""
+    """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none.
+
+    A name whose last build made no tool (failed, cancelled) says so, and how to look at it.
+    """
     record = Inventory(settings.tools_dir).get(name)
     if record is None:
+        attempt = attempt_of(settings, name)
+        if attempt is not None:
+            raise UsageError(
+                f"{name!r} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error} "
+                f"`%flakebot show {name}` and `%flakebot logs {name}` say more; build it again with %%flakebot."
+            )
         known = ", ".join(r.name for r in Inventory(settings.tools_dir).all()) or "none yet"
         raise UsageError(f"No tool named {name!r} (tools: {known}). `%flakebot list` shows them.")
     return record
 
 
 def _manifest(record: ToolRecord) -> dict[str, Any]:
+    """The store entry's manifest, with the record's own commit: a shared entry's top level is its last builder's."""
     try:
         data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
     except (OSError, ValueError):
         data = {}
+    if record.commit:
+        data["commit"] = record.commit
     return data
 
 
@@ -152,14 +167,26 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     return data
 
 
-def diff_of(settings: Settings, tool: Any) -> WorkspaceDiff | None:
-    """What flakebot changed in ``tool``'s workspace against the published crate (None without a workspace)."""
+def _workspace_of(settings: Settings, tool: Any) -> tuple[Path, str]:
     record = Inventory(settings.tools_dir).get(tool.name)
     workspace = (
         Path(record.workspace) if record is not None and record.workspace else settings.workspaces_dir / tool.name
     )
-    commit = (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
-    return workspace_diff(workspace, commit)
+    return workspace, (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
+
+
+def diff_of(settings: Settings, tool: Any) -> WorkspaceDiff | None:
+    """What flakebot changed in ``tool``'s workspace against the published crate (None without a workspace)."""
+    return workspace_diff(*_workspace_of(settings, tool))
+
+
+def diffs_of(settings: Settings, tool: Any, *, since: str = "") -> list[WorkspaceDiff]:
+    """:func:`diff_of`; with ``since`` (a follow-up's starting commit), also the changes since that version."""
+    workspace, commit = _workspace_of(settings, tool)
+    found = [workspace_diff(workspace, commit)]
+    if since:
+        found.append(workspace_diff(workspace, commit, base=since))
+    return [diff for diff in found if diff is not None]
 
 
 def _when(stamp: float) -> str:
@@ -202,12 +229,21 @@ class ToolTable:
     settings: Settings | None = None
     empty: str = NO_TOOLS
     notes: tuple[str, ...] = ()
+    #: builds that made no tool (failed, cancelled), for names without one: listed with their outcome
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def _entries(self) -> list[ToolRecord | Attempt]:
+        return sorted([*self.records, *self.attempts], key=lambda entry: entry.name)
 
     def rows(self) -> list[tuple[str, ...]]:
-        return [
-            tuple(
-                safe_line(cell)
-                for cell in (
+        rows: list[tuple[str, ...]] = []
+        for entry in self._entries():
+            if isinstance(entry, Attempt):
+                cells = (entry.name, "-", entry.crate.replace(" ", "@") or "-", "", "", entry.outcome, _when(entry.at))
+                rows.append(tuple(safe_line(cell) for cell in cells))
+            else:
+                r = entry
+                cells = (
                     r.name,
                     r.kind,
                     f"{r.crate}@{r.version}",
@@ -216,17 +252,16 @@ class ToolTable:
                     status_of(r),
                     _started(r),
                 )
-            )
-            for r in self.records
-        ]
+                rows.append(tuple(safe_line(cell) for cell in cells))
+        return rows
 
     @property
     def data(self) -> list[dict[str, Any]]:
-        return [tool_json(r, self.settings) for r in self.records]
+        return [tool_json(e, self.settings) for e in self._entries()]
 
     @property
     def text(self) -> str:
-        if not self.records:
+        if not self.records and not self.attempts:
             return self.empty
         rows = [COLUMNS, *self.rows()]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
@@ -236,67 +271,65 @@ class ToolTable:
         return self.text
 
     def _repr_html_(self) -> str:
-        if not self.records:
-            return f"<p>{html.escape(self.empty).replace('%%flakebot', '<code>%%flakebot</code>')}</p>"
-        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in COLUMNS)
+        if not self.records and not self.attempts:
+            return f"<p>{safe_html(self.empty).replace('%%flakebot', '<code>%%flakebot</code>')}</p>"
+        head = "".join(f"<th style='text-align:left'>{safe_html(c)}</th>" for c in COLUMNS)
         body = "".join(
-            "<tr>" + "".join(f"<td><code>{html.escape(cell)}</code></td>" for cell in row) + "</tr>"
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:left'>{f'<code>{safe_html(cell)}</code>' if cell.strip('-') else cell}</td>"
+                for cell in row
+            )
+            + "</tr>"
             for row in self.rows()
         )
         return f"<table class='flakebot-tools'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
-    """``list``: every tool, by name."""
-    return ToolTable(Inventory(settings.tools_dir).all(), settings, empty)
+    """``list``: every tool, and every name whose last build made no tool (its status ``failed`` or ``cancelled``)."""
+    records = Inventory(settings.tools_dir).all()
+    names = {r.name for r in records}
+    return ToolTable(records, settings, empty, attempts=[a for a in attempts(settings) if a.name not in names])
 
 
 def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
-    """The tool's build log and, for a tool with a process this interpreter started, its output.
+    """The log of the build that made tool ``name`` and, for a tool with a process this interpreter started, its output.
 
-    A failed build has no tool record but keeps its log: that log is shown.
+    A later run that only found the tool in the cache, or that failed or
+    was cancelled, has its own log: the text says where. A name whose build
+    made no tool shows that build's log.
     """
     record = Inventory(settings.tools_dir).get(name)
-    if record is None:
-        failed = log_path(settings, name)
-        if not failed.is_file():
-            find(settings, name)  # raises, naming the tools there are
-        record = ToolRecord(
-            name=name,
-            crate="",
-            version="",
-            binary="",
-            store_path="",
-            source_hash="",
-            checksum="",
-            checksum_kind="",
-            registry="",
-            workspace="",
-            commit="",
-        )
+    attempt = attempt_of(settings, name)
     parts = []
-    failed = failed_log_path(settings, name)
-    try:
-        failed_at = failed.stat().st_mtime if record.created else 0.0
-    except OSError:
-        failed_at = 0.0
-    if failed_at >= record.created > 0:
+    if record is None:
+        if attempt is None:
+            # a run killed between writing its log and its record; older versions kept a failed build's log as NAME.log
+            found = log_part("the last build's log", failed_log_path(settings, name), last)
+            found = found or log_part("build log", log_path(settings, name), last)
+            if not found:
+                find(settings, name)  # raises, naming the tools there are
+            return found
+        parts.append(f"== {name} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error}")
+        parts.append(log_part("that build's log", Path(attempt.log), last) or f"== its log is gone: {attempt.log}")
+        return safe_text("\n".join(parts))
+    if attempt is not None:
         parts.append(
-            f"== a later build of {name} failed or was cancelled ({_when(failed_at)}); {name} is still the tool "
-            f"built before, whose log follows. The failed attempt's log: {failed}"
+            f"== a later build of {name} {attempt.ended} ({_when(attempt.at)}); {name} is still the tool built "
+            f"before, whose log follows. That attempt's log: {attempt.log}"
         )
     path = Path(record.log_path) if record.log_path else log_path(settings, name)
-    try:  # the log file may be older than the rule, or written by another process: made safe as it is read
-        text = safe_text(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        text = ""
-    if text:
-        lines = text.splitlines()
-        if last and len(lines) > last:
-            lines = [f"… {len(lines) - last} earlier lines in {path}", *lines[-last:]]
-        parts.append(f"== build log ({path})\n" + "\n".join(lines))
-    else:
-        parts.append(f"== no build log kept for {name} (built before logs were kept, or cleaned)")
+    parts.append(
+        log_part("build log", path, last)
+        or f"== no build log kept for {name} (built before logs were kept, or cleaned)"
+    )
+    cached = cached_log_path(settings, name)
+    if cached.is_file():
+        parts.append(
+            f"== later runs found {name} in the cache and built nothing; the last one's log: {cached} "
+            f"({_when(cached.stat().st_mtime)})"
+        )
     if record.kind != "cli":
         try:
             output = lifecycle.logs(name, last)
@@ -353,7 +386,7 @@ def show_text(settings: Settings, name: str) -> str:
 TOOL_JSON_KEYS = ("status", "provenance", "links", "usage", "example", "reads_stdin", "lock_hash")
 
 
-def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> dict[str, Any]:
+def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = None) -> dict[str, Any]:
     """A tool as JSON: what ``flakebot build/list/show --json``, the REST API and the dashboard give.
 
     ``subject`` is a :class:`~flakebot_magic.inventory.ToolRecord` or a
@@ -384,11 +417,22 @@ def tool_json(subject: ToolRecord | Any, settings: Settings | None = None) -> di
     ``lock_hash``
         ``sha256-...`` of the flake.lock it was built with, or ``""``.
 
+    A name whose last build made no tool (an
+    :class:`~flakebot_magic.runlog.Attempt`) has the same keys: ``status``
+    ``failed`` or ``cancelled``, the error in ``description`` and ``extra``
+    (``error``, ``error_kind``), its ``request``, kept ``workspace`` and
+    ``log_path``; what only a tool has is empty.
+
     Examples
     --------
     >>> tool_json(record, settings)["links"]["self"]             # doctest: +SKIP
     '/flakebot/api/tools/md'
     """
+    if isinstance(subject, Attempt):
+        data = subject.as_record().public_json()
+        api = f"/flakebot/api/tools/{subject.name}"
+        data.update(provenance={}, links={"self": api, "logs": f"{api}/logs"}, lock_hash="")
+        return data | {key: None for key in ("usage", "example", "reads_stdin")}
     loaded = None if isinstance(subject, ToolRecord) else subject
     record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
     data = record.public_json()
@@ -476,7 +520,17 @@ class CommandResult:
 
 
 def show(settings: Settings, name: str) -> CommandResult:
-    """``show NAME``: the tool as :func:`tool_json`; as text, its provenance."""
+    """``show NAME``: the tool as :func:`tool_json`; as text, its provenance.
+
+    A name whose last build made no tool: that build (its :func:`tool_json`).
+    """
+    if Inventory(settings.tools_dir).get(name) is None:
+        attempt = attempt_of(settings, name)
+        if attempt is not None:
+            error = f"{attempt.kind}: {attempt.error}" if attempt.kind else attempt.error
+            shown = {"name": name, "status": attempt.outcome, "error": error, "request": attempt.request}
+            shown |= {"crate": attempt.crate, "workspace": attempt.workspace, "ended": _when(attempt.at)}
+            return CommandResult(tool_json(attempt, settings), render_text({**shown, "log": attempt.log}))
     record = find(settings, name)
     return CommandResult(tool_json(record, settings), show_text(settings, name))
 
@@ -531,14 +585,16 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
     """
     registry = open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
     found = search(registry, query, limit=limit)
-    # said once per search, as a note (stderr for the command): words-only search is no failure
     notes = (registry.semantic_off,) if isinstance(registry, SearchesByMeaning) and registry.semantic_off else ()
     if not found:
         return CommandResult([], "", (*notes, f"No crate matches {query!r}."))
     width = max(len(f"{c.name} {c.version}") for c in found)
-    lines = [
-        f"{c.score:8.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}  "
-        f"{safe_line(c.description)[:50]:<50}  ({why(c)})"
-        for c in found
-    ]
+    lines = []
+    for c in found:
+        # a crate per block at a normal terminal's width: its line, its description and why, wrapped under it
+        lines.append(f"{c.score:6.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}")
+        for text in (c.description, f"why: {why(c)}"):
+            lines += textwrap.wrap(
+                " ".join(safe_line(text).split()), SEARCH_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8
+            )
     return CommandResult([c.to_json() for c in found], "\n".join(lines), notes)

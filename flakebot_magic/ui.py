@@ -14,9 +14,14 @@ is ``handled``, not a red failure. A run that fails before any stage started
 (``rows``, ``candidates``, ``usage``, ``bar.bar_style``, ``log_lines``), so
 tests assert on it without a browser; ``text()`` is the same progress as
 plain text, for front ends that cannot render widgets. The rows' data and
-HTML live in :mod:`flakebot_magic.ui_rows`. Every text it shows goes through
-:func:`flakebot_magic.untrusted.safe_html` (or ``safe_text`` for the plain
-text): a log line, a notice, an error may quote a crate or a model.
+HTML live in :mod:`flakebot_magic.ui_rows`, the other parts' HTML in
+:mod:`flakebot_magic.record`. The widget is for the build while it runs:
+at the end :meth:`ProgressWidget.record` is what the cell keeps (static
+HTML and text, no widget), and :meth:`ProgressWidget.close` lets the
+widget's models go.
+Every text it shows goes through :func:`flakebot_magic.untrusted.safe_html`
+(or ``safe_text`` for the plain text): a log line, a notice, an error may
+quote a crate or a model.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ from .events import (
     StageStarted,
     SteeringMessage,
 )
+from .record import (
+    RECORD_LOG_LINES,
+    BuildRecord,
+    RequestTitle,
+    collapsed,
+    counts_html,
+    log_html,
+    notices_html,
+    title_html,
+)
 from .ui_rows import (
     FINISHED,
     OPTIONAL_STAGES,
@@ -51,13 +66,9 @@ from .ui_rows import (
     SteerLine,
     SteerLog,
     UsageTotals,
-    fmt_seconds,
     iteration_outcome,
     stage_table_html,
-    stage_text_lines,
-    tests_passing,
 )
-from .untrusted import safe_html, safe_text
 
 __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow"]
 
@@ -66,10 +77,6 @@ _PASSED = re.compile(r"(\d+) passed")
 _PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)
 _LOG_EVERY = 0.3
-#: ipywidgets give HTML a line height of one widget row (28 px): wrapped text needs its own
-_TEXT = "line-height:1.45;white-space:normal"
-#: wrap at spaces; break inside a word only when the word alone is wider than the box
-_WRAP = "white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere"
 
 
 class ProgressWidget:
@@ -78,12 +85,17 @@ class ProgressWidget:
     Parameters
     ----------
     request
-        The request, for the title.
+        The request, for the title (its ``>>>`` examples are counted, not shown).
+    name, crate
+        The tool's name and crate when the magic knows them (``--name``,
+        ``--crate``): the title keeps the name whatever the outcome.
     on_cancel
         Called when the Cancel button is clicked (``BackgroundRun.cancel``).
     diff
         Called with the tool at the end; returns a
-        :class:`~flakebot_magic.provenance.WorkspaceDiff` or None.
+        :class:`~flakebot_magic.provenance.WorkspaceDiff`, a list of them
+        (a follow-up's: against the published crate and against the tool's
+        previous version), or None.
     stages
         The rows shown as pending from the start (the stages of
         :data:`~flakebot_magic.events.STAGES` but :data:`OPTIONAL_STAGES`);
@@ -113,6 +125,8 @@ class ProgressWidget:
         self,
         request: str = "",
         *,
+        name: str | None = None,
+        crate: str | None = None,
         on_cancel: Callable[[], None] | None = None,
         diff: Callable[[Any], Any] | None = None,
         stages: Iterable[str] | None = None,
@@ -121,7 +135,8 @@ class ProgressWidget:
         show_error: bool = False,
         on_steer: Callable[[str], None] | None = None,
     ) -> None:
-        self.request = " ".join(request.split())
+        self.heading = RequestTitle.of(request, crate=crate or "")
+        self.name = name or ""
         self.on_cancel = on_cancel
         self.diff_provider = diff
         self.clock = clock
@@ -142,7 +157,7 @@ class ProgressWidget:
         self.finished_at: float | None = None
         self.tool: Any = None
         self.error: BaseException | None = None
-        self.diff: Any = None
+        self.diffs: list[Any] = []
         self.cancel_requested = False
         self.candidates = CandidateTable()
         self.usage = UsageTotals()
@@ -187,11 +202,8 @@ class ProgressWidget:
         )
         self.log.set_title(0, "Log")
         self.summary = widgets.HTML()
-        self.diff_view = widgets.HTML()
-        self.diff_box = widgets.Accordion(
-            children=[self.diff_view], selected_index=None, layout=widgets.Layout(display="none")
-        )
-        self.diff_box.set_title(0, "Changes against the published crate")
+        # one fold per diff (a follow-up has two), made at the end
+        self.diff_box = widgets.Accordion(children=[], selected_index=None, layout=widgets.Layout(display="none"))
         self.widget = widgets.VBox(
             [
                 self.title,
@@ -398,6 +410,9 @@ class ProgressWidget:
         self.tool, self.error = event.tool, event.error
         cancelled = isinstance(event.error, (Cancelled, KeyboardInterrupt))
         self.outcome = "success" if event.ok else "cancelled" if cancelled else "failed"
+        # the title keeps the tool's name however the run ended: the tool's, else the kept workspace's
+        kept = getattr(event.error, "workspace", None)
+        self.name = getattr(event.tool, "name", "") or self.name or (kept.name if kept is not None else "")
         for row in self.rows.values():
             if row.state == "running":
                 row.state = "cancelled" if cancelled else "failed"
@@ -417,19 +432,21 @@ class ProgressWidget:
                 self.widget.layout.display = "none"
         if event.ok and self.diff_provider is not None:
             try:
-                self.diff = self.diff_provider(event.tool)
+                found = self.diff_provider(event.tool)
+                self.diffs = [d for d in (found if isinstance(found, (list, tuple)) else [found]) if d is not None]
             except Exception as exc:  # a missing diff must not hide the result
                 self.notices.append(("warning", f"could not compute the diff: {exc}"))
-        if self.diff is not None:
-            self.diff_view.value = self.diff.to_html()
-            self.diff_box.set_title(0, f"Changes: {self.diff.summary}")
+        if self.diffs:
+            self.diff_box.children = [widgets.HTML(diff.to_html()) for diff in self.diffs]
+            for index, diff in enumerate(self.diffs):
+                self.diff_box.set_title(index, f"Changes: {diff.summary}")
             self.diff_box.layout.display = None
         self._render_all(self.finished_at)
 
     @property
     def collapsed(self) -> bool:
         """The run failed before any stage started (a bad argument): one line says it all."""
-        return self.outcome in ("failed", "cancelled") and all(row.started is None for row in self.rows.values())
+        return collapsed(self.outcome, self.rows.values())
 
     def _cancel_clicked(self, _button: Any = None) -> None:
         if self.outcome != "running" or self.cancel_button.disabled:
@@ -448,37 +465,13 @@ class ProgressWidget:
         self._render_title(now)
         self._render_table(now)
         self._render_notices()
-        self._render_summary(now)
+        self.summary.value = self.record(now).summary()
         self._render_log(now)
 
     def _render_title(self, now: float) -> None:
         end = self.finished_at if self.finished_at is not None else now
-        elapsed = fmt_seconds(end - self.started)
-        word = {
-            "running": "building…",
-            "success": "ready",
-            "failed": "failed",
-            "cancelled": "cancelled",
-        }[self.outcome]
-        color = {"running": "#0969da", "success": "#1a7f37", "failed": "#cf222e", "cancelled": "#9a6700"}[self.outcome]
-        name = f" <code>{safe_html(self.tool.name)}</code>" if self.tool is not None else ""
-        request = f" — {safe_html(self.request[:100])}" if self.request else ""
-        self.title.value = (
-            f"<div class='flakebot-title' data-outcome='{self.outcome}' style='font-size:14px'>"
-            f"<b>flakebot</b>{name}{request} · "
-            f"<span class='flakebot-outcome' style='color:{color};font-weight:bold'>{word}</span> "
-            f"<span style='color:#57606a'>{elapsed}</span></div>"
-        )
-        counts = []
-        if self.iterations:
-            counts.append(f"iteration {self.iterations}")
-        if self.tests_passing is not None:
-            counts.append(tests_passing(self.tests_passing))
-        if self.usage.total().spent:  # summed over candidates and roles, live
-            counts.append(self.usage.html())
-        self.counts.value = (
-            f"<div class='flakebot-counts' style='color:#57606a'>{' · '.join(counts)}</div>" if counts else ""
-        )
+        self.title.value = title_html(self.outcome, self.name, self.heading.text, end - self.started)
+        self.counts.value = counts_html(self.iterations, self.tests_passing, self.usage)
 
     def _render_table(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -490,105 +483,55 @@ class ProgressWidget:
         )
 
     def _render_notices(self) -> None:
-        items = []
-        for level, message in self.notices[-8:]:
-            color = "#9a6700" if level == "warning" else "#57606a"
-            items.append(
-                f"<div class='flakebot-notice' data-level='{level}' style='color:{color};margin:2px 0'>"
-                f"{'⚠ ' if level == 'warning' else ''}{safe_html(message)}</div>"
-            )
-        self.notice_view.value = (
-            f"<div class='flakebot-notices' style='font-size:12px;{_TEXT}'>{''.join(items)}</div>" if items else ""
-        )
+        self.notice_view.value = notices_html(self.notices, last=8)
+
+    def _log_text(self) -> list[str]:
+        return [line if isinstance(line, str) else f"{line.stage}| {line}" for line in self.log_lines]
 
     def _render_log(self, now: float) -> None:
         self._log_dirty = False
         self._log_rendered_at = now
-        shown = "\n".join(line if isinstance(line, str) else f"{line.stage}| {line}" for line in self.log_lines)
-        more = self.log_count - len(self.log_lines)
-        head = f"… {more} earlier lines in the saved log (%flakebot logs NAME)\n" if more > 0 else ""
-        self.log_view.value = (
-            f"<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0;{_WRAP}'>"
-            f"{safe_html(head + shown) or '(no output yet)'}</pre>"
-        )
+        self.log_view.value = log_html(self._log_text(), self.log_count, name=self.name)
         count = self.log_count
         self.log.set_title(0, f"Log ({count} line{'' if count == 1 else 's'})" if count else "Log")
 
-    def _render_summary(self, now: float) -> None:
-        if self.outcome == "running":
-            self.summary.value = ""
-            return
-        if self.outcome == "success" and self.tool is not None:
-            tool = self.tool
-            example = safe_html(tool.example()) if hasattr(tool, "example") else ""
-            tests = f"{tests_passing(self.tests_passing)} · " if self.tests_passing is not None else ""
-            extra = ""
-            winner = self.candidates.winner
-            if winner is not None:
-                score = f": {safe_html(winner.score)}" if winner.score else ""
-                extra += f"chosen: candidate {safe_html(winner.label)} of {len(self.candidates.rows)}{score}<br>"
-            if self.usage.total().spent:
-                extra += f"model: {self.usage.html()}<br>"
-            self.summary.value = (
-                "<div class='flakebot-summary' data-outcome='success' "
-                f"style='border-left:3px solid #1a7f37;padding-left:8px;{_TEXT}'>"
-                f"<b><code>{safe_html(tool.name)}</code></b> is ready: {safe_html(tool.crate)} {safe_html(tool.version)} "
-                f"({tests}{safe_html(getattr(tool, 'backend', ''))})<br>"
-                f"call it: <code>{example}</code><br>{extra}"
-                f"<span style='color:#57606a'>store: <code>{safe_html(str(tool.store_path))}</code></span></div>"
-            )
-            return
-        error = self.error
-        message = str(error) if error is not None else "the run failed"
-        lines = message.splitlines()
-        kind = type(error).__name__ if error is not None else "Error"
-        color = "#9a6700" if self.outcome == "cancelled" else "#cf222e"
-        if not self.show_error:  # the caller raises it: IPython shows it below, once
-            self.summary.value = ""
-            return
-        if self.collapsed:
-            self.summary.value = (
-                f"<div class='flakebot-summary' data-outcome='{self.outcome}' style='color:{color};{_TEXT}'>"
-                f"<b>flakebot</b>: {safe_html(kind)}: {safe_html(' '.join(lines[:3]))}</div>"
-            )
-            return
-        self.summary.value = (
-            f"<div class='flakebot-summary' data-outcome='{self.outcome}' "
-            f"style='border-left:3px solid {color};padding-left:8px;{_TEXT}'>"
-            f"<b>{safe_html(kind)}</b><pre style='{_WRAP};margin:0'>"
-            f"{safe_html(chr(10).join(lines[:40]))}</pre></div>"
-        )
+    # -- the record, and plain text ---------------------------------------------------
 
-    # -- plain text ---------------------------------------------------------------
+    def record(self, now: float | None = None) -> BuildRecord:
+        """What the run shows, as a :class:`~flakebot_magic.record.BuildRecord` (static HTML and text)."""
+        if now is None:
+            now = self.finished_at if self.finished_at is not None else self.clock()
+        end = self.finished_at if self.finished_at is not None else now
+        return BuildRecord(
+            title=self.heading.text,
+            outcome=self.outcome,
+            elapsed=end - self.started,
+            rows=list(self.rows.values()),
+            now=now,
+            name=self.name,
+            candidates=self.candidates,
+            usage=self.usage,
+            notices=list(self.notices),
+            steering=list(self.steering.lines),
+            log=self._log_text()[-RECORD_LOG_LINES:],
+            log_count=self.log_count,
+            diffs=list(self.diffs),
+            tool=self.tool,
+            error=self.error,
+            tests=self.tests_passing,
+            iterations=self.iterations,
+            show_error=self.show_error,
+        )
 
     def text(self) -> str:
         """The same progress as plain text (for front ends without a widget manager)."""
-        now = self.finished_at if self.finished_at is not None else self.clock()
-        error = f"{type(self.error).__name__}: {str(self.error).splitlines()[0] if str(self.error) else ''}"
-        if self.collapsed:
-            return f"flakebot: {error}" if self.show_error else ""
-        lines = []
-        head = {"running": "building…", "success": "ready", "failed": "failed", "cancelled": "cancelled"}[self.outcome]
-        lines.append(f"flakebot: {self.request[:80]} — {head} ({fmt_seconds(now - self.started)})")
-        if self.usage.total().spent:
-            lines.append(f"  model: {self.usage.total().text()}")
-        lines += stage_text_lines(self.rows.values(), now, self.candidates, self.usage)
-        for level, message in self.notices:
-            lines.append(f"  {'warning: ' if level == 'warning' else ''}{message}")
-        lines += [f"  {line}" for line in self.steering.lines]
-        if self.outcome == "success" and self.tool is not None and hasattr(self.tool, "example"):
-            lines.append(f"  `{self.tool.name}` is ready: {self.tool.example()}")
-        elif self.error is not None and self.show_error:
-            lines.append(f"  {error}")
-        if self.diff is not None:
-            lines.append(f"  {self.diff.summary}")
-        return safe_text("\n".join(lines))
+        return self.record().text()
 
     def __repr__(self) -> str:
         return self.text()
 
     def mimebundle(self) -> dict[str, Any]:
-        """The display data: the widget view, and the plain text for front ends without widgets."""
+        """The display data while the build runs: the widget view, and the plain text for front ends without widgets."""
         return {
             "application/vnd.jupyter.widget-view+json": {
                 "version_major": 2,
@@ -597,3 +540,10 @@ class ProgressWidget:
             },
             "text/plain": self.text(),
         }
+
+    def close(self) -> None:
+        """Let the widget's models go (the cell shows the record now); the plain attributes stay readable."""
+        parts = [self.widget, *self.widget.children, self.steer_input, self.steer_button, self.log_view]
+        parts += [*self.diff_box.children]
+        for part in parts:
+            part.close()

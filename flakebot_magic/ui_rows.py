@@ -16,11 +16,18 @@ from .events import CandidateUpdate, ModelUsage, SteeringMessage
 from .untrusted import safe_html
 
 __all__ = [
-    "COLOR",
+    "AMBER",
+    "BLUE",
+    "DETAIL_CHARS",
+    "FAINT",
     "FINISHED",
+    "GREEN",
     "ICON",
     "OPTIONAL_STAGES",
+    "RED",
     "STATES",
+    "STATE_STYLE",
+    "WRAP_CELL",
     "CandidateRow",
     "CandidateTable",
     "StageRow",
@@ -28,6 +35,7 @@ __all__ = [
     "SteerLog",
     "UsageSum",
     "UsageTotals",
+    "detail_cell",
     "fmt_seconds",
     "iteration_outcome",
     "stage_table_html",
@@ -51,17 +59,36 @@ ICON = {
     "cached": "↺",
     "cancelled": "■",
 }
-COLOR = {
-    "pending": "#8c959f",
-    "running": "#0969da",
-    "done": "#1a7f37",
-    "failed": "#cf222e",
-    "handled": "#8c959f",
-    "skipped": "#8c959f",
-    "cached": "#1a7f37",
-    "cancelled": "#9a6700",
+#: theme colours: JupyterLab's own variables (so the light and the dark theme each get theirs), with
+#: fallbacks for pages without them (nbconvert's HTML, GitHub); a page that strips styles shows plain text
+GREEN = "var(--jp-success-color1,#1a7f37)"
+RED = "var(--jp-error-color1,#cf222e)"
+AMBER = "var(--jp-warn-color0,#9a6700)"
+BLUE = "var(--jp-brand-color1,#0969da)"
+#: secondary text: the text's own colour made fainter, never a fixed grey (unreadable on a dark background)
+FAINT = "opacity:0.72"
+#: what a state looks like: a colour, or fainter text for the states that need no attention
+STATE_STYLE = {
+    "pending": FAINT,
+    "running": f"color:{BLUE}",
+    "done": f"color:{GREEN}",
+    "failed": f"color:{RED}",
+    "handled": FAINT,
+    "skipped": FAINT,
+    "cached": f"color:{GREEN}",
+    "cancelled": f"color:{AMBER}",
 }
-_GREY = "#57606a"
+#: a cell's text wraps at spaces, and inside a word (a path) only when the word alone is wider than the cell
+WRAP_CELL = "overflow-wrap:anywhere;word-break:normal;white-space:normal"
+#: details longer than this are cut (with "…"); the whole text is the cell's tooltip
+DETAIL_CHARS = 200
+#: every cell: a page's own table style (JupyterLab right-aligns, centres and pads rendered tables, and stripes
+#: their rows) must not make the record a different table from the widget's
+CELL = "text-align:left;vertical-align:top;padding:1px 0.9em 1px 0;border:none;line-height:1.5"
+#: the label, state and time columns take what they need (the detail, the rest)
+TIGHT = "width:1%;white-space:nowrap"
+#: every row: no stripes, no hover colour from the page
+ROW = "background:none"
 
 
 @dataclass
@@ -122,6 +149,9 @@ def iteration_outcome(event: Any) -> tuple[str, str]:
         parts.append(f"reverted: {getattr(event, 'reason', '')}".rstrip(": "))
     if summary:
         parts.append(str(summary))
+    first_error = getattr(event, "first_error", "")
+    if first_error:  # which error: the count alone does not say what to look at
+        parts.append(str(first_error))
     return state, "; ".join(parts)
 
 
@@ -233,14 +263,15 @@ class UsageTotals:
 
 # -- candidates ------------------------------------------------------------------------
 
+#: a candidate's icon and its look: a colour, or fainter text (a loser, a cancelled one: no attention needed)
 _CANDIDATE_LOOK = {
-    "waiting": ("○", "#8c959f"),
-    "editing": ("◔", "#0969da"),
-    "green": ("✔", "#1a7f37"),
-    "failed": ("✘", "#cf222e"),
-    "cancelled": ("■", "#8c959f"),
-    "lost": ("–", "#8c959f"),
-    "winner": ("★", "#1a7f37"),
+    "waiting": ("○", FAINT),
+    "editing": ("◔", f"color:{BLUE}"),
+    "green": ("✔", f"color:{GREEN}"),
+    "failed": ("✘", f"color:{RED}"),
+    "cancelled": ("■", FAINT),
+    "lost": ("–", FAINT),
+    "winner": ("★", f"color:{GREEN}"),
 }
 
 
@@ -296,28 +327,31 @@ class CandidateTable:
         return next((row for row in self.rows.values() if row.state == "winner"), None)
 
     def _look(self, row: CandidateRow, settled: bool) -> tuple[str, str, bool]:
-        """Icon, colour, dimmed: a loser, a cancelled one and (once another won) a failed one are handled, not red."""
-        icon, color = _CANDIDATE_LOOK[row.state]
+        """Icon, style, dimmed: a loser, a cancelled one and (once another won) a failed one are handled, not red."""
+        icon, look = _CANDIDATE_LOOK[row.state]
         if row.state == "failed" and settled:
-            return icon, _CANDIDATE_LOOK["lost"][1], True
-        return icon, color, row.state in ("lost", "cancelled")
+            return icon, FAINT, True
+        return icon, look, row.state in ("lost", "cancelled")
 
     def html(self, usage: UsageTotals, *, settled: bool = False) -> str:
-        """The candidates as rows of the stage table (its five columns); ``settled``: the run has its tool."""
+        """The candidates as rows of the stage table (its five columns); ``settled``: the run has its tool.
+
+        A dimmed row is fainter as a whole (its own text colour, so it reads on a dark theme too).
+        """
         settled = settled or self.winner is not None
         cells = []
         for row in self.rows.values():
-            icon, color, dim = self._look(row, settled)
-            style = "opacity:0.6;" if dim else "font-weight:bold;" if row.state == "winner" else ""
+            icon, look, dim = self._look(row, settled)
+            style = f"{FAINT};" if dim else "font-weight:bold;" if row.state == "winner" else ""
+            look = "" if dim else f"{look};"  # the row is faint already: its cells keep the text's colour
             detail = self.line(row, usage, label=False)
             cells.append(
                 f"<tr class='flakebot-candidate' data-candidate='{row.index}' data-state='{row.state}' "
-                f"style='font-size:12px;{style}' title='{safe_html(detail)}'>"
-                f"<td style='color:{color};text-align:center'>{icon}</td>"
-                f"<td style='padding:0 1em 0 0.8em;white-space:nowrap'>{safe_html(row.label)}</td>"
-                f"<td style='color:{color};padding-right:1em'>{row.state}</td><td></td>"
-                f"<td style='color:{_GREY};overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
-                f"{safe_html(detail[:240])}</td></tr>"
+                f"style='{ROW};font-size:12px;{style}'>"
+                f"<td style='{CELL};{look}text-align:center'>{icon}</td>"
+                f"<td style='{CELL};{TIGHT};padding-left:0.8em'>{safe_html(row.label)}</td>"
+                f"<td style='{CELL};{TIGHT};{look}'>{row.state}</td><td style='{CELL}'></td>"
+                f"{detail_cell(detail)}</tr>"
             )
         return "".join(cells)
 
@@ -392,7 +426,7 @@ class SteerLog:
         ]
         if not items:
             return ""
-        return f"<div class='flakebot-steering' style='font-size:12px;color:{_GREY};line-height:1.45'>{''.join(items)}</div>"
+        return f"<div class='flakebot-steering' style='font-size:12px;{FAINT};line-height:1.45'>{''.join(items)}</div>"
 
 
 # -- the table of stages, with the candidates under the edit stage ----------------------------------
@@ -404,34 +438,43 @@ def _candidates_after(rows: list[StageRow]) -> int:
     return under[-1] if under else len(rows) - 1
 
 
+def detail_cell(detail: str, *, extra: str = "") -> str:
+    """The last cell of a row: the detail, faint, wrapping; cut past :data:`DETAIL_CHARS` with its whole text as the tooltip."""
+    shown = detail if len(detail) <= DETAIL_CHARS else detail[: DETAIL_CHARS - 1] + "…"
+    tooltip = f" title='{safe_html(detail)}'" if shown != detail else ""
+    return f"<td class='flakebot-detail' style='{CELL};{FAINT};{WRAP_CELL}{extra}'{tooltip}>{safe_html(shown)}</td>"
+
+
 def stage_table_html(
     rows: Iterable[StageRow], now: float, candidates: CandidateTable, usage: UsageTotals, *, settled: bool = False
 ) -> str:
-    """The widget's table: one row per stage, and a row per candidate under the edit stage when there are any."""
+    """The widget's table: one row per stage, and a row per candidate under the edit stage when there are any.
+
+    It takes the width it is given: a long detail wraps (a narrow window clips nothing), the label,
+    state and time never do.
+    """
     rows = list(rows)
     at = _candidates_after(rows)
     cells = []
     for i, row in enumerate(rows):
-        color = COLOR[row.state]
+        look = STATE_STYLE[row.state]
         detail = row.live if row.state == "running" and row.live else row.detail
         cells.append(
-            f"<tr class='flakebot-row' data-stage='{safe_html(row.key)}' data-state='{row.state}'>"
-            f"<td style='color:{color};width:1.5em;text-align:center'>{ICON[row.state]}</td>"
-            f"<td style='padding-right:1em'><b>{safe_html(row.label)}</b></td>"
-            f"<td style='color:{color};padding-right:1em'>{row.state}</td>"
-            f"<td style='text-align:right;padding-right:1em;font-variant-numeric:tabular-nums'>"
+            f"<tr class='flakebot-row' data-stage='{safe_html(row.key)}' data-state='{row.state}' style='{ROW}'>"
+            f"<td style='{CELL};{look};width:1.5em;text-align:center;padding-right:0.3em'>{ICON[row.state]}</td>"
+            f"<td style='{CELL};{TIGHT}'><b>{safe_html(row.label)}</b></td>"
+            f"<td style='{CELL};{TIGHT};{look}'>{row.state}</td>"
+            f"<td style='{CELL};{TIGHT};text-align:right;font-variant-numeric:tabular-nums'>"
             f"{fmt_seconds(row.seconds(now))}</td>"
-            f"<td style='color:{_GREY};overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:560px'>"
-            f"{safe_html(detail[:200])}</td></tr>"
+            f"{detail_cell(detail)}</tr>"
         )
         if i == at:
             cells.append(candidates.html(usage, settled=settled))
     if not rows:
         cells.append(candidates.html(usage, settled=settled))
     return (
-        "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;line-height:1.6'>"
-        + "".join(cells)
-        + "</table>"
+        "<table class='flakebot-stages' style='border-collapse:collapse;font-size:13px;width:100%;margin:2px 0;"
+        "table-layout:auto'>" + "".join(cells) + "</table>"
     )
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages flakebot-magic needs (Debian 12, as root):
 #
-#   - git, ca-certificates, build-essential, pkg-config, bubblewrap;
+#   - git, ca-certificates, build-essential, pkg-config, bubblewrap, and libseccomp2
+#     (the sandbox's seccomp filter, built through pyseccomp);
 #   - chromium and fonts-dejavu-core, for the browser tests;
 #   - cargo and rustc from Debian, only if no cargo is on the machine
 #     (neither on PATH nor in $HOME/.cargo/bin, e.g. a rustup install);
@@ -74,7 +75,7 @@ if [ ! -r "$list" ]; then
     exit 1
 fi
 
-base=(git ca-certificates build-essential pkg-config bubblewrap)
+base=(git ca-certificates build-essential pkg-config bubblewrap libseccomp2)
 # the browser tests (tests/browser): Playwright drives Debian's Chromium; DejaVu so pages render text
 base+=(chromium fonts-dejavu-core)
 

@@ -6,18 +6,35 @@ With ``--inplace`` the outputs are written back into the notebook, so the
 stored outputs nbval compares against are the real current ones (re-run after
 a change that alters what a checked cell prints). Widget state and per-cell
 timings are not stored: they differ on every run and a fresh kernel has no
-widget models to match.
+widget models to match. The cache dir the run used (a temporary one, or
+yours) is written as ``~/.cache/flakebot``, where a reader's own tools would
+be, and the Python environment (an MCP config names its interpreter) as
+``$VIRTUAL_ENV``: a committed notebook names no one's machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from flakebot_magic.config import Settings
+
+#: what a committed notebook calls the cache dir (the default one, platformdirs' on Linux) and the environment
+SHOWN_CACHE, SHOWN_ENV = "~/.cache/flakebot", "$VIRTUAL_ENV"
+
+
+def _without(paths: dict[str, str], value: object) -> object:
+    """``value`` (an output's text, HTML or metadata) with each of ``paths`` written as what it maps to."""
+    text = json.dumps(value)
+    for path, shown in paths.items():
+        text = text.replace(json.dumps(path)[1:-1], shown)
+    return json.loads(text)
 
 
 def main(path: str, *, inplace: bool = False) -> int:
@@ -51,8 +68,12 @@ def main(path: str, *, inplace: bool = False) -> int:
         if failed:
             print(f"{path}: not written back, a cell failed", file=sys.stderr)
         else:
+            # the kernel's: the same environment
+            paths = {str(Settings().cache_dir): SHOWN_CACHE, sys.prefix: SHOWN_ENV}
             for cell in notebook.cells:
                 cell.metadata.pop("execution", None)  # timings left by earlier runs
+                if cell.cell_type == "code":
+                    cell.outputs = nbformat.from_dict(_without(paths, cell.outputs))
             notebook.metadata.pop("widgets", None)
             nbformat.write(notebook, path)
             print(f"\n{path}: outputs written back", file=sys.stderr)

@@ -2,21 +2,22 @@
 
 These are scripts, not a model's output: each is the exact sequence of
 assistant replies a test double sends back. The sha256 sessions are also kept
-as JSON in ``tests/scripts/`` (for the command line and the notebook);
+as JSON in ``flakebot_magic/testing/scripts/`` (for the command line and the notebook);
 regenerate them after editing this file with ``python tests/editscripts.py``.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from tinycrates import Crate, crate
 
+from flakebot_magic.testing import REPLAY_SCRIPTS
+
 __all__ = ["SHA256", "SHA256_UPPER", "TINYHEX", "TINYHEX_MAIN", "call", "reply", "tinyhex_done", "write_scripts"]
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = REPLAY_SCRIPTS
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:

@@ -71,8 +71,10 @@ def test_search_json(capsys: pytest.CaptureFixture[str], registry: str, cache: P
 def test_search_limit_and_text_output(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
     code, out, _ = _run(capsys, "search", "uppercase helper library for words", "-r", registry, "--limit", "1")
     assert code == 0
-    [line] = out.splitlines()
+    line, *under = out.splitlines()  # one crate: its line, then its description and why, indented under it
     assert line.split()[1:4] == ["tinylib", "0.1.3", "lib"]
+    assert under and all(part.startswith(" " * 8) for part in under) and any("why:" in part for part in under)
+    assert max(len(part) for part in out.splitlines()) <= 88  # a normal terminal's width
 
 
 def test_search_without_matches(capsys: pytest.CaptureFixture[str], registry: str, cache: Path) -> None:
@@ -182,6 +184,16 @@ def test_an_error_exits_1_with_the_message_on_stderr(
     assert "Traceback" not in err
 
 
+def test_cargo_for_no_such_tool_or_subcommand_says_what_to_do(capsys: pytest.CaptureFixture[str], cache: Path) -> None:
+    code, out, err = _run(capsys, "cargo", "ghost", "test")
+    assert (code, out) == (1, "") and "There is no workspace for a tool named 'ghost'" in err
+    code, _, err = _run(capsys, "cargo", "ghost", "install", "ripgrep")
+    assert code == 1 and "`cargo install` is not one flakebot runs in a workspace" in err
+    code, _, err = _run(capsys, "cargo", "ghost")
+    assert code == 1 and "Usage: flakebot cargo NAME SUBCOMMAND" in err
+    assert "Traceback" not in err
+
+
 def test_an_error_with_json_is_also_json_on_stdout(
     capsys: pytest.CaptureFixture[str], registry: str, cache: Path
 ) -> None:
@@ -258,7 +270,7 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
-    assert "Cancelled" in err.decode() and str(workspace) in err.decode()
+    assert "flakebot: cancelled: Stopped during `cargo " in err.decode() and str(workspace) in err.decode()
     assert processes_in(workspace) == []
 
 

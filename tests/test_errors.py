@@ -164,7 +164,7 @@ def test_a_test_failure_keeps_the_workspace(settings: Settings) -> None:
     assert error.failed == ["tests::breaks_on_purpose"]
     message = str(error)
     assert "Failing: tests::breaks_on_purpose" in message
-    assert "Run `cargo test` in the workspace" in message
+    assert "`flakebot cargo failingtest test`" in message  # in the sandbox, never unconfined
     assert f"The workspace is kept at {workspace}" in message
     assert _statuses(recorder)["test"] == "failed"
 
@@ -211,7 +211,7 @@ def test_cancel_kills_the_group(tmp_path: Path) -> None:
     timer = threading.Timer(0.3, token.cancel)
     timer.start()
     try:
-        with pytest.raises(Cancelled, match=f"^Cancelled during `sh`.\nThe workspace is kept at {tmp_path}$") as caught:
+        with pytest.raises(Cancelled, match=f"^Stopped during `sh`.\nThe workspace is kept at {tmp_path}$") as caught:
             ProcessRunner(token).run(_group_script(tmp_path), cwd=tmp_path, timeout=30, workspace=tmp_path)
     finally:
         timer.cancel()

@@ -11,7 +11,9 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from damage import damage
 
+from flakebot_magic.errors import RegistryDamaged
 from flakebot_magic.inventory import DB_NAME, Inventory, ToolRecord
 
 
@@ -132,3 +134,69 @@ def test_several_processes_write_at_once(tmp_path: Path) -> None:
     assert sorted(set(shared.extra["by"])) == [f"w{n}" for n in range(workers)]
     with closing(sqlite3.connect(tools / DB_NAME)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# -- reading never writes; the health check ---------------------------------------------------------
+
+
+def test_reading_a_missing_registry_makes_nothing(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    assert inventory.all() == [] and inventory.get("md") is None
+    assert not (tmp_path / "tools").exists()
+
+
+def test_reading_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    inventory.save(record("md"))
+    path = tmp_path / "tools" / DB_NAME
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    assert [r.name for r in inventory.all()] == ["md"] and inventory.check(["x"]).ok
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def _damaged(tmp_path: Path, how: str) -> Inventory:
+    inventory = Inventory(tmp_path / "tools")
+    for name in ("a", "b", "c"):
+        inventory.save(record(name, description="x" * 3000))  # a few pages
+    path = tmp_path / "tools" / DB_NAME
+    if how == "bad-record":
+        with closing(sqlite3.connect(path)) as db:
+            db.execute("UPDATE tools SET record = '[1, 2' WHERE name = 'b'")
+            db.commit()
+    else:
+        damage(path, how, table="tools")
+    return inventory
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("zero-length", "empty"),
+        ("missing", "missing"),
+        ("random-bytes", "unreadable"),
+        ("truncated", "unreadable"),
+        ("bad-page", "unreadable"),
+        ("bad-record", "record"),
+    ],
+)
+def test_the_health_check_finds_each_kind_of_damage(tmp_path: Path, how: str, reason: str) -> None:
+    inventory = _damaged(tmp_path, how)
+    health = inventory.check(["entry"])
+    assert (health.ok, health.reason) == (False, reason), health
+    if reason in ("unreadable", "record"):  # every read says what to do, never a raw SQLite error
+        with pytest.raises(RegistryDamaged, match="flakebot doctor"):
+            inventory.all()
+    else:  # an empty or missing registry reads as empty; only the store says it should not be
+        assert inventory.all() == [] and inventory.check([]).ok
+
+
+def test_an_emptied_registry_is_healthy_once_reconciled_with_the_store(tmp_path: Path) -> None:
+    inventory = _damaged(tmp_path, "random-bytes")
+    aside = inventory.replace_all([], ["entry"])
+    assert aside is not None and aside.name.startswith(f"{DB_NAME}.damaged-") and aside.is_file()
+    assert inventory.check(["entry"]).ok  # the doctor saw that entry and found no tool using it
+    assert inventory.check(["entry", "another"]).reason == "empty"  # an entry it never saw
+    inventory.replace_all([record("a")], ["entry", "another"])
+    assert [r.name for r in inventory.all()] == ["a"] and inventory.check(["entry", "another"]).ok

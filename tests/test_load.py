@@ -125,7 +125,7 @@ def test_after_a_kernel_restart_load_all_brings_the_tools_back(built: Settings) 
         text = "".join(
             m["content"].get("text", "") or m["content"].get("data", {}).get("text/plain", "")
             for m in messages
-            if m["msg_type"] in ("stream", "execute_result")
+            if m["msg_type"] in ("stream", "execute_result", "display_data")
         )
         return reply["content"], text
 

@@ -159,3 +159,57 @@ def test_the_cells_acceptance_examples_reach_the_magic(ip: InteractiveShell) -> 
     assert ">>> md(" in wrapped, wrapped
     # everywhere else IPython still strips pasted prompts
     assert ip.input_transformer_manager.transform_cell(">>> x = 1\n>>> x\n") == "x = 1\nx\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("--bogus", "Unknown option --bogus. `%%flakebot?` lists the options."),
+        ("--crates x", "Unknown option --crates: did you mean --crate? `%%flakebot?` lists the options."),
+        ("--modle gpt", "Unknown option --modle: did you mean --model? `%%flakebot?` lists the options."),
+        ("--backend foo", "(choose from 'auto', 'nix', 'cargo'). `%%flakebot?` lists the options."),
+    ],
+)
+def test_an_unknown_option_says_what_to_do(ip: InteractiveShell, line: str, said: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        ip.run_cell_magic("flakebot", line, "render markdown")
+    assert str(caught.value).endswith(said), str(caught.value)
+    with pytest.raises(UsageError, match="lists the options"):
+        ip.run_line_magic("flakebot", f"list {line}")
+
+
+def test_list_shows_its_table_wherever_it_is_in_the_cell(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = ip.run_cell("%flakebot list\nanswer = 42")  # not the cell's last line
+    assert result.success and result.result is None
+    shown = capsys.readouterr().out
+    assert "No tools yet" in shown or (shown.startswith("name ") and "crate@version" in shown.splitlines()[0])
+
+
+def test_doctor_and_clean_with_a_damaged_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``%flakebot clean`` stops short of what only a damaged registry could prove unused; ``doctor`` repairs."""
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.FlakebotMagics.cache_dir = str(tmp_path / "cache")
+    shell = InteractiveShell(config=config)
+    shell.extension_manager.load_extension("flakebot_magic")
+    try:
+        entry = tmp_path / "cache" / "store" / f"{'a' * 32}-demo-1.0.0"
+        (entry / "bin").mkdir(parents=True)
+        (entry / "manifest.json").write_text('{"hash": "' + "a" * 32 + '", "binaries": []}')
+        registry = tmp_path / "cache" / "tools" / "tools.sqlite3"
+        registry.parent.mkdir(parents=True)
+        registry.write_bytes(os.urandom(8192))
+        capsys.readouterr()
+        shell.run_line_magic("flakebot", "clean")
+        out = capsys.readouterr().out
+        assert "flakebot clean stopped: the tool registry cannot be trusted: SQLite cannot read" in out
+        assert entry.is_dir()  # nothing a tool might use is gone
+        [kept] = (tmp_path / "cache" / "tools").glob("tools.sqlite3.damaged-*")
+        assert f"the damaged file is kept at {kept}" in out
+        shell.run_line_magic("flakebot", "doctor")
+        out = capsys.readouterr().out
+        assert "The tool registry is sound" in out
+    finally:
+        shell.cleanup()

@@ -84,8 +84,15 @@ def test_cell_shows_the_widget_then_the_tool_with_its_provenance(kernel: Kernel)
     display = next(m for m in messages if m["msg_type"] == "display_data")
     assert "application/vnd.jupyter.widget-view+json" in display["content"]["data"]
     assert "comm_msg" in kinds  # the widget was updated while the build ran
-    final = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/plain"]
-    assert "ready" in final and "`te` is ready" in final  # for front ends without widgets
+    last = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]
+    assert last["transient"]["display_id"] == display["content"]["transient"]["display_id"]
+    # the build over, the display is its record: HTML and text, no widget (a saved notebook needs no kernel)
+    assert set(last["data"]) == {"text/html", "text/plain"}
+    assert "class='flakebot-record'" in last["data"]["text/html"]
+    final = last["data"]["text/plain"]
+    assert "ready" in final and "`te` is ready" in final
+    closed = {m["content"]["comm_id"] for m in messages if m["msg_type"] == "comm_close"}
+    assert closed, "the widget's models are let go once the record shows"
     result = next(m for m in messages if m["msg_type"] == "execute_result")["content"]
     provenance = result["metadata"]["flakebot"]
     assert provenance["crate"] == "tinyecho" and provenance["version"] == "0.2.0"
@@ -96,7 +103,7 @@ def test_cell_shows_the_widget_then_the_tool_with_its_provenance(kernel: Kernel)
 
     content, messages = kernel.run("print(te('hi'))\n%flakebot list")
     text = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
-    table = next(m for m in messages if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"]
+    table = next(m for m in messages if m["msg_type"] == "display_data")["content"]["data"]["text/plain"]
     assert "HI" in text  # te('hi') went to standard input, which tinyecho prints in upper case
     assert "tinyecho@0.2.0" in table and "ready" in table
     _, messages = kernel.run("%flakebot show te")
@@ -120,7 +127,7 @@ def test_cancel_button_stops_the_build_while_the_cell_runs(kernel: Kernel) -> No
     assert str(workspace) in reply["evalue"]  # the workspace is kept, and said so
     assert (workspace / ".git").is_dir()
     assert processes_in(workspace) == []  # cargo and the build script are gone
-    log = (kernel.cache / "logs" / "slow.log").read_text()  # what %flakebot logs slow shows
+    log = (kernel.cache / "logs" / "slow.failed.log").read_text()  # what %flakebot logs slow shows
     assert "Cancelled" in log and "cancelled from the widget" in log
 
 

@@ -47,8 +47,9 @@ def test_build_then_manage_it(ip: InteractiveShell, capsys: pytest.CaptureFixtur
     assert "flakebot: build" in _out(capsys)  # no kernel: plain-text progress
     assert ip.user_ns["te"]("--help")
 
-    listing = ip.run_cell("%flakebot list")
-    assert "tinyecho@0.2.0" in repr(listing.result) and "ready" in repr(listing.result)
+    ip.run_cell("%flakebot list")  # displayed, not returned
+    listed = _out(capsys)
+    assert "tinyecho@0.2.0" in listed and "ready" in listed
 
     ip.run_cell("%flakebot show te")
     shown = _out(capsys)
@@ -70,7 +71,9 @@ def test_build_then_manage_it(ip: InteractiveShell, capsys: pytest.CaptureFixtur
     assert ip.user_ns["te"] is rebuilt.result
 
 
-@pytest.mark.parametrize("line", ["show", "logs", "show a b", "rebuild", "frobnicate"])
+@pytest.mark.parametrize(
+    "line", ["show", "logs", "show a b", "rebuild", "frobnicate", "cargo", "cargo ghost test", "cargo 'unclosed"]
+)
 def test_line_mistakes_are_usage_errors(ip: InteractiveShell, line: str) -> None:
     with pytest.raises(UsageError):
         ip.run_line_magic("flakebot", line)

@@ -92,3 +92,42 @@ def test_the_fake_model_is_labelled_as_a_test_double(path: Path) -> None:
     cells = _code_cells(path)
     shown = "".join(_text(output) for cell in cells for output in cell["outputs"])
     assert "scripted test double (not a language model)" in shown
+
+
+#: a path on someone's machine (a checkout, a home, a cache in /tmp): never in a committed notebook, checked or not;
+#: only a notebook that makes a temporary cache of its own (the agent notebooks) shows that one (issue 21)
+LOCAL_PATH = re.compile(r"/work/|/home/|/root/|/Users/")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_output_names_a_local_path(path: Path) -> None:
+    own_cache = "tempfile.mkdtemp" in path.read_text()
+    for cell in _code_cells(path):
+        outputs = json.dumps(cell["outputs"])
+        found = LOCAL_PATH.search(outputs) or (None if own_cache else re.search("/tmp/", outputs))
+        assert not found, f"{found.group()!r} in the outputs of: {_source(cell)[:80]}; re-run with --inplace"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_build_cell_is_saved_as_its_record_not_a_widget(path: Path) -> None:
+    """A widget view needs the kernel that made it; the record (HTML and text) needs nothing."""
+    for cell in _code_cells(path):
+        for output in cell["outputs"]:
+            assert "application/vnd.jupyter.widget-view+json" not in output.get("data", {}), _source(cell)[:80]
+        if _source(cell).startswith("%%flakebot"):
+            html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in cell["outputs"])
+            assert "class='flakebot-record'" in html and "class='flakebot-stages'" in html, _source(cell)[:80]
+
+
+def test_the_notebooks_find_what_they_need_wherever_they_are_copied(tmp_path: Path) -> None:
+    """No notebook walks up from its working directory to the checkout (edit-loop did, to tests/scripts)."""
+    import subprocess
+    import sys
+
+    for path in NOTEBOOKS:
+        assert "tests/scripts" not in path.read_text() and ".parents" not in path.read_text(), path.name
+    first = next(c for c in _code_cells(ROOT / "notebooks" / "edit-loop.ipynb") if "FakeOpenAIServer(" in _source(c))
+    code = _source(first) + "\nreplay.stop()\n"
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "scripted test double (not a language model) replaying 3 responses" in ran.stdout

@@ -12,6 +12,7 @@ or killed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from flakebot_magic.background import start_build
 from flakebot_magic.cleanup import clean
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, Cancelled
+from flakebot_magic.events import StageFinished
 from flakebot_magic.inventory import Inventory
 from flakebot_magic.locks import held_locks
 from flakebot_magic.request import BuildRequest
@@ -98,7 +100,7 @@ def _assert_unchanged(settings: Settings, before: dict[str, Any], *, failed_atte
     failed = failed_log_path(settings, "flip")
     if failed_attempt:
         mention, rest = after["logs"].split("\n", 1)
-        assert mention.startswith("== a later build of flip failed or was cancelled")
+        assert re.match(r"== a later build of flip (failed|was cancelled) \(", mention), mention
         assert str(failed) in mention
         assert rest == before["logs"]  # the ready tool's log, as it was
     else:
@@ -134,8 +136,12 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
 
     # fixed, the rebuild goes through: the new workspace is swapped in, the old one moved aside
     (source / "src" / "main.rs").write_text(_MAIN.replace("flip {}", "flop {}"))
-    tool = start_build(settings, BuildRequest("", name="flip", crate="flip")).wait()
+    seen: list[object] = []
+    tool = start_build(settings, BuildRequest("", name="flip", crate="flip"), extra_observers=[seen.append]).wait()
     assert tool("x") == "flop x\n"
+    # the fork row names the workspace the tool has, not the .next/ one it was built in (gone once swapped in)
+    [fork] = [e.detail for e in seen if isinstance(e, StageFinished) and e.stage == "fork"]
+    assert fork == str(settings.workspaces_dir / "flip")
     record = Inventory(settings.tools_dir).get("flip")
     assert record is not None and record.commit != before["record"]["commit"]
     assert _git(Path(record.workspace), "rev-parse", "HEAD") == record.commit
@@ -220,8 +226,9 @@ def test_a_rebuild_killed_with_sigkill_leaves_the_tool_as_it_was(built: tuple[Se
     _assert_unchanged(settings, before, failed_attempt=False)
 
 
-def test_a_failed_first_build_keeps_its_log_as_the_tools_log(tmp_path: Path) -> None:
-    """Without a tool to keep, a failed run's log is ``NAME.log`` as before (``logs NAME`` shows it)."""
+def test_a_failed_first_build_keeps_its_log_and_is_listed(tmp_path: Path) -> None:
+    """Without a tool, a failed run's log is ``NAME.failed.log`` (``NAME.log`` is only ever a tool's build log),
+    and ``logs``, ``show`` and ``list`` show the attempt."""
     broken = crate(
         "flop",
         manifest='[package]\nname = "flop"\nversion = "0.1.0"\nedition = "2021"\n',
@@ -231,7 +238,9 @@ def test_a_failed_first_build_keeps_its_log_as_the_tools_log(tmp_path: Path) -> 
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
     with pytest.raises(BuildError):
         start_build(settings, BuildRequest("", name="flop", crate="flop")).wait()
-    assert not failed_log_path(settings, "flop").exists()
+    assert failed_log_path(settings, "flop").exists() and not (settings.logs_dir / "flop.log").exists()
     assert "== run failed: BuildError" in tools.logs(settings, "flop")
+    assert [row[5] for row in tools.table(settings).rows()] == ["failed"]
+    assert "cargo build failed for flop" in tools.show(settings, "flop").text
     assert (settings.workspaces_dir / "flop").is_dir() and _next_dirs(settings) == []
     shutil.rmtree(settings.workspaces_dir / "flop")

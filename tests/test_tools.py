@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,7 @@ from flakebot_magic.runlog import log_path
 from flakebot_magic.tools import (
     TOOL_JSON_KEYS,
     describe,
+    diffs_of,
     logs,
     show,
     status_of,
@@ -162,6 +164,48 @@ def test_workspace_diff_hides_long_generated_files(tmp_path: Path) -> None:
     assert "Cargo.lock" in diff.stat and "2 files changed" in diff.summary
     assert "color:#116329" in diff.to_html()
     assert workspace_diff(tmp_path / "nowhere") is None
+
+
+def test_a_follow_ups_changes_are_also_shown_against_the_previous_version(tmp_path: Path) -> None:
+    git = Git(tmp_path, ProcessRunner())
+    git.init("published")
+    (tmp_path / "main.rs").write_text("fn main() {}\n")
+    git.commit("Published source", all_files=True)
+    git("checkout", "-q", "-b", "flakebot")
+    (tmp_path / "main.rs").write_text('fn main() { println!("hex"); }\n')
+    first = git.commit("The tool", ["main.rs"])
+    (tmp_path / "main.rs").write_text('fn main() { println!("HEX"); }\n')
+    second = git.commit("--upper", ["main.rs"])
+    assert first is not None and second is not None
+    tool = SimpleNamespace(name="hex", provenance={"commit": second})
+    settings = Settings(cache_dir=tmp_path / "cache")
+    Inventory(settings.tools_dir).save(ToolRecord("hex", "c", "1", "", "", "", "", "", "", str(tmp_path), second))
+    published, since = diffs_of(settings, tool, since=first)
+    assert (
+        published.summary.endswith("against the published crate")
+        and '+fn main() { println!("HEX"); }' in published.body
+    )
+    assert since.summary == f"1 file changed, +1 -1 against the previous version ({first[:12]})"
+    assert '-fn main() { println!("hex"); }' in since.body and "fn main() {}" not in since.body
+    assert [d.summary for d in diffs_of(settings, tool)] == [published.summary]  # not a follow-up: one diff
+    assert workspace_diff(tmp_path, second, base="--output=/tmp/x") is None  # a base is a commit id, never an option
+
+
+def test_show_says_what_is_known_and_nothing_empty(settings: Settings) -> None:
+    """A cargo build without a model: no "cost unknown", no empty flake_lock or model line, no blank line."""
+    store = Path(Inventory(settings.tools_dir).get("te").store_path)  # type: ignore[union-attr]
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest.update(model="", iterations=0, usage={}, candidates=[], winner=None)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    Inventory(settings.tools_dir).update("te", request="echo words\nin capitals\n")
+    text = show(settings, "te").text
+    lines = text.splitlines()
+    assert "" not in lines and all(line == line.rstrip() for line in lines)
+    assert "cost unknown" not in text and "flake_lock" not in text and "nix_store_path" not in text
+    assert "\nmodel" not in text and "usage" not in text
+    request = lines.index(next(line for line in lines if line.startswith("request")))
+    assert lines[request].endswith("echo words") and lines[request + 1].strip() == "in capitals"
+    assert lines[request + 1].startswith(" " * len("request"))  # under the value, not a key of its own
 
 
 def test_tool_json_is_the_record_and_how_to_reach_it(settings: Settings) -> None:

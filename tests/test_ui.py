@@ -102,7 +102,7 @@ def test_success_summary_counts_and_diff() -> None:
     )
     assert diffs == [tool]
     assert widget.diff_box.layout.display is None and "3 files changed" in widget.diff_box.titles[0]
-    assert "+x" in widget.diff_view.value
+    assert "+x" in widget.diff_box.children[0].value
     text = widget.text()
     assert "ready" in text and "`md` is ready" in text and "test" in text
     bundle = widget.mimebundle()
@@ -131,10 +131,10 @@ def test_cancel_button_calls_back_once_and_rows_show_cancelled() -> None:
     assert calls == [1]
     assert widget.cancel_button.disabled and widget.cancel_button.description == "Cancelling…"
     widget(Notice("run", "cancelled from the widget: stopping the running process; the workspace is kept", "warning"))
-    widget(StageFinished("build", "failed", "Cancelled during `cargo build`.\nThe workspace is kept at /ws/x", 0.4))
+    widget(StageFinished("build", "failed", "Stopped during `cargo build`.\nThe workspace is kept at /ws/x", 0.4))
     widget(
         RunFinished(
-            ok=False, error=Cancelled("Cancelled during `cargo build`.\nThe workspace is kept at /ws/x"), elapsed=1.0
+            ok=False, error=Cancelled("Stopped during `cargo build`.\nThe workspace is kept at /ws/x"), elapsed=1.0
         )
     )
     assert widget.outcome == "cancelled" and widget.bar.bar_style == "warning"
@@ -295,3 +295,36 @@ def test_one_test_passing_is_singular() -> None:
     widget(RunFinished(ok=True, tool=fake_tool(), elapsed=1.0))
     assert "1 test passing" in widget.counts.value and "1 test passing" in widget.summary.value
     assert "1 tests" not in widget.counts.value + widget.summary.value
+
+
+def test_an_iteration_row_says_which_error_and_how_long() -> None:
+    from flakebot_magic.events import IterationResult
+
+    widget = ProgressWidget()
+    widget(StageStarted("edit"))
+    error = "error[E0308] src/bin/sha256.rs:8:5: mismatched types"
+    widget(
+        IterationResult(
+            1, 0, 0, 1, run=1, summary="build FAILED: 1 error(s), 0 warning(s)", first_error=error, elapsed=2.5
+        )
+    )
+    row = widget.rows["iteration-1"]
+    assert row.state == "failed" and error in row.detail and "build FAILED" in row.detail
+    assert "2.5s" in re.search(r"data-stage='iteration-1'.*?</tr>", widget.table.value).group(0)  # type: ignore[union-attr]
+    assert "2.5s" in widget.text() and error in widget.text()
+
+
+def test_a_cached_test_row_gives_the_tools_own_count() -> None:
+    """Check run 0 counted 3 tests; the deployed tool has 4: the header and the summary say 4 (issue 21)."""
+    from flakebot_magic.backends.base import cached_rows
+    from flakebot_magic.events import EventBus, IterationResult
+
+    widget = ProgressWidget()
+    widget(StageStarted("edit"))
+    widget(IterationResult(0, 3, 0, 0, summary="contract NOT met: 3 passed"))
+    widget(StageFinished("edit", "done", "candidate #1 of 3 won", 1.0))
+    store = SimpleNamespace(manifest={"tests": {"passed": 4, "failed": 0, "ignored": 0}})
+    cached_rows(EventBus([widget]), ("build", "test"), store)  # type: ignore[arg-type]
+    assert widget.rows["test"].detail == "4 passed, 0 failed, 0 ignored"
+    widget(RunFinished(ok=True, tool=fake_tool(), elapsed=1.0))
+    assert "4 tests passing" in widget.counts.value and "4 tests passing" in widget.summary.value

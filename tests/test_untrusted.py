@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from flakebot_magic.untrusted import (
@@ -104,6 +104,7 @@ def test_a_lone_control_character_shows_as_one_replacement_character(parts: list
 @PROFILE
 @given(allowed_text, allowed_text, st.sampled_from(["\r", "\r\n", "\u2028", "\u2029"]))
 def test_a_carriage_return_cannot_overwrite_a_line(before: str, after: str, newline: str) -> None:
+    assume(not (newline == "\r" and after.startswith("\n")))  # that is one CRLF, a single newline
     assert safe_text(before + newline + after) == before + "\n" + after
 
 

@@ -19,7 +19,7 @@ from flakebot_magic.git import Git
 from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+from flakebot_magic.sandbox import Sandbox
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -87,7 +87,7 @@ def start_session(
         bus=bus,
         git=Git(workspace.path, runner),
         crate=workspace.crate,
-        cargo=SandboxedCargo(registry, runner, Sandbox(workspace.path)),
+        cargo=Cargo(registry, runner, Sandbox(workspace.path)),
         **options,
     )
     return Session(loop, server, workspace.path, events)

@@ -19,6 +19,8 @@ model-edited) workspace into a store entry:
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -33,6 +35,7 @@ from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..git import Git
 from ..model import ModelConfig
+from ..policy import TreePolicy
 from ..process import ProcessRunner
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
@@ -56,11 +59,12 @@ __all__ = [
     "nixpkgs_url",
 ]
 
-#: every key of a store entry's manifest.json, whichever backend wrote it (``hash`` and
-#: ``format`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
+#: every key of a store entry's manifest.json, whichever backend wrote it (``hash``, ``format`` and
+#: ``tools`` are added by :func:`~flakebot_magic.stages.deploy.write_entry`)
 MANIFEST_KEYS = (
     "backend",
     "binaries",
+    "build_bytes",
     "candidates",
     "checksum",
     "checksum_kind",
@@ -140,6 +144,9 @@ class RunState:
     race: Any = None
     #: crates the search found close to the chosen one (with ``--candidates``, some candidates start from them)
     alternatives: list[CrateCandidate] = field(default_factory=list)
+    #: the tree policy the workspace passed before its build (the published commit is its baseline);
+    #: cargo's downloads run only right after it passes again
+    policy: TreePolicy | None = None
 
     @property
     def follow_up(self) -> bool:
@@ -156,6 +163,12 @@ class RunState:
         if self.workspace is None:
             raise RuntimeError("the run has no workspace yet")
         return self.workspace
+
+    def checked(self) -> TreePolicy:
+        """The tree policy the build is held to (set by the pipeline before any backend builds)."""
+        if self.policy is None:
+            raise RuntimeError("the run's tree was not checked yet")
+        return self.policy
 
 
 @dataclass
@@ -198,11 +211,24 @@ class Stage:
             self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))
 
 
-def cached_rows(bus: EventBus, stages: Iterable[str], detail: Callable[[str], str] = lambda stage: "") -> None:
-    """A ``cached`` row for each of ``stages``."""
+def cached_rows(bus: EventBus, stages: Iterable[str], store: StorePath | None = None, *, where: str = "") -> None:
+    """A ``cached`` row for each of ``stages``.
+
+    With the store entry that had the tool, the test row says what its tests
+    counted when it was built (the counts a front end shows are the tool's,
+    not a check run's), and the deploy row says ``where`` it is.
+    """
+    tests = (store.manifest.get("tests") if store is not None else None) or {}
     for name in stages:
+        detail = ""
+        if name == "test" and isinstance(tests, dict) and "passed" in tests:
+            detail = (
+                f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, {tests.get('ignored', 0)} ignored"
+            )
+        elif name == "deploy":
+            detail = where
         bus.emit(StageStarted(name))
-        bus.emit(StageFinished(name, "cached", detail(name)))
+        bus.emit(StageFinished(name, "cached", detail))
 
 
 def line_logger(bus: EventBus, stage: str) -> Callable[[str, str], None]:
@@ -258,6 +284,8 @@ def manifest(
     data: dict[str, Any] = {
         "backend": backend,
         "binaries": sorted(built.binaries),
+        # what the build's outputs took on disk: what a full disk's error says the next build needs
+        "build_bytes": _bytes_under(workspace.path / "target"),
         "checksum": workspace.checksum,
         "checksum_kind": workspace.checksum_kind,
         "commit": commit,
@@ -289,6 +317,20 @@ def manifest(
         raise TypeError(f"not manifest keys: {sorted(unknown)}")
     data.update(nix)
     return data
+
+
+def _bytes_under(path: Path) -> int:
+    """The bytes of the regular files under ``path`` (0 when there is none)."""
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
 
 
 class Backend(ABC):

@@ -39,12 +39,13 @@ class CargoBackend(Backend):
         built = Built(key=key, flags=list(BUILD_FLAGS))
         built.cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
         if built.cached is not None:
-            cached_rows(bus, ("build", "test"))
+            cached_rows(bus, ("build", "test"), built.cached)
         else:
             result = check(
                 workspace.path,
                 cargo,
                 bus,
+                policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
             )

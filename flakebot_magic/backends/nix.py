@@ -318,7 +318,7 @@ class NixBackend(Backend):
         cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
         if cached is not None and self.alive(cached, run.name):
             built.cached = cached
-            cached_rows(bus, ("build", "test"))
+            cached_rows(bus, ("build", "test"), cached)
             return built
         pending = pending_link(settings.gcroots_dir, run.name)
         release = NixRelease(
@@ -329,6 +329,7 @@ class NixBackend(Backend):
                 workspace.path,
                 cargo,
                 bus,
+                policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
                 release=release,

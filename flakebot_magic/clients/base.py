@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import ToolError
 from ..process import allowed_env
 from ..provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
@@ -220,6 +221,20 @@ class ToolClient:
         """True while the tool's own process runs (always False for a CLI tool)."""
         return False
 
+    def require_binary(self) -> None:
+        """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone, saying how to get the tool back.
+
+        ``%flakebot clean --all`` (or a cleaned store) removes what a tool
+        loaded in a kernel runs; starting it then would end in a
+        ``FileNotFoundError`` deep in ``subprocess``.
+        """
+        if not Path(self.binary).is_file():
+            raise ToolError(
+                f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
+                f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
+                "if another kernel has built it since."
+            )
+
     def stop(self) -> None:
         """Stop the tool's process, if it has one (a later call starts it again)."""
 
@@ -366,8 +381,11 @@ class ToolClient:
 
     def _repr_html_(self) -> str:
         e = safe_html
+        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables)
         body = "".join(
-            f"<tr><th style='text-align:left'>{e(k)}</th><td><code>{e(v)}</code></td></tr>" for k, v in self._rows()
+            f"<tr style='background:none'><th style='text-align:left;padding:1px 1em 1px 0'>{e(k)}</th>"
+            f"<td style='text-align:left;padding:1px 0'><code>{e(v)}</code></td></tr>"
+            for k, v in self._rows()
         )
         calls = "".join(
             f"<li><code>{e(_signature_text(fn))}</code> &mdash; {e(_first_line(fn.description))}"
@@ -380,7 +398,7 @@ class ToolClient:
         return (
             f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b> "
             f"&mdash; {e(self.description)}"
-            f"<table>{body}</table>"
+            f"<table style='margin:4px 0'>{body}</table>"
             f"<p>Call it: <code>{e(self.example())}</code></p>"
             f"<ul>{calls}</ul>"
             f"<details><summary>For agents: <code>{e(self.name)}.openai_tools()</code></summary><pre>{tools}</pre></details>"

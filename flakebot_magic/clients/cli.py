@@ -283,6 +283,8 @@ class CliTool(ToolClient):
         ``raw=True`` returns the output as written (colours and all); by
         default the tool is asked for plain text and escapes are stripped.
         """
+        __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
+        self.require_binary()
         items: list[Any] = list(args)
         if input is None and items and isinstance(items[0], bytes):
             if not self.reads_stdin:
@@ -402,7 +404,9 @@ class CliTool(ToolClient):
     def example(self) -> str:
         if self.reads_stdin:
             return f'{self.name}("some input text")'
-        return f'{self.name}("--help")'
+        if self.help:  # its help says what it takes
+            return f'{self.name}("--help")'
+        return f"{self.name}()"  # no --help to show: the plain call
 
     def _rich_example(self) -> str:
         """The first call to try: the plain one, with an argument only where the tool needs one.

@@ -303,6 +303,15 @@ def parse_help(text: str, reserved: frozenset[str] = frozenset()) -> CliSpec:
     )
 
 
+def _echoes(text: str, flag: str) -> bool:
+    """Whether a tool's "help" is only the flag it was given back (a tool without ``--help`` that prints its input).
+
+    >>> _echoes("--help", "--help"), _echoes("Usage: tool [FILE]", "--help")
+    (True, False)
+    """
+    return text.split() == [flag]
+
+
 #: what the ``--help`` probe keeps of a tool's help text
 HELP_BYTES = 1024 * 1024
 
@@ -341,7 +350,7 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0)
                 exchange.close()
                 raise
             text = (out or err).decode("utf-8", "replace").strip()
-            if proc.returncode == 0 and text:
+            if proc.returncode == 0 and text and not _echoes(text, flag):
                 return text
         return ""
     finally:

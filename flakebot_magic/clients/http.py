@@ -18,6 +18,18 @@ error status::
     >>> svc.greet(name="Ada")                               # doctest: +SKIP
     {'greeting': 'Hello, Ada.'}
 
+Calls from several threads share at most :attr:`HttpTool.max_connections`
+``httpx.Client`` s per start of the service, each with one keep-alive
+connection and used by one call at a time. No thread ever closes a socket
+another thread uses (httpx's own pool may close an expired connection a
+second thread was just given; closing a socket another thread reads from
+lets the kernel hand its number to the next socket: "Bad file descriptor",
+or a read that waits for the whole timeout on somebody else's connection).
+When a call finds the service dead, that start's clients are retired at
+once, so no other call takes a connection to the dead service: the calls in
+flight fail fast with a :class:`~flakebot_magic.errors.ToolError`, and the
+next call starts the service again.
+
 The service starts with the allowlisted environment (plus the ``tool_env``
 setting and ``PORT``, ``HOST``, ``FLAKEBOT_TOKEN``). At each start the client
 checks that a request without the token is refused (else the start fails
@@ -45,7 +57,14 @@ from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
 from .contract import ToolContract
-from .http_net import MAX_RESPONSE_BYTES, capped_transport, free_port, is_loopback, listening_addresses
+from .http_net import (
+    MAX_RESPONSE_BYTES,
+    ClientPool,
+    capped_transport,
+    free_port,
+    is_loopback,
+    listening_addresses,
+)
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
 
@@ -75,6 +94,11 @@ class HttpTool(StartedToolClient):
 
     #: the largest answer read (bytes)
     max_response = MAX_RESPONSE_BYTES
+    #: the most connections the client keeps to the service at once; more concurrent calls wait for a free one.
+    #: Small services serve each keep-alive connection with one worker until it closes (tiny_http starts 4 and,
+    #: when connections arrive together, can leave a fifth unserved): more connections than workers would
+    #: starve a call for the whole timeout. Set it higher, before the first call, for a service that scales.
+    max_connections = 4
 
     def __init__(
         self,
@@ -88,7 +112,7 @@ class HttpTool(StartedToolClient):
         self._transport = transport
         self._logs = LogBuffer()
         self._process: ToolProcess | None = None
-        self._client: httpx.Client | None = None
+        self._clients: ClientPool | None = None
         self._lock = threading.RLock()
         self._functions: dict[str, ToolFunction] | None = None
         self.openapi: dict[str, Any] | None = None
@@ -102,16 +126,17 @@ class HttpTool(StartedToolClient):
 
     def start(self) -> HttpTool:
         """Start the service (if it is not running), wait until it is healthy, read its OpenAPI."""
+        self.require_binary()
         lifecycle.register(self)
         with self._lock:
-            if self.running:
+            if self.running and self._clients is not None:
                 return self
             if self._process is not None:
                 self.restarts += 1
                 self._logs.append(
                     f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n"
                 )
-                self._close_client()
+                self._retire()
                 self._process.stop()  # reaps it and closes its pipes
             for attempt in range(2):
                 try:
@@ -138,13 +163,21 @@ class HttpTool(StartedToolClient):
         process = ToolProcess([str(self.binary), "--port", str(port)], env=env, logs=self._logs, stdio=False)
         process.start()
         base_url = f"http://127.0.0.1:{port}"
-        client = httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
-            timeout=self.timeout,
-            trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
-            transport=capped_transport(self._transport or httpx.HTTPTransport(), self.max_response, self.name),
-        )
+
+        def make() -> httpx.Client:
+            return httpx.Client(
+                base_url=base_url,
+                headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
+                timeout=self.timeout,
+                trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
+                transport=capped_transport(
+                    self._transport or httpx.HTTPTransport(limits=httpx.Limits(max_connections=1)),
+                    self.max_response,
+                    self.name,
+                ),
+            )
+
+        client = make()
         try:
             self._wait_ready(client, process)
             if self._transport is None:
@@ -154,7 +187,8 @@ class HttpTool(StartedToolClient):
             client.close()
             process.stop()
             raise
-        self._process, self._client, self.base_url, self.port = process, client, base_url, port
+        self._process, self.base_url, self.port = process, base_url, port
+        self._clients = ClientPool(make, process, self.max_connections, client)
         self.token = token
 
     def _check_token_required(self, client: httpx.Client, process: ToolProcess) -> None:
@@ -232,15 +266,16 @@ class HttpTool(StartedToolClient):
                 "127.0.0.1 only (see docs/tool-contract.md)."
             )
 
-    def _close_client(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+    def _retire(self) -> None:
+        """Retire the current clients (the caller holds the lock): later calls get the next start's."""
+        if self._clients is not None:
+            self._clients.retire()
+            self._clients = None
 
     def stop(self) -> None:
         with self._lock:
             was_running = self.running
-            self._close_client()
+            self._retire()
             if self._process is not None:
                 self._process.stop()
             if was_running:
@@ -260,7 +295,7 @@ class HttpTool(StartedToolClient):
     # -- raw requests ----------------------------------------------------------
 
     @contextmanager
-    def _map_errors(self, method: str, path: str) -> Iterator[None]:
+    def _map_errors(self, method: str, path: str, clients: ClientPool) -> Iterator[None]:
         import httpx
 
         try:
@@ -272,11 +307,13 @@ class HttpTool(StartedToolClient):
                 stderr=self.logs(20),
             ) from exc
         except httpx.HTTPError as exc:
-            alive = (
-                "is running"
-                if self.running
-                else f"exited (status {self._process.returncode if self._process else None})"
-            )
+            process = clients.process
+            if not process.alive:
+                with self._lock:  # no other call may take a connection to the dead service
+                    clients.retire()
+                    if self._clients is clients:
+                        self._clients = None
+            alive = "is running" if process.alive else f"exited (status {process.returncode}); the next call starts it"
             raise ToolError(
                 f"{self.name}: {method} {path} failed: {exc}. The service {alive}; "
                 f"its output:\n{self.logs(20).strip() or '(none)'}",
@@ -289,29 +326,35 @@ class HttpTool(StartedToolClient):
         Starts the service first when it is not running. An interrupted
         request stops the service (the next call starts it again).
         """
-        with self._lock:
-            if not self.running:
-                self.start()
-            elif (
-                self._transport is None
-                and self._process is not None
-                and time.monotonic() - self._loopback_checked > self.loopback_recheck
-            ):
-                # a service may open another socket after its start: it must stay on loopback
-                try:
-                    self._check_loopback(self._process)
-                except ToolError:
-                    self.stop()
-                    raise
-            client = self._client
-        assert client is not None
+        while True:
+            with self._lock:
+                if not self.running or self._clients is None:
+                    self.start()
+                elif (
+                    self._transport is None
+                    and self._process is not None
+                    and time.monotonic() - self._loopback_checked > self.loopback_recheck
+                ):
+                    # a service may open another socket after its start: it must stay on loopback
+                    try:
+                        self._check_loopback(self._process)
+                    except ToolError:
+                        self.stop()
+                        raise
+                clients = self._clients
+            assert clients is not None
+            client = clients.take(self.timeout, self.name)
+            if client is not None:
+                break  # else the service was restarted while this call waited: take one of the new clients
         try:
-            with self._map_errors(method.upper(), path):
+            with self._map_errors(method.upper(), path, clients):
                 return client.request(method, path, **kwargs)
         except KeyboardInterrupt:
             self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
             self.stop()
             raise
+        finally:
+            clients.give_back(client)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.request("GET", path, **kwargs)

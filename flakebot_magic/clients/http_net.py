@@ -1,4 +1,4 @@
-"""The network side of an HTTP tool: a free loopback port, who listens where, a size-capped transport.
+"""The network side of an HTTP tool: a free loopback port, who listens where, a size-capped transport, its clients.
 
 httpx is imported when a transport is made, not when this module is imported.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ToolError
@@ -16,8 +18,11 @@ from ..errors import ToolError
 if TYPE_CHECKING:
     import httpx
 
+    from .lifecycle import ToolProcess
+
 __all__ = [
     "MAX_RESPONSE_BYTES",
+    "ClientPool",
     "ResponseTooLarge",
     "capped_transport",
     "free_port",
@@ -139,3 +144,66 @@ def is_loopback(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_loopback
+
+
+class ClientPool:
+    """The ``httpx.Client`` s of one start of the service: at most ``size``, each used by one call at a time.
+
+    No thread ever closes a socket another thread uses: a client (and its
+    one keep-alive connection) belongs to the call that took it until it is
+    given back, and a retired client is closed by the call that had it, or
+    at once when it was idle.
+    """
+
+    def __init__(self, make: Callable[[], httpx.Client], process: ToolProcess, size: int, first: httpx.Client) -> None:
+        self.make = make
+        self.process = process
+        self.size = max(1, size)
+        self.idle = [first]
+        self.made = 1
+        self.retired = False
+        self.ready = threading.Condition()
+
+    def take(self, timeout: float, name: str) -> httpx.Client | None:
+        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired."""
+        deadline = time.monotonic() + timeout
+        with self.ready:
+            while True:
+                if self.retired:
+                    return None
+                if self.idle:
+                    return self.idle.pop()
+                if self.made < self.size:
+                    self.made += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ToolError(
+                        f"{name}: all {self.size} connections to the service stayed busy for {timeout:g} s. "
+                        "Make fewer calls at once, or raise the tool's max_connections if the service serves more."
+                    )
+                self.ready.wait(left)
+        try:
+            return self.make()
+        except BaseException:
+            with self.ready:
+                self.made -= 1
+                self.ready.notify()
+            raise
+
+    def give_back(self, client: httpx.Client) -> None:
+        with self.ready:
+            if not self.retired:
+                self.idle.append(client)
+                self.ready.notify()
+                return
+        client.close()
+
+    def retire(self) -> None:
+        """No call takes a client any more: the idle ones are closed now, the others by their calls."""
+        with self.ready:
+            self.retired = True
+            idle, self.idle = self.idle, []
+            self.ready.notify_all()
+        for client in idle:
+            client.close()

@@ -403,6 +403,7 @@ class McpTool(StartedToolClient):
 
     def start(self) -> McpTool:
         """Start the server (if it is not running) and read its tools."""
+        self.require_binary()
         lifecycle.register(self)
         self.session.start()
         if self._functions is None:

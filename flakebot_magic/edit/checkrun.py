@@ -5,6 +5,11 @@ one workspace, applies rustc's machine-applicable suggestions, checks the
 build policy on disk after each run (a test or a build script may have
 written what flakebot does not build), commits each run with its diagnostics
 summary, and reverts to the best commit when the loop says so.
+
+A run starts with cargo's downloads (an online registry; the fetch profile),
+which the build policy must pass first: the tree the network step reads is
+never one that sandboxed code changed unchecked. Build, test and clippy then
+run offline.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from ..diagnostics import (
     parse_test_output,
     readable,
 )
-from ..errors import DeployError, StageTimeout
+from ..errors import DeployError, PolicyError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..fsutil import UnsafePath, load_toml
 from ..git import Git
-from ..policy import CANDIDATES_DIR, Violation, check_tree
+from ..policy import CANDIDATES_DIR, TreePolicy, Violation
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
 
@@ -86,6 +91,8 @@ class CheckRun:
     fixable: list[Suggestion] = field(default_factory=list)
     #: what the build policy refused on disk after this run (then it is reverted)
     policy: list[str] = field(default_factory=list)
+    #: what the build policy refused before cargo could download for this run (then nothing ran)
+    refused_before: list[Violation] = field(default_factory=list, repr=False)
 
     @property
     def passed(self) -> int:
@@ -226,7 +233,7 @@ class CheckRunner:
         """
         run = self.cargo_run(iteration, clippy=clippy)
         # a test or a build script may have written files while cargo ran: check the tree on disk
-        refused = self.policy()
+        refused = self.policy(run)
         for _ in range(FIX_ROUNDS):
             if refused or not run.fixable:
                 break
@@ -237,7 +244,7 @@ class CheckRunner:
             self.emit(run)
             run = self.cargo_run(iteration, clippy=clippy)
             run.auto_fixed = fixed
-            refused = self.policy()
+            refused = self.policy(run)
         return run, refused
 
     def cargo_run(self, iteration: int, *, clippy: bool) -> CheckRun:
@@ -251,8 +258,15 @@ class CheckRunner:
             if stream == "stderr":
                 for text in readable([line]):  # rustdoc's JSON diagnostics come on stderr
                     self.bus.log("edit", text, "stderr")
-            elif not line.startswith("{"):
+                return
+            if not line.startswith("{"):
                 self.bus.log("edit", line, "stdout")
+                return
+            # cargo's JSON: the log gets a compiler error as rustc renders it (the E-code, the code, the help)
+            for error in parse_cargo_messages([line])[0]:
+                if error.level.startswith("error") and error.rendered:
+                    for rendered in error.rendered.rstrip().splitlines():
+                        self.bus.log("edit", rendered, "stdout")
 
         def cargo(subcommand: str, *args: str, timeout: float) -> Any:
             nonlocal cargo_time
@@ -269,7 +283,21 @@ class CheckRunner:
                 cargo_time += time.monotonic() - t0
 
         artifacts: list[dict[str, Any]] = []
-        build = cargo("build", "--message-format=json", timeout=self.build_timeout)
+        t0 = time.monotonic()
+        try:
+            fetched = self.cargo.fetch(self.root, policy=self.tree_policy(), timeout=self.build_timeout, on_line=log)
+        except PolicyError as exc:
+            run.refused_before = list(exc.violations)
+            run.note = "nothing was built: the tree breaks the build policy"
+            fetched = None
+        except StageTimeout as exc:
+            run.note = f"cargo's download ran past its time limit of {exc.seconds:.0f} s and was stopped"
+            fetched = None
+        finally:
+            cargo_time += time.monotonic() - t0
+        if fetched is not None and fetched.returncode != 0:
+            run.note = "cargo could not download the dependencies:\n" + _tail(fetched.stderr)
+        build = None if run.note else cargo("build", "--message-format=json", timeout=self.build_timeout)
         if build is not None:
             found, run.binaries, _ = parse_cargo_messages(build.stdout.splitlines(), artifacts=artifacts)
             messages = actionable(found)
@@ -293,7 +321,7 @@ class CheckRunner:
                 elif test.returncode != 0 and not run.errors and not run.tests.failed:
                     run.note = "cargo test failed:\n" + _tail(test.stderr)
                 run.fixable += [s for e in run.errors for s in e.suggestions if s not in run.fixable]
-        if clippy and (run.built or iteration == 0):
+        if clippy and (run.built or (iteration == 0 and not run.note)):
             # the baseline runs clippy even on a broken crate: it checks the dependencies once, up front
             lint = cargo("clippy", "--message-format=json", timeout=self.build_timeout)
             if lint is not None:
@@ -390,9 +418,15 @@ class CheckRunner:
         self.bus.notice("edit", f"check run {run.run} reverted to {to[:12]}: {run.reason}", "warning")
         self.emit(run)
 
-    def policy(self) -> list[Violation]:
-        """What the build policy refuses in the workspace on disk."""
-        return check_tree(self.root, allow_build_scripts=self.files.allow_build_scripts, baseline=self.files.published)
+    def tree_policy(self) -> TreePolicy:
+        """The build policy this workspace is held to."""
+        return TreePolicy(self.files.allow_build_scripts, self.files.published)
+
+    def policy(self, run: CheckRun | None = None) -> list[Violation]:
+        """What the build policy refuses in the workspace on disk (or refused before ``run`` could start)."""
+        if run is not None and run.refused_before:
+            return run.refused_before
+        return self.tree_policy().check(self.root)
 
     def refuse(self, run: CheckRun, refused: list[Violation], to: str) -> None:
         """Revert a check run after which the tree broke the build policy, and say why."""
@@ -415,6 +449,8 @@ class CheckRunner:
                 warnings=len(run.warnings),
                 auto_fixed=len(run.auto_fixed),
                 summary=run.headline(),
+                first_error=run.errors[0].headline() if run.errors else "",
+                elapsed=run.seconds,
             )
         )
 

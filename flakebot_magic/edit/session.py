@@ -59,7 +59,7 @@ class EditLoop:
     model
         The model configuration (its name is sent; ``stream`` is honoured).
     cargo
-        Runs cargo; pass a :class:`~flakebot_magic.sandbox.SandboxedCargo`.
+        Runs cargo (in the workspace's sandbox: :meth:`~flakebot_magic.cargo.Cargo.confined_to`).
     bus
         Receives :class:`~flakebot_magic.events.IterationResult` and log events.
     git
@@ -411,7 +411,7 @@ class EditLoop:
         before = self.checks.head()
         run = self.checks.cargo_run(0, clippy=True)
         self.ratchet.best_passed = run.passed if run.tests_ran else 0
-        refused = self.checks.policy()
+        refused = self.checks.policy(run)
         if refused:  # the crate's own tests wrote what the policy refuses: back to the fork
             self.ratchet.best_commit = before
             self.checks.refuse(run, refused, to=before)

@@ -505,7 +505,7 @@ class Team:
     def _check_cancel(self) -> None:
         if self.runner.cancel.cancelled:
             self._stop_all("the run was cancelled")
-            raise Cancelled("The run was cancelled.", workspace=self.root)
+            raise Cancelled("Stopped during the edit session.", workspace=self.root)
 
     def _stop_all(self, reason: str) -> None:
         """Stop every actor (model requests cut, processes killed) and wait for them, at most STOP_SECONDS."""

@@ -3,12 +3,12 @@
 From a notebook::
 
     import flakebot_magic.eval
-    results = flakebot_magic.eval.run("evals/starter", models=["gpt-4.1-mini", "qwen2.5-coder"],
+    results = flakebot_magic.eval.run("starter", models=["gpt-4.1-mini", "qwen2.5-coder"],
                                       base_url="http://localhost:11434/v1", attempts=2)
     results          # an HTML table: per model and per task
     results.plot()   # pass rate against cost, one point per model
 
-From a terminal: ``flakebot eval evals/starter --model M [--model N] ...``.
+From a terminal: ``flakebot eval starter --model M [--model N] ...``.
 
 One job per module:
 
@@ -89,7 +89,7 @@ def run(
     Parameters
     ----------
     suite
-        A directory of tasks (``docs/eval.md``), e.g. ``evals/starter``.
+        A directory of tasks (``docs/eval.md``), e.g. ``starter`` (the built-in suite).
     models
         The models to compare, side by side (default: the ``model`` setting).
     replay

@@ -25,7 +25,9 @@ _SKIP = ("model", "resume", "follow_up", "rebuild")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``eval`` subcommand's flags; the build options (``--base-url``, ``--provider``, ...) come from the table."""
-    parser.add_argument("suite", nargs="?", help="A directory of tasks (see docs/eval.md), e.g. evals/starter.")
+    parser.add_argument(
+        "suite", nargs="?", help="A directory of tasks (see docs/eval.md), e.g. starter (the built-in suite)."
+    )
     parser.add_argument(
         "--polyglot",
         metavar="PATH",

@@ -25,10 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..cargo import Cargo
 from ..edit.ratchet import scan_tests
+from ..policy import TreePolicy
 from ..process import ProcessRunner, scrubbed_env
 from ..registry.base import Registry
-from ..sandbox import Sandbox, SandboxedCargo
+from ..sandbox import Sandbox
 from .pytest_plugin import ENV_CACHE, ENV_REPORT, ENV_TOOL
 from .results import HiddenResult, cut
 from .task import Task
@@ -130,7 +132,10 @@ def run_cargo_tests(
     tests_dir.mkdir(exist_ok=True)
     for source in task.hidden.files:
         shutil.copyfile(source, tests_dir / source.name)
-    cargo = SandboxedCargo(registry, runner, Sandbox(crate))
+    cargo = Cargo(registry, runner, Sandbox(crate))
+    # an online registry: what the tests need is downloaded first (the fetch profile), once the policy passes
+    # the copy; build scripts only ever run in the sandbox, so the gate here is about where code comes from
+    cargo.fetch(crate, policy=TreePolicy(allow_build_scripts=True), timeout=timeout)
     seen: dict[str, str] = {}
     outputs: list[str] = []
     failed_run = False

@@ -244,10 +244,6 @@ class ExerciseRegistry:
     def cargo_config(self) -> str:
         return self.base.cargo_config()
 
-    def cargo_config_args(self) -> list[str]:
-        args = getattr(self.base, "cargo_config_args", None)
-        return list(args()) if args is not None else []
-
     def signature(self) -> str:
         signature = getattr(self.base, "signature", None)
         return str(signature()) if signature is not None else ""

@@ -173,7 +173,7 @@ class EvalResults:
 
     Examples
     --------
-    >>> results = flakebot_magic.eval.run("evals/starter", replay=True)  # doctest: +SKIP
+    >>> results = flakebot_magic.eval.run("starter", replay=True)  # doctest: +SKIP
     >>> results                      # an HTML table in a notebook, text in a terminal   # doctest: +SKIP
     >>> results.plot()               # pass rate against cost, one point per model         # doctest: +SKIP
     >>> results.summary["replay"]["pass_at_1"]                                             # doctest: +SKIP

@@ -25,6 +25,7 @@ from ..errors import UsageError
 from ..fsutil import load_toml
 
 __all__ = [
+    "BUILTIN_SUITES",
     "HIDDEN_FILE",
     "SOLUTION_FILE",
     "TASK_FILE",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 TASK_FILE = "task.toml"
+#: suites that ship with flakebot, by name: ``flakebot eval starter`` works from any directory
+BUILTIN_SUITES = {"starter": Path(__file__).resolve().parent / "suites" / "starter"}
 HIDDEN_FILE = "test_hidden.py"
 SOLUTION_FILE = "solution.json"
 #: the keys a task.toml may hold, and whether each is required
@@ -141,15 +144,22 @@ class _Bad(Exception):
 
 
 def load_suite(path: str | Path) -> Suite:
-    """Every task under ``path`` (a directory of task directories), checked; raises only when ``path`` is no suite.
+    """Every task under ``path`` (a directory of task directories, or a name of :data:`BUILTIN_SUITES`), checked.
+
+    Raises only when ``path`` is no suite.
 
     Directories whose names start with ``.`` or ``_`` are skipped; a
     directory holding a ``test_hidden.py`` or ``solution.json`` but no
     ``task.toml`` is reported as a problem (a task with a typo in its file name).
     """
     root = Path(path).expanduser()
+    if not root.is_dir() and str(path) in BUILTIN_SUITES:
+        root = BUILTIN_SUITES[str(path)]
     if not root.is_dir():
-        raise UsageError(f"The suite {root} is not a directory. Give the directory that holds the task directories.")
+        raise UsageError(
+            f"The suite {root} is not a directory. Give the directory that holds the task directories, "
+            f"or a built-in suite: {', '.join(sorted(BUILTIN_SUITES))}."
+        )
     tasks: list[Task] = []
     problems: list[TaskProblem] = []
     for entry in sorted(root.iterdir()):

@@ -343,8 +343,14 @@ class CratesIoRegistry:
         return FetchedSource(path=dest, checksum=actual, checksum_kind="crate-sha256")
 
     def cargo_config(self) -> str:
-        """Nothing: cargo's default registry is crates.io."""
-        return ""
+        """Nothing for crates.io itself (cargo's default); for another index (a mirror), cargo's crates.io replaced by it."""
+        if self.index_url == DEFAULT_INDEX_URL:
+            return ""
+        index = self.index_url.replace("\\", "").replace('"', "")
+        return (
+            '[source.crates-io]\nreplace-with = "flakebot-index"\n\n'
+            f'[source.flakebot-index]\nregistry = "sparse+{index}/"\n'
+        )
 
     # -- helpers -----------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
 
 The index lives in the cache dir, one SQLite file per registry path, and is
-rebuilt when the registry changes (its entries or its mtime). It holds, per
+rebuilt when the registry changes (its entries or its mtime) and on any error
+reading it (a damaged page or row: a cache is made again); in memory where it
+cannot be written (a full disk), so search and cached builds still work. It holds, per
 crate, its name, description, keywords, categories, what its binaries say
 they do (:func:`.crate_files.binary_text`) and its README, stemmed by FTS5's
 ``porter`` tokenizer; what its binaries read (:func:`.crate_files.binary_input`);
@@ -25,7 +27,9 @@ meaning to those found by words, and fuses both scores
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -35,20 +39,18 @@ import secrets
 import shutil
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
 from ..fsutil import atomic_write
+from ..storage import translate
 from . import embedding, ranking
 from .base import CrateCandidate, FetchedSource
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries
 from .semver import matches, newest
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
@@ -60,36 +62,6 @@ _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
 _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 #: how many rows bm25 hands to the coverage step, at least
 _POOL = 80
-#: what a crate's embedding reads: the start of its README, and of what its binaries say (characters)
-SUMMARY_CHARS = 200
-BINARY_CHARS = 400
-#: word pieces embedded per crate (the model was trained on texts this long)
-EMBEDDED_TOKENS = 128
-
-
-def _about(name: str, description: str, keywords: list[str]) -> str:
-    return f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
-
-
-def semantic_model(
-    setting: str | None, *, package: str = embedding.PACKAGE_MODULE
-) -> tuple[embedding.ModelFiles | None, str]:
-    """The embedding model a registry searches with, and why there is none ("" when there is one).
-
-    ``setting`` is the ``embedding_model`` setting (a directory, ``off``, or
-    None: the installed ``package`` or the Hugging Face cache).
-    """
-    if setting and setting.strip().lower() == embedding.OFF:
-        return None, "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only"
-    model = embedding.find_model(setting, package=package)
-    missing = embedding.missing_libraries()
-    if model is not None and not missing:
-        return model, ""
-    lacking = "no sentence-embedding model is installed" if model is None else f"{', '.join(missing)} not installed"
-    return (
-        None,
-        f"semantic search is off ({lacking}); search ranks by words only. To turn it on: {embedding.how_to_enable()}.",
-    )
 
 
 def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
@@ -112,6 +84,29 @@ def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
             dirnames[:] = [d for d in dirnames if d not in exclude]
         for filename in filenames:
             yield Path(dirpath) / filename
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _remade_when_damaged(
+    read: Callable[Concatenate[DirectoryRegistry, _P], _T],
+) -> Callable[Concatenate[DirectoryRegistry, _P], _T]:
+    """A read of the index that meets damage (a bad page, a row that does not decode) makes it again, reads again."""
+
+    def again(self: DirectoryRegistry, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return read(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            self._discard()
+        try:
+            return read(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            raise translate(exc, "searching the crate index", self.index_path) from exc
+
+    functools.update_wrapper(again, read)
+    return again
 
 
 class DirectoryRegistry:
@@ -143,8 +138,8 @@ class DirectoryRegistry:
         self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
-        self._model, self.semantic_off = semantic_model(embedding_model)
-        self._vectors: tuple[list[int], npt.NDArray[np.float32], dict[int, npt.NDArray[np.float32]]] | None = None
+        self._model, self.semantic_off = embedding.semantic_model(embedding_model)
+        self._vectors: embedding.CrateVectors | None = None
 
     # -- the index ---------------------------------------------------------
 
@@ -163,24 +158,50 @@ class DirectoryRegistry:
                 return self._db
             self.index_path.parent.mkdir(parents=True, exist_ok=True)
             signature = self.signature()
-            db = sqlite3.connect(self.index_path, check_same_thread=False)
+            try:
+                db = sqlite3.connect(self.index_path, check_same_thread=False)
+            except sqlite3.DatabaseError:  # not even openable: an empty one stands in, made again below
+                db = sqlite3.connect(":memory:", check_same_thread=False)
             try:
                 row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
             except sqlite3.DatabaseError:
                 row = None
             if row is None or row[0] != signature:
                 db.close()
-                self._rebuild(signature)
-                db = sqlite3.connect(self.index_path, check_same_thread=False)
+                try:
+                    self._rebuild(signature)
+                    db = sqlite3.connect(self.index_path, check_same_thread=False)
+                except (OSError, sqlite3.Error):
+                    # the cache dir cannot take the index (a full disk): this process keeps one in memory
+                    with contextlib.suppress(OSError):
+                        self.index_path.unlink(missing_ok=True)
+                    db = sqlite3.connect(":memory:", check_same_thread=False)
+                    self._fill(db, signature)
             self._db = db
             return db
 
+    def _discard(self) -> None:
+        """Close the index and remove its file: the next read makes it again."""
+        self._vectors = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            with contextlib.suppress(OSError):
+                self.index_path.unlink(missing_ok=True)
+
     def _rebuild(self, signature: str) -> None:
-        # built beside the index under a fresh name, then written in one step by atomic_write
-        # (fsync-ed, a planted symlink replaced, never followed)
+        # built beside under a fresh name, then written in one step by atomic_write (a planted symlink replaced)
         tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
-        tmp.unlink(missing_ok=True)
-        db = sqlite3.connect(tmp)
+        try:
+            with closing(sqlite3.connect(tmp)) as db:
+                self._fill(db, signature)
+            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _fill(self, db: sqlite3.Connection, signature: str) -> None:
+        """Index every crate of the registry into the empty database ``db``."""
         db.executescript(
             f"""
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -195,7 +216,7 @@ class DirectoryRegistry:
                 {", ".join(_COLUMNS_FTS)}, content='', tokenize='{ranking.TOKENIZER}'
             );
             CREATE TABLE words (word TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-            CREATE TABLE vectors (id INTEGER PRIMARY KEY, about BLOB NOT NULL, own BLOB);
+            {embedding.VECTORS_TABLE};
             """
         )
         embedded: list[tuple[int, str, str]] = []  # per crate row: what its embedding reads, and its binary's
@@ -254,14 +275,11 @@ class DirectoryRegistry:
                 (cursor.lastrowid, *text),
             )
             documents += 1
-            about = _about(name, description, keywords)
-            summary = readme_summary(ranking.clean(readme_text), SUMMARY_CHARS)
-            binary = " ".join(said.split())[:BINARY_CHARS]
+            summary = readme_summary(ranking.clean(readme_text), embedding.SUMMARY_CHARS)
             embedded.append(
                 (
                     int(cursor.lastrowid or 0),
-                    f"{about}. {summary}" if summary else about,
-                    f"{about}. {binary}" if bins else "",
+                    *embedding.crate_texts(name, description, keywords, summary, said if bins else None),
                 )
             )
             for word in set(ranking.tokens(" ".join(text))):
@@ -273,40 +291,14 @@ class DirectoryRegistry:
         )
         db.executemany("INSERT INTO words VALUES (?, ?)", vocabulary.items())
         if self._model is not None:
-            self._embed(db, embedded)
+            embedding.store_vectors(db, self._model, embedded)
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
         db.commit()
-        db.close()
-        try:
-            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
-        finally:
-            tmp.unlink(missing_ok=True)
 
-    def _embed(self, db: sqlite3.Connection, embedded: list[tuple[int, str, str]]) -> None:
-        """Each crate's embedding, and its binary's, into the ``vectors`` table (float32 blobs)."""
-        assert self._model is not None
-        encoder = embedding.encoder_for(self._model)
-        about = encoder.encode([text for _, text, _ in embedded], max_tokens=EMBEDDED_TOKENS, remember=True)
-        owners = [(rowid, text) for rowid, _, text in embedded if text]
-        own = encoder.encode([text for _, text in owners], max_tokens=EMBEDDED_TOKENS, remember=True)
-        own_of = {rowid: own[i].tobytes() for i, (rowid, _) in enumerate(owners)}
-        db.executemany(
-            "INSERT INTO vectors VALUES (?, ?, ?)",
-            [(rowid, about[i].tobytes(), own_of.get(rowid)) for i, (rowid, _, _) in enumerate(embedded)],
-        )
-        db.execute("INSERT INTO meta VALUES ('embedding_model', ?)", (self._model.identity,))
-
-    def _load_vectors(self) -> tuple[list[int], npt.NDArray[np.float32], dict[int, npt.NDArray[np.float32]]]:
-        """Every crate row's embedding as one matrix (rows in ``ids`` order), and the binaries' by row id."""
+    def _load_vectors(self) -> embedding.CrateVectors:
         if self._vectors is None:
-            import numpy as np
-
-            rows = self._connect().execute("SELECT id, about, own FROM vectors ORDER BY id").fetchall()
-            ids = [r[0] for r in rows]
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1 if rows else 0)
-            own = {r[0]: np.frombuffer(r[2], dtype=np.float32) for r in rows if r[2] is not None}
-            self._vectors = (ids, matrix, own)
+            self._vectors = embedding.load_vectors(self._connect())
         return self._vectors
 
     def close(self) -> None:
@@ -343,6 +335,7 @@ class DirectoryRegistry:
 
     _COLUMNS = "c.name, c.version, c.dir, c.description, c.keywords, c.categories, c.license, c.homepage, c.repository, c.bins, c.input"
 
+    @_remade_when_damaged
     def frequencies(self, words: Collection[str]) -> dict[str, int]:
         """In how many crates' text each of ``words`` appears (words it never saw left out)."""
         db, wanted = self._connect(), list(words)
@@ -353,6 +346,7 @@ class DirectoryRegistry:
             found.update(db.execute(f"SELECT word, df FROM words WHERE word IN ({marks})", chunk).fetchall())
         return found
 
+    @_remade_when_damaged
     def matches(self, words: Collection[str]) -> dict[str, int]:
         """In how many crates each of ``words`` matches, stemmed as the index stems it."""
         db = self._connect()
@@ -362,6 +356,7 @@ class DirectoryRegistry:
             if ranking.tokens(word) == [word]
         }
 
+    @_remade_when_damaged
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,
         ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`; with
@@ -377,10 +372,11 @@ class DirectoryRegistry:
         rows = self._lexical_rows(db, query, found, limit)
         similarity: dict[int, float] = {}
         own: dict[int, float] = {}
-        ids, matrix, owned = self._load_vectors() if meaning is not None else ([], None, {})
-        if not ids:  # an empty registry: nothing to compare with
+        vectors = self._load_vectors() if meaning is not None else None
+        if vectors is None or not vectors.ids:  # no model, or an empty registry: words only
             meaning = None
-        if meaning is not None and matrix is not None:
+        if meaning is not None and vectors is not None:
+            ids, matrix, owned = vectors.ids, vectors.matrix, vectors.own
             cosines = matrix @ meaning
             similarity = dict(zip(ids, cosines.tolist(), strict=True))
             own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
@@ -475,6 +471,7 @@ class DirectoryRegistry:
         row = self._connect().execute("SELECT value FROM meta WHERE key = 'documents'").fetchone()
         return int(row[0]) if row else 0
 
+    @_remade_when_damaged
     def versions(self, name: str) -> list[str]:
         """Every version of ``name`` in the registry (Debian's has one per crate)."""
         db = self._connect()
@@ -483,6 +480,7 @@ class DirectoryRegistry:
     def can_satisfy(self, name: str, requirement: str) -> bool:
         return any(matches(requirement or "*", v) for v in self.versions(name))
 
+    @_remade_when_damaged
     def recorded_checksum(self, name: str, version: str) -> str | None:
         """The checksum cargo will write into Cargo.lock for this crate (what the source records)."""
         row = (
@@ -496,6 +494,7 @@ class DirectoryRegistry:
             return None
         return value if isinstance(value, str) else None
 
+    @_remade_when_damaged
     def get(self, name: str, version: str | None = None) -> CrateCandidate:
         db = self._connect()
         rows = db.execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.name = ?", (name,)).fetchall()
@@ -529,6 +528,7 @@ class DirectoryRegistry:
         close = difflib.get_close_matches(ranking.name_key(name), list(by_key), n=3, cutoff=0.8)
         return [by_key[key] for key in close]
 
+    @_remade_when_damaged
     def source_dir(self, candidate: CrateCandidate) -> Path:
         db = self._connect()
         row = db.execute(
@@ -562,15 +562,6 @@ class DirectoryRegistry:
             '[source.crates-io]\nreplace-with = "flakebot-offline"\n\n'
             f'[source.flakebot-offline]\ndirectory = "{self.path}"\n'
         )
-
-    def cargo_config_args(self) -> list[str]:
-        """The same configuration as ``--config`` arguments, so nothing is written to the workspace."""
-        return [
-            "--config",
-            'source.crates-io.replace-with="flakebot-offline"',
-            "--config",
-            f'source.flakebot-offline.directory="{self.path}"',
-        ]
 
 
 def _crate_checksum(source: Path) -> str | None:

@@ -1,4 +1,5 @@
-"""Sentence embeddings for semantic search: where the model is, and its forward pass (ONNX Runtime, no torch).
+"""Sentence embeddings for semantic search: where the model is, its forward pass (ONNX Runtime, no torch), and
+what a search index holds of them.
 
 The model is sentence-transformers' ``all-MiniLM-L6-v2`` (a 6-layer BERT,
 384 dimensions, mean pooling, L2-normalised). :func:`find_model` looks for
@@ -43,12 +44,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    import sqlite3
+
     import numpy as np
     import numpy.typing as npt
 
     Matrix = npt.NDArray[np.float32]
 
 __all__ = [
+    "BINARY_CHARS",
     "DIMENSIONS",
     "MAX_TOKENS",
     "MODEL_FILES",
@@ -57,12 +61,19 @@ __all__ = [
     "PACKAGE",
     "PACKAGE_MODULE",
     "REMEMBERED",
+    "SUMMARY_CHARS",
+    "VECTORS_TABLE",
+    "CrateVectors",
     "ModelFiles",
     "SentenceEncoder",
+    "crate_texts",
     "encoder_for",
     "find_model",
     "how_to_enable",
+    "load_vectors",
     "missing_libraries",
+    "semantic_model",
+    "store_vectors",
 ]
 
 #: the model flakebot's semantic search is made for (its fusion weights were tuned with it)
@@ -83,12 +94,13 @@ MAX_TOKENS = 256
 _HUB_DIR = "models--sentence-transformers--all-MiniLM-L6-v2"
 
 
-#: what the forward pass needs besides the model's files (pip name, module)
+#: what the encoder needs besides the model's files (pip name, module): the ``semantic`` extra
 LIBRARIES = (
     ("numpy", "numpy"),
     ("tokenizers", "tokenizers"),
     ("safetensors", "safetensors"),
-    ("threadpoolctl", "threadpoolctl"),
+    ("onnx", "onnx"),
+    ("onnxruntime", "onnxruntime"),
 )
 
 
@@ -188,6 +200,80 @@ def find_model(setting: str | None = None, *, package: str = PACKAGE_MODULE) -> 
         if _complete(directory):
             return ModelFiles(directory.resolve(), _identity(directory))
     return None
+
+
+def semantic_model(setting: str | None, *, package: str = PACKAGE_MODULE) -> tuple[ModelFiles | None, str]:
+    """The model a registry searches with, and why there is none ("" when there is one), said once to the user.
+
+    ``setting`` is the ``embedding_model`` setting (a directory, ``off``, or
+    None: the installed ``package`` or the Hugging Face cache).
+    """
+    if setting and setting.strip().lower() == OFF:
+        return None, "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only"
+    model = find_model(setting, package=package)
+    missing = missing_libraries()
+    if model is not None and not missing:
+        return model, ""
+    lacking = "no sentence-embedding model is installed" if model is None else f"{', '.join(missing)} not installed"
+    return None, f"semantic search is off ({lacking}); search ranks by words only. To turn it on: {how_to_enable()}."
+
+
+# -- what an index holds of meaning ------------------------------------------------
+
+#: what a crate's embedding reads besides its name, description and keywords: the start of its README, and
+#: (apart) of what its binaries say of themselves, in characters
+SUMMARY_CHARS = 200
+BINARY_CHARS = 400
+#: word pieces embedded per crate (the model was trained on texts this long)
+EMBEDDED_TOKENS = 128
+#: the index's table: per crate row, its embedding and its binary's (float32, :data:`DIMENSIONS` each)
+VECTORS_TABLE = "CREATE TABLE vectors (id INTEGER PRIMARY KEY, about BLOB NOT NULL, own BLOB)"
+
+
+def crate_texts(name: str, description: str, keywords: list[str], summary: str, said: str | None) -> tuple[str, str]:
+    """What a crate's embedding reads, and what its binary's reads (``""`` without a tool binary: ``said`` None).
+
+    Examples
+    --------
+    >>> crate_texts("walkdir", "Recursively walk a directory.", ["directory"], "A crate to walk.", None)
+    ('walkdir: Recursively walk a directory. (directory). A crate to walk.', '')
+    """
+    about = f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
+    binary = f"{about}. {' '.join(said.split())[:BINARY_CHARS]}" if said is not None else ""
+    return (f"{about}. {summary}" if summary else about), binary
+
+
+@dataclass(frozen=True)
+class CrateVectors:
+    """An index's embeddings: crate row ids, their embeddings as rows of one matrix, the binaries' by row id."""
+
+    ids: list[int]
+    matrix: Matrix
+    own: dict[int, Matrix]
+
+
+def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, str, str]]) -> None:
+    """Embed each crate row's text and its binary's (``(row id, text, binary text)``) into the vectors table."""
+    encoder = encoder_for(model)
+    about = encoder.encode([text for _, text, _ in embedded], max_tokens=EMBEDDED_TOKENS, remember=True)
+    owners = [(rowid, text) for rowid, _, text in embedded if text]
+    own = encoder.encode([text for _, text in owners], max_tokens=EMBEDDED_TOKENS, remember=True)
+    own_of = {rowid: own[i].tobytes() for i, (rowid, _) in enumerate(owners)}
+    db.executemany(
+        "INSERT INTO vectors VALUES (?, ?, ?)",
+        [(rowid, about[i].tobytes(), own_of.get(rowid)) for i, (rowid, _, _) in enumerate(embedded)],
+    )
+    db.execute("INSERT INTO meta VALUES ('embedding_model', ?)", (model.identity,))
+
+
+def load_vectors(db: sqlite3.Connection) -> CrateVectors:
+    """The vectors table as :class:`CrateVectors` (empty for an empty registry)."""
+    import numpy as np
+
+    rows = db.execute("SELECT id, about, own FROM vectors ORDER BY id").fetchall()
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), DIMENSIONS)
+    own = {r[0]: np.frombuffer(r[2], dtype=np.float32) for r in rows if r[2] is not None}
+    return CrateVectors([r[0] for r in rows], matrix, own)
 
 
 _ENCODERS: dict[str, SentenceEncoder] = {}

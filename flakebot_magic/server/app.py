@@ -10,7 +10,6 @@ from traitlets import Float, Int, Unicode, default
 
 from ..config import Settings, default_cache_dir
 from .handlers import (
-    MAX_PROXY_RESPONSE,
     DashboardHandler,
     IndexHandler,
     ProxyHandler,
@@ -20,6 +19,7 @@ from .handlers import (
     ToolSteerHandler,
     ToolStopHandler,
 )
+from .proxy_rules import MAX_PROXY_RESPONSE
 
 __all__ = ["FlakebotExtension"]
 

@@ -1,5 +1,7 @@
 """The extension's request handlers: REST API, dashboard page, authenticated proxy to http tools.
 
+What the proxy lets through is decided in :mod:`flakebot_magic.server.proxy_rules`.
+
 Every handler is ``@web.authenticated`` (no Jupyter login or token: 403 for
 the API, the login page for pages) and ``@authorized`` on the ``flakebot``
 resource. Requests that change something (POST) also pass Jupyter's XSRF
@@ -15,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import posixpath
 import time
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -27,15 +28,23 @@ from tornado import httpclient, web
 
 from .. import __version__, tools
 from ..config import Settings
-from ..errors import SteeringError, UsageError
+from ..doctor import prepare
+from ..errors import SteeringError, StorageError, UsageError
 from ..inventory import Inventory, ToolRecord
+from ..runlog import attempt_of
 from ..steering import is_running
 from ..untrusted import safe_data, safe_html, safe_line
+from .proxy_rules import (
+    HOP_BY_HOP,
+    MAX_PROXY_RESPONSE,
+    PRIVATE_REQUEST,
+    TOOL_CSP,
+    forwarded_headers,
+    proxied_location,
+    strip_private_query,
+)
 
 __all__ = [
-    "MAX_PROXY_RESPONSE",
-    "TOOL_CSP",
-    "TOOL_RESPONSE_HEADERS",
     "DashboardHandler",
     "IndexHandler",
     "ProxyHandler",
@@ -44,129 +53,7 @@ __all__ = [
     "ToolSteerHandler",
     "ToolStopHandler",
     "ToolsHandler",
-    "forwarded_headers",
-    "proxied_location",
-    "strip_private_query",
 ]
-
-#: request headers that belong to one hop, never forwarded
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-}
-#: Jupyter's credentials stay with Jupyter (the Referer may carry ``?token=``)
-_PRIVATE_REQUEST = {"host", "cookie", "authorization", "x-xsrftoken", "x-xsrf-token", "referer"}
-#: query parameters that are Jupyter's credentials, never the tool's
-_PRIVATE_QUERY = {"token", "_xsrf"}
-#: the response headers a tool's answer keeps through the proxy: what its body is, how this one URL
-#: may be cached, what the resource allows. Every other header is dropped, known or not: a header
-#: on Jupyter's origin can act on the whole origin (Set-Cookie, Clear-Site-Data, Service-Worker-
-#: Allowed, Strict-Transport-Security, Alt-Svc, Accept-CH), load or run things (Link, Refresh,
-#: SourceMap), grant other origins access (Access-Control-*, Cross-Origin-*, Timing-Allow-Origin)
-#: or report to them (Report-To, NEL, Reporting-Endpoints); whatever browsers obey next is not
-#: on the list either. ``Location`` has a rule of its own (:func:`proxied_location`).
-TOOL_RESPONSE_HEADERS = frozenset(
-    {
-        "content-type",
-        "content-encoding",
-        "content-language",
-        "content-disposition",
-        "content-range",
-        "cache-control",
-        "expires",
-        "pragma",
-        "etag",
-        "last-modified",
-        "vary",
-        "accept-ranges",
-        "allow",
-        "retry-after",
-    }
-)
-#: of those, the ones that are lists: several lines of one join into one (RFC 9110, 5.3); of the
-#: others only the first counts
-_LIST_HEADERS = frozenset({"content-encoding", "content-language", "cache-control", "pragma", "vary", "allow"})
-#: what every tool response served on Jupyter's origin carries: the page is sandboxed (a unique
-#: origin, no scripts), so a tool's HTML cannot use Jupyter's session; only Jupyter may frame it
-TOOL_CSP = "sandbox; frame-ancestors 'self'"
-#: the largest tool response the proxy passes on
-MAX_PROXY_RESPONSE = 64 * 1024 * 1024
-
-
-def forwarded_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The response headers of a tool's answer that reach the browser: only :data:`TOOL_RESPONSE_HEADERS`.
-
-    A value with a control character is dropped; a list header given on
-    several lines becomes one, a single-valued one keeps its first line.
-
-    >>> forwarded_headers([("Content-Type", "text/html"), ("Refresh", "0; url=http://evil.example/"),
-    ...     ("Vary", "Accept"), ("vary", "Origin"), ("Set-Cookie", "a=1"), ("ETag", '"x\\x1b"')])
-    [('Content-Type', 'text/html'), ('Vary', 'Accept, Origin')]
-    """
-    kept: dict[str, tuple[str, str]] = {}
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered not in TOOL_RESPONSE_HEADERS or any(
-            (ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160 for c in value
-        ):
-            continue
-        if lowered not in kept:
-            kept[lowered] = (name, value)
-        elif lowered in _LIST_HEADERS:
-            kept[lowered] = (kept[lowered][0], f"{kept[lowered][1]}, {value}")
-    return list(kept.values())
-
-
-def strip_private_query(query: str) -> str:
-    """``query`` without Jupyter's ``token`` and ``_xsrf`` parameters; the rest byte for byte.
-
-    >>> strip_private_query("x=1&token=abc&y=a%20b")
-    'x=1&y=a%20b'
-    """
-    kept = [part for part in query.split("&") if unquote_plus(part.split("=", 1)[0]) not in _PRIVATE_QUERY]
-    return "&".join(part for part in kept if part)
-
-
-def proxied_location(location: str, prefix: str, request_path: str) -> str | None:
-    """Where a tool's redirect may send the browser: a path under ``prefix``, else None (dropped).
-
-    ``prefix`` is the proxy's path for the tool (``/flakebot/proxy/NAME``);
-    ``request_path`` the path the browser asked for. Absolute and
-    scheme-relative URLs are dropped (an open redirect), a path-absolute one
-    is put under the prefix, a relative one is resolved against the request
-    and kept only if it stays under the prefix.
-
-    >>> proxied_location("/login", "/flakebot/proxy/web", "/flakebot/proxy/web/a")
-    '/flakebot/proxy/web/login'
-    >>> proxied_location("http://evil.example/", "/flakebot/proxy/web", "/flakebot/proxy/web/") is None
-    True
-    """
-    location = location.strip()
-    if not location or any(c in location for c in "\\\r\n\t") or any(ord(c) < 32 for c in location):
-        return None
-    parts = urlsplit(location)
-    if parts.scheme or parts.netloc or location.startswith("//"):
-        return None
-    if parts.path.startswith("/"):
-        path = prefix.rstrip("/") + parts.path
-    elif parts.path:
-        path = posixpath.join(posixpath.dirname(request_path), parts.path)
-    else:
-        path = request_path
-    trailing = "/" if path.endswith("/") else ""
-    path = posixpath.normpath(path) + trailing
-    path = path.replace("//", "/")
-    root = prefix.rstrip("/")
-    if path != root and not path.startswith(root + "/"):
-        return None
-    return path + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 class _RefuseCrossOrigin:
@@ -197,14 +84,41 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
         self.flakebot = settings
 
     def _record(self, name: str) -> ToolRecord:
-        record = Inventory(self.flakebot.tools_dir).get(name)
+        try:
+            record = Inventory(self.flakebot.tools_dir).get(name)
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")
         return record
 
+    def _listing(self) -> tools.ToolTable:
+        """The tools and the names whose last build made no tool, after what every command does first
+        (an unfinished build finished, a registry repaired)."""
+        try:
+            for note in prepare(self.flakebot):
+                self.log.warning("flakebot: %s", note)
+            return tools.table(self.flakebot)
+        except StorageError as exc:
+            raise web.HTTPError(503, str(exc)) from None
+
     def _answer(self, data: Any) -> None:
         """Finish with ``data`` as JSON, every string in it made safe to show (the dashboard shows them)."""
         self.finish(json.dumps(safe_data(data)))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Jupyter's JSON error, its ``message`` the text raised as written.
+
+        tornado doubles every ``%`` of a message given without arguments
+        (``%%flakebot`` read ``%%%%flakebot``); :meth:`HTTPError.get_message`
+        is the message itself.
+        """
+        error = (kwargs.get("exc_info") or (None, None, None))[1]
+        if not isinstance(error, web.HTTPError) or not error.get_message():
+            super().write_error(status_code, **kwargs)
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": error.get_message(), "reason": error.reason}))
 
 
 class IndexHandler(_API):
@@ -224,21 +138,25 @@ class IndexHandler(_API):
 
 
 class ToolsHandler(_API):
-    """``GET /flakebot/api/tools``: every tool, with status and provenance."""
+    """``GET /flakebot/api/tools``: every tool, with status and provenance; a failed or cancelled build's name too."""
 
     @web.authenticated
     @authorized
     def get(self) -> None:
-        records = Inventory(self.flakebot.tools_dir).all()
-        self._answer({"tools": [tools.tool_json(r, self.flakebot) for r in records]})
+        # the listing the dashboard shows: the tools, and the names whose last build made no tool
+        self._answer({"tools": self._listing().data})
 
 
 class ToolHandler(_API):
-    """``GET /flakebot/api/tools/NAME``: one tool."""
+    """``GET /flakebot/api/tools/NAME``: one tool (or, for a name whose last build made no tool, that build)."""
 
     @web.authenticated
     @authorized
     def get(self, name: str) -> None:
+        attempt = attempt_of(self.flakebot, name) if Inventory(self.flakebot.tools_dir).get(name) is None else None
+        if attempt is not None:  # a name whose last build made no tool: that build
+            self._answer(tools.tool_json(attempt, self.flakebot))
+            return
         self._answer(tools.tool_json(self._record(name), self.flakebot))
 
 
@@ -322,13 +240,15 @@ code{font-size:12px} pre{font-size:12px;background:#f6f8fa;padding:8px;max-heigh
 .tool-details div{overflow-wrap:anywhere}
 .status{font-weight:600} .status[data-status=ready],.status[data-status=running]{color:#1a7f37}
 .status[data-status=stopped]{color:#57606a} .status[data-status=failed]{color:#cf222e}
+.status[data-status=cancelled]{color:#9a6700} button:disabled{cursor:default}
 details summary{cursor:pointer;color:#0969da;font-size:13px} button{cursor:pointer}
 .empty{color:#57606a;padding:24px 0}
 """
 
 _SCRIPT = """
 const xsrf = document.querySelector('meta[name=xsrf]').content;
-async function stopTool(name) {
+async function stopTool(button, name) {
+  button.disabled = true;
   const r = await fetch(`${API}/${encodeURIComponent(name)}/stop`,
                         {method: 'POST', headers: {'X-XSRFToken': xsrf}, credentials: 'same-origin'});
   const body = await r.json().catch(() => ({}));
@@ -343,6 +263,8 @@ async function refresh() {
     names.push(tool.name);
     const cell = document.querySelector(`tr.tool[data-name="${tool.name}"] .status`);
     if (cell) { cell.textContent = tool.status; cell.dataset.status = tool.status; }
+    const stop = document.querySelector(`tr.tool[data-name="${tool.name}"] button.stop`);
+    if (stop) { stop.disabled = tool.status !== 'running'; }
   }
   const shown = JSON.parse(document.getElementById('flakebot-tools').textContent).map(tool => tool.name);
   if (names.join() !== shown.join()) location.reload();
@@ -365,12 +287,32 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
         super().initialize(name)
         self.flakebot = settings
 
+    async def _entry(self, tool: dict[str, Any]) -> str:
+        """Where an http tool's "open" goes: its root when that answers, else its health path (which must)."""
+        record = Inventory(self.flakebot.tools_dir).get(tool["name"])
+        if record is None or not record.url or tools.status_of(record) != "running":
+            return "/"
+        health = getattr(getattr(tools.tool_of(record, self.flakebot), "contract", None), "health", "/health")
+        headers = {"Authorization": f"Bearer {record.token}"} if record.token else {}
+        client = httpclient.AsyncHTTPClient(force_instance=True)
+        try:
+            answer = await client.fetch(
+                record.url.rstrip("/") + "/", headers=headers, request_timeout=2.0, raise_error=False
+            )
+        except Exception:  # not answering: the health path is the safer link
+            return health
+        finally:
+            client.close()
+        return "/" if 0 < answer.code < 400 else health
+
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         base = self.base_url.rstrip("/")
         listing = tools.table(self.flakebot)
-        shown = safe_data(listing.data)  # each tool as tools.tool_json: the API's shape
+        shown = safe_data(listing.data)  # each tool as tools.tool_json (a failed build as its attempt): the API's shape
+        entries = await asyncio.gather(*(self._entry(tool) for tool in shown if "proxy" in tool["links"]))
+        entry = dict(zip([tool["name"] for tool in shown if "proxy" in tool["links"]], entries, strict=True))
         e = safe_html
         rows = []
         for tool in shown:
@@ -381,21 +323,26 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
                 log = ""
             actions = []
             if "proxy" in tool["links"]:
-                actions.append(f"<a href='{e(base + tool['links']['proxy'])}'>open</a>")
-            if tool["kind"] != "cli":
-                actions.append(f"<button onclick=\"stopTool('{e(name)}')\">Stop</button>")
+                path = tool["links"]["proxy"].rstrip("/") + entry[name]
+                actions.append(f"<a href='{e(base + path)}' title='{e(entry[name])}'>open</a>")
+            if tool["kind"] in ("http", "mcp"):
+                # a stopped tool has nothing to stop: the button says so by being off
+                off = "" if status == "running" else " disabled"
+                actions.append(f"<button class='stop' onclick=\"stopTool(this, '{e(name)}')\"{off}>Stop</button>")
             started = tool["started"] or tool["created"]
+            details = tool["provenance"] or {k: tool[k] for k in ("request", "workspace", "log_path")}
             rows.append(
                 f"<tr class='tool' data-name='{e(name)}'>"
                 f"<td><b>{e(name)}</b></td><td>{e(tool['kind'])}</td>"
-                f"<td><code>{e(tool['crate'])}@{e(tool['version'])}</code></td>"
+                f"<td><code>{e(tool['crate'])}{'@' + e(tool['version']) if tool['version'] else ''}</code></td>"
                 f"<td><code>{e(tool['source_hash'][:12])}</code></td><td>{e(tool['backend'])}</td>"
                 f"<td class='status' data-status='{e(status)}'>{e(status)}</td>"
                 f"<td>{e(time.strftime('%Y-%m-%d %H:%M', time.localtime(started))) if started else ''}</td>"
                 f"<td>{' '.join(actions)} <span class='message'></span></td></tr>"
                 f"<tr class='tool-details' data-name='{e(name)}'><td colspan='8'>"
                 f"<div>{e(tool['description'])}</div>"
-                f"<details><summary>provenance</summary><pre>{e(json.dumps(tool['provenance'], indent=2))}</pre></details>"
+                f"<details><summary>{'provenance' if tool['provenance'] else 'the build'}</summary>"
+                f"<pre>{e(json.dumps(details, indent=2))}</pre></details>"
                 f"<details><summary>log</summary><pre>{e(log)}</pre></details></td></tr>"
             )
         body = (
@@ -405,12 +352,16 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
             else "<p class='empty'>No tools yet. Build one in a notebook with <code>%%flakebot</code>.</p>"
         )
         api = json.dumps(f"{base}/flakebot/api/tools")
+        tools_count, failed = len(listing.records), len(listing.attempts)
+        counted = f"{tools_count} tool{'' if tools_count == 1 else 's'}" + (
+            f", {failed} build{'' if failed == 1 else 's'} that made none" if failed else ""
+        )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(
             "<!doctype html><html><head><meta charset='utf-8'><title>flakebot tools</title>"
             f"<meta name='xsrf' content='{e(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)}'>"
             f"<style>{_STYLE}</style></head><body>"
-            f"<h1>flakebot tools</h1><p class='sub'>{len(shown)} tools · registry "
+            f"<h1>flakebot tools</h1><p class='sub'>{counted} · registry "
             f"<code>{e(str(self.flakebot.tools_dir))}</code> · flakebot-magic {e(__version__)}</p>"
             f"{body}<script type='application/json' id='flakebot-tools'>{_script_json(shown)}</script>"
             f"<script>const API = {api};{_SCRIPT}</script></body></html>"
@@ -473,7 +424,7 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         headers = {
             k: v
             for k, v in self.request.headers.get_all()
-            if k.lower() not in _HOP_BY_HOP and k.lower() not in _PRIVATE_REQUEST
+            if k.lower() not in HOP_BY_HOP and k.lower() not in PRIVATE_REQUEST
         }
         headers["Accept-Encoding"] = "identity"  # the size cap counts what the browser gets
         if record.token:  # a flakebot http tool answers only requests that carry its token

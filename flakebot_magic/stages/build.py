@@ -1,7 +1,8 @@
 """Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
 
-Both run at once (on separate target directories, so neither waits for the
-other's lock): the release build is mostly one long rustc, which leaves the
+Both run at once, offline, in the sandbox (on separate target directories, so
+neither waits for the other's lock), after one download step on the tree the
+policy has just passed (:meth:`~flakebot_magic.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
 other core free for the debug test build. Output is ``--message-format=json``;
 diagnostics and test results are parsed by :mod:`flakebot_magic.diagnostics`.
 
@@ -31,6 +32,7 @@ from ..diagnostics import (
 )
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
+from ..policy import TreePolicy
 from ..untrusted import safe_text
 
 __all__ = [
@@ -97,6 +99,7 @@ def check(
     cargo: Cargo,
     bus: EventBus,
     *,
+    policy: TreePolicy,
     build_timeout: float,
     test_timeout: float,
     run_tests: bool = True,
@@ -104,7 +107,12 @@ def check(
     target_dir: Path | None = None,
     cap_lints: bool | None = None,
 ) -> CheckResult:
-    """Run the release build and the tests concurrently; raise on the first failure.
+    """Download what the workspace needs, then run the release build and the tests concurrently; raise on the
+    first failure.
+
+    The download (an online registry only) runs once ``policy`` passes the tree
+    (:class:`~flakebot_magic.errors.PolicyError` otherwise); the builds and tests
+    run offline after it.
 
     Emits the ``build`` and ``test`` stage events itself, since both run at once.
     ``release`` replaces ``cargo build --release`` (the nix backend passes its
@@ -184,6 +192,13 @@ def check(
             raise _test_failure(workspace, done.args, _errors(diagnostics), report, done.stderr, upstream=cap_lints)
         return report, diagnostics
 
+    fetched = cargo.fetch(workspace, policy=policy, timeout=build_timeout, on_line=log("build"))
+    if fetched is not None and fetched.returncode != 0:
+        raise BuildError(
+            f"cargo could not download the dependencies of {workspace.name}:\n{_describe([], fetched.stderr)}",
+            command=fetched.args,
+            workspace=workspace,
+        )
     # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
     # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
     (workspace / "target" / "flakebot-test").mkdir(parents=True, exist_ok=True)
@@ -247,7 +262,8 @@ def _test_failure(
         names = ", ".join(report.failures[:10]) or f"{report.failed} tests"
         return kind(
             f"{whose}cargo test: {report.failed} failed, {report.passed} passed in {workspace.name}. "
-            f"Failing: {names}. Run `cargo test` in the workspace to see their output.",
+            f"Failing: {names}. To see their output, run them in the sandbox: "
+            f"`flakebot cargo {workspace.name} test`.",
             failed=report.failures,
             command=command,
             workspace=workspace,

@@ -12,6 +12,16 @@ RENAME_EXCHANGE)``, so a reader (or a crash, even ``kill -9``) sees the old
 entry or the new one, never none and never half of one. The old one, now
 under the staging name, is removed afterwards; ``flakebot clean`` removes
 what a killed run left behind.
+
+An entry is content: any tool whose workspace builds to the same hash may
+share it. What belongs to one tool (its commit, its workspace, the tool that
+forked the source) is kept per tool name in the manifest's ``tools`` map:
+a tool is named there once its record is saved (:func:`add_tool`, by
+:mod:`flakebot_magic.transaction`), and a replaced entry's names are carried
+into the new one, both under the store's lock
+(:func:`~flakebot_magic.locks.store_lock`), so tools with the same content
+never overwrite each other's data. The record and the tool card in the
+tool's workspace hold it too.
 """
 
 from __future__ import annotations
@@ -29,12 +39,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..crashpoints import crash_point
 from ..diagnostics import BINARY_NAME
 from ..errors import DeployError
 from ..fsutil import atomic_write, fsync_dir
 from ..git import Git
+from ..locks import store_lock
 
-__all__ = ["STAGING_PREFIX", "StorePath", "deploy", "lookup", "staging_owner", "store_key", "swap_in", "write_entry"]
+__all__ = [
+    "STAGING_PREFIX",
+    "StorePath",
+    "add_tool",
+    "deploy",
+    "lookup",
+    "staging_owner",
+    "store_key",
+    "swap_in",
+    "write_entry",
+]
 
 STORE_FORMAT = 1
 #: tracked files that do not change what cargo builds
@@ -134,7 +156,7 @@ def _fsync_tree(root: Path) -> None:
 def swap_in(staging: Path, final: Path) -> None:
     """Make ``staging`` the entry ``final`` in one step; the old entry (if any) ends up at ``staging``.
 
-    Store entries and workspaces (:func:`~flakebot_magic.stages.fork.swap_workspace`) are swapped this way.
+    Store entries and workspaces (:mod:`flakebot_magic.transaction`) are swapped this way.
     """
     try:
         _renameat2(staging, final, _RENAME_NOREPLACE)
@@ -172,25 +194,62 @@ def write_entry(
     Both backends write their entries through here, so the recipe, lookup and
     cleanup machinery treat cargo-built and nix-built tools alike. An
     existing entry (a ``--rebuild``: same inputs, same path) is swapped out
-    in one step, never removed first.
+    in one step, never removed first; the tools it named stay named in the
+    new manifest's ``tools``.
     """
     final = _entry(store_dir, key, crate, version)
-    store_dir.mkdir(parents=True, exist_ok=True)
     staging = store_dir / f"{STAGING_PREFIX}{key}-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        staging.mkdir()
+        staging.mkdir(parents=True)
+        crash_point("deploy.staging")
         fill(staging)
-        data = {**manifest, "hash": key, "format": STORE_FORMAT}
-        atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
-        _fsync_tree(staging)
-        swap_in(staging, final)
-        fsync_dir(store_dir)
+        crash_point("deploy.filled")
+        with store_lock(store_dir):
+            # the tools the replaced entry named stay named (each tool's own data: stages/deploy.py's docstring)
+            data = {**manifest, "hash": key, "format": STORE_FORMAT, "tools": _tools_of(final)}
+            atomic_write(staging / "manifest.json", json.dumps(data, indent=2, sort_keys=True), mode=0o644)
+            crash_point("deploy.manifest")
+            _fsync_tree(staging)
+            crash_point("deploy.synced")
+            swap_in(staging, final)
+            fsync_dir(store_dir)
+            crash_point("deploy.swapped")
+        shutil.rmtree(staging, ignore_errors=True)  # the replaced entry, now under the staging name
+        crash_point("deploy.done")
     except OSError as exc:
         raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
     finally:
         if staging.exists() or staging.is_symlink():
             shutil.rmtree(staging, ignore_errors=True)
     return StorePath(final, key)
+
+
+def _tools_of(entry: Path) -> dict[str, Any]:
+    """The ``tools`` map of ``entry``'s manifest ({} when there is none)."""
+    try:
+        data = json.loads((entry / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    tools = data.get("tools") if isinstance(data, dict) else None
+    return dict(tools) if isinstance(tools, dict) else {}
+
+
+def add_tool(store: StorePath, name: str, data: dict[str, Any]) -> None:
+    """Name one more tool in ``store``'s manifest (``tools[name] = data``), atomically, under the store's lock.
+
+    Only the ``tools`` map changes; the rest of the manifest (what the entry
+    holds) stays as it is.
+    """
+    try:
+        with store_lock(store.path.parent):
+            manifest = store.manifest
+            tools = dict(manifest.get("tools") or {})
+            if tools.get(name) == data:
+                return
+            manifest["tools"] = {**tools, name: data}
+            atomic_write(store.path / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True), mode=0o644)
+    except (OSError, ValueError) as exc:
+        raise DeployError(f"Could not name {name!r} in the store entry {store.path}: {exc}") from exc
 
 
 #: the name of a store entry under construction (or an old one being removed)

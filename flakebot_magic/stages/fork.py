@@ -1,8 +1,14 @@
 """Stage 2: the crate's published source becomes a git workspace, made buildable offline.
 
+The published source is imported as data (:mod:`flakebot_magic.stages.source`):
+a crate's ``.git``, ``.cargo/``, ``rust-toolchain*``, ``.gitattributes`` and
+``.gitmodules`` never enter the workspace, and the first commit holds exactly
+the files on disk. The lock file is settled by cargo in the sandbox's fetch
+profile, after the tree policy has passed the imported tree.
+
 History of a workspace::
 
-    published   "Published source of NAME VERSION" (checksum in the message)
+    published   "Published source of NAME VERSION" (checksum, files not imported)
     └── flakebot
           "Drop dev-dependencies the registry cannot satisfy"   (when needed)
           "Regenerate Cargo.lock ..." / "Add Cargo.lock ..."    (when needed)
@@ -13,25 +19,34 @@ test targets that lost their dev-dependencies are reported as skipped, one
 target at a time: auto-discovery stays on, so a test the model adds under
 ``tests/`` is built and counted.
 
-Where it forks, and how a build that replaces a tool's workspace puts the new
-one in place, is :mod:`flakebot_magic.stages.workspace`'s.
+Where it forks is :mod:`flakebot_magic.stages.workspace`'s; how a build that
+replaces a tool's workspace puts the new one in place is
+:mod:`flakebot_magic.transaction`'s. A reused workspace first loses the lock
+files a killed git left in it (:func:`~flakebot_magic.git.remove_stale_locks`).
+Each step is followed by a crash point (``fork.*``) where a test kills the
+process.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 
 from ..cargo import Cargo
+from ..crashpoints import crash_point
 from ..errors import ForkError
 from ..events import EventBus
-from ..git import Git
+from ..git import Git, remove_stale_locks
+from ..policy import Baseline, TreePolicy
 from ..process import ProcessRunner
-from ..registry.base import CrateCandidate, Registry, ResolvesLocally
+from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
+from .source import Imported, import_source
 from .workspace import (
     FORK_FORMAT,
     NEXT_DIR,
@@ -41,7 +56,6 @@ from .workspace import (
     copy_beside,
     next_owner,
     next_path,
-    swap_workspace,
 )
 
 __all__ = [
@@ -53,7 +67,6 @@ __all__ = [
     "Workspace",
     "fork",
     "next_owner",
-    "swap_workspace",
 ]
 
 
@@ -75,7 +88,7 @@ def fork(
     When ``workspaces_dir/name`` exists and is not reused as it is (``fresh``,
     another crate, or ``copy``: a ``--continue`` edits a copy of it), the
     returned workspace is under ``.next/`` and :attr:`Workspace.replaces`
-    names the one it replaces once :func:`swap_workspace` puts it in place.
+    names the one it replaces once the build's transaction puts it in place.
     """
     path = workspaces_dir / name
     replaces: Path | None = None
@@ -87,8 +100,12 @@ def fork(
             and existing.crate.id == candidate.id
             and existing.crate.registry == candidate.registry
         ):
+            for lock in remove_stale_locks(path):
+                bus.notice("fork", f"removed {lock}, left by a git that was killed", "warning")
+            crash_point("fork.unlocked")
             if copy:
                 existing = copy_beside(existing, next_path(workspaces_dir, name))
+                crash_point("fork.copied")
                 bus.notice(
                     "fork",
                     f"working on a copy of {path} at {existing.path}; {path} stays as it is until the build succeeds",
@@ -102,26 +119,40 @@ def fork(
                 "Local edits in the workspace\n\nCommitted by flakebot before building them.", all_files=True
             ):
                 bus.notice("fork", "committed local edits found in the workspace", "warning")
+            crash_point("fork.local_edits")
             return existing
         replaces, path = path, next_path(workspaces_dir, name)
         bus.notice("fork", f"forking into {path}; {replaces} stays as it is until the build succeeds")
     path.mkdir(parents=True)
-    fetched = registry.fetch(candidate, path)
+    crash_point("fork.made")
+    fetched, imported = _import(candidate, registry, path)
+    crash_point("fork.fetched")
     for note in fetched.notes:
         bus.notice("fork", note)
     git = Git(path, runner)
     git.init("published")
-    published = git.commit(
+    crash_point("fork.init")
+    if not imported.files:
+        raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
+    message = (
         f"Published source of {candidate.name} {candidate.version}\n\n"
         f"Registry: {candidate.registry}\n"
-        f"Checksum ({fetched.checksum_kind}): {fetched.checksum}\n",
-        all_files=True,
-        force=True,
+        f"Checksum ({fetched.checksum_kind}): {fetched.checksum}\n"
     )
-    if published is None:
-        raise ForkError(f"The published source of {candidate.id} is empty.", workspace=path)
+    if imported.dropped:
+        message += f"\nNot imported (flakebot never takes these from a crate):\n{imported.describe()}\n"
+        bus.notice(
+            "fork",
+            f"not imported from {candidate.id}: "
+            + "; ".join(f"{p} ({why})" for p, why in sorted(imported.dropped.items())),
+            "warning",
+        )
+    published = git.commit_files(message, imported.files)
+    crash_point("fork.published")
     git("tag", "published")
+    crash_point("fork.tagged")
     git("checkout", "-q", "-b", "flakebot")
+    crash_point("fork.branched")
     workspace = Workspace(
         path=path,
         crate=candidate,
@@ -132,9 +163,23 @@ def fork(
     )
     if registry.offline and isinstance(registry, ResolvesLocally):
         _make_satisfiable(workspace, registry, git, bus)
-    _settle_lockfile(workspace, registry, git, bus, cargo, timeout)
+    crash_point("fork.satisfiable")
+    # what the registry published is the baseline: its own build script or proc macro passes, nothing else
+    _settle_lockfile(workspace, registry, git, bus, cargo, timeout, TreePolicy(baseline=Baseline.from_git(git)))
+    crash_point("fork.locked")
     workspace.save()
+    crash_point("fork.saved")
     return workspace
+
+
+def _import(candidate: CrateCandidate, registry: Registry, path: Path) -> tuple[FetchedSource, Imported]:
+    """Unpack ``candidate`` beside ``path`` and import it into ``path`` as data (the unpacked copy goes)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.published-", dir=path.parent))
+    try:
+        fetched = registry.fetch(candidate, staging)
+        return fetched, import_source(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 # -- dependencies the registry cannot satisfy -------------------------------
@@ -411,7 +456,13 @@ def _read_lock(path: Path) -> dict[str, Any]:
 
 
 def _settle_lockfile(
-    workspace: Workspace, registry: Registry, git: Git, bus: EventBus, cargo: Cargo, timeout: float
+    workspace: Workspace,
+    registry: Registry,
+    git: Git,
+    bus: EventBus,
+    cargo: Cargo,
+    timeout: float,
+    policy: TreePolicy,
 ) -> None:
     lock = workspace.path / "Cargo.lock"
 
@@ -419,7 +470,8 @@ def _settle_lockfile(
         bus.log("fork", line, "stderr" if stream == "stderr" else "stdout")
 
     def run(subcommand: str, *args: str) -> None:
-        done = cargo.run(subcommand, *args, cwd=workspace.path, timeout=timeout, on_line=log)
+        # in the sandbox's fetch profile, once the policy has passed the tree (Cargo.resolve)
+        done = cargo.resolve(subcommand, *args, cwd=workspace.path, policy=policy, timeout=timeout, on_line=log)
         if done.returncode != 0:
             raise ForkError(
                 f"`cargo {subcommand}` could not resolve the dependencies of {workspace.crate.id} "

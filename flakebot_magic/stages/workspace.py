@@ -7,11 +7,13 @@ Where workspaces live::
     workspaces/.old/NAME-<time>-<ns>        a workspace a re-fork replaced
 
 A build never changes ``workspaces/NAME`` of a tool it replaces: it forks
-(``--rebuild``, another crate) or copies (``--continue``) into ``.next/``,
-and :func:`swap_workspace` puts the result in place in one step
-(``renameat2(RENAME_EXCHANGE)``) only once it is deployed. A failed,
-cancelled or killed build leaves the tool's workspace as it was; its own
-tree stays under ``.next/`` (the error says where) until ``clean``.
+(``--rebuild``, another crate) or copies (``--continue``, a cached tool under
+a new name: :func:`clone_at`) into ``.next/``, and the transaction that
+makes the build the tool (:mod:`flakebot_magic.transaction`) puts the result
+in place in one step (``renameat2(RENAME_EXCHANGE)``) only once it is
+deployed. A failed, cancelled or killed build leaves the tool's workspace as
+it was; its own tree stays under ``.next/`` (the error says where) until
+``clean``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ForkError
-from ..events import EventBus
 from ..fsutil import atomic_write
+from ..git import Git
 from ..policy import OUTPUT_DIRS
+from ..process import ProcessRunner
 from ..registry.base import CrateCandidate
-from .deploy import swap_in
 
 __all__ = [
     "FORK_FORMAT",
@@ -37,14 +39,15 @@ __all__ = [
     "OLD_DIR",
     "DroppedDependency",
     "Workspace",
+    "aside_path",
+    "clone_at",
     "copy_beside",
     "next_owner",
     "next_path",
-    "swap_workspace",
 ]
 
 STATE_FILE = "flakebot.json"
-FORK_FORMAT = 1  # bump when fix-ups change, so old workspaces are re-forked
+FORK_FORMAT = 2  # bump when fix-ups or the import change, so old workspaces are re-forked
 #: under the workspaces dir: builds that replace a tool's workspace, and workspaces they replaced
 NEXT_DIR, OLD_DIR = ".next", ".old"
 
@@ -73,7 +76,7 @@ class Workspace:
     skipped_targets: list[str] = field(default_factory=list)
     lock_action: str = "kept"
     reused: bool = False
-    #: the workspace this one replaces once its build is deployed (:func:`swap_workspace`); None: it is in place
+    #: the workspace this one replaces once its build is deployed (:func:`~flakebot_magic.transaction.install`); None: it is in place
     replaces: Path | None = None
 
     @property
@@ -153,32 +156,25 @@ def copy_beside(workspace: Workspace, path: Path) -> Workspace:
     return replace(workspace, path=path, reused=True, replaces=workspace.path)
 
 
-def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
-    """Put a workspace built beside the tool's (:attr:`Workspace.replaces`) in its place, in one step.
+def clone_at(source: Path, commit: str, path: Path, runner: ProcessRunner) -> Workspace:
+    """A copy of the workspace ``source`` at ``path`` (see :func:`copy_beside`), its HEAD set to ``commit``.
 
-    Called once the build is deployed. The replaced workspace goes to
-    ``.old/`` (a re-fork) or away (a ``--continue`` copy: its whole history
-    is in the new one). Returns the workspace at its final path.
+    A tool that comes from the cache under a new name gets its own
+    workspace this way: the history of the workspace its store entry was
+    built from, checked out at the commit that built it.
     """
-    final = workspace.replaces
-    if final is None:
-        return workspace
-    if final.exists() or final.is_symlink():
-        swap_in(workspace.path, final)  # the replaced workspace is now at workspace.path
-        if not workspace.reused:
-            aside = _aside_path(final.parent, final.name)
-            os.rename(workspace.path, aside)
-            bus.notice("fork", f"the previous workspace for {final.name!r} was moved to {aside}")
-    else:
-        os.rename(workspace.path, final)
-    # the attempt's directory: what is left of it (a --continue's old copy, the sandbox's cargo home)
-    shutil.rmtree(workspace.path.parent, ignore_errors=True)
-    done = replace(workspace, path=final, replaces=None)
-    done.save()
-    return done
+    original = Workspace.load(source)
+    if original is None:
+        raise ForkError(f"{source} is not a flakebot workspace (no readable .git/{STATE_FILE}).", workspace=source)
+    copy = copy_beside(original, path)
+    git = Git(path, runner)
+    git("reset", "-q", "--hard", commit)
+    git("clean", "-q", "-f", "-d")
+    return replace(copy, replaces=None)
 
 
-def _aside_path(workspaces_dir: Path, name: str) -> Path:
+def aside_path(workspaces_dir: Path, name: str) -> Path:
+    """A fresh ``.old/NAME-<time>-<ns>`` for a workspace a re-fork replaces (``.old`` is made if missing)."""
     parent = workspaces_dir / OLD_DIR
     parent.mkdir(parents=True, exist_ok=True)
     return parent / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"

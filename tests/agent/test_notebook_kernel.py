@@ -99,8 +99,9 @@ def test_call_shows_the_widget_and_puts_the_tool_in_the_kernel(kernel: Kernel) -
     assert printed.startswith("Built `te`") and "requested by notebook" in printed, printed
     display = next(m for m in messages if m["msg_type"] == "display_data")
     assert "application/vnd.jupyter.widget-view+json" in display["content"]["data"]
-    final = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]["text/plain"]
-    assert "ready" in final  # the display ends with the text, for nbconvert
+    final = [m for m in messages if m["msg_type"] == "update_display_data"][-1]["content"]["data"]
+    assert "ready" in final["text/plain"] and "class='flakebot-record'" in final["text/html"]  # the record stays
+    assert "application/vnd.jupyter.widget-view+json" not in final
     content, messages = kernel.run("print(te('hi'))")  # the tool is in the kernel under its name
     assert content["status"] == "ok", content
     assert "HI" in "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
@@ -119,7 +120,7 @@ def test_the_cancel_button_stops_a_build_awaited_with_acall(kernel: Kernel) -> N
     assert reply["status"] == "error" and reply["ename"] == "Cancelled", reply
     assert str(workspace) in reply["evalue"]  # the workspace is kept, and said so
     wait_for(lambda: not processes_in(workspace), 30, "cargo and the build script to stop")
-    log = kernel.cache / "logs" / "slow.log"
+    log = kernel.cache / "logs" / "slow.failed.log"
     wait_for(log.exists, 30, "the stopped run's log")
     assert "cancelled from the widget" in log.read_text()
 

@@ -24,7 +24,7 @@ from flakebot_magic.tools import describe
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
 STAND_IN = Path(__file__).resolve().parents[2] / "tests" / "nixpkgs"
 #: what write_entry adds to every manifest
-ENTRY_KEYS = {"hash", "format"}
+ENTRY_KEYS = {"hash", "format", "tools"}
 
 
 def _run(tmp_path: Path) -> RunState:

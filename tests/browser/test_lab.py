@@ -1,4 +1,5 @@
-"""A real JupyterLab in Chromium: the quickstart's %%flakebot cell with its live widget, Cancel, the dashboard, auth.
+"""A real JupyterLab in Chromium: the quickstart's %%flakebot cell with its live widget and the record it leaves,
+the saved notebook reopened without a kernel, Cancel, a 760 px window, the dashboard, auth.
 
 Debian's Chromium, driven by Playwright (pip) with ``executable_path``;
 JupyterLab listens on 127.0.0.1 with a token. Screenshots land in
@@ -128,6 +129,30 @@ def _overflow(page: object, selector: str) -> list[int]:
     )
 
 
+def _clipped(page: object, selector: str) -> list[str]:
+    """The rows (stage and candidate rows, the title, the summary) of ``selector`` that do not fit: wider than their
+    box (scrollWidth over clientWidth), or reaching past the output area's right edge."""
+    return page.evaluate(  # type: ignore[attr-defined,no-any-return]
+        """s => {
+            const bad = [];
+            for (const root of document.querySelectorAll(s)) {
+                const area = root.closest('.jp-OutputArea-output') || root;
+                const right = area.getBoundingClientRect().right + 1;
+                const parts = root.querySelectorAll('tr, td, .flakebot-title, .flakebot-summary, .flakebot-notice');
+                for (const part of [root, ...parts]) {
+                    const box = part.getBoundingClientRect();
+                    if (part.scrollWidth > part.clientWidth + 1 || box.right > right) {
+                        bad.push(`${part.className || part.tagName} ${part.dataset.stage || ''}: ` +
+                                 `${part.scrollWidth}/${part.clientWidth}, right ${box.right} > ${right}`);
+                    }
+                }
+            }
+            return bad;
+        }""",
+        selector,
+    )
+
+
 def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, lab: JupyterProcess) -> None:
     started = time.monotonic()
     page = _open_notebook(context, lab, "quickstart.ipynb")
@@ -137,14 +162,16 @@ def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, 
     assert progress.locator(".flakebot-row").count() >= 7  # one row per stage
     assert progress.locator('.flakebot-row[data-stage="edit"]').count() == 0  # no model: no row waits for it
     page.screenshot(path=SHOTS / "01-quickstart-progress.png")  # type: ignore[attr-defined]
-    progress.locator('.flakebot-title[data-outcome="success"]').wait_for(timeout=150_000)
-    progress.get_by_text("Changes:").click()  # the diff against the published crate
-    progress.locator(".flakebot-diff").wait_for()
-    assert "Cargo.toml" in progress.locator(".flakebot-diff").inner_text()
-    progress.locator(".flakebot-diff").scroll_into_view_if_needed()
+    # the build over, the widget gives way to its record: static HTML, no widget
+    record = page.locator('.flakebot-record[data-outcome="success"]').first  # type: ignore[attr-defined]
+    record.wait_for(timeout=150_000)
+    record.get_by_text("Changes:").click()  # the diff against the published crate, folded
+    record.locator(".flakebot-diff").wait_for()
+    assert "Cargo.toml" in record.locator(".flakebot-diff").inner_text()
+    record.locator(".flakebot-diff").scroll_into_view_if_needed()
     page.screenshot(path=SHOTS / "02-quickstart-success-diff.png")  # type: ignore[attr-defined]
     for stage in ("search", "client"):
-        state = progress.locator(f'.flakebot-row[data-stage="{stage}"]').get_attribute("data-state")
+        state = record.locator(f'.flakebot-row[data-stage="{stage}"]').get_attribute("data-state")
         assert state in ("done", "cached"), (stage, state)
     # the tool's own output: its HTML card, then md("# Hi") from the next cell
     page.locator(".flakebot-tool").first.wait_for()  # type: ignore[attr-defined]
@@ -154,19 +181,27 @@ def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, 
     listing.scroll_into_view_if_needed()
     assert "pulldown-cmark@0.9.2" in (listing.text_content() or "")
     page.screenshot(path=SHOTS / "03-quickstart-done.png", full_page=True)  # type: ignore[attr-defined]
-    # no horizontal scrollbar on the widget or its output (the bar was 4 px too wide)
-    assert set(_overflow(page, ".flakebot-progress")) == {0}
-    assert set(_overflow(page, ".jp-OutputArea-output:has(.flakebot-progress)")) == {0}
+    # no horizontal scrollbar on the record or its output
+    assert set(_overflow(page, ".flakebot-record")) == {0}
+    assert set(_overflow(page, ".jp-OutputArea-output:has(.flakebot-record)")) == {0}
+    assert page.locator(".flakebot-progress").count() == 0  # type: ignore[attr-defined]  # every widget gave way
     # the notebook's second %%flakebot cell is a cache hit: no output, so no "Log (0 lines)"
-    warm = page.locator(".flakebot-progress").last  # type: ignore[attr-defined]
+    warm = page.locator(".flakebot-record").last  # type: ignore[attr-defined]
     warm.locator('.flakebot-title[data-outcome="success"]').wait_for()
     assert warm.locator('.flakebot-row[data-state="cached"]').count() >= 5
-    assert not warm.get_by_text("Log (").is_visible() and "Log (0 lines)" not in warm.inner_text()
-    # wrapped notices are not double-spaced: a line is about a line high, not a widget row (28 px)
+    assert "Log (" not in warm.inner_text()
+    page.keyboard.press("Control+s")  # type: ignore[attr-defined]  # saved, for the reopening below
+    saved = lab.root / "quickstart.ipynb"
+    deadline = time.monotonic() + 30
+    while saved.read_text().count("class='flakebot-record'") < 2:
+        assert time.monotonic() < deadline, "the notebook was not saved"
+        time.sleep(0.2)
+    # wrapped text is not double-spaced: a line is about a line high, not a widget row (28 px)
     heights = page.evaluate(
-        "() => [...document.querySelectorAll('.flakebot-notice')].map(e => parseFloat(getComputedStyle(e).lineHeight))"
+        "() => [...document.querySelectorAll('.flakebot-notice, .flakebot-record')]"
+        ".map(e => parseFloat(getComputedStyle(e).lineHeight))"
     )
-    assert heights and max(heights) < 20, heights
+    assert heights and max(heights) < 24, heights
 
     dashboard = context.new_page()  # type: ignore[attr-defined]
     dashboard.set_viewport_size({"width": 760, "height": 1000})  # a narrow window: the log's lines are wider
@@ -198,21 +233,86 @@ def test_cancel_button_stops_the_build(context: object, lab: JupyterProcess) -> 
         time.sleep(0.1)
     workspace = markers[0].parent
     page.screenshot(path=SHOTS / "05-cancel-running.png")  # type: ignore[attr-defined]
+    # a narrow window (760 px): the running widget's rows and details wrap, nothing is cut off
+    page.set_viewport_size({"width": 760, "height": 1000})  # type: ignore[attr-defined]
+    progress.locator('.flakebot-row[data-stage="fork"][data-state="done"]').wait_for()
+    assert _clipped(page, ".flakebot-progress") == []
+    page.screenshot(path=SHOTS / "05b-cancel-running-760px.png")  # type: ignore[attr-defined]
     clicked = time.monotonic()
     progress.locator("button.flakebot-cancel").click()
-    progress.locator('.flakebot-title[data-outcome="cancelled"]').wait_for(timeout=20_000)
+    record = page.locator('.flakebot-record[data-outcome="cancelled"]')  # type: ignore[attr-defined]
+    record.wait_for(timeout=20_000)
     assert time.monotonic() - clicked < 20
+    assert _clipped(page, ".flakebot-record") == []
+    # the header keeps the tool's name however the run ended
+    assert record.locator(".flakebot-title code").inner_text() == "slow"
     # the message once (the error below the widget), naming what the user knows, not a wrapper
     error = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")  # type: ignore[attr-defined]
     error.first.wait_for()
     assert error.count() == 1
     message = error.inner_text()
-    assert message.startswith("Cancelled: Cancelled during `cargo ") and "nice" not in message
+    assert (
+        message.startswith("Cancelled: Stopped during `cargo ") and "nice" not in message
+    )  # not "Cancelled: Cancelled"
     assert f"\nThe workspace is kept at {workspace}" in message
-    assert progress.locator(".flakebot-summary").count() == 0 or not progress.locator(".flakebot-summary").inner_text()
+    assert record.locator(".flakebot-summary").count() == 0  # the error above is the one message
     page.screenshot(path=SHOTS / "06-cancelled.png")  # type: ignore[attr-defined]
-    assert progress.locator('.flakebot-row[data-stage="build"]').get_attribute("data-state") == "cancelled"
+    assert record.locator('.flakebot-row[data-stage="build"]').get_attribute("data-state") == "cancelled"
     assert processes_in(workspace) == [] and (workspace / ".git").is_dir()
+    page.set_viewport_size({"width": 1280, "height": 1000})  # type: ignore[attr-defined]
+
+
+def test_a_saved_notebook_reopened_without_a_kernel_shows_its_record(context: object, lab: JupyterProcess) -> None:
+    """The quickstart saved above, reopened where no kernel can start: the record is there, as the build left it."""
+
+    def quickstart_sessions() -> list[dict[str, object]]:
+        with lab.client() as client:
+            return [s for s in client.get("/api/sessions").json() if s["path"].endswith("quickstart.ipynb")]
+
+    with lab.client() as client:  # its kernel is shut down ...
+        for session in quickstart_sessions():
+            assert client.delete(f"/api/sessions/{session['id']}").status_code == 204
+    refused: list[str] = []
+
+    def no_kernel(route: object) -> None:  # ... and JupyterLab may not start another, on any page
+        request = route.request  # type: ignore[attr-defined]
+        if request.method == "POST":
+            refused.append(request.url)
+            route.abort()  # type: ignore[attr-defined]
+        else:
+            route.continue_()  # type: ignore[attr-defined]
+
+    context.route("**/api/sessions**", no_kernel)  # type: ignore[attr-defined]
+    try:
+        page = context.new_page()  # type: ignore[attr-defined]
+        page.goto(f"{lab.url}/lab/tree/quickstart.ipynb?token={lab.token}")
+        record = page.locator('.flakebot-record[data-outcome="success"]').first
+        record.wait_for(timeout=60_000)
+        dialog = page.locator(".jp-Dialog")  # JupyterLab says it could not start a kernel; the notebook is there
+        dialog.wait_for(timeout=30_000)
+        page.screenshot(path=SHOTS / "08a-no-kernel-dialog.png")
+        dialog.get_by_role("button").last.click()
+        choose = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True)  # then: pick one? no
+        choose.wait_for(timeout=10_000)
+        choose.click()
+        assert record.locator(".flakebot-row").count() >= 7
+        assert "passed" in record.locator('.flakebot-row[data-stage="test"]').inner_text()
+        assert "md is ready" in " ".join(record.inner_text().split())
+        # the changes, folded in the record (and the log, when the build was not a cache hit)
+        fold = record.locator("details.flakebot-diff-fold")
+        assert fold.locator("summary").inner_text().startswith("Changes: 3 files changed")
+        fold.evaluate("d => { d.open = true; }")
+        assert "Cargo.toml" in record.locator(".flakebot-diff").inner_text()
+        assert page.get_by_text("Error displaying widget").count() == 0
+        record.scroll_into_view_if_needed()
+        page.screenshot(path=SHOTS / "08-reopened-without-kernel.png")
+        page.set_viewport_size({"width": 760, "height": 1000})  # the same record in a narrow window
+        assert _clipped(page, ".flakebot-record") == []
+        page.screenshot(path=SHOTS / "09-reopened-760px.png")
+        assert refused and quickstart_sessions() == []  # JupyterLab asked for a kernel, and had none
+        page.close()
+    finally:
+        context.unroute("**/api/sessions**")  # type: ignore[attr-defined]
 
 
 _EVIL = textwrap.dedent(

@@ -159,7 +159,7 @@ def test_three_candidates_race_live_and_the_winner_is_marked(context: Any, lab: 
     # live: while #2 waits on its slow reply, the others move on
     seen: list[dict[str, str]] = []
     deadline = time.monotonic() + 90
-    while "winner" not in (states := _states(progress)).values():
+    while "winner" not in (states := _states(page)).values():
         if not seen or seen[-1] != states:
             seen.append(states)
             if len(seen) == 2:
@@ -167,7 +167,9 @@ def test_three_candidates_race_live_and_the_winner_is_marked(context: Any, lab: 
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
     assert len(seen) >= 2, seen  # the rows changed while the race ran
-    progress.locator('.flakebot-title[data-outcome="success"]').wait_for(timeout=90_000)
+    # the build over, the widget gives way to its record, which keeps the candidates
+    progress = page.locator('.flakebot-record[data-outcome="success"]').first
+    progress.wait_for(timeout=90_000)
     states = _states(progress)
     assert states == {"0": "lost", "1": "winner", "2": "cancelled"}, states
     winner = progress.locator('tr.flakebot-candidate[data-candidate="1"]')
@@ -210,9 +212,10 @@ def test_a_steer_from_the_widget_reaches_the_model(context: Any, lab: JupyterPro
     line.wait_for()
     progress.locator('.flakebot-steer[data-status="delivered"]').wait_for(timeout=30_000)
     page.screenshot(path=SHOTS / "23-steer-delivered.png")
-    progress.locator('.flakebot-title[data-outcome="success"]').wait_for(timeout=90_000)
+    record = page.locator('.flakebot-record[data-outcome="success"]').first
+    record.wait_for(timeout=90_000)
     assert not box.is_visible()  # gone once the edit is over
-    assert line.count() == 1
+    assert record.locator(".flakebot-steer", has_text="also accept --upper").count() == 1
     # the model's next request carried it as a user message
     printed_line = page.locator(".jp-OutputArea-output pre", has_text="REQUEST2")
     printed_line.wait_for(timeout=30_000)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,66 @@ class TestDemoService:
         assert bridge["args"][:4] == ["-m", "flakebot_magic.clients.bridge", "--name", "svc"]
         assert bridge["args"][-1] == str(svc.binary)
         assert "svc.greet(name='text')" in svc.usage()
+
+    def test_eight_threads_survive_the_service_being_killed_thirty_times(self, svc: Any) -> None:
+        """Calls in flight when the service dies fail fast (ToolError), later ones restart it; none waits 1 s."""
+        restarts = svc.restarts
+        rounds = [_KillRound(svc).run() for _ in range(30)]
+        assert [r.unexpected for r in rounds if r.unexpected] == []  # an answer or a ToolError, nothing else
+        assert all(r.answered_after_kill for r in rounds), "the service was not started again after a kill"
+        waited = sorted(w for r in rounds for w in r.waited)
+        assert waited[-1] < 1.0, waited[-5:]
+        assert svc.restarts - restarts >= 30
+        assert not any("Bad file descriptor" in message for r in rounds for message in r.failures)
+
+
+class _KillRound:
+    """Eight threads calling ``svc`` while it is killed once; what each call saw, and how long after the kill."""
+
+    def __init__(self, svc: Any) -> None:
+        self.svc = svc
+        self.killed_at = 0.0
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.unexpected: list[str] = []
+        self.failures: list[str] = []
+        self.waited: list[float] = []  # seconds a call took after the kill (from the kill, or from its start)
+        self.answered_after_kill = 0
+
+    def calls(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            ok = False
+            try:
+                ok = self.svc.greet("Ada") == {"greeting": "Hello, Ada."}
+            except ToolError as exc:
+                with self.lock:
+                    self.failures.append(str(exc))
+            except Exception as exc:
+                with self.lock:
+                    self.unexpected.append(repr(exc))
+            ended = time.monotonic()
+            with self.lock:
+                if self.killed_at and ended > self.killed_at:
+                    self.waited.append(ended - max(started, self.killed_at))
+                    self.answered_after_kill += ok
+
+    def run(self) -> _KillRound:
+        self.svc.start()
+        threads = [threading.Thread(target=self.calls, daemon=True) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.05)
+        pid = self.svc.pid
+        with self.lock:
+            self.killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.3)
+        self.stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not any(thread.is_alive() for thread in threads), "a call hung"
+        return self
 
 
 # -- services that break the contract (Python scripts stand in for the binary) ----------------

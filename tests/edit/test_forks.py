@@ -32,7 +32,7 @@ from flakebot_magic.git import Git
 from flakebot_magic.policy import check_tree
 from flakebot_magic.process import CancelToken, ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+from flakebot_magic.sandbox import Sandbox
 from flakebot_magic.stages.fork import fork
 
 TINYCOUNT = crate(
@@ -73,7 +73,7 @@ def registry(tmp_path: Path) -> Iterator[DirectoryRegistry]:
 
 def _checks(path: Path, registry: DirectoryRegistry) -> CheckRunner:
     runner = ProcessRunner()
-    cargo = SandboxedCargo(registry, runner, Sandbox(path))
+    cargo = Cargo(registry, runner, Sandbox(path))
     return CheckRunner(
         WorkspaceFiles(path), cargo=cargo, git=Git(path, runner), bus=EventBus([]), build_timeout=300, test_timeout=300
     )

@@ -18,7 +18,7 @@ from flakebot_magic.events import EventBus
 from flakebot_magic.git import Git
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+from flakebot_magic.sandbox import Sandbox
 from flakebot_magic.stages.accept import split_request
 from flakebot_magic.stages.fork import fork
 
@@ -141,7 +141,7 @@ def _checked(path: Path, registry: DirectoryRegistry, iteration: int) -> CheckRu
     runner = ProcessRunner()
     checks = CheckRunner(
         WorkspaceFiles(path),
-        cargo=SandboxedCargo(registry, runner, Sandbox(path)),
+        cargo=Cargo(registry, runner, Sandbox(path)),
         git=Git(path, runner),
         bus=EventBus([]),
         build_timeout=300,

@@ -1,6 +1,6 @@
 """The edit loop: scripted sessions against the fake OpenAI server, real cargo, real git.
 
-The scripts are in ``tests/editscripts.py`` (and ``tests/scripts/*.json``).
+The scripts are in ``tests/editscripts.py`` (and ``flakebot_magic/testing/scripts/*.json``).
 Loop sessions edit ``tinyhex``, a crate without dependencies; the front-door
 tests turn Debian's ``sha2`` library into a ``sha256sum`` look-alike.
 """
@@ -399,6 +399,10 @@ def test_done_when_the_command_builds_a_sha256_tool_after_the_loop_fixed_a_compi
     assert "error[E0308] src/bin/sha256.rs:8:5: mismatched types" in report
     assert ">    8 |     Sha256::digest(data)" in report
     assert "edit    run 1: build FAILED" in sha_tool.stderr and "edit    ok" in sha_tool.stderr
+    # which error, and how long the run took (issue 21)
+    assert re.search(
+        r"run 1: build FAILED.*; error\[E0308\] src/bin/sha256\.rs:8:5: mismatched types \(\d+\.\ds\)", sha_tool.stderr
+    )
     assert "cargo runs in a sandbox: bubblewrap" in sha_tool.stderr or "WITHOUT network isolation" in sha_tool.stderr
 
 

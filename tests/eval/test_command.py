@@ -10,8 +10,9 @@ import pytest
 import flakebot_magic.eval
 from flakebot_magic import cli
 from flakebot_magic.errors import UsageError
+from flakebot_magic.eval.task import BUILTIN_SUITES
 
-STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"
+STARTER = BUILTIN_SUITES["starter"]
 
 
 @pytest.mark.parametrize(

@@ -158,7 +158,7 @@ def test_the_exercise_registry_serves_exercises_and_leaves_the_rest_to_its_base(
     suite = polyglot_suite(checkout, tmp_path / "staging")
     wrapped = ExerciseRegistry(registry, suite.tasks)
     assert wrapped.get("shout").version == "1.0.0" and wrapped.get("tinyhex").name == "tinyhex"
-    assert wrapped.path == registry.path and wrapped.cargo_config_args() == registry.cargo_config_args()
+    assert wrapped.path == registry.path and wrapped.cargo_config() == registry.cargo_config()
     fetched = wrapped.fetch(wrapped.get("shout"), tmp_path / "fork")
     assert (fetched.path / "src" / "lib.rs").is_file() and not (fetched.path / "tests").exists()
 

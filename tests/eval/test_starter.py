@@ -7,10 +7,11 @@ summary in ``make test``); the whole suite replays in ``make bench``.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 
-STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"
+from flakebot_magic.eval.task import BUILTIN_SUITES
+
+STARTER = BUILTIN_SUITES["starter"]
 
 
 def _solutions() -> ModuleType:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.errors import UsageError
-from flakebot_magic.eval.task import Task, TaskProblem, load_suite
+from flakebot_magic.eval.task import BUILTIN_SUITES, Task, TaskProblem, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
-STARTER = ROOT / "evals" / "starter"
+STARTER = BUILTIN_SUITES["starter"]
 
 GOOD_TOML = (
     'name = "echoer"\ncrate = "tinyhex"\nrequest = """\nEcho standard input.\n>>> echoer(input="a")\n\'a\'\n"""\n'

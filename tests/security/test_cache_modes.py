@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.config import Settings
-from flakebot_magic.events import EventBus
-from flakebot_magic.runlog import RunLog, log_path
+from flakebot_magic.events import EventBus, RunFinished, StageStarted
+from flakebot_magic.runlog import RunLog, failed_log_path, log_path
 
 
 def _mode(path: Path) -> int:
@@ -54,11 +54,20 @@ def test_a_run_log_is_the_users_alone(tmp_path: Path, umask_022: None) -> None:
     log = RunLog(settings)
     bus = EventBus([log])
     bus.log("test", "test output that may hold a secret", "stdout")
+    bus.emit(RunFinished(ok=True))
     path = log.save("te")
     assert path == log_path(settings, "te") and path.exists()
     assert "may hold a secret" in path.read_text()
     assert _mode(path) == 0o600
     assert _mode(path.parent) == 0o700 and _mode(settings.cache_dir) == 0o700
+    # a run that failed: its log and its record (the request, the error) are the user's alone too
+    failed = RunLog(settings)
+    EventBus([failed]).emit(StageStarted("build"))
+    EventBus([failed]).log("test", "more output that may hold a secret", "stdout")
+    path = failed.save("te2", request="secret words", error=RuntimeError("boom"))
+    assert path == failed_log_path(settings, "te2") and _mode(path) == 0o600
+    [attempt] = settings.attempts_dir.iterdir()
+    assert _mode(attempt) == 0o600 and _mode(attempt.parent) == 0o700
 
 
 def test_a_planted_symlink_at_the_log_path_is_replaced_not_followed(tmp_path: Path, umask_022: None) -> None:
@@ -68,7 +77,9 @@ def test_a_planted_symlink_at_the_log_path_is_replaced_not_followed(tmp_path: Pa
     path = log_path(settings, "te")
     path.parent.mkdir(parents=True)
     path.symlink_to(victim)
-    RunLog(settings).save("te")
+    log = RunLog(settings)
+    log(RunFinished(ok=True))
+    log.save("te")
     assert victim.read_text() == "the user's file\n"
     assert not path.is_symlink() and _mode(path) == 0o600
 

@@ -72,6 +72,12 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
         message = str(caught.value)
         assert f"Another build of the tool 'shout' is running: pid {holder.pid}" in message
         assert "--name" in message and caught.value.holder.pid == holder.pid
+        assert "it will then come from the cache" in message
+        # a --rebuild is not served from the cache, and the message must not promise it
+        with pytest.raises(ToolBusy) as rebuilding, tool_lock(tmp_path, "shout", wait=0.1, rebuild=True):
+            pass
+        assert "--rebuild builds it once more then; it does not come from the cache" in str(rebuilding.value)
+        assert "it will then come from the cache" not in str(rebuilding.value)
         with tool_lock(tmp_path, "other", wait=0):  # other names are free
             pass
     finally:
@@ -147,6 +153,13 @@ def test_a_build_of_a_busy_name_waits_or_names_the_holder_and_clean_spares_it(tm
         assert leftover.is_dir()
         assert any("gated" in kept and f"pid {first.pid}" in kept for kept in report.kept), report.kept
         assert any(line.startswith("kept ") for line in report.summary())
+
+        # clean --all too: the running build keeps its workspace, its build outputs and its private cargo home
+        cargo_home = cache / "workspaces" / ".sandbox" / "gated" / "cargo-home"
+        assert cargo_home.is_dir()
+        everything = clean(settings, everything=True)
+        assert cargo_home.is_dir() and (workspace / "target").is_dir() and leftover.is_dir()
+        assert any(str(cache / "workspaces" / ".sandbox" / "gated") in kept for kept in everything.kept)
 
         (workspace / "release-gate").write_text("")
         out, err = first.communicate(timeout=300)

@@ -20,6 +20,7 @@ from tinycrates import Recorder, crate, write_registry
 
 from flakebot_magic.cargo import Cargo
 from flakebot_magic.events import Notice
+from flakebot_magic.policy import TreePolicy
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.build import check
@@ -90,7 +91,15 @@ def test_forged_artifacts_reach_neither_outside_the_entry_nor_the_private_file(t
             registry.get("forge"), registry, cache / "workspaces", "forge", runner=runner, bus=recorder.bus, cargo=cargo
         )
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workspace.path, capture_output=True, text=True).stdout
-        result = check(workspace.path, cargo, recorder.bus, build_timeout=300, test_timeout=300, run_tests=False)
+        result = check(
+            workspace.path,
+            cargo,
+            recorder.bus,
+            policy=TreePolicy(),
+            build_timeout=300,
+            test_timeout=300,
+            run_tests=False,
+        )
     finally:
         registry.close()
 

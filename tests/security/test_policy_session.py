@@ -9,17 +9,19 @@ that the model was told why, and that the history is intact.
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
-from tinycrates import crate, write_registry
+from tinycrates import Recorder, crate, write_registry
 from tinyhex_sessions import Session, start_session
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import PolicyError
+from flakebot_magic.events import Notice
 from flakebot_magic.git import Git
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.process import ProcessRunner
@@ -175,7 +177,7 @@ def pipeline_registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_registry(tmp_path_factory.mktemp("policyregistry"), [BUILDSCRIPT, HOSTILE_CONFIG])
 
 
-def test_the_pipeline_builds_a_published_build_script_and_refuses_shipped_cargo_config(
+def test_the_pipeline_builds_a_published_build_script_and_never_imports_shipped_cargo_config(
     pipeline_registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FLAKEBOT_MODEL", raising=False)
@@ -183,11 +185,13 @@ def test_the_pipeline_builds_a_published_build_script_and_refuses_shipped_cargo_
     tool = Pipeline(settings).run("", crate="publishedbuild")
     assert tool is not None
 
-    with pytest.raises(PolicyError) as caught:
-        Pipeline(settings).run("", crate="shipsconfig")
-    message = str(caught.value)
+    recorder = Recorder()
+    Pipeline(settings, observers=[recorder]).run("", crate="shipsconfig")
     workspace = settings.workspaces_dir / "shipsconfig"
-    assert "- .cargo: a .cargo/ directory" in message and str(workspace) in message
-    assert (workspace / ".cargo" / "config.toml").exists()  # kept, for the user to look at
-    assert not list(workspace.glob("target/**/shipsconfig"))  # nothing was built
-    assert [v.path for v in caught.value.violations] == [".cargo"] and caught.value.workspace == workspace
+    # the crate's .cargo/ never entered the workspace: what was built is the source without it
+    assert not (workspace / ".cargo").exists()
+    published = subprocess.run(
+        ["git", "log", "-1", "--format=%B", "published"], cwd=workspace, capture_output=True, text=True, check=True
+    ).stdout
+    assert "Not imported" in published and "- .cargo/: cargo configuration" in published
+    assert any(".cargo/" in e.message and "not imported" in e.message for e in recorder.of(Notice))

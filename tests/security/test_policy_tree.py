@@ -56,6 +56,9 @@ def test_a_clean_crate_passes(ws: Path) -> None:
         (lambda r: (r / "src" / "leak").symlink_to(r.parent / "outside"), "src/leak", "symlink pointing outside"),
         (lambda r: (r / "src" / "git").symlink_to(r / ".git"), "src/git", "into .git/"),
         (lambda r: (r / "vendor" / "x" / ".git").mkdir(parents=True), "vendor/x/.git", "nested"),
+        (lambda r: (r / ".gitattributes").write_text("*.rs -diff\n"), ".gitattributes", "git reads it"),
+        (lambda r: (r / "src" / ".gitattributes").write_text("* binary\n"), "src/.gitattributes", "review diff"),
+        (lambda r: (r / ".gitmodules").write_text('[submodule "x"]\n'), ".gitmodules", "configuration"),
     ],
 )
 def test_planted_files_are_violations_named_by_path(ws: Path, plant: object, path: str, reason: str) -> None:
@@ -78,6 +81,13 @@ def test_planted_files_are_violations_named_by_path(ws: Path, plant: object, pat
         (HEAD + '[dependencies]\nevil = { path = "target/x" }\n', "points into target/"),
         (HEAD + '[workspace]\nmembers = ["../outside/*"]\n', "workspace.members"),
         (HEAD + '[[bin]]\nname = "x"\npath = "../outside/main.rs"\n', "bin.path"),
+        (HEAD + '[lib]\npath = "../outside/lib.rs"\n', "lib.path"),
+        (HEAD + '[[test]]\nname = "t"\npath = "/etc/passwd"\n', "test.path"),
+        (HEAD + '[[example]]\nname = "e"\npath = "src/../../outside/e.rs"\n', "example.path"),
+        (HEAD + '[[bench]]\nname = "b"\npath = "target/b.rs"\n', "bench.path"),
+        (HEAD + "[lib]\nproc_macro = true\n", "proc macro"),
+        (HEAD + '[lib]\ncrate-type = ["proc-macro"]\n', "proc macro"),
+        (HEAD + '[lib]\ncrate_type = ["rlib", "proc_macro"]\n', "proc macro"),
         (HEAD + '[dependencies]\nx = { version = "1", registry-index = "file:///elsewhere" }\n', "registry-index"),
         (HEAD + "[[[", "not valid TOML"),
     ],
@@ -86,6 +96,29 @@ def test_manifest_rules(ws: Path, manifest: str, reason: str) -> None:
     (ws / "Cargo.toml").write_text(manifest)
     found = _reasons(ws)
     assert "Cargo.toml" in found and reason in found["Cargo.toml"], found
+
+
+def test_a_build_script_outside_the_crate_is_refused_even_where_build_scripts_are_allowed(ws: Path) -> None:
+    (ws / "Cargo.toml").write_text(HEAD + 'build = "../outside/build.rs"\n')
+    found = _reasons(ws, allow_build_scripts=True)
+    assert (
+        "Cargo.toml" in found and "package.build" in found["Cargo.toml"] and "leaves the crate" in found["Cargo.toml"]
+    )
+
+
+def test_a_proc_macro_member_is_refused_however_it_is_declared(ws: Path) -> None:
+    (ws / "Cargo.toml").write_text(HEAD + '[workspace]\nmembers = ["macros"]\n')
+    (ws / "macros" / "src").mkdir(parents=True)
+    (ws / "macros" / "src" / "lib.rs").write_text("")
+    (ws / "macros" / "Cargo.toml").write_text(HEAD.replace('"x"', '"macros"') + '[lib]\ncrate-type = ["proc-macro"]\n')
+    found = _reasons(ws)
+    assert "proc macro" in found["macros/Cargo.toml"]
+    # published as a proc macro, it stays allowed while unchanged
+    git = Git(ws, ProcessRunner())
+    git.init("published")
+    git.commit("Published source", all_files=True, force=True)
+    git("tag", "published")
+    assert check_tree(ws, baseline=Baseline.from_git(git)) == []
 
 
 def test_members_and_path_dependencies_are_followed_and_their_build_scripts_seen(ws: Path) -> None:

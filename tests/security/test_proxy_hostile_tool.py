@@ -33,7 +33,7 @@ from jupyter_process import JupyterProcess, free_port
 
 from flakebot_magic.config import Settings
 from flakebot_magic.inventory import Inventory, ToolRecord
-from flakebot_magic.server.handlers import TOOL_RESPONSE_HEADERS
+from flakebot_magic.server.proxy_rules import TOOL_RESPONSE_HEADERS
 
 #: response headers a tool might send: what browsers obey on an origin (storage, workers, redirects,
 #: preloads, reporting, cross-origin grants, authentication prompts), hop-by-hop and server-set ones,

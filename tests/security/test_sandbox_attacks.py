@@ -1,4 +1,4 @@
-"""Hostile crates under SandboxedCargo: no secret, no network, no socket, no git hook, no write outside, bounded resources.
+"""Hostile crates under the sandboxed Cargo: no secret, no network, no socket, no git hook, no write outside, bounded resources.
 
 Each crate's build script or test attacks, and reports what it got on stdout
 (``cargo:warning=`` lines reach cargo's stderr): if an attack worked, a
@@ -8,6 +8,9 @@ that nothing landed outside, and that the workspace's history is intact.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import socket
 import subprocess
 import time
@@ -18,9 +21,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, processes_in, write_registry
 
+from flakebot_magic.cargo import Cargo
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_works
+from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
 
 pytestmark = [
     pytest.mark.cargo,
@@ -129,7 +133,7 @@ def test_a_hostile_build_script_reaches_no_secret_socket_network_or_git(
     registry, workspace = _hostile(tmp_path, "attacker", build_rs)
     head = _git(workspace, "rev-parse", "HEAD")
     git_config = (workspace / ".git" / "config").read_text()
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     output = done.stdout + done.stderr
     assert done.returncode == 0, done.stderr
@@ -174,7 +178,7 @@ def test_a_rust_toolchain_file_does_not_switch_toolchains(tmp_path: Path) -> Non
     )
     files = {"rust-toolchain.toml": '[toolchain]\nchannel = "nightly-2019-01-01"\n'}
     registry, workspace = _hostile(tmp_path, "pinner", build_rs, files)
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == 0, done.stderr  # no attempt to install the pinned toolchain
     assert "nightly-2019" not in done.stderr
@@ -200,7 +204,7 @@ fn main() {
 
 def test_a_fork_bomb_stops_at_the_process_limit(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "forker", FORK_BOMB_RS)
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(processes=200)))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(processes=200)))
     started = time.monotonic()
     done = cargo.run("build", cwd=workspace, timeout=300)
     line = next(line for line in done.stderr.splitlines() if "FORKED" in line)
@@ -229,13 +233,13 @@ fn main() {
 def test_filling_the_disk_stops_the_build(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "filler", FILL_RS)
     sandbox = Sandbox(workspace, limits=Limits(disk_bytes=300 * 1024**2))
-    cargo = SandboxedCargo(registry, ProcessRunner(), sandbox)
+    cargo = Cargo(registry, ProcessRunner(), sandbox)
     started = time.monotonic()
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == -9
     assert "grew past" in done.stderr
     assert time.monotonic() - started < 60
-    assert sandbox.disk_usage() < 3000 * 1024**2
+    assert sandbox.disk_usage().bytes < 3000 * 1024**2
     assert _git(workspace, "log", "--oneline").count("\n") == 1
 
 
@@ -254,7 +258,7 @@ def test_300_mb_without_a_newline_is_cut_at_the_output_limit(tmp_path: Path) -> 
     import resource
 
     registry, workspace = _hostile(tmp_path, "printer", "fn main() {}\n", {"tests/print.rs": PRINT_RS})
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(output_bytes=8 * 1024**2)))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace, limits=Limits(output_bytes=8 * 1024**2)))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     done = cargo.run("test", "--", "--nocapture", cwd=workspace, timeout=300)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
@@ -273,7 +277,7 @@ fn leaves_a_grandchild_holding_the_pipe() {
 
 def test_a_setsid_grandchild_dies_with_the_sandbox(tmp_path: Path) -> None:
     registry, workspace = _hostile(tmp_path, "lingerer", "fn main() {}\n", {"tests/linger.rs": SETSID_RS})
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     cargo.run("test", "--no-run", cwd=workspace, timeout=300)  # compile first: the timing is the test's alone
     started = time.monotonic()
     done = cargo.run("test", cwd=workspace, timeout=30)
@@ -281,3 +285,91 @@ def test_a_setsid_grandchild_dies_with_the_sandbox(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     # the grandchild was in the sandbox's pid namespace, which died with it: no "sleep 100" has the workspace as cwd
     assert processes_in(workspace) == []
+
+
+KEYRING_RS = r"""
+extern "C" {
+    fn syscall(number: i64, ...) -> i64;
+}
+fn outcome(result: i64) -> String {
+    if result >= 0 { format!("GOT {}", result) } else { format!("blocked: {}", std::io::Error::last_os_error()) }
+}
+fn main() {
+    let mut buf = [0u8; 256];
+    // KEYCTL_READ of the key the test put in the session keyring, by its serial
+    let read = unsafe { syscall(250, 11i64, SERIAL as i64, buf.as_mut_ptr(), buf.len()) };
+    let text = String::from_utf8_lossy(&buf[..read.max(0) as usize]).to_string();
+    println!("cargo:warning=KEY read {} {}", outcome(read), text);
+    // KEYCTL_SEARCH the session keyring by description
+    let found = unsafe { syscall(250, 10i64, -3i64, b"user\0".as_ptr(), b"DESCRIPTION\0".as_ptr(), 0i64) };
+    println!("cargo:warning=KEY search {}", outcome(found));
+    // add_key into the user keyring: something to leave behind
+    let added = unsafe { syscall(248, b"user\0".as_ptr(), b"planted-DESCRIPTION\0".as_ptr(), b"x".as_ptr(), 1i64, -4i64) };
+    println!("cargo:warning=KEY add {}", outcome(added));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let seccomp = status.lines().find(|l| l.starts_with("Seccomp:")).unwrap_or("").to_string();
+    println!("cargo:warning=KEY status {}", seccomp.replace('\t', " "));
+    // a child the build script starts is filtered as well
+    let child = std::process::Command::new("/bin/sh").args(["-c", "grep ^Seccomp: /proc/self/status"]).output();
+    let child = child.map(|o| String::from_utf8_lossy(&o.stdout).replace('\t', " ").trim().to_string());
+    println!("cargo:warning=KEY child {}", child.unwrap_or_default());
+}
+"""
+
+
+def _keyctl(*args: object) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(*args))
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the syscall numbers are x86_64's")
+def test_a_build_script_can_neither_read_nor_add_keys_of_the_session_keyring(tmp_path: Path) -> None:
+    description = f"flakebot-canary-{uuid.uuid4().hex}"
+    secret = uuid.uuid4().hex
+    serial = _keyctl(248, b"user", description.encode(), secret.encode(), len(secret), -3)  # add_key to @s
+    if serial < 0:
+        pytest.skip(f"the kernel keyring is not reachable here either ({os.strerror(ctypes.get_errno())})")
+    try:
+        build_rs = KEYRING_RS.replace("SERIAL", str(serial)).replace("DESCRIPTION", description)
+        registry, workspace = _hostile(tmp_path, "keyreader", build_rs)
+        done = Cargo(registry, ProcessRunner(), Sandbox(workspace)).run("build", cwd=workspace, timeout=300)
+        assert done.returncode == 0, done.stderr  # cargo, rustc and the build script run under the filter
+        report = {
+            line.split("KEY ", 1)[1].split(" ", 1)[0]: line.split("KEY ", 1)[1]
+            for line in done.stderr.splitlines()
+            if "KEY " in line
+        }
+        assert report["read"].startswith("read blocked: Operation not permitted"), report
+        assert report["search"].startswith("search blocked: Operation not permitted"), report
+        assert report["add"].startswith("add blocked: Operation not permitted"), report
+        assert report["status"].endswith("Seccomp: 2") and report["child"].endswith("Seccomp: 2"), report
+        assert secret not in done.stdout + done.stderr
+        # nothing was added: the user keyring has no planted key
+        assert _keyctl(250, 10, -4, b"user", f"planted-{description}".encode(), 0) < 0  # KEYCTL_SEARCH
+        assert _git(workspace, "log", "--oneline").count("\n") == 1
+    finally:
+        _keyctl(250, 3, serial)  # KEYCTL_REVOKE
+
+
+MANY_FILES_RS = r"""
+fn main() {
+    let out = std::env::var("OUT_DIR").unwrap();
+    for i in 0..150_000 {
+        if std::fs::File::create(format!("{}/f{}", out, i)).is_err() { break; }
+    }
+    println!("cargo:warning=CREATED ALL 150000");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+"""
+
+
+def test_150_000_empty_files_stop_the_build(tmp_path: Path) -> None:
+    registry, workspace = _hostile(tmp_path, "inodes", MANY_FILES_RS)
+    sandbox = Sandbox(workspace)  # the default limits: 100,000 files
+    started = time.monotonic()
+    done = Cargo(registry, ProcessRunner(), sandbox).run("build", cwd=workspace, timeout=300)
+    assert done.returncode == -9 and "files" in done.stderr.splitlines()[-1], done.stderr[-500:]
+    assert "CREATED ALL" not in done.stderr
+    assert sandbox.disk_usage().files < 150_000
+    assert time.monotonic() - started < 60
+    assert _git(workspace, "log", "--oneline").count("\n") == 1  # nothing lost

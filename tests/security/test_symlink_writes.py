@@ -29,7 +29,7 @@ from flakebot_magic.model import ModelConfig
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.base import Registry
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Sandbox, SandboxedCargo
+from flakebot_magic.sandbox import Sandbox
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 
@@ -190,7 +190,7 @@ def test_symlinks_a_test_plants_never_redirect_the_models_next_write(
             bus=bus,
             git=Git(workspace.path, runner),
             crate=workspace.crate,
-            cargo=SandboxedCargo(hex_registry, runner, Sandbox(workspace.path)),
+            cargo=Cargo(hex_registry, runner, Sandbox(workspace.path)),
             clippy=False,
         )
         outcome = loop.run("print standard input as hex")

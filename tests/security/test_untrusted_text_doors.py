@@ -348,9 +348,12 @@ def _widget_views(widget: ProgressWidget) -> dict[str, str]:
         "notices": widget.notice_view.value,
         "summary": widget.summary.value,
         "log": widget.log_view.value,
-        "diff": widget.diff_view.value,
-        "diff title": widget.diff_box.get_title(0),
+        # what the cell keeps when the build ends: the record, HTML a page renders without a kernel
+        "record": widget.record().html(),
     }
+    for index, fold in enumerate(widget.diff_box.children):
+        parts[f"diff {index}"] = fold.value
+        parts[f"diff title {index}"] = widget.diff_box.get_title(index) or ""
     return parts
 
 
@@ -365,6 +368,7 @@ def test_the_widget_shows_no_control_characters(world: World, tmp_path: Path) ->
         assert marker in views["log"]
     assert "cargo test: 1 failed" in views["summary"]
     assert_shown_safely(failing.text(), "the widget's text", kept=("cargo test",))
+    assert_shown_safely(failing.record().text(), "the record's text", kept=("cargo test",))
 
     # a diff that carries the payload (a model could write it): the review shows it, made safe
     workspace = tmp_path / "workspace"
@@ -378,7 +382,9 @@ def test_the_widget_shows_no_control_characters(world: World, tmp_path: Path) ->
     tool = Pipeline(world.settings, observers=[done]).run("", crate="hosttool", name="tool")
     for name, value in _widget_views(done).items():
         assert_shown_safely(value, f"the widget ({name}), a tool", html=True)
-    assert "DIFF-KEPT" in done.diff_view.value and "DIFF-END" in done.diff_view.value
+    views = _widget_views(done)
+    assert "DIFF-KEPT" in views["diff 0"] and "DIFF-END" in views["diff 0"]
+    assert "DIFF-KEPT" in views["record"]
     assert_shown_safely(done.text(), "the widget's text, a tool", kept=("tool",))
     assert_shown_safely(done.mimebundle()["text/plain"], "the widget's text/plain")
     assert_shown_safely(tool.__doc__, "the tool's docstring", kept=("HELP-KEPT", "HELP-END"))

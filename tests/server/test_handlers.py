@@ -19,12 +19,14 @@ from hypothesis import given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 from jupyter_process import JupyterProcess, free_port
+from polling import wait_for
 
 from flakebot_magic import cli, steering
 from flakebot_magic.config import Settings
 from flakebot_magic.inventory import Inventory, ToolRecord
 from flakebot_magic.runlog import log_path
-from flakebot_magic.server.handlers import _LIST_HEADERS, TOOL_RESPONSE_HEADERS, _script_json, forwarded_headers
+from flakebot_magic.server.handlers import _script_json
+from flakebot_magic.server.proxy_rules import LIST_HEADERS, TOOL_RESPONSE_HEADERS, forwarded_headers
 from flakebot_magic.tools import TOOL_JSON_KEYS, tool_json
 
 _ECHO_SERVER = textwrap.dedent(
@@ -250,7 +252,7 @@ def test_a_tool_response_header_passes_only_when_allowlisted_and_clean(headers: 
             if lowered not in seen:
                 assert kept[lowered].startswith(value)
             else:
-                assert value in kept[lowered] or lowered not in _LIST_HEADERS
+                assert value in kept[lowered] or lowered not in LIST_HEADERS
             seen.add(lowered)
 
 
@@ -334,6 +336,7 @@ def test_steer_refuses_what_it_must(server: JupyterProcess, settings: Settings) 
             assert inbox.take() == []
     assert idle.status_code == 409
     assert "No edit session of 'te' is running" in idle.json()["message"] and "--resume" in idle.json()["message"]
+    assert "with %%flakebot --name te" in idle.json()["message"]  # as written: tornado doubled each % (issue 21)
     assert unknown.status_code == 404
     assert [r.status_code for r in bad] == [400] * 5
     assert "limit" in bad[-1].json()["message"]
@@ -410,3 +413,72 @@ def test_proxy_reaches_a_flakebot_built_http_service(
     finally:
         tool.close()  # type: ignore[attr-defined]
         lifecycle.unregister(tool)  # type: ignore[arg-type]
+
+
+# -- issue 21: failed builds listed, Stop only for a running tool, "open" where the service answers ------------
+
+_HEALTH_ONLY = textwrap.dedent(
+    """
+    import sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class HealthOnly(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+        def log_message(self, *args):
+            pass
+
+    HTTPServer(("127.0.0.1", int(sys.argv[1])), HealthOnly).serve_forever()
+    """
+)
+
+
+def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
+    server: JupyterProcess, settings: Settings
+) -> None:
+    from flakebot_magic.errors import Cancelled
+    from flakebot_magic.events import RunFinished, StageStarted
+    from flakebot_magic.runlog import RunLog
+
+    log = RunLog(settings)
+    log(StageStarted("build"))
+    error = Cancelled("Stopped during `cargo build`.")
+    log(RunFinished(ok=False, error=error))
+    log.save("hex2", request="hex-encode standard input", error=error)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _HEALTH_ONLY, str(port)], start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def answers() -> bool:
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(answers, 20, "the health-only service")
+        record = _record("api", settings.cache_dir / "store" / "api", kind="http", status="running")
+        record.pid, record.url, record.started = proc.pid, url, time.time()
+        Inventory(settings.tools_dir).save(record)
+        with server.client() as client:
+            listed = {t["name"]: t for t in client.get("/flakebot/api/tools").json()["tools"]}
+            one = client.get("/flakebot/api/tools/hex2")
+            logs = client.get("/flakebot/api/tools/hex2/logs")
+            page = client.get("/flakebot/").text
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        Inventory(settings.tools_dir).remove("api")
+    assert listed["hex2"]["status"] == "cancelled" and listed["hex2"]["request"] == "hex-encode standard input"
+    assert set(listed["hex2"]) == set(listed["te"])  # one shape for every entry
+    assert one.status_code == 200 and one.json() == listed["hex2"]
+    assert logs.status_code == 200 and "its last build was cancelled" in logs.json()["text"]
+    assert "<td class='status' data-status='cancelled'>cancelled</td>" in page and "Stopped during" in page
+    stops = dict(re.findall(r"stopTool\(this, '(\w+)'\)\"( disabled)?>Stop", page))
+    assert stops["gone"] == " disabled" and stops["api"] == ""  # stopped: off; running: on
+    assert "te" not in stops and "hex2" not in stops  # a command-line tool or a failed build has nothing to stop
+    # a service without "/": open goes to its health path; one that answers at "/" opens there
+    assert "href='/flakebot/proxy/api/health'" in page

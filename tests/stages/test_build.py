@@ -14,6 +14,7 @@ from flakebot_magic.cargo import Cargo
 from flakebot_magic.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.errors import BuildError, TestError
 from flakebot_magic.events import StageFinished, StageStarted
+from flakebot_magic.policy import TreePolicy
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.build import BUILD_FLAGS, CheckResult, check
@@ -199,7 +200,9 @@ def _check(
     ws: Workspace, registry: DirectoryRegistry, recorder: Recorder | None = None, *, run_tests: bool = True
 ) -> CheckResult:
     bus = (recorder or Recorder()).bus
-    return check(ws.path, _cargo(registry), bus, build_timeout=300, test_timeout=300, run_tests=run_tests)
+    return check(
+        ws.path, _cargo(registry), bus, policy=TreePolicy(), build_timeout=300, test_timeout=300, run_tests=run_tests
+    )
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +295,7 @@ def test_failing_test_is_a_test_error_naming_it(forked: Forked, session_registry
     message = str(error)
     assert "cargo test: 1 failed, 1 passed in failingtest" in message
     assert "Failing: tests::breaks_on_purpose" in message
-    assert "Run `cargo test` in the workspace" in message
+    assert "`flakebot cargo failingtest test`" in message  # in the sandbox, never unconfined
     assert error.workspace == ws.path and str(ws.path) in message
     assert "test" in error.command
 

@@ -161,7 +161,7 @@ def test_help_of_a_tool_without_help(tmp_path: Path) -> None:
     mute = _script(tmp_path, "mute", "exit 1\n")
     assert mute.help == ""
     assert not mute.reads_stdin
-    assert mute.example() == 'mute("--help")'
+    assert mute.example() == "mute()"  # no help to point at: the plain call (issue 21)
 
 
 @pytest.mark.cargo
@@ -210,3 +210,24 @@ def test_repr_of_a_tool_that_does_not_read_stdin(tmp_path: Path) -> None:
 )
 def test_reads_stdin(help_text: str, expected: bool) -> None:
     assert reads_stdin(help_text) is expected
+
+
+def test_a_tool_that_echoes_its_arguments_has_no_help(tmp_path: Path) -> None:
+    """``safe_name --help`` printing ``--help`` back is not a help text: no `--help` hint, no "— --help." doc."""
+    parrot = _script(tmp_path, "parrot", 'echo "$@"\n')
+    assert parrot.help == ""
+    assert parrot.example() == "parrot()" and "--help" not in parrot._repr_html_().split("Call it:")[1][:60]
+    assert not parrot.__doc__.splitlines()[0].endswith("--help.")
+    assert parrot("a", "b") == "a b\n"  # it still runs as it is
+
+
+def test_a_tool_whose_binary_is_gone_says_how_to_get_it_back(tmp_path: Path) -> None:
+    """After ``%flakebot clean --all`` a loaded tool is one message, not subprocess's FileNotFoundError."""
+    args = _script(tmp_path, "args", ARGS)
+    assert args("x") == "x|"
+    Path(args.binary).unlink()
+    with pytest.raises(ToolError) as caught:
+        args("x")
+    message = str(caught.value)
+    assert "is gone" in message and "%flakebot rebuild args" in message and "%flakebot load args" in message
+    assert not isinstance(caught.value.__context__, FileNotFoundError)

@@ -152,6 +152,7 @@ def test_deploy_writes_a_complete_entry(tmp_path: Path, built: dict[str, Path]) 
         "hash": KEY,
         "binaries": ["helper", "tool"],
         "format": 1,
+        "tools": {},
     }
     assert sorted(p.name for p in store.iterdir()) == [entry.path.name]  # no staging left behind
 

@@ -12,11 +12,14 @@ import pytest
 from tinycrates import CRATES, Crate, Recorder, crate
 
 from flakebot_magic.cargo import Cargo
+from flakebot_magic.config import Settings
 from flakebot_magic.errors import ForkError
 from flakebot_magic.events import EventBus, Notice
+from flakebot_magic.inventory import ToolRecord
 from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
-from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork, next_owner, swap_workspace
+from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork, next_owner
+from flakebot_magic.transaction import install
 
 MakeRegistry = Callable[..., DirectoryRegistry]
 
@@ -54,6 +57,37 @@ def git(path: Path, *args: str) -> str:
 
 def _subjects(path: Path, revs: str = "published..flakebot") -> list[str]:
     return git(path, "log", "--reverse", "--format=%s", revs).splitlines()
+
+
+def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
+    """Put a workspace built beside the tool's in its place, as a deployed build's transaction does.
+
+    (The record is a stand-in: the transaction's own tests check records, here only the workspaces matter.)
+    """
+    final = workspace.replaces or workspace.path
+    record = ToolRecord(
+        name=final.name,
+        crate=workspace.crate.name,
+        version=workspace.crate.version,
+        binary="",
+        store_path="",
+        source_hash="",
+        checksum="",
+        checksum_kind="",
+        registry="",
+        workspace=str(final),
+        commit=git(workspace.path, "rev-parse", "HEAD"),
+    )
+    settings = Settings(cache_dir=final.parent.parent / "cache")
+    install(
+        settings,
+        record,
+        workspace.path,
+        replaces=workspace.replaces,
+        keep_replaced=not workspace.reused,
+        notice=lambda message: bus.notice("fork", message),
+    )
+    return Workspace.load(final) or workspace
 
 
 def _notices(recorder: Recorder) -> list[str]:

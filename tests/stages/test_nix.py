@@ -485,8 +485,10 @@ def test_the_store_path_is_stable_across_caches(
     assert again.store_path == first.store_path
     assert Path(os.readlink(settings.gcroots_dir / "echo2")) == first.store_path
 
-    # clean: a tool that is gone loses its root; the store path itself is nix's to collect
+    # clean: a tool that is gone (its record and its workspace) loses its root; the store path itself is nix's
     Inventory(settings.tools_dir).remove("echo2")
+    shutil.rmtree(settings.workspaces_dir / "echo2")
+    assert clean(settings).refused  # first the registry, empty while the store is not, is checked against the disk
     report = clean(settings)
     assert settings.gcroots_dir / "echo2" in report.removed
     assert not (settings.gcroots_dir / "echo2").is_symlink()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["GiB", "Limits", "MiB", "disk_usage_of", "make_pids_cgroup", "remove_cgroups"]
+__all__ = ["DiskUsage", "GiB", "Limits", "MiB", "disk_usage_of", "make_pids_cgroup", "remove_cgroups"]
 
 GiB = 1024**3
 MiB = 1024**2
@@ -28,8 +31,11 @@ class Limits:
     output_bytes: int = 32 * MiB
     #: processes (and threads) at once: a fork bomb stops here
     processes: int = 1024
-    #: the workspace (target dir included) plus the private CARGO_HOME; past it the command is stopped
+    #: what the command may write (the workspace, target dir included); past it the command is stopped
     disk_bytes: int = 20 * GiB
+    #: files, directories and links in what the command may write (inodes, counted as the disk is):
+    #: a crate's build needs thousands, a build script creating empty files without end is stopped here
+    files: int = 100_000
     #: the private /tmp and $HOME (tmpfs, so memory)
     tmp_bytes: int = 512 * MiB
 
@@ -110,13 +116,25 @@ def remove_cgroups(cgroups: list[Path]) -> None:
     for path in list(cgroups):
         _remove_cgroup(path)
         if not path.exists():
-            cgroups.remove(path)
+            with contextlib.suppress(ValueError):  # the build and the test beside it release at once
+                cgroups.remove(path)
 
 
-def disk_usage_of(root: Path) -> int:
-    """Bytes on disk under ``root`` (allocated blocks), never following a symlink."""
-    total = 0
-    stack = [root]
+class DiskUsage(NamedTuple):
+    """What a tree holds on disk: allocated bytes, and entries (each file, directory and link is an inode)."""
+
+    bytes: int
+    files: int
+
+
+def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
+    """Bytes on disk (allocated blocks) and entries under ``roots``, never following a symlink.
+
+    An entry reached through two roots, or two hard links, counts once.
+    """
+    total = files = 0
+    seen: set[tuple[int, int]] = set()
+    stack = list(roots)
     while stack:
         try:
             entries = os.scandir(stack.pop())
@@ -128,7 +146,13 @@ def disk_usage_of(root: Path) -> int:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    continue
+                if st.st_nlink > 1 or entry.is_dir(follow_symlinks=False):
+                    seen.add(key)
+                files += 1
                 total += st.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
-    return total
+    return DiskUsage(total, files)

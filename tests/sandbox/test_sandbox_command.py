@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.cargo import Cargo
+from flakebot_magic.process import ProcessRunner, SandboxedCommand
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import Limits, Sandbox, SandboxedCargo, bubblewrap_works
+from flakebot_magic.sandbox import FETCH, Limits, Sandbox, bubblewrap_works
 
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
@@ -107,7 +109,7 @@ def test_output_past_the_limit_stops_the_command(workspace: Path, tmp_path: Path
     noisy.chmod(0o755)
     registry = DirectoryRegistry(write_registry(tmp_path / "registry", []), tmp_path / "index")
     sandbox = Sandbox(workspace, limits=Limits(output_bytes=200_000))
-    cargo = SandboxedCargo(registry, ProcessRunner(), sandbox, executable=str(noisy))
+    cargo = Cargo(registry, ProcessRunner(), sandbox, executable=str(noisy))
     lines: list[str] = []
     done = cargo.run("test", cwd=workspace, timeout=60, on_line=lambda stream, line: lines.append(line))
     assert done.returncode == -9
@@ -138,7 +140,7 @@ def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp
     root = write_registry(tmp_path / "registry", [crate("escaper", files=files)])
     registry = DirectoryRegistry(root, tmp_path / "index")
     workspace = root / "escaper-0.1.0"
-    cargo = SandboxedCargo(registry, ProcessRunner(), Sandbox(workspace))
+    cargo = Cargo(registry, ProcessRunner(), Sandbox(workspace))
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode != 0
     assert "Read-only file system" in done.stderr
@@ -148,3 +150,77 @@ def test_cargo_builds_in_the_sandbox_and_a_build_script_cannot_write_outside(tmp
     done = cargo.run("build", cwd=workspace, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (workspace / "target" / "debug" / "escaper").is_file()
+
+
+def test_the_runner_refuses_a_toolchain_command_the_sandbox_did_not_make(workspace: Path) -> None:
+    for argv in (["cargo", "build"], ["/root/.cargo/bin/rustc", "-vV"], ["nice", "-n", "5", "rustup", "show"]):
+        with pytest.raises(ValueError, match="outside the sandbox"):
+            ProcessRunner().run(argv, cwd=workspace)
+    made = Sandbox(workspace, isolate=False).command(["cargo", "--version"])
+    assert isinstance(made, SandboxedCommand)
+
+
+@needs_bwrap
+def test_the_fetch_profile_has_the_network_and_cargo_home_but_not_the_workspace(
+    workspace: Path, tmp_path: Path, listener: int
+) -> None:
+    home = tmp_path / "cargo-home"
+    home.mkdir()
+    (workspace / "Cargo.lock").write_text("")
+    sandbox = Sandbox(workspace, read_only=PYTHON, cargo_home=home)
+    probe = (
+        "import socket, pathlib\n"
+        f"socket.create_connection(('127.0.0.1', {listener}), timeout=3); print('connected')\n"
+        f"pathlib.Path('{home}/registry').mkdir(); print('cargo home written')\n"
+        f"pathlib.Path('{workspace}/Cargo.lock').write_text('lock'); print('lock written')\n"
+        f"pathlib.Path('{workspace}/src.rs').write_text('x')\n"
+    )
+    command = sandbox.command([sys.executable, "-c", probe], FETCH, writable_files=[workspace / "Cargo.lock"])
+    done = ProcessRunner().run(command, cwd=workspace, env=sandbox.env(profile=FETCH), timeout=60)
+    assert done.stdout.split("\n")[:3] == ["connected", "cargo home written", "lock written"]
+    assert done.returncode != 0 and "Read-only file system" in done.stderr
+    assert not (workspace / "src.rs").exists() and (workspace / "Cargo.lock").read_text() == "lock"
+    # the build profile: the workspace writable, CARGO_HOME not, no network
+    probe = (
+        f"import pathlib; pathlib.Path('{workspace}/src.rs').write_text('x'); print('workspace written')\n"
+        f"pathlib.Path('{home}/config.toml').write_text('[build]')\n"
+    )
+    code, out, err = _run(sandbox, [sys.executable, "-c", probe])
+    assert out.strip() == "workspace written" and code != 0 and "Read-only file system" in err
+    assert not (home / "config.toml").exists()
+
+
+def test_only_the_fetch_profile_gets_the_users_proxy(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("no_proxy", "localhost")
+    sandbox = Sandbox(workspace)
+    fetch, build = sandbox.env(profile=FETCH), sandbox.env()
+    assert fetch["HTTPS_PROXY"] == "http://proxy.example:3128" and fetch["no_proxy"] == "localhost"
+    assert "HTTPS_PROXY" not in build and "no_proxy" not in build
+    assert "TMPDIR" not in fetch  # the workspace is read-only there
+
+
+def test_two_threads_releasing_the_same_cgroups_at_once_both_finish(tmp_path: Path) -> None:
+    """The build and the test beside it release one sandbox's cgroups together: neither may fail for it."""
+    from flakebot_magic.sandbox.limits import remove_cgroups
+
+    for _ in range(50):
+        cgroups = [tmp_path / f"gone-{i}" for i in range(50)]  # already removed: each is dropped from the list
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def release(
+            cgroups: list[Path] = cgroups, start: threading.Barrier = start, errors: list[BaseException] = errors
+        ) -> None:
+            start.wait()
+            try:
+                remove_cgroups(cgroups)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=release) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [] and cgroups == []

@@ -1,6 +1,6 @@
 """The starter suite's solution scripts: the replies a replay serves for each task, written as Rust source here.
 
-Each task's ``solution.json`` is generated from this file (``python evals/starter/solutions.py``);
+Each task's ``solution.json`` is generated from this file (``python flakebot_magic/eval/suites/starter/solutions.py``);
 a test checks that the committed files are what it writes. A solution is what a model could have
 sent: it adds the tool contract (and any dependency) to ``Cargo.toml``, writes the binary, runs the
 checks, and finishes. It is a script for the fake OpenAI-compatible server, a test double: a replay

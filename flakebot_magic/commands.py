@@ -1,0 +1,31 @@
+"""The management commands, as a user types them: ``%flakebot COMMAND`` (and ``flakebot COMMAND``), written once."""
+
+from __future__ import annotations
+
+__all__ = ["COMMAND_NAMES", "LINE_COMMANDS", "LINE_USAGE"]
+
+#: the magic's line commands: usage and what each does; the usage lines, the COMMAND argument's
+#: help, the magic's docstring and the errors that list them are made from this table
+LINE_COMMANDS = (
+    ("list", "the tools: name, kind, crate@version, hash, backend, status, started"),
+    ("show NAME", "where NAME came from (provenance)"),
+    ("logs NAME", "its build log (and its process output, for http/mcp tools)"),
+    ("load NAME|--all", "put tools built earlier in the kernel (after a restart), unbuilt"),
+    ("stop NAME|--all", "stop a tool's process (http/mcp tools)"),
+    ("rebuild NAME", "fork and build NAME again from its crate"),
+    ("steer NAME TEXT", "a message for NAME's running edit session (the model reads it next)"),
+    ("cargo NAME ARGS", "cargo in NAME's workspace, in the sandbox its builds run in"),
+    ("search QUERY", "ranked crate candidates"),
+    (
+        "clean [--all]",
+        "remove unused workspaces and store entries (never what it cannot prove unused: "
+        "with a damaged tool registry it stops and says why)",
+    ),
+    (
+        "doctor",
+        "check the tool registry; rebuild it from the store and workspaces when it is damaged "
+        "(this also happens by itself when needed)",
+    ),
+)
+LINE_USAGE = " | ".join(usage for usage, _ in LINE_COMMANDS)
+COMMAND_NAMES = ", ".join(usage.split()[0] for usage, _ in LINE_COMMANDS)

@@ -1,0 +1,91 @@
+"""What a child process sees of the kernel's environment: variables pass by name, never by looking harmless.
+
+Two rules, both allowlists: :func:`allowed_env` for code flakebot does not
+trust (crate code in the sandbox, a deployed tool), :func:`scrubbed_env` for
+flakebot's own helpers (git, nix). A denylist lets through whatever secret
+nobody thought of (``SECRET_KEY``, ``DATABASE_URL``, ``PGPASSWORD``,
+``AZURE_OPENAI_KEY``, ``SSH_AUTH_SOCK`` ...); an allowlist cannot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+__all__ = ["allowed_env", "scrubbed_env"]
+
+# a child sees only variables named here (and what flakebot passes explicitly)
+_ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
+_ALLOWED_PREFIXES = ("LC_",)
+# What flakebot's own trusted helpers (git, nix, nothing the model wrote) also need: where the user's home, toolchain and CA certificates are. Paths, not secrets.
+_HOST = frozenset(
+    {
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NIX_SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "NIX_PATH",
+        "NIX_REMOTE",
+        "NIX_CONF_DIR",
+        "NIX_USER_CONF_FILES",
+        "NIX_STORE_DIR",
+        "NIX_STATE_DIR",
+    }
+)
+# belt and braces: even an allowlisted name is dropped when it reads like a secret
+_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
+
+
+def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
+    if _SECRET.search(name):
+        return False
+    return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
+
+
+def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
+    """The environment for code flakebot does not trust: allowlisted variables only.
+
+    Passes ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``, ``TERM``,
+    ``NO_COLOR``, ``RUST_BACKTRACE`` and ``SOURCE_DATE_EPOCH`` from the current
+    environment; nothing else (no API keys, ``SECRET_KEY``, ``DATABASE_URL``,
+    ``PGPASSWORD``, ``SSH_AUTH_SOCK``, not even ``HOME``). ``home`` sets
+    ``HOME``; ``extra`` is added last, unfiltered: it is what flakebot or the
+    user passes on purpose (``CARGO_*``, ``RUSTUP_*``, a tool's ``env=``).
+
+    >>> env = allowed_env({"CARGO_TERM_COLOR": "never"}, home="/tmp/empty-home")
+    >>> env["HOME"], "OPENAI_API_KEY" in env
+    ('/tmp/empty-home', False)
+    """
+    env = {k: v for k, v in os.environ.items() if _allowed(k)}
+    if home is not None:
+        env["HOME"] = home
+    if extra:
+        env.update(extra)
+    return env
+
+
+def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for flakebot's own helpers (git, nix, cargo outside the sandbox).
+
+    The :func:`allowed_env` rule, plus what those helpers need to find the
+    user's home, toolchain, nix and CA certificates (``HOME``, ``USER``,
+    ``CARGO_HOME``, ``RUSTUP_HOME``, ``RUSTUP_TOOLCHAIN``, ``SSL_CERT_FILE``,
+    ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
+    ``extra`` is added last, unfiltered.
+    """
+    env = {k: v for k, v in os.environ.items() if _allowed(k, _HOST)}
+    if extra:
+        env.update(extra)
+    return env

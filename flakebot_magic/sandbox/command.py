@@ -1,0 +1,317 @@
+"""How one command runs confined: its profile, what bubblewrap shows it, its environment, its disk.
+
+Two profiles, one per kind of work:
+
+* :data:`BUILD`: cargo building, testing and linting, and the tools' ``--help``
+  probe and examples. No network; the workspace writable but for ``.git``;
+  ``CARGO_HOME`` read-only (what was downloaded stays as downloaded).
+* :data:`FETCH`: cargo resolving and downloading dependencies (``fetch``,
+  ``generate-lockfile``). The host's network (:data:`FETCH_OFFLINE`: none, for a
+  registry on disk); the workspace read-only but for ``Cargo.lock``;
+  ``CARGO_HOME`` writable. cargo runs no crate code here, and flakebot runs this
+  profile only on a tree the policy has just passed
+  (:meth:`flakebot_magic.cargo.Cargo.resolve`).
+
+Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
+UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
+:mod:`~flakebot_magic.sandbox.seccomp`, and the allowlisted environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..process import CancelToken, SandboxedCommand, allowed_env
+from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
+from .limits import DiskUsage, GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
+from .seccomp import SeccompFilter, seccomp_filter
+
+__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox"]
+
+#: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
+SANDBOX_DIR = ".sandbox"
+
+#: the file descriptor bubblewrap reads the seccomp filter from
+_SECCOMP_FD = 3
+#: what a command with the network (the fetch profile) also gets of the kernel's environment: the way out
+PROXY_VARIABLES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a sandboxed command may do beyond reading the system, the toolchain and the registry."""
+
+    name: str
+    #: the host's network namespace (else an empty one: not even loopback)
+    network: bool
+    #: the workspace (and the sandbox's other writable directories) read-write, ``.git`` aside;
+    #: else read-only, but for the files the command names (``Cargo.lock``)
+    workspace: bool
+    #: ``CARGO_HOME`` read-write (else read-only)
+    cargo_home: bool
+
+
+BUILD = Profile("build", network=False, workspace=True, cargo_home=False)
+FETCH = Profile("fetch", network=True, workspace=False, cargo_home=True)
+#: the fetch profile for a registry on disk: nothing to download, so no network
+FETCH_OFFLINE = Profile("fetch-offline", network=False, workspace=False, cargo_home=True)
+
+
+class Sandbox:
+    """How commands on untrusted code run in one directory.
+
+    Parameters
+    ----------
+    workspace
+        The directory the commands work on (writable in :data:`BUILD`; its
+        ``.git`` always read-only).
+    read_only
+        More paths the commands may read (a tool's store entry, the registry,
+        the toolchain). Anything under ``/nix/store`` shows the whole store.
+    limits
+        CPU, memory, file-size, process, disk, file-count and output limits.
+    isolate
+        Use bubblewrap: None (default) when it works here, False never, True
+        always (raising :class:`ConfigError` if it cannot).
+    cargo_home
+        The ``CARGO_HOME`` its cargo uses (default: next to the workspace,
+        under ``.sandbox/``, never the user's ``~/.cargo``).
+
+    ``command(argv, profile)`` is the command to run, ``env(extra, profile)``
+    its environment.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        read_only: Iterable[Path | str] = (),
+        limits: Limits | None = None,
+        isolate: bool | None = None,
+        cargo_home: Path | None = None,
+    ) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.read_only = [str(Path(p).resolve()) for p in read_only]
+        #: more writable directories (a target dir outside the workspace), in :data:`BUILD`
+        self.read_write: list[str] = []
+        self.limits = limits or Limits()
+        why = bubblewrap_works() if isolate is not False else "isolation was turned off"
+        if isolate and why:
+            raise ConfigError(f"Cannot sandbox untrusted code: {why}. To fix it, {INSTALL_BWRAP}.")
+        self.isolated = not why
+        self.why_not = why
+        self.prlimit = shutil.which("prlimit")
+        found = seccomp_filter() if self.isolated else "no bubblewrap"
+        self.seccomp: SeccompFilter | None = found if isinstance(found, SeccompFilter) else None
+        self.why_no_seccomp = found if isinstance(found, str) else ""
+        self.cargo_home = (
+            Path(cargo_home) if cargo_home else self.workspace.parent / SANDBOX_DIR / self.workspace.name / "cargo-home"
+        )
+        home = os.path.expanduser("~")
+        #: $HOME inside: the user's home path, but an empty tmpfs (rustup under it stays bound at its path)
+        self.home = home if self.isolated and os.path.isabs(home) and home != "/" else str(self.tmp_dir / "home")
+        self._cgroups: list[Path] = []
+        weakref.finalize(self, remove_cgroups, self._cgroups)
+
+    @property
+    def notice(self) -> str:
+        """What the user should know about this sandbox ("" when it is complete)."""
+        missing = []
+        if not self.isolated:
+            missing.append(
+                f"NOT SANDBOXED: {self.why_not}: code runs WITHOUT network isolation, sees $HOME, "
+                f"secrets and sockets, and can write beyond its workspace (to close that, {INSTALL_BWRAP})"
+            )
+        elif self.seccomp is None:
+            missing.append(f"no seccomp filter: {self.why_no_seccomp}")
+        if self.prlimit is None:
+            missing.append("prlimit (util-linux) is missing: no CPU, memory, file-size or process limits")
+        return "; ".join(missing)
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.workspace / "target" / "flakebot-tmp"
+
+    def command(
+        self,
+        argv: list[str],
+        profile: Profile = BUILD,
+        *,
+        writable_files: Iterable[Path] = (),
+        cwd: Path | str | None = None,
+    ) -> SandboxedCommand:
+        """``argv`` wrapped in the limits and, when available, bubblewrap with ``profile``.
+
+        ``writable_files``: files of the workspace the command may write when
+        the profile keeps it read-only (they must exist). ``cwd``: the
+        command's working directory inside (run it from the same path outside).
+        """
+        wrapped = list(argv)
+        limits = self.limits
+        if self.prlimit is not None:
+            # RLIMIT_NPROC counts per user: in bwrap's user namespace that is the sandbox's processes only
+            nproc = [f"--nproc={limits.processes}"] if self.isolated else []
+            wrapped = [
+                self.prlimit,
+                f"--cpu={limits.cpu_seconds}",
+                f"--as={limits.memory_bytes}",
+                f"--fsize={limits.file_bytes}",
+                "--core=0",
+                *nproc,
+                "--",
+                *wrapped,
+            ]
+        seccomp = self.seccomp if self.isolated else None
+        if self.isolated:
+            filter_args = ["--seccomp", str(_SECCOMP_FD)] if seccomp is not None else []
+            chdir = ["--chdir", str(cwd)] if cwd is not None else []
+            bwrap = shutil.which("bwrap") or "bwrap"
+            wrapped = [bwrap, *self._bwrap_args(profile, writable_files), *filter_args, *chdir, "--", *wrapped]
+        cgroup = make_pids_cgroup(limits.processes)
+        if cgroup is not None:
+            self._cgroups.append(cgroup)
+        if cgroup is None and seccomp is None:
+            return SandboxedCommand(wrapped)
+        # enter the cgroup (everything the command starts is counted, setsid or not), open the filter for
+        # bubblewrap at its descriptor, then become the command
+        script = (
+            ('echo $$ > "$1" || exit 125; ' if cgroup is not None else "")
+            + 'shift; exec "$@"'
+            + (f' {_SECCOMP_FD}<"$0"' if seccomp is not None else "")
+        )
+        filter_path = str(seccomp.path) if seccomp is not None else ""
+        procs = str(cgroup / "cgroup.procs") if cgroup is not None else ""
+        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped])
+
+    def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path]) -> list[str]:
+        size = str(self.limits.tmp_bytes)
+        args = [*system_binds(network=profile.network), "--size", size, "--tmpfs", "/tmp"]
+        if self.home != "/tmp":
+            args += ["--size", size, "--perms", "0700", "--tmpfs", self.home]
+        read_only = list(dict.fromkeys(self.read_only))
+        if any(is_under(p, ("/nix/store",)) for p in read_only):
+            read_only = ["/nix/store", *(p for p in read_only if not is_under(p, ("/nix/store",)))]
+        for path in read_only:
+            if os.path.exists(path) and not visible_system(path):
+                args += ["--ro-bind", path, path]
+        ws = str(self.workspace)
+        if profile.workspace:
+            for path in dict.fromkeys([*self.read_write, ws]):
+                if os.path.isdir(path):
+                    args += ["--bind", path, path]
+        else:
+            args += ["--ro-bind", ws, ws]
+            for file in writable_files:
+                if os.path.isfile(file) and not os.path.islink(file):
+                    args += ["--bind", str(file), str(file)]
+        home = str(self.cargo_home)
+        if os.path.isdir(home) and not is_under(home, (ws,)):
+            args += ["--bind" if profile.cargo_home else "--ro-bind", home, home]
+        git = self.workspace / ".git"
+        if git.exists() or git.is_symlink():
+            # the repository is flakebot's, not the code's: no hooks, no config, no rewritten history
+            args += ["--ro-bind", str(git), str(git)]
+        return [*args, *namespaces(network=profile.network)]
+
+    def env(self, extra: Mapping[str, str] | None = None, profile: Profile = BUILD) -> dict[str, str]:
+        """The allowlisted environment (:func:`allowed_env`) plus ``extra``; in :data:`BUILD`, temporary files
+        in the workspace's target dir; with the network, the user's proxy settings (:data:`PROXY_VARIABLES`)."""
+        if not self.isolated:
+            Path(self.home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        env = allowed_env(home=self.home)
+        if profile.network:  # the user's proxy, for cargo's downloads (no crate code runs with the network)
+            env.update({k: v for k, v in os.environ.items() if k in PROXY_VARIABLES})
+        if profile.workspace:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(self.tmp_dir)
+        if extra:
+            env.update(extra)
+        return env
+
+    def writable(self, profile: Profile = BUILD) -> list[Path]:
+        """The directories a command with ``profile`` may write (what its disk and file limits count)."""
+        paths = [self.workspace, *map(Path, self.read_write)] if profile.workspace else []
+        return [*paths, self.cargo_home] if profile.cargo_home else paths
+
+    def disk_usage(self, profile: Profile = BUILD) -> DiskUsage:
+        """Bytes and entries on disk under what a command with ``profile`` may write."""
+        return disk_usage_of(self.writable(profile))
+
+    @contextmanager
+    def watch_disk(self, token: CancelToken, profile: Profile = BUILD) -> Iterator[list[str]]:
+        """Cancel ``token`` when :meth:`disk_usage` passes a limit; yields ``[why]`` once it did.
+
+        The disk is polled: a fast writer can pass a limit by a little before it
+        is stopped.
+        """
+        stop = threading.Event()
+        why: list[str] = []
+        limits = self.limits
+
+        def poll() -> None:
+            interval = 0.25
+            while not stop.wait(interval):
+                started = time.monotonic()
+                used = self.disk_usage(profile)
+                if used.bytes > limits.disk_bytes:
+                    why.append(
+                        f"the workspace grew past {limits.disk_bytes / GiB:g} GiB on disk "
+                        "(a build script or test filling the disk?)"
+                    )
+                elif used.files > limits.files:
+                    why.append(
+                        f"the workspace passed {limits.files:,} files "
+                        "(a build script or test creating files without end?)"
+                    )
+                if why:
+                    token.cancel()
+                    return
+                # a large target dir: scan less often, but never so seldom that files pile up unseen
+                interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))
+
+        thread = threading.Thread(target=poll, name="flakebot-disk-watch", daemon=True)
+        thread.start()
+        try:
+            yield why
+        finally:
+            stop.set()
+            thread.join()
+
+    def release(self) -> None:
+        """Remove the process-count cgroups of finished commands."""
+        remove_cgroups(self._cgroups)
+
+    def describe(self) -> str:
+        parts = [
+            "bubblewrap: only the toolchain, registry and workspace are visible (.git read-only), "
+            "empty $HOME and /tmp, no network"
+            + (", a seccomp filter (no keyring, ptrace, bpf, mounts)" if self.seccomp is not None else "")
+            if self.isolated
+            else "NO isolation"
+        ]
+        if self.prlimit:
+            limits = self.limits
+            parts.append(
+                f"limits: {limits.cpu_seconds} CPU-s, {limits.memory_bytes // GiB} GiB memory, "
+                f"{limits.processes} processes, {limits.disk_bytes // GiB} GiB disk, {limits.files:,} files, "
+                f"{limits.output_bytes // MiB} MiB output per command"
+            )
+        return "; ".join(parts)

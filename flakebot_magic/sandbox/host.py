@@ -1,0 +1,113 @@
+"""What a sandbox shows of this host: the system paths, what a download needs of /etc, bubblewrap's namespaces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from functools import lru_cache
+
+__all__ = [
+    "INSTALL_BWRAP",
+    "NETWORK_ETC",
+    "bubblewrap_works",
+    "is_under",
+    "namespaces",
+    "system_binds",
+    "visible_system",
+]
+
+#: how to get bubblewrap, said wherever it is missing
+INSTALL_BWRAP = "install bubblewrap (`apt-get install bubblewrap`, or `make install`)"
+
+#: system directories bound read-only (a symlink, as /bin on merged-/usr systems, is recreated)
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: from /etc only what running the toolchain and ordinary programs needs: no shadow, no ssh keys
+_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/hosts",
+    "/etc/os-release",
+)
+#: what a command with the network (the fetch profile) also needs: name resolution and CA certificates
+NETWORK_ETC = (
+    "/etc/resolv.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl/certs",  # not /etc/ssl/private
+    "/etc/ssl/openssl.cnf",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust/extracted",
+)
+
+
+@lru_cache(maxsize=4)
+def bubblewrap_works(bwrap: str = "bwrap") -> str:
+    """``""`` when bubblewrap can make an isolated, network-less sandbox here, else why not."""
+    path = shutil.which(bwrap)
+    if path is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        done = subprocess.run(
+            [path, *system_binds(), *namespaces(network=False), "--", "true"],
+            capture_output=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not start ({exc})"
+    if done.returncode != 0:
+        return f"bubblewrap cannot create a sandbox here ({done.stderr.decode(errors='replace').strip()[:200]})"
+    return ""
+
+
+def system_binds(*, network: bool = False) -> list[str]:
+    """bubblewrap arguments showing the system directories and the few /etc files, read-only, plus /dev and /proc.
+
+    With ``network``, also what name resolution and TLS need (:data:`NETWORK_ETC`).
+    """
+    args: list[str] = []
+    for path in (*_SYSTEM, *_ETC, *(NETWORK_ETC if network else ())):
+        if os.path.islink(path) and (path in _SYSTEM or visible_system(os.path.realpath(path))):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):  # a link elsewhere (resolv.conf into /run): its target, at its name
+            args += ["--ro-bind", os.path.realpath(path), path]
+    return [*args, "--dev", "/dev", "--proc", "/proc"]
+
+
+def namespaces(*, network: bool) -> list[str]:
+    """bubblewrap arguments for fresh namespaces, a new session and no capabilities.
+
+    Without ``network`` the command gets an empty network namespace (not even
+    the host's loopback); with it, the host's network (the fetch profile).
+    """
+    return [
+        "--unshare-user-try",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        *([] if network else ["--unshare-net"]),
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]
+
+
+def is_under(path: str, roots: Iterable[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or inside one (as strings: no path is resolved)."""
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def visible_system(path: str) -> bool:
+    """Whether the sandbox already shows ``path`` as part of the system directories."""
+    real = os.path.realpath(path)
+    return is_under(real, ("/usr",)) or is_under(path, _SYSTEM)

@@ -1,0 +1,118 @@
+"""A published crate's files, imported as data into a new workspace: nothing the crate ships is obeyed.
+
+A crate archive (or a registry directory) may hold more than source: a
+``.git`` (a directory whose index git would trust, or a ``gitdir:`` file
+pointing git at another repository), a ``.cargo/config.toml`` (a
+``rustc-wrapper`` or ``runner`` cargo would start), a ``rust-toolchain.toml``
+(rustup would run the compiler it names, even one at a ``path``), and
+``.gitattributes``/``.gitmodules`` (git would change what it records and
+shows). :func:`import_source` reads the unpacked crate with flakebot's own
+code and copies regular files and links that stay inside; those names
+(:data:`NEVER_IMPORTED`), at any depth, never enter the workspace, and each
+one dropped is named in the ``published`` commit's message and in a notice.
+The first commit is then made from exactly the imported files
+(:meth:`flakebot_magic.git.Git.commit_files`).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ForkError
+
+__all__ = ["NEVER_IMPORTED", "Imported", "import_source"]
+
+#: names never taken from a published crate, wherever they are in it, and why
+NEVER_IMPORTED = {
+    ".git": "a repository of its own: git would obey its index, config or gitdir pointer",
+    ".cargo": "cargo configuration: a rustc-wrapper or runner would run outside the build",
+    "rust-toolchain": "a toolchain file: rustup would run the compiler it names",
+    "rust-toolchain.toml": "a toolchain file: rustup would run the compiler it names",
+    ".gitattributes": "git attributes: they change what git records and shows",
+    ".gitmodules": "git submodules",
+}
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass
+class Imported:
+    """What :func:`import_source` copied, and what it left out (path -> why)."""
+
+    files: list[str] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The dropped files, one line each (for the commit message)."""
+        return "\n".join(f"- {path}: {why}" for path, why in sorted(self.dropped.items()))
+
+
+def import_source(source: Path, dest: Path) -> Imported:
+    """Copy the unpacked crate ``source`` into the directory ``dest`` as data.
+
+    Regular files keep their bytes and whether they are executable; symlinks
+    are kept when their target stays inside the crate (else dropped); other
+    entries (FIFOs, devices, sockets), names with control characters and
+    :data:`NEVER_IMPORTED` are dropped. Nothing is followed, nothing is run.
+    """
+    imported = Imported()
+    _copy_dir(Path(source), Path(dest), "", imported)
+    imported.files.sort()
+    return imported
+
+
+def _copy_dir(source: Path, dest: Path, rel: str, imported: Imported) -> None:
+    try:
+        entries = sorted(os.scandir(source), key=lambda e: e.name)
+    except OSError as exc:
+        raise ForkError(f"Could not read the published source at {source}: {exc}", workspace=dest) from exc
+    for entry in entries:
+        name = entry.name
+        path = posixpath.join(rel, name) if rel else name
+        info = entry.stat(follow_symlinks=False)
+        if name in NEVER_IMPORTED:
+            imported.dropped[path + ("/" if stat.S_ISDIR(info.st_mode) else "")] = NEVER_IMPORTED[name]
+        elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+            imported.dropped[repr(path)] = "a name with control characters"
+        elif stat.S_ISDIR(info.st_mode):
+            os.mkdir(dest / name, 0o755)
+            _copy_dir(Path(entry.path), dest / name, path, imported)
+        elif stat.S_ISLNK(info.st_mode):
+            target = os.readlink(entry.path)
+            joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+            if target.startswith("/") or joined == ".." or joined.startswith("../") or _into_dropped(joined):
+                imported.dropped[path] = f"a symlink pointing outside the crate ({target})"
+                continue
+            os.symlink(target, dest / name)
+            imported.files.append(path)
+        elif stat.S_ISREG(info.st_mode):
+            _copy_file(entry.path, dest / name, executable=bool(info.st_mode & 0o111))
+            imported.files.append(path)
+        else:
+            imported.dropped[path] = "not a regular file, directory or symlink"
+
+
+def _into_dropped(target: str) -> bool:
+    """Whether a link's target (relative to the crate's root) lies in something never imported."""
+    return any(part in NEVER_IMPORTED for part in target.split("/"))
+
+
+def _copy_file(source: str, dest: Path, *, executable: bool) -> None:
+    """Copy bytes only (no owner, no times, no special bits); never follows a link, never blocks on a FIFO."""
+    fd_in = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd_in).st_mode):
+            raise ForkError(f"{source} changed while the published source was imported", workspace=dest.parent)
+        mode = 0o755 if executable else 0o644
+        fd_out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            while chunk := os.read(fd_in, _COPY_CHUNK):
+                os.write(fd_out, chunk)
+            os.fchmod(fd_out, mode)  # whatever the umask
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
