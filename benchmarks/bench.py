@@ -560,7 +560,7 @@ def _accuracy_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str
 
 
 def import_time(runs: int) -> dict[str, object]:
-    probe = "import sys, flakebot_magic; print(','.join(m for m in ('openai','ipywidgets','tornado','IPython','httpx','numpy','tokenizers','safetensors') if m in sys.modules))"
+    probe = "import sys, flakebot_magic; print(','.join(m for m in ('openai','ipywidgets','tornado','IPython','httpx','numpy','tokenizers','safetensors','onnx','onnxruntime') if m in sys.modules))"
     times, loaded = [], ""
     baseline = []
     for _ in range(runs):
