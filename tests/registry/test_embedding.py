@@ -159,15 +159,6 @@ def test_the_index_is_rebuilt_when_the_model_changes(tmp_path: Path) -> None:
     assert models[0] == INSTALLED.identity != models[1] and models[2] is None
 
 
-def test_importing_the_package_loads_no_model_library() -> None:
-    code = (
-        "import sys, flakebot_magic, flakebot_magic.registry.directory, flakebot_magic.registry.embedding;"
-        "print(sorted(m for m in ('numpy', 'tokenizers', 'safetensors', 'onnx', 'onnxruntime') if m in sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
-
-
 scores = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 cosines = st.floats(min_value=-1.0, max_value=1.0, allow_nan=False)
 weights = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
