@@ -92,10 +92,10 @@ from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
 from bench_eval import eval_bench, eval_rows  # noqa: E402
 from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
 
-from flakebot_magic.cargo import find_cargo  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
 from flakebot_magic.pipeline import Pipeline  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
+from flakebot_magic.sandbox.cargo import find_cargo  # noqa: E402
 from flakebot_magic.stages import search as search_stage  # noqa: E402
 
 REQUEST = "Render Markdown text to HTML."
@@ -171,13 +171,13 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     the git commit, the events, the report (the sandbox's wrappers are inside
     the cargo time; measured apart below).
     """
-    from flakebot_magic.cargo import Cargo
     from flakebot_magic.edit import EditLoop
     from flakebot_magic.events import EventBus
-    from flakebot_magic.git import Git
-    from flakebot_magic.model import ModelConfig
-    from flakebot_magic.process import ProcessRunner
+    from flakebot_magic.host.git import Git
+    from flakebot_magic.host.process import ProcessRunner
+    from flakebot_magic.llm.model import ModelConfig
     from flakebot_magic.sandbox import Sandbox
+    from flakebot_magic.sandbox.cargo import Cargo
     from flakebot_magic.stages.fork import fork
     from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -352,7 +352,7 @@ def search_p50(registry: str, runs: int) -> dict[str, float]:
 
 def search_accuracy(registry: str, rounds: int = 5) -> dict[str, object]:
     """Top-1/top-3 accuracy over tests/search_requests.toml per split, and the latency of those searches."""
-    from flakebot_magic.fsutil import load_toml
+    from flakebot_magic.host.fsutil import load_toml
 
     requests = load_toml(ROOT / "tests" / "search_requests.toml")["request"]
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-accuracy-"))

@@ -69,11 +69,11 @@ class _TappedMail(queue.Queue[tuple[Any, ...]]):
 
 def one_session(registry: str, server_url: str, candidates: int) -> dict[str, Any]:
     """One pipeline run on sha2 in a fresh cache: the edit stage's seconds and each engineer's check runs."""
-    from flakebot_magic import editing
     from flakebot_magic.config import Settings
     from flakebot_magic.edit.team import Team
     from flakebot_magic.events import CandidateUpdate, IterationResult, StageFinished, StageStarted
     from flakebot_magic.pipeline import Pipeline
+    from flakebot_magic.pipeline import edit_stage as editing
     from flakebot_magic.registry.directory import DirectoryRegistry
     from flakebot_magic.request import BuildRequest
 

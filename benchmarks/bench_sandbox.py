@@ -43,10 +43,10 @@ def _p50_ms(samples: list[float]) -> float:
 
 def sandbox_bench(registry_path: str, runs: int = 15) -> dict[str, Any]:
     """Milliseconds (p50) per command: plain, build profile, fetch profile, build profile without seccomp."""
-    from flakebot_magic.cargo import Cargo
-    from flakebot_magic.process import ProcessRunner
+    from flakebot_magic.host.process import ProcessRunner
     from flakebot_magic.registry.directory import DirectoryRegistry
     from flakebot_magic.sandbox import BUILD, FETCH, Sandbox
+    from flakebot_magic.sandbox.cargo import Cargo
 
     scratch = Path(tempfile.mkdtemp(prefix="flakebot-bench-sandbox-"))
     registry = DirectoryRegistry(registry_path, scratch / "index")

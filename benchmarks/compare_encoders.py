@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flakebot_magic.config import DEBIAN_REGISTRY  # noqa: E402
-from flakebot_magic.fsutil import load_toml  # noqa: E402
+from flakebot_magic.host.fsutil import load_toml  # noqa: E402
 from flakebot_magic.registry import embedding  # noqa: E402
 from flakebot_magic.registry.crate_files import read_manifest  # noqa: E402
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flakebot_magic.config import DEBIAN_REGISTRY  # noqa: E402
-from flakebot_magic.fsutil import load_toml  # noqa: E402
+from flakebot_magic.host.fsutil import load_toml  # noqa: E402
 from flakebot_magic.registry import ranking  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
 from flakebot_magic.stages import search as search_stage  # noqa: E402

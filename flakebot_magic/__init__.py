@@ -122,9 +122,9 @@ def build(
             Callables that receive every pipeline event.
     {options}
     """
-    from .background import start_build
     from .config import Settings
     from .options import apply
+    from .pipeline.background import start_build
     from .request import BuildRequest
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
@@ -170,8 +170,8 @@ def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> T
     >>> md("# Hi")                      # doctest: +SKIP
     '<h1>Hi</h1>\\n'
     """
-    from . import tools
     from .config import Settings
+    from .manage import tools
     from .options import apply
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})

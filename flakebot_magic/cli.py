@@ -3,14 +3,14 @@
 ``--json`` everywhere, for scripts and agents.
 
 Every command but ``clean`` and ``doctor`` (which do it their own way) starts
-with :func:`~flakebot_magic.doctor.prepare`: what an interrupted build left is
+with :func:`~flakebot_magic.manage.doctor.prepare`: what an interrupted build left is
 finished or undone, a registry that cannot be trusted is rebuilt, and what
 was done is said on stderr.
 
 What it prints to a terminal goes through :func:`_say` (text made safe by
 :mod:`flakebot_magic.untrusted`) or :func:`_say_json` (every string in the
 data made safe, then JSON); progress through
-:class:`~flakebot_magic.progress.TextProgress`, which does the same.
+:class:`~flakebot_magic.views.progress.TextProgress`, which does the same.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .options import OPTIONS, add_arguments, apply
 from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
-    from .tools import Answer
+    from .manage.tools import Answer
 
 __all__ = ["main"]
 
@@ -183,7 +183,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return eval_command.run(args)
     settings = _settings(args)
     if args.command not in ("build", "clean", "doctor"):  # a build prepares in the pipeline
-        from .doctor import prepare
+        from .manage.doctor import prepare
 
         for note in prepare(settings):
             _say(f"flakebot: {note}", sys.stderr)
@@ -192,10 +192,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     # the pipeline and the tool clients are imported by the subcommands that use them:
     # `flakebot --help` and a warm `flakebot build` start quickly
     if args.command == "build":
-        from . import tools
-        from .background import start_build
-        from .progress import TextProgress
+        from .manage import tools
+        from .pipeline.background import start_build
         from .request import BuildRequest
+        from .views.progress import TextProgress
 
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
@@ -205,11 +205,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             _say(tool.usage())
         return 0
-    from .storage import storage_errors
+    from .host.storage import storage_errors
 
     with storage_errors(f"flakebot {args.command}", settings.cache_dir):
         if args.command == "cargo":
-            from .workspace_cargo import printer, run_cargo
+            from .manage.workspace_cargo import printer, run_cargo
 
             return run_cargo(settings, args.name, args.args, observers=[printer()])
         _print(_answer(args, settings), as_json=args.json)
@@ -217,8 +217,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
-    """What a management command answers (each is written once, in :mod:`flakebot_magic.tools`)."""
-    from . import tools
+    """What a management command answers (each is written once, in :mod:`flakebot_magic.manage.tools`)."""
+    from .manage import tools
 
     if args.command == "search":
         return tools.search_crates(settings, args.query, limit=args.limit)
@@ -235,15 +235,15 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
             raise UsageError("flakebot stop NAME, or flakebot stop --all")
         return tools.stop_tools(settings, args.name or None)
     if args.command == "clean":
-        from .cleanup import clean
+        from .manage.cleanup import clean
 
         return clean(settings, everything=args.all)
     if args.command == "doctor":
-        from .doctor import doctor
+        from .manage.doctor import doctor
 
         return doctor(settings)
     if args.command == "export":
-        from .export import export_replit
+        from .manage.export import export_replit
 
         return export_replit(settings, args.name, Path(args.replit))
     raise AssertionError(args.command)

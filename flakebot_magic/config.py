@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .fsutil import private_dir
+from .host.fsutil import private_dir
 
 if TYPE_CHECKING:
-    from .model import ModelConfig
-    from .usage import Prices
+    from .llm.model import ModelConfig
+    from .llm.usage import Prices
 
 __all__ = ["BACKENDS", "DEBIAN_REGISTRY", "Settings", "default_cache_dir", "default_prices", "default_registry"]
 
@@ -67,7 +67,7 @@ def default_prices(text: str | None = None) -> Prices:
     if not text.strip():
         return {}
     from .errors import ConfigError, UsageError
-    from .usage import parse_prices
+    from .llm.usage import parse_prices
 
     try:
         return parse_prices(text)
@@ -127,7 +127,7 @@ class Settings:
     token_budget: int = 400_000
     #: USD one edit session may spend (by ``prices``); None: no limit
     max_cost: float | None = None
-    #: model -> :class:`~flakebot_magic.usage.Price` (USD per million input, output and optionally cached
+    #: model -> :class:`~flakebot_magic.llm.usage.Price` (USD per million input, output and optionally cached
     #: input tokens); default ``$FLAKEBOT_PRICES``
     prices: Prices = field(default_factory=default_prices)
     #: the model's context size: older turns are compacted before a request would pass it
@@ -165,13 +165,13 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.prices:  # given as plain (input, output) tuples too: one shape, usage.Price, from here on
-            from .usage import parse_prices
+            from .llm.usage import parse_prices
 
             self.prices = parse_prices(dict(self.prices))
 
     def model_config(self) -> ModelConfig | None:
         """The configured model, or None (then libraries cannot become tools)."""
-        from .model import ModelConfig
+        from .llm.model import ModelConfig
 
         return ModelConfig.resolve(
             self.model, base_url=self.base_url, provider=self.provider, timeout=self.model_timeout
@@ -215,7 +215,7 @@ class Settings:
 
     @property
     def intents_dir(self) -> Path:
-        """Transactions not finished yet (:mod:`flakebot_magic.transaction`): one intent record per tool name."""
+        """Transactions not finished yet (:mod:`flakebot_magic.manage.transaction`): one intent record per tool name."""
         return self.private_cache_dir() / "intents"
 
     @property

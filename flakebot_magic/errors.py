@@ -122,7 +122,7 @@ class UsageError(FlakebotError):
 class ToolBusy(UsageError):
     """Another build of the same tool name is running and did not finish in time.
 
-    ``holder`` describes that build (:class:`flakebot_magic.locks.LockHolder`).
+    ``holder`` describes that build (:class:`flakebot_magic.host.locks.LockHolder`).
     """
 
     def __init__(self, message: str, *, name: str = "", holder: Any = None) -> None:
@@ -217,7 +217,7 @@ class UpstreamTestError(TestError):
 
 
 class PolicyError(FlakebotError):
-    """The workspace breaks the build policy (:mod:`flakebot_magic.policy`); ``violations`` names each file."""
+    """The workspace breaks the build policy (:mod:`flakebot_magic.sandbox.policy`); ``violations`` names each file."""
 
     stage = "build"
 

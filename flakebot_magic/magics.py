@@ -1,9 +1,9 @@
-"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic (the only module importing IPython).
+"""The ``%%flakebot`` cell magic and ``%flakebot`` line magic: IPython's side of the package.
 
-What it prints may quote a crate, a build or a tool: every print goes through
-:func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython
-in a terminal obey escape sequences), and errors are
-:class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
+Only this module and :func:`flakebot_magic.options.magic_argument_decorators` (which it calls) import
+IPython. What it prints may quote a crate, a build or a tool: every print goes through
+:func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython in a terminal obey escape
+sequences), and errors are :class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
 """
 
 from __future__ import annotations
@@ -21,20 +21,21 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, kwds, magic_arguments, parse_argstring
 from traitlets import Bool, Enum, Unicode
 
-from . import errors, tools
-from .background import start_build
-from .cleanup import clean
+from . import errors
 from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
 from .config import Settings
-from .doctor import doctor, prepare
 from .events import Observer
-from .inventory import Inventory
+from .host.storage import storage_errors
+from .manage import tools
+from .manage.cleanup import clean
+from .manage.doctor import doctor, prepare
+from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, apply, config_traits, magic_argument_decorators
-from .progress import TextProgress
+from .pipeline.background import start_build
+from .records.inventory import Inventory
 from .request import BuildRequest
-from .storage import storage_errors
 from .untrusted import safe_text
-from .workspace_cargo import cargo_line
+from .views.progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
 
@@ -60,7 +61,7 @@ class _Build:
 
         A widget in a saved notebook needs the kernel that made it: after a
         restart, or reopened elsewhere, it is "model not found". The record
-        needs nothing (see :mod:`flakebot_magic.record`).
+        needs nothing (see :mod:`flakebot_magic.views.record`).
         """
         if self.handle is not None and self.widget is not None:
             self.handle.update(self.widget.record().bundle(), raw=True)
@@ -83,8 +84,7 @@ def _with_build_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-#: the help's first lines: the cell form, then the line form (argparse formats ``%%`` as ``%``, and puts
-#: IPython's ``%`` before the first line)
+#: the help's first lines, the cell form then the line form (argparse shows ``%%`` as ``%``; IPython adds a ``%``)
 _USAGE = f"""%%flakebot [--name NAME] [--crate CRATE] [build options]
   what the tool should do, in words (the cell's body)
 
@@ -298,7 +298,7 @@ class FlakebotMagics(_OptionTraits):
         ``%%flakebot`` cell raises its error, which IPython shows).
         ``steer_name``: the tool's name, when known before the build starts;
         the widget's steer box then sends to its edit session
-        (:func:`flakebot_magic.tools.steer`), and the title names it.
+        (:func:`flakebot_magic.manage.tools.steer`), and the title names it.
         ``crate``: the title's subject when the request has no words.
         ``since``: a follow-up's starting commit (the tool's previous
         version); its changes since then are shown beside those against the
@@ -310,7 +310,7 @@ class FlakebotMagics(_OptionTraits):
         if mode == "widget":
             from IPython.display import display
 
-            from .ui import ProgressWidget
+            from .views.widget import ProgressWidget
 
             widget = ProgressWidget(
                 title,
@@ -442,7 +442,7 @@ class FlakebotMagics(_OptionTraits):
         return None
 
     def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:
-        """What a line command answers (each is written once, in :mod:`flakebot_magic.tools`)."""
+        """What a line command answers (each is written once, in :mod:`flakebot_magic.manage.tools`)."""
         if command == "list":
             return tools.table(settings)
         if command == "search":

@@ -123,7 +123,7 @@ def _number(value: float | None) -> str:
 
 
 def _prices(value: Any) -> Any:
-    from .usage import parse_prices
+    from .llm.usage import parse_prices
 
     return parse_prices(value)
 

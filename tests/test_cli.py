@@ -275,7 +275,7 @@ def test_ctrl_c_cancels_the_build_cleanly(tmp_path: Path, cache: Path) -> None:
 
 
 def test_clean_all_stops_running_tools_first(capsys: pytest.CaptureFixture[str], cache: Path) -> None:
-    from flakebot_magic.inventory import Inventory, ToolRecord
+    from flakebot_magic.records.inventory import Inventory, ToolRecord
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
@@ -312,10 +312,10 @@ def test_clean_removes_the_losing_candidates_of_tools_not_being_built(
     capsys: pytest.CaptureFixture[str], cache: Path
 ) -> None:
     """``<workspace>/.flakebot-candidates`` goes with the build outputs, unless the tool's build runs; bytes counted."""
-    from flakebot_magic.cleanup import CANDIDATES_DIR
     from flakebot_magic.edit import forks
-    from flakebot_magic.inventory import Inventory, ToolRecord
-    from flakebot_magic.locks import tool_lock
+    from flakebot_magic.host.locks import tool_lock
+    from flakebot_magic.manage.cleanup import CANDIDATES_DIR
+    from flakebot_magic.records.inventory import Inventory, ToolRecord
 
     assert CANDIDATES_DIR == forks.CANDIDATES_DIR  # one name, though clean does not import the edit loop
     inventory = Inventory(cache / "tools")

@@ -26,8 +26,8 @@ from flakebot_magic.errors import (
     UsageError,
 )
 from flakebot_magic.events import RunFinished, StageFinished
+from flakebot_magic.host.process import CancelToken, ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import CancelToken, ProcessRunner
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,16 @@
 """The package's layers hold: a module imports only its own layer or lower ones, no cycles, no module over 600 lines.
 
-The layers, bottom to top (docs/ARCHITECTURE.md draws them):
+The layers are packages (docs/ARCHITECTURE.md draws them), bottom to top:
 
-1. foundation: errors, files, processes, events, options and settings, locks, git, the sandbox, the policy, records,
-   and what a registry is (``registry/base.py``)
-2. leaves: ``registry/`` and ``clients/`` (a deployed tool's client knows nothing of how it was built)
+1. foundation: the few modules every layer names (errors, events, options and settings, the request, untrusted
+   text) and the packages of mechanisms: ``host/`` (processes, files, locks, git, the cache layout),
+   ``sandbox/`` (untrusted code: cargo, the tree policy), ``llm/`` (the one channel to a model), ``records/``
+   (what is kept about tools and runs), and what a crate registry is (``registry/base.py``)
+2. leaves: ``registry/`` and ``clients/`` (a deployed tool's client knows nothing of how it was built); neither
+   imports the other, and ``clients/`` imports the package at module level only
 3. stages: ``stages/``, ``edit/``, ``backends/``
-4. the spine: the pipeline, what manages tools, and the eval that runs many builds
-5. front doors and views: ``__init__``, the magic, the command, the server, the widget, printed progress
+4. the spine: ``pipeline/``, ``manage/`` (the built tools by name) and ``eval/`` (many builds)
+5. front doors and views: ``__init__``, ``cli``, ``magics``, ``server/``, ``agent/``, ``views/``
 
 Imports inside ``if TYPE_CHECKING:`` count too: a type that lives above is a dependency on what is above.
 """
@@ -22,66 +25,42 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "flakebot_magic"
 MAX_LINES = 600
 
-FOUNDATION = {
-    "_version",
-    "errors",
-    "fsutil",
-    "process",
-    "events",
-    "options",
-    "config",
-    "locks",
-    "git",
-    "sandbox",
-    "policy",
-    "provenance",
-    "edit_summary",
-    "runlog",
-    "inventory",
-    "model",
-    "model_http",
-    "request",
-    "diagnostics",
-    "cargo",
-    "environment",
-    "usage",
-    "steering",
-    "storage",
-    "crashpoints",
-    "untrusted",
-    "commands",
-    # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
-    "registry.base",
-}
-LAYERS = {
-    1: FOUNDATION,
+#: each layer's packages (and the few top-level modules), by top-level name; a dotted name places one module apart
+LAYERS: dict[int, set[str]] = {
+    1: {
+        "_version",
+        "errors",
+        "untrusted",
+        "events",
+        "options",
+        "config",
+        "request",
+        "commands",
+        "host",
+        "sandbox",
+        "llm",
+        "records",
+        # what a registry is (a protocol and its data types): cargo and the sandbox need it, as data
+        "registry.base",
+    },
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
-    4: {
-        "pipeline",
-        "editing",
-        "background",
-        "tools",
-        "cleanup",
-        "export",
-        "eval",
-        "workspace_cargo",
-        "transaction",
-        "doctor",
-        "deployed",
-    },
-    5: {"__init__", "magics", "cli", "server", "ui", "ui_rows", "record", "progress", "agent"},
+    4: {"pipeline", "manage", "eval"},
+    5: {"__init__", "cli", "magics", "server", "agent", "views"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples
 OUTSIDE = {"testing"}
 #: the one module allowed to start a test double: `flakebot eval --replay` serves solution scripts
 #: from the fake OpenAI server, and labels the results "replay" everywhere (never a model's)
 DOUBLES_ALLOWED = {"eval.replay": {"testing.fake_openai"}}
+#: layer 2's packages do not import each other
+LEAVES = ("registry", "clients")
 
 
 def _layer(module: str) -> int | None:
-    if module in FOUNDATION:
-        return 1
+    for number, names in LAYERS.items():
+        if module in names:
+            return number
     top = module.split(".")[0]
     for number, names in LAYERS.items():
         if top in names:
@@ -103,42 +82,65 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """The flakebot_magic modules ``name`` imports, relative to the package (``stages.build``)."""
+def _imports(name: str, path: Path, *, in_functions: bool = True) -> set[str]:
+    """The flakebot_magic modules ``name`` imports, relative to the package (``stages.build``).
+
+    ``in_functions=False``: only the imports made when the module loads (not those inside a function).
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name.split(".") if path.name == "__init__.py" and name != "__init__" else name.split(".")[:-1]
     if name == "__init__":
         package = []
     targets: set[str] = set()
-    for node in ast.walk(tree):
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if not inner or in_functions:
+                _collect(child)
+            visit(child, inner)
+
+    def _collect(node: ast.AST) -> None:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
                 module = ".".join([*base, *([node.module] if node.module else [])])
                 if node.module is None:  # from . import x, y: each name may be a module
                     targets.update(".".join([*base, alias.name]) for alias in node.names)
-                    continue
+                    return
             elif node.module and node.module.startswith("flakebot_magic"):
                 module = node.module.removeprefix("flakebot_magic").lstrip(".")
             else:
-                continue
+                return
             targets.add(module or "__init__")
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("flakebot_magic"):
                     targets.add(alias.name.removeprefix("flakebot_magic").lstrip(".") or "__init__")
+
+    visit(tree, False)
     return targets
 
 
 MODULES = _modules()
+PLACED = sorted(m for m in MODULES if m.split(".")[0] not in OUTSIDE)
 
 
 def test_every_module_has_a_layer() -> None:
-    unplaced = [m for m in MODULES if _layer(m) is None and m.split(".")[0] not in OUTSIDE]
-    assert unplaced == [], f"place these modules in a layer (tests/test_layers.py): {unplaced}"
+    unplaced = [m for m in PLACED if _layer(m) is None]
+    assert unplaced == [], f"place these modules' packages in a layer (tests/test_layers.py): {unplaced}"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[0] not in OUTSIDE))
+def test_the_layers_name_packages_and_few_modules() -> None:
+    """A layer lists packages; the top-level modules left are the few every layer names, and the front doors."""
+    named = {n for names in LAYERS.values() for n in names if "." not in n}
+    flat = {n for n in named if (PACKAGE / f"{n}.py").is_file()}
+    packages = {n for n in named if (PACKAGE / n / "__init__.py").is_file()}
+    assert named == flat | packages | {"__init__"}, f"not in the package: {named - flat - packages - {'__init__'}}"
+    assert len(flat) <= 12, f"top-level modules: {sorted(flat)}; move them into the package of their layer"
+
+
+@pytest.mark.parametrize("module", PLACED)
 def test_imports_point_down(module: str) -> None:
     own = _layer(module)
     assert own is not None
@@ -159,10 +161,21 @@ def test_leaves_do_not_import_each_other() -> None:
         (m, t)
         for m in MODULES
         for t in _imports(m, MODULES[m])
-        if (m.startswith("clients") and t.startswith("registry"))
-        or (m.startswith("registry") and t.startswith("clients"))
+        for leaf in LEAVES
+        if m.split(".")[0] == leaf and t.split(".")[0] in set(LEAVES) - {leaf}
     ]
     assert crossing == []
+
+
+def test_clients_import_the_package_at_module_level_only() -> None:
+    """A client's dependencies show at its top: none is hidden in a function (so the layer test sees them all)."""
+    hidden = [
+        f"{m} imports flakebot_magic.{t} inside a function"
+        for m in MODULES
+        if m.split(".")[0] == "clients"
+        for t in _imports(m, MODULES[m]) - _imports(m, MODULES[m], in_functions=False)
+    ]
+    assert hidden == []
 
 
 def test_no_import_cycles() -> None:

@@ -181,8 +181,8 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
 
     from flakebot_magic.config import default_prices
     from flakebot_magic.errors import ConfigError
+    from flakebot_magic.llm.usage import Price
     from flakebot_magic.magics import FlakebotMagics
-    from flakebot_magic.usage import Price
 
     _clear_env(monkeypatch)
     assert Settings().prices == {}

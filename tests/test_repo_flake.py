@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.stages.nix import NIX_FEATURES
+from flakebot_magic.backends.nix_command import NIX_FEATURES
 
 REPO = Path(__file__).resolve().parents[1]
 NIX = shutil.which("nix")

@@ -20,9 +20,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from flakebot_magic import steering
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import SteeringError
+from flakebot_magic.records import steering
 
 
 def _flakebot(cache: Path, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.edit import EditLoop
 from flakebot_magic.events import EventBus, IterationResult
-from flakebot_magic.git import Git
-from flakebot_magic.model import ModelConfig
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.llm.model import ModelConfig
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

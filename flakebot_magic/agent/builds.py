@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..background import BackgroundRun, start_build
 from ..clients import ToolClient
 from ..config import Settings
 from ..errors import ConfigError
 from ..events import Event, ModelUsage, Observer
-from ..inventory import Inventory
+from ..pipeline.background import BackgroundRun, start_build
+from ..records.inventory import Inventory
 from ..request import BuildRequest
 
 __all__ = ["AgentBuild", "AgentSession", "BuildReport"]

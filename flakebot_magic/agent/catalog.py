@@ -1,9 +1,9 @@
 """Every built tool's functions, for agents: names, input schemas, calls; read from the shared tool registry.
 
-The catalog reads the SQLite tool registry (:mod:`flakebot_magic.inventory`)
+The catalog reads the SQLite tool registry (:mod:`flakebot_magic.records.inventory`)
 on every listing, so a tool built anywhere (this server, a notebook, the
 ``flakebot`` command) is there the moment its record is. Each tool's client is
-the one its kind already has (:func:`flakebot_magic.tools.tool_of`): a
+the one its kind already has (:func:`flakebot_magic.manage.tools.tool_of`): a
 command-line tool's functions come from its ``--help`` (the MCP bridge's
 schema), an MCP server's from its own ``tools/list`` (proxied), an HTTP
 service's from its OpenAPI operations. A client is made once per store entry
@@ -28,8 +28,8 @@ from ..clients import ToolClient
 from ..clients.agents import ToolFunction, openai_tool, result_text
 from ..clients.schema import check_arguments
 from ..config import Settings
-from ..inventory import DB_NAME, Inventory, ToolRecord
-from ..tools import tool_of
+from ..manage.tools import tool_of
+from ..records.inventory import DB_NAME, Inventory, ToolRecord
 from ..untrusted import safe_text
 
 __all__ = ["CatalogEntry", "ToolCatalog", "call_text", "decode_arguments", "exposed_name"]

@@ -33,7 +33,7 @@ from ..clients.mcp import SUPPORTED_VERSIONS
 from ..config import Settings
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
-from .protocol import ServerSession
+from .mcp import ServerSession
 from .stdio import RegistryWatcher
 
 __all__ = ["McpHttpServer", "serve_http"]

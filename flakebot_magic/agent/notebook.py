@@ -38,7 +38,7 @@ from ..config import Settings
 from ..errors import Cancelled
 from ..events import Observer
 from ..options import OPTIONS, apply
-from ..progress import TextProgress
+from ..views.progress import TextProgress
 from .builds import AgentBuild, AgentSession, BuildReport
 from .catalog import ToolCatalog, decode_arguments
 from .functions import BUILTIN_NAMES, BUILTINS, build_outcome, search

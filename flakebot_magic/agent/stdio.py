@@ -20,7 +20,7 @@ from ..config import Settings
 from ..untrusted import safe_text
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
-from .protocol import ServerSession
+from .mcp import ServerSession
 
 __all__ = ["POLL_SECONDS", "RegistryWatcher", "StreamWriter", "serve_stdio"]
 

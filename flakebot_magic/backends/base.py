@@ -28,22 +28,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..cargo import Cargo
 from ..config import Settings
-from ..diagnostics import BINARY_NAME, TestReport
 from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
-from ..git import Git
-from ..model import ModelConfig
-from ..policy import TreePolicy
-from ..process import ProcessRunner
+from ..host.git import Git
+from ..host.process import ProcessRunner
+from ..llm.model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
 from ..request import BuildRequest
+from ..sandbox.cargo import Cargo
+from ..sandbox.diagnostics import BINARY_NAME, TestReport
+from ..sandbox.policy import TreePolicy
 from ..stages.deploy import StorePath
 from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
 from ..stages.fork import Workspace
-from ..stages.nix import normalize_flake_ref
+from .nix_command import normalize_flake_ref
 
 __all__ = [
     "MANIFEST_KEYS",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cargo import Cargo
+from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
 from ..stages.flake import write_flake

@@ -8,7 +8,7 @@
 ``auto`` is nix when all three hold, else cargo (:func:`decide`):
 
 1. ``nix`` is on PATH;
-2. nix builds in its sandbox (:func:`~flakebot_magic.stages.nix.nix_sandbox`,
+2. nix builds in its sandbox (:func:`~flakebot_magic.backends.nix_command.nix_sandbox`,
    asked once per process);
 3. nix can lock the flake's nixpkgs input here (:func:`nixpkgs_lockable`): a
    ``path:`` reference must be a directory with a flake.nix; a remote one
@@ -37,27 +37,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from ..cargo import Cargo
 from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
-from ..fsutil import atomic_write
-from ..process import ProcessRunner, scrubbed_env
-from ..provenance import describe_locked
+from ..host.fsutil import atomic_write
+from ..host.process import ProcessRunner, scrubbed_env
+from ..records.provenance import describe_locked
+from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
-from ..stages.nix import (
-    NIX_FEATURES,
-    Nix,
-    NixOptions,
-    NixRelease,
-    find_nix,
-    pending_link,
-    record_nix,
-    remove_link,
-    resolve_backend,
-    root_points_to,
-)
 from .base import (
     Backend,
     BackendChoice,
@@ -69,6 +57,18 @@ from .base import (
     line_logger,
     manifest,
     nixpkgs_url,
+)
+from .nix_command import (
+    NIX_FEATURES,
+    Nix,
+    NixOptions,
+    NixRelease,
+    find_nix,
+    pending_link,
+    record_nix,
+    remove_link,
+    resolve_backend,
+    root_points_to,
 )
 
 __all__ = ["NIX_FLAGS", "PROBE_TTL", "Lockable", "NixBackend", "decide", "nixpkgs_lockable"]

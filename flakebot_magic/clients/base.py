@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError
-from ..process import allowed_env
-from ..provenance import describe_locked, provenance_of
+from ..host.process import allowed_env
+from ..records.provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
 from ..untrusted import safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
@@ -40,7 +40,7 @@ _KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": 
 def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
     """The whole environment a deployed tool starts with: the allowlist, ``HOME``, then ``extras``.
 
-    The allowlist is :func:`flakebot_magic.process.allowed_env` (``PATH``,
+    The allowlist is :func:`flakebot_magic.host.process.allowed_env` (``PATH``,
     ``LANG``, ``LC_*``, ``TZ`` ...). A deployed tool runs as the user, so it
     gets the user's ``HOME`` (a path, not a secret). Nothing else of the
     kernel's environment passes (no API key, no ``DATABASE_URL``): what a tool

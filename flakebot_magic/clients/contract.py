@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeployError
-from ..fsutil import UnsafePath, load_toml, read_regular
+from ..host.fsutil import UnsafePath, load_toml, read_regular
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -102,7 +102,7 @@ def _load(source: Path | str | Mapping[str, Any]) -> Mapping[str, Any]:
     """A parsed Cargo.toml: ``source`` itself, or the regular file at that path (bounded, no symlink followed).
 
     Crate code (a build script, a model's edit) can leave anything named
-    Cargo.toml: :func:`~flakebot_magic.fsutil.read_regular` refuses a symlink,
+    Cargo.toml: :func:`~flakebot_magic.host.fsutil.read_regular` refuses a symlink,
     a FIFO or a device before a byte is read.
     """
     if isinstance(source, Mapping):

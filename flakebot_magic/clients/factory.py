@@ -3,7 +3,7 @@
 * :func:`make_tool`: from a store entry (what the pipeline's ``client``
   stage has just deployed or found in the store).
 * :func:`tool_from_record`: from a tool registry record
-  (:class:`~flakebot_magic.inventory.ToolRecord`), for ``%flakebot show``,
+  (:class:`~flakebot_magic.records.inventory.ToolRecord`), for ``%flakebot show``,
   the command and the Jupyter server.
 
 Every kind starts with the allowlisted environment plus ``env`` (the
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..inventory import ToolRecord
+from ..records.inventory import ToolRecord
 from .base import StartedToolClient, ToolClient
 from .cli import CliTool
 from .contract import ToolContract

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ..errors import ToolError
-from ..process import kill_tree
+from ..host.process import kill_tree
 from ..untrusted import safe_text
 
 __all__ = [

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..events import EventBus
-from ..model import ModelConfig
+from ..llm.budget import Budget
+from ..llm.model import ModelConfig
+from ..llm.usage import Usage
 from ..registry.base import CrateCandidate
-from ..usage import Usage
-from .budget import Budget
 from .prompt import readme_summary, repo_map
 
 __all__ = ["MAX_PLAN_CHARS", "ask_architect"]

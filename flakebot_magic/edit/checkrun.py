@@ -20,9 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cargo import Cargo
 from ..clients.contract import MAX_MANIFEST_BYTES, ToolContract, read_contract
-from ..diagnostics import (
+from ..errors import DeployError, PolicyError, StageTimeout
+from ..events import EventBus, IterationResult
+from ..host.fsutil import UnsafePath, load_toml
+from ..host.git import Git
+from ..sandbox.cargo import Cargo
+from ..sandbox.diagnostics import (
     Diagnostic,
     Suggestion,
     TestReport,
@@ -32,11 +36,7 @@ from ..diagnostics import (
     parse_test_output,
     readable,
 )
-from ..errors import DeployError, PolicyError, StageTimeout
-from ..events import EventBus, IterationResult
-from ..fsutil import UnsafePath, load_toml
-from ..git import Git
-from ..policy import CANDIDATES_DIR, TreePolicy, Violation
+from ..sandbox.policy import CANDIDATES_DIR, TreePolicy, Violation
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
 
@@ -403,7 +403,7 @@ class CheckRunner:
         # what could not be committed (a nested repository, empty directories) goes too; build outputs stay
         self.git("clean", "-ffdqx", *(f"--exclude=/{p}" for p in NOT_SOURCE))
         why = (
-            "(the build policy: flakebot_magic/policy.py)"
+            "(the build policy: flakebot_magic/sandbox/policy.py)"
             if run.policy
             else "(the ratchet: passing tests never go down; existing tests stay)"
         )

@@ -1,8 +1,8 @@
 """The workspace's files as the model sees them: containment, capped reads, atomic writes, the five file functions.
 
 Every model-chosen path goes through :func:`contain` (the rule set is
-:mod:`flakebot_magic.policy`'s); a Cargo.toml is checked by the build policy
-before it is written; writes go through :func:`flakebot_magic.fsutil.atomic_write`
+:mod:`flakebot_magic.sandbox.policy`'s); a Cargo.toml is checked by the build policy
+before it is written; writes go through :func:`flakebot_magic.host.fsutil.atomic_write`
 (never through a symlink); reads are capped and never follow a symlink, a
 FIFO or a device. Files in the workspace are written by untrusted code.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
-from ..policy import CANDIDATES_DIR, REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
+from ..host.fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
+from ..sandbox.policy import CANDIDATES_DIR, REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
 
 __all__ = [
     "MAX_FILE_READ",
@@ -100,7 +100,7 @@ def check_manifest_text(
 ) -> None:
     """Refuse a manifest the build policy refuses (a build script unless allowed, a path outside, ...).
 
-    The rules are :func:`flakebot_magic.policy.check_manifest`'s: the same
+    The rules are :func:`flakebot_magic.sandbox.policy.check_manifest`'s: the same
     ones checked on disk after every check run.
     """
     try:
@@ -115,7 +115,7 @@ def check_manifest_text(
 
 
 def write_text(root: Path, target: Path, content: str) -> None:
-    """Replace ``target`` in one step (:func:`~flakebot_magic.fsutil.atomic_write`: a fresh O_EXCL|O_NOFOLLOW
+    """Replace ``target`` in one step (:func:`~flakebot_magic.host.fsutil.atomic_write`: a fresh O_EXCL|O_NOFOLLOW
     temporary file, no symlink between ``root`` and it, a planted symlink replaced, never followed).
 
     A regular file keeps its permission bits (without set-id or group/other write); a new one is 0644.
@@ -131,7 +131,7 @@ def write_text(root: Path, target: Path, content: str) -> None:
 def read_capped(path: Path, limit: int = MAX_FILE_READ) -> tuple[bytes, bool]:
     """At most ``limit`` bytes of the regular file ``path`` (never through a symlink), and whether there was more.
 
-    Files in the workspace are written by untrusted code: see :func:`~flakebot_magic.fsutil.read_regular`
+    Files in the workspace are written by untrusted code: see :func:`~flakebot_magic.host.fsutil.read_regular`
     (an ``OSError`` for a symlink, a FIFO, a device or a missing file).
     """
     return read_regular(path, limit)
@@ -156,7 +156,7 @@ class WorkspaceFiles:
     """The file functions of the protocol (list, read, write, replace, delete) on one workspace.
 
     Each returns the text the model gets back, or raises :class:`PathRefused`
-    (or :class:`~flakebot_magic.fsutil.UnsafePath` for a symlink planted on
+    (or :class:`~flakebot_magic.host.fsutil.UnsafePath` for a symlink planted on
     the way); nothing is changed then.
     """
 

@@ -56,10 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Cancelled, ForkError
-from ..fsutil import atomic_write, load_toml, read_regular
-from ..git import Git
-from ..policy import CANDIDATES_DIR
-from ..process import CancelToken, ProcessRunner
+from ..host.fsutil import atomic_write, load_toml, read_regular
+from ..host.git import Git
+from ..host.process import CancelToken, ProcessRunner
+from ..sandbox.policy import CANDIDATES_DIR
 from .checkrun import LOOP_TARGET
 
 __all__ = [
@@ -240,7 +240,7 @@ def keep_head(workspace: Path, candidate: Path, index: int, git: Git) -> str:
     """Fetch ``candidate``'s HEAD into ``workspace`` as ``refs/flakebot/candidates/<index>``; return the commit.
 
     The candidate's repository is hardened first, as flakebot hardens every
-    repository it runs git in (:class:`~flakebot_magic.git.Git`): its
+    repository it runs git in (:class:`~flakebot_magic.host.git.Git`): its
     ``.git/config`` is cut to what ``git init`` writes before any git command
     reads it, an ``objects/info/alternates`` file is removed, and its hooks
     never run (the fetch runs only ``git upload-pack`` there, which runs none).

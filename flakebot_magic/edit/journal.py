@@ -13,7 +13,7 @@ bind, so no code the model writes can touch it). One JSON object a line,
     one message appended to the conversation (``m``), in order; a message
     over :data:`MAX_RECORD_BYTES` is kept cut in the middle, ``"capped": true``
 ``reply``
-    the usage of one model reply (:meth:`flakebot_magic.usage.Usage.to_json`)
+    the usage of one model reply (:meth:`flakebot_magic.llm.usage.Usage.to_json`)
 ``check``
     iteration, run, commit (where the check run left the workspace), tree,
     green, report (the text the model read)
@@ -45,9 +45,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from ..fsutil import check_no_symlinks, fsync_dir, private_dir, read_regular
-from ..steering import check_tool_name
-from ..usage import Usage
+from ..host.fsutil import check_no_symlinks, fsync_dir, private_dir, read_regular
+from ..llm.usage import Usage
+from ..records.steering import check_tool_name
 from .context import cap_middle
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..clients import make_tool
 from ..errors import FlakebotError
-from ..git import Git
+from ..host.git import Git
 from ..stages.accept import Example, run_examples
 from .checkrun import CheckRun
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..git import Git
-from ..policy import OUTPUT_DIRS
+from ..host.git import Git
 from ..registry.base import CrateCandidate
+from ..sandbox.policy import OUTPUT_DIRS
 from ..untrusted import safe_text
 from .files import line_count, read_text
 from .ratchet import blank

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fsutil import atomic_write, private_dir, read_regular
-from ..usage import Usage
+from ..host.fsutil import atomic_write, private_dir, read_regular
+from ..llm.usage import Usage
 from .journal import ResumePoint, journals_dir, race_points
 
 __all__ = ["RacePoint", "RaceRecord", "unfinished_race"]

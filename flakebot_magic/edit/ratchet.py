@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..policy import OUTPUT_DIRS
+from ..sandbox.policy import OUTPUT_DIRS
 from .files import read_text
 
 __all__ = ["Ratchet", "TestFunction", "blank", "ratchet_violations", "scan_tests"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..diagnostics import MAX_FAILURE_LINES, Diagnostic
+from ..sandbox.diagnostics import MAX_FAILURE_LINES, Diagnostic
 from .checkrun import MAX_ERRORS, CheckRun
 from .files import read_text
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics import TestReport
 from ..events import EventBus
-from ..policy import Violation
+from ..sandbox.diagnostics import TestReport
+from ..sandbox.policy import Violation
 from .checkrun import LOOP_TARGET, NOT_SOURCE, CheckRun, CheckRunner, workspace_contract
 from .journal import ResumePoint
 

@@ -16,24 +16,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..cargo import Cargo
 from ..errors import BudgetExhausted, EditError, PolicyError
 from ..events import EventBus, ModelUsage
-from ..fsutil import UnsafePath
-from ..git import Git
-from ..model import ModelConfig
-from ..model_http import ModelHTTP
-from ..policy import Baseline, Violation
+from ..host.fsutil import UnsafePath
+from ..host.git import Git
+from ..llm.budget import Budget
+from ..llm.channel import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, ModelChannel, Reply
+from ..llm.http import ModelHTTP
+from ..llm.model import ModelConfig
+from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
-from ..steering import Inbox
-from .budget import Budget
+from ..sandbox.cargo import Cargo
+from ..sandbox.policy import Baseline, Violation
 from .checkrun import CheckRun, CheckRunner, clippy_available
 from .context import cap_middle, compact, estimate_tokens
 from .files import PathRefused, WorkspaceFiles
 from .journal import EndStatus, Journal, ResumePoint
-from .model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, ModelChannel, Reply
 from .prompt import PromptContext, system_prompt
-from .protocol import BadCall, decode_call, text_argument
+from .protocol import FUNCTION_SCHEMAS, BadCall, decode_call, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .resume import known_check, paired, ratchet_of
@@ -59,7 +59,7 @@ class EditLoop:
     model
         The model configuration (its name is sent; ``stream`` is honoured).
     cargo
-        Runs cargo (in the workspace's sandbox: :meth:`~flakebot_magic.cargo.Cargo.confined_to`).
+        Runs cargo (in the workspace's sandbox: :meth:`~flakebot_magic.sandbox.cargo.Cargo.confined_to`).
     bus
         Receives :class:`~flakebot_magic.events.IterationResult` and log events.
     git
@@ -72,10 +72,10 @@ class EditLoop:
     sampling
         ``temperature`` and ``seed`` sent with each request.
     http
-        The conversation's :class:`~flakebot_magic.model_http.ModelHTTP`; its
+        The conversation's :class:`~flakebot_magic.llm.http.ModelHTTP`; its
         ``stop`` ends the session, even mid-request.
     budget
-        The run's :class:`~flakebot_magic.edit.budget.Budget` (shared with
+        The run's :class:`~flakebot_magic.llm.budget.Budget` (shared with
         other actors); by default one of ``token_budget`` for this session.
     journal, inbox
         Where the session is recorded (to resume it), and where steering
@@ -155,6 +155,7 @@ class EditLoop:
             headers=headers,
             sampling=sampling,
             http=http,
+            tools=FUNCTION_SCHEMAS,
         )
         self.ratchet = Ratchet(self.root)
         #: the iteration of the last check run (the widget's candidate rows)

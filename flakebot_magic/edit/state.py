@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clients.contract import ToolContract
-from ..fsutil import atomic_write
+from ..host.fsutil import atomic_write
 from .checkrun import CheckRun
 from .files import read_text
 

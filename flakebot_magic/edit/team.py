@@ -10,7 +10,7 @@ mailbox; every other actor is a thread that posts to it:
   With ``--candidates N`` each works in its own clone of the warm workspace
   (:mod:`.forks`), from the same check run 0, with its own sampling and its own
   ``X-Flakebot-Candidate`` header, all spending one shared
-  :class:`~flakebot_magic.edit.budget.Budget`;
+  :class:`~flakebot_magic.llm.budget.Budget`;
 * the **judge**: code, not a model. It scores each finished candidate
   structurally (:mod:`.judge`: contract, the cell's examples run against the
   candidate's binary, passing tests, clippy, the smaller diff).
@@ -18,8 +18,8 @@ mailbox; every other actor is a thread that posts to it:
 The manager stops the others as soon as one candidate is fully green (no other
 can beat it), picks the best score, and brings the winner's commits into the
 tool's workspace. A cancel (the Cancel button, Ctrl-C, kernel shutdown) stops
-every actor: each engineer's model request is cut (:mod:`..model_http`) and its
-cargo killed (its own :class:`~flakebot_magic.process.LinkedToken`), within
+every actor: each engineer's model request is cut (:mod:`..llm.http`) and its
+cargo killed (its own :class:`~flakebot_magic.host.process.LinkedToken`), within
 :data:`STOP_SECONDS`.
 """
 
@@ -32,19 +32,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..cargo import Cargo
 from ..errors import BudgetExhausted, Cancelled, EditError
 from ..events import CandidateUpdate, EventBus
-from ..git import Git
-from ..model import ModelConfig
-from ..model_http import ModelHTTP
-from ..policy import CANDIDATES_DIR
-from ..process import LinkedToken, ProcessRunner
+from ..host.git import Git
+from ..host.process import LinkedToken, ProcessRunner
+from ..llm.budget import Budget
+from ..llm.http import ModelHTTP
+from ..llm.model import ModelConfig
+from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
+from ..sandbox.cargo import Cargo
+from ..sandbox.policy import CANDIDATES_DIR
 from ..stages.accept import Example, split_request
 from ..stages.fork import Workspace
-from ..steering import Inbox
-from .budget import Budget
 from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome
 from .checkrun import CheckRun
 from .forks import adopt, candidate_path, clone_candidate

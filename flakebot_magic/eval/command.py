@@ -13,9 +13,9 @@ import json
 import sys
 from typing import Any
 
+from ..llm.usage import PRICE_FORMAT
 from ..options import OPTIONS
 from ..options import add_arguments as add_build_arguments
-from ..usage import PRICE_FORMAT
 
 __all__ = ["add_arguments", "run"]
 

@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cargo import Cargo
 from ..edit.ratchet import scan_tests
-from ..policy import TreePolicy
-from ..process import ProcessRunner, scrubbed_env
+from ..host.process import ProcessRunner, scrubbed_env
 from ..registry.base import Registry
 from ..sandbox import Sandbox
+from ..sandbox.cargo import Cargo
+from ..sandbox.policy import TreePolicy
 from .pytest_plugin import ENV_CACHE, ENV_REPORT, ENV_TOOL
 from .results import HiddenResult, cut
 from .task import Task

@@ -25,7 +25,7 @@ from ..errors import (
     UsageError,
 )
 from ..events import Event, IterationResult, ModelUsage
-from ..usage import Usage
+from ..llm.usage import Usage
 from .results import AttemptResult, cut
 
 __all__ = ["Meter", "TimedOut", "classify", "failure_message", "feedback_request", "proof_of", "usage_fields"]

@@ -31,8 +31,8 @@ from typing import Any
 import tomlkit
 
 from ..errors import SearchError, UsageError
-from ..fsutil import load_toml
-from ..pipeline import tool_name
+from ..host.fsutil import load_toml
+from ..pipeline.run import tool_name
 from ..registry.base import CrateCandidate, FetchedSource, Registry
 from ..registry.directory import tree_sha256
 from .task import HiddenCheck, Suite, Task, TaskProblem

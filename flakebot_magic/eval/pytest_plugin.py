@@ -39,8 +39,8 @@ _outcomes: dict[str, dict[str, str]] = {}
 def tool() -> Iterator[Any]:
     """The deployed tool of the task's attempt: its Python client, confined to the sandbox for every call."""
     from ..config import Settings
+    from ..manage.tools import load
     from ..options import apply
-    from ..tools import load
 
     settings = apply(Settings(), {"cache_dir": os.environ[ENV_CACHE], "confine_tools": True})
     client = load(settings, os.environ[ENV_TOOL])

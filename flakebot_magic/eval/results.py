@@ -1,7 +1,7 @@
 """What an eval found: one record per attempt (journalled atomically), the summary per model, ``results.json``.
 
 Each finished attempt is written to ``OUT/records/<model>/<task>/attempt-<i>.json``
-in one step (:func:`~flakebot_magic.fsutil.atomic_write`): an eval that is
+in one step (:func:`~flakebot_magic.host.fsutil.atomic_write`): an eval that is
 killed keeps every attempt that finished, and ``--resume`` runs only the
 others. :func:`document` turns the records into ``results.json``, whose schema
 (:data:`SCHEMA`) is documented in ``docs/eval.md`` and only ever grows: a
@@ -28,7 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..fsutil import atomic_write
+from ..host.fsutil import atomic_write
 from .task import Suite
 
 __all__ = [

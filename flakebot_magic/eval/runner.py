@@ -1,6 +1,6 @@
 """Running an eval: every task, model and attempt built through the pipeline in a cache of its own, then checked.
 
-An attempt is one build (:func:`~flakebot_magic.background.start_build`, as
+An attempt is one build (:func:`~flakebot_magic.pipeline.background.start_build`, as
 every front door builds) of the task's request with one model, in
 ``OUT/work/<model>/<task>/attempt-<i>/cache``: its own workspace, journal,
 sandbox and store. When it has deployed a tool, the task's hidden checks run
@@ -31,15 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..background import start_build
 from ..config import Settings
 from ..edit.journal import spent
 from ..errors import Cancelled, UsageError
+from ..host.process import CancelToken, ProcessRunner
+from ..llm.usage import Usage, cost_usd
 from ..options import apply
-from ..process import CancelToken, ProcessRunner
+from ..pipeline.background import start_build
 from ..registry.base import Registry
 from ..request import BuildRequest
-from ..usage import Usage, cost_usd
 from .hidden import run_cargo_tests, run_pytest
 from .outcome import Meter, TimedOut, classify, failure_message, feedback_request, proof_of, usage_fields
 from .replay import REPLAY_MODEL_NAME, replay_server
@@ -389,7 +389,7 @@ class Eval:
         if not cache.exists():
             return
         if self.resume and not self.plan.replay:
-            from ..editing import resume_point  # the edit loop's, as `flakebot build --resume` finds it
+            from ..pipeline.edit_stage import resume_point  # the edit loop's, as `flakebot build --resume` finds it
 
             try:
                 resume_point(settings, build, settings.model_config())

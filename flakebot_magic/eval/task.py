@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UsageError
-from ..fsutil import load_toml
+from ..host.fsutil import load_toml
 
 __all__ = [
     "BUILTIN_SUITES",

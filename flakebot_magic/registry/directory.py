@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
-from ..fsutil import atomic_write
-from ..storage import translate
+from ..host.fsutil import atomic_write
+from ..host.storage import translate
 from . import embedding, ranking
 from .base import CrateCandidate, FetchedSource
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries

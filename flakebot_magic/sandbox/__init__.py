@@ -5,7 +5,7 @@ shipped, and cargo runs them; rustup and cargo obey files a crate ships. So
 every process of the Rust toolchain (cargo, rustc, rustdoc, clippy, rustup's
 proxies) runs in a :class:`Sandbox`, and :meth:`Sandbox.command` is the only
 place such a command line is made (the process runner refuses any other,
-:class:`~flakebot_magic.process.SandboxedCommand`):
+:class:`~flakebot_magic.host.process.SandboxedCommand`):
 
 * with bubblewrap (``bwrap``) a command sees only the system directories the
   toolchain needs (``/usr``, the ``/bin``/``/lib`` links, a handful of files
@@ -25,7 +25,7 @@ place such a command line is made (the process runner refuses any other,
   sandbox's user namespace) processes; where a pids cgroup is writable
   (root, or a delegated cgroup) the command also runs in its own cgroup with
   ``pids.max``, since the kernel never applies ``RLIMIT_NPROC`` to root;
-* :class:`~flakebot_magic.cargo.Cargo` stops a command whose output passes
+* :class:`~flakebot_magic.sandbox.cargo.Cargo` stops a command whose output passes
   ``output_bytes``, or whose writable directories pass ``disk_bytes`` or
   ``files``; the runner's time limit caps wall time.
 
@@ -39,7 +39,7 @@ unless the user opts in (``allow_unsandboxed``).
 
 from __future__ import annotations
 
-from ..process import allowed_env
+from ..host.process import allowed_env
 from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox
 from .host import bubblewrap_works
 from .limits import DiskUsage, Limits

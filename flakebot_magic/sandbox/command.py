@@ -10,7 +10,7 @@ Two profiles, one per kind of work:
   registry on disk); the workspace read-only but for ``Cargo.lock``;
   ``CARGO_HOME`` writable. cargo runs no crate code here, and flakebot runs this
   profile only on a tree the policy has just passed
-  (:meth:`flakebot_magic.cargo.Cargo.resolve`).
+  (:meth:`flakebot_magic.sandbox.cargo.Cargo.resolve`).
 
 Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
 UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
@@ -30,9 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..process import CancelToken, SandboxedCommand, allowed_env
+from ..host.process import CancelToken, SandboxedCommand, allowed_env
 from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
-from .limits import DiskUsage, GiB, Limits, MiB, disk_usage_of, make_pids_cgroup, remove_cgroups
+from .limits import (
+    DiskUsage,
+    GiB,
+    Limits,
+    MiB,
+    disk_usage_of,
+    filesystem_usage,
+    make_pids_cgroup,
+    remove_cgroups,
+    stopped,
+)
 from .seccomp import SeccompFilter, seccomp_filter
 
 __all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox"]
@@ -259,33 +269,66 @@ class Sandbox:
     def watch_disk(self, token: CancelToken, profile: Profile = BUILD) -> Iterator[list[str]]:
         """Cancel ``token`` when :meth:`disk_usage` passes a limit; yields ``[why]`` once it did.
 
-        The disk is polled: a fast writer can pass a limit by a little before it
-        is stopped.
+        Two watches: the file systems' own counters (:func:`filesystem_usage`,
+        constant time) every 50 ms, and the exact count of what the command may
+        write (:meth:`disk_usage`, a walk). When the counters have grown by as
+        much as is left under a limit, the command's processes are stopped while
+        the walk counts, so a fast writer cannot outrun the count; it is killed if
+        the walk finds a limit passed and continued otherwise (the growth was
+        someone else's). Without a cgroup or counters the walk alone is polled,
+        and a fast writer can pass a limit by a little before it is stopped.
         """
         stop = threading.Event()
         why: list[str] = []
         limits = self.limits
+        roots = self.writable(profile)
+
+        def verdict(used: DiskUsage) -> bool:
+            if used.bytes > limits.disk_bytes:
+                why.append(
+                    f"the workspace grew past {limits.disk_bytes / GiB:g} GiB on disk "
+                    "(a build script or test filling the disk?)"
+                )
+            elif used.files > limits.files:
+                why.append(
+                    f"the workspace passed {limits.files:,} files (a build script or test creating files without end?)"
+                )
+            if why:
+                token.cancel()
+            return bool(why)
+
+        def count() -> tuple[DiskUsage, DiskUsage | None]:
+            """The exact use and the counters it was taken at, the processes stopped meanwhile (and left
+            stopped for the kill when a limit is passed)."""
+            with stopped(self._cgroups) as keep_stopped:
+                used = self.disk_usage(profile)
+                if verdict(used):
+                    keep_stopped.append(True)
+                return used, filesystem_usage(roots)
 
         def poll() -> None:
+            used, base = count()
+            if why:
+                return
             interval = 0.25
-            while not stop.wait(interval):
-                started = time.monotonic()
-                used = self.disk_usage(profile)
-                if used.bytes > limits.disk_bytes:
-                    why.append(
-                        f"the workspace grew past {limits.disk_bytes / GiB:g} GiB on disk "
-                        "(a build script or test filling the disk?)"
-                    )
-                elif used.files > limits.files:
-                    why.append(
-                        f"the workspace passed {limits.files:,} files "
-                        "(a build script or test creating files without end?)"
-                    )
-                if why:
-                    token.cancel()
-                    return
-                # a large target dir: scan less often, but never so seldom that files pile up unseen
-                interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))
+            while not stop.wait(0.05 if base is not None else interval):
+                if base is None:  # no counters: the walk alone, polled
+                    started = time.monotonic()
+                    if verdict(self.disk_usage(profile)):
+                        return
+                    # a large target dir: walk less often, but never so seldom that files pile up unseen
+                    interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))
+                    continue
+                now = filesystem_usage(roots)
+                if now is None:
+                    base = None
+                elif (
+                    now.files - base.files >= limits.files - used.files
+                    or now.bytes - base.bytes >= limits.disk_bytes - used.bytes
+                ):
+                    used, base = count()
+                    if why:
+                        return
 
         thread = threading.Thread(target=poll, name="flakebot-disk-watch", daemon=True)
         thread.start()

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["DiskUsage", "GiB", "Limits", "MiB", "disk_usage_of", "make_pids_cgroup", "remove_cgroups"]
+__all__ = [
+    "DiskUsage",
+    "GiB",
+    "Limits",
+    "MiB",
+    "disk_usage_of",
+    "filesystem_usage",
+    "make_pids_cgroup",
+    "pids_cgroups_writable",
+    "remove_cgroups",
+    "stopped",
+]
 
 GiB = 1024**3
 MiB = 1024**2
@@ -72,6 +84,11 @@ def _pids_cgroup_parent() -> Path | None:
 
 
 _PIDS_PARENT: list[Path | None] = []
+
+
+def pids_cgroups_writable() -> bool:
+    """Whether commands here get a pids cgroup (root, or a delegated cgroup)."""
+    return _pids_cgroup_parent() is not None
 
 
 def make_pids_cgroup(limit: int) -> Path | None:
@@ -156,3 +173,59 @@ def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
     return DiskUsage(total, files)
+
+
+def filesystem_usage(roots: Iterable[Path]) -> DiskUsage | None:
+    """Used bytes and inodes of the file systems holding ``roots`` (each counted once), or None.
+
+    One ``statvfs`` per file system: constant time however many files there are,
+    so it can be asked every few milliseconds. It counts everyone's files, not
+    only the command's: a rise is a reason to count exactly (:func:`disk_usage_of`),
+    never a verdict. None where a file system does not count its inodes (btrfs).
+    """
+    total = files = 0
+    devices: set[int] = set()
+    for root in roots:
+        try:
+            device = os.stat(root).st_dev
+            if device in devices:
+                continue
+            devices.add(device)
+            fs = os.statvfs(root)
+        except OSError:
+            continue
+        if fs.f_files == 0:
+            return None
+        total += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+        files += fs.f_files - fs.f_ffree
+    return DiskUsage(total, files)
+
+
+@contextlib.contextmanager
+def stopped(cgroups: Iterable[Path]) -> Iterator[list[bool]]:
+    """Every process in ``cgroups`` stopped (SIGSTOP) for the block and continued after, unless the
+    block appends to the list it is given (to be killed while stopped).
+
+    A process forked while the list is read is caught by the next reading: the
+    lists are read until one adds no process.
+    """
+    paused: set[int] = set()
+    keep: list[bool] = []
+    try:
+        for _ in range(64):
+            found: set[int] = set()
+            for cgroup in cgroups:
+                with contextlib.suppress(OSError, ValueError):
+                    found.update(int(line) for line in (cgroup / "cgroup.procs").read_text().split())
+            new = found - paused
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            paused |= new
+        yield keep
+    finally:
+        for pid in () if keep else paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..fsutil import atomic_write
+from ..host.fsutil import atomic_write
 
 __all__ = ["DENIED", "SeccompFilter", "seccomp_filter"]
 

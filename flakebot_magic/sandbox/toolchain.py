@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..process import ProcessRunner, scrubbed_env
+from ..host.process import ProcessRunner, scrubbed_env
 from .command import BUILD, Sandbox
 from .host import is_under, visible_system
 

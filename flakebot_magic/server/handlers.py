@@ -26,13 +26,14 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import httpclient, web
 
-from .. import __version__, tools
+from .. import __version__
 from ..config import Settings
-from ..doctor import prepare
 from ..errors import SteeringError, StorageError, UsageError
-from ..inventory import Inventory, ToolRecord
-from ..runlog import attempt_of
-from ..steering import is_running
+from ..manage import tools
+from ..manage.doctor import prepare
+from ..records.inventory import Inventory, ToolRecord
+from ..records.runlog import attempt_of
+from ..records.steering import is_running
 from ..untrusted import safe_data, safe_html, safe_line
 from .proxy_rules import (
     HOP_BY_HOP,

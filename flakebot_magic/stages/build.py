@@ -2,13 +2,13 @@
 
 Both run at once, offline, in the sandbox (on separate target directories, so
 neither waits for the other's lock), after one download step on the tree the
-policy has just passed (:meth:`~flakebot_magic.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
+policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
 other core free for the debug test build. Output is ``--message-format=json``;
-diagnostics and test results are parsed by :mod:`flakebot_magic.diagnostics`.
+diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
 
 Cargo's JSON is not trusted about paths: the release build's binaries are
 believed only when their executables lie inside the build's target directory
-(:func:`flakebot_magic.diagnostics.untrusted_artifact`); anything else is
+(:func:`flakebot_magic.sandbox.diagnostics.untrusted_artifact`); anything else is
 dropped with a notice.
 """
 
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cargo import Cargo
-from ..diagnostics import (
+from ..errors import BuildError, TestError, UpstreamTestError
+from ..events import EventBus, StageFinished, StageStarted
+from ..sandbox.cargo import Cargo
+from ..sandbox.diagnostics import (
     Diagnostic,
     TestReport,
     parse_cargo_messages,
@@ -30,9 +32,7 @@ from ..diagnostics import (
     parse_test_output,
     readable,
 )
-from ..errors import BuildError, TestError, UpstreamTestError
-from ..events import EventBus, StageFinished, StageStarted
-from ..policy import TreePolicy
+from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
 
 __all__ = [

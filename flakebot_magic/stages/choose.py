@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import NeedsModelError
 from ..events import EventBus
-from ..model import ModelConfig
+from ..llm.model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
 from ..registry.crate_files import read_capped, readme_summary
 from ..untrusted import safe_line, safe_text

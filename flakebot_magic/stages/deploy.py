@@ -17,9 +17,9 @@ An entry is content: any tool whose workspace builds to the same hash may
 share it. What belongs to one tool (its commit, its workspace, the tool that
 forked the source) is kept per tool name in the manifest's ``tools`` map:
 a tool is named there once its record is saved (:func:`add_tool`, by
-:mod:`flakebot_magic.transaction`), and a replaced entry's names are carried
+:mod:`flakebot_magic.manage.transaction`), and a replaced entry's names are carried
 into the new one, both under the store's lock
-(:func:`~flakebot_magic.locks.store_lock`), so tools with the same content
+(:func:`~flakebot_magic.host.locks.store_lock`), so tools with the same content
 never overwrite each other's data. The record and the tool card in the
 tool's workspace hold it too.
 """
@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..crashpoints import crash_point
-from ..diagnostics import BINARY_NAME
 from ..errors import DeployError
-from ..fsutil import atomic_write, fsync_dir
-from ..git import Git
-from ..locks import store_lock
+from ..host.crashpoints import crash_point
+from ..host.fsutil import atomic_write, fsync_dir
+from ..host.git import Git
+from ..host.locks import store_lock
+from ..sandbox.diagnostics import BINARY_NAME
 
 __all__ = [
     "STAGING_PREFIX",
@@ -156,7 +156,7 @@ def _fsync_tree(root: Path) -> None:
 def swap_in(staging: Path, final: Path) -> None:
     """Make ``staging`` the entry ``final`` in one step; the old entry (if any) ends up at ``staging``.
 
-    Store entries and workspaces (:mod:`flakebot_magic.transaction`) are swapped this way.
+    Store entries and workspaces (:mod:`flakebot_magic.manage.transaction`) are swapped this way.
     """
     try:
         _renameat2(staging, final, _RENAME_NOREPLACE)
@@ -310,7 +310,7 @@ def deploy(
 ) -> StorePath:
     """Copy ``binaries`` into the store entry for ``key``, atomically.
 
-    Names must match :data:`~flakebot_magic.diagnostics.BINARY_NAME` and
+    Names must match :data:`~flakebot_magic.sandbox.diagnostics.BINARY_NAME` and
     sources be regular files (never followed through a symlink).
     """
     if not binaries:

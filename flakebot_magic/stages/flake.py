@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..diagnostics import BINARY_NAME
 from ..errors import FlakeError
-from ..policy import CANDIDATES_DIR
+from ..sandbox.diagnostics import BINARY_NAME
+from ..sandbox.policy import CANDIDATES_DIR
 from .build import LINT_CAP
 
 __all__ = [

@@ -21,8 +21,8 @@ target at a time: auto-discovery stays on, so a test the model adds under
 
 Where it forks is :mod:`flakebot_magic.stages.workspace`'s; how a build that
 replaces a tool's workspace puts the new one in place is
-:mod:`flakebot_magic.transaction`'s. A reused workspace first loses the lock
-files a killed git left in it (:func:`~flakebot_magic.git.remove_stale_locks`).
+:mod:`flakebot_magic.manage.transaction`'s. A reused workspace first loses the lock
+files a killed git left in it (:func:`~flakebot_magic.host.git.remove_stale_locks`).
 Each step is followed by a crash point (``fork.*``) where a test kills the
 process.
 """
@@ -38,14 +38,14 @@ from typing import Any
 
 import tomlkit
 
-from ..cargo import Cargo
-from ..crashpoints import crash_point
 from ..errors import ForkError
 from ..events import EventBus
-from ..git import Git, remove_stale_locks
-from ..policy import Baseline, TreePolicy
-from ..process import ProcessRunner
+from ..host.crashpoints import crash_point
+from ..host.git import Git, remove_stale_locks
+from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
+from ..sandbox.cargo import Cargo
+from ..sandbox.policy import Baseline, TreePolicy
 from .source import Imported, import_source
 from .workspace import (
     FORK_FORMAT,

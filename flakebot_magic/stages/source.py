@@ -11,7 +11,7 @@ code and copies regular files and links that stay inside; those names
 (:data:`NEVER_IMPORTED`), at any depth, never enter the workspace, and each
 one dropped is named in the ``published`` commit's message and in a notice.
 The first commit is then made from exactly the imported files
-(:meth:`flakebot_magic.git.Git.commit_files`).
+(:meth:`flakebot_magic.host.git.Git.commit_files`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Where workspaces live::
 A build never changes ``workspaces/NAME`` of a tool it replaces: it forks
 (``--rebuild``, another crate) or copies (``--continue``, a cached tool under
 a new name: :func:`clone_at`) into ``.next/``, and the transaction that
-makes the build the tool (:mod:`flakebot_magic.transaction`) puts the result
+makes the build the tool (:mod:`flakebot_magic.manage.transaction`) puts the result
 in place in one step (``renameat2(RENAME_EXCHANGE)``) only once it is
 deployed. A failed, cancelled or killed build leaves the tool's workspace as
 it was; its own tree stays under ``.next/`` (the error says where) until
@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ForkError
-from ..fsutil import atomic_write
-from ..git import Git
-from ..policy import OUTPUT_DIRS
-from ..process import ProcessRunner
+from ..host.fsutil import atomic_write
+from ..host.git import Git
+from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate
+from ..sandbox.policy import OUTPUT_DIRS
 
 __all__ = [
     "FORK_FORMAT",
@@ -76,7 +76,7 @@ class Workspace:
     skipped_targets: list[str] = field(default_factory=list)
     lock_action: str = "kept"
     reused: bool = False
-    #: the workspace this one replaces once its build is deployed (:func:`~flakebot_magic.transaction.install`); None: it is in place
+    #: the workspace this one replaces once its build is deployed (:func:`~flakebot_magic.manage.transaction.install`); None: it is in place
     replaces: Path | None = None
 
     @property

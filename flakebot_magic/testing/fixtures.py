@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flakebot_magic.testing.fake_openai import FakeOpenAIServer, Script
+from .fake_openai import FakeOpenAIServer, Script
 
 __all__ = ["fake_openai"]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NeedsModelError
-from ..fsutil import load_toml
+from ..host.fsutil import load_toml
 from ..registry.base import CrateCandidate, Registry
 from ..stages import search as search_stage
 from ..stages.choose import choose_without_model

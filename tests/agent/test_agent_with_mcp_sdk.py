@@ -17,7 +17,7 @@ import anyio
 import pytest
 from conftest import FLAKEBOT
 
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 
 mcp = pytest.importorskip("mcp", reason="the mcp SDK is in the `test` extra")
 

@@ -17,7 +17,7 @@ import pytest
 import flakebot_magic
 from flakebot_magic.clients.agents import strict_problems
 from flakebot_magic.config import Settings
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 
@@ -72,7 +72,7 @@ def test_a_scripted_chat_builds_a_tool_then_calls_it(
     assert strict_problems(sent["shout"]["function"]["parameters"]) == []
     record = Inventory(agent_settings.tools_dir).get("shout")
     assert record is not None and record.requested_by == "notebook"
-    assert flakebot_magic.tools.show(agent_settings, "shout").data["provenance"]["requested_by"] == "notebook"
+    assert flakebot_magic.manage.tools.show(agent_settings, "shout").data["provenance"]["requested_by"] == "notebook"
 
 
 def test_a_failure_is_the_tool_message_the_model_reads(agent_settings: Settings) -> None:

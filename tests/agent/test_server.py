@@ -16,7 +16,7 @@ from polling import wait_for
 from tinycrates import processes_in
 
 import flakebot_magic
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 
 
 class Client:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from tinycrates import write_registry
 
+from flakebot_magic.backends.nix_command import NIX_FEATURES
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.nix import NIX_FEATURES
 
 REPO = Path(__file__).resolve().parents[2]
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)

@@ -13,12 +13,12 @@ from tinycrates import Recorder
 
 from flakebot_magic.backends import decide, nixpkgs_lockable
 from flakebot_magic.backends.nix import PROBE_TTL
+from flakebot_magic.backends.nix_command import nix_sandbox
 from flakebot_magic.config import Settings
 from flakebot_magic.events import Notice, StageFinished
+from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import Completed, ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.nix import nix_sandbox
 
 #: the default nixpkgs input; the tests' loopback guard makes github.com unreachable, as offline
 GITHUB_NIXPKGS = "github:NixOS/nixpkgs/nixos-24.05"

@@ -11,15 +11,15 @@ import pytest
 from flakebot_magic.backends import MANIFEST_KEYS, BackendChoice, Built, RunState
 from flakebot_magic.backends.base import manifest
 from flakebot_magic.config import Settings
-from flakebot_magic.diagnostics import TestReport
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.manage.tools import describe
 from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.registry.base import CrateCandidate
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
+from flakebot_magic.sandbox.diagnostics import TestReport
 from flakebot_magic.stages.fork import Workspace
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
-from flakebot_magic.tools import describe
 
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
 STAND_IN = Path(__file__).resolve().parents[2] / "tests" / "nixpkgs"

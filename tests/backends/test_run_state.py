@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from tinycrates import Recorder
 
-from flakebot_magic.background import start_build
 from flakebot_magic.config import Settings
-from flakebot_magic.inventory import Inventory
 from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.pipeline.background import start_build
+from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 

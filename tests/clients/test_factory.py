@@ -11,7 +11,7 @@ from flakebot_magic.clients import make_tool, tool_from_record
 from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
-from flakebot_magic.inventory import ToolRecord
+from flakebot_magic.records.inventory import ToolRecord
 
 
 @pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])

@@ -20,7 +20,7 @@ from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.http_net import listening_addresses
 from flakebot_magic.errors import ToolError
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.testing.overlay import fixture_crates_buildable
 
 # -- the fixture service ---------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.lifecycle import LogBuffer, ToolProcess
-from flakebot_magic.process import scrubbed_env
+from flakebot_magic.host.process import scrubbed_env
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:
@@ -83,7 +83,7 @@ def test_the_log_buffer_is_bounded() -> None:
 _CHILD = """
 import sys, threading, time
 from flakebot_magic.clients.lifecycle import LogBuffer, ToolProcess
-from flakebot_magic.process import scrubbed_env
+from flakebot_magic.host.process import scrubbed_env
 
 started = []
 def start():  # from a thread that ends at once, as the pipeline's does
@@ -158,7 +158,7 @@ _EXIT = """
 import sys
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.lifecycle import LogBuffer, ToolProcess
-from flakebot_magic.process import scrubbed_env
+from flakebot_magic.host.process import scrubbed_env
 
 class Tool:
     name = "t"

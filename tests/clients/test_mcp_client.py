@@ -19,7 +19,7 @@ from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.agents import strict_problems
 from flakebot_magic.clients.mcp import McpTool, value_of
 from flakebot_magic.errors import ToolError
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.testing.overlay import fixture_crates_buildable
 
 pytestmark = [

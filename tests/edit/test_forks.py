@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.edit.checkrun import CheckRunner
 from flakebot_magic.edit.files import PathRefused, WorkspaceFiles, contain
 from flakebot_magic.edit.forks import (
@@ -28,11 +27,12 @@ from flakebot_magic.edit.forks import (
 )
 from flakebot_magic.errors import Cancelled, ForkError
 from flakebot_magic.events import EventBus
-from flakebot_magic.git import Git
-from flakebot_magic.policy import check_tree
-from flakebot_magic.process import CancelToken, ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import CancelToken, ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox
+from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.policy import check_tree
 from flakebot_magic.stages.fork import fork
 
 TINYCOUNT = crate(

@@ -16,7 +16,7 @@ from polling import wait_for
 from flakebot_magic.edit import journal as journal_module
 from flakebot_magic.edit.journal import MAX_RECORD_BYTES, Journal, KnownCheck, journals_dir
 from flakebot_magic.errors import UsageError
-from flakebot_magic.usage import Usage
+from flakebot_magic.llm.usage import Usage
 
 
 def _session(cache: Path, *, end: str | None = None, **start: object) -> Journal:

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.edit.checkrun import CheckRun, CheckRunner
 from flakebot_magic.edit.files import WorkspaceFiles
 from flakebot_magic.edit.forks import clone_candidate
 from flakebot_magic.edit.judge import Score, best, diff_lines, judge
 from flakebot_magic.events import EventBus
-from flakebot_magic.git import Git
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.stages.accept import split_request
 from flakebot_magic.stages.fork import fork
 

@@ -28,8 +28,8 @@ from flakebot_magic.config import DEBIAN_REGISTRY
 from flakebot_magic.edit import FUNCTION_SCHEMAS, EditOutcome
 from flakebot_magic.errors import BudgetExhausted, EditError, FlakebotError
 from flakebot_magic.events import Notice
-from flakebot_magic.git import Git
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -409,7 +409,7 @@ def test_done_when_the_command_builds_a_sha256_tool_after_the_loop_fixed_a_compi
 @needs_sha2
 @pytest.mark.cargo
 def test_the_tool_reads_standard_input_through_its_python_client(sha_tool: Built) -> None:
-    from flakebot_magic.inventory import Inventory
+    from flakebot_magic.records.inventory import Inventory
 
     assert sha_tool.tool["reads_stdin"] is True
     record = next(r for r in Inventory(sha_tool.cache / "tools").all() if r.name == "sha2")

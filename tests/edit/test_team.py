@@ -25,8 +25,8 @@ from tinycrates import crate, write_registry
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import Cancelled
 from flakebot_magic.events import CandidateUpdate, ModelUsage
+from flakebot_magic.host.process import CancelToken
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import CancelToken
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer

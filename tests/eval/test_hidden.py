@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flakebot_magic.eval.hidden import run_pytest, rust_test_names
 from flakebot_magic.eval.task import HiddenCheck, Task
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 
 
 def test_hidden_tests_that_cannot_load_the_tool_are_an_error_of_the_checks(tmp_path: Path) -> None:

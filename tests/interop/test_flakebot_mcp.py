@@ -31,7 +31,7 @@ from test_conformance import conformance
 from tinycrates import write_registry
 
 import flakebot_magic
-from flakebot_magic.inventory import Inventory
+from flakebot_magic.records.inventory import Inventory
 
 pytestmark = pytest.mark.cargo
 

@@ -20,11 +20,11 @@ from tinycrates import crate, write_registry
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ConfigError
+from flakebot_magic.manage.tools import search_crates
 from flakebot_magic.registry import embedding, ranking
 from flakebot_magic.registry.base import SearchesByMeaning
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.registry.embedding import semantic_model
-from flakebot_magic.tools import search_crates
 
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "embedding" / "reference.json"
 INSTALLED = embedding.find_model()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from flakebot_magic.config import DEBIAN_REGISTRY
-from flakebot_magic.fsutil import load_toml
+from flakebot_magic.host.fsutil import load_toml
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages import search as search_stage
 from flakebot_magic.testing.search_eval import PARAPHRASES, VERDICTS, Case, Outcome, evaluate, load_cases, summarize

@@ -11,7 +11,7 @@ import pytest
 from tinycrates import crate, write_registry
 
 from flakebot_magic.config import DEBIAN_REGISTRY
-from flakebot_magic.fsutil import load_toml
+from flakebot_magic.host.fsutil import load_toml
 from flakebot_magic.registry import ranking
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
 from flakebot_magic.registry.ranking import (

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.process import ProcessRunner, SandboxedCommand
+from flakebot_magic.host.process import ProcessRunner, SandboxedCommand
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import FETCH, Limits, Sandbox, bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
 
 needs_bwrap = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
@@ -116,6 +116,51 @@ def test_output_past_the_limit_stops_the_command(workspace: Path, tmp_path: Path
     assert "its output passed" in done.stderr
     assert sum(len(line) + 1 for line in lines) <= 200_000
     assert len(done.stdout) <= 200_000
+
+
+def test_files_made_by_someone_else_never_stop_a_command(workspace: Path, tmp_path: Path) -> None:
+    """The file system's counters only say when to count; the count is of what the command may write."""
+    slow = tmp_path / "slow-cargo"
+    slow.write_text(
+        '#!/bin/sh\ncd "$(dirname "$3")" || exit 3\nfor i in 1 2 3 4 5 6 7 8 9 10; do : > mine$i; sleep 0.2; done\necho done\n'
+    )
+    slow.chmod(0o755)
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", []), tmp_path / "index")
+    sandbox = Sandbox(workspace, limits=Limits(files=1_000))
+    cargo = Cargo(registry, ProcessRunner(), sandbox, executable=str(slow))
+    elsewhere = tmp_path / "elsewhere"  # the same file system, outside what the command may write
+    elsewhere.mkdir()
+    stop = threading.Event()
+
+    def crowd() -> None:
+        made = 0
+        while not stop.is_set() and made < 20_000:
+            (elsewhere / f"f{made}").touch()
+            made += 1
+
+    thread = threading.Thread(target=crowd)
+    thread.start()
+    try:
+        done = cargo.run("build", cwd=workspace, timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "done" in done.stdout and len(list(workspace.glob("mine*"))) == 10
+    assert len(list(elsewhere.iterdir())) > 1_000  # the crowd did pass the command's limit, elsewhere
+
+
+def test_a_fast_writer_is_stopped_at_the_file_limit(workspace: Path, tmp_path: Path) -> None:
+    writer = tmp_path / "writer-cargo"
+    writer.write_text(
+        '#!/bin/sh\ncd "$(dirname "$3")" || exit 3\nmkdir -p many && cd many && i=0; while [ $i -lt 20000 ]; do : > f$i; i=$((i+1)); done\n'
+    )
+    writer.chmod(0o755)
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", []), tmp_path / "index")
+    sandbox = Sandbox(workspace, limits=Limits(files=2_000))
+    done = Cargo(registry, ProcessRunner(), sandbox, executable=str(writer)).run("build", cwd=workspace, timeout=60)
+    assert done.returncode == -9 and "2,000 files" in done.stderr
+    assert sandbox.disk_usage().files < 3_000
 
 
 BUILD_RS_ESCAPE = """fn main() {{

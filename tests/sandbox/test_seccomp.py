@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.sandbox import FETCH, Sandbox, SeccompFilter, bubblewrap_works, seccomp_filter
 from flakebot_magic.sandbox.seccomp import DENIED
 

@@ -17,7 +17,7 @@ import pytest
 
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus, RunFinished, StageStarted
-from flakebot_magic.runlog import RunLog, failed_log_path, log_path
+from flakebot_magic.records.runlog import RunLog, failed_log_path, log_path
 
 
 def _mode(path: Path) -> int:
@@ -88,7 +88,7 @@ def test_a_planted_symlink_at_the_log_path_is_replaced_not_followed(tmp_path: Pa
 def test_after_a_build_the_cache_and_its_log_are_private(tmp_path: Path, umask_022: None) -> None:
     from tinycrates import write_registry
 
-    from flakebot_magic.background import start_build
+    from flakebot_magic.pipeline.background import start_build
 
     registry = write_registry(tmp_path / "registry", ["tinyecho"])
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")

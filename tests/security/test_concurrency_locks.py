@@ -1,6 +1,6 @@
 """Concurrency and crashes: one build per tool name, clean spares a running build, a store swap survives kill -9.
 
-The policy under test (see :mod:`flakebot_magic.locks`): a second build of a
+The policy under test (see :mod:`flakebot_magic.host.locks`): a second build of a
 name waits for the first up to ``WAIT_SECONDS`` and then fails with an error
 naming the holder; ``clean`` keeps what a running build holds.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.cleanup import clean
 from flakebot_magic.config import Settings
-from flakebot_magic.locks import ToolBusy, held_locks, tool_lock
+from flakebot_magic.host.locks import ToolBusy, held_locks, tool_lock
+from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.stages.deploy import lookup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 120.0) -
 _HOLD = """
     import sys, time
     from pathlib import Path
-    from flakebot_magic.locks import tool_lock
+    from flakebot_magic.host.locks import tool_lock
     with tool_lock(Path(sys.argv[1]), sys.argv[2]):
         Path(sys.argv[3]).write_text("held")
         time.sleep(60)
@@ -106,11 +106,11 @@ _GATED_BUILD_RS = r"""fn main() {
 _BUILD = """
     import sys
     from pathlib import Path
-    import flakebot_magic.locks
+    import flakebot_magic.host.locks
     from flakebot_magic.config import Settings
     from flakebot_magic.errors import FlakebotError
     from flakebot_magic.pipeline import Pipeline
-    flakebot_magic.locks.WAIT_SECONDS = float(sys.argv[3])
+    flakebot_magic.host.locks.WAIT_SECONDS = float(sys.argv[3])
     settings = Settings(cache_dir=Path(sys.argv[1]), registry=sys.argv[2], backend="cargo")
     try:
         tool = Pipeline(settings).run("", crate="gated", name="gated")

@@ -23,16 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.edit.checkrun import CheckRunner
 from flakebot_magic.edit.files import WorkspaceFiles
 from flakebot_magic.errors import PolicyError
 from flakebot_magic.events import EventBus
-from flakebot_magic.git import Git
-from flakebot_magic.policy import Baseline, TreePolicy
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.cratesio import CratesIoRegistry
 from flakebot_magic.sandbox import Sandbox, bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.policy import Baseline, TreePolicy
 from flakebot_magic.stages.fork import fork
 from flakebot_magic.testing.fake_cratesio import FakeCrate, FakeCratesIo
 

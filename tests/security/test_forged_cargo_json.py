@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder, crate, write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.events import Notice
-from flakebot_magic.policy import TreePolicy
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.policy import TreePolicy
 from flakebot_magic.stages.build import check
 from flakebot_magic.stages.deploy import deploy
 from flakebot_magic.stages.fork import fork

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.errors import ForkError
-from flakebot_magic.git import KEPT_CONFIG, Git
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import KEPT_CONFIG, Git
+from flakebot_magic.host.process import ProcessRunner
 
 
 @pytest.fixture

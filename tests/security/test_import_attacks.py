@@ -23,15 +23,15 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder, crate, write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import Settings
 from flakebot_magic.events import Notice
-from flakebot_magic.git import Git
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import ProcessRunner
-from flakebot_magic.provenance import workspace_diff
+from flakebot_magic.records.provenance import workspace_diff
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
 
 pytestmark = [
     pytest.mark.cargo,

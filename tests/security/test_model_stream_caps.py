@@ -17,9 +17,9 @@ from editscripts import TINYHEX, tinyhex_done
 from tinycrates import write_registry
 from tinyhex_sessions import start_session
 
-from flakebot_magic.edit.model_io import MAX_REPLY_BYTES, MAX_REPLY_SECONDS
 from flakebot_magic.errors import ModelError
 from flakebot_magic.events import Notice
+from flakebot_magic.llm.channel import MAX_REPLY_BYTES, MAX_REPLY_SECONDS
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

@@ -37,13 +37,13 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder, crate, write_registry
 
+from flakebot_magic.backends.nix_command import NIX_FEATURES, Nix, nix_sandbox, resolve_backend
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ConfigError
 from flakebot_magic.events import Notice
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import ProcessRunner
 from flakebot_magic.stages.flake import FlakeMeta, write_flake
-from flakebot_magic.stages.nix import NIX_FEATURES, Nix, nix_sandbox, resolve_backend
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = REPO / "tests" / "nixpkgs"

@@ -22,9 +22,9 @@ from tinyhex_sessions import Session, start_session
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import PolicyError
 from flakebot_magic.events import Notice
-from flakebot_magic.git import Git
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.errors import PolicyError
-from flakebot_magic.git import Git
-from flakebot_magic.policy import Baseline, Violation, check_manifest, check_tree, enforce
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.sandbox.policy import Baseline, Violation, check_manifest, check_tree, enforce
 
 HEAD = '[package]\nname = "x"\nversion = "0.1.0"\nedition = "2021"\n'
 

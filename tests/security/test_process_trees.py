@@ -18,9 +18,9 @@ from tinycrates import processes_in
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import StageTimeout
-from flakebot_magic.inventory import Inventory, ToolRecord
-from flakebot_magic.process import ProcessRunner, allowed_env, kill_tree, process_started_at, scrubbed_env
-from flakebot_magic.tools import stop
+from flakebot_magic.host.process import ProcessRunner, allowed_env, kill_tree, process_started_at, scrubbed_env
+from flakebot_magic.manage.tools import stop
+from flakebot_magic.records.inventory import Inventory, ToolRecord
 
 
 def _alive(pid: int) -> bool:
@@ -55,7 +55,7 @@ def test_children_die_with_flakebot(tmp_path: Path) -> None:
     # a stand-in kernel starts a command through the runner, then is killed with SIGKILL
     marker = tmp_path / "child.pid"
     kernel = textwrap.dedent(f"""
-        from flakebot_magic.process import ProcessRunner
+        from flakebot_magic.host.process import ProcessRunner
         ProcessRunner().run(["sh", "-c", "echo $$ > {marker}; exec sleep 100"], timeout=100)
     """)
     proc = subprocess.Popen([sys.executable, "-c", kernel], cwd=tmp_path, start_new_session=True)

@@ -32,7 +32,7 @@ import pytest
 from jupyter_process import JupyterProcess, free_port
 
 from flakebot_magic.config import Settings
-from flakebot_magic.inventory import Inventory, ToolRecord
+from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.server.proxy_rules import TOOL_RESPONSE_HEADERS
 
 #: response headers a tool might send: what browsers obey on an origin (storage, workers, redirects,

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, processes_in, write_registry
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
+from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.limits import pids_cgroups_writable
 
 pytestmark = [
     pytest.mark.cargo,
@@ -370,6 +371,8 @@ def test_150_000_empty_files_stop_the_build(tmp_path: Path) -> None:
     done = Cargo(registry, ProcessRunner(), sandbox).run("build", cwd=workspace, timeout=300)
     assert done.returncode == -9 and "files" in done.stderr.splitlines()[-1], done.stderr[-500:]
     assert "CREATED ALL" not in done.stderr
-    assert sandbox.disk_usage().files < 150_000
+    # with a cgroup to stop the writer while the files are counted, the limit is passed by what one
+    # 50 ms glance at the file system's counters lets through; without one, by what one walk does
+    assert sandbox.disk_usage().files < (110_000 if pids_cgroups_writable() else 150_000)
     assert time.monotonic() - started < 60
     assert _git(workspace, "log", "--oneline").count("\n") == 1  # nothing lost

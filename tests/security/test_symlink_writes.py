@@ -20,16 +20,16 @@ import pytest
 from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
 from tinycrates import write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.edit import EditLoop, EditState
 from flakebot_magic.edit.files import MAX_FILE_READ
 from flakebot_magic.events import EventBus
-from flakebot_magic.git import Git
-from flakebot_magic.model import ModelConfig
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.llm.model import ModelConfig
 from flakebot_magic.registry.base import Registry
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Sandbox
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 

@@ -26,7 +26,7 @@ from flakebot_magic.clients.http_net import ResponseTooLarge
 from flakebot_magic.clients.lifecycle import LOG_LINE_CHARS, LogBuffer, ToolProcess
 from flakebot_magic.clients.mcp import MAX_MESSAGE_BYTES, McpTool
 from flakebot_magic.errors import ToolError
-from flakebot_magic.process import allowed_env
+from flakebot_magic.host.process import allowed_env
 
 MiB = 1024 * 1024
 

@@ -371,7 +371,7 @@ def test_a_killed_session_resumed_runs_the_toolchain_only_in_the_sandbox(
 
 
 def test_flakebot_cargo_runs_in_the_sandbox(recording: Harness, registry: DirectoryRegistry, tmp_path: Path) -> None:
-    from flakebot_magic.workspace_cargo import run_cargo
+    from flakebot_magic.manage.workspace_cargo import run_cargo
 
     settings = _settings(tmp_path / "cache", registry, None)
     Pipeline(settings).run(BuildRequest("", crate="tinyshout", name="shout"))

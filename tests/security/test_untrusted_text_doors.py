@@ -55,18 +55,18 @@ from jupyter_process import JupyterProcess
 from tinycrates import Crate, write_registry
 from traitlets.config import Config
 
-from flakebot_magic import tools
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ToolError
-from flakebot_magic.inventory import Inventory, ToolRecord
+from flakebot_magic.manage import tools
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.provenance import workspace_diff
+from flakebot_magic.records.inventory import Inventory, ToolRecord
+from flakebot_magic.records.provenance import workspace_diff
 from flakebot_magic.testing.fake_cratesio import FakeCrate, FakeCratesIo
-from flakebot_magic.ui import ProgressWidget
+from flakebot_magic.views.widget import ProgressWidget
 
 pytestmark = [pytest.mark.cargo, pytest.mark.kernel]
 

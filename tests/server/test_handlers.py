@@ -21,13 +21,14 @@ from hypothesis import strategies as st
 from jupyter_process import JupyterProcess, free_port
 from polling import wait_for
 
-from flakebot_magic import cli, steering
+from flakebot_magic import cli
 from flakebot_magic.config import Settings
-from flakebot_magic.inventory import Inventory, ToolRecord
-from flakebot_magic.runlog import log_path
+from flakebot_magic.manage.tools import TOOL_JSON_KEYS, tool_json
+from flakebot_magic.records import steering
+from flakebot_magic.records.inventory import Inventory, ToolRecord
+from flakebot_magic.records.runlog import log_path
 from flakebot_magic.server.handlers import _script_json
 from flakebot_magic.server.proxy_rules import LIST_HEADERS, TOOL_RESPONSE_HEADERS, forwarded_headers
-from flakebot_magic.tools import TOOL_JSON_KEYS, tool_json
 
 _ECHO_SERVER = textwrap.dedent(
     """
@@ -441,7 +442,7 @@ def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
 ) -> None:
     from flakebot_magic.errors import Cancelled
     from flakebot_magic.events import RunFinished, StageStarted
-    from flakebot_magic.runlog import RunLog
+    from flakebot_magic.records.runlog import RunLog
 
     log = RunLog(settings)
     log(StageStarted("build"))

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from tinycrates import Crate, Recorder, write_registry
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.stages.fork import Workspace, fork
 
 

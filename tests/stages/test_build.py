@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder
 
-from flakebot_magic.cargo import Cargo
-from flakebot_magic.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.errors import BuildError, TestError
 from flakebot_magic.events import StageFinished, StageStarted
-from flakebot_magic.policy import TreePolicy
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
+from flakebot_magic.sandbox.policy import TreePolicy
 from flakebot_magic.stages.build import BUILD_FLAGS, CheckResult, check
 from flakebot_magic.stages.fork import Workspace
 

@@ -14,9 +14,9 @@ import tomllib
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import NeedsModelError
 from flakebot_magic.events import EventBus, Notice
-from flakebot_magic.model import ModelConfig
+from flakebot_magic.llm.model import ModelConfig
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.provenance import provenance_of
+from flakebot_magic.records.provenance import provenance_of
 from flakebot_magic.registry.base import CrateCandidate, Registry
 from flakebot_magic.registry.directory import DirectoryRegistry, fixture_binary
 from flakebot_magic.stages import search as search_stage

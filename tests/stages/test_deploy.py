@@ -14,9 +14,9 @@ from flakebot_magic.clients.cli import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, DeployError
 from flakebot_magic.events import StageFinished
-from flakebot_magic.git import Git
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
-from flakebot_magic.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages.build import BUILD_FLAGS
 from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
@@ -267,8 +267,8 @@ def test_the_callers_rustflags_never_reach_cargo(
     tinyecho_tool: Tool, session_registry: DirectoryRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Flags outside the store hash must not change the binary: cargo runs without them."""
-    from flakebot_magic.cargo import Cargo
-    from flakebot_magic.process import ProcessRunner
+    from flakebot_magic.host.process import ProcessRunner
+    from flakebot_magic.sandbox.cargo import Cargo
 
     monkeypatch.setenv("RUSTFLAGS", "-C debug-assertions=on")
     monkeypatch.setenv("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.backends.base import flake_meta
-from flakebot_magic.cargo import find_cargo
 from flakebot_magic.errors import ConfigError, FlakeError
 from flakebot_magic.registry.base import CrateCandidate
+from flakebot_magic.sandbox.cargo import find_cargo
 from flakebot_magic.stages.flake import (
     DEFAULT_NIXPKGS_URL,
     FlakeMeta,

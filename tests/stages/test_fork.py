@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from tinycrates import CRATES, Crate, Recorder, crate
 
-from flakebot_magic.cargo import Cargo
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ForkError
 from flakebot_magic.events import EventBus, Notice
-from flakebot_magic.inventory import ToolRecord
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.manage.transaction import install
+from flakebot_magic.records.inventory import ToolRecord
 from flakebot_magic.registry.directory import DirectoryRegistry, read_manifest
+from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.stages.fork import SKIP_FEATURE, DroppedDependency, Workspace, fork, next_owner
-from flakebot_magic.transaction import install
 
 MakeRegistry = Callable[..., DirectoryRegistry]
 
@@ -214,7 +214,7 @@ def test_the_kept_test_still_runs_under_cargo_test(make_registry: MakeRegistry, 
 
 def test_a_test_added_after_the_fork_runs_and_is_counted(make_registry: MakeRegistry, tmp_path: Path) -> None:
     """Dropping a dev-dependency must not switch off tests/ as a whole (issue 9, item 11)."""
-    from flakebot_magic.diagnostics import parse_test_output
+    from flakebot_magic.sandbox.diagnostics import parse_test_output
 
     registry = make_registry("needsdev")
     ws = _fork(registry, tmp_path, "needsdev")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.git import Git
-from flakebot_magic.process import ProcessRunner
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.stages.source import NEVER_IMPORTED, import_source
 
 

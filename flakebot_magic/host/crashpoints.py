@@ -1,0 +1,99 @@
+"""A TEST HOOK: named crash points in every step that changes a tool on disk, where a test can SIGKILL the process.
+
+SQLite proves its crash safety by killing itself at every step of a commit
+and checking the database afterwards; flakebot does the same for a tool's
+store entry, workspace and record. Each step that changes what is on disk is
+followed by ``crash_point("name")``. With ``FLAKEBOT_CRASH_AT=name`` in the
+environment (read once, when this module is imported) the process sends
+itself ``SIGKILL`` right there: no ``finally``, no ``atexit``, as a power cut
+or the OOM killer would. ``name#2`` kills at the second time the point is
+passed (a point inside a loop). Unset, a crash point costs one comparison.
+
+:data:`POINTS` lists every point, in the order a run passes them, with what
+has just happened there. ``tests/test_crash_points.py`` kills a real build at
+each one, and checks (by reading the code) that every step that writes,
+renames or removes in the functions named in :data:`WATCHED` is followed by
+a point, so a new step without one fails the tests.
+
+This is not a user setting: it only ever makes flakebot die.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+__all__ = ["ENV", "POINTS", "WATCHED", "crash_point"]
+
+#: the environment variable that names the point to die at
+ENV = "FLAKEBOT_CRASH_AT"
+
+#: every crash point: name -> what has just happened when the process passes it
+POINTS: dict[str, str] = {
+    # stages/fork.py: reusing the tool's workspace, or forking a new one
+    "fork.unlocked": "lock files a killed git left in the reused workspace were removed",
+    "fork.copied": "a --continue copy of the workspace was made beside it",
+    "fork.local_edits": "local edits in the reused workspace were committed",
+    "fork.made": "the new workspace's directory was made",
+    "fork.fetched": "the published source was copied into the new workspace",
+    "fork.init": "the new workspace's git repository was made",
+    "fork.published": "the published source was committed",
+    "fork.tagged": "the published commit was tagged",
+    "fork.branched": "the flakebot branch was made",
+    "fork.satisfiable": "dependencies the registry lacks were dropped and committed",
+    "fork.locked": "Cargo.lock was settled and committed",
+    "fork.saved": "the workspace's state file was written (the fork is whole)",
+    # stages/deploy.py: the store entry
+    "deploy.staging": "the staging directory of the new store entry was made",
+    "deploy.filled": "the staging entry holds the binaries",
+    "deploy.manifest": "the staging entry's manifest was written",
+    "deploy.synced": "the staging entry was fsync-ed",
+    "deploy.swapped": "the staging entry was swapped in as the store entry",
+    "deploy.done": "the replaced store entry was removed",
+    # manage/transaction.py: store entry, workspace and record become the new tool together
+    "txn.intent": "the intent record was written and fsync-ed",
+    "txn.card": "the tool card was written into the new workspace",
+    "txn.swapped": "the new workspace was swapped in; the replaced one is where the new one was",
+    "txn.record": "the registry record was saved (the transaction's commit point)",
+    "txn.named": "the tool was named (its commit, its workspace) in its store entry's manifest",
+    "txn.aside": "the replaced workspace was moved to .old/ (a --continue copy's stays for the next step)",
+    "txn.recipe": "the recipe was written",
+    "txn.attempt": "what was left of the attempt under .next/ was removed",
+    "txn.done": "the intent record was removed",
+    # manage/cleanup.py
+    "clean.renamed": "a path clean removes was renamed aside (it is gone for every reader)",
+    "clean.removed": "a path clean removes was removed",
+}
+
+#: the functions whose every change on disk must be followed by a crash point (module -> function names)
+WATCHED: dict[str, tuple[str, ...]] = {
+    "stages/fork.py": ("fork",),
+    "stages/deploy.py": ("write_entry",),
+    "manage/transaction.py": ("install", "_forward"),
+    "manage/cleanup.py": ("_discard",),
+}
+
+_TARGET = os.environ.get(ENV) or None
+_counts: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def crash_point(name: str) -> None:
+    """Die here (``SIGKILL``) when ``$FLAKEBOT_CRASH_AT`` names this point; otherwise do nothing."""
+    if _TARGET is None:
+        return
+    _arrive(name)
+
+
+def _arrive(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown crash point {name!r}: add it to crashpoints.POINTS")
+    target, _, nth = (_TARGET or "").partition("#")
+    if target != name:
+        return
+    with _lock:
+        _counts[name] = _counts.get(name, 0) + 1
+        count = _counts[name]
+    if count >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,556 @@
+"""Child processes (cargo, git, nix, the tools): time limits, whole-tree kills, bounded output, clean environments.
+
+Every command flakebot runs goes through :class:`ProcessRunner`, so every one
+of them
+
+* has a time limit, and runs in its own process group: a timeout or a cancel
+  kills cargo *and* the rustc processes it started, and whatever still holds
+  its output pipes (a ``setsid`` grandchild) once its leader has exited;
+* dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
+* is read in bounded chunks: a line without end is never held whole, what is
+  kept per stream is capped, and past the cap a visible note says so;
+* sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
+  variables pass by name, never because they "do not look like a secret";
+* is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
+  rustdoc, rustup, clippy) unless it comes wrapped by the sandbox, as a
+  :class:`SandboxedCommand`: those programs run what a crate says (its build
+  scripts, its ``.cargo/config.toml``, its ``rust-toolchain.toml``), so no
+  other command line for them is accepted.
+
+:func:`kill_tree` is the one process-tree kill; :func:`process_started_at`
+tells a process from a later one that reused its PID.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Cancelled, ConfigError, StageTimeout
+from .environment import allowed_env, scrubbed_env
+
+__all__ = [
+    "TOOLCHAIN_PROGRAMS",
+    "CancelToken",
+    "Completed",
+    "LinkedToken",
+    "ProcessRunner",
+    "SandboxedCommand",
+    "alive",
+    "allowed_env",
+    "kill_tree",
+    "process_started_at",
+    "scrubbed_env",
+]
+
+MiB = 1024**2
+#: cap on the output kept in memory per stream; past it the output is drained and dropped, with a note
+MAX_CAPTURE = 64 * MiB
+#: a "line" handed to observers is at most this long (a line without newline arrives in pieces)
+MAX_LINE = 64 * 1024
+#: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
+DRAIN_GRACE = 1.0
+_CHUNK = 64 * 1024
+
+#: programs that run what a crate ships or says: they run only inside the sandbox
+TOOLCHAIN_PROGRAMS = frozenset(
+    {"cargo", "rustc", "rustdoc", "rustup", "cargo-clippy", "clippy-driver", "cargo-fmt", "rustfmt"}
+)
+
+
+class SandboxedCommand(list[str]):
+    """A command line made by the sandbox (``flakebot_magic.sandbox.Sandbox.command``), and only there.
+
+    :meth:`ProcessRunner.run` refuses any other command line that names a
+    :data:`TOOLCHAIN_PROGRAMS` program.
+    """
+
+
+def _toolchain_program(argv: Sequence[str]) -> str:
+    """The first word of ``argv`` that names a Rust toolchain program, or ""."""
+    for word in argv:
+        if os.path.basename(word) in TOOLCHAIN_PROGRAMS:
+            return word
+    return ""
+
+
+class CancelToken:
+    """Set by a front end (Cancel button, Ctrl-C) to stop the run's current process."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+
+class LinkedToken(CancelToken):
+    """A cancel token also set when its ``parent`` is: one candidate of a run can be stopped alone.
+
+    >>> run = CancelToken(); one = LinkedToken(run); other = LinkedToken(run); one.cancel()
+    >>> (one.cancelled, other.cancelled, run.cancelled)
+    (True, False, False)
+    """
+
+    def __init__(self, parent: CancelToken) -> None:
+        super().__init__()
+        self.parent = parent
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set() or self.parent.cancelled
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.cancelled:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._event.wait(min(left, 0.05))
+        return True
+
+
+@dataclass(frozen=True)
+class Completed:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+
+
+LineCallback = Callable[[str, str], None]  # (stream, line)
+
+
+# --- process identity and tree kills ---------------------------------------------------------
+
+
+def _clock_ticks() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return 100
+
+
+def _uptime() -> float | None:
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from field 3 (state) on; the command name may hold spaces."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch, ±1 s), or None when there is none.
+
+    Compare it with the time a PID was recorded: a process that started
+    after that is another process that reused the PID, and must not be
+    signalled.
+    """
+    fields = _stat_fields(pid)
+    uptime = _uptime()
+    if not fields or uptime is None or len(fields) < 20:
+        return None
+    # field 22, starttime, counts clock ticks since boot; /proc/stat's btime drifts with clock steps
+    return time.time() - (uptime - int(fields[19]) / _clock_ticks())
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``."""
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
+def kill_tree(pid_or_pgid: int, *, grace: float = 0.0, first: int = signal.SIGTERM) -> None:
+    """Kill process group ``pid_or_pgid``, all of it, and wait (up to 5 s) until its members are gone.
+
+    With ``grace`` > 0 the group gets ``first`` (SIGTERM; nix wants SIGINT)
+    and that many seconds to end by itself; then SIGKILL. A sandboxed command
+    is a group too: killing bubblewrap ends its pid namespace, and with it
+    everything inside, ``setsid`` or not. Zombies (unreaped members) count as
+    gone. Quietly does nothing for a group that no longer exists.
+    """
+    if pid_or_pgid <= 1:
+        raise ValueError(f"refusing to kill process group {pid_or_pgid}")
+    if grace > 0:
+        try:
+            os.killpg(pid_or_pgid, first)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while _group_members(pid_or_pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            os.killpg(pid_or_pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if not _group_members(pid_or_pgid) or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)  # a member forked between the signal and now
+
+
+def _pipe_inode(fd: int) -> int:
+    return os.fstat(fd).st_ino
+
+
+def alive(pid: int | None) -> bool:
+    """Whether a process ``pid`` exists (one owned by another user counts); False for no pid."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent PID of ``pid`` (from ``/proc/PID/stat``), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "(comm)", which may hold spaces
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def _pipe_holders(inodes: set[int]) -> list[int]:
+    """Processes with a descriptor on one of the pipes ``inodes``, other than this one and its own children.
+
+    This process's children are left out: a command another thread is just
+    starting holds copies of every open pipe between its fork and its exec
+    (which closes them: they are close-on-exec). What holds a finished
+    command's pipes for real is that command's descendants, never ours.
+    """
+    wanted = {f"pipe:[{inode}]" for inode in inodes}
+    holders: list[int] = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return holders
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me or _parent_of(int(entry)) == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    holders.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return holders
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return set_pdeathsig
+
+
+# --- reading output --------------------------------------------------------------------------
+
+
+class _Stream:
+    """One output pipe: decoded in chunks, cut into lines of at most MAX_LINE, capture capped."""
+
+    def __init__(self, name: str, cap: int, on_line: LineCallback | None) -> None:
+        self.name = name
+        self.cap = cap
+        self.on_line = on_line
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.kept: list[str] = []
+        self.size = 0  # bytes read
+        self.kept_size = 0
+        self.pending = ""
+        self.truncated = False
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        if self.truncated:
+            self.size += len(data)
+            return
+        self.size += len(data)
+        text = self.pending + self.decoder.decode(data, final)
+        lines = text.split("\n")
+        self.pending = lines.pop()
+        while len(self.pending) > MAX_LINE:
+            lines.append(self.pending[:MAX_LINE])
+            self.pending = self.pending[MAX_LINE:]
+        for line in lines:
+            self._emit(line)
+            if self.truncated:
+                return
+        if final and self.pending:
+            self._emit(self.pending, newline="")
+            self.pending = ""
+
+    def _emit(self, line: str, newline: str = "\n") -> None:
+        if self.kept_size + len(line) + 1 > self.cap:
+            self.truncated = True
+            self.pending = ""
+            note = f"[flakebot: output truncated after {self.cap / MiB:g} MiB]"
+            self.kept.append(note + "\n")
+            if self.on_line is not None:
+                self.on_line(self.name, note)
+            return
+        self.kept.append(line + newline)
+        self.kept_size += len(line) + 1
+        if self.on_line is not None:
+            self.on_line(self.name, line)
+
+    def text(self) -> str:
+        return "".join(self.kept)
+
+
+def _short(argv: list[str]) -> str:
+    """A command as named in a message: the program's name and its first two arguments."""
+    if not argv:
+        return ""
+    return " ".join([os.path.basename(argv[0]), *argv[1:3]])
+
+
+def _cancelled_during(argv: list[str]) -> str:
+    """The message of a cancelled run: what the user knows was running (``cargo test``, not its wrapper or flags).
+
+    (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
+    whole there, where JupyterLab's error box would break it mid-word.)
+
+    Not "Cancelled during": IPython puts the class's name before it (``Cancelled: Stopped during …``).
+    >>> _cancelled_during(["cargo", "test", "--locked"])
+    'Stopped during `cargo test`.'
+    """
+    words = [os.path.basename(argv[0])] if argv else []
+    for word in argv[1:3]:
+        if word.startswith("-"):
+            break
+        words.append(word)
+    return f"Stopped during `{' '.join(words)}`."
+
+
+class ProcessRunner:
+    """Runs commands with a time limit in their own process group.
+
+    Parameters
+    ----------
+    cancel
+        When set, the running process group is killed and :class:`Cancelled` raised.
+    """
+
+    def __init__(self, cancel: CancelToken | None = None) -> None:
+        self.cancel = cancel or CancelToken()
+
+    def run(
+        self,
+        args: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 600.0,
+        on_line: LineCallback | None = None,
+        input: bytes | None = None,
+        workspace: Path | None = None,
+        interrupt_grace: float = 0.0,
+        capture_limit: int = MAX_CAPTURE,
+        label: Sequence[str] | None = None,
+    ) -> Completed:
+        """Run ``args``; return its output, whatever its exit code.
+
+        ``label`` is the command as the user knows it (``cargo build``), named
+        in errors instead of ``args`` when wrappers (the sandbox, ``nice``)
+        stand in front of it.
+
+        Raises :class:`StageTimeout` past ``timeout`` seconds, :class:`Cancelled`
+        when the cancel token is set, :class:`ConfigError` when the program is
+        missing. ``workspace`` is attached to those errors.
+
+        Output is read in chunks; each stream keeps at most ``capture_limit``
+        bytes (then ``[flakebot: output truncated after N MiB]``, and the rest
+        is read and dropped). ``on_line`` sees every kept line, a long line in
+        pieces of at most 64 KiB.
+
+        When the command exits, whatever it left running in its process group,
+        or holding its output pipes (a ``setsid`` grandchild), gets
+        :data:`DRAIN_GRACE` seconds and is then killed.
+
+        ``interrupt_grace``: when stopping the process, send SIGINT first and
+        allow it this many seconds to clean up before SIGKILL. nix needs it:
+        its builders run in their own session, so only nix itself can stop
+        them, and it does so (and releases its locks) on SIGINT.
+        """
+        argv = [os.fspath(a) for a in args]
+        program = _toolchain_program(argv)
+        if program and not isinstance(args, SandboxedCommand):
+            raise ValueError(
+                f"refusing to run {program!r} outside the sandbox: Rust toolchain programs run only as "
+                "flakebot_magic.sandbox.Sandbox.command makes them"
+            )
+        shown = _short(list(label) if label is not None else argv)
+        if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
+            raise ConfigError(
+                f"`{argv[0]}` is not on PATH. Install it (for cargo: `make install` "
+                "in the flakebot-magic checkout, or https://rustup.rs) and try again.",
+                workspace=workspace,
+            )
+        if self.cancel.cancelled:
+            raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # own process group: kill rustc children too
+            preexec_fn=_parent_death_signal(),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = {
+            proc.stdout.fileno(): _Stream("stdout", capture_limit, on_line),
+            proc.stderr.fileno(): _Stream("stderr", capture_limit, on_line),
+        }
+        inodes = {_pipe_inode(fd) for fd in streams}
+        if input is not None:
+            threading.Thread(target=_write_input, args=(proc, input), daemon=True).start()
+        deadline = started + timeout
+        selector = selectors.DefaultSelector()
+        for fd in streams:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        exited_at: float | None = None
+        try:
+            while True:
+                for key, _ in selector.select(timeout=0.05):
+                    fd = int(key.fd)
+                    try:
+                        data = os.read(fd, _CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        streams[fd].feed(data)
+                    else:
+                        selector.unregister(fd)
+                if exited_at is None and _exited(proc.pid):
+                    exited_at = time.monotonic()
+                if exited_at is not None:
+                    if not selector.get_map():
+                        break
+                    if time.monotonic() > min(deadline, exited_at + DRAIN_GRACE):
+                        break  # stragglers hold the pipes: they are killed below
+                if self.cancel.cancelled:
+                    self._stop(proc, interrupt_grace, inodes)
+                    raise Cancelled(_cancelled_during(list(label) if label is not None else argv), workspace=workspace)
+                if exited_at is None and time.monotonic() > deadline:
+                    self._stop(proc, interrupt_grace, inodes)
+                    raise StageTimeout(
+                        f"`{shown}` ran past its time limit of {timeout:g} s "
+                        "and was stopped. Raise the limit (build_timeout / test_timeout) "
+                        "if the crate is just slow to build.",
+                        command=list(label) if label is not None else argv,
+                        seconds=timeout,
+                        workspace=workspace,
+                    )
+            self._stop(proc, 0.0, inodes)  # leftovers of a command that has exited
+        except BaseException:
+            self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
+            raise
+        finally:
+            selector.close()
+            for stream in streams.values():
+                stream.feed(b"", final=True)
+            for pipe in (proc.stdout, proc.stderr, proc.stdin):
+                if pipe is not None:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
+        out, err = streams.values()  # stdout first
+        return Completed(argv, proc.returncode, out.text(), err.text(), time.monotonic() - started)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[bytes], grace: float, inodes: set[int]) -> None:
+        """Kill the command's process group and whatever holds its pipes; reap the leader."""
+        # the leader is not reaped yet (a zombie at most), so its PID, which is the group's id, is not reusable
+        if grace > 0 and not _exited(proc.pid):
+            kill_tree(proc.pid, grace=grace, first=signal.SIGINT)
+        else:
+            kill_tree(proc.pid)
+        for pid in _pipe_holders(inodes):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        proc.wait()
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it (its PID stays reserved)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _write_input(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass

@@ -1,0 +1,177 @@
+"""The cache on disk: OS and SQLite errors turned into :class:`~flakebot_magic.errors.StorageError` once, free space.
+
+Whatever reads or writes the cache dir can meet ``OSError`` or ``sqlite3.Error``.
+The boundaries (the tool registry, the search index, a build, a management
+command) wrap their work in :func:`storage_errors`, which re-raises either as a
+:class:`~flakebot_magic.errors.FlakebotError` that says what happened and what
+to do (``raise ... from exc``, as httpx's ``map_exceptions`` does). Nothing
+here matches error strings: a full disk is ``ENOSPC``/``EDQUOT``, SQLite's
+``SQLITE_FULL``, or an I/O error (``SQLITE_IOERR``, or a child process such
+as cargo or git that failed) while the file system has next to nothing free.
+
+Examples
+--------
+>>> import tempfile
+>>> with storage_errors("reading the demo", Path(tempfile.mkdtemp())):  # doctest: +SKIP
+...     open("/nonexistent/file").read()
+Traceback (most recent call last):
+StorageError: reading the demo failed: No such file or directory (/nonexistent/file). ...
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import DiskFull, FlakebotError, StorageError
+
+__all__ = ["FULL_MARGIN", "amount", "free_bytes", "is_full", "storage_errors", "translate"]
+
+#: below this many free bytes a failure is taken for a full disk (a failed cargo may already have removed
+#: its half-written temporary files, so "0 bytes free" is too strict)
+FULL_MARGIN = 4 * 1024 * 1024
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_PERMISSION = (errno.EACCES, errno.EPERM, errno.EROFS)
+# SQLite's primary result codes (https://sqlite.org/rescode.html)
+_SQLITE_ERROR, _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 1, 3, 5, 6, 8
+_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_AUTH, _SQLITE_NOTADB = 10, 11, 13, 14, 23, 26
+#: what a damaged database answers: no such table (an empty file), malformed, not a database
+DAMAGED_CODES = frozenset({_SQLITE_ERROR, _SQLITE_CORRUPT, _SQLITE_NOTADB})
+
+CLEAN_HINT = (
+    "`flakebot clean` (or `%flakebot clean`) removes unused store entries, old workspaces and build outputs; "
+    "`flakebot clean --all` removes every tool"
+)
+
+
+def amount(size: int) -> str:
+    """``12.3 MB (12,345,678 bytes)``: the rounded size for a glance, the bytes exactly."""
+    return f"{size / 1e6:.1f} MB ({size:,} bytes)"
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged write may still use on the file system holding ``path`` (or its nearest parent)."""
+    current = Path(os.path.abspath(path))
+    while True:
+        try:
+            info = os.statvfs(current)
+        except OSError:
+            if current.parent == current:
+                return 0
+            current = current.parent
+            continue
+        return info.f_bavail * info.f_frsize
+
+
+def is_full(path: Path, margin: int = FULL_MARGIN) -> bool:
+    """Whether the file system holding ``path`` has less than ``margin`` bytes free."""
+    return free_bytes(path) < margin
+
+
+def sqlite_code(exc: sqlite3.Error) -> tuple[int, str]:
+    """SQLite's primary result code and extended name of ``exc`` (``(0, "")`` when it carries none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", None)
+    return (code & 0xFF if isinstance(code, int) else 0), (name if isinstance(name, str) else "")
+
+
+def _disk_full(what: str, path: Path, *, errno_: int | None = None, code: str = "") -> DiskFull:
+    free = free_bytes(path)
+    return DiskFull(
+        f"{what} failed: the disk holding {path} is full ({amount(free)} free). Free some space, then try again: "
+        f"{CLEAN_HINT}.",
+        path=path,
+        free=free,
+        errno=errno_,
+        code=code,
+    )
+
+
+def translate(
+    exc: OSError | sqlite3.Error,
+    what: str,
+    path: Path,
+    *,
+    damaged: Callable[[sqlite3.Error, str], StorageError] | None = None,
+) -> StorageError:
+    """The :class:`StorageError` (or :class:`DiskFull`) for ``exc``, met while ``what`` (``"listing the tools"``).
+
+    ``path`` is the file or directory the work was on; ``damaged`` makes the
+    error for a database that is not one (malformed, not a database, its
+    table missing); by default a plain :class:`StorageError` naming the file.
+    """
+    if isinstance(exc, sqlite3.Error):
+        primary, name = sqlite_code(exc)
+        if primary == _SQLITE_FULL or (primary == _SQLITE_IOERR and is_full(path)):
+            return _disk_full(what, path, code=name)
+        if primary in DAMAGED_CODES or (isinstance(exc, sqlite3.DatabaseError) and not primary):
+            if damaged is not None:
+                return damaged(exc, name)
+            return StorageError(
+                f"{what} failed: {path} is damaged ({exc}). Move it aside; flakebot makes it again.",
+                path=path,
+                code=name,
+            )
+        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return StorageError(
+                f"{what} failed: {path} stayed locked by another process ({exc}). Try again when the other "
+                "flakebot command (a build, a clean) has finished.",
+                path=path,
+                code=name,
+            )
+        if primary in (_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_AUTH, _SQLITE_CANTOPEN):
+            return StorageError(
+                f"{what} failed: {path} cannot be opened for writing ({exc}). Check that the cache dir is yours "
+                "and writable (mode 0700), or set FLAKEBOT_CACHE_DIR to another directory.",
+                path=path,
+                code=name,
+            )
+        return StorageError(
+            f"{what} failed: SQLite reported {name or type(exc).__name__} ({exc}) on {path}. "
+            "`flakebot doctor` checks and repairs the cache.",
+            path=path,
+            code=name,
+        )
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        # a copy of a tree collects one error per file: the first says what happened
+        first = [*exc.args[0][0], "", "", ""]
+        exc = OSError(None, str(first[2]), str(first[1]))
+    named = exc.filename
+    where = Path(os.fsdecode(named)) if isinstance(named, (str, bytes, os.PathLike)) and named else path
+    if exc.errno in _NO_SPACE or (exc.errno == errno.EIO and is_full(path)):
+        return _disk_full(what, path, errno_=exc.errno)
+    if exc.errno in _NO_PERMISSION:
+        return StorageError(
+            f"{what} failed: {exc.strerror or exc} ({where}). Check that the cache dir is yours and writable "
+            "(mode 0700), or set FLAKEBOT_CACHE_DIR to another directory.",
+            path=where,
+            errno=exc.errno,
+        )
+    return StorageError(
+        f"{what} failed: {exc.strerror or exc} ({where}). `flakebot doctor` checks and repairs "
+        "the cache; if the error persists, the disk may be failing.",
+        path=where,
+        errno=exc.errno,
+    )
+
+
+@contextmanager
+def storage_errors(
+    what: str, path: Path, *, damaged: Callable[[sqlite3.Error, str], StorageError] | None = None
+) -> Iterator[None]:
+    """Re-raise every ``OSError`` and ``sqlite3.Error`` of the block as a :class:`StorageError` (see :func:`translate`).
+
+    A :class:`~flakebot_magic.errors.FlakebotError` passes through unchanged.
+    """
+    try:
+        yield
+    except FlakebotError:
+        raise
+    except (OSError, sqlite3.Error) as exc:
+        raise translate(exc, what, path, damaged=damaged) from exc

@@ -1,0 +1,318 @@
+"""A build becomes the tool in one recoverable transaction: its workspace, its tool card and its record together.
+
+The store entry is written first (:mod:`flakebot_magic.stages.deploy`: content
+addressed and swapped in one step, it is whole whichever tool uses it). Then::
+
+    intent   <cache>/intents/NAME.json: the new record, where the new workspace is, written and fsync-ed
+    card     the record as JSON in the new workspace's .git/flakebot-tool.json (its "tool card")
+    swap     the new workspace takes workspaces/NAME (renameat2 RENAME_EXCHANGE); the replaced one is
+             where the new one was
+    record   the registry's record of NAME is saved                 <- the commit point
+    named    the store entry's manifest names NAME (its commit, workspace, who forked it)
+    aside    the replaced workspace moves to .old/ (a --continue copy's stays to go with the attempt)
+    recipe   the recipe names the store entry
+    attempt  what is left of the attempt under .next/ is removed
+    done     the intent is removed
+
+Every command starts with :func:`recover`: an intent whose tool lock nobody
+holds belongs to a process that died. When its store entry and new
+workspace are whole, the steps are done again from the first one not yet
+done (each is idempotent: the card's transaction id says which workspace
+is the new one), so the build that finished becomes the tool; otherwise
+(something was removed by hand) the swap is undone and the tool stays the
+one before. Either way record, workspace HEAD and store entry agree: the
+next command sees the old tool or the new one, whole. Each step is followed
+by a :func:`~flakebot_magic.host.crashpoints.crash_point` (``txn.*``) where a
+test kills the process.
+
+The tool card also lets ``flakebot doctor`` rebuild a record from the
+workspace alone (:mod:`flakebot_magic.manage.doctor`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..errors import DeployError, StorageError, ToolBusy
+from ..host.crashpoints import crash_point
+from ..host.fsutil import atomic_write, fsync_dir
+from ..host.locks import tool_lock
+from ..host.storage import storage_errors
+from ..records.inventory import Inventory, ToolRecord
+from ..stages.deploy import StorePath, add_tool, swap_in
+from ..stages.workspace import aside_path
+
+__all__ = ["CARD_FILE", "Intent", "install", "pending", "read_card", "recover"]
+
+#: the tool card, in a tool's workspace: ``.git/`` is read-only to the code that runs in the workspace
+CARD_FILE = "flakebot-tool.json"
+INTENT_FORMAT = 1
+
+
+@dataclass
+class Intent:
+    """What a transaction is about to do, written (and fsync-ed) before it does anything."""
+
+    id: str
+    name: str
+    #: the new record, whole (``extra["txn"]`` is :attr:`id`)
+    record: dict[str, Any]
+    #: ``workspaces/NAME``
+    final: str
+    #: the new workspace when it was built beside the tool's (``.next/NAME-<pid>-<ns>/NAME``); "" when in place
+    next: str = ""
+    #: where the replaced workspace goes (``.old/NAME-<time>``); "": it goes with the attempt (its history is
+    #: in the new one)
+    aside: str = ""
+    recipe: str = ""
+    recipe_data: dict[str, Any] = field(default_factory=dict)
+    pid: int = 0
+    created: float = 0.0
+    format: int = INTENT_FORMAT
+
+    @classmethod
+    def load(cls, path: Path) -> Intent | None:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != INTENT_FORMAT:
+                return None
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def _intent_path(settings: Settings, name: str) -> Path:
+    return settings.intents_dir / f"{name}.json"
+
+
+def read_card(workspace: Path) -> dict[str, Any] | None:
+    """The tool card of ``workspace`` (``{"txn", "record"}``), or None."""
+    try:
+        data = json.loads((workspace / ".git" / CARD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("record"), dict) else None
+
+
+def _card_txn(workspace: Path) -> str:
+    card = read_card(workspace)
+    return str(card.get("txn", "")) if card else ""
+
+
+def write_card(workspace: Path, record: dict[str, Any], txn: str) -> None:
+    """Write the tool card into ``workspace/.git`` (atomically; a planted symlink is replaced, never followed)."""
+    public = {k: v for k, v in record.items() if k != "token"}
+    atomic_write(workspace / ".git" / CARD_FILE, json.dumps({"txn": txn, "record": public}, indent=2), root=workspace)
+
+
+def _tool_entry(record: ToolRecord) -> dict[str, str]:
+    """What a store entry's manifest keeps of one tool (``tools[NAME]``)."""
+    return {"commit": record.commit, "workspace": record.workspace, "forked_by": record.forked_by or record.name}
+
+
+def install(
+    settings: Settings,
+    record: ToolRecord,
+    workspace: Path,
+    *,
+    replaces: Path | None = None,
+    keep_replaced: bool = True,
+    recipe: tuple[Path, dict[str, Any]] | None = None,
+    notice: Callable[[str], None] = lambda message: None,
+) -> ToolRecord:
+    """Make ``record`` the tool, with ``workspace`` as its workspace, in one recoverable transaction.
+
+    ``workspace`` is where the new workspace is now: the record's own
+    workspace (a build in place), or one built beside it that ``replaces``
+    the record's (moved to ``.old/`` when ``keep_replaced``, else removed: a
+    ``--continue`` copy's history is all in the new one). ``recipe`` is
+    written once the record is. The caller holds the tool's lock. On an
+    error before the record is saved, everything is put back as it was and
+    the error raised; after it, what is left is finished at the next
+    command's :func:`recover`.
+    """
+    name = record.name
+    txn = f"{time.time_ns():x}-{secrets.token_hex(4)}"
+    record.extra = {**record.extra, "txn": txn}
+    final = Path(record.workspace)
+    beside = replaces is not None and workspace != final
+    aside = ""
+    if beside and keep_replaced and (final.exists() or final.is_symlink()):
+        aside = str(aside_path(final.parent, name))
+    intent = Intent(
+        id=txn,
+        name=name,
+        record=record.to_json(),
+        final=str(final),
+        next=str(workspace) if beside else "",
+        aside=aside,
+        recipe=str(recipe[0]) if recipe else "",
+        recipe_data=dict(recipe[1]) if recipe else {},
+        pid=os.getpid(),
+        created=time.time(),
+    )
+    where = _intent_path(settings, name)
+    with storage_errors(f"starting to install {name!r}", where):
+        atomic_write(where, json.dumps(asdict(intent), indent=2), make_parents=True)
+    crash_point("txn.intent")
+    progress: set[str] = set()
+    try:
+        _forward(settings, intent, progress, notice)
+    except BaseException:
+        if "record" not in progress:
+            _back(intent)
+            where.unlink(missing_ok=True)
+        raise
+    return record
+
+
+def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Callable[[str], None]) -> None:
+    """Do every step of ``intent`` not done yet, in order (each one idempotent); ``progress`` names those done."""
+    final = Path(intent.final)
+    beside = Path(intent.next) if intent.next else None
+    new = final if beside is None or _card_txn(final) == intent.id else beside
+    if not new.is_dir():
+        raise FileNotFoundError(f"the new workspace of {intent.name!r} is gone ({new})")
+    if _card_txn(new) != intent.id:
+        write_card(new, intent.record, intent.id)
+    crash_point("txn.card")
+    if new != final:
+        if final.exists() or final.is_symlink():
+            swap_in(new, final)  # the replaced workspace is now where the new one was
+        else:
+            os.rename(new, final)
+        fsync_dir(final.parent)
+    crash_point("txn.swapped")
+    inventory = Inventory(settings.tools_dir)
+    current = inventory.get(intent.name)
+    if current is None or current.extra.get("txn") != intent.id:
+        inventory.save(ToolRecord.from_json(intent.record))
+    progress.add("record")
+    crash_point("txn.record")
+    record = ToolRecord.from_json(intent.record)
+    try:
+        add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, _tool_entry(record))
+    except DeployError as exc:
+        notice(f"{exc} (the record has it; `flakebot doctor` needs it only when the registry is lost)")
+    crash_point("txn.named")
+    # after the commit point nothing may fail the run: what cannot be done is said, and left for `clean`
+    leftover = False
+    if beside is not None and intent.aside and (beside.exists() or beside.is_symlink()):
+        try:
+            os.rename(beside, intent.aside)
+            notice(f"the previous workspace for {intent.name!r} was moved to {intent.aside}")
+        except OSError as exc:
+            leftover = True
+            notice(f"the previous workspace for {intent.name!r} stays at {beside} ({exc})")
+    crash_point("txn.aside")
+    if intent.recipe:
+        try:
+            atomic_write(Path(intent.recipe), json.dumps(intent.recipe_data), make_parents=True)
+        except OSError as exc:
+            notice(f"the recipe {intent.recipe} was not written ({exc}); the next run builds again")
+    crash_point("txn.recipe")
+    if beside is not None and not leftover:
+        shutil.rmtree(beside.parent, ignore_errors=True)  # the attempt: a --continue's old copy, the cargo home
+    crash_point("txn.attempt")
+    _intent_path(settings, intent.name).unlink(missing_ok=True)
+    fsync_dir(settings.intents_dir)
+    crash_point("txn.done")
+
+
+def _back(intent: Intent) -> bool:
+    """Undo the swap of ``intent`` (the record was not saved); False when the replaced workspace is gone."""
+    final = Path(intent.final)
+    beside = Path(intent.next) if intent.next else None
+    if beside is None or _card_txn(final) != intent.id:
+        return True  # nothing was swapped: the tool's workspace is as it was
+    if not (beside.exists() or beside.is_symlink()):
+        return False
+    swap_in(beside, final)  # the new workspace goes back beside, the replaced one back in place
+    fsync_dir(final.parent)
+    return True
+
+
+def _whole(intent: Intent) -> str:
+    """Why the new tool of ``intent`` cannot be finished ("" when it can): its store entry or workspace is gone."""
+    record = ToolRecord.from_json(intent.record)
+    try:
+        manifest = json.loads((Path(record.store_path) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return f"its store entry {record.store_path} is gone"
+    if manifest.get("hash") != record.source_hash:
+        return f"its store entry {record.store_path} holds another build"
+    if not Path(record.binary).is_file():
+        return f"its binary {record.binary} is gone"
+    final = Path(intent.final)
+    if _card_txn(final) == intent.id:
+        return ""
+    new = Path(intent.next) if intent.next else final
+    return "" if new.is_dir() else f"its workspace {new} is gone"
+
+
+def pending(settings: Settings) -> list[Intent]:
+    """The transactions not finished yet (their process may still be running them)."""
+    directory = settings.intents_dir
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in sorted(directory.glob("*.json")):
+        intent = Intent.load(path)
+        if intent is not None:
+            found.append(intent)
+    return found
+
+
+def recover(settings: Settings) -> list[str]:
+    """Finish or undo every transaction a dead process left; return what was done, in words.
+
+    A transaction whose tool lock is held is still running and left alone.
+    """
+    notes: list[str] = []
+    directory = settings.intents_dir
+    if not directory.is_dir():
+        return notes
+    for path in sorted(directory.glob("*.json")):
+        name = path.stem
+        try:
+            with tool_lock(settings.cache_dir, name, wait=0):
+                note = _recover_one(settings, path)
+        except ToolBusy:
+            continue  # its build is still running
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _recover_one(settings: Settings, path: Path) -> str:
+    intent = Intent.load(path)
+    if intent is None:
+        path.unlink(missing_ok=True)  # written atomically, so never half; a foreign or old file
+        return ""
+    who = f"the build of {intent.name!r} that process {intent.pid} left unfinished"
+    why_not = _whole(intent)
+    if not why_not:
+        try:
+            _forward(settings, intent, set(), lambda message: None)
+            return f"finished {who}: {intent.name!r} is the new build now"
+        except (OSError, StorageError) as exc:
+            why_not = f"finishing it failed ({exc})"
+    try:
+        current = Inventory(settings.tools_dir).get(intent.name)
+    except StorageError:
+        current = None
+    if current is not None and current.extra.get("txn") == intent.id:
+        return f"could not finish {who} ({why_not}); it stays for the next command"
+    if not _back(intent):
+        return f"could not undo {who}: its replaced workspace is gone; `flakebot doctor` checks the tool"
+    path.unlink(missing_ok=True)
+    return f"undid {who} ({why_not}): {intent.name!r} is the tool it was before"

@@ -1,0 +1,7 @@
+"""The spine: the pipeline that turns a request into a tool, on a background thread, and how a run ends."""
+
+from __future__ import annotations
+
+from .run import Pipeline, tool_name
+
+__all__ = ["Pipeline", "tool_name"]

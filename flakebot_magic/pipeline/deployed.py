@@ -1,0 +1,278 @@
+"""How a run ends: the tool's client, its record and its workspace installed together, or a clear error.
+
+* :func:`deployed_tool`: the client of a store entry, and the transaction
+  (:func:`~flakebot_magic.manage.transaction.install`) that makes it the tool: the
+  tool card, the workspace swap and the record, recoverable at any point.
+  The record carries the tool's own provenance: its workspace, the commit in
+  it the entry was built from, and the tool that forked the source
+  (``forked_by``); once saved, the entry's manifest names it among its ``tools``.
+* :func:`from_cache`: a recipe hit. Under the name that built it nothing
+  moves; under a new name the tool gets a workspace of its own, a copy of the
+  workspace the entry was built from at that commit (never a record that
+  names a workspace or a commit that does not exist).
+* :func:`disk_full`: a build that failed on a full disk frees its build
+  outputs and says how much it needs and what ``clean`` can free.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..backends import RunDeps, RunState, Stage
+from ..backends.base import cached_rows
+from ..clients import ToolClient, make_tool
+from ..clients.contract import read_contract
+from ..errors import DeployError, DiskFull, FlakebotError, ForkError
+from ..host.git import Git
+from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full
+from ..manage.cleanup import clean, size_of
+from ..manage.transaction import install
+from ..records.inventory import Inventory, ToolRecord
+from ..registry.base import CrateCandidate
+from ..registry.directory import read_manifest
+from ..stages.choose import Choice
+from ..stages.deploy import StorePath
+from ..stages.workspace import Workspace, clone_at, next_path
+
+__all__ = ["contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
+
+
+def deployed_tool(
+    deps: RunDeps,
+    run: RunState,
+    store: StorePath,
+    choice: Choice,
+    workspace: Workspace,
+    *,
+    commit: str,
+    forked_by: str,
+    recipe: tuple[Path, dict[str, Any]] | None = None,
+    keep_replaced: bool | None = None,
+    reused: bool = False,
+) -> ToolClient:
+    """The tool ``store`` holds, installed as ``run.name`` with ``workspace`` (where it is now) at ``commit``.
+
+    ``keep_replaced``: move the workspace this one replaces to ``.old/``
+    (default: unless ``workspace`` is a ``--continue`` copy, whose history
+    holds the replaced one's). ``reused``: the store already had this tool
+    (a cache hit): when it is ``run.name``'s tool already, its record keeps
+    when it was built and that build's log.
+    """
+    settings, bus, name, candidate = deps.settings, deps.bus, run.name, run.crate()
+    final = workspace.replaces or workspace.path
+    with Stage(bus, "client", name) as stage:
+        manifest = store.manifest
+        main = main_binary(candidate, manifest["binaries"], workspace.path)
+        # nix: the tool is the /nix/store path; the cache entry only records it
+        deployed = Path(manifest.get("nix_store_path") or store.path)
+        contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
+        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by}
+        previous = Inventory(settings.tools_dir).get(name) if reused else None
+        kept = previous if previous is not None and previous.store_path == str(store.path) else None
+        tool = make_tool(
+            contract=contract,
+            start=False,
+            name=name,
+            binary=deployed / "bin" / main,
+            crate=candidate.name,
+            version=candidate.version,
+            source_hash=store.hash,
+            store_path=deployed,
+            checksum=manifest.get("checksum", ""),
+            backend=manifest.get("backend", "cargo"),
+            timeout=settings.tool_timeout,
+            # the entry may be shared: this tool's commit and workspace are its own, not the entry's first builder's
+            provenance={**manifest, **own, "choice": choice.to_json()},
+            lock_hash=manifest.get("lock_hash", ""),
+            env=settings.tool_env,
+            confine=settings.confine_tools,
+        )
+        record = ToolRecord(
+            name=name,
+            crate=candidate.name,
+            version=candidate.version,
+            binary=str(tool.binary),
+            store_path=str(store.path),
+            source_hash=store.hash,
+            checksum=tool.checksum,
+            checksum_kind=manifest.get("checksum_kind", ""),
+            registry=candidate.registry,
+            workspace=str(final),
+            commit=commit,
+            forked_by=forked_by,
+            backend=tool.backend,
+            description=candidate.description,
+            created=kept.created if kept is not None else time.time(),
+            log_path=kept.log_path if kept is not None else "",
+            extra={"choice": choice.to_json()}
+            | (
+                {"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
+                if tool.backend == "nix"
+                else {}
+            ),
+            kind=tool.kind,
+            request=run.request.text,
+            model=str(manifest.get("model") or ""),
+            iterations=int(manifest.get("iterations") or 0),
+        )
+        install(
+            settings,
+            record,
+            workspace.path,
+            replaces=workspace.replaces,
+            keep_replaced=not workspace.reused if keep_replaced is None else keep_replaced,
+            recipe=recipe,
+            notice=lambda message: bus.notice("fork", message),
+        )
+        run.workspace = replace(workspace, path=final, replaces=None)
+        if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
+            inventory = Inventory(settings.tools_dir)
+            tool.on_state = lambda **changes: inventory.update(name, **changes)
+            tool.start()  # type: ignore[attr-defined]
+            stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
+    return tool
+
+
+def _builders(store: StorePath, settings_tools: Path) -> list[tuple[str, str, str]]:
+    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the registry's."""
+    manifest = store.manifest
+    found = [
+        (str(data.get("workspace", "")), str(data.get("commit", "")), str(data.get("forked_by") or tool))
+        for tool, data in sorted((manifest.get("tools") or {}).items())
+        if isinstance(data, dict)
+    ]
+    try:
+        records = Inventory(settings_tools).all()
+    except FlakebotError:
+        records = []
+    found += [
+        (r.workspace, r.commit, r.forked_by or r.name) for r in records if Path(r.store_path) == store.path and r.commit
+    ]
+    return [entry for entry in found if entry[0] and entry[1]]
+
+
+def _has_commit(git: Git, commit: str) -> bool:
+    return bool(git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", check=False))
+
+
+def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -> ToolClient | None:
+    """The tool for a recipe hit, installed as ``run.name``; None when no workspace holds the commit that built it.
+
+    When ``workspaces/NAME`` already stands at a commit that built the
+    entry, only the record is written. Otherwise ``NAME`` gets a copy of a
+    builder's workspace at its commit, swapped in like any rebuild.
+    """
+    settings, name = deps.settings, run.name
+    final = settings.workspaces_dir / name
+    builders = _builders(store, settings.tools_dir)
+    current = Workspace.load(final)
+    if current is not None:
+        head = Git(final, deps.runner)("rev-parse", "HEAD", check=False)
+        for _, commit, forked_by in builders:
+            if commit == head:
+                run.workspace = current
+                cached_rows(deps.bus, ("fork", "build", "test", "flake", "deploy"), store, where=_where(store))
+                return deployed_tool(deps, run, store, choice, current, commit=head, forked_by=forked_by, reused=True)
+    for source, commit, forked_by in builders:
+        if Workspace.load(Path(source)) is None or not _has_commit(Git(Path(source), deps.runner), commit):
+            continue
+        try:
+            copy = clone_at(Path(source), commit, next_path(settings.workspaces_dir, name), deps.runner)
+        except (ForkError, OSError):
+            continue
+        run.workspace = workspace = replace(copy, replaces=final)
+        deps.bus.notice(
+            "fork",
+            f"{name} is the cached build of {forked_by!r}: its workspace is a copy of {source} at {commit[:12]}",
+        )
+        cached_rows(deps.bus, ("fork", "build", "test", "flake", "deploy"), store, where=_where(store))
+        return deployed_tool(
+            deps, run, store, choice, workspace, commit=commit, forked_by=forked_by, keep_replaced=True, reused=True
+        )
+    return None
+
+
+def _where(store: StorePath) -> str:
+    """Where the tool of ``store`` is: its /nix/store path (nix), else the entry."""
+    return str(store.manifest.get("nix_store_path") or store.path)
+
+
+def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | None) -> DiskFull | None:
+    """The error for a build of ``run`` that failed (``exc``) on a full disk; None when the disk is not full.
+
+    The attempt's build outputs (``target/``) are removed; the message says
+    how much the build needs (what an earlier build of the crate took here,
+    or at least what the attempt had written), what is free now and what
+    ``flakebot clean`` would free.
+    """
+    settings = deps.settings
+    cache = settings.cache_dir
+    if not isinstance(exc, DiskFull) and not is_full(cache):
+        return None
+    written = size_of(attempt) if attempt is not None and attempt.is_dir() else 0
+    if attempt is not None:
+        shutil.rmtree(attempt / "target", ignore_errors=True)
+    before = _built_before(settings.store_dir, run.candidate)
+    reclaimable = clean(settings, dry_run=True).freed
+    free = free_bytes(cache)
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    if before:
+        needs = f"It needs about {amount(before)} free (what a build of {run.crate().id} took here before)"
+    else:
+        needs = f"It needs more than {amount(written)} free (what it had written when the disk filled)"
+    return DiskFull(
+        f"The disk holding {cache} is full: the build of {run.name!r} stopped ({first}). {needs}; its build "
+        f"outputs were removed, so {amount(free)} is free now. `flakebot clean` can free {amount(reclaimable)} "
+        f"more. {CLEAN_HINT[0].upper() + CLEAN_HINT[1:]}; then build again.",
+        path=cache,
+        free=free,
+        needed=max(before, written),
+        reclaimable=reclaimable,
+        workspace=attempt,
+    )
+
+
+def _built_before(store_dir: Path, candidate: CrateCandidate | None) -> int:
+    """The most bytes a build of ``candidate``'s crate wrote, as the store entries of its builds recorded."""
+    if candidate is None or not store_dir.is_dir():
+        return 0
+    most = 0
+    for entry in store_dir.glob(f"*-{candidate.name}-{candidate.version}"):
+        try:
+            recorded = json.loads((entry / "manifest.json").read_text()).get("build_bytes")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, int):
+            most = max(most, recorded)
+    return most
+
+
+def contract_of(workspace: Path, binaries: list[str], main: str = "") -> dict[str, object]:
+    """The tool contract in the workspace's Cargo.toml (a crate without one is a CLI tool)."""
+    try:
+        manifest = read_manifest(workspace / "Cargo.toml")
+    except (OSError, ValueError):
+        manifest = {}
+    return read_contract(manifest, binaries, main).to_json()
+
+
+def main_binary(
+    candidate: CrateCandidate, binaries: list[str], workspace: Path | None = None, *, built: bool = True
+) -> str:
+    """The binary a tool runs: the tool contract's ``bin`` when the workspace has one, else by name.
+
+    ``built``: ``binaries`` were built (the contract's must be among them);
+    else they are the registry's names, from before any edit.
+    """
+    main = candidate.name if candidate.name in binaries else (sorted(binaries)[0] if binaries else candidate.name)
+    if workspace is None:
+        return main
+    try:
+        return read_contract(workspace / "Cargo.toml", binaries if built else (), main).bin
+    except DeployError:  # no Cargo.toml, or a contract naming a binary that was not built
+        return main

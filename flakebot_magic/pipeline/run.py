@@ -1,0 +1,480 @@
+"""The pipeline: search, fork, edit, build and test, flake, deploy, client, with events.
+
+One :class:`Pipeline` is behind every front door (the magic, the command,
+:func:`flakebot_magic.build`). It holds only what every run uses (settings,
+registry, process runner, event bus); what one run computes travels in a
+:class:`~flakebot_magic.backends.RunState` from step to step, so one pipeline
+may run several requests, even at once. It emits :mod:`flakebot_magic.events`;
+front ends only observe them. Building is the backend's
+(:mod:`flakebot_magic.backends`: cargo or nix, one path for both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import keyword
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..backends import Backend, RunDeps, RunState, Stage, backend_for, decide
+from ..clients import ToolClient
+from ..config import Settings
+from ..edit import EditState
+from ..errors import BuildError, ConfigError, FlakebotError, ForkError, NeedsModelError, SearchError, UsageError
+from ..events import EventBus, Observer, RunFinished
+from ..host.git import Git
+from ..host.locks import tool_lock
+from ..host.process import CancelToken, ProcessRunner
+from ..host.storage import storage_errors
+from ..llm.model import HOW_TO_CONFIGURE
+from ..manage.doctor import prepare
+from ..registry.base import CrateCandidate, Registry
+from ..request import BuildRequest
+from ..sandbox import Sandbox
+from ..sandbox.cargo import Cargo
+from ..sandbox.policy import Baseline, TreePolicy
+from ..stages import search as search_stage
+from ..stages.accept import Example, run_examples, split_request
+from ..stages.build import BUILD_FLAGS
+from ..stages.choose import Choice, choose_by_model, choose_without_model
+from ..stages.fork import FORK_FORMAT, Workspace, fork
+from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
+
+if TYPE_CHECKING:
+    from ..edit.journal import ResumePoint
+    from ..edit.races import RacePoint
+
+__all__ = ["Pipeline", "tool_name"]
+
+#: how many times failing acceptance examples go back to the edit loop
+ACCEPTANCE_ROUNDS = 2
+#: how many candidates a run tries when a published crate cannot be forked or built
+MAX_TRIES = 3
+
+
+def tool_name(crate: str) -> str:
+    """A valid Python identifier for a crate: ``pulldown-cmark`` -> ``pulldown_cmark``."""
+    name = re.sub(r"\W", "_", crate)
+    if not name or name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+class Pipeline:
+    """Turns a :class:`~flakebot_magic.request.BuildRequest` into a deployed tool (a :class:`ToolClient`).
+
+    Parameters
+    ----------
+    settings
+        Cache dir, registry, backend, model, time limits.
+    registry
+        A registry object; by default one is opened from ``settings.registry``.
+    runner
+        Runs every child process (inject one to observe or cancel).
+    observers
+        Called with every event.
+    cancel
+        Stops the running child process (and so the run) when set.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        registry: Registry | None = None,
+        runner: ProcessRunner | None = None,
+        observers: Iterable[Observer] = (),
+        cancel: CancelToken | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.bus = EventBus(observers)
+        self.runner = runner or ProcessRunner(cancel)
+        self._registry = registry
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = search_stage.open_registry(
+                self.settings.registry, self.settings.cache_dir, self.settings.embedding_model
+            )
+        return self._registry
+
+    @property
+    def deps(self) -> RunDeps:
+        return RunDeps(self.settings, self.registry, self.runner, self.bus)
+
+    # -- the run ------------------------------------------------------------
+
+    def run(
+        self,
+        request: BuildRequest | str,
+        *,
+        name: str | None = None,
+        crate: str | None = None,
+        follow_up: bool = False,
+    ) -> ToolClient:
+        """Build (or find in the cache) the tool ``request`` asks for, and return it.
+
+        ``request`` is a :class:`BuildRequest`, or its text with ``name``,
+        ``crate`` and ``follow_up`` beside it. With a model configured
+        (``settings.model``), the edit loop turns the forked crate into the
+        tool the request describes. ``follow_up`` (``--continue``, or
+        ``settings.follow_up``) applies the request to the existing tool
+        ``name``: its workspace and history, then rebuilds and redeploys it.
+        """
+        build = BuildRequest.of(request, name=name, crate=crate, follow_up=follow_up)
+        started = time.monotonic()
+        try:
+            build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
+            # what a dead process left unfinished is finished (or undone), a damaged registry rebuilt
+            for note in prepare(self.settings):
+                self.bus.notice("search", note, "warning")
+            model = self.settings.model_config()
+            point = None
+            if self.settings.resume:
+                from .edit_stage import resume_point  # the edit loop loads only when a run needs it
+
+                point = resume_point(self.settings, build, model)
+            if point is not None:  # the request is the interrupted session's
+                build = replace(
+                    build, text=str(point.start.get("request", "")), follow_up=bool(point.start.get("follow_up"))
+                )
+            # ">>>" examples in the request are acceptance checks, not search words
+            search_text, examples = split_request(build.text)
+            _check_request(build, search_text)
+            choice = decide(self.settings, self.runner)
+            run = RunState(build, model, choice, examples=examples)
+            with storage_errors("building", self.settings.cache_dir):  # what the stages did not translate
+                tool = self._resumed(run, point) if point is not None else self._run(run, search_text)
+            if examples:
+                tool = self._accept(run, tool, examples, search_text)
+        except BaseException as exc:
+            self.bus.emit(RunFinished(ok=False, error=exc, elapsed=time.monotonic() - started))
+            raise
+        self.bus.emit(RunFinished(ok=True, tool=tool, elapsed=time.monotonic() - started))
+        return tool
+
+    def _run(self, run: RunState, search_text: str) -> ToolClient:
+        with Stage(self.bus, "search") as stage:
+            choice = self._choose(run, search_text)
+            stage.detail = f"{choice.candidate.name} {choice.candidate.version}"
+        # a published crate the registry cannot fork or build gives way to the next that fits
+        tries = [choice.candidate]
+        if choice.by in ("fitness", "model", "ranking"):
+            tries += choice.alternatives[: MAX_TRIES - 1]
+        for candidate in tries:
+            run.candidate, run.workspace = candidate, None
+            run.name = run.request.name or tool_name(candidate.name)
+            try:
+                # one build per tool name at a time, across kernels: fork may move the workspace aside,
+                # deploy swaps the store entry, and `clean` skips what a held lock covers
+                with tool_lock(self.settings.cache_dir, run.name, rebuild=self.settings.rebuild):
+                    return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
+            except (ForkError, BuildError) as exc:
+                # a model's edits are not thrown away for another crate; the last candidate's error stands
+                if candidate is tries[-1] or (run.model is not None and run.workspace is not None):
+                    raise
+                self.bus.notice(
+                    "search",
+                    f"{candidate.id} cannot be built from {self.registry.id} as published "
+                    f"({str(exc).splitlines()[0][:200]}); trying the next candidate",
+                    "warning",
+                )
+        raise RuntimeError("unreachable: the loop returns or raises")
+
+    def _resumed(self, run: RunState, point: ResumePoint | RacePoint) -> ToolClient:
+        """Continue an interrupted session in its own workspace, then build and deploy as usual."""
+        from .edit_stage import resumed_run
+
+        choice = resumed_run(self.settings, run, point, self.bus)
+        with tool_lock(self.settings.cache_dir, run.name, rebuild=True):  # a resumed session always builds
+            return self._build(run, choice)
+
+    def _build(self, run: RunState, choice: Choice) -> ToolClient:
+        """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
+        settings, deps = self.settings, self.deps
+        cargo = Cargo(self.registry, self.runner)
+        run.rustc = cargo.rustc_version()
+        backend = backend_for(run.choice.name, deps, run.choice)
+
+        recipe = self._recipe_path(run, backend)
+        if not settings.rebuild and not run.follow_up and run.resume is None:
+            cached = backend.lookup(recipe, run.name)
+            if cached is None and run.choice.auto and backend.name == "nix":
+                # auto takes what is cached: an earlier offline run may have built with cargo
+                cargo_backend = backend_for("cargo", deps, run.choice)
+                cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
+            if cached is not None:
+                with storage_errors(f"taking {run.name!r} from the cache", settings.cache_dir):
+                    tool = from_cache(deps, run, cached, choice)
+                if tool is not None:
+                    return tool
+
+        run.alternatives = choice.close_alternatives()
+        self._say_backend(run)
+        try:
+            with storage_errors(f"building {run.name!r}", settings.cache_dir):
+                tool = self._fork_build_deploy(run, choice, cargo, backend, recipe)
+        except FlakebotError as exc:
+            self._unchanged(run)
+            attempt = run.workspace.path if run.workspace is not None else exc.workspace
+            if attempt is not None:
+                exc.keep_workspace(attempt)
+            full = disk_full(deps, run, exc, attempt)
+            if full is not None:
+                raise full from exc
+            raise
+        except KeyboardInterrupt:
+            self._unchanged(run)
+            if run.workspace is not None:
+                self.bus.notice("fork", f"interrupted; the workspace is kept at {run.workspace.path}", "warning")
+            raise
+        if not settings.keep_workspace:
+            # the git history stays (it is the tool's provenance); build outputs go
+            shutil.rmtree(run.forked().path / "target", ignore_errors=True)
+        return tool
+
+    def _fork_build_deploy(
+        self, run: RunState, choice: Choice, cargo: Cargo, backend: Backend, recipe: Path
+    ) -> ToolClient:
+        """Fork (or resume), edit, check the policy, build and test, deploy, and install the tool."""
+        settings, deps, candidate = self.settings, self.deps, run.crate()
+        if run.resume is None:
+            with Stage(self.bus, "fork", candidate.id) as stage:
+                workspace = run.workspace = fork(
+                    candidate,
+                    self.registry,
+                    settings.workspaces_dir,
+                    run.name,
+                    runner=self.runner,
+                    bus=self.bus,
+                    cargo=cargo,
+                    fresh=settings.rebuild or self._fork_afresh(run),
+                    # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
+                    copy=run.follow_up,
+                )
+                # a rebuild forks beside the tool's workspace (.next/) and is swapped in when deployed: the
+                # row names where the workspace will be (the notice above it says where it is meanwhile)
+                stage.detail = str(workspace.replaces or workspace.path)
+        cargo = self._edit(run, self._confined(run, cargo))
+        workspace = run.forked()  # a candidate that started from another crate may have won
+        # the build policy on the tree on disk, before either backend builds it (policy.py)
+        run.policy = TreePolicy(settings.allow_build_scripts, Baseline.from_git(Git(workspace.path, self.runner)))
+        run.policy.enforce(workspace.path)
+        run.main_program = main_binary(workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False)
+        built = backend.build(run, cargo)
+        if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
+            backend = backend_for("cargo", deps, run.choice)
+            recipe = self._recipe_path(run, backend)
+            built = backend.build(run, cargo)
+            if built is None:
+                raise RuntimeError("the cargo backend always builds")
+        contract = {} if built.cached is not None else contract_of(workspace.path, list(built.binaries))
+        run.store = store = backend.deploy(run, built, contract)
+        # deployed: the workspace, its tool card and the record become the tool together (transaction.py)
+        return deployed_tool(
+            deps,
+            run,
+            store,
+            choice,
+            workspace,
+            commit=Git(workspace.path, self.runner).head(),
+            forked_by=run.name,
+            recipe=(recipe, {"store": str(store.path), "hash": store.hash, "backend": backend.name}),
+            reused=built.cached is not None,
+        )
+
+    def _say_backend(self, run: RunState) -> None:
+        """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""
+        choice = run.choice
+        if choice.fallback:
+            self.bus.notice(
+                "deploy",
+                f"backend: cargo ({choice.why}); auto is falling back to the cargo backend. "
+                "Point --nixpkgs at a local nixpkgs, or choose with --backend cargo|nix.",
+                "warning",
+            )
+        else:
+            self.bus.notice("deploy", f"backend: {choice.name} ({choice.why})")
+
+    def _unchanged(self, run: RunState) -> None:
+        """Say that a failed build left the tool it would have replaced as it was."""
+        workspace = run.workspace
+        if workspace is not None and workspace.replaces is not None:
+            self.bus.notice(
+                "deploy",
+                f"{run.name!r} is unchanged: its workspace {workspace.replaces}, record and log are as before "
+                f"(this attempt is kept at {workspace.path})",
+                "warning",
+            )
+
+    def _choose(self, run: RunState, request: str) -> Choice:
+        registry, crate = self.registry, run.request.crate
+        if run.follow_up:
+            return Choice(self._continued(run), "user", "--continue: the tool's own crate")
+        if crate:
+            candidate = registry.get(crate)
+            if run.model is None and not search_stage.tools_of(candidate):
+                what = "it has no binary target" if not candidate.has_bin else "its only binaries are test fixtures"
+                raise NeedsModelError(
+                    f"{candidate.id} is a library: {what} to deploy. "
+                    "Turning a library into a tool needs a language model (the edit loop). "
+                    f"Pick a crate with a binary, or configure a model. {HOW_TO_CONFIGURE}",
+                    candidates=[candidate],
+                )
+            return Choice(candidate, "user", f"--crate {crate}")
+        if run.model is not None:
+            return self._choose_for_model(run, request)
+        candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)
+        if not candidates:
+            raise SearchError(
+                f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
+                "words (what it reads and what it prints), or name a crate with --crate NAME."
+            )
+        return choose_without_model(candidates, request)
+
+    def _recipe_path(self, run: RunState, backend: Backend) -> Path:
+        """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""
+        candidate, model = run.crate(), run.model
+        signature = getattr(self.registry, "signature", None)
+        parts = [
+            candidate.id,
+            candidate.registry,
+            candidate.checksum or "",
+            signature() if signature is not None else "",
+            run.rustc,
+            " ".join(BUILD_FLAGS),
+            str(FORK_FORMAT),
+        ]
+        if model is not None:  # the model wrote the tool: the request and the model decide it too
+            parts += ["edit", run.request.text, model.model, model.base_url]
+        parts += backend.recipe_parts()
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+        return self.settings.recipes_dir / f"{key}.json"
+
+    # -- the edit loop ----------------------------------------------------------
+
+    def _choose_for_model(self, run: RunState, request: str) -> Choice:
+        """With a model a library is a fine start: the model chooses among the best matches (one request)."""
+        registry, model = self.registry, run.model
+        if not request or model is None:
+            raise UsageError("The request is empty: say what the tool should do (the model needs it).")
+        candidates = search_stage.boost_exact_terms(search_stage.search(registry, request, limit=10), request)
+        if not candidates:
+            raise SearchError(
+                f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
+                "words (what it reads and what it prints), or name a crate with --crate NAME."
+            )
+        client = model.client()
+        try:
+            return choose_by_model(client, model, registry, request, candidates, self.bus)
+        finally:
+            client.close()
+
+    def _continued(self, run: RunState) -> CrateCandidate:
+        """The crate of the tool a ``--continue`` run changes (checks the options first)."""
+        name = run.request.name
+        if run.model is None:
+            raise UsageError(
+                f"--continue applies new instructions with the edit loop, which needs a model. {HOW_TO_CONFIGURE}"
+            )
+        if not name:
+            raise UsageError("--continue needs --name: the tool whose workspace and history to continue.")
+        if run.request.crate or self.settings.rebuild:
+            raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
+        if not run.request.text:
+            raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
+        workspace = Workspace.load(self.settings.workspaces_dir / name)
+        if workspace is None:
+            raise UsageError(
+                f"There is no workspace for a tool named {name!r} to continue "
+                f"(looked in {self.settings.workspaces_dir}). Build it first, without --continue."
+            )
+        return workspace.crate
+
+    def _fork_afresh(self, run: RunState) -> bool:
+        """A new request on a model-edited workspace starts over (the old one is moved aside)."""
+        return not run.follow_up and EditState.exists(self.settings.workspaces_dir / run.name)
+
+    def _confined(self, run: RunState, cargo: Cargo) -> Cargo:
+        """The cargo that builds and tests the fork: in the sandbox (crate code is untrusted, edited or not).
+
+        Without bubblewrap a published crate still builds, with a warning;
+        a model's edits are refused unless ``allow_unsandboxed`` says otherwise.
+        """
+        settings, workspace = self.settings, run.forked()
+        sandbox = Sandbox(workspace.path)
+        if not sandbox.isolated:
+            if run.model is not None and not settings.allow_unsandboxed:
+                raise ConfigError(
+                    f"Refusing to let a model edit and build {workspace.crate.name} without a sandbox: "
+                    f"{sandbox.why_not}. Model-written code would run with your files, secrets and network. "
+                    "Install bubblewrap (`apt-get install bubblewrap`, or `make install`), or, accepting that "
+                    "risk, opt in with the `allow_unsandboxed` setting.",
+                    workspace=workspace.path,
+                )
+            self.bus.notice("build", sandbox.notice, "warning")
+            return cargo
+        self.bus.notice("build", f"cargo runs in a sandbox: {sandbox.describe()}")
+        if sandbox.notice:
+            self.bus.notice("build", sandbox.notice, "warning")
+        return cargo.confined_to(sandbox)
+
+    def _edit(self, run: RunState, cargo: Cargo) -> Cargo:
+        """Run the edit session when a model is configured (:func:`~flakebot_magic.pipeline.edit_stage.edit_session`)."""
+        if run.model is None:
+            return cargo
+        from .edit_stage import edit_session  # the edit loop loads only when a model is configured
+
+        return edit_session(self.deps, run, cargo)
+
+    def _accept(self, run: RunState, tool: ToolClient, examples: list[Example], search_text: str) -> ToolClient:
+        """Run the cell's ``>>>`` examples against the deployed tool; report each failure.
+
+        With a model configured, failing examples go back to the edit loop as
+        new instructions (a follow-up session on the same workspace), then the
+        tool is rebuilt and the examples run again, up to
+        ``ACCEPTANCE_ROUNDS`` times or until the loop's budget ends.
+        """
+        rounds = 0
+        while True:
+            with Stage(self.bus, "accept", f"{len(examples)} examples") as stage:
+                report = run_examples(examples, {tool.name: tool})
+                stage.detail = report.summary()
+                for failure in report.failures:
+                    self.bus.notice("accept", failure.describe(), "warning")
+            tool.acceptance = report
+            if report.ok or run.model is None or rounds >= ACCEPTANCE_ROUNDS:
+                return tool
+            rounds += 1
+            self.bus.notice(
+                "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
+            )
+            request = BuildRequest(report.as_request(run.request.text), name=tool.name, follow_up=True)
+            run = RunState(request, run.model, run.choice, examples=run.examples)
+            tool.close()
+            tool = self._run(run, search_text)
+
+
+def _next(choice: Choice, candidate: CrateCandidate) -> Choice:
+    """The choice after ``choice.candidate`` failed to fork or build: ``candidate``, and why."""
+    return Choice(candidate, choice.by, f"{choice.candidate.name} could not be built as published; next best", [])
+
+
+def _check_request(build: BuildRequest, search_text: str) -> None:
+    """The usage errors a request can have before anything runs."""
+    if not search_text and not build.crate:
+        raise UsageError(
+            "The request is empty. Say what the tool should do, for example:\n"
+            "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
+            "or name a crate with --crate NAME."
+        )
+    if build.name is not None and not build.name.isidentifier():
+        raise UsageError(f"--name {build.name!r} is not a valid Python identifier; try {tool_name(build.name)!r}.")

@@ -1,0 +1,1 @@
+"""What flakebot keeps about tools and runs: the tool inventory, run logs, provenance, steering, sessions."""

@@ -1,0 +1,455 @@
+"""The tools this machine has built: a SQLite registry in the cache dir, shared by kernels and the Jupyter server.
+
+Several kernels, the ``flakebot`` command and the Jupyter server extension
+read and write the same file at once. SQLite in WAL mode lets readers go on
+while one writer writes; every write is one short ``BEGIN IMMEDIATE``
+transaction, so two processes never interleave a read-modify-write. Each call
+opens its own connection: nothing is shared between threads or processes.
+
+Reading never writes: a read opens the file read-only, and finds no file (or
+an empty one) as no tools, without making one. On a full disk, where SQLite
+cannot make the ``-shm`` file a WAL reader needs, a read falls back to the
+database file alone (``immutable=1``), so ``list``, ``show`` and ``clean``
+still work. Every SQLite and OS error leaves here as a
+:class:`~flakebot_magic.errors.StorageError` (:mod:`flakebot_magic.host.storage`);
+a damaged file, or a record that does not parse, as
+:class:`~flakebot_magic.errors.RegistryDamaged`, which ``flakebot doctor``
+(:mod:`flakebot_magic.manage.doctor`) repairs. :meth:`Inventory.check` is the
+health check the doctor runs at every command's start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import RegistryDamaged, StorageError
+from ..host.fsutil import fsync_dir
+from ..host.storage import is_full, sqlite_code, storage_errors
+
+__all__ = ["DB_NAME", "STATUSES", "Health", "Inventory", "ToolRecord"]
+
+#: the registry's file name inside ``<cache>/tools``
+DB_NAME = "tools.sqlite3"
+
+#: what a tool can be doing: ``ready`` (a command-line tool, run per call),
+#: ``running`` / ``stopped`` / ``failed`` (a tool with its own process: http, mcp)
+STATUSES = ("ready", "running", "stopped", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tools (
+    name    TEXT PRIMARY KEY,
+    kind    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    updated REAL NOT NULL,
+    record  TEXT NOT NULL          -- the whole ToolRecord as JSON
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key     TEXT PRIMARY KEY,
+    value   TEXT NOT NULL          -- JSON
+)
+"""
+#: what to do about a damaged registry
+DOCTOR_HINT = (
+    "Run `flakebot doctor` (or `%flakebot doctor`): it keeps the damaged file aside and rebuilds the registry "
+    "from the store, the recipes and the workspaces."
+)
+#: SQLite's I/O error: on a full disk, the -shm file a WAL reader needs could not be made
+_SQLITE_IOERR = 10
+
+#: seconds a writer waits for another process's transaction before giving up
+BUSY_TIMEOUT = 30.0
+
+
+@dataclass
+class ToolRecord:
+    """What is known about a deployed tool: enough to call it again, to prove its origin, and its state."""
+
+    name: str
+    crate: str
+    version: str
+    binary: str
+    store_path: str
+    source_hash: str
+    checksum: str
+    checksum_kind: str
+    registry: str
+    #: the tool's own workspace, and the commit in it its store entry was built from
+    workspace: str
+    commit: str
+    backend: str = "cargo"
+    kind: str = "cli"
+    description: str = ""
+    created: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: one of :data:`STATUSES`
+    status: str = "ready"
+    #: when the tool's process started (http, mcp tools), else when it was built
+    started: float = 0.0
+    #: the tool's own process, for tools that keep one running
+    pid: int | None = None
+    #: where an http tool listens (a loopback URL)
+    url: str = ""
+    #: the build's log (cargo, nix output), kept after the run
+    log_path: str = ""
+    #: the words the tool was built from
+    request: str = ""
+    #: the model that wrote the tool ("" for a crate deployed as published), and its check runs
+    model: str = ""
+    iterations: int = 0
+    #: who asked for the build when it was not a person at a front door: an MCP client's name, or "notebook"
+    #: (``flakebot_magic.call``); "" for the magic, the command and ``build()``
+    requested_by: str = ""
+    updated: float = 0.0
+    #: the tool that forked the source (itself, or the tool whose cached build this one reuses)
+    forked_by: str = ""
+    #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
+    token: str = field(default="", repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def public_json(self) -> dict[str, Any]:
+        """The record without its secret; :func:`flakebot_magic.manage.tools.tool_json` (the tool's JSON) builds on it."""
+        data = self.to_json()
+        del data["token"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolRecord:
+        """A record from JSON; keys this version does not know land in ``extra``."""
+        known = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        unknown = {k: v for k, v in data.items() if k not in known}
+        if unknown:
+            record.extra = {**unknown, **record.extra}
+        return record
+
+
+@dataclass(frozen=True)
+class Health:
+    """What :meth:`Inventory.check` found: ``reason`` is "" when the registry can be trusted.
+
+    ``reason`` is ``missing`` or ``empty`` (no tools while the store holds
+    entries it was never reconciled with), ``unreadable`` (SQLite cannot read
+    it), ``quick_check`` (``PRAGMA quick_check`` found damage) or ``record``
+    (a record that does not parse); ``problem`` says it in words.
+    """
+
+    reason: str = ""
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+
+class Inventory:
+    """The tool registry: ``<cache>/tools/tools.sqlite3``.
+
+    Parameters
+    ----------
+    tools_dir
+        ``Settings.tools_dir``. Records written by older versions (one JSON
+        file per tool in this directory) are moved into the database on first use.
+
+    Examples
+    --------
+    >>> inventory = Inventory(settings.tools_dir)            # doctest: +SKIP
+    >>> inventory.update("md", status="stopped")             # doctest: +SKIP
+    """
+
+    def __init__(self, tools_dir: Path) -> None:
+        self.dir = tools_dir
+        self.path = tools_dir / DB_NAME
+
+    # -- connections ----------------------------------------------------------
+
+    def _damaged(self, exc: sqlite3.Error, code: str) -> StorageError:
+        return RegistryDamaged(
+            f"The tool registry {self.path} is damaged ({exc}). {DOCTOR_HINT}",
+            reason="unreadable",
+            path=self.path,
+            code=code,
+        )
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        with storage_errors(what, self.path, damaged=self._damaged):
+            yield
+
+    def _connect(self) -> sqlite3.Connection:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists()
+        if fresh:
+            # it holds http tools' tokens: this user's only (SQLite gives -wal and -shm the same mode)
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            if fresh or db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.executescript(_SCHEMA)
+            if fresh:
+                self._import_json(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open_read_only(self, *, immutable: bool = False) -> sqlite3.Connection:
+        """A connection that never writes; ``immutable``: the database file alone (no -wal, no -shm, no locks)."""
+        uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
+        db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        return db
+
+    def _select(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read; no file (or an empty one) has none. Never writes, full disk or not."""
+        if not self.path.exists() and self._legacy():
+            with closing(self._connect()) as db:  # the old JSON records move in: the one read that writes
+                return db.execute(sql, params).fetchall()
+        try:
+            if self.path.stat().st_size == 0:
+                return []
+        except FileNotFoundError:
+            return []
+        try:
+            with closing(self._open_read_only()) as db:
+                return db.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            # a WAL reader needs the -shm file; on a full disk SQLite cannot make it
+            if sqlite_code(exc)[0] != _SQLITE_IOERR or not is_full(self.dir):
+                raise
+        with closing(self._open_read_only(immutable=True)) as db:
+            return db.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; BEGIN IMMEDIATE takes the write lock before the first read."""
+        with self._errors("saving to the tool registry"), closing(self._connect()) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _legacy(self) -> bool:
+        return self.dir.is_dir() and any(self.dir.glob("*.json"))
+
+    def _import_json(self, db: sqlite3.Connection) -> None:
+        # the registry used to be one JSON file per tool; move those records in
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                record = ToolRecord.from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            db.execute(
+                "INSERT OR IGNORE INTO tools (name, kind, status, updated, record) VALUES (?, ?, ?, ?, ?)",
+                (record.name, record.kind, record.status, time.time(), json.dumps(record.to_json())),
+            )
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _put(db: sqlite3.Connection, record: ToolRecord) -> None:
+        record.updated = time.time()
+        db.execute(
+            "INSERT OR REPLACE INTO tools (name, kind, status, updated, record) VALUES (?, ?, ?, ?, ?)",
+            (record.name, record.kind, record.status, record.updated, json.dumps(record.to_json(), sort_keys=True)),
+        )
+
+    @staticmethod
+    def _decode(text: Any) -> ToolRecord:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError(f"a {type(data).__name__}, not an object")
+        return ToolRecord.from_json(data)
+
+    def _parse(self, name: str, text: Any) -> ToolRecord:
+        try:
+            return self._decode(text)
+        except (ValueError, TypeError) as exc:
+            raise RegistryDamaged(
+                f"The record of {name!r} in the tool registry {self.path} does not parse ({exc}). {DOCTOR_HINT}",
+                reason="record",
+                path=self.path,
+            ) from exc
+
+    def _read(self, db: sqlite3.Connection, name: str) -> ToolRecord | None:
+        row = db.execute("SELECT record FROM tools WHERE name = ?", (name,)).fetchone()
+        return self._parse(name, row[0]) if row else None
+
+    # -- the API --------------------------------------------------------------
+
+    def save(self, record: ToolRecord) -> None:
+        """Insert or replace the record named ``record.name``."""
+        if record.status not in STATUSES:
+            raise ValueError(f"status {record.status!r} is not one of {STATUSES}")
+        with self._write() as db:
+            self._put(db, record)
+
+    def get(self, name: str) -> ToolRecord | None:
+        with self._errors("reading the tool registry"):
+            rows = self._select("SELECT record FROM tools WHERE name = ?", (name,))
+        return self._parse(name, rows[0][0]) if rows else None
+
+    def all(self) -> list[ToolRecord]:
+        """Every record, by name."""
+        with self._errors("reading the tool registry"):
+            rows = self._select("SELECT name, record FROM tools ORDER BY name")
+        return [self._parse(name, text) for name, text in rows]
+
+    def remove(self, name: str) -> None:
+        if not self.path.exists() and not self._legacy():
+            return
+        with self._write() as db:
+            db.execute("DELETE FROM tools WHERE name = ?", (name,))
+
+    def modify(self, name: str, change: Callable[[ToolRecord], None]) -> ToolRecord | None:
+        """Read, change and write one record in one transaction; None when there is no such tool.
+
+        No other process can write between the read and the write, so
+        concurrent changes never overwrite each other.
+        """
+        with self._write() as db:
+            record = self._read(db, name)
+            if record is None:
+                return None
+            change(record)
+            if record.status not in STATUSES:
+                raise ValueError(f"status {record.status!r} is not one of {STATUSES}")
+            self._put(db, record)
+            return record
+
+    def update(self, name: str, **changes: Any) -> ToolRecord | None:
+        """Set fields of one record atomically: ``update("md", status="stopped", pid=None)``."""
+        known = {f.name for f in fields(ToolRecord)}
+        unknown = set(changes) - known
+        if unknown:
+            raise TypeError(f"ToolRecord has no field(s) {sorted(unknown)}")
+
+        def change(record: ToolRecord) -> None:
+            for key, value in changes.items():
+                setattr(record, key, value)
+
+        return self.modify(name, change)
+
+    # -- health and repair (the doctor's) ---------------------------------------------
+
+    def check(self, store_entries: Collection[str]) -> Health:
+        """Whether the registry can be trusted, given the names of the store's complete entries.
+
+        Read-only (on a full disk too). Unhealthy: SQLite cannot read it,
+        ``PRAGMA quick_check`` finds damage, a record does not parse, or it
+        has no tools (or no file) while the store holds entries that
+        :meth:`rebuild` never saw.
+        """
+        try:
+            with self._errors("checking the tool registry"):
+                if not self.path.exists() and not self._legacy():
+                    return self._empty("missing", store_entries, f"{self.path} does not exist")
+                if self.path.exists() and self.path.stat().st_size == 0:
+                    return self._empty("empty", store_entries, f"{self.path} is empty (0 bytes)")
+                found = [tuple(row) for row in self._select("PRAGMA quick_check")]
+                if found != [("ok",)]:
+                    damage = "; ".join(str(row[0]) for row in found[:3])
+                    return Health("quick_check", f"PRAGMA quick_check found damage in {self.path}: {damage}")
+                rows = self._select("SELECT name, record FROM tools ORDER BY name") if self._has("tools") else []
+                for name, text in rows:
+                    try:
+                        self._decode(text)
+                    except (ValueError, TypeError) as exc:
+                        return Health("record", f"the record of {name!r} in {self.path} does not parse ({exc})")
+                if rows:
+                    return Health()
+                seen = self._meta("reconciled") if self._has("meta") else None
+                unseen = set(store_entries) - set(seen if isinstance(seen, list) else [])
+                return self._empty("empty", unseen, f"{self.path} holds no tools")
+        except StorageError as exc:
+            if not isinstance(exc, RegistryDamaged) and is_full(self.dir):
+                return Health()  # no closer look on a full disk: reads fall back to the file alone
+            return Health("unreadable", f"SQLite cannot read {self.path} ({exc.__cause__ or exc})")
+
+    @staticmethod
+    def _empty(reason: str, store_entries: Collection[str], what: str) -> Health:
+        if not store_entries:
+            return Health()
+        count = len(store_entries)
+        return Health(reason, f"{what} while the store holds {count} entr{'y' if count == 1 else 'ies'}")
+
+    def _has(self, table: str) -> bool:
+        return bool(self._select("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)))
+
+    def _meta(self, key: str) -> Any:
+        rows = self._select("SELECT value FROM meta WHERE key = ?", (key,))
+        try:
+            return json.loads(rows[0][0]) if rows else None
+        except ValueError:
+            return None
+
+    def readable_records(self) -> dict[str, dict[str, Any]]:
+        """What can still be read of the records, each as JSON (damaged rows, or all of them, left out)."""
+        try:
+            with self._errors("reading the tool registry"):
+                rows = self._select("SELECT name, record FROM tools")
+        except StorageError:
+            return {}
+        found: dict[str, dict[str, Any]] = {}
+        for name, text in rows:
+            try:
+                data = json.loads(text)
+            except (ValueError, TypeError):
+                continue
+            if isinstance(data, dict) and data.get("name") == name:
+                found[name] = data
+        return found
+
+    def replace_all(self, records: Collection[ToolRecord], store_entries: Collection[str]) -> Path | None:
+        """Make ``records`` the registry's whole content; the file they replace is kept aside, its path returned.
+
+        The new registry is written beside under another name, then the old
+        one (with its ``-wal`` and ``-shm``) is moved to
+        ``tools.sqlite3.damaged-<time>`` and the new one renamed into place:
+        a reader sees the old registry or the new one, never none half-made.
+        ``store_entries`` (the store's complete entries) are remembered, so
+        that a registry left empty on purpose is not taken for a lost one.
+        """
+        fresh = Inventory(self.dir / f".rebuilding-{os.getpid()}-{time.time_ns()}")
+        try:
+            with fresh._write() as db:
+                for record in records:
+                    self._put(db, record)
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('reconciled', ?)",
+                    (json.dumps(sorted(store_entries)),),
+                )
+            with fresh._errors("writing the rebuilt tool registry"), closing(fresh._connect()) as db:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("PRAGMA journal_mode = DELETE")  # one file to move; WAL again at its next write
+            aside = None
+            with self._errors("putting the rebuilt tool registry in place"):
+                if self.path.exists():
+                    stamp = time.strftime("%Y%m%d-%H%M%S")
+                    aside = self.path.with_name(f"{DB_NAME}.damaged-{stamp}-{time.time_ns() % 10**6:06d}")
+                    for suffix in ("-wal", "-shm"):
+                        extra = self.path.with_name(DB_NAME + suffix)
+                        if extra.exists():
+                            os.replace(extra, aside.with_name(aside.name + suffix))
+                    os.replace(self.path, aside)
+                os.replace(fresh.path, self.path)
+                fsync_dir(self.dir)
+            return aside
+        finally:
+            shutil.rmtree(fresh.dir, ignore_errors=True)

@@ -1,0 +1,89 @@
+"""Lock files a killed git left in a workspace are removed; one a live process holds, or a running git's, is not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.errors import ForkError
+from flakebot_magic.host.git import Git, remove_stale_locks, stale_locks
+from flakebot_magic.host.process import ProcessRunner
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    git = Git(path, ProcessRunner())
+    git.init("flakebot")
+    (path / "a.txt").write_text("a\n")
+    git.commit("first", all_files=True)
+    return path
+
+
+def _locks(repo: Path) -> list[Path]:
+    """What a git killed mid-commit, mid-update-ref and mid-config leaves behind."""
+    made = [repo / ".git" / "index.lock", repo / ".git" / "HEAD.lock", repo / ".git" / "refs" / "heads" / "x.lock"]
+    for path in made:
+        path.write_text("")
+    return made
+
+
+def test_a_killed_gits_locks_block_git_until_they_are_removed(repo: Path) -> None:
+    planted = _locks(repo)
+    git = Git(repo, ProcessRunner())
+    (repo / "b.txt").write_text("b\n")
+    with pytest.raises(ForkError, match=r"index\.lock"):
+        git.commit("second", all_files=True)
+    assert sorted(remove_stale_locks(repo)) == sorted(planted)
+    assert git.commit("second", all_files=True)
+    assert stale_locks(repo) == []
+
+
+@pytest.fixture
+def holder(repo: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process that keeps ``.git/index.lock`` open, as a git in the middle of writing the index does."""
+    lock = repo / ".git" / "index.lock"
+    code = f"import sys, time\nf = open({str(lock)!r}, 'w')\nprint('open', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "open\n"
+    yield proc
+    proc.kill()
+    proc.communicate()
+
+
+def test_a_lock_a_live_process_holds_open_stays(repo: Path, holder: subprocess.Popen[str]) -> None:
+    assert stale_locks(repo) == [] and remove_stale_locks(repo) == []
+    assert (repo / ".git" / "index.lock").exists()
+    holder.kill()
+    holder.wait()
+    assert remove_stale_locks(repo) == [repo / ".git" / "index.lock"]
+
+
+def test_no_lock_is_taken_for_stale_while_a_git_runs_in_the_repository(repo: Path) -> None:
+    (repo / ".git" / "index.lock").write_text("")
+    # a git that stays (reading object names from a pipe nobody writes) with its working dir in the repo
+    running = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert running.stdin is not None and running.stdout is not None
+        running.stdin.write(b"HEAD\n")
+        running.stdin.flush()
+        assert b" commit " in running.stdout.readline()  # it answers: it is up
+        assert running.poll() is None
+        assert stale_locks(repo) == [] and remove_stale_locks(repo) == []
+    finally:
+        running.kill()
+        running.communicate()
+    assert stale_locks(repo) == [repo / ".git" / "index.lock"]
+
+
+def test_a_symlinked_git_dir_is_left_alone(tmp_path: Path, repo: Path) -> None:
+    link = tmp_path / "linked"
+    link.mkdir()
+    (link / ".git").symlink_to(repo / ".git")
+    (repo / ".git" / "index.lock").write_text("")
+    assert stale_locks(link) == [] and remove_stale_locks(link) == []

@@ -1,0 +1,161 @@
+"""OS and SQLite errors become FlakebotErrors that say what to do; a full disk, for real, on a small tmpfs.
+
+The full-disk test mounts a tmpfs (so it needs root; elsewhere it is
+skipped, saying so), builds a tool there, fills the disk to several levels
+of free space and at each one tries a build and the commands a user reaches
+for: the build fails with :class:`~flakebot_magic.errors.DiskFull` (how much
+it needs, what ``clean`` frees) and frees its build outputs; ``list``,
+``show``, ``logs`` and ``clean`` work, and the tool built before is intact.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from tinycrates import write_registry
+
+from flakebot_magic.cli import main
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import DiskFull, FlakebotError, StorageError, UsageError
+from flakebot_magic.host.storage import FULL_MARGIN, amount, free_bytes, storage_errors, translate
+from flakebot_magic.pipeline.background import start_build
+from flakebot_magic.records.inventory import Inventory
+from flakebot_magic.request import BuildRequest
+
+# -- translation, one error at a time --------------------------------------------------------
+
+
+def test_no_space_is_disk_full_with_the_free_bytes(tmp_path: Path) -> None:
+    exc = translate(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x")), "writing x", tmp_path)
+    assert isinstance(exc, DiskFull) and exc.errno == errno.ENOSPC
+    assert exc.free == free_bytes(tmp_path) > 0
+    assert f"writing x failed: the disk holding {tmp_path} is full" in str(exc)
+    assert "`flakebot clean`" in str(exc)
+
+
+def test_a_permission_error_says_whose_cache_it_is(tmp_path: Path) -> None:
+    exc = translate(PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "x")), "reading", tmp_path)
+    assert type(exc) is StorageError and exc.path == tmp_path / "x"
+    assert "Permission denied" in str(exc) and "FLAKEBOT_CACHE_DIR" in str(exc)
+
+
+def test_a_damaged_database_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    path.write_bytes(os.urandom(4096))
+    with pytest.raises(StorageError) as caught, storage_errors("reading the demo", path):
+        with closing(sqlite3.connect(path)) as db:
+            db.execute("SELECT 1 FROM sqlite_master").fetchall()
+    assert caught.value.code == "SQLITE_NOTADB"
+    assert f"reading the demo failed: {path} is damaged" in str(caught.value)
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_flakebot_errors_pass_through_unchanged(tmp_path: Path) -> None:
+    error = UsageError("mine")
+    with pytest.raises(UsageError) as caught, storage_errors("anything", tmp_path):
+        raise error
+    assert caught.value is error
+
+
+# -- a full disk, for real -------------------------------------------------------------------
+
+TMPFS_BYTES = 32 * 1024 * 1024
+#: free bytes the disk is left with, in turn: nothing, a little, less than a build needs
+LEVELS = (0, 64 * 1024, 1024 * 1024, 2 * 1024 * 1024)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root (run the suite as root, as `make test` does)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("this machine refused to mount a tmpfs (a container without CAP_SYS_ADMIN?)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(mount: Path, leave: int) -> Path:
+    """Fill ``mount`` to ENOSPC, then give ``leave`` bytes back; the filler file."""
+    filler = mount / "filler"
+    with filler.open("wb", buffering=0) as handle:
+        block = b"\0" * (1 << 20)
+        while True:
+            try:
+                handle.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        for small in (1 << 16, 1 << 12):
+            try:
+                while True:
+                    handle.write(block[:small])
+            except OSError:
+                pass
+    if leave:
+        with filler.open("r+b") as handle:
+            handle.truncate(max(0, filler.stat().st_size - leave))
+    return filler
+
+
+def _command(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    capsys.readouterr()
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.out + captured.err
+    return captured.out
+
+
+@pytest.mark.cargo
+def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_work(
+    small_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry = write_registry(tmp_path / "registry", ["tinyecho"])
+    settings = Settings(cache_dir=small_disk / "cache", registry=str(registry), backend="cargo")
+    start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
+    te = Inventory(settings.tools_dir).get("te")
+    assert te is not None
+    cache = str(settings.cache_dir)
+    settings.rebuild = True  # the same crate, built again under another name: cargo writes target/ again
+
+    for leave in LEVELS:
+        filler = _fill(small_disk, leave)
+        assert free_bytes(small_disk) < FULL_MARGIN
+        with pytest.raises(FlakebotError) as caught:
+            start_build(settings, BuildRequest("", name="tb", crate="tinyecho")).wait()
+        error = caught.value
+        assert isinstance(error, DiskFull), f"{leave} bytes free: {type(error).__name__}: {error}"
+        message = str(error)
+        assert f"The disk holding {settings.cache_dir} is full" in message, message
+        # what it needs is what the build of te took here (recorded in te's store entry)
+        built = json.loads((Path(te.store_path) / "manifest.json").read_text())["build_bytes"]
+        assert built > 1_000_000 and f"It needs about {amount(built)} free" in message, message
+        assert "`flakebot clean` can free" in message
+        if error.workspace is not None:  # its build outputs were freed; its sources are kept
+            assert not (error.workspace / "target").exists()
+
+        # what a user reaches for on a full disk works, and reads only
+        assert "te " in _command(capsys, "list", "--cache-dir", cache)
+        assert te.commit in _command(capsys, "show", "te", "--cache-dir", cache)
+        assert "== build log" in _command(capsys, "logs", "te", "--cache-dir", cache)
+        _command(capsys, "clean", "--cache-dir", cache)
+        assert Inventory(settings.tools_dir).get("te") == te
+        assert subprocess.run([te.binary, "still", "here"], capture_output=True, text=True).stdout == "still here\n"
+        filler.unlink()
+
+    # with room again, the build goes through
+    tool = start_build(settings, BuildRequest("", name="tb", crate="tinyecho")).wait()
+    assert tool.name == "tb" and Inventory(settings.tools_dir).get("te") == te

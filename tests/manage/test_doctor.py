@@ -1,0 +1,209 @@
+"""A damaged tool registry, in every way it can be damaged: no traceback, nothing lost, repaired from the disk.
+
+One cache holds two tools built for real (``te``, and ``te2``: the same
+store entry under a second name, with a workspace of its own). Each case
+copies it, damages the registry (``tools.sqlite3``) or the search index,
+and runs the next command as a user would (``flakebot list``, or ``flakebot
+clean`` first, which must not delete anything it cannot prove unused). The
+records come back equal to the ones before (what identifies a build), the
+damaged file is kept aside under the name the message gives, and no store
+entry or workspace is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from damage import WAYS, damage
+from tinycrates import write_registry
+
+from flakebot_magic.cli import main
+from flakebot_magic.config import Settings
+from flakebot_magic.manage.doctor import doctor, store_entries
+from flakebot_magic.manage.transaction import CARD_FILE
+from flakebot_magic.pipeline.background import start_build
+from flakebot_magic.records.inventory import DB_NAME, Inventory, ToolRecord
+from flakebot_magic.request import BuildRequest
+
+pytestmark = pytest.mark.cargo
+
+#: what says "the same build" of a record
+IDENTITY = ("name", "crate", "version", "binary", "store_path", "source_hash", "workspace", "commit", "forked_by")
+#: every way the registry file gets damaged
+DAMAGE = (*WAYS, "bad-record")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("doctor")
+    registry = write_registry(root / "registry", ["tinyecho"])
+    settings = Settings(cache_dir=root / "cache", registry=str(registry), backend="cargo")
+    start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
+    start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()  # from the cache: a second name
+    records = {r.name: r for r in Inventory(settings.tools_dir).all()}
+    shutil.copytree(settings.cache_dir, root / "template", symlinks=True)
+    yield {"root": root, "settings": settings, "records": records}
+
+
+def _fresh(template: dict[str, Any]) -> Settings:
+    settings: Settings = template["settings"]
+    shutil.rmtree(settings.cache_dir, ignore_errors=True)
+    shutil.copytree(template["root"] / "template", settings.cache_dir, symlinks=True)
+    return settings
+
+
+def _identity(record: ToolRecord) -> dict[str, Any]:
+    return {key: getattr(record, key) for key in IDENTITY}
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "bad-record":
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE tools SET record = '{\"name\": \"te\", broken' WHERE name = 'te'")
+    else:
+        damage(path, how, table="tools")
+
+
+def _disk(settings: Settings) -> dict[str, list[str]]:
+    """What is on disk besides the registry: it must all still be there after any repair."""
+    return {
+        "store": sorted(p.name for p in settings.store_dir.iterdir()),
+        "workspaces": sorted(p.name for p in settings.workspaces_dir.iterdir() if not p.name.startswith(".")),
+        "recipes": sorted(p.name for p in settings.recipes_dir.iterdir()),
+    }
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    return captured.out, captured.err
+
+
+@pytest.mark.parametrize("first", ["list", "clean"])
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str], how: str, first: str
+) -> None:
+    settings = _fresh(template)
+    before = _disk(settings)
+    _damage(settings.tools_dir / DB_NAME, how)
+    cache = str(settings.cache_dir)
+
+    if first == "clean":  # clean first: it must stop, say why, and delete nothing a tool uses
+        out, _ = _run(capsys, "clean", "--cache-dir", cache)
+        assert "flakebot clean stopped: the tool registry cannot be trusted" in out
+        assert "Store entries, workspaces and recipes were left alone" in out
+        assert _disk(settings) == before
+        message = out
+    else:
+        out, message = _run(capsys, "list", "--json", "--cache-dir", cache)
+        assert sorted(tool["name"] for tool in json.loads(out)) == ["te", "te2"]
+    assert "it was rebuilt from the store and the workspaces: 2 tools (te, te2)" in message
+    aside = sorted(settings.tools_dir.glob(f"{DB_NAME}.damaged-*"))
+    if how == "missing":
+        assert aside == [] and "kept at" not in message
+    else:  # the damaged file is kept, and the message names it
+        [kept] = [p for p in aside if not p.name.endswith(("-wal", "-shm"))]
+        assert f"the damaged file is kept at {kept}" in message
+
+    records = {r.name: r for r in Inventory(settings.tools_dir).all()}
+    assert {n: _identity(r) for n, r in records.items()} == {n: _identity(r) for n, r in template["records"].items()}
+    assert records["te2"].forked_by == "te" and records["te2"].workspace != records["te"].workspace
+    assert Inventory(settings.tools_dir).check(store_entries(settings)).ok
+    assert _disk(settings) == before
+    # the tools answer, and a clean now removes nothing either (both tools use what there is)
+    out, _ = _run(capsys, "show", "te2", "--cache-dir", cache)
+    assert "te2" in out
+    out, _ = _run(capsys, "clean", "--cache-dir", cache)
+    assert "stopped" not in out and _disk(settings) == before
+
+
+def test_deleting_the_registry_is_no_way_to_lose_the_tools(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The obvious way out of a damaged registry, deleting it (and the whole tools dir), deletes no tool."""
+    settings = _fresh(template)
+    before = _disk(settings)
+    shutil.rmtree(settings.tools_dir)
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert "stopped" in out and _disk(settings) == before
+    assert sorted(r.name for r in Inventory(settings.tools_dir).all()) == ["te", "te2"]
+
+
+def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without tool cards (workspaces gone) the doctor finds nothing: the empty registry stands, clean proceeds."""
+    settings = _fresh(template)
+    for name in ("te", "te2"):
+        shutil.rmtree(settings.workspaces_dir / name)
+    Inventory(settings.tools_dir).remove("te")
+    Inventory(settings.tools_dir).remove("te2")
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert "stopped" in out  # once: the store still held entries the registry never saw
+    assert "0 tools (none)" in out
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert "stopped" not in out  # reconciled: the leftovers are proven unused now, and go
+    assert _disk(settings)["store"] == [] and _disk(settings)["recipes"] == []
+
+
+def test_a_card_that_does_not_match_its_store_entry_is_not_believed(template: dict[str, Any]) -> None:
+    """Tool cards are checked: one pointing at another store entry (or none) gives no record."""
+    settings = _fresh(template)
+    card = settings.workspaces_dir / "te2" / ".git" / CARD_FILE
+    data = json.loads(card.read_text())
+    data["record"]["source_hash"] = "0" * 32
+    card.write_text(json.dumps(data))
+    (settings.tools_dir / DB_NAME).unlink()
+    report = doctor(settings)
+    # te2's workspace still holds a commit its store entry's manifest names: it is rebuilt from that
+    assert report.rebuilt == ["te", "te2"]
+    te2 = Inventory(settings.tools_dir).get("te2")
+    assert te2 is not None and te2.source_hash == template["records"]["te2"].source_hash
+    (settings.workspaces_dir / "te2" / ".git" / "flakebot.json").unlink()  # not a whole fork any more
+    card.write_text(json.dumps(data))
+    (settings.tools_dir / DB_NAME).unlink()
+    report = doctor(settings)
+    assert report.rebuilt == ["te"] and any("te2" in why and "source_hash" not in why for why in report.skipped)
+
+
+def test_doctor_says_what_disagrees_and_deletes_nothing(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    te = template["records"]["te"]
+    Path(te.binary).chmod(0o755)
+    Path(te.binary).unlink()
+    (Path(te.workspace) / ".git" / "index.lock").write_text("")  # left by a killed git
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
+    assert "The tool registry is sound" in out
+    assert f"problem: te: its binary {te.binary} is gone; `flakebot rebuild te` builds it again" in out
+    assert f"removed {Path(te.workspace) / '.git' / 'index.lock'} (a killed git's lock)" in out
+    assert sorted(r.name for r in Inventory(settings.tools_dir).all()) == ["te", "te2"]
+
+
+@pytest.mark.parametrize("how", [*WAYS, "bad-row"])
+def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    settings = _fresh(template)
+    [index] = settings.index_dir.glob("*.sqlite")
+    if how == "bad-row":
+        with sqlite3.connect(index) as db:
+            db.execute("UPDATE crates SET bins = '[1, 2' WHERE name = 'tinyecho'")
+    else:
+        damage(index, how, table="crates")
+    out, _ = _run(capsys, "search", "echo", "--cache-dir", str(settings.cache_dir), "--registry", settings.registry)
+    assert out.split()[1] == "tinyecho"
+    tool = start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()  # a recipe hit
+    assert str(tool.store_path) == template["records"]["te"].store_path
+    with sqlite3.connect(index) as db:  # made again, whole
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)

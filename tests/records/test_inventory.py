@@ -1,0 +1,202 @@
+"""The SQLite tool registry: its API, old JSON records, and several processes writing at once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from damage import damage
+
+from flakebot_magic.errors import RegistryDamaged
+from flakebot_magic.records.inventory import DB_NAME, Inventory, ToolRecord
+
+
+def record(name: str, **changes: object) -> ToolRecord:
+    base = ToolRecord(
+        name=name,
+        crate="tinyecho",
+        version="0.2.0",
+        binary="/store/x/bin/tinyecho",
+        store_path="/store/x",
+        source_hash="abc123",
+        checksum="c0ffee",
+        checksum_kind="sha256",
+        registry="dir:/r",
+        workspace="/ws/" + name,
+        commit="deadbeef",
+        created=1.0,
+    )
+    for key, value in changes.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_save_get_all_remove(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    assert inventory.all() == [] and inventory.get("md") is None
+    inventory.save(record("md"))
+    inventory.save(record("hx", kind="http", status="running", pid=1234, url="http://127.0.0.1:9/"))
+    assert [r.name for r in inventory.all()] == ["hx", "md"]
+    got = inventory.get("hx")
+    assert got is not None and got.pid == 1234 and got.status == "running" and got.updated > 0
+    inventory.save(record("md", version="0.3.0"))
+    assert inventory.get("md").version == "0.3.0"  # type: ignore[union-attr]
+    inventory.remove("md")
+    assert [r.name for r in inventory.all()] == ["hx"]
+
+
+def test_update_is_atomic_and_checked(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    inventory.save(record("hx", kind="http", status="running", pid=42))
+    assert inventory.update("hx", status="stopped", pid=None).status == "stopped"  # type: ignore[union-attr]
+    assert inventory.get("hx").pid is None  # type: ignore[union-attr]
+    assert inventory.update("nope", status="stopped") is None
+    with pytest.raises(ValueError, match="status"):
+        inventory.update("hx", status="exploded")
+    with pytest.raises(TypeError, match="colour"):
+        inventory.update("hx", colour="red")
+    assert inventory.get("hx").status == "stopped"  # type: ignore[union-attr]  # the bad update rolled back
+
+
+def test_uses_wal_and_is_private(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    inventory.save(record("md", token="secret"))
+    path = tmp_path / "tools" / DB_NAME
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert path.stat().st_mode & 0o077 == 0  # it holds http tools' tokens
+    got = inventory.get("md")
+    assert got is not None and got.token == "secret" and "token" not in got.public_json()
+    assert "secret" not in repr(got)
+
+
+def test_old_json_records_move_into_the_database(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    old = record("md").to_json()
+    for key in ("status", "started", "pid", "url", "log_path", "request", "updated"):
+        del old[key]  # the JSON registry had none of these
+    old["from_the_future"] = 7
+    (tools / "md.json").write_text(json.dumps(old))
+    got = Inventory(tools).get("md")
+    assert got is not None and got.status == "ready" and got.extra["from_the_future"] == 7
+    assert not (tools / "md.json").exists()
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from flakebot_magic.records.inventory import Inventory, ToolRecord
+
+    tools, me, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    inventory = Inventory(tools)
+
+    def bump(record):
+        record.extra["hits"] = record.extra.get("hits", 0) + 1
+        record.extra.setdefault("by", []).append(me)
+
+    for i in range(rounds):
+        inventory.save(ToolRecord(
+            name=f"{me}_{i}", crate="c", version="1", binary="b", store_path="s", source_hash="h",
+            checksum="", checksum_kind="", registry="r", workspace="w", commit="",
+        ))
+        inventory.modify("shared", bump)
+        inventory.all()
+    """
+)
+
+
+def test_several_processes_write_at_once(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    Inventory(tools).save(record("shared"))
+    workers, rounds = 6, 40
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, str(tools), f"w{n}", str(rounds)], stderr=subprocess.PIPE)
+        for n in range(workers)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    inventory = Inventory(tools)
+    records = inventory.all()
+    assert len(records) == workers * rounds + 1
+    shared = inventory.get("shared")
+    assert shared is not None
+    # every read-modify-write landed: no process overwrote another's change
+    assert shared.extra["hits"] == workers * rounds
+    assert sorted(set(shared.extra["by"])) == [f"w{n}" for n in range(workers)]
+    with closing(sqlite3.connect(tools / DB_NAME)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# -- reading never writes; the health check ---------------------------------------------------------
+
+
+def test_reading_a_missing_registry_makes_nothing(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    assert inventory.all() == [] and inventory.get("md") is None
+    assert not (tmp_path / "tools").exists()
+
+
+def test_reading_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    inventory = Inventory(tmp_path / "tools")
+    inventory.save(record("md"))
+    path = tmp_path / "tools" / DB_NAME
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    assert [r.name for r in inventory.all()] == ["md"] and inventory.check(["x"]).ok
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def _damaged(tmp_path: Path, how: str) -> Inventory:
+    inventory = Inventory(tmp_path / "tools")
+    for name in ("a", "b", "c"):
+        inventory.save(record(name, description="x" * 3000))  # a few pages
+    path = tmp_path / "tools" / DB_NAME
+    if how == "bad-record":
+        with closing(sqlite3.connect(path)) as db:
+            db.execute("UPDATE tools SET record = '[1, 2' WHERE name = 'b'")
+            db.commit()
+    else:
+        damage(path, how, table="tools")
+    return inventory
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("zero-length", "empty"),
+        ("missing", "missing"),
+        ("random-bytes", "unreadable"),
+        ("truncated", "unreadable"),
+        ("bad-page", "unreadable"),
+        ("bad-record", "record"),
+    ],
+)
+def test_the_health_check_finds_each_kind_of_damage(tmp_path: Path, how: str, reason: str) -> None:
+    inventory = _damaged(tmp_path, how)
+    health = inventory.check(["entry"])
+    assert (health.ok, health.reason) == (False, reason), health
+    if reason in ("unreadable", "record"):  # every read says what to do, never a raw SQLite error
+        with pytest.raises(RegistryDamaged, match="flakebot doctor"):
+            inventory.all()
+    else:  # an empty or missing registry reads as empty; only the store says it should not be
+        assert inventory.all() == [] and inventory.check([]).ok
+
+
+def test_an_emptied_registry_is_healthy_once_reconciled_with_the_store(tmp_path: Path) -> None:
+    inventory = _damaged(tmp_path, "random-bytes")
+    aside = inventory.replace_all([], ["entry"])
+    assert aside is not None and aside.name.startswith(f"{DB_NAME}.damaged-") and aside.is_file()
+    assert inventory.check(["entry"]).ok  # the doctor saw that entry and found no tool using it
+    assert inventory.check(["entry", "another"]).reason == "empty"  # an entry it never saw
+    inventory.replace_all([record("a")], ["entry", "another"])
+    assert [r.name for r in inventory.all()] == ["a"] and inventory.check(["entry", "another"]).ok
