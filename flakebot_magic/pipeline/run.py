@@ -330,6 +330,9 @@ class Pipeline:
                     candidates=[candidate],
                 )
             return Choice(candidate, "user", f"--crate {crate}")
+        note = search_stage.semantic_notice(registry)
+        if note:
+            self.bus.notice("search", note, "info")
         if run.model is not None:
             return self._choose_for_model(run, request)
         candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)

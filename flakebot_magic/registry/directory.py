@@ -17,10 +17,9 @@ With a sentence-embedding model (:mod:`.embedding`), the index also holds
 each crate's embedding (its name, description, keywords and the start of
 its README) and, for a crate with a tool binary, the embedding of what that
 binary says of itself; the model's identity is part of the index's
-signature, so a new model rebuilds it. A search then embeds the request
-adds the crates closest in
-meaning to those found by words, and fuses both scores
-(:func:`.ranking.fuse`). Without a model (or with
+signature, so a new model rebuilds it. A search then embeds the request,
+adds the crates closest in meaning to those found by words, and fuses both
+scores (:func:`.ranking.fuse`). Without a model (or with
 ``$FLAKEBOT_EMBEDDING_MODEL=off``) search is lexical, as before, and
 :attr:`DirectoryRegistry.semantic_off` says why.
 """

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SearchError
 from ..registry import ranking
-from ..registry.base import CrateCandidate, Registry
+from ..registry.base import CrateCandidate, Registry, SearchesByMeaning
 from ..registry.crate_files import fixture_binary
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "rank",
     "relevance",
     "search",
+    "semantic_notice",
     "tools_of",
     "unfit",
     "wants_tool",
@@ -71,6 +73,27 @@ def open_registry(spec: str | None, cache_dir: Path, embedding_model: str | None
     from ..registry.directory import DirectoryRegistry
 
     return DirectoryRegistry(spec, cache_dir, embedding_model=embedding_model)
+
+
+_NOTICED: set[str] = set()
+_NOTICED_LOCK = threading.Lock()
+
+
+def semantic_notice(registry: Registry) -> str:
+    """Why ``registry`` searches by words only, the first time this process asks; ``""`` after that.
+
+    A pipeline says it once (a notice), not on every build: semantic search
+    being off (no model installed, or ``$FLAKEBOT_EMBEDDING_MODEL=off``) is
+    the machine's state, not the request's. ``""`` too for a registry that
+    ranks by meaning, or has no say in it (crates.io).
+    """
+    if not isinstance(registry, SearchesByMeaning) or not registry.semantic_off:
+        return ""
+    with _NOTICED_LOCK:
+        if registry.semantic_off in _NOTICED:
+            return ""
+        _NOTICED.add(registry.semantic_off)
+    return registry.semantic_off
 
 
 def wants_tool(query: str) -> bool:

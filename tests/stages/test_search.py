@@ -15,6 +15,7 @@ from flakebot_magic.registry.base import CrateCandidate, FetchedSource
 from flakebot_magic.registry.cratesio import CratesIoRegistry
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.registry.embedding import find_model, missing_libraries
+from flakebot_magic.stages import search as search_stage
 from flakebot_magic.stages.search import (
     BIN_BOOST,
     EVIDENCE,
@@ -291,3 +292,16 @@ def test_open_registry_crates_io(tmp_path: Path, spec: str) -> None:
 def test_open_registry_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         open_registry(str(tmp_path / "missing"), tmp_path / "cache")
+
+
+def test_the_semantic_notice_is_said_once_and_only_for_a_registry_that_could_search_by_meaning(
+    make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_stage, "_NOTICED", set())  # as in a fresh process
+    assert search_stage.semantic_notice(ListRegistry([])) == ""  # no say in it (as crates.io)
+    off = make_registry("tinylib", embedding_model="off")
+    assert "words only" in search_stage.semantic_notice(off)
+    assert search_stage.semantic_notice(off) == ""
+    assert search_stage.semantic_notice(make_registry("tinylib", embedding_model="off")) == ""  # per process
+    if find_model() is not None and not missing_libraries():  # a registry that ranks by meaning has nothing to say
+        assert search_stage.semantic_notice(make_registry("tinylib")) == ""
