@@ -56,6 +56,12 @@ What is measured (targets from the issues):
   /nix/store); and the warm re-run (cache hit) with the nix backend, target
   <= 0.5 s.
 
+* a team (issue 24, ``benchmarks/bench_team.py``, with nix): a teammate's
+  first call of a tool pulled from a signed ``file://`` cache into an empty
+  second nix store (narHash and signature checked, proof read) vs the cold
+  nix build of the same tool, target <= 0.1x; and the push
+  (``make bench BENCH_ARGS=--only-team`` measures only these);
+
 * the sandbox's cost per cargo command (issue 19, ``benchmarks/bench_sandbox.py``):
   ``cargo --version``, ``cargo metadata --no-deps`` and a no-op ``cargo build``
   plain and wrapped, side by side, in the build profile and the fetch profile
@@ -94,6 +100,7 @@ sys.path.insert(0, str(ROOT))
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
 from bench_eval import eval_bench, eval_rows  # noqa: E402
 from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
+from bench_team import team_bench, team_rows  # noqa: E402
 
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
 from flakebot_magic.pipeline import Pipeline  # noqa: E402
@@ -175,9 +182,11 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
     the cargo time; measured apart below).
     """
     from flakebot_magic.edit import EditLoop
+    from flakebot_magic.edit.session import engineer_channel
     from flakebot_magic.events import EventBus
     from flakebot_magic.host.git import Git
     from flakebot_magic.host.process import ProcessRunner
+    from flakebot_magic.llm.budget import Budget
     from flakebot_magic.llm.model import ModelConfig
     from flakebot_magic.sandbox import Sandbox
     from flakebot_magic.sandbox.cargo import Cargo
@@ -226,19 +235,20 @@ def edit_loop_overhead(registry: str, extra_iterations: int = 4) -> dict[str, fl
         with FakeOpenAIServer([script[0], *edits, finish]) as server:
             model = ModelConfig.resolve("scripted", base_url=server.base_url)
             assert model is not None
-            client = model.client()
+            settings = Settings(cache_dir=cache, max_iterations=extra_iterations + 4)
+            bus = EventBus()
+            budget = Budget(settings.token_budget)
+            channel = engineer_channel(model, bus=bus, budget=budget, limits=settings.reply_limits())
             loop = EditLoop(
                 workspace.path,
-                client,
-                model,
+                channel,
+                limits=settings.loop_limits(),
                 cargo=Cargo(found, runner, sandbox),
-                bus=EventBus(),
+                bus=bus,
                 git=Git(workspace.path, runner),
                 crate=workspace.crate,
-                max_iterations=extra_iterations + 4,
             )
             loop.run("a command that prints the SHA-256 of its standard input")
-            client.close()
         runs = loop.runs
         later = [r for r in runs if r.iteration >= 1]
         ratios = [(r.seconds - r.cargo_seconds) / r.cargo_seconds for r in later]
@@ -312,7 +322,7 @@ def nix_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
                 DirectoryRegistry(registry, cache).search("warm up")
                 took = timed(lambda: Pipeline(settings).run(REQUEST, name="md"))
                 (nix_times if backend == "nix" else cargo_times).append(took)
-                root = settings.gcroots_dir / "md"
+                root = settings.cache.gcroots / "md"
                 if root.is_symlink():  # let nix-collect-garbage have the benchmark's builds
                     root.unlink()
             finally:
@@ -869,6 +879,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
         ]
     rows += candidate_rows(results)
     rows += sandbox_rows(results)
+    rows += team_rows(results)
     rows += _client_rows(results)
     rows += _agent_rows(results)
     rows += eval_rows(results)
@@ -957,7 +968,12 @@ def main() -> int:
     parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's replay")
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
     parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
+    parser.add_argument("--no-team", action="store_true", help="skip the team rows (push, a teammate's pull)")
+    parser.add_argument("--only-team", action="store_true", help="measure only a teammate's pull vs a cold build")
     args = parser.parse_args()
+    if args.only_team:
+        found = {"team": team_bench(args.registry, args.cold_rounds, _fresh_stand_in)}
+        return _print_only(found, team_rows(found), args.json)
     if args.only_sandbox:
         found = {"sandbox": sandbox_bench(args.registry)}
         return _print_only(found, sandbox_rows(found), args.json)
@@ -1021,6 +1037,9 @@ def main() -> int:
         results["nix_warm"] = warm(args.registry, 7, backend="nix", nixpkgs=stand_in)
         print(f"benchmark: nix backend vs cargo backend, cold ({args.cold_rounds} rounds) ...", file=sys.stderr)
         results["nix_cold"] = nix_vs_cargo(args.registry, args.cold_rounds)
+        if not args.no_team:
+            print(f"benchmark: a teammate's pull vs a cold nix build ({args.cold_rounds} rounds) ...", file=sys.stderr)
+            results["team"] = team_bench(args.registry, args.cold_rounds, _fresh_stand_in)
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)

@@ -20,7 +20,7 @@ imported only by the parts that need them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from .errors import (
     TestError,
     ToolBusy,
     ToolError,
+    UntrustedPath,
     UpstreamTestError,
     UsageError,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UntrustedPath",
     "UpstreamTestError",
     "UsageError",
     "__version__",
@@ -122,8 +124,7 @@ def build(
             Callables that receive every pipeline event.
     {options}
     """
-    from .config import Settings
-    from .options import apply
+    from .config import Settings, apply
     from .pipeline.background import start_build
     from .request import BuildRequest
 
@@ -155,7 +156,14 @@ def _document_build() -> None:
     build.__doc__ = (build.__doc__ or "").format(options="\n".join(entries))
 
 
-def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> ToolClient:
+def load(
+    name: str,
+    *,
+    cache_dir: str | Path | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    notebook: str | Path | None = None,
+    **options: Any,
+) -> ToolClient:
     """The tool ``name`` built earlier (by any front door), callable again; nothing is rebuilt.
 
     A command-line tool is returned as it is; an MCP or HTTP tool has its
@@ -164,19 +172,29 @@ def load(name: str, *, cache_dir: str | Path | None = None, **options: Any) -> T
     ``options`` are build options that apply to calling tools
     (``tool_timeout``, ``confine_tools``, ...).
 
+    With ``provenance`` (what a ``%%flakebot`` cell's output recorded, its
+    ``metadata["flakebot"]``) or ``notebook`` (a .ipynb holding it), the tool
+    is that exact nix store path: the one here when it is, else pulled from
+    ``nix_substituters`` with its signature (``nix_trusted_public_keys``) and
+    narHash checked, as ``flakebot pull`` does.
+
     Examples
     --------
     >>> md = flakebot_magic.load("md")  # doctest: +SKIP
     >>> md("# Hi")                      # doctest: +SKIP
     '<h1>Hi</h1>\\n'
     """
-    from .config import Settings
+    from .config import Settings, apply
     from .manage import tools
-    from .options import apply
 
     settings = apply(Settings(), {"cache_dir": cache_dir, **options})
-    tool: ToolClient = tools.load(settings, name)
-    return tool
+    if provenance is None and notebook is None:
+        tool: ToolClient = tools.load(settings, name)
+        return tool
+    from .manage import team
+
+    recorded = dict(provenance) if provenance is not None else team.notebook_provenance(Path(str(notebook)), name)
+    return team.load_pinned(settings, name, recorded)
 
 
 def search(

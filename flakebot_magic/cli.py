@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from .agent import command as agent_command
-from .config import Settings
+from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP
+from .config import Settings, apply
 from .errors import Cancelled, FlakebotError, UsageError
 from .eval import command as eval_command
-from .options import OPTIONS, add_arguments, apply
+from .options import OPTIONS, add_arguments
 from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
@@ -123,6 +124,30 @@ def _parser() -> argparse.ArgumentParser:
         help="Write DIR/.replit and DIR/replit.nix (and the flake in DIR/NAME) for Replit.",
     )
     export.add_argument("name", help="The tool's name (`flakebot list` shows them).")
+
+    team = ("registry", "nix_store", "nix_substituters", "nix_trusted_public_keys")
+    push = sub.add_parser(
+        "push",
+        parents=[common],
+        help="Copy a nix-built tool and its proof to the team's binary cache, signed.",
+    )
+    push.add_argument("name", help="The tool's name (`flakebot list` shows them).")
+    push.add_argument("--to", help="The cache: any URL `nix copy --to` takes. Default: the push_to setting.")
+    add_arguments(push, skip=[o.name for o in OPTIONS if o.name not in (*team, "nix_secret_key")] + ["registry"])
+    pull = sub.add_parser(
+        "pull",
+        parents=[common],
+        help="Fetch the exact tool a notebook recorded from the team's cache (signature and hash checked).",
+    )
+    pull.add_argument("name", help="The tool's name in the notebook.")
+    pull.add_argument("--from", dest="notebook", required=True, metavar="NOTEBOOK", help="The .ipynb that recorded it.")
+    pull.add_argument(
+        "--if-untrusted",
+        choices=IF_UNTRUSTED,
+        default="stop",
+        help=f"{IF_UNTRUSTED_HELP[0].upper()}{IF_UNTRUSTED_HELP[1:]}. Default: stop.",
+    )
+    add_arguments(pull, skip=[o.name for o in OPTIONS if o.name not in team] + ["registry"])
 
     mcp = sub.add_parser(
         "mcp",
@@ -242,6 +267,15 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
         from .manage.doctor import doctor
 
         return doctor(settings)
+    if args.command == "push":
+        from .manage.team import push
+
+        return push(settings, args.name, to=args.to, secret_key=args.nix_secret_key)
+    if args.command == "pull":
+        from .manage.team import notebook_provenance, pull
+
+        provenance = notebook_provenance(Path(args.notebook), args.name)
+        return pull(settings, args.name, provenance, if_untrusted=args.if_untrusted)
     if args.command == "export":
         from .manage.export import export_replit
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["COMMAND_NAMES", "LINE_COMMANDS", "LINE_USAGE"]
+__all__ = ["COMMAND_NAMES", "IF_UNTRUSTED", "IF_UNTRUSTED_HELP", "LINE_COMMANDS", "LINE_USAGE"]
 
 #: the magic's line commands: usage and what each does; the usage lines, the COMMAND argument's
 #: help, the magic's docstring and the errors that list them are made from this table
@@ -16,6 +16,12 @@ LINE_COMMANDS = (
     ("steer NAME TEXT", "a message for NAME's running edit session (the model reads it next)"),
     ("cargo NAME ARGS", "cargo in NAME's workspace, in the sandbox its builds run in"),
     ("search QUERY", "ranked crate candidates"),
+    ("push NAME", "copy a nix-built tool and its proof to the team's binary cache (--push-to), signed (--secret-key)"),
+    (
+        "pull NAME NOTEBOOK",
+        "the exact tool NOTEBOOK recorded, from the team's cache (--substituters), checked against "
+        "--trusted-public-keys and the recorded hash; refused unless signed (--rebuild: build it here instead)",
+    ),
     (
         "clean [--all]",
         "remove unused workspaces and store entries (never what it cannot prove unused: "
@@ -29,3 +35,10 @@ LINE_COMMANDS = (
 )
 LINE_USAGE = " | ".join(usage for usage, _ in LINE_COMMANDS)
 COMMAND_NAMES = ", ".join(usage.split()[0] for usage, _ in LINE_COMMANDS)
+
+#: what ``pull`` does with a path no trusted key signed (or whose hash is not the recorded one), and why
+IF_UNTRUSTED = ("stop", "rebuild")
+IF_UNTRUSTED_HELP = (
+    "when no trusted key signed the tool (or its hash is not the recorded one): stop, or rebuild it here "
+    "and say whether the result is bit-identical to the recorded store path"
+)

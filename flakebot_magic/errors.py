@@ -23,6 +23,8 @@ The tree::
     │                       sending unusable replies
     ├── FlakeError          writing, evaluating or building the Nix flake failed
     ├── DeployError         the built binary could not be placed in the store
+    │   └── UntrustedPath   a pulled store path is unsigned, signed by no trusted key, or not
+    │                       the recorded hash; nothing was fetched or injected (says how to rebuild)
     ├── StageTimeout        a process ran past its time limit
     ├── Cancelled           the user stopped the run
     ├── StorageError        the cache could not be read or written (an OS or SQLite error: I/O,
@@ -72,6 +74,7 @@ __all__ = [
     "TestError",
     "ToolBusy",
     "ToolError",
+    "UntrustedPath",
     "UpstreamTestError",
     "UsageError",
 ]
@@ -297,6 +300,17 @@ class DeployError(FlakebotError):
     """The built tool could not be placed in the content-addressed store."""
 
     stage = "deploy"
+
+
+class UntrustedPath(DeployError):
+    """A store path from a binary cache that is not what the notebook recorded, or that no trusted key signed.
+
+    ``path`` is the refused store path, ``cache`` where it was looked up.
+    """
+
+    def __init__(self, message: str, *, path: str = "", cache: str = "") -> None:
+        super().__init__(message)
+        self.path, self.cache = path, cache
 
 
 class StageTimeout(FlakebotError):

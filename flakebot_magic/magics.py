@@ -23,14 +23,14 @@ from traitlets import Bool, Enum, Unicode
 
 from . import errors
 from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
-from .config import Settings
+from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
-from .manage import tools
+from .manage import team, tools
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
-from .options import OPTIONS, apply, config_traits, magic_argument_decorators
+from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .records.inventory import Inventory
 from .request import BuildRequest
@@ -388,6 +388,8 @@ class FlakebotMagics(_OptionTraits):
             # displayed, not returned: a returned value shows only as the cell's last line
             display(answer)  # a table as text, and as HTML in a notebook
             return None
+        if isinstance(answer, team.Pulled):
+            self.shell.push({answer.tool.name: answer.tool})  # type: ignore[union-attr]
         for note in answer.notes:
             print(safe_text(note))
         if answer.text:
@@ -455,6 +457,8 @@ class FlakebotMagics(_OptionTraits):
             return doctor(settings)
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
+        if command in ("push", "pull"):
+            return team.line_command(settings, command, rest)
         if command not in ("show", "logs", "stop"):
             raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
@@ -491,7 +495,7 @@ def _previous_commit(settings: Settings, name: str | None) -> str:
     """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
     if not settings.follow_up or not name:
         return ""
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     return record.commit if record is not None else ""
 
 
@@ -573,11 +577,7 @@ def _inside_running_code() -> bool:
     """
     from IPython.core.interactiveshell import InteractiveShell
 
-    running = {
-        InteractiveShell.run_code.__code__,
-        InteractiveShell.run_cell_magic.__code__,
-        InteractiveShell.run_line_magic.__code__,
-    }
+    running = {getattr(InteractiveShell, name).__code__ for name in ("run_code", "run_cell_magic", "run_line_magic")}
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code in running:

@@ -7,14 +7,10 @@ and on ``flakebot build``, a ``FlakebotMagics`` config trait
 :func:`flakebot_magic.build`. Front doors never map options by hand: they call
 :func:`add_arguments` (argparse, and IPython's ``@magic_arguments`` through
 :func:`magic_argument_decorators`), :func:`config_traits` and
-:func:`apply`, so an option added here reaches all of them.
+:func:`flakebot_magic.config.apply`, so an option added here reaches all of them.
 
 Examples
 --------
->>> from flakebot_magic.config import Settings
->>> settings = apply(Settings(), {"model": "m", "max_iterations": 3, "rebuild": None})
->>> settings.model, settings.max_iterations, settings.rebuild
-('m', 3, False)
 >>> option("nix_builders").flags
 ('--builders',)
 """
@@ -25,13 +21,19 @@ import argparse
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .config import Settings
-
-__all__ = ["OPTIONS", "Option", "add_arguments", "apply", "config_traits", "magic_argument_decorators", "option"]
+__all__ = [
+    "OPTIONS",
+    "OPTION_BY_NAME",
+    "Option",
+    "add_arguments",
+    "checked",
+    "config_traits",
+    "magic_argument_decorators",
+    "option",
+    "parse_tool_env",
+]
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def _convert(opt: Option, raw: str) -> Any:
     if opt.type is bool:
         return raw.strip().lower() in ("1", "true", "yes", "on")
     try:
-        return _checked(opt, opt.parse(raw) if opt.parse else opt.type(raw))
+        return checked(opt, opt.parse(raw) if opt.parse else opt.type(raw))
     except UsageError as exc:
         raise ConfigError(f"${opt.env}={raw!r}: {exc} Fix or unset ${opt.env}.") from None
     except ValueError:
@@ -98,7 +100,7 @@ def _convert(opt: Option, raw: str) -> Any:
         ) from None
 
 
-def _checked(opt: Option, value: Any) -> Any:
+def checked(opt: Option, value: Any) -> Any:
     """``value`` when it is within the option's bounds; else a UsageError naming them."""
     from .errors import UsageError
 
@@ -126,6 +128,32 @@ def _prices(value: Any) -> Any:
     from .llm.usage import parse_prices
 
     return parse_prices(value)
+
+
+def parse_tool_env(value: str | Mapping[str, str]) -> dict[str, str]:
+    """The ``tool_env`` setting from its text form (``$FLAKEBOT_TOOL_ENV``) or a mapping.
+
+    The text holds ``NAME=VALUE`` entries and bare ``NAME`` s, comma-separated.
+    A bare name passes that variable of the kernel's environment on (when
+    set); ``NAME=VALUE`` sets it. This is the only way a variable the
+    allowlist drops (an API key) reaches a deployed tool::
+
+        FLAKEBOT_TOOL_ENV="GITHUB_TOKEN,RUST_LOG=debug"
+    """
+    if not isinstance(value, str):
+        return {str(name): str(text) for name, text in value.items()}
+    env: dict[str, str] = {}
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, text = entry.partition("=")
+        name = name.strip()
+        if sep:
+            env[name] = text
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    return env
 
 
 _MODEL = "model (the edit loop)"
@@ -205,6 +233,53 @@ OPTIONS: tuple[Option, ...] = (
         env="FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS",
     ),
     Option(
+        "nix_max_jobs",
+        int,
+        None,
+        "nix's `max-jobs` (0: every build goes to the --builders), passed as `--option max-jobs`",
+        group=_DEPLOY,
+        flag="--max-jobs",
+        env="FLAKEBOT_NIX_MAX_JOBS",
+        minimum=0,
+    ),
+    Option(
+        "nix_store",
+        str,
+        None,
+        "the nix store `pull` fetches tools into, passed to nix as `--store` (e.g. local?root=/srv/store, "
+        "a second store beside the system's; building into one is not supported yet)",
+        group=_DEPLOY,
+        flag="--store",
+        env="FLAKEBOT_NIX_STORE",
+    ),
+    Option(
+        "push_to",
+        str,
+        None,
+        "the team's binary cache `flakebot push` copies tools (and their proofs) to: any URL `nix copy --to` "
+        "takes (file:///srv/cache, ssh://host, s3://bucket)",
+        group=_DEPLOY,
+        env="FLAKEBOT_PUSH_TO",
+    ),
+    Option(
+        "nix_secret_key",
+        str,
+        None,
+        "the team's signing key (from `nix key generate-secret`) pushes are signed with",
+        group=_DEPLOY,
+        flag="--secret-key",
+        env="FLAKEBOT_NIX_SECRET_KEY",
+    ),
+    Option(
+        "push_after_build",
+        bool,
+        False,
+        "push every tool the nix backend builds to --push-to, signed with --secret-key, once its tests passed",
+        group=_DEPLOY,
+        flag="--push",
+        env="FLAKEBOT_PUSH_AFTER_BUILD",
+    ),
+    Option(
         "model",
         str,
         None,
@@ -227,9 +302,22 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "a preset that knows its base URL and key variable: openai (OPENAI_API_KEY), "
-        "groq (GROQ_API_KEY), ollama (no key), openrouter (OPENROUTER_API_KEY)",
+        "groq (GROQ_API_KEY), openrouter (OPENROUTER_API_KEY); local servers (no key): ollama "
+        "(localhost:11434), llamacpp (localhost:8080), vllm (localhost:8000), lmstudio (localhost:1234)",
         group=_MODEL,
         env="FLAKEBOT_PROVIDER",
+    ),
+    Option(
+        "tool_format",
+        str,
+        None,
+        "how the model is offered its functions: native (the API's tools), text (described in the system "
+        "prompt, one strict form, for servers without function calling), auto (native until the server shows "
+        "it ignores or refuses tools, then text); calls a server passes through as text are read in every format",
+        group=_MODEL,
+        choices=("native", "text", "auto"),
+        env="FLAKEBOT_TOOL_FORMAT",
+        default_doc="the provider's preset, else auto",
     ),
     Option(
         "max_iterations", int, 8, "check runs (cargo build + test) the model may ask for in one session", group=_MODEL
@@ -347,10 +435,13 @@ OPTIONS: tuple[Option, ...] = (
         dict,
         {},
         "environment variables every deployed tool starts with, beyond the allowlist "
-        "(PATH, locale, time zone, HOME); API keys pass only this way. Default: $FLAKEBOT_TOOL_ENV "
-        "('NAME,OTHER=value': a bare name passes that variable on)",
+        "(PATH, locale, time zone, HOME); API keys pass only this way. $FLAKEBOT_TOOL_ENV reads "
+        "'NAME,OTHER=value' (a bare name passes that variable on)",
         group=_LIMITS,
         per_build=False,
+        env="FLAKEBOT_TOOL_ENV",
+        parse=parse_tool_env,
+        default_doc="none",
     ),
     Option(
         "confine_tools",
@@ -396,40 +487,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-_BY_NAME = {o.name: o for o in OPTIONS}
+#: the options by name
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def option(name: str) -> Option:
     """The option called ``name`` (KeyError for an unknown one)."""
-    return _BY_NAME[name]
-
-
-def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
-    """Set every option in ``values`` that is not None on ``settings``; return it.
-
-    ``cache_dir`` is accepted too (a path). Unknown names raise
-    :class:`~flakebot_magic.errors.UsageError` naming the known ones.
-    """
-    from .errors import UsageError
-
-    for name, value in values.items():
-        if value is None:
-            continue
-        if name == "cache_dir":
-            settings.cache_dir = Path(value).expanduser()
-            continue
-        opt = _BY_NAME.get(name)
-        if opt is None:
-            raise UsageError(f"Unknown option {name!r}. Options: {', '.join(sorted(_BY_NAME))}.")
-        if opt.choices and value not in opt.choices:
-            raise UsageError(f"{name} must be one of {', '.join(opt.choices)}, not {value!r}.")
-        if name == "registry":
-            value = str(value)
-        if opt.parse is not None:
-            value = opt.parse(value)
-        value = _checked(opt, value)
-        setattr(settings, name, value)
-    return settings
+    return OPTION_BY_NAME[name]
 
 
 def _sentence(text: str) -> str:

@@ -4,6 +4,8 @@
 #   - git, ca-certificates, build-essential, pkg-config, bubblewrap, and libseccomp2
 #     (the sandbox's seccomp filter, built through pyseccomp);
 #   - chromium and fonts-dejavu-core, for the browser tests;
+#   - openssh-server, for a team's remote nix builder (scripts/team-builder.sh and its tests; when this
+#     script installs it, Debian's machine-wide sshd on port 22 is disabled again);
 #   - cargo and rustc from Debian, only if no cargo is on the machine
 #     (neither on PATH nor in $HOME/.cargo/bin, e.g. a rustup install);
 #   - the offline crate registry: the librust-*-dev packages listed in
@@ -78,6 +80,8 @@ fi
 base=(git ca-certificates build-essential pkg-config bubblewrap libseccomp2)
 # the browser tests (tests/browser): Playwright drives Debian's Chromium; DejaVu so pages render text
 base+=(chromium fonts-dejavu-core)
+# a team's remote nix builder over SSH (scripts/team-builder.sh, tests/backends/test_nix_remote.py): OpenSSH's sshd
+base+=(openssh-server)
 
 # the registry list: one package per line, '#' starts a comment
 mapfile -t registry < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$list")
@@ -155,6 +159,11 @@ done
 if [ ${#still[@]} -ne 0 ]; then
     echo "install-system.sh: still not installed: ${still[*]}" >&2
     exit 1
+fi
+# openssh-server is for scripts/team-builder.sh's own sshd on 127.0.0.1: when this script installed it, the
+# machine-wide sshd Debian starts on port 22 is stopped and disabled (an admin's own sshd is never touched)
+if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now ssh.service >/dev/null 2>&1 || true
 fi
 echo "system packages: installed ${#missing[@]} package(s); all present (${#wanted[@]} packages)"
 install_npm_tools

@@ -217,8 +217,18 @@ def tinyhex_done(summary: str = "tinyhex prints its standard input as hex") -> l
     ]
 
 
+def in_text(message: dict[str, Any], dialect: str = "qwen") -> dict[str, Any]:
+    """A reply whose calls the fake server writes into its text in ``dialect``, as a model without function calling."""
+    return {**message, "dialect": dialect}
+
+
+#: the follow-up again, as a model that writes its calls as text (--tool-format text)
+SHA256_UPPER_TEXT = [in_text(message) for message in SHA256_UPPER]
+
+
 def write_scripts() -> None:
-    for name, script in {"sha256": SHA256, "sha256-upper": SHA256_UPPER}.items():
+    scripts = {"sha256": SHA256, "sha256-upper": SHA256_UPPER, "sha256-upper-text": SHA256_UPPER_TEXT}
+    for name, script in scripts.items():
         (SCRIPTS / f"{name}.json").write_text(json.dumps({"responses": script}, indent=2) + "\n")
 
 

@@ -70,7 +70,10 @@ def test_empty_request_is_a_usage_error(settings: Settings, request_text: str) -
 def test_a_bad_tool_name_is_a_usage_error(settings: Settings) -> None:
     error, _ = _fail(settings, "echo", name="my-tool")
     assert type(error) is UsageError
-    assert str(error) == "--name 'my-tool' is not a valid Python identifier; try 'my_tool'."
+    assert str(error) == (
+        "--name 'my-tool' is not a valid tool name (a Python identifier: letters, digits and '_', not a keyword); "
+        "try 'my_tool'."
+    )
 
 
 def test_unknown_crate_is_a_search_error(settings: Settings) -> None:
@@ -125,7 +128,7 @@ def test_cargo_missing_is_a_config_error_that_says_how_to_install(
     assert type(error) is ConfigError
     assert "cargo is not installed (not on PATH, not in ~/.cargo/bin)" in str(error)
     assert "https://rustup.rs" in str(error) and "make install" in str(error)
-    assert not (settings.workspaces_dir / "tinyecho").exists()
+    assert not (settings.cache.workspaces / "tinyecho").exists()
 
 
 def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
@@ -140,7 +143,7 @@ def test_a_missing_program_is_a_config_error(tmp_path: Path) -> None:
 def test_a_build_failure_keeps_the_workspace(settings: Settings) -> None:
     error, recorder = _fail(settings, crate="brokenbin")
     assert type(error) is BuildError
-    workspace = settings.workspaces_dir / "brokenbin"
+    workspace = settings.cache.workspaces / "brokenbin"
     assert error.workspace == workspace
     message = str(error)
     assert "cargo build failed for brokenbin" in message
@@ -150,7 +153,7 @@ def test_a_build_failure_keeps_the_workspace(settings: Settings) -> None:
     assert subprocess.run(["git", "rev-parse", "published"], cwd=workspace, capture_output=True).returncode == 0
     assert error.diagnostics[0].code == "E0308"
     assert _statuses(recorder) == {"search": "done", "fork": "done", "build": "failed", "test": "failed"}
-    assert not settings.store_dir.exists() and not settings.tools_dir.exists()
+    assert not settings.cache.store.exists() and not settings.cache.tools.exists()
 
 
 @pytest.mark.cargo
@@ -159,7 +162,7 @@ def test_a_test_failure_keeps_the_workspace(settings: Settings) -> None:
     # nothing of the published crate was edited: its own tests fail on this toolchain, and the error says so
     assert type(error) is UpstreamTestError and isinstance(error, TestError) and error.upstream
     assert "this is the crate's own failure, not one flakebot caused" in str(error)
-    workspace = settings.workspaces_dir / "failingtest"
+    workspace = settings.cache.workspaces / "failingtest"
     assert error.workspace == workspace and workspace.is_dir()
     assert error.failed == ["tests::breaks_on_purpose"]
     message = str(error)
@@ -177,7 +180,7 @@ def test_a_build_past_its_time_limit_is_stopped_with_its_children(settings: Sett
     settings.build_timeout = settings.test_timeout = 2.0
     error, _ = _fail(settings, crate="slowbuild")  # its build script sleeps for a minute
     assert type(error) is StageTimeout
-    workspace = settings.workspaces_dir / "slowbuild"
+    workspace = settings.cache.workspaces / "slowbuild"
     message = str(error)
     assert "ran past its time limit of 2 s and was stopped" in message
     assert "build_timeout" in message  # what to raise

@@ -45,7 +45,7 @@ def test_markdown_request_builds_pulldown_cmark_and_renders(settings: Settings) 
     assert statuses["search"] == "done"
     # either built now or earlier in this test run (the cache is shared with the notebooks)
     assert statuses["deploy"] in ("done", "cached")
-    workspace = settings.workspaces_dir / "md"
+    workspace = settings.cache.workspaces / "md"
     log = subprocess.run(["git", "log", "--format=%s", "--all"], cwd=workspace, capture_output=True, text=True).stdout
     assert "Published source of pulldown-cmark 0.9.2" in log
     assert "Add flake.nix" in log

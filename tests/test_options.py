@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import shlex
+from pathlib import Path
 
 import pytest
 
 import flakebot_magic
 from flakebot_magic import cli
-from flakebot_magic.config import Settings
+from flakebot_magic.config import Settings, apply
 from flakebot_magic.errors import UsageError
-from flakebot_magic.options import OPTIONS, apply, option
+from flakebot_magic.options import OPTIONS, option
 
 # a value of each type that differs from every default
 _SAMPLE = {str: "sample", int: 7, float: 2.5, bool: True}
@@ -42,6 +44,86 @@ def test_environment_variables_give_defaults(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("FLAKEBOT_MODEL", "from-env")
     assert option("model").default_value() == "from-env"
     assert Settings().model == "from-env"
+
+
+# -- defaults in one place: the table ----------------------------------------------------------------------------
+
+PACKAGE = Path(flakebot_magic.__file__).parent
+#: an environment variable's text and the setting it gives, per option type
+_ENV_SAMPLE = {str: ("from-env", "from-env"), int: ("7", 7), float: ("2.5", 2.5), bool: ("1", True)}
+
+
+def test_every_env_variable_is_read_by_the_table_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With each option's variable set, Settings holds what the option's own reader makes of it."""
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("FLAKEBOT_PRICES", "m=1/2")
+    monkeypatch.setenv("FLAKEBOT_TOOL_ENV", "RUST_LOG=debug")
+    for opt in OPTIONS:
+        if opt.env and opt.type in _ENV_SAMPLE:
+            monkeypatch.setenv(opt.env, _ENV_SAMPLE[opt.type][0])
+    settings = Settings()
+    with_env = [opt for opt in OPTIONS if opt.env]
+    assert {opt.env for opt in with_env} >= {"FLAKEBOT_MODEL", "FLAKEBOT_TOOL_ENV", "FLAKEBOT_REGISTRY"}
+    for opt in with_env:
+        assert getattr(settings, opt.name) == opt.default_value() != opt.default, opt.name
+
+
+def _settings_defaults() -> dict[str, ast.expr | None]:
+    """Each field of the ``Settings`` class in config.py, and the expression that gives its default."""
+    tree = ast.parse((PACKAGE / "config.py").read_text(encoding="utf-8"))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings"]
+    return {n.target.id: n.value for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def test_settings_write_no_default_of_their_own() -> None:
+    """Every option field's default is ``_option(its name)``: no literal, no environment read beside the table."""
+    written = {
+        name: ast.unparse(value) if value is not None else "(none)"
+        for name, value in _settings_defaults().items()
+        if name != "cache_dir" and (value is None or ast.unparse(value) != f"_option({name!r})")
+    }
+    assert written == {}, f"Settings fields with a default outside OPTIONS: {written}"
+    assert set(_settings_defaults()) == {o.name for o in OPTIONS} | {"cache_dir"}
+
+
+def _reads_an_option_variable(path: Path) -> list[str]:
+    """Reads of an option's environment variable by name in ``path`` (``os.environ.get("FLAKEBOT_MODEL")`` ...)."""
+    names = {o.env for o in OPTIONS if o.env}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} names ${node.value}")
+    return found
+
+
+def test_no_module_reads_an_option_variable_by_hand() -> None:
+    table = PACKAGE / "options.py"
+    hits = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != table for hit in _reads_an_option_variable(path)]
+    assert hits == [], "read options' variables through options.Option.default_value:\n" + "\n".join(hits)
+    assert len(_reads_an_option_variable(table)) == len([o for o in OPTIONS if o.env])  # the check sees them
+
+
+def test_the_loop_and_its_runners_have_no_defaults_of_their_own() -> None:
+    """The edit loop's limits come from the settings: no option-named parameter with a default of its own."""
+    from flakebot_magic.backends.nix_command import Nix
+    from flakebot_magic.config import LoopLimits
+    from flakebot_magic.edit.checkrun import CheckRunner
+    from flakebot_magic.edit.session import EditLoop
+    from flakebot_magic.edit.team import Team
+
+    limits = {f.name for f in dataclasses.fields(LoopLimits)}
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(LoopLimits))
+    assert limits <= {o.name for o in OPTIONS}
+    # what bounds a session: the loop's limits, the reply caps, the budget, the model's time
+    names = limits | {"token_budget", "max_cost", "max_reply_bytes", "max_reply_seconds", "model_timeout"}
+    defaulted = [
+        f"{owner.__name__}.{parameter.name}"
+        for owner in (EditLoop, Team, CheckRunner)
+        for parameter in inspect.signature(owner).parameters.values()
+        if parameter.name in names and parameter.default is not inspect.Parameter.empty
+    ]
+    assert defaulted == []
+    assert inspect.signature(Nix.build).parameters["timeout"].default is inspect.Parameter.empty
 
 
 def test_every_per_build_option_is_a_flag_of_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,7 +261,6 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
     from IPython.core.error import UsageError as IPythonUsageError
     from IPython.core.magic_arguments import parse_argstring
 
-    from flakebot_magic.config import default_prices
     from flakebot_magic.errors import ConfigError
     from flakebot_magic.llm.usage import Price
     from flakebot_magic.magics import FlakebotMagics
@@ -207,7 +288,7 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
     )
     monkeypatch.setenv("FLAKEBOT_PRICES", "gpt-test=cheap")
     with pytest.raises(ConfigError, match=r"\$FLAKEBOT_PRICES='gpt-test=cheap'.*Fix or unset \$FLAKEBOT_PRICES"):
-        default_prices()
+        Settings()
     with pytest.raises(ConfigError, match="Fix or unset"):
         option("prices").default_value()
     with pytest.raises(IPythonUsageError, match="FLAKEBOT_PRICES"):  # the magic: one line, no traceback

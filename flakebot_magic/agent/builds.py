@@ -168,5 +168,5 @@ class AgentBuild:
 
     def _report(self, tool: ToolClient) -> BuildReport:
         who = self.session.requested_by
-        Inventory(self.session.settings.tools_dir).update(tool.name, requested_by=who)
+        Inventory(self.session.settings.cache.tools).update(tool.name, requested_by=who)
         return BuildReport(tool, who, self._meter.tokens)

@@ -92,7 +92,7 @@ class ToolCatalog:
     def __init__(self, settings: Settings, *, reserved: frozenset[str] = frozenset()) -> None:
         self.settings = settings
         self.reserved = reserved
-        self.inventory = Inventory(settings.tools_dir)
+        self.inventory = Inventory(settings.cache.tools)
         self._clients: dict[str, tuple[tuple[str, str, str, str], ToolClient]] = {}
         self._entries: dict[str, tuple[tuple[str, str, str, str], list[CatalogEntry]]] = {}
         self._failed: dict[str, tuple[str, str, str, str]] = {}

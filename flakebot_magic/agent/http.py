@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..clients.jsonrpc import PARSE_ERROR, error
 from ..clients.mcp import SUPPORTED_VERSIONS
 from ..config import Settings
 from .catalog import ToolCatalog
@@ -186,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             message = json.loads(self.rfile.read(length))
         except ValueError as exc:
-            self._json(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {exc}"}})
+            self._json(400, error(None, PARSE_ERROR, f"Parse error: {exc}"))
             return
         messages = message if isinstance(message, list) else [message]
         starts = any(isinstance(m, dict) and m.get("method") == "initialize" for m in messages)

@@ -25,7 +25,18 @@ from typing import Any
 
 from .._version import __version__
 from ..clients.agents import result_text
-from ..clients.mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from ..clients.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    Request,
+    check,
+    error,
+    negotiate,
+    response,
+    tool_result,
+)
+from ..clients.mcp import PROTOCOL_VERSION
 from ..clients.schema import check_arguments
 from ..config import Settings
 from ..errors import Cancelled, FlakebotError
@@ -46,25 +57,6 @@ INSTRUCTIONS = (
     "the job, call build_tool with a request in words; its functions join the list when it returns "
     "(notifications/tools/list_changed)."
 )
-
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INVALID_REQUEST = -32600
-
-
-def _response(ident: Any, result: Mapping[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": ident, "result": dict(result)}
-
-
-def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
-
-
-def _tool_result(text: str, data: Mapping[str, Any] | None = None, *, error: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
-    if data:
-        result["structuredContent"] = dict(data)
-    return result
 
 
 def list_changed() -> dict[str, Any]:
@@ -129,42 +121,38 @@ class ServerSession:
 
     def handle(self, message: Any, out: Send) -> threading.Thread | None:
         """Answer one message on ``out``; a thread when the answer comes later (a build)."""
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            out(_error(None, INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 object"))
-            return None
-        method = message.get("method")
-        given = message.get("params")
-        params: dict[str, Any] = given if isinstance(given, dict) else {}
-        if "id" not in message:
+        request = check(message)
+        if not isinstance(request, Request):
+            if request is not None:
+                out(request)  # not a request this server can serve (the bridge answers the same)
+            return None  # a response: this server sends no requests
+        method, params, ident = request.method, request.params, request.ident
+        if request.notification:
             if method == "notifications/cancelled":
                 self._cancel(params)
             elif method == "notifications/initialized":
                 self.initialized = True
-            return None  # other notifications (and responses to nothing we asked) need no answer
-        if method is None:
-            return None  # a response: this server sends no requests
-        ident = message["id"]
+            return None  # other notifications need no answer
         try:
             if method == "initialize":
-                out(_response(ident, self._initialize(params)))
+                out(response(ident, self._initialize(params)))
             elif method == "ping":
-                out(_response(ident, {}))
+                out(response(ident, {}))
             elif method == "tools/list":
-                out(_response(ident, {"tools": self.tools()}))
+                out(response(ident, {"tools": self.tools()}))
             elif method == "tools/call":
                 return self._call(ident, params, out)
             else:
-                out(_error(ident, METHOD_NOT_FOUND, f"Method not found: {method}"))
+                out(error(ident, METHOD_NOT_FOUND, f"Method not found: {method}"))
         except Exception as exc:  # a bug here must not end the session
-            out(_error(ident, -32603, f"Internal error: {type(exc).__name__}: {exc}"))
+            out(error(ident, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}"))
         return None
 
     def _initialize(self, params: Mapping[str, Any]) -> dict[str, Any]:
         info = params.get("clientInfo")
         self.client = dict(info) if isinstance(info, Mapping) else {}
         self.agent.requested_by = str(self.client.get("name") or "mcp client")[:100]
-        asked = params.get("protocolVersion")
-        self.protocol = asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION
+        self.protocol = negotiate(params.get("protocolVersion"))
         self.known = self.catalog.signature()
         return {
             "protocolVersion": self.protocol,
@@ -184,13 +172,13 @@ class ServerSession:
         name = params.get("name")
         arguments = params.get("arguments") if params.get("arguments") is not None else {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
-            out(_error(ident, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments"))
+            out(error(ident, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments"))
             return None
         if name in BUILTINS:
             try:
                 check_arguments(arguments, BUILTINS[name][1], name)
             except (TypeError, ValueError) as exc:
-                out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+                out(response(ident, tool_result(f"error: {exc}", is_error=True)))
                 return None
             if name == "build_tool":
                 found = params.get("_meta")
@@ -203,18 +191,18 @@ class ServerSession:
                 )
                 thread.start()
                 return thread
-            out(_response(ident, self._builtin(name, arguments)))
+            out(response(ident, self._builtin(name, arguments)))
             return None
         entry = self.catalog.find(name)
         if entry is None:
-            out(_error(ident, INVALID_PARAMS, f"Unknown tool: {name} (tools/list names them)"))
+            out(error(ident, INVALID_PARAMS, f"Unknown tool: {name} (tools/list names them)"))
             return None
         try:
             value = entry.invoke(arguments)
         except Exception as exc:  # the model reads what went wrong and may try again
-            out(_response(ident, _tool_result(f"{type(exc).__name__}: {exc}", error=True)))
+            out(response(ident, tool_result(f"{type(exc).__name__}: {exc}", is_error=True)))
             return None
-        out(_response(ident, _tool_result(result_text(value), value if isinstance(value, dict) else None)))
+        out(response(ident, tool_result(result_text(value), value if isinstance(value, dict) else None)))
         return None
 
     def _builtin(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,8 +216,8 @@ class ServerSession:
                 entry = next((e for e in self.catalog.entries() if e.tool == tool), None)
                 outcome = tool_info(self.settings, tool, entry.client if entry is not None else None)
         except FlakebotError as exc:
-            return _tool_result(f"error: {exc}", error=True)
-        return _tool_result(outcome.text, outcome.data)
+            return tool_result(f"error: {exc}", is_error=True)
+        return tool_result(outcome.text, outcome.data)
 
     def _build(self, ident: Any, arguments: Mapping[str, Any], token: Any, out: Send) -> None:
         key = json.dumps(ident)
@@ -238,7 +226,7 @@ class ServerSession:
                 str(arguments.get("request") or ""), name=arguments.get("name"), crate=arguments.get("crate")
             )
         except FlakebotError as exc:
-            out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+            out(response(ident, tool_result(f"error: {exc}", is_error=True)))
             return
         with self._lock:
             self._builds[key] = build
@@ -249,13 +237,13 @@ class ServerSession:
             report = build.wait([_Progress(token, out)] if token is not None else [])
         except Cancelled as exc:
             if key not in self._cancelled:
-                out(_response(ident, _tool_result(f"error: {exc}", error=True)))
+                out(response(ident, tool_result(f"error: {exc}", is_error=True)))
             return  # cancelled by the client: no response (MCP cancellation)
         except FlakebotError as exc:
-            out(_response(ident, _tool_result(f"error: {type(exc).__name__}: {exc}", error=True)))
+            out(response(ident, tool_result(f"error: {type(exc).__name__}: {exc}", is_error=True)))
             return
         except Exception as exc:
-            out(_response(ident, _tool_result(f"error: {type(exc).__name__}: {exc}", error=True)))
+            out(response(ident, tool_result(f"error: {type(exc).__name__}: {exc}", is_error=True)))
             return
         finally:
             with self._lock:
@@ -266,7 +254,7 @@ class ServerSession:
         self.known = self.catalog.signature()
         out(list_changed())
         outcome: Outcome = build_outcome(report.tool, functions, report.requested_by, report.tokens)
-        out(_response(ident, _tool_result(outcome.text, outcome.data)))
+        out(response(ident, tool_result(outcome.text, outcome.data)))
 
     def _cancel(self, params: Mapping[str, Any]) -> None:
         key = json.dumps(params.get("requestId"))

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from ..clients.agents import parse_tool_call, result_text, strict_schema
-from ..config import Settings
+from ..config import Settings, apply
 from ..errors import Cancelled
 from ..events import Observer
-from ..options import OPTIONS, apply
+from ..options import OPTIONS
 from ..views.progress import TextProgress
 from .builds import AgentBuild, AgentSession, BuildReport
 from .catalog import ToolCatalog, decode_arguments

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from contextlib import redirect_stdout
 from typing import IO, Any
 
+from ..clients.jsonrpc import serve_lines
 from ..config import Settings
 from ..untrusted import safe_text
 from .catalog import ToolCatalog
@@ -91,16 +92,8 @@ def serve_stdio(settings: Settings, stdin: IO[bytes] | None = None, stdout: IO[b
     watcher = RegistryWatcher(catalog, lambda: [session]).start()
     try:
         with redirect_stdout(sys.stderr):  # stdout carries JSON-RPC only
-            for raw in iter(stdin.readline, b""):
-                if not raw.strip():
-                    continue
-                try:
-                    message = json.loads(raw)
-                except ValueError as exc:
-                    out({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {exc}"}})
-                    continue
-                for each in message if isinstance(message, list) else [message]:
-                    session.handle(each, out)
+            # batches: flakebot mcp speaks 2025-03-26 too, which has them
+            serve_lines(stdin, out, lambda message: session.handle(message, out), batches=True)
     finally:
         watcher.stop()
         session.close()

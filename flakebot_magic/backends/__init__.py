@@ -7,20 +7,17 @@ backend that choice names.
 
 from __future__ import annotations
 
-from .base import MANIFEST_KEYS, Backend, BackendChoice, Built, RunDeps, RunState, Stage
+from ..stages.state import BackendChoice, RunDeps
+from .base import MANIFEST_KEYS, Backend, Built
 from .cargo import CargoBackend
 from .nix import NixBackend, decide, nixpkgs_lockable
 
 __all__ = [
     "MANIFEST_KEYS",
     "Backend",
-    "BackendChoice",
     "Built",
     "CargoBackend",
     "NixBackend",
-    "RunDeps",
-    "RunState",
-    "Stage",
     "backend_for",
     "decide",
     "nixpkgs_lockable",

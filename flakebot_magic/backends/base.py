@@ -1,10 +1,8 @@
 """The one interface of the build backends, and what a run carries through them.
 
-A pipeline's dependencies (:class:`RunDeps`: settings, registry, process
-runner, event bus) are the same for every run; what one run computes (the
-request, the model, the crate, the workspace, the backend chosen) is its
-:class:`RunState`, passed explicitly to every step (pydantic-graph's split
-of state and dependencies). A :class:`Backend` turns a forked (and maybe
+What a run carries through them (its :class:`~flakebot_magic.stages.state.RunState`,
+the pipeline's :class:`~flakebot_magic.stages.state.RunDeps`) lives in
+:mod:`flakebot_magic.stages.state`. A :class:`Backend` turns a forked (and maybe
 model-edited) workspace into a store entry:
 
 * :meth:`Backend.lookup`: a recipe hit, when its store entry (and for nix its
@@ -21,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,29 +27,21 @@ from typing import Any, ClassVar
 
 from ..config import Settings
 from ..errors import FlakeError
-from ..events import EventBus, StageFinished, StageStarted, StageStatus
+from ..events import EventBus, StageFinished, StageStarted
 from ..host.git import Git
-from ..host.process import ProcessRunner
-from ..llm.model import ModelConfig
-from ..registry.base import CrateCandidate, Registry
 from ..registry.directory import read_manifest
-from ..request import BuildRequest
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
-from ..sandbox.policy import TreePolicy
 from ..stages.deploy import StorePath
 from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
 from ..stages.fork import Workspace
+from ..stages.state import BackendChoice, RunDeps, RunState
 from .nix_command import normalize_flake_ref
 
 __all__ = [
     "MANIFEST_KEYS",
     "Backend",
-    "BackendChoice",
     "Built",
-    "RunDeps",
-    "RunState",
-    "Stage",
     "cached_rows",
     "flake_meta",
     "manifest",
@@ -78,10 +67,13 @@ MANIFEST_KEYS = (
     "iterations",
     "lock_hash",
     "model",
+    "nar_hash",
     "nix_store_path",
     "nixpkgs",
     "nixpkgs_url",
     "plan",
+    "proof_nar_hash",
+    "proof_store_path",
     "registry",
     "rustc",
     "skipped_targets",
@@ -90,85 +82,6 @@ MANIFEST_KEYS = (
     "version",
     "winner",
 )
-
-
-@dataclass(frozen=True)
-class RunDeps:
-    """What every run of a pipeline uses and none changes."""
-
-    settings: Settings
-    registry: Registry
-    runner: ProcessRunner
-    bus: EventBus
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend a run builds with, decided once before the search.
-
-    ``fallback`` is set when ``auto`` took cargo although nix is installed and
-    builds in its sandbox (nix cannot lock the flake's nixpkgs here): it says
-    why, for the warning a build then shows.
-    """
-
-    name: str  # "cargo" or "nix"
-    why: str
-    auto: bool = False
-    fallback: str = ""
-
-
-@dataclass
-class RunState:
-    """Everything one run computes, passed from step to step (never kept on the pipeline)."""
-
-    request: BuildRequest  # its text stripped, its follow_up resolved against the settings
-    model: ModelConfig | None
-    choice: BackendChoice
-    candidate: CrateCandidate | None = None
-    name: str = ""
-    workspace: Workspace | None = None
-    rustc: str = ""
-    #: the binary the flake runs (the tool contract's ``bin``, else by name); set before the build
-    main_program: str = ""
-    #: the edit loop's check runs (0: no model)
-    iterations: int = 0
-    store: StorePath | None = None
-    #: what the edit session recorded for the manifest: ``usage``, and ``winner``, ``candidates``, ``plan``
-    session: dict[str, Any] = field(default_factory=dict)
-    #: the cell's ``>>>`` examples (the judge runs them against every candidate)
-    examples: list[Any] = field(default_factory=list)
-    #: the session's journal (None: no model, or a speculative session) and the one a ``--resume`` continues
-    journal: Any = None
-    resume: Any = None
-    #: a race of candidates, journalled (:class:`~flakebot_magic.edit.races.RaceRecord`)
-    race: Any = None
-    #: crates the search found close to the chosen one (with ``--candidates``, some candidates start from them)
-    alternatives: list[CrateCandidate] = field(default_factory=list)
-    #: the tree policy the workspace passed before its build (the published commit is its baseline);
-    #: cargo's downloads run only right after it passes again
-    policy: TreePolicy | None = None
-
-    @property
-    def follow_up(self) -> bool:
-        return self.request.follow_up
-
-    def crate(self) -> CrateCandidate:
-        if self.workspace is not None:
-            return self.workspace.crate
-        if self.candidate is None:
-            raise RuntimeError("the run has no crate yet")
-        return self.candidate
-
-    def forked(self) -> Workspace:
-        if self.workspace is None:
-            raise RuntimeError("the run has no workspace yet")
-        return self.workspace
-
-    def checked(self) -> TreePolicy:
-        """The tree policy the build is held to (set by the pipeline before any backend builds)."""
-        if self.policy is None:
-            raise RuntimeError("the run's tree was not checked yet")
-        return self.policy
 
 
 @dataclass
@@ -184,31 +97,6 @@ class Built:
     out_path: Path | None = None
     pending: Path | None = None
     lock: dict[str, Any] = field(default_factory=dict)
-
-
-class Stage:
-    """A stage row: ``StageStarted`` on entry, ``StageFinished`` (``failed`` on an exception) on exit.
-
-    Set ``status`` (``cached``, ``skipped``) and ``detail`` inside the block.
-    """
-
-    def __init__(self, bus: EventBus, name: str, detail: str = "") -> None:
-        self.bus, self.name, self.detail = bus, name, detail
-        self.status: StageStatus = "done"
-        self.started = 0.0
-
-    def __enter__(self) -> Stage:
-        self.started = time.monotonic()
-        self.bus.emit(StageStarted(self.name, self.detail))
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        elapsed = time.monotonic() - self.started
-        if exc is not None:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            self.bus.emit(StageFinished(self.name, "failed", first, elapsed))
-        else:
-            self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))
 
 
 def cached_rows(bus: EventBus, stages: Iterable[str], store: StorePath | None = None, *, where: str = "") -> None:
@@ -298,8 +186,11 @@ def manifest(
         "iterations": run.iterations,
         "lock_hash": "",
         "model": run.model.model if run.model is not None else "",
+        "nar_hash": "",
         "nix_store_path": "",
         "nixpkgs": {},
+        "proof_nar_hash": "",
+        "proof_store_path": "",
         "nixpkgs_url": "",
         "registry": crate.registry,
         "rustc": run.rustc,

@@ -17,7 +17,8 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
 from ..stages.flake import write_flake
-from .base import Backend, Built, RunState, Stage, cached_rows, flake_meta, manifest, nixpkgs_url
+from ..stages.state import RunState, Stage
+from .base import Backend, Built, cached_rows, flake_meta, manifest, nixpkgs_url
 
 __all__ = ["CargoBackend"]
 
@@ -37,7 +38,7 @@ class CargoBackend(Backend):
         git = self.git(run)
         key = store_key(git, run.rustc, BUILD_FLAGS)
         built = Built(key=key, flags=list(BUILD_FLAGS))
-        built.cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        built.cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if built.cached is not None:
             cached_rows(bus, ("build", "test"), built.cached)
         else:
@@ -68,6 +69,6 @@ class CargoBackend(Backend):
                 stage.status = "cached"
             else:
                 data = manifest(run, self.name, built, commit=self.git(run).head(), contract=contract)
-                store = deploy(settings.store_dir, built.key, crate.name, crate.version, built.binaries, data)
+                store = deploy(settings.cache.store, built.key, crate.name, crate.version, built.binaries, data)
             stage.detail = str(store.path)
         return store

@@ -38,7 +38,8 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from ..config import Settings
-from ..errors import ConfigError, DeployError, FlakeError, StageTimeout
+from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageTimeout
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.process import ProcessRunner, scrubbed_env
 from ..records.provenance import describe_locked
@@ -46,18 +47,17 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
+from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
     Backend,
-    BackendChoice,
     Built,
-    RunState,
-    Stage,
     cached_rows,
     flake_meta,
     line_logger,
     manifest,
     nixpkgs_url,
 )
+from .nix_cache import prove, push_paths
 from .nix_command import (
     NIX_FEATURES,
     Nix,
@@ -112,7 +112,7 @@ def nixpkgs_lockable(
     seconds) whether it holds a copy. ``nix``: the nix executable (default:
     on PATH).
     """
-    path = cache_dir / "probes" / "nixpkgs.json"
+    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
         known = json.loads(path.read_text())
         entry = known[ref]
@@ -127,7 +127,7 @@ def nixpkgs_lockable(
 
 def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
     """Keep ``answer`` for ``ref`` (a lock that failed after all replaces a probe's yes)."""
-    path = cache_dir / "probes" / "nixpkgs.json"
+    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
         known = json.loads(path.read_text())
         if not isinstance(known, dict):
@@ -249,7 +249,7 @@ class NixBackend(Backend):
 
     def nix(self) -> Nix:
         settings = self.settings
-        options = NixOptions(settings.nix_builders, settings.nix_substituters, settings.nix_trusted_public_keys)
+        options = NixOptions.of(settings)
         return Nix(self.deps.runner, options=options)
 
     def recipe_parts(self) -> list[str]:
@@ -263,7 +263,7 @@ class NixBackend(Backend):
         recorded = store.manifest.get("nix_store_path")
         if not recorded:
             return False
-        path, root = Path(recorded), self.settings.gcroots_dir / name
+        path, root = Path(recorded), self.settings.cache.gcroots / name
         if root_points_to(root, path):
             return True
         return self.nix().add_root(path, root)
@@ -271,6 +271,8 @@ class NixBackend(Backend):
     def build(self, run: RunState, cargo: Cargo) -> Built | None:
         """Flake first (nix builds it), then ``nix build`` beside ``cargo test``."""
         settings, bus = self.settings, self.bus
+        if settings.nix_store:  # the tool would be looked for under /nix/store, not under that store's root
+            raise ConfigError(f"--store {settings.nix_store} is for `flakebot pull`; builds use nix's own store.")
         workspace = run.forked()
         crate = workspace.crate
         nix = self.nix()
@@ -315,12 +317,12 @@ class NixBackend(Backend):
                 "nixpkgs_url": url,
             },
         )
-        cached = None if settings.rebuild else lookup(settings.store_dir, key, crate.name, crate.version)
+        cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if cached is not None and self.alive(cached, run.name):
             built.cached = cached
             cached_rows(bus, ("build", "test"), cached)
             return built
-        pending = pending_link(settings.gcroots_dir, run.name)
+        pending = pending_link(settings.cache.pending_gcroots, run.name)
         release = NixRelease(
             nix, workspace.path, pending, timeout=settings.build_timeout, on_line=line_logger(bus, "build")
         )
@@ -341,6 +343,19 @@ class NixBackend(Backend):
         built.out_path, built.pending = release.store_path, pending
         return built
 
+    def _push(self, data: dict[str, Any]) -> None:
+        """--push: the tool and its proof to the team's cache; a push that fails leaves the tool, and says so."""
+        settings = self.settings
+        try:
+            if not settings.push_to or not settings.nix_secret_key:
+                raise ConfigError("--push needs --push-to CACHE_URL and --secret-key FILE (or their settings).")
+            paths = [data["nix_store_path"], data["proof_store_path"]]
+            signers = push_paths(self.nix(), paths, settings.push_to, Path(settings.nix_secret_key))
+        except FlakebotError as exc:
+            self.bus.notice("deploy", f"built, but not pushed: {exc}", "warning")
+            return
+        self.bus.notice("deploy", f"pushed to {settings.push_to}, signed by {', '.join(sorted(set(signers.values())))}")
+
     def deploy(self, run: RunState, built: Built, contract: dict[str, Any]) -> StorePath:
         settings = self.settings
         crate = run.crate()
@@ -352,9 +367,11 @@ class NixBackend(Backend):
                 else:
                     if built.out_path is None:
                         raise DeployError("nix build recorded no store path to deploy.")
-                    root = settings.gcroots_dir / run.name
-                    if not self.nix().add_root(built.out_path, root):
+                    nix = self.nix()
+                    root = settings.cache.gcroots / run.name
+                    if not nix.add_root(built.out_path, root):
                         raise DeployError(f"Could not make {root} a GC root for {built.out_path}.")
+                    proven = prove(nix, run, built, contract, self.git(run), settings.cache.gcroots)
                     data = manifest(
                         run,
                         self.name,
@@ -363,8 +380,11 @@ class NixBackend(Backend):
                         contract=contract,
                         gcroot=str(root),
                         **built.lock,
+                        **proven,
                     )
-                    store = record_nix(settings.store_dir, built.key, crate.name, crate.version, built.out_path, data)
+                    store = record_nix(settings.cache.store, built.key, crate.name, crate.version, built.out_path, data)
+                    if settings.push_after_build:
+                        self._push(store.manifest)
                 stage.detail = str(store.manifest["nix_store_path"])
         finally:
             if built.pending is not None:

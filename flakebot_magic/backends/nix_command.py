@@ -38,12 +38,14 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import Settings
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
-from ..host.process import Completed, LineCallback, ProcessRunner, scrubbed_env
+from ..host.output import LineCallback
+from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import LOCK_FILE
@@ -264,9 +266,26 @@ class NixOptions:
     builders: str | None = None
     substituters: str | None = None
     trusted_public_keys: str | None = None
+    #: the nix store to use (``--store``): a second store such as ``local?root=/srv/mate``; None: nix's own
+    store: str | None = None
+    #: nix's ``max-jobs``: 0 sends every build to the builders
+    max_jobs: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> NixOptions:
+        """The nix options a run's settings give."""
+        return cls(
+            settings.nix_builders,
+            settings.nix_substituters,
+            settings.nix_trusted_public_keys,
+            settings.nix_store,
+            settings.nix_max_jobs,
+        )
 
     def argv(self) -> list[str]:
-        args: list[str] = []
+        args: list[str] = ["--store", self.store] if self.store else []
+        if self.max_jobs is not None:
+            args += ["--option", "max-jobs", str(self.max_jobs)]
         for name, value in (
             ("builders", self.builders),
             ("substituters", self.substituters),
@@ -328,6 +347,17 @@ class Nix:
     def argv(self, *args: str) -> list[str]:
         return [self.executable, *NIX_FEATURES, *self.options.argv(), *args]
 
+    def on_store(self, store: str) -> Nix:
+        """This nix, on another store (a binary cache's URL, a chroot store)."""
+        return Nix(
+            self.runner, executable=self.executable, options=replace(self.options, store=store), sandbox=self._sandbox
+        )
+
+    def trusting(self, keys: str) -> Nix:
+        """This nix, trusting exactly the public keys ``keys``."""
+        options = replace(self.options, trusted_public_keys=keys)
+        return Nix(self.runner, executable=self.executable, options=options, sandbox=self._sandbox)
+
     def _nix_store(self) -> str:
         sibling = Path(self.executable).with_name("nix-store")
         return str(sibling) if sibling.exists() else "nix-store"
@@ -378,7 +408,7 @@ class Nix:
         workspace: Path,
         out_link: Path,
         *,
-        timeout: float = 1800.0,
+        timeout: float,
         on_line: LineCallback | None = None,
         attribute: str = "",
     ) -> Path:
@@ -446,9 +476,9 @@ def root_points_to(link: Path, path: Path) -> bool:
         return False
 
 
-def pending_link(gcroots: Path, name: str) -> Path:
-    """Where ``nix build`` puts its out-link until the deploy completes."""
-    return gcroots / ".pending" / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+def pending_link(pending: Path, name: str) -> Path:
+    """Where ``nix build`` puts its out-link until the deploy completes (``pending``: ``CacheLayout.pending_gcroots``)."""
+    return pending / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
 
 
 def binaries_of(path: Path) -> dict[str, Path]:

@@ -10,12 +10,10 @@ with their input schemas) and ``tools/call`` (through the same Python client
 a notebook uses), one newline-delimited JSON-RPC message per line. The HTTP
 service it wraps is started with it and stopped when the client closes stdin.
 
-It follows JSON-RPC 2.0 for what is not a request it can serve: a line that
-is not JSON gets ``-32700``; ``null``, a batch (MCP has none since
-2025-06-18) or an object that is not a request gets ``-32600`` (id
-``null`` where the request has none); ``params`` or ``arguments`` that are
-not an object, and an unknown tool, get ``-32602``; an unknown method
-``-32601``. A tool that fails answers a result with ``isError`` (the model
+What is not a request it can serve is answered as :mod:`.jsonrpc` says (the
+same answers as ``flakebot mcp``; a batch gets ``-32600``: MCP has none since
+2025-06-18); ``arguments`` that are not an object, and an unknown tool, get
+``-32602``. A tool that fails answers a result with ``isError`` (the model
 reads it). ``serverInfo`` carries the crate and its version (from the store
 entry's manifest), ``instructions`` say in plain words what the tool is, and
 each input schema says what is enforced (``additionalProperties: false``:
@@ -36,20 +34,23 @@ from .agents import ToolFunction, result_text
 from .base import ToolClient
 from .contract import KINDS
 from .factory import make_tool
-from .mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from .jsonrpc import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    Request,
+    check,
+    error,
+    negotiate,
+    response,
+    serve_lines,
+    tool_result,
+)
 from .schema import sentence
 
 __all__ = ["instructions", "main", "serve", "server_info"]
 
 
-#: JSON-RPC 2.0 error codes
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
-
 _KIND_WORDS = {"cli": "a command-line program", "http": "an HTTP service"}
-
-
-def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
 
 
 def server_info(tool: ToolClient) -> dict[str, Any]:
@@ -84,31 +85,20 @@ def _by_public_name(tool: ToolClient) -> dict[str, ToolFunction]:
 
 def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
     """The answer to one decoded message (None for a notification or a response)."""
-    if not isinstance(message, dict):
-        kind = "a batch (MCP has no batches)" if isinstance(message, list) else f"{json.dumps(message)}"
-        return _error(None, INVALID_REQUEST, f"Invalid Request: expected one request object, got {kind}")
-    ident = message.get("id")
-    if "id" in message and not (isinstance(ident, (str, int)) and not isinstance(ident, bool)):
-        return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
-    method = message.get("method")
-    if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
-        if "method" not in message and ("result" in message or "error" in message):
-            return None  # a response (to nothing this server asked): nothing to answer
-        return _error(ident, INVALID_REQUEST, 'Invalid Request: needs "jsonrpc": "2.0" and a string "method"')
-    if "id" not in message:
+    request = check(message)
+    if not isinstance(request, Request):
+        return request  # the error to answer, or None
+    if request.notification:
         return None  # notifications need no answer
-    params = message.get("params", {})
-    if not isinstance(params, dict):
-        return _error(ident, INVALID_PARAMS, "Invalid params: params must be an object")
+    ident, method, params = request.ident, request.method, request.params
 
     def ok(result: dict[str, Any]) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": ident, "result": result}
+        return response(ident, result)
 
     if method == "initialize":
-        asked = params.get("protocolVersion")
         return ok(
             {
-                "protocolVersion": asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION,
+                "protocolVersion": negotiate(params.get("protocolVersion")),
                 "capabilities": {"tools": {"listChanged": False}},
                 "serverInfo": server_info(tool),
                 "instructions": instructions(tool),
@@ -128,39 +118,35 @@ def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
     if method == "tools/call":
         fn = _by_public_name(tool).get(str(params.get("name")))
         if fn is None:
-            return _error(ident, INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
+            return error(ident, INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
         arguments = params.get("arguments", {})
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
-            return _error(
+            return error(
                 ident, INVALID_PARAMS, f"Invalid params: arguments must be an object, not {json.dumps(arguments)}"
             )
         try:
             value = tool._invoke(fn, arguments)
         except Exception as exc:  # reported to the client as a tool error, which it shows its model
-            return ok({"content": [{"type": "text", "text": f"{type(exc).__name__}: {exc}"}], "isError": True})
-        result: dict[str, Any] = {"content": [{"type": "text", "text": result_text(value)}], "isError": False}
-        if isinstance(value, dict):
-            result["structuredContent"] = value
-        return ok(result)
-    return _error(ident, METHOD_NOT_FOUND, f"Method not found: {method}")
+            return ok(tool_result(f"{type(exc).__name__}: {exc}", is_error=True))
+        return ok(tool_result(result_text(value), value if isinstance(value, dict) else None))
+    return error(ident, METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
 def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Answer MCP requests from ``stdin`` on ``stdout`` until ``stdin`` closes."""
-    for raw in iter(stdin.readline, b""):
-        if not raw.strip():
-            continue
-        try:
-            message = json.loads(raw)
-        except ValueError as exc:
-            answer: dict[str, Any] | None = _error(None, PARSE_ERROR, f"Parse error: {exc}")
-        else:
-            answer = _answer(tool, message)
+
+    def send(answer: dict[str, Any]) -> None:
+        stdout.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+        stdout.flush()
+
+    def handle(message: Any) -> None:
+        answer = _answer(tool, message)
         if answer is not None:
-            stdout.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
-            stdout.flush()
+            send(answer)
+
+    serve_lines(stdin, send, handle)
 
 
 def _manifest(binary: Path) -> dict[str, Any]:

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from ..errors import ToolError
+from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
+from ..host.process import spawn
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
 from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
-from .exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from .schema import sentence
 
 __all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
@@ -314,15 +315,12 @@ class CliTool(ToolClient):
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
             extra = {**plain, **(env or {})}
-            proc = subprocess.Popen(
+            proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
                 confinement.command(command) if confinement else command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=True,
                 cwd=confinement.scratch if confinement else None,
                 # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
                 env=confinement.env(self.env, extra) if confinement else self._environment(extra),
-                start_new_session=True,  # a timeout or an interrupt stops what the tool started, too
             )
             out = self._exchange(proc, data or b"", limit, items)
             return out if raw else strip_ansi(out)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..host.exchange import Exchange, stop_group
+from ..host.process import spawn
 from .base import Confinement
-from .exchange import Exchange, stop_group
 from .schema import python_name
 
 __all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "help_of", "parse_help", "reads_stdin"]
@@ -327,14 +328,8 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0)
     try:
         for flag in ("--help", "-h"):
             try:
-                proc = subprocess.Popen(
-                    confinement.command([str(binary), flag]),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=confinement.scratch,
-                    env=confinement.env(),
-                    start_new_session=True,
+                proc = spawn(
+                    confinement.command([str(binary), flag]), stdin=True, cwd=confinement.scratch, env=confinement.env()
                 )
             except OSError:
                 continue

@@ -4,12 +4,12 @@ Every tool process
 
 * runs in its own process group (``start_new_session``), so stopping it stops
   whatever it started too;
-* gets a parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``): when
-  the kernel or interpreter that started it dies, even by ``kill -9``, the
-  tool dies with it. The signal follows the *thread* that forked the child,
-  so every tool is spawned from one long-lived thread (the pipeline runs on a
-  short-lived background thread);
-* keeps its output in a bounded buffer, readable as ``tool.logs()``;
+* gets a parent-death signal: when the kernel or interpreter that started it
+  dies, even by ``kill -9``, the tool dies with it (it is started by
+  :func:`~flakebot_magic.host.process.spawn` with ``lasting=True``: from one
+  long-lived thread, since the signal follows the thread that forked);
+* keeps its output in a bounded buffer, readable as ``tool.logs()`` (its
+  lines cut by :class:`~flakebot_magic.host.process.LineReader`);
 * is stopped by :func:`stop` (``%flakebot stop NAME``), by :func:`stop_all`
   at interpreter exit (``atexit``: kernel shutdown and restart), and when a
   call to it is interrupted or times out (the next call starts it again).
@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
-import queue
-import signal
 import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 from ..errors import ToolError
-from ..host.process import kill_tree
+from ..host.output import LineReader
+from ..host.process import kill_tree, spawn
 from ..untrusted import safe_text
 
 __all__ = [
@@ -48,8 +46,6 @@ __all__ = [
     "stop_all",
     "unregister",
 ]
-
-_PR_SET_PDEATHSIG = 1
 
 #: lines kept per tool, and the longest line kept whole
 LOG_LINES = 2000
@@ -83,65 +79,6 @@ class LogBuffer:
     def __len__(self) -> int:
         with self._lock:
             return len(self._lines)
-
-
-def _death_signal_setup(parent: int) -> Callable[[], None] | None:
-    """A preexec function that ties the child's life to this process (Linux only)."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    kill = int(signal.SIGKILL)
-
-    def setup() -> None:  # runs in the child between fork and exec: no imports, no locks
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
-
-
-class _Spawner:
-    """One long-lived daemon thread that forks every tool process.
-
-    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, not the
-    process; forking from a thread that lives as long as the interpreter makes
-    it mean "when this process dies".
-    """
-
-    def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = (
-            queue.SimpleQueue()
-        )
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pid = 0
-
-    def _loop(self) -> None:
-        while True:
-            work, reply = self._requests.get()
-            try:
-                reply.put((True, work()))
-            except BaseException as exc:  # handed back to the caller's thread
-                reply.put((False, exc))
-
-    def run(self, work: Callable[[], Any]) -> Any:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._pid = os.getpid()  # after a fork, the old thread does not exist here
-                self._thread = threading.Thread(target=self._loop, name="flakebot-spawner", daemon=True)
-                self._thread.start()
-        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._requests.put((work, reply))
-        ok, value = reply.get()
-        if not ok:
-            raise value
-        return value
-
-
-_spawner = _Spawner()
 
 
 class ToolProcess:
@@ -181,24 +118,8 @@ class ToolProcess:
 
     def start(self) -> None:
         """Start the process (from the spawner thread)."""
-        setup = _death_signal_setup(os.getpid())
-
-        def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=self.cwd,
-                stdin=subprocess.PIPE if self.stdio else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                bufsize=0,
-                start_new_session=True,
-                preexec_fn=setup,
-                close_fds=True,
-            )
-
         try:
-            proc: subprocess.Popen[bytes] = _spawner.run(spawn)
+            proc = spawn(self.argv, env=self.env, cwd=self.cwd, stdin=self.stdio, lasting=True, bufsize=0)
         except OSError as exc:
             raise ToolError(f"Could not start {self.argv[0]}: {exc}", returncode=None) from exc
         self.proc = proc
@@ -212,38 +133,14 @@ class ToolProcess:
             pump.start()
 
     def _pump(self, stream: IO[bytes]) -> None:
-        """Read the stream in chunks into :attr:`logs`: a line without end is cut, never held whole."""
-        limit = LOG_LINE_CHARS * 4  # bytes; LogBuffer cuts the line to LOG_LINE_CHARS characters
-        pending = bytearray()
-        skipped = 0  # bytes of an over-long line dropped so far
+        """Read the stream in chunks into :attr:`logs`: a line without end is cut (its head kept), never held whole."""
+        # bytes; LogBuffer cuts the line to LOG_LINE_CHARS characters
+        lines = LineReader(lambda line, end: self.logs.append(line + end), LOG_LINE_CHARS * 4, split=False)
         try:
             fd = stream.fileno()
-            while True:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    break
-                pending += chunk
-                while True:
-                    end = pending.find(b"\n")
-                    if end < 0:
-                        break
-                    if skipped:
-                        self.logs.append(f"[flakebot: {skipped + end} more bytes of this line dropped]\n")
-                        skipped = 0
-                    else:
-                        self.logs.append(pending[: end + 1].decode("utf-8", "replace"))
-                    del pending[: end + 1]
-                if len(pending) > limit:
-                    if not skipped:
-                        self.logs.append(pending[:limit].decode("utf-8", "replace") + "\n")
-                        skipped = len(pending) - limit
-                    else:
-                        skipped += len(pending)
-                    pending.clear()
-            if pending and not skipped:
-                self.logs.append(pending.decode("utf-8", "replace"))
-            elif skipped:
-                self.logs.append(f"[flakebot: {skipped + len(pending)} more bytes of this line dropped]\n")
+            while chunk := os.read(fd, 1 << 16):
+                lines.feed(chunk)
+            lines.feed(b"", final=True)
         except (OSError, ValueError):  # closed under us by stop()
             pass
 

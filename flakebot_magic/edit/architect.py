@@ -11,12 +11,9 @@ architect`` and may use its own model (``--architect-model``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..events import EventBus
-from ..llm.budget import Budget
-from ..llm.model import ModelConfig
-from ..llm.usage import Usage
+from ..llm.channel import ModelChannel
 from ..registry.base import CrateCandidate
 from .prompt import readme_summary, repo_map
 
@@ -27,17 +24,18 @@ MAX_PLAN_CHARS = 8000
 
 
 def ask_architect(
-    client: Any,
-    model: ModelConfig,
+    channel: ModelChannel,
     request: str,
     root: Path,
     *,
     crate: CrateCandidate | None,
-    budget: Budget,
     bus: EventBus,
     want_examples: bool,
 ) -> str:
-    """The architect's plan for ``request`` on the workspace ``root`` (capped at :data:`MAX_PLAN_CHARS`)."""
+    """The architect's plan for ``request`` on the workspace ``root`` (capped at :data:`MAX_PLAN_CHARS`).
+
+    The request goes through ``channel`` (role ``architect``): the run's budget, the reply caps, a cancel.
+    """
     about = f"{crate.name} {crate.version}: {crate.description}" if crate is not None else root.name
     examples = (
         "\nThen, under a line 'Examples:', write two to four acceptance examples the finished tool must pass, "
@@ -60,18 +58,7 @@ def ask_architect(
             f"{readme_summary(root, 1200)}\n\nFiles:\n{repo_map(root, 3000)}",
         },
     ]
-    prompt_estimate = sum(len(str(m["content"])) for m in messages) // 4
-    budget.check(model.model, next_prompt_tokens=prompt_estimate)
-    bus.notice("edit", f"the architect ({model.describe()}) is writing a plan")
-    response = client.chat.completions.create(
-        model=model.model, messages=messages, extra_headers={"X-Flakebot-Role": "architect"}
-    )
-    text = (response.choices[0].message.content or "").strip() if response.choices else ""
-    usage = Usage.of_reply(response.usage, prompt_estimate=prompt_estimate, completion_estimate=len(text) // 4)
-    budget.charge(model.model, usage)
-    bus.emit(usage.event(budget.cost(model.model, usage), final=True, role="architect"))
-    if not text:
-        bus.notice("edit", "the architect's reply was empty; the engineers start without a plan", "warning")
-        return ""
+    bus.notice("edit", f"the architect ({channel.model.describe()}) is writing a plan")
+    text = channel.complete(messages).content.strip()
     bus.notice("edit", f"the architect's plan: {text.splitlines()[0][:160]}")
     return text[:MAX_PLAN_CHARS]

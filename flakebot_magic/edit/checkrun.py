@@ -36,7 +36,8 @@ from ..sandbox.diagnostics import (
     parse_test_output,
     readable,
 )
-from ..sandbox.policy import CANDIDATES_DIR, TreePolicy, Violation
+from ..sandbox.layout import BUILD_DIR, NOT_SOURCE, SOURCE_PATHSPEC
+from ..sandbox.policy import TreePolicy, Violation
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
 
@@ -51,9 +52,7 @@ __all__ = [
 ]
 
 #: the loop's check runs share the test stage's target dir, so the final test run is fresh
-LOOP_TARGET = ("target", "flakebot-test")
-#: never committed (nor removed by a revert): build outputs (cargo's, nix's result links), candidates' clones
-NOT_SOURCE = ("target", "result", "result-*", CANDIDATES_DIR)
+LOOP_TARGET = (BUILD_DIR, "flakebot-test")
 #: rounds of rustc's machine-applicable fixes before the model hears of the errors
 FIX_ROUNDS = 3
 #: errors listed in a check run's commit message and report
@@ -376,7 +375,7 @@ class CheckRunner:
     def commit(self, run: CheckRun) -> str:
         """Commit the workspace as it is (build outputs aside) with the run's summary; the new HEAD."""
         # everything but build outputs, even what the crate's own .gitignore names (as the fork does)
-        self.git("add", "-A", "-f", "--", ".", *(f":(exclude,top){p}" for p in NOT_SOURCE))
+        self.git("add", "-A", "-f", "--", *SOURCE_PATHSPEC)
         self.git("commit", "-q", "--no-verify", "--allow-empty", "-m", run.commit_message())
         return self.head()
 

@@ -5,8 +5,8 @@ Three tools, used by the session on each request:
 * :func:`cap_middle` cuts a text (a file read, diagnostics, 5 MB of test
   output) to a byte cap, keeping its head and its tail (where a compiler's
   first error and a test run's summary are) around an explicit marker;
-* :func:`estimate_tokens` guesses a conversation's size in tokens (about four
-  bytes of JSON a token, as the model channel estimates a reply's prompt);
+* :func:`~flakebot_magic.llm.usage.estimate_tokens` (the channel's own
+  estimate) says how big a conversation is;
 * :func:`compact` shrinks a conversation that nears the context size.
 
 :func:`compact` keeps the first two messages (the system prompt and the
@@ -23,7 +23,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["COMPACT_AT", "COMPACT_TO", "cap_middle", "compact", "estimate_tokens"]
+from ..llm.usage import BYTES_PER_TOKEN, estimate_tokens, message_tokens
+
+__all__ = ["COMPACT_AT", "COMPACT_TO", "cap_middle", "compact"]
 
 #: a conversation past this share of the context size is compacted ...
 COMPACT_AT = 0.75
@@ -33,10 +35,6 @@ COMPACT_TO = 0.5
 _STUB_OVER = 600
 #: what is left of a long text in a stub
 _STUB_KEEP = 240
-#: bytes of JSON per token, the estimate's ratio
-_BYTES_PER_TOKEN = 4
-#: what a message costs beyond its text (role, separators)
-_MESSAGE_OVERHEAD = 4
 
 
 def cap_middle(text: str, limit_bytes: int) -> str:
@@ -71,21 +69,6 @@ def cap_middle(text: str, limit_bytes: int) -> str:
 
 def _marker(cut: int) -> str:
     return f"\n[... {cut:,} bytes cut from the middle ...]\n"
-
-
-def _size(message: Any) -> int:
-    """A message's estimated tokens."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
-    return len(body.encode("utf-8", errors="surrogatepass")) // _BYTES_PER_TOKEN + _MESSAGE_OVERHEAD
-
-
-def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    """About how many tokens ``messages`` take: four bytes of their JSON a token, plus a little a message.
-
-    >>> estimate_tokens([{"role": "user", "content": "x" * 400}])
-    111
-    """
-    return sum(_size(m) for m in messages)
 
 
 def _groups(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
@@ -186,19 +169,19 @@ def compact(messages: list[dict[str, Any]], context_tokens: int, *, keep_last: i
         if start < tail_start < end:
             tail_start = max(start, fixed)
     out = list(messages)
-    sizes = [_size(m) for m in out]
+    sizes = [message_tokens(m) for m in out]
     total = sum(sizes)
     for index in range(fixed, tail_start):  # 1: stubs, oldest first (earlier stubs stay as they were)
         if total <= target:
             return out
         out[index] = _stub(out[index])
-        new = _size(out[index])
+        new = message_tokens(out[index])
         total += new - sizes[index]
         sizes[index] = new
     if total > target:  # 2: drop whole turns, oldest first
         droppable = [(start, end) for start, end in groups if start >= fixed and end <= tail_start]
         dropped = 0
-        note = _size(_dropped_note(len(messages)))
+        note = message_tokens(_dropped_note(len(messages)))
         for start, end in droppable:
             if dropped and total + note <= target:
                 break
@@ -207,12 +190,12 @@ def compact(messages: list[dict[str, Any]], context_tokens: int, *, keep_last: i
         if dropped:
             count = dropped - fixed
             out = [*out[:fixed], _dropped_note(count), *out[dropped:]]
-            sizes = [*sizes[:fixed], _size(out[fixed]), *sizes[dropped:]]
+            sizes = [*sizes[:fixed], message_tokens(out[fixed]), *sizes[dropped:]]
             total = sum(sizes)
             tail_start = tail_start - count + 1
     if total > target:  # 3: cut the long texts of the recent turns, to an equal share each
         recent = range(tail_start, len(out))
-        share = max((target - sum(sizes[:tail_start])) * _BYTES_PER_TOKEN // max(len(recent), 1), _STUB_OVER)
+        share = max((target - sum(sizes[:tail_start])) * BYTES_PER_TOKEN // max(len(recent), 1), _STUB_OVER)
         for index in recent:
             content = out[index].get("content")
             if isinstance(content, str) and len(content.encode("utf-8", errors="surrogatepass")) > share:

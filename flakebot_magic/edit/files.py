@@ -17,7 +17,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..host.fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
-from ..sandbox.policy import CANDIDATES_DIR, REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
+from ..sandbox.layout import BUILD_DIR, CANDIDATES_DIR, source_dirs
+from ..sandbox.policy import REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
 
 __all__ = [
     "MAX_FILE_READ",
@@ -75,7 +76,7 @@ def contain(root: Path, path: str, *, write: bool = False, allow_build_scripts: 
     if write:
         if not parts:
             raise PathRefused("give a file path, not the crate root")
-        if parts[0] == "target":
+        if parts[0] == BUILD_DIR:
             raise PathRefused(f"{path!r} is inside target/, cargo's build output")
         name = parts[-1]
         if name in TOOLCHAIN_FILES:
@@ -174,7 +175,7 @@ class WorkspaceFiles:
             raise PathRefused(f"{path!r} is not a directory")
         lines: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if d not in (".git", "target", CANDIDATES_DIR))
+            dirnames[:] = sorted(source_dirs(dirnames))
             for filename in sorted(filenames):
                 file = Path(dirpath) / filename
                 rel = file.relative_to(self.root).as_posix()

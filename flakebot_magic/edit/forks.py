@@ -59,7 +59,7 @@ from ..errors import Cancelled, ForkError
 from ..host.fsutil import atomic_write, load_toml, read_regular
 from ..host.git import Git
 from ..host.process import CancelToken, ProcessRunner
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR, OUTPUT_DIRS
 from .checkrun import LOOP_TARGET
 
 __all__ = [
@@ -356,7 +356,7 @@ def _copy_sources(workspace: Path, dest: Path, cancel: CancelToken | None) -> No
     stats = CloneStats()
     with os.scandir(workspace) as entries:
         for entry in entries:
-            if entry.name in ("target", CANDIDATES_DIR):
+            if entry.name in OUTPUT_DIRS:
                 continue
             info = entry.stat(follow_symlinks=False)
             target = os.path.join(dest, entry.name)

@@ -45,9 +45,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from ..host.cache import CacheLayout
 from ..host.fsutil import check_no_symlinks, fsync_dir, private_dir, read_regular
 from ..llm.usage import Usage
-from ..records.steering import check_tool_name
+from ..request import check_tool_name
 from .context import cap_middle
 
 __all__ = [
@@ -75,7 +76,7 @@ _SESSION = re.compile(r"\d{8}-\d{6}-\d{9}-\d+(-\d+)?")
 
 def journals_dir(cache_dir: Path, name: str) -> Path:
     """``<cache>/journals/<name>``: the journals of tool ``name``'s edit sessions."""
-    return Path(cache_dir) / "journals" / check_tool_name(name)
+    return CacheLayout(Path(cache_dir)).journals / check_tool_name(name)
 
 
 def _cap_strings(value: Any, limit: int) -> Any:
@@ -190,7 +191,7 @@ class Journal:
         build, such as candidates, share it; by default the resumed session's
         run, else this session). ``extra``: more start fields (JSON values).
         """
-        folder = private_dir(private_dir(Path(cache_dir) / "journals") / check_tool_name(name))
+        folder = private_dir(private_dir(CacheLayout(Path(cache_dir)).journals) / check_tool_name(name))
         check_no_symlinks(Path(cache_dir), folder / "x")
         resumed = resumes.session if isinstance(resumes, ResumePoint) else resumes
         if resumed is not None and not _SESSION.fullmatch(resumed):

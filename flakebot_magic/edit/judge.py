@@ -11,7 +11,6 @@ lower index (the candidate that started first).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 from ..clients import make_tool
 from ..errors import FlakebotError
 from ..host.git import Git
+from ..request import tool_name
 from ..stages.accept import Example, run_examples
 from .checkrun import CheckRun
 
@@ -142,9 +142,9 @@ def judge(
     contract_met = run.contract is not None and not run.contract_problem
     passed, note = 0, ""
     if examples and run.green and run.contract is not None:
-        tool_name = name or _identifier(run.contract.bin)
+        called = name or tool_name(run.contract.bin or "tool")
         try:
-            passed = _examples_passed(run, Path(workspace), examples, tool_name, confine, timeout, env)
+            passed = _examples_passed(run, Path(workspace), examples, called, confine, timeout, env)
         except (FlakebotError, OSError) as exc:
             note = f"the examples could not run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     elif examples:
@@ -205,9 +205,3 @@ def _examples_passed(
             tool.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _identifier(bin_name: str) -> str:
-    """A binary's name as a Python name (``sha256-sum`` -> ``sha256_sum``)."""
-    name = re.sub(r"\W", "_", bin_name) or "tool"
-    return "_" + name if name[0].isdigit() else name

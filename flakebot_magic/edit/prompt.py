@@ -10,7 +10,7 @@ from typing import Any
 
 from ..host.git import Git
 from ..registry.base import CrateCandidate
-from ..sandbox.policy import OUTPUT_DIRS
+from ..sandbox.layout import source_dirs
 from ..untrusted import safe_text
 from .files import line_count, read_text
 from .ratchet import blank
@@ -123,7 +123,7 @@ def repo_map(root: Path, limit: int = 5000) -> str:
     """Files and their public items: the shape of the crate in a few lines."""
     lines: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", *OUTPUT_DIRS))
+        dirnames[:] = sorted(source_dirs(dirnames))
         for filename in sorted(filenames):
             file = Path(dirpath) / filename
             rel = file.relative_to(root).as_posix()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["FUNCTION_NAMES", "FUNCTION_SCHEMAS", "BadCall", "decode_call", "text_argument"]
+__all__ = ["FUNCTION_NAMES", "FUNCTION_SCHEMAS", "BadCall", "decode_call", "decode_reply", "text_argument"]
 
 FUNCTION_NAMES = ("list_files", "read_file", "write_file", "replace_in_file", "delete_file", "run_checks", "finish")
 
@@ -99,3 +99,44 @@ def text_argument(name: str, args: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise BadCall(f"error: {name} needs the string argument {key!r}; nothing was changed.")
     return value
+
+
+_REQUIRED_TEXT = {
+    f["function"]["name"]: [
+        key
+        for key in f["function"]["parameters"].get("required", [])
+        if f["function"]["parameters"]["properties"][key].get("type") == "string"
+    ]
+    for f in FUNCTION_SCHEMAS
+}
+
+
+def decode_reply(calls: list[dict[str, Any]], *, cut: bool = False) -> list[str]:
+    """Every call of one reply checked before any runs: one error per call (empty when all are well-formed).
+
+    When one call cannot be carried out, none of the reply's calls runs (so a
+    reply is never half-applied); each gets its answer: the broken one its
+    error, the others that they did not run. ``cut``: the reply ended at the
+    token limit, so none runs (what followed the cut cannot be known).
+    """
+    errors: list[str] = []
+    for call in calls:
+        try:
+            name, args = decode_call(call)
+            for key in _REQUIRED_TEXT.get(name, []):
+                text_argument(name, args, key)
+            errors.append("")
+        except BadCall as exc:
+            errors.append(str(exc))
+    if cut:  # what followed the cut cannot be known: none runs
+        return [
+            (error or "not run:")
+            + " Your reply was cut off at the token limit, so none of its calls ran; send fewer or smaller calls."
+            for error in errors
+        ]
+    if not any(errors):
+        return errors
+    return [
+        error or "not run: another call of this reply was malformed, so none of them ran; send them all again."
+        for error in errors
+    ]

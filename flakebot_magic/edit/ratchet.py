@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sandbox.policy import OUTPUT_DIRS
+from ..sandbox.layout import source_dirs
 from .files import read_text
 
 __all__ = ["Ratchet", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
@@ -83,7 +83,7 @@ def scan_tests(root: Path) -> list[TestFunction]:
 
 def _rust_files(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", *OUTPUT_DIRS)]
+        dirnames[:] = source_dirs(dirnames)
         for name in filenames:
             if name.endswith(".rs"):
                 yield Path(dirpath) / name

@@ -14,8 +14,9 @@ from typing import Any
 
 from ..events import EventBus
 from ..sandbox.diagnostics import TestReport
+from ..sandbox.layout import SOURCE_PATHSPEC
 from ..sandbox.policy import Violation
-from .checkrun import LOOP_TARGET, NOT_SOURCE, CheckRun, CheckRunner, workspace_contract
+from .checkrun import LOOP_TARGET, CheckRun, CheckRunner, workspace_contract
 from .journal import ResumePoint
 
 __all__ = ["known_check", "paired", "ratchet_of"]
@@ -31,7 +32,7 @@ def known_check(
     """
     if point is None or not point.checks_by_tree:
         return None
-    checks.git("add", "-A", "-f", "--", ".", *(f":(exclude,top){p}" for p in NOT_SOURCE))
+    checks.git("add", "-A", "-f", "--", *SOURCE_PATHSPEC)
     tree = checks.git("write-tree")
     known = point.checks_by_tree.get(tree)
     if known is None or not known.green:

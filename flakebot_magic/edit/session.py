@@ -12,39 +12,68 @@ and an early stop when two check runs in a row fail the same way.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..config import LoopLimits
 from ..errors import BudgetExhausted, EditError, PolicyError
-from ..events import EventBus, ModelUsage
+from ..events import EventBus
 from ..host.fsutil import UnsafePath
 from ..host.git import Git
 from ..llm.budget import Budget
-from ..llm.channel import MAX_REPLY_BYTES, MAX_REPLY_SECONDS, ModelChannel, Reply
-from ..llm.http import ModelHTTP
+from ..llm.channel import ModelChannel
+from ..llm.dialects import strict_form
+from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
+from ..llm.reply import Reply
+from ..llm.usage import estimate_tokens
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, Violation
 from .checkrun import CheckRun, CheckRunner, clippy_available
-from .context import cap_middle, compact, estimate_tokens
+from .context import cap_middle, compact
 from .files import PathRefused, WorkspaceFiles
 from .journal import EndStatus, Journal, ResumePoint
 from .prompt import PromptContext, system_prompt
-from .protocol import FUNCTION_SCHEMAS, BadCall, decode_call, text_argument
+from .protocol import FUNCTION_NAMES, FUNCTION_SCHEMAS, BadCall, decode_call, decode_reply, text_argument
 from .ratchet import Ratchet
 from .report import cap, report
 from .resume import known_check, paired, ratchet_of
 from .state import EditOutcome, EditState
 
-__all__ = ["MAX_RESULT_BYTES", "MAX_TEXT_REPLIES", "EditLoop"]
+__all__ = ["MAX_RESULT_BYTES", "MAX_TEXT_REPLIES", "EditLoop", "engineer_channel"]
 
 #: replies in a row without a function call before the session ends
 MAX_TEXT_REPLIES = 3
 #: one protocol function's result (a file, a report, test output), as the model gets it: head and tail kept
 MAX_RESULT_BYTES = 24 * 1024
+
+
+def engineer_channel(
+    model: ModelConfig,
+    *,
+    bus: EventBus,
+    budget: Budget,
+    limits: ReplyLimits,
+    candidate: int | None = None,
+    sampling: dict[str, Any] | None = None,
+    workspace: Path | None = None,
+) -> ModelChannel:
+    """An engineer's channel to ``model``: the edit protocol's functions offered, the run's budget charged."""
+    return ModelChannel(
+        model,
+        role="engineer",
+        bus=bus,
+        budget=budget,
+        limits=limits,
+        candidate=candidate,
+        sampling=sampling,
+        tools=FUNCTION_SCHEMAS,
+        workspace=workspace,
+    )
 
 
 class EditLoop:
@@ -54,10 +83,13 @@ class EditLoop:
     ----------
     workspace
         The workspace (a git repository on the ``flakebot`` branch).
-    client
-        An ``openai.OpenAI`` (or anything with ``chat.completions.create``).
-    model
-        The model configuration (its name is sent; ``stream`` is honoured).
+    channel
+        The engineer's :class:`~flakebot_magic.llm.channel.ModelChannel`: its
+        model, the run's shared budget, the reply caps; its ``stop`` ends the
+        session, even mid-request.
+    limits
+        What the session may do (:class:`~flakebot_magic.config.LoopLimits`:
+        check runs, cargo's time limits, the context, build scripts).
     cargo
         Runs cargo (in the workspace's sandbox: :meth:`~flakebot_magic.sandbox.cargo.Cargo.confined_to`).
     bus
@@ -66,17 +98,6 @@ class EditLoop:
         The workspace's git (flakebot's identity).
     crate
         Where the workspace came from (for the prompt).
-    candidate
-        The candidate's index in a speculative session (``--candidates``); its
-        requests carry ``X-Flakebot-Candidate`` and ``X-Flakebot-Role: engineer``.
-    sampling
-        ``temperature`` and ``seed`` sent with each request.
-    http
-        The conversation's :class:`~flakebot_magic.llm.http.ModelHTTP`; its
-        ``stop`` ends the session, even mid-request.
-    budget
-        The run's :class:`~flakebot_magic.llm.budget.Budget` (shared with
-        other actors); by default one of ``token_budget`` for this session.
     journal, inbox
         Where the session is recorded (to resume it), and where steering
         messages arrive.
@@ -90,36 +111,27 @@ class EditLoop:
     def __init__(
         self,
         workspace: Path,
-        client: Any,
-        model: ModelConfig,
+        channel: ModelChannel,
         *,
+        limits: LoopLimits,
         cargo: Cargo,
         bus: EventBus,
         git: Git,
         crate: CrateCandidate | None = None,
-        max_iterations: int = 8,
-        token_budget: int = 400_000,
-        allow_build_scripts: bool = False,
-        build_timeout: float = 900.0,
-        test_timeout: float = 300.0,
         clippy: bool | None = None,
-        max_reply_bytes: int = MAX_REPLY_BYTES,
-        max_reply_seconds: float = MAX_REPLY_SECONDS,
-        candidate: int | None = None,
-        sampling: dict[str, Any] | None = None,
-        http: ModelHTTP | None = None,
-        budget: Budget | None = None,
         journal: Journal | None = None,
         inbox: Inbox | None = None,
         plan: str = "",
         resume: ResumePoint | None = None,
-        context_tokens: int = 128_000,
         baseline: CheckRun | None = None,
         conclude: str = "",
     ) -> None:
         self.root = workspace.resolve()
-        self.candidate = candidate
-        self.budget = budget or Budget(token_budget)
+        self.channel = channel
+        self.limits = limits
+        self.model = channel.model
+        self.candidate = channel.candidate
+        self.budget = channel.budget
         self.journal = journal
         self.inbox = inbox
         self.plan = plan
@@ -128,38 +140,22 @@ class EditLoop:
         self.conclude = conclude
         #: check run 0 done elsewhere (the workspace this one was cloned from, at the same commit)
         self.known_baseline = baseline
-        self.context_tokens = context_tokens
-        self.http = http
-        headers = {"X-Flakebot-Role": "engineer"}
-        if candidate is not None:
-            headers["X-Flakebot-Candidate"] = str(candidate)
-        self.model = model
         self.bus = bus
         self.git = git
         self.crate = crate
-        self.max_iterations = max_iterations
-        self.token_budget = token_budget
-        self.allow_build_scripts = allow_build_scripts
         self.clippy = clippy_available(cargo) if clippy is None else clippy
-        self.files = WorkspaceFiles(self.root, allow_build_scripts)
+        self.files = WorkspaceFiles(self.root, limits.allow_build_scripts)
         self.checks = CheckRunner(
-            self.files, cargo=cargo, git=git, bus=bus, build_timeout=build_timeout, test_timeout=test_timeout
-        )
-        self.channel = ModelChannel(
-            client,
-            model,
+            self.files,
+            cargo=cargo,
+            git=git,
             bus=bus,
-            workspace=self.root,
-            max_reply_bytes=max_reply_bytes,
-            max_reply_seconds=max_reply_seconds,
-            headers=headers,
-            sampling=sampling,
-            http=http,
-            tools=FUNCTION_SCHEMAS,
+            build_timeout=limits.build_timeout,
+            test_timeout=limits.test_timeout,
         )
         self.ratchet = Ratchet(self.root)
         #: the iteration of the last check run (the widget's candidate rows)
-        self.on_iteration: Any = None
+        self.on_iteration: Callable[[CheckRun], None] | None = None
         self.iterations = 0
         self._finished: str | None = None
 
@@ -196,15 +192,9 @@ class EditLoop:
             status, error = ("cancelled" if _is_cancel(exc) else "failed"), str(exc)
             raise
         finally:
-            self.bus.emit(self._usage_event(final=True))
+            self.channel.close()  # its last word: what the session spent
             if self.journal is not None:
                 self.journal.end(status, error=error[:2000])
-
-    def _usage_event(self, *, final: bool) -> ModelUsage:
-        spent = self.channel.spent
-        event = spent.event(self.budget.cost(self.model.model, spent), final=final, candidate=self.candidate)
-        # the requests made (an unusable reply too) and the tokens counted (an estimate where none was reported)
-        return replace(event, tokens=self.tokens, calls=self.model_calls)
 
     def _run(self, request: str, *, follow_up: bool) -> EditOutcome:
         state = EditState.load(self.root)
@@ -219,30 +209,25 @@ class EditLoop:
         text_replies = 0
         while self._finished is None:
             reply = self._next_reply(messages)
-            if not reply.calls:
+            if reply.refusal or not reply.calls:  # no call, or calls written as text that cannot be read whole
                 text_replies += 1
                 if text_replies > MAX_TEXT_REPLIES:
                     raise EditError(
-                        f"The model stopped using the tools ({MAX_TEXT_REPLIES + 1} replies in a row without a tool call). "
-                        f"Its last words: {reply.content[:300]!r}",
+                        self._no_calls(reply),
                         diagnostics=self._last_report(),
                         workspace=self.root,
                         reason="no-tools",
                     )
                 self._say(messages, {"role": "assistant", "content": reply.content})
-                self._say(
-                    messages,
-                    {
-                        "role": "user",
-                        "content": "Reply with tool calls: edit the files, then call run_checks, "
-                        "and finish(summary) once the checks pass and the contract is met.",
-                    },
-                )
+                self._say(messages, {"role": "user", "content": reply.refusal or self._ask_for_calls()})
                 continue
             text_replies = 0
             self._say(messages, {"role": "assistant", "content": reply.content or None, "tool_calls": reply.calls})
-            for call in reply.calls:
-                if self._finished is not None:
+            refused = decode_reply(reply.calls, cut=reply.finish_reason == "length")
+            for call, error in zip(reply.calls, refused, strict=True):
+                if error:
+                    answer = error
+                elif self._finished is not None:
                     answer = "not run: finish ended the session"
                 else:
                     answer = self._call(call)
@@ -295,8 +280,8 @@ class EditLoop:
             sessions=state.sessions,
             follow_up=follow_up,
             crate=self.crate,
-            allow_build_scripts=self.allow_build_scripts,
-            max_iterations=self.max_iterations,
+            allow_build_scripts=self.limits.allow_build_scripts,
+            max_iterations=self.limits.max_iterations,
         )
         ask = f"Follow-up instructions for the existing tool: {request}" if follow_up else request
         if self.plan:
@@ -347,21 +332,56 @@ class EditLoop:
     def _next_reply(self, messages: list[dict[str, Any]]) -> Reply:
         """Steering delivered, the conversation kept within the context, the budget checked; the model's reply."""
         self._deliver_steering(messages)
-        fitted = compact(messages, self.context_tokens)
+        fitted = compact(messages, self.limits.context_tokens)
         if fitted != messages:
             before = estimate_tokens(messages)
             messages[:] = fitted
             self.bus.notice(
                 "edit",
-                f"the conversation neared the model's context ({self.context_tokens:,} tokens): older turns "
+                f"the conversation neared the model's context ({self.limits.context_tokens:,} tokens): older turns "
                 f"compacted, ~{before:,} -> ~{estimate_tokens(messages):,} tokens",
             )
-        reply = self.channel.complete(messages, check_budget=lambda: self._check_budget(messages))
-        self.budget.charge(self.model.model, reply.usage)
+        try:
+            reply = self.channel.complete(messages)
+        except BudgetExhausted as exc:
+            raise BudgetExhausted(
+                f"{exc} The session stopped after {self.iterations} iteration(s) and the workspace is not green "
+                f"yet.{self._last_words()}\nTo continue it, raise the budget and run the same cell with --resume.",
+                diagnostics=self._last_report(),
+                workspace=self.root,
+                reason=exc.reason,
+            ) from None
         if self.journal is not None:
-            self.journal.reply(reply.usage, estimated=reply.estimated)
-        self.bus.emit(self._usage_event(final=False))
+            marks: dict[str, Any] = {}
+            if reply.dialect:  # calls read from text: marked, with their ids (the next message holds them)
+                marks["read_from_text"] = {"dialect": reply.dialect, "calls": [c["id"] for c in reply.calls]}
+            if reply.refusal:
+                marks["refused"] = reply.refusal
+            if reply.finish_reason:
+                marks["finish_reason"] = reply.finish_reason
+            self.journal.reply(reply.usage, estimated=reply.estimated, **marks)
         return reply
+
+    def _ask_for_calls(self) -> str:
+        """What the model is told after a reply without a call (with the one form, under the text protocol)."""
+        ask = (
+            "Reply with tool calls: edit the files, then call run_checks, "
+            "and finish(summary) once the checks pass and the contract is met."
+        )
+        if self.channel.text_protocol:
+            ask += f" Write each call exactly as:\n{strict_form('qwen', FUNCTION_NAMES)}"
+        return ask
+
+    def _no_calls(self, reply: Reply) -> str:
+        if reply.refusal:
+            return (
+                f"The model wrote its function calls as text that could not be read {MAX_TEXT_REPLIES + 1} times "
+                f"in a row. The last refusal: {reply.refusal[:400]}"
+            )
+        return (
+            f"The model stopped using the tools ({MAX_TEXT_REPLIES + 1} replies in a row without a tool call). "
+            f"Its last words: {reply.content[:300]!r}"
+        )
 
     def _deliver_steering(self, messages: list[dict[str, Any]]) -> None:
         if self.inbox is None:
@@ -446,8 +466,7 @@ class EditLoop:
             self.on_iteration(run)
 
     def _iteration(self, *, finish: str | None) -> str:
-        if self.http is not None:
-            self.http.check()
+        self.channel.check()
         started, cargo_before = time.monotonic(), self.checks.cargo_seconds
         self.iterations += 1
         iteration = self.iterations
@@ -478,7 +497,7 @@ class EditLoop:
         if run.green and finish is not None:
             self._finished = finish
             return text + "\nFinished."
-        if run.green and iteration >= self.max_iterations:
+        if run.green and iteration >= self.limits.max_iterations:
             self._finished = "(the checks passed at the last iteration; the model did not call finish)"
             return text
         if (
@@ -495,9 +514,9 @@ class EditLoop:
                 workspace=self.root,
                 reason="stuck",
             )
-        if iteration >= self.max_iterations:
+        if iteration >= self.limits.max_iterations:
             raise BudgetExhausted(
-                f"The edit loop used all {self.max_iterations} iterations and the workspace is not green. "
+                f"The edit loop used all {self.limits.max_iterations} iterations and the workspace is not green. "
                 f"Last diagnostics:\n{cap(text, 1500)}{ratchet.hint()}",
                 diagnostics=text,
                 workspace=self.root,
@@ -508,22 +527,6 @@ class EditLoop:
         return text
 
     # -- the budget and the record ------------------------------------------------
-
-    def _check_budget(self, messages: list[dict[str, Any]]) -> None:
-        if self.http is not None:
-            self.http.check()
-        try:
-            if self.tokens >= self.token_budget:
-                raise BudgetExhausted(f"The token budget ({self.token_budget:,} tokens) is spent.", reason="tokens")
-            self.budget.check(self.model.model, next_prompt_tokens=estimate_tokens(messages))
-        except BudgetExhausted as exc:
-            raise BudgetExhausted(
-                f"{exc} The session stopped after {self.iterations} iteration(s) and the workspace is not green "
-                f"yet.{self._last_words()}\nTo continue it, raise the budget and run the same cell with --resume.",
-                diagnostics=self._last_report(),
-                workspace=self.root,
-                reason=exc.reason,
-            ) from None
 
     def _last_report(self) -> str:
         return report(self.runs[-1], self.root, best_passed=self.ratchet.best_passed) if self.runs else ""

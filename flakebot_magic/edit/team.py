@@ -32,17 +32,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config import LoopLimits
 from ..errors import BudgetExhausted, Cancelled, EditError
 from ..events import CandidateUpdate, EventBus
 from ..host.git import Git
 from ..host.process import LinkedToken, ProcessRunner
 from ..llm.budget import Budget
-from ..llm.http import ModelHTTP
+from ..llm.channel import ModelChannel
+from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.accept import Example, split_request
 from ..stages.fork import Workspace
 from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome
@@ -50,7 +52,7 @@ from .checkrun import CheckRun
 from .forks import adopt, candidate_path, clone_candidate
 from .journal import Journal, ResumePoint
 from .judge import Score, best, judge
-from .session import EditLoop
+from .session import EditLoop, engineer_channel
 from .state import EditState
 
 __all__ = ["STOP_SECONDS", "CandidateResult", "JournalFor", "Team", "TeamOutcome"]
@@ -69,8 +71,8 @@ class Team:
     """Runs one edit session on ``workspace``: one engineer, or ``candidates`` racing from clones; returns the best.
 
     ``cargo_for(path, runner)`` gives the (sandboxed) cargo for a workspace
-    path; ``loop_options`` are :class:`EditLoop` keywords every engineer gets
-    (iterations, time limits, caps).
+    path; every engineer gets ``limits`` (iterations, time limits) and every
+    model request ``reply_limits``.
     """
 
     def __init__(
@@ -83,7 +85,8 @@ class Team:
         cargo_for: Callable[[Path, ProcessRunner], Cargo],
         crate: CrateCandidate | None,
         budget: Budget,
-        loop_options: dict[str, Any],
+        limits: LoopLimits,
+        reply_limits: ReplyLimits,
         candidates: int = 1,
         plan: bool = False,
         architect: ModelConfig | None = None,
@@ -114,7 +117,8 @@ class Team:
         self.cargo_for = cargo_for
         self.crate = crate
         self.budget = budget
-        self.loop_options = loop_options
+        self.limits = limits
+        self.reply_limits = reply_limits
         self.count = max(1, candidates)
         self.plan_wanted = plan
         self.architect = architect or model
@@ -168,8 +172,7 @@ class Team:
         try:
             baseline = first.prepare()
         finally:
-            if first.http is not None:
-                first.http.close()
+            first.channel.close(report=False)  # check run 0 alone: no request was sent
         base_commit = baseline.commit or git.head()
         results: dict[int, CandidateResult] = {}
         starts = self._starting_crates()
@@ -368,37 +371,41 @@ class Team:
     ) -> EditLoop:
         token = LinkedToken(self.runner.cancel)
         runner = ProcessRunner(token)
-        http = ModelHTTP(timeout=self.model.timeout)
         inbox = Fanout()
         self._fanouts.append(inbox)
         sampling: dict[str, Any] = {}
         if index is not None:
             sampling = {"temperature": TEMPERATURES[index % len(TEMPERATURES)], "seed": index}
 
+        channel = engineer_channel(
+            self.model,
+            bus=bus,
+            budget=self.budget,
+            limits=self.reply_limits,
+            candidate=index,
+            sampling=sampling,
+            workspace=path,
+        )
+
         def stop(reason: str) -> None:
-            http.stop(reason)
+            channel.stop(reason)
             token.cancel()
 
         self._stoppers.append(stop)
         self._stop[index or 0] = stop
         loop = EditLoop(
             path,
-            self.model.client(http_client=http.client),
-            self.model,
+            channel,
+            limits=self.limits,
             cargo=self.cargo_for(path, runner),
             bus=bus,
             git=Git(path, runner),
             crate=crate or self.crate,
-            candidate=index,
-            sampling=sampling,
-            http=http,
-            budget=self.budget,
             journal=journal,
             inbox=inbox,  # type: ignore[arg-type]
             plan=plan,
             resume=resume,
             baseline=baseline,
-            **self.loop_options,
         )
         loop.on_iteration = lambda run: self.mail.put(("iteration", index or 0, run))
         return loop
@@ -409,9 +416,6 @@ class Team:
                 self.mail.put(("done", index, loop.run(request, follow_up=follow_up), None))
             except BaseException as exc:  # every ending is the manager's to judge
                 self.mail.put(("done", index, None, exc))
-            finally:
-                if loop.http is not None:
-                    loop.http.close()
 
         thread = threading.Thread(target=work, name=f"flakebot-engineer-{index}", daemon=True)
         self._threads.append(thread)
@@ -447,27 +451,21 @@ class Team:
         """The architect actor: one request, before any engineer; its plan (and examples) go to every engineer."""
         from .architect import ask_architect
 
-        http = ModelHTTP(timeout=self.architect.timeout)
-        self._stoppers.append(http.stop)
+        channel = ModelChannel(
+            self.architect, role="architect", bus=self.bus, budget=self.budget, limits=self.reply_limits
+        )
+        self._stoppers.append(channel.stop)
         done: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
 
         def work() -> None:
             try:
-                text = ask_architect(
-                    self.architect.client(http_client=http.client),
-                    self.architect,
-                    request,
-                    self.root,
-                    crate=self.crate,
-                    budget=self.budget,
-                    bus=self.bus,
-                    want_examples=not self.examples,
-                )
+                with channel:
+                    text = ask_architect(
+                        channel, request, self.root, crate=self.crate, bus=self.bus, want_examples=not self.examples
+                    )
                 done.put((text, None))
             except BaseException as exc:
                 done.put(("", exc))
-            finally:
-                http.close()
 
         thread = threading.Thread(target=work, name="flakebot-architect", daemon=True)
         self._threads.append(thread)

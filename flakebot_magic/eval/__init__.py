@@ -119,8 +119,7 @@ def run(
         ``token_budget``, ``prices``, ... (a task's own ``max_iterations`` and
         ``token_budget`` win for it).
     """
-    from ..config import Settings
-    from ..options import apply
+    from ..config import Settings, apply
     from ..stages.search import open_registry
     from .polyglot import ExerciseRegistry, polyglot_suite
     from .runner import DEFAULT_TIMEOUT, Eval, EvalPlan

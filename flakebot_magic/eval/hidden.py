@@ -30,6 +30,7 @@ from ..host.process import ProcessRunner, scrubbed_env
 from ..registry.base import Registry
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
+from ..sandbox.layout import NOT_WALKED
 from ..sandbox.policy import TreePolicy
 from .pytest_plugin import ENV_CACHE, ENV_REPORT, ENV_TOOL
 from .results import HiddenResult, cut
@@ -125,9 +126,7 @@ def run_cargo_tests(
     crate = work / "crate"
     shutil.rmtree(crate, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(
-        workspace, crate, symlinks=True, ignore=shutil.ignore_patterns(".git", "target", ".flakebot-candidates")
-    )
+    shutil.copytree(workspace, crate, symlinks=True, ignore=shutil.ignore_patterns(*NOT_WALKED))
     tests_dir = crate / "tests"
     tests_dir.mkdir(exist_ok=True)
     for source in task.hidden.files:

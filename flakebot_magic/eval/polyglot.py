@@ -32,9 +32,9 @@ import tomlkit
 
 from ..errors import SearchError, UsageError
 from ..host.fsutil import load_toml
-from ..pipeline.run import tool_name
 from ..registry.base import CrateCandidate, FetchedSource, Registry
 from ..registry.directory import tree_sha256
+from ..request import tool_name
 from .task import HiddenCheck, Suite, Task, TaskProblem
 
 __all__ = ["ExerciseRegistry", "exercise_dirs", "polyglot_suite"]

@@ -38,9 +38,8 @@ _outcomes: dict[str, dict[str, str]] = {}
 @pytest.fixture(scope="session")
 def tool() -> Iterator[Any]:
     """The deployed tool of the task's attempt: its Python client, confined to the sandbox for every call."""
-    from ..config import Settings
+    from ..config import Settings, apply
     from ..manage.tools import load
-    from ..options import apply
 
     settings = apply(Settings(), {"cache_dir": os.environ[ENV_CACHE], "confine_tools": True})
     client = load(settings, os.environ[ENV_TOOL])

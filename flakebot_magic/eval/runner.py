@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import Settings
+from ..config import Settings, apply
 from ..edit.journal import spent
 from ..errors import Cancelled, UsageError
 from ..host.process import CancelToken, ProcessRunner
 from ..llm.usage import Usage, cost_usd
-from ..options import apply
 from ..pipeline.background import start_build
 from ..registry.base import Registry
 from ..request import BuildRequest
@@ -317,7 +316,7 @@ class Eval:
                 deployed = {
                     "proof": proof_of(tool),
                     "iterations": int(tool.provenance.get("iterations") or meter.iterations),
-                    "workspace": str(settings.workspaces_dir / task.name),
+                    "workspace": str(settings.cache.workspaces / task.name),
                 }
             finally:
                 tool.close()

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from ..host.fsutil import load_toml
+from ..request import is_tool_name
 
 __all__ = [
     "BUILTIN_SUITES",
@@ -199,7 +200,7 @@ def _task(directory: Path) -> Task:
     if missing:
         raise _Bad(f"{TASK_FILE}: missing {', '.join(missing)}")
     name = data["name"]
-    if not isinstance(name, str) or not name.isidentifier():
+    if not is_tool_name(name):
         raise _Bad(f"{TASK_FILE}: name must be a Python identifier (the tool's name), not {name!r}")
     request = data["request"]
     if not isinstance(request, str) or not request.strip():

@@ -42,6 +42,8 @@ _HOST = frozenset(
         "NIX_USER_CONF_FILES",
         "NIX_STORE_DIR",
         "NIX_STATE_DIR",
+        # ssh's options for nix's remote builders and ssh:// caches (a port, a host key alias): options, no keys
+        "NIX_SSHOPTS",
     }
 )
 # belt and braces: even an allowlisted name is dropped when it reads like a secret

@@ -19,7 +19,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ToolBusy, UsageError
+from ..errors import ToolBusy
+from ..request import check_tool_name
+from .cache import CacheLayout
 from .fsutil import private_dir
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
@@ -35,7 +36,6 @@ __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", 
 #: how long a second build of the same name waits for the first before it gives up
 WAIT_SECONDS = 10.0
 _POLL = 0.1
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,11 @@ class LockHolder:
 
 def locks_dir(cache_dir: Path) -> Path:
     """``<cache>/locks``."""
-    return Path(cache_dir) / "locks"
+    return CacheLayout(Path(cache_dir)).locks
 
 
 def _lock_file(cache_dir: Path, name: str) -> Path:
-    if not _NAME.fullmatch(name) or name.startswith("."):
-        raise UsageError(f"{name!r} is not a valid tool name (letters, digits and '_').")
-    return locks_dir(cache_dir) / f"{name}.lock"
+    return locks_dir(cache_dir) / f"{check_tool_name(name)}.lock"
 
 
 def _read_holder(fd: int) -> LockHolder:

@@ -1,14 +1,19 @@
 """Child processes (cargo, git, nix, the tools): time limits, whole-tree kills, bounded output, clean environments.
 
-Every command flakebot runs goes through :class:`ProcessRunner`, so every one
-of them
+Every child flakebot starts is started here, by :func:`spawn` (the one place
+that forks: a test reads the package to hold it so). A command that runs to
+its end goes through :class:`ProcessRunner`; a tool's call goes through
+:class:`~flakebot_magic.host.exchange.Exchange`; a long-running tool process
+(``clients/lifecycle.py``) is spawned from one long-lived thread
+(``spawn(..., lasting=True)``). Every one of them
 
 * has a time limit, and runs in its own process group: a timeout or a cancel
   kills cargo *and* the rustc processes it started, and whatever still holds
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
 * dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
-* is read in bounded chunks: a line without end is never held whole, what is
-  kept per stream is capped, and past the cap a visible note says so;
+* is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
+  line without end is never held whole, what is kept per stream is capped,
+  and past the cap a visible note says so;
 * sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
   variables pass by name, never because they "do not look like a secret";
 * is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
@@ -23,9 +28,9 @@ tells a process from a later one that reused its PID.
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import os
+import queue
 import selectors
 import shutil
 import signal
@@ -35,9 +40,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
 from .environment import allowed_env, scrubbed_env
+from .output import MAX_CAPTURE, LineCallback, StreamCapture
 
 __all__ = [
     "TOOLCHAIN_PROGRAMS",
@@ -51,13 +58,9 @@ __all__ = [
     "kill_tree",
     "process_started_at",
     "scrubbed_env",
+    "spawn",
 ]
 
-MiB = 1024**2
-#: cap on the output kept in memory per stream; past it the output is drained and dropped, with a note
-MAX_CAPTURE = 64 * MiB
-#: a "line" handed to observers is at most this long (a line without newline arrives in pieces)
-MAX_LINE = 64 * 1024
 #: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
 DRAIN_GRACE = 1.0
 _CHUNK = 64 * 1024
@@ -134,9 +137,6 @@ class Completed:
     stdout: str
     stderr: str
     elapsed: float
-
-
-LineCallback = Callable[[str, str], None]  # (stream, line)
 
 
 # --- process identity and tree kills ---------------------------------------------------------
@@ -288,74 +288,102 @@ def _pipe_holders(inodes: set[int]) -> list[int]:
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux only)."""
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process (its forking thread) dies; Linux only."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent, kill = os.getpid(), int(signal.SIGKILL)
 
-    def set_pdeathsig() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    def set_pdeathsig() -> None:  # runs in the child between fork and exec: no imports, no locks
+        prctl(1, kill, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(1)
 
     return set_pdeathsig
 
 
-# --- reading output --------------------------------------------------------------------------
+class _Spawner:
+    """One long-lived daemon thread that forks the children that outlive a call (``spawn(..., lasting=True)``).
+
+    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, not the
+    process; forking from a thread that lives as long as the interpreter makes
+    it mean "when this process dies" (the pipeline runs on a short-lived thread).
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pid = 0
+
+    def _loop(self) -> None:
+        while True:
+            work, reply = self._requests.get()
+            try:
+                reply.put((True, work()))
+            except BaseException as exc:  # handed back to the caller's thread
+                reply.put((False, exc))
+
+    def run(self, work: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._pid = os.getpid()  # after a fork, the old thread does not exist here
+                self._thread = threading.Thread(target=self._loop, name="flakebot-spawner", daemon=True)
+                self._thread.start()
+        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._requests.put((work, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
 
 
-class _Stream:
-    """One output pipe: decoded in chunks, cut into lines of at most MAX_LINE, capture capped."""
+_spawner = _Spawner()
 
-    def __init__(self, name: str, cap: int, on_line: LineCallback | None) -> None:
-        self.name = name
-        self.cap = cap
-        self.on_line = on_line
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.kept: list[str] = []
-        self.size = 0  # bytes read
-        self.kept_size = 0
-        self.pending = ""
-        self.truncated = False
 
-    def feed(self, data: bytes, final: bool = False) -> None:
-        if self.truncated:
-            self.size += len(data)
-            return
-        self.size += len(data)
-        text = self.pending + self.decoder.decode(data, final)
-        lines = text.split("\n")
-        self.pending = lines.pop()
-        while len(self.pending) > MAX_LINE:
-            lines.append(self.pending[:MAX_LINE])
-            self.pending = self.pending[MAX_LINE:]
-        for line in lines:
-            self._emit(line)
-            if self.truncated:
-                return
-        if final and self.pending:
-            self._emit(self.pending, newline="")
-            self.pending = ""
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: Path | str | None = None,
+    stdin: bool = False,
+    lasting: bool = False,
+    bufsize: int = -1,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv``: the one place a child is forked.
 
-    def _emit(self, line: str, newline: str = "\n") -> None:
-        if self.kept_size + len(line) + 1 > self.cap:
-            self.truncated = True
-            self.pending = ""
-            note = f"[flakebot: output truncated after {self.cap / MiB:g} MiB]"
-            self.kept.append(note + "\n")
-            if self.on_line is not None:
-                self.on_line(self.name, note)
-            return
-        self.kept.append(line + newline)
-        self.kept_size += len(line) + 1
-        if self.on_line is not None:
-            self.on_line(self.name, line)
+    It gets its own process group (a kill stops what it started too), the
+    parent-death signal, no inherited descriptors, standard output and error
+    as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
+    forked from the long-lived spawner thread, for a child that outlives the
+    thread that asked for it (a tool's server). Raises ``OSError`` when it
+    cannot start.
+    """
+    setup = _parent_death_signal()
 
-    def text(self) -> str:
-        return "".join(self.kept)
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=bufsize,
+            start_new_session=True,  # own process group: kill its children too
+            preexec_fn=setup,
+            close_fds=True,
+        )
+
+    if lasting:
+        proc: subprocess.Popen[bytes] = _spawner.run(start)
+        return proc
+    return start()
 
 
 def _short(argv: list[str]) -> str:
@@ -450,20 +478,11 @@ class ProcessRunner:
         if self.cancel.cancelled:
             raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # own process group: kill rustc children too
-            preexec_fn=_parent_death_signal(),
-        )
+        proc = spawn(argv, cwd=cwd, env=env, stdin=input is not None)
         assert proc.stdout is not None and proc.stderr is not None
         streams = {
-            proc.stdout.fileno(): _Stream("stdout", capture_limit, on_line),
-            proc.stderr.fileno(): _Stream("stderr", capture_limit, on_line),
+            proc.stdout.fileno(): StreamCapture("stdout", capture_limit, on_line),
+            proc.stderr.fileno(): StreamCapture("stderr", capture_limit, on_line),
         }
         inodes = {_pipe_inode(fd) for fd in streams}
         if input is not None:

@@ -1,131 +1,163 @@
-"""Requests to the model: replies read within byte and time caps, unusable ones discarded whole and asked again.
+"""The one channel to a model: every request flakebot sends (engineer, architect, crate choice) goes through here.
 
-A reply (streamed or not) is stopped past ``max_reply_bytes`` or
-``max_reply_seconds`` and counts as unusable, as does a broken stream, a body
-that is not JSON, or an empty reply; nothing from an unusable reply is ever
-applied. After :data:`MAX_STREAM_RETRIES` retries the session ends with
-:class:`~flakebot_magic.errors.ModelError`.
+A :class:`ModelChannel` is one actor's conversation with one model, and the
+only code that builds an ``openai`` client or sends a chat request (a test
+reads the package to hold it so). Whatever its role, every request
+
+* names its role (``X-Flakebot-Role``) and, in a race, its candidate
+  (``X-Flakebot-Candidate``);
+* asks the run's shared :class:`~flakebot_magic.llm.budget.Budget` first: a
+  spent token budget, or a prompt that could take the cost past
+  ``max_cost``, stops it before it is sent;
+* is read within the reply caps (:mod:`.reply`); an unusable reply is
+  discarded whole and asked again, up to :data:`MAX_STREAM_RETRIES` times,
+  then :class:`~flakebot_magic.errors.ModelError`;
+* can be cut from any thread (:meth:`ModelChannel.stop`, or the run's cancel
+  token): the socket in flight is shut down (:mod:`.http`), and no retry
+  follows;
+* is charged to the budget as its reply arrives, and counted in a
+  :class:`~flakebot_magic.events.ModelUsage` event (running totals after each
+  reply, the last word once when the channel closes);
+* has its function calls read from its text when the server passed them
+  through as text (:mod:`.dialects`): each recovered call gets an id
+  ``call_text_*``, the reply names its ``dialect``, and the log says so; a
+  text that holds calls that cannot be read whole becomes a ``refusal`` (the
+  answer to the model; none of its calls runs). ``--tool-format`` says how
+  the functions are offered: ``native`` (the API's ``tools``), ``text`` (in
+  the system prompt, one strict form; no ``tools`` sent), ``auto`` (native
+  until a reply writes its calls as text, or the endpoint refuses ``tools``;
+  then text).
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ..errors import ModelError
-from ..events import EventBus
+from ..events import EventBus, ModelUsage
+from ..host.process import CancelToken
+from .budget import Budget
+from .dialects import TextCallRefused, as_text_conversation, read_calls
 from .http import ModelHTTP
+from .limits import ReplyLimits
 from .model import ModelConfig
-from .usage import Usage
+from .reply import BrokenReply, Reply, ReplyReader, function_call
+from .usage import Usage, estimate_tokens
 
-__all__ = [
-    "MAX_REPLY_BYTES",
-    "MAX_REPLY_SECONDS",
-    "MAX_STREAM_RETRIES",
-    "BrokenReply",
-    "ModelChannel",
-    "Reply",
-]
+__all__ = ["MAX_STREAM_RETRIES", "ModelChannel"]
 
+#: unusable replies asked again before the request fails
 MAX_STREAM_RETRIES = 3
-#: a model reply (streamed or not) is stopped past this many bytes or seconds and counts as unusable
-MAX_REPLY_BYTES = 4 * 1024 * 1024
-MAX_REPLY_SECONDS = 300.0
-
-
-@dataclass
-class Reply:
-    """One whole reply of the model: its text, its function calls (OpenAI's ``tool_calls`` shape), the tokens it cost.
-
-    ``usage``: its tokens as the API reported them; ``estimated`` is True when it reported none and
-    ``tokens`` (and ``usage``) were estimated from the text.
-    """
-
-    content: str
-    calls: list[dict[str, Any]]
-    tokens: int
-    usage: Usage = field(default_factory=Usage)
-    estimated: bool = False
-
-
-def _reported(usage: Any) -> Usage | None:
-    """One reply's ``usage`` as the API reported it (:meth:`Usage.of_reply`), or None when it reported none."""
-    reply = Usage.of_reply(usage) if usage is not None else None
-    return reply if reply is not None and reply.tokens else None
-
-
-class BrokenReply(Exception):
-    """A reply that cannot be used as is (broken stream, bad JSON, empty, past a cap); ask again."""
 
 
 class ModelChannel:
-    """Sends the conversation to the model and reads its replies; counts the calls and tokens.
+    """One actor's conversation with ``model``: requests within the caps and the budget, cancellable, counted.
 
     Parameters
     ----------
-    client
-        An ``openai.OpenAI`` (or anything with ``chat.completions.create``).
     model
-        The model configuration (its name is sent; ``stream`` is honoured).
+        The endpoint and model (its name is sent; ``stream`` is honoured).
+    role
+        Who asks: ``engineer``, ``architect``, ``chooser`` (the header, the usage events).
     bus
-        Receives a notice for each unusable reply.
+        Receives a notice for each unusable reply (in ``stage``'s row) and the usage events.
+    budget
+        The run's budget, shared by every channel of the run.
+    limits
+        The caps on each reply.
+    candidate
+        The candidate's index in a race (``--candidates``), else None.
+    sampling
+        ``temperature`` and ``seed``: what makes one candidate differ from another.
+    tools, tool_choice
+        The functions the model may call, and which one it must.
+    cancel
+        The run's cancel token: setting it cuts the request in flight.
     workspace
         Named in the errors raised.
     """
 
     def __init__(
         self,
-        client: Any,
         model: ModelConfig,
         *,
+        role: str,
         bus: EventBus,
-        workspace: Path,
-        max_reply_bytes: int = MAX_REPLY_BYTES,
-        max_reply_seconds: float = MAX_REPLY_SECONDS,
-        headers: dict[str, str] | None = None,
+        budget: Budget,
+        limits: ReplyLimits,
+        stage: str = "edit",
+        candidate: int | None = None,
         sampling: dict[str, Any] | None = None,
-        http: ModelHTTP | None = None,
         tools: list[dict[str, Any]] | None = None,
+        tool_choice: dict[str, Any] | None = None,
+        cancel: CancelToken | None = None,
+        workspace: Path | None = None,
     ) -> None:
-        self.client = client
-        #: the functions the model may call (the edit protocol's, for an engineer)
-        self.tools = list(tools or [])
-        #: sent with every request (``X-Flakebot-Role``, ``X-Flakebot-Candidate``)
-        self.headers = dict(headers or {})
-        #: ``temperature``, ``seed``: what makes one candidate differ from another
-        self.sampling = dict(sampling or {})
-        self.http = http
-        #: prompt, completion and cached tokens of the replies so far
-        self.spent = Usage()
         self.model = model
+        self.role = role
         self.bus = bus
+        self.budget = budget
+        self.limits = limits
+        self.stage = stage
+        self.candidate = candidate
+        self.cancel = cancel
         self.workspace = workspace
-        self.max_reply_bytes = max_reply_bytes
-        self.max_reply_seconds = max_reply_seconds
+        self.headers = {"X-Flakebot-Role": role}
+        if candidate is not None:
+            self.headers["X-Flakebot-Candidate"] = str(candidate)
+        self.options: dict[str, Any] = {
+            **({"tools": tools} if tools else {}),
+            **({"tool_choice": tool_choice} if tool_choice else {}),
+            **(sampling or {}),
+        }
+        #: the functions are described in the system prompt and read from the text (no ``tools`` sent)
+        self.text_protocol = model.tool_format == "text"
+        self.http = ModelHTTP(timeout=model.timeout)
+        self._client: Any = None
+        #: prompt, completion and cached tokens of the replies so far (an unusable reply read to its end too)
+        self.spent = Usage()
+        #: tokens counted (estimated where a reply reported none) and requests sent (an unusable reply's too)
         self.tokens = 0
         self.calls = 0
+        self._closed = False
 
-    def complete(self, messages: list[dict[str, Any]], *, check_budget: Callable[[], None]) -> Reply:
-        """The model's next usable reply; ``check_budget`` runs (and may raise) before each request."""
+    @property
+    def client(self) -> Any:
+        """The ``openai.OpenAI`` client on this channel's connection (made at the first request)."""
+        if self._client is None:
+            self._client = self.model.client(http_client=self.http.client)
+        return self._client
+
+    # -- requests ---------------------------------------------------------------------
+
+    def complete(self, messages: list[dict[str, Any]]) -> Reply:
+        """The model's next usable reply to ``messages`` (the budget asked before each request, charged after)."""
         problem = ""
         for _ in range(MAX_STREAM_RETRIES + 1):
-            check_budget()
-            if self.http is not None:
-                self.http.check()
+            self.budget.check(self.model.model, next_prompt_tokens=estimate_tokens(messages))
+            self.http.check()
             self.calls += 1
             try:
-                return self._request(messages)
+                with self._watching():
+                    reply = self._request(messages)
             except BrokenReply as exc:
+                if exc.usage is not None:
+                    self._charge(exc.usage, exc.usage.tokens)
                 problem = str(exc)
                 self.bus.notice(
-                    "edit", f"the model's reply was unusable ({problem}); nothing was applied, asking again", "warning"
+                    self.stage,
+                    f"the model's reply was unusable ({problem}); nothing was applied, asking again",
+                    "warning",
                 )
+                continue
+            self._charge(reply.usage, reply.tokens)
+            return self._calls_from_text(reply)
         raise ModelError(
             f"The model {self.model.describe()} sent {MAX_STREAM_RETRIES + 1} unusable replies in a row "
             f"(the last: {problem}). Nothing from them was applied. Try again, or another model.",
@@ -135,28 +167,27 @@ class ModelChannel:
     def _request(self, messages: list[dict[str, Any]]) -> Reply:
         import openai  # lazy: importing flakebot_magic stays cheap
 
-        prompt_estimate = sum(len(json.dumps(m)) for m in messages) // 4
+        reader = ReplyReader(self.limits, estimate_tokens(messages))
+        options = dict(self.options)
+        tools = options.get("tools")
+        if tools and self.text_protocol:
+            messages = as_text_conversation(messages, tools, options.pop("tool_choice", None))
+            del options["tools"]
         kwargs: dict[str, Any] = {
             "model": self.model.model,
             "messages": messages,
-            **({"tools": self.tools} if self.tools else {}),
-            **self.sampling,
+            **options,
+            "extra_headers": self.headers,
         }
-        if self.headers:
-            kwargs["extra_headers"] = self.headers
-        deadline = time.monotonic() + self.max_reply_seconds
+        completions = self.client.chat.completions
         try:
             if self.model.stream:
-                stream = self.client.chat.completions.create(
-                    **kwargs, stream=True, stream_options={"include_usage": True}
-                )
-                return self._read_stream(stream, prompt_estimate, deadline)
-            raw = getattr(self.client.chat.completions, "with_streaming_response", None)
-            if raw is not None:  # read the body in bounded pieces, not whole
-                with raw.create(**kwargs) as http:
-                    return self._read_body(http.iter_bytes(), prompt_estimate, deadline)
-            response = self.client.chat.completions.create(**kwargs)
+                return reader.stream(completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+            with completions.with_streaming_response.create(**kwargs) as response:  # read in bounded pieces
+                return reader.body(response.iter_bytes())
         except openai.APIStatusError as exc:
+            if tools and self._refused_tools(exc):
+                return self._request(messages)
             raise ModelError(
                 f"The model endpoint {self.model.base_url} answered HTTP {exc.status_code} "
                 f"(after the SDK's retries): {str(exc)[:300]}. Check --model, --base-url and the key.",
@@ -164,140 +195,147 @@ class ModelChannel:
                 workspace=self.workspace,
             ) from exc
         except openai.APIConnectionError as exc:
+            self.http.check(exc)  # cut on purpose: stopped, not unreachable
             raise ModelError(
                 f"Cannot reach the model endpoint {self.model.base_url} (after the SDK's retries): {exc}.",
                 workspace=self.workspace,
             ) from exc
-        except ValueError as exc:  # a body that is not JSON
-            raise BrokenReply(f"malformed response: {exc}") from exc
-        except httpx.HTTPError as exc:  # the body broke off mid-way (the SDK retries only the request)
-            raise BrokenReply(f"the reply broke mid-way: {type(exc).__name__}: {str(exc)[:200]}") from exc
-        if not response.choices:
-            raise BrokenReply("a reply without choices")
-        message = response.choices[0].message
-        calls = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.function.name, "arguments": c.function.arguments or ""},
-            }
-            for c in message.tool_calls or []
-        ]
-        usage = _reported(response.usage)
-        tokens = usage.tokens if usage else prompt_estimate + len(message.content or "") // 4
-        return self._accept(message.content or "", calls, tokens, usage, prompt_estimate)
 
-    def _read_body(self, pieces: Iterable[bytes], prompt_estimate: int, deadline: float) -> Reply:
-        """A non-streamed reply, read in pieces within the byte and time caps; parsed as plain JSON."""
-        body = bytearray()
-        for piece in pieces:
-            body += piece
-            self._within_caps(len(body), deadline)
+    # -- function calls written as text ---------------------------------------------------
+
+    @property
+    def function_names(self) -> list[str]:
+        """The names of the functions this channel offers."""
+        return [str(t.get("function", {}).get("name")) for t in self.options.get("tools") or []]
+
+    def _refused_tools(self, exc: Any) -> bool:
+        """With ``--tool-format auto``: an endpoint that refuses ``tools`` (HTTP 4xx/5xx naming them) -> text."""
+        if self.model.tool_format != "auto" or self.text_protocol or exc.status_code not in (400, 404, 422, 500, 501):
+            return False
+        said = str(exc).lower()
+        if "tool" not in said and "jinja" not in said:
+            return False
+        self._to_text(f"the endpoint refused the `tools` parameter (HTTP {exc.status_code})")
+        return True
+
+    def _to_text(self, why: str) -> None:
+        self.text_protocol = True
+        self.bus.notice(
+            self.stage,
+            f"{why}: switching to the text protocol (--tool-format auto); the functions are now described in "
+            "the system prompt. Pass --tool-format text to start so.",
+            "warning",
+        )
+
+    def _calls_from_text(self, reply: Reply) -> Reply:
+        """The reply with the calls its text holds (marked), or its refusal; native calls stand as they are."""
+        names = self.function_names
+        if not names:
+            return reply
+        cut = reply.finish_reason == "length" and not reply.calls
         try:
-            data = json.loads(bytes(body))
-            message = data["choices"][0]["message"] if data.get("choices") else None
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise BrokenReply(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}") from exc
-        if not isinstance(message, dict):
-            raise BrokenReply("a reply without choices")
-        calls: list[dict[str, Any]] = []
-        for c in message.get("tool_calls") or []:
-            function = c.get("function") if isinstance(c, dict) else None
-            if not isinstance(function, dict):
-                continue
-            calls.append(
-                {
-                    "id": str(c.get("id") or f"call_{len(calls)}"),
-                    "type": "function",
-                    "function": {
-                        "name": str(function.get("name") or ""),
-                        "arguments": str(function.get("arguments") or ""),
-                    },
-                }
+            found = read_calls(reply.content, names, truncated=cut)
+        except TextCallRefused as exc:
+            if reply.calls:  # calls through the API; the text around them is prose
+                return reply
+            reply.refusal = str(exc)
+            self.bus.notice(
+                self.stage,
+                f"the model wrote function calls as text that cannot be read whole: {exc.problem}",
+                "warning",
             )
-        text = message.get("content")
-        content = text if isinstance(text, str) else ""
-        usage = _reported(data.get("usage") if isinstance(data.get("usage"), dict) else None)
-        tokens = usage.tokens if usage else prompt_estimate + len(content) // 4
-        return self._accept(content, calls, tokens, usage, prompt_estimate)
-
-    def _within_caps(self, size: int, deadline: float) -> None:
-        """Stop a reply past ``max_reply_bytes`` or its time limit."""
-        if size > self.max_reply_bytes:
-            raise BrokenReply(
-                f"the reply passed {self.max_reply_bytes:,} bytes and was stopped (a runaway or hostile endpoint?)"
-            )
-        if time.monotonic() > deadline:
-            raise BrokenReply(f"the reply took longer than {self.max_reply_seconds:g} s and was stopped")
-
-    def _read_stream(self, stream: Any, prompt_estimate: int, deadline: float) -> Reply:
-        import openai  # lazy: importing flakebot_magic stays cheap
-
-        content: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Usage | None = None
-        finished = False
-        size = 0
-        try:
-            for chunk in stream:
-                # bytes received so far (httpx counts them), else what the reply holds (text, function calls)
-                for choice in chunk.choices or []:
-                    delta = choice.delta
-                    size += len((delta.content or "").encode())
-                    for piece in delta.tool_calls or []:
-                        if piece.function is not None:
-                            size += len((piece.function.name or "") + (piece.function.arguments or ""))
-                received = getattr(getattr(stream, "response", None), "num_bytes_downloaded", None)
-                self._within_caps(max(size, received if isinstance(received, int) else 0), deadline)
-                if getattr(chunk, "usage", None):
-                    usage = _reported(chunk.usage) or usage
-                for choice in chunk.choices or []:
-                    delta = choice.delta
-                    if delta.content:
-                        content.append(delta.content)
-                    for piece in delta.tool_calls or []:
-                        entry = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
-                        if piece.id:
-                            entry["id"] = piece.id
-                        if piece.function is not None:
-                            if piece.function.name:
-                                entry["name"] += piece.function.name
-                            if piece.function.arguments:
-                                entry["arguments"].append(piece.function.arguments)
-                    if choice.finish_reason:
-                        finished = True
-        except (openai.APIError, ValueError, OSError, httpx.HTTPError) as exc:
-            raise BrokenReply(f"the stream broke mid-way: {type(exc).__name__}: {str(exc)[:200]}") from exc
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-        if not finished:
-            raise BrokenReply("the stream ended before the reply did")
-        text = "".join(content)
-        function_calls: list[dict[str, Any]] = [
-            {
-                "id": entry["id"] or f"call_{index}",
-                "type": "function",
-                "function": {"name": entry["name"], "arguments": "".join(entry["arguments"])},
-            }
-            for index, entry in sorted(calls.items())
+            if self.model.tool_format == "auto" and not self.text_protocol:
+                self._to_text("the server passed the model's function calls through as text")
+            return reply
+        if found is None:
+            return reply
+        if reply.calls:
+            native = [(c["function"]["name"], _arguments(c["function"]["arguments"])) for c in reply.calls]
+            if native != [(c.name, c.arguments) for c in found.calls]:
+                reply.refusal = (
+                    "error: your reply made function calls through the API and wrote other calls as text. "
+                    "Nothing from this reply was applied. Make every call one way, through the API."
+                )
+                reply.calls = []
+            return reply
+        number = self.calls
+        reply.calls = [
+            function_call(f"call_text_{number}_{index}", call.name, json.dumps(call.arguments))
+            for index, call in enumerate(found.calls)
         ]
-        arguments = sum(len(c["function"]["arguments"]) for c in function_calls)
-        tokens = usage.tokens if usage else prompt_estimate + (len(text) + arguments) // 4
-        return self._accept(text, function_calls, tokens, usage, prompt_estimate)
+        reply.content = found.prose
+        reply.dialect = found.dialect
+        self.bus.notice(self.stage, found.describe())
+        if self.model.tool_format == "auto" and not self.text_protocol:
+            self._to_text("the server passed the model's function calls through as text")
+        return reply
 
-    def _accept(
-        self,
-        content: str,
-        calls: list[dict[str, Any]],
-        tokens: int,
-        usage: Usage | None = None,
-        prompt_estimate: int = 0,
-    ) -> Reply:
-        reply = usage or Usage(prompt_estimate, max(0, tokens - prompt_estimate), 0, 1)
+    def _charge(self, usage: Usage, tokens: int) -> None:
+        """Count one reply here and in the shared budget, and send the running totals."""
         self.tokens += tokens
-        self.spent = self.spent + reply
-        if not content.strip() and not calls:
-            raise BrokenReply("an empty reply")
-        return Reply(content, calls, tokens, reply, estimated=usage is None)
+        self.spent = self.spent + usage
+        self.budget.charge(self.model.model, usage)
+        self.bus.emit(self.usage_event(final=False))
+
+    # -- stopping and the last word ---------------------------------------------------------
+
+    @contextmanager
+    def _watching(self) -> Iterator[None]:
+        """While a request is out, a set cancel token stops this channel (its socket is shut down)."""
+        cancel = self.cancel
+        if cancel is None:
+            yield
+            return
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                if cancel.wait(0.05):
+                    self.stop("the run was cancelled")
+                    return
+
+        watcher = threading.Thread(target=watch, name=f"flakebot-{self.role}-cancel", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the request in flight (if any) and refuse further ones; safe from any thread, idempotent."""
+        self.http.stop(reason)
+
+    def check(self) -> None:
+        """Raise :class:`~flakebot_magic.llm.http.ModelStopped` once the channel was stopped."""
+        self.http.check()
+
+    def usage_event(self, *, final: bool) -> ModelUsage:
+        """What this channel spent, as a usage event (the requests sent, the tokens counted)."""
+        event = self.spent.event(
+            self.budget.cost(self.model.model, self.spent), final=final, candidate=self.candidate, role=self.role
+        )
+        return replace(event, tokens=self.tokens, calls=self.calls, stage=self.stage)
+
+    def close(self, *, report: bool = True) -> None:
+        """Send the last word on what was spent (once; not with ``report=False``), and close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        if report:
+            self.bus.emit(self.usage_event(final=True))
+        if self._client is not None:
+            self._client.close()
+        self.http.close()
+
+    def __enter__(self) -> ModelChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text or "{}")
+    except ValueError:
+        return None

@@ -24,7 +24,10 @@ from ..errors import ConfigError, UsageError
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["PROVIDERS", "ModelConfig", "Provider"]
+__all__ = ["PROVIDERS", "TOOL_FORMATS", "ModelConfig", "Provider"]
+
+#: how the edit protocol's functions may be offered to a model (``--tool-format``)
+TOOL_FORMATS = ("native", "text", "auto")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class Provider:
     key_env: str
     #: True when the endpoint accepts requests without a key (a local server)
     keyless: bool = False
+    #: how the edit protocol's functions are offered by default (``--tool-format``)
+    tool_format: str = "auto"
+    #: what is known of the server's function calling (documented, not tried here: no such server is reachable)
+    quirks: str = ""
 
 
 #: the presets ``--provider`` accepts
@@ -44,8 +51,38 @@ PROVIDERS: dict[str, Provider] = {
     for p in (
         Provider("openai", "https://api.openai.com/v1", "OPENAI_API_KEY"),
         Provider("groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY"),
-        Provider("ollama", "http://localhost:11434/v1", "OLLAMA_API_KEY", keyless=True),
+        Provider(
+            "ollama",
+            "http://localhost:11434/v1",
+            "OLLAMA_API_KEY",
+            keyless=True,
+            quirks="native calls for models whose template has tools (qwen2.5-coder, llama3.1); "
+            "other models write their calls as text in the content",
+        ),
         Provider("openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+        Provider(
+            "llamacpp",
+            "http://localhost:8080/v1",
+            "LLAMACPP_API_KEY",
+            keyless=True,
+            quirks="llama-server parses calls only when started with --jinja; without it `tools` is refused "
+            "or ignored and calls come as text",
+        ),
+        Provider(
+            "vllm",
+            "http://localhost:8000/v1",
+            "VLLM_API_KEY",
+            keyless=True,
+            quirks="native calls only when started with --enable-auto-tool-choice --tool-call-parser NAME; "
+            "otherwise a request with `tools` is answered HTTP 400",
+        ),
+        Provider(
+            "lmstudio",
+            "http://localhost:1234/v1",
+            "LMSTUDIO_API_KEY",
+            keyless=True,
+            quirks="native calls for models it knows to support them; others answer in their own text dialect",
+        ),
     )
 }
 
@@ -55,8 +92,9 @@ DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 _NO_KEY = "no-key-needed"
 
 HOW_TO_CONFIGURE = (
-    "Configure a model with --model NAME and either --provider (openai, groq, ollama, "
-    "openrouter; the key comes from OPENAI_API_KEY, GROQ_API_KEY, ... in the environment) "
+    "Configure a model with --model NAME and either --provider (openai, groq, openrouter; the key comes "
+    "from OPENAI_API_KEY, GROQ_API_KEY, ... in the environment; or a local server: ollama, llamacpp, vllm, "
+    "lmstudio) "
     "or --base-url URL for any OpenAI-compatible endpoint; in a notebook, "
     "`%config FlakebotMagics.model = 'NAME'` (and FlakebotMagics.provider / base_url)."
 )
@@ -109,6 +147,8 @@ class ModelConfig:
     timeout: float = 120.0
     max_retries: int = 2
     stream: bool = True
+    #: how the functions are offered: native (``tools``), text (the system prompt), auto (native, then text)
+    tool_format: str = "auto"
 
     @classmethod
     def resolve(
@@ -118,6 +158,7 @@ class ModelConfig:
         base_url: str | None = None,
         provider: str | None = None,
         key_env: str | None = None,
+        tool_format: str | None = None,
         **options: Any,
     ) -> ModelConfig | None:
         """The configuration the options describe, or None when no model is named.
@@ -143,7 +184,17 @@ class ModelConfig:
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"--base-url {base_url!r} is not an http(s) URL, e.g. http://localhost:11434/v1")
         env = key_env or (preset.key_env if preset else DEFAULT_KEY_ENV)
-        return cls(model=model, base_url=url, provider=preset.name if preset else None, key_env=env, **options)
+        form = (tool_format or (preset.tool_format if preset else "auto")).lower()
+        if form not in TOOL_FORMATS:
+            raise UsageError(f"--tool-format {tool_format!r}: use one of {', '.join(TOOL_FORMATS)}.")
+        return cls(
+            model=model,
+            base_url=url,
+            provider=preset.name if preset else None,
+            key_env=env,
+            tool_format=form,
+            **options,
+        )
 
     def with_options(self, **changes: Any) -> ModelConfig:
         return replace(self, **changes)

@@ -15,6 +15,7 @@ count that is not a non-negative integer counts as missing.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,10 +25,41 @@ from typing import Any, NamedTuple
 from ..errors import UsageError
 from ..events import ModelUsage
 
-__all__ = ["PRICE_FORMAT", "Price", "Prices", "Usage", "cost_usd", "parse_prices"]
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "PRICE_FORMAT",
+    "Price",
+    "Prices",
+    "Usage",
+    "cost_usd",
+    "estimate_tokens",
+    "message_tokens",
+    "parse_prices",
+]
 
 #: how a price table is written as text, for error messages and help
 PRICE_FORMAT = "MODEL=IN/OUT[/CACHED],... in USD per million tokens, e.g. gpt-4o=2.5/10,gpt-4o-mini=0.15/0.6/0.075"
+
+
+#: bytes of JSON per token, the estimate's ratio
+BYTES_PER_TOKEN = 4
+#: what a message costs beyond its text (role, separators)
+_MESSAGE_OVERHEAD = 4
+
+
+def message_tokens(message: Any) -> int:
+    """One message's estimated tokens: four bytes of its JSON a token, plus a little for the message."""
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(body.encode("utf-8", errors="surrogatepass")) // BYTES_PER_TOKEN + _MESSAGE_OVERHEAD
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """About how many tokens ``messages`` take: the budget's guess before a request, a reply's count when unreported.
+
+    >>> estimate_tokens([{"role": "user", "content": "x" * 400}])
+    111
+    """
+    return sum(message_tokens(m) for m in messages)
 
 
 class Price(NamedTuple):

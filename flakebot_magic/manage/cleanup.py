@@ -52,7 +52,7 @@ from ..host.process import alive
 from ..host.storage import amount, storage_errors
 from ..records.inventory import Inventory
 from ..sandbox import SANDBOX_DIR
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
 from .doctor import doctor, prepare, store_entries
@@ -232,7 +232,7 @@ def clean(settings: Settings, *, everything: bool = False, dry_run: bool = False
         if everything and not dry_run:
             report.stopped = stop_all(settings)
         running = _Running(
-            held_locks(settings.cache_dir), (settings.store_dir, settings.recipes_dir), _installing(settings)
+            held_locks(settings.cache_dir), (settings.cache.store, settings.cache.recipes), _installing(settings)
         )
         _clean(settings, report, running, everything=everything)
     return report
@@ -264,16 +264,16 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
                     remove(entry)
 
     if everything:
-        remove(settings.tools_dir)
-        for path in (settings.store_dir, settings.workspaces_dir, settings.recipes_dir, settings.intents_dir):
+        remove(settings.cache.tools)
+        for path in (settings.cache.store, settings.cache.workspaces, settings.cache.recipes, settings.cache.intents):
             remove_all_in(path)
-        remove(settings.index_dir)
-        remove_all_in(settings.gcroots_dir)
+        remove(settings.cache.index)
+        remove_all_in(settings.cache.gcroots)
         return
 
     _clean_leftovers(settings, report, running, remove)
     entries = store_entries(settings)
-    health = Inventory(settings.tools_dir).check(entries)
+    health = Inventory(settings.cache.tools).check(entries)
     if not health.ok:
         report.refused = (
             f"the tool registry cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
@@ -287,22 +287,24 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
                 f". {repaired.repair_line()} Check the tools with `flakebot list`, then run `flakebot clean` again."
             )
         return
-    records = Inventory(settings.tools_dir).all()
+    records = Inventory(settings.cache.tools).all()
     live_store = {Path(r.store_path) for r in records}
     live_store |= {Path(r.extra["entry"]) for r in records if r.extra.get("entry")}
-    # what a tool's root must point at: the directory of its binary (nix: the /nix/store path)
-    _clean_gcroots(settings.gcroots_dir, {r.name: str(Path(r.binary).parent.parent) for r in records}, remove)
-    if settings.store_dir.is_dir():
-        for entry in sorted(settings.store_dir.iterdir()):
+    # what a tool's root must point at: the directory of its binary (nix: the /nix/store path; a tool pulled into
+    # a second store (manage/team.py) records it, its binary being under that store's root)
+    live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
+    _clean_gcroots(settings.cache.gcroots, live, remove)
+    if settings.cache.store.is_dir():
+        for entry in sorted(settings.cache.store.iterdir()):
             if entry not in live_store:
                 remove(entry)
     live_workspaces = {Path(r.workspace) for r in records}
-    if settings.workspaces_dir.is_dir():
-        for entry in sorted(settings.workspaces_dir.iterdir()):
+    if settings.cache.workspaces.is_dir():
+        for entry in sorted(settings.cache.workspaces.iterdir()):
             if not entry.name.startswith(".") and entry not in live_workspaces:
                 remove(entry)
-    if settings.recipes_dir.is_dir():
-        for recipe in sorted(settings.recipes_dir.glob("*.json")):
+    if settings.cache.recipes.is_dir():
+        for recipe in sorted(settings.cache.recipes.glob("*.json")):
             try:
                 store = Path(json.loads(recipe.read_text())["store"])
             except (OSError, ValueError, KeyError, TypeError):
@@ -315,7 +317,7 @@ def _clean_leftovers(
     settings: Settings, report: CleanReport, running: _Running, remove: Callable[[Path], None]
 ) -> None:
     """What no tool can use, whatever the registry says: old and failed attempts, build outputs, stale locks."""
-    workspaces = settings.workspaces_dir
+    workspaces = settings.cache.workspaces
     if workspaces.is_dir():
         # workspaces replaced (.old) and builds beside a tool's workspace (.next): a running one's are kept
         for aside in (workspaces / OLD_DIR, workspaces / NEXT_DIR):
@@ -341,11 +343,11 @@ def _clean_leftovers(
             _remove_candidates(entry / CANDIDATES_DIR, report, remove)
             for lock in stale_locks(entry) if report.dry_run else remove_stale_locks(entry):
                 report.removed.append(lock)
-    if settings.store_dir.is_dir():
-        for entry in sorted(settings.store_dir.iterdir()):
+    if settings.cache.store.is_dir():
+        for entry in sorted(settings.cache.store.iterdir()):
             if entry.name.startswith(REMOVING_PREFIX) or staging_owner(entry) is not None:
                 remove(entry)
-    pending_roots = settings.gcroots_dir / ".pending"
+    pending_roots = settings.cache.pending_gcroots
     if pending_roots.is_dir() and not pending_roots.is_symlink():
         for link in sorted(pending_roots.iterdir()):
             remove(link)
@@ -377,4 +379,8 @@ def _clean_gcroots(gcroots: Path, live: dict[str, str], remove: Callable[[Path],
         except OSError:
             target = ""
         if live.get(root.name) != target:
+            remove(root)
+    proofs = gcroots / ".proofs"  # a build's proof (backends/nix_cache.py) lives as long as its tool's name
+    for root in sorted(proofs.iterdir()) if proofs.is_dir() else ():
+        if root.is_symlink() and root.name not in live:
             remove(root)

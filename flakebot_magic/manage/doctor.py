@@ -51,7 +51,7 @@ _KEPT_FROM_OLD = ("created", "log_path", "request", "requested_by", "description
 
 def store_entries(settings: Settings) -> list[str]:
     """The names of the store's complete entries (those with a manifest)."""
-    store = settings.store_dir
+    store = settings.cache.store
     if not store.is_dir():
         return []
     return sorted(e.name for e in store.iterdir() if not e.name.startswith(".") and (e / "manifest.json").is_file())
@@ -132,7 +132,7 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
         notes = [f"what an interrupted build left could not be finished now: {exc}"]
     if not repair:
         return notes
-    health = Inventory(settings.tools_dir).check(store_entries(settings))
+    health = Inventory(settings.cache.tools).check(store_entries(settings))
     if health.ok or (health.reason in ("empty", "missing") and held_locks(settings.cache_dir)):
         return notes
     try:
@@ -151,7 +151,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     """
     report = DoctorReport(recovered=recover(settings))
     entries = store_entries(settings)
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     report.health = health if health is not None else inventory.check(entries)
     if not report.health.ok:
         records, report.skipped = reconstruct(settings, inventory.readable_records())
@@ -162,7 +162,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     for record in inventory.all():
         report.problems += _disagreements(settings, record, runner)
         workspace = Path(record.workspace)
-        if record.name not in busy and workspace.is_dir():
+        if record.workspace and record.name not in busy and workspace.is_dir():
             report.unlocked += remove_stale_locks(workspace)
     return report
 
@@ -174,7 +174,7 @@ def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[lis
     """
     records: list[ToolRecord] = []
     skipped: list[str] = []
-    workspaces = settings.workspaces_dir
+    workspaces = settings.cache.workspaces
     if not workspaces.is_dir():
         return records, skipped
     runner = ProcessRunner()
@@ -202,7 +202,7 @@ def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[lis
             "",
             "",
         )
-        log = settings.logs_dir / f"{record.name}.log"
+        log = settings.cache.logs / f"{record.name}.log"
         if not record.log_path and log.is_file():
             record.log_path = str(log)
         records.append(record)
@@ -227,11 +227,11 @@ def _entry_of(settings: Settings, record: ToolRecord) -> tuple[dict[str, Any] | 
     """The manifest of ``record``'s store entry, or None and why it is not the record's."""
     store = Path(record.store_path)
     try:
-        inside = store.resolve().parent == settings.store_dir.resolve()
+        inside = store.resolve().parent == settings.cache.store.resolve()
     except OSError:
         inside = False
     if not inside:
-        return None, f"its store entry {store} is not in {settings.store_dir}"
+        return None, f"its store entry {store} is not in {settings.cache.store}"
     manifest = _manifest(store)
     if manifest is None:
         return None, f"its store entry {store} is gone"
@@ -274,7 +274,7 @@ def _from_manifest(
     head = Git(workspace, runner)("rev-parse", "HEAD", check=False)
     name = workspace.name
     for entry_name in store_entries(settings):
-        entry = settings.store_dir / entry_name
+        entry = settings.cache.store / entry_name
         manifest = _manifest(entry)
         if manifest is None:
             continue
@@ -339,6 +339,8 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     problems = [f"{name}: {why}; `flakebot rebuild {name}` builds it again"] if why else []
     if not Path(record.binary).is_file() and not why:
         problems.append(f"{name}: its binary {record.binary} is gone; `flakebot rebuild {name}` builds it again")
+    if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
+        return problems
     workspace = Path(record.workspace)
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")

@@ -122,11 +122,11 @@ def export_replit(
         When there is no such tool, its workspace is gone, or
         ``directory/name`` exists and is not an earlier export.
     """
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     if record is None:
         raise UsageError(f"No tool named {name!r}. `flakebot list` shows the tools built on this machine.")
     workspace = Path(record.workspace)
-    if not (workspace / FLAKE_FILE).is_file():
+    if not record.workspace or not (workspace / FLAKE_FILE).is_file():
         raise UsageError(
             f"The workspace of {name!r} ({workspace}) has no {FLAKE_FILE}; "
             f"build the tool again (`flakebot build --rebuild --name {name} ...`) and export then."

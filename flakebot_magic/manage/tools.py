@@ -33,6 +33,7 @@ from ..clients import lifecycle, tool_from_record
 from ..config import Settings
 from ..errors import UsageError
 from ..host.process import alive, kill_tree, process_started_at
+from ..options import option
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
@@ -80,7 +81,7 @@ def find(settings: Settings, name: str) -> ToolRecord:
 
     A name whose last build made no tool (failed, cancelled) says so, and how to look at it.
     """
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     if record is None:
         attempt = attempt_of(settings, name)
         if attempt is not None:
@@ -88,7 +89,7 @@ def find(settings: Settings, name: str) -> ToolRecord:
                 f"{name!r} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error} "
                 f"`%flakebot show {name}` and `%flakebot logs {name}` say more; build it again with %%flakebot."
             )
-        known = ", ".join(r.name for r in Inventory(settings.tools_dir).all()) or "none yet"
+        known = ", ".join(r.name for r in Inventory(settings.cache.tools).all()) or "none yet"
         raise UsageError(f"No tool named {name!r} (tools: {known}). `%flakebot list` shows them.")
     return record
 
@@ -109,9 +110,9 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
     return tool_from_record(
         record,
         provenance=_manifest(record),
-        timeout=settings.tool_timeout if settings else 60.0,
+        timeout=settings.tool_timeout if settings else option("tool_timeout").default,
         env=settings.tool_env if settings else None,
-        confine=settings.confine_tools if settings else False,
+        confine=settings.confine_tools if settings else option("confine_tools").default,
     )
 
 
@@ -132,7 +133,7 @@ def load(settings: Settings, name: str) -> Any:
         )
     tool = tool_of(record, settings)
     if tool.kind != "cli":  # an MCP server or HTTP service runs from now on, as after its build
-        inventory = Inventory(settings.tools_dir)
+        inventory = Inventory(settings.cache.tools)
         tool.on_state = lambda **changes: inventory.update(name, **changes)
         tool.start()
     return tool
@@ -142,7 +143,7 @@ def load_all(settings: Settings) -> tuple[dict[str, Any], list[str]]:
     """Every registered tool :func:`load` can load, by name; and why each other one could not be."""
     loaded: dict[str, Any] = {}
     problems: list[str] = []
-    for record in Inventory(settings.tools_dir).all():
+    for record in Inventory(settings.cache.tools).all():
         try:
             loaded[record.name] = load(settings, record.name)
         except Exception as exc:  # one broken tool must not keep the others out
@@ -168,9 +169,9 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
 
 
 def _workspace_of(settings: Settings, tool: Any) -> tuple[Path, str]:
-    record = Inventory(settings.tools_dir).get(tool.name)
+    record = Inventory(settings.cache.tools).get(tool.name)
     workspace = (
-        Path(record.workspace) if record is not None and record.workspace else settings.workspaces_dir / tool.name
+        Path(record.workspace) if record is not None and record.workspace else settings.cache.workspaces / tool.name
     )
     return workspace, (getattr(tool, "provenance", None) or {}).get("commit") or "HEAD"
 
@@ -288,7 +289,7 @@ class ToolTable:
 
 def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
     """``list``: every tool, and every name whose last build made no tool (its status ``failed`` or ``cancelled``)."""
-    records = Inventory(settings.tools_dir).all()
+    records = Inventory(settings.cache.tools).all()
     names = {r.name for r in records}
     return ToolTable(records, settings, empty, attempts=[a for a in attempts(settings) if a.name not in names])
 
@@ -300,7 +301,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     was cancelled, has its own log: the text says where. A name whose build
     made no tool shows that build's log.
     """
-    record = Inventory(settings.tools_dir).get(name)
+    record = Inventory(settings.cache.tools).get(name)
     attempt = attempt_of(settings, name)
     parts = []
     if record is None:
@@ -345,7 +346,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
 def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     """Stop tool ``name``'s process; return what happened, in words."""
     record = find(settings, name)
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     if record.kind == "cli":
         return f"{name} is a command-line tool: it runs only while called, so there is nothing to stop."
     if lifecycle.stop(name):
@@ -461,7 +462,7 @@ def _provenance(tool: Any, record: ToolRecord | None) -> dict[str, Any]:
 
 def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
     """The registry's record of a loaded tool; one made from the tool when the registry has none."""
-    record = Inventory(settings.tools_dir).get(tool.name) if settings is not None else None
+    record = Inventory(settings.cache.tools).get(tool.name) if settings is not None else None
     if record is not None:
         return record
     manifest: dict[str, Any] = dict(getattr(tool, "provenance", None) or {})
@@ -524,7 +525,7 @@ def show(settings: Settings, name: str) -> CommandResult:
 
     A name whose last build made no tool: that build (its :func:`tool_json`).
     """
-    if Inventory(settings.tools_dir).get(name) is None:
+    if Inventory(settings.cache.tools).get(name) is None:
         attempt = attempt_of(settings, name)
         if attempt is not None:
             error = f"{attempt.kind}: {attempt.error}" if attempt.kind else attempt.error
@@ -564,7 +565,7 @@ def stop_tools(settings: Settings, name: str | None = None) -> CommandResult:
 
     The data is a list of ``{"name", "message", "status"}``, one per tool stopped or asked to stop.
     """
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     if name is not None:
         names = [name]
     else:

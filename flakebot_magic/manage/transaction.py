@@ -91,7 +91,7 @@ class Intent:
 
 
 def _intent_path(settings: Settings, name: str) -> Path:
-    return settings.intents_dir / f"{name}.json"
+    return settings.cache.intents / f"{name}.json"
 
 
 def read_card(workspace: Path) -> dict[str, Any] | None:
@@ -192,7 +192,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
             os.rename(new, final)
         fsync_dir(final.parent)
     crash_point("txn.swapped")
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     current = inventory.get(intent.name)
     if current is None or current.extra.get("txn") != intent.id:
         inventory.save(ToolRecord.from_json(intent.record))
@@ -224,7 +224,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
         shutil.rmtree(beside.parent, ignore_errors=True)  # the attempt: a --continue's old copy, the cargo home
     crash_point("txn.attempt")
     _intent_path(settings, intent.name).unlink(missing_ok=True)
-    fsync_dir(settings.intents_dir)
+    fsync_dir(settings.cache.intents)
     crash_point("txn.done")
 
 
@@ -261,7 +261,7 @@ def _whole(intent: Intent) -> str:
 
 def pending(settings: Settings) -> list[Intent]:
     """The transactions not finished yet (their process may still be running them)."""
-    directory = settings.intents_dir
+    directory = settings.cache.intents
     if not directory.is_dir():
         return []
     found = []
@@ -278,7 +278,7 @@ def recover(settings: Settings) -> list[str]:
     A transaction whose tool lock is held is still running and left alone.
     """
     notes: list[str] = []
-    directory = settings.intents_dir
+    directory = settings.cache.intents
     if not directory.is_dir():
         return notes
     for path in sorted(directory.glob("*.json")):
@@ -307,7 +307,7 @@ def _recover_one(settings: Settings, path: Path) -> str:
         except (OSError, StorageError) as exc:
             why_not = f"finishing it failed ({exc})"
     try:
-        current = Inventory(settings.tools_dir).get(intent.name)
+        current = Inventory(settings.cache.tools).get(intent.name)
     except StorageError:
         current = None
     if current is not None and current.extra.get("txn") == intent.id:

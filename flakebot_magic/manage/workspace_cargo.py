@@ -22,6 +22,7 @@ from ..errors import ConfigError, UsageError
 from ..events import Event, EventBus, LogLine, Notice, Observer
 from ..host.git import Git
 from ..host.process import CancelToken, ProcessRunner
+from ..request import is_tool_name
 from ..sandbox import Sandbox
 from ..sandbox.cargo import MANIFEST_SUBCOMMANDS, Cargo
 from ..sandbox.policy import Baseline, TreePolicy
@@ -72,12 +73,12 @@ def run_cargo(
             f"`cargo {subcommand}` is not one flakebot runs in a workspace; use one of: "
             f"{', '.join(sorted(MANIFEST_SUBCOMMANDS))}."
         )
-    if not name.isidentifier():
+    if not is_tool_name(name):
         raise UsageError(f"{name!r} is not a tool's name (`flakebot list` shows them).")
-    workspace = Workspace.load(settings.workspaces_dir / name)
+    workspace = Workspace.load(settings.cache.workspaces / name)
     if workspace is None:
         raise UsageError(
-            f"There is no workspace for a tool named {name!r} in {settings.workspaces_dir} "
+            f"There is no workspace for a tool named {name!r} in {settings.cache.workspaces} "
             "(`flakebot list` shows the tools)."
         )
     sandbox = Sandbox(workspace.path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .run import Pipeline, tool_name
+from ..request import tool_name
+from .run import Pipeline
 
 __all__ = ["Pipeline", "tool_name"]

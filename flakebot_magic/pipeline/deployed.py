@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends import RunDeps, RunState, Stage
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
@@ -37,6 +36,7 @@ from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
+from ..stages.state import RunDeps, RunState, Stage
 from ..stages.workspace import Workspace, clone_at, next_path
 
 __all__ = ["contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
@@ -72,7 +72,7 @@ def deployed_tool(
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
         own = {"commit": commit, "workspace": str(final), "forked_by": forked_by}
-        previous = Inventory(settings.tools_dir).get(name) if reused else None
+        previous = Inventory(settings.cache.tools).get(name) if reused else None
         kept = previous if previous is not None and previous.store_path == str(store.path) else None
         tool = make_tool(
             contract=contract,
@@ -131,7 +131,7 @@ def deployed_tool(
         )
         run.workspace = replace(workspace, path=final, replaces=None)
         if tool.kind != "cli":  # an MCP server or HTTP service runs from now on
-            inventory = Inventory(settings.tools_dir)
+            inventory = Inventory(settings.cache.tools)
             tool.on_state = lambda **changes: inventory.update(name, **changes)
             tool.start()  # type: ignore[attr-defined]
             stage.detail = f"{name}: {tool.kind}, pid {tool.pid}"  # type: ignore[attr-defined]
@@ -168,8 +168,8 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
     builder's workspace at its commit, swapped in like any rebuild.
     """
     settings, name = deps.settings, run.name
-    final = settings.workspaces_dir / name
-    builders = _builders(store, settings.tools_dir)
+    final = settings.cache.workspaces / name
+    builders = _builders(store, settings.cache.tools)
     current = Workspace.load(final)
     if current is not None:
         head = Git(final, deps.runner)("rev-parse", "HEAD", check=False)
@@ -182,7 +182,7 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
         if Workspace.load(Path(source)) is None or not _has_commit(Git(Path(source), deps.runner), commit):
             continue
         try:
-            copy = clone_at(Path(source), commit, next_path(settings.workspaces_dir, name), deps.runner)
+            copy = clone_at(Path(source), commit, next_path(settings.cache.workspaces, name), deps.runner)
         except (ForkError, OSError):
             continue
         run.workspace = workspace = replace(copy, replaces=final)
@@ -217,7 +217,7 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
     written = size_of(attempt) if attempt is not None and attempt.is_dir() else 0
     if attempt is not None:
         shutil.rmtree(attempt / "target", ignore_errors=True)
-    before = _built_before(settings.store_dir, run.candidate)
+    before = _built_before(settings.cache.store, run.candidate)
     reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)
     first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]

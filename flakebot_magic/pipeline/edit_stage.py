@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends import RunDeps, RunState, Stage
 from ..config import Settings
 from ..edit.journal import Journal, ResumePoint, journals_dir
 from ..edit.races import RacePoint, RaceRecord, unfinished_race
@@ -33,9 +32,10 @@ from ..registry.base import CrateCandidate
 from ..request import BuildRequest
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.choose import Choice
 from ..stages.fork import Workspace, fork
+from ..stages.state import RunDeps, RunState, Stage
 
 __all__ = ["edit_session", "resume_point", "resumed_run", "session_record"]
 
@@ -165,7 +165,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
             replaces=str(workspace.replaces or ""),
             crate=workspace.crate.id,
         )
-    budget = Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
+    budget = run.budget or Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
     if run.resume is not None:  # the interrupted session's spending counts: one budget, one usage record
         budget.charge(model.model, run.resume.usage)
     return Team(
@@ -176,23 +176,15 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         cargo_for=cargo_for,
         crate=workspace.crate,
         budget=budget,
-        loop_options={
-            "max_iterations": settings.max_iterations,
-            "token_budget": settings.token_budget,
-            "allow_build_scripts": settings.allow_build_scripts,
-            "build_timeout": settings.build_timeout,
-            "test_timeout": min(settings.test_timeout, 600.0),
-            "max_reply_bytes": settings.max_reply_bytes,
-            "max_reply_seconds": settings.max_reply_seconds,
-            "context_tokens": settings.context_tokens,
-        },
+        limits=settings.loop_limits(),
+        reply_limits=settings.reply_limits(),
         candidates=count,
         plan=settings.plan,
         architect=architect,
         examples=run.examples,
         journal=run.journal,
         inbox=inbox,
-        resume=run.resume if race_resume is None else None,
+        resume=run.resume if isinstance(run.resume, ResumePoint) else None,
         race_resume=race_resume.points if race_resume is not None else None,
         journal_for=journal_for,
         name=run.name,

@@ -3,7 +3,7 @@
 One :class:`Pipeline` is behind every front door (the magic, the command,
 :func:`flakebot_magic.build`). It holds only what every run uses (settings,
 registry, process runner, event bus); what one run computes travels in a
-:class:`~flakebot_magic.backends.RunState` from step to step, so one pipeline
+:class:`~flakebot_magic.stages.state.RunState` from step to step, so one pipeline
 may run several requests, even at once. It emits :mod:`flakebot_magic.events`;
 front ends only observe them. Building is the backend's
 (:mod:`flakebot_magic.backends`: cargo or nix, one path for both).
@@ -12,8 +12,6 @@ front ends only observe them. Building is the backend's
 from __future__ import annotations
 
 import hashlib
-import keyword
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -21,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import Backend, RunDeps, RunState, Stage, backend_for, decide
+from ..backends import Backend, backend_for, decide
 from ..clients import ToolClient
 from ..config import Settings
 from ..edit import EditState
@@ -31,40 +29,32 @@ from ..host.git import Git
 from ..host.locks import tool_lock
 from ..host.process import CancelToken, ProcessRunner
 from ..host.storage import storage_errors
-from ..llm.model import HOW_TO_CONFIGURE
+from ..llm.budget import Budget
+from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..registry.base import CrateCandidate, Registry
-from ..request import BuildRequest
+from ..request import BuildRequest, check_tool_name, tool_name
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
 from ..stages.accept import Example, run_examples, split_request
 from ..stages.build import BUILD_FLAGS
-from ..stages.choose import Choice, choose_by_model, choose_without_model
+from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
+from ..stages.state import RunDeps, RunState, Stage
 from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
 
 if TYPE_CHECKING:
     from ..edit.journal import ResumePoint
     from ..edit.races import RacePoint
 
-__all__ = ["Pipeline", "tool_name"]
+__all__ = ["Pipeline"]
 
 #: how many times failing acceptance examples go back to the edit loop
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
 MAX_TRIES = 3
-
-
-def tool_name(crate: str) -> str:
-    """A valid Python identifier for a crate: ``pulldown-cmark`` -> ``pulldown_cmark``."""
-    name = re.sub(r"\W", "_", crate)
-    if not name or name[0].isdigit():
-        name = "_" + name
-    if keyword.iskeyword(name):
-        name += "_"
-    return name
 
 
 class Pipeline:
@@ -150,7 +140,7 @@ class Pipeline:
             search_text, examples = split_request(build.text)
             _check_request(build, search_text)
             choice = decide(self.settings, self.runner)
-            run = RunState(build, model, choice, examples=examples)
+            run = RunState(build, model, choice, examples=examples, budget=self._budget(model))
             with storage_errors("building", self.settings.cache_dir):  # what the stages did not translate
                 tool = self._resumed(run, point) if point is not None else self._run(run, search_text)
             if examples:
@@ -251,7 +241,7 @@ class Pipeline:
                 workspace = run.workspace = fork(
                     candidate,
                     self.registry,
-                    settings.workspaces_dir,
+                    settings.cache.workspaces,
                     run.name,
                     runner=self.runner,
                     bus=self.bus,
@@ -360,7 +350,7 @@ class Pipeline:
             parts += ["edit", run.request.text, model.model, model.base_url]
         parts += backend.recipe_parts()
         key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-        return self.settings.recipes_dir / f"{key}.json"
+        return self.settings.cache.recipes / f"{key}.json"
 
     # -- the edit loop ----------------------------------------------------------
 
@@ -375,11 +365,22 @@ class Pipeline:
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        client = model.client()
-        try:
-            return choose_by_model(client, model, registry, request, candidates, self.bus)
-        finally:
-            client.close()
+        assert run.budget is not None
+        with chooser_channel(
+            model,
+            bus=self.bus,
+            budget=run.budget,
+            limits=self.settings.reply_limits(),
+            cancel=self.runner.cancel,
+        ) as channel:
+            return choose_by_model(channel, registry, request, candidates, self.bus)
+
+    def _budget(self, model: ModelConfig | None) -> Budget | None:
+        """What a run's model requests may spend together (the crate choice, the architect, the engineers)."""
+        if model is None:
+            return None
+        settings = self.settings
+        return Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
 
     def _continued(self, run: RunState) -> CrateCandidate:
         """The crate of the tool a ``--continue`` run changes (checks the options first)."""
@@ -394,17 +395,17 @@ class Pipeline:
             raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
         if not run.request.text:
             raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
-        workspace = Workspace.load(self.settings.workspaces_dir / name)
+        workspace = Workspace.load(self.settings.cache.workspaces / name)
         if workspace is None:
             raise UsageError(
                 f"There is no workspace for a tool named {name!r} to continue "
-                f"(looked in {self.settings.workspaces_dir}). Build it first, without --continue."
+                f"(looked in {self.settings.cache.workspaces}). Build it first, without --continue."
             )
         return workspace.crate
 
     def _fork_afresh(self, run: RunState) -> bool:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
-        return not run.follow_up and EditState.exists(self.settings.workspaces_dir / run.name)
+        return not run.follow_up and EditState.exists(self.settings.cache.workspaces / run.name)
 
     def _confined(self, run: RunState, cargo: Cargo) -> Cargo:
         """The cargo that builds and tests the fork: in the sandbox (crate code is untrusted, edited or not).
@@ -461,7 +462,7 @@ class Pipeline:
                 "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
             )
             request = BuildRequest(report.as_request(run.request.text), name=tool.name, follow_up=True)
-            run = RunState(request, run.model, run.choice, examples=run.examples)
+            run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
             tool.close()
             tool = self._run(run, search_text)
 
@@ -479,5 +480,5 @@ def _check_request(build: BuildRequest, search_text: str) -> None:
             "    %%flakebot --name md\n    Render Markdown text to HTML.\n"
             "or name a crate with --crate NAME."
         )
-    if build.name is not None and not build.name.isidentifier():
-        raise UsageError(f"--name {build.name!r} is not a valid Python identifier; try {tool_name(build.name)!r}.")
+    if build.name is not None:
+        check_tool_name(build.name, what="--name")

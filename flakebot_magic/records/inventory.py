@@ -159,12 +159,12 @@ class Inventory:
     Parameters
     ----------
     tools_dir
-        ``Settings.tools_dir``. Records written by older versions (one JSON
+        ``Settings.cache.tools``. Records written by older versions (one JSON
         file per tool in this directory) are moved into the database on first use.
 
     Examples
     --------
-    >>> inventory = Inventory(settings.tools_dir)            # doctest: +SKIP
+    >>> inventory = Inventory(settings.cache.tools)            # doctest: +SKIP
     >>> inventory.update("md", status="stopped")             # doctest: +SKIP
     """
 

@@ -87,6 +87,10 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         "store_path": str(getattr(tool, "store_path", "") or ""),
         "flake_lock": _first(manifest, "flake_lock_hash", "lock_hash", "flake_lock") or _flake_lock_hash(workspace),
         "nix_store_path": _first(manifest, "nix_store_path", "out_path", "nix_out") or "",
+        # what a teammate's pull pins: the tool's and its proof's NAR hashes (nix backend)
+        "nar_hash": _first(manifest, "nar_hash") or "",
+        "proof_store_path": _first(manifest, "proof_store_path") or "",
+        "proof_nar_hash": _first(manifest, "proof_nar_hash") or "",
         "backend": getattr(tool, "backend", "") or _first(manifest, "backend") or "cargo",
         "model": _first(manifest, "model") or getattr(record, "model", "") or _first(extra, "model"),
         "iterations": int(
@@ -94,6 +98,9 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         ),
         "rustc": (_first(manifest, "rustc") or "").splitlines()[0] if _first(manifest, "rustc") else "",
     }
+    for key in ("substituted_from", "signed_by"):  # a pulled tool: the cache and the key that signed it
+        if _first(manifest, key):
+            data[key] = _first(manifest, key)
     choice = _first(manifest, "choice") or _first(extra, "choice")
     if isinstance(choice, Mapping):  # who chose the crate and why (stages/choose.py)
         data["choice"] = f"{choice.get('crate', '')} (chosen by {choice.get('by', '')}): {choice.get('reason', '')}"

@@ -46,30 +46,25 @@ __all__ = [
     "failed_log_path",
     "log_part",
     "log_path",
-    "logs_dir",
 ]
 
 #: lines kept per run (the head of a huge log is rarely what matters)
 MAX_LINES = 20_000
 
 
-def logs_dir(settings: Settings) -> Path:
-    return settings.logs_dir
-
-
 def log_path(settings: Settings, name: str) -> Path:
     """The log of the build that made tool ``name``."""
-    return logs_dir(settings) / f"{name}.log"
+    return settings.cache.logs / f"{name}.log"
 
 
 def failed_log_path(settings: Settings, name: str) -> Path:
     """Where the last failed (or cancelled) run for ``name`` left its log; the tool's own log is kept."""
-    return logs_dir(settings) / f"{name}.failed.log"
+    return settings.cache.logs / f"{name}.failed.log"
 
 
 def cached_log_path(settings: Settings, name: str) -> Path:
     """Where the last run that found ``name`` in the cache (and built nothing) left its log."""
-    return logs_dir(settings) / f"{name}.cached.log"
+    return settings.cache.logs / f"{name}.cached.log"
 
 
 @dataclass(frozen=True)
@@ -150,7 +145,7 @@ class Attempt:
 
 
 def _attempt_file(settings: Settings, name: str) -> Path:
-    return settings.attempts_dir / f"{name}.json"
+    return settings.cache.attempts / f"{name}.json"
 
 
 def attempt_of(settings: Settings, name: str) -> Attempt | None:
@@ -165,7 +160,7 @@ def attempt_of(settings: Settings, name: str) -> Attempt | None:
 
 def attempts(settings: Settings) -> list[Attempt]:
     """Every recorded run that made no tool, by name."""
-    directory = settings.attempts_dir
+    directory = settings.cache.attempts
     if not directory.is_dir():
         return []
     found = (attempt_of(settings, path.stem) for path in sorted(directory.glob("*.json")))
@@ -262,7 +257,7 @@ class RunLog:
             changes: dict[str, object] = {"log_path": str(path)}
             if request is not None:
                 changes["request"] = request.strip()
-            Inventory(settings.tools_dir).update(name, **changes)
+            Inventory(settings.cache.tools).update(name, **changes)
         return path
 
 

@@ -34,45 +34,31 @@ from typing import Any
 
 from ..errors import SteeringError, UsageError
 from ..events import SteeringMessage
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, private_dir, read_regular
 from ..host.process import alive, process_started_at
+from ..request import check_tool_name
 
-__all__ = ["MAX_MESSAGE_BYTES", "Inbox", "check_tool_name", "is_running", "running", "send", "steer_dir"]
+__all__ = ["MAX_MESSAGE_BYTES", "Inbox", "is_running", "running", "send", "steer_dir"]
 
 #: the longest steering message, in UTF-8 bytes: a sentence or a paragraph, not a document
 MAX_MESSAGE_BYTES = 8 * 1024
 #: what a message file may hold at most (the text, JSON-escaped, and a few fields)
 _MAX_FILE_BYTES = 8 * MAX_MESSAGE_BYTES
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _SOURCE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
 _MESSAGE_FILE = re.compile(r"\d{20}-\d+-\d+\.json")
 _counter = itertools.count()
 _counter_lock = threading.Lock()
 
 
-def check_tool_name(name: str) -> str:
-    """``name`` when it can name a tool's files in the cache (the rule :mod:`flakebot_magic.host.locks` applies).
-
-    >>> check_tool_name("md")
-    'md'
-    >>> check_tool_name("../x")
-    Traceback (most recent call last):
-    ...
-    flakebot_magic.errors.UsageError: '../x' is not a valid tool name (letters, digits and '_').
-    """
-    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name) or name.startswith("."):
-        raise UsageError(f"{name!r} is not a valid tool name (letters, digits and '_').")
-    return name
-
-
 def steer_dir(cache_dir: Path, name: str) -> Path:
     """``<cache>/steer/<name>``: tool ``name``'s mailbox (not created here)."""
-    return Path(cache_dir) / "steer" / check_tool_name(name)
+    return CacheLayout(Path(cache_dir)).steer / check_tool_name(name)
 
 
 def _private_box(cache_dir: Path, name: str, folder: str) -> Path:
     """``<cache>/steer/<name>/<folder>``, each level a directory only its owner can enter."""
-    steer = private_dir(Path(cache_dir) / "steer")
+    steer = private_dir(CacheLayout(Path(cache_dir)).steer)
     return private_dir(private_dir(steer / check_tool_name(name)) / folder)
 
 

@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, SearchError
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.storage import translate
+from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from . import embedding, ranking
 from .base import CrateCandidate, FetchedSource
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries
@@ -63,7 +65,7 @@ _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 _POOL = 80
 
 
-def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (".git", "target")) -> str:
+def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) -> str:
     """sha256 over every file's relative path and bytes, in sorted order."""
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
@@ -134,7 +136,7 @@ class DirectoryRegistry:
             )
         self.id = f"dir:{self.path}"
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        self.index_path = Path(cache_dir) / "index" / f"{key}.sqlite"
+        self.index_path = CacheLayout(Path(cache_dir)).index / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._model, self.semantic_off = embedding.semantic_model(embedding_model)

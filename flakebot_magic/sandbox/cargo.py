@@ -30,7 +30,8 @@ from pathlib import Path
 
 from ..errors import Cancelled, ConfigError
 from ..host.fsutil import atomic_write, read_regular
-from ..host.process import Completed, LineCallback, LinkedToken, ProcessRunner
+from ..host.output import LineCallback
+from ..host.process import Completed, LinkedToken, ProcessRunner
 from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system

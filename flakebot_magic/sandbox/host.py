@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable
 from functools import lru_cache
+
+from ..errors import FlakebotError
+from ..host.process import ProcessRunner
 
 __all__ = [
     "INSTALL_BWRAP",
@@ -55,16 +57,11 @@ def bubblewrap_works(bwrap: str = "bwrap") -> str:
     if path is None:
         return "bubblewrap (bwrap) is not installed"
     try:
-        done = subprocess.run(
-            [path, *system_binds(), *namespaces(network=False), "--", "true"],
-            capture_output=True,
-            timeout=20,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = ProcessRunner().run([path, *system_binds(), *namespaces(network=False), "--", "true"], timeout=20)
+    except (OSError, FlakebotError) as exc:  # cannot start, or past its time limit
         return f"bubblewrap could not start ({exc})"
     if done.returncode != 0:
-        return f"bubblewrap cannot create a sandbox here ({done.stderr.decode(errors='replace').strip()[:200]})"
+        return f"bubblewrap cannot create a sandbox here ({done.stderr.strip()[:200]})"
     return ""
 
 

@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
+from .layout import is_source, source_dirs
 
 if TYPE_CHECKING:
     from ..host.git import Git
 
 __all__ = [
-    "CANDIDATES_DIR",
     "GIT_FILES",
     "PUBLISHED_REF",
     "REFUSED_DIRS",
@@ -83,10 +83,6 @@ REFUSED_DIRS = {
 TOOLCHAIN_FILES = ("rust-toolchain", "rust-toolchain.toml")
 #: files git reads from the work tree as configuration: attributes (diff, text, filters, encodings), submodules
 GIT_FILES = (".gitattributes", ".gitmodules")
-#: where ``--candidates`` keeps each candidate's clone of the workspace (edit/forks.py): never source
-CANDIDATES_DIR = ".flakebot-candidates"
-#: directories of the workspace root that hold build outputs or candidates' clones, not source
-OUTPUT_DIRS = ("target", CANDIDATES_DIR)
 
 _DEPENDENCY_TABLES = (
     "dependencies",
@@ -230,7 +226,7 @@ def _outside(root: Path, base: Path, value: str) -> str:
     if target != real_root and not target.startswith(real_root + os.sep):
         return "leaves the crate: paths must stay inside it"
     first = os.path.relpath(target, real_root).split(os.sep)[0]
-    if first in (".git", *OUTPUT_DIRS):
+    if not is_source(first):
         return f"points into {first}/, which is not source"
     return ""
 
@@ -399,7 +395,7 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
         here = Path(dirpath)
         at_root = here == root
         if at_root:
-            dirnames[:] = [d for d in dirnames if d not in (".git", *OUTPUT_DIRS)]
+            dirnames[:] = source_dirs(dirnames)
         for name in [*dirnames, *filenames]:
             path = here / name
             rel = path.relative_to(root).as_posix()

@@ -9,6 +9,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, Unicode, default
 
 from ..config import Settings, default_cache_dir
+from ..request import TOOL_NAME_PATTERN
 from .handlers import (
     DashboardHandler,
     IndexHandler,
@@ -23,7 +24,7 @@ from .proxy_rules import MAX_PROXY_RESPONSE
 
 __all__ = ["FlakebotExtension"]
 
-_NAME = r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+_NAME = rf"(?P<name>{TOOL_NAME_PATTERN})"
 
 
 class FlakebotExtension(ExtensionApp):

@@ -86,7 +86,7 @@ class _API(_RefuseCrossOrigin, ExtensionHandlerMixin, APIHandler):
 
     def _record(self, name: str) -> ToolRecord:
         try:
-            record = Inventory(self.flakebot.tools_dir).get(name)
+            record = Inventory(self.flakebot.cache.tools).get(name)
         except StorageError as exc:
             raise web.HTTPError(503, str(exc)) from None
         if record is None:
@@ -154,7 +154,7 @@ class ToolHandler(_API):
     @web.authenticated
     @authorized
     def get(self, name: str) -> None:
-        attempt = attempt_of(self.flakebot, name) if Inventory(self.flakebot.tools_dir).get(name) is None else None
+        attempt = attempt_of(self.flakebot, name) if Inventory(self.flakebot.cache.tools).get(name) is None else None
         if attempt is not None:  # a name whose last build made no tool: that build
             self._answer(tools.tool_json(attempt, self.flakebot))
             return
@@ -216,7 +216,7 @@ class ToolSteerHandler(_API):
         except SteeringError as exc:
             if is_running(self.flakebot.cache_dir, name):
                 raise web.HTTPError(400, str(exc)) from None  # the session runs: the text was refused
-            if Inventory(self.flakebot.tools_dir).get(name) is None:
+            if Inventory(self.flakebot.cache.tools).get(name) is None:
                 raise web.HTTPError(404, f"no tool named {name!r}, and no edit session building it") from None
             raise web.HTTPError(409, str(exc)) from None
         except UsageError as exc:
@@ -290,7 +290,7 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
 
     async def _entry(self, tool: dict[str, Any]) -> str:
         """Where an http tool's "open" goes: its root when that answers, else its health path (which must)."""
-        record = Inventory(self.flakebot.tools_dir).get(tool["name"])
+        record = Inventory(self.flakebot.cache.tools).get(tool["name"])
         if record is None or not record.url or tools.status_of(record) != "running":
             return "/"
         health = getattr(getattr(tools.tool_of(record, self.flakebot), "contract", None), "health", "/health")
@@ -363,7 +363,7 @@ class DashboardHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler
             f"<meta name='xsrf' content='{e(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)}'>"
             f"<style>{_STYLE}</style></head><body>"
             f"<h1>flakebot tools</h1><p class='sub'>{counted} · registry "
-            f"<code>{e(str(self.flakebot.tools_dir))}</code> · flakebot-magic {e(__version__)}</p>"
+            f"<code>{e(str(self.flakebot.cache.tools))}</code> · flakebot-magic {e(__version__)}</p>"
             f"{body}<script type='application/json' id='flakebot-tools'>{_script_json(shown)}</script>"
             f"<script>const API = {api};{_SCRIPT}</script></body></html>"
         )
@@ -408,7 +408,7 @@ class ProxyHandler(_RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         self.max_response = max_response
 
     async def _forward(self, name: str, path: str | None) -> None:
-        record = Inventory(self.flakebot.tools_dir).get(name)
+        record = Inventory(self.flakebot.cache.tools).get(name)
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")
         if record.kind != "http" or not record.url:

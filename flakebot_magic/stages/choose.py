@@ -3,9 +3,12 @@
 Without a model a crate is deployed as published only when its binary is a
 tool for the request (:func:`.search.fitness`); otherwise the run stops with
 :class:`~flakebot_magic.errors.NeedsModelError` naming the best candidates.
-With a model, one chat request shows it the best candidates (description,
-README summary, public items) and it answers with ``choose_crate(crate,
-reason)``; an unusable answer falls back to the ranking, with a notice.
+With a model, one chat request (role ``chooser``, through the run's
+:class:`~flakebot_magic.llm.channel.ModelChannel`: its tokens are charged to
+the run's budget, ``--max-cost`` can stop it, a cancel cuts it) shows it the
+best candidates (description, README summary, public items) and it answers
+with ``choose_crate(crate, reason)``; an unusable answer falls back to the
+ranking, with a notice.
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import NeedsModelError
+from ..errors import ModelError, NeedsModelError
 from ..events import EventBus
+from ..host.process import CancelToken
+from ..llm.budget import Budget
+from ..llm.channel import ModelChannel
+from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
+from ..llm.reply import Reply
 from ..registry.base import CrateCandidate, Registry
 from ..registry.crate_files import read_capped, readme_summary
 from ..untrusted import safe_line, safe_text
@@ -26,11 +34,14 @@ from . import search as search_stage
 
 __all__ = [
     "CHOICES",
+    "CHOOSER_FUNCTION",
+    "CHOOSE_CRATE",
     "CLOSE_SHARE",
     "LISTED",
     "Choice",
     "choose_by_model",
     "choose_without_model",
+    "chooser_channel",
     "refusal",
     "summary_of",
 ]
@@ -41,7 +52,9 @@ CHOICES = 5
 README_CHARS = 600
 PUBLIC_ITEMS = 25
 _PUB = re.compile(rb"^\s*pub\s+(?:async\s+)?(fn|struct|enum|trait|mod)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
-_FUNCTION = {
+#: the function the chooser must call (``tool_choice``), and the schema the model is offered
+CHOOSE_CRATE = {"type": "function", "function": {"name": "choose_crate"}}
+CHOOSER_FUNCTION = {
     "type": "function",
     "function": {
         "name": "choose_crate",
@@ -202,9 +215,25 @@ def _public_items(lib: Path) -> list[str]:
     return list(found)
 
 
+def chooser_channel(
+    model: ModelConfig, *, bus: EventBus, budget: Budget, limits: ReplyLimits, cancel: CancelToken
+) -> ModelChannel:
+    """The chooser's channel: ``choose_crate`` offered and required, the run's budget charged, the run's cancel."""
+    return ModelChannel(
+        model,
+        role="chooser",
+        stage="search",
+        bus=bus,
+        budget=budget,
+        limits=limits,
+        tools=[CHOOSER_FUNCTION],
+        tool_choice=CHOOSE_CRATE,
+        cancel=cancel,
+    )
+
+
 def choose_by_model(
-    client: Any,
-    model: ModelConfig,
+    channel: ModelChannel,
     registry: Registry,
     request: str,
     candidates: list[CrateCandidate],
@@ -212,9 +241,10 @@ def choose_by_model(
 ) -> Choice:
     """The model's choice among the best ``candidates`` (one request), or the ranking's with a notice.
 
-    ``client`` is an ``openai.OpenAI`` (or anything with
-    ``chat.completions.create``). The answer is a ``choose_crate`` function
-    call (or the same JSON as plain content) naming one of the candidates.
+    ``channel`` is :func:`chooser_channel`'s. The answer is a
+    ``choose_crate`` function call (or the same JSON as plain content) naming one of the candidates. A model
+    that fails (:class:`~flakebot_magic.errors.ModelError`) leaves the ranking standing; a spent budget or a
+    cancel stops the run.
     """
     shown = candidates[:CHOICES]
     if len(shown) == 1:  # nothing to choose between: no request
@@ -234,14 +264,8 @@ def choose_by_model(
     ]
     fallback = shown[0]
     try:
-        response = client.chat.completions.create(
-            model=model.model,
-            messages=messages,
-            tools=[_FUNCTION],
-            tool_choice={"type": "function", "function": {"name": "choose_crate"}},
-        )
-        answer = _answer(response)
-    except Exception as exc:  # any failure of this one request: the ranking still stands
+        answer = _answer(channel.complete(messages))
+    except ModelError as exc:  # the model failed this one request: the ranking still stands
         answer = None
         problem = f"{type(exc).__name__}: {str(exc)[:200]}"
     else:
@@ -262,13 +286,10 @@ def choose_by_model(
     return Choice(fallback, "ranking", f"the model's choice was unusable ({problem})", shown[1:])
 
 
-def _answer(response: Any) -> tuple[str, str] | None:
-    """``(crate, reason)`` from a chat completion: a ``choose_crate`` call, or that JSON as content."""
-    if not getattr(response, "choices", None):
-        return None
-    message = response.choices[0].message
-    texts = [c.function.arguments or "" for c in (message.tool_calls or []) if c.function.name == "choose_crate"]
-    texts.append(message.content or "")
+def _answer(reply: Reply) -> tuple[str, str] | None:
+    """``(crate, reason)`` from a reply: a ``choose_crate`` call, or that JSON as content."""
+    texts = [str(c["function"]["arguments"] or "") for c in reply.calls if c["function"]["name"] == "choose_crate"]
+    texts.append(reply.content)
     for text in texts:
         match = re.search(r"\{.*\}", text, re.S)
         if match is None:

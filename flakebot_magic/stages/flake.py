@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import FlakeError
 from ..sandbox.diagnostics import BINARY_NAME
-from ..sandbox.policy import CANDIDATES_DIR
+from ..sandbox.layout import NOT_WALKED
 from .build import LINT_CAP
 
 __all__ = [
@@ -59,9 +59,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 #: config files, which point at this machine's registry and would clash with
 #: the vendored sources nixpkgs configures
 _SRC_EXCLUDES = (
-    ".git",
-    "target",
-    CANDIDATES_DIR,
+    *NOT_WALKED,
     "result",
     "flake.nix",
     "flake.lock",

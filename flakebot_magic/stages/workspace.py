@@ -31,7 +31,7 @@ from ..host.fsutil import atomic_write
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate
-from ..sandbox.policy import OUTPUT_DIRS
+from ..sandbox.layout import OUTPUT_DIRS
 
 __all__ = [
     "FORK_FORMAT",

@@ -35,6 +35,14 @@ or a fault:
     and retries gets the item after that pair, not the stalled answer. If no
     item follows, the stalled request gets the script-exhausted error.
 
+Model dialects: a message with ``"dialect": "qwen"`` (or ``llama``, ``json``,
+``mistral``; :mod:`flakebot_magic.llm.dialects`) has its ``tool_calls``
+written into its content as a server without a tool parser passes them
+(``"content"`` the prose before, ``"after"`` the prose after, ``"fence":
+true`` for ```json blocks, ``"cut": N`` to stop the text after N characters),
+and ``"finish_reason": "length"`` makes a reply end as one cut at the token
+limit.
+
 A response may also carry ``"delay": SECONDS`` (wait that long before
 answering, as a model would think; other requests are served meanwhile and
 ``stop()`` does not wait for it) and, if it is a message, ``"usage":
@@ -219,9 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif item.get("fault") == "flood":
                 self._flood(number, stream, int(item.get("chunk_bytes", 65536)), float(item.get("interval", 0)))
             elif stream:
-                self._stream(request, number, item, scripted_usage=scripted.usage)
+                self._stream(request, number, item, scripted_usage=scripted.usage, finish=scripted.finish)
             else:
-                self._send_json(200, completion(request, number, item, scripted.usage))
+                self._send_json(200, completion(request, number, item, scripted.usage, scripted.finish))
         except OSError:  # the client hung up (timed out) before the answer went out
             self.close_connection = True
 
@@ -248,6 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
         message: Mapping[str, Any],
         limit: int | None = None,
         scripted_usage: Mapping[str, Any] | None = None,
+        finish: str | None = None,
     ) -> None:
         options = request.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
@@ -277,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
             sent += 1
         if limit is not None:  # a reset after more chunks than the message has
             return
-        self._send_event(chunk({}, finish_reason(message)))
+        self._send_event(chunk({}, finish_reason(message, finish)))
         if include_usage:
             final = chunk(None)
             final["usage"] = dict(scripted_usage) if scripted_usage is not None else usage(request, message)

@@ -15,6 +15,7 @@ __all__ = [
     "CANDIDATE_HEADER",
     "DEFAULT_QUEUE",
     "FAULTS",
+    "FINISH_REASONS",
     "ROLE_HEADER",
     "Item",
     "LoadedScript",
@@ -26,6 +27,8 @@ __all__ = [
 
 #: the faults a script item may name
 FAULTS = ("status", "reset", "malformed", "stall", "flood")
+#: the finish reasons a scripted reply may give
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 #: the request headers that route a request to a candidate's or a role's queue
 CANDIDATE_HEADER = "x-flakebot-candidate"
 ROLE_HEADER = "x-flakebot-role"
@@ -52,6 +55,8 @@ class Item:
     body: dict[str, Any]
     delay: float | None = None
     usage: dict[str, Any] | None = None
+    #: the ``finish_reason`` scripted for this reply (``length``: cut at the token limit), else the usual one
+    finish: str | None = None
 
     @property
     def fault(self) -> str | None:
@@ -246,7 +251,44 @@ def _check_item(where: str, item: object) -> Item:
             item["message"] = _check_message(where, item.get("message", _PLACEHOLDER))
         return Item(item, delay)
     usage = _check_usage(where, item["usage"]) if "usage" in item else None
-    return Item(_check_message(where, item), delay, usage)
+    finish = item.pop("finish_reason", None)
+    if finish is not None and finish not in FINISH_REASONS:
+        raise ValueError(f'{where}: "finish_reason" must be one of {", ".join(FINISH_REASONS)}, not {finish!r}')
+    return Item(_check_message(where, _written_as_text(where, item)), delay, usage, finish)
+
+
+def _written_as_text(where: str, item: dict[str, Any]) -> dict[str, Any]:
+    """An item with ``"dialect"``: its ``tool_calls`` written into its content as a model of that dialect writes them.
+
+    ``"content"`` is the prose before the calls, ``"after"`` the prose after
+    them, ``"fence"``: the json dialect in ```json blocks, ``"cut"``: the text
+    cut to that many characters (a reply stopped mid-call).
+    """
+    from ..llm.dialects import DIALECTS, TextCall, render
+
+    if "dialect" not in item:
+        extra = sorted(key for key in ("after", "fence", "cut") if key in item)
+        if extra:
+            raise ValueError(f'{where}: {", ".join(extra)} only go with "dialect"')
+        return item
+    dialect = item.pop("dialect")
+    if dialect not in DIALECTS:
+        raise ValueError(f'{where}: unknown "dialect" {dialect!r}; use one of {", ".join(DIALECTS)}')
+    calls = []
+    for number, call in enumerate(item.pop("tool_calls", None) or []):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ValueError(f'{where}: tool call {number} needs "function": {{"name": ...}}')
+        arguments = function.get("arguments", {})
+        calls.append(TextCall(function["name"], json.loads(arguments) if isinstance(arguments, str) else arguments))
+    text = render(calls, dialect, fence=bool(item.pop("fence", False)))
+    text = "\n".join(part for part in (item.get("content") or "", text, str(item.pop("after", ""))) if part)
+    cut = item.pop("cut", None)
+    if cut is not None:
+        if isinstance(cut, bool) or not isinstance(cut, int) or not 0 < cut < len(text):
+            raise ValueError(f'{where}: "cut" must be a number of characters within the text (1..{len(text) - 1})')
+        text = text[:cut]
+    return {**item, "content": text}
 
 
 def _count(where: str, name: str, value: object) -> int:

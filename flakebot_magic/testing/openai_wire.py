@@ -41,9 +41,9 @@ def usage(request: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str, i
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def finish_reason(message: Mapping[str, Any]) -> str:
-    """``tool_calls`` when the message calls a tool, else ``stop``."""
-    return "tool_calls" if message.get("tool_calls") else "stop"
+def finish_reason(message: Mapping[str, Any], scripted: str | None = None) -> str:
+    """``scripted`` when the script gave one, else ``tool_calls`` when the message calls a tool, else ``stop``."""
+    return scripted or ("tool_calls" if message.get("tool_calls") else "stop")
 
 
 def deltas(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -76,6 +76,7 @@ def completion(
     number: int,
     message: Mapping[str, Any],
     scripted_usage: Mapping[str, Any] | None = None,
+    finish: str | None = None,
 ) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` answering ``request`` (the ``number``-th) with ``message``.
 
@@ -88,6 +89,8 @@ def completion(
         "created": int(time.time()),
         "model": MODEL_NAME,
         "system_fingerprint": None,
-        "choices": [{"index": 0, "message": dict(message), "logprobs": None, "finish_reason": finish_reason(message)}],
+        "choices": [
+            {"index": 0, "message": dict(message), "logprobs": None, "finish_reason": finish_reason(message, finish)}
+        ],
         "usage": dict(scripted_usage) if scripted_usage is not None else usage(request, message),
     }

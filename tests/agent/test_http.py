@@ -80,4 +80,4 @@ def test_sessions(server: McpHttpServer) -> None:
 
 
 def test_a_settings_cache_is_used(server: McpHttpServer, agent_settings: Settings) -> None:
-    assert server.catalog.inventory.dir == Path(agent_settings.tools_dir)
+    assert server.catalog.inventory.dir == Path(agent_settings.cache.tools)

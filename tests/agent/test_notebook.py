@@ -70,7 +70,7 @@ def test_a_scripted_chat_builds_a_tool_then_calls_it(
     assert "shout" not in offered[0] and "shout" in offered[1]
     sent = {t["function"]["name"]: t for t in server.requests[1]["tools"]}
     assert strict_problems(sent["shout"]["function"]["parameters"]) == []
-    record = Inventory(agent_settings.tools_dir).get("shout")
+    record = Inventory(agent_settings.cache.tools).get("shout")
     assert record is not None and record.requested_by == "notebook"
     assert flakebot_magic.manage.tools.show(agent_settings, "shout").data["provenance"]["requested_by"] == "notebook"
 

@@ -124,8 +124,9 @@ def test_the_handshake_and_bad_requests(client: Any) -> None:
     wrong = mcp.call("build_tool", {"request": 3})["result"]
     assert wrong["isError"] is True and "must be str" in wrong["content"][0]["text"]
     assert mcp.call("tool_info", {"name": "ghost"})["result"]["isError"] is True
-    mcp.send({"id": 99, "method": "tools/list", "params": []})  # params that are no object: treated as none
-    assert mcp.read(10)["id"] == 99  # type: ignore[index]
+    mcp.send({"id": 99, "method": "tools/list", "params": []})  # params that are no object: -32602, as the bridge
+    answer = mcp.read(10)
+    assert answer["id"] == 99 and answer["error"]["code"] == -32602  # type: ignore[index]
     # a batch: two answers written back to back, both read
     assert mcp.proc.stdin is not None
     mcp.proc.stdin.write(b'[{"jsonrpc":"2.0","id":100,"method":"ping"},{"jsonrpc":"2.0","id":101,"method":"ping"}]\n')

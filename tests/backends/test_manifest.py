@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flakebot_magic.backends import MANIFEST_KEYS, BackendChoice, Built, RunState
+from flakebot_magic.backends import MANIFEST_KEYS, Built
 from flakebot_magic.backends.base import manifest
 from flakebot_magic.config import Settings
 from flakebot_magic.manage.tools import describe
@@ -19,6 +19,7 @@ from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.sandbox.diagnostics import TestReport
 from flakebot_magic.stages.fork import Workspace
+from flakebot_magic.stages.state import BackendChoice, RunState
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
@@ -71,7 +72,7 @@ def test_a_cargo_build_records_tests_flags_and_no_model(session_registry: Direct
     assert set(data) - ENTRY_KEYS == set(MANIFEST_KEYS)
     assert data["backend"] == "cargo" and data["flags"] and data["model"] == "" and data["iterations"] == 0
     assert data["tests"]["failed"] == 0 and data["tests"]["passed"] >= 0
-    record = Inventory(settings.tools_dir).get("tinyecho")
+    record = Inventory(settings.cache.tools).get("tinyecho")
     assert record is not None and (record.model, record.iterations) == ("", 0)
 
 
@@ -84,7 +85,7 @@ def test_a_nix_build_writes_the_cargo_keys_too(
         cache_dir=tmp_path, registry=str(session_registry.path), backend="nix", nixpkgs=f"path:{STAND_IN}"
     )
     tool = Pipeline(settings).run(BuildRequest("", crate="tinyecho"))
-    record = Inventory(settings.tools_dir).get("tinyecho")
+    record = Inventory(settings.cache.tools).get("tinyecho")
     assert record is not None
     entry = Path(record.store_path)  # the cache entry; the tool itself is the /nix/store path
     assert _keys(entry) == set(MANIFEST_KEYS)
@@ -139,7 +140,7 @@ def test_a_model_built_tool_records_its_model_and_iterations(
     data = json.loads((Path(tool.store_path) / "manifest.json").read_text())
     assert set(data) - ENTRY_KEYS == set(MANIFEST_KEYS)
     assert data["model"] == "scripted-test-double" and data["iterations"] >= 1
-    record = Inventory(settings.tools_dir).get("shout")
+    record = Inventory(settings.cache.tools).get("shout")
     assert record is not None and (record.model, record.iterations) == (data["model"], data["iterations"])
     shown = describe(settings, "shout")
     assert (shown["model"], shown["iterations"]) == ("scripted-test-double", data["iterations"])

@@ -88,7 +88,7 @@ def test_nix_refuses_to_build_unsandboxed_and_says_how_to_turn_the_sandbox_on(tm
     # Nix.build checks too, before running anything
     runner = RecordingRunner({})
     with pytest.raises(ConfigError, match="sandbox"):
-        Nix(runner, executable="/usr/bin/nix", sandbox=SANDBOX_OFF).build(tmp_path, tmp_path / "link")
+        Nix(runner, executable="/usr/bin/nix", sandbox=SANDBOX_OFF).build(tmp_path, tmp_path / "link", timeout=1800)
     assert runner.argvs == []
 
 
@@ -251,7 +251,7 @@ def test_options_reach_every_nix_command_line(tmp_path: Path) -> None:
         trusted_public_keys="cache.example.org-1:AAAA= cache.nixos.org-1:BBBB=",
     )
     nix = Nix(runner, executable="/usr/bin/nix", options=options, sandbox=SANDBOX_ON)
-    assert nix.build(tmp_path, tmp_path / "link") == Path(out)
+    assert nix.build(tmp_path, tmp_path / "link", timeout=60) == Path(out)
     nix.add_root(Path(out), tmp_path / "root")
     build_argv, root_argv = runner.argvs
     for argv in (build_argv, root_argv):
@@ -419,7 +419,7 @@ def test_nix_deploy_gives_a_working_tool_in_the_nix_store(
 @pytest.mark.nix
 def test_the_flake_and_its_lock_are_committed(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
     tool, _ = echo_run
-    workspace = echo_settings.workspaces_dir / "tinyecho"
+    workspace = echo_settings.cache.workspaces / "tinyecho"
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=workspace, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -438,9 +438,9 @@ def test_the_flake_and_its_lock_are_committed(echo_run: tuple[Tool, Recorder], e
 @pytest.mark.nix
 def test_a_gc_root_keeps_the_tool(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
     tool, _ = echo_run
-    root = echo_settings.gcroots_dir / "tinyecho"
+    root = echo_settings.cache.gcroots / "tinyecho"
     assert root.is_symlink() and Path(os.readlink(root)) == tool.store_path
-    assert not list((echo_settings.gcroots_dir / ".pending").iterdir())
+    assert not list((echo_settings.cache.gcroots / ".pending").iterdir())
     roots = subprocess.run(
         [str(Path(NIX or "nix").with_name("nix-store")), "--gc", "--print-roots"],
         capture_output=True,
@@ -466,7 +466,7 @@ def test_a_second_request_is_a_cache_hit_without_nix(echo_run: tuple[Tool, Recor
 @pytest.mark.nix
 def test_a_collected_root_is_restored_on_a_hit(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
     first, _ = echo_run
-    root = echo_settings.gcroots_dir / "tinyecho"
+    root = echo_settings.cache.gcroots / "tinyecho"
     root.unlink()
     runner = CountingRunner()
     again = Pipeline(echo_settings, runner=runner).run("", crate="tinyecho")
@@ -483,15 +483,15 @@ def test_the_store_path_is_stable_across_caches(
     settings = _nix_settings(tmp_path / "other-cache", str(session_registry.path))
     again = Pipeline(settings).run("", crate="tinyecho", name="echo2")
     assert again.store_path == first.store_path
-    assert Path(os.readlink(settings.gcroots_dir / "echo2")) == first.store_path
+    assert Path(os.readlink(settings.cache.gcroots / "echo2")) == first.store_path
 
     # clean: a tool that is gone (its record and its workspace) loses its root; the store path itself is nix's
-    Inventory(settings.tools_dir).remove("echo2")
-    shutil.rmtree(settings.workspaces_dir / "echo2")
+    Inventory(settings.cache.tools).remove("echo2")
+    shutil.rmtree(settings.cache.workspaces / "echo2")
     assert clean(settings).refused  # first the registry, empty while the store is not, is checked against the disk
     report = clean(settings)
-    assert settings.gcroots_dir / "echo2" in report.removed
-    assert not (settings.gcroots_dir / "echo2").is_symlink()
+    assert settings.cache.gcroots / "echo2" in report.removed
+    assert not (settings.cache.gcroots / "echo2").is_symlink()
     assert _valid(first.store_path)  # still rooted by the module's cache
 
 
@@ -502,9 +502,9 @@ def test_clean_all_removes_every_root(
     first, _ = echo_run
     settings = _nix_settings(tmp_path / "cache", str(session_registry.path))
     Pipeline(settings).run("", crate="tinyecho", name="echo3")
-    assert (settings.gcroots_dir / "echo3").is_symlink()
+    assert (settings.cache.gcroots / "echo3").is_symlink()
     clean(settings, everything=True)
-    assert not settings.gcroots_dir.exists()
+    assert not settings.cache.gcroots.exists()
     assert _valid(first.store_path)
 
 
@@ -512,7 +512,7 @@ def test_clean_all_removes_every_root(
 def test_nix_flake_check_passes_on_the_generated_flake(
     echo_run: tuple[Tool, Recorder], echo_settings: Settings
 ) -> None:
-    workspace = echo_settings.workspaces_dir / "tinyecho"
+    workspace = echo_settings.cache.workspaces / "tinyecho"
     _nix("flake", "check", cwd=workspace)
     drv = _nix("eval", "--raw", f".#checks.{SYSTEM}.default.drvPath", cwd=workspace).stdout
     log = _nix("log", drv, cwd=workspace).stdout
@@ -522,7 +522,7 @@ def test_nix_flake_check_passes_on_the_generated_flake(
 
 @pytest.mark.nix
 def test_nix_run_runs_the_app(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
-    workspace = echo_settings.workspaces_dir / "tinyecho"
+    workspace = echo_settings.cache.workspaces / "tinyecho"
     assert _nix("run", ".", "--", "from", "nix", "run", cwd=workspace).stdout == "from nix run\n"
     assert _nix("run", ".", cwd=workspace, stdin="shout").stdout == "SHOUT"
 
@@ -530,7 +530,7 @@ def test_nix_run_runs_the_app(echo_run: tuple[Tool, Recorder], echo_settings: Se
 @pytest.mark.nix
 def test_the_rebuild_is_bit_identical(echo_run: tuple[Tool, Recorder], echo_settings: Settings) -> None:
     tool, _ = echo_run
-    workspace = echo_settings.workspaces_dir / "tinyecho"
+    workspace = echo_settings.cache.workspaces / "tinyecho"
     before = hashlib.sha256(tool.binary.read_bytes()).hexdigest()
     # --rebuild builds again and fails when the result differs from the store path bit for bit
     done = _nix("build", "--rebuild", "--no-link", cwd=workspace)
@@ -621,7 +621,7 @@ def test_an_evaluation_error_names_the_flake_file_and_line(nix_ready: None, tmp_
         ),
     )
     with pytest.raises(FlakeError) as error:
-        Nix(ProcessRunner()).build(repo, tmp_path / "link")
+        Nix(ProcessRunner()).build(repo, tmp_path / "link", timeout=1800)
     assert error.value.file == repo / "flake.nix" and error.value.line == 3
     message = str(error.value)
     assert "undefined variable 'undefinedThing'" in message
@@ -644,7 +644,7 @@ def test_a_failed_build_carries_the_tail_of_its_log(nix_ready: None, tmp_path: P
         ),
     )
     with pytest.raises(FlakeError) as error:
-        Nix(ProcessRunner()).build(repo, tmp_path / "link")
+        Nix(ProcessRunner()).build(repo, tmp_path / "link", timeout=1800)
     tail = error.value.log_tail.splitlines()
     assert tail[-1] == "last words" and tail[-2] == "line 100"
     assert nonce not in error.value.log_tail  # a tail, not the whole log
@@ -696,7 +696,7 @@ def test_cancelling_nix_build_leaves_no_process_store_path_or_root(nix_ready: No
 
     def build() -> None:
         try:
-            Nix(ProcessRunner(cancel)).build(repo, tmp_path / "link")
+            Nix(ProcessRunner(cancel)).build(repo, tmp_path / "link", timeout=1800)
         except BaseException as exc:
             failure.append(exc)
 
@@ -739,9 +739,9 @@ def test_a_cancelled_pipeline_leaves_no_root_and_no_recipe(
 
     thread = threading.Thread(target=run)
     thread.start()
-    workspace = settings.workspaces_dir / "slowbuild"
+    workspace = settings.cache.workspaces / "slowbuild"
     deadline = time.monotonic() + 180
-    pending = settings.gcroots_dir / ".pending"
+    pending = settings.cache.gcroots / ".pending"
     # both are running: cargo test's build script in the workspace, nix build's somewhere in /tmp
     in_nix = "nix-build-slowbuild-0.1.0.drv-*/source/build-script-started"
     while time.monotonic() < deadline and not (
@@ -755,8 +755,8 @@ def test_a_cancelled_pipeline_leaves_no_root_and_no_recipe(
     assert failure and isinstance(failure[0], Cancelled), failure
     assert processes_in(workspace) == []
     assert not pending.exists() or list(pending.iterdir()) == []
-    assert not (settings.gcroots_dir / "slowbuild").exists()
-    assert not settings.recipes_dir.exists() or list(settings.recipes_dir.iterdir()) == []
+    assert not (settings.cache.gcroots / "slowbuild").exists()
+    assert not settings.cache.recipes.exists() or list(settings.cache.recipes.iterdir()) == []
     out = Path(_nix("eval", "--raw", f".#packages.{SYSTEM}.default.outPath", cwd=workspace).stdout)
     assert _processes_with_env(f"out={out}") == []  # nix's builder (in its sandbox) is gone too
     assert not _valid(out)

@@ -34,7 +34,7 @@ def test_one_pipeline_keeps_nothing_of_a_run(session_registry: DirectoryRegistry
     assert vars(pipeline) == before
     second = pipeline.run(BuildRequest("shout", name="second", crate="tinyecho"))
     assert (first.name, second.name) == ("first", "second")
-    record = Inventory(settings.tools_dir).get("second")
+    record = Inventory(settings.cache.tools).get("second")
     assert record is not None and record.request == "shout"
     assert vars(pipeline) == before
 
@@ -72,6 +72,6 @@ def test_start_build_takes_a_build_request_and_keeps_its_log(
     settings = Settings(cache_dir=tmp_path, registry=str(session_registry.path), backend="cargo")
     tool = start_build(settings, BuildRequest("shout standard input", name="shout", crate="tinyecho")).wait()
     assert tool.name == "shout"
-    record = Inventory(settings.tools_dir).get("shout")
+    record = Inventory(settings.cache.tools).get("shout")
     assert record is not None and record.request == "shout standard input"
     assert Path(record.log_path).is_file() and "== search started" in Path(record.log_path).read_text()

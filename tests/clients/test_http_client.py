@@ -89,7 +89,7 @@ class TestDemoService:
         assert (svc.port, svc.token) != (port, token)
 
     def test_stop_and_the_inventory_status(self, svc: Any, fixture_settings: Any) -> None:
-        inventory = Inventory(fixture_settings.tools_dir)
+        inventory = Inventory(fixture_settings.cache.tools)
         record = inventory.get("svc")
         assert record is not None and record.kind == "http" and record.status == "running"
         assert record.url == svc.base_url and record.pid == svc.pid

@@ -142,7 +142,7 @@ def test_logs_keep_the_servers_stderr(calc: Any) -> None:
 
 
 def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any) -> None:
-    inventory = Inventory(fixture_settings.tools_dir)
+    inventory = Inventory(fixture_settings.cache.tools)
     record = inventory.get("calc")
     assert record is not None and record.kind == "mcp" and record.status == "running" and record.pid == calc.pid
     pid = calc.pid

@@ -103,7 +103,7 @@ def test_three_candidates_race_and_the_judge_keeps_the_perfect_one(
     assert tool.provenance["usage"]["calls"] >= 4
 
     # the losers are kept for inspection under the tool's workspace; the winner's commits are the workspace's
-    workspace = settings.workspaces_dir / "hexer"
+    workspace = settings.cache.workspaces / "hexer"
     assert (workspace / ".flakebot-candidates" / "0" / "src" / "main.rs").read_text() == LINTED_MAIN
     assert (workspace / "src" / "main.rs").read_text() == TINYHEX_MAIN
 
@@ -205,7 +205,7 @@ def test_when_the_search_is_close_a_candidate_starts_from_the_second_crate_and_c
     listed = {c["index"]: c for c in tool.provenance["candidates"]}
     assert listed[1].get("crate", "").startswith("hexlite") and "crate" not in listed[0]
     assert tool(b"hi").strip() == "6869"
-    workspace = settings.workspaces_dir / "hexer"
+    workspace = settings.cache.workspaces / "hexer"
     assert "hexlite" in (workspace / "Cargo.toml").read_text()
     # the first crate's fork and the losing candidate are kept for inspection
     kept = workspace / ".flakebot-candidates"

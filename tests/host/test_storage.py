@@ -126,7 +126,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
     registry = write_registry(tmp_path / "registry", ["tinyecho"])
     settings = Settings(cache_dir=small_disk / "cache", registry=str(registry), backend="cargo")
     start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
-    te = Inventory(settings.tools_dir).get("te")
+    te = Inventory(settings.cache.tools).get("te")
     assert te is not None
     cache = str(settings.cache_dir)
     settings.rebuild = True  # the same crate, built again under another name: cargo writes target/ again
@@ -152,10 +152,10 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
         assert te.commit in _command(capsys, "show", "te", "--cache-dir", cache)
         assert "== build log" in _command(capsys, "logs", "te", "--cache-dir", cache)
         _command(capsys, "clean", "--cache-dir", cache)
-        assert Inventory(settings.tools_dir).get("te") == te
+        assert Inventory(settings.cache.tools).get("te") == te
         assert subprocess.run([te.binary, "still", "here"], capture_output=True, text=True).stdout == "still here\n"
         filler.unlink()
 
     # with room again, the build goes through
     tool = start_build(settings, BuildRequest("", name="tb", crate="tinyecho")).wait()
-    assert tool.name == "tb" and Inventory(settings.tools_dir).get("te") == te
+    assert tool.name == "tb" and Inventory(settings.cache.tools).get("te") == te

@@ -21,13 +21,16 @@ from flakebot_magic.testing.fake_openai import MODEL_NAME, FakeOpenAIServer
         ("groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY"),
         ("ollama", "http://localhost:11434/v1", "OLLAMA_API_KEY"),
         ("openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+        ("llamacpp", "http://localhost:8080/v1", "LLAMACPP_API_KEY"),
+        ("vllm", "http://localhost:8000/v1", "VLLM_API_KEY"),
+        ("lmstudio", "http://localhost:1234/v1", "LMSTUDIO_API_KEY"),
     ],
 )
 def test_presets_know_their_endpoint_and_key(provider: str, base_url: str, key_env: str) -> None:
     config = ModelConfig.resolve("some-model", provider=provider)
     assert config is not None
     assert (config.base_url, config.key_env, config.provider) == (base_url, key_env, provider)
-    assert set(PROVIDERS) == {"openai", "groq", "ollama", "openrouter"}
+    assert set(PROVIDERS) == {"openai", "groq", "ollama", "openrouter", "llamacpp", "vllm", "lmstudio"}
 
 
 def test_no_model_is_no_configuration() -> None:
@@ -104,3 +107,18 @@ def test_importing_the_package_does_not_import_openai() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("provider", ["ollama", "llamacpp", "vllm", "lmstudio"])
+def test_local_presets_need_no_key_and_start_native_then_text(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PROVIDERS[provider].key_env, raising=False)
+    config = ModelConfig.resolve("qwen2.5-coder:7b", provider=provider)
+    assert config is not None and config.keyless and config.api_key() == "no-key-needed"
+    assert config.tool_format == "auto" and PROVIDERS[provider].quirks
+
+
+def test_the_tool_format_is_the_options_or_the_presets_and_checked() -> None:
+    assert ModelConfig.resolve("m", provider="ollama", tool_format="text").tool_format == "text"  # type: ignore[union-attr]
+    assert Settings(model="m", provider="vllm", tool_format="native").model_config().tool_format == "native"  # type: ignore[union-attr]
+    with pytest.raises(UsageError, match="--tool-format 'xml'"):
+        ModelConfig.resolve("m", tool_format="xml")

@@ -46,7 +46,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     settings = Settings(cache_dir=root / "cache", registry=str(registry), backend="cargo")
     start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
     start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()  # from the cache: a second name
-    records = {r.name: r for r in Inventory(settings.tools_dir).all()}
+    records = {r.name: r for r in Inventory(settings.cache.tools).all()}
     shutil.copytree(settings.cache_dir, root / "template", symlinks=True)
     yield {"root": root, "settings": settings, "records": records}
 
@@ -73,9 +73,9 @@ def _damage(path: Path, how: str) -> None:
 def _disk(settings: Settings) -> dict[str, list[str]]:
     """What is on disk besides the registry: it must all still be there after any repair."""
     return {
-        "store": sorted(p.name for p in settings.store_dir.iterdir()),
-        "workspaces": sorted(p.name for p in settings.workspaces_dir.iterdir() if not p.name.startswith(".")),
-        "recipes": sorted(p.name for p in settings.recipes_dir.iterdir()),
+        "store": sorted(p.name for p in settings.cache.store.iterdir()),
+        "workspaces": sorted(p.name for p in settings.cache.workspaces.iterdir() if not p.name.startswith(".")),
+        "recipes": sorted(p.name for p in settings.cache.recipes.iterdir()),
     }
 
 
@@ -94,7 +94,7 @@ def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
 ) -> None:
     settings = _fresh(template)
     before = _disk(settings)
-    _damage(settings.tools_dir / DB_NAME, how)
+    _damage(settings.cache.tools / DB_NAME, how)
     cache = str(settings.cache_dir)
 
     if first == "clean":  # clean first: it must stop, say why, and delete nothing a tool uses
@@ -107,17 +107,17 @@ def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
         out, message = _run(capsys, "list", "--json", "--cache-dir", cache)
         assert sorted(tool["name"] for tool in json.loads(out)) == ["te", "te2"]
     assert "it was rebuilt from the store and the workspaces: 2 tools (te, te2)" in message
-    aside = sorted(settings.tools_dir.glob(f"{DB_NAME}.damaged-*"))
+    aside = sorted(settings.cache.tools.glob(f"{DB_NAME}.damaged-*"))
     if how == "missing":
         assert aside == [] and "kept at" not in message
     else:  # the damaged file is kept, and the message names it
         [kept] = [p for p in aside if not p.name.endswith(("-wal", "-shm"))]
         assert f"the damaged file is kept at {kept}" in message
 
-    records = {r.name: r for r in Inventory(settings.tools_dir).all()}
+    records = {r.name: r for r in Inventory(settings.cache.tools).all()}
     assert {n: _identity(r) for n, r in records.items()} == {n: _identity(r) for n, r in template["records"].items()}
     assert records["te2"].forked_by == "te" and records["te2"].workspace != records["te"].workspace
-    assert Inventory(settings.tools_dir).check(store_entries(settings)).ok
+    assert Inventory(settings.cache.tools).check(store_entries(settings)).ok
     assert _disk(settings) == before
     # the tools answer, and a clean now removes nothing either (both tools use what there is)
     out, _ = _run(capsys, "show", "te2", "--cache-dir", cache)
@@ -132,10 +132,10 @@ def test_deleting_the_registry_is_no_way_to_lose_the_tools(
     """The obvious way out of a damaged registry, deleting it (and the whole tools dir), deletes no tool."""
     settings = _fresh(template)
     before = _disk(settings)
-    shutil.rmtree(settings.tools_dir)
+    shutil.rmtree(settings.cache.tools)
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
     assert "stopped" in out and _disk(settings) == before
-    assert sorted(r.name for r in Inventory(settings.tools_dir).all()) == ["te", "te2"]
+    assert sorted(r.name for r in Inventory(settings.cache.tools).all()) == ["te", "te2"]
 
 
 def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
@@ -144,9 +144,9 @@ def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
     """Without tool cards (workspaces gone) the doctor finds nothing: the empty registry stands, clean proceeds."""
     settings = _fresh(template)
     for name in ("te", "te2"):
-        shutil.rmtree(settings.workspaces_dir / name)
-    Inventory(settings.tools_dir).remove("te")
-    Inventory(settings.tools_dir).remove("te2")
+        shutil.rmtree(settings.cache.workspaces / name)
+    Inventory(settings.cache.tools).remove("te")
+    Inventory(settings.cache.tools).remove("te2")
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
     assert "stopped" in out  # once: the store still held entries the registry never saw
     assert "0 tools (none)" in out
@@ -158,19 +158,19 @@ def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
 def test_a_card_that_does_not_match_its_store_entry_is_not_believed(template: dict[str, Any]) -> None:
     """Tool cards are checked: one pointing at another store entry (or none) gives no record."""
     settings = _fresh(template)
-    card = settings.workspaces_dir / "te2" / ".git" / CARD_FILE
+    card = settings.cache.workspaces / "te2" / ".git" / CARD_FILE
     data = json.loads(card.read_text())
     data["record"]["source_hash"] = "0" * 32
     card.write_text(json.dumps(data))
-    (settings.tools_dir / DB_NAME).unlink()
+    (settings.cache.tools / DB_NAME).unlink()
     report = doctor(settings)
     # te2's workspace still holds a commit its store entry's manifest names: it is rebuilt from that
     assert report.rebuilt == ["te", "te2"]
-    te2 = Inventory(settings.tools_dir).get("te2")
+    te2 = Inventory(settings.cache.tools).get("te2")
     assert te2 is not None and te2.source_hash == template["records"]["te2"].source_hash
-    (settings.workspaces_dir / "te2" / ".git" / "flakebot.json").unlink()  # not a whole fork any more
+    (settings.cache.workspaces / "te2" / ".git" / "flakebot.json").unlink()  # not a whole fork any more
     card.write_text(json.dumps(data))
-    (settings.tools_dir / DB_NAME).unlink()
+    (settings.cache.tools / DB_NAME).unlink()
     report = doctor(settings)
     assert report.rebuilt == ["te"] and any("te2" in why and "source_hash" not in why for why in report.skipped)
 
@@ -187,7 +187,7 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     assert "The tool registry is sound" in out
     assert f"problem: te: its binary {te.binary} is gone; `flakebot rebuild te` builds it again" in out
     assert f"removed {Path(te.workspace) / '.git' / 'index.lock'} (a killed git's lock)" in out
-    assert sorted(r.name for r in Inventory(settings.tools_dir).all()) == ["te", "te2"]
+    assert sorted(r.name for r in Inventory(settings.cache.tools).all()) == ["te", "te2"]
 
 
 @pytest.mark.parametrize("how", [*WAYS, "bad-row"])
@@ -195,7 +195,7 @@ def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
     template: dict[str, Any], capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     settings = _fresh(template)
-    [index] = settings.index_dir.glob("*.sqlite")
+    [index] = settings.cache.index.glob("*.sqlite")
     if how == "bad-row":
         with sqlite3.connect(index) as db:
             db.execute("UPDATE crates SET bins = '[1, 2' WHERE name = 'tinyecho'")

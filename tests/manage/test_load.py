@@ -44,22 +44,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 def _store_entries(settings: Settings) -> list[str]:
-    return sorted(p.name for p in settings.store_dir.iterdir())
+    return sorted(p.name for p in settings.cache.store.iterdir())
 
 
 def test_load_returns_the_tool_without_building_or_injecting(built: Settings) -> None:
-    before = (_store_entries(built), Inventory(built.tools_dir).get("te"))
+    before = (_store_entries(built), Inventory(built.cache.tools).get("te"))
     te = flakebot_magic.load("te", cache_dir=built.cache_dir)
     assert te("hi") == "HI" and te.name == "te"  # standard input, in upper case
     assert "te" not in globals()
-    assert (_store_entries(built), Inventory(built.tools_dir).get("te")) == before  # nothing rebuilt or rewritten
+    assert (_store_entries(built), Inventory(built.cache.tools).get("te")) == before  # nothing rebuilt or rewritten
 
 
 def test_an_mcp_tool_is_started_as_its_kind_requires(built: Settings) -> None:
     calc: Any = flakebot_magic.load("calc", cache_dir=built.cache_dir)
     try:
         assert calc.kind == "mcp" and calc.running and calc.pid
-        record = Inventory(built.tools_dir).get("calc")
+        record = Inventory(built.cache.tools).get("calc")
         assert record is not None and record.status == "running" and record.pid == calc.pid
         assert calc.add(a=2, b=3) == {"sum": 5.0}
     finally:
@@ -73,10 +73,10 @@ def test_unknown_or_cleaned_tools_are_clear_errors(built: Settings, tmp_path: Pa
     # a copy of the cache whose store entry is gone (as after `clean`): rebuild, says the error
     cache = tmp_path / "cache"
     shutil.copytree(built.cache_dir, cache, symlinks=True)
-    record = Inventory(Settings(cache_dir=cache).tools_dir).get("te")
+    record = Inventory(Settings(cache_dir=cache).cache.tools).get("te")
     assert record is not None
     Path(record.binary.replace(str(built.cache_dir), str(cache))).unlink()
-    Inventory(Settings(cache_dir=cache).tools_dir).update(
+    Inventory(Settings(cache_dir=cache).cache.tools).update(
         "te", binary=record.binary.replace(str(built.cache_dir), str(cache))
     )
     with pytest.raises(UsageError, match=r"is gone.*%flakebot rebuild te"):

@@ -61,7 +61,7 @@ def _save(settings: Settings, name: str, manifest: dict[str, Any], extra: dict[s
     store.mkdir(parents=True)
     base = {"crate": "tinyhex", "version": "0.1.0", "checksum": "c0ffee", "commit": "d" * 40, "backend": "cargo"}
     (store / "manifest.json").write_text(json.dumps({**base, "model": "gpt-test", "iterations": 4, **manifest}))
-    Inventory(settings.tools_dir).save(
+    Inventory(settings.cache.tools).save(
         ToolRecord(
             name=name,
             crate="tinyhex",
@@ -92,7 +92,7 @@ def settings(tmp_path: Path) -> Settings:
 
 
 def test_tool_json_and_describe_carry_usage_winner_and_candidates(settings: Settings) -> None:
-    provenance = tool_json(Inventory(settings.tools_dir).get("hx"), settings)["provenance"]
+    provenance = tool_json(Inventory(settings.cache.tools).get("hx"), settings)["provenance"]
     assert provenance["usage"] == USAGE and provenance["winner"] == 1 and provenance["candidates"] == CANDIDATES
     assert provenance["model"] == "gpt-test" and provenance["iterations"] == 4  # beside what was there
     assert describe(settings, "hx")["candidates"][1]["score"]["diff_lines"] == 12

@@ -55,7 +55,7 @@ def settings(tmp_path: Path) -> Settings:
             }
         )
     )
-    Inventory(settings.tools_dir).save(
+    Inventory(settings.cache.tools).save(
         ToolRecord(
             name="te",
             crate="tinyecho",
@@ -115,7 +115,7 @@ def test_stop_a_command_line_tool_says_there_is_nothing_to_stop(settings: Settin
 def test_stop_kills_a_recorded_process_group(settings: Settings) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        inventory = Inventory(settings.tools_dir)
+        inventory = Inventory(settings.cache.tools)
         record = inventory.get("te")
         assert record is not None
         record.name, record.kind, record.status, record.pid, record.url = (
@@ -141,7 +141,7 @@ def test_stop_kills_a_recorded_process_group(settings: Settings) -> None:
 def test_a_running_record_whose_process_is_gone_shows_stopped(settings: Settings) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     inventory.update("te", kind="http", status="running", pid=proc.pid)
     assert status_of(inventory.get("te")) == "stopped"  # type: ignore[arg-type]
 
@@ -179,7 +179,7 @@ def test_a_follow_ups_changes_are_also_shown_against_the_previous_version(tmp_pa
     assert first is not None and second is not None
     tool = SimpleNamespace(name="hex", provenance={"commit": second})
     settings = Settings(cache_dir=tmp_path / "cache")
-    Inventory(settings.tools_dir).save(ToolRecord("hex", "c", "1", "", "", "", "", "", "", str(tmp_path), second))
+    Inventory(settings.cache.tools).save(ToolRecord("hex", "c", "1", "", "", "", "", "", "", str(tmp_path), second))
     published, since = diffs_of(settings, tool, since=first)
     assert (
         published.summary.endswith("against the published crate")
@@ -193,11 +193,11 @@ def test_a_follow_ups_changes_are_also_shown_against_the_previous_version(tmp_pa
 
 def test_show_says_what_is_known_and_nothing_empty(settings: Settings) -> None:
     """A cargo build without a model: no "cost unknown", no empty flake_lock or model line, no blank line."""
-    store = Path(Inventory(settings.tools_dir).get("te").store_path)  # type: ignore[union-attr]
+    store = Path(Inventory(settings.cache.tools).get("te").store_path)  # type: ignore[union-attr]
     manifest = json.loads((store / "manifest.json").read_text())
     manifest.update(model="", iterations=0, usage={}, candidates=[], winner=None)
     (store / "manifest.json").write_text(json.dumps(manifest))
-    Inventory(settings.tools_dir).update("te", request="echo words\nin capitals\n")
+    Inventory(settings.cache.tools).update("te", request="echo words\nin capitals\n")
     text = show(settings, "te").text
     lines = text.splitlines()
     assert "" not in lines and all(line == line.rstrip() for line in lines)
@@ -209,7 +209,7 @@ def test_show_says_what_is_known_and_nothing_empty(settings: Settings) -> None:
 
 
 def test_tool_json_is_the_record_and_how_to_reach_it(settings: Settings) -> None:
-    record = Inventory(settings.tools_dir).get("te")
+    record = Inventory(settings.cache.tools).get("te")
     assert record is not None
     data = tool_json(record, settings)
     assert set(data) == set(record.public_json()) | set(TOOL_JSON_KEYS) and "token" not in data
@@ -225,7 +225,7 @@ def test_tool_json_is_the_record_and_how_to_reach_it(settings: Settings) -> None
 
 def test_the_management_answers(settings: Settings) -> None:
     shown = show(settings, "te")
-    assert shown.data == tool_json(Inventory(settings.tools_dir).get("te"), settings)
+    assert shown.data == tool_json(Inventory(settings.cache.tools).get("te"), settings)
     assert "tinyecho" in shown.text and "echo words" in shown.text
     listing = table(settings, empty="nothing here")
     assert [t["name"] for t in listing.data] == ["te"] and listing.text == repr(listing)

@@ -116,9 +116,9 @@ def _git(path: Path, *args: str) -> str:
 
 def _consistent(settings: Settings) -> dict[str, Any]:
     """The invariant: every record, its store entry and its workspace agree; nothing is left half done."""
-    assert list(settings.intents_dir.glob("*.json")) == [], "a transaction is still pending"
+    assert list(settings.cache.intents.glob("*.json")) == [], "a transaction is still pending"
     found = {}
-    for record in Inventory(settings.tools_dir).all():
+    for record in Inventory(settings.cache.tools).all():
         store = Path(record.store_path)
         manifest = json.loads((store / "manifest.json").read_text())
         assert manifest["hash"] == record.source_hash
@@ -126,7 +126,7 @@ def _consistent(settings: Settings) -> dict[str, Any]:
         assert binary.parent == store / "bin" and binary.is_file()
         assert subprocess.run([binary, "ok"], capture_output=True, text=True, timeout=30).stdout == "ok\n"
         workspace = Path(record.workspace)
-        assert workspace == settings.workspaces_dir / record.name
+        assert workspace == settings.cache.workspaces / record.name
         assert _git(workspace, "rev-parse", "HEAD") == record.commit
         assert _git(workspace, "status", "--porcelain") == ""
         card = json.loads((workspace / ".git" / CARD_FILE).read_text())
@@ -137,7 +137,7 @@ def _consistent(settings: Settings) -> dict[str, Any]:
         assert manifest["tools"][record.name]["commit"] == record.commit
         assert manifest["tools"][record.name]["workspace"] == record.workspace
         found[record.name] = record
-    for entry in settings.store_dir.iterdir():  # no reader ever sees half an entry
+    for entry in settings.cache.store.iterdir():  # no reader ever sees half an entry
         if not entry.name.startswith("."):
             assert (entry / "manifest.json").is_file() and (entry / "bin").is_dir(), entry
     return found
@@ -208,8 +208,8 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
     elif scenario == "copy":
         _killed_at(point, _COPY, cache, registry)
     else:
-        shutil.copytree(Path(old.store_path), settings.store_dir / f"{'f' * 32}-tinyecho-0.2.0", symlinks=True)
-        shutil.copytree(Path(old.workspace), settings.workspaces_dir / ".old" / "te-20240101-000000-000000001")
+        shutil.copytree(Path(old.store_path), settings.cache.store / f"{'f' * 32}-tinyecho-0.2.0", symlinks=True)
+        shutil.copytree(Path(old.workspace), settings.cache.workspaces / ".old" / "te-20240101-000000-000000001")
         _killed_at(point, _CLEAN, cache, registry)
 
     listed = _next_command(settings, capsys)
@@ -223,7 +223,7 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
         else:
             assert te.extra["txn"] != old.extra["txn"]
             # the old build's commit still exists: its workspace went to .old/
-            [aside] = (settings.workspaces_dir / ".old").iterdir()
+            [aside] = (settings.cache.workspaces / ".old").iterdir()
             assert _git(aside, "rev-parse", "HEAD") == old.commit
     else:  # te is untouched; te2 is absent or whole
         assert te.to_json() == old.to_json()
@@ -242,8 +242,8 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
         assert not (Path(te.workspace) / ".git" / "index.lock").exists()
     if scenario == "clean":  # the next clean finishes the job
         assert main(["clean", "--cache-dir", cache]) == 0
-        assert [e.name for e in settings.store_dir.iterdir()] == [Path(old.store_path).name]
-        assert not (settings.workspaces_dir / ".old").exists()
+        assert [e.name for e in settings.cache.store.iterdir()] == [Path(old.store_path).name]
+        assert not (settings.cache.workspaces / ".old").exists()
         assert _consistent(settings)["te"].to_json() == old.to_json()
 
 
@@ -262,7 +262,7 @@ def _workspace(path: Path, text: str) -> str:
 
 
 def _entry(settings: Settings, key: str) -> Path:
-    entry = settings.store_dir / f"{key}-demo-1.0.0"
+    entry = settings.cache.store / f"{key}-demo-1.0.0"
     (entry / "bin").mkdir(parents=True)
     (entry / "bin" / "demo").write_text("#!/bin/sh\necho demo\n")
     (entry / "manifest.json").write_text(json.dumps({"hash": key, "binaries": ["demo"], "tools": {}}))
@@ -280,7 +280,7 @@ def _record(settings: Settings, entry: Path, commit: str, **changes: Any) -> Too
         checksum="",
         checksum_kind="",
         registry="",
-        workspace=str(settings.workspaces_dir / "demo"),
+        workspace=str(settings.cache.workspaces / "demo"),
         commit=commit,
     )
     for key, value in changes.items():
@@ -292,14 +292,16 @@ def _record(settings: Settings, entry: Path, commit: str, **changes: Any) -> Too
 def installed(tmp_path: Path) -> tuple[Settings, ToolRecord]:
     """The tool ``demo`` installed in place: its workspace, card, record and store entry."""
     settings = Settings(cache_dir=tmp_path / "cache")
-    commit = _workspace(settings.workspaces_dir / "demo", "old")
-    record = install(settings, _record(settings, _entry(settings, "a" * 32), commit), settings.workspaces_dir / "demo")
+    commit = _workspace(settings.cache.workspaces / "demo", "old")
+    record = install(
+        settings, _record(settings, _entry(settings, "a" * 32), commit), settings.cache.workspaces / "demo"
+    )
     return settings, record
 
 
 def test_install_in_place_writes_card_record_and_name(installed: tuple[Settings, ToolRecord]) -> None:
     settings, record = installed
-    saved = Inventory(settings.tools_dir).get("demo")
+    saved = Inventory(settings.cache.tools).get("demo")
     assert saved is not None and saved.commit == record.commit and saved.extra["txn"] == record.extra["txn"]
     card = read_card(Path(record.workspace))
     assert card is not None and card["txn"] == record.extra["txn"] and card["record"]["commit"] == record.commit
@@ -310,14 +312,14 @@ def test_install_in_place_writes_card_record_and_name(installed: tuple[Settings,
 
 def test_a_failure_before_the_record_puts_everything_back(installed: tuple[Settings, ToolRecord]) -> None:
     settings, old = installed
-    attempt = settings.workspaces_dir / ".next" / "demo-1-2"
+    attempt = settings.cache.workspaces / ".next" / "demo-1-2"
     commit = _workspace(attempt / "demo", "new")
     bad = _record(settings, _entry(settings, "b" * 32), commit, status="exploded")  # the registry refuses it
     with pytest.raises(ValueError, match="status"):
         install(settings, bad, attempt / "demo", replaces=Path(old.workspace))
     assert _git(Path(old.workspace), "rev-parse", "HEAD") == old.commit  # swapped back
     assert _git(attempt / "demo", "rev-parse", "HEAD") == commit  # the attempt is kept for a look
-    assert Inventory(settings.tools_dir).get("demo").commit == old.commit  # type: ignore[union-attr]
+    assert Inventory(settings.cache.tools).get("demo").commit == old.commit  # type: ignore[union-attr]
     assert pending(settings) == []
 
 
@@ -338,7 +340,7 @@ def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gon
     installed: tuple[Settings, ToolRecord], gone: str
 ) -> None:
     settings, old = installed
-    attempt = settings.workspaces_dir / ".next" / "demo-1-2"
+    attempt = settings.cache.workspaces / ".next" / "demo-1-2"
     commit = _workspace(attempt / "demo", "new")
     entry = _entry(settings, "c" * 32)
     record = _record(settings, entry, commit)
@@ -347,7 +349,7 @@ def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gon
     if gone == "store entry":
         shutil.rmtree(entry)
     [note] = recover(settings)
-    now = Inventory(settings.tools_dir).get("demo")
+    now = Inventory(settings.cache.tools).get("demo")
     assert now is not None and pending(settings) == []
     if gone == "store entry":
         assert note.startswith("undid the build of 'demo'") and f"its store entry {entry} is gone" in note
@@ -356,15 +358,15 @@ def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gon
     else:
         assert note.startswith("finished the build of 'demo'")
         assert now.commit == commit and _git(Path(now.workspace), "rev-parse", "HEAD") == commit
-        [aside] = (settings.workspaces_dir / ".old").iterdir()
+        [aside] = (settings.cache.workspaces / ".old").iterdir()
         assert _git(aside, "rev-parse", "HEAD") == old.commit
 
 
 def test_recovery_leaves_a_running_build_alone(installed: tuple[Settings, ToolRecord]) -> None:
     settings, _ = installed
-    intent = Intent(id="x", name="demo", record={}, final=str(settings.workspaces_dir / "demo"))
-    settings.intents_dir.mkdir(parents=True, exist_ok=True)
-    (settings.intents_dir / "demo.json").write_text(json.dumps(asdict(intent)))
+    intent = Intent(id="x", name="demo", record={}, final=str(settings.cache.workspaces / "demo"))
+    settings.cache.intents.mkdir(parents=True, exist_ok=True)
+    (settings.cache.intents / "demo.json").write_text(json.dumps(asdict(intent)))
     with tool_lock(settings.cache_dir, "demo"):  # as the build that wrote it holds it
         assert recover(settings) == []
         assert [i.id for i in pending(settings)] == ["x"]

@@ -35,12 +35,12 @@ def test_a_second_name_gets_its_own_workspace_and_keeps_it_through_a_rebuild_of_
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
     start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
     start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     te, te2 = inventory.get("te"), inventory.get("te2")
     assert te is not None and te2 is not None
     assert te2.store_path == te.store_path  # one binary, two names
     assert (te.forked_by, te2.forked_by) == ("te", "te")  # the tool that really forked the source
-    assert te2.workspace == str(settings.workspaces_dir / "te2") != te.workspace
+    assert te2.workspace == str(settings.cache.workspaces / "te2") != te.workspace
     assert _head(Path(te2.workspace)) == te2.commit == te.commit  # the commit exists in te2's own history
     shown = tools.describe(settings, "te2")
     assert (shown["workspace"], shown["commit"]) == (te2.workspace, te2.commit)

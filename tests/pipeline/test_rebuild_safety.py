@@ -78,7 +78,7 @@ def built(tmp_path: Path) -> Iterator[tuple[Settings, Path]]:
 
 def _state(settings: Settings) -> dict[str, Any]:
     """Everything a user sees of the tool ``flip``."""
-    record = Inventory(settings.tools_dir).get("flip")
+    record = Inventory(settings.cache.tools).get("flip")
     assert record is not None
     workspace = Path(record.workspace)
     return {
@@ -106,12 +106,12 @@ def _assert_unchanged(settings: Settings, before: dict[str, Any], *, failed_atte
     else:
         assert after["logs"] == before["logs"]
         assert not failed.exists()
-    tool = tools.tool_of(Inventory(settings.tools_dir).get("flip"), settings)  # type: ignore[arg-type]
+    tool = tools.tool_of(Inventory(settings.cache.tools).get("flip"), settings)  # type: ignore[arg-type]
     assert tool("x") == "flip x\n"
 
 
 def _next_dirs(settings: Settings) -> list[Path]:
-    where = settings.workspaces_dir / ".next"
+    where = settings.cache.workspaces / ".next"
     return sorted(where.iterdir()) if where.is_dir() else []
 
 
@@ -141,12 +141,12 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
     assert tool("x") == "flop x\n"
     # the fork row names the workspace the tool has, not the .next/ one it was built in (gone once swapped in)
     [fork] = [e.detail for e in seen if isinstance(e, StageFinished) and e.stage == "fork"]
-    assert fork == str(settings.workspaces_dir / "flip")
-    record = Inventory(settings.tools_dir).get("flip")
+    assert fork == str(settings.cache.workspaces / "flip")
+    record = Inventory(settings.cache.tools).get("flip")
     assert record is not None and record.commit != before["record"]["commit"]
     assert _git(Path(record.workspace), "rev-parse", "HEAD") == record.commit
-    assert Path(record.workspace) == settings.workspaces_dir / "flip"
-    [aside] = (settings.workspaces_dir / ".old").iterdir()
+    assert Path(record.workspace) == settings.cache.workspaces / "flip"
+    [aside] = (settings.cache.workspaces / ".old").iterdir()
     assert _git(aside, "rev-parse", "HEAD") == before["record"]["commit"]
     assert _next_dirs(settings) == []
     assert not failed_log_path(settings, "flip").exists()
@@ -238,9 +238,9 @@ def test_a_failed_first_build_keeps_its_log_and_is_listed(tmp_path: Path) -> Non
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
     with pytest.raises(BuildError):
         start_build(settings, BuildRequest("", name="flop", crate="flop")).wait()
-    assert failed_log_path(settings, "flop").exists() and not (settings.logs_dir / "flop.log").exists()
+    assert failed_log_path(settings, "flop").exists() and not (settings.cache.logs / "flop.log").exists()
     assert "== run failed: BuildError" in tools.logs(settings, "flop")
     assert [row[5] for row in tools.table(settings).rows()] == ["failed"]
     assert "cargo build failed for flop" in tools.show(settings, "flop").text
-    assert (settings.workspaces_dir / "flop").is_dir() and _next_dirs(settings) == []
-    shutil.rmtree(settings.workspaces_dir / "flop")
+    assert (settings.cache.workspaces / "flop").is_dir() and _next_dirs(settings) == []
+    shutil.rmtree(settings.cache.workspaces / "flop")

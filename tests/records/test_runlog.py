@@ -45,7 +45,7 @@ def _record(settings: Settings, name: str = "md") -> ToolRecord:
         commit="a" * 40,
         created=time.time() - 3600,
     )
-    Inventory(settings.tools_dir).save(record)
+    Inventory(settings.cache.tools).save(record)
     return record
 
 
@@ -69,19 +69,19 @@ def test_each_run_keeps_its_own_log(tmp_path: Path) -> None:
     _record(settings)
     built = _run(settings, "md")
     assert built == log_path(settings, "md")
-    assert Inventory(settings.tools_dir).get("md").log_path == str(built)  # type: ignore[union-attr]
+    assert Inventory(settings.cache.tools).get("md").log_path == str(built)  # type: ignore[union-attr]
     # a cache hit logs beside it; the tool's log is still the build's
     hit = _run(settings, "md", deploy="cached")
     assert hit == cached_log_path(settings, "md") and "Compiling" not in hit.read_text()
     assert "Compiling tinyhex" in built.read_text()
-    assert Inventory(settings.tools_dir).get("md").log_path == str(built)  # type: ignore[union-attr]
+    assert Inventory(settings.cache.tools).get("md").log_path == str(built)  # type: ignore[union-attr]
     text = tools.logs(settings, "md")
     assert "Compiling tinyhex" in text and "4 passed" in text and str(hit) in text
     # a failed attempt: its own log and record; the tool's log and record as they were
-    before = Inventory(settings.tools_dir).get("md")
+    before = Inventory(settings.cache.tools).get("md")
     failed = _run(settings, "md", error=BuildError("cargo build failed for md:\nerror[E0308]"))
     assert failed == failed_log_path(settings, "md")
-    assert Inventory(settings.tools_dir).get("md") == before
+    assert Inventory(settings.cache.tools).get("md") == before
     text = tools.logs(settings, "md")
     assert text.startswith("== a later build of md failed") and str(failed) in text and "Compiling tinyhex" in text
     assert [row[0] for row in tools.table(settings).rows()] == ["md"]  # md is still its tool: listed once, ready
@@ -127,7 +127,7 @@ def test_a_run_killed_between_its_log_and_its_record_is_still_found(tmp_path: Pa
     """The crash point between the two writes: the log is written first, so ``logs`` finds it alone."""
     settings = Settings(cache_dir=tmp_path / "cache")
     _run(settings, "hex3", error=BuildError("no"))
-    (settings.attempts_dir / "hex3.json").unlink()  # as if killed right after the log
+    (settings.cache.attempts / "hex3.json").unlink()  # as if killed right after the log
     assert "search done" in tools.logs(settings, "hex3")
     assert attempts(settings) == []  # nothing listed that cannot be shown
 
@@ -137,8 +137,8 @@ def test_a_run_killed_between_its_log_and_its_record_is_still_found(tmp_path: Pa
 )
 def test_a_damaged_attempt_record_is_ignored(tmp_path: Path, damage: str) -> None:
     settings = Settings(cache_dir=tmp_path / "cache")
-    settings.attempts_dir.mkdir(parents=True)
-    (settings.attempts_dir / "hex4.json").write_text(damage)
+    settings.cache.attempts.mkdir(parents=True)
+    (settings.cache.attempts / "hex4.json").write_text(damage)
     assert attempt_of(settings, "hex4") is None and attempts(settings) == []
     assert tools.table(settings).rows() == []
 
@@ -158,11 +158,11 @@ def test_logs_after_a_cache_hit_still_hold_cargos_and_the_tests_output(tmp_path:
     registry = write_registry(tmp_path / "registry", ["tinyecho"])
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
     start_build(settings, "shout", crate="tinyecho", name="te").wait()
-    built = Inventory(settings.tools_dir).get("te")
+    built = Inventory(settings.cache.tools).get("te")
     assert built is not None
     for _ in range(2):  # cached re-runs
         start_build(settings, "shout", crate="tinyecho", name="te").wait()
-    again = Inventory(settings.tools_dir).get("te")
+    again = Inventory(settings.cache.tools).get("te")
     assert again is not None and again.created == built.created  # "started" is the build's, not the cache hit's
     assert again.log_path == built.log_path == str(log_path(settings, "te"))
     text = tools.logs(settings, "te", last=None)

@@ -160,7 +160,7 @@ def test_a_fast_writer_is_stopped_at_the_file_limit(workspace: Path, tmp_path: P
     sandbox = Sandbox(workspace, limits=Limits(files=2_000))
     done = Cargo(registry, ProcessRunner(), sandbox, executable=str(writer)).run("build", cwd=workspace, timeout=60)
     assert done.returncode == -9 and "2,000 files" in done.stderr
-    assert sandbox.disk_usage().files < 3_000
+    assert sandbox.disk_usage().files < 5_000  # of the 20,000 it would make (50 ms glances; more under load)
 
 
 BUILD_RS_ESCAPE = """fn main() {{

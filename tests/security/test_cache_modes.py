@@ -35,9 +35,9 @@ def umask_022() -> Iterator[None]:
 
 def test_the_cache_dir_is_private_from_its_first_use(tmp_path: Path, umask_022: None) -> None:
     settings = Settings(cache_dir=tmp_path / "new" / "cache")
-    settings.tools_dir.mkdir(parents=True)  # what the registry does first
+    settings.cache.tools.mkdir(parents=True)  # what the registry does first
     assert _mode(settings.cache_dir) == 0o700
-    for where in (settings.workspaces_dir, settings.store_dir, settings.logs_dir):
+    for where in (settings.cache.workspaces, settings.cache.store, settings.cache.logs):
         assert where.parent == settings.cache_dir
 
 
@@ -45,7 +45,7 @@ def test_a_world_readable_cache_dir_is_made_private(tmp_path: Path, umask_022: N
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o755)
     os.chmod(cache, 0o755)
-    assert Settings(cache_dir=cache).store_dir.parent == cache
+    assert Settings(cache_dir=cache).cache.store.parent == cache
     assert _mode(cache) == 0o700
 
 
@@ -66,7 +66,7 @@ def test_a_run_log_is_the_users_alone(tmp_path: Path, umask_022: None) -> None:
     EventBus([failed]).log("test", "more output that may hold a secret", "stdout")
     path = failed.save("te2", request="secret words", error=RuntimeError("boom"))
     assert path == failed_log_path(settings, "te2") and _mode(path) == 0o600
-    [attempt] = settings.attempts_dir.iterdir()
+    [attempt] = settings.cache.attempts.iterdir()
     assert _mode(attempt) == 0o600 and _mode(attempt.parent) == 0o700
 
 

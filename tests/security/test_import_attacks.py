@@ -150,7 +150,7 @@ def test_a_shipped_cargo_config_runs_nothing_at_fork_or_build(tmp_path: Path, ca
     tool = pipeline.run(">>> wrapped().strip()\n'from-disk'\n", crate="wrapped")
     assert tool.acceptance is not None and tool.acceptance.ok  # built, and it runs
     assert not canaries.reached()  # the wrapper never ran: no secret read, no call home
-    workspace = settings.workspaces_dir / "wrapped"
+    workspace = settings.cache.workspaces / "wrapped"
     assert not (workspace / ".cargo").exists()
     assert "- .cargo/: cargo configuration" in _published_message(workspace)
     assert any(".cargo/" in e.message for e in recorder.of(Notice) if "not imported" in e.message)
@@ -181,7 +181,7 @@ def test_a_toolchain_file_naming_a_path_chooses_no_compiler(tmp_path: Path, cana
     tool = pipeline.run(">>> pinned().strip()\n'from-disk'\n", crate="pinned")
     assert tool.acceptance is not None and tool.acceptance.ok
     assert not canaries.reached()
-    workspace = settings.workspaces_dir / "pinned"
+    workspace = settings.cache.workspaces / "pinned"
     assert not (workspace / "rust-toolchain.toml").exists()
     assert "- rust-toolchain.toml: a toolchain file" in _published_message(workspace)
 
@@ -214,7 +214,7 @@ def test_a_shipped_gitdir_file_points_git_at_no_other_repository(tmp_path: Path)
     assert tool.acceptance is not None and tool.acceptance.ok
     after = {p.relative_to(other).as_posix(): p.read_bytes() for p in other.rglob("*") if p.is_file()}
     assert after == before  # not one byte of the other repository changed
-    workspace = settings.workspaces_dir / "pointer"
+    workspace = settings.cache.workspaces / "pointer"
     assert (workspace / ".git").is_dir() and not (workspace / ".git").is_symlink()
     assert "- .git: a repository of its own" in _published_message(workspace)
     assert recorded_tree(workspace) == disk_tree(workspace)
@@ -238,7 +238,7 @@ def test_a_shipped_index_cannot_make_git_record_another_source_than_cargo_builds
     settings, pipeline = _pipeline(tmp_path, root, recorder)
     tool = pipeline.run(">>> skipper().strip()\n'from-disk'\n", crate="skipper")
     assert tool.acceptance is not None and tool.acceptance.ok  # what was built is the source on disk
-    workspace = settings.workspaces_dir / "skipper"
+    workspace = settings.cache.workspaces / "skipper"
     # byte for byte: the published commit and HEAD record exactly the files cargo built
     published = recorded_tree(workspace, "published")
     assert published["src/main.rs"] == _blob(MAIN.encode())

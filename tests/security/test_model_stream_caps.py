@@ -19,9 +19,13 @@ from tinyhex_sessions import start_session
 
 from flakebot_magic.errors import ModelError
 from flakebot_magic.events import Notice
-from flakebot_magic.llm.channel import MAX_REPLY_BYTES, MAX_REPLY_SECONDS
+from flakebot_magic.options import option
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
+
+#: the reply caps every build gets unless set (the options table is their one place)
+MAX_REPLY_BYTES = option("max_reply_bytes").default
+MAX_REPLY_SECONDS = option("max_reply_seconds").default
 
 pytestmark = pytest.mark.cargo
 

@@ -351,7 +351,7 @@ def test_with_the_sandbox_off_nix_refuses_the_hostile_crate(
     assert resolve_backend("auto")[0] == "cargo"
     monkeypatch.setenv("CANARY_API_KEY", attack.env_canary)
     with pytest.raises(ConfigError, match="sandbox"):
-        Nix(ProcessRunner()).build(attack.workspace, tmp_path / "result")
+        Nix(ProcessRunner()).build(attack.workspace, tmp_path / "result", timeout=1800)
     assert not (tmp_path / "result").exists()
     _assert_nothing_escaped(attack)
 
@@ -360,7 +360,7 @@ def test_with_the_sandbox_off_a_nix_pipeline_fails_before_any_work(sandbox_off: 
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(tmp_path / "nowhere"), backend="nix")
     with pytest.raises(ConfigError, match="build-users-group = nixbld"):
         Pipeline(settings).run("anything")
-    assert not settings.workspaces_dir.exists()
+    assert not settings.cache.workspaces.exists()
 
 
 @pytest.mark.cargo

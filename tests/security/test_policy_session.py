@@ -187,7 +187,7 @@ def test_the_pipeline_builds_a_published_build_script_and_never_imports_shipped_
 
     recorder = Recorder()
     Pipeline(settings, observers=[recorder]).run("", crate="shipsconfig")
-    workspace = settings.workspaces_dir / "shipsconfig"
+    workspace = settings.cache.workspaces / "shipsconfig"
     # the crate's .cargo/ never entered the workspace: what was built is the source without it
     assert not (workspace / ".cargo").exists()
     published = subprocess.run(

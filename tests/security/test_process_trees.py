@@ -130,12 +130,12 @@ def test_stop_never_kills_a_process_that_reused_the_recorded_pid(tmp_path: Path)
             pid=bystander.pid,
             started=time.time() - 3600,  # the tool started an hour ago; this PID just now
         )
-        Inventory(settings.tools_dir).save(record)
+        Inventory(settings.cache.tools).save(record)
         said = stop(settings, "svc")
         assert "not running" in said and "another process" in said
         time.sleep(0.2)
         assert bystander.poll() is None, "stop killed an unrelated process that reused the PID"
-        assert Inventory(settings.tools_dir).get("svc").status == "stopped"  # type: ignore[union-attr]
+        assert Inventory(settings.cache.tools).get("svc").status == "stopped"  # type: ignore[union-attr]
     finally:
         bystander.kill()
         bystander.wait()

@@ -181,7 +181,7 @@ def server(
     store = cache / "store" / "evil"
     store.mkdir(parents=True)
     (store / "manifest.json").write_text(json.dumps({"crate": "evil", "version": "0.1.0", "backend": "cargo"}))
-    Inventory(settings.tools_dir).save(
+    Inventory(settings.cache.tools).save(
         ToolRecord(
             name="evil",
             crate="evil",

@@ -20,11 +20,14 @@ import pytest
 from editscripts import TINYHEX, TINYHEX_LIB, call, reply, tinyhex_done
 from tinycrates import write_registry
 
+from flakebot_magic.config import Settings
 from flakebot_magic.edit import EditLoop, EditState
 from flakebot_magic.edit.files import MAX_FILE_READ
+from flakebot_magic.edit.session import engineer_channel
 from flakebot_magic.events import EventBus
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.llm.budget import Budget
 from flakebot_magic.llm.model import ModelConfig
 from flakebot_magic.registry.base import Registry
 from flakebot_magic.registry.directory import DirectoryRegistry
@@ -56,7 +59,16 @@ def loop(tmp_path: Path) -> EditLoop:
     model = ModelConfig.resolve("unused", base_url="http://127.0.0.1:9/v1")
     assert model is not None
     no_registry = cast(Registry, None)  # these tests call the file functions only: cargo never runs
-    return EditLoop(root, None, model, cargo=Cargo(no_registry, runner), bus=EventBus([]), git=git, clippy=False)
+    return _loop(root, model, cargo=Cargo(no_registry, runner), bus=EventBus([]), git=git, clippy=False)
+
+
+def _loop(root: Path, model: ModelConfig, *, bus: EventBus, **options: Any) -> EditLoop:
+    """An edit loop on ``root`` with the default settings' limits and budget (what a build gives it)."""
+    settings = Settings()
+    channel = engineer_channel(
+        model, bus=bus, budget=Budget(settings.token_budget), limits=settings.reply_limits(), workspace=root
+    )
+    return EditLoop(root, channel, limits=settings.loop_limits(), bus=bus, **options)
 
 
 def _tool(loop: EditLoop, name: str, **arguments: Any) -> str:
@@ -181,21 +193,16 @@ def test_symlinks_a_test_plants_never_redirect_the_models_next_write(
     )
     model = ModelConfig.resolve("scripted", base_url=server.base_url, timeout=5.0)
     assert model is not None
-    client = model.client()
-    try:
-        loop = EditLoop(
-            workspace.path,
-            client,
-            model,
-            bus=bus,
-            git=Git(workspace.path, runner),
-            crate=workspace.crate,
-            cargo=Cargo(hex_registry, runner, Sandbox(workspace.path)),
-            clippy=False,
-        )
-        outcome = loop.run("print standard input as hex")
-    finally:
-        client.close()
+    loop = _loop(
+        workspace.path,
+        model,
+        bus=bus,
+        git=Git(workspace.path, runner),
+        crate=workspace.crate,
+        cargo=Cargo(hex_registry, runner, Sandbox(workspace.path)),
+        clippy=False,
+    )
+    outcome = loop.run("print standard input as hex")
     assert path.read_text() == token and sorted(os.listdir(path.parent)) == ["bashrc"]
     assert outcome.contract.bin == "tinyhex"
     # the test really planted them (the sandbox lets it write the workspace); the policy reverted them

@@ -24,7 +24,8 @@ from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
-from flakebot_magic.config import Settings, default_tool_env
+from flakebot_magic.config import Settings
+from flakebot_magic.options import parse_tool_env
 
 CANARY_NAMES = (
     "OPENAI_API_KEY",
@@ -219,7 +220,7 @@ def test_an_http_service_sees_no_secret(http_envdump: HttpTool, canaries: dict[s
 def test_tool_env_names_variables_to_pass_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-passed-on-purpose")
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    assert default_tool_env("GITHUB_TOKEN, RUST_LOG=debug,NOT_SET_ANYWHERE,,") == {
+    assert parse_tool_env("GITHUB_TOKEN, RUST_LOG=debug,NOT_SET_ANYWHERE,,") == {
         "GITHUB_TOKEN": "ghp-passed-on-purpose",
         "RUST_LOG": "debug",
     }

@@ -20,12 +20,12 @@ import pytest
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.contract import ToolContract
-from flakebot_magic.clients.exchange import STDERR_BYTES
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.http_net import ResponseTooLarge
 from flakebot_magic.clients.lifecycle import LOG_LINE_CHARS, LogBuffer, ToolProcess
 from flakebot_magic.clients.mcp import MAX_MESSAGE_BYTES, McpTool
 from flakebot_magic.errors import ToolError
+from flakebot_magic.host.exchange import STDERR_BYTES
 from flakebot_magic.host.process import allowed_env
 
 MiB = 1024 * 1024

@@ -372,7 +372,7 @@ def test_the_widget_shows_no_control_characters(world: World, tmp_path: Path) ->
 
     # a diff that carries the payload (a model could write it): the review shows it, made safe
     workspace = tmp_path / "workspace"
-    shutil.copytree(world.settings.workspaces_dir / "tool", workspace, symlinks=True)
+    shutil.copytree(world.settings.cache.workspaces / "tool", workspace, symlinks=True)
     # (without NUL: git would call the file binary and show none of it)
     (workspace / "src" / "payload.rs").write_text(f"// {marked('DIFF')}\n".replace("\x00", ""))
     git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.hooksPath=/dev/null"]
@@ -419,7 +419,7 @@ def test_mcp_and_http_tools_show_no_control_characters(world: World, tmp_path: P
     settings = world.settings
     mcp = _scripted(McpTool, "hostmcp", _MCP, tmp_path, provenance={"description": marked("MCPPROV")})
     http = _scripted(HttpTool, "hosthttp", _HTTP, tmp_path)
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     for tool in (mcp, http):
         inventory.save(
             ToolRecord(

@@ -116,7 +116,7 @@ def echo() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
 def settings(tmp_path_factory: pytest.TempPathFactory, echo: tuple[subprocess.Popen[bytes], str]) -> Settings:
     cache = tmp_path_factory.mktemp("cache")
     settings = Settings(cache_dir=cache)
-    inventory = Inventory(settings.tools_dir)
+    inventory = Inventory(settings.cache.tools)
     inventory.save(_record("te", cache / "store" / "te"))
     proc, url = echo
     inventory.save(
@@ -220,7 +220,7 @@ def test_the_command_the_api_and_the_dashboard_give_one_json_shape(
     command_show = json.loads(capsys.readouterr().out)
     assert cli.main(["list", "--json", *cache]) == 0
     command_list = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
-    record = Inventory(settings.tools_dir).get("te")
+    record = Inventory(settings.cache.tools).get("te")
     assert record is not None
     expected = json.loads(json.dumps(tool_json(record, settings)))
     assert set(TOOL_JSON_KEYS) <= set(expected) and "token" not in expected
@@ -385,7 +385,7 @@ def test_stop_kills_the_recorded_process_group(
         assert proc.wait(timeout=10) is not None
         assert client.get("/flakebot/api/tools/web").json()["status"] == "stopped"
         assert client.get("/flakebot/proxy/web/").status_code == 503
-    assert Inventory(settings.tools_dir).get("web").pid is None  # type: ignore[union-attr]
+    assert Inventory(settings.cache.tools).get("web").pid is None  # type: ignore[union-attr]
 
 
 @pytest.mark.cargo
@@ -463,7 +463,7 @@ def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
         wait_for(answers, 20, "the health-only service")
         record = _record("api", settings.cache_dir / "store" / "api", kind="http", status="running")
         record.pid, record.url, record.started = proc.pid, url, time.time()
-        Inventory(settings.tools_dir).save(record)
+        Inventory(settings.cache.tools).save(record)
         with server.client() as client:
             listed = {t["name"]: t for t in client.get("/flakebot/api/tools").json()["tools"]}
             one = client.get("/flakebot/api/tools/hex2")
@@ -472,7 +472,7 @@ def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        Inventory(settings.tools_dir).remove("api")
+        Inventory(settings.cache.tools).remove("api")
     assert listed["hex2"]["status"] == "cancelled" and listed["hex2"]["request"] == "hex-encode standard input"
     assert set(listed["hex2"]) == set(listed["te"])  # one shape for every entry
     assert one.status_code == 200 and one.json() == listed["hex2"]

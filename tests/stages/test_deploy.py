@@ -259,7 +259,7 @@ def test_rebuild_replaces_the_store_entry(tmp_path: Path, session_registry: Dire
     assert again(input="again") == "AGAIN"
     assert json.loads((again.store_path / "manifest.json").read_text())["crate"] == "tinyecho"
     # the first workspace was moved aside, not deleted
-    assert len(list((settings.workspaces_dir / ".old").iterdir())) == 1
+    assert len(list((settings.cache.workspaces / ".old").iterdir())) == 1
 
 
 @pytest.mark.cargo

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -329,3 +330,49 @@ def test_cli_prints_label_and_url(tmp_path: Path) -> None:
     assert str(script) in label and url in label
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
     assert models["data"][0]["id"] == MODEL_NAME
+
+
+# -- model dialects: calls written into the text, as servers without a tool parser pass them ------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("dialect", ["qwen", "llama", "json", "mistral"])
+def test_a_scripted_reply_in_a_dialect_is_text_with_the_calls_written_in(
+    fake_openai: StartServer, client_for: Callable[..., openai.OpenAI], dialect: str, stream: bool
+) -> None:
+    from flakebot_magic.llm.dialects import TextCall, read_calls
+
+    item = {**TOOL_CALL, "content": "I choose:", "dialect": dialect, "after": "Done."}
+    server = fake_openai([item])
+    client = client_for(server)
+    if stream:
+        chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))  # type: ignore[call-overload]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    else:
+        message = client.chat.completions.create(model="m", messages=USER).choices[0].message  # type: ignore[arg-type]
+        assert message.tool_calls is None
+        text = message.content or ""
+    assert text.startswith("I choose:\n") and text.endswith("\nDone.")
+    found = read_calls(text, ["choose_crate"])
+    assert found is not None and list(found.calls) == [TextCall("choose_crate", ARGUMENTS)]
+
+
+def test_a_scripted_cut_and_finish_reason(fake_openai: StartServer, client_for: Callable[..., openai.OpenAI]) -> None:
+    server = fake_openai([{**TOOL_CALL, "dialect": "qwen", "cut": 30, "finish_reason": "length"}])
+    choice = client_for(server).chat.completions.create(model="m", messages=USER).choices[0]  # type: ignore[arg-type]
+    assert choice.finish_reason == "length" and len(choice.message.content or "") == 30
+
+
+@pytest.mark.parametrize(
+    ("item", "problem"),
+    [
+        ({**TOOL_CALL, "dialect": "xml"}, 'unknown "dialect"'),
+        ({**TOOL_CALL, "dialect": "qwen", "cut": 10_000}, '"cut" must be'),
+        ({**TEXT, "after": "x"}, 'only go with "dialect"'),
+        ({**TEXT, "finish_reason": "tired"}, '"finish_reason" must be one of'),
+    ],
+)
+def test_bad_dialect_items_are_refused(item: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        load_script([item])

@@ -12,7 +12,7 @@ import selectors
 import subprocess
 import time
 
-from ..host.process import kill_tree
+from .process import kill_tree
 
 __all__ = ["OUTPUT_BYTES", "STDERR_BYTES", "Exchange", "stop_group"]
 

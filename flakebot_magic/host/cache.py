@@ -1,0 +1,107 @@
+"""The cache dir's layout: every directory under it named once, here (:class:`CacheLayout`).
+
+A test reads the package to hold that no other module joins one of these
+names onto a path, and that docs/ARCHITECTURE.md lists each of them.
+
+Examples
+--------
+>>> layout = CacheLayout(Path("/c"))
+>>> layout.journals, layout.attempts
+(PosixPath('/c/journals'), PosixPath('/c/tools/attempts'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CACHE_DIRECTORIES", "CacheLayout"]
+
+#: every directory directly under the cache dir, and what it holds
+CACHE_DIRECTORIES: dict[str, str] = {
+    "workspaces": "one git workspace per tool (and, while a build runs, .next/, .old/, .sandbox/)",
+    "store": "built tools, hash-addressed (HASH-crate-version/)",
+    "tools": "the tool registry (tools.sqlite3); attempts/: builds that made no tool",
+    "recipes": "request inputs -> store path",
+    "index": "one SQLite search index per registry path",
+    "logs": "each tool's build log, a cache hit's, a failed run's",
+    "intents": "install transactions not finished yet, one intent record per tool name",
+    "gcroots": "nix GC roots of live tools (nix backend)",
+    "journals": "each tool's edit sessions and races, to resume them",
+    "steer": "each running session's steering mailbox",
+    "locks": "one lock file per tool name: one build at a time",
+    "probes": "cached probes (can a nixpkgs reference be locked here)",
+}
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The directories under the cache dir ``root`` (paths only: nothing is created here).
+
+    ``Settings.cache`` gives one whose root was made private (``0700``) first.
+    """
+
+    root: Path
+
+    def _under(self, name: str) -> Path:
+        return Path(self.root) / name
+
+    @property
+    def workspaces(self) -> Path:
+        return self._under("workspaces")
+
+    @property
+    def store(self) -> Path:
+        return self._under("store")
+
+    @property
+    def tools(self) -> Path:
+        return self._under("tools")
+
+    @property
+    def attempts(self) -> Path:
+        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
+        return self.tools / "attempts"
+
+    @property
+    def recipes(self) -> Path:
+        return self._under("recipes")
+
+    @property
+    def index(self) -> Path:
+        return self._under("index")
+
+    @property
+    def logs(self) -> Path:
+        return self._under("logs")
+
+    @property
+    def intents(self) -> Path:
+        """Transactions not finished yet (:mod:`flakebot_magic.manage.transaction`): one intent record per tool name."""
+        return self._under("intents")
+
+    @property
+    def gcroots(self) -> Path:
+        """Nix GC roots of live tools (nix backend): one symlink per tool name."""
+        return self._under("gcroots")
+
+    @property
+    def pending_gcroots(self) -> Path:
+        """Where ``nix build`` puts its out-links until their deploys complete (``clean`` removes leftovers)."""
+        return self.gcroots / ".pending"
+
+    @property
+    def journals(self) -> Path:
+        return self._under("journals")
+
+    @property
+    def steer(self) -> Path:
+        return self._under("steer")
+
+    @property
+    def locks(self) -> Path:
+        return self._under("locks")
+
+    @property
+    def probes(self) -> Path:
+        return self._under("probes")

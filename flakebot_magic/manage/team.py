@@ -1,0 +1,320 @@
+"""A team's tools: ``push`` a nix-built tool and its proof to a signed binary cache, ``pull`` one pinned by hash.
+
+``pull NAME --from NOTEBOOK.ipynb`` reads the provenance a ``%%flakebot``
+cell's output recorded (the tool's and its proof's store paths and NAR
+hashes), fetches exactly those paths from the configured substituters
+(:func:`flakebot_magic.backends.nix_cache.fetch_pinned`: refused unless a
+trusted key signed them and their hashes are the recorded ones), reads the
+proof (it names this tool and says its tests passed) and registers the tool:
+no fork, no cargo, no model. What is refused is never fetched nor injected;
+``if_untrusted="rebuild"`` then builds the tool here from the recorded request
+and says whether the result is bit-identical to what the notebook recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..backends.nix_cache import TrustedKeys, fetch_pinned, path_info, push_paths, read_proof, real_path
+from ..backends.nix_command import Nix, NixOptions
+from ..clients import ToolClient, make_tool
+from ..commands import IF_UNTRUSTED
+from ..config import Settings
+from ..errors import DeployError, UntrustedPath, UsageError
+from ..host.process import ProcessRunner
+from ..records.inventory import Inventory, ToolRecord
+from ..stages.deploy import StorePath, write_entry
+from .tools import Answer, CommandResult, find, load
+
+__all__ = ["Pulled", "line_command", "load_pinned", "notebook_provenance", "pull", "push"]
+
+#: the provenance fields a pull pins
+PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
+
+
+def _nix(settings: Settings, runner: ProcessRunner | None = None) -> Nix:
+    options = NixOptions.of(settings)
+    return Nix(runner or ProcessRunner(), options=options)
+
+
+def push(settings: Settings, name: str, *, to: str | None = None, secret_key: str | None = None) -> CommandResult:
+    """``push NAME``: the tool's store path and its proof's, signed, to ``to`` (default: the ``push_to`` setting)."""
+    to = to or settings.push_to
+    secret_key = secret_key or settings.nix_secret_key
+    if not to:
+        raise UsageError("Where to? `flakebot push NAME --to file:///srv/cache` (or set push_to / FLAKEBOT_PUSH_TO).")
+    if not secret_key:
+        raise UsageError(
+            "Pushes are signed: --secret-key FILE (from `nix key generate-secret`; or set nix_secret_key)."
+        )
+    record = find(settings, name)
+    manifest = _manifest(record)
+    paths = [str(manifest.get(k) or "") for k in ("nix_store_path", "proof_store_path")]
+    if record.backend != "nix" or not all(paths):
+        raise UsageError(
+            f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
+            f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
+        )
+    signers = push_paths(_nix(settings), paths, to, Path(secret_key))
+    data = {"name": name, "to": to, "paths": paths, "signed_by": sorted(set(signers.values()))}
+    text = f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}, signed by {', '.join(data['signed_by'])}"
+    return CommandResult(data, text)
+
+
+def _manifest(record: ToolRecord) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    return data
+
+
+def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
+    """The provenance the last output of tool ``name`` in ``notebook`` recorded (``metadata.flakebot``)."""
+    try:
+        cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"Cannot read {notebook} as a notebook: {exc}") from None
+    found: dict[str, Any] | None = None
+    names = []
+    for cell in cells if isinstance(cells, list) else []:
+        for output in cell.get("outputs", []) if isinstance(cell, dict) else []:
+            recorded = (output.get("metadata") or {}).get("flakebot") if isinstance(output, dict) else None
+            if isinstance(recorded, dict):
+                names.append(str(recorded.get("name", "")))
+                if recorded.get("name") == name:
+                    found = recorded
+    if found is None:
+        known = ", ".join(sorted(set(filter(None, names)))) or "none"
+        raise UsageError(f"{notebook} records no tool named {name!r} (tools it records: {known}).")
+    return found
+
+
+@dataclass
+class Pulled:
+    """What a pull gave: the tool, where it came from and who signed it; or, after a refusal, a local rebuild.
+
+    An :class:`~flakebot_magic.manage.tools.Answer` (``data``, ``text``, ``notes``) for the front doors.
+    """
+
+    tool: ToolClient
+    cache: str = ""
+    signed_by: str = ""
+    #: a refusal the user chose to answer with a local build; then whether it matches the recorded hash
+    refused: str = ""
+    identical: bool | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.refused:
+            same = "bit-identical to" if self.identical else "NOT the same as"
+            return f"{self.tool.name}: refused ({self.refused}); rebuilt here: {same} the recorded store path"
+        return f"{self.tool.name}: pulled {self.tool.store_path} from {self.cache}, signed by {self.signed_by}"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return {
+            "name": self.tool.name,
+            "store_path": str(self.tool.store_path),
+            "substituted_from": self.cache,
+            "signed_by": self.signed_by,
+            "refused": self.refused,
+            "identical": self.identical,
+            "provenance": dict(getattr(self.tool, "provenance", {}) or {}),
+        }
+
+
+def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answer:
+    """``%flakebot push NAME`` and ``%flakebot pull NAME NOTEBOOK [--rebuild]``: their answers.
+
+    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"``.
+    """
+    if command == "push":
+        if len(rest) != 1:
+            raise UsageError(
+                "Usage: %flakebot push NAME (with --push-to URL and --secret-key FILE, or their settings)."
+            )
+        return push(settings, rest[0])
+    if len(rest) != 2:
+        raise UsageError("Usage: %flakebot pull NAME NOTEBOOK.ipynb (with --substituters and --trusted-public-keys).")
+    provenance = notebook_provenance(Path(rest[1]), rest[0])
+    return pull(settings, rest[0], provenance, if_untrusted="rebuild" if settings.rebuild else "stop")
+
+
+def pull(
+    settings: Settings,
+    name: str,
+    provenance: Mapping[str, Any],
+    *,
+    if_untrusted: str = "stop",
+    runner: ProcessRunner | None = None,
+) -> Pulled:
+    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module."""
+    if if_untrusted not in IF_UNTRUSTED:
+        raise UsageError(f"if_untrusted must be one of {', '.join(IF_UNTRUSTED)}, not {if_untrusted!r}.")
+    missing = [key for key in PINNED if not provenance.get(key)]
+    if missing:
+        raise UsageError(
+            f"The recorded provenance of {name!r} has no {', '.join(missing)}: it was not built by the nix "
+            "backend with a proof, so it cannot be pulled. Build it with the notebook's cell instead."
+        )
+    caches = (settings.nix_substituters or "").split()
+    if not caches:
+        raise UsageError("Pulling needs a binary cache: --substituters URL (or FLAKEBOT_NIX_SUBSTITUTERS).")
+    trusted = TrustedKeys(settings.nix_trusted_public_keys or "")
+    nix = _nix(settings, runner)
+    tool_path, proof_path = str(provenance["nix_store_path"]), str(provenance["proof_store_path"])
+    pins = {proof_path: str(provenance["proof_nar_hash"]), tool_path: str(provenance["nar_hash"])}
+    refusal: UntrustedPath | None = None
+    for cache in caches:
+        try:
+            signers = fetch_pinned(nix, cache, pins, trusted)
+        except UntrustedPath as exc:
+            if refusal is None or "does not hold" in str(refusal):  # a bad signature or hash says more
+                refusal = exc
+            continue
+        return Pulled(_install(settings, nix, name, provenance, cache, signers[tool_path]), cache, signers[tool_path])
+    assert refusal is not None
+    if if_untrusted == "stop":
+        raise UntrustedPath(
+            f"{refusal} Nothing was fetched or injected. To build {name!r} here instead, pull again with "
+            "--if-untrusted rebuild (`%flakebot pull NAME NOTEBOOK --rebuild` in a notebook); it says whether "
+            "the result is bit-identical to the recorded store path.",
+            path=refusal.path,
+            cache=refusal.cache,
+        )
+    return _rebuild(settings, nix, name, provenance, str(refusal))
+
+
+def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) -> ToolClient:
+    """Tool ``name`` as ``provenance`` pinned it: the tool registered here when it is that very store path and
+    narHash, else pulled (:func:`pull`, which refuses what no trusted key signed)."""
+    record = Inventory(settings.cache.tools).get(name)
+    if record is not None:
+        here = _manifest(record)
+        if here.get("nix_store_path") == provenance.get("nix_store_path") and here.get("nar_hash") == provenance.get(
+            "nar_hash"
+        ):
+            return load(settings, name)  # type: ignore[no-any-return]
+    return pull(settings, name, provenance).tool
+
+
+def _install(
+    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], cache: str, signer: str
+) -> ToolClient:
+    tool_path = str(provenance["nix_store_path"])
+    proof = read_proof(nix, str(provenance["proof_store_path"]))
+    if proof.tool != tool_path or proof.nar_hash != provenance["nar_hash"]:
+        raise UntrustedPath(
+            f"The proof {provenance['proof_store_path']} is about {proof.tool} ({proof.nar_hash}), "
+            f"not the recorded {tool_path}: refused.",
+            path=tool_path,
+            cache=cache,
+        )
+    if not proof.passed:
+        raise UntrustedPath(f"The proof of {tool_path} records failed tests ({proof.tests}): refused.", path=tool_path)
+    for path, root in ((tool_path, name), (str(provenance["proof_store_path"]), f".proofs/{name}")):
+        if not nix.add_root(Path(path), settings.cache.gcroots / root):
+            raise DeployError(f"Could not make {settings.cache.gcroots / root} a GC root for {path}.")
+    real = real_path(nix, tool_path)
+    manifest = {
+        "backend": "nix",
+        "binaries": sorted(p.name for p in (real / "bin").iterdir()),
+        "checksum": proof.checksum,
+        "contract": proof.contract,
+        "crate": proof.crate,
+        "version": proof.version,
+        "rustc": proof.key.toolchain,
+        "lock_hash": proof.key.lock_hash,
+        "tests": proof.tests,
+        "nix_store_path": tool_path,
+        "nar_hash": proof.nar_hash,
+        "proof_store_path": provenance["proof_store_path"],
+        "proof_nar_hash": provenance["proof_nar_hash"],
+        "gcroot": str(settings.cache.gcroots / name),
+        "substituted_from": cache,
+        "signed_by": signer,
+        "model": str(proof.session.get("model", "")),
+        "iterations": int(proof.session.get("iterations", 0) or 0),
+    }
+    key = proof.key.digest().removeprefix("sha256-")[:32]
+    entry: StorePath = write_entry(
+        settings.cache.store,
+        key,
+        proof.crate,
+        proof.version,
+        lambda staging: (staging / "bin").symlink_to(real / "bin"),
+        manifest,
+    )
+    tool = make_tool(
+        contract=proof.contract,
+        start=False,
+        name=name,
+        binary=real / "bin" / proof.main,
+        crate=proof.crate,
+        version=proof.version,
+        source_hash=key,
+        store_path=Path(tool_path),
+        checksum=proof.checksum,
+        backend="nix",
+        timeout=settings.tool_timeout,
+        provenance={**entry.manifest, "proof": proof.to_json()},
+        lock_hash=proof.key.lock_hash,
+        env=settings.tool_env,
+        confine=settings.confine_tools,
+    )
+    Inventory(settings.cache.tools).save(
+        ToolRecord(
+            name=name,
+            crate=proof.crate,
+            version=proof.version,
+            # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
+            binary=str(entry.path / "bin" / proof.main),
+            store_path=str(entry.path),
+            source_hash=key,
+            checksum=proof.checksum,
+            checksum_kind=str(provenance.get("checksum_kind", "")),
+            registry=str(provenance.get("registry", "")),
+            workspace="",
+            commit=str(provenance.get("commit", "")),
+            backend="nix",
+            kind=tool.kind,
+            created=time.time(),
+            extra={
+                "entry": str(entry.path),
+                "nix_store_path": tool_path,
+                "substituted_from": cache,
+                "signed_by": signer,
+            },
+            request=str(provenance.get("request", "")),
+            model=manifest["model"],
+            iterations=manifest["iterations"],
+        )
+    )
+    return tool
+
+
+def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str) -> Pulled:
+    """The user's other choice after a refusal: build here from the recorded request, and compare."""
+    from ..pipeline.background import start_build
+    from ..request import BuildRequest
+
+    request = BuildRequest(
+        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None
+    )
+    here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
+    tool = start_build(here, request).wait([])
+    info = path_info(Nix(nix.runner, options=NixOptions.of(here)), str(tool.store_path))
+    identical = (
+        str(tool.store_path) == provenance["nix_store_path"]
+        and info is not None
+        and info.nar_hash == provenance["nar_hash"]
+    )
+    return Pulled(tool, refused=refused, identical=identical)

@@ -1,0 +1,467 @@
+"""A team on Nix, for real (issue 24): the proof as a signed store path, push, and a teammate's pull pinned by hash.
+
+Real nix, real keys (``nix key generate-secret``), a real signed ``file://``
+binary cache. The teammate is a second nix store on this machine (a chroot
+store, ``local?root=…``) with a flakebot cache of its own: the pulled path
+never comes from, nor goes to, the first store. One tool (tinyecho) is built
+once for the module; every test reuses it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from IPython.core.error import UsageError as IPythonUsageError
+from IPython.core.interactiveshell import InteractiveShell
+from tinycrates import Recorder
+from traitlets.config import Config
+
+import flakebot_magic
+from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, public_key, signer_of
+from flakebot_magic.cli import main as cli_main
+from flakebot_magic.clients.base import ToolClient
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import UntrustedPath, UsageError
+from flakebot_magic.events import Notice
+from flakebot_magic.host.process import Completed, ProcessRunner
+from flakebot_magic.manage import team
+from flakebot_magic.manage.cleanup import clean
+from flakebot_magic.manage.doctor import doctor
+from flakebot_magic.manage.export import export_replit
+from flakebot_magic.manage.tools import load
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.records.inventory import Inventory
+from flakebot_magic.records.proof import Proof
+from flakebot_magic.registry.directory import DirectoryRegistry
+
+
+def _real(test: Any) -> Any:
+    return pytest.mark.nix(pytest.mark.cargo(test))
+
+
+NIX = shutil.which("nix")
+TEAM_CACHE = Path(__file__).resolve().parents[2] / "scripts" / "team-cache.sh"
+#: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
+STAND_IN = Path(__file__).resolve().parents[1] / "nixpkgs"
+
+
+def _nix(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [NIX or "nix", "--extra-experimental-features", "nix-command flakes", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def _key(folder: Path, name: str) -> tuple[Path, str]:
+    """A signing key pair and a cache directory, as scripts/team-cache.sh makes them for a team."""
+    done = subprocess.run(["bash", str(TEAM_CACHE), str(folder), name], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"FLAKEBOT_PUSH_TO=file://{folder}/cache" in done.stdout
+    return folder / "secret-key", (folder / "public-key").read_text().strip()
+
+
+class Team:
+    """The module's one build, its keys, a signed cache and the notebook that recorded the tool."""
+
+    def __init__(self, root: Path, registry: str) -> None:
+        self.root = root
+        self.secret, self.public = _key(root / "team", "team-test-1")
+        self.evil_secret, self.evil_public = _key(root / "evil", "evil-1")
+        self.cache = f"file://{root / 'team' / 'cache'}"
+        # --push: every successful build goes to the cache on its own (here a second one, "auto")
+        self.settings = Settings(
+            cache_dir=root / "alice",
+            registry=registry,
+            backend="nix",
+            nixpkgs=f"path:{STAND_IN}",
+            push_after_build=True,
+            push_to=f"file://{root / 'auto'}",
+            nix_secret_key=str(self.secret),
+        )
+        self.recorder = Recorder()
+        self.tool: Any = Pipeline(self.settings, observers=[self.recorder]).run("", crate="tinyecho", name="echo")
+        self.provenance: dict[str, Any] = self.tool._repr_mimebundle_()[1]["flakebot"]
+        self.notebook = root / "shared.ipynb"
+        cell = nbformat.v4.new_code_cell("%%flakebot --name echo --crate tinyecho\necho its arguments")
+        cell.outputs = [
+            nbformat.v4.new_output(
+                "execute_result", data={"text/plain": "echo"}, metadata={"flakebot": self.provenance}, execution_count=1
+            )
+        ]
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), self.notebook)
+
+    def mate(self, name: str, *, cache: str | None = None, keys: str | None = None) -> Settings:
+        """A teammate: a flakebot cache of its own and a nix store of its own."""
+        return Settings(
+            cache_dir=self.root / name,
+            registry=self.settings.registry,
+            backend="nix",
+            nixpkgs=f"path:{STAND_IN}",
+            nix_store=f"local?root={self.root / name / 'nix-root'}",
+            nix_substituters=cache or self.cache,
+            nix_trusted_public_keys=keys if keys is not None else self.public,
+        )
+
+
+@pytest.fixture(scope="module")
+def built(nix_ready: None, session_registry: DirectoryRegistry, tmp_path_factory: pytest.TempPathFactory) -> Team:
+    return Team(tmp_path_factory.mktemp("team"), str(session_registry.path))
+
+
+@pytest.fixture(scope="module")
+def pushed(built: Team) -> Team:
+    code = cli_main(
+        [
+            "push",
+            "echo",
+            "--cache-dir",
+            str(built.settings.cache_dir),
+            "--to",
+            built.cache,
+            "--secret-key",
+            str(built.secret),
+        ]
+    )
+    assert code == 0
+    return built
+
+
+class CountingRunner(ProcessRunner):
+    """A real runner that remembers every command it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.argvs: list[list[str]] = []
+
+    def run(self, args: Any, **kwargs: Any) -> Completed:  # type: ignore[override]
+        self.argvs.append([os.fspath(a) for a in args])
+        return super().run(args, **kwargs)
+
+
+# -- the proof ----------------------------------------------------------------
+
+
+@_real
+def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
+    manifest = built.tool.provenance
+    proof_path = manifest["proof_store_path"]
+    assert proof_path.startswith("/nix/store/") and proof_path.endswith("-flakebot-proof-tinyecho-0.2.0")
+    proof = Proof.from_text((Path(proof_path) / "proof.json").read_text())
+    info = json.loads(_nix("path-info", "--json", str(built.tool.store_path)).stdout)[0]
+    assert proof.tool == str(built.tool.store_path) and proof.nar_hash == info["narHash"] == manifest["nar_hash"]
+    assert proof.passed and proof.tests["passed"] >= 1
+    assert proof.key.toolchain.startswith("rustc ") and proof.key.backend == "nix"
+    workspace = built.settings.cache.workspaces / "echo"
+    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=workspace, capture_output=True, text=True)
+    assert proof.key.source_tree == tree.stdout.strip() and proof.key.lock_hash == built.tool.lock_hash
+    assert proof.flakebot_version and proof.contract and proof.main == "tinyecho"
+    # what the notebook recorded pins both paths by hash
+    for key in ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash"):
+        assert built.provenance[key], key
+    # kept alive like the tool
+    assert Path(os.readlink(built.settings.cache.gcroots / ".proofs" / "echo")) == Path(proof_path)
+
+
+# -- push ---------------------------------------------------------------------
+
+
+@_real
+def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
+    for path in (pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]):
+        # nix itself checks the signature in the cache against the public key
+        done = _nix(
+            "store",
+            "verify",
+            "--store",
+            pushed.cache,
+            "--sigs-needed",
+            "1",
+            "--option",
+            "trusted-public-keys",
+            pushed.public,
+            path,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        narinfo = (pushed.root / "team" / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
+        assert "Sig: team-test-1:" in narinfo
+
+
+@_real
+def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
+    notices = [n.message for n in built.recorder.of(Notice)]
+    assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
+    trusted = TrustedKeys(built.public)
+    for path in (built.provenance["nix_store_path"], built.provenance["proof_store_path"]):
+        data = json.loads(
+            _nix("path-info", "--json", "--sigs", "--store", f"file://{built.root / 'auto'}", path).stdout
+        )
+        info = PathInfo(path, data[0]["narHash"], data[0]["narSize"], (), tuple(data[0]["signatures"]))
+        assert signer_of(info, trusted) == "team-test-1"
+
+
+@_real
+def test_push_needs_a_key_and_a_nix_tool(pushed: Team, capsys: pytest.CaptureFixture[str]) -> None:
+    cache_dir = str(pushed.settings.cache_dir)
+    assert cli_main(["push", "echo", "--cache-dir", cache_dir, "--to", pushed.cache]) == 1
+    assert "--secret-key" in capsys.readouterr().err
+    assert cli_main(["push", "nosuch", "--cache-dir", cache_dir, "--to", pushed.cache, "--secret-key", "/x"]) == 1
+    assert "No tool named 'nosuch'" in capsys.readouterr().err
+
+
+# -- pull ---------------------------------------------------------------------
+
+
+@_real
+def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
+    mate = pushed.mate("bob")
+    runner = CountingRunner()
+    provenance = team.notebook_provenance(pushed.notebook, "echo")
+    pulled = team.pull(mate, "echo", provenance, runner=runner)
+    tool = pulled.tool
+    assert str(tool.store_path) == pushed.provenance["nix_store_path"]
+    assert tool("hello", "team", input="") == "hello team\n"
+    assert tool.provenance["substituted_from"] == pushed.cache and tool.provenance["signed_by"] == "team-test-1"
+    assert pulled.signed_by == "team-test-1"
+    # no fork, no cargo, no model: nix commands only, each on the teammate's store or the cache, never the first
+    programs = {Path(argv[0]).name for argv in runner.argvs}
+    assert programs <= {"nix", "nix-store"}, programs
+    for argv in runner.argvs:
+        stores = [argv[i + 1] for i, word in enumerate(argv) if word == "--store"]
+        assert stores and set(stores) <= {mate.nix_store, pushed.cache}, argv
+    root = Path(str(mate.nix_store).partition("root=")[2])
+    assert (root / pushed.provenance["nix_store_path"].lstrip("/") / "bin" / "tinyecho").is_file()
+    assert not (mate.cache_dir / "workspaces" / "echo").exists()
+    # the teammate's kernel restarts: the tool comes back from its record, as any other
+    again = load(mate, "echo")
+    assert again("back", input="") == "back\n"
+    record = Inventory(mate.cache.tools).get("echo")
+    assert record is not None and record.extra["signed_by"] == "team-test-1"
+
+
+@_real
+def test_the_command_pulls_into_a_second_store(pushed: Team, capsys: pytest.CaptureFixture[str]) -> None:
+    mate = pushed.mate("carol")
+    code = cli_main(
+        [
+            "pull",
+            "echo",
+            "--from",
+            str(pushed.notebook),
+            "--cache-dir",
+            str(mate.cache_dir),
+            "--store",
+            str(mate.nix_store),
+            "--substituters",
+            pushed.cache,
+            "--trusted-public-keys",
+            pushed.public,
+            "--json",
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    shown = json.loads(out.out)
+    assert shown["provenance"]["substituted_from"] == pushed.cache, shown
+
+
+def _refused(mate: Settings, provenance: dict[str, Any]) -> UntrustedPath:
+    with pytest.raises(UntrustedPath) as refused:
+        team.pull(mate, "echo", provenance)
+    root = Path(str(mate.nix_store).partition("root=")[2])
+    assert not (root / provenance["nix_store_path"].lstrip("/")).exists()  # nothing fetched
+    assert Inventory(mate.cache.tools).get("echo") is None  # nothing registered, nothing to inject
+    assert "--if-untrusted rebuild" in str(refused.value)
+    return refused.value
+
+
+@_real
+def test_a_path_signed_by_another_key_is_refused(pushed: Team, tmp_path: Path) -> None:
+    evil = f"file://{tmp_path / 'evil-cache'}"
+    paths = [pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]]
+    _nix("copy", "--to", f"{evil}?secret-key={pushed.evil_secret}", *paths)
+    error = _refused(pushed.mate("eve", cache=evil), pushed.provenance)
+    assert "evil-1" in str(error) and "not by a trusted key" in str(error)
+    # trusting the other key too does not help an unsigned path
+    unsigned = f"file://{tmp_path / 'unsigned'}"
+    _nix("copy", "--to", unsigned, *paths)
+    error = _refused(
+        pushed.mate("dan", cache=unsigned, keys=f"{pushed.public} {pushed.evil_public}"), pushed.provenance
+    )
+    assert "signed by nobody" in str(error)
+
+
+@_real
+def test_a_hash_other_than_the_recorded_one_is_refused(pushed: Team) -> None:
+    forged = {**pushed.provenance, "nar_hash": "sha256-" + base64.b64encode(bytes(32)).decode()}
+    error = _refused(pushed.mate("fay"), forged)
+    assert "not the recorded" in str(error)
+
+
+@_real
+def test_refused_then_rebuilt_here_says_it_is_bit_identical(pushed: Team, tmp_path: Path) -> None:
+    unsigned = f"file://{tmp_path / 'unsigned'}"
+    _nix("copy", "--to", unsigned, pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"])
+    mate = pushed.mate("gus", cache=unsigned)  # refused into its own store; rebuilt in nix's own
+    pulled = team.pull(mate, "echo", team.notebook_provenance(pushed.notebook, "echo"), if_untrusted="rebuild")
+    assert pulled.refused and "signed by nobody" in pulled.refused
+    assert pulled.identical is True and "bit-identical" in pulled.text
+    assert isinstance(pulled.tool, ToolClient) and pulled.tool("x", input="") == "x\n"
+
+
+@_real
+def test_pull_without_keys_or_caches_says_what_to_set(pushed: Team) -> None:
+    with pytest.raises(UsageError, match="--trusted-public-keys"):
+        team.pull(pushed.mate("hal", keys=""), "echo", pushed.provenance)
+    with pytest.raises(UsageError, match="records no tool named 'nosuch'"):
+        team.notebook_provenance(pushed.notebook, "nosuch")
+    with pytest.raises(UsageError, match="not a nix public key"):
+        TrustedKeys("team:short")
+
+
+# -- the signature check itself -------------------------------------------------
+
+
+@_real
+def test_signer_of_checks_the_ed25519_signature_nix_made(pushed: Team) -> None:
+    path = pushed.provenance["nix_store_path"]
+    data = json.loads(_nix("path-info", "--json", "--sigs", "--store", pushed.cache, path).stdout)[0]
+    info = PathInfo(path, data["narHash"], data["narSize"], tuple(data["references"]), tuple(data["signatures"]))
+    trusted = TrustedKeys(pushed.public)
+    assert signer_of(info, trusted) == "team-test-1"
+    assert signer_of(info, TrustedKeys(pushed.evil_public)) is None
+    # any change to what was signed breaks it: size, hash, references
+    assert (
+        signer_of(PathInfo(path, info.nar_hash, info.nar_size + 1, info.references, info.signatures), trusted) is None
+    )
+    other = "sha256-" + base64.b64encode(bytes(32)).decode()
+    assert signer_of(PathInfo(path, other, info.nar_size, info.references, info.signatures), trusted) is None
+    assert signer_of(PathInfo(path, info.nar_hash, info.nar_size, (path,), info.signatures), trusted) is None
+    # the fingerprint's hash is nix's own base-32
+    narinfo = (pushed.root / "team" / "cache" / f"{Path(path).name.split('-')[0]}.narinfo").read_text()
+    assert f"NarHash: sha256:{nix_base32(base64.b64decode(info.nar_hash[7:]))}" in narinfo
+
+
+# -- the magic ------------------------------------------------------------------
+
+
+@_real
+def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path) -> None:
+    mate = pushed.mate("ivy")
+    config = Config()
+    config.FlakebotMagics.progress = "none"
+    shell = InteractiveShell(config=config)
+    try:
+        shell.extension_manager.load_extension("flakebot_magic")
+        again = f"file://{tmp_path / 'again'}"
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(pushed.settings.cache_dir)!r}")
+        shell.run_line_magic("flakebot", f"push echo --push-to {again} --secret-key {pushed.secret}")
+        assert list((tmp_path / "again").glob("*.narinfo"))
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(mate.cache_dir)!r}")
+        line = (
+            f"pull echo {pushed.notebook} --store {mate.nix_store} "
+            f"--substituters {again} --trusted-public-keys {pushed.public}"
+        )
+        shell.run_line_magic("flakebot", line)
+        assert shell.user_ns["echo"]("kernel", input="") == "kernel\n"
+        with pytest.raises(IPythonUsageError, match="NOTEBOOK"):
+            shell.run_line_magic("flakebot", "pull echo")
+    finally:
+        shell.extension_manager.unload_extension("flakebot_magic")
+        InteractiveShell.clear_instance()
+
+
+@_real
+def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> None:
+    mate = pushed.mate("jim")
+    team.pull(mate, "echo", pushed.provenance)
+    checked = doctor(mate)  # a pulled tool (no workspace) is a healthy record
+    assert checked.health.ok and checked.problems == [], checked.summary()
+    # clean keeps what a pulled tool uses: its roots (to the /nix/store path in the second store) and entry
+    assert clean(mate).removed == []
+    assert (mate.cache.gcroots / "echo").is_symlink() and (mate.cache.gcroots / ".proofs" / "echo").is_symlink()
+    assert load(mate, "echo")("still", input="") == "still\n"
+    with pytest.raises(UsageError, match=r"has no flake\.nix"):
+        export_replit(mate, "echo", mate.cache_dir / "export")
+    Inventory(mate.cache.tools).remove("echo")
+    report = clean(mate)
+    if report.refused:  # the registry is empty while the store is not: checked against the disk first
+        report = clean(mate)
+    assert not (mate.cache.gcroots / "echo").is_symlink()
+    assert not (mate.cache.gcroots / ".proofs" / "echo").is_symlink()
+
+
+@_real
+def test_load_from_saved_provenance_pulls_once_then_loads(pushed: Team) -> None:
+    mate = pushed.mate("kim")
+    options = {
+        "nix_store": mate.nix_store,
+        "nix_substituters": mate.nix_substituters,
+        "nix_trusted_public_keys": mate.nix_trusted_public_keys,
+    }
+    pulled = flakebot_magic.load("echo", cache_dir=mate.cache_dir, notebook=pushed.notebook, **options)
+    assert pulled("one", input="") == "one\n" and pulled.provenance["signed_by"] == "team-test-1"
+    # the same pin again: the tool registered here is that store path, nothing is fetched (no cache needed)
+    again = flakebot_magic.load(
+        "echo", cache_dir=mate.cache_dir, provenance=pushed.provenance, **{**options, "nix_substituters": None}
+    )
+    assert again.provenance["nix_store_path"] == pushed.provenance["nix_store_path"]
+    assert again("two", input="") == "two\n"
+    with pytest.raises(flakebot_magic.UntrustedPath):
+        flakebot_magic.load(
+            "other",
+            cache_dir=mate.cache_dir,
+            provenance=pushed.provenance,
+            **{**options, "nix_trusted_public_keys": pushed.evil_public},
+        )
+
+
+# -- keys, without nix ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["team:short", "nameless", ":" + base64.b64encode(bytes(32)).decode(), "a:!!!"])
+def test_a_bad_trusted_key_says_what_a_key_is(text: str) -> None:
+    with pytest.raises(UsageError, match="not a nix public key"):
+        TrustedKeys(text)
+
+
+def test_the_public_half_of_a_secret_key(tmp_path: Path) -> None:
+    seed, public = bytes(range(32)), bytes(range(32, 64))
+    (tmp_path / "sk").write_text(f"team-1:{base64.b64encode(seed + public).decode()}\n")
+    assert public_key(tmp_path / "sk").keys == {"team-1": public}
+    (tmp_path / "bad").write_text("team-1:" + base64.b64encode(public).decode())
+    with pytest.raises(UsageError, match="not a nix secret key"):
+        public_key(tmp_path / "bad")
+    with pytest.raises(UsageError, match="Cannot read the signing key"):
+        public_key(tmp_path / "missing")
+
+
+def test_pull_and_push_say_what_is_missing(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path / "c", backend="nix")
+    with pytest.raises(UsageError, match="--to"):
+        team.push(settings, "x")
+    with pytest.raises(UsageError, match="--secret-key"):
+        team.push(settings, "x", to="file:///c")
+    with pytest.raises(UsageError, match="no nix_store_path, nar_hash"):
+        team.pull(settings, "x", {"name": "x", "backend": "cargo"})
+    pinned = dict.fromkeys(team.PINNED, "x")
+    with pytest.raises(UsageError, match="--substituters"):
+        team.pull(settings, "x", pinned)
+    with pytest.raises(UsageError, match="if_untrusted"):
+        team.pull(settings, "x", pinned, if_untrusted="maybe")
+    (tmp_path / "nb.ipynb").write_text("{")
+    with pytest.raises(UsageError, match="Cannot read"):
+        team.notebook_provenance(tmp_path / "nb.ipynb", "x")

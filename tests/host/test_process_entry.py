@@ -1,0 +1,157 @@
+"""One way to start a process: only ``host/process.py`` forks and arms the parent-death signal; one line reader.
+
+* read from the source: no module outside ``flakebot_magic/host/process.py`` calls ``subprocess.Popen`` (or
+  ``run``, ``call``, ...), ``os.fork``/``exec*``/``spawn*``/``system``/``popen``, ``pty``, ``asyncio``'s
+  subprocesses or ``multiprocessing``, names ``prctl`` (the parent-death signal) or decodes a pipe
+  incrementally (the bounded line reader, ``host/output.py``);
+* the check is not vacuous: it finds what ``host/process.py`` does, and a module written the old way;
+* every door that starts a child gets the parent-death signal and its own process group.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.host.environment import allowed_env
+from flakebot_magic.host.exchange import Exchange
+from flakebot_magic.host.output import LineReader
+from flakebot_magic.host.process import ProcessRunner, spawn
+
+PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
+ENTRY = PACKAGE / "host" / "process.py"
+#: the one line reader lives beside the runner
+READER = PACKAGE / "host" / "output.py"
+
+_SUBPROCESS = {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+_OS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp"}
+_OS_PREFIXES = ("exec", "spawn")
+_MODULES = {"multiprocessing", "pty", "pexpect", "sh", "plumbum"}
+
+
+def _starts(source: str, where: str) -> list[str]:
+    """What in ``source`` starts a process, arms a parent-death signal or decodes a pipe by itself."""
+    found: list[str] = []
+    tree = ast.parse(source)
+    types = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Subscript)}  # Popen[bytes]
+    for node in ast.walk(tree):
+        line = f"{where}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            found += [f"{line} imports {a.name}" for a in node.names if a.name.split(".")[0] in _MODULES]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.split(".")[0] in _MODULES:
+                found.append(f"{line} imports from {module}")
+            elif module in ("subprocess", "os"):
+                names = _SUBPROCESS if module == "subprocess" else _OS
+                found += [
+                    f"{line} imports {module}.{a.name}"
+                    for a in node.names
+                    if a.name in names or (module == "os" and a.name.startswith(_OS_PREFIXES))
+                ]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and id(node) not in types:
+            owner, attr = node.value.id, node.attr
+            if (
+                (owner == "subprocess" and attr in _SUBPROCESS)
+                or (owner == "os" and (attr in _OS or attr.startswith(_OS_PREFIXES)))
+                or (owner == "asyncio" and attr.startswith("create_subprocess"))
+            ):
+                found.append(f"{line} calls {owner}.{attr}")
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            if name == "prctl":
+                found.append(f"{line} names prctl (the parent-death signal)")
+            elif name == "getincrementaldecoder":
+                found.append(f"{line} decodes a stream by itself (the line reader)")
+    return found
+
+
+def _modules() -> list[Path]:
+    suites = PACKAGE / "eval" / "suites"  # the eval suites' hidden checks are user-side test code, not flakebot's
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if suites not in p.parents]
+
+
+def test_only_host_process_starts_a_child() -> None:
+    outside = [
+        hit
+        for path in _modules()
+        if path != ENTRY
+        for hit in _starts(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE)))
+        if not (path == READER and hit.endswith("(the line reader)"))
+    ]
+    assert outside == [], "start children through flakebot_magic.host.process (spawn, ProcessRunner):\n" + "\n".join(
+        outside
+    )
+
+
+def test_the_check_finds_what_it_forbids() -> None:
+    inside = _starts(ENTRY.read_text(encoding="utf-8"), "process.py")
+    assert any("subprocess.Popen" in h for h in inside), inside
+    assert any("prctl" in h for h in inside), inside
+    assert any("line reader" in h for h in _starts(READER.read_text(encoding="utf-8"), "output.py"))
+    old_way = (
+        "import subprocess, os\nfrom os import execvp\nimport multiprocessing\n"
+        "p = subprocess.Popen(['x'])\nsubprocess.run(['x'])\nos.fork()\nos.spawnlp(0, 'x')\n"
+        "lib.prctl(1, 9)\nimport asyncio\nasyncio.create_subprocess_exec('x')\n"
+    )
+    hits = _starts(old_way, "old.py")
+    assert len(hits) == 8, hits
+
+
+#: a child that says which parent-death signal it has armed (``PR_GET_PDEATHSIG``: only one's own can be read)
+SHOW_OWN = (
+    "import ctypes, sys; v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); "
+    "print(v.value); sys.stdout.flush()"
+)
+
+
+@pytest.mark.parametrize("lasting", [False, True])
+def test_a_spawned_child_has_the_parent_death_signal_and_its_own_group(lasting: bool) -> None:
+    proc = spawn(["python3", "-c", SHOW_OWN], env=allowed_env(), lasting=lasting)
+    out, _ = proc.communicate(timeout=30)
+    assert int(out) == signal.SIGKILL
+    assert proc.returncode == 0
+    probe = spawn(["sleep", "30"], env=allowed_env(), lasting=lasting)
+    try:
+        assert os.getpgid(probe.pid) == probe.pid != os.getpgid(0)
+    finally:
+        probe.kill()
+        probe.wait()
+        for pipe in (probe.stdout, probe.stderr):
+            assert pipe is not None
+            pipe.close()
+
+
+def test_every_door_arms_it_the_runner_and_the_exchange() -> None:
+    done = ProcessRunner().run(["python3", "-c", SHOW_OWN], env=allowed_env(), timeout=30)
+    assert int(done.stdout) == signal.SIGKILL
+    proc = spawn(["python3", "-c", SHOW_OWN], env=allowed_env(), stdin=True)
+    out, _ = Exchange(proc).run(b"", 30)
+    proc.wait()
+    assert int(out) == signal.SIGKILL
+
+
+# -- the one line reader: both of its ways with a line too long ------------------------------------------------
+
+
+def test_the_line_reader_splits_or_drops_a_line_without_end() -> None:
+    split: list[str] = []
+    reader = LineReader(lambda line, end: split.append(line + end), max_line=10)
+    started = time.monotonic()
+    for _ in range(1000):
+        reader.feed(b"z" * 1000)  # a million bytes, no newline
+    reader.feed(b"\nlast", final=True)
+    assert time.monotonic() - started < 5
+    assert split[-1] == "last" and all(piece == "z" * 10 + "\n" for piece in split[:-1])  # pieces of 10, all kept
+    assert len(split) == 100_001
+    dropped: list[str] = []
+    reader = LineReader(lambda line, end: dropped.append(line + end), max_line=10, split=False)
+    for _ in range(1000):
+        reader.feed("é".encode() * 500)  # multi-byte: the note counts bytes
+    reader.feed(b"\nnext\n", final=True)
+    assert dropped == ["é" * 10 + "\n", f"[flakebot: {1_000_000 - 20} more bytes of this line dropped]\n", "next\n"]
