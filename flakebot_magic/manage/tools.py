@@ -38,8 +38,7 @@ from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
-from ..registry.base import SearchesByMeaning
-from ..stages.search import open_registry, search, why
+from ..stages.search import open_registry, search, why, words_only
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
 
 __all__ = [
@@ -586,7 +585,7 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
     """
     registry = open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
     found = search(registry, query, limit=limit)
-    notes = (registry.semantic_off,) if isinstance(registry, SearchesByMeaning) and registry.semantic_off else ()
+    notes = (words_only(registry),) if words_only(registry) else ()
     if not found:
         return CommandResult([], "", (*notes, f"No crate matches {query!r}."))
     width = max(len(f"{c.name} {c.version}") for c in found)

@@ -30,6 +30,7 @@ __all__ = [
     "unfit",
     "wants_tool",
     "why",
+    "words_only",
 ]
 
 #: how much a binary that fits the request (:func:`unfit`) multiplies its score when a tool is wanted
@@ -87,13 +88,20 @@ def semantic_notice(registry: Registry) -> str:
     the machine's state, not the request's. ``""`` too for a registry that
     ranks by meaning, or has no say in it (crates.io).
     """
-    if not isinstance(registry, SearchesByMeaning) or not registry.semantic_off:
+    why = words_only(registry)
+    if not why:
         return ""
     with _NOTICED_LOCK:
-        if registry.semantic_off in _NOTICED:
+        if why in _NOTICED:
             return ""
-        _NOTICED.add(registry.semantic_off)
-    return registry.semantic_off
+        _NOTICED.add(why)
+    return why
+
+
+def words_only(registry: Registry) -> str:
+    """Why ``registry`` searches by words only, and how to change that; ``""`` when meaning counts too, or
+    the registry has no say in it (crates.io ranks with its own search)."""
+    return registry.semantic_off if isinstance(registry, SearchesByMeaning) else ""
 
 
 def wants_tool(query: str) -> bool:
