@@ -293,3 +293,52 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
         option("prices").default_value()
     with pytest.raises(IPythonUsageError, match="FLAKEBOT_PRICES"):  # the magic: one line, no traceback
         FlakebotMagics(shell=None)._settings(parse_argstring(FlakebotMagics.flakebot, ""))
+
+
+#: where each time limit is decided by its option: a tool call's (the clients) and a model request's (the channel)
+TIMEOUT_OWNERS = {"tool_timeout": "clients", "model_timeout": "llm"}
+
+
+def _literal_timeouts(path: Path, copies: set[float]) -> list[str]:
+    """Where a parameter, field or argparse default named like a timeout is written as one of ``copies``."""
+    tree = ast.parse(path.read_text())
+    hits = []
+    for node in ast.walk(tree):
+        pairs: list[tuple[str, ast.expr | None]] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            pairs += list(
+                zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=True)
+            )
+            pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            pairs.append((node.target.id, node.value))
+        elif isinstance(node, ast.Call) and any(k.arg == "default" for k in node.keywords):
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            pairs += [(f, k.value) for f in flags for k in node.keywords if k.arg == "default"]
+        for name, value in pairs:
+            if "timeout" in name and isinstance(value, ast.Constant) and value.value in copies:
+                hits.append(f"{path.name}:{value.lineno}: {name} = {value.value}")
+    return hits
+
+
+def test_no_module_copies_a_timeout_option_by_hand(tmp_path: Path) -> None:
+    """A tool call's and a model request's time limits come from their options (issue 22: 60 and 120 were
+    written in six places of the clients and the model channel)."""
+    hits = [
+        f"{package}/{hit}"
+        for name, package in TIMEOUT_OWNERS.items()
+        for path in sorted((PACKAGE / package).rglob("*.py"))
+        for hit in _literal_timeouts(path, {option(name).default})
+    ]
+    assert hits == [], "take the default from options.option(NAME).default:\n" + "\n".join(hits)
+    # the check sees a copy written the old ways
+    old = tmp_path / "old.py"
+    old.write_text(
+        "import argparse\n"
+        "def call(x, timeout: float = 60.0): ...\n"
+        "class C:\n    timeout: float = 60.0\n"
+        "argparse.ArgumentParser().add_argument('--timeout', type=float, default=60.0)\n"
+    )
+    assert len(_literal_timeouts(old, {60.0})) == 3

@@ -26,11 +26,15 @@ from typing import Any
 
 from ..errors import ToolError
 from ..host.process import allowed_env
+from ..options import option
 from ..records.provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
 from ..untrusted import safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
 from .schema import prepare_arguments
+
+#: seconds one call of a tool may take, unless the caller says otherwise (the option's default)
+TOOL_TIMEOUT: float = option("tool_timeout").default
 
 __all__ = ["Confinement", "StartedToolClient", "ToolClient", "bridge_command", "tool_environment"]
 
@@ -130,7 +134,7 @@ class ToolClient:
         store_path: Path | str,
         checksum: str = "",
         backend: str = "cargo",
-        timeout: float = 60.0,
+        timeout: float = TOOL_TIMEOUT,
         provenance: Mapping[str, Any] | None = None,
         lock_hash: str = "",
         env: Mapping[str, str] | None = None,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .agents import ToolFunction, result_text
-from .base import ToolClient
+from .base import TOOL_TIMEOUT, ToolClient
 from .contract import KINDS
 from .factory import make_tool
 from .jsonrpc import (
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("binary", type=Path, help="the deployed tool's executable")
     parser.add_argument("--name", required=True, help="the tool's name")
     parser.add_argument("--kind", choices=[k for k in KINDS if k != "mcp"], default="cli")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per call")
+    parser.add_argument("--timeout", type=float, default=TOOL_TIMEOUT, help="seconds allowed per call")
     parser.add_argument("--health", default="/health", help="http: the readiness path")
     parser.add_argument("--ready-timeout", type=float, default=10.0, help="http: seconds allowed to start")
     args = parser.parse_args(argv)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records.inventory import ToolRecord
-from .base import StartedToolClient, ToolClient
+from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
 from .cli import CliTool
 from .contract import ToolContract
 from .http import HttpTool
@@ -40,7 +40,7 @@ def make_tool(
     contract: ToolContract | Mapping[str, Any] | None = None,
     checksum: str = "",
     backend: str = "cargo",
-    timeout: float = 60.0,
+    timeout: float = TOOL_TIMEOUT,
     provenance: Mapping[str, Any] | None = None,
     lock_hash: str = "",
     start: bool = True,
@@ -101,7 +101,7 @@ def tool_from_record(
     record: ToolRecord,
     *,
     provenance: Mapping[str, Any] | None = None,
-    timeout: float = 60.0,
+    timeout: float = TOOL_TIMEOUT,
     env: Mapping[str, str] | None = None,
     confine: bool = False,
     start: bool = False,

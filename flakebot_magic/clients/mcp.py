@@ -41,7 +41,7 @@ from .._version import __version__
 from ..errors import ToolError
 from . import lifecycle
 from .agents import ToolFunction
-from .base import Confinement, StartedToolClient
+from .base import TOOL_TIMEOUT, Confinement, StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, nonfinite, params_of, python_name, refuse_nonfinite
@@ -193,7 +193,7 @@ class McpSession:
 
     # -- the conversation --------------------------------------------------------
 
-    def request(self, method: str, params: Mapping[str, Any] | None = None, timeout: float = 60.0) -> Any:
+    def request(self, method: str, params: Mapping[str, Any] | None = None, timeout: float = TOOL_TIMEOUT) -> Any:
         """Send one request and wait for its answer; start the server first when it is not running."""
         with self._lock:
             if not self.alive:

@@ -71,7 +71,7 @@ class ModelHTTP:
     >>> http.close()
     """
 
-    def __init__(self, *, timeout: float = 120.0) -> None:
+    def __init__(self, *, timeout: float) -> None:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._reason = ""

@@ -20,6 +20,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, UsageError
+from ..options import option
+
+#: seconds one model request may take before the SDK retries it (the option's default)
+MODEL_TIMEOUT: float = option("model_timeout").default
 
 if TYPE_CHECKING:
     import openai
@@ -144,7 +148,7 @@ class ModelConfig:
     base_url: str = PROVIDERS["openai"].base_url
     provider: str | None = None
     key_env: str = DEFAULT_KEY_ENV
-    timeout: float = 120.0
+    timeout: float = MODEL_TIMEOUT
     max_retries: int = 2
     stream: bool = True
     #: how the functions are offered: native (``tools``), text (the system prompt), auto (native, then text)
