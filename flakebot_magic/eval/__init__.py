@@ -146,7 +146,7 @@ def run(
     loaded = loaded.only(list(tasks))
     if replay:
         loaded = _replayable(loaded)
-    registry = open_registry(settings.registry, target)
+    registry = open_registry(settings.registry, target, settings.embedding_model)
     if polyglot is not None:
         registry = ExerciseRegistry(registry, loaded.tasks)
     plan = EvalPlan(

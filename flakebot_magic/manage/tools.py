@@ -38,7 +38,7 @@ from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
-from ..stages.search import open_registry, search, why
+from ..stages.search import open_registry, search, why, words_only
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
 
 __all__ = [
@@ -583,9 +583,11 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
 
     Without a match the text is empty and a note says so.
     """
-    found = search(open_registry(settings.registry, settings.cache_dir), query, limit=limit)
+    registry = open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
+    found = search(registry, query, limit=limit)
+    notes = (words_only(registry),) if words_only(registry) else ()
     if not found:
-        return CommandResult([], "", (f"No crate matches {query!r}.",))
+        return CommandResult([], "", (*notes, f"No crate matches {query!r}."))
     width = max(len(f"{c.name} {c.version}") for c in found)
     lines = []
     for c in found:
@@ -595,4 +597,4 @@ def search_crates(settings: Settings, query: str, *, limit: int = 10) -> Command
             lines += textwrap.wrap(
                 " ".join(safe_line(text).split()), SEARCH_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8
             )
-    return CommandResult([c.to_json() for c in found], "\n".join(lines))
+    return CommandResult([c.to_json() for c in found], "\n".join(lines), notes)

@@ -112,7 +112,9 @@ class Pipeline:
     @property
     def registry(self) -> Registry:
         if self._registry is None:
-            self._registry = search_stage.open_registry(self.settings.registry, self.settings.cache_dir)
+            self._registry = search_stage.open_registry(
+                self.settings.registry, self.settings.cache_dir, self.settings.embedding_model
+            )
         return self._registry
 
     @property
@@ -341,6 +343,9 @@ class Pipeline:
                     candidates=[candidate],
                 )
             return Choice(candidate, "user", f"--crate {crate}")
+        note = search_stage.semantic_notice(registry)
+        if note:
+            self.bus.notice("search", note, "info")
         if run.model is not None:
             return self._choose_for_model(run, request)
         candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)

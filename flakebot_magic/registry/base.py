@@ -17,6 +17,7 @@ __all__ = [
     "FetchedSource",
     "Registry",
     "ResolvesLocally",
+    "SearchesByMeaning",
     "check_crate_field",
 ]
 
@@ -171,3 +172,11 @@ class ResolvesLocally(Protocol):
     def can_satisfy(self, name: str, requirement: str) -> bool:
         """Whether some version of ``name`` in this registry matches ``requirement`` (cargo's rules)."""
         ...
+
+
+@runtime_checkable
+class SearchesByMeaning(Protocol):
+    """A registry whose search can rank by meaning (sentence embeddings) as well as by words."""
+
+    #: why its search ranks by words only, and how to change that ("" when meaning counts too)
+    semantic_off: str

@@ -35,6 +35,7 @@ __all__ = [
     "read_capped",
     "read_manifest",
     "readme",
+    "readme_summary",
     "tool_binaries",
     "well_typed",
 ]
@@ -287,6 +288,29 @@ def readme(crate_dir: Path, package: dict[str, Any]) -> str:
         if text:
             return text.decode("utf-8", "replace")[:README_LIMIT]
     return ""
+
+
+#: README lines that are no prose: badges, links, headings, HTML, fences, tables, rules
+_NOT_PROSE = ("[!", "![", "[", "<", "#", "```", "|", "---", "===")
+_MARKDOWN_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def readme_summary(text: str, limit: int) -> str:
+    """What a README says first, in prose: code blocks, badges, headings, HTML and tables left out,
+    ``[text](link)`` read as its text, on one line, cut at a word at most ``limit`` characters long.
+
+    Examples
+    --------
+    >>> readme_summary("# walkdir\\n[![ci](x)](y)\\n\\nA [crate](https://x) to walk a directory recursively.", 30)
+    'A crate to walk a directory'
+    """
+    prose = _FENCE.sub("", text)
+    lines = [line for line in prose.splitlines() if line.strip() and not line.lstrip().startswith(_NOT_PROSE)]
+    joined = " ".join(_MARKDOWN_LINK.sub(r"\1", " ".join(lines)).split())
+    if len(joined) <= limit:
+        return joined
+    cut = joined[: limit + 1]
+    return cut[: cut.rindex(" ")] if " " in cut else cut[:limit]
 
 
 _DOC_COMMENT = re.compile(r"^[ \t]*//![ \t]?(.*)$", re.M)

@@ -12,6 +12,16 @@ graph); and the registry's vocabulary (in how many crates each word appears),
 which corrects a query's typos and joins its split words. Searching is a
 bm25-ranked FTS5 query over the query's concepts, times the prior and the
 share of the request each crate covers: see :mod:`.ranking` for the score.
+
+With a sentence-embedding model (:mod:`.embedding`), the index also holds
+each crate's embedding (its name, description, keywords and the start of
+its README) and, for a crate with a tool binary, the embedding of what that
+binary says of itself; the model's identity is part of the index's
+signature, so a new model rebuilds it. A search then embeds the request,
+adds the crates closest in meaning to those found by words, and fuses both
+scores (:func:`.ranking.fuse`). Without a model (or with
+``$FLAKEBOT_EMBEDDING_MODEL=off``) search is lexical, as before, and
+:attr:`DirectoryRegistry.semantic_off` says why.
 """
 
 from __future__ import annotations
@@ -40,9 +50,9 @@ from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside, rea
 from ..host.storage import translate
 from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from ..untrusted import safe_line
-from . import ranking
+from . import embedding, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
-from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
+from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries
 from .semver import matches, newest
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
@@ -114,11 +124,14 @@ class DirectoryRegistry:
         The directory (``/usr/share/cargo/registry``, or a ``cargo vendor`` output).
     cache_dir
         Where the search index is kept.
+    embedding_model
+        The ``embedding_model`` setting (:func:`semantic_model`): a model
+        directory, ``off``, or None for the installed model if any.
     """
 
     offline = True
 
-    def __init__(self, path: Path | str, cache_dir: Path) -> None:
+    def __init__(self, path: Path | str, cache_dir: Path, *, embedding_model: str | None = None) -> None:
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_dir():
             raise ConfigError(
@@ -131,6 +144,8 @@ class DirectoryRegistry:
         self.index_path = CacheLayout(Path(cache_dir)).index / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._model, self.semantic_off = embedding.semantic_model(embedding_model)
+        self._vectors: embedding.CrateVectors | None = None
 
     # -- the index ---------------------------------------------------------
 
@@ -140,6 +155,7 @@ class DirectoryRegistry:
         digest = hashlib.sha256("\n".join(entries).encode())
         digest.update(str(self.path.stat().st_mtime_ns).encode())
         digest.update(str(INDEX_VERSION).encode())
+        digest.update(f"model:{self._model.identity if self._model else '-'}".encode())
         return digest.hexdigest()
 
     def _connect(self) -> sqlite3.Connection:
@@ -172,6 +188,7 @@ class DirectoryRegistry:
 
     def _discard(self) -> None:
         """Close the index and remove its file: the next read makes it again."""
+        self._vectors = None
         with self._lock:
             if self._db is not None:
                 self._db.close()
@@ -205,8 +222,10 @@ class DirectoryRegistry:
                 {", ".join(_COLUMNS_FTS)}, content='', tokenize='{ranking.TOKENIZER}'
             );
             CREATE TABLE words (word TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+            {embedding.VECTORS_TABLE};
             """
         )
+        embedded: list[tuple[int, str, str]] = []  # per crate row: what its embedding reads, and its binary's
         # the popularity prior: which crates each crate builds on, by name (all versions together)
         depends_on: dict[str, set[str]] = {}
         vocabulary: dict[str, int] = {}
@@ -232,6 +251,8 @@ class DirectoryRegistry:
             categories = [c for c in package.get("categories", []) if isinstance(c, str)]
             description = " ".join(str(package.get("description", "")).split())
             bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
+            said = binary_text(crate_dir, manifest) if bins else ""
+            readme_text = readme(crate_dir, package)
             depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
@@ -256,14 +277,21 @@ class DirectoryRegistry:
                 description,
                 " ".join(keywords),
                 " ".join(categories),
-                ranking.clean(binary_text(crate_dir, manifest)) if bins else "",
-                ranking.clean(readme(crate_dir, package)),
+                ranking.clean(said),
+                ranking.clean(readme_text),
             )
             db.execute(
                 f"INSERT INTO crates_fts (rowid, {', '.join(_COLUMNS_FTS)}) VALUES (?,?,?,?,?,?,?)",
                 (cursor.lastrowid, *text),
             )
             documents += 1
+            summary = readme_summary(ranking.clean(readme_text), embedding.SUMMARY_CHARS)
+            embedded.append(
+                (
+                    int(cursor.lastrowid or 0),
+                    *embedding.crate_texts(name, description, keywords, summary, said if bins else None),
+                )
+            )
             for word in set(ranking.tokens(" ".join(text))):
                 vocabulary[word] = vocabulary.get(word, 0) + 1
         priors = ranking.reverse_dependencies(depends_on)
@@ -272,9 +300,16 @@ class DirectoryRegistry:
             [(p, math.log1p(p), n) for n, p in priors.items()],
         )
         db.executemany("INSERT INTO words VALUES (?, ?)", vocabulary.items())
+        if self._model is not None:
+            embedding.store_vectors(db, self._model, embedded)
         db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
         db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
         db.commit()
+
+    def _load_vectors(self) -> embedding.CrateVectors:
+        if self._vectors is None:
+            self._vectors = embedding.load_vectors(self._connect())
+        return self._vectors
 
     def close(self) -> None:
         with self._lock:
@@ -334,16 +369,84 @@ class DirectoryRegistry:
     @_remade_when_damaged
     def search(self, query: str, limit: int = 10) -> list[CrateCandidate]:
         """Candidates best first; each carries its score parts (``relevance``, ``prior``,
-        ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`)."""
+        ``popularity``, ``name``, ``coverage``, ``evidence``: see :func:`.ranking.combine`; with
+        semantic search also ``lexical``, ``words``, ``similarity``, ``meaning`` and, for a crate with
+        a tool binary, ``own_similarity``: see :func:`.ranking.fuse`)."""
         db = self._connect()
         found = ranking.concepts(query, self.frequencies, self.matches)
-        if not found:
+        if not found:  # no word at all: nothing to mean either
             return []
+        # embedding the request on a worker thread while its words were ranked was slower than this (both
+        # need the interpreter, and the machine's two cores)
+        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
+        rows = self._lexical_rows(db, query, found, limit)
+        similarity: dict[int, float] = {}
+        own: dict[int, float] = {}
+        vectors = self._load_vectors() if meaning is not None else None
+        if vectors is None or not vectors.ids:  # no model, or an empty registry: words only
+            meaning = None
+        if meaning is not None and vectors is not None:
+            ids, matrix, owned = vectors.ids, vectors.matrix, vectors.own
+            cosines = matrix @ meaning
+            similarity = dict(zip(ids, cosines.tolist(), strict=True))
+            own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
+            known = {r[0] for r in rows}
+            mean, best_similarity = float(cosines.mean()), float(cosines.max())
+            floor = mean + ranking.SEMANTIC_FLOOR * (best_similarity - mean)
+            closest = [
+                ids[i]
+                for i in cosines.argsort()[::-1][: ranking.SEMANTIC_POOL]
+                if ids[i] not in known and cosines[i] > max(floor, ranking.SEMANTIC_MIN_SIMILARITY)
+            ]
+            rows += self._rows_by_id(db, query, found, closest)
+        if not rows:
+            return []
+        matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
+        documents = self._documents()
+        scored = []
+        for row in rows:
+            anywhere, mine = matched[row[0]]
+            parts = ranking.combine(
+                row[-3],
+                row[-2],
+                named=bool(row[-1]),
+                covered=ranking.coverage(anywhere, found, documents),
+                evidence=ranking.coverage(mine, found, documents, ranking.EVIDENCE_POWER),
+            )
+            scored.append((row, parts))
+        if meaning is not None:
+            best_lexical = max(parts["score"] for _, parts in scored)
+            for row, parts in scored:
+                lexical = parts["score"]
+                fused, words, closeness = ranking.fuse(lexical, best_lexical, similarity[row[0]], mean, best_similarity)
+                parts.update(
+                    score=fused, lexical=lexical, words=words, similarity=similarity[row[0]], meaning=closeness
+                )
+                if row[0] in own:
+                    parts["own_similarity"] = own[row[0]]
+        # per name: the newest version's row, scored as the best-scoring version of the name
+        best: dict[str, tuple[tuple[Any, ...], dict[str, float]]] = {}
+        for row, parts in scored:
+            name, version = row[1], row[2]
+            kept = best.get(name)
+            if kept is None:
+                best[name] = (row, parts)
+                continue
+            chosen = parts if parts["score"] > kept[1]["score"] else kept[1]
+            newer = newest([kept[0][2], version]) == version != kept[0][2]
+            best[name] = (row if newer else kept[0], chosen)
+        ranked = sorted(best.values(), key=lambda kept: -kept[1]["score"])[:limit]
+        return [self._candidate(row[1:-3], parts.pop("score"), parts) for row, parts in ranked]
+
+    def _lexical_rows(
+        self, db: sqlite3.Connection, query: str, found: list[ranking.Concept], limit: int
+    ) -> list[tuple[Any, ...]]:
+        """The best rows by words: relevance x popularity x name first (as :func:`.ranking.combine`
+        computes them); coverage is computed on these."""
         keys = sorted(ranking.name_keys(query, found)) or [""]
         named = f"(c.key IN ({', '.join('?' * len(keys))}))"
         weights = ", ".join("?" * len(_WEIGHTS))
-        # relevance x popularity x name first (as ranking.combine computes them), coverage on the best of those
-        rows = db.execute(
+        rows: list[tuple[Any, ...]] = db.execute(
             f"SELECT c.id, {self._COLUMNS}, -bm25(crates_fts, {weights}) AS relevance, c.prior, {named} AS named"
             " FROM crates_fts JOIN crates c ON c.id = crates_fts.rowid WHERE crates_fts MATCH ?"
             " ORDER BY relevance * (1 + ? * c.log_prior) * (CASE WHEN named THEN ? ELSE 1 END) DESC LIMIT ?",
@@ -356,29 +459,23 @@ class DirectoryRegistry:
                 max(limit * 3, _POOL),
             ),
         ).fetchall()
-        matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
-        documents = self._documents()
-        # per name: the newest version's row, scored as the best-scoring version of the name
-        best: dict[str, tuple[tuple[Any, ...], dict[str, float]]] = {}
-        for row in rows:
-            anywhere, own = matched[row[0]]
-            parts = ranking.combine(
-                row[-3],
-                row[-2],
-                named=bool(row[-1]),
-                covered=ranking.coverage(anywhere, found, documents),
-                evidence=ranking.coverage(own, found, documents, ranking.EVIDENCE_POWER),
-            )
-            name, version = row[1], row[2]
-            kept = best.get(name)
-            if kept is None:
-                best[name] = (row, parts)
-                continue
-            scored = parts if parts["score"] > kept[1]["score"] else kept[1]
-            newer = newest([kept[0][2], version]) == version != kept[0][2]
-            best[name] = (row if newer else kept[0], scored)
-        ranked = sorted(best.values(), key=lambda kept: -kept[1]["score"])[:limit]
-        return [self._candidate(row[1:-3], parts.pop("score"), parts) for row, parts in ranked]
+        return rows
+
+    def _rows_by_id(
+        self, db: sqlite3.Connection, query: str, found: list[ranking.Concept], ids: list[int]
+    ) -> list[tuple[Any, ...]]:
+        """Rows shaped as :meth:`_lexical_rows`' for crates found by meaning: no bm25 relevance (words
+        that ranked them below the lexical pool count for nothing), their prior and name match."""
+        if not ids:
+            return []
+        keys = sorted(ranking.name_keys(query, found)) or [""]
+        marks = ", ".join("?" * len(keys))
+        rows: list[tuple[Any, ...]] = db.execute(
+            f"SELECT c.id, {self._COLUMNS}, 0.0, c.prior, (c.key IN ({marks})) FROM crates c"
+            f" WHERE c.id IN ({', '.join(str(int(i)) for i in ids)})",
+            keys,
+        ).fetchall()
+        return rows
 
     def _documents(self) -> int:
         row = self._connect().execute("SELECT value FROM meta WHERE key = 'documents'").fetchone()

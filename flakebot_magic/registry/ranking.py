@@ -26,7 +26,7 @@ report no evidence of their own):
   graph was measured too and ranked worse: it piles its weight on
   infrastructure such as ``proc-macro2``, which no request asks for.)
 
-The score (:func:`combine`) is::
+The lexical score (:func:`combine`) is::
 
     score = relevance * (1 + PRIOR_WEIGHT * log(1 + prior)) * name * coverage ** COVERAGE_POWER
 
@@ -37,6 +37,9 @@ words (a user who says "TOML" means the crate called ``toml``), and
 ``coverage`` the share of the request's concepts its text holds. The
 weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
 ``make bench`` reports both halves.
+
+With a sentence-embedding model (:mod:`.embedding`), words and meaning are
+fused (:func:`fuse`), its form and weights chosen on the tuning half only.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ __all__ = [
     "EVIDENCE_POWER",
     "NAME_BOOST",
     "PRIOR_WEIGHT",
+    "SEMANTIC_FLOOR",
+    "SEMANTIC_MIN_SIMILARITY",
+    "SEMANTIC_POOL",
+    "SEMANTIC_WEIGHT",
     "STOPWORDS",
     "SYNONYMS",
     "TOKENIZER",
@@ -65,6 +72,7 @@ __all__ = [
     "dependency_names",
     "edits1",
     "evidence_in",
+    "fuse",
     "match_concepts",
     "match_expression",
     "name_key",
@@ -84,6 +92,17 @@ NAME_BOOST = 1.5
 COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
+#: how much meaning weighs against words in a fused score (:func:`fuse`)
+SEMANTIC_WEIGHT = 0.6
+#: how many crates closest in meaning join the crates found by words ...
+SEMANTIC_POOL = 40
+#: ... when their ``meaning`` (:func:`fuse`) is above this: a crate found by meaning alone must be at least
+#: half as far above the registry's mean as the closest crate (0.0 to 0.5 ranked the tuning half alike;
+#: without it a small registry listed every crate for any request)
+SEMANTIC_FLOOR = 0.5
+#: ... and their cosine similarity to the request at least this (unrelated sentences score about 0 to 0.2;
+#: 0.2 ranked the tuning half as no floor did, 0.3 lost a top-10)
+SEMANTIC_MIN_SIMILARITY = 0.2
 
 _STOPWORD_TEXT = """a an and are as at be by for from in into is it its of on or that the this to with
     which what when how make makes made some any all my me i we you your our can will
@@ -553,3 +572,27 @@ def combine(
     if evidence is not None:
         parts["evidence"] = evidence
     return parts
+
+
+def fuse(
+    lexical: float, best_lexical: float, similarity: float, mean: float, best: float, weight: float | None = None
+) -> tuple[float, float, float]:
+    """``(score, words, meaning)``: ``(1 - weight) * words + weight * meaning``, each share in [0, 1].
+
+    ``words`` is ``lexical / best_lexical`` (the best crate by words has 1);
+    ``meaning`` is how far the crate's cosine similarity to the request is
+    above the registry's ``mean``, as a share of the closest crate's (``best``)
+    lead: 0 at or below the mean, 1 for the closest. ``weight`` defaults to
+    :data:`SEMANTIC_WEIGHT`. The crates found by words are joined by the
+    :data:`SEMANTIC_POOL` closest in meaning (meaning above
+    :data:`SEMANTIC_FLOOR`, similarity at least :data:`SEMANTIC_MIN_SIMILARITY`).
+
+    Examples
+    --------
+    >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6), fuse(0.0, 20.0, 0.1, 0.2, 0.6)
+    ((0.8, 0.5, 1.0), (0.0, 0.0, 0.0))
+    """
+    w = SEMANTIC_WEIGHT if weight is None else weight
+    words = min(max(lexical, 0.0) / best_lexical, 1.0) if best_lexical > 0 else 0.0
+    meaning = min(max((similarity - mean) / (best - mean), 0.0), 1.0) if best > mean else 0.0
+    return (1.0 - w) * words + w * meaning, words, meaning

@@ -28,7 +28,7 @@ from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
 from ..llm.reply import Reply
 from ..registry.base import CrateCandidate, Registry
-from ..registry.crate_files import read_capped
+from ..registry.crate_files import read_capped, readme_summary
 from ..untrusted import safe_line, safe_text
 from . import search as search_stage
 
@@ -201,14 +201,8 @@ def summary_of(registry: Registry, candidate: CrateCandidate) -> dict[str, Any]:
 def _readme_start(root: Path) -> str:
     for name in ("README.md", "README", "readme.md", "README.markdown"):
         text = read_capped(root, name, 16_000).decode("utf-8", "replace")
-        if text:
-            # badges, links and headings say little; the first prose does
-            lines = [
-                line
-                for line in text.splitlines()
-                if line.strip() and not line.lstrip().startswith(("[!", "![", "[", "<", "#", "```"))
-            ]
-            return safe_text(" ".join(" ".join(lines).split()))[:README_CHARS]
+        if text:  # badges, links and headings say little; the first prose does
+            return safe_text(readme_summary(text, README_CHARS))
     return ""
 
 

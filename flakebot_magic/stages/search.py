@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SearchError
 from ..registry import ranking
-from ..registry.base import CrateCandidate, Registry
+from ..registry.base import CrateCandidate, Registry, SearchesByMeaning
 from ..registry.crate_files import fixture_binary
 
 __all__ = [
     "BIN_BOOST",
     "EVIDENCE",
+    "SEMANTIC_EVIDENCE",
+    "SEMANTIC_VETO",
     "TERM_BOOST",
     "Fitness",
     "boost_exact_terms",
@@ -22,16 +25,24 @@ __all__ = [
     "rank",
     "relevance",
     "search",
+    "semantic_notice",
     "tools_of",
     "unfit",
     "wants_tool",
     "why",
+    "words_only",
 ]
 
 #: how much a binary that fits the request (:func:`unfit`) multiplies its score when a tool is wanted
 BIN_BOOST = 1.75
 #: a binary is deployed as published only when its own words cover at least this share of the request
 EVIDENCE = 0.65
+#: ... or when what its binary says of itself means what the request asks: the cosine similarity of their
+#: embeddings at least this (chosen on the tuning half: above every wrong binary's there, 0.595, by 0.05)
+SEMANTIC_EVIDENCE = 0.65
+#: and never when it means something else: a similarity below this vetoes the words' evidence ("parse a URL"
+#: is no job for ``open``, whose description names URLs). The tuning half's right deploys are all at 0.39 or more
+SEMANTIC_VETO = 0.3
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
 
@@ -42,10 +53,12 @@ _TOOL_WORDS = re.compile(
 )
 
 
-def open_registry(spec: str | None, cache_dir: Path) -> Registry:
+def open_registry(spec: str | None, cache_dir: Path, embedding_model: str | None = None) -> Registry:
     """A registry from a user's ``--registry``: a directory path, ``crates.io``, or None.
 
     None means Debian's registry when it is installed, crates.io otherwise.
+    ``embedding_model`` is the ``embedding_model`` setting, for a directory
+    registry's semantic search (crates.io ranks with its own search).
     """
     from ..config import default_registry
 
@@ -60,7 +73,35 @@ def open_registry(spec: str | None, cache_dir: Path) -> Registry:
         return CratesIoRegistry(api_url=spec.rstrip("/"))
     from ..registry.directory import DirectoryRegistry
 
-    return DirectoryRegistry(spec, cache_dir)
+    return DirectoryRegistry(spec, cache_dir, embedding_model=embedding_model)
+
+
+_NOTICED: set[str] = set()
+_NOTICED_LOCK = threading.Lock()
+
+
+def semantic_notice(registry: Registry) -> str:
+    """Why ``registry`` searches by words only, the first time this process asks; ``""`` after that.
+
+    A pipeline says it once (a notice), not on every build: semantic search
+    being off (no model installed, or ``$FLAKEBOT_EMBEDDING_MODEL=off``) is
+    the machine's state, not the request's. ``""`` too for a registry that
+    ranks by meaning, or has no say in it (crates.io).
+    """
+    why = words_only(registry)
+    if not why:
+        return ""
+    with _NOTICED_LOCK:
+        if why in _NOTICED:
+            return ""
+        _NOTICED.add(why)
+    return why
+
+
+def words_only(registry: Registry) -> str:
+    """Why ``registry`` searches by words only, and how to change that; ``""`` when meaning counts too, or
+    the registry has no say in it (crates.io ranks with its own search)."""
+    return registry.semantic_off if isinstance(registry, SearchesByMeaning) else ""
 
 
 def wants_tool(query: str) -> bool:
@@ -103,8 +144,12 @@ def unfit(candidate: CrateCandidate) -> str:
     file path, not nothing), and the crate's own words (its name,
     description, keywords and what its binaries say they do) must cover at
     least :data:`EVIDENCE` of the request (``parts["evidence"]``, weighted by
-    how rare each word of the request is). A registry that reports no
-    evidence is not held to the last rule.
+    how rare each word of the request is), or mean what it asks: their
+    embedding's cosine similarity to the request's at least
+    :data:`SEMANTIC_EVIDENCE` (``parts["own_similarity"]``, with semantic
+    search), and, with semantic search, not mean something else (a similarity
+    below :data:`SEMANTIC_VETO`). A registry that reports no evidence is not
+    held to the last rules.
 
     Examples
     --------
@@ -124,9 +169,17 @@ def unfit(candidate: CrateCandidate) -> str:
     if candidate.reads == "none":
         return f"its binary {tools[0]} reads no input (a demo, or it needs a feature that is off by default)"
     evidence = candidate.parts.get("evidence")
-    if evidence is not None and evidence < EVIDENCE:
+    if evidence is not None and evidence < EVIDENCE and not _means_it(candidate):
         return f"its own description and binary text cover {evidence:.0%} of the request"
+    similarity = candidate.parts.get("own_similarity")
+    if similarity is not None and similarity < SEMANTIC_VETO:
+        return f"what its binary says of itself means something else (similarity {similarity:.2f})"
     return ""
+
+
+def _means_it(candidate: CrateCandidate) -> bool:
+    """Whether what the candidate's binary says of itself means what the request asks (semantic evidence)."""
+    return candidate.parts.get("own_similarity", 0.0) >= SEMANTIC_EVIDENCE
 
 
 @dataclass(frozen=True)
@@ -171,7 +224,10 @@ def fitness(candidates: list[CrateCandidate]) -> Fitness:
     chosen = fits[0]
     reason = f"{chosen.name} ships the binary {tools_of(chosen)[0]}"
     evidence = chosen.parts.get("evidence")
-    if evidence is not None:
+    if evidence is not None and evidence < EVIDENCE and _means_it(chosen):
+        similarity = chosen.parts["own_similarity"]
+        reason += f", and its own description and binary text mean what the request asks (similarity {similarity:.2f})"
+    elif evidence is not None:
         reason += f", and its own description and binary text cover {evidence:.0%} of the request"
     best = by_relevance[0]
     if best is not chosen and relevance(best) > relevance(chosen):
@@ -259,22 +315,40 @@ def why(candidate: CrateCandidate) -> str:
 
     The parts multiply: bm25 relevance, the popularity prior's factor (with
     the reverse-dependency prior it comes from), the name match, the binary
-    boost and the exact-term boost; factors of 1 are left out. A registry
-    that reports no parts (crates.io) gives its own score.
+    boost and the exact-term boost; factors of 1 are left out. With semantic
+    search the words' score and the meaning's are added first
+    (:func:`~flakebot_magic.registry.ranking.fuse`). A registry that reports
+    no parts (crates.io) gives its own score.
 
     Examples
     --------
     >>> why(CrateCandidate("toml", "0.5.11", score=20.0,
     ...     parts={"relevance": 8.0, "prior": 4.1, "popularity": 1.49, "name": 1.5}))
     'relevance 8.00 x popularity 1.49 (prior 4.10) x name match 1.50'
+    >>> why(CrateCandidate("walkdir", "2.3.2", score=0.6, parts={"relevance": 0.0, "words": 0.0,
+    ...     "meaning": 1.0, "similarity": 0.52}))
+    '0.4 x words 0.00 + 0.6 x meaning 1.00 (similarity 0.52)'
     """
     parts = candidate.parts
     if "relevance" not in parts:
         return f"registry score {candidate.score:.2f}"
-    text = [f"relevance {parts['relevance']:.2f}"]
-    for key, label in _FACTORS:
+    words = [f"relevance {parts['relevance']:.2f}"]
+    for key, label in _FACTORS[:3]:
         factor = parts.get(key, 1.0)
         if factor != 1.0:
             extra = f" (prior {parts.get('prior', 0.0):.2f})" if key == "popularity" else ""
-            text.append(f"{label} {factor:.2f}{extra}")
+            words.append(f"{label} {factor:.2f}{extra}")
+    if "meaning" in parts:
+        weight = ranking.SEMANTIC_WEIGHT
+        detail = f" ({' x '.join(words)})" if parts.get("relevance") else ""
+        text = [
+            f"{1 - weight:g} x words {parts['words']:.2f}{detail} + {weight:g} x meaning {parts['meaning']:.2f} "
+            f"(similarity {parts['similarity']:.2f})"
+        ]
+    else:
+        text = [" x ".join(words)]
+    for key, label in _FACTORS[3:]:
+        factor = parts.get(key, 1.0)
+        if factor != 1.0:
+            text.append(f"{label} {factor:.2f}")
     return " x ".join(text)

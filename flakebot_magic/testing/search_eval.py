@@ -14,6 +14,13 @@ what the pipeline would decide without a model
 The two halves (``tune`` and ``held-out``) are reported apart; the split is by
 request, fixed when the data was written.
 
+A third set, ``tests/search_paraphrases_fresh.toml`` (:func:`load_fresh_cases`),
+holds three more paraphrases of every request, written blind (by someone who
+never saw the code, the ranking or the other sets) and added after all tuning;
+nothing is tuned on it. It has only ids and texts: each case is judged by its
+request's ``accept`` and ``tools`` in ``tests/search_paraphrases.toml``, its
+split is ``fresh`` and its ``half`` the request's half there.
+
 Examples
 --------
 >>> summarize([]) == {}
@@ -33,10 +40,26 @@ from ..registry.base import CrateCandidate, Registry
 from ..stages import search as search_stage
 from ..stages.choose import choose_without_model
 
-__all__ = ["PARAPHRASES", "VERDICTS", "Case", "Outcome", "evaluate", "judge", "load_cases", "summarize"]
+__all__ = [
+    "FRESH",
+    "FRESH_PARAPHRASES",
+    "PARAPHRASES",
+    "VERDICTS",
+    "Case",
+    "Outcome",
+    "evaluate",
+    "judge",
+    "load_cases",
+    "load_fresh_cases",
+    "summarize",
+]
 
 #: the data file in a source checkout
 PARAPHRASES = Path(__file__).resolve().parents[2] / "tests" / "search_paraphrases.toml"
+#: the blind set, in a source checkout
+FRESH_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_fresh.toml")
+#: the split (and kind) of the blind set's cases
+FRESH = "fresh"
 #: the fitness verdicts, best first
 VERDICTS = ("deploy", "refuse", "miss", "wrong")
 #: how many of a NeedsModelError's candidates count as "named" by it
@@ -53,6 +76,7 @@ class Case:
     split: str
     accept: tuple[str, ...]
     tools: tuple[str, ...]
+    half: str = ""  # a blind case's request's half in the paraphrase file ("" for that file's own cases)
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,31 @@ def load_cases(path: Path = PARAPHRASES) -> list[Case]:
                     split=request["split"],
                     accept=tuple(request["accept"]),
                     tools=tuple(request["tools"]),
+                )
+            )
+    return cases
+
+
+def load_fresh_cases(path: Path = FRESH_PARAPHRASES, judged_by: Path = PARAPHRASES) -> list[Case]:
+    """Every paraphrase of the blind set ``path`` as a :class:`Case`, judged by its request in ``judged_by``.
+
+    Split and kind are :data:`FRESH`; ``half`` is the request's half in
+    ``judged_by``. An id that ``judged_by`` lacks is a :class:`KeyError`.
+    """
+    requests = {r["id"]: r for r in load_toml(judged_by)["request"]}
+    cases = []
+    for fresh in load_toml(path)["request"]:
+        request = requests[fresh["id"]]
+        for text in fresh["paraphrases"]:
+            cases.append(
+                Case(
+                    request=request["id"],
+                    text=text,
+                    kind=FRESH,
+                    split=FRESH,
+                    accept=tuple(request["accept"]),
+                    tools=tuple(request["tools"]),
+                    half=request["split"],
                 )
             )
     return cases

@@ -2,9 +2,15 @@
 
 The data was committed before any tuning for issue 20 and split by request;
 the held-out half is checked against the digest it had then. The accuracy
-asserted here is what the held-out half measured (``make bench`` reports both
-halves); the issue's targets that are not reached yet are the strict
-``xfail`` tests below, so that reaching one shows.
+asserted here is what the held-out half measured with semantic search (the
+fusion's design frozen on the tuning half first; ``make bench`` reports both
+halves, with and without the model); the issue's targets that are not
+reached yet are the strict ``xfail`` tests below, so that reaching one shows.
+
+The blind set (tests/search_paraphrases_fresh.toml: three more paraphrases
+per request, written by someone who never saw the code, added after all
+tuning and checked against its digest) is measured the same way; its floors
+are what it measured once, a little lower, and nothing was tuned after.
 """
 
 from __future__ import annotations
@@ -20,17 +26,37 @@ from flakebot_magic.config import DEBIAN_REGISTRY
 from flakebot_magic.host.fsutil import load_toml
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages import search as search_stage
-from flakebot_magic.testing.search_eval import PARAPHRASES, VERDICTS, Case, Outcome, evaluate, load_cases, summarize
+from flakebot_magic.testing.search_eval import (
+    FRESH,
+    FRESH_PARAPHRASES,
+    PARAPHRASES,
+    VERDICTS,
+    Case,
+    Outcome,
+    evaluate,
+    load_cases,
+    load_fresh_cases,
+    summarize,
+)
 
 #: sha256 of the held-out half as committed before tuning (9a1dfc9): it is never edited
 HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983766"
-#: what the held-out half measured when issue 20 landed (120 paraphrases of 30 requests): top-3 0.85,
-#: top-10 0.875, one wrong deploy
-HELD_OUT_TOP3 = 0.85
-HELD_OUT_TOP10 = 0.875
+#: what the held-out half measured with semantic search (all-MiniLM-L6-v2 fused with the words; 120
+#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), one wrong deploy. Words alone, when
+#: issue 20 landed: 0.85, 0.875, one.
+HELD_OUT_TOP3 = 111 / 120
+HELD_OUT_TOP10 = 118 / 120
 HELD_OUT_WRONG = 1
 #: the issue's targets
 TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
+#: sha256 of the blind set (tests/search_paraphrases_fresh.toml) as its writer handed it over: never edited
+FRESH_DIGEST = "a5921eaefafed0a81ee21b96990176e16a8b4cb54c7cb5c03c8ae4f3889aba37"
+#: what the blind set measured, once, with semantic search, after all tuning and with nothing changed since
+#: (189 paraphrases of 63 requests): top-3 152, top-10 179, 3 wrong deploys (words alone: 133, 149, 2). The
+#: floors sit a little below, so that a regression fails; wrong deploys may not grow.
+FRESH_TOP3 = 148 / 189
+FRESH_TOP10 = 176 / 189
+FRESH_WRONG = 3
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
@@ -64,6 +90,19 @@ def test_every_request_has_four_kinds_of_paraphrase_in_its_own_half() -> None:
         halves.setdefault(case.request, set()).add(case.split)
     assert all(len(h) == 1 for h in halves.values())
     assert len([r for r in requests if r["split"] == "held-out"]) >= 30
+
+
+def test_the_blind_set_is_as_written_and_paraphrases_every_request_three_times() -> None:
+    assert hashlib.sha256(FRESH_PARAPHRASES.read_bytes()).hexdigest() == FRESH_DIGEST
+    cases = load_fresh_cases()
+    requests = {r["id"]: r for r in _requests()}
+    per_request: dict[str, int] = {}
+    for case in cases:
+        per_request[case.request] = per_request.get(case.request, 0) + 1
+        assert case.split == case.kind == FRESH and case.half == requests[case.request]["split"]
+        assert case.accept == tuple(requests[case.request]["accept"])
+    assert per_request == dict.fromkeys(requests, 3)
+    assert len({c.text for c in cases}) == len(cases)
 
 
 def test_the_issues_requests_are_in_the_tuning_half() -> None:
@@ -104,6 +143,8 @@ def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegist
 
 @pytest.fixture(scope="module")
 def held_out(debian: DirectoryRegistry) -> dict[str, Any]:
+    # the floors are semantic search's: measured without the model they would fail, and say why here first
+    assert debian.semantic_off == "", debian.semantic_off
     return summarize(evaluate(debian, [c for c in load_cases() if c.split == "held-out"]))["held-out"]
 
 
@@ -121,3 +162,27 @@ def test_held_out_targets(held_out: dict[str, Any]) -> None:
     assert held_out["top3"] >= TARGET_TOP3
     assert held_out["top10"] >= TARGET_TOP10
     assert held_out["wrong"] <= TARGET_WRONG
+
+
+@pytest.fixture(scope="module")
+def fresh(debian: DirectoryRegistry) -> dict[str, Any]:
+    assert debian.semantic_off == "", debian.semantic_off
+    return summarize(evaluate(debian, load_fresh_cases()))[FRESH]
+
+
+@needs_debian
+def test_blind_set_accuracy_and_fitness(fresh: dict[str, Any]) -> None:
+    assert fresh["n"] == 189
+    assert fresh["top3"] >= FRESH_TOP3
+    assert fresh["top10"] >= FRESH_TOP10
+    assert fresh["wrong"] <= FRESH_WRONG
+
+
+@needs_debian
+@pytest.mark.xfail(
+    strict=True, reason="issue 20's targets are not reached on the blind set: see README, search accuracy"
+)
+def test_blind_set_targets(fresh: dict[str, Any]) -> None:
+    assert fresh["top3"] >= TARGET_TOP3
+    assert fresh["top10"] >= TARGET_TOP10
+    assert fresh["wrong"] <= TARGET_WRONG

@@ -202,7 +202,8 @@ def small_registry(tmp_path: Path) -> Iterator[DirectoryRegistry]:
             for i in range(3)
         ),
     ]
-    opened = DirectoryRegistry(write_registry(tmp_path / "registry", crates), tmp_path / "cache")
+    # the lexical ranker's parts: words only
+    opened = DirectoryRegistry(write_registry(tmp_path / "registry", crates), tmp_path / "cache", embedding_model="off")
     yield opened
     opened.close()
 

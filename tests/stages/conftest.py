@@ -33,14 +33,15 @@ def make_registry(tmp_path: Path) -> Iterator[Callable[..., DirectoryRegistry]]:
     """``make_registry("tinyecho", crate(...))``: a directory registry holding those crates.
 
     With no arguments it holds every crate in ``tinycrates.CRATES``. Each
-    call gets its own registry directory and index cache under ``tmp_path``.
+    call gets its own registry directory and index cache under ``tmp_path``;
+    ``embedding_model="off"`` ranks by words only (the lexical ranker's own tests).
     """
     made: list[DirectoryRegistry] = []
 
-    def make(*crates: Crate | str) -> DirectoryRegistry:
+    def make(*crates: Crate | str, embedding_model: str | None = None) -> DirectoryRegistry:
         root = tmp_path / f"registry{len(made)}"
         write_registry(root, crates or None)
-        registry = DirectoryRegistry(root, tmp_path / f"cache{len(made)}")
+        registry = DirectoryRegistry(root, tmp_path / f"cache{len(made)}", embedding_model=embedding_model)
         made.append(registry)
         return registry
 

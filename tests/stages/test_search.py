@@ -14,6 +14,8 @@ from flakebot_magic.registry import ranking
 from flakebot_magic.registry.base import CrateCandidate, FetchedSource
 from flakebot_magic.registry.cratesio import CratesIoRegistry
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.registry.embedding import find_model, missing_libraries
+from flakebot_magic.stages import search as search_stage
 from flakebot_magic.stages.search import (
     BIN_BOOST,
     EVIDENCE,
@@ -78,7 +80,7 @@ def test_a_binary_whose_own_words_cover_the_request_beats_a_library_that_scores_
 ) -> None:
     library = crate("shoutlib", description="Shout words: a library that shouts words, shouts them loud")
     tool = crate("shoutcli", description="Shout words", files={"src/main.rs": _READS_STDIN})
-    registry = make_registry(library, tool)
+    registry = make_registry(library, tool, embedding_model="off")  # the words alone rank the library first
     query = "shout words"
     raw = {c.name: c for c in registry.search(query)}
     assert raw["shoutlib"].score > raw["shoutcli"].score > 0  # the library matches the words better
@@ -185,13 +187,24 @@ def test_why_without_parts_gives_the_registry_score() -> None:
 
 
 def test_search_results_carry_their_parts(make_registry: MakeRegistry) -> None:
-    [echo, *_] = search(make_registry("tinyecho", "tinylib"), "print echo", prefer_bin=True)
+    [echo, *_] = search(make_registry("tinyecho", "tinylib", embedding_model="off"), "print echo", prefer_bin=True)
     assert echo.name == "tinyecho"
     assert set(echo.parts) >= {"relevance", "prior", "popularity", "name", "coverage", "evidence", "bin"}
     factors = ("relevance", "popularity", "name", "bin")
     product = math.prod(echo.parts[f] for f in factors) * echo.parts["coverage"] ** ranking.COVERAGE_POWER
     assert echo.score == pytest.approx(product)
     assert echo.to_json()["parts"] == echo.parts
+
+
+@pytest.mark.skipif(find_model() is None or bool(missing_libraries()), reason="the embedding model is not installed")
+def test_semantic_results_carry_words_and_meaning(make_registry: MakeRegistry) -> None:
+    [echo, *_] = search(make_registry("tinyecho", "tinylib"), "print echo", prefer_bin=True)
+    assert echo.name == "tinyecho"
+    parts = echo.parts
+    assert set(parts) >= {"lexical", "words", "similarity", "meaning", "own_similarity", "evidence", "bin"}
+    fused = (1 - ranking.SEMANTIC_WEIGHT) * parts["words"] + ranking.SEMANTIC_WEIGHT * parts["meaning"]
+    assert echo.score == pytest.approx(fused * parts["bin"])
+    assert why(echo).startswith(f"{1 - ranking.SEMANTIC_WEIGHT:g} x words ") and "meaning" in why(echo)
 
 
 def test_rank_without_preference_keeps_scores() -> None:
@@ -279,3 +292,16 @@ def test_open_registry_crates_io(tmp_path: Path, spec: str) -> None:
 def test_open_registry_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         open_registry(str(tmp_path / "missing"), tmp_path / "cache")
+
+
+def test_the_semantic_notice_is_said_once_and_only_for_a_registry_that_could_search_by_meaning(
+    make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_stage, "_NOTICED", set())  # as in a fresh process
+    assert search_stage.semantic_notice(ListRegistry([])) == ""  # no say in it (as crates.io)
+    off = make_registry("tinylib", embedding_model="off")
+    assert "words only" in search_stage.semantic_notice(off)
+    assert search_stage.semantic_notice(off) == ""
+    assert search_stage.semantic_notice(make_registry("tinylib", embedding_model="off")) == ""  # per process
+    if find_model() is not None and not missing_libraries():  # a registry that ranks by meaning has nothing to say
+        assert search_stage.semantic_notice(make_registry("tinylib")) == ""

@@ -1,0 +1,28 @@
+"""The pipeline's run: what it tells the user about search before it chooses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tinycrates import write_registry
+
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import NeedsModelError
+from flakebot_magic.events import Event, Notice
+from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.stages import search as search_stage
+
+
+def test_a_pipeline_without_semantic_search_says_so_once_per_process_and_still_finds_by_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_stage, "_NOTICED", set())  # as in a fresh process
+    registry = write_registry(tmp_path / "registry", ["tinylib"])
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), embedding_model="off")
+    events: list[Event] = []
+    for _ in range(2):  # two builds in one process (a kernel), each by a pipeline of its own
+        with pytest.raises(NeedsModelError, match="tinylib"):  # found by its words: a library, so no deploy
+            Pipeline(settings, observers=[events.append]).run("uppercase text", name="up")
+    said = [e for e in events if isinstance(e, Notice) and "semantic search" in e.message]
+    assert len(said) == 1 and said[0].level == "info" and "words only" in said[0].message
