@@ -29,6 +29,7 @@ from .host.storage import storage_errors
 from .manage import team, tools
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
+from .manage.verify import verify
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
@@ -380,7 +381,7 @@ class FlakebotMagics(_OptionTraits):
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
                 answer = self._answer(command, rest, args, settings)
-        except errors.UsageError as exc:
+        except errors.FlakebotError as exc:  # a refused pull, a failed verify: said, not a traceback
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
             from IPython.display import display
@@ -459,10 +460,12 @@ class FlakebotMagics(_OptionTraits):
             return tools.stop_tools(settings)
         if command in ("push", "pull"):
             return team.line_command(settings, command, rest)
-        if command not in ("show", "logs", "stop"):
+        if command not in ("show", "logs", "stop", "verify"):
             raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
+        if command == "verify":
+            return verify(settings, rest[0])
         if command == "show":
             return tools.show(settings, rest[0])
         if command == "logs":
