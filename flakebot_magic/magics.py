@@ -26,10 +26,9 @@ from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
-from .manage import team, tools
+from .manage import team, tools, verify
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
-from .manage.verify import verify
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
@@ -464,10 +463,8 @@ class FlakebotMagics(_OptionTraits):
             raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
-        if command == "verify":
-            return verify(settings, rest[0])
-        if command == "show":
-            return tools.show(settings, rest[0])
+        if command in ("show", "verify"):
+            return (tools.show if command == "show" else verify.verify)(settings, rest[0])
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])

@@ -445,29 +445,6 @@ class Nix:
             ) from exc
         return path
 
-    def rebuild(
-        self, installable: str, *, cwd: Path | None = None, timeout: float, on_line: LineCallback | None = None
-    ) -> Completed:
-        """``nix build --rebuild INSTALLABLE``: build it again and let nix compare the result with the store's copy.
-
-        nix exits 0 when every output is bit-identical to the one in the
-        store, and with ``may not be deterministic: output ... differs`` when
-        one is not. The store must hold the outputs (else nix says it cannot
-        check). Refuses (:class:`ConfigError`) when nix's sandbox is off.
-        """
-        if not self.sandbox.on:
-            raise sandbox_off_error(self.sandbox)
-        return self.run(
-            "build",
-            installable,
-            "--rebuild",
-            "--no-link",
-            "--print-build-logs",
-            cwd=cwd,
-            timeout=timeout,
-            on_line=on_line,
-        )
-
     # -- store paths and roots ----------------------------------------------
 
     def add_root(self, path: Path, link: Path, *, timeout: float = 120.0) -> bool:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.nix_cache import path_info
-from ..backends.nix_command import Nix, NixOptions
+from ..backends.nix_command import Nix, NixOptions, sandbox_off_error
 from ..config import Settings
 from ..errors import DeployError, UsageError
-from ..host.process import ProcessRunner
+from ..host.process import Completed, ProcessRunner
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import verification_text
 from ..stages.flake import FLAKE_FILE
@@ -32,7 +32,7 @@ from ..untrusted import make_fields_safe
 from .team import manifest_of
 from .tools import find
 
-__all__ = ["NOT_DETERMINISTIC", "Verified", "rebuild_source", "verify"]
+__all__ = ["NOT_DETERMINISTIC", "Verified", "rebuild", "rebuild_source", "verify"]
 
 #: what nix 2.8 says when a rebuilt output differs from the store's (``nix build --rebuild``)
 NOT_DETERMINISTIC = "may not be deterministic"
@@ -89,6 +89,19 @@ def rebuild_source(nix: Nix, record: ToolRecord, path: str, deriver: str, commit
     )
 
 
+def rebuild(nix: Nix, installable: str, *, cwd: Path | None, timeout: float) -> Completed:
+    """``nix build --rebuild INSTALLABLE``: build it again and let nix compare the result with the store's copy.
+
+    nix exits 0 when every output is bit-identical to the one in the store,
+    and says ``may not be deterministic: output ... differs`` when one is
+    not. The store must hold the outputs (else nix says it cannot check).
+    Refuses (:class:`~flakebot_magic.errors.ConfigError`) when nix's sandbox is off.
+    """
+    if not nix.sandbox.on:
+        raise sandbox_off_error(nix.sandbox)
+    return nix.run("build", installable, "--rebuild", "--no-link", "--print-build-logs", cwd=cwd, timeout=timeout)
+
+
 def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None) -> Verified:
     """``verify NAME``: see the module. Records the answer in the tool's record and returns it."""
     record = find(settings, name)
@@ -120,7 +133,7 @@ def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None
     if not message:
         installable, cwd = rebuild_source(nix, record, path, info.deriver, str(manifest.get("commit") or ""))
         rebuilt_from = installable
-        done = nix.rebuild(installable, cwd=cwd, timeout=settings.build_timeout)
+        done = rebuild(nix, installable, cwd=cwd, timeout=settings.build_timeout)
         if done.returncode != 0:
             said = [line.strip() for line in done.stderr.splitlines() if NOT_DETERMINISTIC in line]
             if not said:
