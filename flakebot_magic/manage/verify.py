@@ -108,10 +108,10 @@ def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None
     manifest = manifest_of(record)
     path = str(manifest.get("nix_store_path") or "")
     if record.backend != "nix" or not path:
+        why = f"was built by {record.backend}" if record.backend != "nix" else "records no nix store path"
         raise UsageError(
-            f"verify needs the nix backend: {name!r} was built by {record.backend}, which has no derivation to "
-            f"rebuild and compare. Build it with nix (`flakebot build ... --backend nix --rebuild --name {name}`), "
-            "then verify."
+            f"verify needs the nix backend: {name!r} {why}, so there is no derivation to rebuild and compare. "
+            f"Build it with nix (`flakebot build ... --backend nix --rebuild --name {name}`), then verify."
         )
     nix = Nix(runner or ProcessRunner(), options=NixOptions.of(settings))
     info = path_info(nix, path)
