@@ -394,6 +394,15 @@ def test_verify_reports_a_build_that_is_not_deterministic(built: Team, tmp_path:
     assert f"NOT bit-identical to {path}" in shown and "nix: derivation '" in shown, shown
     # the tool that was deployed is untouched, and still works
     assert tool(input="") == tool(input="")
+    # a recorded narHash other than the store's: not identical, and no rebuild can say otherwise
+    record = Inventory(settings.cache.tools).get("stamp")
+    assert record is not None
+    manifest = Path(record.store_path) / "manifest.json"
+    forged = "sha256-" + base64.b64encode(bytes(32)).decode()
+    os.chmod(manifest, 0o644)
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "nar_hash": forged}))
+    answer = verify(settings, "stamp")
+    assert answer.identical is False and answer.rebuilt_from == "" and f"not the recorded {forged}" in answer.message
 
 
 @_real
