@@ -29,7 +29,7 @@ What is measured (targets from the issues):
 * the edit loop (scripted: the fake OpenAI server replays the sha2 session
   of ``flakebot_magic/testing/scripts/sha256.json`` plus edit-only iterations, real cargo in
   the sandbox): flakebot's own time per check run on top of cargo's, target
-  <= 10% of the cargo time, and the dependency units cargo compiles after the
+  <= 5% of the cargo time (issue 23), and the dependency units cargo compiles after the
   baseline check run (count ``compiler-artifact`` messages with
   ``fresh: false`` for non-workspace packages), target 0;
 * speculative candidates (issue 13, ``benchmarks/bench_candidates.py``): the
@@ -64,11 +64,17 @@ What is measured (targets from the issues):
 
 * the tool clients (issue 5), each against its floor in the same run: a
   CLI call (``md("# Hi")``) vs a raw ``subprocess.run`` of the same binary,
-  p50 ratio, target <= 1.1; an MCP call round trip (``calc.add``, the
+  p50 ratio, target <= 1.05 (issue 23); an MCP call round trip (``calc.add``, the
   fixture server kept running) p50, target <= 0.3 ms, vs spawning the server
   per call; an HTTP call with keep-alive (``svc.greet``, the fixture
-  service) p50, target <= 1 ms, vs a raw ``httpx`` request to the same
+  service) p50, target <= 1.05x a raw keep-alive ``httpx`` request to the same
   service (keep-alive, and a new connection each time).
+
+* the same crate under a second name (issue 23): after each cold pipeline, the
+  same request under another name with ``rebuild``: the release build runs
+  again, ``cargo test`` must not (its proof is found); its time beside the
+  plain cargo build (``make bench BENCH_ARGS=--only-cold`` measures only the
+  cold rows).
 
 The cargo rows use ``backend="cargo"`` explicitly (``auto`` would pick nix
 wherever it is installed).
@@ -113,9 +119,20 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 
 def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
-    """Alternate a cold pipeline and a plain cargo build of the same tree."""
+    """Alternate a cold pipeline and a plain cargo build of the same tree.
+
+    Each round also builds the same crate under a second name with
+    ``rebuild`` (a new workspace, the release build again): the proof of the
+    first is found (issue 23), so no ``cargo test`` runs; its time is the
+    ``second_s`` row, and ``second_tests_run`` counts rounds where the test
+    row was not ``cached`` (target 0).
+    """
+    from flakebot_magic.events import StageFinished
+
     pipeline_times: list[float] = []
     cargo_times: list[float] = []
+    second_times: list[float] = []
+    tests_run = 0
     for _ in range(rounds):
         cache = Path(tempfile.mkdtemp(prefix="fb-bench-cold-"))
         try:
@@ -139,10 +156,22 @@ def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
                 f'source.offline.directory="{registry}"',
             ]
             cargo_times.append(timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True)))
+            rows: list[StageFinished] = []
+            again = Settings(cache_dir=cache, registry=registry, backend="cargo", rebuild=True)
+            observe = [lambda e: rows.append(e) if isinstance(e, StageFinished) else None]
+            second_times.append(timed(lambda: Pipeline(again, observers=observe).run(REQUEST, name="md2")))
+            tests_run += any(r.stage == "test" and r.status != "cached" for r in rows)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
     best_pipeline, best_cargo = min(pipeline_times), min(cargo_times)
-    return {"pipeline_s": best_pipeline, "cargo_s": best_cargo, "ratio": best_pipeline / best_cargo}
+    return {
+        "pipeline_s": best_pipeline,
+        "cargo_s": best_cargo,
+        "ratio": best_pipeline / best_cargo,
+        "second_s": min(second_times),
+        "second_ratio": min(second_times) / best_cargo,
+        "second_tests_run": tests_run,
+    }
 
 
 def warm(registry: str, runs: int, backend: str = "cargo", nixpkgs: str | None = None) -> dict[str, float]:
@@ -277,7 +306,7 @@ def _edit_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, st
             f"edit loop: flakebot's own time per check run on top of cargo's (p50 / max over {edit['check_runs']} runs)",
             f"**{edit['own_p50_ms']:.0f} ms / {cargo_ms:.0f} ms = {float(edit['ratio_p50']) * 100:.1f}%** "  # type: ignore[arg-type]
             f"(max {float(edit['ratio_max']) * 100:.1f}%)",
-            "<= 10%",
+            "<= 5% (issue 23)",
         ),  # type: ignore[arg-type]
         (
             "edit loop: dependency units compiled after the baseline check run (baseline: "
@@ -616,7 +645,7 @@ def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, 
         (
             'CLI call `md("# Hi")` / raw `subprocess.run` of the same binary (p50)',
             f"{c['cli_tool_ms']:.2f} ms / {c['cli_raw_ms']:.2f} ms = **{c['cli_ratio']:.2f}x**",
-            "<= 1.1x",
+            "<= 1.05x (issue 23)",
         ),
         (
             "MCP call round trip, server kept running (p50; spawning it per call)",
@@ -624,9 +653,10 @@ def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, 
             "<= 0.3 ms",
         ),
         (
-            "HTTP call with keep-alive, `svc.greet()` (p50; raw httpx keep-alive; raw httpx new connection)",
+            "HTTP call with keep-alive, `svc.greet()` (p50; raw httpx keep-alive; raw httpx new connection): "
+            f"{c['http_p50_ms'] / c['http_raw_ms']:.2f}x raw",
             f"**{c['http_p50_ms']:.3f} ms** ({c['http_raw_ms']:.3f} ms; {c['http_new_ms']:.2f} ms)",
-            "<= 1 ms",
+            "<= 1.05x raw (issue 23)",
         ),
     ]
 
@@ -803,14 +833,28 @@ def _search_row(search: dict[str, object]) -> tuple[str, str, str]:
     )
 
 
+def _cold_row(cold: dict[str, object]) -> tuple[str, str, str]:
+    return (
+        "cold pipeline (pulldown-cmark) / plain `cargo build --release`",
+        f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x**",  # type: ignore[str-format]
+        "<= 1.15x",
+    )
+
+
+def _second_name_row(cold: dict[str, object]) -> tuple[str, str, str]:
+    return (
+        "the same crate under a second name, rebuilt (its proof reused: cargo test runs in "
+        f"{cold['second_tests_run']} of the rounds) / plain `cargo build --release`",
+        f"{cold['second_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['second_ratio']:.2f}x**",  # type: ignore[str-format]
+        "no cargo test",
+    )
+
+
 def _cargo_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, str]]:
     cold, warm_, search, imp = results["cold"], results["warm"], results["search"], results["import"]
     rows = [
-        (
-            "cold pipeline (pulldown-cmark) / plain `cargo build --release`",
-            f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x**",
-            "<= 1.15x",
-        ),
+        _cold_row(cold),
+        _second_name_row(cold),
         ("warm re-run, `flakebot build` command (p50)", f"**{warm_['command_p50_s']:.3f} s**", "<= 0.5 s"),
         (
             "warm re-run, `flakebot_magic.build()` in-process (p50)",
@@ -849,6 +893,11 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
     parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
+    parser.add_argument(
+        "--only-cold",
+        action="store_true",
+        help="measure only the cold pipeline beside a plain cargo build, and the same crate under a second name",
+    )
     parser.add_argument("--no-nix", action="store_true", help="skip the nix backend rows")
     parser.add_argument("--only-nix", action="store_true", help="measure only the nix backend rows")
     parser.add_argument("--no-clients", action="store_true", help="skip the tool-client rows")
@@ -905,6 +954,10 @@ def main() -> int:
     if args.only_clients:
         found = {"clients": clients_bench(args.registry)}
         return _print_only(found, _client_rows(found), args.json)
+    if args.only_cold:
+        found = {"cold": cold_vs_cargo(args.registry, args.cold_rounds)}
+        rows = [_cold_row(found["cold"]), _second_name_row(found["cold"])]
+        return _print_only(found, rows, args.json)
     if args.only_edit:
         found = {"edit": edit_loop_overhead(args.registry)}
         return _print_only(found, _edit_rows(found), args.json)

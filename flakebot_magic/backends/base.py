@@ -29,6 +29,7 @@ from ..config import Settings
 from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted
 from ..host.git import Git
+from ..records.proofs import ProofRecord
 from ..registry.directory import read_manifest
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
@@ -74,6 +75,7 @@ MANIFEST_KEYS = (
     "plan",
     "proof_nar_hash",
     "proof_store_path",
+    "proof",
     "registry",
     "rustc",
     "skipped_targets",
@@ -93,6 +95,8 @@ class Built:
     cached: StorePath | None = None
     binaries: dict[str, Path] = field(default_factory=dict)
     tests: TestReport | None = None
+    #: the proof of the tests (made by this build, or found: ``reused``)
+    proof: ProofRecord | None = None
     #: nix: the built /nix/store path, its pending out-link, and what the lock pinned
     out_path: Path | None = None
     pending: Path | None = None
@@ -196,6 +200,7 @@ def manifest(
         "rustc": run.rustc,
         "skipped_targets": workspace.skipped_targets,
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
+        "proof": built.proof.summary() if built.proof is not None else {},
         "version": crate.version,
         # the edit session's (editing.session_record): tokens and cost; with --candidates, each and the winner
         "usage": run.session.get("usage", {}),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..records.proofs import ProofStore
 from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
@@ -49,8 +50,10 @@ class CargoBackend(Backend):
                 policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
+                proofs=ProofStore(settings.cache.proofs),
+                git=git,
             )
-            built.binaries, built.tests = dict(result.build.binaries), result.tests
+            built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
         with Stage(bus, "flake") as stage:
             write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(

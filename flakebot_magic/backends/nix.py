@@ -42,6 +42,7 @@ from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageT
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write
 from ..host.process import ProcessRunner, scrubbed_env
+from ..records.proofs import ProofStore
 from ..records.provenance import describe_locked
 from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
@@ -334,12 +335,14 @@ class NixBackend(Backend):
                 policy=run.checked(),
                 build_timeout=settings.build_timeout,
                 test_timeout=settings.test_timeout,
+                proofs=ProofStore(settings.cache.proofs),
+                git=git,
                 release=release,
             )
         except BaseException:
             remove_link(pending)  # the tool's own root (or none) is all a run leaves
             raise
-        built.binaries, built.tests = dict(result.build.binaries), result.tests
+        built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
         built.out_path, built.pending = release.store_path, pending
         return built
 

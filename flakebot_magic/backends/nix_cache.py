@@ -31,7 +31,8 @@ from urllib.parse import parse_qs
 from ..edit.state import EditState
 from ..errors import DeployError, UntrustedPath, UsageError
 from ..host.git import Git
-from ..records.proof import PROOF_FILE, Proof, ProofKey
+from ..records.proof import PROOF_FILE, Proof
+from ..stages.build import proof_key
 from ..stages.state import RunState
 from .base import Built
 from .nix_command import Nix
@@ -245,13 +246,9 @@ def prove(
         }
     binaries = sorted(built.binaries)
     proof = Proof(
-        key=ProofKey(
-            source_tree=git("rev-parse", "HEAD^{tree}").strip(),
-            lock_hash=str(built.lock.get("lock_hash", "")),
-            toolchain=(run.rustc.splitlines() or [""])[0],
-            flags=tuple(built.flags),
-            backend="nix",
-        ),
+        key=proof_key(workspace.path, git, run.rustc, tuple(built.flags)),
+        backend="nix",
+        flake_lock=str(built.lock.get("lock_hash", "")),
         tool=info.path,
         nar_hash=info.nar_hash,
         crate=crate.name,

@@ -108,6 +108,8 @@ class CliTool(ToolClient):
     def __init__(self, *args: Any, _help: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._help = _help
+        self._safe_help: str | None = None
+        self._reads_stdin: bool | None = None
         self._spec: CliSpec | None = None
         self._sig: inspect.Signature | None = None
 
@@ -116,9 +118,11 @@ class CliTool(ToolClient):
     @property
     def help(self) -> str:
         """The binary's ``--help`` text (run once, then remembered), made safe to show."""
-        if self._help is None:
-            self._help = help_of(self.binary, self.store_path)
-        return safe_text(self._help)
+        if self._safe_help is None:  # made safe once: every call asks (reads_stdin), the text never changes
+            if self._help is None:
+                self._help = help_of(self.binary, self.store_path)
+            self._safe_help = safe_text(self._help)
+        return self._safe_help
 
     @property
     def spec(self) -> CliSpec:
@@ -129,7 +133,9 @@ class CliTool(ToolClient):
 
     @property
     def reads_stdin(self) -> bool:
-        return reads_stdin(self.help)
+        if self._reads_stdin is None:
+            self._reads_stdin = reads_stdin(self.help)
+        return self._reads_stdin
 
     def _signature(self) -> inspect.Signature:
         if self._sig is None:
@@ -285,7 +291,9 @@ class CliTool(ToolClient):
         default the tool is asked for plain text and escapes are stripped.
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
-        self.require_binary()
+        confined = self.confined_now
+        if confined:  # unconfined, a missing binary is the start's FileNotFoundError (one stat less per call)
+            self.require_binary()
         items: list[Any] = list(args)
         if input is None and items and isinstance(items[0], bytes):
             if not self.reads_stdin:
@@ -301,7 +309,7 @@ class CliTool(ToolClient):
             raise TypeError(f"{self.name}(): bytes go to standard input as input=b'...', not as a later argument.")
         text_file = self._text_for_file(items) if input is None and not options else None
         limit = self.timeout if timeout is None else timeout
-        confinement = Confinement(self.binary, self.store_path) if self.confined_now else None
+        confinement = Confinement(self.binary, self.store_path) if confined else None
         scratch = None
         try:
             if text_file is not None:
@@ -315,13 +323,20 @@ class CliTool(ToolClient):
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
             extra = {**plain, **(env or {})}
-            proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
-                confinement.command(command) if confinement else command,
-                stdin=True,
-                cwd=confinement.scratch if confinement else None,
-                # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
-                env=confinement.env(self.env, extra) if confinement else self._environment(extra),
-            )
+            missing: FileNotFoundError | None = None
+            try:
+                proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
+                    confinement.command(command) if confinement else command,
+                    stdin=True,
+                    cwd=confinement.scratch if confinement else None,
+                    # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
+                    env=confinement.env(self.env, extra) if confinement else self._environment(extra),
+                )
+            except FileNotFoundError as exc:
+                missing = exc
+            if missing is not None:  # outside the handler: the ToolError below carries no FileNotFoundError
+                self.require_binary()  # the binary is gone: say how to get the tool back
+                raise missing
             out = self._exchange(proc, data or b"", limit, items)
             return out if raw else strip_ansi(out)
         finally:

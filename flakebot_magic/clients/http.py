@@ -510,6 +510,11 @@ class HttpTool(StartedToolClient):
         )
 
     def _decode(self, answer: httpx.Response, what: str, verb: str, url: str) -> Any:
+        if answer.status_code < 400 and "json" in answer.headers.get("content-type", ""):
+            try:
+                return answer.json()  # from the bytes: the text is decoded only when it is the answer
+            except ValueError:
+                return answer.text
         text = answer.text
         if answer.status_code >= 400:
             raise ToolError(
@@ -517,11 +522,6 @@ class HttpTool(StartedToolClient):
                 stderr=text,
                 status=answer.status_code,
             )
-        if "json" in answer.headers.get("content-type", ""):
-            try:
-                return answer.json()
-            except ValueError:
-                return text
         return text
 
     # -- the tool's face -------------------------------------------------------

@@ -31,6 +31,7 @@ CACHE_DIRECTORIES: dict[str, str] = {
     "steer": "each running session's steering mailbox",
     "locks": "one lock file per tool name: one build at a time",
     "probes": "cached probes (can a nixpkgs reference be locked here)",
+    "proofs": "passing test runs, one record per ProofKey digest (records/proofs.py); clean keeps them",
 }
 
 
@@ -105,3 +106,7 @@ class CacheLayout:
     @property
     def probes(self) -> Path:
         return self._under("probes")
+
+    @property
+    def proofs(self) -> Path:
+        return self._under("proofs")

@@ -61,6 +61,9 @@ POINTS: dict[str, str] = {
     "txn.recipe": "the recipe was written",
     "txn.attempt": "what was left of the attempt under .next/ was removed",
     "txn.done": "the intent record was removed",
+    # records/proofs.py: a passing cargo test kept by what it proved
+    "proof.proven": "the tests passed; their proof is not written yet",
+    "proof.recorded": "the proof's record was written in one step (temporary file, fsync, rename)",
     # manage/cleanup.py
     "clean.renamed": "a path clean removes was renamed aside (it is gone for every reader)",
     "clean.removed": "a path clean removes was removed",
@@ -72,6 +75,7 @@ WATCHED: dict[str, tuple[str, ...]] = {
     "stages/deploy.py": ("write_entry",),
     "manage/transaction.py": ("install", "_forward"),
     "manage/cleanup.py": ("_discard",),
+    "records/proofs.py": ("record",),
 }
 
 _TARGET = os.environ.get(ENV) or None

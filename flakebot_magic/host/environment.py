@@ -9,6 +9,7 @@ nobody thought of (``SECRET_KEY``, ``DATABASE_URL``, ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -50,7 +51,9 @@ _HOST = frozenset(
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIALS?|AUTH|SOCK|COOKIE|SESSION)", re.I)
 
 
+@functools.lru_cache(maxsize=4096)
 def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
+    """Whether ``name`` passes (remembered per name: a tool call filters the same names each time)."""
     if _SECRET.search(name):
         return False
     return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
@@ -70,7 +73,8 @@ def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = No
     >>> env["HOME"], "OPENAI_API_KEY" in env
     ('/tmp/empty-home', False)
     """
-    env = {k: v for k, v in os.environ.items() if _allowed(k)}
+    environ = os.environ
+    env = {k: environ[k] for k in environ if _allowed(k)}  # only the values that pass are decoded
     if home is not None:
         env["HOME"] = home
     if extra:
@@ -87,7 +91,8 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
     ``extra`` is added last, unfiltered.
     """
-    env = {k: v for k, v in os.environ.items() if _allowed(k, _HOST)}
+    environ = os.environ
+    env = {k: environ[k] for k in environ if _allowed(k, _HOST)}
     if extra:
         env.update(extra)
     return env

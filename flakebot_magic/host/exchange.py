@@ -83,10 +83,16 @@ class Exchange:
         sinks = {proc.stdout: ("out", self.out), proc.stderr: ("err", self.err)}
         view = memoryview(data)
         offset = 0
-        with selectors.DefaultSelector() as selector:
+        if view:  # an empty pipe takes PIPE_BUF bytes without blocking: most inputs go before the first poll
+            try:
+                offset = os.write(proc.stdin.fileno(), view[: select.PIPE_BUF])
+            except BrokenPipeError:
+                offset = len(view)
+        # poll(2), as subprocess.communicate: no epoll descriptor to make, register with and close per call
+        with selectors.PollSelector() as selector:
             for stream in sinks:
                 selector.register(stream, selectors.EVENT_READ)
-            if view:
+            if offset < len(view):
                 selector.register(proc.stdin, selectors.EVENT_WRITE)
             else:
                 proc.stdin.close()

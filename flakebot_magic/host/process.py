@@ -525,7 +525,10 @@ class ProcessRunner:
                         seconds=timeout,
                         workspace=workspace,
                     )
-            self._stop(proc, 0.0, inodes)  # leftovers of a command that has exited
+            # leftovers of a command that has exited; both pipes at end of file means no process holds
+            # their write ends any more, so there is no holder to look for in /proc (a walk of every
+            # process's descriptors, which every git and cargo command paid for before)
+            self._stop(proc, 0.0, inodes if selector.get_map() else set())
         except BaseException:
             self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
             raise
@@ -550,7 +553,7 @@ class ProcessRunner:
             kill_tree(proc.pid, grace=grace, first=signal.SIGINT)
         else:
             kill_tree(proc.pid)
-        for pid in _pipe_holders(inodes):
+        for pid in _pipe_holders(inodes) if inodes else ():
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

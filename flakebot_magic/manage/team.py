@@ -233,7 +233,7 @@ def _install(
         "crate": proof.crate,
         "version": proof.version,
         "rustc": proof.key.toolchain,
-        "lock_hash": proof.key.lock_hash,
+        "lock_hash": proof.flake_lock,
         "tests": proof.tests,
         "nix_store_path": tool_path,
         "nar_hash": proof.nar_hash,
@@ -267,7 +267,7 @@ def _install(
         backend="nix",
         timeout=settings.tool_timeout,
         provenance={**entry.manifest, "proof": proof.to_json()},
-        lock_hash=proof.key.lock_hash,
+        lock_hash=proof.flake_lock,
         env=settings.tool_env,
         confine=settings.confine_tools,
     )

@@ -7,24 +7,25 @@ signs it with the tool and a teammate's ``flakebot pull`` reads it before the
 tool is injected. It names the tool's store path and NAR hash, so the proof
 binds to exactly one tool; its own store path is content-addressed.
 
-:class:`ProofKey` is what decides whether a proof still holds: the same
-source tree, locks, toolchain, flags and backend build the same tool and run
-the same tests. It is one small dataclass so that whatever caches proofs keys
-them the same way (:meth:`ProofKey.digest`).
+Its ``key`` is the one :class:`~flakebot_magic.records.proof_key.ProofKey`
+(source, ``Cargo.lock``, toolchain, test flags, selection) that this machine's
+proof cache (:mod:`flakebot_magic.records.proofs`) keys passing test runs by,
+so a proof pulled from a team's cache and one proven here are looked up alike;
+the backend and the flake's lock, which decide the binary but not the tests,
+are fields of the proof beside it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .._version import __version__
 from ..errors import DeployError
+from .proof_key import ProofKey
 
-__all__ = ["PROOF_FILE", "PROOF_FORMAT", "Proof", "ProofKey"]
+__all__ = ["PROOF_FILE", "PROOF_FORMAT", "Proof"]
 
 #: the file a proof's store path holds
 PROOF_FILE = "proof.json"
@@ -33,48 +34,13 @@ PROOF_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class ProofKey:
-    """Everything that decides the built binary and its test run; equal keys, equal proofs.
-
-    >>> key = ProofKey("4b825dc6", "sha256-ab", "rustc 1.95.0", ("nix", "build"), "nix")
-    >>> key.digest() == ProofKey.from_json(key.to_json()).digest()
-    True
-    """
-
-    #: ``git rev-parse HEAD^{tree}`` of the workspace the tool was built from (Cargo.lock and flake files included)
-    source_tree: str
-    #: the flake.lock's hash (nix: pins nixpkgs, hence the toolchain's inputs); "" for cargo
-    lock_hash: str
-    #: ``rustc -vV``'s first line
-    toolchain: str
-    #: the build command's flags (part of the store key)
-    flags: tuple[str, ...]
-    backend: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "flags": list(self.flags)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProofKey:
-        return cls(
-            source_tree=str(data.get("source_tree", "")),
-            lock_hash=str(data.get("lock_hash", "")),
-            toolchain=str(data.get("toolchain", "")),
-            flags=tuple(str(f) for f in data.get("flags", ())),
-            backend=str(data.get("backend", "")),
-        )
-
-    def digest(self) -> str:
-        """``sha256-<hex>`` of the key's canonical JSON: what a proof cache looks proofs up by."""
-        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        return "sha256-" + hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
 class Proof:
     """What a build proved about one tool (deterministic: no time stamps, so equal builds give equal paths)."""
 
     key: ProofKey
+    #: what built the binary: the backend, and the flake.lock's hash (nix: pins nixpkgs) or ""
+    backend: str
+    flake_lock: str
     #: the tool's /nix/store path and its NAR hash (``sha256-…``, as ``nix path-info --json`` says)
     tool: str
     nar_hash: str
@@ -97,7 +63,7 @@ class Proof:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["key"] = self.key.to_json()
+        data["key"] = self.key.as_dict()
         data["format"] = PROOF_FORMAT
         return data
 
@@ -113,7 +79,9 @@ class Proof:
             if data.get("format") != PROOF_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, expected {PROOF_FORMAT}")
             return cls(
-                key=ProofKey.from_json(data["key"]),
+                key=_key(data["key"]),
+                backend=str(data["backend"]),
+                flake_lock=str(data.get("flake_lock", "")),
                 tool=str(data["tool"]),
                 nar_hash=str(data["nar_hash"]),
                 crate=str(data["crate"]),
@@ -127,3 +95,10 @@ class Proof:
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeployError(f"{where} is not a flakebot proof ({exc}).") from exc
+
+
+def _key(data: Any) -> ProofKey:
+    key = ProofKey.from_dict(data)
+    if key is None:
+        raise ValueError("its key is not a ProofKey of this flakebot")
+    return key

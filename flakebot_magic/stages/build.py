@@ -6,6 +6,20 @@ policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the 
 other core free for the debug test build. Output is ``--message-format=json``;
 diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
 
+Why two target directories, and a debug test build beside the release one: it
+was measured against the ways to compile the dependencies once for both
+(``benchmarks/bench_proof.py``: the tests in the release profile, the crate's
+own targets at the test profile's settings inside ``--release``, one target
+dir, ``--no-run`` first) and stayed the fastest that runs every test
+``cargo test`` runs: one target dir serialises the two cargo commands (cargo's
+lock), losing the core the long release rustc leaves free, which costs more
+than the dependencies built twice (README, "Benchmarks").
+
+A proof is never made twice on one machine: with a
+:class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
+:class:`~flakebot_magic.records.proof_key.ProofKey` of the tests it would run
+(:func:`proof_key`) and runs only the release build when it was proven before.
+
 Cargo's JSON is not trusted about paths: the release build's binaries are
 believed only when their executables lie inside the build's target directory
 (:func:`flakebot_magic.sandbox.diagnostics.untrusted_artifact`); anything else is
@@ -14,6 +28,7 @@ dropped with a notice.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +38,10 @@ from typing import Any
 
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
+from ..host.fsutil import read_regular
+from ..host.git import Git
+from ..records.proof_key import ProofKey
+from ..records.proofs import ProofRecord, ProofStore
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import (
     Diagnostic,
@@ -34,6 +53,7 @@ from ..sandbox.diagnostics import (
 )
 from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
+from .deploy import source_digest
 
 __all__ = [
     "BUILD_FLAGS",
@@ -43,6 +63,7 @@ __all__ = [
     "BuildResult",
     "CheckResult",
     "check",
+    "proof_key",
 ]
 
 #: lints never fail a build of what the registry holds: a published ``#![deny(warnings)]`` meets
@@ -79,6 +100,22 @@ class CheckResult:
     build: BuildResult
     tests: TestReport
     test_diagnostics: list[Diagnostic]
+    #: the proof the tests made, or the one found instead of running them (None: no proof store)
+    proof: ProofRecord | None = None
+
+
+#: Cargo.lock is small; of a bigger one, the first this many bytes key a proof (and a mark that there is more)
+_MAX_LOCK = 16 << 20
+
+
+def proof_key(workspace: Path, git: Git, toolchain: str, flags: tuple[str, ...]) -> ProofKey:
+    """What a ``cargo test`` with ``flags`` (its arguments and environment) in ``workspace`` proves."""
+    try:
+        lock, more = read_regular(workspace / "Cargo.lock", _MAX_LOCK)
+    except OSError:
+        lock, more = b"", False
+    lock_hash = hashlib.sha256(lock).hexdigest() + ("+" if more else "")
+    return ProofKey(source_digest(git).hexdigest(), lock_hash, toolchain, flags)
 
 
 def _errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -106,6 +143,8 @@ def check(
     release: Callable[[], BuildResult] | None = None,
     target_dir: Path | None = None,
     cap_lints: bool | None = None,
+    proofs: ProofStore | None = None,
+    git: Git | None = None,
 ) -> CheckResult:
     """Download what the workspace needs, then run the release build and the tests concurrently; raise on the
     first failure.
@@ -130,8 +169,13 @@ def check(
     if cap_lints is None:
         cap_lints = not (workspace / ".git" / EDIT_STATE).is_file()
     test_flags = (*TEST_FLAGS, *CAP_LINTS) if cap_lints else TEST_FLAGS
+    key = known = None
+    if proofs is not None and git is not None and run_tests:
+        key = proof_key(workspace, git, cargo.rustc_version(), (*test_flags, *_env_flags(TEST_ENV)))
+        known = proofs.find(key)
     results: dict[str, Any] = {}
     failures: dict[str, BaseException] = {}
+    test_seconds: list[float] = []
 
     def stage(name: str, work: Callable[[], Any]) -> None:
         bus.emit(StageStarted(name))
@@ -142,6 +186,8 @@ def check(
             failures[name] = exc
             bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
             return
+        if name == "test":
+            test_seconds.append(time.monotonic() - t0)
         bus.emit(StageFinished(name, "done", _summary(name, results[name]), time.monotonic() - t0))
 
     def log(stage_name: str) -> Callable[[str, str], None]:
@@ -203,7 +249,10 @@ def check(
     # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
     (workspace / "target" / "flakebot-test").mkdir(parents=True, exist_ok=True)
     threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
-    if run_tests:
+    if known is not None:
+        bus.emit(StageStarted("test"))
+        bus.emit(StageFinished("test", "cached", _reused(known)))
+    elif run_tests:
         threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
     for thread in threads:
         thread.start()
@@ -232,7 +281,25 @@ def check(
         if name in failures:
             raise failures[name]
     report, test_diagnostics = results.get("test", (TestReport(), []))
-    return CheckResult(build=results["build"], tests=report, test_diagnostics=test_diagnostics)
+    proof = known
+    if known is not None:
+        report = TestReport(passed=known.passed, ignored=known.ignored, suites=known.suites)
+    elif proofs is not None and key is not None and "test" in results:
+        proof = proofs.record(
+            key, passed=report.passed, ignored=report.ignored, suites=report.suites, seconds=test_seconds[0]
+        )
+    return CheckResult(build=results["build"], tests=report, test_diagnostics=test_diagnostics, proof=proof)
+
+
+def _env_flags(env: dict[str, str]) -> tuple[str, ...]:
+    return tuple(f"{name}={value}" for name, value in sorted(env.items()))
+
+
+def _reused(proof: ProofRecord) -> str:
+    return (
+        f"{proof.passed} passed, 0 failed, {proof.ignored} ignored "
+        f"(proof reused: the same source was proven at {proof.proven_at})"
+    )
 
 
 def _test_failure(

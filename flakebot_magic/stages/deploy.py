@@ -52,6 +52,7 @@ __all__ = [
     "add_tool",
     "deploy",
     "lookup",
+    "source_digest",
     "staging_owner",
     "store_key",
     "swap_in",
@@ -82,11 +83,13 @@ class StorePath:
         return str(self.path)
 
 
-def store_key(git: Git, rustc_version: str, flags: Sequence[str], backend: str = "cargo") -> str:
-    """The hash of everything that decides the built binary.
+def source_digest(git: Git, backend: str = "cargo") -> hashlib._Hash:
+    """A running SHA-256 of the build inputs in ``git``'s work tree: the committed tree, then uncommitted edits.
 
-    For the nix backend the flake files are build inputs too (flake.lock
-    pins nixpkgs, which supplies the toolchain).
+    The committed tree is git's listing (each path, mode and blob hash), so
+    the same source hashes the same in any clone on any machine. For the nix
+    backend the flake files are build inputs too (flake.lock pins nixpkgs,
+    which supplies the toolchain).
     """
     digest = hashlib.sha256()
     listing = git("ls-tree", "-r", "--full-tree", "HEAD")
@@ -99,6 +102,12 @@ def store_key(git: Git, rustc_version: str, flags: Sequence[str], backend: str =
     if status:  # uncommitted edits change the binary too
         digest.update(status.encode())
         digest.update(git("diff", "HEAD", "--", ".", *not_inputs).encode())
+    return digest
+
+
+def store_key(git: Git, rustc_version: str, flags: Sequence[str], backend: str = "cargo") -> str:
+    """The hash of everything that decides the built binary (:func:`source_digest`, the toolchain, the flags)."""
+    digest = source_digest(git, backend)
     digest.update(
         f"\0rustc:{rustc_version}\0flags:{' '.join(flags)}\0backend:{backend}\0format:{STORE_FORMAT}".encode()
     )

@@ -22,7 +22,10 @@ The scenarios, together, pass every point of
   workspace at te's commit);
 * ``reuse``: ``te`` built again in its own workspace (a stale git lock removed);
 * ``copy``: the copy a ``--continue`` works on;
-* ``clean``: clean removing an unused store entry and an old workspace.
+* ``clean``: clean removing an unused store entry and an old workspace;
+* ``prove``: ``te`` rebuilt with no proof kept (its tests run, their proof is
+  written): killed before the proof is written, there is none (the next build
+  proves again); after, it is whole.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.manage.transaction import CARD_FILE, Intent, install, pending, read_card, recover
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory, ToolRecord
+from flakebot_magic.records.proof_key import ProofKey
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.stages.deploy import store_key
 
@@ -103,6 +107,7 @@ CASES: list[tuple[str, str, str]] = [
     ("copy", "fork.copied", "old"),
     ("clean", "clean.renamed", "old"),
     ("clean", "clean.removed", "old"),
+    *[("prove", p, "old") for p in ("proof.proven", "proof.recorded")],
 ]
 
 
@@ -207,6 +212,9 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
             os.utime(registry, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     elif scenario == "copy":
         _killed_at(point, _COPY, cache, registry)
+    elif scenario == "prove":
+        shutil.rmtree(settings.cache.proofs)
+        _killed_at(point, _BUILD, cache, registry, "te", "1")
     else:
         shutil.copytree(Path(old.store_path), settings.cache.store / f"{'f' * 32}-tinyecho-0.2.0", symlinks=True)
         shutil.copytree(Path(old.workspace), settings.cache.workspaces / ".old" / "te-20240101-000000-000000001")
@@ -238,6 +246,13 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
                 settings.rebuild = False
             assert tool.name == "te2"
             assert sorted(_consistent(settings)) == ["te", "te2"]
+    if scenario == "prove":  # the proof is whole (and the next build finds it) or absent, never torn
+        proofs = settings.cache.proofs
+        records = sorted(p.name for p in proofs.iterdir()) if proofs.exists() else []  # temporary files too
+        assert len(records) == (point == "proof.recorded") and all(r.endswith(".json") for r in records), records
+        if records:
+            key = ProofKey.from_dict(json.loads((settings.cache.proofs / records[0]).read_text())["key"])
+            assert key is not None and f"{key.digest()}.json" == records[0]
     if scenario == "reuse":  # the lock a killed git left is gone: it was the first step of the build
         assert not (Path(te.workspace) / ".git" / "index.lock").exists()
     if scenario == "clean":  # the next clean finishes the job

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tinycrates import Recorder
 
 from flakebot_magic.errors import BuildError, TestError
-from flakebot_magic.events import StageFinished, StageStarted
-from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.events import EventBus, StageFinished, StageStarted
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import Completed, ProcessRunner
+from flakebot_magic.records.proofs import ProofStore
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.sandbox.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.sandbox.policy import TreePolicy
 from flakebot_magic.stages.build import BUILD_FLAGS, CheckResult, check
-from flakebot_magic.stages.fork import Workspace
+from flakebot_magic.stages.fork import Workspace, fork
 
 Forked = Callable[[str], Workspace]
 
@@ -310,3 +313,70 @@ def test_tests_that_do_not_compile_are_a_test_error(forked: Forked, session_regi
     assert "flakebot caused. The tests of brokentest do not compile:\nerror[E0308]" in str(error)
     assert [(d.code, d.file, d.line) for d in error.diagnostics] == [("E0308", "tests/it.rs", 3)]
     assert error.failed == []
+
+
+# -- proofs kept by what they prove ---------------------------------------------------
+
+
+class _Commands(ProcessRunner):
+    """A real runner that keeps every command it ran (copies made by Cargo share the list)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[list[str]] = []
+
+    def run(self, args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> Completed:
+        self.commands.append([str(a) for a in args])
+        return super().run(args, **kwargs)
+
+    def cargo_tests(self) -> int:
+        return sum(1 for argv in self.commands if "test" in argv and any(a.endswith("cargo") for a in argv))
+
+
+def _proven(ws: Workspace, registry: DirectoryRegistry, store: ProofStore) -> tuple[CheckResult, Recorder, int]:
+    runner, recorder = _Commands(), Recorder()
+    result = check(
+        ws.path,
+        Cargo(registry, runner),
+        recorder.bus,
+        policy=TreePolicy(),
+        build_timeout=300,
+        test_timeout=300,
+        proofs=store,
+        git=Git(ws.path, runner),
+    )
+    return result, recorder, runner.cargo_tests()
+
+
+@pytest.mark.cargo
+def test_the_same_source_is_proven_once_whatever_its_name(
+    forked: Forked, session_registry: DirectoryRegistry, tmp_path: Path
+) -> None:
+    store = ProofStore(tmp_path / "proofs")
+    first, _, tests_run = _proven(forked("tinyecho"), session_registry, store)
+    assert tests_run == 1 and first.proof is not None and not first.proof.reused
+    # the same crate under a new name, in a workspace of its own (as after `clean`: nothing built there)
+    runner = ProcessRunner()
+    cargo = Cargo(session_registry, runner)
+    second = fork(
+        session_registry.get("tinyecho"),
+        session_registry,
+        tmp_path / "ws",
+        "echo-two",
+        runner=runner,
+        bus=EventBus(),
+        cargo=cargo,
+    )
+    again, recorder, tests_run = _proven(second, session_registry, store)
+    assert tests_run == 0  # no cargo test ran: the proof was found
+    assert again.proof is not None and again.proof.reused and again.proof.proven_at == first.proof.proven_at
+    assert (again.tests.passed, again.tests.failed) == (first.tests.passed, 0)
+    finished = {e.stage: e for e in recorder.of(StageFinished)}
+    assert finished["test"].status == "cached"
+    assert f"proof reused: the same source was proven at {first.proof.proven_at}" in finished["test"].detail
+    assert finished["build"].status == "done" and os.access(again.build.binaries["tinyecho"], os.X_OK)
+    # a changed source is another key: proven again
+    (second.path / "src" / "main.rs").write_text((second.path / "src" / "main.rs").read_text() + "\n// edited\n")
+    changed, _, tests_run = _proven(second, session_registry, store)
+    assert tests_run == 1 and changed.proof is not None and not changed.proof.reused
+    assert changed.proof.key.source != first.proof.key.source and changed.proof.key.lock == first.proof.key.lock

@@ -247,6 +247,9 @@ def test_a_second_run_is_served_from_the_store(tinyecho_tool: Tool, session_regi
 def test_rebuild_replaces_the_store_entry(tmp_path: Path, session_registry: DirectoryRegistry) -> None:
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(session_registry.path))
     first = Pipeline(settings).run("", crate="tinyecho")
+    first_manifest = json.loads((first.store_path / "manifest.json").read_text())
+    first_proof, first_tests = first_manifest["proof"], first_manifest["tests"]
+    assert first_proof["reused"] is False and first_proof["key"]
     marker = first.store_path / "marker"
     marker.write_text("from the first build")
 
@@ -256,8 +259,12 @@ def test_rebuild_replaces_the_store_entry(tmp_path: Path, session_registry: Dire
     assert again.store_path == first.store_path  # the same inputs: the same path
     assert not marker.exists()  # a new entry, not the old one
     assert _statuses(recorder)["build"] == "done" and _statuses(recorder)["deploy"] == "done"
+    assert _statuses(recorder)["test"] == "cached"  # the same source was proven by the first build
     assert again(input="again") == "AGAIN"
-    assert json.loads((again.store_path / "manifest.json").read_text())["crate"] == "tinyecho"
+    manifest = json.loads((again.store_path / "manifest.json").read_text())
+    assert manifest["crate"] == "tinyecho"
+    assert manifest["proof"]["reused"] and manifest["proof"]["proven_at"] == first_proof["proven_at"]
+    assert manifest["tests"]["passed"] == first_tests["passed"] > 0
     # the first workspace was moved aside, not deleted
     assert len(list((settings.cache.workspaces / ".old").iterdir())) == 1
 

@@ -1,0 +1,244 @@
+"""The ways to compile a crate's dependencies once for both the release binary and the proof (issue 23).
+
+    .venv/bin/python benchmarks/bench_proof.py [--crate pulldown-cmark] [--rounds 2]
+
+Each variant runs cold (a fresh target directory) with flakebot's own
+:class:`~flakebot_magic.sandbox.cargo.Cargo` in the sandbox, on a fork of the
+crate from the offline registry, the variants alternated round by round; the
+best round of each is printed beside the bare ``cargo build --release`` (the
+floor) as a ratio. Every variant's tests are listed by name (the suite each
+ran in, its hash left out) and compared with the set the crate's own
+``cargo test`` runs: a variant that runs fewer or other tests is marked so.
+
+Variants:
+
+``bare``            ``cargo build --release`` alone (the floor; no proof)
+``split``           the release build beside a debug ``cargo test`` in its own target dir (before issue 23)
+``release-tests``   ``cargo build --release``, then ``cargo test --release`` in the same target dir (tests at opt-level 3)
+``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from flakebot_magic.config import DEBIAN_REGISTRY  # noqa: E402
+from flakebot_magic.events import EventBus  # noqa: E402
+from flakebot_magic.host.process import Completed, ProcessRunner  # noqa: E402
+from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
+from flakebot_magic.sandbox.cargo import Cargo  # noqa: E402
+from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, TEST_ENV  # noqa: E402
+from flakebot_magic.stages.fork import fork  # noqa: E402
+
+TEST = ("test", "--locked", "--message-format=json", "--no-fail-fast", *CAP_LINTS)
+_RUNNING = re.compile(r"^running \d+ tests?$")
+_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
+#: release's settings, for the dev and test profiles (the ``dev-as-release`` variant)
+DEV_AS_RELEASE = {
+    f"CARGO_PROFILE_{p}_{k}": v
+    for p in ("DEV", "TEST")
+    for k, v in {
+        "OPT_LEVEL": "3",
+        "DEBUG": "false",
+        "DEBUG_ASSERTIONS": "false",
+        "OVERFLOW_CHECKS": "false",
+        "INCREMENTAL": "false",
+    }.items()
+}
+
+
+def root_override(crate: str) -> tuple[str, ...]:
+    """cargo ``--config`` giving the crate's own targets the test profile's settings inside ``--release``."""
+    settings = {"opt-level": "0", "debug-assertions": "true", "overflow-checks": "true", "debug": "false"}
+    return tuple(
+        arg
+        for key, value in settings.items()
+        for arg in ("--config", f'profile.release.package."{crate}".{key}={value}')
+    )
+
+
+def test_names(stdout: str) -> set[str]:
+    """The tests a ``cargo test`` ran, as ``N::name`` (N: the test binary's place in cargo's order, doc tests last).
+
+    cargo names each binary on stderr and libtest prints its tests on
+    stdout, so suites are told apart by libtest's own ``running N tests``.
+    """
+    names: set[str] = set()
+    suite = 0
+    for line in stdout.splitlines():
+        if _RUNNING.match(line):
+            suite += 1
+            continue
+        run = _TEST_LINE.match(line)
+        if run:
+            names.add(f"{suite}::{run.group(1)}")
+    return names
+
+
+class Bench:
+    def __init__(self, registry: str, crate: str, work: Path) -> None:
+        self.registry = DirectoryRegistry(registry, work)
+        self.runner = ProcessRunner()
+        self.cargo = Cargo(self.registry, self.runner)
+        self.workspace = fork(
+            self.registry.get(crate),
+            self.registry,
+            work / "workspaces",
+            "proof",
+            runner=self.runner,
+            bus=EventBus(),
+            cargo=self.cargo,
+        ).path
+        self.round = 0
+        self.crate = crate
+
+    def cargo_run(self, *args: str, target: Path, env: dict[str, str] | None = None, nice: int = 0) -> Completed:
+        done = self.cargo.run(
+            *args,
+            cwd=self.workspace,
+            timeout=1800,
+            env={"CARGO_TARGET_DIR": str(target), **(env or {})},
+            nice=nice,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"cargo {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        return done
+
+    def fresh(self, name: str) -> Path:
+        self.round += 1
+        target = self.workspace / "target" / f"{name}-{self.round}"
+        shutil.rmtree(target, ignore_errors=True)
+        return target
+
+
+def _both(first: Callable[[], Completed], second: Callable[[], Completed]) -> list[Completed]:
+    out: list[Completed] = []
+    thread = threading.Thread(target=lambda: out.append(second()))
+    thread.start()
+    first_done = first()
+    thread.join()
+    return [first_done, *out]
+
+
+def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]:
+    own = root_override(b.crate)
+
+    def bare() -> tuple[float, set[str] | None]:
+        t = b.fresh("bare")
+        start = time.perf_counter()
+        b.cargo_run(*BUILD_FLAGS, target=t)
+        return time.perf_counter() - start, None
+
+    def split() -> tuple[float, set[str] | None]:
+        t = b.fresh("split")
+        start = time.perf_counter()
+        _, tested = _both(
+            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env=TEST_ENV, nice=10),
+        )
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def release_after() -> tuple[float, set[str] | None]:
+        t = b.fresh("after")
+        start = time.perf_counter()
+        b.cargo_run(*BUILD_FLAGS, target=t)
+        tested = b.cargo_run(*TEST, "--release", target=t)
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def dev_as_release() -> tuple[float, set[str] | None]:
+        t = b.fresh("devrel")
+        start = time.perf_counter()
+        _, tested = _both(
+            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+            lambda: b.cargo_run(*TEST, target=t, env=DEV_AS_RELEASE),
+        )
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def shared_after() -> tuple[float, set[str] | None]:
+        t = b.fresh("shared")
+        start = time.perf_counter()
+        b.cargo_run(*BUILD_FLAGS, target=t)
+        tested = b.cargo_run(*TEST, "--release", *own, target=t)
+        b.cargo_run(*BUILD_FLAGS, target=t)  # nothing to compile: puts the release binary back in place
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def shared_first() -> tuple[float, set[str] | None]:
+        t = b.fresh("sharedfirst")
+        start = time.perf_counter()
+        tested = b.cargo_run(*TEST, "--release", *own, target=t)
+        b.cargo_run(*BUILD_FLAGS, target=t)
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def shared_all_targets() -> tuple[float, set[str] | None]:
+        t = b.fresh("sharedall")
+        start = time.perf_counter()
+        b.cargo_run(*TEST, "--release", *own, "--no-run", target=t)
+        _, tested = _both(
+            lambda: b.cargo_run(*BUILD_FLAGS, target=t / ".." / f"{t.name}-bin"),
+            lambda: b.cargo_run(*TEST, "--release", *own, target=t),
+        )
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    return {
+        "bare": bare,
+        "split": split,
+        "shared-deps-build-first": shared_after,
+        "shared-deps-tests-first": shared_first,
+        "release-tests": release_after,
+        "dev-as-release": dev_as_release,
+        "shared-no-run-then-both": shared_all_targets,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--registry", default=str(DEBIAN_REGISTRY))
+    parser.add_argument("--crate", default="pulldown-cmark")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", nargs="*", help="variant names (default: all)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="fb-bench-proof-"))
+    try:
+        b = Bench(args.registry, args.crate, work)
+        # the crate's own `cargo test` (debug, as a user runs it): the test set every variant must match
+        own = b.cargo_run(*TEST, target=b.fresh("own"))
+        expected = test_names(own.stdout)
+        chosen = {k: v for k, v in variants(b).items() if not args.only or k in args.only or k == "bare"}
+        times: dict[str, list[float]] = {k: [] for k in chosen}
+        names: dict[str, set[str] | None] = {}
+        for _ in range(args.rounds):
+            for key, run in chosen.items():
+                took, ran = run()
+                times[key].append(took)
+                names[key] = ran
+                print(f"  {key}: {took:.2f} s", file=sys.stderr, flush=True)
+        floor = min(times["bare"])
+        print(f"\n{args.crate}: the crate's own `cargo test` runs {len(expected)} tests\n")
+        print("| variant | best (s) | median (s) | / bare build | tests run | same tests as `cargo test` |")
+        print("|---|---|---|---|---|---|")
+        for key, seen in times.items():
+            ran = names[key]
+            same = "-" if ran is None else ("yes" if ran == expected else f"NO ({len(expected - ran)} missing)")
+            print(
+                f"| {key} | {min(seen):.2f} | {statistics.median(seen):.2f} | {min(seen) / floor:.2f}x | "
+                f"{'-' if ran is None else len(ran)} | {same} |"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
