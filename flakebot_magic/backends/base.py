@@ -28,9 +28,11 @@ from typing import Any, ClassVar
 from ..config import Settings
 from ..errors import FlakeError
 from ..events import EventBus, StageFinished, StageStarted
+from ..host.fsutil import is_real_dir
 from ..host.git import Git
 from ..records.proofs import ProofRecord
 from ..registry.directory import read_manifest
+from ..sandbox import release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
 from ..stages.deploy import StorePath
@@ -94,6 +96,8 @@ class Built:
     flags: list[str]
     cached: StorePath | None = None
     binaries: dict[str, Path] = field(default_factory=dict)
+    #: the SHA-256 of each binary as its build ended (the deploy refuses other bytes)
+    digests: dict[str, str] = field(default_factory=dict)
     tests: TestReport | None = None
     #: the proof of the tests (made by this build, or found: ``reused``)
     proof: ProofRecord | None = None
@@ -177,7 +181,7 @@ def manifest(
         "backend": backend,
         "binaries": sorted(built.binaries),
         # what the build's outputs took on disk: what a full disk's error says the next build needs
-        "build_bytes": _bytes_under(workspace.path / "target"),
+        "build_bytes": _bytes_under(workspace.path / "target") + _bytes_under(release_target(workspace.path)),
         "checksum": workspace.checksum,
         "checksum_kind": workspace.checksum_kind,
         "commit": commit,
@@ -216,8 +220,10 @@ def manifest(
 
 
 def _bytes_under(path: Path) -> int:
-    """The bytes of the regular files under ``path`` (0 when there is none)."""
+    """The bytes of the regular files under ``path`` (0 when there is none, or it is a planted symlink)."""
     total = 0
+    if not is_real_dir(path):
+        return 0
     for directory, _, files in os.walk(path):
         for name in files:
             try:

@@ -54,6 +54,7 @@ class CargoBackend(Backend):
                 git=git,
             )
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
+            built.digests = dict(result.build.digests)
         with Stage(bus, "flake") as stage:
             write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(
@@ -72,6 +73,14 @@ class CargoBackend(Backend):
                 stage.status = "cached"
             else:
                 data = manifest(run, self.name, built, commit=self.git(run).head(), contract=contract)
-                store = deploy(settings.cache.store, built.key, crate.name, crate.version, built.binaries, data)
+                store = deploy(
+                    settings.cache.store,
+                    built.key,
+                    crate.name,
+                    crate.version,
+                    built.binaries,
+                    data,
+                    digests=built.digests,
+                )
             stage.detail = str(store.path)
         return store

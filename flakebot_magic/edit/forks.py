@@ -20,28 +20,22 @@ to clone it, the best and the median of 11 runs, and the disk each clone adds:
   workspace's target dir through the links (fingerprints, ``.rustc_info.json``);
 * plain copy (``cp -a``): 0.065 / 0.072 s, 107 MB, safe;
 * ``shutil.copytree``: 0.085 / 0.105 s, 107 MB, safe;
-* hybrid (:func:`clone_target`, used): 0.040 / 0.049 s, 42 MB, safe.
+* hard links for dependencies' libraries only: 0.040 / 0.049 s, 42 MB, UNSAFE
+  too: rustc replaces a library rather than writing through it, but a
+  candidate's test is not rustc; it can open a hard-linked ``.rlib`` and
+  append to it, and the workspace and every other candidate link against the
+  changed bytes (the red team's A15).
 
-The whole :func:`clone_candidate` (sources and ``.git`` too) takes 0.05 s
-(0.04 / 0.05); a clone of the two-dependency crate of
-``tests/edit/test_forks.py`` takes about 0.01 s. Every method leaves the
-dependencies fresh after the move: a clone's first check run compiles 0
-dependency units (0.8 s unchanged, 2.7 s after an edit of the crate). Cargo's
-fingerprints record paths relative to the target dir or the package, and it
-hashes a path package by its path relative to the workspace root, so the
-crate's own files keep their names in the clone: a candidate's build rewrites
-them (and the fingerprints, dep-info files, the uplifted binaries, the
-``.cargo-lock``, ``.rustc_info.json``, the incremental caches), in place.
-
-So the hybrid hard-links only a dependency's compiled library
-(``deps/lib<name>-<hash>.rlib``, ``.rmeta``, ``.so``): a unit of a package
-with a ``source`` in ``Cargo.lock``, found by the hash its
-``.fingerprint/<package>-<hash>/`` directory names. rustc writes those to a
-new file and renames it into place (the linker unlinks first), so even a
-dependency rebuilt in one candidate breaks the link rather than writing
-through it (``tests/edit/test_forks.py`` proves it). Everything else, and
-everything when ``Cargo.lock`` cannot be read, is copied with its
-modification time (cargo's freshness is by mtime).
+So :func:`clone_target` copies every file (its own loop, with modification
+times: cargo's freshness is by mtime): no inode of a clone is shared with the
+workspace or another candidate, which ``tests/edit/test_forks.py`` checks
+after a real candidate's run. The whole :func:`clone_candidate` (sources and
+``.git`` too) of ``hexyl``, measured again on a loaded machine (load average
+15 on the 2 cores; ``benchmarks/bench_workspace_paths.py clone``):
+0.215 / 0.501 s (best / median of 11) with the shared libraries, 0.347 /
+0.636 s copying everything, about 0.13 s more per candidate. Every method
+leaves the dependencies fresh after the move: a clone's first check run
+compiles 0 dependency units.
 """
 
 from __future__ import annotations
@@ -49,14 +43,13 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Cancelled, ForkError
-from ..host.fsutil import atomic_write, load_toml, read_regular
+from ..host.fsutil import atomic_write, is_real_dir, read_regular, real_dir, remove_nofollow
 from ..host.git import Git
 from ..host.process import CancelToken, ProcessRunner
 from ..sandbox.layout import CANDIDATES_DIR, OUTPUT_DIRS
@@ -71,23 +64,17 @@ __all__ = [
     "clone_candidate",
     "clone_target",
     "keep_head",
-    "local_packages",
 ]
 
 #: each candidate's head is kept in the tool's workspace as ``refs/flakebot/candidates/<index>``
 CANDIDATE_REFS = "refs/flakebot/candidates"
-#: what the clone may share with the workspace by a hard link: a dependency's compiled library
-_SHARED_SUFFIXES = (".rlib", ".rmeta", ".so")
-_MAX_LOCK = 8 * 1024 * 1024
 
 
 @dataclass
 class CloneStats:
-    """What a target dir clone did: files hard-linked and copied, and their bytes."""
+    """What a target dir clone did: the files copied and their bytes."""
 
-    linked: int = 0
     copied: int = 0
-    linked_bytes: int = 0
     copied_bytes: int = 0
 
 
@@ -117,17 +104,17 @@ def clone_candidate(workspace: Path, index: int, *, runner: ProcessRunner | None
     dest = candidate_path(workspace, index)
     cancel = runner.cancel if runner is not None else None
     _exclude_candidates(workspace)
-    parent = _real_dir(dest.parent)
+    parent = real_dir(workspace, dest.parent, mode=0o700)
     tmp = parent / f".{index}.tmp-{secrets.token_hex(4)}"
     try:
         _copy_sources(workspace, tmp, cancel)
         source_target = workspace.joinpath(*LOOP_TARGET)
-        if _is_real_dir(source_target):
-            clone_target(source_target, tmp.joinpath(*LOOP_TARGET), local_packages(workspace), cancel=cancel)
-        _remove(dest)
+        if is_real_dir(source_target) and is_real_dir(source_target.parent):
+            clone_target(source_target, tmp.joinpath(*LOOP_TARGET), cancel=cancel)
+        remove_nofollow(dest)
         os.rename(tmp, dest)
     except BaseException as exc:
-        _remove(tmp)
+        remove_nofollow(tmp)
         if isinstance(exc, OSError):
             raise ForkError(
                 f"Could not clone the workspace {workspace} for candidate #{index}: {exc}", workspace=workspace
@@ -136,86 +123,36 @@ def clone_candidate(workspace: Path, index: int, *, runner: ProcessRunner | None
     return dest
 
 
-def local_packages(workspace: Path) -> frozenset[str] | None:
-    """The packages ``Cargo.lock`` lists without a ``source`` (built from the workspace); None when unreadable."""
-    try:
-        data, cut = read_regular(Path(workspace) / "Cargo.lock", _MAX_LOCK)
-        if cut:
-            return None
-        doc = load_toml(data.decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    packages = doc.get("package")
-    if not isinstance(packages, list):
-        return None
-    names = set()
-    for package in packages:
-        if not isinstance(package, dict) or not isinstance(package.get("name"), str):
-            return None
-        if "source" not in package:
-            names.add(package["name"])
-    return frozenset(names)
+def clone_target(source: Path, dest: Path, *, cancel: CancelToken | None = None) -> CloneStats:
+    """Copy the cargo target dir ``source`` to ``dest``: every regular file copied with its mode and times.
 
-
-def clone_target(
-    source: Path, dest: Path, local: frozenset[str] | None, *, cancel: CancelToken | None = None
-) -> CloneStats:
-    """Copy the cargo target dir ``source`` to ``dest``, hard-linking what no candidate's build rewrites.
-
-    A file is hard-linked when it is a compiled library (``.rlib``, ``.rmeta``,
-    ``.so``) in a ``deps/`` directory whose unit (the hash in its name) the
-    sibling ``.fingerprint/`` directory names as a package not in ``local``
-    (:func:`local_packages`). Everything else is copied with its modification
-    time; with ``local`` None, everything is. Symlinks are copied as links,
-    anything but files, directories and links is left out.
+    No file is hard-linked: a clone shares no inode with ``source``, so no
+    sandboxed code of one candidate writes another's files. Symlinks are copied
+    as links, anything but files, directories and links is left out.
     """
     stats = CloneStats()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _clone_dir(str(source), str(dest), local, stats, cancel, {})
+    _clone_dir(str(source), str(dest), stats, cancel)
     return stats
 
 
-def _clone_dir(
-    source: str,
-    dest: str,
-    local: frozenset[str] | None,
-    stats: CloneStats,
-    cancel: CancelToken | None,
-    units: dict[str, dict[str, str]],
-) -> None:
+def _clone_dir(source: str, dest: str, stats: CloneStats, cancel: CancelToken | None) -> None:
     if cancel is not None and cancel.cancelled:
         raise Cancelled("The run was cancelled while a candidate's workspace was being cloned.")
     os.mkdir(dest, 0o700)
-    in_deps = os.path.basename(source) == "deps" and local is not None
-    if in_deps and source not in units:
-        units[source] = _units(os.path.join(os.path.dirname(source), ".fingerprint"))
     with os.scandir(source) as entries:
         for entry in entries:
             src, dst = entry.path, os.path.join(dest, entry.name)
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode):
-                _clone_dir(src, dst, local, stats, cancel, units)
+                _clone_dir(src, dst, stats, cancel)
             elif stat.S_ISLNK(info.st_mode):
                 os.symlink(os.readlink(src), dst)
-            elif not stat.S_ISREG(info.st_mode):
-                continue
-            elif in_deps and local is not None and _dependency_library(entry.name, units[source], local):
-                os.link(src, dst, follow_symlinks=False)
-                stats.linked += 1
-                stats.linked_bytes += info.st_size
-            else:
+            elif stat.S_ISREG(info.st_mode):
                 _copy_file(src, dst, info)
                 stats.copied += 1
                 stats.copied_bytes += info.st_size
     os.chmod(dest, stat.S_IMODE(os.lstat(source).st_mode))
-
-
-def _dependency_library(name: str, units: Mapping[str, str], local: frozenset[str]) -> bool:
-    """Is ``deps/<name>`` a compiled library of a unit of a package that is not built from the workspace?"""
-    if not name.endswith(_SHARED_SUFFIXES):
-        return False
-    package = units.get(name.rsplit(".", 1)[0].rpartition("-")[2])
-    return package is not None and package not in local
 
 
 def _copy_file(source: str, dest: str, info: os.stat_result) -> None:
@@ -250,12 +187,12 @@ def keep_head(workspace: Path, candidate: Path, index: int, git: Git) -> str:
     workspace = Path(workspace).resolve()
     candidate = Path(candidate).resolve()
     expected = candidate_path(workspace, index)
-    if candidate != expected.resolve() or not _is_real_dir(candidate) or not _is_real_dir(candidate.parent):
+    if candidate != expected.resolve() or not is_real_dir(candidate) or not is_real_dir(candidate.parent):
         raise ForkError(f"{candidate} is not candidate #{index}'s workspace ({expected}).", workspace=workspace)
     theirs = Git(candidate, git.runner)
     theirs.clean_config()  # raises when .git is not a real directory
     info = candidate / ".git" / "objects" / "info"
-    if _is_real_dir(info.parent) and _is_real_dir(info):
+    if is_real_dir(info.parent) and is_real_dir(info):
         for name in ("alternates", "http-alternates"):  # objects from anywhere on the machine
             if os.path.lexists(info / name):
                 os.unlink(info / name)
@@ -335,21 +272,6 @@ def _exclude_candidates(workspace: Path) -> None:
         atomic_write(exclude, text, mode=0o644, root=workspace, make_parents=True)
 
 
-def _units(fingerprints: str) -> dict[str, str]:
-    """unit hash -> package name, from cargo's ``.fingerprint/<package>-<hash>/`` directories."""
-    units: dict[str, str] = {}
-    try:
-        names = os.listdir(fingerprints)
-    except OSError:
-        return units
-    for name in names:
-        package, _, unit = name.rpartition("-")
-        if package and unit:
-            # a hash two packages share cannot be told apart: it is never shared (an empty name is no package)
-            units[unit] = package if units.get(unit, package) == package else ""
-    return {unit: package for unit, package in units.items() if package}
-
-
 def _copy_sources(workspace: Path, dest: Path, cancel: CancelToken | None) -> None:
     """The working tree and ``.git``, without build outputs or candidates; regular files, dirs and links only."""
     os.mkdir(dest, 0o700)
@@ -361,32 +283,9 @@ def _copy_sources(workspace: Path, dest: Path, cancel: CancelToken | None) -> No
             info = entry.stat(follow_symlinks=False)
             target = os.path.join(dest, entry.name)
             if stat.S_ISDIR(info.st_mode):
-                _clone_dir(entry.path, target, None, stats, cancel, {})
+                _clone_dir(entry.path, target, stats, cancel)
             elif stat.S_ISLNK(info.st_mode):
                 os.symlink(os.readlink(entry.path), target)
             elif stat.S_ISREG(info.st_mode):  # a FIFO planted by crate code would block a read
                 _copy_file(entry.path, target, info)
     os.chmod(dest, stat.S_IMODE(os.lstat(workspace).st_mode))
-
-
-def _is_real_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _real_dir(path: Path) -> Path:
-    """``path`` as a real directory (a planted symlink or file there is removed first)."""
-    if os.path.lexists(path) and not _is_real_dir(path):
-        os.unlink(path)
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
-
-
-def _remove(path: Path) -> None:
-    """Remove ``path``; a symlink is removed, never followed."""
-    if _is_real_dir(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)

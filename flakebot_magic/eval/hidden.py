@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..edit.ratchet import scan_tests
+from ..host.fsutil import atomic_write, is_real_dir, real_dir
+from ..host.git import Git
 from ..host.process import ProcessRunner, scrubbed_env
 from ..registry.base import Registry
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
-from ..sandbox.layout import NOT_WALKED
 from ..sandbox.policy import TreePolicy
 from .pytest_plugin import ENV_CACHE, ENV_REPORT, ENV_TOOL
 from .results import HiddenResult, cut
@@ -121,16 +122,22 @@ def rust_test_names(files: tuple[Path, ...]) -> list[str]:
 def run_cargo_tests(
     task: Task, *, workspace: Path, registry: Registry, work: Path, runner: ProcessRunner, timeout: float
 ) -> HiddenResult:
-    """Copy the final ``workspace`` into ``work``, add the task's Rust tests, and run them in the sandbox."""
+    """Write the final commit of ``workspace`` into ``work``, add the task's Rust tests, run them in the sandbox.
+
+    The crate is written from git's objects (:meth:`~flakebot_magic.host.git.Git.export_commit`), never
+    copied from the work tree, where the session's sandboxed code could have planted a ``tests`` symlink to
+    another attempt's workspace; the hidden tests go into a ``tests/`` made real, never through a symlink.
+    """
     names = rust_test_names(task.hidden.files)
     crate = work / "crate"
     shutil.rmtree(crate, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(workspace, crate, symlinks=True, ignore=shutil.ignore_patterns(*NOT_WALKED))
-    tests_dir = crate / "tests"
-    tests_dir.mkdir(exist_ok=True)
+    if not is_real_dir(workspace / ".git"):
+        return HiddenResult(0, len(names), error=f"the final workspace {workspace} has no git history to test")
+    Git(workspace, runner).export_commit("HEAD", crate)
+    tests_dir = real_dir(crate, crate / "tests")
     for source in task.hidden.files:
-        shutil.copyfile(source, tests_dir / source.name)
+        atomic_write(tests_dir / source.name, source.read_bytes(), mode=0o644, root=crate)
     cargo = Cargo(registry, runner, Sandbox(crate))
     # an online registry: what the tests need is downloaded first (the fetch profile), once the policy passes
     # the copy; build scripts only ever run in the sandbox, so the gate here is about where code comes from

@@ -12,6 +12,13 @@ Reading is the mirror image: :func:`read_regular` reads at most so many bytes
 of a regular file, never through a symlink and never blocking on a FIFO that
 untrusted code left in the file's place.
 
+Directories flakebot keeps in a workspace for itself (``target/``, the edit
+loop's target dir, the sandbox's temporary dir, candidates) are made real by
+:func:`real_dir` before each use: whatever untrusted code left at any of their
+components (a symlink to ``/root``, a file) is removed, never followed, so a
+path flakebot hands to bubblewrap or to cargo resolves to the same place
+inside the sandbox and out.
+
 The same module owns the other file habits: private directories
 (:func:`private_dir`, mode ``0700``), ``fsync`` of a directory
 (:func:`fsync_dir`) and reading TOML (:func:`load_toml`).
@@ -20,13 +27,27 @@ The same module owns the other file habits: private directories
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UnsafePath", "atomic_write", "check_no_symlinks", "fsync_dir", "load_toml", "private_dir", "read_regular"]
+__all__ = [
+    "UnsafePath",
+    "atomic_write",
+    "check_no_symlinks",
+    "fsync_dir",
+    "is_real_dir",
+    "load_toml",
+    "private_dir",
+    "read_regular",
+    "real_dir",
+    "remove_nofollow",
+    "sha256_regular",
+]
 
 
 class UnsafePath(OSError):
@@ -57,6 +78,69 @@ def check_no_symlinks(root: Path, path: Path) -> None:
             raise UnsafePath(f"{current} is a symlink; refusing to write through it")
         if not stat.S_ISDIR(info.st_mode):
             raise UnsafePath(f"{current} is not a directory")
+
+
+def is_real_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory itself (not a symlink to one)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove_nofollow(path: Path) -> None:
+    """Remove ``path``, whatever it is; a symlink is removed, never followed (nothing there: nothing done)."""
+    if is_real_dir(path):
+        shutil.rmtree(path)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def real_dir(root: Path, path: Path, *, mode: int = 0o755) -> Path:
+    """Make ``path`` (under ``root``) a chain of real directories from ``root`` down; return it.
+
+    Each component between ``root`` and ``path`` that is missing is created;
+    one that is a symlink, a file or anything but a directory is removed first
+    (never followed). Only for directories that hold flakebot's outputs, never
+    source: what untrusted code left there is not kept. ``root`` itself is
+    trusted (flakebot made it). Raises :class:`UnsafePath` when ``path`` is
+    not under ``root``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> outside = Path(tempfile.mkdtemp())
+    >>> (d / "target").symlink_to(outside)
+    >>> real_dir(d, d / "target" / "flakebot-test") == d / "target" / "flakebot-test"
+    True
+    >>> (d / "target").is_symlink(), list(outside.iterdir())
+    (False, [])
+    """
+    root = Path(os.path.abspath(root))
+    path = Path(os.path.abspath(path))
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        raise UnsafePath(f"{path} is not inside {root}") from None
+    current = root
+    for part in relative.parts:
+        current = current / part
+        for _ in range(3):  # untrusted code racing the fix-up gets three tries, then an error
+            if is_real_dir(current):
+                break
+            remove_nofollow(current)
+            try:
+                os.mkdir(current, mode)
+            except FileExistsError:
+                pass
+        else:
+            if not is_real_dir(current):
+                raise UnsafePath(f"{current} keeps being replaced by something that is not a directory")
+    return path
 
 
 def atomic_write(
@@ -144,15 +228,8 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
     ...
     UnsafePath: ... is a symlink
     """
+    fd = _open_regular(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePath(f"{path} is a symlink") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -165,6 +242,32 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, bool]:
         os.close(fd)
     data = b"".join(chunks)
     return data[:limit], len(data) > limit
+
+
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path``: never through a symlink, never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symlink") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is not a regular file (a FIFO, a device or a directory)")
+    return fd
+
+
+def sha256_regular(path: Path) -> str:
+    """The SHA-256 (hex) of the regular file ``path``, read without following a symlink (:class:`UnsafePath`)."""
+    fd = _open_regular(path)
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def fsync_dir(directory: Path) -> None:

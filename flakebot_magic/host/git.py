@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -284,6 +286,30 @@ class Git:
             return None
         self("commit", "-q", "--no-verify", "-m", message)
         return self.head()
+
+    def export_commit(self, commit: str, dest: Path) -> list[str]:
+        """Write the files of ``commit`` into the new directory ``dest`` from git's objects; return their paths.
+
+        Never reads the work tree: whatever sandboxed code changed or planted
+        there since the commit (a file rewritten after the build, a directory
+        replaced by a symlink to ``/root``) is not exported. git writes the
+        files through a temporary index of its own (``checkout-index
+        --prefix``), into a directory made here, so no path in it can have been
+        planted. ``dest`` must not exist.
+        """
+        dest = Path(os.path.abspath(dest))
+        os.mkdir(dest, 0o755)
+        scratch = tempfile.mkdtemp(prefix="flakebot-export-")
+        try:
+            export = Git(self.root, self.runner)
+            export.env = {**self.env, "GIT_INDEX_FILE": os.path.join(scratch, "index")}
+            tree = self("rev-parse", "--verify", f"{commit}^{{tree}}")
+            export("read-tree", tree)
+            export("checkout-index", "-a", "-f", f"--prefix={dest}/")
+            listed = export("ls-files", "-z")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return [f for f in listed.split("\0") if f]
 
     def head(self) -> str:
         return self("rev-parse", "HEAD")

@@ -51,7 +51,7 @@ from ..host.locks import LockHolder, held_locks
 from ..host.process import alive
 from ..host.storage import amount, storage_errors
 from ..records.inventory import Inventory
-from ..sandbox import SANDBOX_DIR
+from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
@@ -340,6 +340,7 @@ def _clean_leftovers(
                     report.kept.append(f"{entry / CANDIDATES_DIR}: {why}")
                 continue
             remove(entry / "target")
+            remove(release_target(entry))
             _remove_candidates(entry / CANDIDATES_DIR, report, remove)
             for lock in stale_locks(entry) if report.dry_run else remove_stale_locks(entry):
                 report.removed.append(lock)

@@ -2,7 +2,7 @@
 
 ``flakebot export --replit DIR NAME`` writes::
 
-    DIR/NAME/        the tool's workspace at its last commit (source, Cargo.lock, flake.nix, flake.lock)
+    DIR/NAME/        the files of the tool's commit, read from git's objects (source, Cargo.lock, flake.nix; flake.lock when the nix backend committed one)
     DIR/replit.nix   Replit's environment: the flake's packages.default
     DIR/.replit      runs the tool
 
@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..records.inventory import Inventory
-from ..stages.flake import FLAKE_FILE, LOCK_FILE
+from ..stages.flake import FLAKE_FILE
 
 __all__ = ["ReplitExport", "export_replit", "render_dot_replit", "render_replit_nix"]
 
@@ -138,18 +138,16 @@ def export_replit(
             raise UsageError(f"{source} exists and is not an exported flake; choose another directory.")
         shutil.rmtree(source)
     git = Git(workspace, runner or ProcessRunner())
-    # the committed files only: no build outputs, nothing machine-specific
-    files = [f for f in git("ls-files", "-z").split("\0") if f]
-    for rel in files:
-        target = source / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        origin = workspace / rel
-        if origin.is_symlink():
-            target.symlink_to(origin.readlink())
-        elif origin.is_file():
-            shutil.copy2(origin, target)
-    if not (source / LOCK_FILE).exists() and (workspace / LOCK_FILE).is_file():
-        shutil.copy2(workspace / LOCK_FILE, source / LOCK_FILE)
+    # the tool's commit, from git's objects: never the work tree, which sandboxed tests could change after the
+    # proof (a file rewritten, a committed directory replaced by a symlink to ~)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = git.export_commit(record.commit or "HEAD", source)
+    if FLAKE_FILE not in files:
+        shutil.rmtree(source)
+        raise UsageError(
+            f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {FLAKE_FILE}; build the tool again "
+            f"(`flakebot build --rebuild --name {name} ...`) and export then."
+        )
     program = Path(record.binary).name
     replit_nix = directory / "replit.nix"
     dot_replit = directory / ".replit"

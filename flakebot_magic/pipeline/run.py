@@ -34,7 +34,7 @@ from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, check_tool_name, tool_name
-from ..sandbox import Sandbox
+from ..sandbox import Sandbox, release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
@@ -227,6 +227,7 @@ class Pipeline:
         if not settings.keep_workspace:
             # the git history stays (it is the tool's provenance); build outputs go
             shutil.rmtree(run.forked().path / "target", ignore_errors=True)
+            shutil.rmtree(release_target(run.forked().path), ignore_errors=True)
         return tool
 
     def _fork_build_deploy(

@@ -40,7 +40,7 @@ unless the user opts in (``allow_unsandboxed``).
 from __future__ import annotations
 
 from ..host.process import allowed_env
-from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox
+from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox, release_target
 from .host import bubblewrap_works
 from .limits import DiskUsage, Limits
 from .seccomp import SeccompFilter, seccomp_filter
@@ -59,6 +59,7 @@ __all__ = [
     "Toolchain",
     "allowed_env",
     "bubblewrap_works",
+    "release_target",
     "seccomp_filter",
     "toolchain_of",
 ]

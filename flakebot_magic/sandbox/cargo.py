@@ -29,12 +29,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import Cancelled, ConfigError
-from ..host.fsutil import atomic_write, read_regular
+from ..host.fsutil import atomic_write, is_real_dir, private_dir, read_regular, real_dir, remove_nofollow
 from ..host.output import LineCallback
 from ..host.process import Completed, LinkedToken, ProcessRunner
 from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system
+from .layout import OUTPUT_DIRS
 from .limits import MiB
 from .policy import TreePolicy
 from .toolchain import Toolchain, toolchain_of
@@ -244,8 +245,19 @@ class Cargo:
     def fetch(
         self, workspace: Path, *, policy: TreePolicy, timeout: float, on_line: LineCallback | None = None
     ) -> Completed | None:
-        """Download what ``workspace`` needs before an offline build (:meth:`resolve`); None for a registry on disk."""
+        """Check ``workspace`` with ``policy``, then download what it needs (:meth:`resolve`); None for a registry
+        on disk.
+
+        Every door that runs cargo on a workspace (the build stage, the edit
+        loop's check runs, ``flakebot cargo``, the eval's hidden tests) calls
+        this first, so the policy runs before each of them whatever the
+        registry (:class:`~flakebot_magic.errors.PolicyError` and nothing runs).
+        """
+        for name in OUTPUT_DIRS:  # flakebot's own directories: what code planted at their names goes first
+            if os.path.lexists(Path(workspace) / name) and not is_real_dir(Path(workspace) / name):
+                remove_nofollow(Path(workspace) / name)
         if self.registry.offline:
+            policy.enforce(workspace)  # the policy is the gate, not the download: a registry on disk needs it too
             return None  # the registry is a directory the sandbox shows: nothing to download
         return self.resolve("fetch", cwd=workspace, policy=policy, timeout=timeout, on_line=on_line)
 
@@ -282,21 +294,22 @@ class Cargo:
                 on_line(stream, line)
 
         home = self._cargo_home(sandbox)
-        target = (env or {}).get("CARGO_TARGET_DIR")
-        if profile.workspace and target and not is_under(str(Path(target).resolve()), (str(sandbox.workspace),)):
-            Path(target).mkdir(parents=True, exist_ok=True)
-            if str(Path(target).resolve()) not in sandbox.read_write:
-                sandbox.read_write.append(str(Path(target).resolve()))
+        env = dict(env or {})
+        dirs: list[Path] = []
+        if "CARGO_TARGET_DIR" in env:
+            target = _target_dir(sandbox, Path(workspace), Path(env["CARGO_TARGET_DIR"]), profile)
+            env["CARGO_TARGET_DIR"] = str(target)
+            dirs = [target] if target == sandbox.release_target else []
         extra = {"CARGO_HOME": str(home.resolve())}
         if not profile.network:
             extra["CARGO_NET_OFFLINE"] = "true"  # the sandbox has no network: cargo must not try it
-        cmd_env = sandbox.env(self.env({**extra, **(env or {})}), profile)
-        command = sandbox.command(argv, profile, writable_files=writable_files, cwd="/")
+        cmd_env = sandbox.env(self.env({**extra, **env}), profile)
+        command = sandbox.command(argv, profile, writable_files=writable_files, writable_dirs=dirs, cwd="/")
         runner = copy.copy(self.runner)  # an injected runner keeps observing; only this command is stopped
         runner.cancel = stop
         shown = ["cargo", *label]
         try:
-            with sandbox.watch_disk(stop, profile) as disk:
+            with sandbox.watch_disk(stop, profile, dirs) as disk:
                 try:
                     done = runner.run(
                         command,
@@ -321,3 +334,27 @@ class Cargo:
         finally:
             sandbox.release()
         return Completed(argv, done.returncode, done.stdout, done.stderr, done.elapsed)
+
+
+def _target_dir(sandbox: Sandbox, workspace: Path, target: Path, profile: Profile) -> Path:
+    """Where ``CARGO_TARGET_DIR`` may point, made safe: a real directory under the workspace, or the release target.
+
+    A target dir inside the workspace is named by its path under
+    ``sandbox.workspace`` and made a chain of real directories
+    (:func:`~flakebot_magic.host.fsutil.real_dir`: a ``target`` symlink that a
+    test planted is removed, never followed), so it is inside the workspace's
+    bind, never bound on its own. :attr:`~flakebot_magic.sandbox.Sandbox.release_target`
+    is flakebot's, outside the workspace, and bound for this one command. Any
+    other place is a programming error (``ValueError``).
+    """
+    if Path(os.path.abspath(target)) == sandbox.release_target and profile.workspace:
+        private_dir(sandbox.release_target)
+        return sandbox.release_target
+    try:
+        relative = Path(os.path.abspath(target)).relative_to(os.path.abspath(workspace))
+    except ValueError:
+        raise ValueError(f"CARGO_TARGET_DIR={target} is not inside the workspace {workspace}") from None
+    path = sandbox.workspace / relative
+    if profile.workspace:
+        real_dir(sandbox.workspace, path)
+    return path

@@ -12,6 +12,14 @@ Two profiles, one per kind of work:
   profile only on a tree the policy has just passed
   (:meth:`flakebot_magic.sandbox.cargo.Cargo.resolve`).
 
+Every path bubblewrap binds is either flakebot's own (the toolchain, the
+registry, ``CARGO_HOME``, :attr:`Sandbox.release_target`, beside the
+workspace and never inside it) or the workspace itself: a directory flakebot
+keeps inside the workspace (``target/flakebot-tmp``) is made real first
+(:func:`~flakebot_magic.host.fsutil.real_dir`), and nothing inside the
+workspace is ever bound at a path of its own, so no symlink that sandboxed
+code planted decides what a later command may write.
+
 Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
 UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
 :mod:`~flakebot_magic.sandbox.seccomp`, and the allowlisted environment.
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..host.fsutil import real_dir
 from ..host.process import CancelToken, SandboxedCommand, allowed_env
 from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
 from .limits import (
@@ -45,7 +54,7 @@ from .limits import (
 )
 from .seccomp import SeccompFilter, seccomp_filter
 
-__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox"]
+__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox", "release_target"]
 
 #: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
 SANDBOX_DIR = ".sandbox"
@@ -63,6 +72,13 @@ PROXY_VARIABLES = (
     "ALL_PROXY",
     "NO_PROXY",
 )
+
+
+def release_target(workspace: Path) -> Path:
+    """The release build's target dir for ``workspace``: ``.sandbox/NAME/release-target`` beside it (see
+    :attr:`Sandbox.release_target`)."""
+    workspace = Path(workspace).resolve()
+    return workspace.parent / SANDBOX_DIR / workspace.name / "release-target"
 
 
 @dataclass(frozen=True)
@@ -120,8 +136,6 @@ class Sandbox:
     ) -> None:
         self.workspace = Path(workspace).resolve()
         self.read_only = [str(Path(p).resolve()) for p in read_only]
-        #: more writable directories (a target dir outside the workspace), in :data:`BUILD`
-        self.read_write: list[str] = []
         self.limits = limits or Limits()
         why = bubblewrap_works() if isolate is not False else "isolation was turned off"
         if isolate and why:
@@ -160,19 +174,32 @@ class Sandbox:
     def tmp_dir(self) -> Path:
         return self.workspace / "target" / "flakebot-tmp"
 
+    @property
+    def release_target(self) -> Path:
+        """The release build's target dir: beside the workspace (``.sandbox/NAME/release-target``), not in it.
+
+        Only the command that builds for release sees it (writable): no test,
+        no other command can touch a binary between the build and the deploy.
+        """
+        return release_target(self.workspace)
+
     def command(
         self,
         argv: list[str],
         profile: Profile = BUILD,
         *,
         writable_files: Iterable[Path] = (),
+        writable_dirs: Iterable[Path] = (),
         cwd: Path | str | None = None,
     ) -> SandboxedCommand:
         """``argv`` wrapped in the limits and, when available, bubblewrap with ``profile``.
 
         ``writable_files``: files of the workspace the command may write when
-        the profile keeps it read-only (they must exist). ``cwd``: the
-        command's working directory inside (run it from the same path outside).
+        the profile keeps it read-only (they must exist). ``writable_dirs``:
+        flakebot's own directories outside the workspace this one command may
+        write too (:attr:`release_target`; never a path the workspace names).
+        ``cwd``: the command's working directory inside (run it from the same
+        path outside).
         """
         wrapped = list(argv)
         limits = self.limits
@@ -194,7 +221,14 @@ class Sandbox:
             filter_args = ["--seccomp", str(_SECCOMP_FD)] if seccomp is not None else []
             chdir = ["--chdir", str(cwd)] if cwd is not None else []
             bwrap = shutil.which("bwrap") or "bwrap"
-            wrapped = [bwrap, *self._bwrap_args(profile, writable_files), *filter_args, *chdir, "--", *wrapped]
+            wrapped = [
+                bwrap,
+                *self._bwrap_args(profile, writable_files, writable_dirs),
+                *filter_args,
+                *chdir,
+                "--",
+                *wrapped,
+            ]
         cgroup = make_pids_cgroup(limits.processes)
         if cgroup is not None:
             self._cgroups.append(cgroup)
@@ -211,7 +245,7 @@ class Sandbox:
         procs = str(cgroup / "cgroup.procs") if cgroup is not None else ""
         return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped])
 
-    def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path]) -> list[str]:
+    def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)
         args = [*system_binds(network=profile.network), "--size", size, "--tmpfs", "/tmp"]
         if self.home != "/tmp":
@@ -224,8 +258,8 @@ class Sandbox:
                 args += ["--ro-bind", path, path]
         ws = str(self.workspace)
         if profile.workspace:
-            for path in dict.fromkeys([*self.read_write, ws]):
-                if os.path.isdir(path):
+            for path in dict.fromkeys([*map(str, writable_dirs), ws]):
+                if os.path.isdir(path) and not os.path.islink(path):
                     args += ["--bind", path, path]
         else:
             args += ["--ro-bind", ws, ws]
@@ -250,23 +284,26 @@ class Sandbox:
         if profile.network:  # the user's proxy, for cargo's downloads (no crate code runs with the network)
             env.update({k: v for k, v in os.environ.items() if k in PROXY_VARIABLES})
         if profile.workspace:
-            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            real_dir(self.workspace, self.tmp_dir)
             env["TMPDIR"] = str(self.tmp_dir)
         if extra:
             env.update(extra)
         return env
 
-    def writable(self, profile: Profile = BUILD) -> list[Path]:
-        """The directories a command with ``profile`` may write (what its disk and file limits count)."""
-        paths = [self.workspace, *map(Path, self.read_write)] if profile.workspace else []
+    def writable(self, profile: Profile = BUILD, also: Iterable[Path] = ()) -> list[Path]:
+        """The directories a command with ``profile`` (and ``writable_dirs=also``) may write (what its disk and
+        file limits count)."""
+        paths = [self.workspace, *map(Path, also)] if profile.workspace else []
         return [*paths, self.cargo_home] if profile.cargo_home else paths
 
-    def disk_usage(self, profile: Profile = BUILD) -> DiskUsage:
+    def disk_usage(self, profile: Profile = BUILD, also: Iterable[Path] = ()) -> DiskUsage:
         """Bytes and entries on disk under what a command with ``profile`` may write."""
-        return disk_usage_of(self.writable(profile))
+        return disk_usage_of(self.writable(profile, also))
 
     @contextmanager
-    def watch_disk(self, token: CancelToken, profile: Profile = BUILD) -> Iterator[list[str]]:
+    def watch_disk(
+        self, token: CancelToken, profile: Profile = BUILD, also: Iterable[Path] = ()
+    ) -> Iterator[list[str]]:
         """Cancel ``token`` when :meth:`disk_usage` passes a limit; yields ``[why]`` once it did.
 
         Two watches: the file systems' own counters (:func:`filesystem_usage`,
@@ -281,7 +318,8 @@ class Sandbox:
         stop = threading.Event()
         why: list[str] = []
         limits = self.limits
-        roots = self.writable(profile)
+        also = tuple(also)
+        roots = self.writable(profile, also)
 
         def verdict(used: DiskUsage) -> bool:
             if used.bytes > limits.disk_bytes:
@@ -301,7 +339,7 @@ class Sandbox:
             """The exact use and the counters it was taken at, the processes stopped meanwhile (and left
             stopped for the kill when a limit is passed)."""
             with stopped(self._cgroups) as keep_stopped:
-                used = self.disk_usage(profile)
+                used = self.disk_usage(profile, also)
                 if verdict(used):
                     keep_stopped.append(True)
                 return used, filesystem_usage(roots)
@@ -314,7 +352,7 @@ class Sandbox:
             while not stop.wait(0.05 if base is not None else interval):
                 if base is None:  # no counters: the walk alone, polled
                     started = time.monotonic()
-                    if verdict(self.disk_usage(profile)):
+                    if verdict(self.disk_usage(profile, also)):
                         return
                     # a large target dir: walk less often, but never so seldom that files pile up unseen
                     interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))

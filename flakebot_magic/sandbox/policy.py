@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
-from .layout import is_source, source_dirs
+from .layout import OUTPUT_DIRS, is_source, source_dirs
 
 if TYPE_CHECKING:
     from ..host.git import Git
@@ -395,6 +395,15 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
         here = Path(dirpath)
         at_root = here == root
         if at_root:
+            for name in OUTPUT_DIRS:  # not source, not walked; but flakebot's own paths go through them
+                if os.path.islink(here / name) or (os.path.lexists(here / name) and not os.path.isdir(here / name)):
+                    found.append(
+                        Violation(
+                            name,
+                            f"{name} is not a directory (a symlink?): flakebot keeps build output there",
+                            "remove it; flakebot makes it a directory again",
+                        )
+                    )
             dirnames[:] = source_dirs(dirnames)
         for name in [*dirnames, *filenames]:
             path = here / name

@@ -1,10 +1,21 @@
 """Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
 
-Both run at once, offline, in the sandbox (on separate target directories, so
-neither waits for the other's lock), after one download step on the tree the
-policy has just passed (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`): the release build is mostly one long rustc, which leaves the
-other core free for the debug test build. Output is ``--message-format=json``;
-diagnostics and test results are parsed by :mod:`flakebot_magic.sandbox.diagnostics`.
+After one download step on the tree the policy has just passed
+(:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`), both run offline in the
+sandbox, on separate target directories (neither waits for the other's lock):
+
+* the release build, mostly one long rustc, beside the tests' compilation
+  (``cargo test --no-run``), which takes the other core;
+* the tests themselves, the crate's own code, only once the release build is
+  over: no test runs while the release build reads the sources (a test that
+  rewrites ``src/main.rs`` would change what is deployed).
+
+The release build's target dir is flakebot's own, beside the workspace
+(:func:`~flakebot_magic.sandbox.release_target`), shown to that one command:
+no later sandboxed command can replace the binary, whose SHA-256 is taken as
+the build ends and checked again by the deploy. Output is
+``--message-format=json``; diagnostics and test results are parsed by
+:mod:`flakebot_magic.sandbox.diagnostics`.
 
 Why two target directories, and a debug test build beside the release one: it
 was measured against the ways to compile the dependencies once for both
@@ -32,17 +43,19 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
-from ..host.fsutil import read_regular
+from ..host.fsutil import read_regular, real_dir, sha256_regular
 from ..host.git import Git
+from ..host.process import Completed
 from ..records.proof_key import ProofKey
 from ..records.proofs import ProofRecord, ProofStore
 from ..sandbox.cargo import Cargo
+from ..sandbox.command import release_target
 from ..sandbox.diagnostics import (
     Diagnostic,
     TestReport,
@@ -93,6 +106,8 @@ FIRST_ERRORS = 5
 class BuildResult:
     binaries: dict[str, Path]
     diagnostics: list[Diagnostic]
+    #: each binary's SHA-256 as the build left it, before anything else ran (the deploy checks it)
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,8 +161,8 @@ def check(
     proofs: ProofStore | None = None,
     git: Git | None = None,
 ) -> CheckResult:
-    """Download what the workspace needs, then run the release build and the tests concurrently; raise on the
-    first failure.
+    """Download what the workspace needs, then the release build beside the tests' compilation; the tests run
+    once the release build is over; raise on the first failure.
 
     The download (an online registry only) runs once ``policy`` passes the tree
     (:class:`~flakebot_magic.errors.PolicyError` otherwise); the builds and tests
@@ -200,11 +215,21 @@ def check(
 
         return on_line
 
+    release_dir = release_target(workspace)
+
     def build() -> BuildResult:
-        done = cargo.run(*BUILD_FLAGS, cwd=workspace, timeout=build_timeout, on_line=log("build"))
+        # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
+        # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
+        done = cargo.run(
+            *BUILD_FLAGS,
+            cwd=workspace,
+            timeout=build_timeout,
+            on_line=log("build"),
+            env={"CARGO_TARGET_DIR": str(release_dir)},
+        )
         refused: list[str] = []
         diagnostics, executables, _ = parse_cargo_messages(
-            done.stdout.splitlines(), target_dir=target_dir or workspace / "target", refused=refused
+            done.stdout.splitlines(), target_dir=target_dir or release_dir, refused=refused
         )
         for why in refused:
             bus.notice(
@@ -218,18 +243,41 @@ def check(
                 command=done.args,
                 workspace=workspace,
             )
-        return BuildResult(binaries=executables, diagnostics=diagnostics)
+        try:
+            digests = {name: sha256_regular(path) for name, path in executables.items()}
+        except OSError as exc:
+            raise BuildError(
+                f"cargo build of {workspace.name} left no readable binary: {exc}", workspace=workspace
+            ) from exc
+        return BuildResult(binaries=executables, diagnostics=diagnostics, digests=digests)
+
+    released = threading.Event()
+
+    def release_then_tests() -> BuildResult:
+        try:
+            return (release or build)()
+        finally:
+            released.set()  # the binary is built and hashed (or the build failed): the crate's code may run now
 
     def test() -> tuple[TestReport, list[Diagnostic]]:
-        done = cargo.run(
-            *test_flags,
-            cwd=workspace,
-            timeout=test_timeout,
-            on_line=log("test"),
-            env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
-            # the release build is the critical path; the tests take the CPU it leaves
-            nice=10,
-        )
+        def cargo_test(*more: str) -> Completed:
+            return cargo.run(
+                *test_flags,
+                *more,
+                cwd=workspace,
+                timeout=test_timeout,
+                on_line=log("test"),
+                env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
+                # the release build is the critical path; the tests take the CPU it leaves
+                nice=10,
+            )
+
+        # compiled beside the release build, run only once it is over: no test of the crate runs while the
+        # release build reads the sources (a test rewriting src/main.rs would change what is deployed)
+        done = cargo_test("--no-run")
+        if done.returncode == 0:
+            released.wait()
+            done = cargo_test()
         diagnostics, _, other = parse_cargo_messages(done.stdout.splitlines())
         # rustdoc builds the crate and its doc tests with JSON diagnostics on stderr, outside cargo's envelope
         diagnostics += [d for d in map(parse_diagnostic_line, done.stderr.splitlines()) if d is not None]
@@ -247,8 +295,8 @@ def check(
         )
     # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
     # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
-    (workspace / "target" / "flakebot-test").mkdir(parents=True, exist_ok=True)
-    threads = [threading.Thread(target=stage, args=("build", release or build), name="flakebot-build")]
+    real_dir(workspace, workspace / "target" / "flakebot-test")
+    threads = [threading.Thread(target=stage, args=("build", release_then_tests), name="flakebot-build")]
     if known is not None:
         bus.emit(StageStarted("test"))
         bus.emit(StageFinished("test", "cached", _reused(known)))

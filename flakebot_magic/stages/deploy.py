@@ -276,8 +276,12 @@ def staging_owner(path: Path) -> int | None:
         return None
 
 
-def _copy_binary(name: str, source: Path, target: Path) -> None:
-    """Copy one built binary into the staging entry without following a symlink at either end."""
+def _copy_binary(name: str, source: Path, target: Path, digest: str | None = None) -> None:
+    """Copy one built binary into the staging entry without following a symlink at either end.
+
+    With ``digest``, the bytes copied must have that SHA-256 (the build's), or
+    :class:`DeployError`: the file changed after its build.
+    """
     if not BINARY_NAME.fullmatch(name):
         raise DeployError(
             f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'."
@@ -293,14 +297,22 @@ def _copy_binary(name: str, source: Path, target: Path) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise DeployError(f"Refusing to deploy {source}: it is not a regular file.")
         target_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+        copied = hashlib.sha256()
         try:
             while True:
                 chunk = os.read(source_fd, 1 << 20)
                 if not chunk:
                     break
+                copied.update(chunk)
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(target_fd, view) :]
+            if digest is not None and copied.hexdigest() != digest:
+                raise DeployError(
+                    f"Refusing to deploy {name}: {source} is not the binary its build made (SHA-256 "
+                    f"{copied.hexdigest()[:16]}…, the build's {digest[:16]}…); something changed it after the build. "
+                    "Nothing was deployed; build again (`flakebot build --rebuild ...`)."
+                )
             os.fchmod(target_fd, 0o555)
             os.utime(target_fd, ns=(info.st_atime_ns, info.st_mtime_ns))
         finally:
@@ -316,11 +328,15 @@ def deploy(
     version: str,
     binaries: Mapping[str, Path],
     manifest: dict[str, Any],
+    *,
+    digests: Mapping[str, str] | None = None,
 ) -> StorePath:
     """Copy ``binaries`` into the store entry for ``key``, atomically.
 
     Names must match :data:`~flakebot_magic.sandbox.diagnostics.BINARY_NAME` and
-    sources be regular files (never followed through a symlink).
+    sources be regular files (never followed through a symlink). With
+    ``digests`` (the build's, :class:`~flakebot_magic.stages.build.BuildResult`),
+    each binary must still have its SHA-256, or nothing is deployed.
     """
     if not binaries:
         raise DeployError(f"{crate} {version} built no binaries, so there is nothing to deploy.")
@@ -333,6 +349,6 @@ def deploy(
     def copy_binaries(staging: Path) -> None:
         (staging / "bin").mkdir()
         for name, source in sorted(binaries.items()):
-            _copy_binary(name, Path(source), staging / "bin" / name)
+            _copy_binary(name, Path(source), staging / "bin" / name, None if not digests else digests.get(name, ""))
 
     return write_entry(store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)})

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FlakeError
+from ..host.fsutil import atomic_write
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import NOT_WALKED
 from .build import LINT_CAP
@@ -280,7 +281,8 @@ def write_flake(workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIX
     text = render_flake(meta, nixpkgs_url)
     path = Path(workspace) / FLAKE_FILE
     try:
-        path.write_text(text, encoding="utf-8")
+        # sandboxed tests ran in this workspace: a flake.nix they replaced with a symlink is replaced, not followed
+        atomic_write(path, text, mode=0o644, root=Path(workspace))
     except OSError as exc:
         raise FlakeError(f"cannot write {path}: {exc}", workspace=Path(workspace)) from exc
     return path

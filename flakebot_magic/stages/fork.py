@@ -41,6 +41,7 @@ import tomlkit
 from ..errors import ForkError
 from ..events import EventBus
 from ..host.crashpoints import crash_point
+from ..host.fsutil import atomic_write
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
@@ -251,7 +252,7 @@ def _make_satisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git,
     skipped = _skip_targets(workspace.path, doc, dev_idents)
     workspace.dropped = dropped
     workspace.skipped_targets = skipped
-    manifest_path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    atomic_write(manifest_path, tomlkit.dumps(doc), mode=0o644, root=workspace.path)
 
     lines = [f"- {d} ({d.kind}-dependency)" for d in dropped]
     message = "Drop dependencies the registry cannot satisfy\n\n" + "\n".join(lines)

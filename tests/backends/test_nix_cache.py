@@ -33,6 +33,7 @@ from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import UntrustedPath, UsageError
 from flakebot_magic.events import Notice
+from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.manage import team
 from flakebot_magic.manage.cleanup import clean
@@ -44,6 +45,7 @@ from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.records.proof import Proof
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.stages.build import proof_key
 
 
 def _real(test: Any) -> Any:
@@ -166,10 +168,12 @@ def test_the_proof_is_a_store_path_that_names_the_tool(built: Team) -> None:
     info = json.loads(_nix("path-info", "--json", str(built.tool.store_path)).stdout)[0]
     assert proof.tool == str(built.tool.store_path) and proof.nar_hash == info["narHash"] == manifest["nar_hash"]
     assert proof.passed and proof.tests["passed"] >= 1
-    assert proof.key.toolchain.startswith("rustc ") and proof.key.backend == "nix"
+    assert proof.key.toolchain.startswith("rustc ") and proof.backend == "nix"
+    # the one ProofKey: what this machine's proof cache computes for the workspace the tool was built from
     workspace = built.settings.cache.workspaces / "echo"
-    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=workspace, capture_output=True, text=True)
-    assert proof.key.source_tree == tree.stdout.strip() and proof.key.lock_hash == built.tool.lock_hash
+    git = Git(workspace, ProcessRunner())
+    assert proof.key == proof_key(workspace, git, proof.key.toolchain, proof.key.flags)
+    assert proof.flake_lock == built.tool.lock_hash
     assert proof.flakebot_version and proof.contract and proof.main == "tinyecho"
     # what the notebook recorded pins both paths by hash
     for key in ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash"):

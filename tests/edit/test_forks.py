@@ -23,7 +23,6 @@ from flakebot_magic.edit.forks import (
     clone_candidate,
     clone_target,
     keep_head,
-    local_packages,
 )
 from flakebot_magic.errors import Cancelled, ForkError
 from flakebot_magic.events import EventBus
@@ -126,14 +125,14 @@ def test_a_clone_starts_warm_and_its_builds_never_touch_another(registry: Direct
     assert one == workspace / CANDIDATES_DIR / "1" and (one / "src" / "main.rs").read_text() == FORKME_MAIN
     assert Git(one, runner).head() == Git(workspace, runner).head()
     assert not (one / CANDIDATES_DIR).exists()
-    # the dependencies' libraries are shared, cargo's bookkeeping and the crate's own files are not
-    assert _library(one, "tinylib").stat().st_ino == _library(workspace, "tinylib").stat().st_ino
+    # nothing is shared: not the dependencies' libraries, not cargo's bookkeeping, not the crate's own files
+    assert _library(one, "tinylib").stat().st_ino != _library(workspace, "tinylib").stat().st_ino
     for rel in ("debug/forkme", "debug/.cargo-lock", ".rustc_info.json"):
         assert (one / "target/flakebot-test" / rel).stat().st_ino != (
             workspace / "target/flakebot-test" / rel
         ).stat().st_ino
-    fingerprints = list((one / "target/flakebot-test/debug/.fingerprint").rglob("*"))
-    assert fingerprints and all(p.stat().st_nlink == 1 for p in fingerprints if p.is_file())
+    cloned = [p for p in (one / "target/flakebot-test").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert cloned and all(p.stat().st_nlink == 1 for p in cloned)
 
     main_before, two_before = _snapshot(workspace), _snapshot(two)
     source = one / "src" / "main.rs"
@@ -146,7 +145,7 @@ def test_a_clone_starts_warm_and_its_builds_never_touch_another(registry: Direct
     assert second.green and second.dependency_units == 0
     assert _run(two, "a", "b") == "A B 2\n" and _run(workspace, "a", "b") == "A B 2\n"
 
-    # even a dependency rebuilt in one candidate breaks the link instead of writing through it
+    # a dependency rebuilt in one candidate changes no other
     main_before, two_before = _snapshot(workspace), _snapshot(two)
     for unit in (one / "target/flakebot-test/debug/.fingerprint").glob("tinylib-*"):
         shutil.rmtree(unit)  # cargo rebuilds what has no fingerprint, under the same file names
@@ -169,17 +168,6 @@ def test_a_clone_starts_warm_and_its_builds_never_touch_another(registry: Direct
             contain(workspace, path, write=write)
 
 
-def test_local_packages_come_from_the_lock(tmp_path: Path) -> None:
-    assert local_packages(tmp_path) is None
-    (tmp_path / "Cargo.lock").write_text(
-        'version = 3\n\n[[package]]\nname = "me"\nversion = "0.1.0"\n\n'
-        '[[package]]\nname = "dep"\nversion = "1.0.0"\nsource = "registry+https://github.com/rust-lang/crates.io-index"\n'
-    )
-    assert local_packages(tmp_path) == frozenset({"me"})
-    (tmp_path / "Cargo.lock").write_text("[[[")
-    assert local_packages(tmp_path) is None
-
-
 def _fake_target(root: Path) -> Path:
     debug = root / "debug"
     for unit in ("dep-0123456789abcdef", "me-fedcba9876543210"):
@@ -196,20 +184,20 @@ def _fake_target(root: Path) -> Path:
     return root
 
 
-def test_clone_target_shares_only_dependency_libraries(tmp_path: Path) -> None:
+def test_clone_target_copies_every_file_and_shares_no_inode(tmp_path: Path) -> None:
     source = _fake_target(tmp_path / "target")
-    stats = clone_target(source, tmp_path / "a" / "target", frozenset({"me"}))
-    deps, theirs = tmp_path / "a" / "target" / "debug" / "deps", source / "debug" / "deps"
-    linked = {p.name for p in deps.iterdir() if p.stat().st_ino == (theirs / p.name).stat().st_ino}
-    assert linked == {"libdep-0123456789abcdef.rlib", "libdep-0123456789abcdef.rmeta"}
-    assert (stats.linked, stats.copied) == (2, 5)  # 2 fingerprints, a .d, the local and the unknown library
-    assert (deps / "dep-0123456789abcdef.d").stat().st_mtime_ns == 1_000_000_000  # copies keep their mtime
-    assert os.readlink(tmp_path / "a" / "target" / "debug" / "link") == "/etc/passwd"
-    assert not (tmp_path / "a" / "target" / "debug" / "fifo").exists()
-    # no lock to say what is local: nothing is shared
-    assert clone_target(source, tmp_path / "b" / "target", None).linked == 0
-    # the workspace's own package by name: never shared
-    assert clone_target(source, tmp_path / "c" / "target", frozenset({"me", "dep"})).linked == 0
+    stats = clone_target(source, tmp_path / "a" / "target")
+    ours, theirs = tmp_path / "a" / "target", source
+    shared = [
+        p.relative_to(ours)
+        for p in ours.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.stat().st_ino == (theirs / p.relative_to(ours)).stat().st_ino
+    ]
+    assert shared == []
+    assert stats.copied == 7  # 2 fingerprints, a .d, the dependency's rlib and rmeta, the local and the unknown library
+    assert (ours / "debug" / "deps" / "dep-0123456789abcdef.d").stat().st_mtime_ns == 1_000_000_000  # mtime kept
+    assert os.readlink(ours / "debug" / "link") == "/etc/passwd"
+    assert not (ours / "debug" / "fifo").exists()
 
 
 def _workspace(tmp_path: Path) -> tuple[Path, Git]:

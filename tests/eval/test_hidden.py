@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flakebot_magic.eval.hidden import run_pytest, rust_test_names
+import pytest
+from tinycrates import write_registry
+
+from flakebot_magic.eval.hidden import run_cargo_tests, run_pytest, rust_test_names
 from flakebot_magic.eval.task import HiddenCheck, Task
+from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.registry.directory import DirectoryRegistry
 
 
 def test_hidden_tests_that_cannot_load_the_tool_are_an_error_of_the_checks(tmp_path: Path) -> None:
@@ -45,3 +50,43 @@ def test_rust_tests_are_counted_with_their_attributes(tmp_path: Path) -> None:
         '#[test]\n#[should_panic(expected = "]")]\nfn third() { panic!("]") }\n\nfn helper() {}\n'
     )
     assert rust_test_names((source,)) == ["first", "second", "third"]
+
+
+@pytest.mark.cargo
+def test_hidden_rust_tests_run_on_the_final_commit_and_never_land_through_a_planted_link(tmp_path: Path) -> None:
+    suite = tmp_path / "suite" / "ex1"
+    hidden = suite / "tests" / "ex1.rs"
+    hidden.parent.mkdir(parents=True)
+    hidden.write_text("// HIDDEN\n#[test]\nfn t() { assert_eq!(ex1::f(), 42); }\n")
+    task = Task("ex1", suite, "ex1", "r", HiddenCheck("cargo", (hidden,)))
+    ws = tmp_path / "attempt-1" / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "Cargo.toml").write_text('[package]\nname = "ex1"\nversion = "0.1.0"\nedition = "2021"\n')
+    (ws / "src" / "lib.rs").write_text("pub fn f() -> u32 { 42 }\n")
+    git = Git(ws, ProcessRunner())
+    git.init("flakebot")
+    git.commit("final", all_files=True)
+    # after the commit, the session's sandboxed code: tests/ points at the next attempt, the source is rewritten
+    elsewhere = tmp_path / "attempt-2" / "ws" / "src"
+    elsewhere.mkdir(parents=True)
+    (ws / "tests").symlink_to(elsewhere)
+    (ws / "src" / "lib.rs").write_text("pub fn f() -> u32 { 0 }\n")
+    registry = DirectoryRegistry(write_registry(tmp_path / "reg", []), tmp_path / "index")
+    result = run_cargo_tests(
+        task, workspace=ws, registry=registry, work=tmp_path / "work", runner=ProcessRunner(), timeout=300
+    )
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link
+    assert (result.passed, result.total, result.error) == (1, 1, "")  # the commit's f(), not the rewritten one
+    assert (tmp_path / "work" / "crate" / "tests" / "ex1.rs").read_text() == hidden.read_text()
+
+
+def test_hidden_rust_tests_need_the_workspace_history(tmp_path: Path) -> None:
+    hidden = tmp_path / "ex1.rs"
+    hidden.write_text("#[test]\nfn t() {}\n")
+    task = Task("ex1", tmp_path, "ex1", "r", HiddenCheck("cargo", (hidden,)))
+    (tmp_path / "ws").mkdir()
+    registry = DirectoryRegistry(write_registry(tmp_path / "reg", []), tmp_path / "index")
+    result = run_cargo_tests(
+        task, workspace=tmp_path / "ws", registry=registry, work=tmp_path / "work", runner=ProcessRunner(), timeout=60
+    )
+    assert (result.passed, result.total) == (0, 1) and "has no git history" in result.error

@@ -87,3 +87,32 @@ def test_a_symlinked_git_dir_is_left_alone(tmp_path: Path, repo: Path) -> None:
     (link / ".git").symlink_to(repo / ".git")
     (repo / ".git" / "index.lock").write_text("")
     assert stale_locks(link) == [] and remove_stale_locks(link) == []
+
+
+def test_export_commit_writes_the_commit_from_git_objects_never_the_work_tree(tmp_path: Path, repo: Path) -> None:
+    git = Git(repo, ProcessRunner())
+    (repo / "x").mkdir()
+    (repo / "x" / "data.txt").write_text("committed\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    commit = git.commit("more", all_files=True)
+    assert commit is not None
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "data.txt").write_text("SECRET\n")
+    # what sandboxed code does after the commit: a committed directory becomes a link outside, a file is
+    # rewritten, an untracked file appears
+    (repo / "x" / "data.txt").unlink()
+    (repo / "x").rmdir()
+    (repo / "x").symlink_to(secret)
+    (repo / "a.txt").write_text("rewritten after the commit\n")
+    (repo / "new.txt").write_text("untracked\n")
+    dest = tmp_path / "export"
+    files = git.export_commit(commit, dest)
+    assert sorted(files) == ["a.txt", "run.sh", "x/data.txt"]
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == sorted(files)
+    assert (dest / "a.txt").read_text() == "a\n" and (dest / "x" / "data.txt").read_text() == "committed\n"
+    assert not (dest / "x").is_symlink() and (dest / "run.sh").stat().st_mode & 0o111
+    assert git("status", "--porcelain")  # the workspace's own index untouched: still dirty against HEAD
+    with pytest.raises(FileExistsError):
+        git.export_commit(commit, dest)  # never into something that exists

@@ -187,3 +187,17 @@ def test_enforce_raises_a_policy_error_naming_every_file(ws: Path) -> None:
     assert all(isinstance(v, Violation) for v in caught.value.violations) and len(caught.value.violations) == 2
     with pytest.raises(PolicyError):  # .cargo/ stays refused when build scripts are allowed
         enforce(ws, allow_build_scripts=True)
+
+
+@pytest.mark.parametrize("name", ["target", ".flakebot-candidates"])
+def test_a_symlink_or_file_where_flakebot_keeps_build_output_is_a_violation(ws: Path, name: str) -> None:
+    # not walked (build output, not source), but flakebot's own paths go through them
+    (ws / name).symlink_to(ws.parent / "outside")
+    assert "not a directory (a symlink?)" in _reasons(ws)[name]
+    (ws / name).unlink()
+    (ws / name).write_text("")
+    assert "not a directory" in _reasons(ws)[name]
+    (ws / name).unlink()
+    (ws / name / "x").mkdir(parents=True)
+    (ws / name / "x" / "link").symlink_to("/root")  # inside it: output, not looked at
+    assert name not in _reasons(ws)

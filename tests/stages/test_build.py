@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.records.proofs import ProofStore
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.sandbox import release_target
 from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.sandbox.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.sandbox.policy import TreePolicy
@@ -220,7 +222,9 @@ def test_check_builds_the_release_binary(tinyecho_checked: tuple[Workspace, Chec
     ws, result, _ = tinyecho_checked
     binary = result.build.binaries["tinyecho"]
     assert list(result.build.binaries) == ["tinyecho"]
-    assert binary == ws.path / "target" / "release" / "tinyecho"
+    # flakebot's own target dir beside the workspace: no test running beside the build can reach it
+    assert binary == release_target(ws.path) / "release" / "tinyecho"
+    assert result.build.digests["tinyecho"] == hashlib.sha256(binary.read_bytes()).hexdigest()
     assert os.access(binary, os.X_OK)
     assert [d for d in result.build.diagnostics if d.level == "error"] == []
 
@@ -247,7 +251,8 @@ def test_real_cargo_messages_parse(
     tinyecho_checked: tuple[Workspace, CheckResult, Recorder], session_registry: DirectoryRegistry
 ) -> None:
     ws, result, _ = tinyecho_checked
-    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300)  # fresh: cargo replays
+    target = {"CARGO_TARGET_DIR": str(release_target(ws.path))}
+    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300, env=target)  # fresh: cargo replays
     assert done.returncode == 0, done.stderr
     diagnostics, executables, other = parse_cargo_messages(done.stdout.splitlines())
     assert executables == result.build.binaries

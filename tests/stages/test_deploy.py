@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 import subprocess
@@ -320,3 +321,15 @@ def test_the_recorded_commit_holds_the_built_source(fixed_after_failing: tuple[T
         ["git", "show", f"{tool.provenance['commit']}:src/main.rs"], cwd=workspace, capture_output=True, text=True
     )
     assert shown.stdout == fixed
+
+
+def test_deploy_refuses_a_binary_changed_since_its_build(tmp_path: Path, built: dict[str, Path]) -> None:
+    store = tmp_path / "store"
+    digests = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in built.items()}
+    _binary(built["tool"], "swapped by a test")  # what the build hashed is no longer there
+    with pytest.raises(DeployError, match="is not the binary its build made"):
+        deploy(store, KEY, "tool", "1.0.0", built, {}, digests=digests)
+    assert list(store.iterdir()) == []
+    digests["tool"] = hashlib.sha256(built["tool"].read_bytes()).hexdigest()
+    entry = deploy(store, KEY, "tool", "1.0.0", built, {}, digests=digests)
+    assert subprocess.run([entry.bin("tool")], capture_output=True, text=True).stdout == "swapped by a test\n"
