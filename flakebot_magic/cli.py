@@ -149,6 +149,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_arguments(pull, skip=[o.name for o in OPTIONS if o.name not in team] + ["registry"])
 
+    verify = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="Rebuild a nix-built tool and say whether it is bit-identical to what was deployed or pulled "
+        "(the answer goes in its provenance: `flakebot show NAME`).",
+    )
+    verify.add_argument("name", help="The tool's name (`flakebot list` shows them).")
+    add_arguments(verify, skip=[o.name for o in OPTIONS if o.name not in team] + ["registry"])
+
     mcp = sub.add_parser(
         "mcp",
         parents=[common],
@@ -276,6 +285,10 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
 
         provenance = notebook_provenance(Path(args.notebook), args.name)
         return pull(settings, args.name, provenance, if_untrusted=args.if_untrusted)
+    if args.command == "verify":
+        from .manage.verify import verify
+
+        return verify(settings, args.name)
     if args.command == "export":
         from .manage.export import export_replit
 

@@ -23,6 +23,11 @@ LINE_COMMANDS = (
         "--trusted-public-keys and the recorded hash; refused unless signed (--rebuild: build it here instead)",
     ),
     (
+        "verify NAME",
+        "rebuild a nix-built tool (nix build --rebuild) and say whether it is bit-identical to what was deployed "
+        "or pulled (its narHash); the answer, its time and nix's words on a difference go in its provenance (show)",
+    ),
+    (
         "clean [--all]",
         "remove unused workspaces and store entries (never what it cannot prove unused: "
         "with a damaged tool registry it stops and says why)",

@@ -26,7 +26,7 @@ from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
-from .manage import team, tools
+from .manage import team, tools, verify
 from .manage.cleanup import clean
 from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
@@ -380,7 +380,7 @@ class FlakebotMagics(_OptionTraits):
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
                 answer = self._answer(command, rest, args, settings)
-        except errors.UsageError as exc:
+        except errors.FlakebotError as exc:  # a refused pull, a failed verify: said, not a traceback
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
             from IPython.display import display
@@ -459,12 +459,12 @@ class FlakebotMagics(_OptionTraits):
             return tools.stop_tools(settings)
         if command in ("push", "pull"):
             return team.line_command(settings, command, rest)
-        if command not in ("show", "logs", "stop"):
+        if command not in ("show", "logs", "stop", "verify"):
             raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
             raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
-        if command == "show":
-            return tools.show(settings, rest[0])
+        if command in ("show", "verify"):
+            return (tools.show if command == "show" else verify.verify)(settings, rest[0])
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])

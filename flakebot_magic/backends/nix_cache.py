@@ -88,6 +88,8 @@ class PathInfo:
     nar_size: int
     references: tuple[str, ...]
     signatures: tuple[str, ...]
+    #: the derivation that built it ("" when the store does not say, e.g. a content-addressed path)
+    deriver: str = ""
 
     def fingerprint(self) -> bytes:
         """What nix signs: ``1;PATH;sha256:NIXBASE32;NARSIZE;REF,REF``."""
@@ -192,6 +194,7 @@ def path_infos(nix: Nix, paths: Iterable[str], *, store: str | None = None) -> d
                 nar_size=int(entry["narSize"]),
                 references=tuple(str(r) for r in entry.get("references") or ()),
                 signatures=tuple(str(s) for s in entry.get("signatures") or ()),
+                deriver=str(entry.get("deriver") or ""),
             )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DeployError(f"nix path-info printed no usable JSON ({exc}): {done.stdout[-300:]}") from exc

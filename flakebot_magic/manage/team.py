@@ -32,7 +32,7 @@ from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
-__all__ = ["Pulled", "line_command", "load_pinned", "notebook_provenance", "pull", "push"]
+__all__ = ["Pulled", "line_command", "load_pinned", "manifest_of", "notebook_provenance", "pull", "push"]
 
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
@@ -54,7 +54,7 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             "Pushes are signed: --secret-key FILE (from `nix key generate-secret`; or set nix_secret_key)."
         )
     record = find(settings, name)
-    manifest = _manifest(record)
+    manifest = manifest_of(record)
     paths = [str(manifest.get(k) or "") for k in ("nix_store_path", "proof_store_path")]
     if record.backend != "nix" or not all(paths):
         raise UsageError(
@@ -67,7 +67,8 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
     return CommandResult(data, text)
 
 
-def _manifest(record: ToolRecord) -> dict[str, Any]:
+def manifest_of(record: ToolRecord) -> dict[str, Any]:
+    """The manifest of ``record``'s store entry (the nix store path, narHash, proof...); {} when it has none."""
     try:
         data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -198,7 +199,7 @@ def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) ->
     narHash, else pulled (:func:`pull`, which refuses what no trusted key signed)."""
     record = Inventory(settings.cache.tools).get(name)
     if record is not None:
-        here = _manifest(record)
+        here = manifest_of(record)
         if here.get("nix_store_path") == provenance.get("nix_store_path") and here.get("nar_hash") == provenance.get(
             "nar_hash"
         ):

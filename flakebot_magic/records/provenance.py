@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ __all__ = [
     "differences",
     "provenance_of",
     "render_text",
+    "verification_text",
     "workspace_diff",
 ]
 
@@ -101,6 +103,9 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
     for key in ("substituted_from", "signed_by"):  # a pulled tool: the cache and the key that signed it
         if _first(manifest, key):
             data[key] = _first(manifest, key)
+    verified = extra.get("verified")
+    if isinstance(verified, Mapping):  # `flakebot verify NAME`: the last rebuild's answer
+        data["verified"] = verification_text(verified)
     choice = _first(manifest, "choice") or _first(extra, "choice")
     if isinstance(choice, Mapping):  # who chose the crate and why (stages/choose.py)
         data["choice"] = f"{choice.get('crate', '')} (chosen by {choice.get('by', '')}): {choice.get('reason', '')}"
@@ -110,6 +115,24 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
         # an agent-requested build names its agent (an MCP client, or "notebook")
         data["requested_by"] = getattr(record, "requested_by", "") or ""
     return data
+
+
+def verification_text(verified: Mapping[str, Any]) -> str:
+    """What ``flakebot verify`` found, in words: bit-identical or not, when, rebuilt from what, nix's words.
+
+    >>> print(verification_text({"identical": False, "at": 0, "path": "/nix/store/x-t", "nar_hash": "sha256-A",
+    ...     "rebuilt_from": "/nix/store/y-t.drv", "message": "output '/nix/store/x-t' differs"}))
+    NOT bit-identical to /nix/store/x-t (sha256-A): rebuilt 1970-01-01 00:00 UTC from /nix/store/y-t.drv
+    nix: output '/nix/store/x-t' differs
+    """
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(verified.get("at") or 0)))
+    same = "bit-identical to" if verified.get("identical") else "NOT bit-identical to"
+    text = f"{same} {verified.get('path', '')} ({verified.get('nar_hash', '')}): rebuilt {when}"
+    if verified.get("rebuilt_from"):
+        text += f" from {verified['rebuilt_from']}"
+    if verified.get("message"):
+        text += f"\nnix: {verified['message']}"
+    return text
 
 
 def describe_locked(node: Mapping[str, Any]) -> str:

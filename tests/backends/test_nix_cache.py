@@ -10,6 +10,7 @@ once for the module; every test reuses it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import shutil
@@ -21,11 +22,12 @@ import nbformat
 import pytest
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.interactiveshell import InteractiveShell
-from tinycrates import Recorder
+from tinycrates import Recorder, crate, write_registry
 from traitlets.config import Config
 
 import flakebot_magic
 from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, public_key, signer_of
+from flakebot_magic.backends.nix_command import Nix
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
@@ -37,7 +39,8 @@ from flakebot_magic.manage import team
 from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.manage.doctor import doctor
 from flakebot_magic.manage.export import export_replit
-from flakebot_magic.manage.tools import load
+from flakebot_magic.manage.tools import load, show
+from flakebot_magic.manage.verify import rebuild_source, verify
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.records.proof import Proof
@@ -334,6 +337,106 @@ def test_pull_without_keys_or_caches_says_what_to_set(pushed: Team) -> None:
         team.notebook_provenance(pushed.notebook, "nosuch")
     with pytest.raises(UsageError, match="not a nix public key"):
         TrustedKeys("team:short")
+
+
+# -- verify ---------------------------------------------------------------------
+
+#: a crate whose binary embeds the moment its build script ran: no two builds are the same
+STAMPED = crate(
+    "stamped",
+    description="Prints when it was built",
+    manifest='[package]\nname = "stamped"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n',
+    files={
+        "build.rs": (
+            "fn main() {\n"
+            "    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();\n"
+            '    println!("cargo:rustc-env=STAMP={}", t.as_nanos());\n'
+            "}\n"
+        ),
+        "src/main.rs": 'fn main() {\n    println!("built at {}", env!("STAMP"));\n}\n',
+    },
+)
+
+
+@_real
+def test_verify_says_an_honest_build_is_bit_identical(built: Team, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = built.settings
+    code = cli_main(["verify", "echo", "--cache-dir", str(settings.cache_dir), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    answer = json.loads(out.out)
+    assert answer["identical"] is True and answer["message"] == ""
+    assert answer["path"] == built.provenance["nix_store_path"] and answer["nar_hash"] == built.provenance["nar_hash"]
+    assert answer["rebuilt_from"].endswith(".drv")  # the recorded derivation, which this store still holds
+    # the answer is in the tool's provenance: its record, and what show prints
+    record = Inventory(settings.cache.tools).get("echo")
+    assert record is not None and record.extra["verified"] == answer
+    assert cli_main(["show", "echo", "--cache-dir", str(settings.cache_dir)]) == 0
+    shown = capsys.readouterr().out
+    line = next(line for line in shown.splitlines() if line.startswith("verified "))
+    assert f" bit-identical to {answer['path']} ({answer['nar_hash']}): rebuilt 20" in line, shown
+    assert "NOT" not in line
+    # without the derivation, the workspace's flake at the recorded commit names the very same store path
+    nix = Nix(ProcessRunner())
+    source, _ = rebuild_source(nix, record, answer["path"], "", built.tool.provenance["commit"])
+    assert source.startswith("git+file://") and "?rev=" in source
+    assert _nix("path-info", source).stdout.strip() == answer["path"]
+
+
+@_real
+def test_verify_reports_a_build_that_is_not_deterministic(built: Team, tmp_path: Path) -> None:
+    registry = write_registry(tmp_path / "registry", [STAMPED])
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="nix", nixpkgs=f"path:{STAND_IN}")
+    tool: Any = Pipeline(settings).run("", crate="stamped", name="stamp")
+    assert tool(input="").startswith("built at ")
+    answer = verify(settings, "stamp")
+    path = tool.provenance["nix_store_path"]
+    assert answer.identical is False and answer.path == path
+    # nix's own words on the difference
+    assert "may not be deterministic" in answer.message and f"output '{path}' differs" in answer.message
+    shown = show(settings, "stamp").text
+    assert f"NOT bit-identical to {path}" in shown and "nix: derivation '" in shown, shown
+    # the tool that was deployed is untouched, and still works
+    assert tool(input="") == tool(input="")
+    # a recorded narHash other than the store's: not identical, and no rebuild can say otherwise
+    record = Inventory(settings.cache.tools).get("stamp")
+    assert record is not None
+    manifest = Path(record.store_path) / "manifest.json"
+    forged = "sha256-" + base64.b64encode(bytes(32)).decode()
+    os.chmod(manifest, 0o644)
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "nar_hash": forged}))
+    answer = verify(settings, "stamp")
+    assert answer.identical is False and answer.rebuilt_from == "" and f"not the recorded {forged}" in answer.message
+
+
+@_real
+def test_verify_of_what_cannot_be_rebuilt_says_why(built: Team, pushed: Team) -> None:
+    # a cargo-backend tool: no derivation to rebuild
+    cargo = dataclasses.replace(built.settings, backend="cargo", push_after_build=False)
+    Pipeline(cargo).run("", crate="tinyecho", name="echo_cargo")
+    with pytest.raises(UsageError, match="verify needs the nix backend: 'echo_cargo' was built by cargo"):
+        verify(built.settings, "echo_cargo")
+    with pytest.raises(UsageError, match="No tool named 'nosuch'"):
+        verify(built.settings, "nosuch")
+    # a pulled tool: neither its derivation nor its flake is on this machine
+    mate = pushed.mate("kim")
+    team.pull(mate, "echo", pushed.provenance)
+    with pytest.raises(UsageError, match=f"Nothing to rebuild 'echo' from: it was pulled from {pushed.cache}"):
+        verify(mate, "echo")
+    assert "verified" not in (Inventory(mate.cache.tools).get("echo") or pytest.fail("gone")).extra
+    # the magic: a clear error, no traceback
+    config = Config()
+    config.FlakebotMagics.progress = "none"
+    shell = InteractiveShell(config=config)
+    try:
+        shell.extension_manager.load_extension("flakebot_magic")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(built.settings.cache_dir)!r}")
+        for line, message in (("verify echo_cargo", "needs the nix backend"), ("verify", "Usage: %flakebot verify")):
+            with pytest.raises(IPythonUsageError, match=message):
+                shell.run_line_magic("flakebot", line)
+    finally:
+        shell.extension_manager.unload_extension("flakebot_magic")
+        InteractiveShell.clear_instance()
 
 
 # -- the signature check itself -------------------------------------------------
