@@ -178,4 +178,4 @@ def test_a_cell_magic_wrapping_flakebot_runs_it(kernel: Kernel, wrapper: str, na
 def test_time_over_a_failing_flakebot_cell_is_a_one_line_error(kernel: Kernel) -> None:
     content, _ = kernel.run("%%time\n%%flakebot --name 1bad\nanything\n")
     assert content["status"] == "error" and content["ename"] == "UsageError", content
-    assert "not a valid Python identifier" in content["evalue"]
+    assert "is not a valid tool name" in content["evalue"]

@@ -379,7 +379,10 @@ def test_an_argument_error_is_one_line(context: object, lab: JupyterProcess) -> 
     cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(1)  # type: ignore[attr-defined]
     error = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     error.wait_for()
-    assert error.inner_text().strip() == "UsageError: --name '1bad' is not a valid Python identifier; try '_1bad'."
+    assert error.inner_text().strip() == (
+        "UsageError: --name '1bad' is not a valid tool name (a Python identifier: letters, digits and '_', not a keyword); "
+        "try '_1bad'."
+    )
     assert cell.locator(".flakebot-row").count() == 0 or not cell.locator(".flakebot-progress").is_visible()
     assert "skipped" not in cell.locator(".jp-Cell-outputArea").inner_text()
     cell.screenshot(path=SHOTS / "07-argument-error.png")
