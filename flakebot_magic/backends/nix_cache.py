@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
 from ..stages.build import proof_key
 from ..stages.state import RunState
+from ..untrusted import safe_line
 from .base import Built
 from .nix_command import Nix
 
@@ -177,10 +179,37 @@ def real_path(nix: Nix, path: str) -> Path:
     return Path(f"{root}{path}") if root is not None else Path(path)
 
 
+#: a store path as nix writes one: the store dir, 32 characters of nix's base32, a name
+STORE_PATH = re.compile(r"/nix/store/[0-9a-df-np-sv-z]{32}-[A-Za-z0-9+\-._?=]{1,211}")
+#: a NAR hash as ``nix path-info --json`` writes it (SRI sha256)
+NAR_HASH = re.compile(r"sha256-[A-Za-z0-9+/]{43}=")
+
+
+def check_pins(pins: Mapping[str, str], *, where: str = "the recorded provenance") -> None:
+    """Refuse (:class:`UntrustedPath`) unless every key of ``pins`` is a store path and every value a NAR hash.
+
+    Pins come from notebooks and provenance someone else may have written: a
+    value such as ``-f file.nix`` or ``--store /dir`` would be an option of
+    the nix command it reaches. Every pin passes here before any command runs
+    (and nix commands put ``--`` before their paths as well).
+    """
+    for path, nar_hash in pins.items():
+        if not STORE_PATH.fullmatch(str(path)):
+            raise UntrustedPath(
+                f"{where} names {safe_line(str(path))!r} as a store path, which is not one "
+                "(/nix/store/<32 base-32 characters>-<name>): refused; nothing was run or fetched."
+            )
+        if not NAR_HASH.fullmatch(str(nar_hash)):
+            raise UntrustedPath(
+                f"{where} gives {safe_line(str(nar_hash))!r} as the NAR hash of {path}, which is not one "
+                "(sha256-<base64>): refused; nothing was run or fetched."
+            )
+
+
 def path_infos(nix: Nix, paths: Iterable[str], *, store: str | None = None) -> dict[str, PathInfo]:
     """``nix path-info --json --sigs`` of ``paths`` in ``store`` (default: nix's), in one command; the paths it holds."""
     paths = list(paths)
-    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", *paths, timeout=120)
+    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", "--", *paths, timeout=120)
     if done.returncode != 0:
         raise DeployError(f"nix path-info {' '.join(paths)} failed: {done.stderr.strip()[-500:]}")
     found: dict[str, PathInfo] = {}
@@ -304,10 +333,10 @@ def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dic
     """
     paths = list(paths)
     trusted = public_key(secret_key)
-    copied = nix.run("copy", "--to", with_query(to, "secret-key", str(secret_key)), *paths, timeout=1800)
+    copied = nix.run("copy", "--to", with_query(to, "secret-key", str(secret_key)), "--", *paths, timeout=1800)
     if copied.returncode != 0:
         raise DeployError(f"nix copy --to {to} failed: {copied.stderr.strip()[-800:]}")
-    signed = nix.run("store", "sign", "--store", to, "--key-file", str(secret_key), *paths, timeout=600)
+    signed = nix.run("store", "sign", "--store", to, "--key-file", str(secret_key), "--", *paths, timeout=600)
     if signed.returncode != 0:
         raise DeployError(f"nix store sign --store {to} failed: {signed.stderr.strip()[-800:]}")
     signers: dict[str, str] = {}
@@ -334,6 +363,7 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
         raise UsageError(
             "Pulling needs the cache's public key: --trusted-public-keys NAME:KEY (or FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS)."
         )
+    check_pins(pins)
     signers: dict[str, str] = {}
     served = path_infos(nix, pins, store=cache)
     for path, recorded in pins.items():
@@ -355,7 +385,7 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
                 cache=cache,
             )
         signers[path] = signer
-    done = nix.trusting(trusted.text).run("copy", "--from", cache, *pins, timeout=1800)
+    done = nix.trusting(trusted.text).run("copy", "--from", cache, "--", *pins, timeout=1800)
     if done.returncode != 0:
         raise UntrustedPath(f"nix copy --from {cache} refused: {done.stderr.strip()[-800:]}", cache=cache)
     copied = path_infos(nix, pins)

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..backends.nix_cache import TrustedKeys, fetch_pinned, path_info, push_paths, read_proof, real_path
+from ..backends.nix_cache import (
+    TrustedKeys,
+    check_pins,
+    fetch_pinned,
+    path_info,
+    push_paths,
+    read_proof,
+    real_path,
+)
 from ..backends.nix_command import Nix, NixOptions
 from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED
@@ -166,13 +174,14 @@ def pull(
             f"The recorded provenance of {name!r} has no {', '.join(missing)}: it was not built by the nix "
             "backend with a proof, so it cannot be pulled. Build it with the notebook's cell instead."
         )
+    tool_path, proof_path = str(provenance["nix_store_path"]), str(provenance["proof_store_path"])
+    pins = {proof_path: str(provenance["proof_nar_hash"]), tool_path: str(provenance["nar_hash"])}
+    check_pins(pins, where=f"the recorded provenance of {name!r}")  # before any nix command, the rebuild's too
     caches = (settings.nix_substituters or "").split()
     if not caches:
         raise UsageError("Pulling needs a binary cache: --substituters URL (or FLAKEBOT_NIX_SUBSTITUTERS).")
     trusted = TrustedKeys(settings.nix_trusted_public_keys or "")
     nix = _nix(settings, runner)
-    tool_path, proof_path = str(provenance["nix_store_path"]), str(provenance["proof_store_path"])
-    pins = {proof_path: str(provenance["proof_nar_hash"]), tool_path: str(provenance["nar_hash"])}
     refusal: UntrustedPath | None = None
     for cache in caches:
         try:

@@ -41,10 +41,11 @@ from typing import Any
 
 from ..errors import DeployError
 from ..host.crashpoints import crash_point
-from ..host.fsutil import atomic_write, fsync_dir
+from ..host.fsutil import atomic_write, fsync_dir, sha256_regular
 from ..host.git import Git
 from ..host.locks import store_lock
 from ..sandbox.diagnostics import BINARY_NAME
+from ..sandbox.layout import SOURCE_PATHSPEC
 
 __all__ = [
     "STAGING_PREFIX",
@@ -84,12 +85,17 @@ class StorePath:
 
 
 def source_digest(git: Git, backend: str = "cargo") -> hashlib._Hash:
-    """A running SHA-256 of the build inputs in ``git``'s work tree: the committed tree, then uncommitted edits.
+    """A running SHA-256 of the build inputs in ``git``'s work tree: the committed tree, then everything else
+    cargo could read.
 
     The committed tree is git's listing (each path, mode and blob hash), so
     the same source hashes the same in any clone on any machine. For the nix
     backend the flake files are build inputs too (flake.lock pins nixpkgs,
-    which supplies the toolchain).
+    which supplies the toolchain). Then uncommitted edits, and the content of
+    every file git does not track, ignored ones included (``include_str!``
+    reads a file whatever ``.gitignore`` says; a sandboxed test may leave one):
+    only flakebot's own output directories are left out
+    (:data:`~flakebot_magic.sandbox.layout.NOT_SOURCE`).
     """
     digest = hashlib.sha256()
     listing = git("ls-tree", "-r", "--full-tree", "HEAD")
@@ -102,6 +108,18 @@ def source_digest(git: Git, backend: str = "cargo") -> hashlib._Hash:
     if status:  # uncommitted edits change the binary too
         digest.update(status.encode())
         digest.update(git("diff", "HEAD", "--", ".", *not_inputs).encode())
+    # untracked files, ignored or not: by content (status names them only, and never the ignored ones)
+    others = git("ls-files", "--others", "-z", "--", *SOURCE_PATHSPEC, *not_inputs)
+    for rel in sorted(filter(None, others.split("\0"))):
+        file = git.root / rel
+        digest.update(b"\0untracked:" + rel.encode() + b"\0")
+        if file.is_symlink():
+            digest.update(b"L" + os.readlink(file).encode())
+            continue
+        try:
+            digest.update(sha256_regular(file).encode())
+        except OSError as exc:  # a FIFO, a device, gone meanwhile: its kind decides, never its content
+            digest.update(f"unreadable:{type(exc).__name__}".encode())
     return digest
 
 

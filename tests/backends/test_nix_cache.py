@@ -572,3 +572,55 @@ def test_pull_and_push_say_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "nb.ipynb").write_text("{")
     with pytest.raises(UsageError, match="Cannot read"):
         team.notebook_provenance(tmp_path / "nb.ipynb", "x")
+
+
+# -- pins from a notebook are data: never options of a nix command (the fresh red team's b01, b02) -----------------
+
+GOOD_PATH = "/nix/store/" + "a" * 32 + "-tinyecho-0.2.0"
+GOOD_HASH = "sha256-" + base64.b64encode(b"\0" * 32).decode()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("proof_store_path", "-f"),
+        ("proof_store_path", "--store"),
+        ("nix_store_path", "team-tool.nix"),
+        ("nix_store_path", "/var/tmp/planted"),
+        ("nix_store_path", "/nix/store/short-x"),
+        ("nix_store_path", GOOD_PATH + "/../../etc"),
+        ("nix_store_path", GOOD_PATH + "\n--store"),
+        ("nar_hash", "--option"),
+        ("proof_nar_hash", "sha256-" + "A" * 43),
+    ],
+)
+def test_pins_that_are_not_store_paths_and_hashes_run_nothing(tmp_path: Path, field: str, value: str) -> None:
+    runner = CountingRunner()
+    provenance = {"nix_store_path": GOOD_PATH, "proof_store_path": GOOD_PATH[:-5] + "proof", "nar_hash": GOOD_HASH}
+    provenance = {**provenance, "proof_nar_hash": GOOD_HASH, field: value}
+    key = "team-test-1:" + base64.b64encode(b"\1" * 32).decode()
+    mate = Settings(cache_dir=tmp_path / "c", backend="nix", nix_substituters=f"file://{tmp_path}/cache")
+    mate.nix_trusted_public_keys = key
+    with pytest.raises(UntrustedPath, match="nothing was run or fetched"):
+        team.pull(mate, "echo", provenance, runner=runner, if_untrusted="rebuild")
+    assert runner.argvs == []  # not one command: no nix, no rebuild
+
+
+def test_every_pinned_value_the_check_passes_is_a_store_path_and_a_hash() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from flakebot_magic.backends.nix_cache import check_pins
+
+    @given(st.text(max_size=80), st.text(max_size=60))
+    def check(path: str, nar_hash: str) -> None:
+        try:
+            check_pins({path: nar_hash})
+        except UntrustedPath:
+            return
+        assert path.startswith("/nix/store/") and "/" not in path[len("/nix/store/") :]
+        assert not path.startswith("-") and "\n" not in path and ".." not in path.split("/")
+        assert nar_hash.startswith("sha256-") and len(nar_hash) == 51
+
+    check()
+    check_pins({GOOD_PATH: GOOD_HASH})

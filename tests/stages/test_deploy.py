@@ -19,7 +19,7 @@ from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.stages.build import BUILD_FLAGS
+from flakebot_magic.stages.build import BUILD_FLAGS, proof_key
 from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
 
 RUSTC = "rustc 1.95.0 (59807616e 2026-04-14)\nhost: x86_64-unknown-linux-gnu"
@@ -75,6 +75,26 @@ def test_a_dirty_working_tree_changes_the_key(tmp_path: Path) -> None:
     assert _key(git) not in (clean, edited)  # committed, the tree itself differs
     (git.root / "src" / "extra.rs").write_text("")  # an untracked file can be a module
     assert _key(git) != _key(_repo(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+@pytest.mark.parametrize("where", ["data.txt", "src/extra.rs", "tests/it.rs"])
+def test_every_byte_cargo_could_read_is_in_the_key(tmp_path: Path, where: str, ignored: bool) -> None:
+    """A file git does not track, ignored or not, keys by its content (the fresh red team's b03: `include_str!`
+    of an ignored file, or an untracked module, changed while the proof and store keys stayed)."""
+    git = _repo(tmp_path / "repo", {**SOURCES, ".gitignore": f"/{where}\n" if ignored else ""})
+    path = git.root / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = set()
+    for text in ("one", "two", ""):
+        path.write_text(text)
+        keys.add(_key(git))
+        assert proof_key(git.root, git, "rustc", ()).digest() == proof_key(git.root, git, "rustc", ()).digest()
+    proofs = set()
+    for text in ("one", "two"):
+        path.write_text(text)
+        proofs.add(proof_key(git.root, git, "rustc", ()).digest())
+    assert len(keys) == 3 and len(proofs) == 2
 
 
 def test_build_outputs_do_not_change_the_key(tmp_path: Path) -> None:
