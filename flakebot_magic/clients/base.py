@@ -477,6 +477,9 @@ class StartedToolClient(ToolClient):
 
     def __getattr__(self, name: str) -> Any:
         functions = self.__dict__.get("_functions")
+        if functions is None and "_functions" in self.__dict__ and not name.startswith("_"):
+            # a service nothing has started yet (a build runs none of it): what it offers is read at its first use
+            functions = self.functions()
         if not name.startswith("_") and functions and name in functions:
             return functions[name].function
         raise AttributeError(

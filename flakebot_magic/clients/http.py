@@ -546,7 +546,10 @@ class HttpTool(StartedToolClient):
         return [*super()._rows(), ("service", where)]
 
     def __repr__(self) -> str:
-        names = ", ".join(self._functions or {}) or "(none: no /openapi.json)"
+        if self._functions is None:
+            names = "(read from /openapi.json when it first starts)"
+        else:
+            names = ", ".join(self._functions) or "(none: no /openapi.json)"
         where = f"{self.base_url}, pid {self.pid}" if self.running else "stopped"
         return f"{super().__repr__()}\n  operations: {names}\n  service: {where}"
 

@@ -177,10 +177,14 @@ class McpSession:
             return self.server
 
     def stop(self) -> int | None:
+        """Stop the server on purpose: the next call starts a new one, which is not a restart."""
         with self._lock:
             if self.process is None:
                 return None
-            return self._stop_process()
+            try:
+                return self._stop_process()
+            finally:
+                self.process = None
 
     def _stop_process(self, grace: float = 1.0) -> int | None:
         assert self.process is not None

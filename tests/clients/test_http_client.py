@@ -30,7 +30,11 @@ from flakebot_magic.testing.overlay import fixture_crates_buildable
 @pytest.mark.skipif(not fixture_crates_buildable(), reason="needs serde_json and tiny_http: run `make install`")
 class TestDemoService:
     def test_started_on_loopback_with_a_token(self, svc: Any) -> None:
-        assert isinstance(svc, HttpTool) and svc.kind == "http" and svc.running
+        # nothing of a service runs at build time: it starts at the first use
+        assert isinstance(svc, HttpTool) and svc.kind == "http" and not svc.running
+        assert "when it first starts" in repr(svc)
+        svc.start()
+        assert svc.running
         assert svc.base_url == f"http://127.0.0.1:{svc.port}"
         assert listening_addresses(svc.pid) == [("127.0.0.1", svc.port)]
         with httpx.Client(trust_env=False) as anonymous:
@@ -79,6 +83,7 @@ class TestDemoService:
         assert missing.value.status == 404
 
     def test_a_dead_service_is_restarted_with_a_new_port_and_token(self, svc: Any) -> None:
+        svc.start()
         port, token, pid = svc.port, svc.token, svc.pid
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
@@ -90,6 +95,8 @@ class TestDemoService:
 
     def test_stop_and_the_inventory_status(self, svc: Any, fixture_settings: Any) -> None:
         inventory = Inventory(fixture_settings.cache.tools)
+        assert inventory.get("svc").status == "ready"  # type: ignore[union-attr]  # built, not started
+        assert svc.greet("x")  # the first call starts it
         record = inventory.get("svc")
         assert record is not None and record.kind == "http" and record.status == "running"
         assert record.url == svc.base_url and record.pid == svc.pid

@@ -29,8 +29,11 @@ pytestmark = [
 
 
 def test_the_contract_makes_an_mcp_client_with_a_function_per_tool(calc: Any) -> None:
-    assert isinstance(calc, McpTool) and calc.kind == "mcp" and calc.running
+    # the build read its functions in the sandbox and left nothing running: the server starts at the first call
+    assert isinstance(calc, McpTool) and calc.kind == "mcp" and not calc.running
     assert set(calc.functions()) == {"add", "echo", "fail", "pid_", "crash", "sleep"}  # `pid` is the process id
+    assert not calc.running  # known from the build, not from a start
+    assert calc.add(1, 1) == {"sum": 2.0} and calc.running and calc.session.restarts == 0
     assert calc.server_info["name"] == "demo-mcp"
     assert "add" in dir(calc)
 
@@ -143,6 +146,7 @@ def test_logs_keep_the_servers_stderr(calc: Any) -> None:
 
 def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any) -> None:
     inventory = Inventory(fixture_settings.cache.tools)
+    calc.add(1, 1)  # started by its first call
     record = inventory.get("calc")
     assert record is not None and record.kind == "mcp" and record.status == "running" and record.pid == calc.pid
     pid = calc.pid
@@ -156,9 +160,11 @@ def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any)
 
 def test_building_the_same_name_again_replaces_the_old_server(build_tool: Any) -> None:
     first = build_tool("demo-mcp", "calc")
+    first.add(1, 1)  # running
     second = build_tool("demo-mcp", "calc")
     assert second is not first
-    assert second.running and not first.running
+    assert not first.running  # the new build stopped the old server
+    assert second.add(1, 1) == {"sum": 2.0} and second.running and not first.running
 
 
 def test_for_agents(calc: Any) -> None:
