@@ -220,7 +220,10 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
     before = _built_before(settings.cache.store, run.candidate)
     reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)
-    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    if isinstance(exc, DiskFull):
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    else:  # cargo or git failing for want of space: what it said (a "compile" or "test" error) is not the crate's
+        first = f"a step failed while the disk was full; its output is in the build log, `flakebot logs {run.name}`"
     if before:
         needs = f"It needs about {amount(before)} free (what a build of {run.crate().id} took here before)"
     else:
