@@ -315,13 +315,21 @@ class CliTool(ToolClient):
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
             extra = {**plain, **(env or {})}
-            proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
-                confinement.command(command) if confinement else command,
-                stdin=True,
-                cwd=confinement.scratch if confinement else None,
-                # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
-                env=confinement.env(self.env, extra) if confinement else self._environment(extra),
-            )
+            try:
+                proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
+                    confinement.command(command) if confinement else command,
+                    stdin=True,
+                    cwd=confinement.scratch if confinement else None,
+                    # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
+                    env=confinement.env(self.env, extra) if confinement else self._environment(extra),
+                )
+            except OSError as exc:  # its binary truncated, overwritten, gone: no raw OSError for the caller
+                raise ToolError(
+                    f"{self.name} could not start: {exc.strerror or exc} ({self.binary}). Its binary is damaged or "
+                    f"missing: `flakebot doctor` checks it and sets a damaged store entry aside; then "
+                    f"`flakebot rebuild {self.name}` (or `%flakebot rebuild {self.name}`) builds it again.",
+                    returncode=None,
+                ) from exc
             out = self._exchange(proc, data or b"", limit, items)
             return out if raw else strip_ansi(out)
         finally:

@@ -27,7 +27,6 @@ the tools' workspaces. It never deletes a tool.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +37,9 @@ from ..errors import StorageError
 from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
 from ..host.process import ProcessRunner
-from ..host.storage import storage_errors
+from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Health, Inventory, ToolRecord
+from ..stages.deploy import entry_damage, set_aside
 from ..stages.workspace import Workspace
 from .transaction import read_card, recover
 
@@ -73,6 +73,8 @@ class DoctorReport:
     problems: list[str] = field(default_factory=list)
     #: git lock files a killed git had left in the tools' workspaces, removed
     unlocked: list[Path] = field(default_factory=list)
+    #: damaged store entries and cache directories moved aside (kept), in words
+    set_aside: list[str] = field(default_factory=list)
 
     def repair_line(self) -> str:
         """One sentence on the repair ("" when the registry was fine)."""
@@ -90,6 +92,7 @@ class DoctorReport:
         lines.append(self.repair_line() or "The tool registry is sound (quick_check ok, every record parses).")
         lines += [f"not rebuilt: {why}" for why in self.skipped]
         lines += [f"removed {lock} (a killed git's lock)" for lock in self.unlocked]
+        lines += [f"set aside {what}" for what in self.set_aside]
         lines += [f"problem: {p}" for p in self.problems] or ["Every record agrees with its store entry and workspace."]
         return lines
 
@@ -105,6 +108,7 @@ class DoctorReport:
             "skipped": list(self.skipped),
             "problems": list(self.problems),
             "unlocked": [str(p) for p in self.unlocked],
+            "set_aside": list(self.set_aside),
         }
 
     @property
@@ -157,6 +161,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
         records, report.skipped = reconstruct(settings, inventory.readable_records())
         report.aside = inventory.replace_all(records, entries)
         report.rebuilt = [r.name for r in records]
+    report.set_aside += _set_aside_damaged(settings)
     runner = ProcessRunner()
     busy = held_locks(settings.cache_dir)
     for record in inventory.all():
@@ -165,6 +170,19 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
         if record.workspace and record.name not in busy and workspace.is_dir():
             report.unlocked += remove_stale_locks(workspace)
     return report
+
+
+def _set_aside_damaged(settings: Settings) -> list[str]:
+    """Each store entry whose manifest or binaries are damaged, moved aside (kept): its next build makes it again."""
+    moved = []
+    for name in store_entries(settings):
+        entry = settings.cache.store / name
+        why = entry_damage(entry)
+        if why:
+            aside = set_aside(entry)
+            if aside is not None:
+                moved.append(f"{entry}: {why}; moved aside to {aside}, its next build makes it again")
+    return moved
 
 
 def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[list[ToolRecord], list[str]]:
@@ -211,10 +229,9 @@ def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[lis
 
 def _manifest(entry: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((entry / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return read_cache_json(entry / "manifest.json")
+    except (OSError, StorageError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _has_commit(workspace: Path, commit: str, runner: ProcessRunner) -> bool:
@@ -232,6 +249,11 @@ def _entry_of(settings: Settings, record: ToolRecord) -> tuple[dict[str, Any] | 
         inside = False
     if not inside:
         return None, f"its store entry {store} is not in {settings.cache.store}"
+    if not store.is_dir():
+        return None, f"its store entry {store} is gone"
+    damage = entry_damage(store)
+    if damage:
+        return None, f"its store entry {store} is damaged: {damage}"
     manifest = _manifest(store)
     if manifest is None:
         return None, f"its store entry {store} is gone"
@@ -344,6 +366,12 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     workspace = Path(record.workspace)
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
+        return problems
+    if not _has_commit(workspace, record.commit, runner):  # its objects lost: HEAD's name alone proves nothing
+        problems.append(
+            f"{name}: its recorded commit {record.commit[:12]} is not in its workspace {workspace} (its git "
+            f"objects are damaged or gone); `flakebot rebuild {name}` forks and builds it again"
+        )
         return problems
     head = Git(workspace, runner)("rev-parse", "HEAD", check=False)
     if head != record.commit:

@@ -46,7 +46,7 @@ from ..errors import DeployError, StorageError, ToolBusy
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
-from ..host.storage import storage_errors
+from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, add_tool, swap_in
 from ..stages.workspace import aside_path
@@ -245,8 +245,8 @@ def _whole(intent: Intent) -> str:
     """Why the new tool of ``intent`` cannot be finished ("" when it can): its store entry or workspace is gone."""
     record = ToolRecord.from_json(intent.record)
     try:
-        manifest = json.loads((Path(record.store_path) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = read_cache_json(Path(record.store_path) / "manifest.json")
+    except (OSError, StorageError):
         return f"its store entry {record.store_path} is gone"
     if manifest.get("hash") != record.source_hash:
         return f"its store entry {record.store_path} holds another build"

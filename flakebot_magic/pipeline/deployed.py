@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import replace
@@ -26,9 +25,9 @@ from typing import Any
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
-from ..errors import DeployError, DiskFull, FlakebotError, ForkError
+from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
 from ..host.git import Git
-from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full
+from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
 from ..manage.cleanup import clean, size_of
 from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
@@ -247,8 +246,8 @@ def _built_before(store_dir: Path, candidate: CrateCandidate | None) -> int:
     most = 0
     for entry in store_dir.glob(f"*-{candidate.name}-{candidate.version}"):
         try:
-            recorded = json.loads((entry / "manifest.json").read_text()).get("build_bytes")
-        except (OSError, ValueError, AttributeError):
+            recorded = read_cache_json(entry / "manifest.json").get("build_bytes")
+        except (OSError, StorageError, AttributeError):
             continue
         if isinstance(recorded, int):
             most = max(most, recorded)
