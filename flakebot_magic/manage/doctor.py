@@ -92,7 +92,7 @@ class DoctorReport:
         lines.append(self.repair_line() or "The tool registry is sound (quick_check ok, every record parses).")
         lines += [f"not rebuilt: {why}" for why in self.skipped]
         lines += [f"removed {lock} (a killed git's lock)" for lock in self.unlocked]
-        lines += [f"set aside {what}" for what in self.set_aside]
+        lines += self.set_aside
         lines += [f"problem: {p}" for p in self.problems] or ["Every record agrees with its store entry and workspace."]
         return lines
 
@@ -129,11 +129,12 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     build runs (its first record may be on its way). A repair that fails (a full disk) is
     reported, not raised: reading commands go on.
     """
+    notes = _layout(settings)
     try:
         with storage_errors("finishing what an interrupted command left", settings.cache_dir):
-            notes = recover(settings)
+            notes += recover(settings)
     except StorageError as exc:
-        notes = [f"what an interrupted build left could not be finished now: {exc}"]
+        notes.append(f"what an interrupted build left could not be finished now: {exc}")
     if not repair:
         return notes
     health = Inventory(settings.cache.tools).check(store_entries(settings))
@@ -146,6 +147,15 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     return [*notes, *report.recovered, report.repair_line()]
 
 
+def _layout(settings: Settings) -> list[str]:
+    """The cache's directories that are no directories (a file, a dangling symlink) set aside and made again."""
+    try:
+        with storage_errors("setting aside what stands in place of a cache directory", settings.cache_dir):
+            return settings.cache.set_aside_non_directories()
+    except StorageError as exc:
+        return [f"a cache directory is not a directory and could not be set aside now: {exc}"]
+
+
 def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     """Check the registry and the tools on disk; rebuild the registry when it cannot be trusted.
 
@@ -153,7 +163,8 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     :class:`~flakebot_magic.errors.StorageError` when the rebuilt registry
     cannot be written (a full disk); the damaged one is then left in place.
     """
-    report = DoctorReport(recovered=recover(settings))
+    report = DoctorReport(set_aside=_layout(settings))
+    report.recovered = recover(settings)
     entries = store_entries(settings)
     inventory = Inventory(settings.cache.tools)
     report.health = health if health is not None else inventory.check(entries)
@@ -181,7 +192,7 @@ def _set_aside_damaged(settings: Settings) -> list[str]:
         if why:
             aside = set_aside(entry)
             if aside is not None:
-                moved.append(f"{entry}: {why}; moved aside to {aside}, its next build makes it again")
+                moved.append(f"set aside {entry}: {why}; it is at {aside} now (kept), its next build makes it again")
     return moved
 
 

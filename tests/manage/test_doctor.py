@@ -28,6 +28,7 @@ from flakebot_magic import load
 from flakebot_magic.cli import main
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ToolError
+from flakebot_magic.host.cache import NOT_A_DIRECTORY, CacheLayout
 from flakebot_magic.manage.doctor import doctor, store_entries
 from flakebot_magic.manage.transaction import CARD_FILE
 from flakebot_magic.pipeline.background import start_build
@@ -311,3 +312,33 @@ def test_every_store_manifest_is_read_through_the_one_reader() -> None:
         if '"manifest.json"' in line and any(reader in line for reader in readers)
     ]
     assert not wrong, wrong
+
+
+LAYOUT = [str(path.relative_to("/c")) for path in CacheLayout(Path("/c")).directories()]
+
+
+@pytest.mark.parametrize("way", ["file", "dangling-symlink"])
+@pytest.mark.parametrize("directory", LAYOUT)
+def test_a_cache_directory_that_is_no_directory_is_set_aside_and_made_again(
+    template: dict[str, Any], directory: str, way: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    path = settings.cache_dir / directory
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if way == "file":
+        path.write_text("junk")
+    else:
+        path.symlink_to(settings.cache_dir / "nowhere")
+    cache = str(settings.cache_dir)
+    _, err = _run(capsys, "list", "--cache-dir", cache)
+    assert f"set aside {path} (it was not a directory)" in err, err
+    assert path.is_dir() and not path.is_symlink()
+    assert [p for p in path.parent.iterdir() if p.name.startswith(f"{path.name}{NOT_A_DIRECTORY}")], "kept aside"
+    _run(capsys, "doctor", "--cache-dir", cache)
+    _run(capsys, *_build_argv(settings, "te3"))  # the next build works
+    assert load("te3", cache_dir=cache)("hi") == "HI"
+    if directory not in ("store", "workspaces"):  # those held the tools themselves: the damage took them
+        for name in ("te", "te2"):
+            assert load(name, cache_dir=cache)("hi") == "HI"
