@@ -284,7 +284,7 @@ def _from_card(settings: Settings, workspace: Path, runner: ProcessRunner) -> tu
     if card is None:
         return None, "no tool card"
     try:
-        record = ToolRecord.from_json(dict(card["record"]))
+        record = ToolRecord.from_json(dict(card["record"])).rebased(settings.cache.root)
     except (TypeError, ValueError) as exc:
         return None, f"its tool card does not parse ({exc})"
     if record.name != workspace.name or Path(record.workspace) != workspace:

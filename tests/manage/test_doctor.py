@@ -342,3 +342,50 @@ def test_a_cache_directory_that_is_no_directory_is_set_aside_and_made_again(
     if directory not in ("store", "workspaces"):  # those held the tools themselves: the damage took them
         for name in ("te", "te2"):
             assert load(name, cache_dir=cache)("hi") == "HI"
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_cache_dir_moved_or_copied_keeps_every_tool_and_every_command_works(
+    template: dict[str, Any], how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    place = settings.cache_dir.parent / "another place ü"
+    shutil.rmtree(place, ignore_errors=True)
+    if how == "moved":
+        settings.cache_dir.rename(place)
+    else:
+        shutil.copytree(settings.cache_dir, place, symlinks=True)
+    there = Settings(cache_dir=place, registry=settings.registry, backend="cargo")
+    before = _disk(there)
+    out, _ = _run(capsys, "clean", "--cache-dir", str(place))
+    assert _disk(there) == before, out  # clean removed nothing a record names
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(place))
+    assert "Every record agrees with its store entry and workspace." in out, out
+    listed = json.loads(_run(capsys, "list", "--json", "--cache-dir", str(place))[0])
+    assert {t["name"]: t["status"] for t in listed} == {"te": "ready", "te2": "ready"}
+    for name in ("te", "te2"):
+        record = Inventory(there.cache.tools).get(name)
+        assert record is not None and Path(record.store_path).parent == there.cache.store
+        assert Path(record.workspace).parent == there.cache.workspaces
+        assert load(name, cache_dir=str(place))("hi") == "HI"
+    _run(capsys, *_build_argv(there, "te3"))
+    assert load("te3", cache_dir=str(place))("hi") == "HI"
+    shutil.rmtree(place)
+
+
+def test_clean_keeps_what_a_record_names_whatever_form_its_path_takes(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    before = _disk(settings)
+    for name, form in (("te", "relative"), ("te2", "elsewhere")):
+
+        def change(record: ToolRecord, form: str = form) -> None:
+            for key in ("store_path", "workspace"):
+                path = Path(getattr(record, key))
+                relative = Path(path.parent.name) / path.name
+                setattr(record, key, str(relative if form == "relative" else Path("/elsewhere") / relative))
+
+        Inventory(settings.cache.tools).modify(name, change)
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert _disk(settings) == before, out
