@@ -82,11 +82,11 @@ class Intent:
     @classmethod
     def load(cls, path: Path) -> Intent | None:
         try:
-            data = json.loads(path.read_text())
+            data = read_cache_json(path)
             if data.get("format") != INTENT_FORMAT:
                 return None
             return cls(**data)
-        except (OSError, ValueError, TypeError):
+        except (OSError, StorageError, TypeError):
             return None
 
 
@@ -97,10 +97,10 @@ def _intent_path(settings: Settings, name: str) -> Path:
 def read_card(workspace: Path) -> dict[str, Any] | None:
     """The tool card of ``workspace`` (``{"txn", "record"}``), or None."""
     try:
-        data = json.loads((workspace / ".git" / CARD_FILE).read_text())
-    except (OSError, ValueError):
+        data = read_cache_json(workspace / ".git" / CARD_FILE)
+    except (OSError, StorageError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("record"), dict) else None
+    return data if isinstance(data.get("record"), dict) else None
 
 
 def _card_txn(workspace: Path) -> str:
