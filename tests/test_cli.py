@@ -251,6 +251,14 @@ def test_show_logs_stop_after_a_build(capsys: pytest.CaptureFixture[str], regist
     assert code == 0 and "nothing to stop" in out
     code, _, err = _run(capsys, "show", "ghost")
     assert code == 1 and "No tool named 'ghost'" in err
+    # what the messages advise: built again for its recorded request, not taken from the cache
+    before = json.loads(_run(capsys, "show", "te", "--json")[1])
+    code, out, err = _run(capsys, "rebuild", "te", "--registry", registry, "--json", "--quiet")
+    assert code == 0, err
+    after = json.loads(_run(capsys, "show", "te", "--json")[1])
+    assert after["name"] == "te" and after["crate"] == "tinyecho" and after["created"] > before["created"]
+    code, _, err = _run(capsys, "rebuild", "ghost")
+    assert code == 1 and "No tool named 'ghost'" in err
 
 
 @pytest.mark.cargo
