@@ -1,4 +1,4 @@
-"""The ``flakebot`` command: build, search, list, show, steer, cargo, clean, doctor, export, eval.
+"""The ``flakebot`` command: build, rebuild, search, list, show, steer, cargo, clean, doctor, export, eval.
 
 ``--json`` everywhere, for scripts and agents.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", "-l", type=int, default=10, help="How many candidates to show. Default: 10.")
 
     sub.add_parser("list", parents=[common], help="List the tools built on this machine.")
+    rebuild = sub.add_parser(
+        "rebuild",
+        parents=[common],
+        help="Fork and build a tool again from its crate, for its recorded request (its cache entry is not used).",
+    )
+    rebuild.add_argument("name", help="The tool's name (`flakebot list` shows them).")
+    rebuild.add_argument("--quiet", "-q", action="store_true", help="Print no progress on stderr.")
+    rebuild.add_argument("--verbose", "-v", action="store_true", help="Print cargo's output as it comes.")
 
     show = sub.add_parser(
         "show", parents=[common], help="Show a tool's provenance (crate, checksum, commit, store path)."
@@ -180,26 +189,51 @@ def _settings(args: argparse.Namespace) -> Settings:
     return apply(Settings(), {**given, "cache_dir": args.cache_dir})
 
 
+#: a command whose output was closed (``flakebot list | head``) ends as a shell's SIGPIPE-killed command does
+EXIT_PIPE_CLOSED = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
+    except BrokenPipeError:
+        return _pipe_closed()
     except FlakebotError as exc:
-        if getattr(args, "json", False):
-            _say_json(
-                {
-                    "error": type(exc).__name__,
-                    "message": str(exc),
-                    "workspace": str(exc.workspace) if exc.workspace else None,
-                },
-                indent=None,
-            )
-        cancelled = isinstance(exc, Cancelled)
-        _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
-        return 130 if cancelled else 1
+        try:
+            return _report(args, exc)
+        except BrokenPipeError:
+            return _pipe_closed()
     except KeyboardInterrupt:
         _say("flakebot: interrupted", sys.stderr)
         return 130
+
+
+def _pipe_closed() -> int:
+    """Whoever read our output went away: end quietly (nothing more is written to the closed pipe, not even at exit)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no real file (a test's capture): nothing will flush into a pipe
+        pass
+    return EXIT_PIPE_CLOSED
+
+
+def _report(args: argparse.Namespace, exc: FlakebotError) -> int:
+    """``exc`` said on stderr (and as JSON on stdout with ``--json``); the exit status."""
+    if getattr(args, "json", False):
+        _say_json(
+            {
+                "error": type(exc).__name__,
+                "message": str(exc),
+                "workspace": str(exc.workspace) if exc.workspace else None,
+            },
+            indent=None,
+        )
+    cancelled = isinstance(exc, Cancelled)
+    _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
+    return 130 if cancelled else 1
 
 
 def _say(text: str, stream: TextIO | None = None) -> None:
@@ -225,15 +259,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         return agent_command.run(args, settings)
     # the pipeline and the tool clients are imported by the subcommands that use them:
     # `flakebot --help` and a warm `flakebot build` start quickly
-    if args.command == "build":
+    if args.command in ("build", "rebuild"):
         from .manage import tools
         from .pipeline.background import start_build
         from .request import BuildRequest
         from .views.progress import TextProgress
 
+        if args.command == "rebuild":  # as `%flakebot rebuild NAME`: the recorded request, the cache not used
+            from .host.storage import storage_errors
+
+            with storage_errors("flakebot rebuild", settings.cache_dir):
+                record = tools.find(settings, args.name)
+            apply(settings, {"rebuild": True})
+            request = BuildRequest(record.request, name=record.name, crate=record.crate)
+        else:
+            request = BuildRequest(args.request, name=args.name, crate=args.crate)
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
-        tool = start_build(settings, BuildRequest(args.request, name=args.name, crate=args.crate)).wait(observers)
+        tool = start_build(settings, request).wait(observers)
         if args.json:
             _say_json(tools.tool_json(tool, settings))
         else:
@@ -246,7 +289,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             from .manage.workspace_cargo import printer, run_cargo
 
             return run_cargo(settings, args.name, args.args, observers=[printer()])
-        _print(_answer(args, settings), as_json=args.json)
+        answer = _answer(args, settings)
+    # printed outside storage_errors: a closed stdout is the reader gone, not the cache's disk failing
+    _print(answer, as_json=args.json)
     return 0
 
 

@@ -30,6 +30,8 @@ The tree::
     ├── StorageError        the cache could not be read or written (an OS or SQLite error: I/O,
     │   │                   permissions, a damaged file); says which file and what to do
     │   ├── DiskFull        no space left: how much the work needs, what `clean` can free
+    │   ├── CacheFileDamaged a manifest, binary, recipe or card that does not parse or match; `doctor`
+    │   │                   sets it aside
     │   └── RegistryDamaged the tool registry cannot be trusted (unreadable, fails
     │                       quick_check, empty while the store is not); `doctor` repairs it
     └── ToolError           a deployed tool failed when called (exit status, MCP or HTTP error)
@@ -54,6 +56,7 @@ from .untrusted import safe_text
 __all__ = [
     "BudgetExhausted",
     "BuildError",
+    "CacheFileDamaged",
     "Cancelled",
     "ConfigError",
     "DeployError",
@@ -386,6 +389,11 @@ class DiskFull(StorageError):
         self.needed = needed
         self.reclaimable = reclaimable
         super().__init__(message, path=path, errno=errno, code=code, workspace=workspace)
+
+
+class CacheFileDamaged(StorageError):
+    """A file in the cache (a store entry's manifest or binary, a recipe, a tool card) is damaged: it does not
+    parse, or no longer holds what was recorded. ``path`` names it; ``flakebot doctor`` sets it aside."""
 
 
 class RegistryDamaged(StorageError):

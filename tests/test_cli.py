@@ -251,6 +251,14 @@ def test_show_logs_stop_after_a_build(capsys: pytest.CaptureFixture[str], regist
     assert code == 0 and "nothing to stop" in out
     code, _, err = _run(capsys, "show", "ghost")
     assert code == 1 and "No tool named 'ghost'" in err
+    # what the messages advise: built again for its recorded request, not taken from the cache
+    before = json.loads(_run(capsys, "show", "te", "--json")[1])
+    code, out, err = _run(capsys, "rebuild", "te", "--registry", registry, "--json", "--quiet")
+    assert code == 0, err
+    after = json.loads(_run(capsys, "show", "te", "--json")[1])
+    assert after["name"] == "te" and after["crate"] == "tinyecho" and after["created"] > before["created"]
+    code, _, err = _run(capsys, "rebuild", "ghost")
+    assert code == 1 and "No tool named 'ghost'" in err
 
 
 @pytest.mark.cargo
@@ -372,3 +380,50 @@ def test_clean_removes_the_losing_candidates_of_tools_not_being_built(
     code, out, _ = _run(capsys, "clean", "--cache-dir", str(cache))
     assert code == 0 and not (busy / CANDIDATES_DIR).exists()
     assert "the losing candidates of 1 tool (.flakebot-candidates): 0.0 MB (3,100 bytes)." in out
+
+
+# -- what the messages advise, and a closed output (issue 27) ------------------------------------
+
+
+def _cli_commands() -> set[str]:
+    from flakebot_magic.cli import _parser
+
+    actions = [a for a in _parser()._actions if a.dest == "command"]
+    return set(actions[0].choices or ())  # type: ignore[arg-type]
+
+
+def test_every_command_a_message_names_exists() -> None:
+    """Every `flakebot X` / `%flakebot X` written anywhere in the package is a command the user can run."""
+    import re
+
+    from flakebot_magic.commands import LINE_COMMANDS
+
+    package = Path(__file__).parent.parent / "flakebot_magic"
+    line = {usage.split()[0] for usage, _ in LINE_COMMANDS}
+    cli = _cli_commands()
+    wrong = []
+    for source in sorted(package.rglob("*.py")):
+        for magic, command in re.findall(r"`(%?)flakebot ([a-z][a-z-]*)(?=[` ])(?! —)", source.read_text()):
+            if command not in (line if magic else cli):
+                wrong.append(f"{source.relative_to(package)}: `{magic}flakebot {command}`")
+    assert not wrong, wrong
+    assert "rebuild" in cli  # the messages' own advice, the magic's line command too
+
+
+def test_a_closed_output_ends_quietly(tmp_path: Path) -> None:
+    """`flakebot list --json | true`: the reader is gone, which is no storage error and no traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(FLAKEBOT), "list", "--json", "--cache-dir", str(tmp_path / "cache")],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode in (0, 141), done.stderr
+    assert "Traceback" not in done.stderr and "StorageError" not in done.stderr, done.stderr
+    assert "disk" not in done.stderr, done.stderr

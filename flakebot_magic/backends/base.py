@@ -16,7 +16,6 @@ model-edited) workspace into a store entry:
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from abc import ABC, abstractmethod
@@ -26,16 +25,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..config import Settings
-from ..errors import FlakeError
+from ..errors import FlakeError, StorageError
 from ..events import EventBus, StageFinished, StageStarted
 from ..host.fsutil import is_real_dir
 from ..host.git import Git
+from ..host.storage import read_cache_json
 from ..records.proofs import ProofRecord
 from ..registry.directory import read_manifest
 from ..sandbox import release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
-from ..stages.deploy import StorePath
+from ..stages.deploy import StorePath, served
 from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
 from ..stages.fork import Workspace
 from ..stages.state import BackendChoice, RunDeps, RunState
@@ -264,14 +264,13 @@ class Backend(ABC):
     def lookup(self, recipe: Path, name: str) -> StorePath | None:
         """The store entry a recipe names, when it is complete and alive; else None."""
         try:
-            data = json.loads(recipe.read_text())
-            path, key = Path(data["store"]), str(data["hash"])
-        except (OSError, ValueError, KeyError, TypeError):
+            data = read_cache_json(recipe)
+            # the entry by its name in this cache's store: a recipe written before the cache dir moved still finds it
+            path, key = self.settings.cache.store / Path(str(data["store"])).name, str(data["hash"])
+        except (OSError, StorageError, KeyError, TypeError):
             return None
-        if not (path / "manifest.json").is_file():
-            return None
-        store = StorePath(path, key)
-        return store if self.alive(store, name) else None
+        store = served(path, key)  # a damaged entry is set aside: no cache hit, the build makes it again
+        return store if store is not None and self.alive(store, name) else None
 
     def git(self, run: RunState) -> Git:
         return Git(run.forked().path, self.deps.runner)

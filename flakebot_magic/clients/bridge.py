@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..errors import StorageError
+from ..host.storage import read_cache_json
 from .agents import ToolFunction, result_text
 from .base import TOOL_TIMEOUT, ToolClient
 from .contract import KINDS
@@ -152,8 +154,8 @@ def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
 def _manifest(binary: Path) -> dict[str, Any]:
     """The store entry's manifest beside ``binary`` (``<entry>/bin/<name>``), or {}."""
     try:
-        data = json.loads((binary.parent.parent / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_cache_json(binary.parent.parent / "manifest.json")
+    except (OSError, StorageError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -323,7 +323,7 @@ class CliTool(ToolClient):
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
             extra = {**plain, **(env or {})}
-            missing: FileNotFoundError | None = None
+            failed: OSError | None = None
             try:
                 proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
                     confinement.command(command) if confinement else command,
@@ -332,11 +332,18 @@ class CliTool(ToolClient):
                     # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
                     env=confinement.env(self.env, extra) if confinement else self._environment(extra),
                 )
-            except FileNotFoundError as exc:
-                missing = exc
-            if missing is not None:  # outside the handler: the ToolError below carries no FileNotFoundError
-                self.require_binary()  # the binary is gone: say how to get the tool back
-                raise missing
+            except OSError as exc:
+                failed = exc
+            if failed is not None:  # outside the handler: the ToolError below carries no OSError
+                if isinstance(failed, FileNotFoundError):
+                    self.require_binary()  # the binary is gone: say how to get the tool back
+                # its binary truncated, overwritten, gone: no raw OSError for the caller
+                raise ToolError(
+                    f"{self.name} could not start: {failed.strerror or failed} ({self.binary}). Its binary is "
+                    f"damaged or missing: `flakebot doctor` checks it and sets a damaged store entry aside; then "
+                    f"`flakebot rebuild {self.name}` (or `%flakebot rebuild {self.name}`) builds it again.",
+                    returncode=None,
+                )
             out = self._exchange(proc, data or b"", limit, items)
             return out if raw else strip_ansi(out)
         finally:

@@ -14,11 +14,12 @@ A deployed tool runs as the user, outside the sandbox, unless ``confine``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import StorageError
+from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
 from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
 from .cli import CliTool
@@ -91,8 +92,8 @@ def make_tool(
 
 def _stored_manifest(store_path: str) -> dict[str, Any]:
     try:
-        data = json.loads((Path(store_path) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_cache_json(Path(store_path) / "manifest.json")
+    except (OSError, StorageError):
         return {}
     return data if isinstance(data, dict) else {}
 

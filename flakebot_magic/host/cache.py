@@ -12,10 +12,15 @@ Examples
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_DIRECTORIES", "CacheLayout"]
+__all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout"]
+
+#: what a layout directory that was no directory (a file, a dangling symlink) is renamed to: ``NAME.not-a-dir-<ns>``
+NOT_A_DIRECTORY = ".not-a-dir-"
 
 #: every directory directly under the cache dir, and what it holds
 CACHE_DIRECTORIES: dict[str, str] = {
@@ -110,3 +115,24 @@ class CacheLayout:
     @property
     def proofs(self) -> Path:
         return self._under("proofs")
+
+    def directories(self) -> list[Path]:
+        """Every directory of the layout, each parent before what is under it."""
+        nested = [self.attempts, self.pending_gcroots]
+        return [self._under(name) for name in CACHE_DIRECTORIES] + nested
+
+    def set_aside_non_directories(self) -> list[str]:
+        """Each layout directory that is something else (a file, a dangling symlink), renamed aside (kept) and made
+        again, empty; what was done, in words. A symlink to a directory is a directory: it stays.
+
+        Raises ``OSError`` when the cache cannot be written (the caller says so).
+        """
+        done = []
+        for path in self.directories():
+            if not os.path.lexists(path) or path.is_dir():
+                continue
+            aside = path.with_name(f"{path.name}{NOT_A_DIRECTORY}{time.monotonic_ns()}")
+            os.rename(path, aside)
+            path.mkdir(mode=0o700)
+            done.append(f"set aside {path} (it was not a directory): it is at {aside} now (kept), made again empty")
+        return done

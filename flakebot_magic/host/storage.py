@@ -21,16 +21,18 @@ StorageError: reading the demo failed: No such file or directory (/nonexistent/f
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from ..errors import DiskFull, FlakebotError, StorageError
+from ..errors import CacheFileDamaged, DiskFull, FlakebotError, StorageError
 
-__all__ = ["FULL_MARGIN", "amount", "free_bytes", "is_full", "storage_errors", "translate"]
+__all__ = ["FULL_MARGIN", "amount", "free_bytes", "is_full", "read_cache_json", "storage_errors", "translate"]
 
 #: below this many free bytes a failure is taken for a full disk (a failed cargo may already have removed
 #: its half-written temporary files, so "0 bytes free" is too strict)
@@ -175,3 +177,26 @@ def storage_errors(
         raise
     except (OSError, sqlite3.Error) as exc:
         raise translate(exc, what, path, damaged=damaged) from exc
+
+
+def read_cache_json(path: Path) -> dict[str, Any]:
+    """The JSON object in the cache file ``path``: the one reader of a store manifest, so damage reads one way.
+
+    Raises ``OSError`` when it cannot be read (missing: ``FileNotFoundError``),
+    and :class:`~flakebot_magic.errors.CacheFileDamaged` naming the file and
+    ``flakebot doctor`` when it holds no JSON object (emptied, random bytes,
+    not UTF-8).
+    """
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both
+        data = exc
+    if not isinstance(data, dict):
+        why = data if isinstance(data, ValueError) else f"a JSON {type(data).__name__}, not an object"
+        raise CacheFileDamaged(
+            f"{path} is damaged ({str(why)[:200]}). `flakebot doctor` sets the damaged entry aside; the next "
+            "build of the tool makes it again.",
+            path=path,
+        )
+    return data

@@ -35,7 +35,6 @@ says it).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -45,11 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import Settings
+from ..errors import StorageError
 from ..host.crashpoints import crash_point
 from ..host.git import remove_stale_locks, stale_locks
 from ..host.locks import LockHolder, held_locks
 from ..host.process import alive
-from ..host.storage import amount, storage_errors
+from ..host.storage import amount, read_cache_json, storage_errors
 from ..records.inventory import Inventory
 from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
@@ -288,27 +288,29 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
             )
         return
     records = Inventory(settings.cache.tools).all()
-    live_store = {Path(r.store_path) for r in records}
-    live_store |= {Path(r.extra["entry"]) for r in records if r.extra.get("entry")}
+    # by name, whatever form a record's path takes (another cache dir's, a relative one): what any record
+    # names is kept, never removed
+    live_store = {Path(r.store_path).name for r in records}
+    live_store |= {Path(r.extra["entry"]).name for r in records if r.extra.get("entry")}
     # what a tool's root must point at: the directory of its binary (nix: the /nix/store path; a tool pulled into
     # a second store (manage/team.py) records it, its binary being under that store's root)
     live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
     _clean_gcroots(settings.cache.gcroots, live, remove)
     if settings.cache.store.is_dir():
         for entry in sorted(settings.cache.store.iterdir()):
-            if entry not in live_store:
+            if entry.name not in live_store:
                 remove(entry)
-    live_workspaces = {Path(r.workspace) for r in records}
+    live_workspaces = {Path(r.workspace).name for r in records if r.workspace}
     if settings.cache.workspaces.is_dir():
         for entry in sorted(settings.cache.workspaces.iterdir()):
-            if not entry.name.startswith(".") and entry not in live_workspaces:
+            if not entry.name.startswith(".") and entry.name not in live_workspaces:
                 remove(entry)
     if settings.cache.recipes.is_dir():
         for recipe in sorted(settings.cache.recipes.glob("*.json")):
             try:
-                store = Path(json.loads(recipe.read_text())["store"])
-            except (OSError, ValueError, KeyError, TypeError):
-                store = Path("/nonexistent")
+                store = Path(str(read_cache_json(recipe)["store"])).name
+            except (OSError, StorageError, KeyError, TypeError):
+                store = ""
             if store not in live_store:
                 remove(recipe)
 

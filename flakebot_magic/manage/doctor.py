@@ -27,7 +27,6 @@ the tools' workspaces. It never deletes a tool.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +37,9 @@ from ..errors import StorageError
 from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
 from ..host.process import ProcessRunner
-from ..host.storage import storage_errors
+from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Health, Inventory, ToolRecord
+from ..stages.deploy import entry_damage, set_aside
 from ..stages.workspace import Workspace
 from .transaction import read_card, recover
 
@@ -73,6 +73,8 @@ class DoctorReport:
     problems: list[str] = field(default_factory=list)
     #: git lock files a killed git had left in the tools' workspaces, removed
     unlocked: list[Path] = field(default_factory=list)
+    #: damaged store entries and cache directories moved aside (kept), in words
+    set_aside: list[str] = field(default_factory=list)
 
     def repair_line(self) -> str:
         """One sentence on the repair ("" when the registry was fine)."""
@@ -90,6 +92,7 @@ class DoctorReport:
         lines.append(self.repair_line() or "The tool registry is sound (quick_check ok, every record parses).")
         lines += [f"not rebuilt: {why}" for why in self.skipped]
         lines += [f"removed {lock} (a killed git's lock)" for lock in self.unlocked]
+        lines += self.set_aside
         lines += [f"problem: {p}" for p in self.problems] or ["Every record agrees with its store entry and workspace."]
         return lines
 
@@ -105,6 +108,7 @@ class DoctorReport:
             "skipped": list(self.skipped),
             "problems": list(self.problems),
             "unlocked": [str(p) for p in self.unlocked],
+            "set_aside": list(self.set_aside),
         }
 
     @property
@@ -125,11 +129,12 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     build runs (its first record may be on its way). A repair that fails (a full disk) is
     reported, not raised: reading commands go on.
     """
+    notes = _layout(settings)
     try:
         with storage_errors("finishing what an interrupted command left", settings.cache_dir):
-            notes = recover(settings)
+            notes += recover(settings)
     except StorageError as exc:
-        notes = [f"what an interrupted build left could not be finished now: {exc}"]
+        notes.append(f"what an interrupted build left could not be finished now: {exc}")
     if not repair:
         return notes
     health = Inventory(settings.cache.tools).check(store_entries(settings))
@@ -142,6 +147,15 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     return [*notes, *report.recovered, report.repair_line()]
 
 
+def _layout(settings: Settings) -> list[str]:
+    """The cache's directories that are no directories (a file, a dangling symlink) set aside and made again."""
+    try:
+        with storage_errors("setting aside what stands in place of a cache directory", settings.cache_dir):
+            return settings.cache.set_aside_non_directories()
+    except StorageError as exc:
+        return [f"a cache directory is not a directory and could not be set aside now: {exc}"]
+
+
 def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     """Check the registry and the tools on disk; rebuild the registry when it cannot be trusted.
 
@@ -149,7 +163,8 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     :class:`~flakebot_magic.errors.StorageError` when the rebuilt registry
     cannot be written (a full disk); the damaged one is then left in place.
     """
-    report = DoctorReport(recovered=recover(settings))
+    report = DoctorReport(set_aside=_layout(settings))
+    report.recovered = recover(settings)
     entries = store_entries(settings)
     inventory = Inventory(settings.cache.tools)
     report.health = health if health is not None else inventory.check(entries)
@@ -157,6 +172,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
         records, report.skipped = reconstruct(settings, inventory.readable_records())
         report.aside = inventory.replace_all(records, entries)
         report.rebuilt = [r.name for r in records]
+    report.set_aside += _set_aside_damaged(settings)
     runner = ProcessRunner()
     busy = held_locks(settings.cache_dir)
     for record in inventory.all():
@@ -165,6 +181,19 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
         if record.workspace and record.name not in busy and workspace.is_dir():
             report.unlocked += remove_stale_locks(workspace)
     return report
+
+
+def _set_aside_damaged(settings: Settings) -> list[str]:
+    """Each store entry whose manifest or binaries are damaged, moved aside (kept): its next build makes it again."""
+    moved = []
+    for name in store_entries(settings):
+        entry = settings.cache.store / name
+        why = entry_damage(entry)
+        if why:
+            aside = set_aside(entry)
+            if aside is not None:
+                moved.append(f"set aside {entry}: {why}; it is at {aside} now (kept), its next build makes it again")
+    return moved
 
 
 def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[list[ToolRecord], list[str]]:
@@ -211,10 +240,9 @@ def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[lis
 
 def _manifest(entry: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((entry / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return read_cache_json(entry / "manifest.json")
+    except (OSError, StorageError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _has_commit(workspace: Path, commit: str, runner: ProcessRunner) -> bool:
@@ -232,6 +260,11 @@ def _entry_of(settings: Settings, record: ToolRecord) -> tuple[dict[str, Any] | 
         inside = False
     if not inside:
         return None, f"its store entry {store} is not in {settings.cache.store}"
+    if not store.is_dir():
+        return None, f"its store entry {store} is gone"
+    damage = entry_damage(store)
+    if damage:
+        return None, f"its store entry {store} is damaged: {damage}"
     manifest = _manifest(store)
     if manifest is None:
         return None, f"its store entry {store} is gone"
@@ -251,7 +284,7 @@ def _from_card(settings: Settings, workspace: Path, runner: ProcessRunner) -> tu
     if card is None:
         return None, "no tool card"
     try:
-        record = ToolRecord.from_json(dict(card["record"]))
+        record = ToolRecord.from_json(dict(card["record"])).rebased(settings.cache.root)
     except (TypeError, ValueError) as exc:
         return None, f"its tool card does not parse ({exc})"
     if record.name != workspace.name or Path(record.workspace) != workspace:
@@ -344,6 +377,12 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     workspace = Path(record.workspace)
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
+        return problems
+    if not _has_commit(workspace, record.commit, runner):  # its objects lost: HEAD's name alone proves nothing
+        problems.append(
+            f"{name}: its recorded commit {record.commit[:12]} is not in its workspace {workspace} (its git "
+            f"objects are damaged or gone); `flakebot rebuild {name}` forks and builds it again"
+        )
         return problems
     head = Git(workspace, runner)("rev-parse", "HEAD", check=False)
     if head != record.commit:

@@ -34,8 +34,9 @@ from ..backends.nix_command import Nix, NixOptions
 from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED
 from ..config import Settings
-from ..errors import DeployError, UntrustedPath, UsageError
+from ..errors import DeployError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
+from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
@@ -78,8 +79,8 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
 def manifest_of(record: ToolRecord) -> dict[str, Any]:
     """The manifest of ``record``'s store entry (the nix store path, narHash, proof...); {} when it has none."""
     try:
-        data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        data: dict[str, Any] = read_cache_json(Path(record.store_path) / "manifest.json")
+    except (OSError, StorageError):
         data = {}
     return data
 

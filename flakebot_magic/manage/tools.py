@@ -21,7 +21,6 @@ JSON (the command's ``--json``, the REST API).
 
 from __future__ import annotations
 
-import json
 import textwrap
 import time
 from collections.abc import Sequence
@@ -31,8 +30,9 @@ from typing import Any, Protocol
 
 from ..clients import lifecycle, tool_from_record
 from ..config import Settings
-from ..errors import UsageError
+from ..errors import StorageError, UsageError
 from ..host.process import alive, kill_tree, process_started_at
+from ..host.storage import read_cache_json
 from ..options import option
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
@@ -96,8 +96,8 @@ def find(settings: Settings, name: str) -> ToolRecord:
 def _manifest(record: ToolRecord) -> dict[str, Any]:
     """The store entry's manifest, with the record's own commit: a shared entry's top level is its last builder's."""
     try:
-        data: dict[str, Any] = json.loads((Path(record.store_path) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        data: dict[str, Any] = read_cache_json(Path(record.store_path) / "manifest.json")
+    except (OSError, StorageError):
         data = {}
     if record.commit:
         data["commit"] = record.commit

@@ -46,7 +46,7 @@ from ..errors import DeployError, StorageError, ToolBusy
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
-from ..host.storage import storage_errors
+from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, add_tool, swap_in
 from ..stages.workspace import aside_path
@@ -82,11 +82,11 @@ class Intent:
     @classmethod
     def load(cls, path: Path) -> Intent | None:
         try:
-            data = json.loads(path.read_text())
+            data = read_cache_json(path)
             if data.get("format") != INTENT_FORMAT:
                 return None
             return cls(**data)
-        except (OSError, ValueError, TypeError):
+        except (OSError, StorageError, TypeError):
             return None
 
 
@@ -97,10 +97,10 @@ def _intent_path(settings: Settings, name: str) -> Path:
 def read_card(workspace: Path) -> dict[str, Any] | None:
     """The tool card of ``workspace`` (``{"txn", "record"}``), or None."""
     try:
-        data = json.loads((workspace / ".git" / CARD_FILE).read_text())
-    except (OSError, ValueError):
+        data = read_cache_json(workspace / ".git" / CARD_FILE)
+    except (OSError, StorageError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("record"), dict) else None
+    return data if isinstance(data.get("record"), dict) else None
 
 
 def _card_txn(workspace: Path) -> str:
@@ -245,8 +245,8 @@ def _whole(intent: Intent) -> str:
     """Why the new tool of ``intent`` cannot be finished ("" when it can): its store entry or workspace is gone."""
     record = ToolRecord.from_json(intent.record)
     try:
-        manifest = json.loads((Path(record.store_path) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = read_cache_json(Path(record.store_path) / "manifest.json")
+    except (OSError, StorageError):
         return f"its store entry {record.store_path} is gone"
     if manifest.get("hash") != record.source_hash:
         return f"its store entry {record.store_path} holds another build"

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import replace
@@ -26,9 +25,9 @@ from typing import Any
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
-from ..errors import DeployError, DiskFull, FlakebotError, ForkError
+from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
 from ..host.git import Git
-from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full
+from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
 from ..manage.cleanup import clean, size_of
 from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
@@ -230,7 +229,10 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
     before = _built_before(settings.cache.store, run.candidate)
     reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)
-    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    if isinstance(exc, DiskFull):
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    else:  # cargo or git failing for want of space: what it said (a "compile" or "test" error) is not the crate's
+        first = f"a step failed while the disk was full; its output is in the build log, `flakebot logs {run.name}`"
     if before:
         needs = f"It needs about {amount(before)} free (what a build of {run.crate().id} took here before)"
     else:
@@ -254,8 +256,8 @@ def _built_before(store_dir: Path, candidate: CrateCandidate | None) -> int:
     most = 0
     for entry in store_dir.glob(f"*-{candidate.name}-{candidate.version}"):
         try:
-            recorded = json.loads((entry / "manifest.json").read_text()).get("build_bytes")
-        except (OSError, ValueError, AttributeError):
+            recorded = read_cache_json(entry / "manifest.json").get("build_bytes")
+        except (OSError, StorageError, AttributeError):
             continue
         if isinstance(recorded, int):
             most = max(most, recorded)

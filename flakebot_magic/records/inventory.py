@@ -27,7 +27,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -123,6 +123,36 @@ class ToolRecord:
         data = self.to_json()
         del data["token"]
         return data
+
+    def rebased(self, root: Path) -> ToolRecord:
+        """This record with its paths in the cache dir ``root``: a cache dir moved (or copied) elsewhere keeps
+        its tools, whose records were written with the old place's absolute paths.
+
+        The old place is where its store entry was (``<old>/store/<entry>``);
+        every path under it (binary, store entry, workspace, log, and the
+        like in ``extra``) is moved under ``root``. Paths elsewhere (a
+        ``/nix/store`` binary) stay. The one place records are resolved
+        against the cache dir: :class:`Inventory` reads every record through it.
+        """
+        store = Path(self.store_path)
+        old = store.parent.parent
+        if not store.is_absolute() or store.parent.name != "store" or old == root:
+            return self
+
+        def moved(text: str) -> str:
+            try:
+                return str(root / Path(text).relative_to(old)) if text and Path(text).is_absolute() else text
+            except ValueError:
+                return text
+
+        return replace(
+            self,
+            binary=moved(self.binary),
+            store_path=moved(self.store_path),
+            workspace=moved(self.workspace),
+            log_path=moved(self.log_path),
+            extra={k: moved(v) if isinstance(v, str) else v for k, v in self.extra.items()},
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolRecord:
@@ -279,7 +309,7 @@ class Inventory:
 
     def _parse(self, name: str, text: Any) -> ToolRecord:
         try:
-            return self._decode(text)
+            return self._decode(text).rebased(self.dir.parent)
         except (ValueError, TypeError) as exc:
             raise RegistryDamaged(
                 f"The record of {name!r} in the tool registry {self.path} does not parse ({exc}). {DOCTOR_HINT}",
@@ -413,7 +443,10 @@ class Inventory:
             except (ValueError, TypeError):
                 continue
             if isinstance(data, dict) and data.get("name") == name:
-                found[name] = data
+                try:
+                    found[name] = ToolRecord.from_json(data).rebased(self.dir.parent).to_json()
+                except (TypeError, ValueError):
+                    found[name] = data
         return found
 
     def replace_all(self, records: Collection[ToolRecord], store_entries: Collection[str]) -> Path | None:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import Cancelled
+from ..errors import Cancelled, StorageError
 from ..events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
 from ..host.fsutil import atomic_write, private_dir
+from ..host.storage import read_cache_json
 from ..untrusted import safe_text
 from .inventory import Inventory, ToolRecord
 
@@ -151,8 +152,8 @@ def _attempt_file(settings: Settings, name: str) -> Path:
 def attempt_of(settings: Settings, name: str) -> Attempt | None:
     """The last run for ``name`` that made no tool, when it is recorded."""
     try:
-        data = json.loads(_attempt_file(settings, name).read_text())
-    except (OSError, ValueError):
+        data = read_cache_json(_attempt_file(settings, name))
+    except (OSError, StorageError):
         return None
     attempt = Attempt.from_json(data)
     return attempt if attempt is not None and attempt.name == name else None

@@ -39,20 +39,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DeployError
+from ..errors import DeployError, StorageError
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir, sha256_regular
 from ..host.git import Git
 from ..host.locks import store_lock
+from ..host.storage import read_cache_json
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import SOURCE_PATHSPEC
 
 __all__ = [
+    "DAMAGED_PREFIX",
     "STAGING_PREFIX",
     "StorePath",
     "add_tool",
     "deploy",
+    "entry_damage",
     "lookup",
+    "served",
+    "set_aside",
     "source_digest",
     "staging_owner",
     "store_key",
@@ -74,8 +79,7 @@ class StorePath:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.path / "manifest.json").read_text())
-        return data
+        return read_cache_json(self.path / "manifest.json")
 
     def bin(self, name: str) -> Path:
         return self.path / "bin" / name
@@ -137,11 +141,73 @@ def _entry(store_dir: Path, key: str, crate: str, version: str) -> Path:
 
 
 def lookup(store_dir: Path, key: str, crate: str, version: str) -> StorePath | None:
-    """The store entry for ``key``, when a complete one exists."""
-    path = _entry(store_dir, key, crate, version)
-    if (path / "manifest.json").is_file():
-        return StorePath(path, key)
-    return None
+    """The store entry for ``key``, when a complete, undamaged one exists.
+
+    A damaged one (:func:`entry_damage`) is set aside (:func:`set_aside`) and
+    is no cache hit: the build makes the entry again.
+    """
+    return served(_entry(store_dir, key, crate, version), key)
+
+
+def served(path: Path, key: str) -> StorePath | None:
+    """``path`` as a cache hit: None when it is not there, or damaged (then it is set aside)."""
+    if not (path / "manifest.json").is_file():
+        return None
+    if entry_damage(path):
+        set_aside(path)
+        return None
+    return StorePath(path, key)
+
+
+#: a store entry found damaged and set aside (``.damaged-<entry>-<ns>``; ``flakebot clean`` removes it)
+DAMAGED_PREFIX = ".damaged-"
+
+
+def entry_damage(path: Path) -> str:
+    """Why the store entry ``path`` cannot be served, in words ("": it is whole).
+
+    Its manifest must parse, and each binary it lists be there with the size
+    and sha256 recorded at deploy (``digests``; an entry from before digests
+    is checked for its binaries only). Reading the binaries costs a hash of a
+    few MB: cheap beside a build.
+    """
+    try:
+        manifest = read_cache_json(path / "manifest.json")
+    except (OSError, StorageError) as exc:
+        return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
+    bin_dir = Path(str(manifest.get("nix_store_path") or path)) / "bin"
+    digests = manifest.get("digests")
+    digests = digests if isinstance(digests, dict) else {}
+    for name in manifest.get("binaries") or []:
+        binary = bin_dir / str(name)
+        recorded = digests.get(name)
+        try:
+            if not binary.is_file():
+                return f"its binary {binary} is gone"
+            if isinstance(recorded, dict) and recorded != _digest(binary):
+                return f"its binary {binary} is not the one deployed (size or sha256 differs)"
+        except OSError as exc:
+            return f"its binary {binary} cannot be read ({exc.strerror or exc})"
+    return ""
+
+
+def _digest(binary: Path) -> dict[str, Any]:
+    """What identifies a deployed binary: its size and sha256."""
+    digest = hashlib.sha256()
+    with binary.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"size": binary.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def set_aside(path: Path) -> Path | None:
+    """Move the damaged store entry ``path`` aside (kept for a look, until ``flakebot clean``); where it went."""
+    aside = path.with_name(f"{DAMAGED_PREFIX}{path.name}-{time.monotonic_ns()}")
+    try:
+        os.rename(path, aside)
+    except OSError:  # gone already (another process set it aside), or the store cannot be written
+        return None
+    return aside
 
 
 _AT_FDCWD = -100
@@ -254,10 +320,10 @@ def write_entry(
 def _tools_of(entry: Path) -> dict[str, Any]:
     """The ``tools`` map of ``entry``'s manifest ({} when there is none)."""
     try:
-        data = json.loads((entry / "manifest.json").read_text())
-    except (OSError, ValueError):
+        data = read_cache_json(entry / "manifest.json")
+    except (OSError, StorageError):
         return {}
-    tools = data.get("tools") if isinstance(data, dict) else None
+    tools = data.get("tools")
     return dict(tools) if isinstance(tools, dict) else {}
 
 
@@ -275,7 +341,7 @@ def add_tool(store: StorePath, name: str, data: dict[str, Any]) -> None:
                 return
             manifest["tools"] = {**tools, name: data}
             atomic_write(store.path / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True), mode=0o644)
-    except (OSError, ValueError) as exc:
+    except (OSError, StorageError) as exc:
         raise DeployError(f"Could not name {name!r} in the store entry {store.path}: {exc}") from exc
 
 
@@ -364,9 +430,14 @@ def deploy(
                 f"Refusing to deploy a binary named {name[:80]!r}: a binary name is letters, digits, '_' and '-'."
             )
 
+    recorded: dict[str, Any] = {}  # what the manifest keeps of each copy, for the doctor and every cache hit
+
     def copy_binaries(staging: Path) -> None:
         (staging / "bin").mkdir()
         for name, source in sorted(binaries.items()):
             _copy_binary(name, Path(source), staging / "bin" / name, None if not digests else digests.get(name, ""))
+            recorded[name] = _digest(staging / "bin" / name)
 
-    return write_entry(store_dir, key, crate, version, copy_binaries, {**manifest, "binaries": sorted(binaries)})
+    # the digests are of the copies: they are in the manifest, written after fill
+    manifest = {**manifest, "binaries": sorted(binaries), "digests": recorded}
+    return write_entry(store_dir, key, crate, version, copy_binaries, manifest)

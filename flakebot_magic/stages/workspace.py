@@ -26,10 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..errors import ForkError
+from ..errors import ForkError, StorageError
 from ..host.fsutil import atomic_write
 from ..host.git import Git
 from ..host.process import ProcessRunner
+from ..host.storage import read_cache_json
 from ..registry.base import CrateCandidate
 from ..sandbox.layout import OUTPUT_DIRS
 
@@ -96,8 +97,8 @@ class Workspace:
     @classmethod
     def load(cls, path: Path) -> Workspace | None:
         try:
-            data = json.loads((path / ".git" / STATE_FILE).read_text())
-        except (OSError, ValueError):
+            data = read_cache_json(path / ".git" / STATE_FILE)
+        except (OSError, StorageError):
             return None
         if data.pop("format", None) != FORK_FORMAT:
             return None

@@ -25,7 +25,8 @@ from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 #: the nixpkgs stand-in the nix tests build against (see tests/nixpkgs)
 STAND_IN = Path(__file__).resolve().parents[2] / "tests" / "nixpkgs"
 #: what write_entry adds to every manifest
-ENTRY_KEYS = {"hash", "format", "tools"}
+#: what the store adds to a manifest (write_entry), and the digests of the binaries deploy() copied
+ENTRY_KEYS = {"hash", "format", "tools", "digests"}
 
 
 def _run(tmp_path: Path) -> RunState:

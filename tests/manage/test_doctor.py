@@ -13,6 +13,7 @@ entry or workspace is gone.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -23,13 +24,17 @@ import pytest
 from damage import WAYS, damage
 from tinycrates import write_registry
 
+from flakebot_magic import load
 from flakebot_magic.cli import main
 from flakebot_magic.config import Settings
+from flakebot_magic.errors import ToolError
+from flakebot_magic.host.cache import NOT_A_DIRECTORY, CacheLayout
 from flakebot_magic.manage.doctor import doctor, store_entries
 from flakebot_magic.manage.transaction import CARD_FILE
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import DB_NAME, Inventory, ToolRecord
 from flakebot_magic.request import BuildRequest
+from flakebot_magic.stages.deploy import DAMAGED_PREFIX
 
 pytestmark = pytest.mark.cargo
 
@@ -185,7 +190,9 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     (Path(te.workspace) / ".git" / "index.lock").write_text("")  # left by a killed git
     out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
     assert "The tool registry is sound" in out
-    assert f"problem: te: its binary {te.binary} is gone; `flakebot rebuild te` builds it again" in out
+    # an entry missing its binary is damaged: set aside (kept), and the record says how to build it again
+    assert f"set aside {te.store_path}: its binary {te.binary} is gone" in out, out
+    assert f"problem: te: its store entry {te.store_path} is gone; `flakebot rebuild te` builds it again" in out
     assert f"removed {Path(te.workspace) / '.git' / 'index.lock'} (a killed git's lock)" in out
     assert sorted(r.name for r in Inventory(settings.cache.tools).all()) == ["te", "te2"]
 
@@ -207,3 +214,178 @@ def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
     assert str(tool.store_path) == template["records"]["te"].store_path
     with sqlite3.connect(index) as db:  # made again, whole
         assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+
+
+# -- a damaged store entry or workspace (issue 27) ---------------------------------------------------
+
+
+def _damage_entry(record: ToolRecord, how: str) -> Path:
+    """Damage ``record``'s store entry ``how``; the file damaged."""
+    target = Path(record.store_path) / "manifest.json" if how.startswith("manifest") else Path(record.binary)
+    target.chmod(0o644)
+    if how.endswith("empty"):
+        target.write_bytes(b"")
+    elif how.endswith("random"):
+        target.write_bytes(os.urandom(4096))
+    else:  # a bit flipped in the middle of the binary
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        target.write_bytes(bytes(data))
+    return target
+
+
+def _build_argv(settings: Settings, name: str) -> list[str]:
+    return [
+        *("build", "-q", "--name", name, "--crate", "tinyecho", "--cache-dir", str(settings.cache_dir)),
+        *("--registry", str(settings.registry), "--backend", "cargo"),
+    ]
+
+
+ENTRY_DAMAGE = ("manifest-empty", "manifest-random", "binary-empty", "binary-flipped")
+
+
+@pytest.mark.parametrize("how", ENTRY_DAMAGE)
+def test_a_damaged_store_entry_is_found_set_aside_and_built_again(
+    template: dict[str, Any], how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    te, te2 = template["records"]["te"], template["records"]["te2"]
+    damaged = _damage_entry(te, how)
+    cache = str(settings.cache_dir)
+    if how.startswith("binary"):  # called before anyone looked: a ToolError that says what to do, no OSError
+        try:
+            answer = load("te", cache_dir=cache)("hi")
+        except ToolError as exc:
+            assert "flakebot doctor" in str(exc) or "rebuild" in str(exc), exc
+        else:  # a flipped bit may still run: then it must at least not be served again after the doctor
+            assert isinstance(answer, str)
+    out, _ = _run(capsys, "doctor", "--cache-dir", cache)
+    assert f"set aside {te.store_path}" in out, out
+    assert str(damaged) in out or "binary" in out, out
+    assert f"problem: te: its store entry {te.store_path} is gone; `flakebot rebuild te`" in out, out
+    assert not Path(te.store_path).exists()
+    assert [p for p in settings.cache.store.iterdir() if p.name.startswith(DAMAGED_PREFIX)], "kept aside"
+    # the next build of te makes the entry again; te2, sharing it, is whole again too
+    _run(capsys, *_build_argv(settings, "te"))
+    for name in ("te", "te2"):
+        assert load(name, cache_dir=cache)("hi") == "HI"  # tinyecho upper-cases
+    assert Inventory(settings.cache.tools).get("te2") is not None and te2.store_path == te.store_path
+
+
+@pytest.mark.parametrize("how", ENTRY_DAMAGE)
+def test_a_cache_hit_never_serves_a_damaged_entry(
+    template: dict[str, Any], how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    te = template["records"]["te"]
+    _damage_entry(te, how)
+    cache = str(settings.cache_dir)
+    # a new name for the same crate: a cache hit, were the entry whole
+    _run(capsys, *_build_argv(settings, "te3"))
+    for name in ("te", "te2", "te3"):
+        assert load(name, cache_dir=cache)("hi") == "HI"  # tinyecho upper-cases
+    out, _ = _run(capsys, "doctor", "--cache-dir", cache)
+    assert "Every record agrees with its store entry and workspace." in out, out
+
+
+def test_a_workspace_that_lost_its_git_objects_is_a_problem(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    te = template["records"]["te"]
+    objects = Path(te.workspace) / ".git" / "objects"
+    shutil.rmtree(objects)
+    objects.mkdir()
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
+    assert f"problem: te: its recorded commit {te.commit[:12]} is not in its workspace" in out, out
+    assert "Every record agrees" not in out
+
+
+def test_every_store_manifest_is_read_through_the_one_reader() -> None:
+    """A store manifest read anywhere but :func:`read_cache_json` would meet damage as a raw traceback."""
+    package = Path(__file__).parent.parent.parent / "flakebot_magic"
+    readers = ("json.loads", "json.load(", ".read_text(", ".read_bytes(", "open(")
+    wrong = [
+        f"{source.relative_to(package)}:{number}: {line.strip()}"
+        for source in sorted(package.rglob("*.py"))
+        for number, line in enumerate(source.read_text().splitlines(), 1)
+        if '"manifest.json"' in line and any(reader in line for reader in readers)
+    ]
+    assert not wrong, wrong
+
+
+LAYOUT = [str(path.relative_to("/c")) for path in CacheLayout(Path("/c")).directories()]
+
+
+@pytest.mark.parametrize("way", ["file", "dangling-symlink"])
+@pytest.mark.parametrize("directory", LAYOUT)
+def test_a_cache_directory_that_is_no_directory_is_set_aside_and_made_again(
+    template: dict[str, Any], directory: str, way: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    path = settings.cache_dir / directory
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if way == "file":
+        path.write_text("junk")
+    else:
+        path.symlink_to(settings.cache_dir / "nowhere")
+    cache = str(settings.cache_dir)
+    _, err = _run(capsys, "list", "--cache-dir", cache)
+    assert f"set aside {path} (it was not a directory)" in err, err
+    assert path.is_dir() and not path.is_symlink()
+    assert [p for p in path.parent.iterdir() if p.name.startswith(f"{path.name}{NOT_A_DIRECTORY}")], "kept aside"
+    _run(capsys, "doctor", "--cache-dir", cache)
+    _run(capsys, *_build_argv(settings, "te3"))  # the next build works
+    assert load("te3", cache_dir=cache)("hi") == "HI"
+    if directory not in ("store", "workspaces"):  # those held the tools themselves: the damage took them
+        for name in ("te", "te2"):
+            assert load(name, cache_dir=cache)("hi") == "HI"
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_cache_dir_moved_or_copied_keeps_every_tool_and_every_command_works(
+    template: dict[str, Any], how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    place = settings.cache_dir.parent / "another place ü"
+    shutil.rmtree(place, ignore_errors=True)
+    if how == "moved":
+        settings.cache_dir.rename(place)
+    else:
+        shutil.copytree(settings.cache_dir, place, symlinks=True)
+    there = Settings(cache_dir=place, registry=settings.registry, backend="cargo")
+    before = _disk(there)
+    out, _ = _run(capsys, "clean", "--cache-dir", str(place))
+    assert _disk(there) == before, out  # clean removed nothing a record names
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(place))
+    assert "Every record agrees with its store entry and workspace." in out, out
+    listed = json.loads(_run(capsys, "list", "--json", "--cache-dir", str(place))[0])
+    assert {t["name"]: t["status"] for t in listed} == {"te": "ready", "te2": "ready"}
+    for name in ("te", "te2"):
+        record = Inventory(there.cache.tools).get(name)
+        assert record is not None and Path(record.store_path).parent == there.cache.store
+        assert Path(record.workspace).parent == there.cache.workspaces
+        assert load(name, cache_dir=str(place))("hi") == "HI"
+    _run(capsys, *_build_argv(there, "te3"))
+    assert load("te3", cache_dir=str(place))("hi") == "HI"
+    shutil.rmtree(place)
+
+
+def test_clean_keeps_what_a_record_names_whatever_form_its_path_takes(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _fresh(template)
+    before = _disk(settings)
+    for name, form in (("te", "relative"), ("te2", "elsewhere")):
+
+        def change(record: ToolRecord, form: str = form) -> None:
+            for key in ("store_path", "workspace"):
+                path = Path(getattr(record, key))
+                relative = Path(path.parent.name) / path.name
+                setattr(record, key, str(relative if form == "relative" else Path("/elsewhere") / relative))
+
+        Inventory(settings.cache.tools).modify(name, change)
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert _disk(settings) == before, out

@@ -39,7 +39,7 @@ from flakebot_magic.records.runlog import log_path
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     settings = Settings(cache_dir=tmp_path / "cache")
-    store = tmp_path / "store" / "abc-tinyecho-0.2.0"
+    store = settings.cache.store / "abc-tinyecho-0.2.0"  # records are resolved against the cache dir they are in
     store.mkdir(parents=True)
     (store / "manifest.json").write_text(
         json.dumps(

@@ -172,6 +172,14 @@ def test_deploy_writes_a_complete_entry(tmp_path: Path, built: dict[str, Path]) 
         "commit": "abc",
         "hash": KEY,
         "binaries": ["helper", "tool"],
+        # what identifies each deployed binary: a cache hit and the doctor check it
+        "digests": {
+            name: {
+                "size": entry.bin(name).stat().st_size,
+                "sha256": hashlib.sha256(entry.bin(name).read_bytes()).hexdigest(),
+            }
+            for name in ("helper", "tool")
+        },
         "format": 1,
         "tools": {},
     }
