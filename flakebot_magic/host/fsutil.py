@@ -141,12 +141,16 @@ def real_dir(root: Path, path: Path, *, mode: int = 0o755) -> Path:
     for part in relative.parts:
         current = current / part
         for _ in range(3):  # untrusted code racing the fix-up gets three tries, then an error
-            if is_real_dir(current):
-                break
-            remove_nofollow(current)
             try:
                 os.mkdir(current, mode)
+                break
             except FileExistsError:
+                pass
+            if is_real_dir(current):  # there already, or made meanwhile by another thread of ours
+                break
+            try:
+                os.unlink(current)  # a symlink, a file, a FIFO: removed, never followed
+            except (FileNotFoundError, IsADirectoryError):  # gone, or a directory now: look again
                 pass
         else:
             if not is_real_dir(current):

@@ -33,3 +33,30 @@ def test_sha256_regular_refuses_a_link(tmp_path: Path) -> None:
     assert sha256_regular(tmp_path / "a") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     with pytest.raises(UnsafePath, match="symlink"):
         sha256_regular(tmp_path / "b")
+
+
+def test_real_dir_from_many_threads_at_once(tmp_path: Path) -> None:
+    """The build and the test beside it make the same directories: neither fails because the other made one
+    first (a build failed with 'Is a directory (target/flakebot-tmp)' under load)."""
+    import threading
+
+    errors: list[BaseException] = []
+    for round_ in range(30):
+        root = tmp_path / f"w{round_}"
+        root.mkdir()
+        barrier = threading.Barrier(8)
+
+        def make(root: Path = root, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                real_dir(root, root / "target" / "flakebot-tmp")
+            except BaseException as exc:  # collected, asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert (root / "target" / "flakebot-tmp").is_dir()
+    assert errors == []

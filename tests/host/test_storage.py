@@ -171,7 +171,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
 #: modules that still parse a JSON file themselves, and why that file is no cache file read through
 #: read_cache_json (each catches every error of its own read: no traceback either way)
 OWN_JSON_READERS = {
-    "registry/directory.py": "a crate registry's .cargo-checksum.json: the registry's, not the cache's",
+    "registry/embedding.py": "the embedding model's config.json: the model package's file, not the cache's",
     "eval/report.py": "an eval's own report, under --out",
     "eval/results.py": "an eval's results, under --out",
     "eval/polyglot.py": "an eval suite's task files",
@@ -179,7 +179,6 @@ OWN_JSON_READERS = {
     "testing/openai_script.py": "the fake model server's script (a test double)",
     "manage/team.py": "a notebook the user names (.ipynb)",
     "backends/nix.py": "probes/nixpkgs.json, a cache of probe answers: any damage is a miss, probed again",
-    "backends/nix_command.py": "flake.lock nix has just written: a FlakeError when unusable",
     "edit/state.py": "the edit sessions' state read through the workspace's size-limited read_text",
     "records/inventory.py": "the legacy one-file-per-tool registry, imported once (a bad file is skipped)",
 }
