@@ -335,7 +335,13 @@ class _Commands(ProcessRunner):
         return super().run(args, **kwargs)
 
     def cargo_tests(self) -> int:
-        return sum(1 for argv in self.commands if "test" in argv and any(a.endswith("cargo") for a in argv))
+        """How many times the crate's tests ran (``cargo test``; its ``--no-run`` compilation beside the release
+        build runs none of them)."""
+        return sum(
+            1
+            for argv in self.commands
+            if "test" in argv and "--no-run" not in argv and any(a.endswith("cargo") for a in argv)
+        )
 
 
 def _proven(ws: Workspace, registry: DirectoryRegistry, store: ProofStore) -> tuple[CheckResult, Recorder, int]:
