@@ -564,7 +564,10 @@ def test_pull_and_push_say_what_is_missing(tmp_path: Path) -> None:
         team.push(settings, "x", to="file:///c")
     with pytest.raises(UsageError, match="no nix_store_path, nar_hash"):
         team.pull(settings, "x", {"name": "x", "backend": "cargo"})
-    pinned = dict.fromkeys(team.PINNED, "x")
+    with pytest.raises(UntrustedPath, match="not one"):  # pins are checked first, before any setting matters
+        team.pull(settings, "x", dict.fromkeys(team.PINNED, "x"))
+    pinned = {"nix_store_path": GOOD_PATH, "proof_store_path": GOOD_PATH, "nar_hash": GOOD_HASH}
+    pinned["proof_nar_hash"] = GOOD_HASH
     with pytest.raises(UsageError, match="--substituters"):
         team.pull(settings, "x", pinned)
     with pytest.raises(UsageError, match="if_untrusted"):
