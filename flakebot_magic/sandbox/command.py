@@ -377,8 +377,9 @@ class Sandbox:
             thread.join()
 
     def release(self) -> None:
-        """Remove the process-count cgroups of finished commands."""
-        remove_cgroups(self._cgroups)
+        """Remove the process-count cgroups of finished commands (not one made in the last seconds, which a
+        command starting beside may not have entered yet)."""
+        remove_cgroups(self._cgroups, grace=10.0)
 
     def describe(self) -> str:
         parts = [

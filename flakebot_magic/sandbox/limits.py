@@ -128,9 +128,20 @@ def _sweep_cgroups(parent: Path) -> None:
             pass
 
 
-def remove_cgroups(cgroups: list[Path]) -> None:
-    """Remove the empty cgroups in ``cgroups`` and drop them from the list; busy ones stay for later."""
+def remove_cgroups(cgroups: list[Path], *, grace: float = 0.0) -> None:
+    """Remove the empty cgroups in ``cgroups`` and drop them from the list; busy ones stay for later.
+
+    With ``grace``, a cgroup made less than that many seconds ago stays too: it may belong to a command of the
+    same sandbox that has not entered it yet (the build and the test beside it release while the other starts).
+    """
+    now = time.time()
     for path in list(cgroups):
+        if grace:
+            try:
+                if now - path.stat().st_mtime < grace:
+                    continue
+            except OSError:
+                pass
         _remove_cgroup(path)
         if not path.exists():
             with contextlib.suppress(ValueError):  # the build and the test beside it release at once

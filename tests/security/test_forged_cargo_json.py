@@ -23,6 +23,7 @@ from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.command import release_target
 from flakebot_magic.sandbox.policy import Baseline, TreePolicy
 from flakebot_magic.stages.build import check
 from flakebot_magic.stages.deploy import deploy
@@ -110,7 +111,8 @@ def test_forged_artifacts_reach_neither_outside_the_entry_nor_the_private_file(t
     assert any("'stolen'" in n and "outside the target directory" in n for n in notices), notices
     assert any("'innocent'" in n and "outside the target directory" in n for n in notices), notices
     assert any("'forge'" in n and "outside the target directory" in n for n in notices), notices
-    release = os.path.realpath(workspace.path / "target" / "release" / "forge")
+    # the release build's target dir is flakebot's own, beside the workspace (issue 19, A07)
+    release = os.path.realpath(release_target(workspace.path) / "release" / "forge")
     assert {k: os.path.realpath(v) for k, v in result.build.binaries.items()} == {"forge": release}
 
     store_dir = cache / "store"

@@ -43,6 +43,7 @@ import os
 import shutil
 import subprocess
 import textwrap
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,7 +268,8 @@ def _main_rs(harness: Harness) -> str:
 
 
 def _tinyshout(harness: Harness) -> Crate:
-    main = _main_rs(harness).replace("tinyhex", "tinyshout")
+    # a source of its own per run: nix builds it (and its build script runs) rather than finding it in the store
+    main = _main_rs(harness).replace("tinyhex", "tinyshout") + f"// run {uuid.uuid4().hex}\n"
     return crate(
         "tinyshout",
         description="Prints standard input as hex, loudly",
