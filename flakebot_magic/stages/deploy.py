@@ -193,11 +193,7 @@ def entry_damage(path: Path) -> str:
 
 def _digest(binary: Path) -> dict[str, Any]:
     """What identifies a deployed binary: its size and sha256."""
-    digest = hashlib.sha256()
-    with binary.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return {"size": binary.stat().st_size, "sha256": digest.hexdigest()}
+    return {"size": binary.stat().st_size, "sha256": sha256_regular(binary)}
 
 
 def set_aside(path: Path) -> Path | None:

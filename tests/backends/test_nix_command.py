@@ -326,27 +326,6 @@ def test_command_options_reach_the_nix_argv(
 # -- real nix ---------------------------------------------------------------
 
 
-def _nix_setup_problem() -> str | None:
-    if NIX is None:
-        return "nix is not installed (run scripts/setup-nix.sh as root)"
-    done = subprocess.run([NIX, *NIX_FEATURES, "show-config"], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        return f"nix does not work here: {done.stderr[-300:]}"
-    config = dict(line.partition(" = ")[::2] for line in done.stdout.splitlines())
-    if config.get("sandbox", "") != "true":
-        return "nix's sandbox is off; flakebot refuses to build in it (run scripts/setup-nix.sh)"
-    if "/opt/host-rust=" not in config.get("sandbox-paths", "") and not Path("/usr/bin/cargo").exists():
-        return "the stand-in finds no Rust toolchain in nix's sandbox (run scripts/setup-nix.sh)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def nix_ready() -> None:
-    problem = _nix_setup_problem()
-    if problem:
-        pytest.skip(problem)
-
-
 def _nix(
     *args: str, cwd: Path, timeout: float = 600, stdin: str | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
