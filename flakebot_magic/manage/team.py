@@ -282,31 +282,21 @@ def _install(
         confine=settings.confine_tools,
     )
     Inventory(settings.cache.tools).save(
-        ToolRecord(
-            name=name,
-            crate=proof.crate,
-            version=proof.version,
+        ToolRecord.of_entry(
+            name,
+            entry.path,
+            manifest,
             # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
             binary=str(entry.path / "bin" / proof.main),
-            store_path=str(entry.path),
-            source_hash=key,
-            checksum=proof.checksum,
-            checksum_kind=str(provenance.get("checksum_kind", "")),
-            registry=str(provenance.get("registry", "")),
             workspace="",
             commit=str(provenance.get("commit", "")),
-            backend="nix",
             kind=tool.kind,
             created=time.time(),
-            extra={
-                "entry": str(entry.path),
-                "nix_store_path": tool_path,
-                "substituted_from": cache,
-                "signed_by": signer,
-            },
+            extra={"nix_store_path": tool_path, "substituted_from": cache, "signed_by": signer},
+            source_hash=key,
+            checksum_kind=str(provenance.get("checksum_kind", "")),
+            registry=str(provenance.get("registry", "")),
             request=str(provenance.get("request", "")),
-            model=manifest["model"],
-            iterations=manifest["iterations"],
         )
     )
     return tool
