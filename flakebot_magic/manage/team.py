@@ -38,6 +38,7 @@ from ..errors import DeployError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
+from ..request import RunFlags
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
@@ -141,10 +142,10 @@ class Pulled:
         }
 
 
-def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answer:
+def line_command(settings: Settings, command: str, rest: Sequence[str], *, rebuild: bool = False) -> Answer:
     """``%flakebot push NAME`` and ``%flakebot pull NAME NOTEBOOK [--rebuild]``: their answers.
 
-    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"``.
+    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"`` (a build that uses no cache).
     """
     if command == "push":
         if len(rest) != 1:
@@ -155,7 +156,9 @@ def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answe
     if len(rest) != 2:
         raise UsageError("Usage: %flakebot pull NAME NOTEBOOK.ipynb (with --substituters and --trusted-public-keys).")
     provenance = notebook_provenance(Path(rest[1]), rest[0])
-    return pull(settings, rest[0], provenance, if_untrusted="rebuild" if settings.rebuild else "stop")
+    if not rebuild:
+        return pull(settings, rest[0], provenance)
+    return pull(settings, rest[0], provenance, if_untrusted="rebuild", flags=RunFlags(rebuild=True))
 
 
 def pull(
@@ -165,8 +168,12 @@ def pull(
     *,
     if_untrusted: str = "stop",
     runner: ProcessRunner | None = None,
+    flags: RunFlags | None = None,
 ) -> Pulled:
-    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module."""
+    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module.
+
+    ``flags``: how the build after a refusal goes (``if_untrusted="rebuild"``).
+    """
     if if_untrusted not in IF_UNTRUSTED:
         raise UsageError(f"if_untrusted must be one of {', '.join(IF_UNTRUSTED)}, not {if_untrusted!r}.")
     missing = [key for key in PINNED if not provenance.get(key)]
@@ -201,7 +208,7 @@ def pull(
             path=refusal.path,
             cache=refusal.cache,
         )
-    return _rebuild(settings, nix, name, provenance, str(refusal))
+    return _rebuild(settings, nix, name, provenance, str(refusal), flags or RunFlags())
 
 
 def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) -> ToolClient:
@@ -302,13 +309,15 @@ def _install(
     return tool
 
 
-def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str) -> Pulled:
+def _rebuild(
+    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str, flags: RunFlags
+) -> Pulled:
     """The user's other choice after a refusal: build here from the recorded request, and compare."""
     from ..pipeline.background import start_build
     from ..request import BuildRequest
 
     request = BuildRequest(
-        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None
+        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None, flags=flags
     )
     here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
     tool = start_build(here, request).wait([])

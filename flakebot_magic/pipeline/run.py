@@ -137,20 +137,21 @@ class Pipeline:
         ``request`` is a :class:`BuildRequest`, or its text with ``name``,
         ``crate`` and ``follow_up`` beside it. With a model configured
         (``settings.model``), the edit loop turns the forked crate into the
-        tool the request describes. ``follow_up`` (``--continue``, or
-        ``settings.follow_up``) applies the request to the existing tool
-        ``name``: its workspace and history, then rebuilds and redeploys it.
+        tool the request describes. ``follow_up`` (``--continue``) applies the
+        request to the existing tool ``name``: its workspace and history, then
+        rebuilds and redeploys it. How the run goes (rebuild, resume,
+        candidates, plan) is the request's :class:`~flakebot_magic.request.RunFlags`.
         """
         build = BuildRequest.of(request, name=name, crate=crate, follow_up=follow_up)
         started = time.monotonic()
         try:
-            build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
+            build = replace(build, text=build.text.strip())
             # what a dead process left unfinished is finished (or undone), a damaged registry rebuilt
             for note in prepare(self.settings):
                 self.bus.notice("search", note, "warning")
             model = self.settings.model_config()
             point = None
-            if self.settings.resume:
+            if build.flags.resume:
                 from .edit_stage import resume_point  # the edit loop loads only when a run needs it
 
                 point = resume_point(self.settings, build, model)
@@ -187,7 +188,7 @@ class Pipeline:
             try:
                 # one build per tool name at a time, across kernels: fork may move the workspace aside,
                 # deploy swaps the store entry, and `clean` skips what a held lock covers
-                with tool_lock(self.settings.cache_dir, run.name, rebuild=self.settings.rebuild):
+                with tool_lock(self.settings.cache_dir, run.name, rebuild=run.flags.rebuild):
                     return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
             except (ForkError, BuildError) as exc:
                 # a model's edits are not thrown away for another crate; the last candidate's error stands
@@ -234,7 +235,7 @@ class Pipeline:
     def _from_cache(self, run: RunState, choice: Choice, backend: Backend, recipe: Path) -> ToolClient | None:
         """The tool its recipe built before, when the run may take it (not --rebuild, --continue or a resume)."""
         settings, deps = self.settings, self.deps
-        if settings.rebuild or run.follow_up or run.resume is not None:
+        if run.flags.rebuild or run.follow_up or run.resume is not None:
             return None
         cached = backend.lookup(recipe, run.name)
         if cached is None and run.choice.auto and backend.name == "nix":
@@ -279,7 +280,7 @@ class Pipeline:
                 runner=self.runner,
                 bus=self.bus,
                 cargo=cargo,
-                fresh=self.settings.rebuild or self._fork_afresh(run),
+                fresh=run.flags.rebuild or self._fork_afresh(run),
                 # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
                 copy=run.follow_up,
             )
@@ -442,7 +443,7 @@ class Pipeline:
             )
         if not name:
             raise UsageError("--continue needs --name: the tool whose workspace and history to continue.")
-        if run.request.crate or self.settings.rebuild:
+        if run.request.crate or run.flags.rebuild:
             raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
         if not run.request.text:
             raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
@@ -517,6 +518,8 @@ class Pipeline:
                 name=tool.name,
                 follow_up=True,
                 requested_by=run.request.requested_by,
+                # the race and the plan as the first round's; a follow-up never forks afresh, nor resumes
+                flags=replace(run.flags, rebuild=False, resume=False),
             )
             run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
             tool.close()
