@@ -24,8 +24,10 @@ from typing import Any
 from ..backends.nix_cache import (
     TrustedKeys,
     check_pins,
+    fetch_derivation,
     fetch_pinned,
     path_info,
+    push_derivation,
     push_paths,
     read_proof,
     real_path,
@@ -70,9 +72,27 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
             f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
         )
-    signers = push_paths(_nix(settings), paths, to, Path(secret_key))
-    data = {"name": name, "to": to, "paths": paths, "signed_by": sorted(set(signers.values()))}
-    text = f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}, signed by {', '.join(data['signed_by'])}"
+    nix = _nix(settings)
+    signers = push_paths(nix, paths, to, Path(secret_key))
+    # the derivation too (sources and recipe, by hash), so a teammate can rebuild and compare: `flakebot verify`
+    info = path_info(nix, paths[0])
+    derivation = str(manifest.get("derivation") or (info.deriver if info is not None else ""))
+    if derivation and path_info(nix, derivation) is not None:
+        push_derivation(nix, derivation, to, Path(secret_key))
+        with_recipe = f", with its derivation {derivation}"
+    else:
+        derivation, with_recipe = "", " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    data = {
+        "name": name,
+        "to": to,
+        "paths": paths,
+        "derivation": derivation,
+        "signed_by": sorted(set(signers.values())),
+    }
+    text = (
+        f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}{with_recipe}, "
+        f"signed by {', '.join(data['signed_by'])}"
+    )
     return CommandResult(data, text)
 
 
@@ -191,7 +211,8 @@ def pull(
             if refusal is None or "does not hold" in str(refusal):  # a bad signature or hash says more
                 refusal = exc
             continue
-        return Pulled(_install(settings, nix, name, provenance, cache, signers[tool_path]), cache, signers[tool_path])
+        tool, rebuildable = _install(settings, nix, name, provenance, cache, signers[tool_path], trusted)
+        return Pulled(tool, cache, signers[tool_path], notes=(rebuildable,))
     assert refusal is not None
     if if_untrusted == "stop":
         raise UntrustedPath(
@@ -218,8 +239,15 @@ def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) ->
 
 
 def _install(
-    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], cache: str, signer: str
-) -> ToolClient:
+    settings: Settings,
+    nix: Nix,
+    name: str,
+    provenance: Mapping[str, Any],
+    cache: str,
+    signer: str,
+    trusted: TrustedKeys,
+) -> tuple[ToolClient, str]:
+    """The pulled tool registered here, and a sentence on whether ``verify`` can rebuild it here."""
     tool_path = str(provenance["nix_store_path"])
     proof = read_proof(nix, str(provenance["proof_store_path"]))
     if proof.tool != tool_path or proof.nar_hash != provenance["nar_hash"]:
@@ -234,6 +262,16 @@ def _install(
     for path, root in ((tool_path, name), (str(provenance["proof_store_path"]), f".proofs/{name}")):
         if not nix.add_root(Path(path), settings.cache.gcroots / root):
             raise DeployError(f"Could not make {settings.cache.gcroots / root} a GC root for {path}.")
+    if proof.derivation:
+        why_not = fetch_derivation(nix, cache, proof.derivation, tool_path, trusted)
+    else:
+        why_not = "its proof names no derivation (it was made before proofs did)"
+    derivation = "" if why_not else proof.derivation
+    rebuildable = (
+        f"its derivation came with it: `flakebot verify {name}` rebuilds it here and compares bit for bit"
+        if derivation
+        else f"it cannot be rebuilt here to verify it: {why_not}"
+    )
     real = real_path(nix, tool_path)
     manifest = {
         "backend": "nix",
@@ -246,6 +284,7 @@ def _install(
         "lock_hash": proof.flake_lock,
         "tests": proof.tests,
         "nix_store_path": tool_path,
+        "derivation": derivation,
         "nar_hash": proof.nar_hash,
         "proof_store_path": provenance["proof_store_path"],
         "proof_nar_hash": provenance["proof_nar_hash"],
@@ -309,7 +348,7 @@ def _install(
             iterations=manifest["iterations"],
         )
     )
-    return tool
+    return tool, rebuildable
 
 
 def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str) -> Pulled:

@@ -26,7 +26,15 @@ from tinycrates import Recorder, crate, write_registry
 from traitlets.config import Config
 
 import flakebot_magic
-from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, public_key, signer_of
+from flakebot_magic.backends.nix_cache import (
+    PathInfo,
+    TrustedKeys,
+    fetch_derivation,
+    nix_base32,
+    public_key,
+    push_paths,
+    signer_of,
+)
 from flakebot_magic.backends.nix_command import Nix
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
@@ -384,6 +392,60 @@ def test_verify_says_an_honest_build_is_bit_identical(built: Team, capsys: pytes
 
 
 @_real
+def test_a_teammate_verifies_a_pulled_tool_by_rebuilding_it(pushed: Team) -> None:
+    # the proof names the derivation; the push carried it (sources and recipe) to the cache, signed like the tool
+    proof = Proof.from_text((Path(pushed.provenance["proof_store_path"]) / "proof.json").read_text())
+    assert proof.derivation.endswith(".drv") and proof.derivation.startswith("/nix/store/")
+    trusted = TrustedKeys(pushed.public)
+    served = json.loads(
+        _nix("path-info", "--json", "--sigs", "--derivation", "--store", pushed.cache, proof.derivation).stdout
+    )[0]
+    references = tuple(served["references"])
+    info = PathInfo(proof.derivation, served["narHash"], served["narSize"], references, tuple(served["signatures"]))
+    assert signer_of(info, trusted) == "team-test-1"
+    # a teammate pulls it: the derivation comes along, and the pull says the tool can be verified here
+    mate = pushed.mate("dana")
+    pulled = team.pull(mate, "echo", pushed.provenance)
+    assert pulled.notes == (
+        "its derivation came with it: `flakebot verify echo` rebuilds it here and compares bit for bit",
+    )
+    root = Path(str(mate.nix_store).partition("root=")[2])
+    assert (root / proof.derivation.lstrip("/")).is_file()
+    # verify rebuilds it in the teammate's own store, from that derivation, and nix finds it bit-identical
+    runner = CountingRunner()
+    verified = verify(mate, "echo", runner=runner)
+    assert verified.identical, verified.message
+    assert verified.rebuilt_from == proof.derivation and verified.path == pushed.provenance["nix_store_path"]
+    builds = [argv for argv in runner.argvs if "build" in argv and "--rebuild" in argv]
+    assert builds and all(argv[argv.index("--store") + 1] == mate.nix_store for argv in builds), runner.argvs
+    record = Inventory(mate.cache.tools).get("echo")
+    assert record is not None and record.extra["verified"]["identical"] is True
+
+
+@_real
+def test_a_derivation_that_does_not_build_the_tool_is_not_taken(pushed: Team, tmp_path: Path) -> None:
+    proof = Proof.from_text((Path(pushed.provenance["proof_store_path"]) / "proof.json").read_text())
+    mate = pushed.mate("erin")
+    nix = Nix(ProcessRunner()).on_store(str(mate.nix_store))
+    trusted = TrustedKeys(pushed.public)
+    tool = pushed.provenance["nix_store_path"]
+    # an input's derivation, in the cache and signed, but it builds something else
+    inputs = json.loads(_nix("show-derivation", proof.derivation).stdout)[proof.derivation]["inputDrvs"]
+    other = next(iter(inputs))
+    said = fetch_derivation(nix, pushed.cache, other, tool, trusted)
+    assert said == f"its derivation {other} does not build {tool}"
+    # not a store path, not a .drv, not signed by a trusted key, not there: each says so and fetches nothing
+    for value, words in (
+        ("--option substituters http://x", "which is not a .drv store path"),
+        (tool, "which is not a .drv store path"),
+        ("/nix/store/" + "0" * 32 + "-gone.drv", "does not hold its derivation"),
+    ):
+        assert words in fetch_derivation(nix, pushed.cache, value, tool, trusted)
+    evil = TrustedKeys(pushed.evil_public)
+    assert "is not signed by a trusted key" in fetch_derivation(nix, pushed.cache, proof.derivation, tool, evil)
+
+
+@_real
 def test_verify_reports_a_build_that_is_not_deterministic(built: Team, tmp_path: Path) -> None:
     registry = write_registry(tmp_path / "registry", [STAMPED])
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="nix", nixpkgs=f"path:{STAND_IN}")
@@ -418,10 +480,16 @@ def test_verify_of_what_cannot_be_rebuilt_says_why(built: Team, pushed: Team) ->
         verify(built.settings, "echo_cargo")
     with pytest.raises(UsageError, match="No tool named 'nosuch'"):
         verify(built.settings, "nosuch")
-    # a pulled tool: neither its derivation nor its flake is on this machine
-    mate = pushed.mate("kim")
-    team.pull(mate, "echo", pushed.provenance)
-    with pytest.raises(UsageError, match=f"Nothing to rebuild 'echo' from: it was pulled from {pushed.cache}"):
+    # a pulled tool from a cache that holds the tool and its proof but not its derivation (pushed by hand, or
+    # before pushes carried derivations): neither its derivation nor its flake is on this machine
+    bare = f"file://{built.root / 'bare-cache'}"
+    nix = Nix(ProcessRunner())
+    push_paths(nix, [pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]], bare, pushed.secret)
+    mate = pushed.mate("kim", cache=bare)
+    pulled = team.pull(mate, "echo", pushed.provenance)
+    assert pulled.notes and "cannot be rebuilt here to verify it" in pulled.notes[0], pulled.notes
+    assert f"{bare} does not hold its derivation" in pulled.notes[0]
+    with pytest.raises(UsageError, match=f"Nothing to rebuild 'echo' from: it was pulled from {bare}"):
         verify(mate, "echo")
     assert "verified" not in (Inventory(mate.cache.tools).get("echo") or pytest.fail("gone")).extra
     # the magic: a clear error, no traceback
