@@ -43,7 +43,17 @@ from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
-__all__ = ["Pulled", "line_command", "load_pinned", "manifest_of", "notebook_provenance", "pull", "push"]
+__all__ = [
+    "Pin",
+    "Pulled",
+    "line_command",
+    "load_pinned",
+    "manifest_of",
+    "notebook_provenance",
+    "pull",
+    "push",
+    "saved_pin",
+]
 
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
@@ -124,6 +134,42 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
         known = ", ".join(sorted(set(filter(None, names)))) or "none"
         raise UsageError(f"{notebook} records no tool named {name!r} (tools it records: {known}).")
     return found
+
+
+def saved_pin(settings: Settings, notebook: object, name: str | None, request: str, crate: str | None) -> Pin | None:
+    """What a saved notebook pins for re-running its ``%%flakebot`` cell here: the provenance of tool ``name``
+    built from this very request (and crate) by the nix backend with a proof, when this machine has no tool of
+    that name; None otherwise (then the cell builds as it always did).
+
+    ``notebook`` is the kernel's notebook path as Jupyter gives it (``__session__``); anything else is None.
+    """
+    if not name or not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
+        return None
+    if Inventory(settings.cache.tools).get(name) is not None:
+        return None  # a tool of that name here: the cell's own cache decides, as without a pin
+    try:
+        provenance = notebook_provenance(Path(notebook), name)
+    except UsageError:
+        return None
+    if str(provenance.get("request", "")).strip() != request.strip():
+        return None  # the cell was edited since: it asks for something else
+    if crate and str(provenance.get("crate", "")) != crate:
+        return None
+    if not all(provenance.get(key) for key in PINNED):
+        return None  # built by the cargo backend, or without a proof: nothing to pull
+    return Pin(Path(notebook), provenance)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A tool as a saved notebook pinned it (:func:`saved_pin`)."""
+
+    notebook: Path
+    provenance: Mapping[str, Any]
+
+    @property
+    def store_path(self) -> str:
+        return str(self.provenance["nix_store_path"])
 
 
 @dataclass
@@ -221,6 +267,7 @@ def pull(
             "the result is bit-identical to the recorded store path.",
             path=refusal.path,
             cache=refusal.cache,
+            reason=str(refusal),
         )
     return _rebuild(settings, nix, name, provenance, str(refusal))
 
@@ -315,7 +362,7 @@ def _install(
         checksum=proof.checksum,
         backend="nix",
         timeout=settings.tool_timeout,
-        provenance={**entry.manifest, "proof": proof.to_json()},
+        provenance={**entry.manifest, "proof": proof.to_json(), "request": str(provenance.get("request", ""))},
         lock_hash=proof.flake_lock,
         env=settings.tool_env,
         confine=settings.confine_tools,

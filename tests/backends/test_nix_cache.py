@@ -39,7 +39,7 @@ from flakebot_magic.backends.nix_command import Nix
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
-from flakebot_magic.errors import UntrustedPath, UsageError
+from flakebot_magic.errors import SearchError, UntrustedPath, UsageError
 from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
@@ -554,6 +554,76 @@ def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path
         assert shell.user_ns["echo"]("kernel", input="") == "kernel\n"
         with pytest.raises(IPythonUsageError, match="NOTEBOOK"):
             shell.run_line_magic("flakebot", "pull echo")
+    finally:
+        shell.extension_manager.unload_extension("flakebot_magic")
+        InteractiveShell.clear_instance()
+
+
+@_real
+def test_rerunning_a_saved_cell_pulls_the_tool_the_notebook_pinned(
+    pushed: Team, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the notebook as a teammate receives it: the cell, and its output's metadata (the pin)
+    notebook = tmp_path / "analysis.ipynb"
+    cell = nbformat.v4.new_code_cell("%%flakebot --name echo --crate tinyecho\n")
+    assert pushed.provenance["request"] == ""  # the module's tool was built from its crate alone
+    cell.outputs = [
+        nbformat.v4.new_output("execute_result", data={"text/plain": "echo"}, metadata={"flakebot": pushed.provenance})
+    ]
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), notebook)
+    mate = pushed.mate("lea")
+    # what decides: this very request and crate, a nix tool with a proof, and no tool of that name here
+    assert team.saved_pin(mate, str(notebook), "echo", "", "tinyecho") is not None
+    for session, name, request, asked in (
+        (None, "echo", "", None),  # not in a Jupyter notebook
+        (str(tmp_path / "missing.ipynb"), "echo", "", None),
+        (str(notebook), "other", "", None),
+        (str(notebook), "echo", "Echo, but louder.", None),  # the cell was edited: a new request
+        (str(notebook), "echo", "", "tinyhex"),
+        (str(notebook), None, "", None),
+    ):
+        assert team.saved_pin(mate, session, name, request, asked) is None, (session, name, request, asked)
+    assert team.saved_pin(pushed.settings, str(notebook), "echo", "", None) is None  # alice has her own echo
+    config = Config()
+    config.FlakebotMagics.progress = "none"
+    shell = InteractiveShell(config=config)
+    try:
+        shell.extension_manager.load_extension("flakebot_magic")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(mate.cache_dir)!r}")
+        shell.user_ns["__session__"] = str(notebook)  # what ipykernel sets from Jupyter's JPY_SESSION_NAME
+        options = f"--store {mate.nix_store} --substituters {pushed.cache} --trusted-public-keys {pushed.public}"
+        # (a body of white space: IPython refuses an empty one; flakebot compares the request stripped)
+        tool = shell.run_cell_magic("flakebot", f"--name echo --crate tinyecho {options}", "\n")
+        out = capsys.readouterr().out
+        assert f"pulled {pushed.provenance['nix_store_path']} from {pushed.cache}" in out, out
+        assert "as analysis.ipynb pinned it (no build)" in out and "flakebot verify echo" in out, out
+        assert shell.user_ns["echo"] is tool and tool("again", input="") == "again\n"
+        assert tool._repr_mimebundle_()[1]["flakebot"]["nar_hash"] == pushed.provenance["nar_hash"]  # pinned again
+        assert not (mate.cache_dir / "workspaces" / "echo").exists()  # nothing was forked or built
+        # a refused pull (a key that signed nothing here) is a notice, and the cell builds instead: here the
+        # build then fails fast on an empty registry, which shows that it was tried
+        other = pushed.mate("max")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(other.cache_dir)!r}")
+        (tmp_path / "empty-registry").mkdir()
+        refused = f"--store {other.nix_store} --substituters {pushed.cache} --trusted-public-keys {pushed.evil_public}"
+        with pytest.raises(SearchError, match="no crate named 'tinyecho'"):
+            shell.run_cell_magic(
+                "flakebot", f"--name echo --crate tinyecho {refused} --registry {tmp_path / 'empty-registry'}", "\n"
+            )
+        out = capsys.readouterr().out
+        assert "analysis.ipynb pins `echo`, but it was not pulled: " in out and "not by a trusted key" in out, out
+        assert "flakebot: building it here instead." in out and "--if-untrusted" not in out, out
+        # no cache set: a line says how to pull, and the cell builds
+        bare = pushed.mate("ned")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(bare.cache_dir)!r}")
+        with pytest.raises(SearchError):
+            shell.run_cell_magic(
+                "flakebot", f"--name echo --crate tinyecho --registry {tmp_path / 'empty-registry'}", "\n"
+            )
+        out = capsys.readouterr().out
+        assert f"analysis.ipynb pins `echo` at {pushed.provenance['nix_store_path']}; building it here." in out, out
+        assert "FLAKEBOT_NIX_SUBSTITUTERS" in out
+        assert "echo" not in shell.user_ns or shell.user_ns["echo"] is tool
     finally:
         shell.extension_manager.unload_extension("flakebot_magic")
         InteractiveShell.clear_instance()
