@@ -27,8 +27,7 @@ from ..backends.nix_cache import (
     fetch_derivation,
     fetch_pinned,
     path_info,
-    push_derivation,
-    push_paths,
+    push_tool,
     read_proof,
     real_path,
 )
@@ -82,26 +81,22 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
             f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
         )
-    nix = _nix(settings)
-    signers = push_paths(nix, paths, to, Path(secret_key))
-    # the derivation too (sources and recipe, by hash), so a teammate can rebuild and compare: `flakebot verify`
-    info = path_info(nix, paths[0])
-    derivation = str(manifest.get("derivation") or (info.deriver if info is not None else ""))
-    if derivation and path_info(nix, derivation) is not None:
-        push_derivation(nix, derivation, to, Path(secret_key))
-        with_recipe = f", with its derivation {derivation}"
-    else:
-        derivation, with_recipe = "", " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    pushed = push_tool(_nix(settings), manifest, to, Path(secret_key))
     data = {
         "name": name,
         "to": to,
-        "paths": paths,
-        "derivation": derivation,
-        "signed_by": sorted(set(signers.values())),
+        "paths": list(pushed.paths),
+        "derivation": pushed.derivation,
+        "signed_by": list(pushed.signed_by),
     }
+    with_recipe = (
+        f", with its derivation {pushed.derivation}"
+        if pushed.derivation
+        else " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    )
     text = (
         f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}{with_recipe}, "
-        f"signed by {', '.join(data['signed_by'])}"
+        f"signed by {', '.join(pushed.signed_by)}"
     )
     return CommandResult(data, text)
 

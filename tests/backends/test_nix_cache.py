@@ -218,7 +218,9 @@ def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
 @_real
 def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
     notices = [n.message for n in built.recorder.of(Notice)]
-    assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
+    assert "pushed to file://" + str(built.root / "auto") + " with its derivation, signed by team-test-1" in notices, (
+        notices
+    )
     trusted = TrustedKeys(built.public)
     for path in (built.provenance["nix_store_path"], built.provenance["proof_store_path"]):
         data = json.loads(
