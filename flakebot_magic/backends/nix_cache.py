@@ -301,6 +301,7 @@ def prove(
         contract=dict(contract),
         session=session,
         derivation=info.deriver,
+        store_key=built.key,
     )
     path = add_proof(nix, proof, gcroots / ".proofs" / run.name)
     proof_info = path_info(nix, str(path))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ __all__ = [
     "saved_pin",
 ]
 
+#: what :func:`flakebot_magic.stages.deploy.store_key` makes
+_STORE_KEY = re.compile(r"[0-9a-f]{32}")
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
 
@@ -336,7 +339,9 @@ def _install(
         "model": str(proof.session.get("model", "")),
         "iterations": int(proof.session.get("iterations", 0) or 0),
     }
-    key = proof.key.digest().removeprefix("sha256-")[:32]
+    # the builder's own key, so the tool's entry and source hash are the same as there (a key is 32 hex digits:
+    # anything else in a proof is not used as a directory name here)
+    key = proof.store_key if _STORE_KEY.fullmatch(proof.store_key) else proof.key.digest().removeprefix("sha256-")[:32]
     entry: StorePath = write_entry(
         settings.cache.store,
         key,

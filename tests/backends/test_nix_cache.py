@@ -253,6 +253,8 @@ def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     assert tool("hello", "team", input="") == "hello team\n"
     assert tool.provenance["substituted_from"] == pushed.cache and tool.provenance["signed_by"] == "team-test-1"
     assert pulled.signed_by == "team-test-1"
+    # the same tool as on the machine that built it: the same source hash (the builder's store key)
+    assert tool.source_hash == pushed.tool.source_hash
     # no fork, no cargo, no model: nix commands only, each on the teammate's store or the cache, never the first
     programs = {Path(argv[0]).name for argv in runner.argvs}
     assert programs <= {"nix", "nix-store"}, programs
