@@ -205,6 +205,9 @@ class FlakebotMagics(_OptionTraits):
         and cargo's log; its Cancel button (or interrupting the kernel) stops
         cargo and keeps the workspace. The result's output metadata carries
         the tool's provenance (crate, checksum, commit, store path, backend).
+        Re-run from a saved notebook on a machine without the tool, with the
+        team's cache set (--substituters, --trusted-public-keys), the cell
+        pulls the exact nix tool the notebook pinned instead of building.
 
         Line mode manages tools::
 
@@ -216,6 +219,9 @@ class FlakebotMagics(_OptionTraits):
         if cell is None:
             return self._line(args)
         request = self._check_cell(args, cell)
+        pinned = self._pull_pinned(args, request)
+        if pinned is not None:
+            return pinned
         build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
         return self._finish(build, self._wait(build))
 
@@ -229,6 +235,9 @@ class FlakebotMagics(_OptionTraits):
         assert self.shell is not None
         args = self._parse(self.shell.var_expand(line, 1))
         request = self._check_cell(args, cell)
+        pinned = self._pull_pinned(args, request)
+        if pinned is not None:
+            return pinned
         build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
         return self._finish(build, await self._wait_async(build))
 
@@ -258,6 +267,46 @@ class FlakebotMagics(_OptionTraits):
                 "    %%flakebot --name md\n    Render Markdown text to HTML."
             )
         return cell
+
+    def _pull_pinned(self, args: Any, request: str) -> Any:
+        """A re-run cell of a saved notebook, on a machine without the tool: the exact tool the notebook pinned,
+        pulled from the team's cache (:func:`flakebot_magic.manage.team.saved_pin`), instead of a new build.
+
+        None when the notebook pins nothing for this cell, when no cache is set (then a line says how to pull),
+        or when the pull is refused (then a line says why): the cell then builds, as it always did.
+        """
+        assert self.shell is not None
+        if any(getattr(args, flag, False) for flag in ("rebuild", "follow_up", "resume")):
+            return None
+        settings = self._settings(args)
+        try:
+            pin = team.saved_pin(settings, self.shell.user_ns.get("__session__"), args.name, request, args.crate)
+        except errors.FlakebotError:
+            return None  # an unreadable tool record: the build says what is wrong with it
+        if pin is None:
+            return None
+        if not (settings.nix_substituters and settings.nix_trusted_public_keys):
+            print(
+                safe_text(
+                    f"flakebot: {pin.notebook.name} pins `{args.name}` at {pin.store_path}; building it here. "
+                    "To pull that exact tool instead, set the team's cache and key (FLAKEBOT_NIX_SUBSTITUTERS and "
+                    "FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS, or --substituters and --trusted-public-keys) and run the "
+                    "cell again."
+                )
+            )
+            return None
+        try:
+            pulled = team.pull(settings, args.name, pin.provenance)
+        except errors.FlakebotError as exc:
+            reason = exc.reason if isinstance(exc, errors.UntrustedPath) else str(exc)
+            print(safe_text(f"flakebot: {pin.notebook.name} pins `{args.name}`, but it was not pulled: {reason}"))
+            print("flakebot: building it here instead.")
+            return None
+        self.shell.push({pulled.tool.name: pulled.tool})
+        print(safe_text(f"flakebot: {pulled.text}, as {pin.notebook.name} pinned it (no build)"))
+        for note in pulled.notes:
+            print(safe_text(f"flakebot: {note}"))
+        return pulled.tool
 
     # -- running a build ------------------------------------------------------
 

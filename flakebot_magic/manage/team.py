@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from typing import Any
 from ..backends.nix_cache import (
     TrustedKeys,
     check_pins,
+    fetch_derivation,
     fetch_pinned,
     path_info,
-    push_paths,
+    push_tool,
     read_proof,
     real_path,
 )
@@ -42,8 +44,20 @@ from ..request import RunFlags
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
-__all__ = ["Pulled", "line_command", "load_pinned", "manifest_of", "notebook_provenance", "pull", "push"]
+__all__ = [
+    "Pin",
+    "Pulled",
+    "line_command",
+    "load_pinned",
+    "manifest_of",
+    "notebook_provenance",
+    "pull",
+    "push",
+    "saved_pin",
+]
 
+#: what :func:`flakebot_magic.stages.deploy.store_key` makes
+_STORE_KEY = re.compile(r"[0-9a-f]{32}")
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
 
@@ -71,9 +85,23 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
             f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
         )
-    signers = push_paths(_nix(settings), paths, to, Path(secret_key))
-    data = {"name": name, "to": to, "paths": paths, "signed_by": sorted(set(signers.values()))}
-    text = f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}, signed by {', '.join(data['signed_by'])}"
+    pushed = push_tool(_nix(settings), manifest, to, Path(secret_key))
+    data = {
+        "name": name,
+        "to": to,
+        "paths": list(pushed.paths),
+        "derivation": pushed.derivation,
+        "signed_by": list(pushed.signed_by),
+    }
+    with_recipe = (
+        f", with its derivation {pushed.derivation}"
+        if pushed.derivation
+        else " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    )
+    text = (
+        f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}{with_recipe}, "
+        f"signed by {', '.join(pushed.signed_by)}"
+    )
     return CommandResult(data, text)
 
 
@@ -105,6 +133,42 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
         known = ", ".join(sorted(set(filter(None, names)))) or "none"
         raise UsageError(f"{notebook} records no tool named {name!r} (tools it records: {known}).")
     return found
+
+
+def saved_pin(settings: Settings, notebook: object, name: str | None, request: str, crate: str | None) -> Pin | None:
+    """What a saved notebook pins for re-running its ``%%flakebot`` cell here: the provenance of tool ``name``
+    built from this very request (and crate) by the nix backend with a proof, when this machine has no tool of
+    that name; None otherwise (then the cell builds as it always did).
+
+    ``notebook`` is the kernel's notebook path as Jupyter gives it (``__session__``); anything else is None.
+    """
+    if not name or not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
+        return None
+    if Inventory(settings.cache.tools).get(name) is not None:
+        return None  # a tool of that name here: the cell's own cache decides, as without a pin
+    try:
+        provenance = notebook_provenance(Path(notebook), name)
+    except UsageError:
+        return None
+    if str(provenance.get("request", "")).strip() != request.strip():
+        return None  # the cell was edited since: it asks for something else
+    if crate and str(provenance.get("crate", "")) != crate:
+        return None
+    if not all(provenance.get(key) for key in PINNED):
+        return None  # built by the cargo backend, or without a proof: nothing to pull
+    return Pin(Path(notebook), provenance)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A tool as a saved notebook pinned it (:func:`saved_pin`)."""
+
+    notebook: Path
+    provenance: Mapping[str, Any]
+
+    @property
+    def store_path(self) -> str:
+        return str(self.provenance["nix_store_path"])
 
 
 @dataclass
@@ -198,7 +262,8 @@ def pull(
             if refusal is None or "does not hold" in str(refusal):  # a bad signature or hash says more
                 refusal = exc
             continue
-        return Pulled(_install(settings, nix, name, provenance, cache, signers[tool_path]), cache, signers[tool_path])
+        tool, rebuildable = _install(settings, nix, name, provenance, cache, signers[tool_path], trusted)
+        return Pulled(tool, cache, signers[tool_path], notes=(rebuildable,))
     assert refusal is not None
     if if_untrusted == "stop":
         raise UntrustedPath(
@@ -207,6 +272,7 @@ def pull(
             "the result is bit-identical to the recorded store path.",
             path=refusal.path,
             cache=refusal.cache,
+            reason=str(refusal),
         )
     return _rebuild(settings, nix, name, provenance, str(refusal), flags or RunFlags())
 
@@ -225,8 +291,15 @@ def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) ->
 
 
 def _install(
-    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], cache: str, signer: str
-) -> ToolClient:
+    settings: Settings,
+    nix: Nix,
+    name: str,
+    provenance: Mapping[str, Any],
+    cache: str,
+    signer: str,
+    trusted: TrustedKeys,
+) -> tuple[ToolClient, str]:
+    """The pulled tool registered here, and a sentence on whether ``verify`` can rebuild it here."""
     tool_path = str(provenance["nix_store_path"])
     proof = read_proof(nix, str(provenance["proof_store_path"]))
     if proof.tool != tool_path or proof.nar_hash != provenance["nar_hash"]:
@@ -241,6 +314,16 @@ def _install(
     for path, root in ((tool_path, name), (str(provenance["proof_store_path"]), f".proofs/{name}")):
         if not nix.add_root(Path(path), settings.cache.gcroots / root):
             raise DeployError(f"Could not make {settings.cache.gcroots / root} a GC root for {path}.")
+    if proof.derivation:
+        why_not = fetch_derivation(nix, cache, proof.derivation, tool_path, trusted)
+    else:
+        why_not = "its proof names no derivation (it was made before proofs did)"
+    derivation = "" if why_not else proof.derivation
+    rebuildable = (
+        f"its derivation came with it: `flakebot verify {name}` rebuilds it here and compares bit for bit"
+        if derivation
+        else f"it cannot be rebuilt here to verify it: {why_not}"
+    )
     real = real_path(nix, tool_path)
     manifest = {
         "backend": "nix",
@@ -253,6 +336,7 @@ def _install(
         "lock_hash": proof.flake_lock,
         "tests": proof.tests,
         "nix_store_path": tool_path,
+        "derivation": derivation,
         "nar_hash": proof.nar_hash,
         "proof_store_path": provenance["proof_store_path"],
         "proof_nar_hash": provenance["proof_nar_hash"],
@@ -262,7 +346,9 @@ def _install(
         "model": str(proof.session.get("model", "")),
         "iterations": int(proof.session.get("iterations", 0) or 0),
     }
-    key = proof.key.digest().removeprefix("sha256-")[:32]
+    # the builder's own key, so the tool's entry and source hash are the same as there (a key is 32 hex digits:
+    # anything else in a proof is not used as a directory name here)
+    key = proof.store_key if _STORE_KEY.fullmatch(proof.store_key) else proof.key.digest().removeprefix("sha256-")[:32]
     entry: StorePath = write_entry(
         settings.cache.store,
         key,
@@ -283,7 +369,7 @@ def _install(
         checksum=proof.checksum,
         backend="nix",
         timeout=settings.tool_timeout,
-        provenance={**entry.manifest, "proof": proof.to_json()},
+        provenance={**entry.manifest, "proof": proof.to_json(), "request": str(provenance.get("request", ""))},
         lock_hash=proof.flake_lock,
         env=settings.tool_env,
         confine=settings.confine_tools,
@@ -306,7 +392,7 @@ def _install(
             request=str(provenance.get("request", "")),
         )
     )
-    return tool
+    return tool, rebuildable
 
 
 def _rebuild(

@@ -101,6 +101,7 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
         data = {}
     if record.commit:
         data["commit"] = record.commit
+    data["request"] = record.request
     return data
 
 

@@ -70,7 +70,8 @@ def deployed_tool(
         # nix: the tool is the /nix/store path; the cache entry only records it
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
-        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by}
+        # the request too: a saved notebook's pin is for the cell that asked it (manage/team.saved_pin)
+        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by, "request": run.request.text}
         previous = Inventory(settings.cache.tools).get(name) if reused else None
         kept = previous if previous is not None and previous.store_path == str(store.path) else None
         tool = make_tool(
