@@ -203,4 +203,4 @@ def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winn
     assert any("resuming the race of 2 candidates" in n for n in notices), notices
     # the race is decided: nothing is left to resume
     with pytest.raises(UsageError, match="no unfinished edit session"):
-        Pipeline(settings).run(BuildRequest("", name="hexer"))
+        Pipeline(settings).run(BuildRequest("", name="hexer", flags=RESUME))
