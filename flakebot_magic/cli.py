@@ -33,6 +33,7 @@ from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
     from .manage.tools import Answer
+    from .request import RunFlags
 
 __all__ = ["main"]
 
@@ -189,6 +190,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     return apply(Settings(), {**given, "cache_dir": args.cache_dir})
 
 
+def _agent_flags(args: argparse.Namespace) -> RunFlags:
+    """``flakebot mcp``'s run flags, for every agent build (``--continue`` is not one: an agent's builds are its own)."""
+    from .request import RunFlags
+
+    return RunFlags.given({k: v for k, v in _run_flags(args).items() if k != "follow_up"})
+
+
 def _run_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The command's run flags (``--rebuild``, ``--candidates``...): the request's
     (:meth:`~flakebot_magic.request.BuildRequest.with_options`)."""
@@ -262,10 +270,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         for note in prepare(settings):
             _say(f"flakebot: {note}", sys.stderr)
     if args.command == "mcp":
-        from .request import RunFlags
-
-        flags = {k: v for k, v in _run_flags(args).items() if k != "follow_up"}  # an agent's builds are its own
-        return agent_command.run(args, settings, RunFlags.given(flags))
+        return agent_command.run(args, settings, _agent_flags(args))
     # the pipeline and the tool clients are imported by the subcommands that use them:
     # `flakebot --help` and a warm `flakebot build` start quickly
     if args.command in ("build", "rebuild"):
