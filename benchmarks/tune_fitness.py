@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def verdicts(searched: list[tuple[Case, list[CrateCandidate]]]) -> tuple[int, in
 
 def _old_rule(candidate: CrateCandidate) -> str:
     """The rule before: words (evidence >= 0.65) OR meaning (similarity >= 0.65), a similarity below 0.3 vetoing."""
-    parts, base = candidate.parts, _unfit(candidate.__class__(**{**candidate.__dict__, "parts": {}}))
+    parts, base = candidate.parts, _unfit(replace(candidate, parts={}))
     if base:
         return base
     means = parts.get("own_similarity", 0.0) >= 0.65
@@ -78,7 +79,10 @@ def main() -> int:
     print(f"the rule before: right, wrong deploys = {verdicts(searched)}")
     search_stage.unfit = _unfit
     print(f"{len(cases)} paraphrases of the tuning half; right, wrong deploys per similarity x evidence x agreement")
-    print("similarity | " + " | ".join(f"evidence {e:.2f}: " + " ".join(f"a{a:<2d}" for a in AGREEMENTS) for e in EVIDENCES))
+    print(
+        "similarity | "
+        + " | ".join(f"evidence {e:.2f}: " + " ".join(f"a{a:<2d}" for a in AGREEMENTS) for e in EVIDENCES)
+    )
     for similarity in SIMILARITIES:
         cells = []
         for evidence in EVIDENCES:

@@ -359,10 +359,10 @@ class DirectoryRegistry:
         if vectors is None or not vectors.ids:  # no model, or an empty registry: words only
             meaning = None
         if meaning is not None and vectors is not None:
-            ids, matrix, owned = vectors.ids, vectors.matrix, vectors.own
+            ids, matrix = vectors.ids, vectors.matrix
             cosines = matrix @ meaning
             similarity = dict(zip(ids, cosines.tolist(), strict=True))
-            own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
+            own = dict(zip(vectors.own_ids, (vectors.own_matrix @ meaning).tolist(), strict=True))
             known = {r[0] for r in rows}
             mean, best_similarity = float(cosines.mean()), float(cosines.max())
             floor = mean + ranking.SEMANTIC_FLOOR * (best_similarity - mean)
@@ -376,6 +376,8 @@ class DirectoryRegistry:
             return []
         matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
         documents = self._documents()
+        weights = ranking.concept_weights(found, documents)
+        evidence_weights = ranking.concept_weights(found, documents, ranking.EVIDENCE_POWER)
         scored = []
         for row in rows:
             anywhere, mine = matched[row[0]]
@@ -383,8 +385,8 @@ class DirectoryRegistry:
                 row[-3],
                 row[-2],
                 named=bool(row[-1]),
-                covered=ranking.coverage(anywhere, found, documents),
-                evidence=ranking.coverage(mine, found, documents, ranking.EVIDENCE_POWER),
+                covered=ranking.share(anywhere, weights),
+                evidence=ranking.share(mine, evidence_weights),
             )
             scored.append((row, parts))
         if meaning is not None:
