@@ -376,8 +376,6 @@ class DirectoryRegistry:
             return []
         matched = ranking.match_concepts(db, "crates_fts", found, [r[0] for r in rows], _OWN)
         documents = self._documents()
-        weights = ranking.concept_weights(found, documents)
-        evidence_weights = ranking.concept_weights(found, documents, ranking.EVIDENCE_POWER)
         scored = []
         for row in rows:
             anywhere, mine = matched[row[0]]
@@ -385,8 +383,8 @@ class DirectoryRegistry:
                 row[-3],
                 row[-2],
                 named=bool(row[-1]),
-                covered=ranking.share(anywhere, weights),
-                evidence=ranking.share(mine, evidence_weights),
+                covered=ranking.coverage(anywhere, found, documents),
+                evidence=ranking.coverage(mine, found, documents, ranking.EVIDENCE_POWER),
             )
             scored.append((row, parts))
         if meaning is not None:

@@ -67,7 +67,6 @@ __all__ = [
     "Concept",
     "clean",
     "combine",
-    "concept_weights",
     "concepts",
     "coverage",
     "dependency_names",
@@ -80,7 +79,6 @@ __all__ = [
     "name_keys",
     "prior_factor",
     "reverse_dependencies",
-    "share",
     "tokens",
 ]
 
@@ -171,8 +169,7 @@ MIN_DF = 2
 SPLIT = 10
 #: how many words may stand between the words of a two-word alternative ("upper case", "file name")
 NEAR = 2
-#: :func:`match_concepts` asks SQLite for every crate holding a concept found in at most this many crates'
-#: text, and for the wanted crates only above
+#: :func:`match_concepts` asks for the wanted crates only when a concept is in more crates' text than this
 MATCH_UNFILTERED = 2000
 
 
@@ -390,17 +387,6 @@ def idf(df: int, n: int) -> float:
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
-def concept_weights(found: Sequence[Concept], n: int, power: float = 1.0) -> list[float]:
-    """What each concept of a request weighs in :func:`coverage`: its :func:`idf` in ``n`` crates to ``power``."""
-    return [idf(c.df, n) ** power for c in found]
-
-
-def share(matched: Iterable[int], weights: Sequence[float]) -> float:
-    """The share of ``weights`` (:func:`concept_weights`) that the concepts at ``matched`` hold."""
-    total = sum(weights)
-    return sum(weights[i] for i in set(matched)) / total if total else 0.0
-
-
 def coverage(matched: Iterable[int], found: Sequence[Concept], n: int, power: float = 1.0) -> float:
     """The share of the request (concepts weighted by :func:`idf` to ``power``) that the concepts at ``matched`` cover.
 
@@ -410,7 +396,9 @@ def coverage(matched: Iterable[int], found: Sequence[Concept], n: int, power: fl
     >>> round(coverage([0], found, 600), 2), coverage([0, 1], found, 600)
     (0.79, 1.0)
     """
-    return share(matched, concept_weights(found, n, power))
+    weights = [idf(c.df, n) ** power for c in found]
+    total = sum(weights)
+    return sum(weights[i] for i in set(matched)) / total if total else 0.0
 
 
 def match_concepts(
@@ -420,8 +408,8 @@ def match_concepts(
 
     ``own`` has one weight per column of the FTS5 ``table``: 1 for a column
     holding what the crate says of itself (name, description, keywords, what
-    its binaries say), 0 for the rest. One query per concept; a row matched
-    in a column of weight 0 only scores 0 there.
+    its binaries say), 0 for the rest. One query per concept, every match kept here (a rowid list in SQL is
+    7x slower); a row matched in a column of weight 0 only scores 0 there.
     """
     result: dict[int, tuple[set[int], set[int]]] = {r: (set(), set()) for r in rowids}
     if not rowids:
@@ -429,21 +417,15 @@ def match_concepts(
     marks = ", ".join("?" * len(own))
     ids = ", ".join(str(int(r)) for r in rowids)
     for index, concept in enumerate(found):
-        # a rowid list in the SQL makes a new statement each time, and FTS5 then seeks each rowid: asking for
-        # every match and keeping the wanted ones here was seven times faster on Debian's registry
-        # (benchmarks/bench.py's search latency); a concept in very many crates is still filtered there
         where = f" AND rowid IN ({ids})" if concept.df > MATCH_UNFILTERED else ""
         rows = db.execute(
             f"SELECT rowid, bm25({table}, {marks}) FROM {table} WHERE {table} MATCH ?{where}",
             (*own, match_expression([concept], loose=True)),
         ).fetchall()
-        for rowid, own_score in rows:
-            held = result.get(rowid)
-            if held is None:
-                continue
-            held[0].add(index)
+        for rowid, own_score in ((r, o) for r, o in rows if r in result):
+            result[rowid][0].add(index)
             if own_score:
-                held[1].add(index)
+                result[rowid][1].add(index)
     return result
 
 
