@@ -111,6 +111,7 @@ from bench_team import team_bench, team_rows  # noqa: E402
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings  # noqa: E402
 from flakebot_magic.pipeline import Pipeline  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
+from flakebot_magic.request import BuildRequest, RunFlags  # noqa: E402
 from flakebot_magic.sandbox.cargo import find_cargo  # noqa: E402
 from flakebot_magic.stages import search as search_stage  # noqa: E402
 
@@ -163,9 +164,10 @@ def cold_vs_cargo(registry: str, rounds: int) -> dict[str, float]:
             ]
             cargo_times.append(timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True)))
             rows: list[StageFinished] = []
-            again = Settings(cache_dir=cache, registry=registry, backend="cargo", rebuild=True)
+            again = Settings(cache_dir=cache, registry=registry, backend="cargo")
             observe = [lambda e: rows.append(e) if isinstance(e, StageFinished) else None]
-            second_times.append(timed(lambda: Pipeline(again, observers=observe).run(REQUEST, name="md2")))
+            rebuild = BuildRequest(REQUEST, name="md2", flags=RunFlags(rebuild=True))
+            second_times.append(timed(lambda: Pipeline(again, observers=observe).run(rebuild)))
             tests_run += any(r.stage == "test" and r.status != "cached" for r in rows)
         finally:
             shutil.rmtree(cache, ignore_errors=True)

@@ -38,6 +38,7 @@ from ..config import Settings, apply
 from ..errors import Cancelled
 from ..events import Observer
 from ..options import OPTIONS
+from ..request import RunFlags, split_run_flags
 from ..views.progress import TextProgress
 from .builds import AgentBuild, AgentSession, BuildReport
 from .catalog import ToolCatalog, decode_arguments
@@ -54,9 +55,9 @@ OFFERED = ("build_tool", "search_crates")
 class _Agent:
     """A kernel's agent: its settings, its session (builds counted), the catalog of built tools."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, flags: RunFlags) -> None:
         self.settings = settings
-        self.session = AgentSession(settings, requested_by=NOTEBOOK)
+        self.session = AgentSession(settings, requested_by=NOTEBOOK, flags=flags)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
 
 
@@ -75,23 +76,29 @@ def _magics() -> Any:
     return getattr(getattr(_shell(), "magics_manager", None), "registry", {}).get("FlakebotMagics")
 
 
-def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> Settings:
-    """The kernel's settings (its ``FlakebotMagics`` config traits) when the extension is loaded, then ``options``."""
-    settings = Settings()
+def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> tuple[Settings, RunFlags]:
+    """The kernel's settings (its ``FlakebotMagics`` config traits) when the extension is loaded, then ``options``;
+    and the run flags (``candidates``, ``plan``...) the agent's builds get, from the same two."""
+    settings, flags = Settings(), RunFlags()
     magics = _magics()
     if magics is not None:  # the traits are the magic's public configuration (%config, ipython_config.py)
         apply(settings, {"cache_dir": magics.cache_dir})
-        apply(settings, {o.name: getattr(magics, o.name) for o in OPTIONS if o.config})
-    return apply(settings, {"cache_dir": cache_dir, **options})
+        given, run = split_run_flags({o.name: getattr(magics, o.name) for o in OPTIONS if o.config})
+        apply(settings, given)
+        flags = RunFlags.given(run, flags)
+    given, run = split_run_flags(options)
+    return apply(settings, {"cache_dir": cache_dir, **given}), RunFlags.given(
+        {k: v for k, v in run.items() if k != "follow_up"}, flags
+    )
 
 
 def _agent(cache_dir: str | Path | None = None, **options: Any) -> _Agent:
-    settings = _settings(cache_dir, options)
+    settings, flags = _settings(cache_dir, options)
     # one session per settings (the kernel's config and these options): its builds are counted together
-    key = repr(settings)
+    key = repr((settings, flags))
     agent = _AGENTS.get(key)
     if agent is None:
-        agent = _AGENTS[key] = _Agent(settings)
+        agent = _AGENTS[key] = _Agent(settings, flags)
     return agent
 
 

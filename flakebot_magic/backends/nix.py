@@ -318,7 +318,7 @@ class NixBackend(Backend):
                 "nixpkgs_url": url,
             },
         )
-        cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
+        cached = None if run.flags.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if cached is not None and self.alive(cached, run.name):
             built.cached = cached
             cached_rows(bus, ("build", "test"), cached)

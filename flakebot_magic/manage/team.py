@@ -40,6 +40,7 @@ from ..errors import DeployError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
+from ..request import RunFlags
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
@@ -205,10 +206,10 @@ class Pulled:
         }
 
 
-def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answer:
+def line_command(settings: Settings, command: str, rest: Sequence[str], *, rebuild: bool = False) -> Answer:
     """``%flakebot push NAME`` and ``%flakebot pull NAME NOTEBOOK [--rebuild]``: their answers.
 
-    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"``.
+    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"`` (a build that uses no cache).
     """
     if command == "push":
         if len(rest) != 1:
@@ -219,7 +220,9 @@ def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answe
     if len(rest) != 2:
         raise UsageError("Usage: %flakebot pull NAME NOTEBOOK.ipynb (with --substituters and --trusted-public-keys).")
     provenance = notebook_provenance(Path(rest[1]), rest[0])
-    return pull(settings, rest[0], provenance, if_untrusted="rebuild" if settings.rebuild else "stop")
+    if not rebuild:
+        return pull(settings, rest[0], provenance)
+    return pull(settings, rest[0], provenance, if_untrusted="rebuild", flags=RunFlags(rebuild=True))
 
 
 def pull(
@@ -229,8 +232,12 @@ def pull(
     *,
     if_untrusted: str = "stop",
     runner: ProcessRunner | None = None,
+    flags: RunFlags | None = None,
 ) -> Pulled:
-    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module."""
+    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module.
+
+    ``flags``: how the build after a refusal goes (``if_untrusted="rebuild"``).
+    """
     if if_untrusted not in IF_UNTRUSTED:
         raise UsageError(f"if_untrusted must be one of {', '.join(IF_UNTRUSTED)}, not {if_untrusted!r}.")
     missing = [key for key in PINNED if not provenance.get(key)]
@@ -267,7 +274,7 @@ def pull(
             cache=refusal.cache,
             reason=str(refusal),
         )
-    return _rebuild(settings, nix, name, provenance, str(refusal))
+    return _rebuild(settings, nix, name, provenance, str(refusal), flags or RunFlags())
 
 
 def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) -> ToolClient:
@@ -368,43 +375,35 @@ def _install(
         confine=settings.confine_tools,
     )
     Inventory(settings.cache.tools).save(
-        ToolRecord(
-            name=name,
-            crate=proof.crate,
-            version=proof.version,
+        ToolRecord.of_entry(
+            name,
+            entry.path,
+            manifest,
             # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
             binary=str(entry.path / "bin" / proof.main),
-            store_path=str(entry.path),
-            source_hash=key,
-            checksum=proof.checksum,
-            checksum_kind=str(provenance.get("checksum_kind", "")),
-            registry=str(provenance.get("registry", "")),
             workspace="",
             commit=str(provenance.get("commit", "")),
-            backend="nix",
             kind=tool.kind,
             created=time.time(),
-            extra={
-                "entry": str(entry.path),
-                "nix_store_path": tool_path,
-                "substituted_from": cache,
-                "signed_by": signer,
-            },
+            extra={"nix_store_path": tool_path, "substituted_from": cache, "signed_by": signer},
+            source_hash=key,
+            checksum_kind=str(provenance.get("checksum_kind", "")),
+            registry=str(provenance.get("registry", "")),
             request=str(provenance.get("request", "")),
-            model=manifest["model"],
-            iterations=manifest["iterations"],
         )
     )
     return tool, rebuildable
 
 
-def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str) -> Pulled:
+def _rebuild(
+    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str, flags: RunFlags
+) -> Pulled:
     """The user's other choice after a refusal: build here from the recorded request, and compare."""
     from ..pipeline.background import start_build
     from ..request import BuildRequest
 
     request = BuildRequest(
-        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None
+        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None, flags=flags
     )
     here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
     tool = start_build(here, request).wait([])

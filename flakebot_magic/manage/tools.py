@@ -466,8 +466,8 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
     if record is not None:
         return record
     manifest: dict[str, Any] = dict(getattr(tool, "provenance", None) or {})
-    return ToolRecord(
-        name=tool.name,
+    return ToolRecord.stand_in(
+        tool.name,
         crate=tool.crate,
         version=tool.version,
         binary=str(tool.binary),
@@ -476,7 +476,6 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
         checksum=tool.checksum,
         checksum_kind=str(manifest.get("checksum_kind") or ""),
         registry=str(manifest.get("registry") or ""),
-        workspace="",
         commit=str(manifest.get("commit") or ""),
         backend=tool.backend,
         kind=getattr(tool, "kind", "cli"),

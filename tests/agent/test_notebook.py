@@ -91,3 +91,16 @@ def test_mcp_config_starts_flakebot_mcp(tmp_path: Path) -> None:
     entry = mcp_config(cache_dir=tmp_path, registry="/r")["mcpServers"]["flakebot"]
     assert Path(entry["command"]).name == "flakebot" and entry["args"] == ["mcp", "--registry", "/r"]
     assert entry["env"] == {"FLAKEBOT_CACHE_DIR": str(tmp_path)}
+
+
+def test_an_agents_run_flags_go_into_its_builds_requests_not_its_settings(tmp_path: Path) -> None:
+    """``call(..., candidates=2, plan=True)``: the agent's session builds with those flags (RunFlags); its settings
+    get the rest, and a session per settings and flags."""
+    from flakebot_magic.agent.notebook import _agent, _settings
+    from flakebot_magic.request import RunFlags
+
+    settings, flags = _settings(tmp_path, {"candidates": 2, "plan": True, "token_budget": 5000})
+    assert flags == RunFlags(candidates=2, plan=True) and settings.token_budget == 5000
+    agent = _agent(tmp_path, candidates=2, plan=True)
+    assert agent.session.flags == flags
+    assert _agent(tmp_path, candidates=3).session.flags.candidates == 3  # other flags: another session

@@ -55,7 +55,7 @@ from flakebot_magic.manage.transaction import CARD_FILE, Intent, install, pendin
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.records.proof_key import ProofKey
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.stages.deploy import store_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,10 +65,10 @@ _BUILD = """
     from pathlib import Path
     from flakebot_magic.pipeline.background import start_build
     from flakebot_magic.config import Settings
-    from flakebot_magic.request import BuildRequest
+    from flakebot_magic.request import BuildRequest, RunFlags
     cache, registry, name, rebuild = sys.argv[1:5]
-    settings = Settings(cache_dir=Path(cache), registry=registry, backend="cargo", rebuild=rebuild == "1")
-    start_build(settings, BuildRequest("", name=name, crate="tinyecho")).wait()
+    settings = Settings(cache_dir=Path(cache), registry=registry, backend="cargo")
+    start_build(settings, BuildRequest("", name=name, crate="tinyecho", flags=RunFlags(rebuild=rebuild == "1"))).wait()
 """
 _COPY = """
     import sys
@@ -239,11 +239,8 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
         if expected == "new":
             assert tools["te2"].forked_by == ("te" if scenario == "cached" else "te2")
         elif scenario == "first":  # what the dead build left does not stand in the way of the next one
-            settings.rebuild = True
-            try:
-                tool = start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()
-            finally:
-                settings.rebuild = False
+            again = BuildRequest("", name="te2", crate="tinyecho", flags=RunFlags(rebuild=True))
+            tool = start_build(settings, again).wait()
             assert tool.name == "te2"
             assert sorted(_consistent(settings)) == ["te", "te2"]
     if scenario == "prove":  # the proof is whole (and the next build finds it) or absent, never torn
