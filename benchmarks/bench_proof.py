@@ -16,6 +16,14 @@ Variants:
 ``split``           the release build beside a debug ``cargo test`` in its own target dir (before issue 23)
 ``release-tests``   ``cargo build --release``, then ``cargo test --release`` in the same target dir (tests at opt-level 3)
 ``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
+``split-noinc``     ``split`` with the tests' build not incremental (``CARGO_INCREMENTAL=0``: a cold build has nothing
+                    to reuse, and writing the incremental cache costs CPU)
+``one-release``     ONE cargo: ``build --release --lib --bins --tests --examples`` (what ``cargo test --no-run`` builds,
+                    and the binaries) in one target dir, every unit in the release profile, so each dependency is
+                    compiled once and cargo's scheduler has both cores over the whole graph; then ``cargo test
+                    --release`` runs the tests and the doc tests (nothing left to compile but the doc tests)
+``one-release-dev0`` ``one-release`` with the packages only the tests need (dev-dependencies and what only they pull
+                    in, from ``cargo tree``) at opt-level 0: they are not in the release binary's graph
 """
 
 from __future__ import annotations
@@ -85,6 +93,30 @@ def test_names(stdout: str) -> set[str]:
         if run:
             names.add(f"{suite}::{run.group(1)}")
     return names
+
+
+def dev_only_opt0(b: Bench) -> tuple[str, ...]:
+    """cargo ``--config`` putting every package only the tests need at opt-level 0 (``cargo tree`` run in the
+    sandbox; its time counts)."""
+
+    def names(edges: str) -> set[str]:
+        done = b.cargo.run(
+            "tree",
+            "--locked",
+            "-e",
+            edges,
+            "--prefix",
+            "none",
+            "--no-dedupe",
+            "--format",
+            "{p}",
+            cwd=b.workspace,
+            timeout=600,
+        )
+        return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+
+    only = names("normal,build,dev") - names("normal,build")
+    return tuple(a for name in sorted(only) for a in ("--config", f'profile.release.package."{name}".opt-level=0'))
 
 
 class Bench:
@@ -191,8 +223,31 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
+    def split_noinc() -> tuple[float, set[str] | None]:
+        t = b.fresh("splitnoinc")
+        start = time.perf_counter()
+        _, tested = _both(
+            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env={**TEST_ENV, "CARGO_INCREMENTAL": "0"}, nice=10),
+        )
+        return time.perf_counter() - start, test_names(tested.stdout)
+
+    def one_release(dev_opt0: bool) -> Callable[[], tuple[float, set[str] | None]]:
+        def run() -> tuple[float, set[str] | None]:
+            t = b.fresh("onerel0" if dev_opt0 else "onerel")
+            start = time.perf_counter()
+            more = dev_only_opt0(b) if dev_opt0 else ()
+            b.cargo_run(*BUILD_FLAGS, "--lib", "--bins", "--tests", "--examples", *more, target=t)
+            tested = b.cargo_run(*TEST, "--release", *more, target=t)
+            return time.perf_counter() - start, test_names(tested.stdout)
+
+        return run
+
     return {
         "bare": bare,
+        "split-noinc": split_noinc,
+        "one-release": one_release(False),
+        "one-release-dev0": one_release(True),
         "split": split,
         "shared-deps-build-first": shared_after,
         "shared-deps-tests-first": shared_first,

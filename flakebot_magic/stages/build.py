@@ -71,6 +71,7 @@ from .deploy import source_digest
 __all__ = [
     "BUILD_FLAGS",
     "CAP_LINTS",
+    "COLD_TEST_ENV",
     "LINT_CAP",
     "TEST_ENV",
     "BuildResult",
@@ -98,6 +99,11 @@ TEST_FLAGS = ("test", "--locked", "--message-format=json", "--no-fail-fast")
 EDIT_STATE = "flakebot-edit.json"
 #: tests need no debugger symbols; leaving them out makes the test build markedly faster
 TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "false"}
+#: for a test build the edit loop never worked in: a cold build has nothing to reuse, and writing the incremental
+#: cache of the crate's own targets costs CPU (pulldown-cmark's debug test build: 10.9 s of CPU against 13.4 s;
+#: benchmarks/bench_proof.py ``split-noinc``). It changes how rustc caches, not what is compiled or tested, so a
+#: proof's key leaves it out. The edit loop's check runs keep incremental builds (they rebuild after each edit).
+COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
 
@@ -181,8 +187,10 @@ def check(
     (its check runs share the test target dir, and its lint rules stand
     for the code it wrote).
     """
+    edited = (workspace / ".git" / EDIT_STATE).is_file()
     if cap_lints is None:
-        cap_lints = not (workspace / ".git" / EDIT_STATE).is_file()
+        cap_lints = not edited
+    test_env = TEST_ENV if edited else TEST_ENV | COLD_TEST_ENV
     test_flags = (*TEST_FLAGS, *CAP_LINTS) if cap_lints else TEST_FLAGS
     key = known = None
     if proofs is not None and git is not None and run_tests:
@@ -267,7 +275,7 @@ def check(
                 cwd=workspace,
                 timeout=test_timeout,
                 on_line=log("test"),
-                env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
+                env=test_env | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
                 # the release build is the critical path; the tests take the CPU it leaves
                 nice=10,
             )
