@@ -29,7 +29,7 @@ Variants:
 from __future__ import annotations
 
 import argparse
-import re
+import resource
 import shutil
 import statistics
 import sys
@@ -47,12 +47,11 @@ from flakebot_magic.events import EventBus  # noqa: E402
 from flakebot_magic.host.process import Completed, ProcessRunner  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
 from flakebot_magic.sandbox.cargo import Cargo  # noqa: E402
-from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, TEST_ENV  # noqa: E402
+from flakebot_magic.sandbox.diagnostics import parse_test_output  # noqa: E402
+from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, COLD_TEST_ENV, TEST_ENV  # noqa: E402
 from flakebot_magic.stages.fork import fork  # noqa: E402
 
 TEST = ("test", "--locked", "--message-format=json", "--no-fail-fast", *CAP_LINTS)
-_RUNNING = re.compile(r"^running \d+ tests?$")
-_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
 #: release's settings, for the dev and test profiles (the ``dev-as-release`` variant)
 DEV_AS_RELEASE = {
     f"CARGO_PROFILE_{p}_{k}": v
@@ -78,21 +77,8 @@ def root_override(crate: str) -> tuple[str, ...]:
 
 
 def test_names(stdout: str) -> set[str]:
-    """The tests a ``cargo test`` ran, as ``N::name`` (N: the test binary's place in cargo's order, doc tests last).
-
-    cargo names each binary on stderr and libtest prints its tests on
-    stdout, so suites are told apart by libtest's own ``running N tests``.
-    """
-    names: set[str] = set()
-    suite = 0
-    for line in stdout.splitlines():
-        if _RUNNING.match(line):
-            suite += 1
-            continue
-        run = _TEST_LINE.match(line)
-        if run:
-            names.add(f"{suite}::{run.group(1)}")
-    return names
+    """The tests a ``cargo test`` ran, by name (:attr:`~flakebot_magic.sandbox.diagnostics.TestReport.ran`)."""
+    return set(parse_test_output(stdout.splitlines()).ran)
 
 
 def dev_only_opt0(b: Bench) -> tuple[str, ...]:
@@ -228,7 +214,7 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         start = time.perf_counter()
         _, tested = _both(
             lambda: b.cargo_run(*BUILD_FLAGS, target=t),
-            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env={**TEST_ENV, "CARGO_INCREMENTAL": "0"}, nice=10),
+            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=10),
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
@@ -257,6 +243,12 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
     }
 
 
+def _children_cpu() -> float:
+    """User and system CPU of every finished child process so far (cargo, rustc, the tests: each waits for its own)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", default=str(DEBIAN_REGISTRY))
@@ -273,21 +265,30 @@ def main() -> int:
         chosen = {k: v for k, v in variants(b).items() if not args.only or k in args.only or k == "bare"}
         times: dict[str, list[float]] = {k: [] for k in chosen}
         names: dict[str, set[str] | None] = {}
+        cpu: dict[str, list[float]] = {k: [] for k in chosen}
         for _ in range(args.rounds):
             for key, run in chosen.items():
+                before = _children_cpu()
                 took, ran = run()
+                cpu[key].append(_children_cpu() - before)
                 times[key].append(took)
                 names[key] = ran
                 print(f"  {key}: {took:.2f} s", file=sys.stderr, flush=True)
         floor = min(times["bare"])
         print(f"\n{args.crate}: the crate's own `cargo test` runs {len(expected)} tests\n")
-        print("| variant | best (s) | median (s) | / bare build | tests run | same tests as `cargo test` |")
-        print("|---|---|---|---|---|---|")
+        cpu_floor = statistics.median(cpu["bare"])
+        print(
+            "| variant | best (s) | median (s) | / bare build (best) | median of per-round ratios | CPU (s, median) "
+            "| CPU / bare | tests run | same tests as `cargo test` |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         for key, seen in times.items():
             ran = names[key]
             same = "-" if ran is None else ("yes" if ran == expected else f"NO ({len(expected - ran)} missing)")
             print(
                 f"| {key} | {min(seen):.2f} | {statistics.median(seen):.2f} | {min(seen) / floor:.2f}x | "
+                f"{statistics.median(a / b for a, b in zip(seen, times['bare'], strict=True)):.2f}x | "
+                f"{statistics.median(cpu[key]):.1f} | {statistics.median(cpu[key]) / cpu_floor:.2f}x | "
                 f"{'-' if ran is None else len(ran)} | {same} |"
             )
     finally:
