@@ -18,6 +18,8 @@ Variants:
 ``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
 ``split-noinc``     ``split`` with the tests' build not incremental (``CARGO_INCREMENTAL=0``: a cold build has nothing
                     to reuse, and writing the incremental cache costs CPU)
+``split-noinc-nice0`` ``split-noinc`` with the tests' cargo at the release build's priority (not ``nice 10``)
+``split-noinc-j1``  ``split-noinc-nice0`` with the tests' cargo at one job (``-j1``) while the release build has two
 ``one-release``     ONE cargo: ``build --release --lib --bins --tests --examples`` (what ``cargo test --no-run`` builds,
                     and the binaries) in one target dir, every unit in the release profile, so each dependency is
                     compiled once and cargo's scheduler has both cores over the whole graph; then ``cargo test
@@ -209,14 +211,19 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
-    def split_noinc() -> tuple[float, set[str] | None]:
-        t = b.fresh("splitnoinc")
-        start = time.perf_counter()
-        _, tested = _both(
-            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
-            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=10),
-        )
-        return time.perf_counter() - start, test_names(tested.stdout)
+    def split_noinc_at(nice: int, jobs: tuple[str, ...]) -> Callable[[], tuple[float, set[str] | None]]:
+        def run() -> tuple[float, set[str] | None]:
+            t = b.fresh(f"splitnoinc{nice}{len(jobs)}")
+            start = time.perf_counter()
+            _, tested = _both(
+                lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+                lambda: b.cargo_run(
+                    *TEST, *jobs, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=nice
+                ),
+            )
+            return time.perf_counter() - start, test_names(tested.stdout)
+
+        return run
 
     def one_release(dev_opt0: bool) -> Callable[[], tuple[float, set[str] | None]]:
         def run() -> tuple[float, set[str] | None]:
@@ -231,7 +238,9 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
 
     return {
         "bare": bare,
-        "split-noinc": split_noinc,
+        "split-noinc": split_noinc_at(10, ()),
+        "split-noinc-nice0": split_noinc_at(0, ()),
+        "split-noinc-j1": split_noinc_at(0, ("-j1",)),
         "one-release": one_release(False),
         "one-release-dev0": one_release(True),
         "split": split,
