@@ -21,10 +21,14 @@ Why two target directories, and a debug test build beside the release one: it
 was measured against the ways to compile the dependencies once for both
 (``benchmarks/bench_proof.py``: the tests in the release profile, the crate's
 own targets at the test profile's settings inside ``--release``, one target
-dir, ``--no-run`` first) and stayed the fastest that runs every test
-``cargo test`` runs: one target dir serialises the two cargo commands (cargo's
-lock), losing the core the long release rustc leaves free, which costs more
-than the dependencies built twice (README, "Benchmarks").
+dir, ``--no-run`` first, and ONE cargo building every target in the release
+profile) and stayed the fastest that runs every test ``cargo test`` runs. One
+cargo has one profile for the crate's own code: its tests then compile at
+opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
+an overflow no longer panics), and two cargo commands in one target dir take
+turns (cargo's lock), losing the core the long release rustc leaves free; both
+cost more than the dependencies built twice (README, "Benchmarks"). The cold
+test build is not incremental (:data:`COLD_TEST_ENV`).
 
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
