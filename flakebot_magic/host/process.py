@@ -10,7 +10,9 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
 * has a time limit, and runs in its own process group: a timeout or a cancel
   kills cargo *and* the rustc processes it started, and whatever still holds
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
-* dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
+* dies with the kernel: a lasting child by its parent-death signal
+  (``PR_SET_PDEATHSIG``), the child of a call by :class:`_Guard` (started
+  with ``vfork``: arming the signal would need a fork of this whole process);
 * is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
   line without end is never held whole, what is kept per stream is capped,
   and past the cap a visible note says so;
@@ -478,8 +480,9 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv``: the one place a child is forked.
 
-    It gets its own process group (a kill stops what it started too), the
-    parent-death signal, no inherited descriptors, standard output and error
+    It gets its own process group (a kill stops what it started too), death
+    with this process (``lasting``: the parent-death signal; else the guard,
+    :class:`_Guard`, and a start by ``vfork``), no inherited descriptors, standard output and error
     as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
     forked from the long-lived spawner thread, for a child that outlives the
     thread that asked for it (a tool's server). Raises ``OSError`` when it
