@@ -413,12 +413,19 @@ class _Guard:
         self._pid = 0
         self._groups: set[int] = set()
 
+    def forked(self) -> None:
+        """In the child of a fork of this process: drop the parent's guard (holding its pipe open would keep
+        it from seeing the parent die) and its groups, which are not this process's children."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._lock = threading.Lock()
+        self._proc, self._fd, self._pid, self._groups = None, -1, 0, set()
+
     def _start(self) -> None:
         """Start a guard (the caller holds the lock) and tell it the groups still running."""
-        if self._fd >= 0 and self._pid == os.getpid():
+        if self._fd >= 0:
             os.close(self._fd)
-        if self._pid != os.getpid():
-            self._groups = set()  # a forked copy of this process: its parent's children are not its own
         read, write = os.pipe2(os.O_CLOEXEC)  # no child inherits the write end: the guard's EOF is our death
         try:
             self._proc = subprocess.Popen(
@@ -459,6 +466,7 @@ class _Guard:
 
 
 _guard = _Guard()
+os.register_at_fork(after_in_child=_guard.forked)
 
 
 class _GuardedChild(subprocess.Popen[bytes]):
