@@ -11,7 +11,7 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
   kills cargo *and* the rustc processes it started, and whatever still holds
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
 * dies with the kernel: a lasting child by its parent-death signal
-  (``PR_SET_PDEATHSIG``), the child of a call by :class:`_Guard` (started
+  (``PR_SET_PDEATHSIG``), the child of a call by :class:`~.guard.Guard` (started
   with ``vfork``: arming the signal would need a fork of this whole process);
 * is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
   line without end is never held whole, what is kept per stream is capped,
@@ -30,11 +30,9 @@ tells a process from a later one that reused its PID.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
-import queue
 import selectors
 import shutil
 import signal
@@ -49,6 +47,7 @@ from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
 from .environment import allowed_env, scrubbed_env
+from .guard import Guard, Spawner
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
 
 __all__ = [
@@ -325,147 +324,23 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return set_pdeathsig
 
 
-class _Spawner:
-    """One long-lived daemon thread that forks the children that outlive a call (``spawn(..., lasting=True)``).
-
-    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, not the
-    process; forking from a thread that lives as long as the interpreter makes
-    it mean "when this process dies" (the pipeline runs on a short-lived thread).
-    """
-
-    def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = (
-            queue.SimpleQueue()
-        )
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pid = 0
-
-    def _loop(self) -> None:
-        while True:
-            work, reply = self._requests.get()
-            try:
-                reply.put((True, work()))
-            except BaseException as exc:  # handed back to the caller's thread
-                reply.put((False, exc))
-
-    def run(self, work: Callable[[], Any]) -> Any:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._pid = os.getpid()  # after a fork, the old thread does not exist here
-                self._thread = threading.Thread(target=self._loop, name="flakebot-spawner", daemon=True)
-                self._thread.start()
-        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._requests.put((work, reply))
-        ok, value = reply.get()
-        if not ok:
-            raise value
-        return value
+_spawner = Spawner()
 
 
-_spawner = _Spawner()
-
-#: the guard's program: it keeps the process groups it is told of (``+PGID``, ``-PGID`` lines on its standard
-#: input) and, when its input ends (the process that started it died or exited), kills those still listed
-_GUARD_PROGRAM = """\
-import os, signal
-groups, rest = set(), b""
-while True:
-    data = os.read(0, 65536)
-    if not data:
-        break
-    *lines, rest = (rest + data).split(b"\\n")
-    for line in lines:
-        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-"""
+def _start_guard(program: str, read: int) -> subprocess.Popen[bytes]:
+    """Start the guard (:mod:`.guard`) reading ``read``: in its own session, no descriptor of ours but that."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", program],
+        stdin=read,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in a group a kill of a call reaches, nor the terminal's
+        close_fds=True,
+        env={},
+    )
 
 
-class _Guard:
-    """Kills the groups of this process's running children when it dies: the parent-death signal without a fork.
-
-    ``PR_SET_PDEATHSIG`` can only be armed by the child itself, between fork
-    and exec: a ``preexec_fn``, which makes :mod:`subprocess` use ``fork()``
-    rather than ``vfork()``. A fork copies the page tables of the whole
-    process: 1.7 ms of CPU time for a fresh interpreter, 9 ms for a kernel
-    that holds the search model (600 MB), per call of a tool that itself runs
-    in a millisecond. So a child of a call is started with ``vfork()`` and
-    registered here instead: one small process per Python process (started at
-    the first spawn, in its own session) reads ``+PGID`` / ``-PGID`` lines from
-    a pipe whose only writer is this process; when this process dies, even by
-    SIGKILL, the pipe ends and the guard SIGKILLs every group still registered
-    (the whole group, where the signal reached the child alone). A group is
-    unregistered once its leader is reaped; its PID is reused only after the
-    kernel has handed out every other PID, so a guard acting in the
-    microseconds between the reap and the line never kills a stranger.
-    If the guard itself is killed, the next spawn starts another and hands it
-    the groups still running.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._fd = -1
-        self._pid = 0
-        self._groups: set[int] = set()
-
-    def forked(self) -> None:
-        """In the child of a fork of this process: drop the parent's guard (holding its pipe open would keep
-        it from seeing the parent die) and its groups, which are not this process's children."""
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-        self._lock = threading.Lock()
-        self._proc, self._fd, self._pid, self._groups = None, -1, 0, set()
-
-    def _start(self) -> None:
-        """Start a guard (the caller holds the lock) and tell it the groups still running."""
-        if self._fd >= 0:
-            os.close(self._fd)
-        read, write = os.pipe2(os.O_CLOEXEC)  # no child inherits the write end: the guard's EOF is our death
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _GUARD_PROGRAM],
-                stdin=read,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # not in a group a kill of a call reaches, nor the terminal's
-                close_fds=True,
-                env={},
-            )
-        finally:
-            os.close(read)
-        self._fd, self._pid = write, os.getpid()
-        if self._groups:
-            os.write(self._fd, b"".join(b"+%d\n" % group for group in self._groups))
-
-    def _send(self, line: bytes) -> None:
-        if self._pid != os.getpid() or self._proc is None or self._proc.poll() is not None:
-            self._start()
-        try:
-            os.write(self._fd, line)
-        except BrokenPipeError:  # the guard died since: another, told everything
-            self._start()
-            os.write(self._fd, line)
-
-    def add(self, pgid: int) -> None:
-        with self._lock:
-            self._groups.add(pgid)
-            self._send(b"+%d\n" % pgid)
-
-    def remove(self, pgid: int) -> None:
-        with self._lock:
-            if pgid in self._groups and self._pid == os.getpid():
-                self._groups.discard(pgid)
-                with contextlib.suppress(OSError):
-                    self._send(b"-%d\n" % pgid)
-
-
-_guard = _Guard()
+_guard = Guard(_start_guard)
 os.register_at_fork(after_in_child=_guard.forked)
 
 
@@ -490,7 +365,7 @@ def spawn(
 
     It gets its own process group (a kill stops what it started too), death
     with this process (``lasting``: the parent-death signal; else the guard,
-    :class:`_Guard`, and a start by ``vfork``), no inherited descriptors, standard output and error
+    :class:`~.guard.Guard`, and a start by ``vfork``), no inherited descriptors, standard output and error
     as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
     forked from the long-lived spawner thread, for a child that outlives the
     thread that asked for it (a tool's server). Raises ``OSError`` when it
