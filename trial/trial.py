@@ -195,19 +195,21 @@ def step_reopen(context: object, lab: JupyterProcess) -> None:
     context.route("**/api/sessions**", no_kernel)  # type: ignore[attr-defined]
     for name in ("quickstart.ipynb", "bad.ipynb", "cancel.ipynb"):
         page = open_nb(context, lab, name, kernel=False)
-        time.sleep(4)
-        dialog = page.locator(".jp-Dialog")  # type: ignore[attr-defined]
-        if dialog.count():
-            shot(page, f"r-{name}-dialog")
-            dialog.get_by_role("button").last.click()
+        for _ in range(20):  # JupyterLab says it could not start a kernel, then asks to pick one: "No Kernel"
             time.sleep(1)
-            if page.locator(".jp-Dialog").count():  # type: ignore[attr-defined]
-                page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True).click()  # type: ignore[attr-defined]
+            dialog = page.locator(".jp-Dialog")  # type: ignore[attr-defined]
+            if not dialog.count():
+                continue
+            shot(page, f"r-{name}-dialog")
+            none = dialog.get_by_role("button", name="No Kernel", exact=True)
+            (none if none.count() else dialog.get_by_role("button").last).click()
+        if page.locator(".jp-SideBar .lm-mod-current").count():  # type: ignore[attr-defined]
+            page.keyboard.press("Control+b")  # type: ignore[attr-defined]
         time.sleep(1)
         shot(page, f"r-{name}", full_page=True)
         page.set_viewport_size({"width": 760, "height": 1000})  # type: ignore[attr-defined]
         rec = page.locator(".flakebot-record").first  # type: ignore[attr-defined]
-        if rec.count():
+        if rec.count() and rec.is_visible():
             rec.scroll_into_view_if_needed()
         shot(page, f"r-{name}-760")
         page.close()
