@@ -151,7 +151,7 @@ def refusal(request: str, fit: search_stage.Fitness) -> str:
         # a library needs a model to become a tool; a binary that does something else needs one to be adapted
         why = "a model could adapt one" if any(binaries) else "a library needs a model to become a tool"
         lines.append(f"{count} ({why}):")
-    for candidate, tools in zip(shown, binaries):
+    for candidate, tools in zip(shown, binaries, strict=True):
         binary = f" [binary {tools[0]}]" if tools else ""
         lines.append(
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
