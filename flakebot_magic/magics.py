@@ -384,6 +384,8 @@ class FlakebotMagics(_OptionTraits):
             return build.run.wait(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise _what_next(exc) from None
         finally:
             build.refresh()
 
@@ -392,6 +394,8 @@ class FlakebotMagics(_OptionTraits):
             return await build.run.wait_async(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise _what_next(exc) from None
         finally:
             build.refresh()
 
@@ -538,6 +542,13 @@ def _explain_usage(message: str, parser: Any) -> str:
         kind = "option" if word.startswith("-") else "word"
         words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
     return " ".join(words) + " `%%flakebot?` lists the options."
+
+
+def _what_next(error: errors.Cancelled) -> errors.Cancelled:
+    """A cancelled cell's message ends with what to do next: the cell, run again, builds it."""
+    if "Run the cell again" not in str(error):
+        error.args = (f"{error}\nRun the cell again to build it.",)
+    return error
 
 
 def _previous_commit(settings: Settings, name: str | None) -> str:
