@@ -5,7 +5,17 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-__all__ = ["COMMAND_NAMES", "IF_UNTRUSTED", "IF_UNTRUSTED_HELP", "LINE_COMMANDS", "LINE_USAGE", "explain_usage"]
+from .errors import Cancelled
+
+__all__ = [
+    "COMMAND_NAMES",
+    "IF_UNTRUSTED",
+    "IF_UNTRUSTED_HELP",
+    "LINE_COMMANDS",
+    "LINE_USAGE",
+    "explain_usage",
+    "what_next",
+]
 
 #: the magic's line commands: usage and what each does; the usage lines, the COMMAND argument's
 #: help, the magic's docstring and the errors that list them are made from this table
@@ -71,3 +81,10 @@ def explain_usage(message: str, parser: Any) -> str:
         kind = "option" if word.startswith("-") else "word"
         words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
     return " ".join(words) + " `%%flakebot?` lists the options."
+
+
+def what_next(error: Cancelled) -> Cancelled:
+    """A cancelled cell's message ends with what to do next: the cell, run again, builds it."""
+    if "Run the cell again" not in str(error):
+        error.args = (f"{error}\nRun the cell again to build it.",)
+    return error

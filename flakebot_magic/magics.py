@@ -21,7 +21,7 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE, explain_usage
+from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
@@ -367,6 +367,8 @@ class FlakebotMagics(_OptionTraits):
             return build.run.wait(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise what_next(exc) from None
         finally:
             build.refresh()
 
@@ -375,6 +377,8 @@ class FlakebotMagics(_OptionTraits):
             return await build.run.wait_async(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise what_next(exc) from None
         finally:
             build.refresh()
 

@@ -119,6 +119,12 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
     """The provenance the last output of tool ``name`` in ``notebook`` recorded (``metadata.flakebot``)."""
     try:
         cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    except FileNotFoundError:
+        where = Path(notebook) if Path(notebook).is_absolute() else Path.cwd() / notebook
+        raise UsageError(
+            f"No notebook at {where}: give the path of the notebook whose output recorded {name!r} "
+            "(relative to the kernel's working directory, or absolute)."
+        ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"Cannot read {notebook} as a notebook: {exc}") from None
     found: dict[str, Any] | None = None
