@@ -22,7 +22,7 @@ from ..errors import StorageError
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
 from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
-from .cli import CliTool
+from .cli_tool import CliTool
 from .contract import ToolContract
 from .http import HttpTool
 from .mcp import McpTool

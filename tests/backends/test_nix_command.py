@@ -38,7 +38,7 @@ from flakebot_magic.backends.nix_command import (
     resolve_backend,
 )
 from flakebot_magic.cli import main as cli_main
-from flakebot_magic.clients.cli import CliTool as Tool
+from flakebot_magic.clients.cli_tool import CliTool as Tool
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import Cancelled, ConfigError, FlakeError, UsageError
 from flakebot_magic.events import Notice, StageFinished

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import make_tool, tool_from_record
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.records.inventory import ToolRecord
