@@ -55,7 +55,7 @@ POINTS: dict[str, str] = {
     "txn.intent": "the intent record was written and fsync-ed",
     "txn.card": "the tool card was written into the new workspace",
     "txn.swapped": "the new workspace was swapped in; the replaced one is where the new one was",
-    "txn.record": "the registry record was saved (the transaction's commit point)",
+    "txn.record": "the inventory record was saved (the transaction's commit point)",
     "txn.named": "the tool was named (its commit, its workspace) in its store entry's manifest",
     "txn.aside": "the replaced workspace was moved to .old/ (a --continue copy's stays for the next step)",
     "txn.recipe": "the recipe was written",

@@ -234,7 +234,7 @@ def start_build(
 
     Every front door builds through here, so every build has its run log:
     every line of cargo's, git's and nix's output is kept under
-    ``<cache>/logs/NAME.log`` and recorded in the tool registry with the
+    ``<cache>/logs/NAME.log`` and recorded in the tool inventory with the
     request, for ``%flakebot logs`` and ``%flakebot rebuild``.
 
     Parameters

@@ -1,4 +1,4 @@
-"""The one factory: a deployed tool's client by its kind, from a store entry or a tool registry record."""
+"""The one factory: a deployed tool's client by its kind, from a store entry or a tool inventory record."""
 
 from __future__ import annotations
 
