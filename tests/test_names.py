@@ -146,3 +146,28 @@ def test_the_resolver_can_fail() -> None:
     assert not resolve("flakebot_magic.editing")
     assert not resolve("flakebot_magic.edit.model_io")
     assert not resolve("flakebot_magic.records.inventory.Inventory.no_such_method")
+
+
+def test_only_the_magic_imports_ipython() -> None:
+    """What magics.py's docstring and ARCHITECTURE.md say: IPython is imported by magics.py and by
+    ``options.magic_argument_decorators`` (which the magic calls), nowhere else in the package."""
+    importers = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        scopes: dict[ast.AST, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for inner in ast.walk(node):
+                    scopes.setdefault(inner, node.name)
+        for node in ast.walk(tree):
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(m == "IPython" or m.startswith("IPython.") for m in modules):
+                importers.add(f"{path.relative_to(PACKAGE).as_posix()}:{scopes.get(node, '<module>')}")
+    assert {i for i in importers if not i.startswith("magics.py:")} == {"options.py:magic_argument_decorators"}
+    assert "magics.py:<module>" in importers

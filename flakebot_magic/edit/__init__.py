@@ -1,4 +1,4 @@
-"""Stage 2b, the edit loop: a language model edits the workspace; cargo proves each step; code keeps the score.
+"""The ``edit`` stage's loop: a language model edits the workspace; cargo proves each step; code keeps the score.
 
 The package, one job per module:
 
