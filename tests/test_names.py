@@ -171,3 +171,30 @@ def test_only_the_magic_imports_ipython() -> None:
                 importers.add(f"{path.relative_to(PACKAGE).as_posix()}:{scopes.get(node, '<module>')}")
     assert {i for i in importers if not i.startswith("magics.py:")} == {"options.py:magic_argument_decorators"}
     assert "magics.py:<module>" in importers
+
+
+#: what "registry" must not name: it is a crate registry (``flakebot_magic.registry``), never the tool inventory
+#: (``records/inventory.py``) nor the table of started tools (``clients/lifecycle.py``)
+NOT_A_REGISTRY = re.compile(
+    r"tools? registry|registry record\b|per-tool registry|registry watcher|Registry(?:Damaged|Watcher)",
+    re.IGNORECASE,
+)
+#: files other engineers are changing at the same time (issue 22's parallel branches): renamed when those land
+REGISTRY_PENDING = {
+    "flakebot_magic/records/inventory.py",
+    "flakebot_magic/agent/notebook.py",
+    "flakebot_magic/host/cache.py",
+}
+
+
+def test_registry_means_a_crate_registry() -> None:
+    texts = [*PROSE, ROOT / "CHANGELOG.md"]
+    named = {
+        str(p.relative_to(ROOT))
+        for p in texts
+        if p.name not in ("test_names.py", "CHANGELOG.md") and NOT_A_REGISTRY.search(p.read_text())
+    }
+    assert named == REGISTRY_PENDING, (
+        f"'registry' names the tool inventory in {sorted(named - REGISTRY_PENDING)}; "
+        f"say 'tool inventory' (pending files that no longer do: {sorted(REGISTRY_PENDING - named)})"
+    )
