@@ -9,7 +9,7 @@ it gives against the package as it is:
 * a Sphinx role in a docstring (``:mod:``, ``:func:``, ``:class:``, ``:meth:``, ``:attr:``,
   ``:data:``, ``:exc:``) with a relative target (``.x``, ``~.x.y``): resolved from the
   module's own package;
-* a ``*.py`` file named in docs/ARCHITECTURE.md, edit-protocol.md or SECURITY.md: it exists.
+* a ``*.py`` file named in backquotes anywhere in that prose (and CONTRIBUTING.md): it exists.
 """
 
 from __future__ import annotations
@@ -124,18 +124,21 @@ def test_every_relative_reference_in_a_docstring_resolves(where: str, name: str)
     assert resolve(name), f"{where} refers to {name}, which is neither a module nor an attribute of one"
 
 
-@pytest.mark.parametrize("doc", ["docs/ARCHITECTURE.md", "docs/edit-protocol.md", "docs/SECURITY.md"])
-def test_every_python_file_the_docs_name_exists(doc: str) -> None:
-    """From the repository's root, from tests/, or the tail of a file of the package (``cargo.py`` in a row on ``sandbox/``)."""
-    files = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}
-    named = set(PY_FILE.findall((ROOT / doc).read_text()))
-    missing = sorted(
-        n
-        for n in named
-        if not (
-            (ROOT / n).is_file() or (ROOT / "tests" / n).is_file() or any(f == n or f.endswith("/" + n) for f in files)
-        )
-    )
+#: Python files the prose names that are the user's, not the repository's
+USERS_FILES = {"ipython_config.py"}
+
+
+@pytest.mark.parametrize("doc", [str(p.relative_to(ROOT)) for p in [*PROSE, ROOT / "CONTRIBUTING.md"]])
+def test_every_python_file_the_prose_names_exists(doc: str) -> None:
+    """From the repository's root, from tests/, or the tail of a file of the package (``cargo.py`` in a row on
+    ``sandbox/``), of the tests, the scripts or the benchmarks."""
+    tails = {
+        p.relative_to(ROOT).as_posix()
+        for d in ("flakebot_magic", "tests", "scripts", "benchmarks")
+        for p in (ROOT / d).rglob("*.py")
+    }
+    named = set(PY_FILE.findall((ROOT / doc).read_text())) - USERS_FILES
+    missing = sorted(n for n in named if not ((ROOT / n).is_file() or any(t.endswith("/" + n) for t in tails)))
     assert not missing, f"{doc} names Python files that do not exist: {missing}"
 
 
