@@ -151,9 +151,8 @@ def test_the_resolver_can_fail() -> None:
     assert not resolve("flakebot_magic.records.inventory.Inventory.no_such_method")
 
 
-def test_only_the_magic_imports_ipython() -> None:
-    """What magics.py's docstring and ARCHITECTURE.md say: IPython is imported by magics.py and by
-    ``options.magic_argument_decorators`` (which the magic calls), nowhere else in the package."""
+def _importers(top: str) -> set[str]:
+    """``file:function`` (``<module>`` at the top) of every import of ``top`` or a submodule in the package."""
     importers = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -167,13 +166,25 @@ def test_only_the_magic_imports_ipython() -> None:
                 [alias.name for alias in node.names]
                 if isinstance(node, ast.Import)
                 else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
+                if isinstance(node, ast.ImportFrom) and not node.level
                 else []
             )
-            if any(m == "IPython" or m.startswith("IPython.") for m in modules):
+            if any(m == top or m.startswith(top + ".") for m in modules):
                 importers.add(f"{path.relative_to(PACKAGE).as_posix()}:{scopes.get(node, '<module>')}")
+    return importers
+
+
+def test_only_the_magic_imports_ipython() -> None:
+    """What magics.py's docstring and ARCHITECTURE.md say: IPython is imported by magics.py and by
+    ``options.magic_argument_decorators`` (which the magic calls), nowhere else in the package."""
+    importers = _importers("IPython")
     assert {i for i in importers if not i.startswith("magics.py:")} == {"options.py:magic_argument_decorators"}
     assert "magics.py:<module>" in importers
+
+
+def test_only_the_widget_uses_ipywidgets() -> None:
+    """What views/widget.py's docstring says: it imports ipywidgets; the magic only to see that it is installed."""
+    assert _importers("ipywidgets") == {"views/widget.py:<module>", "magics.py:_progress_mode"}
 
 
 #: what "registry" must not name: it is a crate registry (``flakebot_magic.registry``), never the tool inventory
