@@ -1,10 +1,9 @@
 """The deployed tools by name: list, show, logs, stop, search, for the magic, the command and the Jupyter server.
 
-Everything here reads the SQLite tool inventory (:mod:`flakebot_magic.records.inventory`),
-so a kernel, the ``flakebot`` command and the Jupyter server extension see the
-same tools. Tools with a process of their own (``http``, ``mcp``) are stopped
-through :mod:`flakebot_magic.clients.lifecycle` when this interpreter started
-them, and by their recorded process group otherwise.
+Everything here reads the SQLite tool inventory (:mod:`flakebot_magic.records.inventory`), so a kernel, the
+``flakebot`` command and the Jupyter server extension see the same tools. Tools with a process of their own
+(``http``, ``mcp``) are stopped through :mod:`flakebot_magic.clients.lifecycle` when this interpreter started them,
+and by their recorded process group otherwise.
 
 Each management command is written here once and answers with an
 :class:`Answer`: ``data`` (what ``--json`` and the REST API give), ``text``
