@@ -291,9 +291,9 @@ class FlakebotMagics(_OptionTraits):
             print("flakebot: building it here instead.")
             return None
         self.shell.push({pulled.tool.name: pulled.tool})
+        print(safe_text(f"flakebot: {pulled.text}, as {pin.notebook.name} pinned it (no build)"))
         for note in pulled.notes:
             print(safe_text(f"flakebot: {note}"))
-        print(safe_text(f"flakebot: {pulled.text}, as {pin.notebook.name} pinned it (no build)"))
         return pulled.tool
 
     # -- running a build ------------------------------------------------------

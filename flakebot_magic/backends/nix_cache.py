@@ -41,6 +41,7 @@ from .nix_command import Nix
 
 __all__ = [
     "PathInfo",
+    "Pushed",
     "TrustedKeys",
     "add_proof",
     "fetch_derivation",
@@ -52,6 +53,7 @@ __all__ = [
     "public_key",
     "push_derivation",
     "push_paths",
+    "push_tool",
     "read_proof",
     "real_path",
     "signer_of",
@@ -299,6 +301,7 @@ def prove(
         contract=dict(contract),
         session=session,
         derivation=info.deriver,
+        store_key=built.key,
     )
     path = add_proof(nix, proof, gcroots / ".proofs" / run.name)
     proof_info = path_info(nix, str(path))
@@ -392,6 +395,35 @@ def fetch_derivation(nix: Nix, cache: str, derivation: str, tool: str, trusted: 
     if tool not in outputs:
         return f"its derivation {derivation} does not build {tool}"
     return ""
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What :func:`push_tool` put in a cache: the paths, who signed them, and the derivation ("" when this store
+    no longer holds it: then a teammate can use the tool but not rebuild it)."""
+
+    paths: tuple[str, ...]
+    signed_by: tuple[str, ...]
+    derivation: str
+
+
+def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) -> Pushed:
+    """A nix-built tool to the cache ``to``, signed: its store path and its proof's (``manifest``'s), and the
+    derivation that builds it with its sources (:func:`push_derivation`), so a teammate can rebuild it.
+    The one push: ``flakebot push`` and ``--push`` both come here."""
+    paths = (str(manifest["nix_store_path"]), str(manifest["proof_store_path"]))
+    signers = push_paths(nix, paths, to, secret_key)
+    derivation = str(manifest.get("derivation") or "")
+    if not derivation:  # a tool built before proofs named it: nix's own record, if it has one
+        info = path_info(nix, paths[0])
+        derivation = info.deriver if info is not None else ""
+    try:
+        here = bool(derivation) and path_info(nix, derivation) is not None
+    except DeployError:  # nix path-info fails on a path the store does not hold (collected)
+        here = False
+    if here:
+        push_derivation(nix, derivation, to, secret_key)
+    return Pushed(paths, tuple(sorted(set(signers.values()))), derivation if here else "")
 
 
 def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dict[str, str]:

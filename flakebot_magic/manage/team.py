@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,8 +28,7 @@ from ..backends.nix_cache import (
     fetch_derivation,
     fetch_pinned,
     path_info,
-    push_derivation,
-    push_paths,
+    push_tool,
     read_proof,
     real_path,
 )
@@ -55,6 +55,8 @@ __all__ = [
     "saved_pin",
 ]
 
+#: what :func:`flakebot_magic.stages.deploy.store_key` makes
+_STORE_KEY = re.compile(r"[0-9a-f]{32}")
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
 
@@ -82,26 +84,22 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
             f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
         )
-    nix = _nix(settings)
-    signers = push_paths(nix, paths, to, Path(secret_key))
-    # the derivation too (sources and recipe, by hash), so a teammate can rebuild and compare: `flakebot verify`
-    info = path_info(nix, paths[0])
-    derivation = str(manifest.get("derivation") or (info.deriver if info is not None else ""))
-    if derivation and path_info(nix, derivation) is not None:
-        push_derivation(nix, derivation, to, Path(secret_key))
-        with_recipe = f", with its derivation {derivation}"
-    else:
-        derivation, with_recipe = "", " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    pushed = push_tool(_nix(settings), manifest, to, Path(secret_key))
     data = {
         "name": name,
         "to": to,
-        "paths": paths,
-        "derivation": derivation,
-        "signed_by": sorted(set(signers.values())),
+        "paths": list(pushed.paths),
+        "derivation": pushed.derivation,
+        "signed_by": list(pushed.signed_by),
     }
+    with_recipe = (
+        f", with its derivation {pushed.derivation}"
+        if pushed.derivation
+        else " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    )
     text = (
         f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}{with_recipe}, "
-        f"signed by {', '.join(data['signed_by'])}"
+        f"signed by {', '.join(pushed.signed_by)}"
     )
     return CommandResult(data, text)
 
@@ -341,7 +339,9 @@ def _install(
         "model": str(proof.session.get("model", "")),
         "iterations": int(proof.session.get("iterations", 0) or 0),
     }
-    key = proof.key.digest().removeprefix("sha256-")[:32]
+    # the builder's own key, so the tool's entry and source hash are the same as there (a key is 32 hex digits:
+    # anything else in a proof is not used as a directory name here)
+    key = proof.store_key if _STORE_KEY.fullmatch(proof.store_key) else proof.key.digest().removeprefix("sha256-")[:32]
     entry: StorePath = write_entry(
         settings.cache.store,
         key,

@@ -218,7 +218,9 @@ def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
 @_real
 def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
     notices = [n.message for n in built.recorder.of(Notice)]
-    assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
+    assert "pushed to file://" + str(built.root / "auto") + " with its derivation, signed by team-test-1" in notices, (
+        notices
+    )
     trusted = TrustedKeys(built.public)
     for path in (built.provenance["nix_store_path"], built.provenance["proof_store_path"]):
         data = json.loads(
@@ -251,6 +253,8 @@ def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     assert tool("hello", "team", input="") == "hello team\n"
     assert tool.provenance["substituted_from"] == pushed.cache and tool.provenance["signed_by"] == "team-test-1"
     assert pulled.signed_by == "team-test-1"
+    # the same tool as on the machine that built it: the same source hash (the builder's store key)
+    assert tool.source_hash == pushed.tool.source_hash
     # no fork, no cargo, no model: nix commands only, each on the teammate's store or the cache, never the first
     programs = {Path(argv[0]).name for argv in runner.argvs}
     assert programs <= {"nix", "nix-store"}, programs

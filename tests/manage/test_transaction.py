@@ -377,6 +377,31 @@ def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gon
         assert _git(aside, "rev-parse", "HEAD") == old.commit
 
 
+def test_recovery_finishes_a_build_whose_cache_dir_was_moved_since(
+    installed: tuple[Settings, ToolRecord], tmp_path: Path
+) -> None:
+    """Killed between the swap and the record, then the whole cache dir moved (a disk change, a copy): the intent
+    names the old place, and the next command there finishes the build in the new place."""
+    settings, old = installed
+    attempt = settings.cache.workspaces / ".next" / "demo-1-2"
+    commit = _workspace(attempt / "demo", "new")
+    record = _record(settings, _entry(settings, "d" * 32), commit)
+    _killed_at("txn.swapped", _INSTALL, str(settings.cache_dir), json.dumps(record.to_json()), str(attempt / "demo"))
+    moved = Settings(cache_dir=tmp_path / "elsewhere" / "cache")
+    moved.cache_dir.parent.mkdir()
+    settings.cache_dir.rename(moved.cache_dir)
+    [note] = recover(moved)
+    assert note.startswith("finished the build of 'demo'"), note
+    now = Inventory(moved.cache.tools).get("demo")
+    assert now is not None and pending(moved) == []
+    assert now.commit == commit and Path(now.workspace) == moved.cache.workspaces / "demo"
+    assert _git(Path(now.workspace), "rev-parse", "HEAD") == commit
+    assert Path(now.store_path).parent == moved.cache.store and Path(now.binary).is_file()
+    [aside] = (moved.cache.workspaces / ".old").iterdir()
+    assert _git(aside, "rev-parse", "HEAD") == old.commit
+    assert not settings.cache_dir.exists()  # nothing was written at the old place
+
+
 def test_recovery_leaves_a_running_build_alone(installed: tuple[Settings, ToolRecord]) -> None:
     settings, _ = installed
     intent = Intent(id="x", name="demo", record={}, final=str(settings.cache.workspaces / "demo"))

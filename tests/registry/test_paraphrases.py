@@ -42,21 +42,22 @@ from flakebot_magic.testing.search_eval import (
 #: sha256 of the held-out half as committed before tuning (9a1dfc9): it is never edited
 HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983766"
 #: what the held-out half measured with semantic search (all-MiniLM-L6-v2 fused with the words; 120
-#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), one wrong deploy. Words alone, when
-#: issue 20 landed: 0.85, 0.875, one.
+#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), no wrong deploy since a deploy needs
+#: evidence in words and in meaning, and both rankers' agreement (one before). Words alone, when issue 20
+#: landed: 0.85, 0.875, one.
 HELD_OUT_TOP3 = 111 / 120
 HELD_OUT_TOP10 = 118 / 120
-HELD_OUT_WRONG = 1
 #: the issue's targets
 TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
 #: sha256 of the blind set (tests/search_paraphrases_fresh.toml) as its writer handed it over: never edited
 FRESH_DIGEST = "a5921eaefafed0a81ee21b96990176e16a8b4cb54c7cb5c03c8ae4f3889aba37"
 #: what the blind set measured, once, with semantic search, after all tuning and with nothing changed since
 #: (189 paraphrases of 63 requests): top-3 152, top-10 179, 3 wrong deploys (words alone: 133, 149, 2). The
-#: floors sit a little below, so that a regression fails; wrong deploys may not grow.
+#: floors sit a little below, so that a regression fails. The fitness rule tuned on the tuning half since
+#: (words AND meaning, and both rankers agreeing: benchmarks/tune_fitness.py) deploys none wrongly here, the
+#: three above included, at the same top-3 and top-10 (measured as totals once, after).
 FRESH_TOP3 = 148 / 189
 FRESH_TOP10 = 176 / 189
-FRESH_WRONG = 3
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
@@ -153,15 +154,19 @@ def test_held_out_accuracy_and_fitness(held_out: dict[str, Any]) -> None:
     assert held_out["n"] >= 120
     assert held_out["top3"] >= HELD_OUT_TOP3
     assert held_out["top10"] >= HELD_OUT_TOP10
-    assert held_out["wrong"] <= HELD_OUT_WRONG
 
 
 @needs_debian
-@pytest.mark.xfail(strict=True, reason="issue 20's held-out targets are not reached yet: see README, search accuracy")
-def test_held_out_targets(held_out: dict[str, Any]) -> None:
+def test_held_out_wrong_deploy_target(held_out: dict[str, Any]) -> None:
+    assert held_out["wrong"] <= TARGET_WRONG
+    assert held_out["deploy"] + held_out["refuse"] + held_out["miss"] == held_out["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's held-out ranking targets are not reached yet: see README")
+def test_held_out_ranking_targets(held_out: dict[str, Any]) -> None:
     assert held_out["top3"] >= TARGET_TOP3
     assert held_out["top10"] >= TARGET_TOP10
-    assert held_out["wrong"] <= TARGET_WRONG
 
 
 @pytest.fixture(scope="module")
@@ -175,14 +180,16 @@ def test_blind_set_accuracy_and_fitness(fresh: dict[str, Any]) -> None:
     assert fresh["n"] == 189
     assert fresh["top3"] >= FRESH_TOP3
     assert fresh["top10"] >= FRESH_TOP10
-    assert fresh["wrong"] <= FRESH_WRONG
 
 
 @needs_debian
-@pytest.mark.xfail(
-    strict=True, reason="issue 20's targets are not reached on the blind set: see README, search accuracy"
-)
-def test_blind_set_targets(fresh: dict[str, Any]) -> None:
+def test_blind_set_wrong_deploy_target(fresh: dict[str, Any]) -> None:
+    assert fresh["wrong"] <= TARGET_WRONG
+    assert fresh["deploy"] + fresh["refuse"] + fresh["miss"] == fresh["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's ranking targets are not reached on the blind set: see README")
+def test_blind_set_ranking_targets(fresh: dict[str, Any]) -> None:
     assert fresh["top3"] >= TARGET_TOP3
     assert fresh["top10"] >= TARGET_TOP10
-    assert fresh["wrong"] <= TARGET_WRONG
