@@ -4,7 +4,7 @@
 
 Every command but ``clean`` and ``doctor`` (which do it their own way) starts
 with :func:`~flakebot_magic.manage.doctor.prepare`: what an interrupted build left is
-finished or undone, a registry that cannot be trusted is rebuilt, and what
+finished or undone, a tool inventory that cannot be trusted is rebuilt, and what
 was done is said on stderr.
 
 What it prints to a terminal goes through :func:`_say` (text made safe by
@@ -113,12 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "doctor",
         parents=[common],
-        help="Check the tool registry and the tools on disk; rebuild the registry from disk when it is damaged.",
+        help="Check the tool inventory and the tools on disk; rebuild the inventory from disk when it is damaged.",
     )
     clean_ = sub.add_parser(
         "clean",
         parents=[common],
-        help="Remove unused store entries and workspaces (it stops short when the registry cannot be trusted).",
+        help="Remove unused store entries and workspaces (it stops short when the tool inventory cannot be trusted).",
     )
     clean_.add_argument(
         "--all",

@@ -43,11 +43,11 @@ LINE_COMMANDS = (
     (
         "clean [--all]",
         "remove unused workspaces and store entries (never what it cannot prove unused: "
-        "with a damaged tool registry it stops and says why)",
+        "with a damaged tool inventory it stops and says why)",
     ),
     (
         "doctor",
-        "check the tool registry; rebuild it from the store and workspaces when it is damaged "
+        "check the tool inventory; rebuild it from the store and workspaces when it is damaged "
         "(this also happens by itself when needed)",
     ),
 )

@@ -34,7 +34,7 @@ The tree::
     │   ├── DiskFull        no space left: how much the work needs, what `clean` can free
     │   ├── CacheFileDamaged a manifest, binary, recipe or card that does not parse or match; `doctor`
     │   │                   sets it aside
-    │   └── RegistryDamaged the tool registry cannot be trusted (unreadable, fails
+    │   └── InventoryDamaged the tool inventory cannot be trusted (unreadable, fails
     │                       quick_check, empty while the store is not); `doctor` repairs it
     └── ToolError           a deployed tool failed when called (exit status, MCP or HTTP error)
 
@@ -67,10 +67,10 @@ __all__ = [
     "FlakeError",
     "FlakebotError",
     "ForkError",
+    "InventoryDamaged",
     "ModelError",
     "NeedsModelError",
     "PolicyError",
-    "RegistryDamaged",
     "RegistryError",
     "SearchError",
     "StageTimeout",
@@ -400,13 +400,18 @@ class CacheFileDamaged(StorageError):
     parse, or no longer holds what was recorded. ``path`` names it; ``flakebot doctor`` sets it aside."""
 
 
-class RegistryDamaged(StorageError):
-    """The tool registry cannot be trusted: unreadable, failing ``PRAGMA quick_check``, a record that does not
+class InventoryDamaged(StorageError):
+    """The tool inventory cannot be trusted: unreadable, failing ``PRAGMA quick_check``, a record that does not
     parse, or empty while the store holds tools. ``reason`` says which; ``flakebot doctor`` rebuilds it."""
 
     def __init__(self, message: str, *, reason: str = "", path: Path | None = None, code: str = "") -> None:
         self.reason = reason
         super().__init__(message, path=path, code=code)
+
+
+#: the name :class:`InventoryDamaged` had before the tool database stopped being called a registry; kept so
+#: that code catching it by that name keeps working
+RegistryDamaged = InventoryDamaged
 
 
 class ToolArgumentError(UsageError, TypeError):

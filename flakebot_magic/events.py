@@ -32,7 +32,7 @@ __all__ = [
     "SteeringMessage",
 ]
 
-#: the stages in pipeline order; "check" is cargo build and cargo test together
+#: the stages in pipeline order (build and test run side by side; edit only with a model)
 STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client")
 
 StageStatus = Literal["done", "failed", "skipped", "cached"]

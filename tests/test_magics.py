@@ -204,12 +204,12 @@ def test_doctor_and_clean_with_a_damaged_registry(tmp_path: Path, capsys: pytest
         capsys.readouterr()
         shell.run_line_magic("flakebot", "clean")
         out = capsys.readouterr().out
-        assert "flakebot clean stopped: the tool registry cannot be trusted: SQLite cannot read" in out
+        assert "flakebot clean stopped: the tool inventory cannot be trusted: SQLite cannot read" in out
         assert entry.is_dir()  # nothing a tool might use is gone
         [kept] = (tmp_path / "cache" / "tools").glob("tools.sqlite3.damaged-*")
         assert f"the damaged file is kept at {kept}" in out
         shell.run_line_magic("flakebot", "doctor")
         out = capsys.readouterr().out
-        assert "The tool registry is sound" in out
+        assert "The tool inventory is sound" in out
     finally:
         shell.cleanup()

@@ -2,9 +2,9 @@
 notebook, :func:`agent_tools` and :func:`call` (OpenAI function calling).
 
 * :mod:`.builds`: an agent's builds, within the agent limits, recording who asked;
-* :mod:`.catalog`: every built tool's functions, from the shared tool registry;
+* :mod:`.catalog`: every built tool's functions, from the shared tool inventory;
 * :mod:`.functions`: flakebot's own functions (build_tool, search_crates, list_tools, tool_info);
-* :mod:`.protocol`: one MCP session (JSON-RPC), :mod:`.stdio` and :mod:`.http` its transports;
+* :mod:`.mcp`: one MCP session (JSON-RPC), :mod:`.stdio` and :mod:`.http` its transports;
 * :mod:`.notebook`: the same functions as OpenAI tools in a kernel (:func:`call`, and :func:`acall` to await);
 * :mod:`.command`: the ``flakebot mcp`` subcommand.
 """

@@ -7,7 +7,7 @@ and ``agent_token_budget`` model tokens for the session's builds together
 (each build's edit loop gets ``token_budget`` or what is left of the
 session's tokens, whichever is less). A refused build raises
 :class:`~flakebot_magic.errors.ConfigError` saying which limit and which
-setting raises it. After a build the tool's registry record names who asked
+setting raises it. After a build the tool's inventory record names who asked
 (``requested_by``: the MCP client's name, or ``notebook``), so ``show`` and
 the provenance say it was an agent's build.
 

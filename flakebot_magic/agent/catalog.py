@@ -1,6 +1,6 @@
-"""Every built tool's functions, for agents: names, input schemas, calls; read from the shared tool registry.
+"""Every built tool's functions, for agents: names, input schemas, calls; read from the shared tool inventory.
 
-The catalog reads the SQLite tool registry (:mod:`flakebot_magic.records.inventory`)
+The catalog reads the SQLite tool inventory (:mod:`flakebot_magic.records.inventory`)
 on every listing, so a tool built anywhere (this server, a notebook, the
 ``flakebot`` command) is there the moment its record is. Each tool's client is
 the one its kind already has (:func:`flakebot_magic.manage.tools.tool_of`): a
@@ -78,12 +78,12 @@ def _record_key(record: ToolRecord) -> tuple[str, str, str, str]:
 
 
 class ToolCatalog:
-    """The built tools' functions, kept fresh from the registry.
+    """The built tools' functions, kept fresh from the inventory.
 
     Parameters
     ----------
     settings
-        Where the registry is; the tools' timeout, environment and confinement.
+        Where the inventory is; the tools' timeout, environment and confinement.
     reserved
         Names that are flakebot's own (``build_tool`` ...): a tool function
         with such a name is left out, with a note on stderr.
@@ -99,10 +99,10 @@ class ToolCatalog:
         self._lock = threading.RLock()
         self._by_name: dict[str, CatalogEntry] = {}
 
-    # -- the registry ------------------------------------------------------------
+    # -- the inventory ------------------------------------------------------------
 
     def stamp(self) -> tuple[int, ...]:
-        """Changes whenever the registry's files change (cheap: two stats, no SQLite)."""
+        """Changes whenever the inventory's files change (cheap: two stats, no SQLite)."""
         parts: list[int] = []
         for suffix in ("", "-wal"):
             try:
@@ -118,7 +118,7 @@ class ToolCatalog:
         return tuple((r.name, r.store_path, r.source_hash) for r in self.inventory.all())
 
     def adopt(self, tool: ToolClient) -> None:
-        """Use ``tool`` (a client a build here just returned, already started) for its registry record."""
+        """Use ``tool`` (a client a build here just returned, already started) for its inventory record."""
         record = self.inventory.get(tool.name)
         if record is None:
             return
@@ -191,7 +191,7 @@ class ToolCatalog:
         return kept
 
     def find(self, name: str) -> CatalogEntry | None:
-        """The function an agent calls ``name`` (the registry is read again when it is not known yet)."""
+        """The function an agent calls ``name`` (the inventory is read again when it is not known yet)."""
         with self._lock:
             entry = self._by_name.get(name)
         if entry is not None:

@@ -36,7 +36,7 @@ from ..request import RunFlags
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .mcp import ServerSession
-from .stdio import RegistryWatcher
+from .stdio import InventoryWatcher
 
 __all__ = ["McpHttpServer", "serve_http"]
 
@@ -65,7 +65,7 @@ class _Session:
 
 
 class McpHttpServer(ThreadingHTTPServer):
-    """The HTTP server: its sessions, the shared catalog, the registry watcher."""
+    """The HTTP server: its sessions, the shared catalog, the inventory watcher."""
 
     daemon_threads = True
 
@@ -79,7 +79,7 @@ class McpHttpServer(ThreadingHTTPServer):
         self.sessions: dict[str, _Session] = {}
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", port), _Handler)
-        self.watcher = RegistryWatcher(self.catalog, lambda: [s.protocol for s in list(self.sessions.values())])
+        self.watcher = InventoryWatcher(self.catalog, lambda: [s.protocol for s in list(self.sessions.values())])
 
     @property
     def url(self) -> str:

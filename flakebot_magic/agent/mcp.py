@@ -273,7 +273,7 @@ class ServerSession:
     # -- the session's end, changes elsewhere ----------------------------------------
 
     def tools_changed(self, signature: tuple[tuple[str, str, str], ...]) -> None:
-        """The registry changed (a build elsewhere): tell the client when its tool list differs."""
+        """The inventory changed (a build elsewhere): tell the client when its tool list differs."""
         if not self.initialized or self.known is None or signature == self.known:
             return
         self.known = signature

@@ -1,9 +1,9 @@
-"""``flakebot mcp`` over stdio: newline-delimited JSON-RPC on stdin and stdout, and the registry watcher.
+"""``flakebot mcp`` over stdio: newline-delimited JSON-RPC on stdin and stdout, and the inventory watcher.
 
 Only JSON-RPC messages go to stdout: while the server runs, anything else
 that would print there (a stray ``print``) goes to stderr. The watcher
 notices tools built elsewhere (a notebook, the command) by polling the
-registry file's size and time every :data:`POLL_SECONDS`, and tells each
+inventory file's size and time every :data:`POLL_SECONDS`, and tells each
 session whose tool list changed.
 """
 
@@ -24,9 +24,9 @@ from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .mcp import ServerSession
 
-__all__ = ["POLL_SECONDS", "RegistryWatcher", "StreamWriter", "serve_stdio"]
+__all__ = ["POLL_SECONDS", "InventoryWatcher", "StreamWriter", "serve_stdio"]
 
-#: how often the registry file is checked for tools built elsewhere
+#: how often the inventory file is checked for tools built elsewhere
 POLL_SECONDS = 0.05
 
 
@@ -44,8 +44,8 @@ class StreamWriter:
             self.stream.flush()
 
 
-class RegistryWatcher:
-    """Polls the tool registry; calls ``on_change(signature)`` when the tools (names, store entries) change."""
+class InventoryWatcher:
+    """Polls the tool inventory; calls ``on_change(signature)`` when the tools (names, store entries) change."""
 
     def __init__(
         self,
@@ -60,7 +60,7 @@ class RegistryWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="flakebot-mcp-watcher", daemon=True)
 
-    def start(self) -> RegistryWatcher:
+    def start(self) -> InventoryWatcher:
         self._thread.start()
         return self
 
@@ -77,8 +77,8 @@ class RegistryWatcher:
             stamp = now
             try:
                 signature = self.catalog.signature()
-            except Exception as exc:  # a registry being rewritten: try again at the next change
-                print(safe_text(f"flakebot: could not read the tool registry: {exc}"), file=sys.stderr)
+            except Exception as exc:  # an inventory being rewritten: try again at the next change
+                print(safe_text(f"flakebot: could not read the tool inventory: {exc}"), file=sys.stderr)
                 continue
             for session in list(self.sessions()):
                 session.tools_changed(signature)
@@ -96,7 +96,7 @@ def serve_stdio(
     out = StreamWriter(stdout or sys.stdout.buffer)
     catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
     session = ServerSession(settings, catalog, notify=out, flags=flags)
-    watcher = RegistryWatcher(catalog, lambda: [session]).start()
+    watcher = InventoryWatcher(catalog, lambda: [session]).start()
     try:
         with redirect_stdout(sys.stderr):  # stdout carries JSON-RPC only
             # batches: flakebot mcp speaks 2025-03-26 too, which has them

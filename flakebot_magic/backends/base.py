@@ -208,7 +208,7 @@ def manifest(
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
         "proof": built.proof.summary() if built.proof is not None else {},
         "version": crate.version,
-        # the edit session's (editing.session_record): tokens and cost; with --candidates, each and the winner
+        # the edit session's (pipeline.edit_stage.session_record): tokens and cost; with --candidates, each and the winner
         "usage": run.session.get("usage", {}),
         "winner": run.session.get("winner"),
         "candidates": run.session.get("candidates", []),

@@ -1,4 +1,4 @@
-"""Stage 5 (nix backend): ``nix build`` the workspace flake; the tool is its /nix/store path.
+"""nix's command line (:class:`Nix`): ``nix build`` of the workspace flake (its /nix/store path is the tool), its sandbox.
 
 The flow, driven by :mod:`flakebot_magic.pipeline`::
 

@@ -7,7 +7,7 @@ provenance, inventory, fsutil), never a stage, the pipeline or a front door.
   (:func:`~.contract.read_contract`).
 * :mod:`.factory`: the client of a tool, by its kind (:func:`make_tool`,
   :func:`tool_from_record`).
-* :mod:`.base` (what every client has), :mod:`.cli` with :mod:`.cli_help` (a call is a
+* :mod:`.base` (what every client has), :mod:`.cli_tool` with :mod:`.cli_tool_help` (a call is a
   :class:`~flakebot_magic.host.exchange.Exchange`), :mod:`.mcp`, :mod:`.http`; :mod:`.lifecycle` (the tools'
   processes), :mod:`.bridge` (any tool over MCP), :mod:`.agents` and
   :mod:`.schema` (function schemas).

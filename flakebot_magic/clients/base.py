@@ -160,7 +160,7 @@ class ToolClient:
         #: the acceptance examples' results, when the cell had examples
         self.acceptance: Any = None
         #: called as ``on_state(status=..., pid=..., url=...)`` when the tool's process starts or
-        #: stops (the pipeline points it at the tool registry)
+        #: stops (the pipeline points it at the tool inventory)
         self.on_state: Callable[..., object] | None = None
 
     def _state(self, **changes: Any) -> None:

@@ -2,7 +2,7 @@
 
 * :func:`make_tool`: from a store entry (what the pipeline's ``client``
   stage has just deployed or found in the store).
-* :func:`tool_from_record`: from a tool registry record
+* :func:`tool_from_record`: from a tool inventory record
   (:class:`~flakebot_magic.records.inventory.ToolRecord`), for ``%flakebot show``,
   the command and the Jupyter server.
 
@@ -22,7 +22,7 @@ from ..errors import StorageError
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
 from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
-from .cli import CliTool
+from .cli_tool import CliTool
 from .contract import ToolContract
 from .http import HttpTool
 from .mcp import McpTool

@@ -1,4 +1,4 @@
-"""Stage 2b, the edit loop: a language model edits the workspace; cargo proves each step; code keeps the score.
+"""The ``edit`` stage's loop: a language model edits the workspace; cargo proves each step; code keeps the score.
 
 The package, one job per module:
 
@@ -7,14 +7,16 @@ The package, one job per module:
 * :mod:`.checkrun`: a check run (cargo build, test, clippy in the sandbox), rustc's fixes, commits, reverts;
 * :mod:`.ratchet`: the tests in the source, and the best state that must not be lost;
 * :mod:`.report`: a check run's report for the model;
-* :mod:`.model_io`: requests to the model within byte and time caps, retried when unusable;
 * :mod:`.prompt`: the system prompt;
 * :mod:`.state`: the recorded sessions of a workspace, and one session's outcome;
 * :mod:`.session`: :class:`EditLoop`, the loop itself (budget, stuck detection, finish).
 * :mod:`.team`: the session's actors (manager, architect, engineers, judge) and ``--candidates``;
 * :mod:`.architect`: the plan; :mod:`.forks`: candidate clones with a warm target dir, adopting the winner;
-* :mod:`.judge`: a candidate's structural score; :mod:`.budget`: tokens and dollars shared by the actors;
-* :mod:`.journal`: the session's record and where a resume starts; :mod:`.context`: result caps, compaction.
+* :mod:`.judge`: a candidate's structural score; :mod:`.candidates`: a race's records; :mod:`.races`: a journalled race;
+* :mod:`.journal`: the session's record and where a resume starts; :mod:`.resume`: resuming a session;
+* :mod:`.context`: result caps, compaction.
+
+Requests to the model go through :mod:`flakebot_magic.llm` (caps, retries, the shared budget), never from here.
 
 In this package "tool" means the deployed program; what the model calls are
 protocol functions. See ``docs/edit-protocol.md``.

@@ -10,8 +10,8 @@ or the OOM killer would. ``name#2`` kills at the second time the point is
 passed (a point inside a loop). Unset, a crash point costs one comparison.
 
 :data:`POINTS` lists every point, in the order a run passes them, with what
-has just happened there. ``tests/test_crash_points.py`` kills a real build at
-each one, and checks (by reading the code) that every step that writes,
+has just happened there. ``tests/manage/test_transaction.py`` kills a real build at
+each one, and ``tests/host/test_crashpoints.py`` checks (by reading the code) that every step that writes,
 renames or removes in the functions named in :data:`WATCHED` is followed by
 a point, so a new step without one fails the tests.
 
@@ -55,7 +55,7 @@ POINTS: dict[str, str] = {
     "txn.intent": "the intent record was written and fsync-ed",
     "txn.card": "the tool card was written into the new workspace",
     "txn.swapped": "the new workspace was swapped in; the replaced one is where the new one was",
-    "txn.record": "the registry record was saved (the transaction's commit point)",
+    "txn.record": "the inventory record was saved (the transaction's commit point)",
     "txn.named": "the tool was named (its commit, its workspace) in its store entry's manifest",
     "txn.aside": "the replaced workspace was moved to .old/ (a --continue copy's stays for the next step)",
     "txn.recipe": "the recipe was written",

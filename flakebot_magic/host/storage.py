@@ -1,7 +1,7 @@
 """The cache on disk: OS and SQLite errors turned into :class:`~flakebot_magic.errors.StorageError` once, free space.
 
 Whatever reads or writes the cache dir can meet ``OSError`` or ``sqlite3.Error``.
-The boundaries (the tool registry, the search index, a build, a management
+The boundaries (the tool inventory, the search index, a build, a management
 command) wrap their work in :func:`storage_errors`, which re-raises either as a
 :class:`~flakebot_magic.errors.FlakebotError` that says what happened and what
 to do (``raise ... from exc``, as httpx's ``map_exceptions`` does). Nothing

@@ -1,15 +1,15 @@
 """Removing what flakebot left behind: unused store entries, old workspaces, build outputs, GC roots.
 
 ``clean`` never removes what it cannot prove unused. What no tool can use,
-whatever the registry says, goes first: build outputs (``target/``), the
+whatever the inventory says, goes first: build outputs (``target/``), the
 losing candidates of an edit, workspaces a re-fork replaced (``.old/``),
 what failed or killed builds left under ``.next/``, half-written store
 entries, stale git lock files. Store entries, workspaces, recipes and GC
-roots are removed only when the tool registry names no tool that uses them,
-so the registry must be trustworthy first: unreadable, failing
+roots are removed only when the tool inventory names no tool that uses them,
+so the inventory must be trustworthy first: unreadable, failing
 ``PRAGMA quick_check``, a record that does not parse, or empty (even
 missing) while the store holds entries, and ``clean`` stops there, says why
-(:attr:`CleanReport.refused`), and the doctor rebuilds the registry from
+(:attr:`CleanReport.refused`), and the doctor rebuilds the inventory from
 disk (:mod:`flakebot_magic.manage.doctor`) for the next ``clean`` to use.
 
 Nix-built tools live in /nix/store, kept by a GC root ``<cache>/gcroots/NAME``;
@@ -27,7 +27,7 @@ A directory is first renamed aside (``.removing-...``, one step: no reader
 ever sees half of a store entry), then removed; a crash in between leaves
 only that, for the next ``clean``.
 
-``clean(everything=True)`` removes the tool registry too, and with it the
+``clean(everything=True)`` removes the tool inventory too, and with it the
 process groups it records: tools with a running process are stopped first.
 ``dry_run`` counts what would go (:func:`flakebot_magic.pipeline.deployed.disk_full`
 says it).
@@ -82,7 +82,7 @@ class CleanReport:
     candidates_freed: int = 0
     #: why clean stopped before removing tools' store entries, workspaces and recipes ("" when it did not)
     refused: str = ""
-    #: what happened before: unfinished builds finished or undone, the registry repaired
+    #: what happened before: unfinished builds finished or undone, the inventory repaired
     prepared: list[str] = field(default_factory=list)
     #: a dry run: nothing was removed, ``removed`` and ``freed`` say what would be
     dry_run: bool = False
@@ -221,9 +221,9 @@ def clean(settings: Settings, *, everything: bool = False, dry_run: bool = False
 
     What a running build holds is kept either way and listed in
     :attr:`CleanReport.kept`. With ``everything``, tools with a running
-    process are stopped first (:attr:`CleanReport.stopped`). With a registry
+    process are stopped first (:attr:`CleanReport.stopped`). With an inventory
     that cannot be trusted only what no tool can use is removed:
-    :attr:`CleanReport.refused` says why, and the registry is repaired.
+    :attr:`CleanReport.refused` says why, and the inventory is repaired.
     """
     report = CleanReport(dry_run=dry_run)
     if not dry_run:
@@ -276,7 +276,7 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
     health = Inventory(settings.cache.tools).check(entries)
     if not health.ok:
         report.refused = (
-            f"the tool registry cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
+            f"the tool inventory cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
             "left alone (only what no tool can use was removed)"
         )
         if health.reason in ("empty", "missing") and running.holders:
@@ -318,7 +318,7 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
 def _clean_leftovers(
     settings: Settings, report: CleanReport, running: _Running, remove: Callable[[Path], None]
 ) -> None:
-    """What no tool can use, whatever the registry says: old and failed attempts, build outputs, stale locks."""
+    """What no tool can use, whatever the inventory says: old and failed attempts, build outputs, stale locks."""
     workspaces = settings.cache.workspaces
     if workspaces.is_dir():
         # workspaces replaced (.old) and builds beside a tool's workspace (.next): a running one's are kept

@@ -1,8 +1,8 @@
-"""``flakebot doctor``: the cache checked, and the tool registry rebuilt from what is on disk when it cannot be trusted.
+"""``flakebot doctor``: the cache checked, and the tool inventory rebuilt from what is on disk when it cannot be trusted.
 
 Every command starts with :func:`prepare`: transactions a dead process left
 are finished or undone (:func:`~flakebot_magic.manage.transaction.recover`), then
-the registry is checked (:meth:`~flakebot_magic.records.inventory.Inventory.check`:
+the inventory is checked (:meth:`~flakebot_magic.records.inventory.Inventory.check`:
 readable, ``PRAGMA quick_check``, every record parses, not empty while the
 store holds entries it never saw). One that cannot be trusted is rebuilt
 at once, by :func:`doctor`, which ``flakebot doctor`` / ``%flakebot doctor``
@@ -14,9 +14,9 @@ also run by hand:
   commit is in the workspace's history; a workspace from before tool cards
   gives its crate (``.git/flakebot.json``) and HEAD, matched with the store
   entry whose manifest names that commit;
-* what the damaged registry still says of the same build (its log, its
+* what the damaged inventory still says of the same build (its log, its
   request, who asked for it) is kept;
-* the new registry is written beside, the damaged file (and its ``-wal``)
+* the new inventory is written beside, the damaged file (and its ``-wal``)
   moved to ``tools.sqlite3.damaged-<time>`` (named in the report), then the
   new one put in its place.
 
@@ -45,7 +45,7 @@ from .transaction import read_card, recover
 
 __all__ = ["DoctorReport", "doctor", "prepare", "reconstruct", "store_entries"]
 
-#: what the damaged registry may still tell of a build the rebuilt record describes
+#: what the damaged inventory may still tell of a build the rebuilt record describes
 _KEPT_FROM_OLD = ("created", "log_path", "request", "requested_by", "description", "extra")
 
 
@@ -64,7 +64,7 @@ class DoctorReport:
     health: Health = field(default_factory=Health)
     #: unfinished builds finished or undone first
     recovered: list[str] = field(default_factory=list)
-    #: where the damaged registry was moved (None: it was not)
+    #: where the damaged inventory was moved (None: it was not)
     aside: Path | None = None
     #: the tools whose records were rebuilt, and workspaces that gave none (and why)
     rebuilt: list[str] = field(default_factory=list)
@@ -77,19 +77,19 @@ class DoctorReport:
     set_aside: list[str] = field(default_factory=list)
 
     def repair_line(self) -> str:
-        """One sentence on the repair ("" when the registry was fine)."""
+        """One sentence on the repair ("" when the inventory was fine)."""
         if self.health.ok:
             return ""
         names = ", ".join(self.rebuilt) or "none"
         kept = f"; the damaged file is kept at {self.aside}" if self.aside else ""
         return (
-            f"The tool registry could not be trusted ({self.health.problem}); it was rebuilt from the store and "
+            f"The tool inventory could not be trusted ({self.health.problem}); it was rebuilt from the store and "
             f"the workspaces: {len(self.rebuilt)} tool{'' if len(self.rebuilt) == 1 else 's'} ({names}){kept}."
         )
 
     def summary(self) -> list[str]:
         lines = list(self.recovered)
-        lines.append(self.repair_line() or "The tool registry is sound (quick_check ok, every record parses).")
+        lines.append(self.repair_line() or "The tool inventory is sound (quick_check ok, every record parses).")
         lines += [f"not rebuilt: {why}" for why in self.skipped]
         lines += [f"removed {lock} (a killed git's lock)" for lock in self.unlocked]
         lines += self.set_aside
@@ -124,8 +124,8 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     """What every command does first; returns what it did, in words (most often nothing).
 
     Unfinished transactions of dead processes are finished or undone; with
-    ``repair``, a registry that cannot be trusted is rebuilt (:func:`doctor`).
-    A registry that is only empty (or not there yet) is left alone while a
+    ``repair``, an inventory that cannot be trusted is rebuilt (:func:`doctor`).
+    An inventory that is only empty (or not there yet) is left alone while a
     build runs (its first record may be on its way). A repair that fails (a full disk) is
     reported, not raised: reading commands go on.
     """
@@ -143,7 +143,7 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     try:
         report = doctor(settings, health=health)
     except StorageError as exc:
-        return [*notes, f"the tool registry cannot be trusted ({health.problem}) and could not be repaired now: {exc}"]
+        return [*notes, f"the tool inventory cannot be trusted ({health.problem}) and could not be repaired now: {exc}"]
     return [*notes, *report.recovered, report.repair_line()]
 
 
@@ -157,10 +157,10 @@ def _layout(settings: Settings) -> list[str]:
 
 
 def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
-    """Check the registry and the tools on disk; rebuild the registry when it cannot be trusted.
+    """Check the inventory and the tools on disk; rebuild the inventory when it cannot be trusted.
 
     ``health``: what a check just found (else the doctor checks). Raises
-    :class:`~flakebot_magic.errors.StorageError` when the rebuilt registry
+    :class:`~flakebot_magic.errors.StorageError` when the rebuilt inventory
     cannot be written (a full disk); the damaged one is then left in place.
     """
     report = DoctorReport(set_aside=_layout(settings))
@@ -199,7 +199,7 @@ def _set_aside_damaged(settings: Settings) -> list[str]:
 def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[list[ToolRecord], list[str]]:
     """The records the workspaces and the store entries prove; and why each other workspace gives none.
 
-    ``old`` holds what could still be read of the damaged registry (records by name, as JSON).
+    ``old`` holds what could still be read of the damaged inventory (records by name, as JSON).
     """
     records: list[ToolRecord] = []
     skipped: list[str] = []

@@ -1,10 +1,9 @@
 """The deployed tools by name: list, show, logs, stop, search, for the magic, the command and the Jupyter server.
 
-Everything here reads the SQLite tool registry (:mod:`flakebot_magic.records.inventory`),
-so a kernel, the ``flakebot`` command and the Jupyter server extension see the
-same tools. Tools with a process of their own (``http``, ``mcp``) are stopped
-through :mod:`flakebot_magic.clients.lifecycle` when this interpreter started
-them, and by their recorded process group otherwise.
+Everything here reads the SQLite tool inventory (:mod:`flakebot_magic.records.inventory`), so a kernel, the
+``flakebot`` command and the Jupyter server extension see the same tools. Tools with a process of their own
+(``http``, ``mcp``) are stopped through :mod:`flakebot_magic.clients.lifecycle` when this interpreter started them,
+and by their recorded process group otherwise.
 
 Each management command is written here once and answers with an
 :class:`Answer`: ``data`` (what ``--json`` and the REST API give), ``text``
@@ -391,8 +390,8 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
     """A tool as JSON: what ``flakebot build/list/show --json``, the REST API and the dashboard give.
 
     ``subject`` is a :class:`~flakebot_magic.records.inventory.ToolRecord` or a
-    loaded tool (what a build returns; its record is read from ``settings``'
-    registry). The keys are the record's fields without its secret token
+    loaded tool (what a build returns; its record is read from ``settings``' tool
+    inventory). The keys are the record's fields without its secret token
     (``name``, ``kind``, ``crate``, ``version``, ``binary``, ``store_path``,
     ``source_hash``, ``checksum``, ``backend``, ``workspace``, ``commit``,
     ``request``, ``url``, ``pid``, ...; see
@@ -461,7 +460,7 @@ def _provenance(tool: Any, record: ToolRecord | None) -> dict[str, Any]:
 
 
 def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
-    """The registry's record of a loaded tool; one made from the tool when the registry has none."""
+    """The inventory's record of a loaded tool; one made from the tool when the inventory has none."""
     record = Inventory(settings.cache.tools).get(tool.name) if settings is not None else None
     if record is not None:
         return record

@@ -7,7 +7,7 @@ addressed and swapped in one step, it is whole whichever tool uses it). Then::
     card     the record as JSON in the new workspace's .git/flakebot-tool.json (its "tool card")
     swap     the new workspace takes workspaces/NAME (renameat2 RENAME_EXCHANGE); the replaced one is
              where the new one was
-    record   the registry's record of NAME is saved                 <- the commit point
+    record   the inventory's record of NAME is saved                 <- the commit point
     named    the store entry's manifest names NAME (its commit, workspace, who forked it)
     aside    the replaced workspace moves to .old/ (a --continue copy's stays to go with the attempt)
     recipe   the recipe names the store entry
@@ -235,7 +235,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
     try:
         add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, _tool_entry(record))
     except DeployError as exc:
-        notice(f"{exc} (the record has it; `flakebot doctor` needs it only when the registry is lost)")
+        notice(f"{exc} (the record has it; `flakebot doctor` needs it only when the inventory is lost)")
     crash_point("txn.named")
     # after the commit point nothing may fail the run: what cannot be done is said, and left for `clean`
     leftover = False

@@ -139,6 +139,17 @@ class BackgroundRun(Generic[T]):
             raise error
         return self._result  # type: ignore[return-value]
 
+    def _ended(self, observers: list[Observer], stop_by: float) -> bool:
+        """One turn of both waits: the queued events delivered; True when the run has ended (its last events
+        delivered too); :meth:`_still_stopping` raised once a cancelled run is past ``stop_by``."""
+        self._deliver(observers)
+        if self.done:
+            self._deliver(observers)
+            return True
+        if time.monotonic() > stop_by:
+            raise self._still_stopping()
+        return False
+
     def wait(
         self, observers: Iterable[Observer] = (), *, tick: Callable[[], None] | None = None, interval: float = 0.25
     ) -> T:
@@ -151,12 +162,8 @@ class BackgroundRun(Generic[T]):
         stop_by = float("inf")
         while True:
             try:
-                self._deliver(observers)
-                if self.done:
-                    self._deliver(observers)
+                if self._ended(observers, stop_by):
                     return self._outcome()
-                if time.monotonic() > stop_by:
-                    raise self._still_stopping()
                 self._done.wait(interval)
                 if tick is not None:
                     tick()
@@ -190,12 +197,8 @@ class BackgroundRun(Generic[T]):
         try:
             while True:
                 woken.clear()
-                self._deliver(observers)
-                if self.done:
-                    self._deliver(observers)
+                if self._ended(observers, stop_by):
                     return self._outcome()
-                if time.monotonic() > stop_by:
-                    raise self._still_stopping()
                 try:
                     await asyncio.wait_for(woken.wait(), interval)
                 except asyncio.TimeoutError:
@@ -234,7 +237,7 @@ def start_build(
 
     Every front door builds through here, so every build has its run log:
     every line of cargo's, git's and nix's output is kept under
-    ``<cache>/logs/NAME.log`` and recorded in the tool registry with the
+    ``<cache>/logs/NAME.log`` and recorded in the tool inventory with the
     request, for ``%flakebot logs`` and ``%flakebot rebuild``.
 
     Parameters

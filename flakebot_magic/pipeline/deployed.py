@@ -142,7 +142,7 @@ def deployed_tool(
 
 
 def _builders(store: StorePath, settings_tools: Path) -> list[tuple[str, str, str]]:
-    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the registry's."""
+    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the inventory's."""
     manifest = store.manifest
     found = [
         (str(data.get("workspace", "")), str(data.get("commit", "")), str(data.get("forked_by") or tool))

@@ -13,7 +13,7 @@ database file alone (``immutable=1``), so ``list``, ``show`` and ``clean``
 still work. Every SQLite and OS error leaves here as a
 :class:`~flakebot_magic.errors.StorageError` (:mod:`flakebot_magic.host.storage`);
 a damaged file, or a record that does not parse, as
-:class:`~flakebot_magic.errors.RegistryDamaged`, which ``flakebot doctor``
+:class:`~flakebot_magic.errors.InventoryDamaged`, which ``flakebot doctor``
 (:mod:`flakebot_magic.manage.doctor`) repairs. :meth:`Inventory.check` is the
 health check the doctor runs at every command's start.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import RegistryDamaged, StorageError
+from ..errors import InventoryDamaged, StorageError
 from ..host.fsutil import fsync_dir
 from ..host.storage import is_full, sqlite_code, storage_errors
 
@@ -267,7 +267,7 @@ class Inventory:
     # -- connections ----------------------------------------------------------
 
     def _damaged(self, exc: sqlite3.Error, code: str) -> StorageError:
-        return RegistryDamaged(
+        return InventoryDamaged(
             f"The tool registry {self.path} is damaged ({exc}). {DOCTOR_HINT}",
             reason="unreadable",
             path=self.path,
@@ -373,7 +373,7 @@ class Inventory:
         try:
             return self._decode(text).rebased(self.dir.parent)
         except (ValueError, TypeError) as exc:
-            raise RegistryDamaged(
+            raise InventoryDamaged(
                 f"The record of {name!r} in the tool registry {self.path} does not parse ({exc}). {DOCTOR_HINT}",
                 reason="record",
                 path=self.path,
@@ -470,7 +470,7 @@ class Inventory:
                 unseen = set(store_entries) - set(seen if isinstance(seen, list) else [])
                 return self._empty("empty", unseen, f"{self.path} holds no tools")
         except StorageError as exc:
-            if not isinstance(exc, RegistryDamaged) and is_full(self.dir):
+            if not isinstance(exc, InventoryDamaged) and is_full(self.dir):
                 return Health()  # no closer look on a full disk: reads fall back to the file alone
             return Health("unreadable", f"SQLite cannot read {self.path} ({exc.__cause__ or exc})")
 

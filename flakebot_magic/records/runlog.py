@@ -11,8 +11,8 @@ the log of the build that made it; later runs keep theirs beside it::
 A run that fails or is cancelled changes no tool: its log goes to
 ``NAME.failed.log`` and what is known of it (the request, the error, the
 kept workspace) to an :class:`Attempt` in ``<tools>/attempts/NAME.json``,
-beside the tool registry, so ``list``, ``show`` and the dashboard show it
-(``clean --all`` removes it with the registry). A run that succeeds removes
+beside the tool inventory, so ``list``, ``show`` and the dashboard show it
+(``clean --all`` removes it with the inventory). A run that succeeds removes
 both. A log may hold whatever a crate's tests printed, so it is the user's
 alone: mode 0600 in a 0700 directory, written atomically (a planted symlink
 is replaced, never followed). Every line is made safe to show before it is

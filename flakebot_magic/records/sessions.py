@@ -1,6 +1,6 @@
 """What a tool's edit sessions recorded (tokens and cost, the candidates and the winner), and how ``show`` says it.
 
-The pipeline records these in the store manifest (and the registry record):
+The pipeline records these in the store manifest (and the inventory record):
 ``usage`` (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
 ``calls``, ``cost_usd``), ``winner`` (the index of the candidate deployed)
 and ``candidates`` (each with ``index``, ``status``, ``crate`` and its
@@ -22,7 +22,7 @@ SESSION_KEYS = ("usage", "winner", "candidates")
 
 
 def session_parts(manifest: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The :data:`SESSION_KEYS` a store manifest has, else the registry record's ``extra``; absent ones left out.
+    """The :data:`SESSION_KEYS` a store manifest has, else the inventory record's ``extra``; absent ones left out.
 
     >>> session_parts({"winner": 1, "model": "m"}, {"usage": {"prompt_tokens": 3}})
     {'usage': {'prompt_tokens': 3}, 'winner': 1}

@@ -31,7 +31,7 @@ class FlakebotExtension(ExtensionApp):
     """flakebot in the Jupyter server: ``/flakebot/`` (dashboard), ``/flakebot/api`` (REST), ``/flakebot/proxy/NAME/``.
 
     Every route needs Jupyter's authentication and is authorized on the
-    ``flakebot`` resource. The tools come from the same SQLite registry the
+    ``flakebot`` resource. The tools come from the same SQLite tool inventory the
     kernels write (``<cache_dir>/tools/tools.sqlite3``).
     """
 
@@ -40,7 +40,7 @@ class FlakebotExtension(ExtensionApp):
     load_other_extensions = True
 
     cache_dir = Unicode(
-        help="flakebot's cache dir (tools registry, logs, store). Default: $FLAKEBOT_CACHE_DIR, else the user cache dir."
+        help="flakebot's cache dir (tool inventory, logs, store). Default: $FLAKEBOT_CACHE_DIR, else the user cache dir."
     ).tag(config=True)
     proxy_timeout = Float(300.0, help="Seconds the proxy waits for an http tool's answer.").tag(config=True)
     proxy_max_bytes = Int(

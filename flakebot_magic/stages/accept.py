@@ -1,4 +1,4 @@
-"""Stage 7: acceptance examples written in the cell, run against the deployed tool.
+"""After deploy: the acceptance examples written in the cell, run against the deployed tool.
 
 A request may carry doctest-style examples::
 

@@ -1,4 +1,4 @@
-"""Stage 5 (cargo backend): put the built binaries in a content-addressed store.
+"""The ``deploy`` stage (cargo backend): put the built binaries in a content-addressed store.
 
 A store entry is ``<cache>/store/<hash>-<crate>-<version>/`` with ``bin/``
 and ``manifest.json``. The hash covers the source tree and Cargo.lock (the

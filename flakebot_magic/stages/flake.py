@@ -1,4 +1,4 @@
-"""Stage 4: the Nix flake that packages a forked crate workspace.
+"""The ``flake`` stage: the Nix flake that packages a forked crate workspace.
 
 ``render_flake`` writes a self-contained ``flake.nix`` (no flake-utils) for
 ``x86_64-linux`` and ``aarch64-linux``:

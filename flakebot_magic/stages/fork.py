@@ -1,4 +1,4 @@
-"""Stage 2: the crate's published source becomes a git workspace, made buildable offline.
+"""The ``fork`` stage: the crate's published source becomes a git workspace, made buildable offline.
 
 The published source is imported as data (:mod:`flakebot_magic.stages.source`):
 a crate's ``.git``, ``.cargo/``, ``rust-toolchain*``, ``.gitattributes`` and

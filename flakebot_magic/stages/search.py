@@ -1,4 +1,4 @@
-"""Stage 1: find the crate that is the best starting point for a request."""
+"""The ``search`` stage: find the crate that is the best starting point for a request."""
 
 from __future__ import annotations
 

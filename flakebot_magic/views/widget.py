@@ -1,4 +1,4 @@
-"""The live progress widget of ``%%flakebot`` (the only module importing ipywidgets).
+"""The live progress widget of ``%%flakebot`` (the only module using ipywidgets; the magic checks it is there).
 
 :class:`ProgressWidget` is a pipeline observer: it only reads events. One row
 per stage (search, fork, each edit/check iteration, build, test, flake,

@@ -647,7 +647,7 @@ def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> No
         export_replit(mate, "echo", mate.cache_dir / "export")
     Inventory(mate.cache.tools).remove("echo")
     report = clean(mate)
-    if report.refused:  # the registry is empty while the store is not: checked against the disk first
+    if report.refused:  # the inventory is empty while the store is not: checked against the disk first
         report = clean(mate)
     assert not (mate.cache.gcroots / "echo").is_symlink()
     assert not (mate.cache.gcroots / ".proofs" / "echo").is_symlink()

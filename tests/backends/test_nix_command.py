@@ -38,7 +38,7 @@ from flakebot_magic.backends.nix_command import (
     resolve_backend,
 )
 from flakebot_magic.cli import main as cli_main
-from flakebot_magic.clients.cli import CliTool as Tool
+from flakebot_magic.clients.cli_tool import CliTool as Tool
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import Cancelled, ConfigError, FlakeError, UsageError
 from flakebot_magic.events import Notice, StageFinished
@@ -467,7 +467,7 @@ def test_the_store_path_is_stable_across_caches(
     # clean: a tool that is gone (its record and its workspace) loses its root; the store path itself is nix's
     Inventory(settings.cache.tools).remove("echo2")
     shutil.rmtree(settings.cache.workspaces / "echo2")
-    assert clean(settings).refused  # first the registry, empty while the store is not, is checked against the disk
+    assert clean(settings).refused  # first the inventory, empty while the store is not, is checked against the disk
     report = clean(settings)
     assert settings.cache.gcroots / "echo2" in report.removed
     assert not (settings.cache.gcroots / "echo2").is_symlink()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from flakebot_magic.clients.bridge import serve
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 
 SHOUT = (
     "#!/bin/sh\n"

@@ -1,4 +1,4 @@
-"""The one factory: a deployed tool's client by its kind, from a store entry or a tool registry record."""
+"""The one factory: a deployed tool's client by its kind, from a store entry or a tool inventory record."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import make_tool, tool_from_record
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.records.inventory import ToolRecord

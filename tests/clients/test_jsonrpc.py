@@ -18,7 +18,7 @@ import pytest
 from test_bridge import exchange, shout  # noqa: F401  (the fixture)
 
 from flakebot_magic.agent.stdio import serve_stdio
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.config import Settings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"

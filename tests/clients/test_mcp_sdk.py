@@ -49,7 +49,7 @@ def test_the_sdk_lists_and_calls_the_mcp_tool_flakebot_built(calc: Any) -> None:
 
 
 def test_the_sdk_calls_a_cli_tool_through_the_bridge(tmp_path: Any) -> None:
-    from flakebot_magic.clients.cli import CliTool
+    from flakebot_magic.clients.cli_tool import CliTool
 
     script = tmp_path / "shout"
     script.write_text(

@@ -1,6 +1,6 @@
 """The crash points are the code's: every change on disk in the watched functions is followed by one, each is named once.
 
-``tests/test_transaction.py`` kills real builds at every point of
+``tests/manage/test_transaction.py`` kills real builds at every point of
 :data:`~flakebot_magic.host.crashpoints.POINTS`; this file keeps that list true to
 the code. It reads the functions :data:`~flakebot_magic.host.crashpoints.WATCHED`
 names and follows every path through them (each branch of an ``if``; a

@@ -19,7 +19,7 @@ from interop_tools import MISSING_NODE_TOOLS, NODE_BIN, node_major
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.base import ToolClient
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.config import Settings
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.testing.overlay import FIXTURES, overlay_registry

@@ -1,8 +1,8 @@
-"""A damaged tool registry, in every way it can be damaged: no traceback, nothing lost, repaired from the disk.
+"""A damaged tool inventory, in every way it can be damaged: no traceback, nothing lost, repaired from the disk.
 
 One cache holds two tools built for real (``te``, and ``te2``: the same
 store entry under a second name, with a workspace of its own). Each case
-copies it, damages the registry (``tools.sqlite3``) or the search index,
+copies it, damages the tool inventory (``tools.sqlite3``) or the search index,
 and runs the next command as a user would (``flakebot list``, or ``flakebot
 clean`` first, which must not delete anything it cannot prove unused). The
 records come back equal to the ones before (what identifies a build), the
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.cargo
 
 #: what says "the same build" of a record
 IDENTITY = ("name", "crate", "version", "binary", "store_path", "source_hash", "workspace", "commit", "forked_by")
-#: every way the registry file gets damaged
+#: every way the inventory file gets damaged
 DAMAGE = (*WAYS, "bad-record")
 
 
@@ -76,7 +76,7 @@ def _damage(path: Path, how: str) -> None:
 
 
 def _disk(settings: Settings) -> dict[str, list[str]]:
-    """What is on disk besides the registry: it must all still be there after any repair."""
+    """What is on disk besides the inventory: it must all still be there after any repair."""
     return {
         "store": sorted(p.name for p in settings.cache.store.iterdir()),
         "workspaces": sorted(p.name for p in settings.cache.workspaces.iterdir() if not p.name.startswith(".")),
@@ -104,7 +104,7 @@ def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
 
     if first == "clean":  # clean first: it must stop, say why, and delete nothing a tool uses
         out, _ = _run(capsys, "clean", "--cache-dir", cache)
-        assert "flakebot clean stopped: the tool registry cannot be trusted" in out
+        assert "flakebot clean stopped: the tool inventory cannot be trusted" in out
         assert "Store entries, workspaces and recipes were left alone" in out
         assert _disk(settings) == before
         message = out
@@ -153,7 +153,7 @@ def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
     Inventory(settings.cache.tools).remove("te")
     Inventory(settings.cache.tools).remove("te2")
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
-    assert "stopped" in out  # once: the store still held entries the registry never saw
+    assert "stopped" in out  # once: the store still held entries the inventory never saw
     assert "0 tools (none)" in out
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
     assert "stopped" not in out  # reconciled: the leftovers are proven unused now, and go
@@ -189,7 +189,7 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     Path(te.binary).unlink()
     (Path(te.workspace) / ".git" / "index.lock").write_text("")  # left by a killed git
     out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
-    assert "The tool registry is sound" in out
+    assert "The tool inventory is sound" in out
     # an entry missing its binary is damaged: set aside (kept), and the record says how to build it again
     assert f"set aside {te.store_path}: its binary {te.binary} is gone" in out, out
     assert f"problem: te: its store entry {te.store_path} is gone; `flakebot rebuild te` builds it again" in out

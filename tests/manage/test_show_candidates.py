@@ -1,4 +1,4 @@
-"""``show``: an edit's usage, its candidates and the winner, from the store manifest (or the registry record).
+"""``show``: an edit's usage, its candidates and the winner, from the store manifest (or the inventory record).
 
 The record and its manifest are made by hand, as the pipeline writes them;
 the command (``flakebot show [--json]``), ``tools.tool_json`` and the magic
@@ -86,7 +86,7 @@ def settings(tmp_path: Path) -> Settings:
     settings = Settings(cache_dir=tmp_path / "cache")
     _save(settings, "hx", {"usage": USAGE, "winner": 1, "candidates": CANDIDATES})
     _save(settings, "plain", {})
-    # an older record whose manifest lacks them: the registry record's extra is read instead
+    # an older record whose manifest lacks them: the inventory record's extra is read instead
     _save(settings, "old", {}, extra={"usage": {"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": None}})
     return settings
 

@@ -326,7 +326,7 @@ def test_a_failure_before_the_record_puts_everything_back(installed: tuple[Setti
     settings, old = installed
     attempt = settings.cache.workspaces / ".next" / "demo-1-2"
     commit = _workspace(attempt / "demo", "new")
-    bad = _record(settings, _entry(settings, "b" * 32), commit, status="exploded")  # the registry refuses it
+    bad = _record(settings, _entry(settings, "b" * 32), commit, status="exploded")  # the inventory refuses it
     with pytest.raises(ValueError, match="status"):
         install(settings, bad, attempt / "demo", replaces=Path(old.workspace))
     assert _git(Path(old.workspace), "rev-parse", "HEAD") == old.commit  # swapped back

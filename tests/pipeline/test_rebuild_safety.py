@@ -1,6 +1,6 @@
 """A rebuild that fails, is cancelled or is killed leaves the ready tool exactly as it was (issue 12 item 2).
 
-The tool's workspace (its HEAD the recorded commit), its registry record, its
+The tool's workspace (its HEAD the recorded commit), its inventory record, its
 run log, ``show`` and its binary are compared before and after, with real
 git, real cargo in the sandbox and a real ``kill -9``. The crate ``flip``
 has a build script that waits for a ``release-gate`` file in the crate's own

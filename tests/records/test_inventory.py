@@ -1,4 +1,4 @@
-"""The SQLite tool registry: its API, old JSON records, and several processes writing at once."""
+"""The SQLite tool inventory: its API, old JSON records, and several processes writing at once."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from damage import damage
 
-from flakebot_magic.errors import RegistryDamaged
+from flakebot_magic.errors import InventoryDamaged
 from flakebot_magic.records.inventory import DB_NAME, Inventory, ToolRecord
 
 
@@ -186,7 +186,7 @@ def test_the_health_check_finds_each_kind_of_damage(tmp_path: Path, how: str, re
     health = inventory.check(["entry"])
     assert (health.ok, health.reason) == (False, reason), health
     if reason in ("unreadable", "record"):  # every read says what to do, never a raw SQLite error
-        with pytest.raises(RegistryDamaged, match="flakebot doctor"):
+        with pytest.raises(InventoryDamaged, match="flakebot doctor"):
             inventory.all()
     else:  # an empty or missing registry reads as empty; only the store says it should not be
         assert inventory.all() == [] and inventory.check([]).ok

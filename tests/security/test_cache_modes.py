@@ -1,7 +1,7 @@
 """Attacks on the cache by another local user: the cache dir is 0700, run logs are 0600, even under umask 022.
 
 A run log may hold whatever a crate's tests printed; workspaces hold model
-output; the registry holds HTTP tools' tokens. Another user of the machine
+output; the tool inventory holds HTTP tools' tokens. Another user of the machine
 must not read any of it. A planted symlink where a log goes is replaced, never
 followed (the file it pointed at is left as it was).
 """
@@ -35,7 +35,7 @@ def umask_022() -> Iterator[None]:
 
 def test_the_cache_dir_is_private_from_its_first_use(tmp_path: Path, umask_022: None) -> None:
     settings = Settings(cache_dir=tmp_path / "new" / "cache")
-    settings.cache.tools.mkdir(parents=True)  # what the registry does first
+    settings.cache.tools.mkdir(parents=True)  # what the inventory does first
     assert _mode(settings.cache_dir) == 0o700
     for where in (settings.cache.workspaces, settings.cache.store, settings.cache.logs):
         assert where.parent == settings.cache_dir

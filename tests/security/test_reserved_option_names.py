@@ -5,7 +5,7 @@ is also flakebot's keyword), so the tool could not be called by keyword at
 all. Every option now gets a distinct keyword of its own (``raw_``,
 ``class_``; docs/tool-contract.md), the signature builds, each keyword runs
 the tool with its real flag, and flakebot's own keywords keep their meaning.
-The class of names is covered as a property in tests/clients/test_cli_client.py.
+The class of names is covered as a property in tests/clients/test_cli_tool.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import inspect
 import keyword
 from pathlib import Path
 
-from flakebot_magic.clients.cli import CALL_KEYWORDS, CliTool
+from flakebot_magic.clients.cli_tool import CALL_KEYWORDS, CliTool
 
 #: every name the call takes or Python refuses as a parameter (a flag must start with a letter or digit)
 NAMES = sorted({*CALL_KEYWORDS, *keyword.kwlist, *keyword.softkwlist} - {"_"})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.sandbox import bubblewrap_works
 from flakebot_magic.stages.accept import run_examples, split_request
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import lifecycle
-from flakebot_magic.clients.cli import CliTool
+from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tinycrates import Crate, Recorder, write_registry
 
-from flakebot_magic.clients.cli import CliTool as Tool
+from flakebot_magic.clients.cli_tool import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus
 from flakebot_magic.host.process import ProcessRunner

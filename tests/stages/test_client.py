@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from IPython.lib.pretty import pretty
 
-from flakebot_magic.clients.cli import CliTool
-from flakebot_magic.clients.cli_help import reads_stdin
+from flakebot_magic.clients.cli_tool import CliTool
+from flakebot_magic.clients.cli_tool_help import reads_stdin
 from flakebot_magic.errors import ToolError
 
 

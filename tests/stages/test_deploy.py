@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tinycrates import Recorder
 
-from flakebot_magic.clients.cli import CliTool as Tool
+from flakebot_magic.clients.cli_tool import CliTool as Tool
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, DeployError
 from flakebot_magic.events import StageFinished

@@ -194,8 +194,8 @@ def parse_help(text: str, reserved: frozenset[str] = frozenset()) -> CliSpec:
 
     Each option and argument gets a keyword (:func:`~.schema.python_name`):
     distinct, a valid identifier, never a Python keyword nor one of
-    ``reserved`` (what the call itself takes; :class:`~.cli.CliTool` passes
-    its :data:`~.cli.CALL_KEYWORDS`), the flag kept beside it.
+    ``reserved`` (what the call itself takes; :class:`~.cli_tool.CliTool` passes
+    its :data:`~.cli_tool.CALL_KEYWORDS`), the flag kept beside it.
     """
     if not text.strip():
         return CliSpec()

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flakebot_magic.clients.agents import strict_problems
-from flakebot_magic.clients.cli import CALL_KEYWORDS, CliTool
-from flakebot_magic.clients.cli_help import parse_help
+from flakebot_magic.clients.cli_tool import CALL_KEYWORDS, CliTool
+from flakebot_magic.clients.cli_tool_help import parse_help
 from flakebot_magic.config import DEBIAN_REGISTRY, Settings
 from flakebot_magic.errors import ToolError
 from flakebot_magic.pipeline import Pipeline
@@ -392,7 +392,7 @@ def test_help_and_the_question_mark_read_well(tmp_path: Path) -> None:
     lines = page.splitlines()
     # pydoc prints the object as its repr, cut at 100 characters, then its docstring
     assert lines[:4] == [
-        "Help on CliTool in module flakebot_magic.clients.cli:",
+        "Help on CliTool in module flakebot_magic.clients.cli_tool:",
         "",
         "<flakebot tool md: md 1.0.0 (cli, cargo)>",
         "    md: md 1.0.0. Reads markdown from standard input and emits HTML.",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from flakebot_magic.clients.cli import PLAIN_ENV, CliTool, strip_ansi
+from flakebot_magic.clients.cli_tool import PLAIN_ENV, CliTool, strip_ansi
 from flakebot_magic.errors import ToolError
 
 STDIN_HELP = """Usage: colour [OPTIONS] [FILE]

@@ -1,6 +1,6 @@
-"""The Python client of a command-line tool: its ``--help`` (see :mod:`.cli_help`) as a typed, documented callable.
+"""The Python client of a command-line tool: its ``--help`` (see :mod:`.cli_tool_help`) as a typed, documented callable.
 
-:class:`CliTool` turns the options and arguments :func:`~.cli_help.parse_help`
+:class:`CliTool` turns the options and arguments :func:`~.cli_tool_help.parse_help`
 finds into keyword arguments with a real :class:`inspect.Signature` and a
 numpydoc docstring::
 
@@ -37,7 +37,7 @@ from ..host.process import spawn
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
-from .cli_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
+from .cli_tool_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
 from .schema import sentence
 
 __all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
