@@ -409,8 +409,7 @@ class InventoryDamaged(StorageError):
         super().__init__(message, path=path, code=code)
 
 
-#: the name :class:`InventoryDamaged` had before the tool database stopped being called a registry; kept so
-#: that code catching it by that name keeps working
+#: the old name of :class:`InventoryDamaged`, kept so that code catching it by that name keeps working
 RegistryDamaged = InventoryDamaged
 
 
