@@ -46,6 +46,7 @@ from ..config import Settings
 from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
 from ..host.fsutil import read_inside
 from ..host.output import LineCallback
+from ..host.probes import ProbeCache, file_identity
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
@@ -116,7 +117,21 @@ _CONFIG_ENV = (
     "HOME",
     "NIX_REMOTE",
 )
-_SANDBOX_CACHE: dict[tuple[str, ...], NixSandbox] = {}
+#: nix's answer per executable and configuration, asked again when the executable or a nix.conf changes
+_SANDBOX_PROBES: ProbeCache[tuple[str, ...], NixSandbox] = ProbeCache(
+    "nix sandbox", 8, failed=lambda state: "cannot tell" in state.why
+)
+
+
+def _nix_conf_files(env: dict[str, str]) -> list[str]:
+    """The nix.conf files nix reads with ``env`` (files pulled in by ``include`` are not followed)."""
+    files = [os.path.join(env.get("NIX_CONF_DIR") or "/etc/nix", "nix.conf")]
+    if env.get("NIX_USER_CONF_FILES"):
+        return files + env["NIX_USER_CONF_FILES"].split(":")
+    home = env.get("HOME", "")
+    config_home = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+    dirs = [config_home, *(env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")]
+    return files + [os.path.join(d, "nix", "nix.conf") for d in dirs if d]
 
 
 def nix_sandbox(
@@ -128,20 +143,20 @@ def nix_sandbox(
     """Does nix build in its sandbox (``sandbox = true``, and build users when nix runs as root)?
 
     Asks ``nix show-config --json`` (nix 2.8; ``nix config show --json`` in
-    newer nix) with the environment nix builds get; the answer is kept for
-    the process, per executable and nix configuration (``NIX_CONF_DIR``,
-    ``NIX_CONFIG``, ...). ``sandbox = relaxed`` counts as off: a derivation
-    may opt out of it. A nix that cannot tell counts as off.
+    newer nix) with the environment nix builds get; the answer is kept per
+    executable and nix configuration (``NIX_CONF_DIR``, ``NIX_CONFIG``, ...)
+    while the executable and the nix.conf files are unchanged (an answer of
+    a nix that could not tell, a short while only). ``sandbox = relaxed``
+    counts as off: a derivation may opt out of it. A nix that cannot tell
+    counts as off.
     """
     found = executable or find_nix()
     if not found:
         return NixSandbox(False, "nix is not installed")
     env = scrubbed_env() if env is None else env
     key = (found, str(os.geteuid()), *(env.get(name, "") for name in _CONFIG_ENV))
-    cached = _SANDBOX_CACHE.get(key)
-    if cached is None:
-        cached = _SANDBOX_CACHE[key] = _probe_sandbox(found, runner or ProcessRunner(), env)
-    return cached
+    identity = file_identity([shutil.which(found) or found, *_nix_conf_files(env)])
+    return _SANDBOX_PROBES.get(key, identity, lambda: _probe_sandbox(found, runner or ProcessRunner(), env))
 
 
 def _probe_sandbox(executable: str, runner: ProcessRunner, env: dict[str, str]) -> NixSandbox:
