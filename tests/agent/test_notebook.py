@@ -91,3 +91,63 @@ def test_mcp_config_starts_flakebot_mcp(tmp_path: Path) -> None:
     entry = mcp_config(cache_dir=tmp_path, registry="/r")["mcpServers"]["flakebot"]
     assert Path(entry["command"]).name == "flakebot" and entry["args"] == ["mcp", "--registry", "/r"]
     assert entry["env"] == {"FLAKEBOT_CACHE_DIR": str(tmp_path)}
+
+
+# -- one session per kernel and cache dir -------------------------------------------------------------------------
+
+
+class _Kernel:
+    """Stands for a kernel's IPython shell: what a session is keyed by (weakly)."""
+
+
+def test_other_options_keep_the_sessions_count_and_apply_their_limits(agent_settings: Settings) -> None:
+    from flakebot_magic.agent import notebook
+
+    kernel = _Kernel()
+    cache = agent_settings.cache_dir
+
+    def agent(**options: Any) -> Any:
+        return notebook._AGENTS.get(kernel, notebook._settings(cache, {"registry": agent_settings.registry, **options}))
+
+    first = agent(agent_max_builds=1)
+    first.session.builds = 1  # one build made (its count; the build itself is another test's)
+    assert "used its 1 builds" in (first.session.refusal() or "")
+    other = agent(agent_max_builds=1, tool_timeout=5.0, model_timeout=7.0)  # any other option: the same session
+    assert other is first and other.session.builds == 1
+    assert "used its 1 builds" in (other.session.refusal() or "")
+    raised = agent(agent_max_builds=2)  # the user raised the limit: it applies, the count stays
+    assert raised is first and raised.session.refusal() is None and raised.settings.agent_max_builds == 2
+    assert raised.catalog.settings == raised.settings  # the tools' clients follow the settings too
+
+
+def test_another_cache_dir_or_kernel_is_another_session(agent_settings: Settings, tmp_path: Path) -> None:
+    from flakebot_magic.agent import notebook
+
+    one, two = _Kernel(), _Kernel()
+    here = notebook._settings(agent_settings.cache_dir, {})
+    there = notebook._settings(tmp_path / "other-cache", {})
+    a = notebook._AGENTS.get(one, here)
+    assert notebook._AGENTS.get(one, there) is not a
+    assert notebook._AGENTS.get(two, here) is not a
+    assert notebook._AGENTS.get(one, here) is a
+
+
+def test_a_kernels_sessions_go_with_it_and_are_bounded(agent_settings: Settings, tmp_path: Path) -> None:
+    import gc
+
+    from flakebot_magic.agent.notebook import _Agents, _settings
+
+    agents = _Agents(per_kernel=3)
+    kernel = _Kernel()
+    busy = agents.get(kernel, _settings(tmp_path / "cache-0", {}))
+    busy.busy(+1)  # a build under way: never dropped
+    for index in range(1, 10):
+        agents.get(kernel, _settings(tmp_path / f"cache-{index}", {}))
+    assert agents.count() == 3
+    assert agents.get(kernel, _settings(tmp_path / "cache-0", {})) is busy
+    other = _Kernel()
+    agents.get(other, _settings(tmp_path / "cache-1", {}))
+    assert agents.count() == 4
+    del kernel
+    gc.collect()
+    assert agents.count() == 1  # the ended kernel's sessions are gone; the other kernel's stays
