@@ -74,8 +74,9 @@ class Confinement:
             self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home"
         )
 
-    def command(self, argv: list[str]) -> list[str]:
-        return self.sandbox.command(argv)
+    def command(self, argv: list[str], timeout: float | None = None) -> list[str]:
+        """``argv`` in the sandbox; ``timeout``: the call's wall seconds, which its CPU limit follows."""
+        return self.sandbox.command(argv, timeout=timeout)
 
     def env(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
         """The sandbox's environment plus ``extras`` (what the user passed explicitly)."""

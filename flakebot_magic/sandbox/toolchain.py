@@ -24,6 +24,9 @@ from .host import is_under, visible_system
 
 __all__ = ["Toolchain", "toolchain_of"]
 
+#: seconds rustc has to answer a question about itself
+_ASK_SECONDS = 120.0
+
 
 @dataclass(frozen=True)
 class Toolchain:
@@ -143,9 +146,9 @@ class _Probe:
     def ask(self, argv: list[str], env: dict[str, str]) -> str:
         program = shutil.which(argv[0], path=env["PATH"]) or argv[0]
         # from "/": no directory a toolchain file could be planted in (the sandbox's own root, or the host's)
-        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd="/")
+        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd="/", timeout=_ASK_SECONDS)
         try:
-            done = ProcessRunner().run(command, cwd=Path("/"), env=self.sandbox.env(env), timeout=120)
+            done = ProcessRunner().run(command, cwd=Path("/"), env=self.sandbox.env(env), timeout=_ASK_SECONDS)
         finally:
             self.sandbox.release()
         answer = done.stdout.strip()
