@@ -67,7 +67,7 @@ IMMUTABLE_CALLS = {
 }
 #: methods whose result is a new immutable value (a str, a Path)
 IMMUTABLE_METHODS = {"join", "format", "hexdigest", "with_name", "with_suffix", "strip", "lower", "upper"}
-#: calls that make mutable containers or synchronisation state
+#: methods that change a container in place
 MUTATING_METHODS = {
     "append",
     "extend",
@@ -132,9 +132,7 @@ def _is_mutable(value: ast.expr, frozen: set[str]) -> bool:
         callee = ast.unparse(value.func)
         if callee in IMMUTABLE_CALLS or callee.split(".")[-1] in frozen:
             return False
-        if isinstance(value.func, ast.Attribute) and value.func.attr in IMMUTABLE_METHODS:
-            return False
-        return True
+        return not (isinstance(value.func, ast.Attribute) and value.func.attr in IMMUTABLE_METHODS)
     return False
 
 
