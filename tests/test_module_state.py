@@ -161,9 +161,13 @@ def _mutated_names(modules: dict[str, ast.Module]) -> set[str]:
                         names.add(n)
                     if isinstance(node, ast.AugAssign) and (n := name_of(target)):
                         names.add(n)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr in MUTATING_METHODS and (n := name_of(node.func.value)):
-                    names.add(n)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATING_METHODS
+                and (n := name_of(node.func.value))
+            ):
+                names.add(n)
     return names
 
 
