@@ -98,7 +98,7 @@ def test_describe_is_the_provenance(settings: Settings) -> None:
 def test_logs_of_a_tool_and_of_a_failed_build(settings: Settings) -> None:
     assert "no build log kept" in logs(settings, "te")
     path = log_path(settings, "te")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"line {i}\n" for i in range(500)))
     text = logs(settings, "te", last=10)
     assert "line 499" in text and "line 489" not in text and "490 earlier lines" in text
