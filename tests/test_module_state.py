@@ -46,7 +46,7 @@ ALLOWED: dict[str, str] = {
     "sandbox/host.py:_BWRAP_PROBES": "bubblewrap's answer per binary identity (path, inode, mtime); failures 30 s",
     "sandbox/toolchain.py:_TOOLCHAINS": "the toolchain per cargo, while cargo, rustc, rustup settings are the same",
     "sandbox/seccomp.py:_FILTERS": "the compiled filter (fixed inputs), built again when its file is gone",
-    "backends/nix_command.py:_SANDBOX_PROBES": "nix's sandbox answer per executable and nix.conf identity",
+    "backends/nix_sandbox.py:_SANDBOX_PROBES": "nix's sandbox answer per executable and nix.conf identity",
     # -- pure memos (the answer depends on the arguments alone) ----------------------------------------------
     "host/environment.py:_allowed": "lru_cache(4096): whether a variable name passes the allowlist (pure, bounded)",
 }

@@ -334,11 +334,8 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     if record.kind != "cli":
         try:
             output = lifecycle.logs(name, settings.cache.root, last)
-        except KeyError:
-            output = None
-        if output is not None:
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
-        else:
+        except KeyError:  # no process of it started here
             parts.append(f"== {name}'s process output is kept by the interpreter that started it")
     return safe_text("\n".join(parts))  # a tool process's output too
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import SteeringError, UsageError
 from ..events import SteeringMessage
-from ..host.cache import CacheLayout, make_private
+from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, private_dir, read_regular
 from ..host.process import alive, process_started_at
 from ..request import check_tool_name
@@ -58,7 +58,7 @@ def steer_dir(cache_dir: Path, name: str) -> Path:
 
 def _private_box(cache_dir: Path, name: str, folder: str) -> Path:
     """``<cache>/steer/<name>/<folder>``, each level a directory only its owner can enter."""
-    steer = make_private(CacheLayout(Path(cache_dir)).steer)
+    steer = CacheLayout(Path(cache_dir)).create().steer
     return private_dir(private_dir(steer / check_tool_name(name)) / folder)
 
 
