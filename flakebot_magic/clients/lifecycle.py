@@ -46,7 +46,6 @@ __all__ = [
     "running",
     "stop",
     "stop_all",
-    "tracked",
     "unregister",
 ]
 
@@ -299,8 +298,3 @@ def running(home: Path | str | None = None) -> list[str]:
     where = None if home is None else os.path.realpath(home)
     return sorted(t.name for (h, _), t in tools if t.running and (where is None or h == where))
 
-
-def tracked() -> int:
-    """How many tools this interpreter keeps a process entry for (running or not): bounded by the tools used."""
-    with _registry_lock:
-        return len(_registry)
