@@ -297,4 +297,3 @@ def running(home: Path | str | None = None) -> list[str]:
         tools = list(_registry.items())
     where = None if home is None else os.path.realpath(home)
     return sorted(t.name for (h, _), t in tools if t.running and (where is None or h == where))
-
