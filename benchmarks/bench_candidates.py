@@ -75,7 +75,7 @@ def one_session(registry: str, server_url: str, candidates: int) -> dict[str, An
     from flakebot_magic.pipeline import Pipeline
     from flakebot_magic.pipeline import edit_stage as editing
     from flakebot_magic.registry.directory import DirectoryRegistry
-    from flakebot_magic.request import BuildRequest
+    from flakebot_magic.request import BuildRequest, RunFlags
 
     runs: dict[int, list[Any]] = {}
 
@@ -96,9 +96,9 @@ def one_session(registry: str, server_url: str, candidates: int) -> dict[str, An
             backend="cargo",
             model="scripted-test-double",
             base_url=server_url,
-            candidates=candidates,
         )
-        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest(REQUEST, crate="sha2", name="sha"))
+        race = BuildRequest(REQUEST, crate="sha2", name="sha", flags=RunFlags(candidates=candidates))
+        tool = Pipeline(settings, observers=[events.append]).run(race)
         provenance = dict(tool.provenance)
     finally:
         setattr(editing, "Team", Team)  # noqa: B010

@@ -126,10 +126,12 @@ def build(
     """
     from .config import Settings, apply
     from .pipeline.background import start_build
-    from .request import BuildRequest
+    from .request import BuildRequest, split_run_flags
 
-    settings = apply(Settings(), {"cache_dir": cache_dir, **options})
-    tool: ToolClient = start_build(settings, BuildRequest(request, name=name, crate=crate)).wait(list(observers))
+    given, flags = split_run_flags(options)  # rebuild, candidates...: this run's, in the request
+    settings = apply(Settings(), {"cache_dir": cache_dir, **given})
+    wanted = BuildRequest(request, name=name, crate=crate).with_options(flags)
+    tool: ToolClient = start_build(settings, wanted).wait(list(observers))
     return tool
 
 

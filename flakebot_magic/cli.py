@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .agent import command as agent_command
 from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP
@@ -33,6 +33,7 @@ from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
     from .manage.tools import Answer
+    from .request import RunFlags
 
 __all__ = ["main"]
 
@@ -184,9 +185,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    """The command's options over the defaults (the environment's, then the table's)."""
-    given = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build}
+    """The command's options over the defaults (the environment's, then the table's); run flags aside."""
+    given = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and not o.run_flag}
     return apply(Settings(), {**given, "cache_dir": args.cache_dir})
+
+
+def _agent_flags(args: argparse.Namespace) -> RunFlags:
+    """``flakebot mcp``'s run flags, for every agent build (``--continue`` is not one: an agent's builds are its own)."""
+    from .request import RunFlags
+
+    return RunFlags.given({k: v for k, v in _run_flags(args).items() if k != "follow_up"})
+
+
+def _run_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's run flags (``--rebuild``, ``--candidates``...): the request's
+    (:meth:`~flakebot_magic.request.BuildRequest.with_options`)."""
+    return {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
 
 
 #: a command whose output was closed (``flakebot list | head``) ends as a shell's SIGPIPE-killed command does
@@ -256,7 +270,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         for note in prepare(settings):
             _say(f"flakebot: {note}", sys.stderr)
     if args.command == "mcp":
-        return agent_command.run(args, settings)
+        return agent_command.run(args, settings, _agent_flags(args))
     # the pipeline and the tool clients are imported by the subcommands that use them:
     # `flakebot --help` and a warm `flakebot build` start quickly
     if args.command in ("build", "rebuild"):
@@ -270,10 +284,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             with storage_errors("flakebot rebuild", settings.cache_dir):
                 record = tools.find(settings, args.name)
-            apply(settings, {"rebuild": True})
             request = BuildRequest(record.request, name=record.name, crate=record.crate)
+            request = request.with_options({**_run_flags(args), "rebuild": True})
         else:
-            request = BuildRequest(args.request, name=args.name, crate=args.crate)
+            request = BuildRequest(args.request, name=args.name, crate=args.crate).with_options(_run_flags(args))
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, request).wait(observers)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .host.cache import CacheLayout
-from .options import OPTION_BY_NAME, checked, option
+from .options import OPTION_BY_NAME, accepted, option
 
 if TYPE_CHECKING:
     from .llm.limits import ReplyLimits
@@ -84,7 +84,10 @@ class Settings:
 
     Every field but ``cache_dir`` is an option: its meaning, default and
     environment variable are in :data:`~flakebot_magic.options.OPTIONS`, and
-    nowhere else (``cache_dir``: :func:`default_cache_dir`). ``registry`` is a
+    nowhere else (``cache_dir``: :func:`default_cache_dir`). The options that
+    say how one run goes (``run_flag``: rebuild, resume, follow_up,
+    candidates, plan) are not settings: they travel in the
+    :class:`~flakebot_magic.request.BuildRequest`. ``registry`` is a
     directory path (a cargo ``directory`` source such as Debian's registry or
     a ``cargo vendor`` dir), the word ``crates.io``, or None for the default.
     """
@@ -98,7 +101,6 @@ class Settings:
     test_timeout: float = _option("test_timeout")
     tool_timeout: float = _option("tool_timeout")
     keep_workspace: bool = _option("keep_workspace")
-    rebuild: bool = _option("rebuild")
     backend: str = _option("backend")
     nixpkgs: str | None = _option("nixpkgs")
     nix_builders: str | None = _option("nix_builders")
@@ -117,13 +119,9 @@ class Settings:
     max_cost: float | None = _option("max_cost")
     prices: Prices = _option("prices")
     context_tokens: int = _option("context_tokens")
-    resume: bool = _option("resume")
-    candidates: int = _option("candidates")
-    plan: bool = _option("plan")
     architect_model: str | None = _option("architect_model")
     allow_build_scripts: bool = _option("allow_build_scripts")
     allow_unsandboxed: bool = _option("allow_unsandboxed")
-    follow_up: bool = _option("follow_up")
     model_timeout: float = _option("model_timeout")
     tool_format: str | None = _option("tool_format")
     max_reply_bytes: int = _option("max_reply_bytes")
@@ -182,12 +180,16 @@ class Settings:
 def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
     """Set every option in ``values`` that is not None on ``settings``; return it (the front doors' one way in).
 
-    >>> settings = apply(Settings(), {"model": "m", "max_iterations": 3, "rebuild": None})
-    >>> settings.model, settings.max_iterations, settings.rebuild
+    >>> settings = apply(Settings(), {"model": "m", "max_iterations": 3, "keep_workspace": None})
+    >>> settings.model, settings.max_iterations, settings.keep_workspace
     ('m', 3, False)
 
     ``cache_dir`` is accepted too (a path). Unknown names raise
-    :class:`~flakebot_magic.errors.UsageError` naming the known ones.
+    :class:`~flakebot_magic.errors.UsageError` naming the known ones. A run
+    flag (``rebuild``...) is the request's, not a setting: a front door
+    splits its options first (:func:`~flakebot_magic.request.split_run_flags`,
+    then :meth:`~flakebot_magic.request.BuildRequest.with_options`); given
+    here it is a UsageError.
     """
     from .errors import UsageError
 
@@ -200,12 +202,10 @@ def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
         opt = OPTION_BY_NAME.get(name)
         if opt is None:
             raise UsageError(f"Unknown option {name!r}. Options: {', '.join(sorted(OPTION_BY_NAME))}.")
-        if opt.choices and value not in opt.choices:
-            raise UsageError(f"{name} must be one of {', '.join(opt.choices)}, not {value!r}.")
-        if name == "registry":
-            value = str(value)
-        if opt.parse is not None:
-            value = opt.parse(value)
-        value = checked(opt, value)
-        setattr(settings, name, value)
+        if opt.run_flag:  # a front door splits them off first (request.split_run_flags)
+            raise UsageError(
+                f"{name} is an option of one build, not a setting: give it with the build "
+                "(the %%flakebot line, `flakebot build`, flakebot_magic.build())."
+            )
+        setattr(settings, name, accepted(opt, value))
     return settings

@@ -308,12 +308,13 @@ class DeployError(FlakebotError):
 class UntrustedPath(DeployError):
     """A store path from a binary cache that is not what the notebook recorded, or that no trusted key signed.
 
-    ``path`` is the refused store path, ``cache`` where it was looked up.
+    ``path`` is the refused store path, ``cache`` where it was looked up,
+    ``reason`` the refusal alone (the message may add what to do next).
     """
 
-    def __init__(self, message: str, *, path: str = "", cache: str = "") -> None:
+    def __init__(self, message: str, *, path: str = "", cache: str = "", reason: str = "") -> None:
         super().__init__(message)
-        self.path, self.cache = path, cache
+        self.path, self.cache, self.reason = path, cache, reason or message
 
 
 class StageTimeout(FlakebotError):

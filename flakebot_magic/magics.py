@@ -122,15 +122,27 @@ class FlakebotMagics(_OptionTraits):
             _install_transformer(shell)
 
     def _settings(self, args: Any) -> Settings:
-        """The line's options over this kernel's settings (config traits) over the defaults."""
+        """The line's options over this kernel's settings (config traits) over the defaults; run flags aside
+        (:meth:`_request`)."""
         try:
             settings = Settings()
             apply(settings, {"cache_dir": self.cache_dir})
-            apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config})
-            apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
+            apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config and not o.run_flag})
+            apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and not o.run_flag})
         except (errors.UsageError, errors.ConfigError) as exc:
             raise UsageError(str(exc)) from None
         return settings
+
+    def _request(self, args: Any, text: str, *, name: str | None, crate: str | None, **flags: Any) -> BuildRequest:
+        """The request; how its run goes: ``flags`` over the line's run flags over this kernel's over the defaults."""
+        kernel = {o.name: getattr(self, o.name) for o in OPTIONS if o.config and o.run_flag}
+        line = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
+        try:
+            return (
+                BuildRequest(text, name=name, crate=crate).with_options(kernel).with_options(line).with_options(flags)
+            )
+        except errors.UsageError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @kwds(usage=_USAGE)
@@ -193,6 +205,9 @@ class FlakebotMagics(_OptionTraits):
         and cargo's log; its Cancel button (or interrupting the kernel) stops
         cargo and keeps the workspace. The result's output metadata carries
         the tool's provenance (crate, checksum, commit, store path, backend).
+        Re-run from a saved notebook on a machine without the tool, with the
+        team's cache set (--substituters, --trusted-public-keys), the cell
+        pulls the exact nix tool the notebook pinned instead of building.
 
         Line mode manages tools::
 
@@ -204,7 +219,10 @@ class FlakebotMagics(_OptionTraits):
         if cell is None:
             return self._line(args)
         request = self._check_cell(args, cell)
-        build = self._start(args, request, name=args.name, crate=args.crate)
+        pinned = self._pull_pinned(args, request)
+        if pinned is not None:
+            return pinned
+        build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
         return self._finish(build, self._wait(build))
 
     async def run_cell_async(self, line: str, cell: str) -> Any:
@@ -217,7 +235,10 @@ class FlakebotMagics(_OptionTraits):
         assert self.shell is not None
         args = self._parse(self.shell.var_expand(line, 1))
         request = self._check_cell(args, cell)
-        build = self._start(args, request, name=args.name, crate=args.crate)
+        pinned = self._pull_pinned(args, request)
+        if pinned is not None:
+            return pinned
+        build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
         return self._finish(build, await self._wait_async(build))
 
     async def run_line_async(self, line: str) -> Any:
@@ -247,6 +268,46 @@ class FlakebotMagics(_OptionTraits):
             )
         return cell
 
+    def _pull_pinned(self, args: Any, request: str) -> Any:
+        """A re-run cell of a saved notebook, on a machine without the tool: the exact tool the notebook pinned,
+        pulled from the team's cache (:func:`flakebot_magic.manage.team.saved_pin`), instead of a new build.
+
+        None when the notebook pins nothing for this cell, when no cache is set (then a line says how to pull),
+        or when the pull is refused (then a line says why): the cell then builds, as it always did.
+        """
+        assert self.shell is not None
+        if any(getattr(args, flag, False) for flag in ("rebuild", "follow_up", "resume")):
+            return None
+        settings = self._settings(args)
+        try:
+            pin = team.saved_pin(settings, self.shell.user_ns.get("__session__"), args.name, request, args.crate)
+        except errors.FlakebotError:
+            return None  # an unreadable tool record: the build says what is wrong with it
+        if pin is None:
+            return None
+        if not (settings.nix_substituters and settings.nix_trusted_public_keys):
+            print(
+                safe_text(
+                    f"flakebot: {pin.notebook.name} pins `{args.name}` at {pin.store_path}; building it here. "
+                    "To pull that exact tool instead, set the team's cache and key (FLAKEBOT_NIX_SUBSTITUTERS and "
+                    "FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS, or --substituters and --trusted-public-keys) and run the "
+                    "cell again."
+                )
+            )
+            return None
+        try:
+            pulled = team.pull(settings, args.name, pin.provenance)
+        except errors.FlakebotError as exc:
+            reason = exc.reason if isinstance(exc, errors.UntrustedPath) else str(exc)
+            print(safe_text(f"flakebot: {pin.notebook.name} pins `{args.name}`, but it was not pulled: {reason}"))
+            print("flakebot: building it here instead.")
+            return None
+        self.shell.push({pulled.tool.name: pulled.tool})
+        print(safe_text(f"flakebot: {pulled.text}, as {pin.notebook.name} pinned it (no build)"))
+        for note in pulled.notes:
+            print(safe_text(f"flakebot: {note}"))
+        return pulled.tool
+
     # -- running a build ------------------------------------------------------
 
     def _progress_mode(self) -> str:
@@ -260,20 +321,18 @@ class FlakebotMagics(_OptionTraits):
             return "text"
         return "widget"
 
-    def _start(
-        self, args: Any, request: str, *, name: str | None, crate: str | None, settings: Settings | None = None
-    ) -> _Build:
+    def _start(self, args: Any, request: BuildRequest, settings: Settings | None = None) -> _Build:
         settings = settings or self._settings(args)
         build = self.show_build(
-            request,
+            request.text,
             settings,
             lambda: build.run.cancel("cancelled from the widget"),
             verbose=bool(args.verbose or self.verbose),
-            steer_name=name,
-            crate=crate,
-            since=_previous_commit(settings, name),
+            steer_name=request.name,
+            crate=request.crate,
+            since=_previous_commit(settings, request),
         )
-        build.run = start_build(settings, BuildRequest(request, name=name, crate=crate))
+        build.run = start_build(settings, request)
         return build
 
     def show_build(
@@ -357,12 +416,12 @@ class FlakebotMagics(_OptionTraits):
         if len(args.command) != 2:
             raise UsageError("Usage: %flakebot rebuild NAME (`%flakebot list` shows the names).")
         settings = self._settings(args)
-        apply(settings, {"rebuild": True})
         try:
             record = tools.find(settings, args.command[1])
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        return self._start(args, record.request, name=record.name, crate=record.crate, settings=settings)
+        again = self._request(args, record.request, name=record.name, crate=record.crate, rebuild=True)
+        return self._start(args, again, settings)
 
     def _line(self, args: Any) -> Any:
         if not args.command:
@@ -458,7 +517,7 @@ class FlakebotMagics(_OptionTraits):
         if command == "stop" and args.all and not rest:
             return tools.stop_tools(settings)
         if command in ("push", "pull"):
-            return team.line_command(settings, command, rest)
+            return team.line_command(settings, command, rest, rebuild=bool(getattr(args, "rebuild", None)))
         if command not in ("show", "logs", "stop", "verify"):
             raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
         if len(rest) != 1:
@@ -491,11 +550,11 @@ def _explain_usage(message: str, parser: Any) -> str:
     return " ".join(words) + " `%%flakebot?` lists the options."
 
 
-def _previous_commit(settings: Settings, name: str | None) -> str:
+def _previous_commit(settings: Settings, request: BuildRequest) -> str:
     """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
-    if not settings.follow_up or not name:
+    if not request.follow_up or not request.name:
         return ""
-    record = Inventory(settings.cache.tools).get(name)
+    record = Inventory(settings.cache.tools).get(request.name)
     return record.commit if record is not None else ""
 
 

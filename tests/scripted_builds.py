@@ -33,11 +33,12 @@ CHILD = textwrap.dedent(
     import sys
     from flakebot_magic.config import Settings
     from flakebot_magic.pipeline import Pipeline
-    from flakebot_magic.request import BuildRequest
+    from flakebot_magic.request import BuildRequest, RunFlags
     cache, registry, base_url, candidates = sys.argv[1:5]
     settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
-                        base_url=base_url, candidates=int(candidates))
-    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer"))
+                        base_url=base_url)
+    flags = RunFlags(candidates=int(candidates))
+    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer", flags=flags))
     """
 )
 

@@ -48,6 +48,7 @@ ALLOWED: dict[str, str] = {
     "sandbox/seccomp.py:_FILTERS": "the compiled filter (fixed inputs), built again when its file is gone",
     "backends/nix_sandbox.py:_SANDBOX_PROBES": "nix's sandbox answer per executable and nix.conf identity",
     # -- pure memos (the answer depends on the arguments alone) ----------------------------------------------
+    "server/dashboard.py:templates": "cache: the Jinja2 environment of the package's own templates (one object)",
     "host/environment.py:_allowed": "lru_cache(4096): whether a variable name passes the allowlist (pure, bounded)",
 }
 

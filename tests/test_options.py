@@ -15,6 +15,7 @@ from flakebot_magic import cli
 from flakebot_magic.config import Settings, apply
 from flakebot_magic.errors import UsageError
 from flakebot_magic.options import OPTIONS, option
+from flakebot_magic.request import BuildRequest, RunFlags, split_run_flags
 
 # a value of each type that differs from every default
 _SAMPLE = {str: "sample", int: 7, float: 2.5, bool: True}
@@ -31,13 +32,45 @@ def _clear_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(opt.env, raising=False)
 
 
-def test_every_option_is_a_setting_with_the_same_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_option_is_a_setting_or_a_run_flag_with_the_same_default(monkeypatch: pytest.MonkeyPatch) -> None:
     _clear_env(monkeypatch)
     fields = {f.name for f in dataclasses.fields(Settings)}
-    settings = Settings()
+    settings, request = Settings(), BuildRequest("")
     for opt in OPTIONS:
+        if opt.run_flag:
+            given = request.follow_up if opt.name == "follow_up" else getattr(request.flags, opt.name)
+            assert given == opt.default, opt.name
+            continue
         assert opt.name in fields, f"option {opt.name} has no Settings field"
         assert getattr(settings, opt.name) == opt.default, opt.name
+
+
+def test_settings_hold_no_per_run_flag() -> None:
+    """Settings are the configuration; how one run goes is the request's (issue 22): no Settings field is a run
+    flag, every run flag is a field of the request, and the flags that say how one run goes are marked so."""
+    settings = {f.name for f in dataclasses.fields(Settings)}
+    run_flags = {o.name for o in OPTIONS if o.run_flag}
+    assert run_flags >= {"rebuild", "resume", "follow_up", "candidates", "plan"}
+    assert settings & run_flags == set()
+    request = {f.name for f in dataclasses.fields(BuildRequest)} | {f.name for f in dataclasses.fields(RunFlags)}
+    assert run_flags <= request
+    assert {f.name for f in dataclasses.fields(RunFlags)} == run_flags - {"follow_up"}
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(RunFlags))  # defaults: the table's
+    with pytest.raises(UsageError, match="rebuild is an option of one build, not a setting"):
+        apply(Settings(), {"rebuild": True})
+
+
+def test_run_flags_are_frozen_and_checked_as_options() -> None:
+    flags = RunFlags.given({"candidates": 3, "plan": None})
+    assert (flags.candidates, flags.plan) == (3, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        flags.rebuild = True  # type: ignore[misc]
+    with pytest.raises(UsageError, match="candidates must be from 1 to 8, not 9"):
+        RunFlags.given({"candidates": 9})
+    with pytest.raises(TypeError, match="'model' is not a run flag"):
+        RunFlags.given({"model": "m"})
+    request = BuildRequest("x").with_options({"follow_up": True, "rebuild": True, "candidates": None})
+    assert (request.follow_up, request.flags) == (True, RunFlags(rebuild=True))
 
 
 def test_environment_variables_give_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,7 +116,7 @@ def test_settings_write_no_default_of_their_own() -> None:
         if name != "cache_dir" and (value is None or ast.unparse(value) != f"_option({name!r})")
     }
     assert written == {}, f"Settings fields with a default outside OPTIONS: {written}"
-    assert set(_settings_defaults()) == {o.name for o in OPTIONS} | {"cache_dir"}
+    assert set(_settings_defaults()) == {o.name for o in OPTIONS if not o.run_flag} | {"cache_dir"}
 
 
 def _reads_an_option_variable(path: Path) -> list[str]:
@@ -134,8 +167,16 @@ def test_every_per_build_option_is_a_flag_of_the_command(monkeypatch: pytest.Mon
         if opt.type is not bool:
             argv.append(str(_sample(opt)))
         args = parser.parse_args(argv)
-        settings = apply(Settings(), {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
-        assert getattr(settings, opt.name) == _sample(opt), opt.name
+        given, flags = split_run_flags({o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build})
+        settings = apply(Settings(), given)
+        request = BuildRequest("a request").with_options(flags)
+        if opt.name == "follow_up":
+            assert request.follow_up is True
+        elif opt.run_flag:
+            assert getattr(request.flags, opt.name) == _sample(opt), opt.name
+            assert cli._run_flags(args)[opt.name] == _sample(opt), opt.name
+        else:
+            assert getattr(settings, opt.name) == _sample(opt), opt.name
 
 
 def test_every_option_reaches_the_magic() -> None:
@@ -192,22 +233,22 @@ def test_candidates_are_bounded_at_every_door(
     from flakebot_magic.magics import FlakebotMagics
 
     _clear_env(monkeypatch)
-    assert apply(Settings(), {"candidates": 8}).candidates == 8
+    assert RunFlags.given({"candidates": 8}).candidates == 8
     for wrong in (0, 9):
         with pytest.raises(UsageError, match=rf"candidates must be from 1 to 8, not {wrong}\."):
-            apply(Settings(), {"candidates": wrong})
+            RunFlags.given({"candidates": wrong})
     with pytest.raises(UsageError, match="candidates must be a number"):
-        apply(Settings(), {"candidates": "3"})
+        RunFlags.given({"candidates": "3"})
     with pytest.raises(UsageError, match="candidates must be from 1 to 8"):
         flakebot_magic.build("a request", candidates=9, cache_dir="/nonexistent/never-used")
     assert cli.main(["build", "a request", "--candidates", "9", "--cache-dir", "/nonexistent/never-used"]) == 1
     assert "candidates must be from 1 to 8, not 9." in capsys.readouterr().err
     magics = FlakebotMagics(shell=None)
     with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8"):
-        magics._settings(parse_argstring(FlakebotMagics.flakebot, "--candidates 12"))
+        magics._request(parse_argstring(FlakebotMagics.flakebot, "--candidates 12"), "x", name=None, crate=None)
     magics.candidates = 0  # the kernel's setting is checked too
     with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8, not 0"):
-        magics._settings(parse_argstring(FlakebotMagics.flakebot, ""))
+        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None)
 
 
 def test_max_cost_and_context_tokens_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,8 +273,11 @@ def test_resume_is_a_flag_but_not_a_kernel_setting() -> None:
     assert parse_argstring(FlakebotMagics.flakebot, "--resume").resume is True
     assert cli._parser().parse_args(["build", "x", "--resume"]).resume is True
     magics = FlakebotMagics(shell=None)
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "--name md --resume")).resume is True
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).resume is False
+    resumed = magics._request(parse_argstring(FlakebotMagics.flakebot, "--name md --resume"), "", name="md", crate=None)
+    assert resumed.flags.resume is True
+    assert (
+        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None).flags.resume is False
+    )
 
 
 def test_plan_and_the_architects_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,8 +288,13 @@ def test_plan_and_the_architects_model(monkeypatch: pytest.MonkeyPatch, capsys: 
     _clear_env(monkeypatch)
     magics = FlakebotMagics(shell=None)
     magics.architect_model = "planner-1"  # %config FlakebotMagics.architect_model = ...
-    settings = magics._settings(parse_argstring(FlakebotMagics.flakebot, "--plan --candidates 3"))
-    assert (settings.plan, settings.architect_model, settings.candidates) == (True, "planner-1", 3)
+    args = parse_argstring(FlakebotMagics.flakebot, "--plan --candidates 3")
+    flags = magics._request(args, "x", name=None, crate=None).flags
+    assert (flags.plan, magics._settings(args).architect_model, flags.candidates) == (True, "planner-1", 3)
+    magics.candidates = 2  # %config FlakebotMagics.candidates = 2: the kernel's, under the line's
+    assert (
+        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None).flags.candidates == 2
+    )
     line = parse_argstring(FlakebotMagics.flakebot, "--architect-model other")
     assert magics._settings(line).architect_model == "other"  # the line wins
     with pytest.raises(SystemExit):

@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..events import Event, ModelUsage, Observer
 from ..pipeline.background import BackgroundRun, start_build
 from ..records.inventory import Inventory
-from ..request import BuildRequest
+from ..request import BuildRequest, RunFlags
 
 __all__ = ["AgentBuild", "AgentSession", "BuildReport"]
 
@@ -70,10 +70,13 @@ class AgentSession:
         build uses them, as the magic and the command do.
     requested_by
         Who asks: an MCP client's name (``clientInfo.name``), or ``notebook``.
+    flags
+        How each build goes (``--candidates``, ``--plan``... given to ``flakebot mcp``, or the kernel's).
     """
 
-    def __init__(self, settings: Settings, *, requested_by: str) -> None:
+    def __init__(self, settings: Settings, *, requested_by: str, flags: RunFlags | None = None) -> None:
         self.settings = settings
+        self.flags = flags or RunFlags()
         self.requested_by = requested_by or "agent"
         self.builds = 0
         self.tokens = 0
@@ -117,7 +120,9 @@ class AgentSession:
         """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
         settings = self._reserve()
         meter = _TokenMeter()
-        build = BuildRequest(request or "", name=name or None, crate=crate or None, requested_by=self.requested_by)
+        build = BuildRequest(
+            request or "", name=name or None, crate=crate or None, requested_by=self.requested_by, flags=self.flags
+        )
         try:
             run = start_build(settings, build, extra_observers=[meter])
         except BaseException:

@@ -7,6 +7,7 @@ import os
 
 from ..config import Settings
 from ..errors import UsageError
+from ..request import RunFlags
 
 __all__ = ["add_arguments", "run"]
 
@@ -33,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Serve MCP with ``settings`` (the user's defaults and the command's options) and the agent limits given."""
+def run(args: argparse.Namespace, settings: Settings, flags: RunFlags | None = None) -> int:
+    """Serve MCP with ``settings`` (the user's defaults and the command's options) and the agent limits given;
+    ``flags`` say how each agent build goes (``--candidates``, ``--plan``...)."""
     if args.no_builds:
         settings.allow_agent_builds = False
     for flag, field in (("max_builds", "agent_max_builds"), ("max_tokens", "agent_token_budget")):
@@ -46,8 +48,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.http is None:
         from .stdio import serve_stdio
 
-        return serve_stdio(settings)
+        return serve_stdio(settings, flags=flags)
     from .http import serve_http
 
     token = args.token or os.environ.get("FLAKEBOT_MCP_TOKEN") or None
-    return serve_http(settings, port=args.http, token=token)
+    return serve_http(settings, port=args.http, token=token, flags=flags)

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from ..clients.jsonrpc import PARSE_ERROR, error
 from ..clients.mcp import SUPPORTED_VERSIONS
 from ..config import Settings
+from ..request import RunFlags
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .mcp import ServerSession
@@ -56,7 +57,7 @@ class _Session:
         self.id = ident
         self.events: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.streaming = False
-        self.protocol = ServerSession(server.settings, server.catalog, notify=self._push)
+        self.protocol = ServerSession(server.settings, server.catalog, notify=self._push, flags=server.flags)
 
     def _push(self, message: dict[str, Any]) -> None:
         if self.streaming:  # without an open GET stream, the client learns of changes at its next tools/list
@@ -68,8 +69,11 @@ class McpHttpServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, settings: Settings, *, port: int = 0, token: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, port: int = 0, token: str | None = None, flags: RunFlags | None = None
+    ) -> None:
         self.settings = settings
+        self.flags = flags
         self.token = token or secrets.token_urlsafe(32)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
         self.sessions: dict[str, _Session] = {}
@@ -283,9 +287,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._plain(404, "session not found")
 
 
-def serve_http(settings: Settings, *, port: int = 0, token: str | None = None) -> int:
+def serve_http(settings: Settings, *, port: int = 0, token: str | None = None, flags: RunFlags | None = None) -> int:
     """Serve MCP over Streamable HTTP until interrupted; the URL and the token are printed on stderr."""
-    server = McpHttpServer(settings, port=port, token=token)
+    server = McpHttpServer(settings, port=port, token=token, flags=flags)
     print(f"flakebot mcp: serving {server.url}", file=sys.stderr)
     print(f"flakebot mcp: send the header  Authorization: Bearer {server.token}", file=sys.stderr, flush=True)
     try:

@@ -41,6 +41,7 @@ from ..clients.schema import check_arguments
 from ..config import Settings
 from ..errors import Cancelled, FlakebotError
 from ..events import Event, StageFinished
+from ..request import RunFlags
 from ..untrusted import safe_text
 from .builds import AgentBuild, AgentSession
 from .catalog import ToolCatalog
@@ -102,15 +103,19 @@ class ServerSession:
     notify
         Sends a message the client did not ask for (``list_changed`` after a
         build elsewhere): stdout, or the session's GET stream over HTTP.
+    flags
+        How the agent's builds go (``flakebot mcp --candidates 3``...).
     """
 
-    def __init__(self, settings: Settings, catalog: ToolCatalog, *, notify: Send) -> None:
+    def __init__(
+        self, settings: Settings, catalog: ToolCatalog, *, notify: Send, flags: RunFlags | None = None
+    ) -> None:
         self.settings = settings
         self.catalog = catalog
         self.notify = notify
         self.client: dict[str, Any] = {}
         self.protocol = PROTOCOL_VERSION
-        self.agent = AgentSession(settings, requested_by="mcp client")
+        self.agent = AgentSession(settings, requested_by="mcp client", flags=flags)
         self.initialized = False
         self._builds: dict[str, AgentBuild] = {}
         self._cancelled: set[str] = set()

@@ -44,6 +44,7 @@ from ..config import Settings, apply
 from ..errors import Cancelled
 from ..events import Observer
 from ..options import OPTIONS
+from ..request import RunFlags, split_run_flags
 from ..views.progress import TextProgress
 from .builds import AgentBuild, AgentSession, BuildReport
 from .catalog import ToolCatalog, decode_arguments
@@ -66,8 +67,8 @@ class _Agent:
     how the next build runs, never the count so far).
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.session = AgentSession(settings, requested_by=NOTEBOOK)
+    def __init__(self, settings: Settings, flags: RunFlags) -> None:
+        self.session = AgentSession(settings, requested_by=NOTEBOOK, flags=flags)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
         #: builds under way (an agent with one is never dropped)
         self.active = 0
@@ -82,9 +83,9 @@ class _Agent:
     def settings(self) -> Settings:
         return self.session.settings
 
-    def use(self, settings: Settings) -> _Agent:
-        """This call's settings: its limits and build options apply from now on; the counts are kept."""
-        self.session.settings = settings
+    def use(self, settings: Settings, flags: RunFlags) -> _Agent:
+        """This call's settings and run flags: its limits and build options apply from now on; the counts are kept."""
+        self.session.settings, self.session.flags = settings, flags
         if settings != self.catalog.settings:  # tool timeout, environment, confinement: clients made anew
             old, self.catalog = self.catalog, ToolCatalog(settings, reserved=BUILTIN_NAMES)
             old.close()
@@ -107,8 +108,9 @@ class _Agents:
         self._kernels: weakref.WeakKeyDictionary[object, OrderedDict[str, _Agent]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def get(self, kernel: object, settings: Settings) -> _Agent:
-        """The agent of ``kernel`` in ``settings``' cache dir, using ``settings`` from now on."""
+    def get(self, kernel: object, settings: Settings, flags: RunFlags | None = None) -> _Agent:
+        """The agent of ``kernel`` in ``settings``' cache dir, using ``settings`` (and ``flags``) from now on."""
+        flags = flags or RunFlags()
         root = os.path.realpath(settings.cache.root)
         dropped: list[_Agent] = []
         with self._lock:
@@ -118,12 +120,12 @@ class _Agents:
                 weakref.finalize(kernel, _close_all, agents)  # the kernel ended: its tools' processes stop
             agent = agents.get(root)
             if agent is None:
-                agent = agents[root] = _Agent(settings)
+                agent = agents[root] = _Agent(settings, flags)
             agents.move_to_end(root)
             idle = [key for key, other in agents.items() if other is not agent and other.active == 0]
             while len(agents) > self.per_kernel and idle:
                 dropped.append(agents.pop(idle.pop(0)))
-            agent.use(settings)
+            agent.use(settings, flags)
         for old in dropped:
             old.close()
         return agent
@@ -161,21 +163,27 @@ def _magics() -> Any:
     return getattr(getattr(_shell(), "magics_manager", None), "registry", {}).get("FlakebotMagics")
 
 
-def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> Settings:
-    """The kernel's settings (its ``FlakebotMagics`` config traits) when the extension is loaded, then ``options``."""
-    settings = Settings()
+def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> tuple[Settings, RunFlags]:
+    """The kernel's settings (its ``FlakebotMagics`` config traits) when the extension is loaded, then ``options``;
+    and the run flags (``candidates``, ``plan``...) the agent's builds get, from the same two."""
+    settings, flags = Settings(), RunFlags()
     magics = _magics()
     if magics is not None:  # the traits are the magic's public configuration (%config, ipython_config.py)
         apply(settings, {"cache_dir": magics.cache_dir})
-        apply(settings, {o.name: getattr(magics, o.name) for o in OPTIONS if o.config})
-    return apply(settings, {"cache_dir": cache_dir, **options})
+        given, run = split_run_flags({o.name: getattr(magics, o.name) for o in OPTIONS if o.config})
+        apply(settings, given)
+        flags = RunFlags.given(run, flags)
+    given, run = split_run_flags(options)
+    return apply(settings, {"cache_dir": cache_dir, **given}), RunFlags.given(
+        {k: v for k, v in run.items() if k != "follow_up"}, flags
+    )
 
 
 def _agent(cache_dir: str | Path | None = None, **options: Any) -> _Agent:
     """The kernel's agent in the cache dir these settings name (one session per kernel and cache dir)."""
-    settings = _settings(cache_dir, options)
+    settings, flags = _settings(cache_dir, options)
     shell = _shell()
-    return _AGENTS.get(shell if shell is not None else _NO_SHELL, settings)
+    return _AGENTS.get(shell if shell is not None else _NO_SHELL, settings, flags)
 
 
 def agent_tools(*, cache_dir: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from ..clients.jsonrpc import serve_lines
 from ..config import Settings
+from ..request import RunFlags
 from ..untrusted import safe_text
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
@@ -83,12 +84,18 @@ class RegistryWatcher:
                 session.tools_changed(signature)
 
 
-def serve_stdio(settings: Settings, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> int:
+def serve_stdio(
+    settings: Settings,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
+    *,
+    flags: RunFlags | None = None,
+) -> int:
     """Serve one MCP session on ``stdin``/``stdout`` until stdin closes; running builds are then cancelled."""
     stdin = stdin or sys.stdin.buffer
     out = StreamWriter(stdout or sys.stdout.buffer)
     catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
-    session = ServerSession(settings, catalog, notify=out)
+    session = ServerSession(settings, catalog, notify=out, flags=flags)
     watcher = RegistryWatcher(catalog, lambda: [session]).start()
     try:
         with redirect_stdout(sys.stderr):  # stdout carries JSON-RPC only

@@ -39,7 +39,7 @@ class CargoBackend(Backend):
         git = self.git(run)
         key = store_key(git, run.rustc, BUILD_FLAGS)
         built = Built(key=key, flags=list(BUILD_FLAGS))
-        built.cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
+        built.cached = None if run.flags.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if built.cached is not None:
             cached_rows(bus, ("build", "test"), built.cached)
         else:

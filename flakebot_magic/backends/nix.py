@@ -58,7 +58,7 @@ from .base import (
     manifest,
     nixpkgs_url,
 )
-from .nix_cache import prove, push_paths
+from .nix_cache import prove, push_tool
 from .nix_command import (
     NIX_FEATURES,
     Nix,
@@ -318,7 +318,7 @@ class NixBackend(Backend):
                 "nixpkgs_url": url,
             },
         )
-        cached = None if settings.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
+        cached = None if run.flags.rebuild else lookup(settings.cache.store, key, crate.name, crate.version)
         if cached is not None and self.alive(cached, run.name):
             built.cached = cached
             cached_rows(bus, ("build", "test"), cached)
@@ -352,12 +352,12 @@ class NixBackend(Backend):
         try:
             if not settings.push_to or not settings.nix_secret_key:
                 raise ConfigError("--push needs --push-to CACHE_URL and --secret-key FILE (or their settings).")
-            paths = [data["nix_store_path"], data["proof_store_path"]]
-            signers = push_paths(self.nix(), paths, settings.push_to, Path(settings.nix_secret_key))
+            pushed = push_tool(self.nix(), data, settings.push_to, Path(settings.nix_secret_key))
         except FlakebotError as exc:
             self.bus.notice("deploy", f"built, but not pushed: {exc}", "warning")
             return
-        self.bus.notice("deploy", f"pushed to {settings.push_to}, signed by {', '.join(sorted(set(signers.values())))}")
+        recipe = " with its derivation" if pushed.derivation else ""
+        self.bus.notice("deploy", f"pushed to {settings.push_to}{recipe}, signed by {', '.join(pushed.signed_by)}")
 
     def deploy(self, run: RunState, built: Built, contract: dict[str, Any]) -> StorePath:
         settings = self.settings

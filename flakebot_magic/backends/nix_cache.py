@@ -41,15 +41,19 @@ from .nix_command import Nix
 
 __all__ = [
     "PathInfo",
+    "Pushed",
     "TrustedKeys",
     "add_proof",
+    "fetch_derivation",
     "fetch_pinned",
     "nix_base32",
     "path_info",
     "path_infos",
     "prove",
     "public_key",
+    "push_derivation",
     "push_paths",
+    "push_tool",
     "read_proof",
     "real_path",
     "signer_of",
@@ -207,9 +211,18 @@ def check_pins(pins: Mapping[str, str], *, where: str = "the recorded provenance
 
 
 def path_infos(nix: Nix, paths: Iterable[str], *, store: str | None = None) -> dict[str, PathInfo]:
-    """``nix path-info --json --sigs`` of ``paths`` in ``store`` (default: nix's), in one command; the paths it holds."""
+    """``nix path-info --json --sigs`` of ``paths`` in ``store`` (default: nix's), in one command; the paths it holds.
+
+    ``.drv`` paths are asked about as themselves (``--derivation``), never as the outputs they build.
+    """
     paths = list(paths)
-    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", "--", *paths, timeout=120)
+    drv = ["--derivation"] if any(p.endswith(".drv") for p in paths) else []
+    if drv and not all(p.endswith(".drv") for p in paths):
+        return {
+            **path_infos(nix, [p for p in paths if p.endswith(".drv")], store=store),
+            **path_infos(nix, [p for p in paths if not p.endswith(".drv")], store=store),
+        }
+    done = (nix.on_store(store) if store else nix).run("path-info", "--json", "--sigs", *drv, "--", *paths, timeout=120)
     if done.returncode != 0:
         raise DeployError(f"nix path-info {' '.join(paths)} failed: {done.stderr.strip()[-500:]}")
     found: dict[str, PathInfo] = {}
@@ -287,10 +300,13 @@ def prove(
         main=str(contract.get("bin") or (binaries[0] if binaries else "")),
         contract=dict(contract),
         session=session,
+        derivation=info.deriver,
+        store_key=built.key,
     )
     path = add_proof(nix, proof, gcroots / ".proofs" / run.name)
     proof_info = path_info(nix, str(path))
     return {
+        "derivation": info.deriver,
         "nar_hash": info.nar_hash,
         "proof_store_path": str(path),
         "proof_nar_hash": proof_info.nar_hash if proof_info is not None else "",
@@ -322,6 +338,92 @@ def public_key(secret_key: Path) -> TrustedKeys:
         )
     name, raw = parts  # an Ed25519 secret key as libsodium keeps it: the seed, then the public key
     return TrustedKeys(f"{name}:{base64.b64encode(raw[32:]).decode()}")
+
+
+def push_derivation(nix: Nix, derivation: str, to: str, secret_key: Path) -> str:
+    """Copy the ``.drv`` ``derivation`` and its closure (the sources, the build recipe, the derivations of its
+    inputs) to the cache ``to``, signed with ``secret_key``; who signed it.
+
+    With it a teammate can rebuild a pulled tool and compare it bit for bit
+    (:func:`fetch_derivation`, ``flakebot verify``).
+    """
+    trusted = public_key(secret_key)
+    store = with_query(to, "secret-key", str(secret_key))
+    copied = nix.run("copy", "--to", store, "--derivation", "--", derivation, timeout=1800)
+    if copied.returncode != 0:
+        raise DeployError(f"nix copy --derivation --to {to} failed: {copied.stderr.strip()[-800:]}")
+    key = str(secret_key)
+    signed = nix.run("store", "sign", "--store", to, "--key-file", key, "--derivation", "-r", "--", derivation)
+    if signed.returncode != 0:
+        raise DeployError(f"nix store sign --store {to} failed: {signed.stderr.strip()[-800:]}")
+    info = path_info(nix, derivation, store=to)
+    signer = signer_of(info, trusted) if info is not None else None
+    if signer is None:
+        raise DeployError(f"{to} does not serve {derivation} signed by {trusted.text} after the push.")
+    return signer
+
+
+def fetch_derivation(nix: Nix, cache: str, derivation: str, tool: str, trusted: TrustedKeys) -> str:
+    """Fetch the ``.drv`` that builds the store path ``tool`` (and its closure) from ``cache``; "" when it is
+    here now, else why not, in words (the tool stays usable: its own hash is pinned; it is only not
+    rebuildable here).
+
+    The derivation must be a store path, signed in ``cache`` by a key in
+    ``trusted`` (nix checks every path of its closure the same way), and must
+    name ``tool`` among its outputs. nix's store checks, as it registers a
+    derivation, that its output paths are the ones its content gives, so a
+    derivation that names ``tool`` is the one that builds it.
+    """
+    if not (STORE_PATH.fullmatch(derivation) and derivation.endswith(".drv")):
+        return f"its proof names {safe_line(derivation)!r} as its derivation, which is not a .drv store path"
+    try:
+        info = path_info(nix, derivation, store=cache)
+    except DeployError:  # nix path-info fails on a path the cache does not hold
+        info = None
+    if info is None:
+        return f"{cache} does not hold its derivation {derivation} (pushed before derivations were)"
+    if signer_of(info, trusted) is None:
+        return f"its derivation {derivation} in {cache} is not signed by a trusted key"
+    done = nix.trusting(trusted.text).run("copy", "--from", cache, "--derivation", "--", derivation, timeout=1800)
+    if done.returncode != 0:
+        return f"nix copy --from {cache} refused its derivation: {safe_line(done.stderr.strip()[-300:])}"
+    shown = nix.run("show-derivation", "--", derivation, timeout=120)
+    try:
+        outputs = {str(o.get("path")) for d in json.loads(shown.stdout).values() for o in d["outputs"].values()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        outputs = set()
+    if tool not in outputs:
+        return f"its derivation {derivation} does not build {tool}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What :func:`push_tool` put in a cache: the paths, who signed them, and the derivation ("" when this store
+    no longer holds it: then a teammate can use the tool but not rebuild it)."""
+
+    paths: tuple[str, ...]
+    signed_by: tuple[str, ...]
+    derivation: str
+
+
+def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) -> Pushed:
+    """A nix-built tool to the cache ``to``, signed: its store path and its proof's (``manifest``'s), and the
+    derivation that builds it with its sources (:func:`push_derivation`), so a teammate can rebuild it.
+    The one push: ``flakebot push`` and ``--push`` both come here."""
+    paths = (str(manifest["nix_store_path"]), str(manifest["proof_store_path"]))
+    signers = push_paths(nix, paths, to, secret_key)
+    derivation = str(manifest.get("derivation") or "")
+    if not derivation:  # a tool built before proofs named it: nix's own record, if it has one
+        info = path_info(nix, paths[0])
+        derivation = info.deriver if info is not None else ""
+    try:
+        here = bool(derivation) and path_info(nix, derivation) is not None
+    except DeployError:  # nix path-info fails on a path the store does not hold (collected)
+        here = False
+    if here:
+        push_derivation(nix, derivation, to, secret_key)
+    return Pushed(paths, tuple(sorted(set(signers.values()))), derivation if here else "")
 
 
 def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dict[str, str]:

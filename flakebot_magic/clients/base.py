@@ -372,8 +372,9 @@ class ToolClient:
     # -- display ---------------------------------------------------------------
 
     def _nixpkgs(self) -> str:
+        """The locked nixpkgs, in words; "" when not recorded (a pulled tool: its flake.lock hash pins it)."""
         locked = self.provenance.get("nixpkgs")
-        return describe_locked(locked) if isinstance(locked, dict) else "?"
+        return describe_locked(locked) if isinstance(locked, dict) and locked else ""
 
     def _rows(self) -> list[tuple[str, str]]:
         rows = [
@@ -384,7 +385,9 @@ class ToolClient:
             ("backend", self.backend),
         ]
         if self.backend == "nix":
-            rows += [("flake.lock", self.lock_hash), ("nixpkgs", self._nixpkgs())]
+            rows.append(("flake.lock", self.lock_hash))
+            if self._nixpkgs():
+                rows.append(("nixpkgs", self._nixpkgs()))
         return rows
 
     def __repr__(self) -> str:
@@ -408,9 +411,9 @@ class ToolClient:
         tools = e(json.dumps(self.openai_tools(), indent=2))
         mcp = e(json.dumps(self.mcp_config(), indent=2))
         return (
-            f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b> "
-            f"&mdash; {e(self.description)}"
-            f"<table style='margin:4px 0'>{body}</table>"
+            f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b>"
+            + (f" &mdash; {e(self.description)}" if self.description else "")
+            + f"<table style='margin:4px 0'>{body}</table>"
             f"<p>Call it: <code>{e(self.example())}</code></p>"
             f"<ul>{calls}</ul>"
             f"<details><summary>For agents: <code>{e(self.name)}.openai_tools()</code></summary><pre>{tools}</pre></details>"

@@ -533,7 +533,8 @@ class CliTool(ToolClient):
             f"  store:   {self.store_path} (hash {self.source_hash})",
         ]
         if self.backend == "nix":
-            lines.append(f"  flake:   flake.lock {self.lock_hash}, nixpkgs {self._nixpkgs()}")
+            nixpkgs = f", nixpkgs {self._nixpkgs()}" if self._nixpkgs() else ""
+            lines.append(f"  flake:   flake.lock {self.lock_hash}{nixpkgs}")
         lines.append(f"  backend: {self.backend}")
         return safe_text("\n".join(lines))
 

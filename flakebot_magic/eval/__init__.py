@@ -120,6 +120,7 @@ def run(
         ``token_budget`` win for it).
     """
     from ..config import Settings, apply
+    from ..request import RunFlags, split_run_flags
     from ..stages.search import open_registry
     from .polyglot import ExerciseRegistry, polyglot_suite
     from .runner import DEFAULT_TIMEOUT, Eval, EvalPlan
@@ -130,14 +131,17 @@ def run(
         models, refused = [str(given.pop("model"))], [k for k in refused if k != "model"]
     if refused:
         raise UsageError(f"An eval sets {', '.join(refused)} itself for each attempt; drop it from the options.")
-    settings = apply(Settings(), given)  # unknown options and bad values fail here, before anything runs
+    # unknown options and bad values fail here, before anything runs; the run flags go into each attempt's request
+    configured, flags = split_run_flags(given)
+    RunFlags.given(flags)
+    settings = apply(Settings(), configured)
     if (suite is None) == (polyglot is None):
         raise UsageError("Give a suite directory, or --polyglot PATH (an aider polyglot-benchmark rust/ directory).")
     if attempts < 1 or jobs < 1 or (timeout is not None and timeout <= 0):
         raise UsageError("--attempts and --jobs must be at least 1, and --timeout a positive number of seconds.")
     models = _models(models, replay=replay, feedback=feedback, default=settings.model)
     for name in models:  # an endpoint or a key that is wrong fails here, once, not in every attempt
-        endpoint = apply(Settings(), {**given, "model": name}).model_config()
+        endpoint = apply(Settings(), {**configured, "model": name}).model_config()
         if endpoint is not None:
             endpoint.api_key()
     source = Path(str(polyglot if polyglot is not None else suite)).expanduser()

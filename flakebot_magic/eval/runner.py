@@ -38,7 +38,7 @@ from ..host.process import CancelToken, ProcessRunner
 from ..llm.usage import Usage, cost_usd
 from ..pipeline.background import start_build
 from ..registry.base import Registry
-from ..request import BuildRequest
+from ..request import BuildRequest, split_run_flags
 from .hidden import run_cargo_tests, run_pytest
 from .outcome import Meter, TimedOut, classify, failure_message, feedback_request, proof_of, usage_fields
 from .replay import REPLAY_MODEL_NAME, replay_server
@@ -310,7 +310,9 @@ class Eval:
         try:
             with self._endpoint(model, task) as (model_name, base_url):
                 settings = self._settings(task, cache, model_name, base_url)
-                self._prepare(settings, build, cache, follow)
+                build = build.with_options(split_run_flags(self.plan.options)[1])
+                if self._prepare(settings, build, cache, follow):
+                    build = build.with_options({"resume": True})
                 tool = self._build(settings, build, meter, deadline)
             try:
                 deployed = {
@@ -375,7 +377,8 @@ class Eval:
             yield REPLAY_MODEL_NAME, url
 
     def _settings(self, task: Task, cache: Path, model_name: str, base_url: str | None) -> Settings:
-        values: dict[str, Any] = {**self.plan.options, **task.overrides(), "cache_dir": cache}
+        given = split_run_flags(self.plan.options)[0]  # the run flags (--candidates...) go into the request
+        values: dict[str, Any] = {**given, **task.overrides(), "cache_dir": cache}
         if model_name:
             values["model"] = model_name
         settings = apply(Settings(), values)
@@ -383,10 +386,11 @@ class Eval:
             settings.model, settings.base_url, settings.provider = model_name, base_url, None
         return settings
 
-    def _prepare(self, settings: Settings, build: BuildRequest, cache: Path, follow: bool) -> None:
-        """An attempt that was interrupted: with --resume its edit session continues when it can, else it starts over."""
+    def _prepare(self, settings: Settings, build: BuildRequest, cache: Path, follow: bool) -> bool:
+        """An attempt that was interrupted: with --resume its edit session continues when it can (True: the
+        build resumes it), else it starts over."""
         if not cache.exists():
-            return
+            return False
         if self.resume and not self.plan.replay:
             from ..pipeline.edit_stage import resume_point  # the edit loop's, as `flakebot build --resume` finds it
 
@@ -395,10 +399,10 @@ class Eval:
             except UsageError:
                 pass
             else:
-                settings.resume = True
-                return
+                return True
         if not follow:  # a fresh start (a follow-up's cache is the tool it continues: kept)
             shutil.rmtree(cache.parent)
+        return False
 
     def _build(self, settings: Settings, build: BuildRequest, meter: Meter, deadline: float) -> Any:
         run = start_build(settings, build, registry=self.registry)

@@ -338,29 +338,16 @@ def _record_from(
     if main not in binaries:
         main = crate if crate in binaries else sorted(binaries)[0]
     deployed = Path(str(manifest.get("nix_store_path") or entry))
-    backend = str(manifest.get("backend") or "cargo")
-    extra: dict[str, Any] = {"rebuilt_by_doctor": time.time()}
-    if backend == "nix":
-        extra |= {"entry": str(entry), "lock_hash": manifest.get("lock_hash", ""), "gcroot": manifest.get("gcroot", "")}
-    return ToolRecord(
-        name=name,
-        crate=crate,
-        version=str(manifest.get("version", "")),
+    return ToolRecord.of_entry(
+        name,
+        entry,
+        manifest,
         binary=str(deployed / "bin" / main),
-        store_path=str(entry),
-        source_hash=str(manifest.get("hash", "")),
-        checksum=str(manifest.get("checksum", "")),
-        checksum_kind=str(manifest.get("checksum_kind", "")),
-        registry=str(manifest.get("registry", "")),
         workspace=str(workspace),
         commit=commit,
-        backend=backend,
         kind=str(contract.get("kind") or "cli"),
-        description=str(manifest.get("description", "")),
         created=entry.stat().st_mtime,
-        extra=extra,
-        model=str(manifest.get("model") or ""),
-        iterations=int(manifest.get("iterations") or 0),
+        extra={"rebuilt_by_doctor": time.time()},
         forked_by=forked_by,
     )
 

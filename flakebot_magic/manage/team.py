@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from typing import Any
 from ..backends.nix_cache import (
     TrustedKeys,
     check_pins,
+    fetch_derivation,
     fetch_pinned,
     path_info,
-    push_paths,
+    push_tool,
     read_proof,
     real_path,
 )
@@ -38,11 +40,24 @@ from ..errors import DeployError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
+from ..request import RunFlags
 from ..stages.deploy import StorePath, write_entry
 from .tools import Answer, CommandResult, find, load
 
-__all__ = ["Pulled", "line_command", "load_pinned", "manifest_of", "notebook_provenance", "pull", "push"]
+__all__ = [
+    "Pin",
+    "Pulled",
+    "line_command",
+    "load_pinned",
+    "manifest_of",
+    "notebook_provenance",
+    "pull",
+    "push",
+    "saved_pin",
+]
 
+#: what :func:`flakebot_magic.stages.deploy.store_key` makes
+_STORE_KEY = re.compile(r"[0-9a-f]{32}")
 #: the provenance fields a pull pins
 PINNED = ("nix_store_path", "nar_hash", "proof_store_path", "proof_nar_hash")
 
@@ -70,9 +85,23 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
             f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
         )
-    signers = push_paths(_nix(settings), paths, to, Path(secret_key))
-    data = {"name": name, "to": to, "paths": paths, "signed_by": sorted(set(signers.values()))}
-    text = f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}, signed by {', '.join(data['signed_by'])}"
+    pushed = push_tool(_nix(settings), manifest, to, Path(secret_key))
+    data = {
+        "name": name,
+        "to": to,
+        "paths": list(pushed.paths),
+        "derivation": pushed.derivation,
+        "signed_by": list(pushed.signed_by),
+    }
+    with_recipe = (
+        f", with its derivation {pushed.derivation}"
+        if pushed.derivation
+        else " (its derivation is no longer in this store: a teammate cannot rebuild it)"
+    )
+    text = (
+        f"pushed {name} ({paths[0]}) and its proof ({paths[1]}) to {to}{with_recipe}, "
+        f"signed by {', '.join(pushed.signed_by)}"
+    )
     return CommandResult(data, text)
 
 
@@ -104,6 +133,42 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
         known = ", ".join(sorted(set(filter(None, names)))) or "none"
         raise UsageError(f"{notebook} records no tool named {name!r} (tools it records: {known}).")
     return found
+
+
+def saved_pin(settings: Settings, notebook: object, name: str | None, request: str, crate: str | None) -> Pin | None:
+    """What a saved notebook pins for re-running its ``%%flakebot`` cell here: the provenance of tool ``name``
+    built from this very request (and crate) by the nix backend with a proof, when this machine has no tool of
+    that name; None otherwise (then the cell builds as it always did).
+
+    ``notebook`` is the kernel's notebook path as Jupyter gives it (``__session__``); anything else is None.
+    """
+    if not name or not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
+        return None
+    if Inventory(settings.cache.tools).get(name) is not None:
+        return None  # a tool of that name here: the cell's own cache decides, as without a pin
+    try:
+        provenance = notebook_provenance(Path(notebook), name)
+    except UsageError:
+        return None
+    if str(provenance.get("request", "")).strip() != request.strip():
+        return None  # the cell was edited since: it asks for something else
+    if crate and str(provenance.get("crate", "")) != crate:
+        return None
+    if not all(provenance.get(key) for key in PINNED):
+        return None  # built by the cargo backend, or without a proof: nothing to pull
+    return Pin(Path(notebook), provenance)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A tool as a saved notebook pinned it (:func:`saved_pin`)."""
+
+    notebook: Path
+    provenance: Mapping[str, Any]
+
+    @property
+    def store_path(self) -> str:
+        return str(self.provenance["nix_store_path"])
 
 
 @dataclass
@@ -141,10 +206,10 @@ class Pulled:
         }
 
 
-def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answer:
+def line_command(settings: Settings, command: str, rest: Sequence[str], *, rebuild: bool = False) -> Answer:
     """``%flakebot push NAME`` and ``%flakebot pull NAME NOTEBOOK [--rebuild]``: their answers.
 
-    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"``.
+    The magic's ``--rebuild`` is the pull's ``if_untrusted="rebuild"`` (a build that uses no cache).
     """
     if command == "push":
         if len(rest) != 1:
@@ -155,7 +220,9 @@ def line_command(settings: Settings, command: str, rest: Sequence[str]) -> Answe
     if len(rest) != 2:
         raise UsageError("Usage: %flakebot pull NAME NOTEBOOK.ipynb (with --substituters and --trusted-public-keys).")
     provenance = notebook_provenance(Path(rest[1]), rest[0])
-    return pull(settings, rest[0], provenance, if_untrusted="rebuild" if settings.rebuild else "stop")
+    if not rebuild:
+        return pull(settings, rest[0], provenance)
+    return pull(settings, rest[0], provenance, if_untrusted="rebuild", flags=RunFlags(rebuild=True))
 
 
 def pull(
@@ -165,8 +232,12 @@ def pull(
     *,
     if_untrusted: str = "stop",
     runner: ProcessRunner | None = None,
+    flags: RunFlags | None = None,
 ) -> Pulled:
-    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module."""
+    """Tool ``name`` as ``provenance`` recorded it, fetched from the substituters and checked; see the module.
+
+    ``flags``: how the build after a refusal goes (``if_untrusted="rebuild"``).
+    """
     if if_untrusted not in IF_UNTRUSTED:
         raise UsageError(f"if_untrusted must be one of {', '.join(IF_UNTRUSTED)}, not {if_untrusted!r}.")
     missing = [key for key in PINNED if not provenance.get(key)]
@@ -191,7 +262,8 @@ def pull(
             if refusal is None or "does not hold" in str(refusal):  # a bad signature or hash says more
                 refusal = exc
             continue
-        return Pulled(_install(settings, nix, name, provenance, cache, signers[tool_path]), cache, signers[tool_path])
+        tool, rebuildable = _install(settings, nix, name, provenance, cache, signers[tool_path], trusted)
+        return Pulled(tool, cache, signers[tool_path], notes=(rebuildable,))
     assert refusal is not None
     if if_untrusted == "stop":
         raise UntrustedPath(
@@ -200,8 +272,9 @@ def pull(
             "the result is bit-identical to the recorded store path.",
             path=refusal.path,
             cache=refusal.cache,
+            reason=str(refusal),
         )
-    return _rebuild(settings, nix, name, provenance, str(refusal))
+    return _rebuild(settings, nix, name, provenance, str(refusal), flags or RunFlags())
 
 
 def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) -> ToolClient:
@@ -218,8 +291,15 @@ def load_pinned(settings: Settings, name: str, provenance: Mapping[str, Any]) ->
 
 
 def _install(
-    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], cache: str, signer: str
-) -> ToolClient:
+    settings: Settings,
+    nix: Nix,
+    name: str,
+    provenance: Mapping[str, Any],
+    cache: str,
+    signer: str,
+    trusted: TrustedKeys,
+) -> tuple[ToolClient, str]:
+    """The pulled tool registered here, and a sentence on whether ``verify`` can rebuild it here."""
     tool_path = str(provenance["nix_store_path"])
     proof = read_proof(nix, str(provenance["proof_store_path"]))
     if proof.tool != tool_path or proof.nar_hash != provenance["nar_hash"]:
@@ -234,6 +314,16 @@ def _install(
     for path, root in ((tool_path, name), (str(provenance["proof_store_path"]), f".proofs/{name}")):
         if not nix.add_root(Path(path), settings.cache.gcroots / root):
             raise DeployError(f"Could not make {settings.cache.gcroots / root} a GC root for {path}.")
+    if proof.derivation:
+        why_not = fetch_derivation(nix, cache, proof.derivation, tool_path, trusted)
+    else:
+        why_not = "its proof names no derivation (it was made before proofs did)"
+    derivation = "" if why_not else proof.derivation
+    rebuildable = (
+        f"its derivation came with it: `flakebot verify {name}` rebuilds it here and compares bit for bit"
+        if derivation
+        else f"it cannot be rebuilt here to verify it: {why_not}"
+    )
     real = real_path(nix, tool_path)
     manifest = {
         "backend": "nix",
@@ -246,6 +336,7 @@ def _install(
         "lock_hash": proof.flake_lock,
         "tests": proof.tests,
         "nix_store_path": tool_path,
+        "derivation": derivation,
         "nar_hash": proof.nar_hash,
         "proof_store_path": provenance["proof_store_path"],
         "proof_nar_hash": provenance["proof_nar_hash"],
@@ -255,7 +346,9 @@ def _install(
         "model": str(proof.session.get("model", "")),
         "iterations": int(proof.session.get("iterations", 0) or 0),
     }
-    key = proof.key.digest().removeprefix("sha256-")[:32]
+    # the builder's own key, so the tool's entry and source hash are the same as there (a key is 32 hex digits:
+    # anything else in a proof is not used as a directory name here)
+    key = proof.store_key if _STORE_KEY.fullmatch(proof.store_key) else proof.key.digest().removeprefix("sha256-")[:32]
     entry: StorePath = write_entry(
         settings.cache.store,
         key,
@@ -276,50 +369,42 @@ def _install(
         checksum=proof.checksum,
         backend="nix",
         timeout=settings.tool_timeout,
-        provenance={**entry.manifest, "proof": proof.to_json()},
+        provenance={**entry.manifest, "proof": proof.to_json(), "request": str(provenance.get("request", ""))},
         lock_hash=proof.flake_lock,
         env=settings.tool_env,
         confine=settings.confine_tools,
         home=settings.cache.root,
     )
     Inventory(settings.cache.tools).save(
-        ToolRecord(
-            name=name,
-            crate=proof.crate,
-            version=proof.version,
+        ToolRecord.of_entry(
+            name,
+            entry.path,
+            manifest,
             # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
             binary=str(entry.path / "bin" / proof.main),
-            store_path=str(entry.path),
-            source_hash=key,
-            checksum=proof.checksum,
-            checksum_kind=str(provenance.get("checksum_kind", "")),
-            registry=str(provenance.get("registry", "")),
             workspace="",
             commit=str(provenance.get("commit", "")),
-            backend="nix",
             kind=tool.kind,
             created=time.time(),
-            extra={
-                "entry": str(entry.path),
-                "nix_store_path": tool_path,
-                "substituted_from": cache,
-                "signed_by": signer,
-            },
+            extra={"nix_store_path": tool_path, "substituted_from": cache, "signed_by": signer},
+            source_hash=key,
+            checksum_kind=str(provenance.get("checksum_kind", "")),
+            registry=str(provenance.get("registry", "")),
             request=str(provenance.get("request", "")),
-            model=manifest["model"],
-            iterations=manifest["iterations"],
         )
     )
-    return tool
+    return tool, rebuildable
 
 
-def _rebuild(settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str) -> Pulled:
+def _rebuild(
+    settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str, flags: RunFlags
+) -> Pulled:
     """The user's other choice after a refusal: build here from the recorded request, and compare."""
     from ..pipeline.background import start_build
     from ..request import BuildRequest
 
     request = BuildRequest(
-        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None
+        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None, flags=flags
     )
     here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
     tool = start_build(here, request).wait([])

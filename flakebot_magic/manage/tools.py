@@ -101,6 +101,7 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
         data = {}
     if record.commit:
         data["commit"] = record.commit
+    data["request"] = record.request
     return data
 
 
@@ -463,8 +464,8 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
     if record is not None:
         return record
     manifest: dict[str, Any] = dict(getattr(tool, "provenance", None) or {})
-    return ToolRecord(
-        name=tool.name,
+    return ToolRecord.stand_in(
+        tool.name,
         crate=tool.crate,
         version=tool.version,
         binary=str(tool.binary),
@@ -473,7 +474,6 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
         checksum=tool.checksum,
         checksum_kind=str(manifest.get("checksum_kind") or ""),
         registry=str(manifest.get("registry") or ""),
-        workspace="",
         commit=str(manifest.get("commit") or ""),
         backend=tool.backend,
         kind=getattr(tool, "kind", "cli"),

@@ -37,7 +37,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,39 @@ class Intent:
     pid: int = 0
     created: float = 0.0
     format: int = INTENT_FORMAT
+
+    def rebased(self, root: Path) -> Intent:
+        """This intent with its paths in the cache dir ``root``: the cache dir was moved (or copied) while a
+        transaction was pending, and its intent names the old place. The old place is ``final``'s
+        (``<old>/workspaces/NAME``); every path under it moves under ``root``, the record's as
+        :meth:`~flakebot_magic.records.inventory.ToolRecord.rebased` moves them."""
+        final = Path(self.final)
+        old = final.parent.parent
+        if not final.is_absolute() or final.parent.name != "workspaces" or old == root:
+            return self
+
+        def moved(value: Any) -> Any:
+            if isinstance(value, str) and Path(value).is_absolute():
+                try:
+                    return str(root / Path(value).relative_to(old))
+                except ValueError:
+                    return value
+            if isinstance(value, dict):
+                return {key: moved(item) for key, item in value.items()}
+            if isinstance(value, list):
+                return [moved(item) for item in value]
+            return value
+
+        record = ToolRecord.from_json(dict(self.record)).rebased(root).to_json()
+        return replace(
+            self,
+            record=record,
+            final=moved(self.final),
+            next=moved(self.next),
+            aside=moved(self.aside),
+            recipe=moved(self.recipe),
+            recipe_data=moved(self.recipe_data),
+        )
 
     @classmethod
     def load(cls, path: Path) -> Intent | None:
@@ -298,6 +331,7 @@ def _recover_one(settings: Settings, path: Path) -> str:
     if intent is None:
         path.unlink(missing_ok=True)  # written atomically, so never half; a foreign or old file
         return ""
+    intent = intent.rebased(settings.cache.root)  # the cache dir may have moved since it was written
     who = f"the build of {intent.name!r} that process {intent.pid} left unfinished"
     why_not = _whole(intent)
     if not why_not:

@@ -3,8 +3,9 @@
 ::
 
     the tool's /nix/store path ─► nix store verify (the copy here still has its registered narHash)
-        ─► what to rebuild from: its derivation, when this store holds it; else its workspace's flake at the
-           recorded commit; a pulled tool has neither (then: a clear error, nothing recorded)
+        ─► what to rebuild from: its derivation, when this store holds it (a pull fetches it with the tool,
+           signed, when the cache has it); else its workspace's flake at the recorded commit; else a clear
+           error, nothing recorded
         ─► nix build --rebuild (nix builds it again and compares bit for bit) ─► identical, or nix's words
         ─► the answer in the tool's record (``extra["verified"]``), which ``show NAME`` prints
 
@@ -75,7 +76,7 @@ class Verified:
 def rebuild_source(nix: Nix, record: ToolRecord, path: str, deriver: str, commit: str) -> tuple[str, Path | None]:
     """What to rebuild ``path`` from, and where nix runs: its derivation when the store holds it, else the
     workspace's flake at ``commit``. A :class:`UsageError` when there is neither (a pulled tool)."""
-    if deriver and nix.run("path-info", deriver, timeout=60).returncode == 0:
+    if deriver and nix.run("path-info", "--derivation", "--", deriver, timeout=60).returncode == 0:
         return deriver, None
     workspace = Path(record.workspace) if record.workspace else None
     if workspace is not None and (workspace / FLAKE_FILE).is_file() and commit:
@@ -131,7 +132,9 @@ def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None
             message = f"the store's copy no longer matches its narHash: {checked.stderr.strip()[-500:]}"
     rebuilt_from = ""
     if not message:
-        installable, cwd = rebuild_source(nix, record, path, info.deriver, str(manifest.get("commit") or ""))
+        # a pulled tool's derivation came with it (checked to build this path); a local build's is the store's
+        deriver = str(manifest.get("derivation") or info.deriver)
+        installable, cwd = rebuild_source(nix, record, path, deriver, str(manifest.get("commit") or ""))
         rebuilt_from = installable
         done = rebuild(nix, installable, cwd=cwd, timeout=settings.build_timeout)
         if done.returncode != 0:

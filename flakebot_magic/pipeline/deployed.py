@@ -70,7 +70,8 @@ def deployed_tool(
         # nix: the tool is the /nix/store path; the cache entry only records it
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
-        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by}
+        # the request too: a saved notebook's pin is for the cell that asked it (manage/team.saved_pin)
+        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by, "request": run.request.text}
         previous = Inventory(settings.cache.tools).get(name) if reused else None
         kept = previous if previous is not None and previous.store_path == str(store.path) else None
         tool = make_tool(
@@ -92,34 +93,27 @@ def deployed_tool(
             confine=settings.confine_tools,
             home=settings.cache.root,
         )
-        record = ToolRecord(
-            name=name,
-            crate=candidate.name,
-            version=candidate.version,
+        record = ToolRecord.of_entry(
+            name,
+            store.path,
+            manifest,
             binary=str(tool.binary),
-            store_path=str(store.path),
-            source_hash=store.hash,
-            checksum=tool.checksum,
-            checksum_kind=manifest.get("checksum_kind", ""),
-            registry=candidate.registry,
             workspace=str(final),
             commit=commit,
-            forked_by=forked_by,
-            backend=tool.backend,
-            description=candidate.description,
-            created=kept.created if kept is not None else time.time(),
-            log_path=kept.log_path if kept is not None else "",
-            extra={"choice": choice.to_json()}
-            | (
-                {"entry": str(store.path), "lock_hash": tool.lock_hash, "gcroot": manifest.get("gcroot", "")}
-                if tool.backend == "nix"
-                else {}
-            ),
             kind=tool.kind,
+            created=kept.created if kept is not None else time.time(),
+            extra={"choice": choice.to_json()},
+            # the run's candidate, not the entry's first builder's (the entry may be shared)
+            crate=candidate.name,
+            version=candidate.version,
+            source_hash=store.hash,
+            registry=candidate.registry,
+            description=candidate.description,
+            backend=tool.backend,
+            forked_by=forked_by,
+            log_path=kept.log_path if kept is not None else "",
             request=run.request.text,
             requested_by=run.request.requested_by,
-            model=str(manifest.get("model") or ""),
-            iterations=int(manifest.get("iterations") or 0),
         )
         install(
             settings,

@@ -84,11 +84,11 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
     settings, workspace, model = deps.settings, run.forked(), run.model
     assert model is not None
     race_resume = run.resume if isinstance(run.resume, RacePoint) else None
-    if settings.candidates > 1 and isinstance(run.resume, ResumePoint):
+    if run.flags.candidates > 1 and isinstance(run.resume, ResumePoint):
         raise UsageError(
             f"--resume continues {run.name!r}'s last session, which had one candidate; drop --candidates to resume it."
         )
-    count = race_resume.record.candidates if race_resume is not None else settings.candidates
+    count = race_resume.record.candidates if race_resume is not None else run.flags.candidates
     architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
 
     def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
@@ -179,7 +179,7 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         limits=settings.loop_limits(),
         reply_limits=settings.reply_limits(),
         candidates=count,
-        plan=settings.plan,
+        plan=run.flags.plan,
         architect=architect,
         examples=run.examples,
         journal=run.journal,

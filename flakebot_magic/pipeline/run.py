@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import Backend, backend_for, decide
+from ..backends import Backend, Built, backend_for, decide
 from ..clients import ToolClient
 from ..config import Settings
 from ..edit import EditState
@@ -136,20 +137,21 @@ class Pipeline:
         ``request`` is a :class:`BuildRequest`, or its text with ``name``,
         ``crate`` and ``follow_up`` beside it. With a model configured
         (``settings.model``), the edit loop turns the forked crate into the
-        tool the request describes. ``follow_up`` (``--continue``, or
-        ``settings.follow_up``) applies the request to the existing tool
-        ``name``: its workspace and history, then rebuilds and redeploys it.
+        tool the request describes. ``follow_up`` (``--continue``) applies the
+        request to the existing tool ``name``: its workspace and history, then
+        rebuilds and redeploys it. How the run goes (rebuild, resume,
+        candidates, plan) is the request's :class:`~flakebot_magic.request.RunFlags`.
         """
         build = BuildRequest.of(request, name=name, crate=crate, follow_up=follow_up)
         started = time.monotonic()
         try:
-            build = replace(build, text=build.text.strip(), follow_up=build.follow_up or self.settings.follow_up)
+            build = replace(build, text=build.text.strip())
             # what a dead process left unfinished is finished (or undone), a damaged registry rebuilt
             for note in prepare(self.settings):
                 self.bus.notice("search", note, "warning")
             model = self.settings.model_config()
             point = None
-            if self.settings.resume:
+            if build.flags.resume:
                 from .edit_stage import resume_point  # the edit loop loads only when a run needs it
 
                 point = resume_point(self.settings, build, model)
@@ -186,7 +188,7 @@ class Pipeline:
             try:
                 # one build per tool name at a time, across kernels: fork may move the workspace aside,
                 # deploy swaps the store entry, and `clean` skips what a held lock covers
-                with tool_lock(self.settings.cache_dir, run.name, rebuild=self.settings.rebuild):
+                with tool_lock(self.settings.cache_dir, run.name, rebuild=run.flags.rebuild):
                     return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
             except (ForkError, BuildError) as exc:
                 # a model's edits are not thrown away for another crate; the last candidate's error stands
@@ -209,37 +211,54 @@ class Pipeline:
             return self._build(run, choice)
 
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
-        """Everything after the search, under the tool's lock: cache, fork, edit, build, deploy, client."""
-        settings, deps = self.settings, self.deps
-        _check_agent_may_replace(settings, run.request, run.name)
+        """Everything after the search, under the tool's lock; each step is one method below, in this order."""
+        _check_agent_may_replace(self.settings, run.request, run.name)
         cargo = Cargo(self.registry, self.runner)
         run.rustc = cargo.rustc_version()
-        backend = backend_for(run.choice.name, deps, run.choice)
-
+        backend = backend_for(run.choice.name, self.deps, run.choice)
         recipe = self._recipe_path(run, backend)
-        if not settings.rebuild and not run.follow_up and run.resume is None:
-            cached = backend.lookup(recipe, run.name)
-            if cached is None and run.choice.auto and backend.name == "nix":
-                # auto takes what is cached: an earlier offline run may have built with cargo
-                cargo_backend = backend_for("cargo", deps, run.choice)
-                cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
-            if cached is not None:
-                with storage_errors(f"taking {run.name!r} from the cache", settings.cache_dir):
-                    tool = from_cache(deps, run, cached, choice)
-                if tool is not None:
-                    return tool
-
+        cached = self._from_cache(run, choice, backend, recipe)
+        if cached is not None:
+            return cached
         run.alternatives = choice.close_alternatives()
         self._say_backend(run)
+        with self._failure_kept(run), storage_errors(f"building {run.name!r}", self.settings.cache_dir):
+            if run.resume is None:  # a resumed session is in its workspace already
+                self._fork(run, cargo)
+            cargo = self._edit(run, self._confined(run, cargo))
+            self._enforce_policy(run)
+            built, backend, recipe = self._built(run, cargo, backend, recipe)
+            tool = self._deploy(run, choice, built, backend, recipe)
+        self._drop_build_outputs(run)
+        return tool
+
+    def _from_cache(self, run: RunState, choice: Choice, backend: Backend, recipe: Path) -> ToolClient | None:
+        """The tool its recipe built before, when the run may take it (not --rebuild, --continue or a resume)."""
+        settings, deps = self.settings, self.deps
+        if run.flags.rebuild or run.follow_up or run.resume is not None:
+            return None
+        cached = backend.lookup(recipe, run.name)
+        if cached is None and run.choice.auto and backend.name == "nix":
+            # auto takes what is cached: an earlier offline run may have built with cargo
+            cargo_backend = backend_for("cargo", deps, run.choice)
+            cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
+        if cached is None:
+            return None
+        with storage_errors(f"taking {run.name!r} from the cache", settings.cache_dir):
+            return from_cache(deps, run, cached, choice)
+
+    @contextmanager
+    def _failure_kept(self, run: RunState) -> Iterator[None]:
+        """A failed or interrupted build keeps its workspace, says the tool it would replace is unchanged, and
+        names a full disk as such."""
         try:
-            with storage_errors(f"building {run.name!r}", settings.cache_dir):
-                tool = self._fork_build_deploy(run, choice, cargo, backend, recipe)
+            yield
         except FlakebotError as exc:
             self._unchanged(run)
             attempt = run.workspace.path if run.workspace is not None else exc.workspace
             if attempt is not None:
                 exc.keep_workspace(attempt)
-            full = disk_full(deps, run, exc, attempt)
+            full = disk_full(self.deps, run, exc, attempt)
             if full is not None:
                 raise full from exc
             raise
@@ -248,52 +267,55 @@ class Pipeline:
             if run.workspace is not None:
                 self.bus.notice("fork", f"interrupted; the workspace is kept at {run.workspace.path}", "warning")
             raise
-        if not settings.keep_workspace:
-            # the git history stays (it is the tool's provenance); build outputs go
-            shutil.rmtree(run.forked().path / "target", ignore_errors=True)
-            shutil.rmtree(release_target(run.forked().path), ignore_errors=True)
-        return tool
 
-    def _fork_build_deploy(
-        self, run: RunState, choice: Choice, cargo: Cargo, backend: Backend, recipe: Path
-    ) -> ToolClient:
-        """Fork (or resume), edit, check the policy, build and test, deploy, and install the tool."""
-        settings, deps, candidate = self.settings, self.deps, run.crate()
-        if run.resume is None:
-            with Stage(self.bus, "fork", candidate.id) as stage:
-                workspace = run.workspace = fork(
-                    candidate,
-                    self.registry,
-                    settings.cache.workspaces,
-                    run.name,
-                    runner=self.runner,
-                    bus=self.bus,
-                    cargo=cargo,
-                    fresh=settings.rebuild or self._fork_afresh(run),
-                    # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
-                    copy=run.follow_up,
-                )
-                # a rebuild forks beside the tool's workspace (.next/) and is swapped in when deployed: the
-                # row names where the workspace will be (the notice above it says where it is meanwhile)
-                stage.detail = str(workspace.replaces or workspace.path)
-        cargo = self._edit(run, self._confined(run, cargo))
+    def _fork(self, run: RunState, cargo: Cargo) -> None:
+        """Fork the candidate into the tool's workspace (a copy for --continue, beside it for a rebuild)."""
+        candidate = run.crate()
+        with Stage(self.bus, "fork", candidate.id) as stage:
+            workspace = run.workspace = fork(
+                candidate,
+                self.registry,
+                self.settings.cache.workspaces,
+                run.name,
+                runner=self.runner,
+                bus=self.bus,
+                cargo=cargo,
+                fresh=run.flags.rebuild or self._fork_afresh(run),
+                # --continue edits a copy: the tool's workspace stays as it is until the build succeeds
+                copy=run.follow_up,
+            )
+            # a rebuild forks beside the tool's workspace (.next/) and is swapped in when deployed: the
+            # row names where the workspace will be (the notice above it says where it is meanwhile)
+            stage.detail = str(workspace.replaces or workspace.path)
+
+    def _enforce_policy(self, run: RunState) -> None:
+        """The build policy on the tree on disk, before either backend builds it (policy.py)."""
         workspace = run.forked()  # a candidate that started from another crate may have won
-        # the build policy on the tree on disk, before either backend builds it (policy.py)
-        run.policy = TreePolicy(settings.allow_build_scripts, Baseline.from_git(Git(workspace.path, self.runner)))
+        baseline = Baseline.from_git(Git(workspace.path, self.runner))
+        run.policy = TreePolicy(self.settings.allow_build_scripts, baseline)
         run.policy.enforce(workspace.path)
         run.main_program = main_binary(workspace.crate, list(workspace.crate.bin_names), workspace.path, built=False)
+
+    def _built(self, run: RunState, cargo: Cargo, backend: Backend, recipe: Path) -> tuple[Built, Backend, Path]:
+        """Build and test with ``backend``; auto falls back to cargo when nix could not lock nixpkgs after all
+        (the backend said so). The backend that built, and its recipe, come back with what it built."""
         built = backend.build(run, cargo)
-        if built is None:  # auto, and nix could not lock nixpkgs after all (the backend said so)
-            backend = backend_for("cargo", deps, run.choice)
-            recipe = self._recipe_path(run, backend)
-            built = backend.build(run, cargo)
-            if built is None:
-                raise RuntimeError("the cargo backend always builds")
+        if built is not None:
+            return built, backend, recipe
+        backend = backend_for("cargo", self.deps, run.choice)
+        built = backend.build(run, cargo)
+        if built is None:
+            raise RuntimeError("the cargo backend always builds")
+        return built, backend, self._recipe_path(run, backend)
+
+    def _deploy(self, run: RunState, choice: Choice, built: Built, backend: Backend, recipe: Path) -> ToolClient:
+        """Deploy what was built, then make the workspace, its tool card and the record the tool, together
+        (transaction.py)."""
+        workspace = run.forked()
         contract = {} if built.cached is not None else contract_of(workspace.path, list(built.binaries))
         run.store = store = backend.deploy(run, built, contract)
-        # deployed: the workspace, its tool card and the record become the tool together (transaction.py)
         return deployed_tool(
-            deps,
+            self.deps,
             run,
             store,
             choice,
@@ -303,6 +325,13 @@ class Pipeline:
             recipe=(recipe, {"store": str(store.path), "hash": store.hash, "backend": backend.name}),
             reused=built.cached is not None,
         )
+
+    def _drop_build_outputs(self, run: RunState) -> None:
+        """After a success, unless ``keep_workspace``: the git history stays (it is the tool's provenance); build
+        outputs go."""
+        if not self.settings.keep_workspace:
+            shutil.rmtree(run.forked().path / "target", ignore_errors=True)
+            shutil.rmtree(release_target(run.forked().path), ignore_errors=True)
 
     def _say_backend(self, run: RunState) -> None:
         """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""
@@ -414,7 +443,7 @@ class Pipeline:
             )
         if not name:
             raise UsageError("--continue needs --name: the tool whose workspace and history to continue.")
-        if run.request.crate or self.settings.rebuild:
+        if run.request.crate or run.flags.rebuild:
             raise UsageError("--continue keeps the tool's workspace: it does not go with --crate or --rebuild.")
         if not run.request.text:
             raise UsageError("--continue needs new instructions, e.g. 'also accept a --upper flag'.")
@@ -489,6 +518,8 @@ class Pipeline:
                 name=tool.name,
                 follow_up=True,
                 requested_by=run.request.requested_by,
+                # the race and the plan as the first round's; a follow-up never forks afresh, nor resumes
+                flags=replace(run.flags, rebuild=False, resume=False),
             )
             run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
             tool.close()

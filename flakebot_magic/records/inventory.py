@@ -25,9 +25,9 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -114,6 +114,68 @@ class ToolRecord:
     forked_by: str = ""
     #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
     token: str = field(default="", repr=False)
+
+    @classmethod
+    def of_entry(
+        cls,
+        name: str,
+        entry: Path,
+        manifest: Mapping[str, Any],
+        *,
+        binary: str,
+        workspace: str,
+        commit: str,
+        kind: str,
+        created: float,
+        extra: Mapping[str, Any] | None = None,
+        **known: Any,
+    ) -> ToolRecord:
+        """The record of the tool ``name`` deployed from the store entry ``entry``: the one way one is made.
+
+        What the entry's ``manifest`` knows (crate, version, hash, checksum,
+        registry, backend, model...) comes from it; ``known`` overrides any of
+        those with what the caller knows better (the candidate the run forked)
+        or adds what no manifest holds (the request, who asked). A nix tool's
+        ``extra`` names its entry, flake lock and GC root, which ``clean``
+        and ``doctor`` look for.
+        """
+        backend = str(known.get("backend") or manifest.get("backend") or "cargo")
+        nix = (
+            {"entry": str(entry), "lock_hash": manifest.get("lock_hash", ""), "gcroot": manifest.get("gcroot", "")}
+            if backend == "nix"
+            else {}
+        )
+        values: dict[str, Any] = {
+            "crate": str(manifest.get("crate", "")),
+            "version": str(manifest.get("version", "")),
+            "source_hash": str(manifest.get("hash", "")),
+            "checksum": str(manifest.get("checksum", "")),
+            "checksum_kind": str(manifest.get("checksum_kind", "")),
+            "registry": str(manifest.get("registry", "")),
+            "description": str(manifest.get("description", "")),
+            "model": str(manifest.get("model") or ""),
+            "iterations": int(manifest.get("iterations") or 0),
+            **known,
+        }
+        return cls(
+            name=name,
+            binary=binary,
+            store_path=str(entry),
+            workspace=workspace,
+            commit=commit,
+            kind=kind,
+            created=created,
+            backend=backend,
+            extra={**(extra or {}), **nix},
+            **{k: v for k, v in values.items() if k != "backend"},
+        )
+
+    @classmethod
+    def stand_in(cls, name: str, **known: Any) -> ToolRecord:
+        """A record that is never saved (a failed attempt, a loaded tool the registry has not), for listings and
+        JSON: every field ``known`` does not give is empty."""
+        empty = {f.name: "" for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        return cls(**{**empty, "name": name, **known})
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -55,6 +55,12 @@ class Proof:
     flakebot_version: str = __version__
     #: for a model-edited tool: the model, its check runs and the session's own summary
     session: dict[str, Any] = field(default_factory=dict)
+    #: the ``.drv`` nix built the tool from (its sources and build recipe, by hash); a teammate who fetches it
+    #: can rebuild the tool and compare bit for bit (``flakebot verify``); "" in proofs made before it was kept
+    derivation: str = ""
+    #: the builder's store key for the tool (:func:`flakebot_magic.stages.deploy.store_key`): a pulled tool's entry
+    #: and "source hash" are the same as on the machine that built it; "" in proofs made before it was kept
+    store_key: str = ""
 
     @property
     def passed(self) -> bool:
@@ -92,6 +98,8 @@ class Proof:
                 contract=dict(data.get("contract") or {}),
                 flakebot_version=str(data.get("flakebot_version", "")),
                 session=dict(data.get("session") or {}),
+                derivation=str(data.get("derivation", "")),
+                store_key=str(data.get("store_key", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DeployError(f"{where} is not a flakebot proof ({exc}).") from exc

@@ -109,6 +109,7 @@ def provenance_of(tool: Any, record: Any = None) -> dict[str, Any]:
     choice = _first(manifest, "choice") or _first(extra, "choice")
     if isinstance(choice, Mapping):  # who chose the crate and why (stages/choose.py)
         data["choice"] = f"{choice.get('crate', '')} (chosen by {choice.get('by', '')}): {choice.get('reason', '')}"
+    data["request"] = str(_first(manifest, "request") or "")  # what the cell asked: a saved notebook's pin is for it
     if record is not None:
         data["workspace"] = getattr(record, "workspace", "")
         data["request"] = getattr(record, "request", "")

@@ -116,18 +116,11 @@ class Attempt:
         ``description`` and, with its class, in ``extra``.
         """
         crate, _, version = self.crate.partition(" ")
-        return ToolRecord(
-            name=self.name,
+        return ToolRecord.stand_in(
+            self.name,
             crate=crate,
             version=version,
-            binary="",
-            store_path="",
-            source_hash="",
-            checksum="",
-            checksum_kind="",
-            registry="",
             workspace=self.workspace,
-            commit="",
             backend="",
             kind="",
             description=f"{self.kind}: {self.error}" if self.kind else self.error,

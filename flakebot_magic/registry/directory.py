@@ -359,10 +359,10 @@ class DirectoryRegistry:
         if vectors is None or not vectors.ids:  # no model, or an empty registry: words only
             meaning = None
         if meaning is not None and vectors is not None:
-            ids, matrix, owned = vectors.ids, vectors.matrix, vectors.own
+            ids, matrix = vectors.ids, vectors.matrix
             cosines = matrix @ meaning
             similarity = dict(zip(ids, cosines.tolist(), strict=True))
-            own = {rowid: float(vector @ meaning) for rowid, vector in owned.items()}
+            own = dict(zip(vectors.own_ids, (vectors.own_matrix @ meaning).tolist(), strict=True))
             known = {r[0] for r in rows}
             mean, best_similarity = float(cosines.mean()), float(cosines.max())
             floor = mean + ranking.SEMANTIC_FLOOR * (best_similarity - mean)

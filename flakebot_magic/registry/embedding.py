@@ -245,11 +245,13 @@ def crate_texts(name: str, description: str, keywords: list[str], summary: str, 
 
 @dataclass(frozen=True)
 class CrateVectors:
-    """An index's embeddings: crate row ids, their embeddings as rows of one matrix, the binaries' by row id."""
+    """An index's embeddings: crate row ids and their embeddings as rows of one matrix; the row ids of the
+    crates with a tool binary and their binaries' embeddings as rows of another (one product per search)."""
 
     ids: list[int]
     matrix: Matrix
-    own: dict[int, Matrix]
+    own_ids: list[int]
+    own_matrix: Matrix
 
 
 def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, str, str]]) -> None:
@@ -272,8 +274,9 @@ def load_vectors(db: sqlite3.Connection) -> CrateVectors:
 
     rows = db.execute("SELECT id, about, own FROM vectors ORDER BY id").fetchall()
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), DIMENSIONS)
-    own = {r[0]: np.frombuffer(r[2], dtype=np.float32) for r in rows if r[2] is not None}
-    return CrateVectors([r[0] for r in rows], matrix, own)
+    owned = [r for r in rows if r[2] is not None]
+    own = np.frombuffer(b"".join(r[2] for r in owned), dtype=np.float32).reshape(len(owned), DIMENSIONS)
+    return CrateVectors([r[0] for r in rows], matrix, [r[0] for r in owned], own)
 
 
 _ENCODERS: dict[str, SentenceEncoder] = {}

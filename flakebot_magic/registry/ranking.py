@@ -169,6 +169,8 @@ MIN_DF = 2
 SPLIT = 10
 #: how many words may stand between the words of a two-word alternative ("upper case", "file name")
 NEAR = 2
+#: :func:`match_concepts` asks for the wanted crates only when a concept is in more crates' text than this
+MATCH_UNFILTERED = 2000
 
 
 def tokens(text: str) -> list[str]:
@@ -406,8 +408,8 @@ def match_concepts(
 
     ``own`` has one weight per column of the FTS5 ``table``: 1 for a column
     holding what the crate says of itself (name, description, keywords, what
-    its binaries say), 0 for the rest. One query per concept; a row matched
-    in a column of weight 0 only scores 0 there.
+    its binaries say), 0 for the rest. One query per concept, every match kept here (a rowid list in SQL is
+    7x slower); a row matched in a column of weight 0 only scores 0 there.
     """
     result: dict[int, tuple[set[int], set[int]]] = {r: (set(), set()) for r in rowids}
     if not rowids:
@@ -415,15 +417,15 @@ def match_concepts(
     marks = ", ".join("?" * len(own))
     ids = ", ".join(str(int(r)) for r in rowids)
     for index, concept in enumerate(found):
+        where = f" AND rowid IN ({ids})" if concept.df > MATCH_UNFILTERED else ""
         rows = db.execute(
-            f"SELECT rowid, bm25({table}, {marks}) FROM {table} WHERE {table} MATCH ? AND rowid IN ({ids})",
+            f"SELECT rowid, bm25({table}, {marks}) FROM {table} WHERE {table} MATCH ?{where}",
             (*own, match_expression([concept], loose=True)),
         ).fetchall()
-        for rowid, own_score in rows:
-            anywhere, mine = result[rowid]
-            anywhere.add(index)
+        for rowid, own_score in ((r, o) for r, o in rows if r in result):
+            result[rowid][0].add(index)
             if own_score:
-                mine.add(index)
+                result[rowid][1].add(index)
     return result
 
 

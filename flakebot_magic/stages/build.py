@@ -183,56 +183,132 @@ def check(
     """
     if cap_lints is None:
         cap_lints = not (workspace / ".git" / EDIT_STATE).is_file()
-    test_flags = (*TEST_FLAGS, *CAP_LINTS) if cap_lints else TEST_FLAGS
+    proving = _Check(workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints)
     key = known = None
     if proofs is not None and git is not None and run_tests:
-        key = proof_key(workspace, git, cargo.rustc_version(), (*test_flags, *_env_flags(TEST_ENV)))
+        key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
         known = proofs.find(key)
-    results: dict[str, Any] = {}
-    failures: dict[str, BaseException] = {}
-    test_seconds: list[float] = []
+    proving.fetch(policy)
+    if known is not None:  # the tests' stage is the proof found: it runs nothing
+        bus.emit(StageStarted("test"))
+        bus.emit(StageFinished("test", "cached", _reused(known)))
+    proving.run_stages(release or proving.release_build, tests=run_tests and known is None)
+    proving.raise_failure()
+    return proving.result(known, proofs, key)
 
-    def stage(name: str, work: Callable[[], Any]) -> None:
-        bus.emit(StageStarted(name))
-        t0 = time.monotonic()
-        try:
-            results[name] = work()
-        except BaseException as exc:  # re-raised in the caller's thread
-            failures[name] = exc
-            bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
-            return
-        if name == "test":
-            test_seconds.append(time.monotonic() - t0)
-        bus.emit(StageFinished(name, "done", _summary(name, results[name]), time.monotonic() - t0))
 
-    def log(stage_name: str) -> Callable[[str, str], None]:
+class _Check:
+    """One :func:`check`: its two stages (the release build, the tests) on two threads, and what each left.
+
+    Each method is one step of :func:`check`; the stage threads write
+    ``results`` and ``failures``, read once both threads are joined.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        cargo: Cargo,
+        bus: EventBus,
+        build_timeout: float,
+        test_timeout: float,
+        target_dir: Path | None,
+        *,
+        upstream: bool,
+    ) -> None:
+        self.workspace, self.cargo, self.bus = workspace, cargo, bus
+        self.build_timeout, self.test_timeout = build_timeout, test_timeout
+        self.release_dir = release_target(workspace)
+        self.target_dir = target_dir or self.release_dir
+        #: the tests are the published crate's own, unedited: lints capped, a failure is upstream's
+        self.upstream = upstream
+        self.test_flags = (*TEST_FLAGS, *CAP_LINTS) if upstream else TEST_FLAGS
+        self.results: dict[str, Any] = {}
+        self.failures: dict[str, BaseException] = {}
+        self.test_seconds = 0.0
+        #: set once the release build is over: the crate's code (its tests) may run from then on
+        self.released = threading.Event()
+
+    def log(self, stage_name: str) -> Callable[[str, str], None]:
+        """What a cargo command of ``stage_name`` does with each line it prints: the readable ones become logs."""
+
         def on_line(stream: str, line: str) -> None:
             if stream == "stderr":
                 for text in readable([line]):  # rustdoc's JSON diagnostics come on stderr
-                    bus.log(stage_name, text, "stderr")
+                    self.bus.log(stage_name, text, "stderr")
             elif not line.startswith("{"):
-                bus.log(stage_name, line, "stdout")
+                self.bus.log(stage_name, line, "stdout")
 
         return on_line
 
-    release_dir = release_target(workspace)
+    def fetch(self, policy: TreePolicy) -> None:
+        """The one download step, on the tree ``policy`` passes; then the tests' target dir, before any cargo."""
+        workspace = self.workspace
+        fetched = self.cargo.fetch(workspace, policy=policy, timeout=self.build_timeout, on_line=self.log("build"))
+        if fetched is not None and fetched.returncode != 0:
+            raise BuildError(
+                f"cargo could not download the dependencies of {workspace.name}:\n{_describe([], fetched.stderr)}",
+                command=fetched.args,
+                workspace=workspace,
+            )
+        # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
+        # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
+        real_dir(workspace, workspace / "target" / "flakebot-test")
 
-    def build() -> BuildResult:
+    def run_stages(self, release: Callable[[], BuildResult], *, tests: bool) -> None:
+        """The release build (then ``released``) and, when ``tests``, the tests, each on its own thread."""
+
+        def release_then_tests() -> BuildResult:
+            try:
+                return release()
+            finally:
+                self.released.set()  # the binary is built and hashed (or the build failed): the crate's code may run
+
+        threads = [threading.Thread(target=self.stage, args=("build", release_then_tests), name="flakebot-build")]
+        if tests:
+            threads.append(threading.Thread(target=self.stage, args=("test", self.tests), name="flakebot-test"))
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C lands here: stop the other thread's cargo (or nix) too
+            self.cargo.runner.cancel.cancel()
+            for thread in threads:
+                thread.join()
+            raise
+
+    def stage(self, name: str, work: Callable[[], Any]) -> None:
+        """Run one stage on this thread, between its events; keep its result or its error for the caller's."""
+        self.bus.emit(StageStarted(name))
+        t0 = time.monotonic()
+        try:
+            self.results[name] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            self.failures[name] = exc
+            self.bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
+            return
+        if name == "test":
+            self.test_seconds = time.monotonic() - t0
+        self.bus.emit(StageFinished(name, "done", _summary(name, self.results[name]), time.monotonic() - t0))
+
+    def release_build(self) -> BuildResult:
+        """``cargo build --release`` into flakebot's own target dir; the binaries hashed as the build ends."""
+        workspace = self.workspace
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
         # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
-        done = cargo.run(
+        done = self.cargo.run(
             *BUILD_FLAGS,
             cwd=workspace,
-            timeout=build_timeout,
-            on_line=log("build"),
-            env={"CARGO_TARGET_DIR": str(release_dir)},
+            timeout=self.build_timeout,
+            on_line=self.log("build"),
+            env={"CARGO_TARGET_DIR": str(self.release_dir)},
         )
         refused: list[str] = []
         diagnostics, executables, _ = parse_cargo_messages(
-            done.stdout.splitlines(), target_dir=target_dir or release_dir, refused=refused
+            done.stdout.splitlines(), target_dir=self.target_dir, refused=refused
         )
         for why in refused:
-            bus.notice(
+            self.bus.notice(
                 "build", f"dropped a forged or unsafe compiler-artifact message from cargo's output: {why}", "warning"
             )
         if done.returncode != 0:
@@ -251,92 +327,67 @@ def check(
             ) from exc
         return BuildResult(binaries=executables, diagnostics=diagnostics, digests=digests)
 
-    released = threading.Event()
+    def cargo_test(self, *more: str) -> Completed:
+        return self.cargo.run(
+            *self.test_flags,
+            *more,
+            cwd=self.workspace,
+            timeout=self.test_timeout,
+            on_line=self.log("test"),
+            env=TEST_ENV | {"CARGO_TARGET_DIR": str(self.workspace / "target" / "flakebot-test")},
+            # the release build is the critical path; the tests take the CPU it leaves
+            nice=10,
+        )
 
-    def release_then_tests() -> BuildResult:
-        try:
-            return (release or build)()
-        finally:
-            released.set()  # the binary is built and hashed (or the build failed): the crate's code may run now
-
-    def test() -> tuple[TestReport, list[Diagnostic]]:
-        def cargo_test(*more: str) -> Completed:
-            return cargo.run(
-                *test_flags,
-                *more,
-                cwd=workspace,
-                timeout=test_timeout,
-                on_line=log("test"),
-                env=TEST_ENV | {"CARGO_TARGET_DIR": str(workspace / "target" / "flakebot-test")},
-                # the release build is the critical path; the tests take the CPU it leaves
-                nice=10,
-            )
-
-        # compiled beside the release build, run only once it is over: no test of the crate runs while the
-        # release build reads the sources (a test rewriting src/main.rs would change what is deployed)
-        done = cargo_test("--no-run")
+    def tests(self) -> tuple[TestReport, list[Diagnostic]]:
+        """The tests compiled beside the release build, run once it is over."""
+        # no test of the crate runs while the release build reads the sources (a test rewriting src/main.rs
+        # would change what is deployed)
+        done = self.cargo_test("--no-run")
         if done.returncode == 0:
-            released.wait()
-            done = cargo_test()
+            self.released.wait()
+            done = self.cargo_test()
         diagnostics, _, other = parse_cargo_messages(done.stdout.splitlines())
         # rustdoc builds the crate and its doc tests with JSON diagnostics on stderr, outside cargo's envelope
         diagnostics += [d for d in map(parse_diagnostic_line, done.stderr.splitlines()) if d is not None]
         report = parse_test_output(other)
         if done.returncode != 0:
-            raise _test_failure(workspace, done.args, _errors(diagnostics), report, done.stderr, upstream=cap_lints)
+            raise _test_failure(
+                self.workspace, done.args, _errors(diagnostics), report, done.stderr, upstream=self.upstream
+            )
         return report, diagnostics
 
-    fetched = cargo.fetch(workspace, policy=policy, timeout=build_timeout, on_line=log("build"))
-    if fetched is not None and fetched.returncode != 0:
-        raise BuildError(
-            f"cargo could not download the dependencies of {workspace.name}:\n{_describe([], fetched.stderr)}",
-            command=fetched.args,
-            workspace=workspace,
-        )
-    # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
-    # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
-    real_dir(workspace, workspace / "target" / "flakebot-test")
-    threads = [threading.Thread(target=stage, args=("build", release_then_tests), name="flakebot-build")]
-    if known is not None:
-        bus.emit(StageStarted("test"))
-        bus.emit(StageFinished("test", "cached", _reused(known)))
-    elif run_tests:
-        threads.append(threading.Thread(target=stage, args=("test", test), name="flakebot-test"))
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:  # Ctrl-C lands here: stop the other thread's cargo (or nix) too
-        cargo.runner.cancel.cancel()
-        for thread in threads:
-            thread.join()
-        raise
-    built, tested = failures.get("build"), failures.get("test")
-    if (
-        built is not None
-        and not getattr(built, "diagnostics", None)
-        and isinstance(tested, TestError)
-        and tested.diagnostics
-    ):
-        raise BuildError(
-            str(tested).replace("The tests of", "The crate", 1).replace("do not compile", "does not compile", 1),
-            diagnostics=tested.diagnostics,
-            command=tested.command,
-            workspace=workspace,
-        ) from built
-    for name in ("build", "test"):
-        if name in failures:
-            raise failures[name]
-    report, test_diagnostics = results.get("test", (TestReport(), []))
-    proof = known
-    if known is not None:
-        report = TestReport(passed=known.passed, ignored=known.ignored, suites=known.suites)
-    elif proofs is not None and key is not None and "test" in results:
-        proof = proofs.record(
-            key, passed=report.passed, ignored=report.ignored, suites=report.suites, seconds=test_seconds[0]
-        )
-    return CheckResult(build=results["build"], tests=report, test_diagnostics=test_diagnostics, proof=proof)
+    def raise_failure(self) -> None:
+        """The first failure, the build's before the tests'; a release build that failed saying nothing gives
+        way to the tests' compiler errors, which say why."""
+        built, tested = self.failures.get("build"), self.failures.get("test")
+        if (
+            built is not None
+            and not getattr(built, "diagnostics", None)
+            and isinstance(tested, TestError)
+            and tested.diagnostics
+        ):
+            raise BuildError(
+                str(tested).replace("The tests of", "The crate", 1).replace("do not compile", "does not compile", 1),
+                diagnostics=tested.diagnostics,
+                command=tested.command,
+                workspace=self.workspace,
+            ) from built
+        for name in ("build", "test"):
+            if name in self.failures:
+                raise self.failures[name]
+
+    def result(self, known: ProofRecord | None, proofs: ProofStore | None, key: ProofKey | None) -> CheckResult:
+        """What the check proved: the proof ``known`` before, or the one the tests just made (recorded)."""
+        report, test_diagnostics = self.results.get("test", (TestReport(), []))
+        proof = known
+        if known is not None:
+            report = TestReport(passed=known.passed, ignored=known.ignored, suites=known.suites)
+        elif proofs is not None and key is not None and "test" in self.results:
+            proof = proofs.record(
+                key, passed=report.passed, ignored=report.ignored, suites=report.suites, seconds=self.test_seconds
+            )
+        return CheckResult(build=self.results["build"], tests=report, test_diagnostics=test_diagnostics, proof=proof)
 
 
 def _env_flags(env: dict[str, str]) -> tuple[str, ...]:

@@ -116,7 +116,7 @@ def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choi
     """
     fit = search_stage.fitness(candidates)
     if fit.chosen is not None:
-        others = [c for c in candidates if c is not fit.chosen and not search_stage.unfit(c)]
+        others = [c for c in search_stage.fitting(candidates) if c is not fit.chosen]
         return Choice(fit.chosen, "fitness", fit.reason, others)
     raise NeedsModelError(refusal(request, fit), candidates=fit.candidates)
 

@@ -23,7 +23,7 @@ from ..host.process import ProcessRunner
 from ..llm.budget import Budget
 from ..llm.model import ModelConfig
 from ..registry.base import CrateCandidate, Registry
-from ..request import BuildRequest
+from ..request import BuildRequest, RunFlags
 from ..sandbox.policy import TreePolicy
 from .accept import Example
 from .deploy import StorePath
@@ -61,7 +61,7 @@ class BackendChoice:
 class RunState:
     """Everything one run computes, passed from step to step (never kept on the pipeline)."""
 
-    request: BuildRequest  # its text stripped, its follow_up resolved against the settings
+    request: BuildRequest  # its text stripped
     model: ModelConfig | None
     choice: BackendChoice
     candidate: CrateCandidate | None = None
@@ -94,6 +94,11 @@ class RunState:
     @property
     def follow_up(self) -> bool:
         return self.request.follow_up
+
+    @property
+    def flags(self) -> RunFlags:
+        """How this run goes (rebuild, resume, candidates, plan): the request's."""
+        return self.request.flags
 
     def crate(self) -> CrateCandidate:
         if self.workspace is not None:

@@ -19,7 +19,10 @@ holds three more paraphrases of every request, written blind (by someone who
 never saw the code, the ranking or the other sets) and added after all tuning;
 nothing is tuned on it. It has only ids and texts: each case is judged by its
 request's ``accept`` and ``tools`` in ``tests/search_paraphrases.toml``, its
-split is ``fresh`` and its ``half`` the request's half there.
+split is ``fresh`` and its ``half`` the request's half there. A second blind
+set, ``tests/search_paraphrases_blind2.toml`` (:func:`load_blind2_cases`), was
+written the same way by another writer after issue 20's last tuning, and
+measured once.
 
 Examples
 --------
@@ -41,6 +44,8 @@ from ..stages import search as search_stage
 from ..stages.choose import choose_without_model
 
 __all__ = [
+    "BLIND2",
+    "BLIND2_PARAPHRASES",
     "FRESH",
     "FRESH_PARAPHRASES",
     "PARAPHRASES",
@@ -49,6 +54,7 @@ __all__ = [
     "Outcome",
     "evaluate",
     "judge",
+    "load_blind2_cases",
     "load_cases",
     "load_fresh_cases",
     "summarize",
@@ -60,6 +66,9 @@ PARAPHRASES = Path(__file__).resolve().parents[2] / "tests" / "search_paraphrase
 FRESH_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_fresh.toml")
 #: the split (and kind) of the blind set's cases
 FRESH = "fresh"
+#: the second blind set (written later, by another writer who read only the requests), and its split
+BLIND2_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_blind2.toml")
+BLIND2 = "blind2"
 #: the fitness verdicts, best first
 VERDICTS = ("deploy", "refuse", "miss", "wrong")
 #: how many of a NeedsModelError's candidates count as "named" by it
@@ -132,6 +141,32 @@ def load_fresh_cases(path: Path = FRESH_PARAPHRASES, judged_by: Path = PARAPHRAS
                     half=request["split"],
                 )
             )
+    return cases
+
+
+def load_blind2_cases(path: Path = BLIND2_PARAPHRASES, judged_by: Path = PARAPHRASES) -> list[Case]:
+    """Every paraphrase of the second blind set ``path`` as a :class:`Case`, judged by its request in ``judged_by``.
+
+    That set names each paraphrase's request by its ``original`` wording (its
+    writer read only ``tests/search_requests.toml``); split and kind are
+    :data:`BLIND2`, ``half`` the request's half in ``judged_by``. An original
+    that ``judged_by`` lacks is a :class:`KeyError`.
+    """
+    requests = {r["original"]: r for r in load_toml(judged_by)["request"]}
+    cases = []
+    for entry in load_toml(path)["paraphrase"]:
+        request = requests[entry["original"]]
+        cases.append(
+            Case(
+                request=request["id"],
+                text=entry["text"],
+                kind=BLIND2,
+                split=BLIND2,
+                accept=tuple(request["accept"]),
+                tools=tuple(request["tools"]),
+                half=request["split"],
+            )
+        )
     return cases
 
 

@@ -107,7 +107,9 @@ def test_other_options_keep_the_sessions_count_and_apply_their_limits(agent_sett
     cache = agent_settings.cache_dir
 
     def agent(**options: Any) -> Any:
-        return notebook._AGENTS.get(kernel, notebook._settings(cache, {"registry": agent_settings.registry, **options}))
+        return notebook._AGENTS.get(
+            kernel, *notebook._settings(cache, {"registry": agent_settings.registry, **options})
+        )
 
     first = agent(agent_max_builds=1)
     first.session.builds = 1  # one build made (its count; the build itself is another test's)
@@ -124,8 +126,8 @@ def test_another_cache_dir_or_kernel_is_another_session(agent_settings: Settings
     from flakebot_magic.agent import notebook
 
     one, two = _Kernel(), _Kernel()
-    here = notebook._settings(agent_settings.cache_dir, {})
-    there = notebook._settings(tmp_path / "other-cache", {})
+    here, _ = notebook._settings(agent_settings.cache_dir, {})
+    there, _ = notebook._settings(tmp_path / "other-cache", {})
     a = notebook._AGENTS.get(one, here)
     assert notebook._AGENTS.get(one, there) is not a
     assert notebook._AGENTS.get(two, here) is not a
@@ -139,15 +141,28 @@ def test_a_kernels_sessions_go_with_it_and_are_bounded(agent_settings: Settings,
 
     agents = _Agents(per_kernel=3)
     kernel = _Kernel()
-    busy = agents.get(kernel, _settings(tmp_path / "cache-0", {}))
+    busy = agents.get(kernel, _settings(tmp_path / "cache-0", {})[0])
     busy.busy(+1)  # a build under way: never dropped
     for index in range(1, 10):
-        agents.get(kernel, _settings(tmp_path / f"cache-{index}", {}))
+        agents.get(kernel, _settings(tmp_path / f"cache-{index}", {})[0])
     assert agents.count() == 3
-    assert agents.get(kernel, _settings(tmp_path / "cache-0", {})) is busy
+    assert agents.get(kernel, _settings(tmp_path / "cache-0", {})[0]) is busy
     other = _Kernel()
-    agents.get(other, _settings(tmp_path / "cache-1", {}))
+    agents.get(other, _settings(tmp_path / "cache-1", {})[0])
     assert agents.count() == 4
     del kernel
     gc.collect()
     assert agents.count() == 1  # the ended kernel's sessions are gone; the other kernel's stays
+
+
+def test_an_agents_run_flags_go_into_its_builds_requests_not_its_settings(tmp_path: Path) -> None:
+    """``call(..., candidates=2, plan=True)``: the agent's session builds with those flags (RunFlags); its settings
+    get the rest; other flags apply to the kernel's one session."""
+    from flakebot_magic.agent.notebook import _agent, _settings
+    from flakebot_magic.request import RunFlags
+
+    settings, flags = _settings(tmp_path, {"candidates": 2, "plan": True, "token_budget": 5000})
+    assert flags == RunFlags(candidates=2, plan=True) and settings.token_budget == 5000
+    agent = _agent(tmp_path, candidates=2, plan=True)
+    assert agent.session.flags == flags
+    assert _agent(tmp_path, candidates=3).session.flags.candidates == 3  # other flags apply to the same session

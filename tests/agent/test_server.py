@@ -196,3 +196,19 @@ def test_a_tool_built_elsewhere_joins_the_list(client: Any, tiny_registry: Path,
     assert text == tool(input="quiet") == "QUIET"
     record = Inventory(agent_cache / "tools").get("elsewhere")
     assert record is not None and record.requested_by == ""  # a person's build, not an agent's
+
+
+def test_flakebot_mcp_gives_its_run_flags_to_every_agent_build(tmp_path: Path) -> None:
+    """``flakebot mcp --candidates 3 --plan``: the flags of each agent build (in its request), not settings."""
+    from flakebot_magic import cli
+    from flakebot_magic.agent.catalog import ToolCatalog
+    from flakebot_magic.agent.functions import BUILTIN_NAMES
+    from flakebot_magic.agent.mcp import ServerSession
+    from flakebot_magic.request import RunFlags
+
+    args = cli._parser().parse_args(["mcp", "--candidates", "3", "--plan", "--cache-dir", str(tmp_path)])
+    flags = cli._agent_flags(args)
+    assert flags == RunFlags(candidates=3, plan=True)
+    settings = cli._settings(args)
+    session = ServerSession(settings, ToolCatalog(settings, reserved=BUILTIN_NAMES), notify=lambda _: None, flags=flags)
+    assert session.agent.flags == flags

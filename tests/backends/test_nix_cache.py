@@ -26,12 +26,20 @@ from tinycrates import Recorder, crate, write_registry
 from traitlets.config import Config
 
 import flakebot_magic
-from flakebot_magic.backends.nix_cache import PathInfo, TrustedKeys, nix_base32, public_key, signer_of
+from flakebot_magic.backends.nix_cache import (
+    PathInfo,
+    TrustedKeys,
+    fetch_derivation,
+    nix_base32,
+    public_key,
+    push_paths,
+    signer_of,
+)
 from flakebot_magic.backends.nix_command import Nix
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.config import Settings
-from flakebot_magic.errors import UntrustedPath, UsageError
+from flakebot_magic.errors import SearchError, UntrustedPath, UsageError
 from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
@@ -210,7 +218,9 @@ def test_push_signs_the_tool_and_its_proof(pushed: Team) -> None:
 @_real
 def test_push_after_build_pushes_tool_and_proof_signed(built: Team) -> None:
     notices = [n.message for n in built.recorder.of(Notice)]
-    assert "pushed to file://" + str(built.root / "auto") + ", signed by team-test-1" in notices, notices
+    assert "pushed to file://" + str(built.root / "auto") + " with its derivation, signed by team-test-1" in notices, (
+        notices
+    )
     trusted = TrustedKeys(built.public)
     for path in (built.provenance["nix_store_path"], built.provenance["proof_store_path"]):
         data = json.loads(
@@ -243,6 +253,8 @@ def test_a_teammate_pulls_the_exact_tool_without_building(pushed: Team) -> None:
     assert tool("hello", "team", input="") == "hello team\n"
     assert tool.provenance["substituted_from"] == pushed.cache and tool.provenance["signed_by"] == "team-test-1"
     assert pulled.signed_by == "team-test-1"
+    # the same tool as on the machine that built it: the same source hash (the builder's store key)
+    assert tool.source_hash == pushed.tool.source_hash
     # no fork, no cargo, no model: nix commands only, each on the teammate's store or the cache, never the first
     programs = {Path(argv[0]).name for argv in runner.argvs}
     assert programs <= {"nix", "nix-store"}, programs
@@ -384,6 +396,60 @@ def test_verify_says_an_honest_build_is_bit_identical(built: Team, capsys: pytes
 
 
 @_real
+def test_a_teammate_verifies_a_pulled_tool_by_rebuilding_it(pushed: Team) -> None:
+    # the proof names the derivation; the push carried it (sources and recipe) to the cache, signed like the tool
+    proof = Proof.from_text((Path(pushed.provenance["proof_store_path"]) / "proof.json").read_text())
+    assert proof.derivation.endswith(".drv") and proof.derivation.startswith("/nix/store/")
+    trusted = TrustedKeys(pushed.public)
+    served = json.loads(
+        _nix("path-info", "--json", "--sigs", "--derivation", "--store", pushed.cache, proof.derivation).stdout
+    )[0]
+    references = tuple(served["references"])
+    info = PathInfo(proof.derivation, served["narHash"], served["narSize"], references, tuple(served["signatures"]))
+    assert signer_of(info, trusted) == "team-test-1"
+    # a teammate pulls it: the derivation comes along, and the pull says the tool can be verified here
+    mate = pushed.mate("dana")
+    pulled = team.pull(mate, "echo", pushed.provenance)
+    assert pulled.notes == (
+        "its derivation came with it: `flakebot verify echo` rebuilds it here and compares bit for bit",
+    )
+    root = Path(str(mate.nix_store).partition("root=")[2])
+    assert (root / proof.derivation.lstrip("/")).is_file()
+    # verify rebuilds it in the teammate's own store, from that derivation, and nix finds it bit-identical
+    runner = CountingRunner()
+    verified = verify(mate, "echo", runner=runner)
+    assert verified.identical, verified.message
+    assert verified.rebuilt_from == proof.derivation and verified.path == pushed.provenance["nix_store_path"]
+    builds = [argv for argv in runner.argvs if "build" in argv and "--rebuild" in argv]
+    assert builds and all(argv[argv.index("--store") + 1] == mate.nix_store for argv in builds), runner.argvs
+    record = Inventory(mate.cache.tools).get("echo")
+    assert record is not None and record.extra["verified"]["identical"] is True
+
+
+@_real
+def test_a_derivation_that_does_not_build_the_tool_is_not_taken(pushed: Team, tmp_path: Path) -> None:
+    proof = Proof.from_text((Path(pushed.provenance["proof_store_path"]) / "proof.json").read_text())
+    mate = pushed.mate("erin")
+    nix = Nix(ProcessRunner()).on_store(str(mate.nix_store))
+    trusted = TrustedKeys(pushed.public)
+    tool = pushed.provenance["nix_store_path"]
+    # an input's derivation, in the cache and signed, but it builds something else
+    inputs = json.loads(_nix("show-derivation", proof.derivation).stdout)[proof.derivation]["inputDrvs"]
+    other = next(iter(inputs))
+    said = fetch_derivation(nix, pushed.cache, other, tool, trusted)
+    assert said == f"its derivation {other} does not build {tool}"
+    # not a store path, not a .drv, not signed by a trusted key, not there: each says so and fetches nothing
+    for value, words in (
+        ("--option substituters http://x", "which is not a .drv store path"),
+        (tool, "which is not a .drv store path"),
+        ("/nix/store/" + "0" * 32 + "-gone.drv", "does not hold its derivation"),
+    ):
+        assert words in fetch_derivation(nix, pushed.cache, value, tool, trusted)
+    evil = TrustedKeys(pushed.evil_public)
+    assert "is not signed by a trusted key" in fetch_derivation(nix, pushed.cache, proof.derivation, tool, evil)
+
+
+@_real
 def test_verify_reports_a_build_that_is_not_deterministic(built: Team, tmp_path: Path) -> None:
     registry = write_registry(tmp_path / "registry", [STAMPED])
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="nix", nixpkgs=f"path:{STAND_IN}")
@@ -418,10 +484,16 @@ def test_verify_of_what_cannot_be_rebuilt_says_why(built: Team, pushed: Team) ->
         verify(built.settings, "echo_cargo")
     with pytest.raises(UsageError, match="No tool named 'nosuch'"):
         verify(built.settings, "nosuch")
-    # a pulled tool: neither its derivation nor its flake is on this machine
-    mate = pushed.mate("kim")
-    team.pull(mate, "echo", pushed.provenance)
-    with pytest.raises(UsageError, match=f"Nothing to rebuild 'echo' from: it was pulled from {pushed.cache}"):
+    # a pulled tool from a cache that holds the tool and its proof but not its derivation (pushed by hand, or
+    # before pushes carried derivations): neither its derivation nor its flake is on this machine
+    bare = f"file://{built.root / 'bare-cache'}"
+    nix = Nix(ProcessRunner())
+    push_paths(nix, [pushed.provenance["nix_store_path"], pushed.provenance["proof_store_path"]], bare, pushed.secret)
+    mate = pushed.mate("kim", cache=bare)
+    pulled = team.pull(mate, "echo", pushed.provenance)
+    assert pulled.notes and "cannot be rebuilt here to verify it" in pulled.notes[0], pulled.notes
+    assert f"{bare} does not hold its derivation" in pulled.notes[0]
+    with pytest.raises(UsageError, match=f"Nothing to rebuild 'echo' from: it was pulled from {bare}"):
         verify(mate, "echo")
     assert "verified" not in (Inventory(mate.cache.tools).get("echo") or pytest.fail("gone")).extra
     # the magic: a clear error, no traceback
@@ -486,6 +558,76 @@ def test_the_magic_pushes_and_pulls_into_the_kernel(pushed: Team, tmp_path: Path
         assert shell.user_ns["echo"]("kernel", input="") == "kernel\n"
         with pytest.raises(IPythonUsageError, match="NOTEBOOK"):
             shell.run_line_magic("flakebot", "pull echo")
+    finally:
+        shell.extension_manager.unload_extension("flakebot_magic")
+        InteractiveShell.clear_instance()
+
+
+@_real
+def test_rerunning_a_saved_cell_pulls_the_tool_the_notebook_pinned(
+    pushed: Team, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the notebook as a teammate receives it: the cell, and its output's metadata (the pin)
+    notebook = tmp_path / "analysis.ipynb"
+    cell = nbformat.v4.new_code_cell("%%flakebot --name echo --crate tinyecho\n")
+    assert pushed.provenance["request"] == ""  # the module's tool was built from its crate alone
+    cell.outputs = [
+        nbformat.v4.new_output("execute_result", data={"text/plain": "echo"}, metadata={"flakebot": pushed.provenance})
+    ]
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), notebook)
+    mate = pushed.mate("lea")
+    # what decides: this very request and crate, a nix tool with a proof, and no tool of that name here
+    assert team.saved_pin(mate, str(notebook), "echo", "", "tinyecho") is not None
+    for session, name, request, asked in (
+        (None, "echo", "", None),  # not in a Jupyter notebook
+        (str(tmp_path / "missing.ipynb"), "echo", "", None),
+        (str(notebook), "other", "", None),
+        (str(notebook), "echo", "Echo, but louder.", None),  # the cell was edited: a new request
+        (str(notebook), "echo", "", "tinyhex"),
+        (str(notebook), None, "", None),
+    ):
+        assert team.saved_pin(mate, session, name, request, asked) is None, (session, name, request, asked)
+    assert team.saved_pin(pushed.settings, str(notebook), "echo", "", None) is None  # alice has her own echo
+    config = Config()
+    config.FlakebotMagics.progress = "none"
+    shell = InteractiveShell(config=config)
+    try:
+        shell.extension_manager.load_extension("flakebot_magic")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(mate.cache_dir)!r}")
+        shell.user_ns["__session__"] = str(notebook)  # what ipykernel sets from Jupyter's JPY_SESSION_NAME
+        options = f"--store {mate.nix_store} --substituters {pushed.cache} --trusted-public-keys {pushed.public}"
+        # (a body of white space: IPython refuses an empty one; flakebot compares the request stripped)
+        tool = shell.run_cell_magic("flakebot", f"--name echo --crate tinyecho {options}", "\n")
+        out = capsys.readouterr().out
+        assert f"pulled {pushed.provenance['nix_store_path']} from {pushed.cache}" in out, out
+        assert "as analysis.ipynb pinned it (no build)" in out and "flakebot verify echo" in out, out
+        assert shell.user_ns["echo"] is tool and tool("again", input="") == "again\n"
+        assert tool._repr_mimebundle_()[1]["flakebot"]["nar_hash"] == pushed.provenance["nar_hash"]  # pinned again
+        assert not (mate.cache_dir / "workspaces" / "echo").exists()  # nothing was forked or built
+        # a refused pull (a key that signed nothing here) is a notice, and the cell builds instead: here the
+        # build then fails fast on an empty registry, which shows that it was tried
+        other = pushed.mate("max")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(other.cache_dir)!r}")
+        (tmp_path / "empty-registry").mkdir()
+        refused = f"--store {other.nix_store} --substituters {pushed.cache} --trusted-public-keys {pushed.evil_public}"
+        with pytest.raises(SearchError, match="no crate named 'tinyecho'"):
+            shell.run_cell_magic(
+                "flakebot", f"--name echo --crate tinyecho {refused} --registry {tmp_path / 'empty-registry'}", "\n"
+            )
+        out = capsys.readouterr().out
+        assert "analysis.ipynb pins `echo`, but it was not pulled: " in out and "not by a trusted key" in out, out
+        assert "flakebot: building it here instead." in out and "--if-untrusted" not in out, out
+        # no cache set: a line says how to pull, and the cell builds
+        bare = pushed.mate("ned")
+        shell.run_line_magic("config", f"FlakebotMagics.cache_dir = {str(bare.cache_dir)!r}")
+        with pytest.raises(SearchError):
+            shell.run_cell_magic(
+                "flakebot", f"--name echo --crate tinyecho --registry {tmp_path / 'empty-registry'}", "\n"
+            )
+        out = capsys.readouterr().out
+        assert f"analysis.ipynb pins `echo` at {pushed.provenance['nix_store_path']}; building it here." in out, out
+        assert "FLAKEBOT_NIX_SUBSTITUTERS" in out
+        assert "echo" not in shell.user_ns or shell.user_ns["echo"] is tool
     finally:
         shell.extension_manager.unload_extension("flakebot_magic")
         InteractiveShell.clear_instance()

@@ -16,7 +16,7 @@ from scripted_builds import scripted_settings, tiny_registry
 from flakebot_magic.events import ModelUsage, Notice
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.cargo
@@ -52,12 +52,12 @@ def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_th
             tmp_path / "cache",
             hex_registry,
             server,
-            plan=True,
             architect_model="scripted-architect",
-            candidates=2,
         )
         tool = Pipeline(settings, observers=[events.append]).run(
-            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+            BuildRequest(
+                "hex-encode standard input", crate="tinyhex", name="hexer", flags=RunFlags(plan=True, candidates=2)
+            )
         )
         architect = server.requests_for("roles.architect")
         engineers = [r for r in server.records if r["queue"] != "roles.architect"]
@@ -93,11 +93,10 @@ def test_an_architect_that_fails_is_a_notice_and_the_engineer_starts_without_a_p
             tmp_path / "cache",
             hex_registry,
             server,
-            plan=True,
             architect_model="scripted-architect",
         )
         tool = Pipeline(settings, observers=[events.append]).run(
-            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer", flags=RunFlags(plan=True))
         )
     assert tool(b"hi").strip() == "6869"
     warnings = [e.message for e in events if isinstance(e, Notice) and e.level == "warning"]

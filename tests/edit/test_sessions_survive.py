@@ -28,13 +28,16 @@ from flakebot_magic.manage.tools import describe
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.sessions import render_with_sessions
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.cargo
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST = "hex-encode standard input"
+
+#: how a run continues a killed session
+RESUME = RunFlags(resume=True)
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +161,9 @@ def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: Directo
     ]
     with FakeOpenAIServer(script) as server:
         kill_when(server, cache, hex_registry, requests=2)
-        settings = scripted_settings(cache, hex_registry, server, resume=True)
+        settings = scripted_settings(cache, hex_registry, server)
         events: list[Any] = []
-        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
+        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer", flags=RESUME))
         resumed = server.requests[2]
     assert tool(b"hi").strip() == "6869"
     # the resumed request carries the earlier conversation: the first reply's calls and their results
@@ -187,9 +190,9 @@ def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winn
     }
     with FakeOpenAIServer(script) as server:
         kill_when(server, cache, hex_registry, requests=4, candidates=2)
-        settings = scripted_settings(cache, hex_registry, server, resume=True)
+        settings = scripted_settings(cache, hex_registry, server)
         events: list[Any] = []
-        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer"))
+        tool = Pipeline(settings, observers=[events.append]).run(BuildRequest("", name="hexer", flags=RESUME))
         resumed = server.records[4:]
     assert tool(b"hi").strip() == "6869"
     assert tool.provenance["winner"] in (0, 1) and len(tool.provenance["candidates"]) == 2
@@ -200,4 +203,4 @@ def test_a_race_killed_with_sigkill_resumes_every_candidate_and_deploys_the_winn
     assert any("resuming the race of 2 candidates" in n for n in notices), notices
     # the race is decided: nothing is left to resume
     with pytest.raises(UsageError, match="no unfinished edit session"):
-        Pipeline(settings).run(BuildRequest("", name="hexer"))
+        Pipeline(settings).run(BuildRequest("", name="hexer", flags=RESUME))

@@ -28,7 +28,7 @@ from flakebot_magic.events import CandidateUpdate, ModelUsage
 from flakebot_magic.host.process import CancelToken
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.cargo
@@ -72,9 +72,9 @@ def test_three_candidates_race_and_the_judge_keeps_the_perfect_one(
 ) -> None:
     events: list[Any] = []
     with FakeOpenAIServer(race_script()) as server:
-        settings = _settings(tmp_path, hex_registry, server, candidates=3)
+        settings = _settings(tmp_path, hex_registry, server)
         tool = Pipeline(settings, observers=[events.append]).run(
-            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer", flags=RunFlags(candidates=3))
         )
         records = server.records
     # every engineer's request said who it was
@@ -115,9 +115,9 @@ def test_clones_start_warm_no_dependency_unit_is_compiled_again(
     bench measures a crate with dependencies)."""
     events: list[Any] = []
     with FakeOpenAIServer(race_script(slow=0.5)) as server:
-        settings = _settings(tmp_path, hex_registry, server, candidates=3)
+        settings = _settings(tmp_path, hex_registry, server)
         Pipeline(settings, observers=[events.append]).run(
-            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+            BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer", flags=RunFlags(candidates=3))
         )
     cloned = [u for u in events if isinstance(u, CandidateUpdate) and "cloned in" in u.detail]
     assert len(cloned) == 3
@@ -131,13 +131,15 @@ def test_a_cancel_stops_every_actor_and_process_within_two_seconds(
     # every candidate waits on a 60 s reply
     script = {"candidates": {str(i): {"responses": tinyhex_done(), "delay": 60.0} for i in range(3)}}
     with FakeOpenAIServer(script) as server:
-        settings = _settings(tmp_path, hex_registry, server, candidates=3)
+        settings = _settings(tmp_path, hex_registry, server)
         failure: list[BaseException] = []
 
         def build() -> None:
             try:
                 Pipeline(settings, observers=[events.append], cancel=token).run(
-                    BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer")
+                    BuildRequest(
+                        "hex-encode standard input", crate="tinyhex", name="hexer", flags=RunFlags(candidates=3)
+                    )
                 )
             except BaseException as exc:
                 failure.append(exc)
@@ -194,9 +196,9 @@ def test_when_the_search_is_close_a_candidate_starts_from_the_second_crate_and_c
     events: list[Any] = []
     try:
         with FakeOpenAIServer(script) as server:
-            settings = _settings(tmp_path, registry, server, candidates=2)
+            settings = _settings(tmp_path, registry, server)
             tool = Pipeline(settings, observers=[events.append]).run(
-                BuildRequest("hex encoding of bytes", name="hexer")
+                BuildRequest("hex encoding of bytes", name="hexer", flags=RunFlags(candidates=2))
             )
     finally:
         registry.close()

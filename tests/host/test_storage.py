@@ -29,7 +29,7 @@ from flakebot_magic.errors import DiskFull, FlakebotError, StorageError, UsageEr
 from flakebot_magic.host.storage import FULL_MARGIN, amount, free_bytes, storage_errors, translate
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 
 # -- translation, one error at a time --------------------------------------------------------
 
@@ -130,7 +130,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
     te = Inventory(settings.cache.tools).get("te")
     assert te is not None
     cache = str(settings.cache_dir)
-    settings.rebuild = True  # the same crate, built again under another name: cargo writes target/ again
+    rebuild = RunFlags(rebuild=True)  # the same crate, built again under another name: cargo writes target/ again
     # ... all of it: without te's proof, its tests are built again too (a found proof would skip them)
     shutil.rmtree(settings.cache.proofs)
 
@@ -138,7 +138,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
         filler = _fill(small_disk, leave)
         assert free_bytes(small_disk) < FULL_MARGIN
         with pytest.raises(FlakebotError) as caught:
-            start_build(settings, BuildRequest("", name="tb", crate="tinyecho")).wait()
+            start_build(settings, BuildRequest("", name="tb", crate="tinyecho", flags=rebuild)).wait()
         error = caught.value
         assert isinstance(error, DiskFull), f"{leave} bytes free: {type(error).__name__}: {error}"
         message = str(error)
@@ -162,7 +162,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
         filler.unlink()
 
     # with room again, the build goes through
-    tool = start_build(settings, BuildRequest("", name="tb", crate="tinyecho")).wait()
+    tool = start_build(settings, BuildRequest("", name="tb", crate="tinyecho", flags=rebuild)).wait()
     assert tool.name == "tb" and Inventory(settings.cache.tools).get("te") == te
 
 

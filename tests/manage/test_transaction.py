@@ -55,7 +55,7 @@ from flakebot_magic.manage.transaction import CARD_FILE, Intent, install, pendin
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.records.proof_key import ProofKey
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.stages.deploy import store_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,10 +65,10 @@ _BUILD = """
     from pathlib import Path
     from flakebot_magic.pipeline.background import start_build
     from flakebot_magic.config import Settings
-    from flakebot_magic.request import BuildRequest
+    from flakebot_magic.request import BuildRequest, RunFlags
     cache, registry, name, rebuild = sys.argv[1:5]
-    settings = Settings(cache_dir=Path(cache), registry=registry, backend="cargo", rebuild=rebuild == "1")
-    start_build(settings, BuildRequest("", name=name, crate="tinyecho")).wait()
+    settings = Settings(cache_dir=Path(cache), registry=registry, backend="cargo")
+    start_build(settings, BuildRequest("", name=name, crate="tinyecho", flags=RunFlags(rebuild=rebuild == "1"))).wait()
 """
 _COPY = """
     import sys
@@ -239,11 +239,8 @@ def test_a_crash_at_any_point_leaves_a_whole_tool(
         if expected == "new":
             assert tools["te2"].forked_by == ("te" if scenario == "cached" else "te2")
         elif scenario == "first":  # what the dead build left does not stand in the way of the next one
-            settings.rebuild = True
-            try:
-                tool = start_build(settings, BuildRequest("", name="te2", crate="tinyecho")).wait()
-            finally:
-                settings.rebuild = False
+            again = BuildRequest("", name="te2", crate="tinyecho", flags=RunFlags(rebuild=True))
+            tool = start_build(settings, again).wait()
             assert tool.name == "te2"
             assert sorted(_consistent(settings)) == ["te", "te2"]
     if scenario == "prove":  # the proof is whole (and the next build finds it) or absent, never torn
@@ -375,6 +372,31 @@ def test_recovery_finishes_a_whole_build_and_undoes_one_whose_store_entry_is_gon
         assert now.commit == commit and _git(Path(now.workspace), "rev-parse", "HEAD") == commit
         [aside] = (settings.cache.workspaces / ".old").iterdir()
         assert _git(aside, "rev-parse", "HEAD") == old.commit
+
+
+def test_recovery_finishes_a_build_whose_cache_dir_was_moved_since(
+    installed: tuple[Settings, ToolRecord], tmp_path: Path
+) -> None:
+    """Killed between the swap and the record, then the whole cache dir moved (a disk change, a copy): the intent
+    names the old place, and the next command there finishes the build in the new place."""
+    settings, old = installed
+    attempt = settings.cache.workspaces / ".next" / "demo-1-2"
+    commit = _workspace(attempt / "demo", "new")
+    record = _record(settings, _entry(settings, "d" * 32), commit)
+    _killed_at("txn.swapped", _INSTALL, str(settings.cache_dir), json.dumps(record.to_json()), str(attempt / "demo"))
+    moved = Settings(cache_dir=tmp_path / "elsewhere" / "cache")
+    moved.cache_dir.parent.mkdir()
+    settings.cache_dir.rename(moved.cache_dir)
+    [note] = recover(moved)
+    assert note.startswith("finished the build of 'demo'"), note
+    now = Inventory(moved.cache.tools).get("demo")
+    assert now is not None and pending(moved) == []
+    assert now.commit == commit and Path(now.workspace) == moved.cache.workspaces / "demo"
+    assert _git(Path(now.workspace), "rev-parse", "HEAD") == commit
+    assert Path(now.store_path).parent == moved.cache.store and Path(now.binary).is_file()
+    [aside] = (moved.cache.workspaces / ".old").iterdir()
+    assert _git(aside, "rev-parse", "HEAD") == old.commit
+    assert not settings.cache_dir.exists()  # nothing was written at the old place
 
 
 def test_recovery_leaves_a_running_build_alone(installed: tuple[Settings, ToolRecord]) -> None:

@@ -21,7 +21,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.manage import tools
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 
 pytestmark = pytest.mark.cargo
 
@@ -45,8 +45,8 @@ def test_a_second_name_gets_its_own_workspace_and_keeps_it_through_a_rebuild_of_
     shown = tools.describe(settings, "te2")
     assert (shown["workspace"], shown["commit"]) == (te2.workspace, te2.commit)
 
-    settings.rebuild = True  # te forked and built again: the same inputs, so the same store entry, swapped
-    start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
+    # te forked and built again: the same inputs, so the same store entry, swapped
+    start_build(settings, BuildRequest("", name="te", crate="tinyecho", flags=RunFlags(rebuild=True))).wait()
     new_te, same_te2 = inventory.get("te"), inventory.get("te2")
     assert new_te is not None and new_te.commit != te.commit and new_te.store_path == te.store_path
     assert same_te2 == te2

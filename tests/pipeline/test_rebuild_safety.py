@@ -35,7 +35,7 @@ from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.records.runlog import failed_log_path
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 
 pytestmark = pytest.mark.cargo
 
@@ -54,6 +54,9 @@ _GATED_BUILD_RS = r"""fn main() {
 """
 _MAIN = 'fn main() {\n    println!("flip {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));\n}\n'
 _BROKEN_MAIN = "fn main() {\n    this does not compile\n}\n"
+
+#: a build that forks and builds again, the cache not used (--rebuild)
+REBUILD = RunFlags(rebuild=True)
 
 
 def _git(path: Path, *args: str) -> str:
@@ -119,9 +122,8 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
     settings, source = built
     before = _state(settings)
     (source / "src" / "main.rs").write_text(_BROKEN_MAIN)
-    settings.rebuild = True
     with pytest.raises(BuildError) as caught:
-        start_build(settings, BuildRequest("", name="flip", crate="flip")).wait()
+        start_build(settings, BuildRequest("", name="flip", crate="flip", flags=REBUILD)).wait()
     [attempt] = _next_dirs(settings)
     assert caught.value.workspace == attempt / "flip"  # the error says where the failed attempt is
     assert "this does not compile" in (attempt / "flip" / "src" / "main.rs").read_text()
@@ -137,7 +139,9 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
     # fixed, the rebuild goes through: the new workspace is swapped in, the old one moved aside
     (source / "src" / "main.rs").write_text(_MAIN.replace("flip {}", "flop {}"))
     seen: list[object] = []
-    tool = start_build(settings, BuildRequest("", name="flip", crate="flip"), extra_observers=[seen.append]).wait()
+    tool = start_build(
+        settings, BuildRequest("", name="flip", crate="flip", flags=REBUILD), extra_observers=[seen.append]
+    ).wait()
     assert tool("x") == "flop x\n"
     # the fork row names the workspace the tool has, not the .next/ one it was built in (gone once swapped in)
     [fork] = [e.detail for e in seen if isinstance(e, StageFinished) and e.stage == "fork"]
@@ -170,8 +174,7 @@ def test_a_rebuild_cancelled_mid_cargo_leaves_the_tool_as_it_was(built: tuple[Se
     settings, source = built
     before = _state(settings)
     (source / "release-gate").unlink()  # the rebuild's build script now waits
-    settings.rebuild = True
-    run = start_build(settings, BuildRequest("", name="flip", crate="flip"))
+    run = start_build(settings, BuildRequest("", name="flip", crate="flip", flags=REBUILD))
     attempt = _started(settings)
     run.cancel("cancelled from the widget")
     with pytest.raises(Cancelled):
@@ -187,9 +190,10 @@ _KILLED_BUILD = """
     from pathlib import Path
     from flakebot_magic.pipeline.background import start_build
     from flakebot_magic.config import Settings
-    from flakebot_magic.request import BuildRequest
-    settings = Settings(cache_dir=Path(sys.argv[1]), registry=sys.argv[2], backend="cargo", rebuild=True)
-    start_build(settings, BuildRequest("", name="flip", crate="flip")).wait()
+    from flakebot_magic.request import BuildRequest, RunFlags
+    REBUILD = RunFlags(rebuild=True)
+    settings = Settings(cache_dir=Path(sys.argv[1]), registry=sys.argv[2], backend="cargo")
+    start_build(settings, BuildRequest("", name="flip", crate="flip", flags=REBUILD)).wait()
 """
 
 

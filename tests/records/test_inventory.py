@@ -200,3 +200,98 @@ def test_an_emptied_registry_is_healthy_once_reconciled_with_the_store(tmp_path:
     assert inventory.check(["entry", "another"]).reason == "empty"  # an entry it never saw
     inventory.replace_all([record("a")], ["entry", "another"])
     assert [r.name for r in inventory.all()] == ["a"] and inventory.check(["entry", "another"]).ok
+
+
+def _record_constructions() -> list[str]:
+    """Every place in the package that calls ``ToolRecord(...)`` itself, as ``module:function``."""
+    import ast
+
+    import flakebot_magic
+
+    package = Path(flakebot_magic.__file__).parent
+    sites = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = node.func
+                named = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+                # `cls(...)` inside ToolRecord's own classmethods counts too
+                if named == "ToolRecord" or (named == "cls" and path.name == "inventory.py"):
+                    sites.append(f"{path.relative_to(package).with_suffix('')}:{function.name}")
+    return sites
+
+
+def test_only_the_factories_build_a_record() -> None:
+    """A record is made in one place (its 25 fields agree everywhere): ToolRecord.of_entry for a deployed tool,
+    ToolRecord.stand_in for one never saved. A second hand-built ``ToolRecord(...)`` in the package fails here."""
+    sites = _record_constructions()
+    # from_json reads a saved record back: it makes none
+    expected = ["records/inventory:from_json", "records/inventory:of_entry", "records/inventory:stand_in"]
+    assert sorted(set(sites)) == expected, sites
+
+
+def test_of_entry_takes_the_manifest_and_overrides(tmp_path: Path) -> None:
+    manifest = {
+        "crate": "tinyecho",
+        "version": "0.2.0",
+        "hash": "h1",
+        "checksum": "c1",
+        "checksum_kind": "sha256",
+        "registry": "dir:/r",
+        "description": "echoes",
+        "backend": "nix",
+        "lock_hash": "L",
+        "gcroot": "/g",
+        "model": "m",
+        "iterations": "3",
+    }
+    entry = tmp_path / "store" / "e"
+    made = ToolRecord.of_entry(
+        "echo",
+        entry,
+        manifest,
+        binary="/b",
+        workspace="/w",
+        commit="abc",
+        kind="cli",
+        created=5.0,
+        extra={"choice": {"by": "user"}},
+        version="0.3.0",
+        request="echo it",
+    )
+    assert (made.crate, made.version, made.source_hash, made.checksum, made.registry) == (
+        "tinyecho",
+        "0.3.0",
+        "h1",
+        "c1",
+        "dir:/r",
+    )
+    assert (made.backend, made.model, made.iterations, made.request, made.store_path) == (
+        "nix",
+        "m",
+        3,
+        "echo it",
+        str(entry),
+    )
+    assert made.extra == {"choice": {"by": "user"}, "entry": str(entry), "lock_hash": "L", "gcroot": "/g"}
+    cargo = ToolRecord.of_entry(
+        "echo", entry, {**manifest, "backend": ""}, binary="/b", workspace="", commit="", kind="cli", created=0.0
+    )
+    assert (cargo.backend, cargo.extra) == ("cargo", {})
+
+
+def test_stand_in_leaves_what_it_is_not_told_empty() -> None:
+    made = ToolRecord.stand_in("x", crate="c", created=2.0)
+    assert (made.name, made.crate, made.created, made.binary, made.commit, made.status) == (
+        "x",
+        "c",
+        2.0,
+        "",
+        "",
+        "ready",
+    )

@@ -27,6 +27,8 @@ from flakebot_magic.host.fsutil import load_toml
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.stages import search as search_stage
 from flakebot_magic.testing.search_eval import (
+    BLIND2,
+    BLIND2_PARAPHRASES,
     FRESH,
     FRESH_PARAPHRASES,
     PARAPHRASES,
@@ -34,6 +36,7 @@ from flakebot_magic.testing.search_eval import (
     Case,
     Outcome,
     evaluate,
+    load_blind2_cases,
     load_cases,
     load_fresh_cases,
     summarize,
@@ -42,21 +45,31 @@ from flakebot_magic.testing.search_eval import (
 #: sha256 of the held-out half as committed before tuning (9a1dfc9): it is never edited
 HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983766"
 #: what the held-out half measured with semantic search (all-MiniLM-L6-v2 fused with the words; 120
-#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), one wrong deploy. Words alone, when
-#: issue 20 landed: 0.85, 0.875, one.
+#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), no wrong deploy since a deploy needs
+#: evidence in words and in meaning, and both rankers' agreement (one before). Words alone, when issue 20
+#: landed: 0.85, 0.875, one.
 HELD_OUT_TOP3 = 111 / 120
 HELD_OUT_TOP10 = 118 / 120
-HELD_OUT_WRONG = 1
 #: the issue's targets
 TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
 #: sha256 of the blind set (tests/search_paraphrases_fresh.toml) as its writer handed it over: never edited
 FRESH_DIGEST = "a5921eaefafed0a81ee21b96990176e16a8b4cb54c7cb5c03c8ae4f3889aba37"
 #: what the blind set measured, once, with semantic search, after all tuning and with nothing changed since
 #: (189 paraphrases of 63 requests): top-3 152, top-10 179, 3 wrong deploys (words alone: 133, 149, 2). The
-#: floors sit a little below, so that a regression fails; wrong deploys may not grow.
+#: floors sit a little below, so that a regression fails. The fitness rule tuned on the tuning half since
+#: (words AND meaning, and both rankers agreeing: benchmarks/tune_fitness.py) deploys none wrongly here, the
+#: three above included, at the same top-3 and top-10 (measured as totals once, after).
 FRESH_TOP3 = 148 / 189
 FRESH_TOP10 = 176 / 189
-FRESH_WRONG = 3
+
+#: sha256 of the second blind set (tests/search_paraphrases_blind2.toml, branch blind2, 60098f4), as its writer
+#: handed it over, before any code read it: never edited
+BLIND2_DIGEST = "7b1af62bb29483be9ff566dc7ea80b5d5e59eff2e79166ca8c12b05bac3336bf"
+#: what it measured, once, with semantic search, after issue 20's last tuning (186 paraphrases of 62 requests):
+#: top-1 138, top-3 172, top-10 179, no wrong deploy (words alone: 126, 152, 169 and 3 wrong). Floors a little
+#: below, so that a regression fails.
+BLIND2_TOP3 = 168 / 186
+BLIND2_TOP10 = 176 / 186
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
@@ -103,6 +116,19 @@ def test_the_blind_set_is_as_written_and_paraphrases_every_request_three_times()
         assert case.accept == tuple(requests[case.request]["accept"])
     assert per_request == dict.fromkeys(requests, 3)
     assert len({c.text for c in cases}) == len(cases)
+
+
+def test_the_second_blind_set_is_as_written_and_paraphrases_requests_three_times() -> None:
+    assert hashlib.sha256(BLIND2_PARAPHRASES.read_bytes()).hexdigest() == BLIND2_DIGEST
+    cases = load_blind2_cases()
+    requests = {r["id"]: r for r in _requests()}
+    per_request: dict[str, int] = {}
+    for case in cases:
+        per_request[case.request] = per_request.get(case.request, 0) + 1
+        assert case.split == case.kind == BLIND2 and case.half == requests[case.request]["split"]
+    # every request of tests/search_requests.toml, which its writer read (the file name one came from issue 20)
+    assert per_request == dict.fromkeys(set(requests) - {"filename"}, 3), set(requests) - set(per_request)
+    assert len({c.text for c in cases}) == len(cases) == 186
 
 
 def test_the_issues_requests_are_in_the_tuning_half() -> None:
@@ -153,15 +179,19 @@ def test_held_out_accuracy_and_fitness(held_out: dict[str, Any]) -> None:
     assert held_out["n"] >= 120
     assert held_out["top3"] >= HELD_OUT_TOP3
     assert held_out["top10"] >= HELD_OUT_TOP10
-    assert held_out["wrong"] <= HELD_OUT_WRONG
 
 
 @needs_debian
-@pytest.mark.xfail(strict=True, reason="issue 20's held-out targets are not reached yet: see README, search accuracy")
-def test_held_out_targets(held_out: dict[str, Any]) -> None:
+def test_held_out_wrong_deploy_target(held_out: dict[str, Any]) -> None:
+    assert held_out["wrong"] <= TARGET_WRONG
+    assert held_out["deploy"] + held_out["refuse"] + held_out["miss"] == held_out["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's held-out ranking targets are not reached yet: see README")
+def test_held_out_ranking_targets(held_out: dict[str, Any]) -> None:
     assert held_out["top3"] >= TARGET_TOP3
     assert held_out["top10"] >= TARGET_TOP10
-    assert held_out["wrong"] <= TARGET_WRONG
 
 
 @pytest.fixture(scope="module")
@@ -175,14 +205,38 @@ def test_blind_set_accuracy_and_fitness(fresh: dict[str, Any]) -> None:
     assert fresh["n"] == 189
     assert fresh["top3"] >= FRESH_TOP3
     assert fresh["top10"] >= FRESH_TOP10
-    assert fresh["wrong"] <= FRESH_WRONG
 
 
 @needs_debian
-@pytest.mark.xfail(
-    strict=True, reason="issue 20's targets are not reached on the blind set: see README, search accuracy"
-)
-def test_blind_set_targets(fresh: dict[str, Any]) -> None:
+def test_blind_set_wrong_deploy_target(fresh: dict[str, Any]) -> None:
+    assert fresh["wrong"] <= TARGET_WRONG
+    assert fresh["deploy"] + fresh["refuse"] + fresh["miss"] == fresh["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's ranking targets are not reached on the blind set: see README")
+def test_blind_set_ranking_targets(fresh: dict[str, Any]) -> None:
     assert fresh["top3"] >= TARGET_TOP3
     assert fresh["top10"] >= TARGET_TOP10
-    assert fresh["wrong"] <= TARGET_WRONG
+
+
+@pytest.fixture(scope="module")
+def blind2(debian: DirectoryRegistry) -> dict[str, Any]:
+    assert debian.semantic_off == "", debian.semantic_off
+    return summarize(evaluate(debian, load_blind2_cases()))[BLIND2]
+
+
+@needs_debian
+def test_second_blind_set_accuracy_and_no_wrong_deploy(blind2: dict[str, Any]) -> None:
+    assert blind2["n"] == 186
+    assert blind2["top3"] >= BLIND2_TOP3
+    assert blind2["top10"] >= BLIND2_TOP10
+    assert blind2["wrong"] <= TARGET_WRONG
+    assert blind2["deploy"] + blind2["refuse"] + blind2["miss"] == blind2["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's ranking targets are not reached on the second blind set: see README")
+def test_second_blind_set_ranking_targets(blind2: dict[str, Any]) -> None:
+    assert blind2["top3"] >= TARGET_TOP3
+    assert blind2["top10"] >= TARGET_TOP10

@@ -161,6 +161,36 @@ def test_evidence_without_an_index() -> None:
     assert evidence_in("render markdown into html", texts) == [pytest.approx(1.0), 0.0]
 
 
+def test_concepts_match_alike_whether_sqlite_or_python_keeps_the_wanted_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every subset of rows wanted, each concept in any column: the rowid filter in SQL and the one here agree
+    import itertools
+    import sqlite3
+
+    texts = [
+        ("md2html", "Render Markdown as HTML", "markdown", "readme about html"),
+        ("urlkit", "Parse URLs", "url", "markdown in the readme only"),
+        ("hexer", "", "", "render bytes as hex"),
+        ("empty", "", "", ""),
+    ]
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE VIRTUAL TABLE t USING fts5(a, b, c, d, tokenize='{ranking.TOKENIZER}')")
+    db.executemany(
+        "INSERT INTO t (rowid, a, b, c, d) VALUES (?, ?, ?, ?, ?)", [(i + 1, *t) for i, t in enumerate(texts)]
+    )
+    found = concepts("render markdown to html, parse a url")
+    own = [1.0, 1.0, 1.0, 0.0]
+    for size in range(len(texts) + 1):
+        for wanted in itertools.combinations(range(1, len(texts) + 1), size):
+            monkeypatch.setattr(ranking, "MATCH_UNFILTERED", 10**9)
+            unfiltered = ranking.match_concepts(db, "t", found, wanted, own)
+            monkeypatch.setattr(ranking, "MATCH_UNFILTERED", -1)
+            assert ranking.match_concepts(db, "t", found, wanted, own) == unfiltered
+            assert set(unfiltered) == set(wanted)
+    both = ranking.match_concepts(db, "t", found, [1, 2, 3], own)
+    # md2html holds render, markdown, html in its own words; urlkit holds parse and url, markdown in its readme
+    assert both[1] == ({0, 1, 2}, {0, 1, 2}) and both[2] == ({1, 3, 4}, {3, 4}) and both[3] == ({0}, set())
+
+
 # -- the prior --------------------------------------------------------------------------
 
 

@@ -58,7 +58,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.events import LogLine
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.request import BuildRequest
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.sandbox import bubblewrap_works
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -334,9 +334,9 @@ def test_fork_edit_candidates_examples_help_and_continue_run_the_toolchain_only_
     script = {"candidates": {"0": replies, "1": replies}}
     recorder = Recorder()
     with FakeOpenAIServer(script) as server:
-        settings = _settings(tmp_path / "cache", registry, server, candidates=2)
+        settings = _settings(tmp_path / "cache", registry, server)
         tool = Pipeline(settings, observers=[recorder]).run(
-            BuildRequest(REQUEST + EXAMPLES, crate="tinyhex", name="hexer")
+            BuildRequest(REQUEST + EXAMPLES, crate="tinyhex", name="hexer", flags=RunFlags(candidates=2))
         )
     assert tool.acceptance is not None and tool.acceptance.ok, tool.acceptance  # the examples ran, confined
     assert "Usage: tinyhex" in tool.help  # the --help probe ran the built binary
@@ -366,8 +366,8 @@ def test_a_killed_session_resumed_runs_the_toolchain_only_in_the_sandbox(
     recorder = Recorder()
     with FakeOpenAIServer(script) as server:
         kill_when(server, cache, registry, requests=2)  # a child process: the wrappers are its PATH too
-        settings = _settings(cache, registry, server, resume=True)
-        tool = Pipeline(settings, observers=[recorder]).run(BuildRequest("", name="hexer"))
+        settings = _settings(cache, registry, server)
+        tool = Pipeline(settings, observers=[recorder]).run(BuildRequest("", name="hexer", flags=RunFlags(resume=True)))
     assert tool.provenance.get("iterations")  # the resumed session's work was deployed
     _assert_sandboxed(recording, recorder)
 

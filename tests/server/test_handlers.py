@@ -27,7 +27,7 @@ from flakebot_magic.manage.tools import TOOL_JSON_KEYS, tool_json
 from flakebot_magic.records import steering
 from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.records.runlog import log_path
-from flakebot_magic.server.handlers import _script_json
+from flakebot_magic.server.dashboard import _tojson
 from flakebot_magic.server.proxy_rules import LIST_HEADERS, TOOL_RESPONSE_HEADERS, forwarded_headers
 
 _ECHO_SERVER = textwrap.dedent(
@@ -259,7 +259,7 @@ def test_a_tool_response_header_passes_only_when_allowlisted_and_clean(headers: 
 
 def test_the_dashboards_json_cannot_end_its_script_element() -> None:
     hostile = [{"description": "</script><script>alert(1)</script><!-- & -->"}]
-    text = _script_json(hostile)
+    text = str(_tojson(hostile))
     assert not set(text) & set("<>&") and json.loads(text) == hostile
 
 
@@ -478,7 +478,7 @@ def test_the_dashboard_shows_failed_builds_stop_states_and_where_open_goes(
     assert one.status_code == 200 and one.json() == listed["hex2"]
     assert logs.status_code == 200 and "its last build was cancelled" in logs.json()["text"]
     assert "<td class='status' data-status='cancelled'>cancelled</td>" in page and "Stopped during" in page
-    stops = dict(re.findall(r"stopTool\(this, '(\w+)'\)\"( disabled)?>Stop", page))
+    stops = dict(re.findall(r"<button class='stop' data-name='(\w+)'( disabled)?>Stop", page))
     assert stops["gone"] == " disabled" and stops["api"] == ""  # stopped: off; running: on
     assert "te" not in stops and "hex2" not in stops  # a command-line tool or a failed build has nothing to stop
     # a service without "/": open goes to its health path; one that answers at "/" opens there

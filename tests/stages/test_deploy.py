@@ -19,6 +19,7 @@ from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.request import BuildRequest, RunFlags
 from flakebot_magic.stages.build import BUILD_FLAGS, proof_key
 from flakebot_magic.stages.deploy import StorePath, deploy, lookup, store_key
 
@@ -282,9 +283,10 @@ def test_rebuild_replaces_the_store_entry(tmp_path: Path, session_registry: Dire
     marker = first.store_path / "marker"
     marker.write_text("from the first build")
 
-    settings.rebuild = True
     recorder = Recorder()
-    again = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
+    again = Pipeline(settings, observers=[recorder]).run(
+        BuildRequest("", crate="tinyecho", flags=RunFlags(rebuild=True))
+    )
     assert again.store_path == first.store_path  # the same inputs: the same path
     assert not marker.exists()  # a new entry, not the old one
     assert _statuses(recorder)["build"] == "done" and _statuses(recorder)["deploy"] == "done"

@@ -17,11 +17,15 @@ from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.registry.embedding import find_model, missing_libraries
 from flakebot_magic.stages import search as search_stage
 from flakebot_magic.stages.search import (
+    AGREEMENT,
     BIN_BOOST,
     EVIDENCE,
+    SEMANTIC_EVIDENCE,
     TERM_BOOST,
     boost_exact_terms,
+    disagreement,
     fitness,
+    fitting,
     open_registry,
     rank,
     search,
@@ -166,6 +170,69 @@ def test_why_a_binary_is_unfit(candidate: CrateCandidate, why_not: str) -> None:
 @pytest.mark.parametrize("reads", ["stdin", "args", ""])
 def test_a_binary_that_takes_text_and_covers_the_request_fits(reads: str) -> None:
     assert unfit(_bin("tool", 1.0, evidence=EVIDENCE, reads=reads)) == ""
+
+
+def _meant(name: str, *, words: float, meaning: float, own: float, evidence: float = 1.0) -> CrateCandidate:
+    """A candidate as semantic search scores it: shares of the best by words and by meaning, its binary's
+    similarity to the request (a library when ``own`` is negative)."""
+    parts = {"evidence": evidence, "words": words, "meaning": meaning}
+    if own < 0:
+        return CrateCandidate(name, "1.0.0", score=words + meaning, parts=parts)
+    parts["own_similarity"] = own
+    return CrateCandidate(
+        name, "1.0.0", score=words + meaning, has_bin=True, bin_names=(name,), reads="stdin", parts=parts
+    )
+
+
+@pytest.mark.parametrize(
+    ("evidence", "own", "deployed"),
+    [
+        (1.0, SEMANTIC_EVIDENCE, True),
+        (EVIDENCE, 0.9, True),
+        (1.0, SEMANTIC_EVIDENCE - 0.01, False),  # its words cover the request, its meaning does not
+        (EVIDENCE - 0.01, 0.9, False),  # it means the request, its words do not say so
+    ],
+)
+def test_a_binary_needs_both_words_and_meaning(evidence: float, own: float, deployed: bool) -> None:
+    tool = _meant("tool", words=1.0, meaning=1.0, own=own, evidence=evidence)
+    fit = fitness([tool, _meant("lib", words=0.5, meaning=0.5, own=-1)])
+    assert (fit.chosen is tool) is deployed
+    if not deployed:
+        assert fit.reason.startswith("the best binary, tool: ")
+        assert ("meaning" in fit.reason) is (evidence >= EVIDENCE)
+
+
+def test_the_words_and_the_meaning_must_agree_on_a_binary() -> None:
+    # every place from first to last, by words and by meaning: deployed only within AGREEMENT by both
+    size = AGREEMENT + 3
+    for by_words in range(size):
+        for by_meaning in range(size):
+            others = [
+                _meant(f"lib{i}", words=1.0 - i / size - 0.5 / size, meaning=1.0 - i / size - 0.5 / size, own=-1)
+                for i in range(size - 1)
+            ]
+            tool = _meant("tool", words=1.0 - by_words / size, meaning=1.0 - by_meaning / size, own=0.9)
+            candidates = [tool, *others]
+            agree = by_words < AGREEMENT and by_meaning < AGREEMENT
+            assert (disagreement(tool, candidates) == "") is agree, (by_words, by_meaning)
+            assert (fitness(candidates).chosen is tool) is agree
+            assert (tool in fitting(candidates)) is agree
+            if not agree:  # the words are said first
+                place, label = (by_words, "words") if by_words >= AGREEMENT else (by_meaning, "meaning")
+                assert fitness(candidates).reason.endswith(f"it is {place + 1}th of {size} candidates by {label}")
+
+
+def test_words_alone_have_nothing_to_agree_on() -> None:
+    tools = [_bin(f"tool{i}", 10.0 - i) for i in range(AGREEMENT + 2)]
+    assert all(disagreement(t, tools) == "" for t in tools)
+
+
+def test_a_deploy_says_both_kinds_of_evidence() -> None:
+    tool = _meant("tool", words=1.0, meaning=1.0, own=0.61, evidence=0.8)
+    assert fitness([tool]).reason == (
+        "tool ships the binary tool, and its own description and binary text cover 80% of the request"
+        " and mean what it asks (similarity 0.61)"
+    )
 
 
 def test_boosts_are_recorded_in_the_parts() -> None:
