@@ -16,12 +16,22 @@ Variants:
 ``split``           the release build beside a debug ``cargo test`` in its own target dir (before issue 23)
 ``release-tests``   ``cargo build --release``, then ``cargo test --release`` in the same target dir (tests at opt-level 3)
 ``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
+``split-noinc``     ``split`` with the tests' build not incremental (``CARGO_INCREMENTAL=0``: a cold build has nothing
+                    to reuse, and writing the incremental cache costs CPU)
+``split-noinc-nice0`` ``split-noinc`` with the tests' cargo at the release build's priority (not ``nice 10``)
+``split-noinc-j1``  ``split-noinc-nice0`` with the tests' cargo at one job (``-j1``) while the release build has two
+``one-release``     ONE cargo: ``build --release --lib --bins --tests --examples`` (what ``cargo test --no-run`` builds,
+                    and the binaries) in one target dir, every unit in the release profile, so each dependency is
+                    compiled once and cargo's scheduler has both cores over the whole graph; then ``cargo test
+                    --release`` runs the tests and the doc tests (nothing left to compile but the doc tests)
+``one-release-dev0`` ``one-release`` with the packages only the tests need (dev-dependencies and what only they pull
+                    in, from ``cargo tree``) at opt-level 0: they are not in the release binary's graph
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import shlex
 import shutil
 import statistics
 import sys
@@ -39,12 +49,11 @@ from flakebot_magic.events import EventBus  # noqa: E402
 from flakebot_magic.host.process import Completed, ProcessRunner  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
 from flakebot_magic.sandbox.cargo import Cargo  # noqa: E402
-from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, TEST_ENV  # noqa: E402
+from flakebot_magic.sandbox.diagnostics import parse_test_output  # noqa: E402
+from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, COLD_TEST_ENV, TEST_ENV  # noqa: E402
 from flakebot_magic.stages.fork import fork  # noqa: E402
 
 TEST = ("test", "--locked", "--message-format=json", "--no-fail-fast", *CAP_LINTS)
-_RUNNING = re.compile(r"^running \d+ tests?$")
-_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
 #: release's settings, for the dev and test profiles (the ``dev-as-release`` variant)
 DEV_AS_RELEASE = {
     f"CARGO_PROFILE_{p}_{k}": v
@@ -70,21 +79,36 @@ def root_override(crate: str) -> tuple[str, ...]:
 
 
 def test_names(stdout: str) -> set[str]:
-    """The tests a ``cargo test`` ran, as ``N::name`` (N: the test binary's place in cargo's order, doc tests last).
+    """The tests a ``cargo test`` ran, by name (:attr:`~flakebot_magic.sandbox.diagnostics.TestReport.ran`)."""
+    return set(parse_test_output(stdout.splitlines()).ran)
 
-    cargo names each binary on stderr and libtest prints its tests on
-    stdout, so suites are told apart by libtest's own ``running N tests``.
-    """
-    names: set[str] = set()
-    suite = 0
-    for line in stdout.splitlines():
-        if _RUNNING.match(line):
-            suite += 1
-            continue
-        run = _TEST_LINE.match(line)
-        if run:
-            names.add(f"{suite}::{run.group(1)}")
-    return names
+
+def dev_only_opt0(b: Bench) -> tuple[str, ...]:
+    """cargo ``--config`` putting every package only the tests need at opt-level 0 (``cargo tree`` run in the
+    sandbox; its time counts)."""
+
+    def names(edges: str) -> set[str]:
+        done = b.cargo.run(
+            "tree",
+            "--locked",
+            "-e",
+            edges,
+            "--prefix",
+            "none",
+            "--no-dedupe",
+            "--format",
+            "{p}",
+            cwd=b.workspace,
+            timeout=600,
+        )
+        return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+
+    only = names("normal,build,dev") - names("normal,build")
+    return tuple(a for name in sorted(only) for a in ("--config", f'profile.release.package."{name}".opt-level=0'))
+
+
+def _number(text: str) -> bool:
+    return text.replace(".", "", 1).isdigit()
 
 
 class Bench:
@@ -103,6 +127,28 @@ class Bench:
         ).path
         self.round = 0
         self.crate = crate
+        # cargo through /usr/bin/time, which appends each command's user and system CPU to a log in the
+        # workspace (the sandbox hides this process's children's times): CPU is what a loaded machine cannot blur
+        target = self.workspace / "target"
+        target.mkdir(exist_ok=True)
+        self.cpu_log = target / "bench-cpu.log"
+        timed = work / "timed-cargo"
+        timed.write_text(
+            f"#!/bin/sh\nif [ -w {shlex.quote(str(target))} ]; then\n"
+            f"  exec /usr/bin/time -a -o {shlex.quote(str(self.cpu_log))} -f '%U %S' "
+            f'{shlex.quote(self.cargo.executable)} "$@"\nfi\nexec {shlex.quote(self.cargo.executable)} "$@"\n'
+        )
+        timed.chmod(0o755)
+        self.cargo = Cargo(self.registry, self.runner, executable=str(timed))
+
+    def cpu(self) -> float:
+        """CPU seconds of every cargo command so far (each with its rustc, build scripts and tests)."""
+        try:
+            lines = self.cpu_log.read_text().split("\n")
+        except FileNotFoundError:
+            return 0.0
+        pairs = [line.split() for line in lines]  # "user system"; time adds "Command exited with ..." lines
+        return sum(float(u) + float(s) for u, s in (p for p in pairs if len(p) == 2) if _number(u) and _number(s))
 
     def cargo_run(self, *args: str, target: Path, env: dict[str, str] | None = None, nice: int = 0) -> Completed:
         done = self.cargo.run(
@@ -191,8 +237,38 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
+    def split_noinc_at(nice: int, jobs: tuple[str, ...]) -> Callable[[], tuple[float, set[str] | None]]:
+        def run() -> tuple[float, set[str] | None]:
+            t = b.fresh(f"splitnoinc{nice}{len(jobs)}")
+            start = time.perf_counter()
+            _, tested = _both(
+                lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+                lambda: b.cargo_run(
+                    *TEST, *jobs, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=nice
+                ),
+            )
+            return time.perf_counter() - start, test_names(tested.stdout)
+
+        return run
+
+    def one_release(dev_opt0: bool) -> Callable[[], tuple[float, set[str] | None]]:
+        def run() -> tuple[float, set[str] | None]:
+            t = b.fresh("onerel0" if dev_opt0 else "onerel")
+            start = time.perf_counter()
+            more = dev_only_opt0(b) if dev_opt0 else ()
+            b.cargo_run(*BUILD_FLAGS, "--lib", "--bins", "--tests", "--examples", *more, target=t)
+            tested = b.cargo_run(*TEST, "--release", *more, target=t)
+            return time.perf_counter() - start, test_names(tested.stdout)
+
+        return run
+
     return {
         "bare": bare,
+        "split-noinc": split_noinc_at(10, ()),
+        "split-noinc-nice0": split_noinc_at(0, ()),
+        "split-noinc-j1": split_noinc_at(0, ("-j1",)),
+        "one-release": one_release(False),
+        "one-release-dev0": one_release(True),
         "split": split,
         "shared-deps-build-first": shared_after,
         "shared-deps-tests-first": shared_first,
@@ -218,21 +294,30 @@ def main() -> int:
         chosen = {k: v for k, v in variants(b).items() if not args.only or k in args.only or k == "bare"}
         times: dict[str, list[float]] = {k: [] for k in chosen}
         names: dict[str, set[str] | None] = {}
+        cpu: dict[str, list[float]] = {k: [] for k in chosen}
         for _ in range(args.rounds):
             for key, run in chosen.items():
+                before = b.cpu()
                 took, ran = run()
+                cpu[key].append(b.cpu() - before)
                 times[key].append(took)
                 names[key] = ran
                 print(f"  {key}: {took:.2f} s", file=sys.stderr, flush=True)
         floor = min(times["bare"])
         print(f"\n{args.crate}: the crate's own `cargo test` runs {len(expected)} tests\n")
-        print("| variant | best (s) | median (s) | / bare build | tests run | same tests as `cargo test` |")
-        print("|---|---|---|---|---|---|")
+        cpu_floor = statistics.median(cpu["bare"])
+        print(
+            "| variant | best (s) | median (s) | / bare build (best) | median of per-round ratios | CPU (s, median) "
+            "| CPU / bare | tests run | same tests as `cargo test` |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         for key, seen in times.items():
             ran = names[key]
             same = "-" if ran is None else ("yes" if ran == expected else f"NO ({len(expected - ran)} missing)")
             print(
                 f"| {key} | {min(seen):.2f} | {statistics.median(seen):.2f} | {min(seen) / floor:.2f}x | "
+                f"{statistics.median(a / b for a, b in zip(seen, times['bare'], strict=True)):.2f}x | "
+                f"{statistics.median(cpu[key]):.1f} | {statistics.median(cpu[key]) / cpu_floor:.2f}x | "
                 f"{'-' if ran is None else len(ran)} | {same} |"
             )
     finally:

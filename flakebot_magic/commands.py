@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["COMMAND_NAMES", "IF_UNTRUSTED", "IF_UNTRUSTED_HELP", "LINE_COMMANDS", "LINE_USAGE"]
+import difflib
+from typing import Any
+
+from .errors import Cancelled
+
+__all__ = [
+    "COMMAND_NAMES",
+    "IF_UNTRUSTED",
+    "IF_UNTRUSTED_HELP",
+    "LINE_COMMANDS",
+    "LINE_USAGE",
+    "explain_usage",
+    "what_next",
+]
 
 #: the magic's line commands: usage and what each does; the usage lines, the COMMAND argument's
 #: help, the magic's docstring and the errors that list them are made from this table
@@ -47,3 +60,31 @@ IF_UNTRUSTED_HELP = (
     "when no trusted key signed the tool (or its hash is not the recorded one): stop, or rebuild it here "
     "and say whether the result is bit-identical to the recorded store path"
 )
+
+
+def explain_usage(message: str, parser: Any) -> str:
+    """argparse's complaint, with the nearest option to an unknown one and a pointer to ``%%flakebot?``.
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("--crate")
+    >>> explain_usage("unrecognized arguments: --crat", parser)
+    'Unknown option --crat: did you mean --crate? `%%flakebot?` lists the options.'
+    """
+    unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
+    if not unknown:
+        return f"{message}. `%%flakebot?` lists the options."
+    known = {flag.lstrip("-"): flag for action in parser._actions for flag in action.option_strings}
+    words = []
+    for word in unknown:
+        near = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), list(known), n=1, cutoff=0.75)
+        kind = "option" if word.startswith("-") else "word"
+        words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
+    return " ".join(words) + " `%%flakebot?` lists the options."
+
+
+def what_next(error: Cancelled) -> Cancelled:
+    """A cancelled cell's message ends with what to do next: the cell, run again, builds it."""
+    if "Run the cell again" not in str(error):
+        error.args = (f"{error}\nRun the cell again to build it.",)
+    return error

@@ -5,6 +5,8 @@ The tree::
     FlakebotError
     ├── UsageError          bad input from the user (empty cell, unknown option)
     │   ├── ToolBusy        another process is building the same tool name (names it)
+    │   ├── ToolArgumentError a tool called with a keyword it does not take (also a TypeError;
+    │   │                   suggests the close one)
     │   └── SteeringError   a steering message with no running session to read it, or a bad one
     ├── ConfigError         the machine lacks something (cargo, a registry path)
     ├── SearchError         no candidates, unknown --crate, registry unreachable
@@ -75,6 +77,7 @@ __all__ = [
     "SteeringError",
     "StorageError",
     "TestError",
+    "ToolArgumentError",
     "ToolBusy",
     "ToolError",
     "UntrustedPath",
@@ -404,6 +407,13 @@ class RegistryDamaged(StorageError):
     def __init__(self, message: str, *, reason: str = "", path: Path | None = None, code: str = "") -> None:
         self.reason = reason
         super().__init__(message, path=path, code=code)
+
+
+class ToolArgumentError(UsageError, TypeError):
+    """A tool was called with a keyword it does not take; a ``TypeError`` too, as Python's own calls raise.
+
+    In IPython the message is the whole story: no frame of the client's code.
+    """
 
 
 class ToolError(FlakebotError):

@@ -8,7 +8,6 @@ sequences), and errors are :class:`~flakebot_magic.errors.FlakebotError` s, whos
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 import sys
@@ -22,7 +21,7 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE
+from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
@@ -32,9 +31,9 @@ from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
-from .records.inventory import Inventory
 from .request import BuildRequest
 from .untrusted import safe_text
+from .views import hooks
 from .views.progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
@@ -253,7 +252,7 @@ class FlakebotMagics(_OptionTraits):
         try:
             return parse_argstring(self.flakebot, line)
         except UsageError as exc:
-            raise UsageError(_explain_usage(str(exc), self.flakebot.parser)) from None
+            raise UsageError(explain_usage(str(exc), self.flakebot.parser)) from None
 
     def _check_cell(self, args: Any, cell: str) -> str:
         if args.command:
@@ -269,44 +268,18 @@ class FlakebotMagics(_OptionTraits):
         return cell
 
     def _pull_pinned(self, args: Any, request: str) -> Any:
-        """A re-run cell of a saved notebook, on a machine without the tool: the exact tool the notebook pinned,
-        pulled from the team's cache (:func:`flakebot_magic.manage.team.saved_pin`), instead of a new build.
-
-        None when the notebook pins nothing for this cell, when no cache is set (then a line says how to pull),
-        or when the pull is refused (then a line says why): the cell then builds, as it always did.
-        """
+        """A re-run cell of a saved notebook: the tool it pinned, pulled (:func:`~flakebot_magic.manage.team.
+        pull_for_cell`); None: the cell builds, as it always did."""
         assert self.shell is not None
         if any(getattr(args, flag, False) for flag in ("rebuild", "follow_up", "resume")):
             return None
-        settings = self._settings(args)
-        try:
-            pin = team.saved_pin(settings, self.shell.user_ns.get("__session__"), args.name, request, args.crate)
-        except errors.FlakebotError:
-            return None  # an unreadable tool record: the build says what is wrong with it
-        if pin is None:
-            return None
-        if not (settings.nix_substituters and settings.nix_trusted_public_keys):
-            print(
-                safe_text(
-                    f"flakebot: {pin.notebook.name} pins `{args.name}` at {pin.store_path}; building it here. "
-                    "To pull that exact tool instead, set the team's cache and key (FLAKEBOT_NIX_SUBSTITUTERS and "
-                    "FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS, or --substituters and --trusted-public-keys) and run the "
-                    "cell again."
-                )
-            )
-            return None
-        try:
-            pulled = team.pull(settings, args.name, pin.provenance)
-        except errors.FlakebotError as exc:
-            reason = exc.reason if isinstance(exc, errors.UntrustedPath) else str(exc)
-            print(safe_text(f"flakebot: {pin.notebook.name} pins `{args.name}`, but it was not pulled: {reason}"))
-            print("flakebot: building it here instead.")
-            return None
-        self.shell.push({pulled.tool.name: pulled.tool})
-        print(safe_text(f"flakebot: {pulled.text}, as {pin.notebook.name} pinned it (no build)"))
-        for note in pulled.notes:
-            print(safe_text(f"flakebot: {note}"))
-        return pulled.tool
+        notebook = self.shell.user_ns.get("__session__")
+        tool, lines = team.pull_for_cell(self._settings(args), notebook, args.name, request, args.crate)
+        for line in lines:
+            print(safe_text(f"flakebot: {line}"))
+        if tool is not None:
+            self.shell.push({tool.name: tool})
+        return tool
 
     # -- running a build ------------------------------------------------------
 
@@ -330,7 +303,7 @@ class FlakebotMagics(_OptionTraits):
             verbose=bool(args.verbose or self.verbose),
             steer_name=request.name,
             crate=request.crate,
-            since=_previous_commit(settings, request),
+            since=hooks.previous_commit(settings, request),
         )
         build.run = start_build(settings, request)
         return build
@@ -378,7 +351,7 @@ class FlakebotMagics(_OptionTraits):
                 on_cancel=cancel,
                 diff=lambda tool: tools.diffs_of(settings, tool, since=since),
                 show_error=show_error,
-                on_steer=_steer_to(settings, steer_name) if steer_name else None,
+                on_steer=hooks.steer_to(settings, steer_name) if steer_name else None,
             )
             if verbose:
                 widget.log.selected_index = 0
@@ -394,6 +367,8 @@ class FlakebotMagics(_OptionTraits):
             return build.run.wait(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise what_next(exc) from None
         finally:
             build.refresh()
 
@@ -402,6 +377,8 @@ class FlakebotMagics(_OptionTraits):
             return await build.run.wait_async(build.observers, tick=build.tick)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
+        except errors.Cancelled as exc:
+            raise what_next(exc) from None
         finally:
             build.refresh()
 
@@ -527,44 +504,6 @@ class FlakebotMagics(_OptionTraits):
         if command == "logs":
             return tools.tool_logs(settings, rest[0], last=args.tail or None)
         return tools.stop_tools(settings, rest[0])
-
-
-def _explain_usage(message: str, parser: Any) -> str:
-    """argparse's complaint, with the nearest option to an unknown one and a pointer to ``%%flakebot?``.
-
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> _ = parser.add_argument("--crate")
-    >>> _explain_usage("unrecognized arguments: --crat", parser)
-    'Unknown option --crat: did you mean --crate? `%%flakebot?` lists the options.'
-    """
-    unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
-    if not unknown:
-        return f"{message}. `%%flakebot?` lists the options."
-    known = {flag.lstrip("-"): flag for action in parser._actions for flag in action.option_strings}
-    words = []
-    for word in unknown:
-        near = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), list(known), n=1, cutoff=0.75)
-        kind = "option" if word.startswith("-") else "word"
-        words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
-    return " ".join(words) + " `%%flakebot?` lists the options."
-
-
-def _previous_commit(settings: Settings, request: BuildRequest) -> str:
-    """A follow-up's (``--continue``) starting point: the commit of the tool it changes; "" otherwise."""
-    if not request.follow_up or not request.name:
-        return ""
-    record = Inventory(settings.cache.tools).get(request.name)
-    return record.commit if record is not None else ""
-
-
-def _steer_to(settings: Settings, name: str) -> Callable[[str], None]:
-    """The widget's Send: queue the text for ``name``'s edit session (what it raises, the widget shows)."""
-
-    def send(text: str) -> None:
-        tools.steer(settings, name, text, source="widget")
-
-    return send
 
 
 class _SparingFlakebot:

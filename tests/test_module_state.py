@@ -30,6 +30,8 @@ ALLOWED: dict[str, str] = {
     "clients/lifecycle.py:_registry_lock": "guards _registry",
     "clients/lifecycle.py:_atexit_registered": "stop_all registered with atexit once",
     "host/process.py:_spawner": "the one long-lived thread lasting children are forked from (parent-death signal)",
+    "host/process.py:_guard": "the one guard process that kills a call's children when this process dies (host/guard.py)",
+    "host/process.py:_prctl": "lru_cache(1): libc's prctl, looked up once (the C library does not change)",
     "records/steering.py:_counter": "steering messages' sequence numbers, unique in the process (one integer)",
     "stages/deploy.py:_LIBC": "the C library's handle (for renameat2), loaded once: no state of flakebot's",
     "host/crashpoints.py:_counts": "test crash points: hits per point, only when FLAKEBOT_CRASH_AT names one",

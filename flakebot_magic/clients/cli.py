@@ -21,6 +21,7 @@ docstring says so.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import os
 import re
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from ..errors import ToolError
+from ..errors import ToolArgumentError, ToolError
 from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from ..host.process import spawn
 from ..untrusted import safe_text, strip_sequences
@@ -266,10 +267,16 @@ class CliTool(ToolClient):
                 values = value if isinstance(value, (list, tuple)) else [value]
                 tail += [_text(v) for v in values]
             else:
-                known = ", ".join(sorted([*by_name, *positional])) or "none: its --help could not be parsed"
-                raise TypeError(
-                    f"{self.name}() got an unexpected keyword argument {key!r}; its options are: {known}. "
-                    f'Plain command-line arguments go as strings: {self.name}("--{key.replace("_", "-")}", ...)'
+                names = sorted([*by_name, *positional])
+                known = ", ".join(names) or "none: its --help could not be parsed"
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = (
+                    f"did you mean {close[0]}={value!r}?"
+                    if close
+                    else f'plain command-line arguments go as strings: {self.name}("--{key.replace("_", "-")}", ...)'
+                )
+                raise ToolArgumentError(
+                    f"{self.name}() got an unexpected keyword argument {key!r}: {hint} Its options are: {known}."
                 )
         argv += [_text(a) for a in args]
         if any(t.startswith("-") for t in tail):

@@ -62,7 +62,6 @@ from .http_net import (
     ClientPool,
     capped_transport,
     free_port,
-    is_loopback,
     listening_addresses,
 )
 from .lifecycle import LogBuffer, ToolProcess
@@ -258,7 +257,7 @@ class HttpTool(StartedToolClient):
     def _check_loopback(self, process: ToolProcess) -> None:
         assert process.pid is not None
         self._loopback_checked = time.monotonic()
-        exposed = [(a, p) for a, p in listening_addresses(process.pid) if not is_loopback(a)]
+        exposed = listening_addresses(process.pid, beyond_loopback=True)
         if exposed:
             where = ", ".join(f"{a}:{p}" for a, p in exposed)
             raise ToolError(

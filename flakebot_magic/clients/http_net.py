@@ -77,14 +77,12 @@ def capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx
                     f"{name}: the answer to {what} is {int(declared)} bytes, past the "
                     f"{limit // (1024 * 1024)} MiB limit; it was not read."
                 )
-            headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
+            if "content-encoding" in response.headers:
+                del response.headers["content-encoding"]  # every one of them: httpx never inflates the body
             assert isinstance(response.stream, httpx.SyncByteStream)
-            return httpx.Response(
-                response.status_code,
-                headers=headers,
-                stream=CappedStream(response.stream, what),
-                extensions=response.extensions,
-            )
+            # the same response, its stream wrapped (no second Response and header list per call)
+            response.stream = CappedStream(response.stream, what)
+            return response
 
         def close(self) -> None:
             inner.close()
@@ -108,8 +106,35 @@ def _decode_address(text: str) -> str:
     return str(ipaddress.IPv6Address(words))
 
 
-def listening_addresses(pgid: int) -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket the process group ``pgid`` listens on (Linux ``/proc``)."""
+def _listening_sockets() -> dict[str, tuple[str, int]]:
+    """Socket inode -> (address, port) of every listening TCP socket of this network namespace (``/proc/net``)."""
+    found: dict[str, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows)
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 9 and fields[3] == "0A":
+                        address, port = fields[1].split(":")
+                        found[fields[9]] = (_decode_address(address), int(port, 16))
+        except OSError:
+            continue
+    return found
+
+
+def listening_addresses(pgid: int, *, beyond_loopback: bool = False) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket the process group ``pgid`` listens on (Linux ``/proc``).
+
+    ``beyond_loopback``: only those not on loopback. The listening sockets are
+    read first; the walk over every process's descriptors, which finds the
+    group's, is made only when one of them is a candidate.
+    """
+    sockets = _listening_sockets()
+    if beyond_loopback:
+        sockets = {inode: where for inode, where in sockets.items() if not is_loopback(where[0])}
+    if not sockets:
+        return []
     inodes: set[str] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -124,19 +149,7 @@ def listening_addresses(pgid: int) -> list[tuple[str, int]]:
                     inodes.add(target[8:-1])
         except (OSError, IndexError, ValueError):
             continue
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as rows:
-                next(rows)
-                for row in rows:
-                    fields = row.split()
-                    if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
-                        address, port = fields[1].split(":")
-                        found.append((_decode_address(address), int(port, 16)))
-        except OSError:
-            continue
-    return found
+    return [where for inode, where in sockets.items() if inode in inodes]
 
 
 def is_loopback(address: str) -> bool:

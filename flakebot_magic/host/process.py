@@ -10,7 +10,9 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
 * has a time limit, and runs in its own process group: a timeout or a cancel
   kills cargo *and* the rustc processes it started, and whatever still holds
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
-* dies with the kernel (a parent-death signal, ``PR_SET_PDEATHSIG``);
+* dies with the kernel: a lasting child by its parent-death signal
+  (``PR_SET_PDEATHSIG``), the child of a call by :class:`~.guard.Guard` (started
+  with ``vfork``: arming the signal would need a fork of this whole process);
 * is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
   line without end is never held whole, what is kept per stream is capped,
   and past the cap a visible note says so;
@@ -29,12 +31,13 @@ tells a process from a later one that reused its PID.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import queue
 import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +47,7 @@ from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
 from .environment import allowed_env, scrubbed_env
+from .guard import Guard, Spawner
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
 
 __all__ = [
@@ -156,13 +160,18 @@ def _uptime() -> float | None:
         return None
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _stat_fields(pid: int | str) -> list[str] | None:
     """Fields of /proc/PID/stat from field 3 (state) on; the command name may hold spaces."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            raw = stat.read().decode("ascii", "replace")
+    try:  # os.open and os.read: no buffered file object per process (a group scan reads every process's)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return raw[raw.rfind(")") + 2 :].split()
 
 
@@ -188,11 +197,12 @@ def _group_members(pgid: int) -> list[int]:
         entries = os.listdir("/proc")
     except OSError:
         return members
+    group = str(pgid)
     for entry in entries:
         if not entry.isdigit():
             continue
-        fields = _stat_fields(int(entry))
-        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+        fields = _stat_fields(entry)
+        if fields and len(fields) > 2 and fields[2] == group and fields[0] not in ("Z", "X"):
             members.append(int(entry))
     return members
 
@@ -287,14 +297,23 @@ def _pipe_holders(inodes: set[int]) -> list[int]:
     return holders
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process (its forking thread) dies; Linux only."""
+@functools.lru_cache(maxsize=1)
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up once per process (a ``dlopen`` and a symbol lookup per spawn cost 0.1 ms)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     prctl.restype = ctypes.c_int
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prctl
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process (its forking thread) dies; Linux only."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
     parent, kill = os.getpid(), int(signal.SIGKILL)
 
     def set_pdeathsig() -> None:  # runs in the child between fork and exec: no imports, no locks
@@ -305,45 +324,32 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return set_pdeathsig
 
 
-class _Spawner:
-    """One long-lived daemon thread that forks the children that outlive a call (``spawn(..., lasting=True)``).
-
-    ``PR_SET_PDEATHSIG`` fires when the forking *thread* exits, not the
-    process; forking from a thread that lives as long as the interpreter makes
-    it mean "when this process dies" (the pipeline runs on a short-lived thread).
-    """
-
-    def __init__(self) -> None:
-        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = (
-            queue.SimpleQueue()
-        )
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pid = 0
-
-    def _loop(self) -> None:
-        while True:
-            work, reply = self._requests.get()
-            try:
-                reply.put((True, work()))
-            except BaseException as exc:  # handed back to the caller's thread
-                reply.put((False, exc))
-
-    def run(self, work: Callable[[], Any]) -> Any:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._pid = os.getpid()  # after a fork, the old thread does not exist here
-                self._thread = threading.Thread(target=self._loop, name="flakebot-spawner", daemon=True)
-                self._thread.start()
-        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._requests.put((work, reply))
-        ok, value = reply.get()
-        if not ok:
-            raise value
-        return value
+_spawner = Spawner()
 
 
-_spawner = _Spawner()
+def _start_guard(program: str, read: int) -> subprocess.Popen[bytes]:
+    """Start the guard (:mod:`.guard`) reading ``read``: in its own session, no descriptor of ours but that."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", program],
+        stdin=read,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not in a group a kill of a call reaches, nor the terminal's
+        close_fds=True,
+        env={},
+    )
+
+
+_guard = Guard(_start_guard)
+os.register_at_fork(after_in_child=_guard.forked)
+
+
+class _GuardedChild(subprocess.Popen[bytes]):
+    """A child the guard kills with this process; unregistered once reaped."""
+
+    def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:  # called where waitpid reaped it
+        super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
+        _guard.remove(self.pid)
 
 
 def spawn(
@@ -357,17 +363,20 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv``: the one place a child is forked.
 
-    It gets its own process group (a kill stops what it started too), the
-    parent-death signal, no inherited descriptors, standard output and error
+    It gets its own process group (a kill stops what it started too), death
+    with this process (``lasting``: the parent-death signal; else the guard,
+    :class:`~.guard.Guard`, and a start by ``vfork``), no inherited descriptors, standard output and error
     as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
     forked from the long-lived spawner thread, for a child that outlives the
     thread that asked for it (a tool's server). Raises ``OSError`` when it
     cannot start.
     """
-    setup = _parent_death_signal()
+    setup = _parent_death_signal() if lasting else None
+    # a call's child: no preexec_fn, so vfork() (a fork copies this whole process); the guard kills it with us
+    kind: type[subprocess.Popen[bytes]] = subprocess.Popen if lasting else _GuardedChild
 
     def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
+        return kind(
             list(argv),
             cwd=cwd,
             env=dict(env) if env is not None else None,
@@ -383,7 +392,9 @@ def spawn(
     if lasting:
         proc: subprocess.Popen[bytes] = _spawner.run(start)
         return proc
-    return start()
+    proc = start()
+    _guard.add(proc.pid)  # its group id: it leads its own session
+    return proc
 
 
 def _short(argv: list[str]) -> str:

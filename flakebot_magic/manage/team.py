@@ -36,7 +36,7 @@ from ..backends.nix_command import Nix, NixOptions
 from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED
 from ..config import Settings
-from ..errors import DeployError, StorageError, UntrustedPath, UsageError
+from ..errors import DeployError, FlakebotError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
@@ -52,6 +52,7 @@ __all__ = [
     "manifest_of",
     "notebook_provenance",
     "pull",
+    "pull_for_cell",
     "push",
     "saved_pin",
 ]
@@ -118,6 +119,12 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
     """The provenance the last output of tool ``name`` in ``notebook`` recorded (``metadata.flakebot``)."""
     try:
         cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    except FileNotFoundError:
+        where = Path(notebook) if Path(notebook).is_absolute() else Path.cwd() / notebook
+        raise UsageError(
+            f"No notebook at {where}: give the path of the notebook whose output recorded {name!r} "
+            "(relative to the kernel's working directory, or absolute)."
+        ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"Cannot read {notebook} as a notebook: {exc}") from None
     found: dict[str, Any] | None = None
@@ -157,6 +164,38 @@ def saved_pin(settings: Settings, notebook: object, name: str | None, request: s
     if not all(provenance.get(key) for key in PINNED):
         return None  # built by the cargo backend, or without a proof: nothing to pull
     return Pin(Path(notebook), provenance)
+
+
+def pull_for_cell(
+    settings: Settings, notebook: object, name: str | None, request: str, crate: str | None
+) -> tuple[ToolClient | None, list[str]]:
+    """A re-run ``%%flakebot`` cell of a saved notebook, on a machine without the tool: the exact tool the
+    notebook pinned (:func:`saved_pin`), pulled from the team's cache instead of built; and the lines to show.
+
+    None (the cell then builds, as it always did) when the notebook pins nothing for this cell, when no cache
+    is set (a line says how to pull) or when the pull is refused (a line says why).
+    """
+    try:
+        pin = saved_pin(settings, notebook, name, request, crate)
+    except FlakebotError:
+        return None, []  # an unreadable tool record: the build says what is wrong with it
+    if pin is None or not name:
+        return None, []
+    if not (settings.nix_substituters and settings.nix_trusted_public_keys):
+        return None, [
+            f"{pin.notebook.name} pins `{name}` at {pin.store_path}; building it here. To pull that exact tool "
+            "instead, set the team's cache and key (FLAKEBOT_NIX_SUBSTITUTERS and FLAKEBOT_NIX_TRUSTED_PUBLIC_KEYS, "
+            "or --substituters and --trusted-public-keys) and run the cell again."
+        ]
+    try:
+        pulled = pull(settings, name, pin.provenance)
+    except FlakebotError as exc:
+        reason = exc.reason if isinstance(exc, UntrustedPath) else str(exc)
+        return None, [
+            f"{pin.notebook.name} pins `{name}`, but it was not pulled: {reason}",
+            "building it here instead.",
+        ]
+    return pulled.tool, [f"{pulled.text}, as {pin.notebook.name} pinned it (no build)", *pulled.notes]
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,9 @@ class TestReport:
     failures: list[str] = field(default_factory=list)
     suites: int = 0
     output: dict[str, list[str]] = field(default_factory=dict)
+    #: every test libtest named (passed, failed or ignored), as ``N::name``: N is its test binary's place in the
+    #: run (libtest's ``running N tests`` lines; doc tests last), so two runs of one crate compare by name
+    ran: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -318,20 +321,28 @@ def actionable(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
 _RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
 _FAILED_TEST = re.compile(r"^test (.+?) \.\.\. FAILED$")
 _FAILURE_HEAD = re.compile(r"^---- (.+?) stdout ----$")
+_RUNNING = re.compile(r"^running \d+ tests?$")
+_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (?:ok|FAILED|ignored)")
 
 
 def parse_test_output(lines: Iterable[str]) -> TestReport:
-    """Sum libtest's ``test result:`` lines; collect the failing tests' names and captured output.
+    """Sum libtest's ``test result:`` lines; collect every test's name, the failing ones' and their captured output.
 
     Examples
     --------
     >>> report = parse_test_output(["test a ... FAILED", "test result: FAILED. 2 passed; 1 failed; 0 ignored"])
-    >>> (report.passed, report.failed, report.failures)
-    (2, 1, ['a'])
+    >>> (report.passed, report.failed, report.failures, report.ran)
+    (2, 1, ['a'], ['0::a'])
     """
     report = TestReport()
     captured: list[str] | None = None
+    binary = 0
     for line in lines:
+        if _RUNNING.match(line):
+            binary += 1
+        named = _TEST_LINE.match(line)
+        if named:
+            report.ran.append(f"{binary}::{named.group(1)}")
         head = _FAILURE_HEAD.match(line)
         if head:
             captured = report.output.setdefault(head.group(1), [])

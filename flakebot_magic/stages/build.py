@@ -21,10 +21,14 @@ Why two target directories, and a debug test build beside the release one: it
 was measured against the ways to compile the dependencies once for both
 (``benchmarks/bench_proof.py``: the tests in the release profile, the crate's
 own targets at the test profile's settings inside ``--release``, one target
-dir, ``--no-run`` first) and stayed the fastest that runs every test
-``cargo test`` runs: one target dir serialises the two cargo commands (cargo's
-lock), losing the core the long release rustc leaves free, which costs more
-than the dependencies built twice (README, "Benchmarks").
+dir, ``--no-run`` first, and ONE cargo building every target in the release
+profile) and stayed the fastest that runs every test ``cargo test`` runs. One
+cargo has one profile for the crate's own code: its tests then compile at
+opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
+an overflow no longer panics), and two cargo commands in one target dir take
+turns (cargo's lock), losing the core the long release rustc leaves free; both
+cost more than the dependencies built twice (README, "Benchmarks"). The cold
+test build is not incremental (:data:`COLD_TEST_ENV`).
 
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
@@ -71,6 +75,7 @@ from .deploy import source_digest
 __all__ = [
     "BUILD_FLAGS",
     "CAP_LINTS",
+    "COLD_TEST_ENV",
     "LINT_CAP",
     "TEST_ENV",
     "BuildResult",
@@ -98,6 +103,11 @@ TEST_FLAGS = ("test", "--locked", "--message-format=json", "--no-fail-fast")
 EDIT_STATE = "flakebot-edit.json"
 #: tests need no debugger symbols; leaving them out makes the test build markedly faster
 TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "false"}
+#: for a test build the edit loop never worked in: a cold build has nothing to reuse, and writing the incremental
+#: cache of the crate's own targets costs CPU (pulldown-cmark's debug test build: 10.9 s of CPU against 13.4 s;
+#: benchmarks/bench_proof.py ``split-noinc``). It changes how rustc caches, not what is compiled or tested, so a
+#: proof's key leaves it out. The edit loop's check runs keep incremental builds (they rebuild after each edit).
+COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
 
@@ -181,9 +191,13 @@ def check(
     (its check runs share the test target dir, and its lint rules stand
     for the code it wrote).
     """
+    edited = (workspace / ".git" / EDIT_STATE).is_file()
     if cap_lints is None:
-        cap_lints = not (workspace / ".git" / EDIT_STATE).is_file()
-    proving = _Check(workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints)
+        cap_lints = not edited
+    test_env = TEST_ENV if edited else TEST_ENV | COLD_TEST_ENV
+    proving = _Check(
+        workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints, test_env=test_env
+    )
     key = known = None
     if proofs is not None and git is not None and run_tests:
         key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
@@ -214,6 +228,7 @@ class _Check:
         target_dir: Path | None,
         *,
         upstream: bool,
+        test_env: dict[str, str],
     ) -> None:
         self.workspace, self.cargo, self.bus = workspace, cargo, bus
         self.build_timeout, self.test_timeout = build_timeout, test_timeout
@@ -221,6 +236,8 @@ class _Check:
         self.target_dir = target_dir or self.release_dir
         #: the tests are the published crate's own, unedited: lints capped, a failure is upstream's
         self.upstream = upstream
+        #: the test build's environment (a cold one builds without incremental files: COLD_TEST_ENV)
+        self.test_env = test_env
         self.test_flags = (*TEST_FLAGS, *CAP_LINTS) if upstream else TEST_FLAGS
         self.results: dict[str, Any] = {}
         self.failures: dict[str, BaseException] = {}
@@ -334,7 +351,7 @@ class _Check:
             cwd=self.workspace,
             timeout=self.test_timeout,
             on_line=self.log("test"),
-            env=TEST_ENV | {"CARGO_TARGET_DIR": str(self.workspace / "target" / "flakebot-test")},
+            env=self.test_env | {"CARGO_TARGET_DIR": str(self.workspace / "target" / "flakebot-test")},
             # the release build is the critical path; the tests take the CPU it leaves
             nice=10,
         )

@@ -145,11 +145,13 @@ def refusal(request: str, fit: search_stage.Fitness) -> str:
     """
     shown = fit.candidates[:LISTED]
     lines = [f"No crate does {_shorten(request, 60)!r} as published: {fit.reason}."]
+    binaries = [search_stage.tools_of(candidate) for candidate in shown]
     if shown:
         count = "The best candidate" if len(shown) == 1 else f"The {len(shown)} best candidates"
-        lines.append(f"{count} (a library needs a model to become a tool):")
-    for candidate in shown:
-        tools = search_stage.tools_of(candidate)
+        # a library needs a model to become a tool; a binary that does something else needs one to be adapted
+        why = "a model could adapt one" if any(binaries) else "a library needs a model to become a tool"
+        lines.append(f"{count} ({why}):")
+    for candidate, tools in zip(shown, binaries, strict=True):
         binary = f" [binary {tools[0]}]" if tools else ""
         lines.append(
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"

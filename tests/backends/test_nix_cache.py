@@ -717,6 +717,12 @@ def test_pull_and_push_say_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "nb.ipynb").write_text("{")
     with pytest.raises(UsageError, match="Cannot read"):
         team.notebook_provenance(tmp_path / "nb.ipynb", "x")
+    with pytest.raises(UsageError) as missing:  # a typo in the name: where it looked, no errno
+        team.notebook_provenance(tmp_path / "nonexistent.ipynb", "x")
+    assert str(missing.value) == (
+        f"No notebook at {tmp_path / 'nonexistent.ipynb'}: give the path of the notebook whose output recorded 'x' "
+        "(relative to the kernel's working directory, or absolute)."
+    )
 
 
 # -- pins from a notebook are data: never options of a nix command (the fresh red team's b01, b02) -----------------

@@ -255,6 +255,7 @@ def test_cancel_button_stops_the_build(context: object, lab: JupyterProcess) -> 
         message.startswith("Cancelled: Stopped during `cargo ") and "nice" not in message
     )  # not "Cancelled: Cancelled"
     assert f"\nThe workspace is kept at {workspace}" in message
+    assert message.rstrip().endswith("\nRun the cell again to build it.")  # what to do next
     assert record.locator(".flakebot-summary").count() == 0  # the error above is the one message
     page.screenshot(path=SHOTS / "06-cancelled.png")  # type: ignore[attr-defined]
     assert record.locator('.flakebot-row[data-stage="build"]').get_attribute("data-state") == "cancelled"

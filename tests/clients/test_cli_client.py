@@ -6,6 +6,7 @@ import inspect
 import json
 import keyword
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -239,9 +240,13 @@ def test_repeatable_and_optional_value_options(tmp_path: Path) -> None:
 def test_bad_keywords_and_values(tmp_path: Path) -> None:
     hexyl = _tool(tmp_path, CLAP3, "hexyl")
     with pytest.raises(
-        TypeError, match="unexpected keyword argument 'lenght'; its options are: color, file, length, no_squeezing"
+        TypeError,
+        match=r"unexpected keyword argument 'lenght': did you mean length=4\? "
+        "Its options are: color, file, length, no_squeezing",
     ):
         hexyl(lenght=4)
+    with pytest.raises(TypeError, match=r"'bogus': plain command-line arguments go as strings: hexyl\(\"--bogus\""):
+        hexyl(bogus=1)
     with pytest.raises(ValueError, match="color must be one of 'always', 'auto', 'never', not 'blue'"):
         hexyl(color="blue")
 
@@ -443,3 +448,20 @@ def test_any_options_give_a_signature_whose_keywords_map_back_to_their_flags(
         assert option.name not in CALL_KEYWORDS and not keyword.iskeyword(option.name)
         expected = [option.flag, "x"] if value else [option.flag]
         assert tool.argv(**{option.name: "x" if value else True}) == expected  # the tool's own flag
+
+
+def test_a_wrong_keyword_in_a_notebook_shows_the_callers_line_not_flakebots_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In IPython ``hexyl(lenght=4)`` shows the message, no traceback through the client's code."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell()
+    shell.user_ns["hexyl"] = _tool(tmp_path, CLAP3, "hexyl")
+    shell.run_cell("hexyl(lenght=4)")
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # IPython's colours
+    assert shown.strip() == (
+        "ToolArgumentError: hexyl() got an unexpected keyword argument 'lenght': did you mean length=4? "
+        "Its options are: color, file, length, no_squeezing."
+    )
+    assert "cli.py" not in shown and "raise TypeError" not in shown, shown

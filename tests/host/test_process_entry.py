@@ -5,7 +5,10 @@
   subprocesses or ``multiprocessing``, names ``prctl`` (the parent-death signal) or decodes a pipe
   incrementally (the bounded line reader, ``host/output.py``);
 * the check is not vacuous: it finds what ``host/process.py`` does, and a module written the old way;
-* every door that starts a child gets the parent-death signal and its own process group.
+* every door that starts a child gets its own process group and dies with this process: a lasting child by its
+  parent-death signal, a call's child (started with vfork, no ``preexec_fn``) by the guard, which SIGKILLs its
+  whole group when the parent is SIGKILLed (the runner's door and the exchange's, each tested by killing a real
+  parent).
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from __future__ import annotations
 import ast
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from flakebot_magic.host.environment import allowed_env
-from flakebot_magic.host.exchange import Exchange
 from flakebot_magic.host.output import LineReader
-from flakebot_magic.host.process import ProcessRunner, spawn
+from flakebot_magic.host.process import spawn
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
 ENTRY = PACKAGE / "host" / "process.py"
@@ -110,30 +115,88 @@ SHOW_OWN = (
 )
 
 
-@pytest.mark.parametrize("lasting", [False, True])
-def test_a_spawned_child_has_the_parent_death_signal_and_its_own_group(lasting: bool) -> None:
-    proc = spawn(["python3", "-c", SHOW_OWN], env=allowed_env(), lasting=lasting)
+def test_a_lasting_child_has_the_parent_death_signal_and_every_child_its_own_group() -> None:
+    proc = spawn(["python3", "-c", SHOW_OWN], env=allowed_env(), lasting=True)
     out, _ = proc.communicate(timeout=30)
     assert int(out) == signal.SIGKILL
     assert proc.returncode == 0
-    probe = spawn(["sleep", "30"], env=allowed_env(), lasting=lasting)
+    for lasting in (False, True):
+        probe = spawn(["sleep", "30"], env=allowed_env(), lasting=lasting)
+        try:
+            assert os.getpgid(probe.pid) == probe.pid != os.getpgid(0)
+        finally:
+            probe.kill()
+            probe.wait()
+            for pipe in (probe.stdout, probe.stderr):
+                assert pipe is not None
+                pipe.close()
+
+
+#: a parent that starts a child through one door; the child starts a grandchild in its group; both print their pids
+PARENT = """
+import sys
+from flakebot_magic.host.environment import allowed_env
+from flakebot_magic.host.exchange import Exchange
+from flakebot_magic.host.process import ProcessRunner, spawn
+child = ["sh", "-c", "sleep 300 & echo $$ $!; wait"]
+if sys.argv[1] == "runner":
+    def show(stream, line):
+        print(line, flush=True)
+    ProcessRunner().run(child, env=allowed_env(), timeout=600, on_line=show)
+else:
+    proc = spawn(child, env=allowed_env(), stdin=True)
+    print(proc.stdout.readline().decode().strip(), flush=True)
+    Exchange(proc).run(b"", 600)
+"""
+
+
+def _gone(pid: int) -> bool:
     try:
-        assert os.getpgid(probe.pid) == probe.pid != os.getpgid(0)
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("door", ["runner", "exchange"])
+def test_a_call_child_and_its_group_die_when_the_parent_is_killed(door: str) -> None:
+    """SIGKILL the parent mid-call: the guard kills the child and the grandchild it started."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, door], stdout=subprocess.PIPE, cwd=PACKAGE.parent)
+    try:
+        assert parent.stdout is not None
+        child, grandchild = map(int, parent.stdout.readline().decode().split())
+        assert not _gone(child) and not _gone(grandchild)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while not (_gone(child) and _gone(grandchild)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _gone(child) and _gone(grandchild), "the call's child outlived its parent"
     finally:
-        probe.kill()
-        probe.wait()
-        for pipe in (probe.stdout, probe.stderr):
-            assert pipe is not None
-            pipe.close()
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
 
 
-def test_every_door_arms_it_the_runner_and_the_exchange() -> None:
-    done = ProcessRunner().run(["python3", "-c", SHOW_OWN], env=allowed_env(), timeout=30)
-    assert int(done.stdout) == signal.SIGKILL
-    proc = spawn(["python3", "-c", SHOW_OWN], env=allowed_env(), stdin=True)
-    out, _ = Exchange(proc).run(b"", 30)
-    proc.wait()
-    assert int(out) == signal.SIGKILL
+def test_a_call_child_is_started_without_a_fork_of_this_process() -> None:
+    """vfork: a call's child costs this process far less CPU time to start than a fork of it (200 MB touched)."""
+    ballast = bytearray(200 * 1024 * 1024)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+
+    def cpu(start: Callable[[], subprocess.Popen[bytes]]) -> float:
+        began = time.process_time()
+        for _ in range(40):
+            start().communicate()
+        return time.process_time() - began
+
+    ours = min(cpu(lambda: spawn(["true"], env=allowed_env())) for _ in range(3))
+    forked = min(
+        cpu(lambda: subprocess.Popen(["true"], stdout=subprocess.PIPE, preexec_fn=lambda: None)) for _ in range(3)
+    )
+    assert ours < forked / 2, (ours, forked)
+    del ballast
 
 
 # -- the one line reader: both of its ways with a line too long ------------------------------------------------

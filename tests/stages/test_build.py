@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tinycrates import Recorder
+from tinycrates import Crate, Recorder, write_crate, write_registry
 
 from flakebot_magic.errors import BuildError, TestError
 from flakebot_magic.events import EventBus, StageFinished, StageStarted
@@ -391,3 +392,60 @@ def test_the_same_source_is_proven_once_whatever_its_name(
     changed, _, tests_run = _proven(second, session_registry, store)
     assert tests_run == 1 and changed.proof is not None and not changed.proof.reused
     assert changed.proof.key.source != first.proof.key.source and changed.proof.key.lock == first.proof.key.lock
+
+
+#: a crate with a test of every kind ``cargo test`` runs: the library's, an ignored one, the binary's,
+#: an integration test, a doc test (and an example, which it compiles)
+_EVERY_KIND = Crate(
+    "everytest",
+    "0.1.0",
+    '[package]\nname = "everytest"\nversion = "0.1.0"\nedition = "2021"\nlicense = "MIT"\n',
+    {
+        "src/lib.rs": (
+            "/// Doubles.\n///\n/// ```\n/// assert_eq!(everytest::double(2), 4);\n/// ```\n"
+            "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n\n"
+            "#[cfg(test)]\nmod tests {\n    #[test]\n    fn doubles() {\n        assert_eq!(super::double(3), 6);\n    }\n\n"
+            "    #[test]\n    #[ignore]\n    fn slow() {}\n\n    #[test]\n    #[should_panic]\n    fn overflows() {\n"
+            "        let _ = super::double(u32::MAX);\n    }\n}\n"
+        ),
+        "src/main.rs": (
+            'fn main() {\n    println!("{}", everytest::double(21));\n}\n\n'
+            "#[cfg(test)]\nmod tests {\n    #[test]\n    fn runs() {\n        assert_eq!(everytest::double(1), 2);\n    }\n}\n"
+        ),
+        "tests/it.rs": "#[test]\nfn from_outside() {\n    assert_eq!(everytest::double(5), 10);\n}\n",
+        "examples/demo.rs": 'fn main() {\n    println!("{}", everytest::double(4));\n}\n',
+    },
+)
+
+
+@pytest.mark.cargo
+def test_the_proof_runs_the_same_tests_by_name_as_plain_cargo_test(tmp_path: Path) -> None:
+    """check() runs every test the crate's own ``cargo test`` runs (names, not a count), in the debug profile
+    (``should_panic`` on an overflow passes only with overflow checks on), without incremental files when cold."""
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", [_EVERY_KIND]), tmp_path / "index")
+    runner = ProcessRunner()
+    cargo = Cargo(registry, runner)
+    ws = fork(
+        registry.get("everytest"), registry, tmp_path / "ws", "everytest", runner=runner, bus=EventBus(), cargo=cargo
+    )
+    result = check(ws.path, cargo, EventBus(), policy=TreePolicy(), build_timeout=300, test_timeout=300)
+    # the crate as a user has it, tested by plain cargo outside flakebot (no sandbox, no flakebot settings)
+    plain = tmp_path / "plain"
+    write_crate(plain, _EVERY_KIND)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CARGO")} | {"CARGO_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [cargo.executable, "test", "--offline", "--no-fail-fast"],
+        cwd=plain / _EVERY_KIND.dirname,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = parse_test_output(done.stdout.splitlines())
+    assert len(expected.ran) == 6 and any("src/lib.rs - double" in name for name in expected.ran)  # the doc test
+    assert sorted(result.tests.ran) == sorted(expected.ran)
+    assert (result.tests.passed, result.tests.ignored) == (expected.passed, expected.ignored) == (5, 1)
+    incremental = ws.path / "target" / "flakebot-test" / "debug" / "incremental"
+    assert not incremental.exists() or not any(incremental.iterdir())

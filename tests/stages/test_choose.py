@@ -272,3 +272,17 @@ class _NoSources:
 
     id = "test"
     offline = True
+
+
+def test_a_refusal_says_why_its_candidates_need_a_model() -> None:
+    """A library needs a model to become a tool; a binary that does something else needs one to be adapted."""
+    from flakebot_magic.stages.choose import refusal
+
+    library = CrateCandidate("textwrap", "0.16.0", "Wrap text")
+    binary = CrateCandidate("pleaser", "0.5.3", "a polite sudo", has_bin=True, bin_names=("please",))
+    libraries = refusal("wrap text", search_stage.Fitness(None, "none ships a binary", [library]))
+    assert libraries.splitlines()[1] == "The best candidate (a library needs a model to become a tool):"
+    sandwich = refusal("make me a sandwich", search_stage.Fitness(None, "0% of the request", [binary, library]))
+    assert sandwich.splitlines()[1] == "The 2 best candidates (a model could adapt one):"
+    assert "  pleaser 0.5.3 [binary please]: a polite sudo" in sandwich.splitlines()
+    assert "library needs" not in sandwich
