@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .host.cache import CacheLayout
-from .host.fsutil import private_dir
 from .options import OPTION_BY_NAME, accepted, option
 
 if TYPE_CHECKING:
@@ -168,13 +167,14 @@ class Settings:
         return ReplyLimits(max_bytes=self.max_reply_bytes, max_seconds=self.max_reply_seconds)
 
     def private_cache_dir(self) -> Path:
-        """The cache dir, created (or fixed) as mode 0700: logs, workspaces and the store are the user's alone."""
-        return private_dir(self.cache_dir)
+        """The cache dir, its layout's directories made private (``0700``): it is the user's alone."""
+        return self.cache.root
 
     @property
     def cache(self) -> CacheLayout:
-        """The cache dir's layout, its root made private (``0700``) first: every path under the cache comes from it."""
-        return CacheLayout(self.private_cache_dir())
+        """The cache dir's layout, each directory made private (``0700``) first: every path under the cache comes
+        from it (:meth:`~flakebot_magic.host.cache.CacheLayout.create`)."""
+        return CacheLayout(Path(self.cache_dir)).create()
 
 
 def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:

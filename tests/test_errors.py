@@ -28,6 +28,7 @@ from flakebot_magic.errors import (
 from flakebot_magic.events import RunFinished, StageFinished
 from flakebot_magic.host.process import CancelToken, ProcessRunner
 from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.records.inventory import Inventory
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,7 @@ def test_a_build_failure_keeps_the_workspace(settings: Settings) -> None:
     assert subprocess.run(["git", "rev-parse", "published"], cwd=workspace, capture_output=True).returncode == 0
     assert error.diagnostics[0].code == "E0308"
     assert _statuses(recorder) == {"search": "done", "fork": "done", "build": "failed", "test": "failed"}
-    assert not settings.cache.store.exists() and not settings.cache.tools.exists()
+    assert not any(settings.cache.store.iterdir()) and Inventory(settings.cache.tools).all() == []  # no tool made
 
 
 @pytest.mark.cargo

@@ -14,8 +14,10 @@ do (the magic's ``progress`` setting: the widget in a Jupyter kernel);
 otherwise progress is printed. The kernel's settings
 (``%config FlakebotMagics.model = ...``) apply, and the agent limits
 (``allow_agent_builds``, ``agent_max_builds``, ``agent_token_budget``) count
-this kernel's agent builds; the registry records them as requested by
-``notebook``.
+this kernel's agent builds in each cache dir, for the kernel's life: a call
+passing other options is held to the limits those options set, with the
+builds counted so far (no fresh count); the registry records them as
+requested by ``notebook``.
 
 Stopping a build: :func:`call` waits on the kernel's own thread, so the
 kernel reads no message while it builds and the widget's Cancel button
@@ -28,7 +30,11 @@ is kept): the person stopped it, so the model is not asked to go on.
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,15 +59,96 @@ OFFERED = ("build_tool", "search_crates")
 
 
 class _Agent:
-    """A kernel's agent: its settings, its session (builds counted), the catalog of built tools."""
+    """A kernel's agent in one cache dir: its session (builds counted), the catalog of built tools.
+
+    The session lives as long as the kernel: the agent limits count every
+    build the kernel's agent asked for in this cache dir, whatever options
+    each call passes (a call's options change the limits themselves, and
+    how the next build runs, never the count so far).
+    """
 
     def __init__(self, settings: Settings, flags: RunFlags) -> None:
-        self.settings = settings
         self.session = AgentSession(settings, requested_by=NOTEBOOK, flags=flags)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
+        #: builds under way (an agent with one is never dropped)
+        self.active = 0
+        self._lock = threading.Lock()
+
+    def busy(self, change: int) -> None:
+        """One more (+1) or one fewer (-1) build under way."""
+        with self._lock:
+            self.active += change
+
+    @property
+    def settings(self) -> Settings:
+        return self.session.settings
+
+    def use(self, settings: Settings, flags: RunFlags) -> _Agent:
+        """This call's settings and run flags: its limits and build options apply from now on; the counts are kept."""
+        self.session.settings, self.session.flags = settings, flags
+        if settings != self.catalog.settings:  # tool timeout, environment, confinement: clients made anew
+            old, self.catalog = self.catalog, ToolCatalog(settings, reserved=BUILTIN_NAMES)
+            old.close()
+        return self
+
+    def close(self) -> None:
+        self.catalog.close()
 
 
-_AGENTS: dict[str, _Agent] = {}
+class _Agents:
+    """This interpreter's notebook agents, one per kernel (the IPython shell) and cache dir.
+
+    A kernel's agents go when its shell does (a weak key); a kernel keeps
+    at most ``per_kernel`` cache dirs' agents, the least recently used one
+    without a build under way dropped first (its tool processes stopped).
+    """
+
+    def __init__(self, per_kernel: int = 8) -> None:
+        self.per_kernel = per_kernel
+        self._kernels: weakref.WeakKeyDictionary[object, OrderedDict[str, _Agent]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, kernel: object, settings: Settings, flags: RunFlags | None = None) -> _Agent:
+        """The agent of ``kernel`` in ``settings``' cache dir, using ``settings`` (and ``flags``) from now on."""
+        flags = flags or RunFlags()
+        root = os.path.realpath(settings.cache.root)
+        dropped: list[_Agent] = []
+        with self._lock:
+            agents = self._kernels.get(kernel)
+            if agents is None:
+                agents = self._kernels[kernel] = OrderedDict()
+                weakref.finalize(kernel, _close_all, agents)  # the kernel ended: its tools' processes stop
+            agent = agents.get(root)
+            if agent is None:
+                agent = agents[root] = _Agent(settings, flags)
+            agents.move_to_end(root)
+            idle = [key for key, other in agents.items() if other is not agent and other.active == 0]
+            while len(agents) > self.per_kernel and idle:
+                dropped.append(agents.pop(idle.pop(0)))
+            agent.use(settings, flags)
+        for old in dropped:
+            old.close()
+        return agent
+
+    def count(self) -> int:
+        """How many agents are kept (every kernel's)."""
+        with self._lock:
+            return sum(len(agents) for agents in self._kernels.values())
+
+
+def _close_all(agents: OrderedDict[str, _Agent]) -> None:
+    for agent in list(agents.values()):
+        agent.close()
+    agents.clear()
+
+
+class _Interpreter:
+    """A plain interpreter (no IPython shell): one kernel, for the interpreter's life."""
+
+
+_NO_SHELL = _Interpreter()
+#: this interpreter's notebook agents
+_AGENTS = _Agents()
 
 
 def _shell() -> Any:
@@ -93,13 +180,10 @@ def _settings(cache_dir: str | Path | None, options: dict[str, Any]) -> tuple[Se
 
 
 def _agent(cache_dir: str | Path | None = None, **options: Any) -> _Agent:
+    """The kernel's agent in the cache dir these settings name (one session per kernel and cache dir)."""
     settings, flags = _settings(cache_dir, options)
-    # one session per settings (the kernel's config and these options): its builds are counted together
-    key = repr((settings, flags))
-    agent = _AGENTS.get(key)
-    if agent is None:
-        agent = _AGENTS[key] = _Agent(settings, flags)
-    return agent
+    shell = _shell()
+    return _AGENTS.get(shell if shell is not None else _NO_SHELL, settings, flags)
 
 
 def agent_tools(*, cache_dir: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:
@@ -153,6 +237,7 @@ def call(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any)
             try:
                 report = pending.build.wait(pending.observers, tick=pending.tick)
             finally:
+                agent.busy(-1)
                 pending.refresh()
             content = pending.finish(report)
         else:
@@ -181,6 +266,7 @@ async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **option
             try:
                 report = await pending.build.wait_async(pending.observers, tick=pending.tick)
             finally:
+                agent.busy(-1)
                 pending.refresh()
             content = pending.finish(report)
         else:
@@ -231,8 +317,13 @@ class _PendingBuild:
 def _start(agent: _Agent, arguments: str) -> _PendingBuild:
     args = decode_arguments(arguments)
     request, name, crate = str(args.get("request") or ""), args.get("name"), args.get("crate")
-    build = agent.session.start(request, name=name, crate=crate)
-    return _PendingBuild(agent, build, request or crate or "")
+    agent.busy(+1)
+    try:
+        build = agent.session.start(request, name=name, crate=crate)
+        return _PendingBuild(agent, build, request or crate or "")
+    except BaseException:
+        agent.busy(-1)
+        raise
 
 
 def _progress(

@@ -7,9 +7,8 @@ The flow, driven by :mod:`flakebot_magic.pipeline`::
 
 * :func:`resolve_backend` turns ``auto`` into ``nix`` (``nix`` on PATH and
   its sandbox on) or ``cargo``.
-* :func:`nix_sandbox` asks nix (``nix show-config``, or ``nix config show``
-  in newer nix) whether builds run in its sandbox, as unprivileged build
-  users when nix runs as root; once per process and configuration. Crate
+* :func:`nix_sandbox` (:mod:`.nix_sandbox`) asks nix whether builds run in
+  its sandbox, as unprivileged build users when nix runs as root. Crate
   code (build scripts, tests) and the model's code run in a nix build, so
   with the sandbox off the nix backend refuses to build (a
   :class:`ConfigError` saying how to turn it on) and ``auto`` picks cargo,
@@ -36,20 +35,20 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import ConfigError, FlakeError, StageTimeout, UsageError
+from ..errors import ConfigError, FlakeError, UsageError
 from ..host.fsutil import read_inside
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import FLAKE_FILE, LOCK_FILE
+from .nix_sandbox import NIX_FEATURES, NixSandbox, find_nix, nix_sandbox
 
 __all__ = [
     "NIX_FEATURES",
@@ -67,8 +66,6 @@ __all__ = [
     "resolve_backend",
 ]
 
-#: every nix command gets these, whatever nix.conf says
-NIX_FEATURES = ("--extra-experimental-features", "nix-command flakes")
 NIX_INSTALL_HINT = (
     "Install Nix: `make install` in the flakebot-magic checkout (Debian: "
     "`apt-get install nix-bin`, then `bash scripts/setup-nix.sh` as root to enable "
@@ -87,91 +84,6 @@ LOG_TAIL = 40
 _EVAL_AT = re.compile(r"\bat (/nix/store/[0-9a-z]{32}-[^/\s:]+)/([^\s:]+):(\d+):(\d+):")
 _BUILD_FAILED = re.compile(r"error: builder for '([^']+)' failed")
 _LOG_LINE = re.compile(r"^[A-Za-z0-9+._?=-]+> ?(.*)$")
-
-
-def find_nix() -> str | None:
-    """The ``nix`` executable on PATH, or None."""
-    return shutil.which("nix")
-
-
-@dataclass(frozen=True)
-class NixSandbox:
-    """Whether nix builds run confined: in nix's sandbox, and not as root.
-
-    ``why`` says what was found (``sandbox = false``, ``nix show-config
-    failed: ...``), for messages.
-    """
-
-    on: bool
-    why: str
-
-
-#: environment variables that change which nix.conf nix reads (or what it says)
-_CONFIG_ENV = (
-    "NIX_CONF_DIR",
-    "NIX_CONFIG",
-    "NIX_USER_CONF_FILES",
-    "XDG_CONFIG_HOME",
-    "XDG_CONFIG_DIRS",
-    "HOME",
-    "NIX_REMOTE",
-)
-_SANDBOX_CACHE: dict[tuple[str, ...], NixSandbox] = {}
-
-
-def nix_sandbox(
-    executable: str | None = None,
-    runner: ProcessRunner | None = None,
-    *,
-    env: dict[str, str] | None = None,
-) -> NixSandbox:
-    """Does nix build in its sandbox (``sandbox = true``, and build users when nix runs as root)?
-
-    Asks ``nix show-config --json`` (nix 2.8; ``nix config show --json`` in
-    newer nix) with the environment nix builds get; the answer is kept for
-    the process, per executable and nix configuration (``NIX_CONF_DIR``,
-    ``NIX_CONFIG``, ...). ``sandbox = relaxed`` counts as off: a derivation
-    may opt out of it. A nix that cannot tell counts as off.
-    """
-    found = executable or find_nix()
-    if not found:
-        return NixSandbox(False, "nix is not installed")
-    env = scrubbed_env() if env is None else env
-    key = (found, str(os.geteuid()), *(env.get(name, "") for name in _CONFIG_ENV))
-    cached = _SANDBOX_CACHE.get(key)
-    if cached is None:
-        cached = _SANDBOX_CACHE[key] = _probe_sandbox(found, runner or ProcessRunner(), env)
-    return cached
-
-
-def _probe_sandbox(executable: str, runner: ProcessRunner, env: dict[str, str]) -> NixSandbox:
-    failed = ""
-    for command in (("show-config", "--json"), ("config", "show", "--json")):
-        try:
-            done = runner.run([executable, *NIX_FEATURES, *command], cwd=Path("/"), env=env, timeout=120.0)
-        except (StageTimeout, ConfigError) as exc:
-            return NixSandbox(False, f"`nix show-config` did not answer, so it cannot tell: {exc}")
-        if done.returncode == 0:
-            break
-        failed = failed or (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:200]
-    else:
-        return NixSandbox(False, f"`nix show-config` failed, so it cannot tell: {failed}")
-    try:
-        config = json.loads(done.stdout)
-        sandbox = config["sandbox"]["value"]
-        users = config.get("build-users-group", {}).get("value", "")
-        store = str(config.get("store", {}).get("value", "auto"))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        return NixSandbox(False, f"`nix show-config --json` printed no sandbox setting ({exc})")
-    if sandbox is not True:
-        shown = "false" if sandbox is False else str(sandbox)
-        return NixSandbox(False, f"nix.conf says `sandbox = {shown}`")
-    # nix as root on a local store builds as root unless it has build users
-    # (the sandbox's bind mounts are writable to root)
-    local = not env.get("NIX_REMOTE") and store in ("auto", "local", "")
-    if os.geteuid() == 0 and local and not users:
-        return NixSandbox(False, "nix.conf's `build-users-group` is empty, so builds run as root")
-    return NixSandbox(True, "sandbox = true")
 
 
 def sandbox_off_error(state: NixSandbox) -> ConfigError:

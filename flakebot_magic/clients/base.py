@@ -74,8 +74,9 @@ class Confinement:
             self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home"
         )
 
-    def command(self, argv: list[str]) -> list[str]:
-        return self.sandbox.command(argv)
+    def command(self, argv: list[str], timeout: float | None = None) -> list[str]:
+        """``argv`` in the sandbox; ``timeout``: the call's wall seconds, which its CPU limit follows."""
+        return self.sandbox.command(argv, timeout=timeout)
 
     def env(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
         """The sandbox's environment plus ``extras`` (what the user passed explicitly)."""
@@ -120,6 +121,10 @@ class ToolClient:
     confine
         Run the tool inside the sandbox (the ``confine_tools`` setting).
         By default a deployed tool runs as the user, outside the sandbox.
+    home
+        The cache dir whose tool registry holds it (default: its store
+        entry). Its process is known by home and name, so a tool of the
+        same name in another cache dir never shares or stops it.
     """
 
     kind = "cli"
@@ -139,6 +144,7 @@ class ToolClient:
         lock_hash: str = "",
         env: Mapping[str, str] | None = None,
         confine: bool = False,
+        home: Path | str | None = None,
     ) -> None:
         self.name = name
         self.binary = Path(binary)
@@ -146,6 +152,8 @@ class ToolClient:
         self.version = version
         self.source_hash = source_hash
         self.store_path = Path(store_path)
+        #: where its process is known (:mod:`~flakebot_magic.clients.lifecycle`): the cache dir, else the store entry
+        self.home = Path(home) if home is not None else self.store_path
         self.checksum = checksum
         self.backend = backend
         self.timeout = timeout

@@ -333,7 +333,7 @@ class CliTool(ToolClient):
             failed: OSError | None = None
             try:
                 proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
-                    confinement.command(command) if confinement else command,
+                    confinement.command(command, limit) if confinement else command,
                     stdin=True,
                     cwd=confinement.scratch if confinement else None,
                     # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's

@@ -329,7 +329,10 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0)
         for flag in ("--help", "-h"):
             try:
                 proc = spawn(
-                    confinement.command([str(binary), flag]), stdin=True, cwd=confinement.scratch, env=confinement.env()
+                    confinement.command([str(binary), flag], timeout),
+                    stdin=True,
+                    cwd=confinement.scratch,
+                    env=confinement.env(),
                 )
             except OSError:
                 continue

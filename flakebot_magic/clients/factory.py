@@ -47,13 +47,15 @@ def make_tool(
     start: bool = True,
     env: Mapping[str, str] | None = None,
     confine: bool = False,
+    home: Path | None = None,
 ) -> ToolClient:
     """The client for a deployed tool: CLI, MCP or HTTP, by ``contract`` (a stored contract's JSON is fine).
 
     With ``start``, an MCP server or HTTP service is started now (and its
     functions read); a CLI tool has nothing to start. ``env`` is added to the
     allowlisted environment of every start; ``confine`` runs the tool in the
-    sandbox.
+    sandbox; ``home`` is the cache dir that registers it (its process is
+    known by home and name; default: its store entry).
 
     Examples
     --------
@@ -79,6 +81,7 @@ def make_tool(
         lock_hash=lock_hash,
         env=env,
         confine=confine,
+        home=home,
     )
     started: StartedToolClient
     if contract.kind == "mcp":
@@ -106,6 +109,7 @@ def tool_from_record(
     env: Mapping[str, str] | None = None,
     confine: bool = False,
     start: bool = False,
+    home: Path | None = None,
 ) -> ToolClient:
     """The client for a registered tool, of the kind it was deployed as (not started unless ``start``).
 
@@ -133,4 +137,5 @@ def tool_from_record(
         start=start,
         env=env,
         confine=confine,
+        home=home,
     )

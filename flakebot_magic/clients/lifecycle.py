@@ -14,8 +14,9 @@ Every tool process
   at interpreter exit (``atexit``: kernel shutdown and restart), and when a
   call to it is interrupted or times out (the next call starts it again).
 
-Front ends use :func:`stop`, :func:`logs` and :func:`running`; they know tools
-only by name.
+Front ends use :func:`stop`, :func:`logs` and :func:`running`; they know a
+tool by its name within a cache dir (its ``home``): two cache dirs may each
+have a tool of the same name, and never reach each other's process.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "LogBuffer",
     "ToolProcess",
     "logs",
+    "process_key",
     "register",
     "running",
     "stop",
@@ -191,11 +193,17 @@ class ToolProcess:
         return proc.returncode
 
 
-# -- the tools that have a process, by name --------------------------------------------
+# -- the tools that have a process, by (home, name) ----------------------------------------
+#
+# Two cache dirs may each hold a tool of the same name: a tool's process is known by where it is registered (its
+# ``home``: the cache dir of the tool registry that holds it, else its own store entry) AND its name, so neither
+# can reach, replace or stop the other's.
 
 
 class Stoppable(Protocol):
     name: str
+    #: where the tool is registered (the cache dir), or its store entry; part of its key
+    home: Path
 
     def stop(self) -> None: ...
 
@@ -205,17 +213,29 @@ class Stoppable(Protocol):
     def running(self) -> bool: ...
 
 
-_registry: dict[str, Stoppable] = {}
+ProcessKey = tuple[str, str]
+
+_registry: dict[ProcessKey, Stoppable] = {}
 _registry_lock = threading.Lock()
 _atexit_registered = False
 
 
+def process_key(home: Path | str, name: str) -> ProcessKey:
+    """The key of the tool ``name`` of ``home`` (resolved: a symlinked cache dir is the same cache)."""
+    return os.path.realpath(home), name
+
+
+def _key(tool: Stoppable) -> ProcessKey:
+    return process_key(tool.home, tool.name)
+
+
 def register(tool: Stoppable) -> None:
-    """Remember a started tool; a different tool of the same name is stopped first."""
+    """Remember a started tool; a different tool of the same home and name is stopped first."""
     global _atexit_registered
+    key = _key(tool)
     with _registry_lock:
-        previous = _registry.get(tool.name)
-        _registry[tool.name] = tool
+        previous = _registry.get(key)
+        _registry[key] = tool
         if not _atexit_registered:
             atexit.register(stop_all)
             _atexit_registered = True
@@ -224,18 +244,19 @@ def register(tool: Stoppable) -> None:
 
 
 def unregister(tool: Stoppable) -> None:
+    key = _key(tool)
     with _registry_lock:
-        if _registry.get(tool.name) is tool:
-            del _registry[tool.name]
+        if _registry.get(key) is tool:
+            del _registry[key]
 
 
-def stop(name: str) -> bool:
-    """Stop the tool called ``name``; False when no tool of that name is running.
+def stop(name: str, home: Path | str) -> bool:
+    """Stop the tool called ``name`` of ``home`` (its cache dir); False when no such tool is running.
 
-    This is what ``%flakebot stop NAME`` calls.
+    This is what ``%flakebot stop NAME`` calls, with the kernel's cache dir.
     """
     with _registry_lock:
-        tool = _registry.get(name)
+        tool = _registry.get(process_key(home, name))
     if tool is None:
         return False
     was_running = tool.running
@@ -255,23 +276,24 @@ def stop_all() -> list[str]:
     return [t.name for t in tools]
 
 
-def logs(name: str, last: int | None = None) -> str:
-    """The output kept for the tool called ``name`` (``%flakebot logs NAME``).
+def logs(name: str, home: Path | str, last: int | None = None) -> str:
+    """The output kept for the tool called ``name`` of ``home`` (``%flakebot logs NAME``).
 
     Raises
     ------
     KeyError
-        No tool of that name was started in this interpreter.
+        No tool of that name and home was started in this interpreter.
     """
     with _registry_lock:
-        tool = _registry.get(name)
+        tool = _registry.get(process_key(home, name))
     if tool is None:
         raise KeyError(name)
     return tool.logs(last)
 
 
-def running() -> list[str]:
-    """Names of the tools whose process is running now."""
+def running(home: Path | str | None = None) -> list[str]:
+    """Names of the tools whose process is running now (of ``home`` only, when given)."""
     with _registry_lock:
-        tools = list(_registry.values())
-    return sorted(t.name for t in tools if t.running)
+        tools = list(_registry.items())
+    where = None if home is None else os.path.realpath(home)
+    return sorted(t.name for (h, _), t in tools if t.running and (where is None or h == where))

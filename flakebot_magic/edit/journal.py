@@ -191,7 +191,7 @@ class Journal:
         build, such as candidates, share it; by default the resumed session's
         run, else this session). ``extra``: more start fields (JSON values).
         """
-        folder = private_dir(private_dir(CacheLayout(Path(cache_dir)).journals) / check_tool_name(name))
+        folder = private_dir(CacheLayout(Path(cache_dir)).create().journals / check_tool_name(name))
         check_no_symlinks(Path(cache_dir), folder / "x")
         resumed = resumes.session if isinstance(resumes, ResumePoint) else resumes
         if resumed is not None and not _SESSION.fullmatch(resumed):

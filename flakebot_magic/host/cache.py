@@ -1,7 +1,18 @@
-"""The cache dir's layout: every directory under it named once, here (:class:`CacheLayout`).
+"""The cache dir's layout: every directory under it named once, here (:class:`CacheLayout`), and made private.
 
 A test reads the package to hold that no other module joins one of these
 names onto a path, and that docs/ARCHITECTURE.md lists each of them.
+
+The cache holds binaries that get executed (the store), what proves them
+(provenance, proofs) and what a session steers by: each of its directories
+is this user's alone. :func:`make_private` is the one way one is made
+(``0700``); :meth:`CacheLayout.create` makes them all, and ``Settings.cache``
+calls it, so whatever module writes under the cache finds its directory
+there already, private. A directory that exists and that another user owns,
+or that others may write to, is refused (anything could have been put in
+it): the error says to check it and ``chmod 700`` it, or to use another
+cache dir. One only others may read (a cache made before this rule) is
+tightened to ``0700``.
 
 Examples
 --------
@@ -13,11 +24,14 @@ Examples
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout"]
+from ..errors import StorageError
+
+__all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout", "make_private"]
 
 #: what a layout directory that was no directory (a file, a dangling symlink) is renamed to: ``NAME.not-a-dir-<ns>``
 NOT_A_DIRECTORY = ".not-a-dir-"
@@ -40,11 +54,71 @@ CACHE_DIRECTORIES: dict[str, str] = {
 }
 
 
+def make_private(path: Path, *, parents: bool = False) -> Path:
+    """``path`` as a directory of this user's alone: created ``0700``, or checked and tightened to ``0700``.
+
+    The one way a directory of the cache is made. ``parents``: missing
+    directories above it are made too (as ``mkdir -p`` does; only ``path``
+    itself is checked). Raises :class:`~flakebot_magic.errors.StorageError`
+    (saying what to do) when it cannot be made, is no directory, belongs to
+    another user, or others may write to it.
+    """
+    path = Path(path)
+    if not _private(path, parents=parents):
+        raise StorageError(
+            f"The cache's {path} is not a directory. Run `flakebot doctor --fix` (it sets it aside), or remove it.",
+            path=path,
+        )
+    return path
+
+
+def _private(path: Path, *, parents: bool = False) -> bool:
+    """:func:`make_private`, but False (nothing done) for something that is no directory."""
+    try:
+        try:
+            info = os.stat(path)  # the usual case: it is there already (one system call)
+        except FileNotFoundError:
+            if parents:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:  # made beside us a moment ago (checked as any other), or a dangling symlink
+                if not os.path.exists(path):
+                    return False
+            info = os.stat(path)
+    except OSError as exc:
+        raise StorageError(
+            f"Cannot make the cache directory {path}: {exc.strerror or exc}. Check that you may write there, "
+            "or point FLAKEBOT_CACHE_DIR (the cache_dir setting) at a directory of yours.",
+            path=path,
+            errno=exc.errno,
+        ) from None
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    if info.st_uid != os.geteuid():
+        raise StorageError(
+            f"The cache directory {path} belongs to another user (uid {info.st_uid}): flakebot runs binaries from "
+            "its cache, so it uses only directories of yours. Point FLAKEBOT_CACHE_DIR (the cache_dir setting) "
+            "at a directory of yours.",
+            path=path,
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StorageError(
+            f"The cache directory {path} is writable by others (mode {stat.S_IMODE(info.st_mode):o}): anyone could "
+            "have put a binary or a record in it, and flakebot runs binaries from its cache. Check what it holds, "
+            f"then `chmod 700 {path}` (or remove it, or point FLAKEBOT_CACHE_DIR elsewhere).",
+            path=path,
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)  # readable by others only (made before this rule): tightened
+    return True
+
+
 @dataclass(frozen=True)
 class CacheLayout:
-    """The directories under the cache dir ``root`` (paths only: nothing is created here).
+    """The directories under the cache dir ``root`` (paths; :meth:`create` makes them).
 
-    ``Settings.cache`` gives one whose root was made private (``0700``) first.
+    ``Settings.cache`` gives one whose directories were all made private (``0700``) first.
     """
 
     root: Path
@@ -121,6 +195,17 @@ class CacheLayout:
         nested = [self.attempts, self.pending_gcroots]
         return [self._under(name) for name in CACHE_DIRECTORIES] + nested
 
+    def create(self) -> CacheLayout:
+        """Make the root and every directory of the layout private (:func:`make_private`); this layout.
+
+        A layout path that is something else (a file, a dangling symlink) is
+        left for ``doctor`` (:meth:`set_aside_non_directories`).
+        """
+        make_private(self.root, parents=True)
+        for path in self.directories():
+            _private(path)  # False for a file or a dangling symlink: left as it is
+        return self
+
     def set_aside_non_directories(self) -> list[str]:
         """Each layout directory that is something else (a file, a dangling symlink), renamed aside (kept) and made
         again, empty; what was done, in words. A symlink to a directory is a directory: it stays.
@@ -133,6 +218,6 @@ class CacheLayout:
                 continue
             aside = path.with_name(f"{path.name}{NOT_A_DIRECTORY}{time.monotonic_ns()}")
             os.rename(path, aside)
-            path.mkdir(mode=0o700)
+            make_private(path)
             done.append(f"set aside {path} (it was not a directory): it is at {aside} now (kept), made again empty")
         return done

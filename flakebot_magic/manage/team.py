@@ -412,6 +412,7 @@ def _install(
         lock_hash=proof.flake_lock,
         env=settings.tool_env,
         confine=settings.confine_tools,
+        home=settings.cache.root,
     )
     Inventory(settings.cache.tools).save(
         ToolRecord.of_entry(

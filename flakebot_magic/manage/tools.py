@@ -112,6 +112,7 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
         timeout=settings.tool_timeout if settings else option("tool_timeout").default,
         env=settings.tool_env if settings else None,
         confine=settings.confine_tools if settings else option("confine_tools").default,
+        home=settings.cache.root if settings else None,
     )
 
 
@@ -332,12 +333,9 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
         )
     if record.kind != "cli":
         try:
-            output = lifecycle.logs(name, last)
-        except KeyError:
-            output = None
-        if output is not None:
+            output = lifecycle.logs(name, settings.cache.root, last)
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
-        else:
+        except KeyError:  # no process of it started here
             parts.append(f"== {name}'s process output is kept by the interpreter that started it")
     return safe_text("\n".join(parts))  # a tool process's output too
 
@@ -348,7 +346,7 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     inventory = Inventory(settings.cache.tools)
     if record.kind == "cli":
         return f"{name} is a command-line tool: it runs only while called, so there is nothing to stop."
-    if lifecycle.stop(name):
+    if lifecycle.stop(name, settings.cache.root):
         inventory.update(name, status="stopped", pid=None)
         return f"stopped {name}"
     pid = record.pid

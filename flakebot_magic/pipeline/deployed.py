@@ -91,6 +91,7 @@ def deployed_tool(
             lock_hash=manifest.get("lock_hash", ""),
             env=settings.tool_env,
             confine=settings.confine_tools,
+            home=settings.cache.root,
         )
         record = ToolRecord.of_entry(
             name,

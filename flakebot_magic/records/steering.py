@@ -58,7 +58,7 @@ def steer_dir(cache_dir: Path, name: str) -> Path:
 
 def _private_box(cache_dir: Path, name: str, folder: str) -> Path:
     """``<cache>/steer/<name>/<folder>``, each level a directory only its owner can enter."""
-    steer = private_dir(CacheLayout(Path(cache_dir)).steer)
+    steer = CacheLayout(Path(cache_dir)).create().steer
     return private_dir(private_dir(steer / check_tool_name(name)) / folder)
 
 

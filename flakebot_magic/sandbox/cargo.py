@@ -304,7 +304,9 @@ class Cargo:
         if not profile.network:
             extra["CARGO_NET_OFFLINE"] = "true"  # the sandbox has no network: cargo must not try it
         cmd_env = sandbox.env(self.env({**extra, **env}), profile)
-        command = sandbox.command(argv, profile, writable_files=writable_files, writable_dirs=dirs, cwd="/")
+        command = sandbox.command(
+            argv, profile, writable_files=writable_files, writable_dirs=dirs, cwd="/", timeout=timeout
+        )
         runner = copy.copy(self.runner)  # an injected runner keeps observing; only this command is stopped
         runner.cancel = stop
         shown = ["cargo", *label]

@@ -191,6 +191,7 @@ class Sandbox:
         writable_files: Iterable[Path] = (),
         writable_dirs: Iterable[Path] = (),
         cwd: Path | str | None = None,
+        timeout: float | None = None,
     ) -> SandboxedCommand:
         """``argv`` wrapped in the limits and, when available, bubblewrap with ``profile``.
 
@@ -199,7 +200,8 @@ class Sandbox:
         flakebot's own directories outside the workspace this one command may
         write too (:attr:`release_target`; never a path the workspace names).
         ``cwd``: the command's working directory inside (run it from the same
-        path outside).
+        path outside). ``timeout``: the wall seconds the runner will allow it;
+        its CPU limit follows (:meth:`Limits.cpu_for`).
         """
         wrapped = list(argv)
         limits = self.limits
@@ -208,7 +210,7 @@ class Sandbox:
             nproc = [f"--nproc={limits.processes}"] if self.isolated else []
             wrapped = [
                 self.prlimit,
-                f"--cpu={limits.cpu_seconds}",
+                f"--cpu={limits.cpu_for(timeout)}",
                 f"--as={limits.memory_bytes}",
                 f"--fsize={limits.file_bytes}",
                 "--core=0",
@@ -392,7 +394,7 @@ class Sandbox:
         if self.prlimit:
             limits = self.limits
             parts.append(
-                f"limits: {limits.cpu_seconds} CPU-s, {limits.memory_bytes // GiB} GiB memory, "
+                f"limits: CPU time as the time limit allows, {limits.memory_bytes // GiB} GiB memory, "
                 f"{limits.processes} processes, {limits.disk_bytes // GiB} GiB disk, {limits.files:,} files, "
                 f"{limits.output_bytes // MiB} MiB output per command"
             )

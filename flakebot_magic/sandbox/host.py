@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
-from functools import lru_cache
 
 from ..errors import FlakebotError
+from ..host.probes import ProbeCache, file_identity
 from ..host.process import ProcessRunner
 
 __all__ = [
@@ -50,12 +50,25 @@ NETWORK_ETC = (
 )
 
 
-@lru_cache(maxsize=4)
+#: bubblewrap's answer per binary, asked again when the binary changes (or, after a failure, soon)
+_BWRAP_PROBES: ProbeCache[tuple[str, str], str] = ProbeCache("bubblewrap", 4, failed=bool)
+
+
 def bubblewrap_works(bwrap: str = "bwrap") -> str:
-    """``""`` when bubblewrap can make an isolated, network-less sandbox here, else why not."""
+    """``""`` when bubblewrap can make an isolated, network-less sandbox here, else why not.
+
+    The answer is kept while the binary found is the same file (path, inode,
+    mtime: :func:`~flakebot_magic.host.probes.file_identity`); a failure is
+    kept a short while only, so installing bubblewrap or allowing user
+    namespaces takes effect without a kernel restart.
+    """
     path = shutil.which(bwrap)
     if path is None:
         return "bubblewrap (bwrap) is not installed"
+    return _BWRAP_PROBES.get((bwrap, path), file_identity([path]), lambda: _probe_bubblewrap(path))
+
+
+def _probe_bubblewrap(path: str) -> str:
     try:
         done = ProcessRunner().run([path, *system_binds(), *namespaces(network=False), "--", "true"], timeout=20)
     except (OSError, FlakebotError) as exc:  # cannot start, or past its time limit

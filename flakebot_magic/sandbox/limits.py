@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
@@ -23,6 +24,7 @@ __all__ = [
     "pids_cgroups_writable",
     "remove_cgroups",
     "stopped",
+    "usable_cpus",
 ]
 
 GiB = 1024**3
@@ -33,7 +35,8 @@ MiB = 1024**2
 class Limits:
     """Per-command resource limits (wall time is the runner's ``timeout``)."""
 
-    #: CPU seconds per process (RLIMIT_CPU): a runaway test or rustc gets SIGXCPU
+    #: CPU seconds per process (RLIMIT_CPU) of a command that has no time limit (a confined tool's server);
+    #: a command with one gets :meth:`cpu_for` its time limit instead
     cpu_seconds: int = 900
     #: address space per process (RLIMIT_AS)
     memory_bytes: int = 8 * GiB
@@ -50,6 +53,33 @@ class Limits:
     files: int = 100_000
     #: the private /tmp and $HOME (tmpfs, so memory)
     tmp_bytes: int = 512 * MiB
+
+    def cpu_for(self, timeout: float | None) -> int:
+        """RLIMIT_CPU for a command allowed ``timeout`` wall seconds: the one place the CPU limit is decided.
+
+        The wall time limit comes from the options (``build_timeout`` for
+        cargo build, clippy and downloads, ``test_timeout`` for cargo test):
+        the CPU limit follows it, so a long build is stopped by its own time
+        limit, with the message that names the setting, never first by
+        SIGXCPU. A process's threads (rustc's codegen, a parallel test
+        binary) spend up to one CPU second per wall second on each CPU it may
+        use, so the limit is the time limit times those CPUs. Without a time
+        limit: :attr:`cpu_seconds`.
+
+        >>> Limits().cpu_for(1800.0) >= 1800
+        True
+        """
+        if timeout is None:
+            return self.cpu_seconds
+        return math.ceil(timeout * usable_cpus()) + 1
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 # --- the process-count cgroup (the kernel never applies RLIMIT_NPROC to root) -------------------

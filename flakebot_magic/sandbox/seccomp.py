@@ -47,10 +47,10 @@ import platform
 import stat
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from ..host.fsutil import atomic_write
+from ..host.probes import ProbeCache
 
 __all__ = ["DENIED", "SeccompFilter", "seccomp_filter"]
 
@@ -147,14 +147,23 @@ class SeccompFilter:
     denied: tuple[str, ...]
 
 
-@lru_cache(maxsize=1)
+#: the filter, built from what a process cannot change (the table above, the loaded libseccomp, the architecture);
+#: built again when its file is gone (a temporary-files cleaner), and a failure is retried soon
+_FILTERS: ProbeCache[str, SeccompFilter | str] = ProbeCache("seccomp", 1, failed=lambda found: isinstance(found, str))
+
+
 def seccomp_filter() -> SeccompFilter | str:
     """The sandbox's filter for this machine, or why there is none (no libseccomp, another architecture).
 
     Built once per process (in well under a millisecond) and written, named by
     its hash, to a private directory; the file is never written by anything
-    that runs in a sandbox.
+    that runs in a sandbox. When that file is gone it is built and written
+    again.
     """
+    return _FILTERS.get("filter", (), _build_filter, valid=lambda found: isinstance(found, str) or found.path.is_file())
+
+
+def _build_filter() -> SeccompFilter | str:
     try:
         import pyseccomp as seccomp
     except (ImportError, OSError) as exc:  # pyseccomp loads libseccomp.so.2 when imported

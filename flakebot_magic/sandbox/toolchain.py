@@ -14,15 +14,18 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..host.probes import ProbeCache, file_identity
 from ..host.process import ProcessRunner, scrubbed_env
 from .command import BUILD, Sandbox
 from .host import is_under, visible_system
 
 __all__ = ["Toolchain", "toolchain_of"]
+
+#: seconds rustc has to answer a question about itself
+_ASK_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -72,17 +75,40 @@ def _rustup_home(bin_dir: str) -> str:
     return str(beside) if Path(bin_dir).parent.name == ".cargo" and beside.is_dir() else ""
 
 
-@lru_cache(maxsize=8)
+#: the toolchain behind each cargo, asked again when what chose it changes (see :func:`toolchain_of`)
+_TOOLCHAINS: ProbeCache[str, Toolchain] = ProbeCache("toolchain", 8)
+
+
 def toolchain_of(cargo: str) -> Toolchain:
     """The toolchain behind ``cargo`` (a rustup proxy or a plain install), asked in the sandbox.
 
+    Kept while cargo, rustc, rustup's settings (``rustup default``) and
+    ``RUSTUP_TOOLCHAIN`` are what they were: an upgraded or switched
+    toolchain is asked again, without a kernel restart.
+
     Raises :class:`~flakebot_magic.errors.ConfigError` when ``rustc`` does not
-    answer there.
+    answer there (nothing is kept: the next call asks again).
     """
+    bin_dir = _bin_dir(cargo)
+    rustup_home = _rustup_home(bin_dir)
+    settings = os.path.join(rustup_home, "settings.toml") if rustup_home else None
+    identity = (
+        file_identity([cargo, os.path.join(bin_dir, "rustc") if bin_dir else None, settings]),
+        scrubbed_env().get("RUSTUP_TOOLCHAIN", ""),
+    )
+    return _TOOLCHAINS.get(cargo, identity, lambda: _probe_toolchain(cargo))
+
+
+def _bin_dir(cargo: str) -> str:
     bin_dir = os.path.dirname(os.path.abspath(cargo))
     if not os.path.exists(os.path.join(bin_dir, "rustc")):  # not a toolchain's bin directory (a stand-in for cargo)
         rustc = shutil.which("rustc", path=scrubbed_env().get("PATH"))
         bin_dir = os.path.dirname(rustc) if rustc else ""
+    return bin_dir
+
+
+def _probe_toolchain(cargo: str) -> Toolchain:
+    bin_dir = _bin_dir(cargo)
     rustup_home = _rustup_home(bin_dir)
     # without rustup the toolchain is the install around bin/ (/opt/rust for /opt/rust/bin), never $HOME itself
     prefix = os.path.dirname(bin_dir) if bin_dir and not rustup_home else ""
@@ -120,9 +146,9 @@ class _Probe:
     def ask(self, argv: list[str], env: dict[str, str]) -> str:
         program = shutil.which(argv[0], path=env["PATH"]) or argv[0]
         # from "/": no directory a toolchain file could be planted in (the sandbox's own root, or the host's)
-        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd="/")
+        command = self.sandbox.command([program, *argv[1:]], BUILD, cwd="/", timeout=_ASK_SECONDS)
         try:
-            done = ProcessRunner().run(command, cwd=Path("/"), env=self.sandbox.env(env), timeout=120)
+            done = ProcessRunner().run(command, cwd=Path("/"), env=self.sandbox.env(env), timeout=_ASK_SECONDS)
         finally:
             self.sandbox.release()
         answer = done.stdout.strip()

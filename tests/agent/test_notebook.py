@@ -93,9 +93,71 @@ def test_mcp_config_starts_flakebot_mcp(tmp_path: Path) -> None:
     assert entry["env"] == {"FLAKEBOT_CACHE_DIR": str(tmp_path)}
 
 
+# -- one session per kernel and cache dir -------------------------------------------------------------------------
+
+
+class _Kernel:
+    """Stands for a kernel's IPython shell: what a session is keyed by (weakly)."""
+
+
+def test_other_options_keep_the_sessions_count_and_apply_their_limits(agent_settings: Settings) -> None:
+    from flakebot_magic.agent import notebook
+
+    kernel = _Kernel()
+    cache = agent_settings.cache_dir
+
+    def agent(**options: Any) -> Any:
+        return notebook._AGENTS.get(
+            kernel, *notebook._settings(cache, {"registry": agent_settings.registry, **options})
+        )
+
+    first = agent(agent_max_builds=1)
+    first.session.builds = 1  # one build made (its count; the build itself is another test's)
+    assert "used its 1 builds" in (first.session.refusal() or "")
+    other = agent(agent_max_builds=1, tool_timeout=5.0, model_timeout=7.0)  # any other option: the same session
+    assert other is first and other.session.builds == 1
+    assert "used its 1 builds" in (other.session.refusal() or "")
+    raised = agent(agent_max_builds=2)  # the user raised the limit: it applies, the count stays
+    assert raised is first and raised.session.refusal() is None and raised.settings.agent_max_builds == 2
+    assert raised.catalog.settings == raised.settings  # the tools' clients follow the settings too
+
+
+def test_another_cache_dir_or_kernel_is_another_session(agent_settings: Settings, tmp_path: Path) -> None:
+    from flakebot_magic.agent import notebook
+
+    one, two = _Kernel(), _Kernel()
+    here, _ = notebook._settings(agent_settings.cache_dir, {})
+    there, _ = notebook._settings(tmp_path / "other-cache", {})
+    a = notebook._AGENTS.get(one, here)
+    assert notebook._AGENTS.get(one, there) is not a
+    assert notebook._AGENTS.get(two, here) is not a
+    assert notebook._AGENTS.get(one, here) is a
+
+
+def test_a_kernels_sessions_go_with_it_and_are_bounded(agent_settings: Settings, tmp_path: Path) -> None:
+    import gc
+
+    from flakebot_magic.agent.notebook import _Agents, _settings
+
+    agents = _Agents(per_kernel=3)
+    kernel = _Kernel()
+    busy = agents.get(kernel, _settings(tmp_path / "cache-0", {})[0])
+    busy.busy(+1)  # a build under way: never dropped
+    for index in range(1, 10):
+        agents.get(kernel, _settings(tmp_path / f"cache-{index}", {})[0])
+    assert agents.count() == 3
+    assert agents.get(kernel, _settings(tmp_path / "cache-0", {})[0]) is busy
+    other = _Kernel()
+    agents.get(other, _settings(tmp_path / "cache-1", {})[0])
+    assert agents.count() == 4
+    del kernel
+    gc.collect()
+    assert agents.count() == 1  # the ended kernel's sessions are gone; the other kernel's stays
+
+
 def test_an_agents_run_flags_go_into_its_builds_requests_not_its_settings(tmp_path: Path) -> None:
     """``call(..., candidates=2, plan=True)``: the agent's session builds with those flags (RunFlags); its settings
-    get the rest, and a session per settings and flags."""
+    get the rest; other flags apply to the kernel's one session."""
     from flakebot_magic.agent.notebook import _agent, _settings
     from flakebot_magic.request import RunFlags
 
@@ -103,4 +165,4 @@ def test_an_agents_run_flags_go_into_its_builds_requests_not_its_settings(tmp_pa
     assert flags == RunFlags(candidates=2, plan=True) and settings.token_budget == 5000
     agent = _agent(tmp_path, candidates=2, plan=True)
     assert agent.session.flags == flags
-    assert _agent(tmp_path, candidates=3).session.flags.candidates == 3  # other flags: another session
+    assert _agent(tmp_path, candidates=3).session.flags.candidates == 3  # other flags apply to the same session

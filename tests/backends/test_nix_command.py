@@ -167,7 +167,7 @@ def test_pipeline_with_nix_backend_and_no_nix_fails_before_any_work(
     settings = Settings(cache_dir=tmp_path, registry=str(tmp_path / "nowhere"), backend="nix")
     with pytest.raises(ConfigError, match="apt-get install nix-bin"):
         Pipeline(settings).run("anything")
-    assert not (tmp_path / "workspaces").exists()
+    assert not any((tmp_path / "workspaces").iterdir())  # the cache's directories exist (made private), empty
 
 
 def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -483,7 +483,8 @@ def test_clean_all_removes_every_root(
     Pipeline(settings).run("", crate="tinyecho", name="echo3")
     assert (settings.cache.gcroots / "echo3").is_symlink()
     clean(settings, everything=True)
-    assert not settings.cache.gcroots.exists()
+    layout = settings.cache  # made again, empty: only the layout's own .pending/ is under gcroots/
+    assert [p.name for p in layout.gcroots.iterdir()] == [".pending"] and not any(layout.pending_gcroots.iterdir())
     assert _valid(first.store_path)
 
 

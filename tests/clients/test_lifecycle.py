@@ -118,8 +118,9 @@ def test_the_tool_dies_with_the_process_that_started_it_even_by_kill_9() -> None
 
 
 class _Fake:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, home: Path = Path("/cache-one")) -> None:
         self.name = name
+        self.home = home
         self.stopped = 0
         self.output = f"{name} output\n"
 
@@ -134,23 +135,50 @@ class _Fake:
         return self.stopped == 0
 
 
-def test_the_registry_by_name() -> None:
+def test_the_registry_by_home_and_name() -> None:
+    home = Path("/cache-one")
     first, second, other = _Fake("lc_a"), _Fake("lc_a"), _Fake("lc_b")
     try:
         lifecycle.register(first)
         lifecycle.register(other)
-        assert {"lc_a", "lc_b"} <= set(lifecycle.running())
-        lifecycle.register(second)  # the same name again: the old one is stopped
+        assert {"lc_a", "lc_b"} <= set(lifecycle.running(home))
+        lifecycle.register(second)  # the same home and name again: the old one is stopped
         assert first.stopped == 1 and second.stopped == 0
-        assert lifecycle.logs("lc_a") == "lc_a output\n"
+        assert lifecycle.logs("lc_a", home) == "lc_a output\n"
         with pytest.raises(KeyError):
-            lifecycle.logs("lc_nothing")
-        assert lifecycle.stop("lc_a") is True and second.stopped == 1
-        assert lifecycle.stop("lc_a") is False  # already stopped
-        assert lifecycle.stop("lc_nothing") is False
+            lifecycle.logs("lc_nothing", home)
+        assert lifecycle.stop("lc_a", home) is True and second.stopped == 1
+        assert lifecycle.stop("lc_a", home) is False  # already stopped
+        assert lifecycle.stop("lc_nothing", home) is False
         assert "lc_b" in lifecycle.stop_all() and other.stopped == 1
     finally:
         for fake in (first, second, other):
+            lifecycle.unregister(fake)  # type: ignore[arg-type]
+
+
+def test_two_caches_with_a_tool_of_the_same_name_never_reach_each_others_process(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    (tmp_path / "link").symlink_to(one)
+    mine, theirs = _Fake("lc_same", one), _Fake("lc_same", two)
+    theirs.output = "the other cache's output\n"
+    try:
+        lifecycle.register(mine)
+        lifecycle.register(theirs)  # registering one never stops the other
+        assert mine.stopped == 0 and theirs.stopped == 0
+        assert lifecycle.logs("lc_same", one) == "lc_same output\n"
+        assert lifecycle.logs("lc_same", two) == "the other cache's output\n"
+        assert lifecycle.running(one) == ["lc_same"] == lifecycle.running(two)
+        assert lifecycle.stop("lc_same", two) is True
+        assert theirs.stopped == 1 and mine.stopped == 0 and lifecycle.running(two) == []
+        # the same cache dir named through a symlink is the same home
+        assert lifecycle.running(tmp_path / "link") == ["lc_same"]
+        assert lifecycle.stop("lc_same", tmp_path / "link") is True and mine.stopped == 1
+        with pytest.raises(KeyError):
+            lifecycle.logs("lc_same", tmp_path / "elsewhere")
+    finally:
+        for fake in (mine, theirs):
             lifecycle.unregister(fake)  # type: ignore[arg-type]
 
 
@@ -162,6 +190,7 @@ from flakebot_magic.host.process import scrubbed_env
 
 class Tool:
     name = "t"
+    home = "/cache"
     def __init__(self):
         self.process = ToolProcess(["sleep", "60"], env=scrubbed_env(), logs=LogBuffer(), stdio=True)
         self.process.start()

@@ -141,7 +141,7 @@ def test_logs_keep_the_servers_stderr(calc: Any) -> None:
     calc.add(1, 2)
     assert "demo-mcp: ready" in calc.logs()
     assert _eventually(lambda: calc.logs(1).strip() == "demo-mcp: call add")
-    assert lifecycle.logs("calc") == calc.logs()
+    assert lifecycle.logs("calc", calc.home) == calc.logs()
 
 
 def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any) -> None:
@@ -150,12 +150,12 @@ def test_stop_by_name_and_the_inventory_status(calc: Any, fixture_settings: Any)
     record = inventory.get("calc")
     assert record is not None and record.kind == "mcp" and record.status == "running" and record.pid == calc.pid
     pid = calc.pid
-    assert "calc" in lifecycle.running()
-    assert lifecycle.stop("calc") is True
+    assert "calc" in lifecycle.running(fixture_settings.cache.root)
+    assert lifecycle.stop("calc", fixture_settings.cache.root) is True
     assert not calc.running and "calc" not in lifecycle.running()
     assert _gone(pid)
     assert inventory.get("calc").status == "stopped"  # type: ignore[union-attr]
-    assert lifecycle.stop("calc") is False  # nothing left to stop
+    assert lifecycle.stop("calc", fixture_settings.cache.root) is False  # nothing left to stop
 
 
 def test_building_the_same_name_again_replaces_the_old_server(build_tool: Any) -> None:

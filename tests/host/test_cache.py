@@ -3,17 +3,23 @@
 * read from the source: no other module joins one of those names onto a path (``cache_dir / "journals"``);
 * the check is not vacuous: it finds the joins ``host/cache.py`` itself makes, and a module written the old way;
 * docs/ARCHITECTURE.md lists every directory;
-* ``Settings.cache`` makes the root private (``0700``) before it names anything under it.
+* ``Settings.cache`` makes the root and every directory private (``0700``, this user's), through ``make_private``;
+  one others may write is refused with what to do (no traceback), one they may only read is tightened
+  (after a real build, under umask 022: ``tests/security/test_cache_modes.py``).
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from flakebot_magic.config import Settings
-from flakebot_magic.host.cache import CACHE_DIRECTORIES, CacheLayout
+from flakebot_magic.errors import StorageError
+from flakebot_magic.host.cache import CACHE_DIRECTORIES, CacheLayout, make_private
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
 LAYOUT = PACKAGE / "host" / "cache.py"
@@ -68,10 +74,80 @@ def test_every_directory_has_its_property() -> None:
         assert getattr(layout, name) == Path("/c") / name
 
 
-def test_settings_make_the_root_private_first(tmp_path: Path) -> None:
+def _private(path: Path) -> str | None:
+    """Why ``path`` is not a private directory of this user (None: it is)."""
+    info = path.lstat() if not path.is_symlink() else path.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a directory"
+    if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
+        return f"{path}: uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}"
+    return None
+
+
+def test_settings_make_every_directory_private(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     root.mkdir(mode=0o755)
-    root.chmod(0o755)
+    root.chmod(0o755)  # a cache made before the rule: readable by others, tightened
     layout = Settings(cache_dir=root).cache
-    assert layout.root == root and stat.S_IMODE(root.stat().st_mode) == 0o700
-    assert not layout.journals.exists()  # paths only: each owner creates its own directory
+    assert layout.root == root
+    assert [why for path in [root, *layout.directories()] if (why := _private(path))] == []
+
+
+def test_a_fresh_cache_under_missing_parents_is_private(tmp_path: Path) -> None:
+    layout = Settings(cache_dir=tmp_path / "a" / "b" / "cache").cache
+    assert [why for path in [layout.root, *layout.directories()] if (why := _private(path))] == []
+
+
+@pytest.mark.parametrize("which", ["root", *CACHE_DIRECTORIES, "attempts"])
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_a_directory_others_may_write_is_refused_saying_what_to_do(tmp_path: Path, which: str, mode: int) -> None:
+    root = tmp_path / "cache"
+    layout = CacheLayout(root)
+    target = root if which == "root" else layout.attempts if which == "attempts" else getattr(layout, which)
+    target.mkdir(parents=True)
+    target.chmod(mode)
+    planted = target / "planted"
+    planted.write_text("anyone's")
+    with pytest.raises(StorageError) as caught:
+        Settings(cache_dir=root).cache  # noqa: B018 - the property makes the directories
+    message = str(caught.value)
+    assert str(target) in message and "writable by others" in message and f"chmod 700 {target}" in message
+    assert "Traceback" not in message and caught.value.path == target
+    assert stat.S_IMODE(target.stat().st_mode) == mode and planted.exists()  # refused, left as it was
+    target.chmod(0o700)  # what the message says to do, after checking it
+    assert _private(Settings(cache_dir=root).cache.root) is None
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory away")
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    with pytest.raises(StorageError, match="belongs to another user"):
+        make_private(root)
+
+
+def test_a_file_in_the_layout_is_left_for_doctor(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "journals").write_text("not a directory")
+    (root / "steer").symlink_to(root / "nowhere")
+    layout = Settings(cache_dir=root).cache  # the others are made; doctor sets these aside
+    assert (root / "journals").is_file() and (root / "steer").is_symlink() and _private(layout.locks) is None
+    for path in (root / "journals", root / "steer"):
+        with pytest.raises(StorageError, match="doctor"):
+            make_private(path)
+    assert len(layout.set_aside_non_directories()) == 2
+    assert _private(root / "journals") is None and _private(root / "steer") is None
+
+
+def test_the_cli_says_what_to_do_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flakebot_magic.cli import main
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    root.chmod(0o777)
+    code = main(["list", "--cache-dir", str(root)])
+    err = capsys.readouterr().err
+    assert code != 0 and f"chmod 700 {root}" in err and "Traceback" not in err

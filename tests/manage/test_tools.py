@@ -98,7 +98,7 @@ def test_describe_is_the_provenance(settings: Settings) -> None:
 def test_logs_of_a_tool_and_of_a_failed_build(settings: Settings) -> None:
     assert "no build log kept" in logs(settings, "te")
     path = log_path(settings, "te")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"line {i}\n" for i in range(500)))
     text = logs(settings, "te", last=10)
     assert "line 499" in text and "line 489" not in text and "490 earlier lines" in text
@@ -236,3 +236,15 @@ def test_the_management_answers(settings: Settings) -> None:
     assert one.data == [{"name": "te", "message": one.text, "status": "ready"}] and "nothing to stop" in one.text
     logged = tool_logs(settings, "te", last=5)
     assert logged.data == {"name": "te", "text": logged.text} and "no build log kept" in logged.text
+
+
+def test_a_tools_process_is_known_by_its_cache_dir(settings: Settings, tmp_path: Path) -> None:
+    from flakebot_magic.clients import lifecycle
+    from flakebot_magic.manage.tools import tool_of
+
+    record = Inventory(settings.cache.tools).get("te")
+    assert record is not None
+    other = Settings(cache_dir=tmp_path / "other-cache")  # another cache dir, a tool of the same name
+    here, there = tool_of(record, settings), tool_of(record, other)
+    assert here.home == settings.cache.root and there.home == other.cache.root
+    assert lifecycle.process_key(here.home, here.name) != lifecycle.process_key(there.home, there.name)

@@ -137,7 +137,7 @@ def test_a_run_killed_between_its_log_and_its_record_is_still_found(tmp_path: Pa
 )
 def test_a_damaged_attempt_record_is_ignored(tmp_path: Path, damage: str) -> None:
     settings = Settings(cache_dir=tmp_path / "cache")
-    settings.cache.attempts.mkdir(parents=True)
+    settings.cache.attempts.mkdir(parents=True, exist_ok=True)
     (settings.cache.attempts / "hex4.json").write_text(damage)
     assert attempt_of(settings, "hex4") is None and attempts(settings) == []
     assert tools.table(settings).rows() == []

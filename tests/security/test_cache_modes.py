@@ -1,4 +1,4 @@
-"""Attacks on the cache by another local user: the cache dir is 0700, run logs are 0600, even under umask 022.
+"""Attacks on the cache by another local user: every cache directory is 0700, run logs 0600, even under umask 022.
 
 A run log may hold whatever a crate's tests printed; workspaces hold model
 output; the tool inventory holds HTTP tools' tokens. Another user of the machine
@@ -17,6 +17,7 @@ import pytest
 
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus, RunFinished, StageStarted
+from flakebot_magic.host.cache import CACHE_DIRECTORIES, CacheLayout
 from flakebot_magic.records.runlog import RunLog, failed_log_path, log_path
 
 
@@ -35,8 +36,8 @@ def umask_022() -> Iterator[None]:
 
 def test_the_cache_dir_is_private_from_its_first_use(tmp_path: Path, umask_022: None) -> None:
     settings = Settings(cache_dir=tmp_path / "new" / "cache")
-    settings.cache.tools.mkdir(parents=True)  # what the inventory does first
-    assert _mode(settings.cache_dir) == 0o700
+    settings.cache.tools.mkdir(parents=True, exist_ok=True)  # what the inventory does first
+    assert _mode(settings.cache_dir) == 0o700 and _mode(settings.cache.tools) == 0o700  # umask 022 or not
     for where in (settings.cache.workspaces, settings.cache.store, settings.cache.logs):
         assert where.parent == settings.cache_dir
 
@@ -75,7 +76,7 @@ def test_a_planted_symlink_at_the_log_path_is_replaced_not_followed(tmp_path: Pa
     victim = tmp_path / "bashrc"
     victim.write_text("the user's file\n")
     path = log_path(settings, "te")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the layout made it already
     path.symlink_to(victim)
     log = RunLog(settings)
     log(RunFinished(ok=True))
@@ -97,3 +98,12 @@ def test_after_a_build_the_cache_and_its_log_are_private(tmp_path: Path, umask_0
     assert _mode(settings.cache_dir) == 0o700
     assert _mode(log_path(settings, "te")) == 0o600
     assert "Compiling tinyecho" in log_path(settings, "te").read_text()
+    # every directory of the layout, read without making or fixing anything: this user's, 0700
+    root = Path(settings.cache_dir)
+    layout = CacheLayout(root)
+    for path in [root, *layout.directories()]:
+        info = os.stat(path)
+        assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and _mode(path) == 0o700, path
+    # nothing else sits directly under the root, and the build did write under the layout (not vacuous)
+    assert {p.name for p in root.iterdir()} <= set(CACHE_DIRECTORIES)
+    assert all(any(getattr(layout, name).iterdir()) for name in ("store", "workspaces", "tools", "logs", "locks"))

@@ -136,7 +136,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory, echo: tuple[subprocess.Po
         _record("far", cache / "store" / "far", kind="http", status="running", pid=proc.pid, url="http://192.0.2.1:80")
     )
     path = log_path(settings, "te")
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("== build started\nbuild|    Compiling tinyecho v0.2.0\n== build done\n")
     inventory.update("te", log_path=str(path))
     return settings
