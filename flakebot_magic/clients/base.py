@@ -122,7 +122,7 @@ class ToolClient:
         Run the tool inside the sandbox (the ``confine_tools`` setting).
         By default a deployed tool runs as the user, outside the sandbox.
     home
-        The cache dir whose tool registry holds it (default: its store
+        The cache dir whose tool inventory holds it (default: its store
         entry). Its process is known by home and name, so a tool of the
         same name in another cache dir never shares or stops it.
     """

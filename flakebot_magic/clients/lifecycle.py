@@ -196,7 +196,7 @@ class ToolProcess:
 # -- the tools that have a process, by (home, name) ----------------------------------------
 #
 # Two cache dirs may each hold a tool of the same name: a tool's process is known by where it is registered (its
-# ``home``: the cache dir of the tool registry that holds it, else its own store entry) AND its name, so neither
+# ``home``: the cache dir of the tool inventory that holds it, else its own store entry) AND its name, so neither
 # can reach, replace or stop the other's.
 
 
