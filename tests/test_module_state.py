@@ -26,8 +26,8 @@ ALLOWED: dict[str, str] = {
     # -- state with an owner and a bound ----------------------------------------------------------------------
     "agent/notebook.py:_AGENTS": "notebook agents, one per kernel (weakly keyed: gone with it) and cache dir, bounded",
     "agent/notebook.py:_NO_SHELL": "the key of a plain interpreter's one 'kernel' (a sentinel, no state)",
-    "clients/lifecycle.py:_registry": "started tool processes by (cache dir, name); one per tool used; stopped at exit",
-    "clients/lifecycle.py:_registry_lock": "guards _registry",
+    "clients/lifecycle.py:_started": "started tool processes by (cache dir, name); one per tool used; stopped at exit",
+    "clients/lifecycle.py:_started_lock": "guards _started",
     "clients/lifecycle.py:_atexit_registered": "stop_all registered with atexit once",
     "host/process.py:_spawner": "the one long-lived thread lasting children are forked from (parent-death signal)",
     "host/process.py:_guard": "the one guard process that kills a call's children when this process dies (host/guard.py)",

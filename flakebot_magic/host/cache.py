@@ -40,7 +40,7 @@ NOT_A_DIRECTORY = ".not-a-dir-"
 CACHE_DIRECTORIES: dict[str, str] = {
     "workspaces": "one git workspace per tool (and, while a build runs, .next/, .old/, .sandbox/)",
     "store": "built tools, hash-addressed (HASH-crate-version/)",
-    "tools": "the tool registry (tools.sqlite3); attempts/: builds that made no tool",
+    "tools": "the tool inventory (tools.sqlite3); attempts/: builds that made no tool",
     "recipes": "request inputs -> store path",
     "index": "one SQLite search index per registry path",
     "logs": "each tool's build log, a cache hit's, a failed run's",
@@ -140,7 +140,7 @@ class CacheLayout:
 
     @property
     def attempts(self) -> Path:
-        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
+        """Builds that made no tool (failed, cancelled): one record each, beside the tool inventory."""
         return self.tools / "attempts"
 
     @property
