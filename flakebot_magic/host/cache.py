@@ -19,6 +19,7 @@ from pathlib import Path
 
 __all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout"]
 
+
 #: what a layout directory that was no directory (a file, a dangling symlink) is renamed to: ``NAME.not-a-dir-<ns>``
 NOT_A_DIRECTORY = ".not-a-dir-"
 
@@ -37,6 +38,7 @@ CACHE_DIRECTORIES: dict[str, str] = {
     "locks": "one lock file per tool name: one build at a time",
     "probes": "cached probes (can a nixpkgs reference be locked here)",
     "proofs": "passing test runs, one record per ProofKey digest (records/proofs.py); clean keeps them",
+    "damaged": "records found damaged (an intent naming a path outside its place), set aside, never acted on",
 }
 
 
@@ -116,23 +118,51 @@ class CacheLayout:
     def proofs(self) -> Path:
         return self._under("proofs")
 
+    def inside(self, path: Path | str, under: Path | None = None, *, follow: bool = True) -> bool:
+        """Whether ``path`` is strictly under ``under`` (a directory of this layout; the cache dir by default),
+        symlinks resolved: the one check every path a cache file names passes before it is removed, moved or
+        written, so that whatever the cache's files say nothing outside the cache dir is touched.
+
+        ``under`` is taken where the layout puts it (a layout directory that is a symlink to elsewhere does not
+        move it); ``follow=False`` resolves all but the last part (an operation on the entry itself: removing or
+        renaming a symlink acts on the link). A relative path, or one with a ``..`` that leaves, is outside.
+        """
+        path = Path(path)
+        if not path.is_absolute() or path.name in ("", ".", ".."):
+            return False
+        root = Path(os.path.realpath(self.root))
+        try:
+            base = root / Path(under if under is not None else self.root).relative_to(self.root)
+            where = Path(os.path.realpath(path)) if follow else Path(os.path.realpath(path.parent)) / path.name
+            return where != base and where.is_relative_to(base)
+        except (ValueError, OSError):
+            return False
+
+    @property
+    def damaged(self) -> Path:
+        """Records of the cache found damaged (an intent that names a path outside its place, or of wrong types),
+        set aside here, kept for a look, never acted on."""
+        return self._under("damaged")
+
     def directories(self) -> list[Path]:
         """Every directory of the layout, each parent before what is under it."""
         nested = [self.attempts, self.pending_gcroots]
         return [self._under(name) for name in CACHE_DIRECTORIES] + nested
 
     def set_aside_non_directories(self) -> list[str]:
-        """Each layout directory that is something else (a file, a dangling symlink), renamed aside (kept) and made
-        again, empty; what was done, in words. A symlink to a directory is a directory: it stays.
+        """Each layout directory that is something else (a file, a symlink: to a directory or dangling), renamed
+        aside (kept; a symlink's target is never touched) and made again, empty; what was done, in words. A symlink
+        is no directory of the cache: what is under it may be anywhere.
 
         Raises ``OSError`` when the cache cannot be written (the caller says so).
         """
         done = []
         for path in self.directories():
-            if not os.path.lexists(path) or path.is_dir():
+            if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink()):
                 continue
             aside = path.with_name(f"{path.name}{NOT_A_DIRECTORY}{time.monotonic_ns()}")
             os.rename(path, aside)
             path.mkdir(mode=0o700)
-            done.append(f"set aside {path} (it was not a directory): it is at {aside} now (kept), made again empty")
+            what = "a symlink" if aside.is_symlink() else "not a directory"
+            done.append(f"set aside {path} (it was {what}): it is at {aside} now (kept), made again empty")
         return done
