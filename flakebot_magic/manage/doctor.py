@@ -363,6 +363,9 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
         return problems
     workspace = Path(record.workspace)
+    if not settings.cache.inside(workspace, settings.cache.workspaces):  # git there would harden (write) it
+        problems.append(f"{name}: its workspace {workspace} is not under {settings.cache.workspaces}; not looked at")
+        return problems
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
         return problems
