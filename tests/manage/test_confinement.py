@@ -72,6 +72,11 @@ def _sentinel(root: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Path:
+    return _sentinel(tmp_path / "sentinel")
+
+
 def _snapshot(root: Path) -> dict[str, str]:
     """Every path under ``root`` and what it is: a file's bytes, a link's target, a directory's mode."""
     seen = {}
@@ -102,19 +107,23 @@ def _pointing(settings: Settings, field: str, place: str, sentinel: Path, form: 
     return str(link / relative) if str(relative) != "." else str(link)
 
 
-def _intent(settings: Settings, old: ToolRecord) -> dict[str, Any]:
-    """What ``install`` writes before it does anything: a new workspace beside, a new store entry, a recipe."""
+def _intent(settings: Settings, *, make: bool = True) -> dict[str, Any]:
+    """What ``install`` writes before it does anything: a new workspace beside (made with ``make``), a new store
+    entry, a recipe."""
     workspaces = settings.cache.workspaces
-    attempt = workspaces / ".next" / "demo-1-2"
-    (workspaces / ".old").mkdir()  # as aside_path makes it
-    record = _record(settings, _entry(settings, NEW_KEY), _workspace(attempt / "demo", "new"))
+    new = workspaces / ".next" / "demo-1-2" / "demo"
+    if make:
+        (workspaces / ".old").mkdir()  # as aside_path makes it
+        _workspace(new, "new")
+        _entry(settings, NEW_KEY)
+    record = _record(settings, settings.cache.store / f"{NEW_KEY}-demo-1.0.0", _git(new, "rev-parse", "HEAD"))
     record.extra = {"txn": TXN}
     intent = Intent(
         id=TXN,
         name="demo",
         record=record.to_json(),
         final=str(workspaces / "demo"),
-        next=str(attempt / "demo"),
+        next=str(new),
         aside=str(workspaces / ".old" / "demo-1"),
         recipe=str(settings.cache.recipes / "demo.json"),
         recipe_data={"store": record.store_path},
@@ -146,7 +155,7 @@ def _commands(settings: Settings, capsys: pytest.CaptureFixture[str]) -> str:
 def test_a_sound_intent_is_finished(installed: tuple[Settings, ToolRecord]) -> None:  # noqa: F811
     """The check lets through what install writes: without this the tests below could pass by refusing all."""
     settings, old = installed
-    _write(settings, "demo", _intent(settings, old))
+    _write(settings, "demo", _intent(settings))
     [note] = recover(settings)
     assert note.startswith("finished the build of 'demo'"), note
     now = Inventory(settings.cache.tools).get("demo")
@@ -160,14 +169,13 @@ def test_a_sound_intent_is_finished(installed: tuple[Settings, ToolRecord]) -> N
 @pytest.mark.parametrize("field", list(INTENT_PATHS))
 def test_an_intent_naming_a_path_outside_its_place_is_set_aside_never_acted_on(
     installed: tuple[Settings, ToolRecord],  # noqa: F811
-    tmp_path: Path,
+    sentinel: Path,
     capsys: pytest.CaptureFixture[str],
     field: str,
     form: str,
 ) -> None:
     settings, old = installed
-    sentinel = _sentinel(tmp_path / "sentinel")
-    data = _intent(settings, old)
+    data = _intent(settings)
     value = _pointing(settings, field.removeprefix("record."), INTENT_PATHS[field], sentinel, form)
     if field.startswith("record."):
         data["record"][field.removeprefix("record.")] = value
@@ -190,13 +198,12 @@ def test_an_intent_naming_a_path_outside_its_place_is_set_aside_never_acted_on(
 @pytest.mark.parametrize("field", list(RECORD_PATHS))
 def test_a_record_naming_a_path_outside_the_cache_moves_nothing_there(
     installed: tuple[Settings, ToolRecord],  # noqa: F811
-    tmp_path: Path,
+    sentinel: Path,
     capsys: pytest.CaptureFixture[str],
     field: str,
     form: str,
 ) -> None:
     settings, old = installed
-    sentinel = _sentinel(tmp_path / "sentinel")
     record = ToolRecord.from_json(
         {**old.to_json(), field: _pointing(settings, field, RECORD_PATHS[field], sentinel, form)}
     )
@@ -228,14 +235,14 @@ def test_an_intent_of_a_wrong_type_is_set_aside_and_stops_no_other(
 ) -> None:
     """Each field given each wrong type: one line, the file kept in damaged/, and the sound intent beside it (of
     another tool, sorted after it) still finished by the same command."""
-    settings, old = installed
-    data = _intent(settings, old)
+    settings, _ = installed
+    data = _intent(settings)
     if field.startswith("record."):
         data["record"][field.removeprefix("record.")] = value
     else:
         data[field] = value
     bad = _write(settings, "aaa", {**data, "name": "aaa"} if field != "name" else data)
-    _write(settings, "demo", _intent_again(settings, data))
+    _write(settings, "demo", _intent(settings, make=False))
     code = main(["list", "--cache-dir", str(settings.cache_dir)])
     out = capsys.readouterr()
     assert code == 0 and "Traceback" not in out.out + out.err, out.err
@@ -245,23 +252,6 @@ def test_an_intent_of_a_wrong_type_is_set_aside_and_stops_no_other(
     assert not bad.exists() and len(list(settings.cache.damaged.iterdir())) == 1
     now = Inventory(settings.cache.tools).get("demo")
     assert now is not None and now.extra["txn"] == TXN
-
-
-def _intent_again(settings: Settings, damaged: dict[str, Any]) -> dict[str, Any]:
-    """The sound intent of ``demo`` (``_intent`` made its workspace and entry already)."""
-    workspaces = settings.cache.workspaces
-    entry = settings.cache.store / f"{NEW_KEY}-demo-1.0.0"
-    record = _record(settings, entry, _git(workspaces / ".next" / "demo-1-2" / "demo", "rev-parse", "HEAD"))
-    record.extra = {"txn": TXN}
-    intent = Intent(
-        id=TXN,
-        name="demo",
-        record=record.to_json(),
-        final=str(workspaces / "demo"),
-        next=str(workspaces / ".next" / "demo-1-2" / "demo"),
-        aside=str(workspaces / ".old" / "demo-1"),
-    )
-    return asdict(intent)
 
 
 @pytest.mark.parametrize("place", [str(p.relative_to("/c")) for p in CacheLayout(Path("/c")).directories()])
