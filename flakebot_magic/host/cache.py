@@ -163,8 +163,5 @@ class CacheLayout:
             aside = path.with_name(f"{path.name}{NOT_A_DIRECTORY}{time.monotonic_ns()}")
             os.rename(path, aside)
             path.mkdir(mode=0o700)
-            what = ": a symlink, never followed" if aside.is_symlink() else ""
-            done.append(
-                f"set aside {path} (it was not a directory{what}): it is at {aside} now (kept), made again empty"
-            )
+            done.append(f"set aside {path} (it was not a directory): it is at {aside} now (kept), made again empty")
         return done
