@@ -75,3 +75,23 @@ def test_settings_make_the_root_private_first(tmp_path: Path) -> None:
     layout = Settings(cache_dir=root).cache
     assert layout.root == root and stat.S_IMODE(root.stat().st_mode) == 0o700
     assert not layout.journals.exists()  # paths only: each owner creates its own directory
+
+
+def test_inside_resolves_symlinks_and_dotdot_and_takes_a_layout_dir_where_the_layout_puts_it(tmp_path: Path) -> None:
+    """``CacheLayout.inside``: the one confinement check (its doors are in tests/manage/test_confinement.py)."""
+    layout = CacheLayout(tmp_path / "cache")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    layout.workspaces.mkdir(parents=True)
+    (layout.workspaces / "link").symlink_to(outside)
+    layout.store.symlink_to(outside)  # a layout dir that leads elsewhere: nothing under it is inside
+    assert layout.inside(layout.workspaces / "tool", layout.workspaces)
+    assert not layout.inside(layout.workspaces, layout.workspaces)  # strictly under
+    assert not layout.inside(layout.workspaces / "link" / "x")
+    assert not layout.inside(layout.workspaces / "link")  # followed: where it leads
+    assert layout.inside(layout.workspaces / "link", follow=False)  # the link itself (removing it removes the link)
+    assert not layout.inside(layout.store / "entry", layout.store)
+    assert not layout.inside(layout.store / "entry", layout.store, follow=False)
+    assert not layout.inside(f"{layout.workspaces}/../../outside/x")
+    assert not layout.inside("workspaces/tool") and not layout.inside(layout.root / "..")
+    assert not layout.inside(layout.recipes / "r.json", layout.workspaces)  # under the cache, not under its place
