@@ -434,7 +434,7 @@ def _recover_one(settings: Settings, path: Path) -> str:
         try:
             _forward(settings, intent, set(), lambda message: None)
             return f"finished {who}: {intent.name!r} is the new build now"
-        except (OSError, StorageError) as exc:
+        except (OSError, StorageError, ValueError) as exc:  # ValueError: a record the registry refuses
             why_not = f"finishing it failed ({exc})"
     try:
         current = Inventory(settings.cache.tools).get(intent.name)

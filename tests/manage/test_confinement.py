@@ -254,6 +254,21 @@ def test_an_intent_of_a_wrong_type_is_set_aside_and_stops_no_other(
     assert now is not None and now.extra["txn"] == TXN
 
 
+def test_an_intent_whose_record_the_registry_refuses_is_undone_not_a_traceback(
+    installed: tuple[Settings, ToolRecord],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Of the right types but a value the registry refuses (a status it does not know): undone, in one line."""
+    settings, old = installed
+    data = _intent(settings)
+    data["record"]["status"] = "exploded"
+    path = _write(settings, "demo", data)
+    assert main(["list", "--cache-dir", str(settings.cache_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "undid the build of 'demo'" in err and "status" in err and "Traceback" not in err, err
+    assert not path.exists() and _git(Path(old.workspace), "rev-parse", "HEAD") == old.commit
+
+
 @pytest.mark.parametrize("place", [str(p.relative_to("/c")) for p in CacheLayout(Path("/c")).directories()])
 def test_a_layout_directory_that_is_a_symlink_to_elsewhere_is_set_aside_and_never_acted_through(
     installed: tuple[Settings, ToolRecord],  # noqa: F811
