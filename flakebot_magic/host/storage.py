@@ -185,13 +185,15 @@ def read_cache_json(path: Path) -> dict[str, Any]:
     Raises ``OSError`` when it cannot be read (missing: ``FileNotFoundError``),
     and :class:`~flakebot_magic.errors.CacheFileDamaged` naming the file and
     ``flakebot doctor`` when it holds no JSON object (emptied, random bytes,
-    not UTF-8).
+    not UTF-8, nested too deep to decode).
     """
     raw = path.read_bytes()
     try:
         data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both
         data = exc
+    except RecursionError:  # nested deeper than the decoder goes: no record of ours is
+        data = ValueError("nested too deep")
     if not isinstance(data, dict):
         why = data if isinstance(data, ValueError) else f"a JSON {type(data).__name__}, not an object"
         raise CacheFileDamaged(
