@@ -90,6 +90,8 @@ def _private(path: Path, *, parents: bool = False, follow: bool = True) -> bool:
                 if not os.path.exists(path):
                     return False
             info = os.stat(path) if follow else os.lstat(path)
+    except NotADirectoryError:
+        return False  # its parent is a file: no directory can be here (doctor sets the parent aside)
     except OSError as exc:
         raise StorageError(
             f"Cannot make the cache directory {path}: {exc.strerror or exc}. Check that you may write there, "
@@ -234,6 +236,8 @@ class CacheLayout:
         """
         make_private(self.root, parents=True)
         for path in self.directories():
+            if path.parent != self.root and (path.parent.is_symlink() or not path.parent.is_dir()):
+                continue  # under a layout path that is no directory: doctor sets that aside first
             _private(path, follow=False)  # False for a file or a symlink: left for doctor, never followed
         return self
 
