@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError
 from .host.cache import CacheLayout
 from .host.fsutil import private_dir
 from .options import OPTION_BY_NAME, accepted, option
@@ -169,7 +170,16 @@ class Settings:
 
     def private_cache_dir(self) -> Path:
         """The cache dir, created (or fixed) as mode 0700: logs, workspaces and the store are the user's alone."""
-        return private_dir(self.cache_dir)
+        try:
+            return private_dir(self.cache_dir)
+        except OSError as exc:  # a file, a dangling link, a read-only or foreign directory
+            what = "it is not a directory" if self.cache_dir.exists() and not self.cache_dir.is_dir() else None
+            raise ConfigError(
+                f"The cache dir {self.cache_dir} cannot be used ({what or exc.strerror or exc}): it must be a directory "
+                "you can write, or a path where one can be made. Choose another with --cache-dir, the "
+                "FLAKEBOT_CACHE_DIR environment variable or the cache_dir= argument, or move "
+                "what is there away."
+            ) from None
 
     @property
     def cache(self) -> CacheLayout:

@@ -251,7 +251,7 @@ class FlakebotMagics(_OptionTraits):
         """The line's arguments; a mistake says what to do: the nearest option, and where the options are."""
         try:
             return parse_argstring(self.flakebot, line)
-        except UsageError as exc:
+        except (UsageError, ValueError) as exc:  # ValueError: shlex's unclosed quote or trailing backslash
             raise UsageError(explain_usage(str(exc), self.flakebot.parser)) from None
 
     def _check_cell(self, args: Any, cell: str) -> str:
