@@ -299,7 +299,9 @@ class CliTool(ToolClient):
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
         confined = self.confined_now
-        if confined:  # unconfined, a missing binary is the start's FileNotFoundError (one stat less per call)
+        # a deployed tool's entry is checked on every call (stats while it is unchanged); otherwise, unconfined,
+        # a missing binary is the start's FileNotFoundError (one stat less per call)
+        if confined or self.entry is not None:
             self.require_binary()
         items: list[Any] = list(args)
         if input is None and items and isinstance(items[0], bytes):

@@ -28,8 +28,8 @@ from .storage import read_cache_json
 __all__ = ["binary_digest", "entry_damage", "forget_verdicts", "runnable_damage"]
 
 _Stamp = tuple[tuple[str, int, int, int, int], ...]
-#: store entry path -> the stamp of its files when last found whole
-_WHOLE: dict[str, _Stamp] = {}
+#: (store entry, binary) -> the stamp of the entry's files when last found whole, the binary one of its own
+_WHOLE: dict[tuple[str, str], _Stamp] = {}
 _LOCK = threading.Lock()
 
 
@@ -91,12 +91,13 @@ def runnable_damage(store_path: Path, binary: Path) -> str:
         stamp = _stamp(store_path)
     except OSError as exc:
         return f"its store entry {store_path} cannot be read ({exc.strerror or exc})"
+    key = (str(store_path), str(binary))
     with _LOCK:
-        whole = _WHOLE.get(str(store_path)) == stamp
-    if not whole:
-        why = entry_damage(store_path)
-        if why:
-            return why
+        if _WHOLE.get(key) == stamp:
+            return ""
+    why = entry_damage(store_path)
+    if why:
+        return why
     try:
         manifest = read_cache_json(store_path / "manifest.json")
     except (OSError, StorageError) as exc:
@@ -104,9 +105,8 @@ def runnable_damage(store_path: Path, binary: Path) -> str:
     names = [str(name) for name in manifest.get("binaries") or []]
     if binary.parent != _bin_dir(store_path, manifest) or binary.name not in names:
         return f"its binary {binary} is not one its store entry {store_path} deployed"
-    if not whole:
-        with _LOCK:
-            _WHOLE[str(store_path)] = stamp
+    with _LOCK:
+        _WHOLE[key] = stamp
     return ""
 
 

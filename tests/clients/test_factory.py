@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import make_tool, tool_from_record
+from flakebot_magic.errors import CacheFileDamaged, ToolError
+from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
@@ -27,6 +29,16 @@ def test_make_tool_picks_the_client_by_kind(kind: str, cls: type, tmp_path: Path
         start=False,
     )
     assert type(tool) is cls and tool.kind == kind and not tool.running
+
+
+def _whole(store: Path, **manifest: object) -> Path:
+    """A whole store entry at ``store``: ``bin/t`` and a manifest with its digest (as deploy writes it)."""
+    (store / "bin").mkdir(parents=True, exist_ok=True)
+    (store / "bin" / "t").write_bytes(b"#!/bin/sh\necho t\n")
+    (store / "bin" / "t").chmod(0o755)
+    digests = {"t": binary_digest(store / "bin" / "t")}
+    (store / "manifest.json").write_text(json.dumps({"binaries": ["t"], "digests": digests, **manifest}))
+    return store
 
 
 def _record(store: Path, kind: str = "cli", **fields: object) -> ToolRecord:
@@ -50,7 +62,7 @@ def _record(store: Path, kind: str = "cli", **fields: object) -> ToolRecord:
 
 @pytest.mark.parametrize(("kind", "cls"), [("cli", CliTool), ("mcp", McpTool), ("http", HttpTool)])
 def test_a_record_gives_the_client_of_its_kind_not_started(kind: str, cls: type, tmp_path: Path) -> None:
-    tool = tool_from_record(_record(tmp_path, kind), timeout=7.0, env={"A": "1"}, confine=True)
+    tool = tool_from_record(_record(_whole(tmp_path), kind), timeout=7.0, env={"A": "1"}, confine=True)
     assert type(tool) is cls and not tool.running
     assert (tool.name, tool.crate, tool.version, tool.source_hash, tool.checksum) == ("t", "t", "1.0.0", "abc", "sum")
     assert (tool.timeout, tool.env, tool.confine, tool.store_path) == (7.0, {"A": "1"}, True, tmp_path)
@@ -58,7 +70,7 @@ def test_a_record_gives_the_client_of_its_kind_not_started(kind: str, cls: type,
 
 def test_the_stored_contract_says_the_kind_and_how_it_starts(tmp_path: Path) -> None:
     contract = {"kind": "http", "bin": "t", "health": "/ready", "ready_timeout": 3.0}
-    (tmp_path / "manifest.json").write_text(json.dumps({"contract": contract, "description": "a service"}))
+    _whole(tmp_path, contract=contract, description="a service")
     tool = tool_from_record(_record(tmp_path, "cli"))
     assert isinstance(tool, HttpTool)
     assert tool.contract.to_json() == contract and tool.description == "a service"
@@ -68,5 +80,34 @@ def test_the_stored_contract_says_the_kind_and_how_it_starts(tmp_path: Path) -> 
 
 
 def test_a_nix_record_keeps_its_lock_hash(tmp_path: Path) -> None:
-    tool = tool_from_record(_record(tmp_path, backend="nix", extra={"lock_hash": "sha256-x"}))
+    tool = tool_from_record(_record(_whole(tmp_path), backend="nix", extra={"lock_hash": "sha256-x"}))
     assert (tool.backend, tool.lock_hash) == ("nix", "sha256-x")
+
+
+def test_a_record_whose_entry_is_not_whole_makes_no_client(tmp_path: Path) -> None:
+    record = _record(_whole(tmp_path))
+    (tmp_path / "bin" / "t").write_bytes(b"#!/bin/sh\necho other tool\n")  # another binary in its place
+    with pytest.raises(CacheFileDamaged, match=r"'t' cannot run: .*not the one deployed.*flakebot rebuild t"):
+        tool_from_record(record)
+    with pytest.raises(CacheFileDamaged, match="cannot be read"):
+        tool_from_record(_record(tmp_path / "nowhere"))
+    outside = _record(_whole(tmp_path), binary="/bin/sh")  # a record naming a binary outside its entry
+    with pytest.raises(CacheFileDamaged, match="is not one its store entry"):
+        tool_from_record(outside)
+
+
+def test_a_nix_output_needs_its_binary_inside_it(tmp_path: Path) -> None:
+    record = _record(Path("/nix/store/00000000000000000000000000000000-t-1.0.0"), backend="nix")
+    with pytest.raises(CacheFileDamaged, match="is not a file in its nix store path"):
+        tool_from_record(record)
+
+
+def test_a_client_checks_its_entry_again_before_each_run(tmp_path: Path) -> None:
+    """A client made while the entry was whole (a kernel's loaded tool, an agent catalog's) refuses once it is not."""
+    tool = tool_from_record(_record(_whole(tmp_path)))
+    assert tool("x").strip() == "t"
+    marker = tmp_path / "ran"
+    (tmp_path / "bin" / "t").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    with pytest.raises(ToolError, match=r"t cannot run: .*not the one deployed.*Its binary was not run"):
+        tool("x")
+    assert not marker.exists()
