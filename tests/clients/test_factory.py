@@ -111,3 +111,52 @@ def test_a_client_checks_its_entry_again_before_each_run(tmp_path: Path) -> None
     with pytest.raises(ToolError, match=r"t cannot run: .*not the one deployed.*Its binary was not run"):
         tool("x")
     assert not marker.exists()
+
+
+PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
+#: the modules that make a client from a binary without a record, and why that binary is whole
+MAKERS_WITHOUT_RECORD = {
+    # the factory itself: tool_from_record checks first (the test below), make_tool is its last step
+    "clients/factory.py",
+    # a build's `client` stage: the entry was just deployed or is a cache hit (stages.deploy.served: entry_damage)
+    "pipeline/deployed.py",
+    # a pull: the nix output was copied from a signed cache and checked against the proof's narHash
+    "manage/team.py",
+    # the judge runs a candidate's fresh build from a scratch copy: no store entry exists yet
+    "edit/judge.py",
+    # the MCP bridge serves the binary its parent names; the parent's client checked it (require_binary)
+    "clients/bridge.py",
+}
+
+
+def _calls(name: str) -> dict[str, list[str]]:
+    """Module -> the names of the functions in it that call ``name``."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Call):
+                        callee = node.func
+                        called = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                        if called == name:
+                            found.setdefault(str(path.relative_to(PACKAGE)), []).append(func.name)
+    return found
+
+
+def test_every_client_from_a_record_is_checked_first() -> None:
+    """Structure: a record becomes a client only through tool_from_record, which checks before it makes one."""
+    import ast
+    import inspect
+
+    from flakebot_magic.clients import factory
+
+    body = ast.parse(inspect.getsource(factory.tool_from_record)).body[0]
+    assert isinstance(body, ast.FunctionDef)
+    calls = [n.func.id for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert calls.index("check_runnable") < calls.index("make_tool")
+    assert set(_calls("make_tool")) == MAKERS_WITHOUT_RECORD
+    assert _calls("tool_from_record") == {"manage/tools.py": ["tool_of"]}
