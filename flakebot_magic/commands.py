@@ -62,10 +62,9 @@ IF_UNTRUSTED_HELP = (
 )
 
 
-#: shlex's ValueError messages (the magic's line is split as a shell would), and what to do about each
+#: shlex's ValueError message for an unclosed quote (the magic's line is split as a shell would), and what to do
 _SHLEX_ERRORS = {
     "No closing quotation": "The %%flakebot line has a quote that is never closed: close it (\"a b\") or remove it.",
-    "No escaped character": "The %%flakebot line ends in a backslash: remove it, or escape it as \\\\.",
 }
 
 
