@@ -64,7 +64,7 @@ IF_UNTRUSTED_HELP = (
 
 #: shlex's ValueError message for an unclosed quote (the magic's line is split as a shell would), and what to do
 _SHLEX_ERRORS = {
-    "No closing quotation": "The %%flakebot line has a quote that is never closed: close it (\"a b\") or remove it.",
+    "No closing quotation": 'The %%flakebot line has a quote that is never closed: close it ("a b") or remove it.',
 }
 
 

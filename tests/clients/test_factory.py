@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients import make_tool, tool_from_record
-from flakebot_magic.errors import CacheFileDamaged, ToolError
-from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.clients.cli import CliTool
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.mcp import McpTool
+from flakebot_magic.errors import CacheFileDamaged, ToolError
+from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.records.inventory import ToolRecord
 
 
