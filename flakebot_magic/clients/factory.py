@@ -132,6 +132,7 @@ def tool_from_record(
     env: Mapping[str, str] | None = None,
     confine: bool = False,
     start: bool = False,
+    check: bool = True,
 ) -> ToolClient:
     """The client for a registered tool, of the kind it was deployed as (not started unless ``start``).
 
@@ -143,9 +144,12 @@ def tool_from_record(
     checked as a cache hit checks it (:func:`~flakebot_magic.host.entry.runnable_damage`:
     size and sha256 of each binary against the manifest) before the client
     is made; damage is :class:`~flakebot_magic.errors.CacheFileDamaged`
-    naming the tool and ``flakebot rebuild``.
+    naming the tool and ``flakebot rebuild``. ``check=False`` is for what only
+    describes the tool (``show``); such a client still checks before each run
+    (:meth:`~flakebot_magic.clients.base.ToolClient.require_binary`).
     """
-    check_runnable(record)
+    if check or start:
+        check_runnable(record)
     manifest = dict(provenance) if provenance is not None else _stored_manifest(record.store_path)
     binary = Path(record.binary)
     stored = manifest.get("contract")

@@ -105,10 +105,16 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
     return data
 
 
-def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
-    """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started)."""
+def tool_of(record: ToolRecord, settings: Settings | None = None, *, check: bool = True) -> Any:
+    """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started).
+
+    Its store entry is checked first (:func:`~flakebot_magic.clients.factory.check_runnable`). Only
+    what describes a tool and never calls it (``show``, ``tool_json``, the dashboard's link) passes
+    ``check=False``, so a damaged tool can still be shown; such a client still checks before it runs.
+    """
     return tool_from_record(
         record,
+        check=check,
         provenance=_manifest(record),
         timeout=settings.tool_timeout if settings else option("tool_timeout").default,
         env=settings.tool_env if settings else None,
@@ -154,7 +160,7 @@ def load_all(settings: Settings) -> tuple[dict[str, Any], list[str]]:
 def describe(settings: Settings, name: str) -> dict[str, Any]:
     """The provenance of tool ``name`` (what ``%flakebot show`` prints)."""
     record = find(settings, name)
-    data = _provenance(tool_of(record, settings), record)
+    data = _provenance(tool_of(record, settings, check=False), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
     if record.url:
         data["url"] = record.url
@@ -438,7 +444,7 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
     record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
     data = record.public_json()
     data["status"] = status_of(record)
-    data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings), record)
+    data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings, check=False), record)
     api = f"/flakebot/api/tools/{record.name}"
     links = {"self": api, "logs": f"{api}/logs", "stop": f"{api}/stop"}
     if record.kind == "http":

@@ -102,9 +102,11 @@ def test_a_nix_output_needs_its_binary_inside_it(tmp_path: Path) -> None:
         tool_from_record(record)
 
 
-def test_a_client_checks_its_entry_again_before_each_run(tmp_path: Path) -> None:
-    """A client made while the entry was whole (a kernel's loaded tool, an agent catalog's) refuses once it is not."""
-    tool = tool_from_record(_record(_whole(tmp_path)))
+@pytest.mark.parametrize("check", [True, False])
+def test_a_client_checks_its_entry_again_before_each_run(tmp_path: Path, check: bool) -> None:
+    """A client made while the entry was whole (a kernel's loaded tool, an agent catalog's), or made unchecked
+    to describe a tool, refuses to run once the entry is not whole."""
+    tool = tool_from_record(_record(_whole(tmp_path)), check=check)
     assert tool("x").strip() == "t"
     marker = tmp_path / "ran"
     (tmp_path / "bin" / "t").write_text(f"#!/bin/sh\ntouch {marker}\n")
@@ -156,7 +158,32 @@ def test_every_client_from_a_record_is_checked_first() -> None:
 
     body = ast.parse(inspect.getsource(factory.tool_from_record)).body[0]
     assert isinstance(body, ast.FunctionDef)
-    calls = [n.func.id for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    assert calls.index("check_runnable") < calls.index("make_tool")
+    lines = {n.func.id: n.lineno for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert lines["check_runnable"] < lines["make_tool"]
     assert set(_calls("make_tool")) == MAKERS_WITHOUT_RECORD
     assert _calls("tool_from_record") == {"manage/tools.py": ["tool_of"]}
+    assert _unchecked("tool_of") == UNCHECKED
+
+
+#: the functions that make a client without the check (check=False), and why: they only describe the tool
+UNCHECKED = {
+    ("manage/tools.py", "describe"),  # `show NAME`: the provenance, for a damaged tool too
+    ("manage/tools.py", "tool_json"),  # `list --json`, the REST API: the record and its provenance
+    ("server/dashboard.py", "_entry"),  # the dashboard's link: the contract's health path
+}
+
+
+def _unchecked(name: str) -> set[tuple[str, str]]:
+    """(module, function) of each call of ``name`` with ``check=False``."""
+    import ast
+
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for func in ast.walk(ast.parse(path.read_text())):
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == name:
+                        check = [k.value for k in node.keywords if k.arg == "check"]
+                        if check and not (isinstance(check[0], ast.Constant) and check[0].value is True):
+                            found.add((str(path.relative_to(PACKAGE)), func.name))
+    return found
