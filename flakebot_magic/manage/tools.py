@@ -106,19 +106,14 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
 
 
 def tool_of(record: ToolRecord, settings: Settings | None = None, *, check: bool = True) -> Any:
-    """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started).
-
-    Its store entry is checked first (:func:`~flakebot_magic.clients.factory.check_runnable`). Only
-    what describes a tool and never calls it (``show``, ``tool_json``, the dashboard's link) passes
-    ``check=False``, so a damaged tool can still be shown; such a client still checks before it runs.
-    """
+    """A record's client (not started), its entry checked first unless ``check=False`` (show, tool_json only)."""
     return tool_from_record(
         record,
-        check=check,
         provenance=_manifest(record),
         timeout=settings.tool_timeout if settings else option("tool_timeout").default,
         env=settings.tool_env if settings else None,
         confine=settings.confine_tools if settings else option("confine_tools").default,
+        check=check,
     )
 
 
@@ -127,12 +122,11 @@ def load(settings: Settings, name: str) -> Any:
 
     A command-line tool is its client; an MCP server or HTTP service is
     started (its record follows its process, as after a build). This is how a
-    tool comes back after a kernel restart. A tool whose store entry was
-    removed (``clean``) is a :class:`UsageError` saying how to rebuild it.
+    tool comes back after a kernel restart. A tool whose store entry was removed (``clean``) is a
+    :class:`UsageError`, a damaged one :class:`~flakebot_magic.errors.CacheFileDamaged`; both say how to rebuild it.
     """
     record = find(settings, name)
-    binary = Path(record.binary)
-    if not binary.is_file():
+    if not (binary := Path(record.binary)).is_file():
         raise UsageError(
             f"The tool {name!r} is registered, but its binary {binary} is gone (removed by `clean`?). "
             f"Build it again with `%flakebot rebuild {name}` (or `flakebot rebuild {name}`)."
