@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from ..errors import InventoryDamaged, StorageError
 from ..host.fsutil import fsync_dir
-from ..host.storage import is_full, sqlite_code, storage_errors
+from ..host.storage import is_full, read_cache_json, sqlite_code, storage_errors
 
 __all__ = ["DB_NAME", "STATUSES", "Health", "Inventory", "ToolRecord"]
 
@@ -345,8 +345,8 @@ class Inventory:
         # the registry used to be one JSON file per tool; move those records in
         for path in sorted(self.dir.glob("*.json")):
             try:
-                record = ToolRecord.from_json(json.loads(path.read_text()))
-            except (OSError, ValueError, TypeError):
+                record = ToolRecord.from_json(read_cache_json(path))
+            except (OSError, StorageError, ValueError, TypeError):
                 continue
             db.execute(
                 "INSERT OR IGNORE INTO tools (name, kind, status, updated, record) VALUES (?, ?, ?, ?, ?)",
