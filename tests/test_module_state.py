@@ -30,6 +30,8 @@ ALLOWED: dict[str, str] = {
     "clients/lifecycle.py:_started_lock": "guards _started",
     "clients/lifecycle.py:_atexit_registered": "stop_all registered with atexit once",
     "host/process.py:_spawner": "the one long-lived thread lasting children are forked from (parent-death signal)",
+    "host/entry.py:_WHOLE": "store entries last found whole, by the stamp of their files: one per (entry, binary) run",
+    "host/entry.py:_LOCK": "guards _WHOLE",
     "host/process.py:_guard": "the one guard process that kills a call's children when this process dies (host/guard.py)",
     "host/process.py:_prctl": "lru_cache(1): libc's prctl, looked up once (the C library does not change)",
     "records/steering.py:_counter": "steering messages' sequence numbers, unique in the process (one integer)",
