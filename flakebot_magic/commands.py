@@ -62,6 +62,12 @@ IF_UNTRUSTED_HELP = (
 )
 
 
+#: shlex's ValueError message for an unclosed quote (the magic's line is split as a shell would), and what to do
+_SHLEX_ERRORS = {
+    "No closing quotation": 'The %%flakebot line has a quote that is never closed: close it ("a b") or remove it.',
+}
+
+
 def explain_usage(message: str, parser: Any) -> str:
     """argparse's complaint, with the nearest option to an unknown one and a pointer to ``%%flakebot?``.
 
@@ -70,7 +76,11 @@ def explain_usage(message: str, parser: Any) -> str:
     >>> _ = parser.add_argument("--crate")
     >>> explain_usage("unrecognized arguments: --crat", parser)
     'Unknown option --crat: did you mean --crate? `%%flakebot?` lists the options.'
+    >>> explain_usage("No closing quotation", parser)
+    'The %%flakebot line has a quote that is never closed: close it ("a b") or remove it. `%%flakebot?` lists the options.'
     """
+    if message in _SHLEX_ERRORS:  # the line could not be split into words
+        return f"{_SHLEX_ERRORS[message]} `%%flakebot?` lists the options."
     unknown = message.removeprefix("unrecognized arguments: ").split() if "unrecognized arguments" in message else []
     if not unknown:
         return f"{message}. `%%flakebot?` lists the options."

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError
 from .host.cache import CacheLayout
 from .options import OPTION_BY_NAME, accepted, option
 
@@ -174,7 +175,18 @@ class Settings:
     def cache(self) -> CacheLayout:
         """The cache dir's layout, each directory made private (``0700``) first: every path under the cache comes
         from it (:meth:`~flakebot_magic.host.cache.CacheLayout.create`)."""
-        return CacheLayout(Path(self.cache_dir)).create()
+        root = Path(self.cache_dir)
+        for place in (root, *root.parents):  # the nearest part that exists must be a directory
+            if os.path.lexists(place):
+                if not place.is_dir():
+                    what = "it is not a directory" if place == root else f"{place} is not a directory"
+                    raise ConfigError(
+                        f"The cache dir {root} cannot be used ({what}): it must be a directory you can write, or a "
+                        "path where one can be made. Choose another with --cache-dir, the FLAKEBOT_CACHE_DIR "
+                        "environment variable or the cache_dir= argument, or move what is there away."
+                    )
+                break
+        return CacheLayout(root).create()
 
 
 def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:

@@ -128,6 +128,7 @@ class FlakebotMagics(_OptionTraits):
             apply(settings, {"cache_dir": self.cache_dir})
             apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config and not o.run_flag})
             apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and not o.run_flag})
+            settings.private_cache_dir()  # a cache dir that is a file: said here, not a traceback later
         except (errors.UsageError, errors.ConfigError) as exc:
             raise UsageError(str(exc)) from None
         return settings
@@ -251,7 +252,7 @@ class FlakebotMagics(_OptionTraits):
         """The line's arguments; a mistake says what to do: the nearest option, and where the options are."""
         try:
             return parse_argstring(self.flakebot, line)
-        except UsageError as exc:
+        except (UsageError, ValueError) as exc:  # ValueError: shlex's unclosed quote
             raise UsageError(explain_usage(str(exc), self.flakebot.parser)) from None
 
     def _check_cell(self, args: Any, cell: str) -> str:

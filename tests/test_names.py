@@ -39,9 +39,7 @@ ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc):`~?(\.[A-Za-z_.][A-Za
 PY_FILE = re.compile(r"`((?:[a-z_]+/)*[a-z_0-9]+\.py)`")
 #: names the prose still gives in files other engineers are changing at the same time (issue 22's parallel
 #: branches); each must still be broken (else it is taken off), and is fixed when those branches land
-PENDING = {
-    ("flakebot_magic/clients/lifecycle.py", "flakebot_magic.host.process.LineReader"),  # now host.output
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def resolve(dotted: str) -> bool:
@@ -196,11 +194,7 @@ NOT_A_REGISTRY = re.compile(
 #: the one place the old name stays: errors.py's alias, for code that catches the error by it
 OLD_NAME_KEPT = "RegistryDamaged = InventoryDamaged"
 #: files other engineers are changing at the same time (issue 22's parallel branches): renamed when those land
-REGISTRY_PENDING = {
-    "flakebot_magic/records/inventory.py",
-    "flakebot_magic/agent/notebook.py",
-    "flakebot_magic/host/cache.py",
-}
+REGISTRY_PENDING: set[str] = set()
 
 
 def test_registry_means_a_crate_registry() -> None:

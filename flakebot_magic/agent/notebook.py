@@ -192,7 +192,7 @@ def agent_tools(*, cache_dir: str | Path | None = None, **options: Any) -> list[
     Pass them as ``tools=`` to ``client.chat.completions.create``; run what the
     model calls with :func:`call`. Each passes OpenAI's strict-mode rules (all
     properties required, optional ones nullable, no extra properties). The
-    built tools are read from the tool registry each time, so a tool built a
+    built tools are read from the tool inventory each time, so a tool built a
     moment ago (here, by a cell, by the command) is in the list.
 
     Parameters

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError
+from ..host.entry import runnable_damage
 from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
@@ -154,6 +155,9 @@ class ToolClient:
         self.store_path = Path(store_path)
         #: where its process is known (:mod:`~flakebot_magic.clients.lifecycle`): the cache dir, else the store entry
         self.home = Path(home) if home is not None else self.store_path
+        #: the store entry checked before every run (:meth:`require_binary`): one with a manifest when made
+        #: (a deployed tool); a nix output and a candidate's scratch copy have none (nix checks its own by narHash)
+        self.entry: Path | None = self.store_path if (self.store_path / "manifest.json").is_file() else None
         self.checksum = checksum
         self.backend = backend
         self.timeout = timeout
@@ -234,7 +238,8 @@ class ToolClient:
         return False
 
     def require_binary(self) -> None:
-        """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone, saying how to get the tool back.
+        """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone or its store entry is no longer
+        whole (:func:`~flakebot_magic.host.entry.runnable_damage`), saying how to get the tool back.
 
         ``%flakebot clean --all`` (or a cleaned store) removes what a tool
         loaded in a kernel runs; starting it then would end in a
@@ -245,6 +250,13 @@ class ToolClient:
                 f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
                 f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
                 "if another kernel has built it since."
+            )
+        why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
+        if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
+            raise ToolError(
+                f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "
+                f"`%flakebot rebuild {self.name}` (or `flakebot rebuild {self.name}`); `flakebot doctor` sets the "
+                "damaged entry aside."
             )
 
     def stop(self) -> None:

@@ -299,7 +299,7 @@ class CliTool(ToolClient):
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
         confined = self.confined_now
-        if confined:  # unconfined, a missing binary is the start's FileNotFoundError (one stat less per call)
+        if confined or self.entry is not None:  # a store entry: checked every call (stats while unchanged)
             self.require_binary()
         items: list[Any] = list(args)
         if input is None and items and isinstance(items[0], bytes):

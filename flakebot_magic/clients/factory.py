@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import StorageError
+from ..errors import CacheFileDamaged, StorageError
+from ..host.entry import runnable_damage
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
 from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
@@ -27,7 +28,9 @@ from .contract import ToolContract
 from .http import HttpTool
 from .mcp import McpTool
 
-__all__ = ["make_tool", "tool_from_record"]
+__all__ = ["check_runnable", "make_tool", "tool_from_record"]
+
+NIX_STORE = Path("/nix/store")
 
 
 def make_tool(
@@ -101,6 +104,29 @@ def _stored_manifest(store_path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def check_runnable(record: ToolRecord) -> None:
+    """Raise :class:`~flakebot_magic.errors.CacheFileDamaged` unless the record's binary may run (its entry is whole).
+
+    A nix tool's record names its ``/nix/store`` output, which nix keeps
+    read-only and content-addressed (``flakebot verify NAME`` checks it by narHash
+    with ``nix store verify``): here its binary must be a regular file inside
+    that output; every other entry is checked as a cache hit is.
+    """
+    store_path, binary = Path(record.store_path), Path(record.binary)
+    if record.backend == "nix" and NIX_STORE in store_path.parents:
+        inside = store_path in binary.parents and binary.is_file()
+        why = "" if inside else f"its binary {binary} is not a file in its nix store path {store_path}"
+    else:
+        why = runnable_damage(store_path, binary)
+    if why:
+        raise CacheFileDamaged(
+            f"The tool {record.name!r} cannot run: {why}. Its binary was not run. Build it again with "
+            f"`flakebot rebuild {record.name}` (or `%flakebot rebuild {record.name}`); `flakebot doctor` "
+            "sets the damaged entry aside.",
+            path=Path(record.store_path),
+        )
+
+
 def tool_from_record(
     record: ToolRecord,
     *,
@@ -110,13 +136,24 @@ def tool_from_record(
     confine: bool = False,
     start: bool = False,
     home: Path | None = None,
+    check: bool = True,
 ) -> ToolClient:
     """The client for a registered tool, of the kind it was deployed as (not started unless ``start``).
 
     ``provenance`` is the store entry's manifest (read from the record's
     store path when not given); its ``"contract"`` says the kind, else the
     record's ``kind`` does.
+
+    No binary runs unless its store entry is whole: the record's binary is
+    checked as a cache hit checks it (:func:`~flakebot_magic.host.entry.runnable_damage`:
+    size and sha256 of each binary against the manifest) before the client
+    is made; damage is :class:`~flakebot_magic.errors.CacheFileDamaged`
+    naming the tool and ``flakebot rebuild``. ``check=False`` is for what only
+    describes the tool (``show``); such a client still checks before each run
+    (:meth:`~flakebot_magic.clients.base.ToolClient.require_binary`).
     """
+    if check or start:
+        check_runnable(record)
     manifest = dict(provenance) if provenance is not None else _stored_manifest(record.store_path)
     binary = Path(record.binary)
     stored = manifest.get("contract")

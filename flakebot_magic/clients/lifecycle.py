@@ -9,7 +9,7 @@ Every tool process
   :func:`~flakebot_magic.host.process.spawn` with ``lasting=True``: from one
   long-lived thread, since the signal follows the thread that forked);
 * keeps its output in a bounded buffer, readable as ``tool.logs()`` (its
-  lines cut by :class:`~flakebot_magic.host.process.LineReader`);
+  lines cut by :class:`~flakebot_magic.host.output.LineReader`);
 * is stopped by :func:`stop` (``%flakebot stop NAME``), by :func:`stop_all`
   at interpreter exit (``atexit``: kernel shutdown and restart), and when a
   call to it is interrupted or times out (the next call starts it again).
@@ -215,8 +215,8 @@ class Stoppable(Protocol):
 
 ProcessKey = tuple[str, str]
 
-_registry: dict[ProcessKey, Stoppable] = {}
-_registry_lock = threading.Lock()
+_started: dict[ProcessKey, Stoppable] = {}
+_started_lock = threading.Lock()
 _atexit_registered = False
 
 
@@ -233,9 +233,9 @@ def register(tool: Stoppable) -> None:
     """Remember a started tool; a different tool of the same home and name is stopped first."""
     global _atexit_registered
     key = _key(tool)
-    with _registry_lock:
-        previous = _registry.get(key)
-        _registry[key] = tool
+    with _started_lock:
+        previous = _started.get(key)
+        _started[key] = tool
         if not _atexit_registered:
             atexit.register(stop_all)
             _atexit_registered = True
@@ -245,9 +245,9 @@ def register(tool: Stoppable) -> None:
 
 def unregister(tool: Stoppable) -> None:
     key = _key(tool)
-    with _registry_lock:
-        if _registry.get(key) is tool:
-            del _registry[key]
+    with _started_lock:
+        if _started.get(key) is tool:
+            del _started[key]
 
 
 def stop(name: str, home: Path | str) -> bool:
@@ -255,8 +255,8 @@ def stop(name: str, home: Path | str) -> bool:
 
     This is what ``%flakebot stop NAME`` calls, with the kernel's cache dir.
     """
-    with _registry_lock:
-        tool = _registry.get(process_key(home, name))
+    with _started_lock:
+        tool = _started.get(process_key(home, name))
     if tool is None:
         return False
     was_running = tool.running
@@ -266,8 +266,8 @@ def stop(name: str, home: Path | str) -> bool:
 
 def stop_all() -> list[str]:
     """Stop every tool this interpreter started; return their names (runs at exit)."""
-    with _registry_lock:
-        tools = list(_registry.values())
+    with _started_lock:
+        tools = list(_started.values())
     for tool in tools:
         try:
             tool.stop()
@@ -284,8 +284,8 @@ def logs(name: str, home: Path | str, last: int | None = None) -> str:
     KeyError
         No tool of that name and home was started in this interpreter.
     """
-    with _registry_lock:
-        tool = _registry.get(process_key(home, name))
+    with _started_lock:
+        tool = _started.get(process_key(home, name))
     if tool is None:
         raise KeyError(name)
     return tool.logs(last)
@@ -293,7 +293,7 @@ def logs(name: str, home: Path | str, last: int | None = None) -> str:
 
 def running(home: Path | str | None = None) -> list[str]:
     """Names of the tools whose process is running now (of ``home`` only, when given)."""
-    with _registry_lock:
-        tools = list(_registry.items())
+    with _started_lock:
+        tools = list(_started.items())
     where = None if home is None else os.path.realpath(home)
     return sorted(t.name for (h, _), t in tools if t.running and (where is None or h == where))

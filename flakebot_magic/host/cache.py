@@ -33,6 +33,7 @@ from ..errors import StorageError
 
 __all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout", "make_private"]
 
+
 #: what a layout directory that was no directory (a file, a dangling symlink) is renamed to: ``NAME.not-a-dir-<ns>``
 NOT_A_DIRECTORY = ".not-a-dir-"
 
@@ -40,7 +41,7 @@ NOT_A_DIRECTORY = ".not-a-dir-"
 CACHE_DIRECTORIES: dict[str, str] = {
     "workspaces": "one git workspace per tool (and, while a build runs, .next/, .old/, .sandbox/)",
     "store": "built tools, hash-addressed (HASH-crate-version/)",
-    "tools": "the tool registry (tools.sqlite3); attempts/: builds that made no tool",
+    "tools": "the tool inventory (tools.sqlite3); attempts/: builds that made no tool",
     "recipes": "request inputs -> store path",
     "index": "one SQLite search index per registry path",
     "logs": "each tool's build log, a cache hit's, a failed run's",
@@ -51,6 +52,7 @@ CACHE_DIRECTORIES: dict[str, str] = {
     "locks": "one lock file per tool name: one build at a time",
     "probes": "cached probes (can a nixpkgs reference be locked here)",
     "proofs": "passing test runs, one record per ProofKey digest (records/proofs.py); clean keeps them",
+    "damaged": "records found damaged (an intent naming a path outside its place), set aside, never acted on",
 }
 
 
@@ -72,11 +74,13 @@ def make_private(path: Path, *, parents: bool = False) -> Path:
     return path
 
 
-def _private(path: Path, *, parents: bool = False) -> bool:
-    """:func:`make_private`, but False (nothing done) for something that is no directory."""
+def _private(path: Path, *, parents: bool = False, follow: bool = True) -> bool:
+    """:func:`make_private`, but False (nothing done) for something that is no directory. ``follow=False``: a
+    symlink is no directory either (a layout directory: what is under a link may be anywhere, so nothing is
+    done through it; only the cache dir itself may be a link, to where the user keeps it)."""
     try:
         try:
-            info = os.stat(path)  # the usual case: it is there already (one system call)
+            info = os.stat(path) if follow else os.lstat(path)  # usually there already (one system call)
         except FileNotFoundError:
             if parents:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +89,9 @@ def _private(path: Path, *, parents: bool = False) -> bool:
             except FileExistsError:  # made beside us a moment ago (checked as any other), or a dangling symlink
                 if not os.path.exists(path):
                     return False
-            info = os.stat(path)
+            info = os.stat(path) if follow else os.lstat(path)
+    except NotADirectoryError:
+        return False  # its parent is a file: no directory can be here (doctor sets the parent aside)
     except OSError as exc:
         raise StorageError(
             f"Cannot make the cache directory {path}: {exc.strerror or exc}. Check that you may write there, "
@@ -140,7 +146,7 @@ class CacheLayout:
 
     @property
     def attempts(self) -> Path:
-        """Builds that made no tool (failed, cancelled): one record each, beside the tool registry."""
+        """Builds that made no tool (failed, cancelled): one record each, beside the tool inventory."""
         return self.tools / "attempts"
 
     @property
@@ -190,6 +196,32 @@ class CacheLayout:
     def proofs(self) -> Path:
         return self._under("proofs")
 
+    def inside(self, path: Path | str, under: Path | None = None, *, follow: bool = True) -> bool:
+        """Whether ``path`` is strictly under ``under`` (a directory of this layout; the cache dir by default),
+        symlinks resolved: the one check every path a cache file names passes before it is removed, moved or
+        written, so that whatever the cache's files say nothing outside the cache dir is touched.
+
+        ``under`` is taken where the layout puts it (a layout directory that is a symlink to elsewhere does not
+        move it); ``follow=False`` resolves all but the last part (an operation on the entry itself: removing or
+        renaming a symlink acts on the link). A relative path, or one with a ``..`` that leaves, is outside.
+        """
+        path = Path(path)
+        if not path.is_absolute() or path.name in ("", ".", ".."):
+            return False
+        root = Path(os.path.realpath(self.root))
+        try:
+            base = root / Path(under if under is not None else self.root).relative_to(self.root)
+            where = Path(os.path.realpath(path)) if follow else Path(os.path.realpath(path.parent)) / path.name
+            return where != base and where.is_relative_to(base)
+        except (ValueError, OSError):
+            return False
+
+    @property
+    def damaged(self) -> Path:
+        """Records of the cache found damaged (an intent that names a path outside its place, or of wrong types),
+        set aside here, kept for a look, never acted on."""
+        return self._under("damaged")
+
     def directories(self) -> list[Path]:
         """Every directory of the layout, each parent before what is under it."""
         nested = [self.attempts, self.pending_gcroots]
@@ -198,23 +230,27 @@ class CacheLayout:
     def create(self) -> CacheLayout:
         """Make the root and every directory of the layout private (:func:`make_private`); this layout.
 
-        A layout path that is something else (a file, a dangling symlink) is
-        left for ``doctor`` (:meth:`set_aside_non_directories`).
+        A layout path that is something else (a file, a symlink) is left for
+        ``doctor`` (:meth:`set_aside_non_directories`); a symlink is never
+        followed, so nothing outside the cache is changed.
         """
         make_private(self.root, parents=True)
         for path in self.directories():
-            _private(path)  # False for a file or a dangling symlink: left as it is
+            if path.parent != self.root and (path.parent.is_symlink() or not path.parent.is_dir()):
+                continue  # under a layout path that is no directory: doctor sets that aside first
+            _private(path, follow=False)  # False for a file or a symlink: left for doctor, never followed
         return self
 
     def set_aside_non_directories(self) -> list[str]:
-        """Each layout directory that is something else (a file, a dangling symlink), renamed aside (kept) and made
-        again, empty; what was done, in words. A symlink to a directory is a directory: it stays.
+        """Each layout directory that is something else (a file, a symlink: to a directory or dangling), renamed
+        aside (kept; a symlink's target is never touched) and made again, empty; what was done, in words. A symlink
+        is no directory of the cache: what is under it may be anywhere.
 
         Raises ``OSError`` when the cache cannot be written (the caller says so).
         """
         done = []
         for path in self.directories():
-            if not os.path.lexists(path) or path.is_dir():
+            if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink()):
                 continue
             aside = path.with_name(f"{path.name}{NOT_A_DIRECTORY}{time.monotonic_ns()}")
             os.rename(path, aside)

@@ -31,8 +31,23 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheFileDamaged, DiskFull, FlakebotError, StorageError
+from .fsutil import TooLarge, UnsafePath, read_regular
 
-__all__ = ["FULL_MARGIN", "amount", "free_bytes", "is_full", "read_cache_json", "storage_errors", "translate"]
+__all__ = [
+    "CACHE_FILE_LIMIT",
+    "FULL_MARGIN",
+    "amount",
+    "free_bytes",
+    "is_full",
+    "read_cache_file",
+    "read_cache_json",
+    "storage_errors",
+    "translate",
+]
+
+#: the most bytes a cache file (a manifest, a record, a log) may hold before it is taken for damage:
+#: far above any real one (a manifest is a few KB, a build log a few MB), far below "reads forever"
+CACHE_FILE_LIMIT = 64 * 1024 * 1024
 
 #: below this many free bytes a failure is taken for a full disk (a failed cargo may already have removed
 #: its half-written temporary files, so "0 bytes free" is too strict)
@@ -179,19 +194,43 @@ def storage_errors(
         raise translate(exc, what, path, damaged=damaged) from exc
 
 
+def read_cache_file(path: Path, limit: int = CACHE_FILE_LIMIT) -> bytes:
+    """The bytes of the cache file ``path``: the one way a cache file is read, bounded and never blocking.
+
+    Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked to be a regular file
+    before a byte is read (:func:`~flakebot_magic.host.fsutil.read_regular`):
+    a FIFO, a device, a directory, a symlink or a file of more than ``limit``
+    bytes is :class:`~flakebot_magic.errors.CacheFileDamaged` naming it and
+    ``flakebot doctor``; a missing file is ``FileNotFoundError``.
+    """
+    try:
+        data, more = read_regular(path, limit)
+        if more:
+            raise TooLarge(f"{path} holds more than {limit:,} bytes")
+    except (UnsafePath, TooLarge) as exc:
+        raise CacheFileDamaged(
+            f"{path} is damaged ({exc}). `flakebot doctor` sets a damaged store entry aside; remove or rebuild "
+            "what it names.",
+            path=path,
+        ) from None
+    return data
+
+
 def read_cache_json(path: Path) -> dict[str, Any]:
     """The JSON object in the cache file ``path``: the one reader of a store manifest, so damage reads one way.
 
     Raises ``OSError`` when it cannot be read (missing: ``FileNotFoundError``),
     and :class:`~flakebot_magic.errors.CacheFileDamaged` naming the file and
     ``flakebot doctor`` when it holds no JSON object (emptied, random bytes,
-    not UTF-8).
+    not UTF-8, nested too deep to decode) or is no regular file of a sane size (:func:`read_cache_file`).
     """
-    raw = path.read_bytes()
+    raw = read_cache_file(path)
     try:
         data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both
         data = exc
+    except RecursionError:  # nested deeper than the decoder goes: no record of ours is
+        data = ValueError("nested too deep")
     if not isinstance(data, dict):
         why = data if isinstance(data, ValueError) else f"a JSON {type(data).__name__}, not an object"
         raise CacheFileDamaged(

@@ -241,6 +241,8 @@ def clean(settings: Settings, *, everything: bool = False, dry_run: bool = False
 def _clean(settings: Settings, report: CleanReport, running: _Running, *, everything: bool) -> None:
     def remove(path: Path) -> None:
         why = running.owner(path)
+        if not settings.cache.inside(path, follow=False):
+            why = "it is outside the cache dir (a symlink on the way leads elsewhere); left alone"
         if why:
             report.kept.append(f"{path}: {why}")
             return
@@ -323,7 +325,7 @@ def _clean_leftovers(
     if workspaces.is_dir():
         # workspaces replaced (.old) and builds beside a tool's workspace (.next): a running one's are kept
         for aside in (workspaces / OLD_DIR, workspaces / NEXT_DIR):
-            if aside.is_dir() and not aside.is_symlink():
+            if aside.is_dir() and not aside.is_symlink() and settings.cache.inside(aside):
                 for entry in sorted(aside.iterdir()):
                     remove(entry)
                 if not report.dry_run and not any(aside.iterdir()):
@@ -335,6 +337,8 @@ def _clean_leftovers(
                 remove(entry)
             if entry.name.startswith(".") or not entry.is_dir() or entry.is_symlink():
                 continue
+            if not settings.cache.inside(entry, workspaces):
+                continue  # workspaces/ itself leads elsewhere: prepare sets it aside
             why = running.owner(entry)
             if why:
                 report.kept.append(f"{entry / 'target'}: {why}")

@@ -178,7 +178,8 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     for record in inventory.all():
         report.problems += _disagreements(settings, record, runner)
         workspace = Path(record.workspace)
-        if record.workspace and record.name not in busy and workspace.is_dir():
+        inside = record.workspace and settings.cache.inside(workspace, settings.cache.workspaces)
+        if inside and record.name not in busy and workspace.is_dir():
             report.unlocked += remove_stale_locks(workspace)
     return report
 
@@ -189,7 +190,7 @@ def _set_aside_damaged(settings: Settings) -> list[str]:
     for name in store_entries(settings):
         entry = settings.cache.store / name
         why = entry_damage(entry)
-        if why:
+        if why and settings.cache.inside(entry, settings.cache.store, follow=False):
             aside = set_aside(entry)
             if aside is not None:
                 moved.append(f"set aside {entry}: {why}; it is at {aside} now (kept), its next build makes it again")
@@ -362,6 +363,9 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
         return problems
     workspace = Path(record.workspace)
+    if not settings.cache.inside(workspace, settings.cache.workspaces):  # git there would harden (write) it
+        problems.append(f"{name}: its workspace {workspace} is not under {settings.cache.workspaces}; not looked at")
+        return problems
     if not workspace.is_dir():
         problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
         return problems

@@ -104,8 +104,8 @@ def _manifest(record: ToolRecord) -> dict[str, Any]:
     return data
 
 
-def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
-    """The client of a record's tool, of the kind it was deployed as (CLI, MCP, HTTP; not started)."""
+def tool_of(record: ToolRecord, settings: Settings | None = None, *, check: bool = True) -> Any:
+    """A record's client (not started), its entry checked first unless ``check=False`` (show, tool_json only)."""
     return tool_from_record(
         record,
         provenance=_manifest(record),
@@ -113,6 +113,7 @@ def tool_of(record: ToolRecord, settings: Settings | None = None) -> Any:
         env=settings.tool_env if settings else None,
         confine=settings.confine_tools if settings else option("confine_tools").default,
         home=settings.cache.root if settings else None,
+        check=check,
     )
 
 
@@ -121,12 +122,11 @@ def load(settings: Settings, name: str) -> Any:
 
     A command-line tool is its client; an MCP server or HTTP service is
     started (its record follows its process, as after a build). This is how a
-    tool comes back after a kernel restart. A tool whose store entry was
-    removed (``clean``) is a :class:`UsageError` saying how to rebuild it.
+    tool comes back after a kernel restart. A tool whose store entry was removed (``clean``) is a
+    :class:`UsageError`, a damaged one :class:`~flakebot_magic.errors.CacheFileDamaged`; both say how to rebuild it.
     """
     record = find(settings, name)
-    binary = Path(record.binary)
-    if not binary.is_file():
+    if not (binary := Path(record.binary)).is_file():
         raise UsageError(
             f"The tool {name!r} is registered, but its binary {binary} is gone (removed by `clean`?). "
             f"Build it again with `%flakebot rebuild {name}` (or `flakebot rebuild {name}`)."
@@ -154,7 +154,7 @@ def load_all(settings: Settings) -> tuple[dict[str, Any], list[str]]:
 def describe(settings: Settings, name: str) -> dict[str, Any]:
     """The provenance of tool ``name`` (what ``%flakebot show`` prints)."""
     record = find(settings, name)
-    data = _provenance(tool_of(record, settings), record)
+    data = _provenance(tool_of(record, settings, check=False), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
     if record.url:
         data["url"] = record.url
@@ -435,7 +435,7 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
     record = subject if isinstance(subject, ToolRecord) else _record_of(subject, settings)
     data = record.public_json()
     data["status"] = status_of(record)
-    data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings), record)
+    data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings, check=False), record)
     api = f"/flakebot/api/tools/{record.name}"
     links = {"self": api, "logs": f"{api}/logs", "stop": f"{api}/stop"}
     if record.kind == "http":

@@ -37,7 +37,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,9 @@ from ..host.locks import tool_lock
 from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, add_tool, swap_in
-from ..stages.workspace import aside_path
+from ..stages.workspace import NEXT_DIR, OLD_DIR, aside_path
 
-__all__ = ["CARD_FILE", "Intent", "install", "pending", "read_card", "recover"]
+__all__ = ["CARD_FILE", "Intent", "confinement", "install", "pending", "read_card", "recover"]
 
 #: the tool card, in a tool's workspace: ``.git/`` is read-only to the code that runs in the workspace
 CARD_FILE = "flakebot-tool.json"
@@ -101,7 +101,10 @@ class Intent:
                 return [moved(item) for item in value]
             return value
 
-        record = ToolRecord.from_json(dict(self.record)).rebased(root).to_json()
+        try:
+            record = ToolRecord.from_json(dict(self.record)).rebased(root).to_json()
+        except TypeError:  # a record missing a field: its paths are moved as the intent's
+            record = moved(self.record)
         return replace(
             self,
             record=record,
@@ -113,14 +116,88 @@ class Intent:
         )
 
     @classmethod
-    def load(cls, path: Path) -> Intent | None:
+    def parse(cls, path: Path) -> Intent:
+        """The intent in ``path``; raises :class:`~flakebot_magic.errors.StorageError` when it cannot be read or
+        is damaged (not of this format, a field missing, unknown or of the wrong type)."""
+        data = read_cache_json(path)
+        if data.get("format") != INTENT_FORMAT:
+            raise StorageError(f"the intent {path} is of another format ({data.get('format')!r})", path=path)
+        wrong = _wrong_type(cls, data) or _wrong_type(ToolRecord, data.get("record") or {}, "record's ")
+        if wrong:
+            raise StorageError(f"the intent {path} is damaged: {wrong}", path=path)
         try:
-            data = read_cache_json(path)
-            if data.get("format") != INTENT_FORMAT:
-                return None
             return cls(**data)
-        except (OSError, StorageError, TypeError):
+        except TypeError as exc:  # a field missing
+            raise StorageError(f"the intent {path} is damaged: {exc}", path=path) from exc
+
+    @classmethod
+    def load(cls, path: Path) -> Intent | None:
+        """The intent in ``path``, or None when it cannot be read or is damaged (:meth:`parse` says why)."""
+        try:
+            return cls.parse(path)
+        except (OSError, StorageError):
             return None
+
+
+def confinement(settings: Settings, intent: Intent) -> str:
+    """Why ``intent`` names a path outside its place ("": every path is where such a path belongs).
+
+    The one decision of which paths an intent may act on, symlinks resolved (:meth:`CacheLayout.inside`): the
+    tool's workspace ``workspaces/NAME``, the new one under ``workspaces/.next/ATTEMPT/``, the replaced one's
+    place under ``workspaces/.old/``, the recipe under ``recipes/``, the store entry under ``store/``.
+    """
+    cache = settings.cache
+    workspaces = cache.workspaces
+    try:
+        record = ToolRecord.from_json(dict(intent.record))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return f"its record is damaged ({exc})"
+    final = Path(intent.final)
+    if final != workspaces / intent.name or not cache.inside(final, workspaces, follow=False):
+        return f"its workspace {intent.final!r} is not {workspaces / intent.name}"
+    if record.name != intent.name or Path(record.workspace) != final:
+        return f"its record is of {record.name!r} at {record.workspace!r}"
+    if not cache.inside(record.store_path, cache.store):
+        return f"its store entry {record.store_path!r} is not under {cache.store}"
+    nexts = workspaces / NEXT_DIR
+    if intent.next and not (cache.inside(intent.next, nexts) and cache.inside(Path(intent.next).parent, nexts)):
+        return f"its new workspace {intent.next!r} is not in an attempt under {nexts}"
+    if intent.aside and not cache.inside(intent.aside, workspaces / OLD_DIR):
+        return f"its place for the replaced workspace {intent.aside!r} is not under {workspaces / OLD_DIR}"
+    if intent.recipe and not cache.inside(intent.recipe, cache.recipes):
+        return f"its recipe {intent.recipe!r} is not under {cache.recipes}"
+    return ""
+
+
+def _confined(settings: Settings, intent: Intent) -> None:
+    """Raise :class:`~flakebot_magic.errors.StorageError` when ``intent`` names a path outside its place."""
+    why = confinement(settings, intent)
+    if why:
+        where = _intent_path(settings, intent.name)
+        raise StorageError(f"the intent {where} is damaged: {why}; nothing was done", path=where)
+
+
+#: what a field declared of each type may hold, as JSON gives it
+_KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "int | None": (int, type(None)),
+    "dict[str, Any]": (dict,),
+}
+
+
+def _wrong_type(cls: type, data: dict[str, Any], whose: str = "") -> str:
+    """Which key of ``data`` (JSON for the dataclass ``cls``) is unknown or of a type ``cls`` does not declare,
+    in words; "" when none (keys missing are the constructor's to say)."""
+    declared = {f.name: str(f.type) for f in fields(cls)}
+    for key, value in data.items():
+        if cls is ToolRecord and key not in declared:
+            continue  # a record keeps keys it does not know (in extra)
+        kinds = _KINDS.get(declared.get(key, ""))
+        if kinds is None or isinstance(value, bool) or not isinstance(value, kinds):
+            return f"its {whose}{key!r} is {type(value).__name__}" if kinds else f"it has an unknown {whose}{key!r}"
+    return ""
 
 
 def _intent_path(settings: Settings, name: str) -> Path:
@@ -193,6 +270,7 @@ def install(
         pid=os.getpid(),
         created=time.time(),
     )
+    _confined(settings, intent)  # the record's paths may come from the cache's files (a rebuild's record)
     where = _intent_path(settings, name)
     with storage_errors(f"starting to install {name!r}", where):
         atomic_write(where, json.dumps(asdict(intent), indent=2), make_parents=True)
@@ -210,6 +288,7 @@ def install(
 
 def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Callable[[str], None]) -> None:
     """Do every step of ``intent`` not done yet, in order (each one idempotent); ``progress`` names those done."""
+    _confined(settings, intent)
     final = Path(intent.final)
     beside = Path(intent.next) if intent.next else None
     new = final if beside is None or _card_txn(final) == intent.id else beside
@@ -321,24 +400,41 @@ def recover(settings: Settings) -> list[str]:
                 note = _recover_one(settings, path)
         except ToolBusy:
             continue  # its build is still running
+        except (OSError, StorageError) as exc:  # each intent on its own: one that cannot be handled stops no other
+            note = f"the unfinished build in {path} could not be finished or undone now ({exc})"
         if note:
             notes.append(note)
     return notes
 
 
+def _set_aside(settings: Settings, path: Path, why: str) -> str:
+    """Move the damaged intent ``path`` into the cache's ``damaged/`` (kept for a look, never acted on)."""
+    aside = settings.cache.damaged / f"intent-{path.stem}-{time.time_ns()}.json"
+    with storage_errors("setting a damaged intent aside", path):
+        aside.parent.mkdir(mode=0o700, exist_ok=True)
+        os.rename(path, aside)
+    return f"set aside the damaged intent {path} ({why}): it is at {aside} now (kept), nothing was done"
+
+
 def _recover_one(settings: Settings, path: Path) -> str:
-    intent = Intent.load(path)
-    if intent is None:
-        path.unlink(missing_ok=True)  # written atomically, so never half; a foreign or old file
-        return ""
+    try:
+        intent = Intent.parse(path)
+    except StorageError as exc:
+        if path.is_file() and not path.is_symlink():
+            return _set_aside(settings, path, str(exc))
+        path.unlink(missing_ok=True)  # not a file: nothing of it to keep (a symlink goes, its target stays)
+        return f"removed {path}: it was no intent ({exc})"
     intent = intent.rebased(settings.cache.root)  # the cache dir may have moved since it was written
+    why = confinement(settings, intent)
+    if why or intent.name != path.stem:
+        return _set_aside(settings, path, why or f"it is of {intent.name!r}")
     who = f"the build of {intent.name!r} that process {intent.pid} left unfinished"
     why_not = _whole(intent)
     if not why_not:
         try:
             _forward(settings, intent, set(), lambda message: None)
             return f"finished {who}: {intent.name!r} is the new build now"
-        except (OSError, StorageError) as exc:
+        except (OSError, StorageError, ValueError) as exc:  # ValueError: a record the registry refuses
             why_not = f"finishing it failed ({exc})"
     try:
         current = Inventory(settings.cache.tools).get(intent.name)

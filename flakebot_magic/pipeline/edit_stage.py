@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,45 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
     settings, workspace, model = deps.settings, run.forked(), run.model
     assert model is not None
     race_resume = run.resume if isinstance(run.resume, RacePoint) else None
+    count = _candidate_count(run, race_resume)
+    journal_for = _journals(settings, run, count, race_resume)  # sets run.journal (one session) or run.race
+    return Team(
+        workspace.path,
+        model,
+        runner=deps.runner,
+        bus=deps.bus,
+        cargo_for=_cargo_for(cargo),
+        crate=workspace.crate,
+        budget=_budget(settings, run, model.model),
+        limits=settings.loop_limits(),
+        reply_limits=settings.reply_limits(),
+        candidates=count,
+        plan=run.flags.plan,
+        architect=model.with_options(model=settings.architect_model) if settings.architect_model else model,
+        examples=run.examples,
+        journal=run.journal,
+        inbox=inbox,
+        resume=run.resume if isinstance(run.resume, ResumePoint) else None,
+        race_resume=race_resume.points if race_resume is not None else None,
+        journal_for=journal_for,
+        name=run.name,
+        alternatives=run.alternatives if not run.follow_up and run.resume is None else [],
+        fork_other=_fork_other(deps, cargo),
+    )
+
+
+def _candidate_count(run: RunState, race_resume: RacePoint | None) -> int:
+    """How many edit sessions race: the resumed race's, else ``--candidates`` (a one-candidate session resumes
+    alone)."""
     if run.flags.candidates > 1 and isinstance(run.resume, ResumePoint):
         raise UsageError(
             f"--resume continues {run.name!r}'s last session, which had one candidate; drop --candidates to resume it."
         )
-    count = race_resume.record.candidates if race_resume is not None else run.flags.candidates
-    architect = model.with_options(model=settings.architect_model) if settings.architect_model else model
+    return race_resume.record.candidates if race_resume is not None else run.flags.candidates
+
+
+def _cargo_for(cargo: Cargo) -> Callable[[Path, ProcessRunner], Cargo]:
+    """Each candidate's cargo: sandboxed to its own workspace, with the session's one CARGO_HOME."""
 
     def cargo_for(path: Path, runner: ProcessRunner) -> Cargo:
         # one CARGO_HOME for the session, what the workspace's check run 0 downloaded: read-only in every
@@ -99,8 +133,13 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         isolate = cargo.sandbox.isolated if cargo.sandbox is not None else None
         return cargo.confined_to(Sandbox(path, cargo_home=home, isolate=isolate), runner)
 
+    return cargo_for
+
+
+def _fork_other(deps: RunDeps, cargo: Cargo) -> Callable[[CrateCandidate, Path], str]:
+    """How a candidate forks a close second of the search: the commit its diff is measured from."""
+
     def fork_other(crate: CrateCandidate, path: Path) -> str:
-        """Fork a close second of the search for one candidate; the commit its diff is measured from."""
         runner = ProcessRunner(LinkedToken(deps.runner.cancel))
         other = fork(
             crate,
@@ -114,83 +153,76 @@ def _team(deps: RunDeps, run: RunState, cargo: Cargo, inbox: steering.Inbox) -> 
         )
         return other.published_commit
 
-    journal_for = None
-    if count > 1:
-        run.race = (
-            race_resume.record
-            if race_resume is not None
-            else RaceRecord.start(
-                settings.cache_dir,
-                run.name,
-                workspace=str(workspace.path),
-                replaces=str(workspace.replaces or ""),
-                candidates=count,
-                request=run.request.text,
-                follow_up=run.follow_up,
-            )
-        )
-        race = run.race.race
+    return fork_other
 
-        def journal_for(
-            index: int,
-            path: Path,
-            crate: CrateCandidate | None,
-            base_commit: str,
-            base_clippy: int,
-            plan: str,
-            resumes: ResumePoint | None,
-        ) -> Journal:
-            return _journal(
+
+def _budget(settings: Settings, run: RunState, model: str) -> Budget:
+    """The run's one budget; a resumed session's spending counts in it (one budget, one usage record)."""
+    budget = run.budget or Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
+    if run.resume is not None:
+        budget.charge(model, run.resume.usage)
+    return budget
+
+
+def _journals(
+    settings: Settings, run: RunState, count: int, race_resume: RacePoint | None
+) -> Callable[..., Journal] | None:
+    """The session's journal: one (``run.journal``) for a single session; for a race, its record (``run.race``)
+    and how each candidate's journal is made (returned)."""
+    workspace, model = run.forked(), run.model
+    assert model is not None
+    if count <= 1:
+        if run.journal is None:
+            run.journal = _journal(
                 settings,
                 run,
                 model.model,
                 model.base_url,
-                candidate=index,
-                workspace=str(path),
-                base_commit=base_commit,
-                resumes=resumes,
-                run=race,
-                crate=(crate or workspace.crate).id,
-                base_clippy=base_clippy,
-                plan=plan,
+                workspace=str(workspace.path),
+                replaces=str(workspace.replaces or ""),
+                crate=workspace.crate.id,
             )
+        return None
+    run.race = (
+        race_resume.record
+        if race_resume is not None
+        else RaceRecord.start(
+            settings.cache_dir,
+            run.name,
+            workspace=str(workspace.path),
+            replaces=str(workspace.replaces or ""),
+            candidates=count,
+            request=run.request.text,
+            follow_up=run.follow_up,
+        )
+    )
+    race = run.race.race
 
-    elif run.journal is None:
-        run.journal = _journal(
+    def journal_for(
+        index: int,
+        path: Path,
+        crate: CrateCandidate | None,
+        base_commit: str,
+        base_clippy: int,
+        plan: str,
+        resumes: ResumePoint | None,
+    ) -> Journal:
+        return _journal(
             settings,
             run,
             model.model,
             model.base_url,
-            workspace=str(workspace.path),
-            replaces=str(workspace.replaces or ""),
-            crate=workspace.crate.id,
+            candidate=index,
+            workspace=str(path),
+            base_commit=base_commit,
+            resumes=resumes,
+            run=race,
+            crate=(crate or workspace.crate).id,
+            base_clippy=base_clippy,
+            plan=plan,
         )
-    budget = run.budget or Budget(settings.token_budget, max_cost=settings.max_cost, prices=settings.prices)
-    if run.resume is not None:  # the interrupted session's spending counts: one budget, one usage record
-        budget.charge(model.model, run.resume.usage)
-    return Team(
-        workspace.path,
-        model,
-        runner=deps.runner,
-        bus=deps.bus,
-        cargo_for=cargo_for,
-        crate=workspace.crate,
-        budget=budget,
-        limits=settings.loop_limits(),
-        reply_limits=settings.reply_limits(),
-        candidates=count,
-        plan=run.flags.plan,
-        architect=architect,
-        examples=run.examples,
-        journal=run.journal,
-        inbox=inbox,
-        resume=run.resume if isinstance(run.resume, ResumePoint) else None,
-        race_resume=race_resume.points if race_resume is not None else None,
-        journal_for=journal_for,
-        name=run.name,
-        alternatives=run.alternatives if not run.follow_up and run.resume is None else [],
-        fork_other=fork_other,
-    )
+
+    return journal_for
 
 
 def _switch_workspace(run: RunState, winner: Path, bus: EventBus) -> None:

@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from ..errors import InventoryDamaged, StorageError
 from ..host.fsutil import fsync_dir
-from ..host.storage import is_full, sqlite_code, storage_errors
+from ..host.storage import is_full, read_cache_json, sqlite_code, storage_errors
 
 __all__ = ["DB_NAME", "STATUSES", "Health", "Inventory", "ToolRecord"]
 
@@ -246,7 +246,7 @@ class Health:
 
 
 class Inventory:
-    """The tool registry: ``<cache>/tools/tools.sqlite3``.
+    """The tool inventory: ``<cache>/tools/tools.sqlite3``.
 
     Parameters
     ----------
@@ -268,7 +268,7 @@ class Inventory:
 
     def _damaged(self, exc: sqlite3.Error, code: str) -> StorageError:
         return InventoryDamaged(
-            f"The tool registry {self.path} is damaged ({exc}). {DOCTOR_HINT}",
+            f"The tool inventory {self.path} is damaged ({exc}). {DOCTOR_HINT}",
             reason="unreadable",
             path=self.path,
             code=code,
@@ -329,7 +329,7 @@ class Inventory:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; BEGIN IMMEDIATE takes the write lock before the first read."""
-        with self._errors("saving to the tool registry"), closing(self._connect()) as db:
+        with self._errors("saving to the tool inventory"), closing(self._connect()) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -345,8 +345,8 @@ class Inventory:
         # the registry used to be one JSON file per tool; move those records in
         for path in sorted(self.dir.glob("*.json")):
             try:
-                record = ToolRecord.from_json(json.loads(path.read_text()))
-            except (OSError, ValueError, TypeError):
+                record = ToolRecord.from_json(read_cache_json(path))
+            except (OSError, StorageError, ValueError, TypeError):
                 continue
             db.execute(
                 "INSERT OR IGNORE INTO tools (name, kind, status, updated, record) VALUES (?, ?, ?, ?, ?)",
@@ -374,7 +374,7 @@ class Inventory:
             return self._decode(text).rebased(self.dir.parent)
         except (ValueError, TypeError) as exc:
             raise InventoryDamaged(
-                f"The record of {name!r} in the tool registry {self.path} does not parse ({exc}). {DOCTOR_HINT}",
+                f"The record of {name!r} in the tool inventory {self.path} does not parse ({exc}). {DOCTOR_HINT}",
                 reason="record",
                 path=self.path,
             ) from exc
@@ -393,13 +393,13 @@ class Inventory:
             self._put(db, record)
 
     def get(self, name: str) -> ToolRecord | None:
-        with self._errors("reading the tool registry"):
+        with self._errors("reading the tool inventory"):
             rows = self._select("SELECT record FROM tools WHERE name = ?", (name,))
         return self._parse(name, rows[0][0]) if rows else None
 
     def all(self) -> list[ToolRecord]:
         """Every record, by name."""
-        with self._errors("reading the tool registry"):
+        with self._errors("reading the tool inventory"):
             rows = self._select("SELECT name, record FROM tools ORDER BY name")
         return [self._parse(name, text) for name, text in rows]
 
@@ -449,7 +449,7 @@ class Inventory:
         :meth:`rebuild` never saw.
         """
         try:
-            with self._errors("checking the tool registry"):
+            with self._errors("checking the tool inventory"):
                 if not self.path.exists() and not self._legacy():
                     return self._empty("missing", store_entries, f"{self.path} does not exist")
                 if self.path.exists() and self.path.stat().st_size == 0:
@@ -494,7 +494,7 @@ class Inventory:
     def readable_records(self) -> dict[str, dict[str, Any]]:
         """What can still be read of the records, each as JSON (damaged rows, or all of them, left out)."""
         try:
-            with self._errors("reading the tool registry"):
+            with self._errors("reading the tool inventory"):
                 rows = self._select("SELECT name, record FROM tools")
         except StorageError:
             return {}
@@ -530,11 +530,11 @@ class Inventory:
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('reconciled', ?)",
                     (json.dumps(sorted(store_entries)),),
                 )
-            with fresh._errors("writing the rebuilt tool registry"), closing(fresh._connect()) as db:
+            with fresh._errors("writing the rebuilt tool inventory"), closing(fresh._connect()) as db:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 db.execute("PRAGMA journal_mode = DELETE")  # one file to move; WAL again at its next write
             aside = None
-            with self._errors("putting the rebuilt tool registry in place"):
+            with self._errors("putting the rebuilt tool inventory in place"):
                 if self.path.exists():
                     stamp = time.strftime("%Y%m%d-%H%M%S")
                     aside = self.path.with_name(f"{DB_NAME}.damaged-{stamp}-{time.time_ns() % 10**6:06d}")

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FlakebotError
+from ..errors import FlakebotError, StorageError
 from ..host.git import Git
 from ..host.process import ProcessRunner
+from ..host.storage import read_cache_file
 from ..untrusted import safe_html, safe_text
 
 __all__ = [
@@ -59,8 +60,8 @@ def _flake_lock_hash(workspace: Path | None) -> str:
     if workspace is None:
         return ""
     try:
-        data = (workspace / "flake.lock").read_bytes()
-    except OSError:
+        data = read_cache_file(workspace / "flake.lock")
+    except (OSError, StorageError):
         return ""
     return "sha256-" + hashlib.sha256(data).hexdigest()
 

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import Cancelled, StorageError
+from ..errors import CacheFileDamaged, Cancelled, StorageError
 from ..events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
 from ..host.fsutil import atomic_write, private_dir
-from ..host.storage import read_cache_json
-from ..untrusted import safe_text
+from ..host.storage import read_cache_file, read_cache_json
+from ..untrusted import safe_line, safe_text
 from .inventory import Inventory, ToolRecord
 
 __all__ = [
@@ -259,9 +259,11 @@ def log_part(title: str, path: Path, last: int | None) -> str:
     """``== title (path)`` and the log's last ``last`` lines; "" when there is no such log."""
     try:
         # the log file may be older than the rule, or written by another process: made safe as it is read
-        text = safe_text(path.read_text(encoding="utf-8", errors="replace"))
+        text = safe_text(read_cache_file(path).decode("utf-8", errors="replace"))
     except OSError:
         return ""
+    except CacheFileDamaged as exc:  # a FIFO, a device, a link, a huge file: a notice, never a hang
+        return f"== {title} ({safe_line(str(path))})\n{exc}"
     lines = text.splitlines()
     if last and len(lines) > last:
         lines = [f"… {len(lines) - last} earlier lines in {path}", *lines[-last:]]

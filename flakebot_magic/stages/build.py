@@ -1,4 +1,4 @@
-"""Stage 3: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
+"""The build stage: prove the workspace with cargo: ``cargo build --release`` and ``cargo test``.
 
 After one download step on the tree the policy has just passed
 (:meth:`~flakebot_magic.sandbox.cargo.Cargo.fetch`), both run offline in the

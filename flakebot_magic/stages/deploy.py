@@ -41,6 +41,7 @@ from typing import Any
 
 from ..errors import DeployError, StorageError
 from ..host.crashpoints import crash_point
+from ..host.entry import binary_digest, entry_damage
 from ..host.fsutil import atomic_write, fsync_dir, sha256_regular
 from ..host.git import Git
 from ..host.locks import store_lock
@@ -161,39 +162,6 @@ def served(path: Path, key: str) -> StorePath | None:
 
 #: a store entry found damaged and set aside (``.damaged-<entry>-<ns>``; ``flakebot clean`` removes it)
 DAMAGED_PREFIX = ".damaged-"
-
-
-def entry_damage(path: Path) -> str:
-    """Why the store entry ``path`` cannot be served, in words ("": it is whole).
-
-    Its manifest must parse, and each binary it lists be there with the size
-    and sha256 recorded at deploy (``digests``; an entry from before digests
-    is checked for its binaries only). Reading the binaries costs a hash of a
-    few MB: cheap beside a build.
-    """
-    try:
-        manifest = read_cache_json(path / "manifest.json")
-    except (OSError, StorageError) as exc:
-        return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
-    bin_dir = Path(str(manifest.get("nix_store_path") or path)) / "bin"
-    digests = manifest.get("digests")
-    digests = digests if isinstance(digests, dict) else {}
-    for name in manifest.get("binaries") or []:
-        binary = bin_dir / str(name)
-        recorded = digests.get(name)
-        try:
-            if not binary.is_file():
-                return f"its binary {binary} is gone"
-            if isinstance(recorded, dict) and recorded != _digest(binary):
-                return f"its binary {binary} is not the one deployed (size or sha256 differs)"
-        except OSError as exc:
-            return f"its binary {binary} cannot be read ({exc.strerror or exc})"
-    return ""
-
-
-def _digest(binary: Path) -> dict[str, Any]:
-    """What identifies a deployed binary: its size and sha256."""
-    return {"size": binary.stat().st_size, "sha256": sha256_regular(binary)}
 
 
 def set_aside(path: Path) -> Path | None:
@@ -432,7 +400,7 @@ def deploy(
         (staging / "bin").mkdir()
         for name, source in sorted(binaries.items()):
             _copy_binary(name, Path(source), staging / "bin" / name, None if not digests else digests.get(name, ""))
-            recorded[name] = _digest(staging / "bin" / name)
+            recorded[name] = binary_digest(staging / "bin" / name)
 
     # the digests are of the copies: they are in the manifest, written after fill
     manifest = {**manifest, "binaries": sorted(binaries), "digests": recorded}

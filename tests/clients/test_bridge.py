@@ -12,6 +12,7 @@ import pytest
 
 from flakebot_magic.clients.bridge import serve
 from flakebot_magic.clients.cli_tool import CliTool
+from flakebot_magic.host.entry import binary_digest
 
 SHOUT = (
     "#!/bin/sh\n"
@@ -32,6 +33,7 @@ def shout(tmp_path: Path) -> CliTool:
     script.write_text(SHOUT)
     script.chmod(0o755)
     manifest = {"crate": "shout", "version": "1.4.2", "description": "Upper-cases its input", "hash": "0123"}
+    manifest.update(binaries=["shout"], digests={"shout": binary_digest(script)})
     (entry / "manifest.json").write_text(json.dumps(manifest))
     return CliTool(
         name="sh",

@@ -151,3 +151,38 @@ def test_the_cli_says_what_to_do_without_a_traceback(tmp_path: Path, capsys: pyt
     code = main(["list", "--cache-dir", str(root)])
     err = capsys.readouterr().err
     assert code != 0 and f"chmod 700 {root}" in err and "Traceback" not in err
+
+
+def test_inside_resolves_symlinks_and_dotdot_and_takes_a_layout_dir_where_the_layout_puts_it(tmp_path: Path) -> None:
+    """``CacheLayout.inside``: the one confinement check (its doors are in tests/manage/test_confinement.py)."""
+    layout = CacheLayout(tmp_path / "cache")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    layout.workspaces.mkdir(parents=True)
+    (layout.workspaces / "link").symlink_to(outside)
+    layout.store.symlink_to(outside)  # a layout dir that leads elsewhere: nothing under it is inside
+    assert layout.inside(layout.workspaces / "tool", layout.workspaces)
+    assert not layout.inside(layout.workspaces, layout.workspaces)  # strictly under
+    assert not layout.inside(layout.workspaces / "link" / "x")
+    assert not layout.inside(layout.workspaces / "link")  # followed: where it leads
+    assert layout.inside(layout.workspaces / "link", follow=False)  # the link itself (removing it removes the link)
+    assert not layout.inside(layout.store / "entry", layout.store)
+    assert not layout.inside(layout.store / "entry", layout.store, follow=False)
+    assert not layout.inside(f"{layout.workspaces}/../../outside/x")
+    assert not layout.inside("workspaces/tool") and not layout.inside(layout.root / "..")
+    assert not layout.inside(layout.recipes / "r.json", layout.workspaces)  # under the cache, not under its place
+
+
+def test_a_layout_directory_linked_elsewhere_is_never_changed_through(tmp_path: Path) -> None:
+    """The cache dir is made private, never what a layout directory's symlink leads to (it is outside)."""
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    (root / "store").symlink_to(outside)
+    layout = Settings(cache_dir=root).cache
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o755  # not tightened through the link
+    assert (root / "store").is_symlink() and _private(layout.workspaces) is None
+    assert len(layout.set_aside_non_directories()) == 1  # doctor's: the link set aside, the directory made
+    assert not (root / "store").is_symlink() and _private(root / "store") is None
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o755 and list(outside.iterdir()) == []

@@ -180,7 +180,6 @@ OWN_JSON_READERS = {
     "manage/team.py": "a notebook the user names (.ipynb)",
     "backends/nix.py": "probes/nixpkgs.json, a cache of probe answers: any damage is a miss, probed again",
     "edit/state.py": "the edit sessions' state read through the workspace's size-limited read_text",
-    "records/inventory.py": "the legacy one-file-per-tool inventory, imported once (a bad file is skipped)",
 }
 
 

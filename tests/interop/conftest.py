@@ -21,6 +21,7 @@ from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.base import ToolClient
 from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.config import Settings
+from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.testing.overlay import FIXTURES, overlay_registry
 
@@ -89,6 +90,7 @@ def shout(tmp_path: Path) -> CliTool:
     script.write_text(SHOUT)
     script.chmod(0o755)
     manifest = {"crate": "shout", "version": "2.0.1", "description": "Upper-cases its input", "hash": "0"}
+    manifest.update(binaries=["shout"], digests={"shout": binary_digest(script)})  # as deploy writes it
     (entry / "manifest.json").write_text(json.dumps(manifest))
     return CliTool(
         name="shout",

@@ -417,8 +417,10 @@ def _scripted(kind: type[Any], name: str, body: str, tmp_path: Path, **extra: An
 
 def test_mcp_and_http_tools_show_no_control_characters(world: World, tmp_path: Path) -> None:
     settings = world.settings
-    mcp = _scripted(McpTool, "hostmcp", _MCP, tmp_path, provenance={"description": marked("MCPPROV")})
-    http = _scripted(HttpTool, "hosthttp", _HTTP, tmp_path)
+    # registered in this cache (its home), as tools made from its inventory are: `flakebot logs` finds them there
+    home = settings.cache.root
+    mcp = _scripted(McpTool, "hostmcp", _MCP, tmp_path, provenance={"description": marked("MCPPROV")}, home=home)
+    http = _scripted(HttpTool, "hosthttp", _HTTP, tmp_path, home=home)
     inventory = Inventory(settings.cache.tools)
     for tool in (mcp, http):
         inventory.save(

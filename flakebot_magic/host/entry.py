@@ -1,0 +1,116 @@
+"""Whether a deployed store entry is whole: the one check a cache hit, ``doctor`` and every client door use.
+
+A store entry (``store/<key>-<crate>-<version>/``) holds ``manifest.json``
+and ``bin/``. The manifest records each binary's size and sha256 at deploy
+(``digests``). :func:`entry_damage` says in words why an entry cannot be
+served ("" when it is whole); :func:`runnable_damage` adds that the binary a
+client is about to run is one of the entry's own.
+
+Hashing a binary costs a read of it (a few MB, some ms; see
+``tests/host/test_entry.py::test_verdict_is_cached``). A whole verdict is
+kept in memory keyed by the ``lstat`` of the manifest and of every file in
+``bin/`` (inode, size, ``mtime_ns``, ``ctime_ns``): a write, a swap or a
+rename changes ``ctime``, which no user can set back, so a changed file is
+hashed again. Only "whole" is kept; damage is found afresh each time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import StorageError
+from .fsutil import sha256_regular
+from .storage import read_cache_json
+
+__all__ = ["binary_digest", "entry_damage", "forget_verdicts", "runnable_damage"]
+
+_Stamp = tuple[tuple[str, int, int, int, int], ...]
+#: (store entry, binary) -> the stamp of the entry's files when last found whole, the binary one of its own
+_WHOLE: dict[tuple[str, str], _Stamp] = {}
+_LOCK = threading.Lock()
+
+
+def binary_digest(binary: Path) -> dict[str, Any]:
+    """What identifies a deployed binary: its size and sha256 (read without following a link, never blocking)."""
+    return {"size": binary.stat().st_size, "sha256": sha256_regular(binary)}
+
+
+def _bin_dir(path: Path, manifest: dict[str, Any]) -> Path:
+    return Path(str(manifest.get("nix_store_path") or path)) / "bin"
+
+
+def entry_damage(path: Path) -> str:
+    """Why the store entry ``path`` cannot be served, in words ("": it is whole).
+
+    Its manifest must parse (read bounded, never blocking), and each binary
+    it lists be there with the size and sha256 recorded at deploy
+    (``digests``; an entry from before digests is checked for its binaries
+    only). Reading the binaries costs a hash of a few MB: cheap beside a build.
+    """
+    try:
+        manifest = read_cache_json(path / "manifest.json")
+    except (OSError, StorageError) as exc:
+        return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
+    bin_dir = _bin_dir(path, manifest)
+    digests = manifest.get("digests")
+    digests = digests if isinstance(digests, dict) else {}
+    for name in manifest.get("binaries") or []:
+        binary = bin_dir / str(name)
+        recorded = digests.get(name)
+        try:
+            if not binary.is_file():
+                return f"its binary {binary} is gone"
+            if isinstance(recorded, dict) and recorded != binary_digest(binary):
+                return f"its binary {binary} is not the one deployed (size or sha256 differs)"
+        except OSError as exc:
+            return f"its binary {binary} cannot be read ({exc.strerror or exc})"
+    return ""
+
+
+def _stamp(path: Path) -> _Stamp:
+    """The ``lstat`` of the manifest and of every file in ``bin/``: what a change to any of them changes."""
+    found = []
+    for file in [path / "manifest.json", *sorted((path / "bin").iterdir())]:
+        info = os.lstat(file)
+        found.append((file.name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(found)
+
+
+def runnable_damage(store_path: Path, binary: Path) -> str:
+    """Why ``binary`` of the store entry ``store_path`` must not run, in words ("": it may).
+
+    The entry must be whole (:func:`entry_damage`, the check of a cache hit)
+    and ``binary`` one it lists, in its ``bin/``. A whole verdict is reused
+    while no file of the entry changed (the module's docstring says how).
+    """
+    store_path, binary = Path(store_path), Path(binary)
+    try:
+        stamp = _stamp(store_path)
+    except OSError as exc:
+        return f"its store entry {store_path} cannot be read ({exc.strerror or exc})"
+    key = (str(store_path), str(binary))
+    with _LOCK:
+        if _WHOLE.get(key) == stamp:
+            return ""
+    why = entry_damage(store_path)
+    if why:
+        return why
+    try:
+        manifest = read_cache_json(store_path / "manifest.json")
+    except (OSError, StorageError) as exc:
+        return f"its manifest {store_path / 'manifest.json'} is damaged or unreadable ({exc})"
+    names = [str(name) for name in manifest.get("binaries") or []]
+    if binary.parent != _bin_dir(store_path, manifest) or binary.name not in names:
+        return f"its binary {binary} is not one its store entry {store_path} deployed"
+    with _LOCK:
+        _WHOLE[key] = stamp
+    return ""
+
+
+def forget_verdicts() -> None:
+    """Forget every kept verdict (tests; a process that wants every entry hashed again)."""
+    with _LOCK:
+        _WHOLE.clear()
