@@ -39,7 +39,12 @@ def binary_digest(binary: Path) -> dict[str, Any]:
 
 
 def _bin_dir(path: Path, manifest: dict[str, Any]) -> Path:
-    return Path(str(manifest.get("nix_store_path") or path)) / "bin"
+    """Where the entry's binaries are: its own ``bin/``, or a nix entry's store path's; a tool pulled into a
+    nix store of its own (a chroot store) is reached through the entry's ``bin`` link, as its record says."""
+    nix = manifest.get("nix_store_path")
+    if nix and not (Path(str(nix)) / "bin").is_dir() and (path / "bin").is_dir():
+        return path / "bin"
+    return Path(str(nix or path)) / "bin"
 
 
 def entry_damage(path: Path) -> str:
@@ -103,7 +108,9 @@ def runnable_damage(store_path: Path, binary: Path) -> str:
     except (OSError, StorageError) as exc:
         return f"its manifest {store_path / 'manifest.json'} is damaged or unreadable ({exc})"
     names = [str(name) for name in manifest.get("binaries") or []]
-    if binary.parent != _bin_dir(store_path, manifest) or binary.name not in names:
+    # the record may name it through the entry's own bin (a link to a nix store path's) or directly
+    places = {os.path.realpath(_bin_dir(store_path, manifest)), os.path.realpath(store_path / "bin")}
+    if os.path.realpath(binary.parent) not in places or binary.name not in names:
         return f"its binary {binary} is not one its store entry {store_path} deployed"
     with _LOCK:
         _WHOLE[key] = stamp

@@ -215,6 +215,13 @@ def test_quickstart_runs_with_live_progress_and_lists_the_tool(context: object, 
     # opening them does not widen the table: their long lines scroll in their own boxes
     assert _overflow(dashboard, "html") == [0]
     assert max(_overflow(dashboard, 'tr.tool-details[data-name="md"] pre')) > 0
+    # a browser that prefers dark gets the page dark, its text light (what JupyterLab's dark theme users see)
+    dashboard.emulate_media(color_scheme="dark")
+    dashboard.screenshot(path=SHOTS / "04b-dashboard-dark.png", full_page=True)
+    background, text = dashboard.evaluate(
+        "() => [getComputedStyle(document.body).backgroundColor, getComputedStyle(document.body).color]"
+    )
+    assert background == "rgb(13, 17, 23)" and text == "rgb(230, 237, 243)", (background, text)
     assert time.monotonic() - started < 170
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -65,12 +66,16 @@ def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
     (The record is a stand-in: the transaction's own tests check records, here only the workspaces matter.)
     """
     final = workspace.replaces or workspace.path
+    settings = Settings(cache_dir=final.parent.parent)  # the cache whose workspaces/ these are, as in a build
+    entry = settings.cache.store / f"{'0' * 32}-{workspace.crate.name}-{workspace.crate.version}"
+    (entry / "bin").mkdir(parents=True, exist_ok=True)  # a store entry: a transaction installs a deployed build
+    (entry / "manifest.json").write_text(json.dumps({"hash": "0" * 32, "binaries": [], "tools": {}}))
     record = ToolRecord(
         name=final.name,
         crate=workspace.crate.name,
         version=workspace.crate.version,
         binary="",
-        store_path="",
+        store_path=str(entry),
         source_hash="",
         checksum="",
         checksum_kind="",
@@ -78,7 +83,6 @@ def swap_workspace(workspace: Workspace, bus: EventBus) -> Workspace:
         workspace=str(final),
         commit=git(workspace.path, "rev-parse", "HEAD"),
     )
-    settings = Settings(cache_dir=final.parent.parent / "cache")
     install(
         settings,
         record,
