@@ -129,18 +129,7 @@ def load_fresh_cases(path: Path = FRESH_PARAPHRASES, judged_by: Path = PARAPHRAS
     cases = []
     for fresh in load_toml(path)["request"]:
         request = requests[fresh["id"]]
-        for text in fresh["paraphrases"]:
-            cases.append(
-                Case(
-                    request=request["id"],
-                    text=text,
-                    kind=FRESH,
-                    split=FRESH,
-                    accept=tuple(request["accept"]),
-                    tools=tuple(request["tools"]),
-                    half=request["split"],
-                )
-            )
+        cases += [_blind_case(request, text, FRESH) for text in fresh["paraphrases"]]
     return cases
 
 
@@ -153,21 +142,20 @@ def load_blind2_cases(path: Path = BLIND2_PARAPHRASES, judged_by: Path = PARAPHR
     that ``judged_by`` lacks is a :class:`KeyError`.
     """
     requests = {r["original"]: r for r in load_toml(judged_by)["request"]}
-    cases = []
-    for entry in load_toml(path)["paraphrase"]:
-        request = requests[entry["original"]]
-        cases.append(
-            Case(
-                request=request["id"],
-                text=entry["text"],
-                kind=BLIND2,
-                split=BLIND2,
-                accept=tuple(request["accept"]),
-                tools=tuple(request["tools"]),
-                half=request["split"],
-            )
-        )
-    return cases
+    return [_blind_case(requests[e["original"]], e["text"], BLIND2) for e in load_toml(path)["paraphrase"]]
+
+
+def _blind_case(request: dict[str, Any], text: str, split: str) -> Case:
+    """A blind set's paraphrase ``text`` of ``request`` (from the paraphrase file), in ``split`` (its kind too)."""
+    return Case(
+        request=request["id"],
+        text=text,
+        kind=split,
+        split=split,
+        accept=tuple(request["accept"]),
+        tools=tuple(request["tools"]),
+        half=request["split"],
+    )
 
 
 def judge(case: Case, candidates: list[CrateCandidate]) -> tuple[str, str]:

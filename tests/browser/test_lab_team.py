@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jupyter_process import JupyterProcess
@@ -110,6 +111,16 @@ def _saved(path: Path, words: str, timeout: float = 30) -> str:
     return text
 
 
+def _pins(notebook: dict[str, Any]) -> list[dict[str, Any]]:
+    """The provenance each output of a saved notebook recorded (``metadata.flakebot``), in order."""
+    return [
+        o["metadata"]["flakebot"]
+        for c in notebook["cells"]
+        for o in c.get("outputs", [])
+        if "flakebot" in o.get("metadata", {})
+    ]
+
+
 def test_bob_reruns_alices_saved_cell_and_gets_her_exact_tool(team: Team, browser: object) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
@@ -124,12 +135,7 @@ def test_bob_reruns_alices_saved_cell_and_gets_her_exact_tool(team: Team, browse
         page.screenshot(path=SHOTS / "team-1-alice-built-and-pushed.png")
         page.keyboard.press("Control+s")  # type: ignore[attr-defined]
         saved = json.loads(_saved(team.alice.root / "shared.ipynb", '"nix_store_path"'))
-        pins = [
-            o["metadata"]["flakebot"]
-            for c in saved["cells"]
-            for o in c.get("outputs", [])
-            if "flakebot" in o.get("metadata", {})
-        ]
+        pins = _pins(saved)
         assert pins and pins[-1]["request"] == "echo its arguments" and pins[-1]["backend"] == "nix", pins
         pinned = pins[-1]["nix_store_path"]
         team.alice.stop()
@@ -166,12 +172,7 @@ def test_bob_reruns_alices_saved_cell_and_gets_her_exact_tool(team: Team, browse
         # saved again, the cell still pins the same path (now with where it came from)
         page.keyboard.press("Control+s")  # type: ignore[attr-defined]
         again = json.loads(_saved(team.bob.root / "shared.ipynb", '"substituted_from"'))
-        repins = [
-            o["metadata"]["flakebot"]
-            for c in again["cells"]
-            for o in c.get("outputs", [])
-            if "flakebot" in o.get("metadata", {})
-        ]
+        repins = _pins(again)
         assert repins[-1]["nix_store_path"] == pinned and repins[-1]["substituted_from"] == team.cache
         # a narrow window (Bob works in the dark theme): the lines wrap, nothing hides
         page.set_viewport_size({"width": 760, "height": 900})  # type: ignore[attr-defined]
