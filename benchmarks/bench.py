@@ -27,7 +27,7 @@ What is measured (targets from the issues):
   with semantic search (the embedding model) and with words only, each
   query's latency once; the index build with embeddings and without, and the
   first search of a fresh process (the model loaded), each in a fresh process;
-  the same metrics on the blind sets ``tests/search_paraphrases_fresh.toml`` and ``..._blind2.toml``
+  the same metrics on the blind sets ``tests/search_paraphrases_fresh.toml``, ``..._blind2.toml`` and ``..._blind3.toml``
   (written by someone who never saw the code, added after all tuning), all of
   it and by its requests' half;
 * issue 20's five requests through the real pipeline (cargo, cold cache):
@@ -441,15 +441,17 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
     only). ``misses`` lists the blind cases not in the top 10 or wrongly deployed."""
     from flakebot_magic.testing.search_eval import (
         BLIND2,
+        BLIND3,
         FRESH,
         evaluate,
         load_blind2_cases,
+        load_blind3_cases,
         load_cases,
         load_fresh_cases,
         summarize,
     )
 
-    cases, fresh, blind2 = load_cases(), load_fresh_cases(), load_blind2_cases()
+    cases, fresh = load_cases(), load_fresh_cases()
     cache = Path(tempfile.mkdtemp(prefix="fb-bench-paraphrases-"))
     try:
         found = DirectoryRegistry(registry, cache, embedding_model=embedding_model)
@@ -459,10 +461,11 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
         result[FRESH] = summarize(blind)[FRESH]
         for half in ("tune", "held-out"):
             result[f"{FRESH} {half}"] = summarize(o for o in blind if o.case.half == half)[FRESH]
-        second = evaluate(found, blind2)
-        result[BLIND2] = summarize(second)[BLIND2]
-        for half in ("tune", "held-out"):
-            result[f"{BLIND2} {half}"] = summarize(o for o in second if o.case.half == half)[BLIND2]
+        for split, loaded in ((BLIND2, load_blind2_cases()), (BLIND3, load_blind3_cases())):
+            later = evaluate(found, loaded)
+            result[split] = summarize(later)[split]
+            for half in ("tune", "held-out"):
+                result[f"{split} {half}"] = summarize(o for o in later if o.case.half == half)[split]
         result["misses"] = [
             {"request": o.case.request, "text": o.case.text, "verdict": o.verdict, "top3": list(o.ranked[:3])}
             for o in blind
@@ -580,6 +583,8 @@ def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, s
             ("fresh held-out", "blind set, requests of the held-out half", "(the held-out targets)"),
             ("blind2", "second blind set (measured once, after issue 20's last tuning), all", "(the held-out targets)"),
             ("blind2 held-out", "second blind set, requests of the held-out half", "(the held-out targets)"),
+            ("blind3", "third blind set (written before this round's tuning, measured once after), all", "(the held-out targets)"),
+            ("blind3 held-out", "third blind set, requests of the held-out half", "(the held-out targets)"),
         ):
             part: dict[str, float] = found[split]  # type: ignore[assignment]
             rows.append(

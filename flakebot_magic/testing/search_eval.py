@@ -22,7 +22,9 @@ request's ``accept`` and ``tools`` in ``tests/search_paraphrases.toml``, its
 split is ``fresh`` and its ``half`` the request's half there. A second blind
 set, ``tests/search_paraphrases_blind2.toml`` (:func:`load_blind2_cases`), was
 written the same way by another writer after issue 20's last tuning, and
-measured once.
+measured once; a third, ``tests/search_paraphrases_blind3.toml``
+(:func:`load_blind3_cases`), four paraphrases of every request, was written
+before the ranking was tuned again, and measured once after.
 
 Examples
 --------
@@ -46,6 +48,8 @@ from ..stages.choose import choose_without_model
 __all__ = [
     "BLIND2",
     "BLIND2_PARAPHRASES",
+    "BLIND3",
+    "BLIND3_PARAPHRASES",
     "FRESH",
     "FRESH_PARAPHRASES",
     "PARAPHRASES",
@@ -55,6 +59,7 @@ __all__ = [
     "evaluate",
     "judge",
     "load_blind2_cases",
+    "load_blind3_cases",
     "load_cases",
     "load_fresh_cases",
     "summarize",
@@ -69,6 +74,9 @@ FRESH = "fresh"
 #: the second blind set (written later, by another writer who read only the requests), and its split
 BLIND2_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_blind2.toml")
 BLIND2 = "blind2"
+#: the third blind set (four paraphrases of every request, by a third writer who read only the requests), and its split
+BLIND3_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_blind3.toml")
+BLIND3 = "blind3"
 #: the fitness verdicts, best first
 VERDICTS = ("deploy", "refuse", "miss", "wrong")
 #: how many of a NeedsModelError's candidates count as "named" by it
@@ -141,8 +149,21 @@ def load_blind2_cases(path: Path = BLIND2_PARAPHRASES, judged_by: Path = PARAPHR
     :data:`BLIND2`, ``half`` the request's half in ``judged_by``. An original
     that ``judged_by`` lacks is a :class:`KeyError`.
     """
+    return _original_cases(path, judged_by, BLIND2)
+
+
+def load_blind3_cases(path: Path = BLIND3_PARAPHRASES, judged_by: Path = PARAPHRASES) -> list[Case]:
+    """Every paraphrase of the third blind set ``path`` (the second's format), judged by its request in ``judged_by``.
+
+    Split and kind are :data:`BLIND3`.
+    """
+    return _original_cases(path, judged_by, BLIND3)
+
+
+def _original_cases(path: Path, judged_by: Path, split: str) -> list[Case]:
+    """A blind set that names each paraphrase's request by its ``original`` wording, as cases of ``split``."""
     requests = {r["original"]: r for r in load_toml(judged_by)["request"]}
-    return [_blind_case(requests[e["original"]], e["text"], BLIND2) for e in load_toml(path)["paraphrase"]]
+    return [_blind_case(requests[e["original"]], e["text"], split) for e in load_toml(path)["paraphrase"]]
 
 
 def _blind_case(request: dict[str, Any], text: str, split: str) -> Case:
