@@ -583,7 +583,11 @@ def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, s
             ("fresh held-out", "blind set, requests of the held-out half", "(the held-out targets)"),
             ("blind2", "second blind set (measured once, after issue 20's last tuning), all", "(the held-out targets)"),
             ("blind2 held-out", "second blind set, requests of the held-out half", "(the held-out targets)"),
-            ("blind3", "third blind set (written before this round's tuning, measured once after), all", "(the held-out targets)"),
+            (
+                "blind3",
+                "third blind set (written before this round's tuning, measured once after), all",
+                "(the held-out targets)",
+            ),
             ("blind3 held-out", "third blind set, requests of the held-out half", "(the held-out targets)"),
         ):
             part: dict[str, float] = found[split]  # type: ignore[assignment]
