@@ -193,8 +193,11 @@ def disagreement(candidate: CrateCandidate, candidates: list[CrateCandidate]) ->
     binary is deployed only when it is one of the first :data:`AGREEMENT`
     candidates by each. A binary whose words match while its purpose differs
     (its text shares the request's words) is rarely also among the closest
-    in meaning, and the reverse. Without those parts (words only, crates.io)
-    there is nothing to agree on.
+    in meaning, and the reverse. So a candidate whose words were weighed and
+    whose meaning was not (words-only search, or crates.io's) has nothing to
+    agree with, and is never deployed as published: a model or ``--crate``
+    decides. (A candidate with no evidence at all, from a registry that
+    reports none, is not held to this.)
 
     Examples
     --------
@@ -202,7 +205,12 @@ def disagreement(candidate: CrateCandidate, candidates: list[CrateCandidate]) ->
     ...     for n, w, m in [("a", 1.0, 0.2), ("b", 0.9, 0.3), ("c", 0.8, 0.1), ("d", 0.1, 1.0)])
     >>> disagreement(a, [a, b, c, d]), disagreement(c, [a, b, c, d])
     ('', 'it is 4th of 4 candidates by meaning')
+    >>> words_only = CrateCandidate("e", "1", parts={"evidence": 0.9})
+    >>> disagreement(words_only, [words_only])
+    'only its words were weighed, not its meaning (search by meaning is off)'
     """
+    if "evidence" in candidate.parts and "meaning" not in candidate.parts:
+        return "only its words were weighed, not its meaning (search by meaning is off)"
     for part, label in (("words", "words"), ("meaning", "meaning")):
         if part not in candidate.parts:
             continue

@@ -150,16 +150,29 @@ def test_a_binary_whose_own_words_miss_the_request_does_not_fit_however_it_ranks
     assert fit.chosen is None and fit.reason == (
         "the best binary, open: its own description and binary text cover 30% of the request"
     )
-    # one far below the library in score, whose own words cover the request, is deployed, and the choice says why
+    # one far below the library in score, whose own words and meaning cover the request, is deployed, and the
+    # choice says why
     close = CrateCandidate(
-        "urlcli", "1.0.0", score=2.0, has_bin=True, bin_names=("urlcli",), reads="stdin", parts={"evidence": 0.9}
+        "urlcli",
+        "1.0.0",
+        score=2.0,
+        has_bin=True,
+        bin_names=("urlcli",),
+        reads="stdin",
+        parts={"evidence": 0.9, "words": 1.0, "meaning": 1.0, "own_similarity": 0.55},
     )
     choice = choose_without_model([library, close], "parse a URL")
     assert choice.candidate == close and choice.by == "fitness"
     assert choice.reason == (
         "urlcli ships the binary urlcli, and its own description and binary text cover 90% of the request "
-        "(url matches more words, but it has no binary)"
+        "and mean what it asks (similarity 0.55) (url matches more words, but it has no binary)"
     )
+    # the same binary found by its words alone is not deployed: a model or --crate decides
+    words_only = CrateCandidate(
+        "urlcli", "1.0.0", score=2.0, has_bin=True, bin_names=("urlcli",), reads="stdin", parts={"evidence": 0.9}
+    )
+    with pytest.raises(NeedsModelError, match="only its words were weighed"):
+        choose_without_model([library, words_only], "parse a URL")
     fixture = CrateCandidate("clap", "4", score=30.0, has_bin=True, bin_names=("stdio-fixture",), parts={"bin": 1.75})
     fit = search_stage.fitness([fixture, library])
     assert fit.chosen is None and "test fixtures" in fit.reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,14 @@ def test_a_binary_whose_own_words_cover_the_request_beats_a_library_that_scores_
     assert found[0].score == pytest.approx(raw["shoutcli"].score * BIN_BOOST)
     assert found[1].score == raw["shoutlib"].score
     assert [c.name for c in search(registry, query, prefer_bin=False)] == ["shoutlib", "shoutcli"]
+    # words alone lift the binary in the ranking, but never deploy it as published (nothing weighed its meaning)
     fit = fitness(found)
+    assert fit.chosen is None and fit.reason == (
+        "the best binary, shoutcli: only its words were weighed, not its meaning (search by meaning is off)"
+    )
+    # the same two as semantic search scores them: the binary's words and meaning agree, so it is deployed
+    meant = [replace(c, parts={**c.parts, "words": 1.0, "meaning": 1.0, "own_similarity": 0.7}) for c in found]
+    fit = fitness(meant)
     assert fit.chosen is not None and fit.chosen.name == "shoutcli"
     assert "(shoutlib matches more words, but it has no binary)" in fit.reason
 
@@ -222,9 +230,16 @@ def test_the_words_and_the_meaning_must_agree_on_a_binary() -> None:
                 assert fitness(candidates).reason.endswith(f"it is {place + 1}th of {size} candidates by {label}")
 
 
-def test_words_alone_have_nothing_to_agree_on() -> None:
-    tools = [_bin(f"tool{i}", 10.0 - i) for i in range(AGREEMENT + 2)]
-    assert all(disagreement(t, tools) == "" for t in tools)
+def test_words_alone_have_nothing_to_agree_on_so_nothing_deploys_as_published() -> None:
+    tools = [_bin(f"tool{i}", 10.0 - i) for i in range(AGREEMENT + 2)]  # their words cover the request
+    assert all(
+        disagreement(t, tools) == "only its words were weighed, not its meaning (search by meaning is off)"
+        for t in tools
+    )
+    assert fitness(tools).chosen is None
+    # a registry that reports no evidence at all (a test's stand-in) is not held to it
+    bare = [CrateCandidate("tool", "1.0.0", has_bin=True, bin_names=("tool",), reads="stdin")]
+    assert disagreement(bare[0], bare) == "" and fitness(bare).chosen is bare[0]
 
 
 def test_a_deploy_says_both_kinds_of_evidence() -> None:
