@@ -302,7 +302,7 @@ class _Check:
             self.results[name] = work()
         except BaseException as exc:  # re-raised in the caller's thread
             self.failures[name] = exc
-            self.bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
+            self.bus.emit(StageFinished.stopped_by(name, exc, time.monotonic() - t0))
             return
         if name == "test":
             self.test_seconds = time.monotonic() - t0
