@@ -12,7 +12,6 @@ is data, as the tool wrote it.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -368,7 +367,7 @@ class ToolClient:
         if self.description:
             lines += [self.description, ""]
         for fn in self.functions().values():
-            signature = _signature_text(fn)
+            signature = fn.signature_text()
             lines += [f"#### `{signature}`", "", (fn.description.strip() or "(no description)"), ""]
             if fn.example:
                 lines += ["```python", fn.example, "```", ""]
@@ -415,7 +414,7 @@ class ToolClient:
             for k, v in self._rows()
         )
         calls = "".join(
-            f"<li><code>{e(_signature_text(fn))}</code> &mdash; {e(_first_line(fn.description))}"
+            f"<li><code>{e(fn.signature_text())}</code> &mdash; {e(_first_line(fn.description))}"
             + (f"<br>e.g. <code>{e(fn.example)}</code>" if fn.example else "")
             + "</li>"
             for fn in self.functions().values()
@@ -460,23 +459,6 @@ def bridge_command(tool: ToolClient) -> dict[str, Any]:
     if contract is not None and tool.kind == "http":
         args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
     return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
-
-
-def _signature_text(fn: ToolFunction) -> str:
-    try:
-        signature = inspect.signature(fn.function)
-    except (TypeError, ValueError):
-        return f"{fn.name}(...)"
-    parts = []
-    for p in signature.parameters.values():
-        if p.kind is p.VAR_POSITIONAL:
-            parts.append(f"*{p.name}")
-        elif p.default is p.empty:
-            parts.append(p.name)
-        else:
-            parts.append(f"{p.name}={p.default!r}")
-    qual = getattr(fn.function, "__qualname__", fn.name)
-    return f"{qual}({', '.join(parts)})"
 
 
 class StartedToolClient(ToolClient):

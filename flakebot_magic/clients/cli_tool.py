@@ -40,7 +40,7 @@ from .base import Confinement, ToolClient
 from .cli_tool_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
 from .schema import sentence
 
-__all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
+__all__ = ["CALL_KEYWORDS", "INTERNAL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
 
 #: what a tool is started with so that it writes plain text (a call's ``env=`` may override it)
 PLAIN_ENV = {"NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"}
@@ -500,6 +500,7 @@ class CliTool(ToolClient):
                 function=self,
                 example=self._rich_example(),
                 wire=wire,
+                hidden=INTERNAL_KEYWORDS,
             )
         }
 
@@ -554,6 +555,9 @@ class CliTool(ToolClient):
             printer.text(line)
 
 
+#: keywords of the call that are flakebot's own plumbing (an environment for one call, escapes left in):
+#: callable, but the tool card and ``usage()`` leave them out of the signature they show
+INTERNAL_KEYWORDS = ("env", "raw")
 #: the names a call itself takes (``self``, ``args``, ``input``, ``timeout``, ``env``, ``raw``), read off
 #: :meth:`CliTool.__call__`: an option of the tool's with one of these names gets another keyword
 #: (``--raw`` is ``raw_``; :func:`~.schema.python_name`), so a keyword added to the call is reserved too
