@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import ToolError
 from ..host.entry import runnable_damage
 from ..host.process import allowed_env
@@ -246,16 +247,15 @@ class ToolClient:
         """
         if not Path(self.binary).is_file():
             raise ToolError(
-                f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
-                f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
+                f"{self.name}'s binary {self.binary} is gone ({typed('clean')} removed its store entry?). "
+                f"Build it again with {typed(f'rebuild {self.name}')}, or {typed(f'load {self.name}')} "
                 "if another kernel has built it since."
             )
         why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
         if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
             raise ToolError(
                 f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "
-                f"`%flakebot rebuild {self.name}` (or `flakebot rebuild {self.name}`); `flakebot doctor` sets the "
-                "damaged entry aside."
+                f"{typed(f'rebuild {self.name}')}; {typed('doctor')} sets the damaged entry aside."
             )
 
     def stop(self) -> None:
