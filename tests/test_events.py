@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,24 @@ def test_a_failure_is_failed_and_success_is_success(kind: str) -> None:
     assert RunFinished(ok=True, tool=object()).outcome == "success"
 
 
-def _stopped_run(observers: list[object], error: BaseException) -> list[Event]:
+@dataclass
+class _Viewed:
+    """A run stopped by ``error`` as its views saw it: the run log (saved), the printed progress, the widget."""
+
+    settings: Settings
+    seen: list[Event]
+    printed: io.StringIO
+    widget: ProgressWidget
+    outcome: str  # the saved attempt's
+
+
+def _stopped_run(tmp_path: Path, error: BaseException) -> _Viewed:
     """A run's events, through real Stages: search, fork, build and test done (87 passing), stopped in deploy."""
+    settings = Settings(cache_dir=tmp_path / "cache")
+    log, printed = RunLog(settings), io.StringIO()
+    widget = ProgressWidget("flip its arguments", name="flip", show_error=True)
     seen: list[Event] = []
-    bus = EventBus([seen.append, *observers])  # type: ignore[list-item]
+    bus = EventBus([seen.append, log, TextProgress(printed), widget])
     for stage in ("search", "fork", "build", "test"):
         with Stage(bus, stage) as row:
             bus.emit(LogLine(stage, f"   {stage} output"))
@@ -62,22 +77,18 @@ def _stopped_run(observers: list[object], error: BaseException) -> list[Event]:
     with pytest.raises(type(error)), Stage(bus, "deploy"):
         raise error
     bus.emit(RunFinished(ok=False, error=error, elapsed=3.0))
-    return seen
+    log.save("flip", request="flip its arguments", error=error)
+    attempt = attempt_of(settings, "flip")
+    assert attempt is not None
+    return _Viewed(settings, seen, printed, widget, attempt.outcome)
 
 
 @pytest.mark.parametrize("kind", list(CANCELS))
 def test_a_cancelled_run_is_cancelled_in_every_view(kind: str, tmp_path: Path) -> None:
-    settings = Settings(cache_dir=tmp_path / "cache")
-    log, printed = RunLog(settings), io.StringIO()
-    widget = ProgressWidget("flip its arguments", name="flip", show_error=True)
-    error = CANCELS[kind]()
-    seen = _stopped_run([log, TextProgress(printed), widget], error)
-
-    [deploy] = [e for e in seen if isinstance(e, StageFinished) and e.stage == "deploy"]
-    assert deploy.status == "cancelled"
-    log.save("flip", request="flip its arguments", error=error)
-    attempt = attempt_of(settings, "flip")
-    assert attempt is not None and attempt.outcome == "cancelled"
+    run = _stopped_run(tmp_path, CANCELS[kind]())
+    settings, widget, printed = run.settings, run.widget, run.printed
+    [deploy] = [e for e in run.seen if isinstance(e, StageFinished) and e.stage == "deploy"]
+    assert deploy.status == "cancelled" and run.outcome == "cancelled"
     record = widget.record()
     shown = {
         "run log": failed_log_path(settings, "flip").read_text(),
@@ -103,16 +114,11 @@ def test_a_cancelled_run_is_cancelled_in_every_view(kind: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("kind", list(FAILURES))
 def test_a_failed_run_is_still_failed(kind: str, tmp_path: Path) -> None:
-    settings = Settings(cache_dir=tmp_path / "cache")
-    log, printed = RunLog(settings), io.StringIO()
-    widget = ProgressWidget("flip its arguments", name="flip", show_error=True)
-    error = FAILURES[kind]()
-    _stopped_run([log, TextProgress(printed), widget], error)
-    log.save("flip", request="flip its arguments", error=error)
-    attempt = attempt_of(settings, "flip")
-    assert attempt is not None and attempt.outcome == "failed"
-    assert "== run failed: " in failed_log_path(settings, "flip").read_text()
-    assert "deploy  FAILED" in printed.getvalue()
+    run = _stopped_run(tmp_path, FAILURES[kind]())
+    widget = run.widget
+    assert run.outcome == "failed"
+    assert "== run failed: " in failed_log_path(run.settings, "flip").read_text()
+    assert "deploy  FAILED" in run.printed.getvalue()
     assert widget.outcome == "failed" and "cancelled" not in widget.record().html()
     assert "tests passing" not in widget.counts.value
 
