@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .agent import command as agent_command
 from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP
 from .config import Settings, apply
-from .errors import Cancelled, FlakebotError, UsageError
+from .errors import FlakebotError, UsageError
 from .eval import command as eval_command
+from .events import outcome_of
 from .options import OPTIONS, add_arguments
 from .untrusted import safe_data, safe_text
 
@@ -245,7 +246,7 @@ def _report(args: argparse.Namespace, exc: FlakebotError) -> int:
             },
             indent=None,
         )
-    cancelled = isinstance(exc, Cancelled)
+    cancelled = outcome_of(exc) == "cancelled"
     _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
     return 130 if cancelled else 1
 

@@ -14,6 +14,7 @@ __all__ = [
     "LINE_COMMANDS",
     "LINE_USAGE",
     "explain_usage",
+    "typed",
     "what_next",
 ]
 
@@ -91,6 +92,30 @@ def explain_usage(message: str, parser: Any) -> str:
         kind = "option" if word.startswith("-") else "word"
         words.append(f"Unknown {kind} {word}" + (f": did you mean {known[near[0]]}?" if near else "."))
     return " ".join(words) + " `%%flakebot?` lists the options."
+
+
+def typed(line: str, notebook: str = "") -> str:
+    """A command, in advice, as a person types it: in a shell and in a notebook (every advice names both).
+
+    ``line`` is what follows ``flakebot`` in a shell; ``notebook`` the notebook's form when it is not
+    ``%flakebot LINE`` (a build is a ``%%flakebot`` cell; ``pull`` takes the notebook as a word), or, not
+    starting with ``%``, what to do there in words.
+
+    >>> typed("verify md")
+    '`flakebot verify md` (or `%flakebot verify md` in a notebook)'
+    >>> typed("build ... --rebuild --name md", "%%flakebot --rebuild --name md")
+    '`flakebot build ... --rebuild --name md` (or a `%%flakebot --rebuild --name md` cell in a notebook)'
+    >>> typed("build --name md --resume", "the same cell with --resume")
+    '`flakebot build --name md --resume` (or the same cell with --resume in a notebook)'
+    """
+    notebook = notebook or f"%flakebot {line}"
+    if notebook.startswith("%%"):
+        shown = f"a `{notebook}` cell"
+    elif notebook.startswith("%"):
+        shown = f"`{notebook}`"
+    else:
+        shown = notebook
+    return f"`flakebot {line}` (or {shown} in a notebook)"
 
 
 def what_next(error: Cancelled) -> Cancelled:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .commands import typed
 from .errors import ConfigError
 from .host.cache import CacheLayout
 from .options import OPTION_BY_NAME, accepted, option
@@ -216,8 +217,8 @@ def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
             raise UsageError(f"Unknown option {name!r}. Options: {', '.join(sorted(OPTION_BY_NAME))}.")
         if opt.run_flag:  # a front door splits them off first (request.split_run_flags)
             raise UsageError(
-                f"{name} is an option of one build, not a setting: give it with the build "
-                "(the %%flakebot line, `flakebot build`, flakebot_magic.build())."
+                f"{name} is an option of one build, not a setting: give it with the build, "
+                f"{typed('build ...', 'on the %%flakebot line')}, or to flakebot_magic.build()."
             )
         setattr(settings, name, accepted(opt, value))
     return settings

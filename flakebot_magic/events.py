@@ -26,16 +26,50 @@ __all__ = [
     "ModelUsage",
     "Notice",
     "Observer",
+    "Outcome",
     "RunFinished",
     "StageFinished",
     "StageStarted",
     "SteeringMessage",
+    "is_cancel",
+    "outcome_of",
 ]
 
 #: the stages in pipeline order (build and test run side by side; edit only with a model)
 STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client")
 
-StageStatus = Literal["done", "failed", "skipped", "cached"]
+StageStatus = Literal["done", "failed", "cancelled", "skipped", "cached"]
+#: how a run ended; :func:`outcome_of` decides it, and every view, log and record names it with this word
+Outcome = Literal["success", "failed", "cancelled"]
+
+
+def is_cancel(error: BaseException | None) -> bool:
+    """Did ``error`` stop a run because someone stopped it (the Cancel button, Ctrl-C, a kernel interrupt)?
+
+    >>> from .errors import BuildError, Cancelled
+    >>> is_cancel(Cancelled("stopped")), is_cancel(KeyboardInterrupt()), is_cancel(BuildError("no"))
+    (True, True, False)
+    """
+    import asyncio
+
+    from .errors import Cancelled
+
+    return isinstance(error, (Cancelled, KeyboardInterrupt, asyncio.CancelledError))
+
+
+def outcome_of(error: BaseException | None, *, ok: bool = False) -> Outcome:
+    """How a run (or a stage) ended: the one place a cancel is told from a failure.
+
+    ``ok``: it finished well (``success``); else ``error`` says how it ended, and a run that ended without
+    saying why (no error) failed.
+
+    >>> from .errors import BuildError, Cancelled
+    >>> outcome_of(None, ok=True), outcome_of(Cancelled("stopped")), outcome_of(BuildError("no")), outcome_of(None)
+    ('success', 'cancelled', 'failed', 'failed')
+    """
+    if ok:
+        return "success"
+    return "cancelled" if is_cancel(error) else "failed"
 
 
 class _ShownText:
@@ -65,6 +99,17 @@ class StageFinished(_ShownText):
     elapsed: float = 0.0
     at: float = field(default_factory=time.monotonic)
 
+    @property
+    def timing(self) -> str:
+        """`` (2.5s)`` for a stage that ran (done, failed or cancelled); "" for one skipped or taken from the cache."""
+        return f" ({self.elapsed:.1f}s)" if self.status in ("done", "failed", "cancelled") else ""
+
+    @classmethod
+    def stopped_by(cls, stage: str, error: BaseException, elapsed: float) -> StageFinished:
+        """The stage ended with ``error``: ``cancelled`` when someone stopped it, else ``failed``; its first line."""
+        status: StageStatus = "cancelled" if outcome_of(error) == "cancelled" else "failed"
+        return cls(stage, status, (str(error).splitlines() or [type(error).__name__])[0], elapsed)
+
 
 @dataclass(frozen=True)
 class LogLine(_ShownText):
@@ -88,13 +133,26 @@ class Notice(_ShownText):
 
 @dataclass(frozen=True)
 class RunFinished(_ShownText):
-    """The last event of a run: ``tool`` on success, ``error`` on failure."""
+    """The last event of a run: ``tool`` on success, ``error`` otherwise; :attr:`outcome` says which way it ended."""
 
     ok: bool
     tool: Any = None
     error: BaseException | None = None
     elapsed: float = 0.0
     at: float = field(default_factory=time.monotonic)
+
+    @property
+    def outcome(self) -> Outcome:
+        """``success``, ``cancelled`` (someone stopped it) or ``failed`` (:func:`outcome_of`)."""
+        return outcome_of(self.error, ok=self.ok)
+
+    @property
+    def said(self) -> str:
+        """The run's end for a log line: ``ok``, ``cancelled: Cancelled: …`` or ``failed: BuildError: …``."""
+        if self.ok:
+            return "ok"
+        word = self.outcome
+        return f"{word}: {type(self.error).__name__}: {self.error}" if self.error is not None else word
 
 
 @dataclass(frozen=True)

@@ -273,7 +273,7 @@ OPTIONS: tuple[Option, ...] = (
         "push_to",
         str,
         None,
-        "the team's binary cache `flakebot push` copies tools (and their proofs) to: any URL `nix copy --to` "
+        "the team's binary cache that `push` copies tools (and their proofs) to: any URL `nix copy --to` "
         "takes (file:///srv/cache, ssh://host, s3://bucket)",
         group=_DEPLOY,
         env="FLAKEBOT_PUSH_TO",

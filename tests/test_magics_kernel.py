@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,6 +130,28 @@ def test_cancel_button_stops_the_build_while_the_cell_runs(kernel: Kernel) -> No
     assert processes_in(workspace) == []  # cargo and the build script are gone
     log = (kernel.cache / "logs" / "slow.failed.log").read_text()  # what %flakebot logs slow shows
     assert "Cancelled" in log and "cancelled from the widget" in log
+    _assert_shown_cancelled(kernel, log)
+
+
+def _assert_shown_cancelled(kernel: Kernel, log: str) -> None:
+    """The record that replaced the widget (what a saved notebook keeps, no kernel needed) and the run's log say
+    cancelled: the run, the stage cargo was in; no row, and no line of the log, says failed."""
+    record: dict[str, Any] = {}
+    deadline = time.monotonic() + 30
+    while not record:
+        assert time.monotonic() < deadline, "no record replaced the widget"
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "update_display_data" and "text/html" in msg["content"]["data"]:
+            record = msg["content"]["data"]
+    assert "application/vnd.jupyter.widget-view+json" not in record
+    page, text = record["text/html"], record["text/plain"]
+    assert "flakebot-record' data-outcome='cancelled'" in page and "data-state='cancelled'" in page
+    assert "data-state='failed'" not in page and "tests passing" not in page
+    assert re.search(r"— cancelled \(", text.splitlines()[0]) and "failed" not in text.lower()
+    assert "== run cancelled: Cancelled: " in log and not re.search(r"== \S+ failed", log)
 
 
 def test_kernel_interrupt_cancels_the_build(kernel: Kernel) -> None:
@@ -142,6 +165,7 @@ def test_kernel_interrupt_cancels_the_build(kernel: Kernel) -> None:
     assert time.monotonic() - interrupted < 10
     assert reply["status"] == "error" and reply["ename"] == "Cancelled"
     assert processes_in(workspace) == []
+    _assert_shown_cancelled(kernel, (kernel.cache / "logs" / "slow2.failed.log").read_text())
     content, _ = kernel.run("1 + 1")  # the kernel is fine afterwards
     assert content["status"] == "ok"
 

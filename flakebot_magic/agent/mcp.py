@@ -77,7 +77,6 @@ class _Progress:
             return
         self.count += 1
         detail = f": {event.detail}" if event.detail else ""
-        timing = f" ({event.elapsed:.1f}s)" if event.status in ("done", "failed") else ""
         self.out(
             {
                 "jsonrpc": "2.0",
@@ -85,7 +84,7 @@ class _Progress:
                 "params": {
                     "progressToken": self.token,
                     "progress": self.count,
-                    "message": f"{event.stage} {event.status}{timing}{detail}"[:500],
+                    "message": f"{event.stage} {event.status}{event.timing}{detail}"[:500],
                 },
             }
         )

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageTimeout
 from ..host.cache import CacheLayout
@@ -273,7 +274,7 @@ class NixBackend(Backend):
         """Flake first (nix builds it), then ``nix build`` beside ``cargo test``."""
         settings, bus = self.settings, self.bus
         if settings.nix_store:  # the tool would be looked for under /nix/store, not under that store's root
-            raise ConfigError(f"--store {settings.nix_store} is for `flakebot pull`; builds use nix's own store.")
+            raise ConfigError(f"--store {settings.nix_store} is for {typed('pull')}; builds use nix's own store.")
         workspace = run.forked()
         crate = workspace.crate
         nix = self.nix()

@@ -20,6 +20,7 @@ characters OpenAI or MCP reject is changed (:func:`agent_name`).
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -113,9 +114,36 @@ class ToolFunction:
     #: sends arguments named as in ``parameters`` (when they differ from the Python names)
     wire: Callable[[dict[str, Any]], Any] | None = None
     open_arguments: bool = False
+    #: keywords ``function`` takes that a person is not shown (a CLI tool's ``env``, ``raw``): callable, unlisted
+    hidden: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         make_fields_safe(self)  # a tool describes itself: shown in usage(), docstrings, the widget
+
+    def signature_text(self) -> str:
+        """The call as a person writes it, for the tool card and ``usage()``: ``md(*args, input=None, upper=False)``.
+
+        The parameters of ``function``'s signature, without the :attr:`hidden` ones; ``name(...)`` when it
+        has no signature to read.
+        """
+        try:
+            signature = inspect.signature(self.function)
+        except (TypeError, ValueError):
+            return f"{self.name}(...)"
+        parts = []
+        for p in signature.parameters.values():
+            if p.name in self.hidden:
+                continue
+            if p.kind is p.VAR_POSITIONAL:
+                parts.append(f"*{p.name}")
+            elif p.kind is p.VAR_KEYWORD:
+                parts.append(f"**{p.name}")
+            elif p.default is p.empty:
+                parts.append(p.name)
+            else:
+                parts.append(f"{p.name}={p.default!r}")
+        qual = getattr(self.function, "__qualname__", self.name)
+        return f"{qual}({', '.join(parts)})"
 
     @property
     def enforced_schema(self) -> dict[str, Any]:

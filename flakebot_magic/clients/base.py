@@ -12,7 +12,6 @@ is data, as the tool wrote it.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import ToolError
 from ..host.entry import runnable_damage
 from ..host.process import allowed_env
@@ -247,16 +247,15 @@ class ToolClient:
         """
         if not Path(self.binary).is_file():
             raise ToolError(
-                f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
-                f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
+                f"{self.name}'s binary {self.binary} is gone ({typed('clean')} removed its store entry?). "
+                f"Build it again with {typed(f'rebuild {self.name}')}, or {typed(f'load {self.name}')} "
                 "if another kernel has built it since."
             )
         why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
         if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
             raise ToolError(
                 f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "
-                f"`%flakebot rebuild {self.name}` (or `flakebot rebuild {self.name}`); `flakebot doctor` sets the "
-                "damaged entry aside."
+                f"{typed(f'rebuild {self.name}')}; {typed('doctor')} sets the damaged entry aside."
             )
 
     def stop(self) -> None:
@@ -368,7 +367,7 @@ class ToolClient:
         if self.description:
             lines += [self.description, ""]
         for fn in self.functions().values():
-            signature = _signature_text(fn)
+            signature = fn.signature_text()
             lines += [f"#### `{signature}`", "", (fn.description.strip() or "(no description)"), ""]
             if fn.example:
                 lines += ["```python", fn.example, "```", ""]
@@ -415,7 +414,7 @@ class ToolClient:
             for k, v in self._rows()
         )
         calls = "".join(
-            f"<li><code>{e(_signature_text(fn))}</code> &mdash; {e(_first_line(fn.description))}"
+            f"<li><code>{e(fn.signature_text())}</code> &mdash; {e(_first_line(fn.description))}"
             + (f"<br>e.g. <code>{e(fn.example)}</code>" if fn.example else "")
             + "</li>"
             for fn in self.functions().values()
@@ -460,23 +459,6 @@ def bridge_command(tool: ToolClient) -> dict[str, Any]:
     if contract is not None and tool.kind == "http":
         args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
     return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
-
-
-def _signature_text(fn: ToolFunction) -> str:
-    try:
-        signature = inspect.signature(fn.function)
-    except (TypeError, ValueError):
-        return f"{fn.name}(...)"
-    parts = []
-    for p in signature.parameters.values():
-        if p.kind is p.VAR_POSITIONAL:
-            parts.append(f"*{p.name}")
-        elif p.default is p.empty:
-            parts.append(p.name)
-        else:
-            parts.append(f"{p.name}={p.default!r}")
-    qual = getattr(fn.function, "__qualname__", fn.name)
-    return f"{qual}({', '.join(parts)})"
 
 
 class StartedToolClient(ToolClient):

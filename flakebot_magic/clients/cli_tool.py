@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from ..commands import typed
 from ..errors import ToolArgumentError, ToolError
 from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from ..host.process import spawn
@@ -344,11 +345,10 @@ class CliTool(ToolClient):
             if failed is not None:  # outside the handler: the ToolError below carries no OSError
                 if isinstance(failed, FileNotFoundError):
                     self.require_binary()  # the binary is gone: say how to get the tool back
-                # its binary truncated, overwritten, gone: no raw OSError for the caller
-                raise ToolError(
+                raise ToolError(  # its binary truncated, overwritten, gone: no raw OSError for the caller
                     f"{self.name} could not start: {failed.strerror or failed} ({self.binary}). Its binary is "
-                    f"damaged or missing: `flakebot doctor` checks it and sets a damaged store entry aside; then "
-                    f"`flakebot rebuild {self.name}` (or `%flakebot rebuild {self.name}`) builds it again.",
+                    f"damaged or missing: {typed('doctor')} checks it and sets a damaged store entry aside; then "
+                    f"{typed(f'rebuild {self.name}')} builds it again.",
                     returncode=None,
                 )
             out = self._exchange(proc, data or b"", limit, items)
@@ -500,6 +500,7 @@ class CliTool(ToolClient):
                 function=self,
                 example=self._rich_example(),
                 wire=wire,
+                hidden=("env", "raw"),  # flakebot's plumbing (one call's environment, escapes kept): not shown
             )
         }
 
@@ -546,8 +547,7 @@ class CliTool(ToolClient):
         return safe_text("\n".join(lines))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        # what IPython shows for `md` (text/plain): how to call it; repr() stays one line
-        # (pydoc's help(md) starts with it, cut to 100 characters)
+        # what IPython shows for `md` (text/plain): how to call it; repr() stays one line (pydoc's help starts so)
         printer.text(f"<flakebot tool {self.name}: {self.crate} {self.version}, {self.backend}, {self.store_path}>")
         for line in self.summary().splitlines():
             printer.break_()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import CacheFileDamaged, StorageError
 from ..host.entry import runnable_damage
 from ..host.storage import read_cache_json
@@ -121,8 +122,7 @@ def check_runnable(record: ToolRecord) -> None:
     if why:
         raise CacheFileDamaged(
             f"The tool {record.name!r} cannot run: {why}. Its binary was not run. Build it again with "
-            f"`flakebot rebuild {record.name}` (or `%flakebot rebuild {record.name}`); `flakebot doctor` "
-            "sets the damaged entry aside.",
+            f"{typed(f'rebuild {record.name}')}; {typed('doctor')} sets the damaged entry aside.",
             path=Path(record.store_path),
         )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import LoopLimits
 from ..errors import BudgetExhausted, EditError, PolicyError
-from ..events import EventBus
+from ..events import EventBus, outcome_of
 from ..host.fsutil import UnsafePath
 from ..host.git import Git
 from ..llm.budget import Budget
@@ -189,7 +189,7 @@ class EditLoop:
             status, error = "budget", str(exc)
             raise
         except BaseException as exc:
-            status, error = ("cancelled" if _is_cancel(exc) else "failed"), str(exc)
+            status, error = ("cancelled" if outcome_of(exc) == "cancelled" else "failed"), str(exc)
             raise
         finally:
             self.channel.close()  # its last word: what the session spent
@@ -547,9 +547,3 @@ class EditLoop:
             }
         )
         state.save(self.root)
-
-
-def _is_cancel(exc: BaseException) -> bool:
-    from ..errors import Cancelled
-
-    return isinstance(exc, (Cancelled, KeyboardInterrupt))

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..config import LoopLimits
 from ..errors import BudgetExhausted, Cancelled, EditError
-from ..events import CandidateUpdate, EventBus
+from ..events import CandidateUpdate, EventBus, outcome_of
 from ..host.git import Git
 from ..host.process import LinkedToken, ProcessRunner
 from ..llm.budget import Budget
@@ -329,8 +329,7 @@ class Team:
                 running.discard(index)
                 result.outcome, result.error = message[2], message[3]
                 if result.outcome is None:
-                    stopped = isinstance(result.error, Cancelled)
-                    result.state = "cancelled" if stopped else "failed"
+                    result.state = "cancelled" if outcome_of(result.error) == "cancelled" else "failed"
                     if len(results) > 1:
                         detail = str(result.error).splitlines()[0][:200] if result.error else ""
                         self.bus.emit(

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..commands import typed
 from ..errors import StorageError
 
 __all__ = ["CACHE_DIRECTORIES", "NOT_A_DIRECTORY", "CacheLayout", "make_private"]
@@ -68,7 +69,7 @@ def make_private(path: Path, *, parents: bool = False) -> Path:
     path = Path(path)
     if not _private(path, parents=parents):
         raise StorageError(
-            f"The cache's {path} is not a directory. Run `flakebot doctor --fix` (it sets it aside), or remove it.",
+            f"The cache's {path} is not a directory. Run {typed('doctor')} (it sets it aside), or remove it.",
             path=path,
         )
     return path

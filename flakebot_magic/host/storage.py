@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import CacheFileDamaged, DiskFull, FlakebotError, StorageError
 from .fsutil import TooLarge, UnsafePath, read_regular
 
@@ -62,8 +63,8 @@ _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_AUTH, _S
 DAMAGED_CODES = frozenset({_SQLITE_ERROR, _SQLITE_CORRUPT, _SQLITE_NOTADB})
 
 CLEAN_HINT = (
-    "`flakebot clean` (or `%flakebot clean`) removes unused store entries, old workspaces and build outputs; "
-    "`flakebot clean --all` removes every tool"
+    f"{typed('clean')} removes unused store entries, old workspaces and build outputs; "
+    f"{typed('clean --all')} removes every tool"
 )
 
 
@@ -151,7 +152,7 @@ def translate(
             )
         return StorageError(
             f"{what} failed: SQLite reported {name or type(exc).__name__} ({exc}) on {path}. "
-            "`flakebot doctor` checks and repairs the cache.",
+            f"{typed('doctor')} checks and repairs the cache.",
             path=path,
             code=name,
         )
@@ -171,7 +172,7 @@ def translate(
             errno=exc.errno,
         )
     return StorageError(
-        f"{what} failed: {exc.strerror or exc} ({where}). `flakebot doctor` checks and repairs "
+        f"{what} failed: {exc.strerror or exc} ({where}). {typed('doctor')} checks and repairs "
         "the cache; if the error persists, the disk may be failing.",
         path=where,
         errno=exc.errno,
@@ -209,7 +210,7 @@ def read_cache_file(path: Path, limit: int = CACHE_FILE_LIMIT) -> bytes:
             raise TooLarge(f"{path} holds more than {limit:,} bytes")
     except (UnsafePath, TooLarge) as exc:
         raise CacheFileDamaged(
-            f"{path} is damaged ({exc}). `flakebot doctor` sets a damaged store entry aside; remove or rebuild "
+            f"{path} is damaged ({exc}). {typed('doctor')} sets a damaged store entry aside; remove or rebuild "
             "what it names.",
             path=path,
         ) from None
@@ -234,7 +235,7 @@ def read_cache_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         why = data if isinstance(data, ValueError) else f"a JSON {type(data).__name__}, not an object"
         raise CacheFileDamaged(
-            f"{path} is damaged ({str(why)[:200]}). `flakebot doctor` sets the damaged entry aside; the next "
+            f"{path} is damaged ({str(why)[:200]}). {typed('doctor')} sets the damaged entry aside; the next "
             "build of the tool makes it again.",
             path=path,
         )

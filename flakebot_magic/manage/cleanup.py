@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError
 from ..host.crashpoints import crash_point
@@ -286,7 +287,7 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
         elif not report.dry_run:
             repaired = doctor(settings, health=health)
             report.refused += (
-                f". {repaired.repair_line()} Check the tools with `flakebot list`, then run `flakebot clean` again."
+                f". {repaired.repair_line()} Check the tools with {typed('list')}, then run {typed('clean')} again."
             )
         return
     records = Inventory(settings.cache.tools).all()

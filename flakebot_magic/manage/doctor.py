@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError
 from ..host.git import Git, remove_stale_locks
@@ -357,9 +358,9 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     """How ``record`` disagrees with its store entry and workspace (nothing: it is whole)."""
     name = record.name
     _, why = _entry_of(settings, record)
-    problems = [f"{name}: {why}; `flakebot rebuild {name}` builds it again"] if why else []
+    problems = [f"{name}: {why}; {typed(f'rebuild {name}')} builds it again"] if why else []
     if not Path(record.binary).is_file() and not why:
-        problems.append(f"{name}: its binary {record.binary} is gone; `flakebot rebuild {name}` builds it again")
+        problems.append(f"{name}: its binary {record.binary} is gone; {typed(f'rebuild {name}')} builds it again")
     if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
         return problems
     workspace = Path(record.workspace)
@@ -372,7 +373,7 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     if not _has_commit(workspace, record.commit, runner):  # its objects lost: HEAD's name alone proves nothing
         problems.append(
             f"{name}: its recorded commit {record.commit[:12]} is not in its workspace {workspace} (its git "
-            f"objects are damaged or gone); `flakebot rebuild {name}` forks and builds it again"
+            f"objects are damaged or gone); {typed(f'rebuild {name}')} forks and builds it again"
         )
         return problems
     head = Git(workspace, runner)("rev-parse", "HEAD", check=False)

@@ -19,6 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import UsageError
 from ..host.git import Git
@@ -124,12 +125,13 @@ def export_replit(
     """
     record = Inventory(settings.cache.tools).get(name)
     if record is None:
-        raise UsageError(f"No tool named {name!r}. `flakebot list` shows the tools built on this machine.")
+        raise UsageError(f"No tool named {name!r}. {typed('list')} shows the tools built on this machine.")
     workspace = Path(record.workspace)
     if not record.workspace or not (workspace / FLAKE_FILE).is_file():
         raise UsageError(
             f"The workspace of {name!r} ({workspace}) has no {FLAKE_FILE}; "
-            f"build the tool again (`flakebot build --rebuild --name {name} ...`) and export then."
+            f"build the tool again ({typed(f'build --rebuild --name {name} ...', f'%%flakebot --rebuild --name {name}')}) "
+            "and export then."
         )
     directory = Path(directory)
     source = directory / name
@@ -146,7 +148,7 @@ def export_replit(
         shutil.rmtree(source)
         raise UsageError(
             f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {FLAKE_FILE}; build the tool again "
-            f"(`flakebot build --rebuild --name {name} ...`) and export then."
+            f"({typed(f'build --rebuild --name {name} ...', f'%%flakebot --rebuild --name {name}')}) and export then."
         )
     program = Path(record.binary).name
     replit_nix = directory / "replit.nix"

@@ -34,7 +34,7 @@ from ..backends.nix_cache import (
 )
 from ..backends.nix_command import Nix, NixOptions
 from ..clients import ToolClient, make_tool
-from ..commands import IF_UNTRUSTED
+from ..commands import IF_UNTRUSTED, typed
 from ..config import Settings
 from ..errors import DeployError, FlakebotError, StorageError, UntrustedPath, UsageError
 from ..host.process import ProcessRunner
@@ -73,7 +73,10 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
     to = to or settings.push_to
     secret_key = secret_key or settings.nix_secret_key
     if not to:
-        raise UsageError("Where to? `flakebot push NAME --to file:///srv/cache` (or set push_to / FLAKEBOT_PUSH_TO).")
+        raise UsageError(
+            f"Where to? {typed('push NAME --to file:///srv/cache', '%flakebot push NAME --push-to file:///srv/cache')} "
+            "(or set push_to / FLAKEBOT_PUSH_TO)."
+        )
     if not secret_key:
         raise UsageError(
             "Pushes are signed: --secret-key FILE (from `nix key generate-secret`; or set nix_secret_key)."
@@ -84,7 +87,8 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
     if record.backend != "nix" or not all(paths):
         raise UsageError(
             f"{name!r} was not built by the nix backend with a proof; only those can be pushed. "
-            f"Build it again with --backend nix (`flakebot build ... --backend nix --rebuild --name {name}`)."
+            f"Build it again with --backend nix "
+            f"({typed(f'build ... --backend nix --rebuild --name {name}', f'%%flakebot --backend nix --rebuild --name {name}')})."
         )
     pushed = push_tool(_nix(settings), manifest, to, Path(secret_key))
     data = {
@@ -307,7 +311,7 @@ def pull(
     if if_untrusted == "stop":
         raise UntrustedPath(
             f"{refusal} Nothing was fetched or injected. To build {name!r} here instead, pull again with "
-            "--if-untrusted rebuild (`%flakebot pull NAME NOTEBOOK --rebuild` in a notebook); it says whether "
+            f"--if-untrusted rebuild ({typed('pull NAME --from NOTEBOOK --if-untrusted rebuild', '%flakebot pull NAME NOTEBOOK --rebuild')}); it says whether "
             "the result is bit-identical to the recorded store path.",
             path=refusal.path,
             cache=refusal.cache,
@@ -359,7 +363,7 @@ def _install(
         why_not = "its proof names no derivation (it was made before proofs did)"
     derivation = "" if why_not else proof.derivation
     rebuildable = (
-        f"its derivation came with it: `flakebot verify {name}` rebuilds it here and compares bit for bit"
+        f"its derivation came with it: {typed(f'verify {name}')} rebuilds it here and compares bit for bit"
         if derivation
         else f"it cannot be rebuilt here to verify it: {why_not}"
     )

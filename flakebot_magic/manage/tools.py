@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..clients import lifecycle, tool_from_record
+from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError, UsageError
 from ..host.process import alive, kill_tree, process_started_at
@@ -85,10 +86,10 @@ def find(settings: Settings, name: str) -> ToolRecord:
         if attempt is not None:
             raise UsageError(
                 f"{name!r} is not a tool: its last build {attempt.ended} ({_when(attempt.at)}): {attempt.error} "
-                f"`%flakebot show {name}` and `%flakebot logs {name}` say more; build it again with %%flakebot."
+                f"{typed(f'show {name}')} and {typed(f'logs {name}')} say more; build it again with %%flakebot."
             )
         known = ", ".join(r.name for r in Inventory(settings.cache.tools).all()) or "none yet"
-        raise UsageError(f"No tool named {name!r} (tools: {known}). `%flakebot list` shows them.")
+        raise UsageError(f"No tool named {name!r} (tools: {known}). {typed('list')} shows them.")
     return record
 
 
@@ -129,7 +130,7 @@ def load(settings: Settings, name: str) -> Any:
     if not (binary := Path(record.binary)).is_file():
         raise UsageError(
             f"The tool {name!r} is registered, but its binary {binary} is gone (removed by `clean`?). "
-            f"Build it again with `%flakebot rebuild {name}` (or `flakebot rebuild {name}`)."
+            f"Build it again with {typed(f'rebuild {name}')}."
         )
     tool = tool_of(record, settings)
     if tool.kind != "cli":  # an MCP server or HTTP service runs from now on, as after its build

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import DeployError, StorageError, ToolBusy
 from ..host.crashpoints import crash_point
@@ -314,7 +315,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
     try:
         add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, _tool_entry(record))
     except DeployError as exc:
-        notice(f"{exc} (the record has it; `flakebot doctor` needs it only when the inventory is lost)")
+        notice(f"{exc} (the record has it; {typed('doctor')} needs it only when the inventory is lost)")
     crash_point("txn.named")
     # after the commit point nothing may fail the run: what cannot be done is said, and left for `clean`
     leftover = False
@@ -443,6 +444,6 @@ def _recover_one(settings: Settings, path: Path) -> str:
     if current is not None and current.extra.get("txn") == intent.id:
         return f"could not finish {who} ({why_not}); it stays for the next command"
     if not _back(intent):
-        return f"could not undo {who}: its replaced workspace is gone; `flakebot doctor` checks the tool"
+        return f"could not undo {who}: its replaced workspace is gone; {typed('doctor')} checks the tool"
     path.unlink(missing_ok=True)
     return f"undid {who} ({why_not}): {intent.name!r} is the tool it was before"

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..backends.nix_cache import path_info
 from ..backends.nix_command import Nix, NixOptions, sandbox_off_error
+from ..commands import typed
 from ..config import Settings
 from ..errors import DeployError, UsageError
 from ..host.process import Completed, ProcessRunner
@@ -85,8 +86,9 @@ def rebuild_source(nix: Nix, record: ToolRecord, path: str, deriver: str, commit
     raise UsageError(
         f"Nothing to rebuild {record.name!r} from: it was {where}, and this machine has neither its derivation "
         f"({deriver or 'not recorded'}) nor a workspace with its flake. Verify it where it was built "
-        f"(`flakebot verify {record.name}` there), or build it here from the notebook "
-        f"(`flakebot pull {record.name} --from NOTEBOOK --if-untrusted rebuild` compares with the recorded hash)."
+        f"({typed(f'verify {record.name}')} there), or build it here from the notebook "
+        f"({typed(f'pull {record.name} --from NOTEBOOK --if-untrusted rebuild', f'%flakebot pull {record.name} NOTEBOOK --rebuild')} "
+        "compares with the recorded hash)."
     )
 
 
@@ -112,14 +114,16 @@ def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None
         why = f"was built by {record.backend}" if record.backend != "nix" else "records no nix store path"
         raise UsageError(
             f"verify needs the nix backend: {name!r} {why}, so there is no derivation to rebuild and compare. "
-            f"Build it with nix (`flakebot build ... --backend nix --rebuild --name {name}`), then verify."
+            f"Build it with nix "
+            f"({typed(f'build ... --backend nix --rebuild --name {name}', f'%%flakebot --backend nix --rebuild --name {name}')}), "
+            "then verify."
         )
     nix = Nix(runner or ProcessRunner(), options=NixOptions.of(settings))
     info = path_info(nix, path)
     if info is None:
         raise UsageError(
             f"The store no longer holds {name!r} ({path}): nothing to compare a rebuild with. "
-            f"`flakebot doctor` says more; build it again to verify it."
+            f"{typed('doctor')} says more; build it again to verify it."
         )
     recorded = str(manifest.get("nar_hash") or info.nar_hash)
     at = time.time()

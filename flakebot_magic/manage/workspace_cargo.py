@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import ConfigError, UsageError
 from ..events import Event, EventBus, LogLine, Notice, Observer
@@ -32,7 +33,7 @@ from ..untrusted import safe_text
 
 __all__ = ["USAGE", "cargo_line", "printer", "run_cargo"]
 
-USAGE = "flakebot cargo NAME SUBCOMMAND [ARGS...], e.g. `flakebot cargo hexer test -- --nocapture`"
+USAGE = f"flakebot cargo NAME SUBCOMMAND [ARGS...], e.g. {typed('cargo hexer test -- --nocapture')}"
 
 
 def printer(stdout: TextIO | None = None, stderr: TextIO | None = None) -> Observer:
@@ -74,12 +75,12 @@ def run_cargo(
             f"{', '.join(sorted(MANIFEST_SUBCOMMANDS))}."
         )
     if not is_tool_name(name):
-        raise UsageError(f"{name!r} is not a tool's name (`flakebot list` shows them).")
+        raise UsageError(f"{name!r} is not a tool's name ({typed('list')} shows them).")
     workspace = Workspace.load(settings.cache.workspaces / name)
     if workspace is None:
         raise UsageError(
             f"There is no workspace for a tool named {name!r} in {settings.cache.workspaces} "
-            "(`flakebot list` shows the tools)."
+            f"({typed('list')} shows the tools)."
         )
     sandbox = Sandbox(workspace.path)
     if not sandbox.isolated and not settings.allow_unsandboxed:

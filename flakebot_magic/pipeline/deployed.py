@@ -25,6 +25,7 @@ from typing import Any
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
+from ..commands import typed
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
 from ..host.git import Git
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
@@ -227,14 +228,14 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
     if isinstance(exc, DiskFull):
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
     else:  # cargo or git failing for want of space: what it said (a "compile" or "test" error) is not the crate's
-        first = f"a step failed while the disk was full; its output is in the build log, `flakebot logs {run.name}`"
+        first = f"a step failed while the disk was full; its output is in the build log, {typed(f'logs {run.name}')}"
     if before:
         needs = f"It needs about {amount(before)} free (what a build of {run.crate().id} took here before)"
     else:
         needs = f"It needs more than {amount(written)} free (what it had written when the disk filled)"
     return DiskFull(
         f"The disk holding {cache} is full: the build of {run.name!r} stopped ({first}). {needs}; its build "
-        f"outputs were removed, so {amount(free)} is free now. `flakebot clean` can free {amount(reclaimable)} "
+        f"outputs were removed, so {amount(free)} is free now. {typed('clean')} can free {amount(reclaimable)} "
         f"more. {CLEAN_HINT[0].upper() + CLEAN_HINT[1:]}; then build again.",
         path=cache,
         free=free,

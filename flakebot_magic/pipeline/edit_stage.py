@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..config import Settings
 from ..edit.journal import Journal, ResumePoint, journals_dir
 from ..edit.races import RacePoint, RaceRecord, unfinished_race
@@ -70,8 +71,8 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
         exc.keep_workspace(workspace.path)
         if (run.journal is not None or run.race is not None) and not isinstance(exc, UsageError):
             exc.args = (
-                f"{exc}\nTo carry on where it stopped: the same cell with --resume "
-                f"(or `flakebot build --name {run.name} --resume`).",
+                f"{exc}\nTo carry on where it stopped: "
+                f"{typed(f'build --name {run.name} --resume', 'the same cell with --resume')}.",
             )
         raise
     except KeyboardInterrupt:
@@ -306,7 +307,7 @@ def resume_point(settings: Settings, build: BuildRequest, model: ModelConfig | N
     if not Path(str(point.start.get("workspace", ""))).is_dir():
         raise UsageError(
             f"The workspace of {build.name!r}'s interrupted session ({point.start.get('workspace')}) is gone "
-            "(`flakebot clean` removes interrupted builds). Run the cell without --resume."
+            f"({typed('clean')} removes interrupted builds). Run the cell without --resume."
         )
     return point
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..commands import typed
 from ..errors import InventoryDamaged, StorageError
 from ..host.fsutil import fsync_dir
 from ..host.storage import is_full, read_cache_json, sqlite_code, storage_errors
@@ -60,7 +61,7 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 #: what to do about a damaged registry
 DOCTOR_HINT = (
-    "Run `flakebot doctor` (or `%flakebot doctor`): it keeps the damaged file aside and rebuilds the registry "
+    f"Run {typed('doctor')}: it keeps the damaged file aside and rebuilds the registry "
     "from the store, the recipes and the workspaces."
 )
 #: SQLite's I/O error: on a full disk, the -shm file a WAL reader needs could not be made

@@ -33,6 +33,7 @@ __all__ = [
     "differences",
     "provenance_of",
     "render_text",
+    "shown_fields",
     "verification_text",
     "workspace_diff",
 ]
@@ -170,6 +171,31 @@ def differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[
     }
 
 
+def shown_fields(data: Mapping[str, Any]) -> dict[str, str]:
+    """The fields of provenance a person is shown (``show``, the dashboard): those with a value, as text made
+    safe to show. A list is its items, comma-separated; a mapping its ``key: value`` pairs.
+
+    >>> shown_fields({"crate": "md", "flake_lock": "", "model": None, "binaries": ["md", "md-cli"], "iterations": 0})
+    {'crate': 'md', 'binaries': 'md, md-cli', 'iterations': '0'}
+    """
+    shown = {}
+    for key, value in data.items():
+        text = _as_text(value)
+        if text.strip():
+            shown[safe_text(str(key))] = safe_text(text).strip()
+    return shown
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{key}: {_as_text(item)}" for key, item in value.items() if _as_text(item).strip())
+    if isinstance(value, list | tuple):
+        return ", ".join(_as_text(item) for item in value if _as_text(item).strip())
+    return str(value)
+
+
 def render_text(data: Mapping[str, Any]) -> str:
     """Provenance as aligned ``key  value`` lines, for ``%flakebot show``.
 
@@ -182,9 +208,7 @@ def render_text(data: Mapping[str, Any]) -> str:
     request  Render it.
              As HTML.
     """
-    shown = {
-        key: safe_text(str(value)).strip() for key, value in data.items() if value is not None and str(value).strip()
-    }
+    shown = shown_fields(data)
     width = max((len(k) for k in shown), default=0)
     lines = []
     for key, value in shown.items():

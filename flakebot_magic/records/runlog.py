@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import CacheFileDamaged, Cancelled, StorageError
-from ..events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted
+from ..errors import CacheFileDamaged, StorageError
+from ..events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted, outcome_of
 from ..host.fsutil import atomic_write, private_dir
 from ..host.storage import read_cache_file, read_cache_json
 from ..untrusted import safe_line, safe_text
@@ -198,8 +198,7 @@ class RunLog:
             self._add(event.at, f"!! {event.stage}: {event.message}")
         elif isinstance(event, RunFinished):
             self.ok = event.ok
-            outcome = "ok" if event.ok else f"failed: {type(event.error).__name__}: {event.error}"
-            self._add(event.at, f"== run {outcome} ({event.elapsed:.1f}s)")
+            self._add(event.at, f"== run {event.said} ({event.elapsed:.1f}s)")
         else:  # events added later (iteration results): their repr is better than nothing
             self._add(getattr(event, "at", time.monotonic()), f"== {event!r}")
 
@@ -231,7 +230,7 @@ class RunLog:
             kept = getattr(error, "workspace", None)
             attempt = Attempt(
                 name=name,
-                outcome="cancelled" if isinstance(error, (Cancelled, KeyboardInterrupt)) else "failed",
+                outcome=outcome_of(error),
                 error=(str(error).splitlines() or [""])[0] if error is not None else "the run was interrupted",
                 kind=type(error).__name__ if error is not None else "",
                 request=(request or "").strip(),

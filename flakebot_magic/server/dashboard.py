@@ -14,7 +14,6 @@ through ``tojson``, which cannot end its ``<script>`` element.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +31,7 @@ from ..config import Settings
 from ..errors import UsageError
 from ..manage import tools
 from ..records.inventory import Inventory
+from ..records.provenance import shown_fields
 from ..untrusted import safe_data, safe_text
 from .origin import RefuseCrossOrigin
 
@@ -86,9 +86,12 @@ class DashboardRow:
         return self.tool["kind"] in ("http", "mcp")
 
     @property
-    def details(self) -> str:
+    def details(self) -> list[tuple[str, str]]:
+        """The provenance's fields that have a value (a failed build's: its request, workspace and log), as
+        ``(field, text)`` for the page's definition list; the same fields ``show NAME`` prints."""
         tool = self.tool
-        return json.dumps(tool["provenance"] or {k: tool[k] for k in ("request", "workspace", "log_path")}, indent=2)
+        data = tool["provenance"] or {k: tool[k] for k in ("request", "workspace", "log_path")}
+        return list(shown_fields(data).items())
 
 
 def render_dashboard(

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
 from ..host.fsutil import read_regular, real_dir, sha256_regular
@@ -302,7 +303,7 @@ class _Check:
             self.results[name] = work()
         except BaseException as exc:  # re-raised in the caller's thread
             self.failures[name] = exc
-            self.bus.emit(StageFinished(name, "failed", (str(exc).splitlines() or [""])[0], time.monotonic() - t0))
+            self.bus.emit(StageFinished.stopped_by(name, exc, time.monotonic() - t0))
             return
         if name == "test":
             self.test_seconds = time.monotonic() - t0
@@ -446,7 +447,7 @@ def _test_failure(
         return kind(
             f"{whose}cargo test: {report.failed} failed, {report.passed} passed in {workspace.name}. "
             f"Failing: {names}. To see their output, run them in the sandbox: "
-            f"`flakebot cargo {workspace.name} test`.",
+            f"{typed(f'cargo {workspace.name} test')}.",
             failed=report.failures,
             command=command,
             workspace=workspace,

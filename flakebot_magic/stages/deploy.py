@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import DeployError, StorageError
 from ..host.crashpoints import crash_point
 from ..host.entry import binary_digest, entry_damage
@@ -359,7 +360,7 @@ def _copy_binary(name: str, source: Path, target: Path, digest: str | None = Non
                 raise DeployError(
                     f"Refusing to deploy {name}: {source} is not the binary its build made (SHA-256 "
                     f"{copied.hexdigest()[:16]}…, the build's {digest[:16]}…); something changed it after the build. "
-                    "Nothing was deployed; build again (`flakebot build --rebuild ...`)."
+                    f"Nothing was deployed; build again ({typed('build --rebuild ...', '%%flakebot --rebuild')})."
                 )
             os.fchmod(target_fd, 0o555)
             os.utime(target_fd, ns=(info.st_atime_ns, info.st_mtime_ns))

@@ -120,7 +120,8 @@ class RunState:
 
 
 class Stage:
-    """A stage row: ``StageStarted`` on entry, ``StageFinished`` (``failed`` on an exception) on exit.
+    """A stage row: ``StageStarted`` on entry, ``StageFinished`` on exit (``failed`` on an exception, ``cancelled``
+    when the exception is a cancel).
 
     Set ``status`` (``cached``, ``skipped``) and ``detail`` inside the block.
     """
@@ -138,7 +139,6 @@ class Stage:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         elapsed = time.monotonic() - self.started
         if exc is not None:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            self.bus.emit(StageFinished(self.name, "failed", first, elapsed))
+            self.bus.emit(StageFinished.stopped_by(self.name, exc, elapsed))
         else:
             self.bus.emit(StageFinished(self.name, self.status, self.detail, elapsed))

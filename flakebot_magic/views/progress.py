@@ -23,7 +23,7 @@ from .rows import CandidateTable, SteerLog, UsageTotals
 
 __all__ = ["TextProgress"]
 
-_MARK = {"done": "ok", "cached": "cached", "skipped": "skipped", "failed": "FAILED"}
+_MARK = {"done": "ok", "cached": "cached", "skipped": "skipped", "failed": "FAILED", "cancelled": "cancelled"}
 
 
 class TextProgress:
@@ -66,8 +66,7 @@ class TextProgress:
         elif isinstance(event, StageFinished):
             mark = _MARK.get(event.status, event.status)
             detail = f"  {event.detail}" if event.detail else ""
-            timing = f" ({event.elapsed:.1f}s)" if event.status in ("done", "failed") else ""
-            self._write(f"flakebot: {event.stage:<7} {mark}{timing}{detail}")
+            self._write(f"flakebot: {event.stage:<7} {mark}{event.timing}{detail}")
             if event.status == "failed" and not self.verbose:
                 for line in self.logs.get(event.stage, ()):
                     self._write(f"    | {line}")

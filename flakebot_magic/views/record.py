@@ -118,12 +118,16 @@ def title_html(outcome: str, name: str, title: str, elapsed: float | None) -> st
     )
 
 
-def counts_html(iterations: int, tests: int | None, usage: UsageTotals) -> str:
-    """``iteration 2 · 5 tests passing · 4,800 tokens · $0.0144``; empty when there is nothing to count."""
+def counts_html(iterations: int, tests: int | None, usage: UsageTotals, outcome: str = "running") -> str:
+    """``iteration 2 · 5 tests passing · 4,800 tokens · $0.0144``; empty when there is nothing to count.
+
+    The passing tests are a running build's progress and a ready tool's result; a run that was cancelled or
+    failed proved nothing, so its header does not say "N tests passing" (its test row still says what ran).
+    """
     counts = []
     if iterations:
         counts.append(f"iteration {iterations}")
-    if tests is not None:
+    if tests is not None and outcome in ("running", "success"):
         counts.append(tests_passing(tests))
     if usage.total().spent:  # summed over candidates and roles
         counts.append(usage.html())
@@ -276,7 +280,7 @@ class BuildRecord:
         )
         parts = [
             title_html(self.outcome, self.name, self.title, self.elapsed),
-            counts_html(self.iterations, self.tests, self.usage),
+            counts_html(self.iterations, self.tests, self.usage, self.outcome),
             stage_table_html(self.rows, self.now, self.candidates, self.usage, settled=self.outcome == "success"),
             notices_html(self.notices),
             f"<div class='flakebot-steering' style='font-size:12px;{FAINT}'>{steering}</div>" if steering else "",

@@ -34,7 +34,6 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..errors import Cancelled
 from ..events import (
     STAGES,
     CandidateUpdate,
@@ -243,8 +242,6 @@ class ProgressWidget:
             if row.started is None:
                 row.started = event.at - event.elapsed
             row.detail = event.detail or row.detail
-            if self.cancel_requested and row.state == "failed":
-                row.state = "cancelled"
             if event.stage == "test":
                 found = _PASSED.search(event.detail)
                 if found:
@@ -408,14 +405,13 @@ class ProgressWidget:
     def _finish(self, event: RunFinished) -> None:
         self.finished_at = event.at
         self.tool, self.error = event.tool, event.error
-        cancelled = isinstance(event.error, (Cancelled, KeyboardInterrupt))
-        self.outcome = "success" if event.ok else "cancelled" if cancelled else "failed"
+        self.outcome = event.outcome  # events.outcome_of decides: a cancel is never called a failure
         # the title keeps the tool's name however the run ended: the tool's, else the kept workspace's
         kept = getattr(event.error, "workspace", None)
         self.name = getattr(event.tool, "name", "") or self.name or (kept.name if kept is not None else "")
         for row in self.rows.values():
             if row.state == "running":
-                row.state = "cancelled" if cancelled else "failed"
+                row.state = "cancelled" if self.outcome == "cancelled" else "failed"
                 row.elapsed = event.at - row.started if row.started is not None else None
             elif row.state == "pending":
                 row.state = "skipped"
@@ -471,7 +467,7 @@ class ProgressWidget:
     def _render_title(self, now: float) -> None:
         end = self.finished_at if self.finished_at is not None else now
         self.title.value = title_html(self.outcome, self.name, self.heading.text, end - self.started)
-        self.counts.value = counts_html(self.iterations, self.tests_passing, self.usage)
+        self.counts.value = counts_html(self.iterations, self.tests_passing, self.usage, self.outcome)
 
     def _render_table(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now

@@ -38,6 +38,7 @@ from flakebot_magic.backends.nix_cache import (
 from flakebot_magic.backends.nix_command import Nix
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.clients.base import ToolClient
+from flakebot_magic.commands import typed
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import SearchError, UntrustedPath, UsageError
 from flakebot_magic.events import Notice
@@ -411,7 +412,7 @@ def test_a_teammate_verifies_a_pulled_tool_by_rebuilding_it(pushed: Team) -> Non
     mate = pushed.mate("dana")
     pulled = team.pull(mate, "echo", pushed.provenance)
     assert pulled.notes == (
-        "its derivation came with it: `flakebot verify echo` rebuilds it here and compares bit for bit",
+        f"its derivation came with it: {typed('verify echo')} rebuilds it here and compares bit for bit",
     )
     root = Path(str(mate.nix_store).partition("root=")[2])
     assert (root / proof.derivation.lstrip("/")).is_file()

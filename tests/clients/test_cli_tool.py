@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import keyword
@@ -465,3 +466,47 @@ def test_a_wrong_keyword_in_a_notebook_shows_the_callers_line_not_flakebots_code
         "Its options are: color, file, length, no_squeezing."
     )
     assert "cli.py" not in shown and "raise TypeError" not in shown, shown
+
+
+# -- the tool card shows the call a person makes ----------------------------------------------
+
+_WITH_RESERVED = """t 1.0
+Usage: t [OPTIONS] [FILE]
+
+Options:
+  --raw          print raw bytes
+  --env <NAME>   the environment to use
+  -u, --upper    upper-case the output
+  -h, --help     Print help
+"""
+
+
+@pytest.mark.parametrize("help_text", [CLAP3, _WITH_RESERVED], ids=["hexyl", "options named raw and env"])
+def test_the_card_and_usage_show_the_user_facing_signature_the_internal_keywords_still_work(
+    tmp_path: Path, help_text: str
+) -> None:
+    tool = _tool(tmp_path, help_text, "t")
+    [fn] = tool.functions().values()
+    shown = fn.signature_text()
+    internal = set(fn.hidden)
+    assert internal == {"env", "raw"}  # flakebot's plumbing: one call's environment, escapes kept
+    parameters = inspect.signature(tool).parameters
+    # every parameter of the call except the internal ones, in order, and no other
+    expected = [
+        f"*{name}" if p.kind is p.VAR_POSITIONAL else f"{name}={p.default!r}"
+        for name, p in parameters.items()
+        if name not in internal
+    ]
+    assert shown == f"t({', '.join(expected)})"
+    assert "*args" in shown and "input=None" in shown and "timeout=None" in shown
+    assert not internal & {part.split("=")[0] for part in shown[2:-1].split(", ")}
+    for view in (tool._repr_html_(), tool.usage()):
+        assert shown in html.unescape(view)
+        assert not re.search(r"\b(env|raw)=", html.unescape(view))
+    # the tool's own --raw and --env are its options (raw_, env_): shown, as any option is
+    if help_text is _WITH_RESERVED:
+        assert "raw_=False" in shown and "env_=None" in shown
+        assert _run(tool, raw_=True, env_="prod")["argv"] == ["--raw", "--env", "prod"]
+    # the internal keywords are still there to call with: an environment for one call, escapes left in
+    assert internal <= set(parameters)
+    assert _run(tool, input="ab", env={"FLAKEBOT_X": "1"}, raw=True) == {"argv": [], "stdin": "ab"}

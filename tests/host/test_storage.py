@@ -24,6 +24,7 @@ import pytest
 from tinycrates import write_registry
 
 from flakebot_magic.cli import main
+from flakebot_magic.commands import typed
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import DiskFull, FlakebotError, StorageError, UsageError
 from flakebot_magic.host.storage import FULL_MARGIN, amount, free_bytes, storage_errors, translate
@@ -146,7 +147,7 @@ def test_a_full_disk_says_what_to_do_frees_the_failed_build_and_commands_still_w
         # what it needs is what the build of te took here (recorded in te's store entry)
         built = json.loads((Path(te.store_path) / "manifest.json").read_text())["build_bytes"]
         assert built > 1_000_000 and f"It needs about {amount(built)} free" in message, message
-        assert "`flakebot clean` can free" in message
+        assert f"{typed('clean')} can free" in message
         # a full disk is never blamed on the crate (cargo failing for want of space reads as a compile error)
         assert "compile" not in message and "crate's own" not in message and "tests of" not in message, message
         if error.workspace is not None:  # its build outputs were freed; its sources are kept

@@ -180,6 +180,11 @@ def test_a_rebuild_cancelled_mid_cargo_leaves_the_tool_as_it_was(built: tuple[Se
     with pytest.raises(Cancelled):
         run.wait()
     _assert_unchanged(settings, before, failed_attempt=True)
+    # a cancel is logged as one: the stage cargo was in, and the run; no line calls it a failure
+    logged = failed_log_path(settings, "flip").read_text()
+    assert "== run cancelled: Cancelled: " in logged and re.search(r"== build cancelled \(", logged), logged
+    assert not re.search(r"== \S+ failed", logged), logged
+    assert tools.logs(settings, "flip").startswith("== a later build of flip was cancelled (")
     assert attempt.is_dir()  # kept for a look, and clean's to remove
     assert held_locks(settings.cache_dir) == {}
     assert attempt in clean(settings).removed

@@ -39,7 +39,7 @@ HOSTILE = (
 #: the elements and attributes the templates write, and nothing else may appear
 ELEMENTS = {
     "html", "head", "meta", "title", "style", "body", "h1", "p", "code", "table", "thead", "tbody", "tr",
-    "th", "td", "b", "a", "button", "span", "div", "details", "summary", "pre", "script",
+    "th", "td", "b", "a", "button", "span", "div", "details", "summary", "pre", "script", "dl", "dt", "dd",
 }  # fmt: skip
 ATTRIBUTES = {"charset", "name", "content", "class", "data-name", "data-status", "colspan", "href", "title",
               "type", "id", "disabled"}  # fmt: skip
@@ -147,3 +147,74 @@ def test_a_missing_value_is_an_error_not_an_empty_string() -> None:
 
     with pytest.raises(jinja2.UndefinedError):
         templates().get_template("dashboard.html").render(shown=[], rows=[])
+
+
+def _fields(text: str, name: str) -> list[tuple[str, str]]:
+    """The (dt, dd) pairs of tool ``name``'s provenance list, as the page shows them (entities decoded)."""
+
+    class _List(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.pairs: list[list[str]] = []
+            self.inside: str | None = None
+            self.mine = False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "tr":
+                self.mine = ("data-name", name) in attrs and ("class", "tool-details") in attrs
+            if self.mine and tag in ("dt", "dd"):
+                self.inside = tag
+                if tag == "dt":
+                    self.pairs.append(["", ""])
+
+        def handle_endtag(self, tag: str) -> None:
+            self.inside = None if tag in ("dt", "dd") else self.inside
+
+        def handle_data(self, data: str) -> None:
+            if self.inside is not None:
+                self.pairs[-1][0 if self.inside == "dt" else 1] += data
+
+    parser = _List()
+    parser.feed(text)
+    parser.close()
+    return [(dt, dd) for dt, dd in parser.pairs]
+
+
+def test_provenance_is_a_definition_list_of_the_fields_that_have_a_value() -> None:
+    tool = _tool("md", "cli")
+    tool["provenance"] = {
+        "crate": "pulldown-cmark",
+        "version": "0.9.2",
+        "flake_lock": "",
+        "model": None,
+        "nar_hash": "  ",
+        "binaries": ["md", "md-cli"],
+        "choice": {"by": "search", "reason": "the best match", "note": ""},
+        "iterations": 0,
+        "request": "Render Markdown.\nAs HTML.",
+    }
+    failed = _tool("hex2", "cli")
+    failed.update(provenance={}, request="hex-encode stdin", workspace="", log_path="/cache/logs/hex2.failed.log")
+    shown = safe_data([tool, failed])
+    page = render_dashboard(
+        shown, [DashboardRow(t, log="", started="") for t in shown], counted="2", registry="/r", api="/a", xsrf="t"
+    )
+    assert _fields(page, "md") == [
+        ("crate", "pulldown-cmark"),
+        ("version", "0.9.2"),
+        ("binaries", "md, md-cli"),
+        ("choice", "by: search; reason: the best match"),
+        ("iterations", "0"),
+        ("request", "Render Markdown.\nAs HTML."),
+    ]
+    # a build that made no tool: what it was, where its log is; no empty workspace, and no JSON anywhere
+    assert _fields(page, "hex2") == [("request", "hex-encode stdin"), ("log_path", "/cache/logs/hex2.failed.log")]
+    outside = page.split("<script type='application/json'", 1)[0]
+    assert '"crate":' not in outside and '": ""' not in outside and "null" not in outside
+
+
+@pytest.mark.parametrize("hostile", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_hostile_provenance_field_and_value_are_escaped_text(hostile: str) -> None:
+    shown = safe_text(hostile).strip()
+    # the page's three tools are all named ``hostile``: each lists its field "crate" and its field ``hostile``
+    assert _fields(_render(hostile), safe_data(hostile)) == [("crate", shown), (shown, shown)] * 3

@@ -131,7 +131,8 @@ def test_cancel_button_calls_back_once_and_rows_show_cancelled() -> None:
     assert calls == [1]
     assert widget.cancel_button.disabled and widget.cancel_button.description == "Cancelling…"
     widget(Notice("run", "cancelled from the widget: stopping the running process; the workspace is kept", "warning"))
-    widget(StageFinished("build", "failed", "Stopped during `cargo build`.\nThe workspace is kept at /ws/x", 0.4))
+    # the pipeline's Stage says a stopped stage is cancelled (events.outcome_of), the widget shows what it says
+    widget(StageFinished("build", "cancelled", "Stopped during `cargo build`.\nThe workspace is kept at /ws/x", 0.4))
     widget(
         RunFinished(
             ok=False, error=Cancelled("Stopped during `cargo build`.\nThe workspace is kept at /ws/x"), elapsed=1.0

@@ -1,0 +1,134 @@
+"""A cancelled run is called cancelled wherever it shows, never a failure; the outcome is decided once.
+
+The invariant, over every door a run's end shows through: the stage rows,
+the run log (and the attempt ``list``/``logs`` name), the printed progress,
+the live widget and the record a cell keeps (HTML and text). Each is fed the
+events a real :class:`~flakebot_magic.stages.state.Stage` emits when a cancel
+(each kind: the Cancel button's :class:`Cancelled`, Ctrl-C, a kernel
+interrupt's ``asyncio.CancelledError``) stops it mid-build, after the tests
+of an earlier stage passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flakebot_magic.config import Settings
+from flakebot_magic.errors import BuildError, Cancelled
+from flakebot_magic.events import Event, EventBus, LogLine, RunFinished, StageFinished, outcome_of
+from flakebot_magic.manage import tools
+from flakebot_magic.records.runlog import RunLog, attempt_of, failed_log_path
+from flakebot_magic.stages.state import Stage
+from flakebot_magic.views.progress import TextProgress
+from flakebot_magic.views.widget import ProgressWidget
+
+CANCELS = {
+    "Cancel button": lambda: Cancelled("Stopped during `cargo build`.", workspace=Path("/ws/.next/x-1/flip")),
+    "Ctrl-C": KeyboardInterrupt,
+    "kernel interrupt": asyncio.CancelledError,
+}
+FAILURES = {"build error": lambda: BuildError("cargo build did not compile"), "a bug": lambda: RuntimeError("boom")}
+#: a word that calls the run (or a stage of it) a failure
+FAILURE_WORD = re.compile(r"fail", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("kind", list(CANCELS))
+def test_every_kind_of_cancel_is_cancelled(kind: str) -> None:
+    assert outcome_of(CANCELS[kind]()) == "cancelled"
+    assert RunFinished(ok=False, error=CANCELS[kind]()).outcome == "cancelled"
+
+
+@pytest.mark.parametrize("kind", list(FAILURES))
+def test_a_failure_is_failed_and_success_is_success(kind: str) -> None:
+    assert outcome_of(FAILURES[kind]()) == "failed"
+    assert RunFinished(ok=False, error=FAILURES[kind]()).outcome == "failed"
+    assert RunFinished(ok=False).outcome == "failed"  # ended without saying why: not a success
+    assert RunFinished(ok=True, tool=object()).outcome == "success"
+
+
+@dataclass
+class _Viewed:
+    """A run stopped by ``error`` as its views saw it: the run log (saved), the printed progress, the widget."""
+
+    settings: Settings
+    seen: list[Event]
+    printed: io.StringIO
+    widget: ProgressWidget
+    outcome: str  # the saved attempt's
+
+
+def _stopped_run(tmp_path: Path, error: BaseException) -> _Viewed:
+    """A run's events, through real Stages: search, fork, build and test done (87 passing), stopped in deploy."""
+    settings = Settings(cache_dir=tmp_path / "cache")
+    log, printed = RunLog(settings), io.StringIO()
+    widget = ProgressWidget("flip its arguments", name="flip", show_error=True)
+    seen: list[Event] = []
+    bus = EventBus([seen.append, log, TextProgress(printed), widget])
+    for stage in ("search", "fork", "build", "test"):
+        with Stage(bus, stage) as row:
+            bus.emit(LogLine(stage, f"   {stage} output"))
+            row.detail = "87 passed, 0 ignored" if stage == "test" else ""
+    with pytest.raises(type(error)), Stage(bus, "deploy"):
+        raise error
+    bus.emit(RunFinished(ok=False, error=error, elapsed=3.0))
+    log.save("flip", request="flip its arguments", error=error)
+    attempt = attempt_of(settings, "flip")
+    assert attempt is not None
+    return _Viewed(settings, seen, printed, widget, attempt.outcome)
+
+
+@pytest.mark.parametrize("kind", list(CANCELS))
+def test_a_cancelled_run_is_cancelled_in_every_view(kind: str, tmp_path: Path) -> None:
+    run = _stopped_run(tmp_path, CANCELS[kind]())
+    settings, widget, printed = run.settings, run.widget, run.printed
+    [deploy] = [e for e in run.seen if isinstance(e, StageFinished) and e.stage == "deploy"]
+    assert deploy.status == "cancelled" and run.outcome == "cancelled"
+    record = widget.record()
+    shown = {
+        "run log": failed_log_path(settings, "flip").read_text(),
+        "logs NAME": tools.logs(settings, "flip", last=None),
+        "list": tools.table(settings).text,
+        "printed progress": printed.getvalue(),
+        "widget title": widget.title.value,
+        "widget rows": widget.table.value,
+        "record html": record.html(),
+        "record text": record.text(),
+    }
+    # the file a run that made no tool leaves (NAME.failed.log, kept for older caches) is a path, not a word
+    where = str(failed_log_path(settings, "flip"))
+    for door, text in shown.items():
+        assert "cancelled" in text, door
+        assert not FAILURE_WORD.search(text.replace(where, "")), (door, text)
+    assert widget.outcome == "cancelled" and widget.bar.bar_style == "warning"
+    assert "== run cancelled: " in shown["run log"] and "== deploy cancelled" in shown["run log"]
+    # the header claims no passing tests for a run that never finished (its test row still says what ran)
+    assert "tests passing" not in widget.counts.value and "tests passing" not in record.html()
+    assert "87 passed" in record.html()
+
+
+@pytest.mark.parametrize("kind", list(FAILURES))
+def test_a_failed_run_is_still_failed(kind: str, tmp_path: Path) -> None:
+    run = _stopped_run(tmp_path, FAILURES[kind]())
+    widget = run.widget
+    assert run.outcome == "failed"
+    assert "== run failed: " in failed_log_path(run.settings, "flip").read_text()
+    assert "deploy  FAILED" in run.printed.getvalue()
+    assert widget.outcome == "failed" and "cancelled" not in widget.record().html()
+    assert "tests passing" not in widget.counts.value
+
+
+def test_a_ready_run_shows_its_passing_tests_in_the_header() -> None:
+    widget = ProgressWidget("flip its arguments", name="flip")
+    bus = EventBus([widget])
+    with Stage(bus, "test") as row:
+        row.detail = "87 passed, 0 ignored"
+    widget.tick()
+    assert "87 tests passing" in widget.counts.value  # while it runs: progress
+    widget(RunFinished(ok=True, tool=None, elapsed=1.0))
+    assert "87 tests passing" in widget.counts.value
