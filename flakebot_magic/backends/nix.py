@@ -40,7 +40,7 @@ from urllib.parse import SplitResult, parse_qs, urlsplit
 from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageTimeout
 from ..host.cache import CacheLayout
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, load_json
 from ..host.process import ProcessRunner, scrubbed_env
 from ..records.proofs import ProofStore
 from ..records.provenance import describe_locked
@@ -115,7 +115,7 @@ def nixpkgs_lockable(
     """
     path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
-        known = json.loads(path.read_text())
+        known = load_json(path.read_text())
         entry = known[ref]
         if now() - float(entry["at"]) < PROBE_TTL:
             return Lockable(bool(entry["ok"]), str(entry["why"]))
@@ -130,7 +130,7 @@ def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], f
     """Keep ``answer`` for ``ref`` (a lock that failed after all replaces a probe's yes)."""
     path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
-        known = json.loads(path.read_text())
+        known = load_json(path.read_text())
         if not isinstance(known, dict):
             known = {}
     except (OSError, ValueError):

@@ -32,7 +32,6 @@ The flow, driven by :mod:`flakebot_magic.pipeline`::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -42,7 +41,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ConfigError, FlakeError, UsageError
-from ..host.fsutil import read_inside
+from ..host.fsutil import load_json, read_inside
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..stages.build import BuildResult
@@ -313,7 +312,7 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
+            lock = load_json(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
@@ -352,7 +351,7 @@ class Nix:
         if done.returncode != 0:
             raise flake_error(done, workspace, "nix build failed")
         try:
-            built = json.loads(done.stdout)
+            built = load_json(done.stdout)
             path = Path(built[0]["outputs"]["out"])
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise FlakeError(

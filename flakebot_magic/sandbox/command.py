@@ -40,7 +40,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..host.fsutil import real_dir
 from ..host.process import CancelToken, SandboxedCommand, allowed_env
-from .host import SEALED, INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
+from .host import INSTALL_BWRAP, SEALED, bubblewrap_works, is_under, namespaces, system_binds, visible_system
 from .limits import (
     DiskUsage,
     GiB,
@@ -249,7 +249,13 @@ class Sandbox:
 
     def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)
-        args = [*system_binds(network=profile.network, shm_bytes=self.limits.tmp_bytes), "--size", size, "--tmpfs", "/tmp"]
+        args = [
+            *system_binds(network=profile.network, shm_bytes=self.limits.tmp_bytes),
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+        ]
         if self.home != "/tmp":
             args += ["--size", size, "--perms", "0700", "--tmpfs", self.home]
         read_only = list(dict.fromkeys(self.read_only))

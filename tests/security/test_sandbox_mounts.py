@@ -30,8 +30,8 @@ from tinycrates import crate, write_registry
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import BUILD, FETCH, FETCH_OFFLINE, Limits, Profile, Sandbox, bubblewrap_works
-from flakebot_magic.sandbox.limits import MiB
 from flakebot_magic.sandbox.cargo import Cargo
+from flakebot_magic.sandbox.limits import MiB
 
 pytestmark = pytest.mark.skipif(bool(bubblewrap_works()), reason=f"no working bubblewrap: {bubblewrap_works()}")
 
