@@ -149,9 +149,7 @@ def test_a_build_script_sets_no_kernel_setting_and_fills_no_uncapped_memory(tmp_
         "build", cwd=workspace, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    attacks = dict(
-        line.split("ATTACK ", 1)[1].split(" ", 1) for line in done.stderr.splitlines() if "ATTACK " in line
-    )
+    attacks = dict(line.split("ATTACK ", 1)[1].split(" ", 1) for line in done.stderr.splitlines() if "ATTACK " in line)
     assert set(attacks) == {"core_pattern", "swappiness", "ip_forward", "root", "etc", "dev", "shm"}, attacks
     for setting in ("core_pattern", "swappiness", "ip_forward"):
         assert attacks[setting].startswith("blocked"), (setting, attacks[setting], os.getuid())
