@@ -26,6 +26,7 @@ fallback is a notice, never a failed stage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -124,6 +125,12 @@ def nixpkgs_lockable(
     answer = _probe(ref, runner or ProcessRunner(), nix if nix is not None else find_nix())
     remember(cache_dir, ref, answer, now=now)
     return answer
+
+
+def _kept_lock(cache_dir: Path, ref: str) -> Path:
+    """Where flakebot keeps the flake.lock it made for the nixpkgs reference ``ref`` (see
+    :meth:`~flakebot_magic.backends.nix_command.Nix.lock`): in its private cache, never in a workspace."""
+    return CacheLayout(cache_dir).probes / f"nixpkgs-{hashlib.sha256(ref.encode()).hexdigest()[:32]}.lock"
 
 
 def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
@@ -284,7 +291,12 @@ class NixBackend(Backend):
             write_flake(workspace.path, flake_meta(workspace, run.main_program), url)
             git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
             try:
-                lock = nix.lock(workspace.path, timeout=settings.build_timeout, on_line=line_logger(bus, "flake"))
+                lock = nix.lock(
+                    workspace.path,
+                    _kept_lock(settings.cache_dir, url),
+                    timeout=settings.build_timeout,
+                    on_line=line_logger(bus, "flake"),
+                )
             except FlakeError as exc:
                 if not self.choice.auto:
                     raise

@@ -41,9 +41,10 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ConfigError, FlakeError, UsageError
-from ..host.fsutil import load_json, read_inside
+from ..host.fsutil import atomic_write, load_json, read_inside, remove_nofollow
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
+from ..host.storage import read_cache_file
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import FLAKE_FILE, LOCK_FILE
@@ -296,12 +297,29 @@ class Nix:
 
     # -- the flake ----------------------------------------------------------
 
-    def lock(self, workspace: Path, *, timeout: float = 600.0, on_line: LineCallback | None = None) -> LockInfo:
-        """``nix flake lock`` in ``workspace``: write (or keep) flake.lock, return what it pins.
+    def lock(
+        self, workspace: Path, kept: Path, *, timeout: float = 600.0, on_line: LineCallback | None = None
+    ) -> LockInfo:
+        """``nix flake lock`` in ``workspace``: write flake.lock from flakebot's own, return what it pins.
 
-        An existing lock is kept as long as it matches flake.nix's inputs;
-        a changed nixpkgs URL re-locks just that input.
+        The workspace's flake.lock is never used as it stands: nix keeps any lock
+        whose ``original`` matches flake.nix's input, whatever its ``locked`` names,
+        and a crate can ship one, a model or a test write one, to choose the nixpkgs
+        whose Nix code nix evaluates and whose builders make the tool. So before nix
+        runs it is replaced by ``kept`` (the lock flakebot saved, in its private
+        cache, the last time it locked the same nixpkgs reference), or removed when
+        there is none; what nix locks is saved to ``kept`` again. One reference is
+        pinned once per cache: every tool built against it uses the same nixpkgs.
         """
+        target = workspace / LOCK_FILE
+        try:
+            saved: bytes | None = read_cache_file(kept, _MAX_READ)
+        except OSError:  # none yet (or damaged): nix locks the reference afresh
+            saved = None
+        if saved is not None:
+            atomic_write(target, saved, mode=0o644, root=workspace)
+        else:
+            remove_nofollow(target)
         done = self.run("flake", "lock", cwd=workspace, timeout=timeout, on_line=on_line)
         if done.returncode != 0:
             raise flake_error(
@@ -312,10 +330,16 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = load_json(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
+            written = read_inside(workspace, LOCK_FILE, _MAX_READ)[0]
+            lock = load_json(written)
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
+        if written != saved:
+            try:
+                atomic_write(kept, written, make_parents=True)
+            except OSError:
+                pass  # not kept: the next build locks the reference again
         return LockInfo(hash=lock_hash(workspace), nixpkgs=dict(node))
 
     def build(
