@@ -20,7 +20,8 @@ keeps inside the workspace (``target/flakebot-tmp``) is made real first
 workspace is ever bound at a path of its own, so no symlink that sandboxed
 code planted decides what a later command may write.
 
-Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
+Both have an empty private ``$HOME``, ``/tmp`` and ``/dev/shm`` (capped), bubblewrap's own root, ``/dev`` and
+``/proc`` read-only (:data:`~flakebot_magic.sandbox.host.SEALED`), no ``/run``, new pid, IPC,
 UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
 :mod:`~flakebot_magic.sandbox.seccomp`, and the allowlisted environment.
 """
