@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import ConfigError, FlakeError, UsageError
+from ..errors import ConfigError, FlakeError, StorageError, UsageError
 from ..host.fsutil import atomic_write, load_json, read_inside, remove_nofollow
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
@@ -314,7 +314,7 @@ class Nix:
         target = workspace / LOCK_FILE
         try:
             saved: bytes | None = read_cache_file(kept, _MAX_READ)
-        except OSError:  # none yet (or damaged): nix locks the reference afresh
+        except (OSError, StorageError):  # none yet, or damaged (a link, a FIFO): nix locks the reference afresh
             saved = None
         if saved is not None:
             atomic_write(target, saved, mode=0o644, root=workspace)
