@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stdio_servers import mcp_server
 
 import flakebot_magic
 from flakebot_magic.errors import ToolError
@@ -112,21 +113,15 @@ def test_load_json_reads_any_nesting_or_says_it_is_not_json(depth: int, as_bytes
 @pytest.fixture
 def deep_server(tmp_path: Path) -> Path:
     """An MCP server that answers initialize, then ``[[[[...`` 100,000 deep to every request, then exits."""
-    server = tmp_path / "server.py"
-    server.write_text(
-        "import json, sys\n"
-        "for line in sys.stdin:\n"
-        "    m = json.loads(line)\n"
-        "    if m.get('method') == 'initialize':\n"
-        "        r = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'serverInfo': {'name': 's', 'version': '1'}}\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
-        "    elif 'id' in m:\n"
-        "        print('[' * 100000 + ']' * 100000, flush=True)\n"
-        "        print('{\"jsonrpc\": \"2.0\", \"id\": %d, \"result\": ' % m['id'] + '[' * 100000 + ']' * 100000 + '}',"
-        " flush=True)\n"
-        "        sys.exit(0)\n"
+    return mcp_server(
+        tmp_path / "server.py",
+        """
+        print('[' * 100000 + ']' * 100000, flush=True)
+        deep = '[' * 100000 + ']' * 100000
+        print('{"jsonrpc": "2.0", "id": %d, "result": %s}' % (m['id'], deep), flush=True)
+        sys.exit(0)
+        """,
     )
-    return server
 
 
 def test_an_mcp_servers_answer_nested_without_end_is_a_tool_error(deep_server: Path) -> None:
