@@ -16,7 +16,6 @@ names ``tool.openai_tools()`` uses.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -28,6 +27,7 @@ from ..clients import ToolClient
 from ..clients.agents import ToolFunction, openai_tool, result_text
 from ..clients.schema import check_arguments
 from ..config import Settings
+from ..host.fsutil import load_json
 from ..manage.tools import tool_of
 from ..records.inventory import DB_NAME, Inventory, ToolRecord
 from ..untrusted import safe_text
@@ -215,11 +215,11 @@ def call_text(entry: CatalogEntry, arguments: Mapping[str, Any]) -> tuple[str, A
 
 def decode_arguments(text: str, json_text: tuple[str, ...] = ()) -> dict[str, Any]:
     """A model's arguments: a JSON object; ``null`` means not given; ``json_text`` names hold JSON as text."""
-    args = json.loads(text or "{}")
+    args = load_json(text or "{}")
     if not isinstance(args, dict):
         raise ValueError("the arguments must be a JSON object")
     args = {k: v for k, v in args.items() if v is not None}
     for key in json_text:
         if isinstance(args.get(key), str):
-            args[key] = json.loads(args[key])
+            args[key] = load_json(args[key])
     return args

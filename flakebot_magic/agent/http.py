@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from ..clients.jsonrpc import PARSE_ERROR, error
 from ..clients.mcp import SUPPORTED_VERSIONS
 from ..config import Settings
+from ..host.fsutil import load_json
 from ..request import RunFlags
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
@@ -189,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._plain(413, f"request too large (at most {MAX_BODY} bytes)")
             return
         try:
-            message = json.loads(self.rfile.read(length))
+            message = load_json(self.rfile.read(length))
         except ValueError as exc:
             self._json(400, error(None, PARSE_ERROR, f"Parse error: {exc}"))
             return

@@ -26,6 +26,7 @@ fallback is a notice, never a failed stage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -41,7 +42,7 @@ from ..commands import typed
 from ..config import Settings
 from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageTimeout
 from ..host.cache import CacheLayout
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, load_json
 from ..host.process import ProcessRunner, scrubbed_env
 from ..records.proofs import ProofStore
 from ..records.provenance import describe_locked
@@ -116,7 +117,7 @@ def nixpkgs_lockable(
     """
     path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
-        known = json.loads(path.read_text())
+        known = load_json(path.read_text())
         entry = known[ref]
         if now() - float(entry["at"]) < PROBE_TTL:
             return Lockable(bool(entry["ok"]), str(entry["why"]))
@@ -127,11 +128,17 @@ def nixpkgs_lockable(
     return answer
 
 
+def _kept_lock(cache_dir: Path, ref: str) -> Path:
+    """Where flakebot keeps the flake.lock it made for the nixpkgs reference ``ref`` (see
+    :meth:`~flakebot_magic.backends.nix_command.Nix.lock`): in its private cache, never in a workspace."""
+    return CacheLayout(cache_dir).probes / f"nixpkgs-{hashlib.sha256(ref.encode()).hexdigest()[:32]}.lock"
+
+
 def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
     """Keep ``answer`` for ``ref`` (a lock that failed after all replaces a probe's yes)."""
     path = CacheLayout(cache_dir).probes / "nixpkgs.json"
     try:
-        known = json.loads(path.read_text())
+        known = load_json(path.read_text())
         if not isinstance(known, dict):
             known = {}
     except (OSError, ValueError):
@@ -285,7 +292,12 @@ class NixBackend(Backend):
             write_flake(workspace.path, flake_meta(workspace, run.main_program), url)
             git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
             try:
-                lock = nix.lock(workspace.path, timeout=settings.build_timeout, on_line=line_logger(bus, "flake"))
+                lock = nix.lock(
+                    workspace.path,
+                    _kept_lock(settings.cache_dir, url),
+                    timeout=settings.build_timeout,
+                    on_line=line_logger(bus, "flake"),
+                )
             except FlakeError as exc:
                 if not self.choice.auto:
                     raise

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -31,6 +30,7 @@ from urllib.parse import parse_qs
 
 from ..edit.state import EditState
 from ..errors import DeployError, UntrustedPath, UsageError
+from ..host.fsutil import load_json
 from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
 from ..stages.build import proof_key
@@ -227,7 +227,7 @@ def path_infos(nix: Nix, paths: Iterable[str], *, store: str | None = None) -> d
         raise DeployError(f"nix path-info {' '.join(paths)} failed: {done.stderr.strip()[-500:]}")
     found: dict[str, PathInfo] = {}
     try:
-        for entry in json.loads(done.stdout):
+        for entry in load_json(done.stdout):
             if entry.get("valid") is False:
                 continue
             found[str(entry["path"])] = PathInfo(
@@ -389,7 +389,7 @@ def fetch_derivation(nix: Nix, cache: str, derivation: str, tool: str, trusted: 
         return f"nix copy --from {cache} refused its derivation: {safe_line(done.stderr.strip()[-300:])}"
     shown = nix.run("show-derivation", "--", derivation, timeout=120)
     try:
-        outputs = {str(o.get("path")) for d in json.loads(shown.stdout).values() for o in d["outputs"].values()}
+        outputs = {str(o.get("path")) for d in load_json(shown.stdout).values() for o in d["outputs"].values()}
     except (ValueError, KeyError, TypeError, AttributeError):
         outputs = set()
     if tool not in outputs:

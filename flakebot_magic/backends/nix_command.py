@@ -32,7 +32,6 @@ The flow, driven by :mod:`flakebot_magic.pipeline`::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -41,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..errors import ConfigError, FlakeError, UsageError
-from ..host.fsutil import read_inside
+from ..errors import ConfigError, FlakeError, StorageError, UsageError
+from ..host.fsutil import atomic_write, load_json, read_inside, remove_nofollow
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
+from ..host.storage import read_cache_file
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import FLAKE_FILE, LOCK_FILE
@@ -297,12 +297,29 @@ class Nix:
 
     # -- the flake ----------------------------------------------------------
 
-    def lock(self, workspace: Path, *, timeout: float = 600.0, on_line: LineCallback | None = None) -> LockInfo:
-        """``nix flake lock`` in ``workspace``: write (or keep) flake.lock, return what it pins.
+    def lock(
+        self, workspace: Path, kept: Path, *, timeout: float = 600.0, on_line: LineCallback | None = None
+    ) -> LockInfo:
+        """``nix flake lock`` in ``workspace``: write flake.lock from flakebot's own, return what it pins.
 
-        An existing lock is kept as long as it matches flake.nix's inputs;
-        a changed nixpkgs URL re-locks just that input.
+        The workspace's flake.lock is never used as it stands: nix keeps any lock
+        whose ``original`` matches flake.nix's input, whatever its ``locked`` names,
+        and a crate can ship one, a model or a test write one, to choose the nixpkgs
+        whose Nix code nix evaluates and whose builders make the tool. So before nix
+        runs it is replaced by ``kept`` (the lock flakebot saved, in its private
+        cache, the last time it locked the same nixpkgs reference), or removed when
+        there is none; what nix locks is saved to ``kept`` again. One reference is
+        pinned once per cache: every tool built against it uses the same nixpkgs.
         """
+        target = workspace / LOCK_FILE
+        try:
+            saved: bytes | None = read_cache_file(kept, _MAX_READ)
+        except (OSError, StorageError):  # none yet, or damaged (a link, a FIFO): nix locks the reference afresh
+            saved = None
+        if saved is not None:
+            atomic_write(target, saved, mode=0o644, root=workspace)
+        else:
+            remove_nofollow(target)
         done = self.run("flake", "lock", cwd=workspace, timeout=timeout, on_line=on_line)
         if done.returncode != 0:
             raise flake_error(
@@ -313,10 +330,16 @@ class Nix:
                 "(or FLAKEBOT_NIXPKGS), or use --backend cargo.",
             )
         try:
-            lock = json.loads(read_inside(workspace, LOCK_FILE, _MAX_READ)[0])
+            written = read_inside(workspace, LOCK_FILE, _MAX_READ)[0]
+            lock = load_json(written)
             node = lock["nodes"][lock["nodes"]["root"]["inputs"]["nixpkgs"]]["locked"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FlakeError(f"nix flake lock wrote no usable {LOCK_FILE}: {exc}", workspace=workspace) from exc
+        if written != saved:
+            try:
+                atomic_write(kept, written, make_parents=True)
+            except OSError:
+                pass  # not kept: the next build locks the reference again
         return LockInfo(hash=lock_hash(workspace), nixpkgs=dict(node))
 
     def build(
@@ -352,7 +375,7 @@ class Nix:
         if done.returncode != 0:
             raise flake_error(done, workspace, "nix build failed")
         try:
-            built = json.loads(done.stdout)
+            built = load_json(done.stdout)
             path = Path(built[0]["outputs"]["out"])
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise FlakeError(

@@ -7,13 +7,13 @@ runs as root on a local store. :mod:`.nix_command` re-exports all of it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, StageTimeout
+from ..host.fsutil import load_json
 from ..host.probes import ProbeCache, file_identity
 from ..host.process import ProcessRunner, scrubbed_env
 
@@ -105,7 +105,7 @@ def _probe_sandbox(executable: str, runner: ProcessRunner, env: dict[str, str]) 
     else:
         return NixSandbox(False, f"`nix show-config` failed, so it cannot tell: {failed}")
     try:
-        config = json.loads(done.stdout)
+        config = load_json(done.stdout)
         sandbox = config["sandbox"]["value"]
         users = config.get("build-users-group", {}).get("value", "")
         store = str(config.get("store", {}).get("value", "auto"))

@@ -26,6 +26,7 @@ from typing import Any
 from ..commands import typed
 from ..errors import ToolError
 from ..host.entry import runnable_damage
+from ..host.fsutil import load_json
 from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
@@ -323,12 +324,12 @@ class ToolClient:
         else:
             fn, json_text, _ = table[name]
             try:
-                args = json.loads(arguments or "{}")
+                args = load_json(arguments or "{}")
                 if not isinstance(args, dict):
                     raise ValueError("the arguments must be a JSON object")
                 for key in json_text:
                     if isinstance(args.get(key), str):
-                        args[key] = json.loads(args[key])
+                        args[key] = load_json(args[key])
                 content = result_text(self._invoke(fn, args))
             except Exception as exc:  # the model sees what went wrong, and may correct itself
                 content = f"error: {type(exc).__name__}: {exc}"

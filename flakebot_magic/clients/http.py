@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..errors import DeployError, ToolError
+from ..host.fsutil import load_json
 from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
@@ -380,7 +381,7 @@ class HttpTool(StartedToolClient):
         if answer.status_code != 200:
             return None
         try:
-            document = answer.json()
+            document = load_json(answer.content)
         except ValueError:
             return None
         return document if isinstance(document, dict) and isinstance(document.get("paths"), dict) else None
@@ -511,7 +512,7 @@ class HttpTool(StartedToolClient):
     def _decode(self, answer: httpx.Response, what: str, verb: str, url: str) -> Any:
         if answer.status_code < 400 and "json" in answer.headers.get("content-type", ""):
             try:
-                return answer.json()  # from the bytes: the text is decoded only when it is the answer
+                return load_json(answer.content)  # from the bytes: the text is decoded only when it is the answer
             except ValueError:
                 return answer.text
         text = answer.text

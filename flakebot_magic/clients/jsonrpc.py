@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ..host.fsutil import load_json
 from .mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 
 __all__ = [
@@ -114,7 +115,7 @@ def serve_lines(stdin: IO[bytes], send: Send, handle: Callable[[Any], object], *
         if not raw.strip():
             continue
         try:
-            message = json.loads(raw)
+            message = load_json(raw)
         except ValueError as exc:
             send(error(None, PARSE_ERROR, f"Parse error: {exc}"))
             continue

@@ -39,6 +39,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import ToolError
+from ..host.fsutil import load_json
 from . import lifecycle
 from .agents import ToolFunction
 from .base import TOOL_TIMEOUT, Confinement, StartedToolClient
@@ -263,7 +264,7 @@ class McpSession:
             if line is None:
                 return self._died(method, sent=True)
             try:
-                message = json.loads(line)
+                message = load_json(line)
             except ValueError:
                 self.logs.append(f"stdout (not JSON-RPC): {line.decode('utf-8', 'replace')}\n")
                 continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..host.fsutil import load_json
 from ..llm.usage import BYTES_PER_TOKEN, estimate_tokens, message_tokens
 
 __all__ = ["COMPACT_AT", "COMPACT_TO", "cap_middle", "compact"]
@@ -93,7 +94,7 @@ def _stub_arguments(arguments: str) -> str:
     if len(arguments.encode("utf-8", errors="surrogatepass")) <= _STUB_OVER:
         return arguments
     try:
-        parsed = json.loads(arguments)
+        parsed = load_json(arguments)
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):

@@ -46,7 +46,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from ..host.cache import CacheLayout
-from ..host.fsutil import check_no_symlinks, fsync_dir, private_dir, read_regular
+from ..host.fsutil import check_no_symlinks, fsync_dir, load_json, private_dir, read_regular
 from ..llm.usage import Usage
 from ..request import check_tool_name
 from .context import cap_middle
@@ -305,7 +305,7 @@ class Journal:
         lines = data.split(b"\n")
         for line in lines[:-1]:  # what follows the last newline is a line the crash tore, if anything
             try:
-                record = json.loads(line)
+                record = load_json(line)
             except ValueError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("t"), str):
@@ -375,7 +375,7 @@ def _start_of(path: Path) -> dict[str, Any] | None:
         return None
     first, newline, _ = data.partition(b"\n")
     try:
-        record = json.loads(first) if newline else None
+        record = load_json(first) if newline else None
     except ValueError:
         return None
     return record if isinstance(record, dict) and record.get("t") == "start" else None

@@ -8,8 +8,9 @@ are *protocol functions*. Their wire names and schemas (sent as the OpenAI
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from ..host.fsutil import load_json
 
 __all__ = ["FUNCTION_NAMES", "FUNCTION_SCHEMAS", "BadCall", "decode_call", "decode_reply", "text_argument"]
 
@@ -82,7 +83,7 @@ def decode_call(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if name not in FUNCTION_NAMES:
         raise BadCall(f"error: there is no tool named {name!r}. The tools are: {', '.join(FUNCTION_NAMES)}.")
     try:
-        args = json.loads(raw)
+        args = load_json(raw)
     except ValueError as exc:
         raise BadCall(
             f"error: the arguments of {name} are not valid JSON ({exc}); nothing was changed. "

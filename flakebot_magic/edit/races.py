@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..host.fsutil import atomic_write, private_dir, read_regular
+from ..host.fsutil import atomic_write, load_json, private_dir, read_regular
 from ..llm.usage import Usage
 from .journal import ResumePoint, journals_dir, race_points
 
@@ -98,7 +98,7 @@ def unfinished_race(cache_dir: Path, name: str) -> RacePoint | None:
     if not files:
         return None
     try:
-        data = json.loads(read_regular(files[-1], 1 << 20)[0])
+        data = load_json(read_regular(files[-1], 1 << 20)[0])
         record = RaceRecord(**data)
     except (OSError, ValueError, TypeError):
         return None

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clients.contract import ToolContract
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, load_json
 from .checkrun import CheckRun
 from .files import read_text
 
@@ -27,7 +27,7 @@ class EditState:
     @classmethod
     def load(cls, workspace: Path) -> EditState:
         try:
-            data = json.loads(read_text(workspace / ".git" / STATE_FILE))
+            data = load_json(read_text(workspace / ".git" / STATE_FILE))
         except (OSError, ValueError):
             return cls()
         return cls(sessions=list(data.get("sessions", [])))

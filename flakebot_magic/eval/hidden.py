@@ -18,7 +18,6 @@ sandboxed code while the model works.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..edit.ratchet import scan_tests
-from ..host.fsutil import atomic_write, is_real_dir, real_dir
+from ..host.fsutil import atomic_write, is_real_dir, load_json, real_dir
 from ..host.git import Git
 from ..host.process import ProcessRunner, scrubbed_env
 from ..registry.base import Registry
@@ -82,7 +81,7 @@ def run_pytest(
     ]
     done = runner.run(argv, cwd=work, env=env, timeout=timeout, label=["pytest", "test_hidden.py"])
     try:
-        data = json.loads(report.read_text(encoding="utf-8"))
+        data = load_json(report.read_text(encoding="utf-8"))
         tests: dict[str, Any] = dict(data["tests"])
         status = int(data["exitstatus"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -23,7 +23,6 @@ search) to the registry it wraps.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import tomlkit
 
 from ..errors import SearchError, UsageError
-from ..host.fsutil import load_toml
+from ..host.fsutil import load_json, load_toml
 from ..registry.base import CrateCandidate, FetchedSource, Registry
 from ..registry.directory import tree_sha256
 from ..request import tool_name
@@ -128,7 +127,7 @@ def _config(exercise: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise _Bad(f".meta/config.json is not valid JSON: {exc}") from None
     files = data.get("files") if isinstance(data, dict) else None

@@ -10,12 +10,12 @@ never reach a terminal, and HTML is escaped.
 from __future__ import annotations
 
 import html
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..host.fsutil import load_json
 from ..untrusted import safe_html, safe_text
 from .results import REPLAY_LABEL, AttemptResult
 
@@ -190,7 +190,7 @@ class EvalResults:
         target = Path(path)
         if target.is_dir():
             target = target / "results.json"
-        return cls(json.loads(target.read_text(encoding="utf-8")), target)
+        return cls(load_json(target.read_text(encoding="utf-8")), target)
 
     @property
     def replay(self) -> bool:

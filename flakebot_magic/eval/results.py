@@ -28,7 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, load_json
 from .task import Suite
 
 __all__ = [
@@ -313,7 +313,7 @@ class ResultStore:
 
     def read_config(self) -> dict[str, Any] | None:
         try:
-            data = json.loads(self.config_path.read_text(encoding="utf-8"))
+            data = load_json(self.config_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
@@ -325,7 +325,7 @@ class ResultStore:
         """The record of a finished attempt, or None (never run, interrupted, or unreadable)."""
         path = self.record_path(model, task, attempt)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_text(encoding="utf-8"))
             return AttemptResult.from_json(data)
         except (OSError, ValueError, TypeError):
             return None

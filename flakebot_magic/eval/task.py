@@ -15,14 +15,13 @@ raises, and the other tasks still run. ``docs/eval.md`` is the reference.
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UsageError
-from ..host.fsutil import load_toml
+from ..host.fsutil import load_json, load_toml
 from ..request import is_tool_name
 
 __all__ = [
@@ -272,7 +271,7 @@ def _check_tests(path: Path) -> None:
 
 def _check_json(path: Path) -> None:
     try:
-        data = json.loads(_read(path))
+        data = load_json(_read(path))
     except ValueError as exc:
         raise _Bad(f"{path.name} is not valid JSON: {exc}") from None
     if not isinstance(data, Mapping | list):

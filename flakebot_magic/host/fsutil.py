@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "TooLarge",
     "UnsafePath",
     "atomic_write",
@@ -47,6 +49,7 @@ __all__ = [
     "copy_regular",
     "fsync_dir",
     "is_real_dir",
+    "load_json",
     "load_toml",
     "private_dir",
     "read_inside",
@@ -415,3 +418,41 @@ def load_toml(source: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except RecursionError:
         raise ValueError("the TOML is nested too deeply to read") from None
+
+
+#: how deeply a JSON document :func:`load_json` returns may nest: far more than any message flakebot reads
+#: (cargo's, a model's, an MCP server's), far less than the depth at which Python's recursion runs out
+MAX_JSON_DEPTH = 200
+
+
+def load_json(text: str | bytes | bytearray, *, strict: bool = True) -> Any:
+    """A JSON document as plain Python data: the one JSON parser (a test reads the package for any other).
+
+    Raises ``ValueError`` for anything that is not JSON (``json.JSONDecodeError``
+    and ``UnicodeDecodeError`` are subclasses), and for a document nested more
+    than :data:`MAX_JSON_DEPTH` deep: a build script, a test, a tool or a model
+    printing ``[[[[...`` gets a clear "not JSON" where it would otherwise raise a
+    ``RecursionError``, in the decoder or later in whatever walks the data.
+    ``strict=False`` lets control characters stand in strings (``json.loads``' own flag).
+
+    >>> load_json('{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> load_json("[" * 100_000 + "]" * 100_000)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    ValueError: the JSON is nested too deeply to read
+    """
+    try:
+        data = json.loads(text, strict=strict)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply to read") from None
+    level: list[tuple[Any, int]] = [(data, 0)]
+    while level:  # iterative: the check itself never recurses
+        value, depth = level.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError("the JSON is nested too deeply to read")
+        if isinstance(value, dict):
+            level.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            level.extend((v, depth + 1) for v in value)
+    return data

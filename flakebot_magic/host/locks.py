@@ -29,7 +29,7 @@ from pathlib import Path
 from ..errors import ToolBusy
 from ..request import check_tool_name
 from .cache import CacheLayout
-from .fsutil import private_dir
+from .fsutil import load_json, private_dir
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
 
@@ -65,7 +65,7 @@ def _lock_file(cache_dir: Path, name: str) -> Path:
 
 def _read_holder(fd: int) -> LockHolder:
     try:
-        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
+        data = load_json(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
         return LockHolder(int(data.get("pid", 0)), float(data.get("started", 0.0)), str(data.get("command", ""))[:200])
     except (OSError, ValueError, TypeError, AttributeError):
         return LockHolder()

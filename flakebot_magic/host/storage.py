@@ -21,7 +21,6 @@ StorageError: reading the demo failed: No such file or directory (/nonexistent/f
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import sqlite3
@@ -32,7 +31,7 @@ from typing import Any
 
 from ..commands import typed
 from ..errors import CacheFileDamaged, DiskFull, FlakebotError, StorageError
-from .fsutil import TooLarge, UnsafePath, read_regular
+from .fsutil import TooLarge, UnsafePath, load_json, read_regular
 
 __all__ = [
     "CACHE_FILE_LIMIT",
@@ -227,11 +226,9 @@ def read_cache_json(path: Path) -> dict[str, Any]:
     """
     raw = read_cache_file(path)
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both
+        data = load_json(raw.decode("utf-8"))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, nested too deep
         data = exc
-    except RecursionError:  # nested deeper than the decoder goes: no record of ours is
-        data = ValueError("nested too deep")
     if not isinstance(data, dict):
         why = data if isinstance(data, ValueError) else f"a JSON {type(data).__name__}, not an object"
         raise CacheFileDamaged(

@@ -41,6 +41,7 @@ from typing import Any
 
 from ..errors import ModelError
 from ..events import EventBus, ModelUsage
+from ..host.fsutil import load_json
 from ..host.process import CancelToken
 from .budget import Budget
 from .dialects import TextCallRefused, as_text_conversation, read_calls
@@ -336,6 +337,6 @@ class ModelChannel:
 
 def _arguments(text: str) -> Any:
     try:
-        return json.loads(text or "{}")
+        return load_json(text or "{}")
     except ValueError:
         return None

@@ -34,6 +34,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..host.fsutil import load_json
+
 __all__ = [
     "DIALECTS",
     "LENIENT_LIMIT",
@@ -175,7 +177,7 @@ def as_text_conversation(
                 function = call.get("function", {})
                 names[str(call.get("id"))] = str(function.get("name"))
                 try:
-                    arguments = json.loads(function.get("arguments") or "{}")
+                    arguments = load_json(function.get("arguments") or "{}")
                 except ValueError:
                     arguments = function.get("arguments")
                 written.append(
@@ -439,7 +441,7 @@ def _unfenced(inner: str) -> str:
 def _loads(span: str, dialect: Dialect, names: Sequence[str]) -> Any:
     """A JSON value: strict (raw control characters allowed), else JSON5 for short spans; else a refusal."""
     try:
-        return json.loads(span, strict=False)
+        return load_json(span, strict=False)
     except ValueError:
         pass
     if len(span) <= LENIENT_LIMIT:

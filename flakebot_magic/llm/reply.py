@@ -10,7 +10,6 @@ tokens counts as missing (then the tokens are estimated from the text).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..host.fsutil import load_json
 from .limits import ReplyLimits
 from .usage import Usage
 
@@ -84,7 +84,7 @@ class ReplyReader:
             body += piece
             self.within_caps(len(body))
         try:
-            data = json.loads(bytes(body))
+            data = load_json(bytes(body))
             message = data["choices"][0]["message"] if data.get("choices") else None
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise BrokenReply(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}") from exc

@@ -14,7 +14,6 @@ and says whether the result is bit-identical to what the notebook recorded.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,7 @@ from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED, typed
 from ..config import Settings
 from ..errors import DeployError, FlakebotError, StorageError, UntrustedPath, UsageError
+from ..host.fsutil import load_json
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
@@ -122,7 +122,7 @@ def manifest_of(record: ToolRecord) -> dict[str, Any]:
 def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
     """The provenance the last output of tool ``name`` in ``notebook`` recorded (``metadata.flakebot``)."""
     try:
-        cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+        cells = load_json(Path(notebook).read_text(encoding="utf-8"))["cells"]
     except FileNotFoundError:
         where = Path(notebook) if Path(notebook).is_absolute() else Path.cwd() / notebook
         raise UsageError(

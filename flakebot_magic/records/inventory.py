@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from ..commands import typed
 from ..errors import InventoryDamaged, StorageError
-from ..host.fsutil import fsync_dir
+from ..host.fsutil import fsync_dir, load_json
 from ..host.storage import is_full, read_cache_json, sqlite_code, storage_errors
 
 __all__ = ["DB_NAME", "STATUSES", "Health", "Inventory", "ToolRecord"]
@@ -365,7 +365,7 @@ class Inventory:
 
     @staticmethod
     def _decode(text: Any) -> ToolRecord:
-        data = json.loads(text)
+        data = load_json(text)
         if not isinstance(data, dict):
             raise TypeError(f"a {type(data).__name__}, not an object")
         return ToolRecord.from_json(data)
@@ -488,7 +488,7 @@ class Inventory:
     def _meta(self, key: str) -> Any:
         rows = self._select("SELECT value FROM meta WHERE key = ?", (key,))
         try:
-            return json.loads(rows[0][0]) if rows else None
+            return load_json(rows[0][0]) if rows else None
         except ValueError:
             return None
 
@@ -502,7 +502,7 @@ class Inventory:
         found: dict[str, dict[str, Any]] = {}
         for name, text in rows:
             try:
-                data = json.loads(text)
+                data = load_json(text)
             except (ValueError, TypeError):
                 continue
             if isinstance(data, dict) and data.get("name") == name:

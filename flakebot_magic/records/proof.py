@@ -23,6 +23,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import DeployError
+from ..host.fsutil import load_json
 from .proof_key import ProofKey
 
 __all__ = ["PROOF_FILE", "PROOF_FORMAT", "Proof"]
@@ -81,7 +82,7 @@ class Proof:
     def from_text(cls, text: str, *, where: str = "the proof") -> Proof:
         """A proof from its file; a :class:`DeployError` saying what is wrong when it is not one."""
         try:
-            data = json.loads(text)
+            data = load_json(text)
             if data.get("format") != PROOF_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, expected {PROOF_FORMAT}")
             return cls(

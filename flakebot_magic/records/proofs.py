@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host.crashpoints import crash_point
-from ..host.fsutil import atomic_write, read_regular
+from ..host.fsutil import atomic_write, load_json, read_regular
 from .proof_key import ProofKey
 
 __all__ = ["ProofRecord", "ProofStore"]
@@ -72,7 +72,7 @@ class ProofStore:
         """The proof of ``key`` made before (``reused=True``), or None."""
         try:
             raw, more = read_regular(self._path(key), _MAX_RECORD)
-            data = None if more else json.loads(raw)
+            data = None if more else load_json(raw)
         except (OSError, ValueError):
             return None
         if not isinstance(data, dict) or ProofKey.from_dict(data.get("key")) != key:

@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import SteeringError, UsageError
 from ..events import SteeringMessage
 from ..host.cache import CacheLayout
-from ..host.fsutil import atomic_write, private_dir, read_regular
+from ..host.fsutil import atomic_write, load_json, private_dir, read_regular
 from ..host.process import alive, process_started_at
 from ..request import check_tool_name
 
@@ -73,7 +73,7 @@ def _marker_alive(marker: Path) -> bool | None:
     """True when the marker's process still runs, False when it is gone, None when the marker cannot be read."""
     try:
         data, _ = read_regular(marker, 4096)
-        record = json.loads(data)
+        record = load_json(data)
         pid, started = int(record["pid"]), float(record["started"])
     except FileNotFoundError:
         return False
@@ -176,7 +176,7 @@ class Inbox:
         """A claimed message, or None for a file that is not one (it is dropped)."""
         try:
             data, cut = read_regular(path, _MAX_FILE_BYTES)
-            record: Any = None if cut else json.loads(data)
+            record: Any = None if cut else load_json(data)
         except (OSError, ValueError):
             return None
         if not isinstance(record, dict):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from ..errors import RegistryError, SearchError
+from ..host.fsutil import load_json
 from .base import CrateCandidate, FetchedSource
 from .crate_archive import unpack_crate
 from .cratesio_http import MAX_RETRY_AFTER, OFFLINE_HINT, PoliteClient, user_agent
@@ -431,7 +431,7 @@ class CratesIoRegistry:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = load_json(line)
             except ValueError:
                 continue  # cargo skips lines it cannot read, too
             if isinstance(record, dict) and record.get("vers") == version:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from ..errors import RegistryError
+from ..host.fsutil import load_json
 
 __all__ = [
     "MAX_RETRY_AFTER",
@@ -111,7 +112,7 @@ def describe(response: httpx.Response) -> str:
 def error_detail(response: httpx.Response) -> str:
     """crates.io's ``{"errors": [{"detail": ...}]}`` text, if any."""
     try:
-        data = response.json()
+        data = load_json(response.content)
     except ValueError:
         return ""
     if isinstance(data, dict) and isinstance(data.get("errors"), list):
@@ -154,7 +155,7 @@ class PoliteClient:
             return None
         self.raise_for_status(response, what)
         try:
-            data = response.json()
+            data = load_json(response.content)
         except ValueError as exc:
             raise RegistryError(
                 f"could not {what}: {url} answered with something that is not JSON. {OFFLINE_HINT}"

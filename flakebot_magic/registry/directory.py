@@ -45,7 +45,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
-from ..host.fsutil import TooLarge, atomic_write, copy_regular, read_inside
+from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_inside
 from ..host.storage import translate
 from . import embedding, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
@@ -296,7 +296,7 @@ class DirectoryRegistry:
         self, row: tuple[Any, ...], score: float = 0.0, parts: dict[str, float] | None = None
     ) -> CrateCandidate:
         name, version, _dir, description, keywords, categories, license_, homepage, repository, bins, reads = row
-        bin_names = tuple(json.loads(bins))
+        bin_names = tuple(load_json(bins))
         return CrateCandidate(
             name=name,
             version=version,
@@ -306,8 +306,8 @@ class DirectoryRegistry:
             bin_names=bin_names,
             reads_stdin=reads == "stdin",
             reads=reads,
-            keywords=tuple(json.loads(keywords)),
-            categories=tuple(json.loads(categories)),
+            keywords=tuple(load_json(keywords)),
+            categories=tuple(load_json(categories)),
             license=license_,
             homepage=homepage,
             repository=repository,
@@ -472,7 +472,7 @@ class DirectoryRegistry:
         if row is None:
             return None
         try:
-            recorded = json.loads(read_inside(self.path / row[0], ".cargo-checksum.json", 16 * 1024 * 1024)[0])
+            recorded = load_json(read_inside(self.path / row[0], ".cargo-checksum.json", 16 * 1024 * 1024)[0])
         except (OSError, ValueError):
             return None
         value = recorded.get("package") if isinstance(recorded, dict) else None

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import threading
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..host.fsutil import load_json
 
 if TYPE_CHECKING:
     import sqlite3
@@ -333,7 +333,7 @@ class SentenceEncoder:
 
             directory = self.model.directory
             try:
-                config = json.loads((directory / "config.json").read_text())
+                config = load_json((directory / "config.json").read_text())
                 tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
                 weights = {
                     k.removeprefix("bert."): v for k, v in load_file(str(directory / "model.safetensors")).items()

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..host.fsutil import TooLarge, read_inside, read_regular
+from ..host.fsutil import TooLarge, load_json, read_inside, read_regular
 from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from ..untrusted import safe_line
 from .base import MAX_SOURCE_BYTES, FetchedSource
@@ -56,7 +55,7 @@ def checked_source(source: Path, dest: Path) -> FetchedSource:
     notes = []
     try:
         data, _ = read_inside(source, ".cargo-checksum.json", 16 * 1024 * 1024)
-        recorded = json.loads(data)
+        recorded = load_json(data)
     except (OSError, ValueError):
         recorded = None
     if isinstance(recorded, dict):

@@ -20,7 +20,8 @@ keeps inside the workspace (``target/flakebot-tmp``) is made real first
 workspace is ever bound at a path of its own, so no symlink that sandboxed
 code planted decides what a later command may write.
 
-Both have an empty private ``$HOME`` and ``/tmp``, no ``/run``, new pid, IPC,
+Both have an empty private ``$HOME``, ``/tmp`` and ``/dev/shm`` (capped), bubblewrap's own root, ``/dev`` and
+``/proc`` read-only (:data:`~flakebot_magic.sandbox.host.SEALED`), no ``/run``, new pid, IPC,
 UTS, user and cgroup namespaces, no capabilities, the seccomp filter of
 :mod:`~flakebot_magic.sandbox.seccomp`, and the allowlisted environment.
 """
@@ -40,7 +41,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..host.fsutil import real_dir
 from ..host.process import CancelToken, SandboxedCommand, allowed_env
-from .host import INSTALL_BWRAP, bubblewrap_works, is_under, namespaces, system_binds, visible_system
+from .host import INSTALL_BWRAP, SEALED, bubblewrap_works, is_under, namespaces, system_binds, visible_system
 from .limits import (
     DiskUsage,
     GiB,
@@ -249,7 +250,13 @@ class Sandbox:
 
     def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)
-        args = [*system_binds(network=profile.network), "--size", size, "--tmpfs", "/tmp"]
+        args = [
+            *system_binds(network=profile.network, shm_bytes=self.limits.tmp_bytes),
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+        ]
         if self.home != "/tmp":
             args += ["--size", size, "--perms", "0700", "--tmpfs", self.home]
         read_only = list(dict.fromkeys(self.read_only))
@@ -275,7 +282,7 @@ class Sandbox:
         if git.exists() or git.is_symlink():
             # the repository is flakebot's, not the code's: no hooks, no config, no rewritten history
             args += ["--ro-bind", str(git), str(git)]
-        return [*args, *namespaces(network=profile.network)]
+        return [*args, *SEALED, *namespaces(network=profile.network)]
 
     def env(self, extra: Mapping[str, str] | None = None, profile: Profile = BUILD) -> dict[str, str]:
         """The allowlisted environment (:func:`allowed_env`) plus ``extra``; in :data:`BUILD`, temporary files

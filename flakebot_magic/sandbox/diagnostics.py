@@ -21,7 +21,6 @@ regular file whose real path lies inside it (:func:`untrusted_artifact`). A
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -29,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..host.fsutil import load_json
 
 __all__ = [
     "BINARY_NAME",
@@ -181,7 +182,7 @@ def parse_cargo_messages(
             other.append(line)
             continue
         try:
-            message: Any = json.loads(line)
+            message: Any = load_json(line)
         except ValueError:
             other.append(line)
             continue
@@ -265,7 +266,7 @@ def parse_diagnostic_line(line: str) -> Diagnostic | None:
     if not line.startswith('{"$message_type"'):
         return None
     try:
-        message = json.loads(line)
+        message = load_json(line)
         if not isinstance(message, dict) or message.get("$message_type") != "diagnostic":
             return None
         return _diagnostic({"message": message})

@@ -13,6 +13,7 @@ from ..host.process import ProcessRunner
 __all__ = [
     "INSTALL_BWRAP",
     "NETWORK_ETC",
+    "SEALED",
     "bubblewrap_works",
     "is_under",
     "namespaces",
@@ -50,6 +51,10 @@ NETWORK_ETC = (
 )
 
 
+#: the last bubblewrap arguments of every sandbox, once every mount point exists: its own root (a tmpfs with no
+#: size limit) read-only, so nothing but the binds a profile makes writable (and the capped tmpfs) takes a byte
+SEALED = ("--remount-ro", "/")
+
 #: bubblewrap's answer per binary, asked again when the binary changes (or, after a failure, soon)
 _BWRAP_PROBES: ProbeCache[tuple[str, str], str] = ProbeCache("bubblewrap", 4, failed=bool)
 
@@ -70,7 +75,9 @@ def bubblewrap_works(bwrap: str = "bwrap") -> str:
 
 def _probe_bubblewrap(path: str) -> str:
     try:
-        done = ProcessRunner().run([path, *system_binds(), *namespaces(network=False), "--", "true"], timeout=20)
+        done = ProcessRunner().run(
+            [path, *system_binds(), *SEALED, *namespaces(network=False), "--", "true"], timeout=20
+        )
     except (OSError, FlakebotError) as exc:  # cannot start, or past its time limit
         return f"bubblewrap could not start ({exc})"
     if done.returncode != 0:
@@ -78,10 +85,17 @@ def _probe_bubblewrap(path: str) -> str:
     return ""
 
 
-def system_binds(*, network: bool = False) -> list[str]:
+def system_binds(*, network: bool = False, shm_bytes: int = 64 * 1024 * 1024) -> list[str]:
     """bubblewrap arguments showing the system directories and the few /etc files, read-only, plus /dev and /proc.
 
     With ``network``, also what name resolution and TLS need (:data:`NETWORK_ETC`).
+
+    ``/dev`` and ``/proc`` are read-only mounts: bubblewrap's ``/dev`` is a tmpfs without a size limit (a
+    writer could fill the host's memory), and its ``/proc`` covers ``/proc/sys`` only when the caller cannot
+    write there anyway; run as root, the sandbox's uid 0 is the host's, and a build script could set
+    ``kernel.core_pattern`` to a program the kernel then runs as root outside every namespace. The devices
+    stay usable (a device node is written through a read-only mount); ``/dev/shm`` is a tmpfs of its own,
+    capped at ``shm_bytes``.
     """
     args: list[str] = []
     for path in (*_SYSTEM, *_ETC, *(NETWORK_ETC if network else ())):
@@ -89,7 +103,8 @@ def system_binds(*, network: bool = False) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):  # a link elsewhere (resolv.conf into /run): its target, at its name
             args += ["--ro-bind", os.path.realpath(path), path]
-    return [*args, "--dev", "/dev", "--proc", "/proc"]
+    shm = ["--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
+    return [*args, "--dev", "/dev", *shm, "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc"]
 
 
 def namespaces(*, network: bool) -> list[str]:

@@ -22,6 +22,7 @@ from tornado import web
 from .. import __version__
 from ..config import Settings
 from ..errors import SteeringError, StorageError, UsageError
+from ..host.fsutil import load_json
 from ..manage import tools
 from ..manage.doctor import prepare
 from ..records.inventory import Inventory, ToolRecord
@@ -168,7 +169,7 @@ class ToolSteerHandler(_API):
     @authorized
     def post(self, name: str) -> None:
         try:
-            body = json.loads(self.request.body or b"{}")
+            body = load_json(self.request.body or b"{}")
         except ValueError:
             raise web.HTTPError(400, 'the body must be JSON: {"text": "..."}') from None
         text = body.get("text") if isinstance(body, dict) else None

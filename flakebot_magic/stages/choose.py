@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ModelError, NeedsModelError
 from ..events import EventBus
+from ..host.fsutil import load_json
 from ..host.process import CancelToken
 from ..llm.budget import Budget
 from ..llm.channel import ModelChannel
@@ -297,7 +298,7 @@ def _answer(reply: Reply) -> tuple[str, str] | None:
         if match is None:
             continue
         try:
-            data = json.loads(match.group(0))
+            data = load_json(match.group(0))
         except ValueError:
             continue
         if isinstance(data, dict) and isinstance(data.get("crate"), str):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from polling import wait_for
+from stdio_servers import mcp_server
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.agents import strict_problems
@@ -255,17 +256,12 @@ def test_a_json_rpc_error_without_an_id_raises_at_once(tmp_path: Any) -> None:
     from flakebot_magic.clients.lifecycle import LogBuffer
     from flakebot_magic.clients.mcp import McpSession
 
-    server = tmp_path / "server.py"
-    server.write_text(
-        "import json, sys\n"
-        "for line in sys.stdin:\n"
-        "    m = json.loads(line)\n"
-        "    if m.get('method') == 'initialize':\n"
-        "        r = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'serverInfo': {'name': 's', 'version': '1'}}\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
-        "    elif 'id' in m:\n"
-        "        e = {'code': -32700, 'message': 'Parse error: expected value'}\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': None, 'error': e}), flush=True)\n"
+    server = mcp_server(
+        tmp_path / "server.py",
+        """
+        e = {'code': -32700, 'message': 'Parse error: expected value'}
+        print(json.dumps({'jsonrpc': '2.0', 'id': None, 'error': e}), flush=True)
+        """,
     )
     session = McpSession([sys.executable, str(server)], env=dict(os.environ), name="s", logs=LogBuffer())
     try:

@@ -33,7 +33,7 @@ ALLOWED = {
     # the registry's SQLite file is made empty for sqlite3 to open: a write, not a read
     ("records/inventory.py", "os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))"),
     # `pull --from NOTEBOOK` reads the user's notebook, a file they name, not a cache file
-    ("manage/team.py", 'cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]'),
+    ("manage/team.py", 'cells = load_json(Path(notebook).read_text(encoding="utf-8"))["cells"]'),
 }
 READERS = {"read_text", "read_bytes", "open"}
 

@@ -191,6 +191,6 @@ def test_the_cache_json_is_read_through_one_reader() -> None:
         str(source.relative_to(package))
         for source in package.rglob("*.py")
         for line in source.read_text().splitlines()
-        if "json.load" in line and ("read_text(" in line or "open(" in line)
+        if ("json.load" in line or "load_json(" in line) and ("read_text(" in line or "open(" in line)
     }
     assert found == set(OWN_JSON_READERS), sorted(found ^ set(OWN_JSON_READERS))

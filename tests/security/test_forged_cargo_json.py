@@ -137,3 +137,58 @@ def test_forged_artifacts_reach_neither_outside_the_entry_nor_the_private_file(t
     now = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workspace.path, capture_output=True, text=True).stdout
     assert now == head
     assert subprocess.run(["git", "rev-parse", "published"], cwd=workspace.path, capture_output=True).returncode == 0
+
+
+_DEEP_BUILD_RS = r"""use std::io::Write;
+
+fn main() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let cargo = std::os::unix::process::parent_id();
+    // on cargo's stdout, among its JSON messages, and on its stderr, where rustdoc's bare diagnostics come
+    let lines = [
+        (1, format!("{{\"reason\":\"compiler-message\",\"message\":{}}}", deep)),
+        (1, format!("{{\"reason\":\"compiler-artifact\",\"target\":{}}}", deep)),
+        (2, format!("{{\"$message_type\":\"diagnostic\",\"message\":{}}}", deep)),
+    ];
+    for (fd, line) in lines.iter() {
+        let mut out = std::fs::OpenOptions::new().write(true).open(format!("/proc/{}/fd/{}", cargo, fd)).unwrap();
+        out.write_all(format!("{}\n", line).as_bytes()).unwrap();
+    }
+}
+"""
+
+
+def test_json_nested_without_end_in_cargos_output_is_not_json_never_a_traceback(tmp_path: Path) -> None:
+    """A build script writes ``{"reason": ..., "message": [[[[...`` 100,000 deep to cargo's stdout and stderr:
+    before the one JSON reader (``fsutil.load_json``) the decoder's ``RecursionError`` ended the build with a
+    traceback; now the lines are not cargo's messages, and the build goes on."""
+    manifest = '[package]\nname = "deep"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n'
+    files = {"src/main.rs": 'fn main() {\n    println!("deep");\n}\n', "build.rs": _DEEP_BUILD_RS}
+    registry = DirectoryRegistry(
+        write_registry(tmp_path / "registry", [crate("deep", manifest=manifest, files=files)]), tmp_path / "index"
+    )
+    recorder = Recorder()
+    runner = ProcessRunner()
+    cargo = Cargo(registry, runner)
+    try:
+        workspace = fork(
+            registry.get("deep"),
+            registry,
+            tmp_path / "cache" / "workspaces",
+            "deep",
+            runner=runner,
+            bus=recorder.bus,
+            cargo=cargo,
+        )
+        result = check(
+            workspace.path,
+            cargo,
+            recorder.bus,
+            policy=TreePolicy(baseline=Baseline.from_git(Git(workspace.path, runner))),
+            build_timeout=300,
+            test_timeout=300,
+        )
+    finally:
+        registry.close()
+    assert sorted(result.build.binaries) == ["deep"]
+    assert subprocess.run([result.build.binaries["deep"]], capture_output=True, text=True).stdout == "deep\n"

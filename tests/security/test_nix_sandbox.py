@@ -227,7 +227,7 @@ def attack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attack]:
     write_flake(workspace, FlakeMeta("nixattack", "0.1.0", "hostile", "MIT", "nixattack"), f"path:{STAND_IN}")
     _git(workspace, "init", "-q")
     _git(workspace, "add", "-A")
-    Nix(ProcessRunner()).lock(workspace, timeout=300)  # as the pipeline: lock, then commit the flake and its lock
+    Nix(ProcessRunner()).lock(workspace, tmp / "kept.lock", timeout=300)  # as the pipeline: lock, commit both
     _git(workspace, "add", "-A")
     _git(workspace, "commit", "-q", "-m", "hostile crate, flake.nix and flake.lock")
     for path, text in planted.items():
