@@ -52,10 +52,11 @@ def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
     needs beyond that, the user gives explicitly (the ``tool_env`` setting,
     ``tool(..., env={...})``), later mappings winning.
     """
-    extra: dict[str, str] = {}
+    env = allowed_env(home=os.environ.get("HOME"))
     for mapping in extras:
-        extra.update({str(k): str(v) for k, v in (mapping or {}).items()})
-    return allowed_env(extra or None, home=os.environ.get("HOME"))
+        if mapping:
+            env.update({str(k): str(v) for k, v in mapping.items()})
+    return env
 
 
 class Confinement:
@@ -245,13 +246,14 @@ class ToolClient:
         loaded in a kernel runs; starting it then would end in a
         ``FileNotFoundError`` deep in ``subprocess``.
         """
-        if not Path(self.binary).is_file():
+        # a kept whole verdict is an lstat of the manifest and of the binary: the binary is there
+        why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
+        if (why or self.entry is None) and not Path(self.binary).is_file():
             raise ToolError(
                 f"{self.name}'s binary {self.binary} is gone (`%flakebot clean` removed its store entry?). "
                 f"Build it again with `%flakebot rebuild {self.name}`, or `%flakebot load {self.name}` "
                 "if another kernel has built it since."
             )
-        why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
         if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
             raise ToolError(
                 f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "
