@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ToolError
 from ..host.entry import runnable_damage
+from ..host.environment import environ_stamp
 from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
@@ -168,6 +169,8 @@ class ToolClient:
         self.env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
         #: run inside the sandbox (the ``confine_tools`` setting)
         self.confine = confine
+        #: the last environment made (:meth:`_environment`): os.environ's stamp, what it was made of, it
+        self._env_kept: tuple[object, tuple[Any, ...], dict[str, str]] | None = None
         self._confined_depth = 0
         self._confined_lock = threading.Lock()
         #: the acceptance examples' results, when the cell had examples
@@ -216,8 +219,19 @@ class ToolClient:
         """Processes started before no longer match :attr:`confined_now`: a server restarts."""
 
     def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
-        """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras``."""
-        return tool_environment(self.env, *extras)
+        """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras`` (a new dict).
+
+        Kept between calls while ``os.environ`` (:func:`~flakebot_magic.host.environment.environ_stamp`),
+        :attr:`env` and ``extras`` are the same: every call of a CLI tool asks.
+        """
+        stamp = environ_stamp()
+        key = (tuple(self.env.items()), *(tuple(extra.items()) if extra else () for extra in extras))
+        kept = self._env_kept
+        if kept is not None and kept[0] is stamp and kept[1] == key:
+            return dict(kept[2])
+        env = tool_environment(self.env, *extras)
+        self._env_kept = (stamp, key, env)
+        return dict(env)
 
     # -- subclasses ------------------------------------------------------------
 

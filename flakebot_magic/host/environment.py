@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["allowed_env", "scrubbed_env"]
+__all__ = ["allowed_env", "environ_stamp", "scrubbed_env"]
 
 # a child sees only variables named here (and what flakebot passes explicitly)
 _ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
@@ -83,6 +83,15 @@ def _passing(extra_names: frozenset[str]) -> dict[str, str]:
     if seen is not None:
         _PASSED[extra_names] = (seen, passed)  # one assignment: a thread reads the old pair or the new one
     return passed
+
+
+def environ_stamp() -> object:
+    """An object that stays the same (``is``) while ``os.environ`` is unchanged, and only then.
+
+    What a caller that keeps an environment it made compares (a tool's call:
+    :meth:`flakebot_magic.clients.base.ToolClient._environment`).
+    """
+    return _passing(frozenset())
 
 
 def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
