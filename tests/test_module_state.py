@@ -54,6 +54,7 @@ ALLOWED: dict[str, str] = {
     # -- pure memos (the answer depends on the arguments alone) ----------------------------------------------
     "server/dashboard.py:templates": "cache: the Jinja2 environment of the package's own templates (one object)",
     "host/environment.py:_allowed": "lru_cache(4096): whether a variable name passes the allowlist (pure, bounded)",
+    "host/environment.py:_PASSED": "the allowlisted part of os.environ per rule (two), kept while os.environ is unchanged",
 }
 
 #: calls whose result is immutable (or a str/bytes/Path/compiled pattern)
@@ -65,6 +66,7 @@ IMMUTABLE_CALLS = {
     "int",
     "float",
     "re.compile",
+    "struct.Struct",
     "TypeVar",
     "ParamSpec",
     "Path",

@@ -26,6 +26,7 @@ from typing import Any
 from ..commands import typed
 from ..errors import ToolError
 from ..host.entry import runnable_damage
+from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
 from ..host.process import allowed_env
 from ..options import option
@@ -53,10 +54,11 @@ def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
     needs beyond that, the user gives explicitly (the ``tool_env`` setting,
     ``tool(..., env={...})``), later mappings winning.
     """
-    extra: dict[str, str] = {}
+    env = allowed_env(home=os.environ.get("HOME"))
     for mapping in extras:
-        extra.update({str(k): str(v) for k, v in (mapping or {}).items()})
-    return allowed_env(extra or None, home=os.environ.get("HOME"))
+        if mapping:
+            env.update({str(k): str(v) for k, v in mapping.items()})
+    return env
 
 
 class Confinement:
@@ -168,6 +170,8 @@ class ToolClient:
         self.env: dict[str, str] = {str(k): str(v) for k, v in (env or {}).items()}
         #: run inside the sandbox (the ``confine_tools`` setting)
         self.confine = confine
+        #: the last environment made (:meth:`_environment`): os.environ's stamp, what it was made of, it
+        self._env_kept: tuple[object, tuple[Any, ...], dict[str, str]] | None = None
         self._confined_depth = 0
         self._confined_lock = threading.Lock()
         #: the acceptance examples' results, when the cell had examples
@@ -216,8 +220,19 @@ class ToolClient:
         """Processes started before no longer match :attr:`confined_now`: a server restarts."""
 
     def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
-        """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras``."""
-        return tool_environment(self.env, *extras)
+        """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras`` (a new dict).
+
+        Kept between calls while ``os.environ`` (:func:`~flakebot_magic.host.environment.environ_stamp`),
+        :attr:`env` and ``extras`` are the same: every call of a CLI tool asks.
+        """
+        stamp = environ_stamp()
+        key = (tuple(self.env.items()), *(tuple(extra.items()) if extra else () for extra in extras))
+        kept = self._env_kept
+        if kept is not None and kept[0] is stamp and kept[1] == key:
+            return dict(kept[2])
+        env = tool_environment(self.env, *extras)
+        self._env_kept = (stamp, key, env)
+        return dict(env)
 
     # -- subclasses ------------------------------------------------------------
 
@@ -246,13 +261,14 @@ class ToolClient:
         loaded in a kernel runs; starting it then would end in a
         ``FileNotFoundError`` deep in ``subprocess``.
         """
-        if not Path(self.binary).is_file():
+        # a kept whole verdict is an lstat of the manifest and of the binary: the binary is there
+        why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
+        if (why or self.entry is None) and not Path(self.binary).is_file():
             raise ToolError(
                 f"{self.name}'s binary {self.binary} is gone ({typed('clean')} removed its store entry?). "
                 f"Build it again with {typed(f'rebuild {self.name}')}, or {typed(f'load {self.name}')} "
                 "if another kernel has built it since."
             )
-        why = runnable_damage(self.entry, self.binary) if self.entry is not None else ""
         if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
             raise ToolError(
                 f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "

@@ -47,8 +47,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -121,6 +120,8 @@ class HttpTool(StartedToolClient):
         self.token = ""
         self.restarts = 0
         self._loopback_checked = 0.0
+        #: listening sockets beyond loopback that the current start's group was found not to hold
+        self._foreign: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -162,6 +163,7 @@ class HttpTool(StartedToolClient):
         env = self._environment({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
         process = ToolProcess([str(self.binary), "--port", str(port)], env=env, logs=self._logs, stdio=False)
         process.start()
+        self._foreign = set()  # a new group: what another start's group did not hold proves nothing of this one
         base_url = f"http://127.0.0.1:{port}"
 
         def make() -> httpx.Client:
@@ -258,7 +260,7 @@ class HttpTool(StartedToolClient):
     def _check_loopback(self, process: ToolProcess) -> None:
         assert process.pid is not None
         self._loopback_checked = time.monotonic()
-        exposed = listening_addresses(process.pid, beyond_loopback=True)
+        exposed = listening_addresses(process.pid, beyond_loopback=True, foreign=self._foreign)
         if exposed:
             where = ", ".join(f"{a}:{p}" for a, p in exposed)
             raise ToolError(
@@ -294,31 +296,33 @@ class HttpTool(StartedToolClient):
 
     # -- raw requests ----------------------------------------------------------
 
-    @contextmanager
-    def _map_errors(self, method: str, path: str, clients: ClientPool) -> Iterator[None]:
+    def _call_error(self, exc: Exception, method: str, path: str, clients: ClientPool) -> ToolError | None:
+        """The :class:`ToolError` a failed request becomes (None: ``exc`` is no ``httpx`` error, it goes as it is).
+
+        When the service is found dead, its clients are retired at once.
+        """
         import httpx
 
-        try:
-            yield
-        except httpx.TimeoutException as exc:
-            raise ToolError(
+        if isinstance(exc, httpx.TimeoutException):
+            return ToolError(
                 f"{self.name}: {method} {path} got no answer within its time limit ({exc}). "
                 "Pass a larger timeout=... if the work is just slow.",
                 stderr=self.logs(20),
-            ) from exc
-        except httpx.HTTPError as exc:
-            process = clients.process
-            if not process.alive:
-                with self._lock:  # no other call may take a connection to the dead service
-                    clients.retire()
-                    if self._clients is clients:
-                        self._clients = None
-            alive = "is running" if process.alive else f"exited (status {process.returncode}); the next call starts it"
-            raise ToolError(
-                f"{self.name}: {method} {path} failed: {exc}. The service {alive}; "
-                f"its output:\n{self.logs(20).strip() or '(none)'}",
-                stderr=self.logs(20),
-            ) from exc
+            )
+        if not isinstance(exc, httpx.HTTPError):
+            return None
+        process = clients.process
+        if not process.alive:
+            with self._lock:  # no other call may take a connection to the dead service
+                clients.retire()
+                if self._clients is clients:
+                    self._clients = None
+        alive = "is running" if process.alive else f"exited (status {process.returncode}); the next call starts it"
+        return ToolError(
+            f"{self.name}: {method} {path} failed: {exc}. The service {alive}; "
+            f"its output:\n{self.logs(20).strip() or '(none)'}",
+            stderr=self.logs(20),
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request (``httpx.Client.request`` arguments); return the ``httpx.Response``.
@@ -347,12 +351,16 @@ class HttpTool(StartedToolClient):
             if client is not None:
                 break  # else the service was restarted while this call waited: take one of the new clients
         try:
-            with self._map_errors(method.upper(), path, clients):
-                return client.request(method, path, **kwargs)
+            return client.request(method, path, **kwargs)
         except KeyboardInterrupt:
             self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
             self.stop()
             raise
+        except Exception as exc:  # an httpx error becomes a ToolError (a plain try: no context manager per call)
+            error = self._call_error(exc, method.upper(), path, clients)
+            if error is None:
+                raise
+            raise error from exc
         finally:
             clients.give_back(client)
 

@@ -7,11 +7,15 @@ served ("" when it is whole); :func:`runnable_damage` adds that the binary a
 client is about to run is one of the entry's own.
 
 Hashing a binary costs a read of it (a few MB, some ms; see
-``tests/host/test_entry.py::test_verdict_is_cached``). A whole verdict is
-kept in memory keyed by the ``lstat`` of the manifest and of every file in
-``bin/`` (inode, size, ``mtime_ns``, ``ctime_ns``): a write, a swap or a
-rename changes ``ctime``, which no user can set back, so a changed file is
-hashed again. Only "whole" is kept; damage is found afresh each time.
+``tests/host/test_entry.py::test_verdict_is_cached``), and every call of a
+client checks its entry. A whole verdict is kept in memory with the
+``lstat`` of each file it read (the manifest, each binary it lists, the
+binary to run: device, inode, size, ``mtime_ns``, ``ctime_ns``), taken
+before the file was read: a write, a swap or a rename changes ``ctime``
+(which no user can set back) or the inode, so a changed file is hashed
+again. A kept verdict costs a call one ``lstat`` per file (the manifest and
+the binary: some microseconds). Only "whole" is kept; damage is found
+afresh each time.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from .storage import read_cache_json
 
 __all__ = ["binary_digest", "entry_damage", "forget_verdicts", "runnable_damage"]
 
-_Stamp = tuple[tuple[str, int, int, int, int], ...]
-#: (store entry, binary) -> the stamp of the entry's files when last found whole, the binary one of its own
-_WHOLE: dict[tuple[str, str], _Stamp] = {}
+_Identity = tuple[int, int, int, int, int]
+_Stamp = tuple[_Identity, ...]
+#: the files a whole verdict read, and their identity (:func:`_identity`) before it read them
+_Kept = tuple[tuple[str, ...], _Stamp]
+#: (store entry, binary) -> what vouches for its last whole verdict, the binary one of its own
+_WHOLE: dict[tuple[str, str], _Kept] = {}
 _LOCK = threading.Lock()
 
 
@@ -59,6 +66,11 @@ def entry_damage(path: Path) -> str:
         manifest = read_cache_json(path / "manifest.json")
     except (OSError, StorageError) as exc:
         return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
+    return _damage(path, manifest)
+
+
+def _damage(path: Path, manifest: dict[str, Any]) -> str:
+    """:func:`entry_damage` of the entry ``path`` whose manifest reads ``manifest``."""
     bin_dir = _bin_dir(path, manifest)
     digests = manifest.get("digests")
     digests = digests if isinstance(digests, dict) else {}
@@ -75,45 +87,61 @@ def entry_damage(path: Path) -> str:
     return ""
 
 
-def _stamp(path: Path) -> _Stamp:
-    """The ``lstat`` of the manifest and of every file in ``bin/``: what a change to any of them changes."""
-    found = []
-    for file in [path / "manifest.json", *sorted((path / "bin").iterdir())]:
-        info = os.lstat(file)
-        found.append((file.name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
-    return tuple(found)
+def _identity(path: str) -> _Identity:
+    """What a change to the file ``path`` (not following a last symlink) changes: its ``lstat``'s device, inode,
+    size, ``mtime_ns`` and ``ctime_ns``."""
+    info = os.lstat(path)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def runnable_damage(store_path: Path, binary: Path) -> str:
+def _unchanged(kept: _Kept) -> bool:
+    """Whether every file a kept verdict read is as it was then (a file gone counts as changed)."""
+    paths, stamp = kept
+    try:
+        return tuple([_identity(path) for path in paths]) == stamp
+    except OSError:
+        return False
+
+
+def runnable_damage(store_path: Path | str, binary: Path | str) -> str:
     """Why ``binary`` of the store entry ``store_path`` must not run, in words ("": it may).
 
     The entry must be whole (:func:`entry_damage`, the check of a cache hit)
     and ``binary`` one it lists, in its ``bin/``. A whole verdict is reused
-    while no file of the entry changed (the module's docstring says how).
+    while no file it read changed (the module's docstring says how): then
+    the check is an ``lstat`` of the manifest and of each binary.
     """
+    key = (os.fspath(store_path), os.fspath(binary))
+    kept = _WHOLE.get(key)  # a lookup needs no lock (one dict read); writes take it
+    if kept is not None and _unchanged(kept):
+        return ""
     store_path, binary = Path(store_path), Path(binary)
+    manifest_path = store_path / "manifest.json"
     try:
-        stamp = _stamp(store_path)
-    except OSError as exc:
+        manifest_seen = _identity(str(manifest_path))  # before it is read: a later write changes it
+        manifest = read_cache_json(manifest_path)
+    except FileNotFoundError as exc:
         return f"its store entry {store_path} cannot be read ({exc.strerror or exc})"
-    key = (str(store_path), str(binary))
-    with _LOCK:
-        if _WHOLE.get(key) == stamp:
-            return ""
-    why = entry_damage(store_path)
+    except (OSError, StorageError) as exc:
+        return f"its manifest {manifest_path} is damaged or unreadable ({exc})"
+    names = [str(name) for name in manifest.get("binaries") or []]
+    bin_dir = _bin_dir(store_path, manifest)
+    listed = [str(bin_dir / name) for name in names]
+    paths = (str(manifest_path), *listed, *([] if str(binary) in listed else [str(binary)]))
+    try:  # before the binaries are hashed: a change while they are read changes the next stamp
+        stamp: _Stamp | None = (manifest_seen, *[_identity(path) for path in paths[1:]])
+    except OSError:
+        stamp = None  # one is gone: the check below says which, and nothing is kept
+    why = _damage(store_path, manifest)
     if why:
         return why
-    try:
-        manifest = read_cache_json(store_path / "manifest.json")
-    except (OSError, StorageError) as exc:
-        return f"its manifest {store_path / 'manifest.json'} is damaged or unreadable ({exc})"
-    names = [str(name) for name in manifest.get("binaries") or []]
     # the record may name it through the entry's own bin (a link to a nix store path's) or directly
-    places = {os.path.realpath(_bin_dir(store_path, manifest)), os.path.realpath(store_path / "bin")}
+    places = {os.path.realpath(bin_dir), os.path.realpath(store_path / "bin")}
     if os.path.realpath(binary.parent) not in places or binary.name not in names:
         return f"its binary {binary} is not one its store entry {store_path} deployed"
-    with _LOCK:
-        _WHOLE[key] = stamp
+    if stamp is not None:
+        with _LOCK:
+            _WHOLE[key] = (paths, stamp)
     return ""
 
 

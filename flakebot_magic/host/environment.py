@@ -13,8 +13,9 @@ import functools
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["allowed_env", "scrubbed_env"]
+__all__ = ["allowed_env", "environ_stamp", "scrubbed_env"]
 
 # a child sees only variables named here (and what flakebot passes explicitly)
 _ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "RUST_BACKTRACE", "SOURCE_DATE_EPOCH"})
@@ -59,6 +60,40 @@ def _allowed(name: str, extra_names: frozenset[str] = frozenset()) -> bool:
     return name in _ALLOWED or name in extra_names or name.startswith(_ALLOWED_PREFIXES)
 
 
+#: extra names -> (``os.environ`` as it was read, raw; the variables of it that passed): one entry per rule (two)
+_PASSED: dict[frozenset[str], tuple[dict[Any, Any], dict[str, str]]] = {}
+
+
+def _passing(extra_names: frozenset[str]) -> dict[str, str]:
+    """The variables of ``os.environ`` that pass (do not change the answer), kept while ``os.environ`` is unchanged.
+
+    Filtering decodes every variable's name (some microseconds a call of a
+    tool). What was read is kept with a copy of ``os.environ``'s raw mapping
+    (CPython's ``os.environ._data``, the bytes it writes through to); any
+    change there (a ``setenv``, a deletion) makes the next call read it again.
+    Without that mapping (another Python), it is read every time.
+    """
+    raw = getattr(os.environ, "_data", None)
+    kept = _PASSED.get(extra_names)
+    if kept is not None and kept[0] == raw:  # one comparison of two dicts of bytes, in C
+        return kept[1]
+    seen = dict(raw) if isinstance(raw, dict) else None  # before reading: a change meanwhile is seen next time
+    environ = os.environ
+    passed = {k: environ[k] for k in environ if _allowed(k, extra_names)}  # only the values that pass are decoded
+    if seen is not None:
+        _PASSED[extra_names] = (seen, passed)  # one assignment: a thread reads the old pair or the new one
+    return passed
+
+
+def environ_stamp() -> object:
+    """An object that stays the same (``is``) while ``os.environ`` is unchanged, and only then.
+
+    What a caller that keeps an environment it made compares (a tool's call:
+    :meth:`flakebot_magic.clients.base.ToolClient._environment`).
+    """
+    return _passing(frozenset())
+
+
 def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = None) -> dict[str, str]:
     """The environment for code flakebot does not trust: allowlisted variables only.
 
@@ -73,8 +108,7 @@ def allowed_env(extra: Mapping[str, str] | None = None, *, home: str | None = No
     >>> env["HOME"], "OPENAI_API_KEY" in env
     ('/tmp/empty-home', False)
     """
-    environ = os.environ
-    env = {k: environ[k] for k in environ if _allowed(k)}  # only the values that pass are decoded
+    env = dict(_passing(frozenset()))
     if home is not None:
         env["HOME"] = home
     if extra:
@@ -91,8 +125,7 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     ``NIX_PATH``, ``XDG_*_HOME`` ...). Never an API key, token or socket.
     ``extra`` is added last, unfiltered.
     """
-    environ = os.environ
-    env = {k: environ[k] for k in environ if _allowed(k, _HOST)}
+    env = dict(_passing(_HOST))
     if extra:
         env.update(extra)
     return env

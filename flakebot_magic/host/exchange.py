@@ -21,6 +21,14 @@ OUTPUT_BYTES = 64 * 1024 * 1024
 STDERR_BYTES = 1024 * 1024
 
 
+def _pidfd(pid: int) -> int:
+    """A descriptor that polls readable when process ``pid`` exits (Linux 5.3); -1 where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group ``proc`` leads (it was started with ``start_new_session``)."""
     with contextlib.suppress(PermissionError):  # a member we may not signal: the rest went
@@ -88,59 +96,61 @@ class Exchange:
                 offset = os.write(proc.stdin.fileno(), view[: select.PIPE_BUF])
             except BrokenPipeError:
                 offset = len(view)
+        # the exit is awaited in the same poll as the output, on a pidfd: when both pipes end, the tool is
+        # most often not a zombie yet (its descriptors close first), and a wait apart cost a poll, a pidfd,
+        # a select and a close per call
+        exit_fd = _pidfd(proc.pid)
         # poll(2), as subprocess.communicate: no epoll descriptor to make, register with and close per call
         with selectors.PollSelector() as selector:
             for stream in sinks:
                 selector.register(stream, selectors.EVENT_READ)
+            if exit_fd >= 0:
+                selector.register(exit_fd, selectors.EVENT_READ)
             if offset < len(view):
                 selector.register(proc.stdin, selectors.EVENT_WRITE)
             else:
                 proc.stdin.close()
-            while selector.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise subprocess.TimeoutExpired(proc.args, limit)
-                for key, _ in selector.select(remaining):
-                    if key.fileobj is proc.stdin:
-                        try:
-                            offset += os.write(key.fd, view[offset : offset + select.PIPE_BUF])
-                        except BrokenPipeError:  # the tool stopped reading: fine
-                            offset = len(view)
-                        if offset >= len(view):
-                            selector.unregister(proc.stdin)
-                            proc.stdin.close()
-                        continue
-                    chunk = os.read(key.fd, 1 << 16)
-                    if chunk:
-                        which, sink = sinks[key.fileobj]  # type: ignore[index]
-                        self._keep(which, sink, chunk)
-                        if which == "out" and self.dropped["out"] and self.stop_at_cap:
-                            self.overflow = True
-                            stop_group(proc)
-                            self.close()
-                            return b"".join(self.out), self.stderr
-                    else:
-                        selector.unregister(key.fileobj)
-                        key.fileobj.close()  # type: ignore[union-attr]
-        self._reap(deadline, limit)
+            try:
+                while selector.get_map():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise subprocess.TimeoutExpired(proc.args, limit)
+                    for key, _ in selector.select(remaining):
+                        if key.fd == exit_fd:  # exited; what it left behind may still hold its pipes
+                            selector.unregister(exit_fd)
+                        elif key.fileobj is proc.stdin:
+                            try:
+                                offset += os.write(key.fd, view[offset : offset + select.PIPE_BUF])
+                            except BrokenPipeError:  # the tool stopped reading: fine
+                                offset = len(view)
+                            if offset >= len(view):
+                                selector.unregister(proc.stdin)
+                                proc.stdin.close()
+                        elif chunk := os.read(key.fd, 1 << 16):
+                            which, sink = sinks[key.fileobj]  # type: ignore[index]
+                            self._keep(which, sink, chunk)
+                            if which == "out" and self.dropped["out"] and self.stop_at_cap:
+                                self.overflow = True
+                                stop_group(proc)
+                                self.close()
+                                return b"".join(self.out), self.stderr
+                        else:
+                            selector.unregister(key.fileobj)
+                            key.fileobj.close()  # type: ignore[union-attr]
+            finally:
+                if exit_fd >= 0:
+                    os.close(exit_fd)
+        if exit_fd >= 0:
+            proc.wait()  # the pidfd said it exited: this reaps it at once
+        else:
+            self._reap(deadline, limit)
         return b"".join(self.out) + self._note("out"), b"".join(self.err) + self._note("err")
 
     def _reap(self, deadline: float, limit: float) -> None:
+        """Wait for the exit where there are no pidfds: Popen's own polling wait."""
         proc = self.proc
-        if proc.poll() is not None:
-            return
-        try:
-            fd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # no pidfds here: let Popen poll
+        if proc.poll() is None:
             proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-            return
-        try:
-            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
-        finally:
-            os.close(fd)
-        if not ready:
-            raise subprocess.TimeoutExpired(proc.args, limit)
-        proc.wait()
 
     def close(self) -> None:
         """After a kill: reap the tool, close the pipes."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +114,39 @@ def test_a_client_checks_its_entry_again_before_each_run(tmp_path: Path, check: 
     (tmp_path / "bin" / "t").write_text(f"#!/bin/sh\ntouch {marker}\n")
     with pytest.raises(ToolError, match=r"t cannot run: .*not the one deployed.*Its binary was not run"):
         tool("x")
+    assert not marker.exists()
+
+
+def _same_size_and_mtime(binary: Path, marker: Path) -> None:
+    """The binary rewritten in place to touch ``marker``, padded to its old size, its mtime set back."""
+    stat = binary.stat()
+    script = f"#!/bin/sh\ntouch {marker}\n#".encode()
+    binary.write_bytes(script + b"#" * (stat.st_size - len(script)))
+    os.utime(binary, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _renamed_over(binary: Path, marker: Path) -> None:
+    """Another file renamed over the binary (a new inode), mode and mtime as the old one's."""
+    stat = binary.stat()
+    fake = binary.with_name(".t.new")
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    os.utime(fake, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(fake, binary)
+
+
+@pytest.mark.parametrize("tamper", [_same_size_and_mtime, _renamed_over])
+def test_a_tampered_entry_is_refused_at_the_next_call_after_many_kept_verdicts(tmp_path: Path, tamper: Any) -> None:
+    """The client door keeps the whole verdict between calls (an lstat of the manifest and the binary): a
+    binary changed with its size and mtime kept, or swapped by a rename, is still refused at the next call."""
+    tool = tool_from_record(_record(_whole(tmp_path)))
+    for _ in range(5):
+        assert tool("x").strip() == "t"
+    marker = tmp_path / "ran"
+    tamper(tmp_path / "bin" / "t", marker)
+    for _ in range(2):
+        with pytest.raises(ToolError, match=r"t cannot run: .*not the one deployed.*Its binary was not run"):
+            tool("x")
     assert not marker.exists()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flakebot_magic.clients.schema import RESERVED, make_function, python_name
+from flakebot_magic.clients.schema import RESERVED, make_function, plain_types, prepare_arguments, python_name
 
 PROFILE = settings(max_examples=300, deadline=None, database=None)
 #: names a tool could give that a Python signature cannot take as they are
@@ -62,3 +62,78 @@ def test_each_keyword_and_reserved_name_is_a_parameter_of_its_own() -> None:
     assert by_wire["class"] == "class_" and by_wire["timeout"] == "timeout_" and by_wire["match"] == "match"
     function(**{name: i for i, name in enumerate(by_wire.values())})
     assert sent == [{wire: i for i, wire in enumerate(wires)}]
+
+
+# -- the plain fast path of a generated function: the same as prepare_arguments, or not taken ------------------
+
+#: property schemas: the plain ones (a lone type) and ones that constrain more
+property_schemas = st.sampled_from(
+    [
+        {"type": "string"},
+        {"type": "string", "description": "d", "title": "t", "format": "uri"},
+        {"type": "boolean"},
+        {"type": "integer"},
+        {"type": "number"},
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "enum": ["a", "b"]},
+        {"type": "string", "maxLength": 2},
+        {"type": ["string", "null"]},
+        {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        {"type": "array", "items": {"type": "integer"}},
+        {},
+    ]
+)
+values = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4) | st.lists(st.integers())
+
+
+@PROFILE
+@given(
+    properties=st.dictionaries(st.sampled_from(["a", "b", "c"]), property_schemas, min_size=1),
+    required=st.sets(st.sampled_from(["a", "b", "c"])),
+    additional=st.booleans(),
+    data=st.data(),
+)
+def test_a_generated_function_sends_what_prepare_arguments_would(
+    properties: dict[str, Any], required: set[str], additional: bool, data: Any
+) -> None:
+    """Every door checks arguments one way: a generated function's fast path for plain arguments sends exactly
+    what :func:`prepare_arguments` returns, and raises when it raises (the fast path is then not taken; which of
+    two problems is named first follows the signature's order)."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": sorted(required & set(properties)),
+    }
+    if not additional:
+        schema["additionalProperties"] = False
+    arguments = data.draw(st.dictionaries(st.sampled_from(sorted(properties)), values))
+    sent: list[dict[str, Any]] = []
+    function = make_function("f", schema, sent.append, doc="")
+    try:
+        expected: Any = prepare_arguments(arguments, schema, "f")
+    except (TypeError, ValueError):
+        expected = "refused"
+    try:
+        function(**arguments)
+        got: Any = sent[0]
+    except (TypeError, ValueError):
+        got = "refused"
+    assert got == expected
+    if isinstance(got, dict):
+        # 2.0 and 2 are equal, their types are not; the keys' order follows the signature, not the call
+        assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in expected.items()}
+
+
+def test_plain_types_names_only_unconstrained_lone_types() -> None:
+    schema = {
+        "properties": {
+            "s": {"type": "string", "description": "x"},
+            "b": {"type": "boolean"},
+            "i": {"type": "integer"},
+            "n": {"type": "number"},
+            "e": {"type": "string", "enum": ["a"]},
+            "m": {"type": "integer", "maximum": 3},
+            "u": {"type": ["string", "null"]},
+        }
+    }
+    assert plain_types(schema) == {"s": (str,), "b": (bool,), "i": (int,)}

@@ -37,13 +37,17 @@ def _swap(entry: Path) -> None:
     tmp.unlink()
 
 
-def _flip(entry: Path) -> None:
-    binary = entry / "bin" / "t"
+def _flip_byte(binary: Path) -> None:
+    """One byte of ``binary`` changed in place, its size and mtime kept: only ctime and content differ."""
     data = bytearray(binary.read_bytes())
     data[-1] ^= 1
     stat = binary.stat()
     binary.write_bytes(bytes(data))
-    os.utime(binary, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, same mtime: only ctime and content differ
+    os.utime(binary, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _flip(entry: Path) -> None:
+    _flip_byte(entry / "bin" / "t")
 
 
 def _truncate(entry: Path) -> None:
@@ -81,9 +85,75 @@ def test_verdict_is_cached(tmp_path: Path) -> None:
     start = time.perf_counter()
     assert runnable_damage(entry, binary) == ""
     first = time.perf_counter() - start
+    (entry / "bin" / "stray").write_bytes(b"x")  # no manifest lists it: the verdict did not read it, and stays
     start = time.perf_counter()
     for _ in range(10):
         assert runnable_damage(entry, binary) == ""
     again = (time.perf_counter() - start) / 10
     print(f"check of a 2x64 MB entry: first {first * 1e3:.1f} ms (hash), then {again * 1e3:.2f} ms (kept verdict)")
     assert again < first / 5
+
+
+def _flip_other(entry: Path) -> None:
+    """The binary not run: one byte changed, its size and mtime kept."""
+    _flip_byte(entry / "bin" / "u")
+
+
+def _replace_by_rename(entry: Path) -> None:
+    """Another file of the same size renamed over the binary, its mtime set to the old one's."""
+    binary, fake = entry / "bin" / "t", entry / "bin" / ".t.new"
+    stat = binary.stat()
+    fake.write_bytes(b"#!/bin/sh\n" + b"X" * (stat.st_size - 10))
+    os.utime(fake, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(fake, binary)
+
+
+def _manifest_rewritten(entry: Path) -> None:
+    """The manifest's recorded digest of the binary changed (same length), its mtime set back."""
+    manifest = entry / "manifest.json"
+    stat = manifest.stat()
+    data = json.loads(manifest.read_text())
+    digest = data["digests"]["t"]["sha256"]
+    data["digests"]["t"]["sha256"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    manifest.write_text(json.dumps(data))
+    os.utime(manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _bin_swapped_for_a_link(entry: Path) -> None:
+    """``bin/`` moved aside and replaced by a link to a directory holding other files of the same names."""
+    elsewhere = entry.parent / "elsewhere"
+    shutil.copytree(entry / "bin", elsewhere)
+    _flip_byte(elsewhere / "t")
+    (entry / "bin").rename(entry.parent / "old-bin")
+    (entry / "bin").symlink_to(elsewhere)
+
+
+@pytest.mark.parametrize(
+    "damage", [_swap, _flip, _truncate, _flip_other, _replace_by_rename, _manifest_rewritten, _bin_swapped_for_a_link]
+)
+def test_every_file_a_kept_verdict_read_is_checked_again_at_the_next_call(tmp_path: Path, damage: object) -> None:
+    """The invariant of the kept verdict: after a whole verdict, any change to what it read (the manifest, a
+    binary it lists, the one run, the directory they are reached through) is refused at the very next check,
+    with sizes and mtimes kept: the stamp holds device, inode and ctime, which no user sets back."""
+    forget_verdicts()
+    entry = _entry(tmp_path)
+    binary = entry / "bin" / "t"
+    for _ in range(3):  # found whole, then kept
+        assert runnable_damage(entry, binary) == ""
+    damage(entry)  # type: ignore[operator]
+    why = runnable_damage(entry, binary)
+    assert "not the one deployed" in why or "damaged" in why, why
+    assert runnable_damage(entry, binary) == why  # damage is never kept as whole
+    forget_verdicts()
+    assert runnable_damage(entry, binary) == why  # the same answer as a fresh check
+
+
+def test_a_gone_entry_or_binary_after_a_whole_verdict(tmp_path: Path) -> None:
+    forget_verdicts()
+    entry = _entry(tmp_path)
+    binary = entry / "bin" / "t"
+    assert runnable_damage(entry, binary) == ""
+    binary.unlink()
+    assert "is gone" in runnable_damage(entry, binary)
+    shutil.rmtree(entry)
+    assert "cannot be read" in runnable_damage(entry, binary)

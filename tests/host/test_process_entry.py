@@ -179,6 +179,71 @@ def test_a_call_child_and_its_group_die_when_the_parent_is_killed(door: str) -> 
             parent.stdout.close()
 
 
+#: a parent whose guard is killed between two calls: the second call's write finds it dead (EPIPE) and starts
+#: another, told of both calls' groups; prints each call's child and grandchild, then the old and new guard
+GUARD_KILLED = """
+import os, signal, time
+from flakebot_magic.host import process
+from flakebot_magic.host.environment import allowed_env
+child = ["sh", "-c", "sleep 300 & echo $$ $!; wait"]
+first = process.spawn(child, env=allowed_env())
+print(first.stdout.readline().decode().strip(), flush=True)
+old = process._guard._proc
+os.kill(old.pid, signal.SIGKILL)
+old.wait()
+second = process.spawn(child, env=allowed_env())
+print(second.stdout.readline().decode().strip(), flush=True)
+print(old.pid, process._guard._proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_guard_is_replaced_at_the_next_call_and_told_every_group() -> None:
+    """No per-call check of the guard: the write itself finds it dead, and the new guard kills both groups."""
+    parent = subprocess.Popen([sys.executable, "-c", GUARD_KILLED], stdout=subprocess.PIPE, cwd=PACKAGE.parent)
+    try:
+        assert parent.stdout is not None
+        pids = [int(p) for _ in range(2) for p in parent.stdout.readline().decode().split()]
+        old, new = map(int, parent.stdout.readline().decode().split())
+        assert old != new and _gone(old) and not _gone(new)
+        assert not any(_gone(pid) for pid in pids)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert all(_gone(pid) for pid in pids), "a call's child outlived its parent after the guard was replaced"
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def test_the_guard_is_not_woken_by_a_line() -> None:
+    """A call's line costs the guard no wake-up: it sleeps between reads (DRAIN_EVERY), so its CPU time
+    stays flat while this process starts hundreds of children, and it still reads every line."""
+    from flakebot_magic.host import process
+    from flakebot_magic.host.guard import DRAIN_EVERY
+
+    for _ in range(3):
+        spawn(["true"], env=allowed_env()).communicate()
+    guard = process._guard._proc
+    assert guard is not None
+
+    def switches() -> int:
+        with open(f"/proc/{guard.pid}/status") as status:
+            return sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+
+    before, started = switches(), time.monotonic()
+    for _ in range(300):
+        spawn(["true"], env=allowed_env()).communicate()
+    elapsed = time.monotonic() - started
+    woken = switches() - before
+    # 600 lines; the guard wakes about once per DRAIN_EVERY (plus scheduling noise), not once per line
+    assert woken < 20 + 4 * elapsed / DRAIN_EVERY, (woken, elapsed)
+
+
 def test_a_call_child_is_started_without_a_fork_of_this_process() -> None:
     """vfork: a call's child costs this process far less CPU time to start than a fork of it (200 MB touched)."""
     ballast = bytearray(200 * 1024 * 1024)

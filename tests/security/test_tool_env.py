@@ -271,3 +271,30 @@ def test_a_built_cli_tool_sees_no_secret(tmp_path: Path, canaries: dict[str, str
         if path.is_file() and not path.is_symlink() and path.stat().st_size < 64 * 1024 * 1024:
             data = path.read_bytes()
             assert not [n for n, v in canaries.items() if v.encode() in data], path
+
+
+def test_a_tools_kept_environment_follows_os_environ_and_its_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A client keeps the environment it made between calls; a change to os.environ, to its ``env`` setting or
+    to the call's own variables makes the next call's afresh, and a caller changing the dict it got changes
+    nothing kept."""
+    from flakebot_magic.clients.cli_tool import PLAIN_ENV
+    from flakebot_magic.host.environment import allowed_env
+
+    tool = CliTool("t", tmp_path / "t", "t", "1", "0", tmp_path)
+    monkeypatch.setenv("HOME", "/flakebot-probe-first")
+    first = tool._environment(PLAIN_ENV)
+    assert first == {**allowed_env(), "HOME": "/flakebot-probe-first", **PLAIN_ENV}
+    first["INJECTED"] = "x"
+    assert "INJECTED" not in tool._environment(PLAIN_ENV)
+    monkeypatch.setenv("LC_FLAKEBOT_PROBE", "seen")
+    assert tool._environment(PLAIN_ENV)["LC_FLAKEBOT_PROBE"] == "seen"
+    monkeypatch.setenv("HOME", "/flakebot-probe-home")
+    assert tool._environment(PLAIN_ENV)["HOME"] == "/flakebot-probe-home"
+    tool.env["TOOL_SETTING"] = "1"
+    assert tool._environment(PLAIN_ENV)["TOOL_SETTING"] == "1"
+    assert tool._environment(PLAIN_ENV, {"CALL": "2"})["CALL"] == "2"
+    assert "CALL" not in tool._environment(PLAIN_ENV)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary")
+    assert "sk-canary" not in tool._environment(PLAIN_ENV).values()
