@@ -24,6 +24,7 @@ __all__ = [
     "DEBIAN_REGISTRY",
     "LoopLimits",
     "Settings",
+    "absolute_dir",
     "apply",
     "default_cache_dir",
     "default_registry",
@@ -33,6 +34,20 @@ __all__ = [
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 #: deploy backends: ``auto`` is nix when the ``nix`` command is on PATH, else cargo
 BACKENDS = ("auto", "nix", "cargo")
+
+
+def absolute_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` with ``~`` expanded, made absolute against today's working directory (``..`` and symlinks kept,
+    for the kernel to resolve as it would have).
+
+    A cache dir given relative would name another place once the kernel's or
+    a tool server's working directory changes, and the paths its records
+    keep would no longer be its own.
+
+    >>> absolute_dir("/tmp/c"), absolute_dir("c") == Path.cwd() / "c"
+    (PosixPath('/tmp/c'), True)
+    """
+    return Path(os.path.expanduser(os.fspath(path))).absolute()
 
 
 def default_cache_dir() -> Path:
@@ -134,6 +149,11 @@ class Settings:
     agent_max_builds: int = _option("agent_max_builds")
     agent_token_budget: int = _option("agent_token_budget")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "cache_dir":  # every way in (the constructor, apply, a front door's assignment): one place
+            value = absolute_dir(value)
+        super().__setattr__(name, value)
+
     def __post_init__(self) -> None:
         if self.prices:  # given as plain (input, output) tuples too: one shape, usage.Price, from here on
             from .llm.usage import parse_prices
@@ -210,7 +230,7 @@ def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
         if value is None:
             continue
         if name == "cache_dir":
-            settings.cache_dir = Path(value).expanduser()
+            settings.cache_dir = value  # made absolute by Settings itself
             continue
         opt = OPTION_BY_NAME.get(name)
         if opt is None:

@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 import flakebot_magic
-from flakebot_magic.config import Settings
+from flakebot_magic.config import Settings, apply
 from flakebot_magic.errors import ConfigError
 
 WHAT_TO_DO = r"cannot be used \(.*\): it must be a directory .*Choose another with --cache-dir"
@@ -62,3 +62,26 @@ def test_the_magic(shell: InteractiveShell) -> None:
 def test_an_unsplittable_line_is_a_usage_error_with_a_hint(shell: InteractiveShell, line: str) -> None:
     with pytest.raises(IPythonUsageError, match=r"a quote that is never closed: close it .*%%flakebot\?"):
         shell.run_cell_magic("flakebot", line, "x")
+
+
+@pytest.mark.parametrize("door", ["constructor", "apply", "assignment", "environment"])
+def test_a_relative_cache_dir_is_made_absolute_at_every_door(
+    door: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a relative cache dir would name another place once the working directory changed, and an intent's workspace
+    # (kept absolute) would no longer be under it: a warm re-run called it damaged
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLAKEBOT_CACHE_DIR", "from-env")
+    if door == "constructor":
+        settings = Settings(cache_dir=Path("rel"))
+    elif door == "apply":
+        settings = apply(Settings(), {"cache_dir": "rel"})
+    elif door == "assignment":
+        settings = Settings()
+        settings.cache_dir = "rel"  # type: ignore[assignment]
+    else:
+        settings = Settings()
+    expected = tmp_path / ("from-env" if door == "environment" else "rel")
+    assert settings.cache_dir == expected and settings.cache_dir.is_absolute()
+    monkeypatch.chdir("/")
+    assert settings.cache.root == expected  # the same place from anywhere
