@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..host.fsutil import identity, settled
 from ..sandbox.layout import source_dirs
 from .files import read_text
 
-__all__ = ["RACY_SECONDS", "Ratchet", "ScanCache", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
+__all__ = ["Ratchet", "ScanCache", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
 
 _BLANKABLE = re.compile(
     r'//[^\n]*|/\*.*?\*/|b?r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?\'(?:\\.|[^\'\\])\'',
@@ -30,10 +30,6 @@ _TEST_FN = re.compile(
     r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([A-Za-z_]\w*)"
 )
 _EMPTY_BODIES = {"", "()", "return", "Ok(())", "returnOk(())"}
-#: a file changed less than this many seconds before it is read is read again at the next scan, whatever its
-#: stat says: a write in the clock tick of the last read leaves the same times and size (git's "racily clean")
-RACY_SECONDS = 2.0
-
 #: what :func:`scan_tests` found in each file, by relative path, with the file's identity when it was read
 ScanCache = dict[str, tuple[tuple[int, ...], list["TestFunction"]]]
 
@@ -58,10 +54,9 @@ class TestFunction:
 def scan_tests(root: Path, cache: ScanCache | None = None) -> list[TestFunction]:
     """Every ``#[test]`` function in the crate's ``.rs`` files (not ``target/``).
 
-    With ``cache``, a file whose identity (device, inode, mode, size, modification and change times) is
-    the one recorded when it was last read is not read again. The change time (ctime) cannot be set by
-    any program, sandboxed or not, so rewriting a file and putting its modification time back still
-    changes its identity; a file changed within :data:`RACY_SECONDS` of its reading is never cached.
+    With ``cache``, a file whose :func:`~flakebot_magic.host.fsutil.identity` is the one recorded when
+    it was last read is not read again (a rewrite that puts the modification time back still changes
+    it); a file changed within :data:`~flakebot_magic.host.fsutil.RACY_SECONDS` of its reading is never cached.
     """
     found: list[TestFunction] = []
     seen: set[str] = set()
@@ -73,7 +68,7 @@ def scan_tests(root: Path, cache: ScanCache | None = None) -> list[TestFunction]
                 st = os.lstat(path)
             except OSError:
                 continue
-            key = (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            key = identity(st)
             known = cache.get(rel)
             if known is not None and known[0] == key:
                 found += known[1]
@@ -85,7 +80,7 @@ def scan_tests(root: Path, cache: ScanCache | None = None) -> list[TestFunction]
             continue
         tests = _tests_in(text, rel)
         found += tests
-        if cache is not None and time.time() - max(key[4], key[5]) / 1e9 > RACY_SECONDS:
+        if cache is not None and settled(key):
             cache[rel] = (key, tests)
             seen.add(rel)
     if cache is not None:

@@ -47,11 +47,12 @@ import shutil
 import stat
 import tempfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import ForkError
 from .fsutil import atomic_write, read_regular
+from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
 
 __all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git", "remove_stale_locks", "stale_locks"]
@@ -151,6 +152,7 @@ class Git:
         self.cleaned: list[str] = []
         #: git found on PATH once: each command starts with one exec, not one per PATH entry
         self.program = shutil.which("git", path=env.get("PATH")) or "git"
+        self._committer: WorktreeCommitter | None = None
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120.0, input: bytes | None = None) -> str:
         if args and args[0] != "init":
@@ -289,6 +291,17 @@ class Git:
             return None
         self("commit", "-q", "--no-verify", "-m", message)
         return self.head()
+
+    def commit_in_process(self, message: str, *, excluded: Callable[[str], bool]) -> str | None:
+        """Commit every file of the work tree but the root's ``excluded`` entries, as ``git add -A -f`` and
+        ``git commit --allow-empty`` would, without starting git (:mod:`.gitcommit`); the new commit's id, or
+        None when the git CLI must do it."""
+        self.clean_config()
+        if self._committer is None or self._committer.excluded is not excluded:
+            self._committer = WorktreeCommitter(
+                Path(self.root), excluded, name=_IDENTITY["GIT_COMMITTER_NAME"], email=_IDENTITY["GIT_COMMITTER_EMAIL"]
+            )
+        return self._committer.commit(message)
 
     def export_commit(self, commit: str, dest: Path) -> list[str]:
         """Write the files of ``commit`` into the new directory ``dest`` from git's objects; return their paths.

@@ -6,7 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from flakebot_magic.edit.ratchet import RACY_SECONDS, ScanCache, ratchet_violations, scan_tests
+from flakebot_magic.edit.ratchet import ScanCache, ratchet_violations, scan_tests
+from flakebot_magic.host.fsutil import RACY_SECONDS
 
 RUST_WITH_TESTS = """
 fn add(a: u32, b: u32) -> u32 { a + b }
