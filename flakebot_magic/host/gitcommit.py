@@ -128,7 +128,7 @@ class WorktreeCommitter:
         files = self._files()
         if files is None:
             return None
-        index_path = self.root / ".git" / "index"
+        index_path = os.path.join(self.root, ".git", "index")  # git's index file (not the cache's index/)
         with contextlib.suppress(OSError):
             if identity(os.stat(index_path)) != self._index:
                 self._added.clear()  # someone else wrote the index: hash every file again
