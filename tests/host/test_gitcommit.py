@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tinycrates import crate, write_crate
 
 from flakebot_magic.host.fsutil import RACY_SECONDS
 from flakebot_magic.host.git import Git
@@ -19,11 +20,8 @@ pytest.importorskip("pygit2")
 
 @pytest.fixture
 def git(tmp_path: Path) -> Git:
-    root = tmp_path / "ws"
-    (root / "src").mkdir(parents=True)
-    (root / "Cargo.toml").write_text('[package]\nname = "w"\nversion = "0.1.0"\n')
-    (root / "src" / "lib.rs").write_text("pub fn f() -> u8 { 1 }\n")
-    (root / ".gitignore").write_text("*.log\n/generated/\n")
+    files = {"src/lib.rs": "pub fn f() -> u8 { 1 }\n", ".gitignore": "*.log\n/generated/\n"}
+    root = write_crate(tmp_path, crate("w", files=files))
     repo = Git(root, ProcessRunner())
     repo.init("flakebot")
     repo.commit("published", all_files=True, force=True)
