@@ -35,6 +35,7 @@ from flakebot_magic.config import DEBIAN_REGISTRY  # noqa: E402
 #: (label, module path fragment, function name): the parts of a check run, by the function that does each
 PARTS = (
     ("git commit (CheckRunner.commit)", "edit/checkrun.py", "commit"),
+    ("  of which the first import of pygit2", "pygit2/__init__.py", "<module>"),
     ("build policy after cargo (CheckRunner.policy)", "edit/checkrun.py", "policy"),
     ("ratchet scan (Ratchet.violations)", "edit/ratchet.py", "violations"),
     ("ratchet protect (Ratchet.protect)", "edit/ratchet.py", "protect"),
@@ -45,7 +46,9 @@ PARTS = (
     ("[in cargo time] build policy before cargo (Cargo.fetch)", "sandbox/cargo.py", "fetch"),
     ("[in cargo time] CARGO_HOME prepared (Cargo._cargo_home)", "sandbox/cargo.py", "_cargo_home"),
     ("[in cargo time] wrappers made (Sandbox.command)", "sandbox/command.py", "command"),
-    ("[in cargo time] leftover processes (ProcessRunner._stop)", "host/process.py", "_stop"),
+    ("[in cargo time] leftover processes, old path (ProcessRunner._stop)", "host/process.py", "_stop"),
+    ("[in cargo time] leftover processes (proctree.finish)", "host/proctree.py", "finish"),
+    ("[in cargo time] walks of /proc (_group_members)", "host/proctree.py", "_group_members"),
     ("[in cargo time] cgroups removed (Sandbox.release)", "sandbox/command.py", "release"),
     ("[in cargo time] all of ProcessRunner.run", "host/process.py", "run"),
     ("[in cargo time] spawn (fork/exec of the first wrapper)", "host/process.py", "spawn"),
