@@ -172,16 +172,16 @@ def pipe_holders(inodes: Set[int]) -> list[int]:
     return holders
 
 
-def _cgroup_members(cgroup: Path) -> list[int]:
-    """The processes in ``cgroup`` (exited ones, zombies, are not listed), or [] when it cannot be read."""
+def _cgroup_members(cgroup: Path) -> list[int] | None:
+    """The processes in ``cgroup`` (exited ones, zombies, are not listed), or None when it cannot be read."""
     try:
         return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
     except (OSError, ValueError):
-        return []
+        return None
 
 
 def _empty_cgroup(cgroup: Path, *, timeout: float = 5.0) -> bool:
-    """SIGKILL every process in ``cgroup`` until none is left; whether it is empty (within ``timeout``).
+    """SIGKILL every process in ``cgroup`` until none is left; whether it was read empty (within ``timeout``).
 
     One read when nothing is left. A process forked while the list was read
     is in the cgroup too, so the next reading catches it.
@@ -194,7 +194,7 @@ def _empty_cgroup(cgroup: Path, *, timeout: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.001)
-    return os.path.exists(cgroup / "cgroup.procs")
+    return members is not None
 
 
 def finish(proc: subprocess.Popen[bytes], *, cgroup: Path | None = None, inodes: Set[int] = frozenset()) -> None:
