@@ -19,7 +19,7 @@
 
       # pyproject.toml's dependencies and its [test] extra, by their nixpkgs names
       runtimeDeps = ps: [
-        ps.ipython ps.ipywidgets ps.jupyter-server ps.httpx ps.openai ps.platformdirs ps.tomlkit ps.traitlets
+        ps.ipython ps.ipywidgets ps.jupyter-server ps.httpx ps.openai ps.platformdirs ps.pygit2 ps.tomlkit ps.traitlets
       ];
       testDeps = ps: [ ps.pytest ps.nbval ps.ipykernel ps.nbconvert ps.nbformat ps.jupyterlab ];
 

@@ -36,7 +36,7 @@ from ..sandbox.diagnostics import (
     parse_test_output,
     readable,
 )
-from ..sandbox.layout import BUILD_DIR, NOT_SOURCE, SOURCE_PATHSPEC
+from ..sandbox.layout import BUILD_DIR, NOT_SOURCE, SOURCE_PATHSPEC, not_committed
 from ..sandbox.policy import TreePolicy, Violation
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
@@ -373,10 +373,17 @@ class CheckRunner:
         return done
 
     def commit(self, run: CheckRun) -> str:
-        """Commit the workspace as it is (build outputs aside) with the run's summary; the new HEAD."""
+        """Commit the workspace as it is (build outputs aside) with the run's summary; the new HEAD.
+
+        In-process when it can (:meth:`Git.commit_in_process`: no git started), else with git's CLI.
+        """
+        message = run.commit_message()
+        made = self.git.commit_in_process(message, excluded=not_committed)
+        if made is not None:
+            return made
         # everything but build outputs, even what the crate's own .gitignore names (as the fork does)
         self.git("add", "-A", "-f", "--", *SOURCE_PATHSPEC)
-        self.git("commit", "-q", "--no-verify", "--allow-empty", "-m", run.commit_message())
+        self.git("commit", "-q", "--no-verify", "--allow-empty", "-m", message)
         return self.head()
 
     def head(self) -> str:

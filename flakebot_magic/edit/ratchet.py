@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..host.fsutil import identity, settled
 from ..sandbox.layout import source_dirs
 from .files import read_text
 
-__all__ = ["Ratchet", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
+__all__ = ["Ratchet", "ScanCache", "TestFunction", "blank", "ratchet_violations", "scan_tests"]
 
 _BLANKABLE = re.compile(
     r'//[^\n]*|/\*.*?\*/|b?r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?\'(?:\\.|[^\'\\])\'',
@@ -29,6 +30,8 @@ _TEST_FN = re.compile(
     r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([A-Za-z_]\w*)"
 )
 _EMPTY_BODIES = {"", "()", "return", "Ok(())", "returnOk(())"}
+#: what :func:`scan_tests` found in each file, by relative path, with the file's identity when it was read
+ScanCache = dict[str, tuple[tuple[int, ...], list["TestFunction"]]]
 
 
 def blank(text: str) -> str:
@@ -48,36 +51,62 @@ class TestFunction:
     ignored: bool
 
 
-def scan_tests(root: Path) -> list[TestFunction]:
-    """Every ``#[test]`` function in the crate's ``.rs`` files (not ``target/``)."""
+def scan_tests(root: Path, cache: ScanCache | None = None) -> list[TestFunction]:
+    """Every ``#[test]`` function in the crate's ``.rs`` files (not ``target/``).
+
+    With ``cache``, a file whose :func:`~flakebot_magic.host.fsutil.identity` is the one recorded when
+    it was last read is not read again (a rewrite that puts the modification time back still changes
+    it); a file changed within :data:`~flakebot_magic.host.fsutil.RACY_SECONDS` of its reading is never cached.
+    """
     found: list[TestFunction] = []
+    seen: set[str] = set()
     for path in sorted(_rust_files(root)):
+        rel = path.relative_to(root).as_posix()
+        key: tuple[int, ...] = ()
+        if cache is not None:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            key = identity(st)
+            known = cache.get(rel)
+            if known is not None and known[0] == key:
+                found += known[1]
+                seen.add(rel)
+                continue
         try:
             text = blank(read_text(path))
         except OSError:
             continue
-        for match in _TEST_FN.finditer(text):
-            attributes, name = match.group(1), match.group(2)
-            start = text.find("{", match.end())
-            if start < 0:
-                continue
-            depth, end = 0, start
-            for end in range(start, len(text)):
-                if text[end] == "{":
-                    depth += 1
-                elif text[end] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-            body = re.sub(r"[\s;]", "", text[start + 1 : end])
-            found.append(
-                TestFunction(
-                    name=name,
-                    file=path.relative_to(root).as_posix(),
-                    empty=body in _EMPTY_BODIES,
-                    ignored="ignore" in attributes,
-                )
-            )
+        tests = _tests_in(text, rel)
+        found += tests
+        if cache is not None and settled(key):
+            cache[rel] = (key, tests)
+            seen.add(rel)
+    if cache is not None:
+        for gone in set(cache) - seen:
+            del cache[gone]
+    return found
+
+
+def _tests_in(text: str, rel: str) -> list[TestFunction]:
+    """The ``#[test]`` functions of one file's blanked text (:func:`blank`)."""
+    found: list[TestFunction] = []
+    for match in _TEST_FN.finditer(text):
+        attributes, name = match.group(1), match.group(2)
+        start = text.find("{", match.end())
+        if start < 0:
+            continue
+        depth, end = 0, start
+        for end in range(start, len(text)):
+            if text[end] == "{":
+                depth += 1
+            elif text[end] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+        body = re.sub(r"[\s;]", "", text[start + 1 : end])
+        found.append(TestFunction(name=name, file=rel, empty=body in _EMPTY_BODIES, ignored="ignore" in attributes))
     return found
 
 
@@ -117,14 +146,16 @@ class Ratchet:
     best_commit: str = ""
     best_passed: int = 0
     protected: list[TestFunction] = field(default_factory=list)
+    #: what the last scans found per file (:func:`scan_tests`): a check run reads only the files that changed
+    scanned: ScanCache = field(default_factory=dict, repr=False)
 
     def protect(self) -> None:
         """Protect every test in the source as it is now."""
-        self.protected = scan_tests(self.root)
+        self.protected = scan_tests(self.root, self.scanned)
 
     def violations(self) -> list[str]:
         """What the source as it is now did to the protected tests."""
-        return ratchet_violations(self.protected, scan_tests(self.root))
+        return ratchet_violations(self.protected, scan_tests(self.root, self.scanned))
 
     def advance(self, commit: str, passed: int) -> None:
         """``commit`` is the new best state (with ``passed`` passing tests); its tests are protected."""

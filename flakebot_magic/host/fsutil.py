@@ -37,17 +37,20 @@ import os
 import secrets
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "RACY_SECONDS",
     "TooLarge",
     "UnsafePath",
     "atomic_write",
     "check_no_symlinks",
     "copy_regular",
     "fsync_dir",
+    "identity",
     "is_real_dir",
     "load_json",
     "load_toml",
@@ -56,6 +59,7 @@ __all__ = [
     "read_regular",
     "real_dir",
     "remove_nofollow",
+    "settled",
     "sha256_regular",
 ]
 
@@ -66,6 +70,27 @@ class UnsafePath(OSError):
 
 class TooLarge(OSError):
     """A copy was stopped: the file holds more than the bytes it was allowed."""
+
+
+#: a file changed less than this many seconds before it was read may change again within the same clock tick
+#: and keep its times and size: what was read of it is never reused on the strength of its stat (git's
+#: "racily clean" entries)
+RACY_SECONDS = 2.0
+
+
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """What tells one state of a file from another without reading it: device, inode, mode, size, mtime, ctime.
+
+    The change time (ctime) is set by the kernel on every write, rename, chmod and ``utime``, and no
+    program, sandboxed or not, can set it back: rewriting a file and restoring its modification time
+    still gives it another identity.
+    """
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def settled(key: tuple[int, ...]) -> bool:
+    """Whether the file of :func:`identity` ``key`` last changed more than :data:`RACY_SECONDS` ago."""
+    return time.time() - max(key[4], key[5]) / 1e9 > RACY_SECONDS
 
 
 def check_no_symlinks(root: Path, path: Path) -> None:

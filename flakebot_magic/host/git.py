@@ -46,11 +46,13 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import ForkError
 from .fsutil import atomic_write, read_regular
+from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
 
 __all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git", "remove_stale_locks", "stale_locks"]
@@ -148,12 +150,15 @@ class Git:
         env["GIT_CEILING_DIRECTORIES"] = os.path.abspath(os.path.dirname(os.path.abspath(root)))
         self.env = env
         self.cleaned: list[str] = []
+        #: git found on PATH once: each command starts with one exec, not one per PATH entry
+        self.program = shutil.which("git", path=env.get("PATH")) or "git"
+        self._committer: WorktreeCommitter | None = None
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120.0, input: bytes | None = None) -> str:
         if args and args[0] != "init":
             self.clean_config()
         extra = _NO_DRIVERS.get(args[0], ()) if args else ()
-        argv = ["git", *_OPTIONS, *args[:1], *extra, *args[1:]]
+        argv = [self.program, *_OPTIONS, *args[:1], *extra, *args[1:]]
         done = self.runner.run(argv, cwd=self.root, env=self.env, timeout=timeout, workspace=self.root, input=input)
         if check and done.returncode != 0:
             raise ForkError(
@@ -287,6 +292,17 @@ class Git:
         self("commit", "-q", "--no-verify", "-m", message)
         return self.head()
 
+    def commit_in_process(self, message: str, *, excluded: Callable[[str], bool]) -> str | None:
+        """Commit every file of the work tree but the root's ``excluded`` entries, as ``git add -A -f`` and
+        ``git commit --allow-empty`` would, without starting git (:mod:`.gitcommit`); the new commit's id, or
+        None when the git CLI must do it."""
+        self.clean_config()
+        if self._committer is None or self._committer.excluded is not excluded:
+            self._committer = WorktreeCommitter(
+                Path(self.root), excluded, name=_IDENTITY["GIT_COMMITTER_NAME"], email=_IDENTITY["GIT_COMMITTER_EMAIL"]
+            )
+        return self._committer.commit(message)
+
     def export_commit(self, commit: str, dest: Path) -> list[str]:
         """Write the files of ``commit`` into the new directory ``dest`` from git's objects; return their paths.
 
@@ -315,11 +331,39 @@ class Git:
         return self("rev-parse", "HEAD")
 
     def tree(self, commit: str = "HEAD") -> str:
-        """The tree id of ``commit``: two commits with the same files have the same tree."""
-        return self("rev-parse", f"{commit}^{{tree}}")
+        """The tree id of ``commit``: two commits with the same files have the same tree.
+
+        A full commit id stored as a loose object (every commit flakebot makes: it never packs) is read
+        in-process, its first line names the tree; anything else asks ``git rev-parse``.
+        """
+        return _loose_commit_tree(Path(self.root) / ".git", commit) or self("rev-parse", f"{commit}^{{tree}}")
 
     def is_dirty(self) -> bool:
         return bool(self("status", "--porcelain"))
+
+
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _loose_commit_tree(git_dir: Path, commit: str) -> str:
+    """The tree id on the first line of the loose commit object ``commit`` (a full id), or "" when it is not one.
+
+    The object is git's own (``.git`` is read-only to everything sandboxed), read without following a
+    symlink and inflated no further than its header and first line.
+    """
+    if not _OBJECT_ID.fullmatch(commit):
+        return ""
+    try:
+        data, _ = read_regular(git_dir / "objects" / commit[:2] / commit[2:], 4096)
+        head = zlib.decompressobj().decompress(data, 256)
+    except (OSError, zlib.error):
+        return ""
+    kind, _, rest = head.partition(b"\0")
+    line = rest.split(b"\n", 1)[0].decode("ascii", "replace")
+    if not kind.startswith(b"commit ") or not line.startswith("tree "):
+        return ""
+    tree = line[5:]
+    return tree if _OBJECT_ID.fullmatch(tree) and len(tree) == len(commit) else ""
 
 
 def _read_small(path: Path) -> str | None:

@@ -24,8 +24,9 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
   scripts, its ``.cargo/config.toml``, its ``rust-toolchain.toml``), so no
   other command line for them is accepted.
 
-:func:`kill_tree` is the one process-tree kill; :func:`process_started_at`
-tells a process from a later one that reused its PID.
+:func:`kill_tree` (the one process-tree kill) and :func:`process_started_at`
+(telling a process from a later one that reused its PID) live in :mod:`.proctree`
+and are re-exported here.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ..errors import Cancelled, ConfigError, StageTimeout
 from .environment import allowed_env, scrubbed_env
 from .guard import Guard, Spawner
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
+from .proctree import alive, finish, kill_tree, pipe_holders, process_started_at
 
 __all__ = [
     "TOOLCHAIN_PROGRAMS",
@@ -79,8 +81,13 @@ class SandboxedCommand(list[str]):
     """A command line made by the sandbox (``flakebot_magic.sandbox.Sandbox.command``), and only there.
 
     :meth:`ProcessRunner.run` refuses any other command line that names a
-    :data:`TOOLCHAIN_PROGRAMS` program.
+    :data:`TOOLCHAIN_PROGRAMS` program. ``cgroup``: the pids cgroup the command
+    enters first (every process it starts is in it), or None.
     """
+
+    def __init__(self, argv: Sequence[str] = (), cgroup: Path | None = None) -> None:
+        super().__init__(argv)
+        self.cgroup = cgroup
 
 
 def _toolchain_program(argv: Sequence[str]) -> str:
@@ -141,160 +148,6 @@ class Completed:
     stdout: str
     stderr: str
     elapsed: float
-
-
-# --- process identity and tree kills ---------------------------------------------------------
-
-
-def _clock_ticks() -> int:
-    try:
-        return os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError):
-        return 100
-
-
-def _uptime() -> float | None:
-    try:
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):
-        return None
-
-
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """Fields of /proc/PID/stat from field 3 (state) on; the command name may hold spaces."""
-    try:  # os.open and os.read: no buffered file object per process (a group scan reads every process's)
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 4096).decode("ascii", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def process_started_at(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch, ±1 s), or None when there is none.
-
-    Compare it with the time a PID was recorded: a process that started
-    after that is another process that reused the PID, and must not be
-    signalled.
-    """
-    fields = _stat_fields(pid)
-    uptime = _uptime()
-    if not fields or uptime is None or len(fields) < 20:
-        return None
-    # field 22, starttime, counts clock ticks since boot; /proc/stat's btime drifts with clock steps
-    return time.time() - (uptime - int(fields[19]) / _clock_ticks())
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes in process group ``pgid``."""
-    members: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    group = str(pgid)
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(entry)
-        if fields and len(fields) > 2 and fields[2] == group and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
-
-
-def kill_tree(pid_or_pgid: int, *, grace: float = 0.0, first: int = signal.SIGTERM) -> None:
-    """Kill process group ``pid_or_pgid``, all of it, and wait (up to 5 s) until its members are gone.
-
-    With ``grace`` > 0 the group gets ``first`` (SIGTERM; nix wants SIGINT)
-    and that many seconds to end by itself; then SIGKILL. A sandboxed command
-    is a group too: killing bubblewrap ends its pid namespace, and with it
-    everything inside, ``setsid`` or not. Zombies (unreaped members) count as
-    gone. Quietly does nothing for a group that no longer exists.
-    """
-    if pid_or_pgid <= 1:
-        raise ValueError(f"refusing to kill process group {pid_or_pgid}")
-    if grace > 0:
-        try:
-            os.killpg(pid_or_pgid, first)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace
-        while _group_members(pid_or_pgid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            os.killpg(pid_or_pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        if not _group_members(pid_or_pgid) or time.monotonic() > deadline:
-            return
-        time.sleep(0.02)  # a member forked between the signal and now
-
-
-def _pipe_inode(fd: int) -> int:
-    return os.fstat(fd).st_ino
-
-
-def alive(pid: int | None) -> bool:
-    """Whether a process ``pid`` exists (one owned by another user counts); False for no pid."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _parent_of(pid: int) -> int | None:
-    """The parent PID of ``pid`` (from ``/proc/PID/stat``), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()  # after "(comm)", which may hold spaces
-    return int(fields[1]) if len(fields) > 1 else None
-
-
-def _pipe_holders(inodes: set[int]) -> list[int]:
-    """Processes with a descriptor on one of the pipes ``inodes``, other than this one and its own children.
-
-    This process's children are left out: a command another thread is just
-    starting holds copies of every open pipe between its fork and its exec
-    (which closes them: they are close-on-exec). What holds a finished
-    command's pipes for real is that command's descendants, never ours.
-    """
-    wanted = {f"pipe:[{inode}]" for inode in inodes}
-    holders: list[int] = []
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return holders
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me or _parent_of(int(entry)) == me:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{entry}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
-                    holders.append(int(entry))
-                    break
-            except OSError:
-                continue
-    return holders
 
 
 @functools.lru_cache(maxsize=1)
@@ -495,7 +348,7 @@ class ProcessRunner:
             proc.stdout.fileno(): StreamCapture("stdout", capture_limit, on_line),
             proc.stderr.fileno(): StreamCapture("stderr", capture_limit, on_line),
         }
-        inodes = {_pipe_inode(fd) for fd in streams}
+        inodes = {os.fstat(fd).st_ino for fd in streams}
         if input is not None:
             threading.Thread(target=_write_input, args=(proc, input), daemon=True).start()
         deadline = started + timeout
@@ -538,8 +391,10 @@ class ProcessRunner:
                     )
             # leftovers of a command that has exited; both pipes at end of file means no process holds
             # their write ends any more, so there is no holder to look for in /proc (a walk of every
-            # process's descriptors, which every git and cargo command paid for before)
-            self._stop(proc, 0.0, inodes if selector.get_map() else set())
+            # process's descriptors, which every git and cargo command paid for before); an empty cgroup
+            # or an empty group is known in constant time (proctree.finish)
+            cgroup = args.cgroup if isinstance(args, SandboxedCommand) else None
+            finish(proc, cgroup=cgroup, inodes=inodes if selector.get_map() else set())
         except BaseException:
             self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
             raise
@@ -564,7 +419,7 @@ class ProcessRunner:
             kill_tree(proc.pid, grace=grace, first=signal.SIGINT)
         else:
             kill_tree(proc.pid)
-        for pid in _pipe_holders(inodes) if inodes else ():
+        for pid in pipe_holders(inodes) if inodes else ():
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -246,7 +246,7 @@ class Sandbox:
         )
         filter_path = str(seccomp.path) if seccomp is not None else ""
         procs = str(cgroup / "cgroup.procs") if cgroup is not None else ""
-        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped])
+        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped], cgroup)
 
     def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)

@@ -7,6 +7,7 @@ use these names (a test reads the package to hold it so).
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "OUTPUT_DIRS",
     "SOURCE_PATHSPEC",
     "is_source",
+    "not_committed",
     "source_dirs",
 ]
 
@@ -47,6 +49,16 @@ def is_source(name: str) -> bool:
     [True, False, False, False, True]
     """
     return name not in NOT_WALKED
+
+
+def not_committed(name: str) -> bool:
+    """Whether the root's entry ``name`` is left out of a check run's commit (:data:`NOT_SOURCE`, as
+    :data:`SOURCE_PATHSPEC` leaves it out of ``git add``).
+
+    >>> [not_committed(n) for n in ("target", "result", "result-bin", "src", "results")]
+    [True, True, True, False, False]
+    """
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in NOT_SOURCE)
 
 
 def source_dirs(names: Iterable[str]) -> list[str]:

@@ -348,12 +348,14 @@ def check_tree(root: Path, *, allow_build_scripts: bool = False, baseline: Basel
 def _walk(root: Path, baseline: Baseline) -> list[Violation]:
     found: list[Violation] = []
     real_root = os.path.realpath(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        at_root = here == root
+    top = str(root)
+    for dirpath, dirnames, filenames in os.walk(top):
+        at_root = dirpath == top
+        prefix = "" if at_root else os.path.relpath(dirpath, top).replace(os.sep, "/") + "/"
         if at_root:
             for name in OUTPUT_DIRS:  # not source, not walked; but flakebot's own paths go through them
-                if os.path.islink(here / name) or (os.path.lexists(here / name) and not os.path.isdir(here / name)):
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
                     found.append(
                         Violation(
                             name,
@@ -362,11 +364,12 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
                         )
                     )
             dirnames[:] = source_dirs(dirnames)
+        links = set()
         for name in [*dirnames, *filenames]:
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            if os.path.islink(path):
-                why = _symlink_problem(real_root, path, at_root=at_root)
+            rel = prefix + name
+            if os.path.islink(os.path.join(dirpath, name)):
+                links.add(name)
+                why = _symlink_problem(real_root, Path(dirpath, name), at_root=at_root)
                 if why:
                     found.append(Violation(rel, why, "remove the symlink"))
                 continue
@@ -396,7 +399,7 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
                         "remove it; flakebot's git needs no attributes or submodules",
                     )
                 )
-        dirnames[:] = [d for d in dirnames if d not in (".cargo", ".git") and not os.path.islink(here / d)]
+        dirnames[:] = [d for d in dirnames if d not in (".cargo", ".git") and d not in links]
     return found
 
 

@@ -116,3 +116,17 @@ def test_export_commit_writes_the_commit_from_git_objects_never_the_work_tree(tm
     assert git("status", "--porcelain")  # the workspace's own index untouched: still dirty against HEAD
     with pytest.raises(FileExistsError):
         git.export_commit(commit, dest)  # never into something that exists
+
+
+def test_a_commits_tree_is_read_in_process_as_git_reads_it(repo: Path) -> None:
+    """The tree id read from the loose commit object is git's own answer; packed or short ids ask git."""
+    git = Git(repo, ProcessRunner())
+    (repo / "a.txt").write_text("one\n")
+    commit = git.commit("first", all_files=True)
+    assert commit is not None
+    expected = git("rev-parse", f"{commit}^{{tree}}")
+    assert git.tree(commit) == expected
+    assert git.tree(commit[:12]) == expected and git.tree("HEAD") == expected  # not full ids: git answers
+    git("gc", "-q", "--prune=now")  # now packed: no loose object to read
+    assert not (repo / ".git" / "objects" / commit[:2] / commit[2:]).exists()
+    assert git.tree(commit) == expected

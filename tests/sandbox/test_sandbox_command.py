@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,3 +270,34 @@ def test_two_threads_releasing_the_same_cgroups_at_once_both_finish(tmp_path: Pa
         for thread in threads:
             thread.join()
         assert errors == [] and cgroups == []
+
+
+#: a grandchild that leaves the process group, lets go of the output pipes (so no pipe holder is looked for)
+#: and, half a second after its command returned, would write a file in the workspace
+_OUTLIVER = "setsid sh -c 'sleep 0.5; echo late > late' </dev/null >/dev/null 2>&1 & echo started"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("told", [True, False], ids=["runner-knows-the-cgroup", "group-and-namespace-only"])
+def test_nothing_a_sandboxed_command_started_outlives_it(workspace: Path, told: bool) -> None:
+    """The invariant the runner keeps in constant time: when run() returns, no process of the command exists.
+
+    With the command's pids cgroup known, its empty list proves it at once. Without (where no pids cgroup
+    is writable), bubblewrap's pid namespace ends it: its init (in a session of its own, so not in the
+    command's group) gets SIGKILL as bubblewrap exits and takes everything in the namespace with it, a
+    moment later; the grandchild never writes its file.
+    """
+    from tinycrates import processes_in
+
+    from flakebot_magic.sandbox.limits import pids_cgroups_writable
+
+    sandbox = Sandbox(workspace)
+    made = sandbox.command(["sh", "-c", _OUTLIVER], cwd=workspace)
+    assert (made.cgroup is not None) == pids_cgroups_writable()
+    argv = made if told else SandboxedCommand(made, cgroup=None)
+    done = ProcessRunner().run(argv, cwd=workspace, env=sandbox.env(), timeout=30)
+    assert done.returncode == 0 and done.stdout == "started\n"
+    # with the cgroup, at once: not one left to be reaped later
+    assert processes_in(workspace, settle=0 if told else 2.0) == []
+    time.sleep(1.0)
+    assert not (workspace / "late").exists()
