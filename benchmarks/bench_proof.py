@@ -18,6 +18,11 @@ Variants:
 ``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
 ``split-noinc``     ``split`` with the tests' build not incremental (``CARGO_INCREMENTAL=0``: a cold build has nothing
                     to reuse, and writing the incremental cache costs CPU)
+``shipped``         what :func:`flakebot_magic.stages.build.check` does cold: ``split`` with the test build's
+                    :data:`~flakebot_magic.stages.build.COLD_TEST_ENV` (not incremental, one codegen unit)
+``knob-<name>``     ``split-noinc`` with one knob of the test build (:data:`KNOBS`: codegen units for the dev
+                    profile, for the dependencies or the build scripts alone, the dependencies at opt-level 1,
+                    stripped symbols, the mold linker, nice 0)
 ``split-noinc-nice0`` ``split-noinc`` with the tests' cargo at the release build's priority (not ``nice 10``)
 ``split-noinc-j1``  ``split-noinc-nice0`` with the tests' cargo at one job (``-j1``) while the release build has two
 ``one-release``     ONE cargo: ``build --release --lib --bins --tests --examples`` (what ``cargo test --no-run`` builds,
@@ -65,6 +70,37 @@ DEV_AS_RELEASE = {
         "OVERFLOW_CHECKS": "false",
         "INCREMENTAL": "false",
     }.items()
+}
+
+
+#: the ``split-noinc`` test build's own setting (issue 23's first pass), which the ``knob-*`` variants add to
+NOINC = {"CARGO_INCREMENTAL": "0"}
+
+
+def _config(*settings: str) -> tuple[str, ...]:
+    return tuple(a for setting in settings for a in ("--config", setting))
+
+
+#: rustflags for the test build with a linker: CAP_LINTS's list and the linker's arguments in one (cargo takes
+#: one ``build.rustflags``)
+def _rustflags(*flags: str) -> tuple[str, ...]:
+    listed = ", ".join(f'"{f}"' for f in ("--cap-lints", "warn", *flags))
+    return _config(f"build.rustflags=[{listed}]")
+
+
+#: knobs of the test build alone, on top of ``split-noinc`` (the release build beside it unchanged): its
+#: environment, more cargo arguments, its nice; none changes which tests run or the crate's debug assertions
+#: and overflow checks (``knob-<name>`` variants)
+KNOBS: dict[str, tuple[dict[str, str], tuple[str, ...], int]] = {
+    "cgu1": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "1"}, (), 10),
+    "cgu4": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "4"}, (), 10),
+    "cgu16": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "16"}, (), 10),
+    "deps-opt1": ({}, _config('profile.dev.package."*".opt-level=1'), 10),
+    "deps-cgu1": ({}, _config('profile.dev.package."*".codegen-units=1'), 10),
+    "build-cgu1": ({}, _config("profile.dev.build-override.codegen-units=1"), 10),
+    "strip": ({"CARGO_PROFILE_DEV_STRIP": "symbols"}, (), 10),
+    "mold": ({}, _rustflags("-C", "link-arg=-fuse-ld=mold"), 10),
+    "nice0": ({}, (), 0),
 }
 
 
@@ -243,9 +279,7 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
             start = time.perf_counter()
             _, tested = _both(
                 lambda: b.cargo_run(*BUILD_FLAGS, target=t),
-                lambda: b.cargo_run(
-                    *TEST, *jobs, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=nice
-                ),
+                lambda: b.cargo_run(*TEST, *jobs, target=t / "flakebot-test", env={**TEST_ENV, **NOINC}, nice=nice),
             )
             return time.perf_counter() - start, test_names(tested.stdout)
 
@@ -262,8 +296,35 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
 
         return run
 
+    def split_knob(knob: str) -> Callable[[], tuple[float, set[str] | None]]:
+        env, more, nice = KNOBS[knob]
+
+        def run() -> tuple[float, set[str] | None]:
+            t = b.fresh(f"knob-{knob}")
+            start = time.perf_counter()
+            _, tested = _both(
+                lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+                lambda: b.cargo_run(
+                    *TEST, *more, target=t / "flakebot-test", env={**TEST_ENV, **NOINC, **env}, nice=nice
+                ),
+            )
+            return time.perf_counter() - start, test_names(tested.stdout)
+
+        return run
+
+    def shipped() -> tuple[float, set[str] | None]:
+        t = b.fresh("shipped")
+        start = time.perf_counter()
+        _, tested = _both(
+            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
+            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=10),
+        )
+        return time.perf_counter() - start, test_names(tested.stdout)
+
     return {
         "bare": bare,
+        "shipped": shipped,
+        **{f"knob-{knob}": split_knob(knob) for knob in KNOBS},
         "split-noinc": split_noinc_at(10, ()),
         "split-noinc-nice0": split_noinc_at(0, ()),
         "split-noinc-j1": split_noinc_at(0, ("-j1",)),
@@ -302,7 +363,7 @@ def main() -> int:
                 cpu[key].append(b.cpu() - before)
                 times[key].append(took)
                 names[key] = ran
-                print(f"  {key}: {took:.2f} s", file=sys.stderr, flush=True)
+                print(f"  {key}: {took:.2f} s, {cpu[key][-1]:.1f} s of CPU", file=sys.stderr, flush=True)
         floor = min(times["bare"])
         print(f"\n{args.crate}: the crate's own `cargo test` runs {len(expected)} tests\n")
         cpu_floor = statistics.median(cpu["bare"])
