@@ -93,7 +93,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -127,15 +126,6 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - started
 
 
-def cpu_timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """Wall seconds of ``fn()`` and the CPU seconds (user and system) of the child processes it waited for
-    (cargo, rustc, the tests): what a loaded machine blurs least."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = timed(fn)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def cold_vs_cargo(registry: str, rounds: int, crate: str | None = None) -> dict[str, float]:
     """Alternate a cold pipeline and a plain cargo build of the same tree.
 
@@ -152,8 +142,6 @@ def cold_vs_cargo(registry: str, rounds: int, crate: str | None = None) -> dict[
 
     pipeline_times: list[float] = []
     cargo_times: list[float] = []
-    pipeline_cpu: list[float] = []
-    cargo_cpu: list[float] = []
     second_times: list[float] = []
     tests_run = 0
     for _ in range(rounds):
@@ -163,9 +151,9 @@ def cold_vs_cargo(registry: str, rounds: int, crate: str | None = None) -> dict[
             # the index is a per-registry cache, not part of a request: build it first
             DirectoryRegistry(registry, cache).search("warm up")
             name = crate or "md"
-            wall, cpu = cpu_timed(lambda: Pipeline(settings).run("" if crate else REQUEST, crate=crate, name=name))
-            pipeline_times.append(wall)
-            pipeline_cpu.append(cpu)
+            pipeline_times.append(
+                timed(lambda: Pipeline(settings).run("" if crate else REQUEST, crate=crate, name=name))
+            )
             plain = cache / "plain"
             workspace = cache / "workspaces" / name
             plain.mkdir()
@@ -181,9 +169,7 @@ def cold_vs_cargo(registry: str, rounds: int, crate: str | None = None) -> dict[
                 "--config",
                 f'source.offline.directory="{registry}"',
             ]
-            wall, cpu = cpu_timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True))
-            cargo_times.append(wall)
-            cargo_cpu.append(cpu)
+            cargo_times.append(timed(lambda: subprocess.run(cargo, cwd=plain, check=True, capture_output=True)))
             if crate:
                 continue
             rows: list[StageFinished] = []
@@ -196,11 +182,6 @@ def cold_vs_cargo(registry: str, rounds: int, crate: str | None = None) -> dict[
             shutil.rmtree(cache, ignore_errors=True)
     best_pipeline, best_cargo = min(pipeline_times), min(cargo_times)
     found = {"pipeline_s": best_pipeline, "cargo_s": best_cargo, "ratio": best_pipeline / best_cargo}
-    found |= {
-        "pipeline_cpu_s": statistics.median(pipeline_cpu),
-        "cargo_cpu_s": statistics.median(cargo_cpu),
-        "cpu_ratio": statistics.median(pipeline_cpu) / statistics.median(cargo_cpu),
-    }
     if second_times:
         found |= {
             "second_s": min(second_times),
@@ -1006,8 +987,7 @@ def _import_rows(imp: dict[str, object]) -> list[tuple[str, str, str]]:
 def _cold_row(cold: dict[str, object], crate: str = "pulldown-cmark") -> tuple[str, str, str]:
     return (
         f"cold pipeline ({crate}) / plain `cargo build --release`",
-        f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x** (CPU, median: "  # type: ignore[str-format]
-        f"{cold['pipeline_cpu_s']:.1f} s / {cold['cargo_cpu_s']:.1f} s = {cold['cpu_ratio']:.2f}x)",  # type: ignore[str-format]
+        f"{cold['pipeline_s']:.1f} s / {cold['cargo_s']:.1f} s = **{cold['ratio']:.2f}x**",  # type: ignore[str-format]
         "<= 1.15x",
     )
 
