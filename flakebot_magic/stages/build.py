@@ -28,9 +28,9 @@ opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
 an overflow no longer panics), and two cargo commands in one target dir take
 turns (cargo's lock), losing the core the long release rustc leaves free; both
 cost more than the dependencies built twice (README, "Benchmarks"). The cold
-test build is not incremental and compiles each crate as one codegen unit
-(:data:`COLD_TEST_ENV`): the knobs of the test build that lower its CPU without
-changing what it proves (``bench_proof.py``'s ``knob-*`` variants).
+test build is not incremental (:data:`COLD_TEST_ENV`), the one knob of the
+test build measured to lower its CPU without changing what it proves
+(``bench_proof.py``'s ``knob-*`` variants).
 
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
@@ -107,17 +107,13 @@ EDIT_STATE = "flakebot-edit.json"
 TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "false"}
 #: for a test build the edit loop never worked in: a cold build has nothing to reuse, and writing the incremental
 #: cache of the crate's own targets costs CPU (pulldown-cmark's debug test build: 10.9 s of CPU against 13.4 s;
-#: benchmarks/bench_proof.py ``split-noinc``); and one codegen unit per crate rather than 256, since with the
-#: release build beside it both cores are busy already and each unit is split, optimised and linked for nothing
-#: (the test build alone, pulldown-cmark 14.2 -> 12.3 s of CPU, hexyl 15.5 -> 13.9 s; ``knob-cgu1``). Both change
-#: how rustc caches and splits its work, not what is compiled or tested (the crate's debug assertions and
-#: overflow checks stay: opt-level and those are other settings), so a proof's key leaves them out. The edit
-#: loop's check runs keep incremental builds and their many units (they rebuild after each edit).
-COLD_TEST_ENV = {
-    "CARGO_INCREMENTAL": "0",
-    "CARGO_PROFILE_DEV_CODEGEN_UNITS": "1",
-    "CARGO_PROFILE_TEST_CODEGEN_UNITS": "1",
-}
+#: benchmarks/bench_proof.py ``split-noinc``). It changes how rustc caches, not what is compiled or tested, so a
+#: proof's key leaves it out. The edit loop's check runs keep incremental builds (they rebuild after each edit).
+#: The other knobs of the test build (codegen units, dependencies at opt-level 1, the mold linker, strip, the
+#: build scripts' units; ``bench_proof.py``'s ``knob-*``) were measured in this sandbox beside the release build
+#: and none lowers its CPU on both pulldown-cmark and hexyl: one codegen unit, the best of them outside the
+#: sandbox, costs hexyl 5% more CPU in it (README, "Benchmarks").
+COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
 
@@ -246,7 +242,7 @@ class _Check:
         self.target_dir = target_dir or self.release_dir
         #: the tests are the published crate's own, unedited: lints capped, a failure is upstream's
         self.upstream = upstream
-        #: the test build's environment (a cold one: no incremental files, one codegen unit; COLD_TEST_ENV)
+        #: the test build's environment (a cold one builds without incremental files: COLD_TEST_ENV)
         self.test_env = test_env
         self.test_flags = (*TEST_FLAGS, *CAP_LINTS) if upstream else TEST_FLAGS
         self.results: dict[str, Any] = {}
