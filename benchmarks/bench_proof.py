@@ -18,6 +18,11 @@ Variants:
 ``dev-as-release``  a test profile with release's settings (``CARGO_PROFILE_DEV_*``), same target dir, at once
 ``split-noinc``     ``split`` with the tests' build not incremental (``CARGO_INCREMENTAL=0``: a cold build has nothing
                     to reuse, and writing the incremental cache costs CPU)
+``shipped``         what :func:`flakebot_magic.stages.build.check` does cold: ``split`` with the test build's
+                    :data:`~flakebot_magic.stages.build.COLD_TEST_ENV` (not incremental, one codegen unit)
+``knob-<name>``     ``split-noinc`` with one knob of the test build (:data:`KNOBS`: codegen units for the dev
+                    profile, for the dependencies or the build scripts alone, the dependencies at opt-level 1,
+                    stripped symbols, the mold linker)
 ``split-noinc-nice0`` ``split-noinc`` with the tests' cargo at the release build's priority (not ``nice 10``)
 ``split-noinc-j1``  ``split-noinc-nice0`` with the tests' cargo at one job (``-j1``) while the release build has two
 ``one-release``     ONE cargo: ``build --release --lib --bins --tests --examples`` (what ``cargo test --no-run`` builds,
@@ -65,6 +70,36 @@ DEV_AS_RELEASE = {
         "OVERFLOW_CHECKS": "false",
         "INCREMENTAL": "false",
     }.items()
+}
+
+
+#: the ``split-noinc`` test build's own setting (issue 23's first pass), which the ``knob-*`` variants add to
+NOINC = {"CARGO_INCREMENTAL": "0"}
+
+
+def _config(*settings: str) -> tuple[str, ...]:
+    return tuple(a for setting in settings for a in ("--config", setting))
+
+
+#: rustflags for the test build with a linker: CAP_LINTS's list and the linker's arguments in one (cargo takes
+#: one ``build.rustflags``)
+def _rustflags(*flags: str) -> tuple[str, ...]:
+    listed = ", ".join(f'"{f}"' for f in ("--cap-lints", "warn", *flags))
+    return _config(f"build.rustflags=[{listed}]")
+
+
+#: knobs of the test build alone, on top of ``split-noinc`` (the release build beside it unchanged): its
+#: environment and more cargo arguments; none changes which tests run or the crate's debug assertions
+#: and overflow checks (``knob-<name>`` variants)
+KNOBS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "cgu1": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "1"}, ()),
+    "cgu4": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "4"}, ()),
+    "cgu16": ({"CARGO_PROFILE_DEV_CODEGEN_UNITS": "16"}, ()),
+    "deps-opt1": ({}, _config('profile.dev.package."*".opt-level=1')),
+    "deps-cgu1": ({}, _config('profile.dev.package."*".codegen-units=1')),
+    "build-cgu1": ({}, _config("profile.dev.build-override.codegen-units=1")),
+    "strip": ({"CARGO_PROFILE_DEV_STRIP": "symbols"}, ()),
+    "mold": ({}, _rustflags("-C", "link-arg=-fuse-ld=mold")),
 }
 
 
@@ -187,15 +222,6 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         b.cargo_run(*BUILD_FLAGS, target=t)
         return time.perf_counter() - start, None
 
-    def split() -> tuple[float, set[str] | None]:
-        t = b.fresh("split")
-        start = time.perf_counter()
-        _, tested = _both(
-            lambda: b.cargo_run(*BUILD_FLAGS, target=t),
-            lambda: b.cargo_run(*TEST, target=t / "flakebot-test", env=TEST_ENV, nice=10),
-        )
-        return time.perf_counter() - start, test_names(tested.stdout)
-
     def release_after() -> tuple[float, set[str] | None]:
         t = b.fresh("after")
         start = time.perf_counter()
@@ -237,15 +263,18 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
-    def split_noinc_at(nice: int, jobs: tuple[str, ...]) -> Callable[[], tuple[float, set[str] | None]]:
+    def split_with(
+        label: str, env: dict[str, str], more: tuple[str, ...] = (), nice: int = 10
+    ) -> Callable[[], tuple[float, set[str] | None]]:
+        """The release build beside a debug ``cargo test`` in its own target dir, with ``env`` and ``more``
+        arguments for the tests' cargo, at ``nice``."""
+
         def run() -> tuple[float, set[str] | None]:
-            t = b.fresh(f"splitnoinc{nice}{len(jobs)}")
+            t = b.fresh(label)
             start = time.perf_counter()
             _, tested = _both(
                 lambda: b.cargo_run(*BUILD_FLAGS, target=t),
-                lambda: b.cargo_run(
-                    *TEST, *jobs, target=t / "flakebot-test", env={**TEST_ENV, **COLD_TEST_ENV}, nice=nice
-                ),
+                lambda: b.cargo_run(*TEST, *more, target=t / "flakebot-test", env={**TEST_ENV, **env}, nice=nice),
             )
             return time.perf_counter() - start, test_names(tested.stdout)
 
@@ -264,12 +293,14 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
 
     return {
         "bare": bare,
-        "split-noinc": split_noinc_at(10, ()),
-        "split-noinc-nice0": split_noinc_at(0, ()),
-        "split-noinc-j1": split_noinc_at(0, ("-j1",)),
+        "shipped": split_with("shipped", COLD_TEST_ENV),
+        **{f"knob-{k}": split_with(f"knob-{k}", NOINC | env, more) for k, (env, more) in KNOBS.items()},
+        "split-noinc": split_with("splitnoinc", NOINC),
+        "split-noinc-nice0": split_with("splitnoinc0", NOINC, nice=0),
+        "split-noinc-j1": split_with("splitnoincj1", NOINC, ("-j1",), nice=0),
         "one-release": one_release(False),
         "one-release-dev0": one_release(True),
-        "split": split,
+        "split": split_with("split", {}),
         "shared-deps-build-first": shared_after,
         "shared-deps-tests-first": shared_first,
         "release-tests": release_after,
@@ -302,7 +333,7 @@ def main() -> int:
                 cpu[key].append(b.cpu() - before)
                 times[key].append(took)
                 names[key] = ran
-                print(f"  {key}: {took:.2f} s", file=sys.stderr, flush=True)
+                print(f"  {key}: {took:.2f} s, {cpu[key][-1]:.1f} s of CPU", file=sys.stderr, flush=True)
         floor = min(times["bare"])
         print(f"\n{args.crate}: the crate's own `cargo test` runs {len(expected)} tests\n")
         cpu_floor = statistics.median(cpu["bare"])

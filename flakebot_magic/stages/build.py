@@ -28,7 +28,9 @@ opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
 an overflow no longer panics), and two cargo commands in one target dir take
 turns (cargo's lock), losing the core the long release rustc leaves free; both
 cost more than the dependencies built twice (README, "Benchmarks"). The cold
-test build is not incremental (:data:`COLD_TEST_ENV`).
+test build is not incremental (:data:`COLD_TEST_ENV`), the one knob of the
+test build measured to lower its CPU without changing what it proves
+(``bench_proof.py``'s ``knob-*`` variants).
 
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
@@ -108,6 +110,10 @@ TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "fal
 #: cache of the crate's own targets costs CPU (pulldown-cmark's debug test build: 10.9 s of CPU against 13.4 s;
 #: benchmarks/bench_proof.py ``split-noinc``). It changes how rustc caches, not what is compiled or tested, so a
 #: proof's key leaves it out. The edit loop's check runs keep incremental builds (they rebuild after each edit).
+#: The other knobs of the test build (codegen units, dependencies at opt-level 1, the mold linker, strip, the
+#: build scripts' units; ``bench_proof.py``'s ``knob-*``) were measured in this sandbox beside the release build
+#: and none lowers its CPU on both pulldown-cmark and hexyl: one codegen unit, the best of them outside the
+#: sandbox, costs hexyl 5% more CPU in it (README, "Benchmarks").
 COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5

@@ -395,7 +395,8 @@ def test_the_same_source_is_proven_once_whatever_its_name(
 
 
 #: a crate with a test of every kind ``cargo test`` runs: the library's, an ignored one, the binary's,
-#: an integration test, a doc test (and an example, which it compiles)
+#: an integration test, a doc test (and an example, which it compiles); two ``should_panic`` tests pass only
+#: with the debug profile's overflow checks and debug assertions on
 _EVERY_KIND = Crate(
     "everytest",
     "0.1.0",
@@ -406,7 +407,8 @@ _EVERY_KIND = Crate(
             "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n\n"
             "#[cfg(test)]\nmod tests {\n    #[test]\n    fn doubles() {\n        assert_eq!(super::double(3), 6);\n    }\n\n"
             "    #[test]\n    #[ignore]\n    fn slow() {}\n\n    #[test]\n    #[should_panic]\n    fn overflows() {\n"
-            "        let _ = super::double(u32::MAX);\n    }\n}\n"
+            "        let _ = super::double(u32::MAX);\n    }\n\n"
+            "    #[test]\n    #[should_panic]\n    fn asserts() {\n        debug_assert!(super::double(0) == 1);\n    }\n}\n"
         ),
         "src/main.rs": (
             'fn main() {\n    println!("{}", everytest::double(21));\n}\n\n'
@@ -421,7 +423,8 @@ _EVERY_KIND = Crate(
 @pytest.mark.cargo
 def test_the_proof_runs_the_same_tests_by_name_as_plain_cargo_test(tmp_path: Path) -> None:
     """check() runs every test the crate's own ``cargo test`` runs (names, not a count), in the debug profile
-    (``should_panic`` on an overflow passes only with overflow checks on), without incremental files when cold."""
+    (``should_panic`` on an overflow passes only with overflow checks on, on a ``debug_assert!`` only with debug
+    assertions on), without incremental files when cold, whatever :data:`COLD_TEST_ENV` tunes."""
     registry = DirectoryRegistry(write_registry(tmp_path / "registry", [_EVERY_KIND]), tmp_path / "index")
     runner = ProcessRunner()
     cargo = Cargo(registry, runner)
@@ -444,8 +447,11 @@ def test_the_proof_runs_the_same_tests_by_name_as_plain_cargo_test(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     expected = parse_test_output(done.stdout.splitlines())
-    assert len(expected.ran) == 6 and any("src/lib.rs - double" in name for name in expected.ran)  # the doc test
+    assert len(expected.ran) == 7 and any("src/lib.rs - double" in name for name in expected.ran)  # the doc test
     assert sorted(result.tests.ran) == sorted(expected.ran)
-    assert (result.tests.passed, result.tests.ignored) == (expected.passed, expected.ignored) == (5, 1)
+    assert (result.tests.passed, result.tests.ignored) == (expected.passed, expected.ignored) == (6, 1)
+    # both passed in the proof, so the crate's overflow checks and debug assertions were on
+    panicked = {"tests::overflows - should panic", "tests::asserts - should panic"}
+    assert panicked <= {name.split("::", 1)[1] for name in result.tests.ran}
     incremental = ws.path / "target" / "flakebot-test" / "debug" / "incremental"
     assert not incremental.exists() or not any(incremental.iterdir())
