@@ -93,7 +93,7 @@ COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
 #: how much meaning weighs against words in a fused score (:func:`fuse`)
-SEMANTIC_WEIGHT = 0.6
+SEMANTIC_WEIGHT = 0.65
 #: how many crates closest in meaning join the crates found by words ...
 SEMANTIC_POOL = 40
 #: ... when their ``meaning`` (:func:`fuse`) is above this: a crate found by meaning alone must be at least
@@ -592,7 +592,7 @@ def fuse(
     Examples
     --------
     >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6), fuse(0.0, 20.0, 0.1, 0.2, 0.6)
-    ((0.8, 0.5, 1.0), (0.0, 0.0, 0.0))
+    ((0.825, 0.5, 1.0), (0.0, 0.0, 0.0))
     """
     w = SEMANTIC_WEIGHT if weight is None else weight
     words = min(max(lexical, 0.0) / best_lexical, 1.0) if best_lexical > 0 else 0.0
