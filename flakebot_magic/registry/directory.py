@@ -14,8 +14,8 @@ bm25-ranked FTS5 query over the query's concepts, times the prior and the
 share of the request each crate covers: see :mod:`.ranking` for the score.
 
 With a sentence-embedding model (:mod:`.embedding`), the index also holds
-each crate's embedding (its name, description, keywords and the start of
-its README) and, for a crate with a tool binary, the embedding of what that
+each crate's meaning (the mean of the embeddings of three views of it:
+:func:`.embedding.crate_texts`) and, for a crate with a tool binary, the embedding of what that
 binary says of itself; the model's identity is part of the index's
 signature, so a new model rebuilds it. A search then embeds the request,
 adds the crates closest in meaning to those found by words, and fuses both

@@ -92,7 +92,9 @@ NAME_BOOST = 1.5
 COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
-#: how much meaning weighs against words in a fused score (:func:`fuse`)
+#: how much meaning weighs against words in a fused score (:func:`fuse`): chosen with the crates' three views
+#: (:func:`.embedding.crate_texts`) on the tuning split of every evaluation file (``benchmarks/tune_search.py``;
+#: 0.6 to 0.75 measured; 0.6 was the best with one view, on the paraphrase file's tuning half)
 SEMANTIC_WEIGHT = 0.65
 #: how many crates closest in meaning join the crates found by words ...
 SEMANTIC_POOL = 40
