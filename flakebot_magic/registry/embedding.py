@@ -60,8 +60,8 @@ __all__ = [
     "OFF",
     "PACKAGE",
     "PACKAGE_MODULE",
-    "REMEMBERED",
     "README_CHARS",
+    "REMEMBERED",
     "SUMMARY_CHARS",
     "VECTORS_TABLE",
     "CrateVectors",
@@ -278,9 +278,7 @@ class CrateVectors:
     own_matrix: Matrix
 
 
-def store_vectors(
-    db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, tuple[str, ...], str]]
-) -> None:
+def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, tuple[str, ...], str]]) -> None:
     """Embed each crate row's views and its binary's text (``(row id, views, binary text)``: :func:`crate_texts`)
     into the vectors table: the mean of the views' embeddings, and the binary's."""
     import numpy as np
