@@ -34,9 +34,8 @@ where ``relevance`` is FTS5's bm25 over weighted columns, ``prior`` the
 crate's reverse-dependency count scaled so that the mean crate has 1.0,
 ``name`` is :data:`NAME_BOOST` when the crate's name is one of the query's
 words (a user who says "TOML" means the crate called ``toml``), and
-``coverage`` the share of the request's concepts its text holds. The
-weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
-``make bench`` reports both halves.
+``coverage`` the share of the request's concepts its text holds, weights
+tuned on the tuning half of ``tests/search_paraphrases.toml``.
 
 With a sentence-embedding model (:mod:`.embedding`), words and meaning are
 fused (:func:`fuse`), its form and weights chosen on the tuning half only.
@@ -92,9 +91,8 @@ NAME_BOOST = 1.5
 COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
-#: how much meaning weighs against words in a fused score (:func:`fuse`): chosen with the crates' three views
-#: (:func:`.embedding.crate_texts`) on the tuning split of every evaluation file (``benchmarks/tune_search.py``;
-#: 0.6 to 0.75 measured; 0.6 was the best with one view, on the paraphrase file's tuning half)
+#: how much meaning weighs against words in a fused score (:func:`fuse`), chosen with the crates' three views
+#: (:func:`.embedding.crate_texts`) on the tuning split of every evaluation file: ``benchmarks/tune_search.py``
 SEMANTIC_WEIGHT = 0.65
 #: how many crates closest in meaning join the crates found by words ...
 SEMANTIC_POOL = 40
