@@ -14,8 +14,8 @@ bm25-ranked FTS5 query over the query's concepts, times the prior and the
 share of the request each crate covers: see :mod:`.ranking` for the score.
 
 With a sentence-embedding model (:mod:`.embedding`), the index also holds
-each crate's embedding (its name, description, keywords and the start of
-its README) and, for a crate with a tool binary, the embedding of what that
+each crate's meaning (the mean of the embeddings of three views of it:
+:func:`.embedding.crate_texts`) and, for a crate with a tool binary, the embedding of what that
 binary says of itself; the model's identity is part of the index's
 signature, so a new model rebuilds it. A search then embeds the request,
 adds the crates closest in meaning to those found by words, and fuses both
@@ -49,14 +49,14 @@ from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_
 from ..host.storage import translate
 from . import embedding, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
-from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, readme_summary, tool_binaries
+from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
 from .vendored import checked_source, tree_sha256
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 9
+INDEX_VERSION = 10
 #: the index's text columns, their bm25 weights, and which hold what a crate says of itself
 _COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
@@ -198,7 +198,7 @@ class DirectoryRegistry:
             {embedding.VECTORS_TABLE};
             """
         )
-        embedded: list[tuple[int, str, str]] = []  # per crate row: what its embedding reads, and its binary's
+        embedded: list[tuple[int, tuple[str, ...], str]] = []  # per crate row: its views, and its binary's text
         # the popularity prior: which crates each crate builds on, by name (all versions together)
         depends_on: dict[str, set[str]] = {}
         vocabulary: dict[str, int] = {}
@@ -258,11 +258,10 @@ class DirectoryRegistry:
                 (cursor.lastrowid, *text),
             )
             documents += 1
-            summary = readme_summary(ranking.clean(readme_text), embedding.SUMMARY_CHARS)
             embedded.append(
                 (
                     int(cursor.lastrowid or 0),
-                    *embedding.crate_texts(name, description, keywords, summary, said if bins else None),
+                    *embedding.crate_texts(name, description, keywords, text[-1], said if bins else None),
                 )
             )
             for word in set(ranking.tokens(" ".join(text))):

@@ -60,6 +60,7 @@ __all__ = [
     "OFF",
     "PACKAGE",
     "PACKAGE_MODULE",
+    "README_CHARS",
     "REMEMBERED",
     "SUMMARY_CHARS",
     "VECTORS_TABLE",
@@ -220,27 +221,50 @@ def semantic_model(setting: str | None, *, package: str = PACKAGE_MODULE) -> tup
 
 # -- what an index holds of meaning ------------------------------------------------
 
-#: what a crate's embedding reads besides its name, description and keywords: the start of its README, and
-#: (apart) of what its binaries say of themselves, in characters
+#: what a crate's views read of its README (:func:`crate_texts`): the start of it beside the crate's own words,
+#: and a longer start alone, in characters; and what its binaries say of themselves, in characters
 SUMMARY_CHARS = 200
+README_CHARS = 400
 BINARY_CHARS = 400
-#: word pieces embedded per crate (the model was trained on texts this long)
+#: word pieces embedded per text (the model was trained on texts this long)
 EMBEDDED_TOKENS = 128
-#: the index's table: per crate row, its embedding and its binary's (float32, :data:`DIMENSIONS` each)
+#: the index's table: per crate row, its meaning (the mean of its views' embeddings) and its binary's embedding
+#: (float32, :data:`DIMENSIONS` each)
 VECTORS_TABLE = "CREATE TABLE vectors (id INTEGER PRIMARY KEY, about BLOB NOT NULL, own BLOB)"
 
 
-def crate_texts(name: str, description: str, keywords: list[str], summary: str, said: str | None) -> tuple[str, str]:
-    """What a crate's embedding reads, and what its binary's reads (``""`` without a tool binary: ``said`` None).
+def crate_texts(
+    name: str, description: str, keywords: list[str], readme: str, said: str | None
+) -> tuple[tuple[str, ...], str]:
+    """The views of a crate whose embeddings its meaning averages, and what its binary's embedding reads
+    (``""`` without a tool binary: ``said`` None).
+
+    Three views: its name, description and keywords with the start of its
+    README (``readme``, as :func:`.ranking.clean` leaves it); the same
+    without the README; and a longer start of the README alone (its
+    description, or its name, when it has none). The similarity of a request
+    to a crate is the mean of its similarities to the three (the request's
+    embedding times the mean of theirs): a request worded as a README
+    explains meets the third, one worded as a summary the second. Chosen on
+    the tuning split (``benchmarks/tune_search.py``): one view, each view
+    alone, the most similar view, pairs.
 
     Examples
     --------
-    >>> crate_texts("walkdir", "Recursively walk a directory.", ["directory"], "A crate to walk.", None)
-    ('walkdir: Recursively walk a directory. (directory). A crate to walk.', '')
+    >>> views, binary = crate_texts("walkdir", "Recursively walk a directory.", ["dir"], "# walkdir\\n\\nTo walk.", None)
+    >>> print("\\n".join(views)); binary
+    walkdir: Recursively walk a directory. (dir). To walk.
+    walkdir: Recursively walk a directory. (dir)
+    To walk.
+    ''
     """
-    about = f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
-    binary = f"{about}. {' '.join(said.split())[:BINARY_CHARS]}" if said is not None else ""
-    return (f"{about}. {summary}" if summary else about), binary
+    from .crate_files import readme_summary
+
+    short = f"{name}: {description}" + (f" ({' '.join(keywords)})" if keywords else "")
+    summary = readme_summary(readme, SUMMARY_CHARS)
+    opening = readme_summary(readme, README_CHARS) or description or name
+    binary = f"{short}. {' '.join(said.split())[:BINARY_CHARS]}" if said is not None else ""
+    return ((f"{short}. {summary}" if summary else short), short, opening), binary
 
 
 @dataclass(frozen=True)
@@ -254,10 +278,19 @@ class CrateVectors:
     own_matrix: Matrix
 
 
-def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, str, str]]) -> None:
-    """Embed each crate row's text and its binary's (``(row id, text, binary text)``) into the vectors table."""
+def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, tuple[str, ...], str]]) -> None:
+    """Embed each crate row's views and its binary's text (``(row id, views, binary text)``: :func:`crate_texts`)
+    into the vectors table: the mean of the views' embeddings, and the binary's."""
+    import numpy as np
+
     encoder = encoder_for(model)
-    about = encoder.encode([text for _, text, _ in embedded], max_tokens=EMBEDDED_TOKENS, remember=True)
+    views = [text for _, texts, _ in embedded for text in texts]
+    flat = encoder.encode(views, max_tokens=EMBEDDED_TOKENS, remember=True)
+    about = np.zeros((len(embedded), DIMENSIONS), dtype=np.float32)
+    start = 0
+    for i, (_, texts, _) in enumerate(embedded):
+        about[i] = flat[start : start + len(texts)].mean(axis=0)
+        start += len(texts)
     owners = [(rowid, text) for rowid, _, text in embedded if text]
     own = encoder.encode([text for _, text in owners], max_tokens=EMBEDDED_TOKENS, remember=True)
     own_of = {rowid: own[i].tobytes() for i, (rowid, _) in enumerate(owners)}

@@ -34,9 +34,8 @@ where ``relevance`` is FTS5's bm25 over weighted columns, ``prior`` the
 crate's reverse-dependency count scaled so that the mean crate has 1.0,
 ``name`` is :data:`NAME_BOOST` when the crate's name is one of the query's
 words (a user who says "TOML" means the crate called ``toml``), and
-``coverage`` the share of the request's concepts its text holds. The
-weights were tuned on the tuning half of ``tests/search_paraphrases.toml``;
-``make bench`` reports both halves.
+``coverage`` the share of the request's concepts its text holds, weights
+tuned on the tuning half of ``tests/search_paraphrases.toml``.
 
 With a sentence-embedding model (:mod:`.embedding`), words and meaning are
 fused (:func:`fuse`), its form and weights chosen on the tuning half only.
@@ -92,8 +91,9 @@ NAME_BOOST = 1.5
 COVERAGE_POWER = 0.25
 #: evidence weighs each concept by idf to this power: the rarer words of a request say what it is about
 EVIDENCE_POWER = 2.0
-#: how much meaning weighs against words in a fused score (:func:`fuse`)
-SEMANTIC_WEIGHT = 0.6
+#: how much meaning weighs against words in a fused score (:func:`fuse`), chosen with the crates' three views
+#: (:func:`.embedding.crate_texts`) on the tuning split of every evaluation file: ``benchmarks/tune_search.py``
+SEMANTIC_WEIGHT = 0.65
 #: how many crates closest in meaning join the crates found by words ...
 SEMANTIC_POOL = 40
 #: ... when their ``meaning`` (:func:`fuse`) is above this: a crate found by meaning alone must be at least
@@ -592,7 +592,7 @@ def fuse(
     Examples
     --------
     >>> fuse(10.0, 20.0, 0.6, 0.2, 0.6), fuse(0.0, 20.0, 0.1, 0.2, 0.6)
-    ((0.8, 0.5, 1.0), (0.0, 0.0, 0.0))
+    ((0.825, 0.5, 1.0), (0.0, 0.0, 0.0))
     """
     w = SEMANTIC_WEIGHT if weight is None else weight
     words = min(max(lexical, 0.0) / best_lexical, 1.0) if best_lexical > 0 else 0.0

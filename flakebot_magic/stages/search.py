@@ -376,7 +376,7 @@ def why(candidate: CrateCandidate) -> str:
     'relevance 8.00 x popularity 1.49 (prior 4.10) x name match 1.50'
     >>> why(CrateCandidate("walkdir", "2.3.2", score=0.6, parts={"relevance": 0.0, "words": 0.0,
     ...     "meaning": 1.0, "similarity": 0.52}))
-    '0.4 x words 0.00 + 0.6 x meaning 1.00 (similarity 0.52)'
+    '0.35 x words 0.00 + 0.65 x meaning 1.00 (similarity 0.52)'
     """
     parts = candidate.parts
     if "relevance" not in parts:

@@ -153,6 +153,32 @@ def test_the_model_is_found_in_a_hugging_face_cache(tmp_path: Path, monkeypatch:
 
 
 @needs_model
+@needs_model
+def test_a_crates_meaning_is_the_mean_of_its_three_views(tmp_path: Path) -> None:
+    import numpy as np
+
+    assert INSTALLED is not None
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", [WALKER, *OTHERS]), tmp_path / "cache")
+    request = "how do I go through all subdirectories?"
+    found = {c.name: c for c in registry.search(request, limit=10)}
+    readme = ranking.clean((tmp_path / "registry" / "walkdir-2.3.2" / "README.md").read_text())
+    views, binary = embedding.crate_texts("walkdir", "Recursively walk a directory.", [], readme, None)
+    assert binary == "" and len(views) == 3 and len(set(views)) == 3
+    assert views[1] == "walkdir: Recursively walk a directory." and views[0].startswith(views[1] + ". A cross")
+    encoder = embedding.encoder_for(INSTALLED)
+    each = encoder.encode(list(views), max_tokens=embedding.EMBEDDED_TOKENS)
+    (stored,) = (
+        registry._connect()
+        .execute("SELECT v.about FROM vectors v JOIN crates c USING (id) WHERE c.name = ?", ("walkdir",))
+        .fetchone()
+    )
+    assert np.allclose(np.frombuffer(stored, dtype=np.float32), each.mean(axis=0), atol=1e-5)
+    # the request's similarity to the crate is the mean of its similarities to the three views
+    similarities = each @ encoder.encode([request])[0]
+    assert found["walkdir"].parts["similarity"] == pytest.approx(float(similarities.mean()), abs=1e-5)
+    registry.close()
+
+
 def test_the_index_is_rebuilt_when_the_model_changes(tmp_path: Path) -> None:
     assert INSTALLED is not None
     root = write_registry(tmp_path / "registry", [WALKER, *OTHERS])

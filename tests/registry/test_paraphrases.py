@@ -45,11 +45,12 @@ from flakebot_magic.testing.search_eval import (
 #: sha256 of the held-out half as committed before tuning (9a1dfc9): it is never edited
 HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983766"
 #: what the held-out half measured with semantic search (all-MiniLM-L6-v2 fused with the words; 120
-#: paraphrases of 30 requests): top-3 0.925 (111), top-10 0.983 (118), no wrong deploy since a deploy needs
-#: evidence in words and in meaning, and both rankers' agreement (one before). Words alone, when issue 20
-#: landed: 0.85, 0.875, one.
-HELD_OUT_TOP3 = 111 / 120
-HELD_OUT_TOP10 = 118 / 120
+#: paraphrases of 30 requests): top-3 0.942 (113), top-10 0.992 (119), no wrong deploy since a deploy needs
+#: evidence in words and in meaning, and both rankers' agreement. Before each crate's meaning averaged three
+#: views of it (chosen on the tuning split of every file, benchmarks/tune_search.py): 111 and 118. Words alone,
+#: when issue 20 landed: 0.85, 0.875, one wrong deploy.
+HELD_OUT_TOP3 = 113 / 120
+HELD_OUT_TOP10 = 119 / 120
 #: the issue's targets
 TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
 #: sha256 of the blind set (tests/search_paraphrases_fresh.toml) as its writer handed it over: never edited
@@ -59,7 +60,9 @@ FRESH_DIGEST = "a5921eaefafed0a81ee21b96990176e16a8b4cb54c7cb5c03c8ae4f3889aba37
 #: floors sit a little below, so that a regression fails. The fitness rule tuned on the tuning half since
 #: (words AND meaning, and both rankers agreeing: benchmarks/tune_fitness.py) deploys none wrongly here, the
 #: three above included, at the same top-3 and top-10 (measured as totals once, after).
-FRESH_TOP3 = 148 / 189
+#: Since, the three views were chosen on the tuning split of every file, this set's rows of tuning-half requests
+#: included (so only its held-out-half rows are still unseen): 163 and 178 in all (held-out half: 80 and 86 of 90).
+FRESH_TOP3 = 158 / 189
 FRESH_TOP10 = 176 / 189
 
 #: sha256 of the second blind set (tests/search_paraphrases_blind2.toml, branch blind2, 60098f4), as its writer
@@ -67,7 +70,8 @@ FRESH_TOP10 = 176 / 189
 BLIND2_DIGEST = "7b1af62bb29483be9ff566dc7ea80b5d5e59eff2e79166ca8c12b05bac3336bf"
 #: what it measured, once, with semantic search, after issue 20's last tuning (186 paraphrases of 62 requests):
 #: top-1 138, top-3 172, top-10 179, no wrong deploy (words alone: 126, 152, 169 and 3 wrong). Floors a little
-#: below, so that a regression fails.
+#: below, so that a regression fails. Since (the three views, chosen on the tuning split of every file, this
+#: set's tuning-half rows included): 171 and 180 (held-out half: 83 and 89 of 90).
 BLIND2_TOP3 = 168 / 186
 BLIND2_TOP10 = 176 / 186
 
@@ -188,10 +192,14 @@ def test_held_out_wrong_deploy_target(held_out: dict[str, Any]) -> None:
 
 
 @needs_debian
-@pytest.mark.xfail(strict=True, reason="issue 20's held-out ranking targets are not reached yet: see README")
-def test_held_out_ranking_targets(held_out: dict[str, Any]) -> None:
-    assert held_out["top3"] >= TARGET_TOP3
+def test_held_out_top10_target(held_out: dict[str, Any]) -> None:
     assert held_out["top10"] >= TARGET_TOP10
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's held-out top-3 target is not reached yet: see README")
+def test_held_out_top3_target(held_out: dict[str, Any]) -> None:
+    assert held_out["top3"] >= TARGET_TOP3
 
 
 @pytest.fixture(scope="module")
