@@ -29,6 +29,8 @@ from flakebot_magic.stages import search as search_stage
 from flakebot_magic.testing.search_eval import (
     BLIND2,
     BLIND2_PARAPHRASES,
+    BLIND3,
+    BLIND3_PARAPHRASES,
     FRESH,
     FRESH_PARAPHRASES,
     PARAPHRASES,
@@ -37,6 +39,7 @@ from flakebot_magic.testing.search_eval import (
     Outcome,
     evaluate,
     load_blind2_cases,
+    load_blind3_cases,
     load_cases,
     load_fresh_cases,
     summarize,
@@ -74,6 +77,20 @@ BLIND2_DIGEST = "7b1af62bb29483be9ff566dc7ea80b5d5e59eff2e79166ca8c12b05bac3336b
 #: set's tuning-half rows included): 171 and 180 (held-out half: 83 and 89 of 90).
 BLIND2_TOP3 = 168 / 186
 BLIND2_TOP10 = 176 / 186
+
+#: sha256 of the third blind set (tests/search_paraphrases_blind3.toml, branch blind3, e92f8c2: four paraphrases
+#: of every request by a writer who read only tests/search_requests.toml), committed alone before the three views
+#: were tuned and never read by the tuning: never edited
+BLIND3_DIGEST = "60400299703a6c254b43cd0bda2c10d87ceb8f55ac3ce223fff3ac73508461c1"
+#: what it measured, once, after the three views shipped (248 paraphrases): top-1 183, top-3 224, top-10 244 (held-out
+#: half's requests: 110 and 119 of 120), one wrong deploy (hexyl, a hex viewer, for "bytes to hex string"; the
+#: class of the first blind set's "binary data to hexadecimal text"). Words alone: top-3 190, top-10 212, no deploy (words alone
+#: never deploy as published since). Before the three views (main's ranker, measured the same hour): 220 and 240,
+#: the same wrong deploy. Floors a little below, so that a regression fails.
+BLIND3_TOP3 = 220 / 248
+BLIND3_TOP10 = 240 / 248
+#: the one wrong deploy above, known and not fixed; the target (0) is held as a strict xfail
+BLIND3_WRONG = 1
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
@@ -120,6 +137,19 @@ def test_the_blind_set_is_as_written_and_paraphrases_every_request_three_times()
         assert case.accept == tuple(requests[case.request]["accept"])
     assert per_request == dict.fromkeys(requests, 3)
     assert len({c.text for c in cases}) == len(cases)
+
+
+def test_the_third_blind_set_is_as_written_and_paraphrases_every_request_four_times() -> None:
+    assert hashlib.sha256(BLIND3_PARAPHRASES.read_bytes()).hexdigest() == BLIND3_DIGEST
+    cases = load_blind3_cases()
+    requests = {r["id"]: r for r in _requests()}
+    per_request: dict[str, int] = {}
+    for case in cases:
+        per_request[case.request] = per_request.get(case.request, 0) + 1
+        assert case.split == case.kind == BLIND3 and case.half == requests[case.request]["split"]
+        assert case.accept == tuple(requests[case.request]["accept"])
+    assert per_request == dict.fromkeys(set(requests) - {"filename"}, 4), set(requests) - set(per_request)
+    assert len({c.text for c in cases}) == len(cases) == 248
 
 
 def test_the_second_blind_set_is_as_written_and_paraphrases_requests_three_times() -> None:
@@ -248,3 +278,26 @@ def test_second_blind_set_accuracy_and_no_wrong_deploy(blind2: dict[str, Any]) -
 def test_second_blind_set_ranking_targets(blind2: dict[str, Any]) -> None:
     assert blind2["top3"] >= TARGET_TOP3
     assert blind2["top10"] >= TARGET_TOP10
+
+
+@pytest.fixture(scope="module")
+def blind3(debian: DirectoryRegistry) -> dict[str, Any]:
+    assert debian.semantic_off == "", debian.semantic_off
+    return summarize(evaluate(debian, load_blind3_cases()))[BLIND3]
+
+
+@needs_debian
+def test_third_blind_set_accuracy(blind3: dict[str, Any]) -> None:
+    assert blind3["n"] == 248
+    assert blind3["top3"] >= BLIND3_TOP3
+    assert blind3["top10"] >= BLIND3_TOP10
+    assert blind3["wrong"] <= BLIND3_WRONG
+    assert blind3["deploy"] + blind3["refuse"] + blind3["miss"] + blind3["wrong"] == blind3["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's targets are not reached on the third blind set: see README")
+def test_third_blind_set_targets(blind3: dict[str, Any]) -> None:
+    assert blind3["top3"] >= TARGET_TOP3
+    assert blind3["top10"] >= TARGET_TOP10
+    assert blind3["wrong"] <= TARGET_WRONG
