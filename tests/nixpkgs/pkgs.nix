@@ -104,7 +104,7 @@ let
   pyModule = pname: module: { inherit pname module; version = "host"; pythonModule = true; };
   python3Packages = builtins.mapAttrs pyModule {
     ipython = "IPython"; ipywidgets = "ipywidgets"; jupyter-server = "jupyter_server";
-    httpx = "httpx"; openai = "openai"; platformdirs = "platformdirs"; tomlkit = "tomlkit";
+    httpx = "httpx"; openai = "openai"; platformdirs = "platformdirs"; pygit2 = "pygit2"; tomlkit = "tomlkit";
     traitlets = "traitlets"; hatchling = "hatchling"; pytest = "pytest"; nbval = "nbval";
     ipykernel = "ipykernel"; nbconvert = "nbconvert"; nbformat = "nbformat"; jupyterlab = "jupyterlab";
   } // { inherit buildPythonPackage; };
