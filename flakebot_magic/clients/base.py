@@ -32,7 +32,7 @@ from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
-from ..untrusted import safe_html, safe_text
+from ..untrusted import not_math, safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
 from .schema import prepare_arguments
 
@@ -438,7 +438,7 @@ class ToolClient:
         )
         tools = e(json.dumps(self.openai_tools(), indent=2))
         mcp = e(json.dumps(self.mcp_config(), indent=2))
-        return (
+        return not_math(
             f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b>"
             + (f" &mdash; {e(self.description)}" if self.description else "")
             + f"<table style='margin:4px 0'>{body}</table>"
