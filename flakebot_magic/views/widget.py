@@ -80,7 +80,7 @@ _PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|
 _LOG_EVERY = 0.3
 
 
-class TextHTML(widgets.HTML):  # type: ignore[misc]
+class TextHTML(widgets.HTML):
     """An HTML widget whose text MathJax leaves alone (:func:`~flakebot_magic.untrusted.not_math`): the front end
     typesets each HTML widget's content, so every value is wrapped, whoever sets it."""
 
