@@ -424,10 +424,11 @@ class ToolClient:
 
     def _repr_html_(self) -> str:
         e = safe_html
-        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables)
+        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables);
+        # a hash or a store path breaks anywhere, so a narrow window wraps it rather than cutting it off
         body = "".join(
             f"<tr style='background:none'><th style='text-align:left;padding:1px 1em 1px 0'>{e(k)}</th>"
-            f"<td style='text-align:left;padding:1px 0'><code>{e(v)}</code></td></tr>"
+            f"<td style='text-align:left;padding:1px 0;overflow-wrap:anywhere'><code>{e(v)}</code></td></tr>"
             for k, v in self._rows()
         )
         calls = "".join(
