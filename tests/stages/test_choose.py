@@ -309,25 +309,11 @@ def test_a_refusal_names_the_binary_to_build_only_when_its_own_text_fits() -> No
     from flakebot_magic.stages.choose import refusal
 
     library = CrateCandidate("textwrap", "0.16.0", "Wrap text", score=9.0)
-    fits = CrateCandidate(
-        "wrapcli",
-        "1.0.0",
-        "Wrap text",
-        score=5.0,
-        has_bin=True,
-        bin_names=("wrap",),
-        reads="stdin",
-        parts={"evidence": 0.9},
-    )
-    files = CrateCandidate(
-        "wrapfile",
-        "1.0.0",
-        "Wrap text",
-        score=5.0,
-        has_bin=True,
-        bin_names=("wrapfile",),
-        reads="file",
-        parts={"evidence": 0.9},
+    fits, files = (
+        CrateCandidate(
+            name, "1.0.0", "Wrap text", score=5.0, has_bin=True, bin_names=(name,), reads=reads, parts={"evidence": 0.9}
+        )
+        for name, reads in (("wrapcli", "stdin"), ("wrapfile", "file"))
     )
     for found, named in (([library, fits], "wrapcli"), ([library, files], ""), ([library], "")):
         fit = search_stage.fitness(found)
