@@ -46,9 +46,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "NOT_MATH",
     "REPLACEMENT",
     "is_safe",
     "make_fields_safe",
+    "not_math",
     "safe_data",
     "safe_html",
     "safe_line",
@@ -122,6 +124,25 @@ def safe_html(text: str) -> str:
     '&lt;b onmouseover=&#x27;x&#x27;&gt;�'
     """
     return html.escape(safe_text(text))
+
+
+#: the class that keeps JupyterLab's MathJax out of an element: it typesets ``$...$`` in rendered HTML outputs and
+#: in HTML widgets, so two dollar signs in a notice (``$HOME`` and ``$PATH``), a path or a crate's description
+#: would read as a formula, its words run together in italics
+NOT_MATH = "mathjax_ignore"
+
+
+def not_math(markup: str) -> str:
+    """``markup`` (already escaped) inside an element MathJax leaves alone: its text is shown as it is.
+
+    MathJax looks at the classes of the elements under the node it typesets
+    (an output, a widget's content), not above it: so the wrapper goes
+    inside each HTML output and each HTML widget's value.
+
+    >>> not_math("$HOME and $PATH")
+    "<div class='mathjax_ignore'>$HOME and $PATH</div>"
+    """
+    return f"<div class='{NOT_MATH}'>{markup}</div>"
 
 
 def safe_data(value: Any) -> Any:

@@ -19,6 +19,7 @@ imported from the sanitizer.
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 
 __all__ = [
     "FORBIDDEN",
@@ -31,6 +32,7 @@ __all__ = [
     "rust_bytes",
     "rust_string",
     "toml_string",
+    "typeset_as_math",
 ]
 
 C0 = "".join(chr(c) for c in range(0x20) if c not in (0x09, 0x0A))
@@ -110,3 +112,39 @@ def rust_bytes(data: bytes) -> str:
 def python_literal(text: str) -> str:
     """``text`` as Python source for a script (JSON escapes, read back with ``json.loads``)."""
     return f"json.loads({json.dumps(json.dumps(text))})"
+
+
+class _Math(HTMLParser):
+    """The texts with a ``$`` that JupyterLab's MathJax would typeset: not under an element of class
+    ``mathjax_ignore`` (written here from MathJax's own default, not imported), nor in ``pre`` or ``code``."""
+
+    SKIPPED = {"pre", "code", "script", "style", "textarea"}
+    VOID = {"br", "img", "hr", "input", "wbr", "meta", "link"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.open: list[bool] = []  # per open element: does it (or an ancestor) keep MathJax out?
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.VOID:
+            return
+        classes = (dict(attrs).get("class") or "").split()
+        self.open.append(bool(self.open and self.open[-1]) or tag in self.SKIPPED or "mathjax_ignore" in classes)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in self.VOID and self.open:
+            self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if "$" in data and not (self.open and self.open[-1]):
+            self.found.append(data)
+
+
+def typeset_as_math(page: str) -> list[str]:
+    """The texts of the HTML ``page`` (an output, or a widget's value, as the node MathJax is given) that hold a
+    ``$`` MathJax would read as a formula's delimiter ([] when none)."""
+    parser = _Math()
+    parser.feed(page)
+    parser.close()
+    return parser.found

@@ -32,7 +32,7 @@ from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
-from ..untrusted import safe_html, safe_text
+from ..untrusted import not_math, safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
 from .schema import prepare_arguments
 
@@ -424,10 +424,11 @@ class ToolClient:
 
     def _repr_html_(self) -> str:
         e = safe_html
-        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables)
+        # left-aligned and unstriped whatever the page's table style (JupyterLab right-aligns rendered tables);
+        # a hash or a store path breaks anywhere, so a narrow window wraps it rather than cutting it off
         body = "".join(
             f"<tr style='background:none'><th style='text-align:left;padding:1px 1em 1px 0'>{e(k)}</th>"
-            f"<td style='text-align:left;padding:1px 0'><code>{e(v)}</code></td></tr>"
+            f"<td style='text-align:left;padding:1px 0;overflow-wrap:anywhere'><code>{e(v)}</code></td></tr>"
             for k, v in self._rows()
         )
         calls = "".join(
@@ -438,7 +439,7 @@ class ToolClient:
         )
         tools = e(json.dumps(self.openai_tools(), indent=2))
         mcp = e(json.dumps(self.mcp_config(), indent=2))
-        return (
+        return not_math(
             f"<div class='flakebot-tool'><b>flakebot tool <code>{e(self.name)}</code></b>"
             + (f" &mdash; {e(self.description)}" if self.description else "")
             + f"<table style='margin:4px 0'>{body}</table>"

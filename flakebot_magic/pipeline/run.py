@@ -383,7 +383,7 @@ class Pipeline:
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        return choose_without_model(candidates, request)
+        return choose_without_model(candidates, request, words_only=search_stage.words_only(registry))
 
     def _recipe_path(self, run: RunState, backend: Backend) -> Path:
         """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""

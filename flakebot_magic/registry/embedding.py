@@ -210,7 +210,12 @@ def semantic_model(setting: str | None, *, package: str = PACKAGE_MODULE) -> tup
     None: the installed ``package`` or the Hugging Face cache).
     """
     if setting and setting.strip().lower() == OFF:
-        return None, "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only"
+        missing = missing_libraries()
+        also = f" and {how_to_enable()}" if missing or find_model(None, package=package) is None else ""
+        return None, (
+            "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only. "
+            f"To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL{also}."
+        )
     model = find_model(setting, package=package)
     missing = missing_libraries()
     if model is not None and not missing:

@@ -109,17 +109,19 @@ class Choice:
         }
 
 
-def choose_without_model(candidates: list[CrateCandidate], request: str) -> Choice:
+def choose_without_model(candidates: list[CrateCandidate], request: str, *, words_only: str = "") -> Choice:
     """The crate to deploy as published, or :class:`NeedsModelError` saying why none fits.
 
     The error lists the best candidates by relevance (the right library
     among them, :func:`refusal`) and carries them as ``candidates``.
+    ``words_only`` is why the registry searched by words alone and how to
+    turn search by meaning on (:func:`~flakebot_magic.stages.search.words_only`).
     """
     fit = search_stage.fitness(candidates)
     if fit.chosen is not None:
         others = [c for c in search_stage.fitting(candidates) if c is not fit.chosen]
         return Choice(fit.chosen, "fitness", fit.reason, others)
-    raise NeedsModelError(refusal(request, fit), candidates=fit.candidates)
+    raise NeedsModelError(refusal(request, fit, words_only), candidates=fit.candidates)
 
 
 #: how many candidates a refusal lists, and how long a summary may be
@@ -127,12 +129,14 @@ LISTED = 5
 SUMMARY_CHARS = 72
 
 
-def refusal(request: str, fit: search_stage.Fitness) -> str:
-    """What a :class:`NeedsModelError` says, in at most eight short lines.
+def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> str:
+    """What a :class:`NeedsModelError` says, in at most nine short lines.
 
     What was asked and why nothing fits; the :data:`LISTED` best candidates,
     each with its summary cut at a word and the binary it ships if any; and
-    the two ways forward.
+    the ways forward: ``--crate`` naming the best binary when its own text
+    fits (``fit.binary``), a model, and, when the search weighed words alone
+    (``words_only``, the registry's sentence), how to turn meaning on.
 
     Examples
     --------
@@ -157,10 +161,13 @@ def refusal(request: str, fit: search_stage.Fitness) -> str:
         lines.append(
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
         )
-    lines.append(
-        "Configure a model (--model NAME, with --provider or --base-url), "
-        "or build a crate's own binary with --crate NAME."
-    )
+    model = "configure a model (--model NAME, with --provider or --base-url)"
+    if fit.binary:
+        lines.append(f"Build {fit.binary} as published with --crate {fit.binary}, or {model}.")
+    else:
+        lines.append(f"C{model[1:]}, or build a crate's own binary with --crate NAME.")
+    if words_only:
+        lines.append(f"{words_only[0].upper()}{words_only[1:].rstrip('.')}.")
     return "\n".join(lines)
 
 

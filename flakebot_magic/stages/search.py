@@ -236,11 +236,15 @@ class Fitness:
 
     ``candidates`` are the best candidates by relevance (binary or not), for
     the listing a :class:`~flakebot_magic.errors.NeedsModelError` shows.
+    ``binary`` names the best binary when its own text fits the request and
+    only the words and the meaning did not agree on it (:func:`disagreement`):
+    ``--crate`` builds it as published, at the user's word ("" otherwise).
     """
 
     chosen: CrateCandidate | None
     reason: str
     candidates: list[CrateCandidate] = field(default_factory=list)
+    binary: str = ""
 
 
 def fitness(candidates: list[CrateCandidate]) -> Fitness:
@@ -269,8 +273,10 @@ def fitness(candidates: list[CrateCandidate]) -> Fitness:
             none = "no candidate" if len(candidates) == 1 else f"none of the {len(candidates)} candidates"
             return Fitness(None, f"{none} ships a binary", by_relevance)
         best_binary = binaries[0]
-        why_not = unfit(best_binary) or disagreement(best_binary, candidates)
-        return Fitness(None, f"the best binary, {best_binary.name}: {why_not}", by_relevance)
+        unfit_why = unfit(best_binary)
+        why_not = unfit_why or disagreement(best_binary, candidates)
+        buildable = "" if unfit_why else best_binary.name
+        return Fitness(None, f"the best binary, {best_binary.name}: {why_not}", by_relevance, buildable)
     chosen = fits[0]
     reason = f"{chosen.name} ships the binary {tools_of(chosen)[0]}"
     evidence, similarity = chosen.parts.get("evidence"), chosen.parts.get("own_similarity")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stages.accept import split_request
-from ..untrusted import safe_html, safe_text
+from ..untrusted import not_math, safe_html, safe_text
 from .rows import (
     AMBER,
     BLUE,
@@ -323,4 +323,4 @@ class BuildRecord:
 
     def bundle(self) -> dict[str, Any]:
         """The display data of the record: HTML and plain text, no widget."""
-        return {"text/html": self.html(), "text/plain": self.text()}
+        return {"text/html": not_math(self.html()), "text/plain": self.text()}

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import ipywidgets as widgets
+import traitlets
 
 from ..events import (
     STAGES,
@@ -46,6 +47,7 @@ from ..events import (
     StageStarted,
     SteeringMessage,
 )
+from ..untrusted import not_math
 from .record import (
     RECORD_LOG_LINES,
     BuildRecord,
@@ -69,13 +71,23 @@ from .rows import (
     stage_table_html,
 )
 
-__all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow"]
+__all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow", "TextHTML"]
 
 _PASSED = re.compile(r"(\d+) passed")
 #: cargo's lines worth showing next to a running stage
 _PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)
 _LOG_EVERY = 0.3
+
+
+class TextHTML(widgets.HTML):
+    """An HTML widget whose text MathJax leaves alone (:func:`~flakebot_magic.untrusted.not_math`): the front end
+    typesets each HTML widget's content, so every value is wrapped, whoever sets it."""
+
+    @traitlets.validate("value")
+    def _not_math(self, proposal: dict[str, Any]) -> str:
+        value = str(proposal["value"])
+        return value if not value or value.startswith(not_math("")[:-6]) else not_math(value)
 
 
 class ProgressWidget:
@@ -164,14 +176,14 @@ class ProgressWidget:
         self._log_dirty = False
         self._log_rendered_at = 0.0
 
-        self.title = widgets.HTML()
+        self.title = TextHTML()
         # width auto: the box stretches it; 100% plus ipywidgets' 2 px margins overflowed by 4 px
         self.bar = widgets.IntProgress(
             value=0, min=0, max=len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
         )
-        self.counts = widgets.HTML()
-        self.table = widgets.HTML()
-        self.notice_view = widgets.HTML()
+        self.counts = TextHTML()
+        self.table = TextHTML()
+        self.notice_view = TextHTML()
         self.cancel_button = widgets.Button(
             description="Cancel",
             button_style="danger",
@@ -180,7 +192,7 @@ class ProgressWidget:
         )
         self.cancel_button.add_class("flakebot-cancel")
         self.cancel_button.on_click(self._cancel_clicked)
-        self.steer_view = widgets.HTML()
+        self.steer_view = TextHTML()
         self.steer_input = widgets.Text(
             placeholder="Tell the model something (it reads it in its next request)",
             layout=widgets.Layout(flex="1 1 auto", width="auto"),
@@ -194,13 +206,13 @@ class ProgressWidget:
             [self.steer_input, self.steer_button], layout=widgets.Layout(display="none", width="100%")
         )
         self.steer_box.add_class("flakebot-steer-box")
-        self.log_view = widgets.HTML()
+        self.log_view = TextHTML()
         # shown once there is output: a cache hit has none, and "Log (0 lines)" says nothing
         self.log = widgets.Accordion(
             children=[self.log_view], selected_index=None, layout=widgets.Layout(display="none")
         )
         self.log.set_title(0, "Log")
-        self.summary = widgets.HTML()
+        self.summary = TextHTML()
         # one fold per diff (a follow-up has two), made at the end
         self.diff_box = widgets.Accordion(children=[], selected_index=None, layout=widgets.Layout(display="none"))
         self.widget = widgets.VBox(
@@ -433,7 +445,7 @@ class ProgressWidget:
             except Exception as exc:  # a missing diff must not hide the result
                 self.notices.append(("warning", f"could not compute the diff: {exc}"))
         if self.diffs:
-            self.diff_box.children = [widgets.HTML(diff.to_html()) for diff in self.diffs]
+            self.diff_box.children = [TextHTML(diff.to_html()) for diff in self.diffs]
             for index, diff in enumerate(self.diffs):
                 self.diff_box.set_title(index, f"Changes: {diff.summary}")
             self.diff_box.layout.display = None

@@ -26,3 +26,20 @@ def test_a_pipeline_without_semantic_search_says_so_once_per_process_and_still_f
             Pipeline(settings, observers=[events.append]).run("uppercase text", name="up")
     said = [e for e in events if isinstance(e, Notice) and "semantic search" in e.message]
     assert len(said) == 1 and said[0].level == "info" and "words only" in said[0].message
+
+
+def test_a_binary_found_by_its_words_alone_is_refused_with_every_way_forward(tmp_path: Path) -> None:
+    """The refusal names the three ways on: the binary by --crate, search by meaning turned on, a model."""
+    registry = write_registry(tmp_path / "registry", ["tinyecho", "tinylib"])
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), embedding_model="off")
+    with pytest.raises(NeedsModelError) as refused:
+        Pipeline(settings).run("print echo", name="echo")
+    message = str(refused.value)
+    assert "only its words were weighed" in message
+    ways = message.splitlines()[-2:]
+    assert ways[0] == (
+        "Build tinyecho as published with --crate tinyecho, "
+        "or configure a model (--model NAME, with --provider or --base-url)."
+    )
+    assert ways[1].startswith("Semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off)")
+    assert "To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL" in ways[1]

@@ -301,3 +301,25 @@ def test_a_refusal_says_why_its_candidates_need_a_model() -> None:
     assert sandwich.splitlines()[1] == "The 2 best candidates (a model could adapt one):"
     assert "  pleaser 0.5.3 [binary please]: a polite sudo" in sandwich.splitlines()
     assert "library needs" not in sandwich
+
+
+def test_a_refusal_names_the_binary_to_build_only_when_its_own_text_fits() -> None:
+    """``--crate NAME`` names the best binary when only the words and the meaning disagreed on it (it fits by its own
+    text); a binary that reads files, or none at all, leaves NAME for the user to choose."""
+    from flakebot_magic.stages.choose import refusal
+
+    library = CrateCandidate("textwrap", "0.16.0", "Wrap text", score=9.0)
+    fits, files = (
+        CrateCandidate(
+            name, "1.0.0", "Wrap text", score=5.0, has_bin=True, bin_names=(name,), reads=reads, parts={"evidence": 0.9}
+        )
+        for name, reads in (("wrapcli", "stdin"), ("wrapfile", "file"))
+    )
+    for found, named in (([library, fits], "wrapcli"), ([library, files], ""), ([library], "")):
+        fit = search_stage.fitness(found)
+        assert fit.chosen is None and fit.binary == named, (found, fit)
+        ways = refusal("wrap text", fit).splitlines()[-1]
+        if named:
+            assert ways.startswith(f"Build {named} as published with --crate {named}, or configure a model"), ways
+        else:
+            assert "with --crate NAME" in ways, ways

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_text import typeset_as_math
 from IPython.lib.pretty import pretty
 
 from flakebot_magic.clients.cli_tool import CliTool
@@ -231,3 +232,9 @@ def test_a_tool_whose_binary_is_gone_says_how_to_get_it_back(tmp_path: Path) -> 
     message = str(caught.value)
     assert "is gone" in message and "%flakebot rebuild args" in message and "%flakebot load args" in message
     assert not isinstance(caught.value.__context__, FileNotFoundError)
+
+
+def test_the_card_is_not_typeset_as_math(tmp_path: Path) -> None:
+    tool = _script(tmp_path, "args", ARGS, provenance={"description": "costs $5 or $6"})
+    page = tool._repr_html_()
+    assert "costs $5 or $6" in page and typeset_as_math(page) == []

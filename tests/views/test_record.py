@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_text import typeset_as_math
 from test_widget import fake_tool
 
 from flakebot_magic.errors import BuildError, Cancelled
@@ -32,7 +33,7 @@ from flakebot_magic.events import (
     SteeringMessage,
 )
 from flakebot_magic.records.provenance import WorkspaceDiff
-from flakebot_magic.views.widget import ProgressWidget
+from flakebot_magic.views.widget import ProgressWidget, TextHTML
 
 #: crate output, a model's words, a path: each may be hostile
 EVIL = "<img src=x onerror=alert(1)><script>alert(2)</script>&amp;'\"</pre></details>"
@@ -245,3 +246,22 @@ def test_a_saved_notebook_keeps_the_record_for_nbconvert(tmp_path: Path) -> None
     assert all(state in ("done", "cached") for _, state in rows), rows
     assert re.search(r"<code>te</code></b> is ready: tinyecho 0\.2\.0", page)
     assert "Error displaying widget" not in page and "model not found" not in page
+
+
+def test_no_text_of_a_run_is_typeset_as_math() -> None:
+    """Two dollar signs in a notice or a log ($HOME and $PATH) are text in the live widget's every HTML view and in
+    the record: JupyterLab's MathJax typesets ``$...$`` in both unless told not to."""
+    widget = ProgressWidget("echo $HOME and $PATH", name="md", diff=lambda tool: _diff("+$a$\n"))
+    widget(Notice("search", "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off). To turn it on: unset $X"))
+    _built(widget, detail="$1 and $2", log="cost $5 or $6")
+    widget(RunFinished(ok=False, error=BuildError("needs $CC and $LD"), elapsed=4.0))
+    views = [child for child in _walk(widget.widget) if isinstance(child, TextHTML)]
+    assert len(views) >= 6 and any("$FLAKEBOT_EMBEDDING_MODEL" in view.value for view in views)
+    for view in views:
+        assert typeset_as_math(view.value) == [], view.value
+    page = widget.record().bundle()["text/html"]
+    assert "$FLAKEBOT_EMBEDDING_MODEL=off" in page and typeset_as_math(page) == []
+
+
+def _walk(box: Any) -> list[Any]:
+    return [box, *(grand for child in getattr(box, "children", ()) for grand in _walk(child))]

@@ -1,0 +1,61 @@
+"""flakebot's HTML outputs in a narrow window, in a real Chromium without JupyterLab: nothing reaches past the
+output's edge (a hash or a store path breaks anywhere rather than being cut off).
+
+The page is the output alone, at the width a 500 px JupyterLab window leaves an
+output (about 400 px), so these run in seconds; tests/browser/test_lab.py shows
+the same outputs in JupyterLab itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_lab import CHROMIUM, CHROMIUM_ARGS, SHOTS
+
+from flakebot_magic.clients.cli_tool import CliTool
+
+pytestmark = [pytest.mark.browser]
+
+if not CHROMIUM.exists() and not os.environ.get("CI"):
+    pytest.skip("Debian's chromium is not installed (scripts/install-system.sh installs it)", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+#: what a 500 px JupyterLab window leaves an output, the side bars folded
+WIDTH = 400
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[object]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser.new_page(viewport={"width": 500, "height": 900})
+        browser.close()
+
+
+def _past_the_edge(page: object, markup: str) -> list[str]:
+    """The elements of ``markup``, shown in a box ``WIDTH`` px wide, that reach past its right edge."""
+    page.set_content(f"<body style='margin:0'><div id=out style='width:{WIDTH}px'>{markup}</div></body>")  # type: ignore[attr-defined]
+    return page.evaluate(  # type: ignore[attr-defined,no-any-return]
+        """() => {
+            const out = document.getElementById('out'), right = out.getBoundingClientRect().right + 1;
+            return [...out.querySelectorAll('*')].filter(e => e.getBoundingClientRect().right > right)
+                .map(e => `${e.tagName} ${e.textContent.slice(0, 60)}`);
+        }"""
+    )
+
+
+def test_the_tool_card_fits_a_narrow_window(page: object, tmp_path: Path) -> None:
+    store = tmp_path / "store" / ("70e6edfceb12a92ff3d4a9d6e4a6e29d" * 2 + "-pulldown-cmark-0.9.2")
+    store.mkdir(parents=True)
+    binary = store / "md"
+    binary.write_text("#!/bin/sh\ncat\n")
+    binary.chmod(0o755)
+    tool = CliTool(
+        name="md", binary=binary, crate="pulldown-cmark", version="0.9.2", source_hash="0" * 64, store_path=store
+    )
+    assert _past_the_edge(page, tool._repr_html_()) == []
+    page.screenshot(path=SHOTS / "30-card-400px.png")  # type: ignore[attr-defined]
