@@ -252,14 +252,19 @@ async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **option
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext flakebot_magic``: register the ``%%flakebot`` magic."""
+    """``%load_ext flakebot_magic``: register the ``%%flakebot`` magic; advice from here on names the notebook's
+    form of a command."""
+    from .commands import advise
     from .magics import FlakebotMagics
 
     ipython.register_magics(FlakebotMagics)
+    advise("notebook")
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext flakebot_magic``: remove the kernel's input transformer for ``%%flakebot`` cells."""
+    from .commands import advise
     from .magics import _uninstall_transformer
 
     _uninstall_transformer(ipython)
+    advise("")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .agent import command as agent_command
-from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP
+from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP, advise
 from .config import Settings, apply
 from .errors import FlakebotError, UsageError
 from .eval import command as eval_command
@@ -209,6 +209,14 @@ EXIT_PIPE_CLOSED = 128 + 13
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    advise("shell")  # this process's advice is read in a shell
+    try:
+        return _main(argv)
+    finally:
+        advise("")  # an in-process caller (a test, a script) gets both forms back
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)

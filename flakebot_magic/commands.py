@@ -94,8 +94,25 @@ def explain_usage(message: str, parser: Any) -> str:
     return " ".join(words) + " `%%flakebot?` lists the options."
 
 
+#: who reads the advice this process makes: ``"notebook"`` once the IPython extension is loaded, ``"shell"`` in the
+#: ``flakebot`` command, ``""`` (both forms) anywhere else (a server, a library caller). Set by :func:`advise`.
+_AUDIENCE = {"now": ""}
+
+
+def advise(audience: str) -> None:
+    """Make every later advice of this process name the ``"notebook"`` form, the ``"shell"`` form, or both (``""``).
+
+    A process has one reader: a kernel with the extension loaded is a
+    notebook's, the ``flakebot`` command's is a shell's.
+    """
+    if audience not in ("", "notebook", "shell"):
+        raise ValueError(f"unknown audience {audience!r}")
+    _AUDIENCE["now"] = audience
+
+
 def typed(line: str, notebook: str = "") -> str:
-    """A command, in advice, as a person types it: in a shell and in a notebook (every advice names both).
+    """A command, in advice, as a person types it: in a shell and in a notebook (both, unless :func:`advise` said
+    who reads this process's advice).
 
     ``line`` is what follows ``flakebot`` in a shell; ``notebook`` the notebook's form when it is not
     ``%flakebot LINE`` (a build is a ``%%flakebot`` cell; ``pull`` takes the notebook as a word), or, not
@@ -115,6 +132,11 @@ def typed(line: str, notebook: str = "") -> str:
         shown = f"`{notebook}`"
     else:
         shown = notebook
+    audience = _AUDIENCE["now"]
+    if audience == "notebook":
+        return shown
+    if audience == "shell":
+        return f"`flakebot {line}`"
     return f"`flakebot {line}` (or {shown} in a notebook)"
 
 

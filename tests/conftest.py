@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,6 +38,16 @@ def _guarded_connect(self: socket.socket, address: object) -> None:
     if not _is_loopback(address):
         raise RuntimeError(f"test tried to reach {address!r}: tests may only talk to 127.0.0.1")
     return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _advice_for_both() -> Iterator[None]:
+    """Each test starts with advice naming both forms, whatever an in-process magic or CLI call said before."""
+    from flakebot_magic.commands import advise
+
+    advise("")
+    yield
+    advise("")
 
 
 @pytest.fixture(autouse=True)

@@ -64,3 +64,38 @@ def test_typed_names_the_shell_form_and_the_notebook_form(line: str) -> None:
 def test_a_build_is_a_cell_in_a_notebook() -> None:
     said = typed("build --backend nix --rebuild --name md ...", "%%flakebot --backend nix --rebuild --name md")
     assert said.endswith("(or a `%%flakebot --backend nix --rebuild --name md` cell in a notebook)")
+
+
+def test_advice_names_the_form_its_reader_types(capsys: pytest.CaptureFixture[str]) -> None:
+    from flakebot_magic.commands import advise
+
+    advise("notebook")  # a kernel with the extension loaded
+    assert typed("verify md") == "`%flakebot verify md`"
+    assert typed("build --name md", "%%flakebot --name md") == "a `%%flakebot --name md` cell"
+    assert typed("build --name md --resume", "the same cell with --resume") == "the same cell with --resume"
+    advise("shell")
+    assert typed("verify md") == "`flakebot verify md`"
+    advise("")
+    assert typed("verify md") == "`flakebot verify md` (or `%flakebot verify md` in a notebook)"
+    with pytest.raises(ValueError):
+        advise("terminal")
+
+
+def test_the_extension_speaks_to_a_notebook_and_the_command_to_a_shell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import flakebot_magic
+    from flakebot_magic.cli import main
+
+    shell = InteractiveShell.instance()
+    flakebot_magic.load_ipython_extension(shell)
+    assert typed("verify md") == "`%flakebot verify md`"
+    flakebot_magic.unload_ipython_extension(shell)
+    assert typed("verify md").startswith("`flakebot verify md` (or")
+    # the command's own advice, in a shell: a tool it does not know
+    assert main(["verify", "nosuchtool", "--cache-dir", str(tmp_path)]) != 0
+    said = capsys.readouterr().err
+    assert "`flakebot list` shows them" in said and "%flakebot" not in said, said
+    assert typed("verify md").startswith("`flakebot verify md` (or")  # restored for an in-process caller
