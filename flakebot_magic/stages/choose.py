@@ -124,6 +124,8 @@ def choose_without_model(candidates: list[CrateCandidate], request: str, *, word
     raise NeedsModelError(refusal(request, fit, words_only), candidates=fit.candidates)
 
 
+#: what a refusal says of a listed binary that takes no text (it is why a binary listed first was passed over)
+_HOW_IT_READS = (("file", ", reads files only"), ("none", ", reads no input"))
 #: how many candidates a refusal lists, and how long a summary may be
 LISTED = 5
 SUMMARY_CHARS = 72
@@ -157,7 +159,7 @@ def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> st
         why = "a model could adapt one" if any(binaries) else "a library needs a model to become a tool"
         lines.append(f"{count} ({why}):")
     for candidate, tools in zip(shown, binaries, strict=True):
-        binary = f" [binary {tools[0]}]" if tools else ""
+        binary = f" [binary {tools[0]}{dict(_HOW_IT_READS).get(candidate.reads, '')}]" if tools else ""
         lines.append(
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
         )

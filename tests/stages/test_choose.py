@@ -301,6 +301,11 @@ def test_a_refusal_says_why_its_candidates_need_a_model() -> None:
     assert sandwich.splitlines()[1] == "The 2 best candidates (a model could adapt one):"
     assert "  pleaser 0.5.3 [binary please]: a polite sudo" in sandwich.splitlines()
     assert "library needs" not in sandwich
+    # a binary listed first that takes no text says why it was passed over
+    for reads, said in (("file", "[binary md, reads files only]"), ("none", "[binary md, reads no input]")):
+        passed = CrateCandidate("markdown", "0.3.0", "md", has_bin=True, bin_names=("md",), reads=reads)
+        lines = refusal("render markdown", search_stage.Fitness(None, "0%", [passed, binary])).splitlines()
+        assert f"  markdown 0.3.0 {said}: md" in lines
 
 
 def test_a_refusal_names_the_binary_to_build_only_when_its_own_text_fits() -> None:
