@@ -26,7 +26,6 @@ from tinycrates import write_registry
 
 from flakebot_magic import load
 from flakebot_magic.cli import main
-from flakebot_magic.commands import typed
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import CacheFileDamaged
 from flakebot_magic.host.cache import NOT_A_DIRECTORY, CacheLayout
@@ -193,7 +192,8 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     assert "The tool inventory is sound" in out
     # an entry missing its binary is damaged: set aside (kept), and the record says how to build it again
     assert f"set aside {te.store_path}: its binary {te.binary} is gone" in out, out
-    assert f"problem: te: its store entry {te.store_path} is gone; {typed('rebuild te')} builds it again" in out
+    # the command's advice names the shell's form (its reader types in a shell)
+    assert f"problem: te: its store entry {te.store_path} is gone; `flakebot rebuild te` builds it again" in out
     assert f"removed {Path(te.workspace) / '.git' / 'index.lock'} (a killed git's lock)" in out
     assert sorted(r.name for r in Inventory(settings.cache.tools).all()) == ["te", "te2"]
 
