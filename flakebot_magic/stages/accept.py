@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import doctest
 import io
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from ..clients import ToolClient
 __all__ = ["AcceptanceReport", "Example", "ExampleResult", "run_examples", "split_request"]
 
 _FLAGS = doctest.ELLIPSIS
+#: one example's stdout redirect at a time: ``sys.stdout`` is the process's, and two redirects interleaved by
+#: threads (``flakebot eval --jobs 2``) restore it out of order, leaving a finished example's buffer as everyone's
+#: stdout for good (a kernel's later prints vanished)
+_STDOUT = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,7 @@ def run_one(example: Example, namespace: dict[str, Any]) -> ExampleResult:
     out = io.StringIO()
     value: Any = None
     try:
-        with contextlib.redirect_stdout(out):
+        with _STDOUT, contextlib.redirect_stdout(out):
             try:
                 code = compile(example.source, f"<example line {example.lineno + 1}>", "eval")
             except SyntaxError:

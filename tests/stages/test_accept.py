@@ -84,3 +84,28 @@ def test_the_pipeline_runs_the_examples_against_the_deployed_tool(session_regist
         and ">>> te('two', 'words')" in notice.message
         and "got:      'words\\n'" in notice.message
     )
+
+
+def test_examples_run_by_threads_leave_stdout_as_it_was() -> None:
+    # two threads (eval --jobs 2) each redirect the process's stdout for an example: interleaved, the last to
+    # restore put back the other's buffer, and every later print of the process vanished into it
+    import sys
+    import threading
+
+    from flakebot_magic.stages.accept import Example, run_one
+
+    before = sys.stdout
+    example = Example("import time; print('x'); time.sleep(0.001)", "x\n", 0, None)
+    results: list[bool] = []
+
+    def work() -> None:
+        for _ in range(200):
+            results.append(run_one(example, {}).passed)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sys.stdout is before
+    assert results == [True] * 800  # each example saw its own output, and only it
