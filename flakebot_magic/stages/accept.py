@@ -42,7 +42,7 @@ _FLAGS = doctest.ELLIPSIS
 #: one example's stdout redirect at a time: ``sys.stdout`` is the process's, and two redirects interleaved by
 #: threads (``flakebot eval --jobs 2``) restore it out of order, leaving a finished example's buffer as everyone's
 #: stdout for good (a kernel's later prints vanished)
-_STDOUT = threading.Lock()
+_STDOUT = threading.RLock()  # re-entrant: an example that runs examples nests its redirects in order
 
 
 @dataclass(frozen=True)
