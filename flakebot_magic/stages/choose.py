@@ -124,8 +124,6 @@ def choose_without_model(candidates: list[CrateCandidate], request: str, *, word
     raise NeedsModelError(refusal(request, fit, words_only), candidates=fit.candidates)
 
 
-#: what a refusal says of a listed binary that takes no text (it is why a binary listed first was passed over)
-_HOW_IT_READS = (("file", ", reads files only"), ("none", ", reads no input"))
 #: how many candidates a refusal lists, and how long a summary may be
 LISTED = 5
 SUMMARY_CHARS = 72
@@ -159,7 +157,7 @@ def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> st
         why = "a model could adapt one" if any(binaries) else "a library needs a model to become a tool"
         lines.append(f"{count} ({why}):")
     for candidate, tools in zip(shown, binaries, strict=True):
-        binary = f" [binary {tools[0]}{dict(_HOW_IT_READS).get(candidate.reads, '')}]" if tools else ""
+        binary = f" [binary {tools[0]}{_how_it_reads(candidate.reads)}]" if tools else ""
         lines.append(
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
         )
@@ -171,6 +169,11 @@ def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> st
     if words_only:
         lines.append(f"{words_only[0].upper()}{words_only[1:].rstrip('.')}.")
     return "\n".join(lines)
+
+
+def _how_it_reads(reads: str) -> str:
+    """What a refusal says of a listed binary that takes no text (why a binary listed first was passed over)."""
+    return {"file": ", reads files only", "none": ", reads no input"}.get(reads, "")
 
 
 def _shorten(text: str, limit: int) -> str:

@@ -203,9 +203,14 @@ def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegist
 
 @pytest.fixture(scope="module")
 def held_out(debian: DirectoryRegistry) -> dict[str, Any]:
-    # the floors are semantic search's: measured without the model they would fail, and say why here first
+    return _measured(debian, [c for c in load_cases() if c.split == "held-out"], "held-out")
+
+
+def _measured(debian: DirectoryRegistry, cases: list[Case], split: str) -> dict[str, Any]:
+    """The summary of ``cases`` (of ``split``) with semantic search: every floor here is its."""
+    # measured without the model the floors would fail: say why here first
     assert debian.semantic_off == "", debian.semantic_off
-    return summarize(evaluate(debian, [c for c in load_cases() if c.split == "held-out"]))["held-out"]
+    return summarize(evaluate(debian, cases))[split]
 
 
 @needs_debian
@@ -234,8 +239,7 @@ def test_held_out_top3_target(held_out: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def fresh(debian: DirectoryRegistry) -> dict[str, Any]:
-    assert debian.semantic_off == "", debian.semantic_off
-    return summarize(evaluate(debian, load_fresh_cases()))[FRESH]
+    return _measured(debian, load_fresh_cases(), FRESH)
 
 
 @needs_debian
@@ -260,8 +264,7 @@ def test_blind_set_ranking_targets(fresh: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def blind2(debian: DirectoryRegistry) -> dict[str, Any]:
-    assert debian.semantic_off == "", debian.semantic_off
-    return summarize(evaluate(debian, load_blind2_cases()))[BLIND2]
+    return _measured(debian, load_blind2_cases(), BLIND2)
 
 
 @needs_debian
@@ -282,8 +285,7 @@ def test_second_blind_set_ranking_targets(blind2: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def blind3(debian: DirectoryRegistry) -> dict[str, Any]:
-    assert debian.semantic_off == "", debian.semantic_off
-    return summarize(evaluate(debian, load_blind3_cases()))[BLIND3]
+    return _measured(debian, load_blind3_cases(), BLIND3)
 
 
 @needs_debian
