@@ -27,9 +27,10 @@ What is measured (targets from the issues):
   with semantic search (the embedding model) and with words only, each
   query's latency once; the index build with embeddings and without, and the
   first search of a fresh process (the model loaded), each in a fresh process;
-  the same metrics on the blind sets ``tests/search_paraphrases_fresh.toml``, ``..._blind2.toml`` and ``..._blind3.toml``
-  (written by someone who never saw the code, added after all tuning), all of
-  it and by its requests' half;
+  the same metrics on the blind sets ``tests/search_paraphrases_fresh.toml``,
+  ``..._blind2.toml``, ``..._blind3.toml`` and ``..._blind4.toml`` (written by
+  someone who never saw the code, added after all tuning), all of it and by its
+  requests' half;
 * issue 20's five requests through the real pipeline (cargo, cold cache):
   the right tool deployed and called, or NeedsModelError naming the library
   (``--no-issue-requests`` skips these few minutes);
@@ -442,10 +443,12 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
     from flakebot_magic.testing.search_eval import (
         BLIND2,
         BLIND3,
+        BLIND4,
         FRESH,
         evaluate,
         load_blind2_cases,
         load_blind3_cases,
+        load_blind4_cases,
         load_cases,
         load_fresh_cases,
         summarize,
@@ -461,7 +464,7 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
         result[FRESH] = summarize(blind)[FRESH]
         for half in ("tune", "held-out"):
             result[f"{FRESH} {half}"] = summarize(o for o in blind if o.case.half == half)[FRESH]
-        for split, loaded in ((BLIND2, load_blind2_cases()), (BLIND3, load_blind3_cases())):
+        for split, loaded in ((BLIND2, load_blind2_cases()), (BLIND3, load_blind3_cases()), (BLIND4, load_blind4_cases())):
             later = evaluate(found, loaded)
             result[split] = summarize(later)[split]
             for half in ("tune", "held-out"):
@@ -589,6 +592,12 @@ def _paraphrase_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, s
                 "(the held-out targets)",
             ),
             ("blind3 held-out", "third blind set, requests of the held-out half", "(the held-out targets)"),
+            (
+                "blind4",
+                "fourth blind set (written before this round's tuning, measured once after), all",
+                "(the held-out targets)",
+            ),
+            ("blind4 held-out", "fourth blind set, requests of the held-out half", "(the held-out targets)"),
         ):
             part: dict[str, float] = found[split]  # type: ignore[assignment]
             rows.append(

@@ -24,7 +24,10 @@ set, ``tests/search_paraphrases_blind2.toml`` (:func:`load_blind2_cases`), was
 written the same way by another writer after issue 20's last tuning, and
 measured once; a third, ``tests/search_paraphrases_blind3.toml``
 (:func:`load_blind3_cases`), four paraphrases of every request, was written
-before the ranking was tuned again, and measured once after.
+before the ranking was tuned again, and measured once after; a fourth,
+``tests/search_paraphrases_blind4.toml`` (:func:`load_blind4_cases`), in other
+styles (input and output, a field's jargon, an agent's terse spec, casual), the
+same way.
 
 Examples
 --------
@@ -50,6 +53,8 @@ __all__ = [
     "BLIND2_PARAPHRASES",
     "BLIND3",
     "BLIND3_PARAPHRASES",
+    "BLIND4",
+    "BLIND4_PARAPHRASES",
     "FRESH",
     "FRESH_PARAPHRASES",
     "PARAPHRASES",
@@ -60,6 +65,7 @@ __all__ = [
     "judge",
     "load_blind2_cases",
     "load_blind3_cases",
+    "load_blind4_cases",
     "load_cases",
     "load_fresh_cases",
     "summarize",
@@ -77,6 +83,9 @@ BLIND2 = "blind2"
 #: the third blind set (four paraphrases of every request, by a third writer who read only the requests), and its split
 BLIND3_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_blind3.toml")
 BLIND3 = "blind3"
+#: the fourth blind set (four paraphrases of every request in four other styles, by a fourth writer), and its split
+BLIND4_PARAPHRASES = PARAPHRASES.with_name("search_paraphrases_blind4.toml")
+BLIND4 = "blind4"
 #: the fitness verdicts, best first
 VERDICTS = ("deploy", "refuse", "miss", "wrong")
 #: how many of a NeedsModelError's candidates count as "named" by it
@@ -158,6 +167,14 @@ def load_blind3_cases(path: Path = BLIND3_PARAPHRASES, judged_by: Path = PARAPHR
     Split and kind are :data:`BLIND3`.
     """
     return _original_cases(path, judged_by, BLIND3)
+
+
+def load_blind4_cases(path: Path = BLIND4_PARAPHRASES, judged_by: Path = PARAPHRASES) -> list[Case]:
+    """Every paraphrase of the fourth blind set ``path`` (the second's format), judged by its request in ``judged_by``.
+
+    Split and kind are :data:`BLIND4`.
+    """
+    return _original_cases(path, judged_by, BLIND4)
 
 
 def _original_cases(path: Path, judged_by: Path, split: str) -> list[Case]:
