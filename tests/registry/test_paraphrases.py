@@ -31,6 +31,8 @@ from flakebot_magic.testing.search_eval import (
     BLIND2_PARAPHRASES,
     BLIND3,
     BLIND3_PARAPHRASES,
+    BLIND4,
+    BLIND4_PARAPHRASES,
     FRESH,
     FRESH_PARAPHRASES,
     PARAPHRASES,
@@ -40,6 +42,7 @@ from flakebot_magic.testing.search_eval import (
     evaluate,
     load_blind2_cases,
     load_blind3_cases,
+    load_blind4_cases,
     load_cases,
     load_fresh_cases,
     summarize,
@@ -91,6 +94,16 @@ BLIND3_TOP3 = 220 / 248
 BLIND3_TOP10 = 240 / 248
 #: the one wrong deploy above, known and not fixed; the target (0) is held as a strict xfail
 BLIND3_WRONG = 1
+
+#: sha256 of the fourth blind set (tests/search_paraphrases_blind4.toml, branch blind4, f06a252: four paraphrases of
+#: every request in four other styles: input and output, a field's jargon, an agent's terse spec, casual; by a
+#: writer who read only tests/search_requests.toml and kept every word that contains an accepted crate's name out,
+#: "hex", "zip", "random" and "time" among them), committed alone before this round's tuning: never edited
+BLIND4_DIGEST = "82117cd6b9331233a2a1c775bdb25be8137e8fb92fa069dccaa7a9fefcab4522"
+#: what it measured on main's ranker (2cf3c16) before this round's tuning was merged (248 paraphrases): top-1 128,
+#: top-3 165, top-10 210, no wrong deploy (words alone: 93, 120, 165, no deploy). Floors a little below.
+BLIND4_TOP3 = 160 / 248
+BLIND4_TOP10 = 205 / 248
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
@@ -147,6 +160,19 @@ def test_the_third_blind_set_is_as_written_and_paraphrases_every_request_four_ti
     for case in cases:
         per_request[case.request] = per_request.get(case.request, 0) + 1
         assert case.split == case.kind == BLIND3 and case.half == requests[case.request]["split"]
+        assert case.accept == tuple(requests[case.request]["accept"])
+    assert per_request == dict.fromkeys(set(requests) - {"filename"}, 4), set(requests) - set(per_request)
+    assert len({c.text for c in cases}) == len(cases) == 248
+
+
+def test_the_fourth_blind_set_is_as_written_and_paraphrases_every_request_four_times() -> None:
+    assert hashlib.sha256(BLIND4_PARAPHRASES.read_bytes()).hexdigest() == BLIND4_DIGEST
+    cases = load_blind4_cases()
+    requests = {r["id"]: r for r in _requests()}
+    per_request: dict[str, int] = {}
+    for case in cases:
+        per_request[case.request] = per_request.get(case.request, 0) + 1
+        assert case.split == case.kind == BLIND4 and case.half == requests[case.request]["split"]
         assert case.accept == tuple(requests[case.request]["accept"])
     assert per_request == dict.fromkeys(set(requests) - {"filename"}, 4), set(requests) - set(per_request)
     assert len({c.text for c in cases}) == len(cases) == 248
@@ -303,3 +329,24 @@ def test_third_blind_set_targets(blind3: dict[str, Any]) -> None:
     assert blind3["top3"] >= TARGET_TOP3
     assert blind3["top10"] >= TARGET_TOP10
     assert blind3["wrong"] <= TARGET_WRONG
+
+
+@pytest.fixture(scope="module")
+def blind4(debian: DirectoryRegistry) -> dict[str, Any]:
+    return _measured(debian, load_blind4_cases(), BLIND4)
+
+
+@needs_debian
+def test_fourth_blind_set_accuracy_and_no_wrong_deploy(blind4: dict[str, Any]) -> None:
+    assert blind4["n"] == 248
+    assert blind4["top3"] >= BLIND4_TOP3
+    assert blind4["top10"] >= BLIND4_TOP10
+    assert blind4["wrong"] <= TARGET_WRONG
+    assert blind4["deploy"] + blind4["refuse"] + blind4["miss"] == blind4["n"]
+
+
+@needs_debian
+@pytest.mark.xfail(strict=True, reason="issue 20's ranking targets are not reached on the fourth blind set: see README")
+def test_fourth_blind_set_ranking_targets(blind4: dict[str, Any]) -> None:
+    assert blind4["top3"] >= TARGET_TOP3
+    assert blind4["top10"] >= TARGET_TOP10
