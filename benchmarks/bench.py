@@ -464,7 +464,11 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
         result[FRESH] = summarize(blind)[FRESH]
         for half in ("tune", "held-out"):
             result[f"{FRESH} {half}"] = summarize(o for o in blind if o.case.half == half)[FRESH]
-        for split, loaded in ((BLIND2, load_blind2_cases()), (BLIND3, load_blind3_cases()), (BLIND4, load_blind4_cases())):
+        for split, loaded in (
+            (BLIND2, load_blind2_cases()),
+            (BLIND3, load_blind3_cases()),
+            (BLIND4, load_blind4_cases()),
+        ):
             later = evaluate(found, loaded)
             result[split] = summarize(later)[split]
             for half in ("tune", "held-out"):
