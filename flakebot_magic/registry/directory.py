@@ -47,7 +47,7 @@ from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
 from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_inside
 from ..host.storage import translate
-from . import embedding, ranking
+from . import embedding, prior, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
@@ -226,7 +226,7 @@ class DirectoryRegistry:
             bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
             said = binary_text(crate_dir, manifest) if bins else ""
             readme_text = readme(crate_dir, package)
-            depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
+            depends_on.setdefault(name, set()).update(prior.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
                 " license, homepage, repository, bins, input, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -266,7 +266,7 @@ class DirectoryRegistry:
             )
             for word in set(ranking.tokens(" ".join(text))):
                 vocabulary[word] = vocabulary.get(word, 0) + 1
-        priors = ranking.reverse_dependencies(depends_on)
+        priors = prior.reverse_dependencies(depends_on)
         db.executemany(
             "UPDATE crates SET prior = ?, log_prior = ? WHERE name = ?",
             [(p, math.log1p(p), n) for n, p in priors.items()],
@@ -426,7 +426,7 @@ class DirectoryRegistry:
                 *_WEIGHTS,
                 *keys,
                 ranking.match_expression(found),
-                ranking.PRIOR_WEIGHT,
+                prior.PRIOR_WEIGHT,
                 ranking.NAME_BOOST,
                 max(limit * 3, _POOL),
             ),

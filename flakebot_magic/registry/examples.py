@@ -1,0 +1,55 @@
+"""What a request shows instead of naming: the shape of an example says what it is.
+
+People often write an example where a crate's description would use a
+name: "turn myVariableName into my_variable_name" means camel case and snake
+case, "check a string against ^\\d+$" means a regex, "a string like
+deadbeef" means hex, "é👍🏽" means Unicode. Their words say nothing a crate's
+text holds (``myvariablename`` is in no description), so :func:`named` reads
+the example's shape and gives the words crates use for it, which
+:func:`.ranking.concepts` adds to the request's concepts. A shape is
+recognised, never a particular example: any camelCase identifier, any
+regular expression with a character class or an anchor, any hex string.
+
+Examples
+--------
+>>> named("how do I turn myVariableName into my_variable_name?")
+('camel case', 'snake case')
+>>> named("check that a string fits ^\\\\d+$"), named("render markdown to html")
+(('regex',), ())
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["SHAPES", "named"]
+
+#: (what an example of the shape is called in crates' words, the shape): camelCase and snake_case identifiers,
+#: a regular expression (a class such as ``\d`` or ``[a-z]``, an anchored pattern, ``.*``), a hex string (8 or
+#: more hex digits, or 6 or more with both a digit and a letter), a link, an ISO date, a version number, a UUID,
+#: an email address, and text beyond ASCII (an accent, an emoji)
+SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("camel case", re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")),
+    ("snake case", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")),
+    ("regex", re.compile(r"\\[dDwWsSb]|\[[^\]\s]-[^\]\s]\]|(?:^|\s)\^\S|\S[+*]\$(?:\s|$)|\.\*|\.\+")),
+    ("hex", re.compile(r"\b(?:[a-f]{8,}|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,})\b")),
+    ("url", re.compile(r"\b(?:https?|ftp)://\S|\bwww\.\w", re.I)),
+    ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
+    ("version", re.compile(r"\bv?\d+\.\d+\.\d+\b")),
+    ("uuid", re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)),
+    ("email", re.compile(r"\b[\w.+-]+@[\w-]+\.[a-z]{2,}\b", re.I)),
+    ("unicode", re.compile(r"[^\x00-\x7f‘’“”–—…]")),
+)
+
+
+def named(query: str) -> tuple[str, ...]:
+    """The names of the shapes of the examples in ``query`` (:data:`SHAPES`), in that table's order.
+
+    Examples
+    --------
+    >>> named("a string like 'deadbeef' from bytes"), named("split 'é👍🏽' into characters")
+    (('hex',), ('unicode',))
+    >>> named("parse 2024-03-01 and https://example.org")
+    ('url', 'date')
+    """
+    return tuple(name for name, shape in SHAPES if shape.search(query))
