@@ -47,7 +47,7 @@ from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
 from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_inside
 from ..host.storage import translate
-from . import embedding, prior, ranking
+from . import embedding, examples, prior, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
@@ -350,7 +350,9 @@ class DirectoryRegistry:
             return []
         # embedding the request on a worker thread while its words were ranked was slower than this (both
         # need the interpreter, and the machine's two cores)
-        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
+        # the names of the examples it shows too ("myVariableName": camel case): the model reads them better
+        searched = examples.with_names(query)
+        meaning = embedding.encoder_for(self._model).encode([searched])[0] if self._model is not None else None
         rows = self._lexical_rows(db, query, found, limit)
         similarity: dict[int, float] = {}
         own: dict[int, float] = {}

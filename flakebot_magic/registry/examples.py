@@ -6,7 +6,8 @@ case, "check a string against ^\\d+$" means a regex, "a string like
 deadbeef" means hex, "é👍🏽" means Unicode. Their words say nothing a crate's
 text holds (``myvariablename`` is in no description), so :func:`named` reads
 the example's shape and gives the words crates use for it, which
-:func:`.ranking.concepts` adds to the request's concepts. A shape is
+:func:`with_names` adds to the request, for its words (:func:`.ranking.concepts`)
+and for its meaning (the embedding a directory registry searches with). A shape is
 recognised, never a particular example: any camelCase identifier, any
 regular expression with a character class or an anchor, any hex string.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SHAPES", "named"]
+__all__ = ["SHAPES", "named", "with_names"]
 
 #: (what an example of the shape is called in crates' words, the shape): camelCase and snake_case identifiers,
 #: a regular expression (a class such as ``\d`` or ``[a-z]``, an anchored pattern, ``.*``), a hex string (8 or
@@ -53,3 +54,14 @@ def named(query: str) -> tuple[str, ...]:
     ('url', 'date')
     """
     return tuple(name for name, shape in SHAPES if shape.search(query))
+
+
+def with_names(query: str) -> str:
+    """``query`` followed by the names of the examples it shows, as it is searched (by words and by meaning).
+
+    Examples
+    --------
+    >>> with_names("turn myVariableName into my_variable_name"), with_names("wrap text")
+    ('turn myVariableName into my_variable_name camel case snake case', 'wrap text')
+    """
+    return " ".join([query, *named(query)])

@@ -258,7 +258,7 @@ def concepts(
     any known word when the typed one matches nowhere). Numbers are no
     concepts of their own, only parts of a joined word. Stopwords go unless
     nothing else is left. The names of the examples the request shows
-    (:func:`.examples.named`: "myVariableName" is camel case) are words of it.
+    (:func:`.examples.with_names`: "myVariableName" is camel case) are words of it.
 
     An alternative with a space means its words close together (:func:`match_expression`).
 
@@ -270,7 +270,7 @@ def concepts(
     >>> [c.alternatives for c in concepts("a markdwon file name", lambda ws: {w: vocabulary(w, 0) for w in ws})]
     [('markdwon', 'markdown'), ('filename', 'file name')]
     """
-    words = [w for w in tokens(" ".join([query, *examples.named(query)])) if len(w) > 1 or w.isdigit()]
+    words = [w for w in tokens(examples.with_names(query)) if len(w) > 1 or w.isdigit()]
     content = {w for w in words if w not in STOPWORDS} or set(words)
     pairs = {a + b for a, b in pairwise(words) if a + b not in STOPWORDS and (a in content or b in content)}
     known = df(content | pairs)
