@@ -21,6 +21,8 @@ deploy wrongly (it never lists a held-out case). The third blind set, measured
 once, is a row like the others: its tuning-half rows may be tuned on, its
 held-out-half rows are reported only.
 
+``--words-only`` measures the ranker without an embedding model (its rows
+must count no deploy: :func:`flakebot_magic.stages.search.disagreement`).
 ``--weights 0.6,0.65,0.7`` measures each semantic weight in turn
 (:data:`flakebot_magic.registry.ranking.SEMANTIC_WEIGHT`); ``--one-view``
 builds the index with each crate's first view only
@@ -169,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="keep the index here between runs (default: a fresh one)")
     parser.add_argument("--weights", help="semantic weights to measure in turn, comma-separated")
     parser.add_argument("--one-view", action="store_true", help="embed each crate's first view only (fresh cache)")
+    parser.add_argument("--words-only", action="store_true", help="search by words alone (no embedding model)")
     args = parser.parse_args(argv)
     if args.one_view:
         three = embedding.crate_texts
@@ -181,7 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         embedding.crate_texts = one_view
     cache = None if args.one_view else args.cache
-    registry = DirectoryRegistry(DEBIAN_REGISTRY, cache or Path(tempfile.mkdtemp(prefix="fb-tune-search-")))
+    registry = DirectoryRegistry(
+        DEBIAN_REGISTRY,
+        cache or Path(tempfile.mkdtemp(prefix="fb-tune-search-")),
+        embedding_model="off" if args.words_only else None,
+    )
     if registry.semantic_off:
         print(registry.semantic_off, file=sys.stderr)
     registry.search("warm")
