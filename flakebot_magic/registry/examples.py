@@ -25,21 +25,30 @@ import re
 
 __all__ = ["SHAPES", "named", "with_names"]
 
-#: (what an example of the shape is called in crates' words, the shape): camelCase and snake_case identifiers,
-#: a regular expression (a class such as ``\d`` or ``[a-z]``, an anchored pattern, ``.*``), a hex string (8 or
-#: more hex digits, or 6 or more with both a digit and a letter), a link, an ISO date, a version number, a UUID,
-#: an email address, and text beyond ASCII (an accent, an emoji)
-SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("camel case", re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")),
-    ("snake case", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")),
-    ("regex", re.compile(r"\\[dDwWsSb]|\[[^\]\s]-[^\]\s]\]|(?:^|\s)\^\S|\S[+*]\$(?:\s|$)|\.\*|\.\+")),
-    ("hex", re.compile(r"\b(?:[a-f]{8,}|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,})\b")),
-    ("url", re.compile(r"\b(?:https?|ftp)://\S|\bwww\.\w", re.I)),
-    ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
-    ("version", re.compile(r"\bv?\d+\.\d+\.\d+\b")),
-    ("uuid", re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)),
-    ("email", re.compile(r"\b[\w.+-]+@[\w-]+\.[a-z]{2,}\b", re.I)),
-    ("unicode", re.compile(r"[^\x00-\x7f‘’“”–—…]")),
+#: (what an example of the shape is called in crates' words, what it cannot lack (None: nothing to check first),
+#: the shape): camelCase and snake_case identifiers, a regular expression (a class such as ``\d`` or ``[a-z]``, an
+#: anchored pattern, ``.*``), a hex string (8 or more hex digits, or 6 or more with both a digit and a letter), a
+#: link, an ISO date, a version number, a UUID, an email address, and text beyond ASCII (an accent, an emoji).
+#: The first check spares a plain request the shape's pattern (a search reads its examples twice: words and meaning).
+SHAPES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str]], ...] = (
+    ("camel case", re.compile("[A-Z]"), re.compile(r"\b[a-z]+(?:[A-Z][a-z0-9]+)+\b")),
+    ("snake case", re.compile("_"), re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")),
+    (
+        "regex",
+        re.compile(r"[\\\[^$*+]"),
+        re.compile(r"\\[dDwWsSb]|\[[^\]\s]-[^\]\s]\]|(?:^|\s)\^\S|\S[+*]\$(?:\s|$)|\.\*|\.\+"),
+    ),
+    (
+        "hex",
+        re.compile(r"\d|[a-f]{8}"),
+        re.compile(r"\b(?:[a-f]{8,}|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,})\b"),
+    ),
+    ("url", re.compile("[/.]"), re.compile(r"\b(?:https?|ftp)://\S|\bwww\.\w", re.I)),
+    ("date", re.compile("-"), re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
+    ("version", re.compile(r"\."), re.compile(r"\bv?\d+\.\d+\.\d+\b")),
+    ("uuid", re.compile("-"), re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)),
+    ("email", re.compile("@"), re.compile(r"\b[\w.+-]+@[\w-]+\.[a-z]{2,}\b", re.I)),
+    ("unicode", None, re.compile(r"[^\x00-\x7f‘’“”–—…]")),
 )
 
 
@@ -53,7 +62,7 @@ def named(query: str) -> tuple[str, ...]:
     >>> named("parse 2024-03-01 and https://example.org")
     ('url', 'date')
     """
-    return tuple(name for name, shape in SHAPES if shape.search(query))
+    return tuple(name for name, hint, shape in SHAPES if (hint is None or hint.search(query)) and shape.search(query))
 
 
 def with_names(query: str) -> str:
