@@ -346,7 +346,7 @@ def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool 
             for c, e in zip(found, shares, strict=True)
         ]
     if not asks_to_see(query):  # a viewer's output is a view: no answer to a request for a value (:func:`unfit`)
-        found = [replace(c, parts={**c.parts, "view_only": 1.0}) if viewer(c) else c for c in found]
+        found = [replace(c, parts={**c.parts, "view_only": 1.0}) if c.has_bin and viewer(c) else c for c in found]
     return rank(found, prefer_bin=prefer)[:limit]
 
 
