@@ -137,15 +137,15 @@ def viewer(candidate: CrateCandidate) -> bool:
 def asks_to_see(query: str) -> bool:
     """Whether a request asks to see something (view, show, look at, inspect, dump, browse ...).
 
-    A request for a value ("bytes to hex string", "print a byte array as
-    hex") is answered by a transformer, whose output is the answer; one that
-    asks to see ("view the bytes of a file in hex", "hexdump a file") may be
+    A request for a value ("a key's bytes as a hex string", "print a digest
+    as hex") is answered by a transformer, whose output is the answer; one that
+    asks to see ("view a core file in hex", "hexdump an image") may be
     answered by a viewer too. "print" alone is no such word: a program's
     result is printed either way.
 
     Examples
     --------
-    >>> [asks_to_see(q) for q in ["hexdump a binary file", "look at the bytes", "bytes to hex string"]]
+    >>> [asks_to_see(q) for q in ["hexdump an image", "look inside a blob", "a key's bytes as a hex string"]]
     [True, True, False]
     """
     return bool(_SEEING.search(query))
@@ -194,8 +194,8 @@ def unfit(candidate: CrateCandidate) -> str:
     is meaning: a binary its crate calls a viewer (:func:`viewer`) lays its
     output out for a person, so it answers only a request that asks to see
     (:func:`asks_to_see`; ``parts["view_only"]``, set by :func:`search`):
-    hexyl, a hex viewer, shows bytes in hex but is no answer to "bytes to a
-    hex string". A registry that reports no evidence is not held to the
+    hexyl, a hex viewer, shows bytes in hex but is no answer to "a key's bytes
+    as a hex string". A registry that reports no evidence is not held to the
     rules on evidence and meaning. (The
     relative check, that words and meaning agree, is :func:`disagreement`.)
 

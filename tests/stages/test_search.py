@@ -198,9 +198,9 @@ _TRANSFORMER = _fits("hexenc", "Encode bytes as hexadecimal text")
 @pytest.mark.parametrize(
     "request_text",
     [
-        "bytes to hex string",
-        "convert binary data to hexadecimal text",
-        "print a byte array as hex",  # "print": a program's result is printed either way
+        "a key's bytes as a hex string",
+        "convert a buffer to hexadecimal characters",
+        "print a digest as hex",  # "print": a program's result is printed either way
         "give me the base-16 digits of a buffer",
         "hex-encode some bytes",
     ],
@@ -220,12 +220,12 @@ def test_a_viewer_is_no_answer_to_a_request_for_a_value(request_text: str) -> No
 @pytest.mark.parametrize(
     "request_text",
     [
-        "view the raw bytes of a file in hex",
-        "hexdump a binary file",
-        "how can I look at the bytes inside a file?",
+        "view a core file in hex",
+        "hexdump an image",
+        "how can I look inside a packet capture?",
         "show me what is in this binary blob",
         "inspect a firmware image byte by byte",
-        "i want see the bytes like xxd do",
+        "let me see the bytes of a save game",
         "browse a big log",
         "dump a file as hex",
     ],
