@@ -47,7 +47,7 @@ from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
 from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_inside
 from ..host.storage import translate
-from . import embedding, ranking
+from . import embedding, examples, prior, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
 from .semver import matches, newest
@@ -226,7 +226,7 @@ class DirectoryRegistry:
             bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
             said = binary_text(crate_dir, manifest) if bins else ""
             readme_text = readme(crate_dir, package)
-            depends_on.setdefault(name, set()).update(ranking.dependency_names(manifest))
+            depends_on.setdefault(name, set()).update(prior.dependency_names(manifest))
             cursor = db.execute(
                 "INSERT INTO crates (name, version, dir, description, keywords, categories,"
                 " license, homepage, repository, bins, input, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -266,7 +266,7 @@ class DirectoryRegistry:
             )
             for word in set(ranking.tokens(" ".join(text))):
                 vocabulary[word] = vocabulary.get(word, 0) + 1
-        priors = ranking.reverse_dependencies(depends_on)
+        priors = prior.reverse_dependencies(depends_on)
         db.executemany(
             "UPDATE crates SET prior = ?, log_prior = ? WHERE name = ?",
             [(p, math.log1p(p), n) for n, p in priors.items()],
@@ -350,7 +350,9 @@ class DirectoryRegistry:
             return []
         # embedding the request on a worker thread while its words were ranked was slower than this (both
         # need the interpreter, and the machine's two cores)
-        meaning = embedding.encoder_for(self._model).encode([query])[0] if self._model is not None else None
+        # the names of the examples it shows too ("myVariableName": camel case): the model reads them better
+        searched = examples.with_names(query)
+        meaning = embedding.encoder_for(self._model).encode([searched])[0] if self._model is not None else None
         rows = self._lexical_rows(db, query, found, limit)
         similarity: dict[int, float] = {}
         own: dict[int, float] = {}
@@ -426,7 +428,7 @@ class DirectoryRegistry:
                 *_WEIGHTS,
                 *keys,
                 ranking.match_expression(found),
-                ranking.PRIOR_WEIGHT,
+                prior.PRIOR_WEIGHT,
                 ranking.NAME_BOOST,
                 max(limit * 3, _POOL),
             ),

@@ -19,16 +19,15 @@ report no evidence of their own):
   and in their own words (name, description, keywords, what their binaries
   say), so that :func:`coverage` gives the share of the request, weighted by
   each concept's rarity (bm25's idf), that a crate's text covers.
-* :func:`reverse_dependencies` over the registry's dependency graph gives a
-  popularity prior, computed once when the index is built: a crate much of
-  the registry builds on (``toml``, ``url``) is more often what a user means
-  than one that merely repeats the query's words. (PageRank over the same
-  graph was measured too and ranked worse: it piles its weight on
-  infrastructure such as ``proc-macro2``, which no request asks for.)
+* :func:`.prior.reverse_dependencies` over the registry's dependency graph
+  gives a popularity prior (:mod:`.prior`).
+* :func:`.examples.named` reads what a request shows instead of naming (an
+  identifier in camelCase, a regex, a hex string) and adds the words crates
+  use for it.
 
 The lexical score (:func:`combine`) is::
 
-    score = relevance * (1 + PRIOR_WEIGHT * log(1 + prior)) * name * coverage ** COVERAGE_POWER
+    score = relevance * (1 + prior.PRIOR_WEIGHT * log(1 + prior)) * name * coverage ** COVERAGE_POWER
 
 where ``relevance`` is FTS5's bm25 over weighted columns, ``prior`` the
 crate's reverse-dependency count scaled so that the mean crate has 1.0,
@@ -49,13 +48,14 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Any
+
+from . import examples
+from .prior import prior_factor
 
 __all__ = [
     "COVERAGE_POWER",
     "EVIDENCE_POWER",
     "NAME_BOOST",
-    "PRIOR_WEIGHT",
     "SEMANTIC_FLOOR",
     "SEMANTIC_MIN_SIMILARITY",
     "SEMANTIC_POOL",
@@ -68,7 +68,6 @@ __all__ = [
     "combine",
     "concepts",
     "coverage",
-    "dependency_names",
     "edits1",
     "evidence_in",
     "fuse",
@@ -76,15 +75,11 @@ __all__ = [
     "match_expression",
     "name_key",
     "name_keys",
-    "prior_factor",
-    "reverse_dependencies",
     "tokens",
 ]
 
 #: how FTS5 splits and stems text, in the index and in queries
 TOKENIZER = "porter unicode61 remove_diacritics 2"
-#: how strongly the popularity prior lifts a relevant crate (``w`` in the score)
-PRIOR_WEIGHT = 0.3
 #: the factor for a crate whose name is one of the query's terms
 NAME_BOOST = 1.5
 #: how strongly the share of the request a crate covers weighs in its score
@@ -133,6 +128,12 @@ SYNONYMS: Mapping[str, tuple[str, ...]] = {
     "regexp": ("regex",),
     "regular expression": ("regex",),
     "uri": ("url",),
+    "web address": ("url",),
+    "web link": ("url",),
+    "web links": ("url",),
+    "tarball": ("tar",),
+    "guid": ("uuid",),
+    "base16": ("hex",),
     "urls": ("url",),
     "web server": ("http server",),
     "webserver": ("http server",),
@@ -256,7 +257,8 @@ def concepts(
     one edit away that are :data:`CORRECTION_RATIO` times as common (a typo:
     any known word when the typed one matches nowhere). Numbers are no
     concepts of their own, only parts of a joined word. Stopwords go unless
-    nothing else is left.
+    nothing else is left. The names of the examples the request shows
+    (:func:`.examples.with_names`: "myVariableName" is camel case) are words of it.
 
     An alternative with a space means its words close together (:func:`match_expression`).
 
@@ -268,7 +270,7 @@ def concepts(
     >>> [c.alternatives for c in concepts("a markdwon file name", lambda ws: {w: vocabulary(w, 0) for w in ws})]
     [('markdwon', 'markdown'), ('filename', 'file name')]
     """
-    words = [w for w in tokens(query) if len(w) > 1 or w.isdigit()]
+    words = [w for w in tokens(examples.with_names(query)) if len(w) > 1 or w.isdigit()]
     content = {w for w in words if w not in STOPWORDS} or set(words)
     pairs = {a + b for a, b in pairwise(words) if a + b not in STOPWORDS and (a in content or b in content)}
     known = df(content | pairs)
@@ -480,62 +482,6 @@ def name_keys(query: str, found: Sequence[Concept] | None = None) -> set[str]:
     for concept in found if found is not None else concepts(query):
         keys.update(name_key(a) for a in concept.alternatives)
     return keys
-
-
-# -- the popularity prior ----------------------------------------------------
-
-
-def dependency_names(manifest: Mapping[str, Any]) -> set[str]:
-    """The crates a manifest builds on: ``[dependencies]`` and ``[build-dependencies]``,
-    also under ``[target.*]``, by their registry name (``package = "..."`` renames
-    followed). Dev-dependencies are left out: they say what a crate is tested
-    with, not what it is built on."""
-    tables: list[Any] = [
-        manifest.get("dependencies"),
-        manifest.get("build-dependencies"),
-        manifest.get("build_dependencies"),
-    ]
-    targets = manifest.get("target")
-    if isinstance(targets, Mapping):
-        for target in targets.values():
-            if isinstance(target, Mapping):
-                tables += [target.get("dependencies"), target.get("build-dependencies")]
-    names: set[str] = set()
-    for table in tables:
-        if not isinstance(table, Mapping):
-            continue
-        for key, spec in table.items():
-            renamed = spec.get("package") if isinstance(spec, Mapping) else None
-            names.add(renamed if isinstance(renamed, str) else str(key))
-    return names
-
-
-def reverse_dependencies(edges: Mapping[str, Iterable[str]]) -> dict[str, float]:
-    """How many crates build on each crate, scaled so that the mean crate has 1.0.
-
-    ``edges`` maps each crate to the crates it depends on. Names outside
-    ``edges`` (dependencies the registry does not hold) and a crate's
-    dependency on itself are ignored.
-
-    Examples
-    --------
-    >>> reverse_dependencies({"app": ["toml", "log"], "lib": ["log"], "toml": [], "log": []})
-    {'app': 0.0, 'lib': 0.0, 'log': 2.6666666666666665, 'toml': 1.3333333333333333}
-    """
-    counts = dict.fromkeys(sorted(edges), 0)
-    for name, dependencies in edges.items():
-        for dependency in set(dependencies):
-            if dependency in counts and dependency != name:
-                counts[dependency] += 1
-    mean = sum(counts.values()) / len(counts) if counts else 0
-    return {name: (count / mean if mean else 0.0) for name, count in counts.items()}
-
-
-def prior_factor(prior: float, weight: float | None = None) -> float:
-    """``1 + weight * log(1 + prior)``: how much the prior multiplies relevance
-    (``weight`` defaults to :data:`PRIOR_WEIGHT`)."""
-    w = PRIOR_WEIGHT if weight is None else weight
-    return 1.0 + w * math.log1p(max(prior, 0.0))
 
 
 def combine(

@@ -19,6 +19,7 @@ __all__ = [
     "SEMANTIC_EVIDENCE",
     "TERM_BOOST",
     "Fitness",
+    "asks_to_see",
     "boost_exact_terms",
     "disagreement",
     "fitness",
@@ -30,6 +31,7 @@ __all__ = [
     "semantic_notice",
     "tools_of",
     "unfit",
+    "viewer",
     "wants_tool",
     "why",
     "words_only",
@@ -52,6 +54,16 @@ SEMANTIC_EVIDENCE = 0.4
 AGREEMENT = 3
 #: how much naming an exact term of the request (``SHA-256``, ``base64``) multiplies a score
 TERM_BOOST = 2.0
+
+#: what a crate that calls its binary a viewer says of itself: a hex viewer, a pager, a terminal UI. Its output
+#: is a view laid out for a person's eyes (offsets, columns, borders, colours), not a value to use
+_VIEWER = re.compile(r"\b(viewer|pager|tui|terminal user interface|interactive)s?\b", re.I)
+#: the words of a request that asks to see something: a view is then the answer ("hexdump": a dump)
+_SEEING = re.compile(
+    r"\b(view|see|seeing|look|show|display|inspect|dump|browse|peek|preview|examine|visuali[sz]e)"
+    r"(?:s|es|er|ers|ing|ed|d)?\b|dump(?:s|ing)?\b",
+    re.I,
+)
 
 _TOOL_WORDS = re.compile(
     r"\b(tool|command|cli|binary|program|app|utility|executable|convert|render|print|"
@@ -116,6 +128,29 @@ def wants_tool(query: str) -> bool:
     return bool(_TOOL_WORDS.search(query))
 
 
+def viewer(candidate: CrateCandidate) -> bool:
+    """Whether a crate's own words (its description and keywords) call its binary a viewer, a pager or a
+    terminal UI: a tool whose output is a view for a person (hexyl: "A command-line hex viewer")."""
+    return bool(_VIEWER.search(" ".join([candidate.description, *candidate.keywords])))
+
+
+def asks_to_see(query: str) -> bool:
+    """Whether a request asks to see something (view, show, look at, inspect, dump, browse ...).
+
+    A request for a value ("a key's bytes as a hex string", "print a digest
+    as hex") is answered by a transformer, whose output is the answer; one that
+    asks to see ("view a core file in hex", "hexdump an image") may be
+    answered by a viewer too. "print" alone is no such word: a program's
+    result is printed either way.
+
+    Examples
+    --------
+    >>> [asks_to_see(q) for q in ["hexdump an image", "look inside a blob", "a key's bytes as a hex string"]]
+    [True, True, False]
+    """
+    return bool(_SEEING.search(query))
+
+
 def rank(candidates: list[CrateCandidate], *, prefer_bin: bool) -> list[CrateCandidate]:
     """Re-rank a registry's candidates: binaries that fit the request (:func:`unfit`) first among equals."""
     if not prefer_bin:
@@ -155,8 +190,13 @@ def unfit(candidate: CrateCandidate) -> str:
     its binary says of itself must mean what the request asks: their
     embeddings' cosine similarity at least :data:`SEMANTIC_EVIDENCE`
     (``parts["own_similarity"]``). Words alone are not enough evidence: a
-    binary whose text shares the request's words may do something else. A
-    registry that reports no evidence is not held to the last rules. (The
+    binary whose text shares the request's words may do something else. Nor
+    is meaning: a binary its crate calls a viewer (:func:`viewer`) lays its
+    output out for a person, so it answers only a request that asks to see
+    (:func:`asks_to_see`; ``parts["view_only"]``, set by :func:`search`):
+    hexyl, a hex viewer, shows bytes in hex but is no answer to "a key's bytes
+    as a hex string". A registry that reports no evidence is not held to the
+    rules on evidence and meaning. (The
     relative check, that words and meaning agree, is :func:`disagreement`.)
 
     Examples
@@ -176,6 +216,8 @@ def unfit(candidate: CrateCandidate) -> str:
         return f"its binary {tools[0]} reads files, not text"
     if candidate.reads == "none":
         return f"its binary {tools[0]} reads no input (a demo, or it needs a feature that is off by default)"
+    if candidate.parts.get("view_only"):
+        return f"its binary {tools[0]} is a viewer, and the request asks for a result, not a view"
     evidence = candidate.parts.get("evidence")
     if evidence is not None and evidence < EVIDENCE:
         return f"its own description and binary text cover {evidence:.0%} of the request"
@@ -303,6 +345,8 @@ def search(registry: Registry, query: str, *, limit: int = 10, prefer_bin: bool 
             c if "evidence" in c.parts else replace(c, parts={**c.parts, "evidence": e})
             for c, e in zip(found, shares, strict=True)
         ]
+    if not asks_to_see(query):  # a viewer's output is a view: no answer to a request for a value (:func:`unfit`)
+        found = [replace(c, parts={**c.parts, "view_only": 1.0}) if c.has_bin and viewer(c) else c for c in found]
     return rank(found, prefer_bin=prefer)[:limit]
 
 

@@ -5,7 +5,8 @@ the held-out half is checked against the digest it had then. The accuracy
 asserted here is what the held-out half measured with semantic search (the
 fusion's design frozen on the tuning half first; ``make bench`` reports both
 halves, with and without the model); the issue's targets that are not
-reached yet are the strict ``xfail`` tests below, so that reaching one shows.
+reached yet are the strict ``xfail`` tests below, so that reaching one shows (the held-out half's top-3 target
+was reached on 2026-11-26 and is asserted since).
 
 The blind set (tests/search_paraphrases_fresh.toml: three more paraphrases
 per request, written by someone who never saw the code, added after all
@@ -55,7 +56,9 @@ HELD_OUT_DIGEST = "da69b5c88e8cff8901f63625379089353bee4d8434ab9042a53cfa3454983
 #: evidence in words and in meaning, and both rankers' agreement. Before each crate's meaning averaged three
 #: views of it (chosen on the tuning split of every file, benchmarks/tune_search.py): 111 and 118. Words alone,
 #: when issue 20 landed: 0.85, 0.875, one wrong deploy.
-HELD_OUT_TOP3 = 113 / 120
+#: Since (2026-11-26, issue 20's last targets: a request's examples named by their shape, a few synonyms of the same
+#: thing, chosen on the tuning split of every file): top-3 0.950 (114), the target, top-10 the same 119.
+HELD_OUT_TOP3 = 114 / 120
 HELD_OUT_TOP10 = 119 / 120
 #: the issue's targets
 TARGET_TOP3, TARGET_TOP10, TARGET_WRONG = 0.95, 0.99, 0
@@ -90,10 +93,11 @@ BLIND3_DIGEST = "60400299703a6c254b43cd0bda2c10d87ceb8f55ac3ce223fff3ac73508461c
 #: class of the first blind set's "binary data to hexadecimal text"). Words alone: top-3 190, top-10 212, no deploy (words alone
 #: never deploy as published since). Before the three views (main's ranker, measured the same hour): 220 and 240,
 #: the same wrong deploy. Floors a little below, so that a regression fails.
+#: Since, its tuning-half rows tuned on (the class of that wrong deploy fixed: a viewer answers only a request to
+#: see; examples named by their shape): 230 and 245 in all, no wrong deploy (held-out half: 110 and 119 of 120,
+#: as before). The floors stay where they were: only held-out rows may raise a floor.
 BLIND3_TOP3 = 220 / 248
 BLIND3_TOP10 = 240 / 248
-#: the one wrong deploy above, known and not fixed; the target (0) is held as a strict xfail
-BLIND3_WRONG = 1
 
 #: sha256 of the fourth blind set (tests/search_paraphrases_blind4.toml, branch blind4, f06a252: four paraphrases of
 #: every request in four other styles: input and output, a field's jargon, an agent's terse spec, casual; by a
@@ -258,9 +262,36 @@ def test_held_out_top10_target(held_out: dict[str, Any]) -> None:
 
 
 @needs_debian
-@pytest.mark.xfail(strict=True, reason="issue 20's held-out top-3 target is not reached yet: see README")
 def test_held_out_top3_target(held_out: dict[str, Any]) -> None:
     assert held_out["top3"] >= TARGET_TOP3
+
+
+#: requests for a value that a hex viewer's words and meaning sit next to (written for this test, in no evaluation
+#: file), and requests to see that the viewer answers: the wrong-deploy class of the first and third blind sets
+VALUE_REQUESTS = (
+    "hex-encode the bytes of a key",
+    "turn the raw bytes of a digest into hexadecimal characters",
+    "I need the hexadecimal form of a byte buffer as a string",
+    "format bytes as a lowercase hex string",
+    "bytes in, hex text out",
+    "write a byte slice as hex digits",
+)
+VIEW_REQUESTS = ("view a binary file as a hex dump", "hex dump of a file", "show a file as a hexdump")
+
+
+@needs_debian
+def test_a_viewer_is_never_deployed_for_a_value_and_is_for_a_view(debian: DirectoryRegistry) -> None:
+    for request in VALUE_REQUESTS:
+        found = search_stage.search(debian, request, limit=10, prefer_bin=True)
+        assert "hexyl" in [c.name for c in found[:5]], request  # the viewer is a close candidate ...
+        fit = search_stage.fitness(found)
+        # ... and never deployed: no viewer is, for a request that asks for no view
+        assert fit.chosen is None or not search_stage.viewer(fit.chosen), (request, fit.reason)
+        hexyl = next(c for c in found if c.name == "hexyl")
+        assert search_stage.unfit(hexyl).endswith("is a viewer, and the request asks for a result, not a view")
+    for request in VIEW_REQUESTS:
+        fit = search_stage.fitness(search_stage.search(debian, request, limit=10, prefer_bin=True))
+        assert fit.chosen is not None and fit.chosen.name == "hexyl", (request, fit.reason)
 
 
 @pytest.fixture(scope="module")
@@ -315,20 +346,19 @@ def blind3(debian: DirectoryRegistry) -> dict[str, Any]:
 
 
 @needs_debian
-def test_third_blind_set_accuracy(blind3: dict[str, Any]) -> None:
+def test_third_blind_set_accuracy_and_no_wrong_deploy(blind3: dict[str, Any]) -> None:
     assert blind3["n"] == 248
     assert blind3["top3"] >= BLIND3_TOP3
     assert blind3["top10"] >= BLIND3_TOP10
-    assert blind3["wrong"] <= BLIND3_WRONG
-    assert blind3["deploy"] + blind3["refuse"] + blind3["miss"] + blind3["wrong"] == blind3["n"]
+    assert blind3["wrong"] <= TARGET_WRONG
+    assert blind3["deploy"] + blind3["refuse"] + blind3["miss"] == blind3["n"]
 
 
 @needs_debian
-@pytest.mark.xfail(strict=True, reason="issue 20's targets are not reached on the third blind set: see README")
-def test_third_blind_set_targets(blind3: dict[str, Any]) -> None:
+@pytest.mark.xfail(strict=True, reason="issue 20's ranking targets are not reached on the third blind set: see README")
+def test_third_blind_set_ranking_targets(blind3: dict[str, Any]) -> None:
     assert blind3["top3"] >= TARGET_TOP3
     assert blind3["top10"] >= TARGET_TOP10
-    assert blind3["wrong"] <= TARGET_WRONG
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Ranking: the stemmer, synonyms, the popularity prior, and accuracy on Debian's registry (tests/search_requests.toml)."""
+"""Ranking: the stemmer, synonyms, the score, and accuracy on Debian's registry (tests/search_requests.toml)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,10 @@ from flakebot_magic.registry.ranking import (
     combine,
     concepts,
     coverage,
-    dependency_names,
     edits1,
     evidence_in,
     match_expression,
     name_key,
-    reverse_dependencies,
 )
 from flakebot_magic.stages import search as search_stage
 
@@ -189,26 +187,6 @@ def test_concepts_match_alike_whether_sqlite_or_python_keeps_the_wanted_rows(mon
     both = ranking.match_concepts(db, "t", found, [1, 2, 3], own)
     # md2html holds render, markdown, html in its own words; urlkit holds parse and url, markdown in its readme
     assert both[1] == ({0, 1, 2}, {0, 1, 2}) and both[2] == ({1, 3, 4}, {3, 4}) and both[3] == ({0}, set())
-
-
-# -- the prior --------------------------------------------------------------------------
-
-
-def test_dependency_names_follow_renames_and_targets_and_skip_dev() -> None:
-    manifest = {
-        "dependencies": {"serde": "1", "json": {"package": "serde_json", "version": "1"}},
-        "build-dependencies": {"cc": "1"},
-        "dev-dependencies": {"tempfile": "3"},
-        "target": {"cfg(unix)": {"dependencies": {"libc": "0.2"}}},
-    }
-    assert dependency_names(manifest) == {"serde", "serde_json", "cc", "libc"}
-
-
-def test_reverse_dependencies_count_distinct_dependents() -> None:
-    prior = reverse_dependencies({"a": ["log", "log", "a"], "b": ["log", "missing"], "log": []})
-    # log has two dependents; the mean over three crates is 2/3
-    assert prior == {"a": 0.0, "b": 0.0, "log": 3.0}
-    assert reverse_dependencies({}) == {}
 
 
 def test_score_is_the_product_of_its_parts() -> None:

@@ -23,6 +23,7 @@ from flakebot_magic.stages.search import (
     EVIDENCE,
     SEMANTIC_EVIDENCE,
     TERM_BOOST,
+    asks_to_see,
     boost_exact_terms,
     disagreement,
     fitness,
@@ -31,6 +32,7 @@ from flakebot_magic.stages.search import (
     rank,
     search,
     unfit,
+    viewer,
     wants_tool,
     why,
 )
@@ -173,6 +175,66 @@ def test_why_a_binary_is_unfit(candidate: CrateCandidate, why_not: str) -> None:
     assert unfit(candidate).startswith(why_not)
     fit = fitness([candidate])
     assert fit.chosen is None and (why_not if candidate.has_bin else "no candidate ships a binary") in fit.reason
+
+
+# -- a viewer's output is a view, not a value --------------------------------------------
+
+
+def _fits(name: str, description: str, keywords: tuple[str, ...] = ()) -> CrateCandidate:
+    """A binary whose words and meaning both fit the request (first by each)."""
+    parts = {"evidence": 1.0, "words": 1.0, "meaning": 1.0, "own_similarity": 0.9}
+    return replace(_bin(name, 1.0), description=description, keywords=keywords, parts=parts)
+
+
+#: binaries that lay their output out for a person, and one whose output is the answer
+_VIEWERS = [
+    _fits("hexview", "A command-line hex viewer"),
+    _fits("pagey", "A terminal pager for logs"),
+    _fits("logtui", "Explore JSON", ("tui",)),
+]
+_TRANSFORMER = _fits("hexenc", "Encode bytes as hexadecimal text")
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        "a key's bytes as a hex string",
+        "convert a buffer to hexadecimal characters",
+        "print a digest as hex",  # "print": a program's result is printed either way
+        "give me the base-16 digits of a buffer",
+        "hex-encode some bytes",
+    ],
+)
+def test_a_viewer_is_no_answer_to_a_request_for_a_value(request_text: str) -> None:
+    assert not asks_to_see(request_text)
+    for candidate in _VIEWERS:
+        assert viewer(candidate)
+        [found] = search(ListRegistry([candidate]), request_text, prefer_bin=True)
+        assert unfit(found) == f"its binary {candidate.name} is a viewer, and the request asks for a result, not a view"
+        assert fitness([found]).chosen is None and "bin" not in found.parts  # not boosted either
+    # a transformer whose words fit is still deployed for the same request
+    [found] = search(ListRegistry([_TRANSFORMER]), request_text, prefer_bin=True)
+    assert not viewer(_TRANSFORMER) and fitness([found]).chosen == found
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        "view a core file in hex",
+        "hexdump an image",
+        "how can I look inside a packet capture?",
+        "show me what is in this binary blob",
+        "inspect a firmware image byte by byte",
+        "let me see the bytes of a save game",
+        "browse a big log",
+        "dump a file as hex",
+    ],
+)
+def test_a_viewer_answers_a_request_to_see(request_text: str) -> None:
+    assert asks_to_see(request_text)
+    for candidate in _VIEWERS:
+        [found] = search(ListRegistry([candidate]), request_text, prefer_bin=True)
+        assert unfit(found) == "" and fitness([found]).chosen == found
 
 
 @pytest.mark.parametrize("reads", ["stdin", "args", ""])
