@@ -105,9 +105,12 @@ BLIND3_TOP10 = 240 / 248
 #: "hex", "zip", "random" and "time" among them), committed alone before this round's tuning: never edited
 BLIND4_DIGEST = "82117cd6b9331233a2a1c775bdb25be8137e8fb92fa069dccaa7a9fefcab4522"
 #: what it measured on main's ranker (2cf3c16) before this round's tuning was merged (248 paraphrases): top-1 128,
-#: top-3 165, top-10 210, no wrong deploy (words alone: 93, 120, 165, no deploy). Floors a little below.
-BLIND4_TOP3 = 160 / 248
-BLIND4_TOP10 = 205 / 248
+#: top-3 165, top-10 210, no wrong deploy (words alone: 93, 120, 165, no deploy); once more after it was merged
+#: (viewers answer only requests to see, examples named by their shape, six synonyms; nothing tuned on this set):
+#: 131, 174, 211, no wrong deploy (held-out half's requests: 91 and 109 of 120, before 90 and 110; words alone 94,
+#: 127, 176). Floors a little below the second.
+BLIND4_TOP3 = 170 / 248
+BLIND4_TOP10 = 208 / 248
 
 needs_debian = pytest.mark.skipif(
     not (DEBIAN_REGISTRY / "pulldown-cmark-0.9.2").is_dir(), reason="Debian's registry is not installed (make install)"
