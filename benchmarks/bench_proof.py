@@ -31,6 +31,11 @@ Variants:
                     --release`` runs the tests and the doc tests (nothing left to compile but the doc tests)
 ``one-release-dev0`` ``one-release`` with the packages only the tests need (dev-dependencies and what only they pull
                     in, from ``cargo tree``) at opt-level 0: they are not in the release binary's graph
+``shared``          ONE target dir, in sequence: ``cargo build --release``, the binaries copied out (sealed), then
+                    ``cargo test --release`` with ``--config`` profile overrides by package: the crate under test at
+                    the test profile's settings (opt-level 0, debug assertions, overflow checks) and the packages
+                    only the tests need at opt-level 0, so every normal dependency unit of the release build is
+                    reused unchanged (the units the test step compiled are counted from cargo's JSON)
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,7 +60,7 @@ from flakebot_magic.events import EventBus  # noqa: E402
 from flakebot_magic.host.process import Completed, ProcessRunner  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
 from flakebot_magic.sandbox.cargo import Cargo  # noqa: E402
-from flakebot_magic.sandbox.diagnostics import parse_test_output  # noqa: E402
+from flakebot_magic.sandbox.diagnostics import parse_cargo_messages, parse_test_output  # noqa: E402
 from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, COLD_TEST_ENV, TEST_ENV  # noqa: E402
 from flakebot_magic.stages.fork import fork  # noqa: E402
 
@@ -121,6 +127,13 @@ def test_names(stdout: str) -> set[str]:
 def dev_only_opt0(b: Bench) -> tuple[str, ...]:
     """cargo ``--config`` putting every package only the tests need at opt-level 0 (``cargo tree`` run in the
     sandbox; its time counts)."""
+    return tuple(
+        a for name in sorted(dev_only(b)) for a in ("--config", f'profile.release.package."{name}".opt-level=0')
+    )
+
+
+def dev_only(b: Bench) -> set[str]:
+    """The packages only the tests need, by name (``cargo tree`` run in the sandbox; its time counts)."""
 
     def names(edges: str) -> set[str]:
         done = b.cargo.run(
@@ -138,8 +151,29 @@ def dev_only_opt0(b: Bench) -> tuple[str, ...]:
         )
         return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
 
-    only = names("normal,build,dev") - names("normal,build")
-    return tuple(a for name in sorted(only) for a in ("--config", f'profile.release.package."{name}".opt-level=0'))
+    return names("normal,build,dev") - names("normal,build")
+
+
+def compiled_units(tested: str, built: str) -> dict[str, int]:
+    """The units a ``cargo test`` after ``cargo build --release`` in the same target dir compiled or reused (fresh),
+    by kind: the crate's own (a path package), the release build's packages, the packages only the tests need."""
+
+    def artifacts(stdout: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        parse_cargo_messages(stdout.splitlines(), artifacts=found)
+        return found
+
+    released = {str(a.get("package_id")) for a in artifacts(built)}
+    counts = {"own compiled": 0, "release deps reused": 0, "release deps compiled again": 0, "test-only compiled": 0}
+    for a in artifacts(tested):
+        package = str(a.get("package_id", ""))
+        if package.startswith("path+"):  # the fork: the only path package
+            counts["own compiled"] += not a.get("fresh")
+        elif package in released:
+            counts["release deps reused" if a.get("fresh") else "release deps compiled again"] += 1
+        else:
+            counts["test-only compiled"] += not a.get("fresh")
+    return counts
 
 
 def _number(text: str) -> bool:
@@ -263,6 +297,20 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
+    def shared() -> tuple[float, set[str] | None]:
+        t = b.fresh("sharedseq")
+        seal = t.parent / f"{t.name}-sealed"
+        start = time.perf_counter()
+        built = b.cargo_run(*BUILD_FLAGS, target=t)
+        _, executables, _ = parse_cargo_messages(built.stdout.splitlines(), target_dir=t)
+        seal.mkdir(parents=True, exist_ok=True)
+        for name, path in executables.items():  # sealed before any test code runs
+            shutil.copy2(path, seal / name)
+        tested = b.cargo_run(*TEST, "--release", *own, *dev_only_opt0(b), target=t)
+        took = time.perf_counter() - start
+        print(f"    shared: test step {compiled_units(tested.stdout, built.stdout)}", file=sys.stderr, flush=True)
+        return took, test_names(tested.stdout)
+
     def split_with(
         label: str, env: dict[str, str], more: tuple[str, ...] = (), nice: int = 10
     ) -> Callable[[], tuple[float, set[str] | None]]:
@@ -301,6 +349,7 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         "one-release": one_release(False),
         "one-release-dev0": one_release(True),
         "split": split_with("split", {}),
+        "shared": shared,
         "shared-deps-build-first": shared_after,
         "shared-deps-tests-first": shared_first,
         "release-tests": release_after,
