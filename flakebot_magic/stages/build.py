@@ -119,6 +119,8 @@ TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "fal
 COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
+#: in the sealed binaries' dir (never a binary's name): the release target dir held a test run since it was emptied
+TESTED_MARK = ".tests-ran-in-release-target"
 #: a sealed copy of a built binary larger than this is refused (no tool is near it)
 _MAX_BINARY = 4 << 30
 
@@ -264,6 +266,9 @@ class _Check:
         self.profile: SharedProfile | None = None
         #: where the release build's binaries are copied before any test runs, when ``shared``
         self.sealed = sealed_binaries(workspace)
+        #: beside the sealed binaries, where no sandbox shows it: tests ran in the release target dir since it was
+        #: last emptied (written before they start)
+        self.tested_mark = self.sealed / TESTED_MARK
         #: set when the release build succeeded (before ``released``)
         self.built = False
         self.results: dict[str, Any] = {}
@@ -347,6 +352,9 @@ class _Check:
     def release_build(self) -> BuildResult:
         """``cargo build --release`` into flakebot's own target dir; the binaries hashed as the build ends."""
         workspace = self.workspace
+        if self.tested_mark.exists():  # tests ran in it: what they left is never linked into a release binary
+            shutil.rmtree(self.release_dir, ignore_errors=True)
+            self.tested_mark.unlink()
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
         # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
         done = self.cargo.run(
@@ -419,6 +427,7 @@ class _Check:
                     f"The tests of {self.workspace.name} did not run: the release build failed.",
                     workspace=self.workspace,
                 )
+            self.tested_mark.touch()
             done = self.cargo_test()
         else:
             done = self.cargo_test("--no-run")

@@ -43,8 +43,8 @@ __all__ = [
     "ROOT_SETTINGS",
     "TEST_ONLY_SETTINGS",
     "SharedProfile",
-    "shared_profile",
     "dev_only_packages",
+    "shared_profile",
 ]
 
 #: the crate under test, as ``cargo test`` compiles it (the dev profile's settings that decide what is tested)

@@ -64,6 +64,8 @@ fn rewrites_the_release_binary() {
         }
     }
     assert!(done >= 1, "the test could not reach the release target dir at all");
+    // and something a later release build in this target dir might pick up
+    std::fs::write(release.join("poison"), b"planted by a test").unwrap();
 }
 """
 
@@ -165,6 +167,25 @@ def test_a_test_cannot_change_the_binary_that_ships(proven: _Proven) -> None:
     stored = deploy(tmp / "store", "k", "sharedroot", "0.1.0", result.build.binaries, {}, digests=result.build.digests)
     shipped = stored.bin("sharedroot")
     assert hashlib.sha256(shipped.read_bytes()).hexdigest() == result.build.digests["sharedroot"]
+
+
+def test_a_release_build_never_starts_from_a_target_dir_tests_ran_in(proven: _Proven, tmp_path: Path) -> None:
+    """The tests could have rewritten any unit there (a dev-dependency is no writer of a release build): the next
+    release build of the workspace empties it first."""
+    ws = proven.ws
+    poison = release_target(ws.path) / "release" / "poison"
+    assert poison.read_bytes() == b"planted by a test"
+    again = check(
+        ws.path,
+        Cargo(DirectoryRegistry(proven.tmp / "registry", tmp_path / "index"), ProcessRunner()),
+        EventBus(),
+        policy=TreePolicy(),
+        build_timeout=300,
+        test_timeout=300,
+        run_tests=False,
+    )
+    assert not poison.exists()
+    assert again.build.digests == proven.result.build.digests  # the same binary, built from scratch
 
 
 def test_the_tests_reuse_every_release_unit_and_compile_the_crate_as_cargo_test_does(
