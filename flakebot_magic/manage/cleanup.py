@@ -52,7 +52,7 @@ from ..host.locks import LockHolder, held_locks
 from ..host.process import alive
 from ..host.storage import amount, read_cache_json, storage_errors
 from ..records.inventory import Inventory
-from ..sandbox import SANDBOX_DIR, release_target, sealed_binaries
+from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
@@ -348,7 +348,6 @@ def _clean_leftovers(
                 continue
             remove(entry / "target")
             remove(release_target(entry))
-            remove(sealed_binaries(entry))
             _remove_candidates(entry / CANDIDATES_DIR, report, remove)
             for lock in stale_locks(entry) if report.dry_run else remove_stale_locks(entry):
                 report.removed.append(lock)

@@ -36,7 +36,7 @@ from ..manage.doctor import prepare
 from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, check_tool_name, tool_name
-from ..sandbox import Sandbox, release_target, sealed_binaries
+from ..sandbox import Sandbox, release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
@@ -332,7 +332,6 @@ class Pipeline:
         if not self.settings.keep_workspace:
             shutil.rmtree(run.forked().path / "target", ignore_errors=True)
             shutil.rmtree(release_target(run.forked().path), ignore_errors=True)
-            shutil.rmtree(sealed_binaries(run.forked().path), ignore_errors=True)
 
     def _say_backend(self, run: RunState) -> None:
         """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""

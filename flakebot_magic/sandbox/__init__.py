@@ -40,7 +40,7 @@ unless the user opts in (``allow_unsandboxed``).
 from __future__ import annotations
 
 from ..host.process import allowed_env
-from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox, release_target, sealed_binaries
+from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox, release_target
 from .host import bubblewrap_works
 from .limits import DiskUsage, Limits
 from .seccomp import SeccompFilter, seccomp_filter
@@ -60,7 +60,6 @@ __all__ = [
     "allowed_env",
     "bubblewrap_works",
     "release_target",
-    "sealed_binaries",
     "seccomp_filter",
     "toolchain_of",
 ]

@@ -55,17 +55,7 @@ from .limits import (
 )
 from .seccomp import SeccompFilter, seccomp_filter
 
-__all__ = [
-    "BUILD",
-    "FETCH",
-    "FETCH_OFFLINE",
-    "PROXY_VARIABLES",
-    "SANDBOX_DIR",
-    "Profile",
-    "Sandbox",
-    "release_target",
-    "sealed_binaries",
-]
+__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox", "release_target"]
 
 #: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
 SANDBOX_DIR = ".sandbox"
@@ -90,12 +80,6 @@ def release_target(workspace: Path) -> Path:
     :attr:`Sandbox.release_target`)."""
     workspace = Path(workspace).resolve()
     return workspace.parent / SANDBOX_DIR / workspace.name / "release-target"
-
-
-def sealed_binaries(workspace: Path) -> Path:
-    """Where the release build's binaries are copied when the tests run in its target dir afterwards:
-    ``.sandbox/NAME/sealed`` beside the workspace, shown to no sandboxed command."""
-    return release_target(workspace).parent / "sealed"
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ dropped with a notice.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -57,13 +56,13 @@ from typing import Any
 from ..commands import typed
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
-from ..host.fsutil import copy_regular, private_dir, read_regular, real_dir, sha256_regular
+from ..host.fsutil import read_regular, real_dir, sha256_regular
 from ..host.git import Git
 from ..host.process import Completed
 from ..records.proof_key import ProofKey
 from ..records.proofs import ProofRecord, ProofStore
 from ..sandbox.cargo import Cargo
-from ..sandbox.command import release_target, sealed_binaries
+from ..sandbox.command import release_target
 from ..sandbox.diagnostics import (
     Diagnostic,
     TestReport,
@@ -75,7 +74,6 @@ from ..sandbox.diagnostics import (
 from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
 from .deploy import source_digest
-from .shared_profile import PROOF_FLAGS, SharedProfile, shared_profile
 
 __all__ = [
     "BUILD_FLAGS",
@@ -119,10 +117,6 @@ TEST_ENV = {"CARGO_PROFILE_DEV_DEBUG": "false", "CARGO_PROFILE_TEST_DEBUG": "fal
 COLD_TEST_ENV = {"CARGO_INCREMENTAL": "0"}
 #: how many errors a BuildError carries
 FIRST_ERRORS = 5
-#: in the sealed binaries' dir (never a binary's name): the release target dir held a test run since it was emptied
-TESTED_MARK = ".tests-ran-in-release-target"
-#: a sealed copy of a built binary larger than this is refused (no tool is near it)
-_MAX_BINARY = 4 << 30
 
 
 @dataclass
@@ -211,19 +205,11 @@ def check(
     proving = _Check(
         workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints, test_env=test_env
     )
-    # cold, by cargo: the tests in the release build's target dir after it (nix builds the release elsewhere; the
-    # edit loop's check runs left a warm debug target dir behind)
-    proving.shared = release is None and not edited and run_tests
-    known = None
-    proving.fetch(policy)
-    key = proving.key(git) if proofs is not None and git is not None and run_tests else None
-    if key is not None and proofs is not None:
+    key = known = None
+    if proofs is not None and git is not None and run_tests:
+        key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
         known = proofs.find(key)
-    if proving.shared and known is None:
-        proving.profile = shared_profile(cargo, workspace, build_timeout)
-        if proving.profile is None:  # no root package to test at the test profile's settings: tested apart
-            proving.shared = False
-            key = proving.key(git) if key is not None and git is not None else None
+    proving.fetch(policy)
     if known is not None:  # the tests' stage is the proof found: it runs nothing
         bus.emit(StageStarted("test"))
         bus.emit(StageFinished("test", "cached", _reused(known)))
@@ -260,29 +246,11 @@ class _Check:
         #: the test build's environment (a cold one builds without incremental files: COLD_TEST_ENV)
         self.test_env = test_env
         self.test_flags = (*TEST_FLAGS, *CAP_LINTS) if upstream else TEST_FLAGS
-        #: the tests in the release build's target dir, after it (:mod:`.shared_profile`); else in their own
-        self.shared = False
-        #: the packages' profile settings for ``cargo test`` when ``shared``
-        self.profile: SharedProfile | None = None
-        #: where the release build's binaries are copied before any test runs, when ``shared``
-        self.sealed = sealed_binaries(workspace)
-        #: beside the sealed binaries, where no sandbox shows it: tests ran in the release target dir since it was
-        #: last emptied (written before they start)
-        self.tested_mark = self.sealed / TESTED_MARK
-        #: set when the release build succeeded (before ``released``)
-        self.built = False
         self.results: dict[str, Any] = {}
         self.failures: dict[str, BaseException] = {}
         self.test_seconds = 0.0
         #: set once the release build is over: the crate's code (its tests) may run from then on
         self.released = threading.Event()
-
-    def key(self, git: Git) -> ProofKey:
-        """The proof's key: the tests' flags and profile (:data:`TEST_ENV`, never :data:`COLD_TEST_ENV`)."""
-        shared = PROOF_FLAGS if self.shared else ()
-        return proof_key(
-            self.workspace, git, self.cargo.rustc_version(), (*self.test_flags, *shared, *_env_flags(TEST_ENV))
-        )
 
     def log(self, stage_name: str) -> Callable[[str, str], None]:
         """What a cargo command of ``stage_name`` does with each line it prints: the readable ones become logs."""
@@ -315,9 +283,7 @@ class _Check:
 
         def release_then_tests() -> BuildResult:
             try:
-                built = release()
-                self.built = True
-                return built
+                return release()
             finally:
                 self.released.set()  # the binary is built and hashed (or the build failed): the crate's code may run
 
@@ -352,9 +318,6 @@ class _Check:
     def release_build(self) -> BuildResult:
         """``cargo build --release`` into flakebot's own target dir; the binaries hashed as the build ends."""
         workspace = self.workspace
-        if self.tested_mark.exists():  # tests ran in it: what they left is never linked into a release binary
-            shutil.rmtree(self.release_dir, ignore_errors=True)
-            self.tested_mark.unlink()
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
         # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
         done = self.cargo.run(
@@ -381,8 +344,6 @@ class _Check:
                 workspace=workspace,
             )
         try:
-            if self.shared:  # the tests will run in this target dir: what ships is copied out before
-                executables = self.seal(executables)
             digests = {name: sha256_regular(path) for name, path in executables.items()}
         except OSError as exc:
             raise BuildError(
@@ -390,50 +351,26 @@ class _Check:
             ) from exc
         return BuildResult(binaries=executables, diagnostics=diagnostics, digests=digests)
 
-    def seal(self, executables: dict[str, Path]) -> dict[str, Path]:
-        """Copy the release build's binaries out of its target dir, where no sandboxed command is shown them."""
-        shutil.rmtree(self.sealed, ignore_errors=True)
-        private_dir(self.sealed)
-        sealed = {}
-        for name, path in executables.items():
-            copy_regular(path, self.sealed / name, executable=True, limit=_MAX_BINARY)
-            sealed[name] = self.sealed / name
-        return sealed
-
     def cargo_test(self, *more: str) -> Completed:
-        if self.shared and self.profile is not None:  # after the release build, in its target dir
-            target, nice, more = self.release_dir, 0, (*self.profile.args(), *more)
-        else:  # beside it: the release build is the critical path; the tests take the CPU it leaves
-            target, nice = self.workspace / "target" / "flakebot-test", 10
         return self.cargo.run(
             *self.test_flags,
             *more,
             cwd=self.workspace,
             timeout=self.test_timeout,
             on_line=self.log("test"),
-            env=self.test_env | {"CARGO_TARGET_DIR": str(target)},
-            nice=nice,
+            env=self.test_env | {"CARGO_TARGET_DIR": str(self.workspace / "target" / "flakebot-test")},
+            # the release build is the critical path; the tests take the CPU it leaves
+            nice=10,
         )
 
     def tests(self) -> tuple[TestReport, list[Diagnostic]]:
-        """The tests compiled beside the release build and run once it is over; or, ``shared``, compiled and run
-        after it."""
+        """The tests compiled beside the release build, run once it is over."""
         # no test of the crate runs while the release build reads the sources (a test rewriting src/main.rs
         # would change what is deployed)
-        if self.shared:
+        done = self.cargo_test("--no-run")
+        if done.returncode == 0:
             self.released.wait()
-            if not self.built:
-                raise TestError(
-                    f"The tests of {self.workspace.name} did not run: the release build failed.",
-                    workspace=self.workspace,
-                )
-            self.tested_mark.touch()
             done = self.cargo_test()
-        else:
-            done = self.cargo_test("--no-run")
-            if done.returncode == 0:
-                self.released.wait()
-                done = self.cargo_test()
         diagnostics, _, other = parse_cargo_messages(done.stdout.splitlines())
         # rustdoc builds the crate and its doc tests with JSON diagnostics on stderr, outside cargo's envelope
         diagnostics += [d for d in map(parse_diagnostic_line, done.stderr.splitlines()) if d is not None]
