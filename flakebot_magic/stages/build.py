@@ -27,7 +27,9 @@ its binaries sealed first, the crate at the test profile's settings and the
 test-only packages at opt-level 0) and stayed the fastest that runs every test
 ``cargo test`` runs. ``shared`` costs less CPU (it compiles the dependencies
 once) but more wall time: one target dir is one cargo at a time, so the tests
-no longer fill the core the release build's last long rustc leaves idle. One
+no longer fill the core the release build's last long rustc leaves idle.
+``shared-copy`` (the dependency units copied into the tests' own target dir
+once done) lowers both on hexyl but not pulldown-cmark's wall (README). One
 cargo has one profile for the crate's own code: its tests then compile at
 opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
 an overflow no longer panics), and two cargo commands in one target dir take
