@@ -31,6 +31,14 @@ Variants:
                     --release`` runs the tests and the doc tests (nothing left to compile but the doc tests)
 ``one-release-dev0`` ``one-release`` with the packages only the tests need (dev-dependencies and what only they pull
                     in, from ``cargo tree``) at opt-level 0: they are not in the release binary's graph
+``shared``          ONE target dir, in sequence: ``cargo build --release``, the binaries copied out (sealed), then
+                    ``cargo test --release`` with ``--config`` profile overrides by package: the crate under test at
+                    the test profile's settings (opt-level 0, debug assertions, overflow checks) and the packages
+                    only the tests need at opt-level 0, so every normal dependency unit of the release build is
+                    reused unchanged (the units the test step compiled are counted from cargo's JSON)
+``shared-copy``     ``shared`` with the overlap back: the release build's dependency units copied (mtimes kept) into
+                    the tests' own target dir as soon as the last of them is done (their number from the bare build
+                    of the same round), while the release build compiles the crate; the tests (nice 10) beside it
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,7 +63,7 @@ from flakebot_magic.events import EventBus  # noqa: E402
 from flakebot_magic.host.process import Completed, ProcessRunner  # noqa: E402
 from flakebot_magic.registry.directory import DirectoryRegistry  # noqa: E402
 from flakebot_magic.sandbox.cargo import Cargo  # noqa: E402
-from flakebot_magic.sandbox.diagnostics import parse_test_output  # noqa: E402
+from flakebot_magic.sandbox.diagnostics import parse_cargo_messages, parse_test_output  # noqa: E402
 from flakebot_magic.stages.build import BUILD_FLAGS, CAP_LINTS, COLD_TEST_ENV, TEST_ENV  # noqa: E402
 from flakebot_magic.stages.fork import fork  # noqa: E402
 
@@ -121,6 +130,13 @@ def test_names(stdout: str) -> set[str]:
 def dev_only_opt0(b: Bench) -> tuple[str, ...]:
     """cargo ``--config`` putting every package only the tests need at opt-level 0 (``cargo tree`` run in the
     sandbox; its time counts)."""
+    return tuple(
+        a for name in sorted(dev_only(b)) for a in ("--config", f'profile.release.package."{name}".opt-level=0')
+    )
+
+
+def dev_only(b: Bench) -> set[str]:
+    """The packages only the tests need, by name (``cargo tree`` run in the sandbox; its time counts)."""
 
     def names(edges: str) -> set[str]:
         done = b.cargo.run(
@@ -138,8 +154,31 @@ def dev_only_opt0(b: Bench) -> tuple[str, ...]:
         )
         return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
 
-    only = names("normal,build,dev") - names("normal,build")
-    return tuple(a for name in sorted(only) for a in ("--config", f'profile.release.package."{name}".opt-level=0'))
+    return names("normal,build,dev") - names("normal,build")
+
+
+def artifacts(stdout: str) -> list[dict[str, Any]]:
+    """cargo's ``compiler-artifact`` messages."""
+    found: list[dict[str, Any]] = []
+    parse_cargo_messages(stdout.splitlines(), artifacts=found)
+    return found
+
+
+def compiled_units(tested: str, built: str) -> dict[str, int]:
+    """The units a ``cargo test`` after ``cargo build --release`` in the same target dir compiled or reused (fresh),
+    by kind: the crate's own (a path package), the release build's packages, the packages only the tests need."""
+
+    released = {str(a.get("package_id")) for a in artifacts(built)}
+    counts = {"own compiled": 0, "release deps reused": 0, "release deps compiled again": 0, "test-only compiled": 0}
+    for a in artifacts(tested):
+        package = str(a.get("package_id", ""))
+        if package.startswith("path+"):  # the fork: the only path package
+            counts["own compiled"] += not a.get("fresh")
+        elif package in released:
+            counts["release deps reused" if a.get("fresh") else "release deps compiled again"] += 1
+        else:
+            counts["test-only compiled"] += not a.get("fresh")
+    return counts
 
 
 def _number(text: str) -> bool:
@@ -185,13 +224,21 @@ class Bench:
         pairs = [line.split() for line in lines]  # "user system"; time adds "Command exited with ..." lines
         return sum(float(u) + float(s) for u, s in (p for p in pairs if len(p) == 2) if _number(u) and _number(s))
 
-    def cargo_run(self, *args: str, target: Path, env: dict[str, str] | None = None, nice: int = 0) -> Completed:
+    def cargo_run(
+        self,
+        *args: str,
+        target: Path,
+        env: dict[str, str] | None = None,
+        nice: int = 0,
+        on_line: Callable[[str, str], None] | None = None,
+    ) -> Completed:
         done = self.cargo.run(
             *args,
             cwd=self.workspace,
             timeout=1800,
             env={"CARGO_TARGET_DIR": str(target), **(env or {})},
             nice=nice,
+            on_line=on_line,
         )
         if done.returncode != 0:
             raise SystemExit(f"cargo {' '.join(args)} failed:\n{done.stderr[-3000:]}")
@@ -216,11 +263,52 @@ def _both(first: Callable[[], Completed], second: Callable[[], Completed]) -> li
 def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]:
     own = root_override(b.crate)
 
+    #: how many dependency units the release build makes (counted in each bare build: ``shared-copy`` waits for them)
+    dependency_units = [0]
+
     def bare() -> tuple[float, set[str] | None]:
         t = b.fresh("bare")
         start = time.perf_counter()
-        b.cargo_run(*BUILD_FLAGS, target=t)
-        return time.perf_counter() - start, None
+        done = b.cargo_run(*BUILD_FLAGS, target=t)
+        took = time.perf_counter() - start
+        dependency_units[0] = sum(1 for a in artifacts(done.stdout) if not str(a["package_id"]).startswith("path+"))
+        return took, None
+
+    def shared_copy() -> tuple[float, set[str] | None]:
+        t = b.fresh("sharedcopy")
+        tests_dir = t.parent / f"{t.name}-tests"
+        own_names = {b.crate, b.crate.replace("-", "_")}
+        ready = threading.Event()
+        seen = [0]
+
+        def on_line(stream: str, line: str) -> None:
+            if stream == "stdout" and '"reason":"compiler-artifact"' in line and '"package_id":"path+' not in line:
+                seen[0] += 1
+                if seen[0] >= dependency_units[0]:
+                    ready.set()
+
+        def release() -> Completed:
+            try:
+                return b.cargo_run(*BUILD_FLAGS, target=t, on_line=on_line)
+            finally:
+                ready.set()
+
+        def skip(_: str, names: list[str]) -> set[str]:  # the crate's own units, half written: not copied
+            return {n for n in names if n == "incremental" or any(o in n for o in own_names)}
+
+        def tests() -> Completed:
+            ready.wait()
+            try:
+                shutil.copytree(t, tests_dir, symlinks=True, ignore=skip)
+            except shutil.Error:
+                pass  # a file the running release build replaced meanwhile: cargo compiles what is missing
+            return b.cargo_run(*TEST, "--release", *own, *dev_only_opt0(b), target=tests_dir, nice=10)
+
+        start = time.perf_counter()
+        built, tested = _both(release, tests)
+        took = time.perf_counter() - start
+        print(f"    shared-copy: test step {compiled_units(tested.stdout, built.stdout)}", file=sys.stderr, flush=True)
+        return took, test_names(tested.stdout)
 
     def release_after() -> tuple[float, set[str] | None]:
         t = b.fresh("after")
@@ -263,6 +351,20 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         )
         return time.perf_counter() - start, test_names(tested.stdout)
 
+    def shared() -> tuple[float, set[str] | None]:
+        t = b.fresh("sharedseq")
+        seal = t.parent / f"{t.name}-sealed"
+        start = time.perf_counter()
+        built = b.cargo_run(*BUILD_FLAGS, target=t)
+        _, executables, _ = parse_cargo_messages(built.stdout.splitlines(), target_dir=t)
+        seal.mkdir(parents=True, exist_ok=True)
+        for name, path in executables.items():  # sealed before any test code runs
+            shutil.copy2(path, seal / name)
+        tested = b.cargo_run(*TEST, "--release", *own, *dev_only_opt0(b), target=t)
+        took = time.perf_counter() - start
+        print(f"    shared: test step {compiled_units(tested.stdout, built.stdout)}", file=sys.stderr, flush=True)
+        return took, test_names(tested.stdout)
+
     def split_with(
         label: str, env: dict[str, str], more: tuple[str, ...] = (), nice: int = 10
     ) -> Callable[[], tuple[float, set[str] | None]]:
@@ -301,6 +403,8 @@ def variants(b: Bench) -> dict[str, Callable[[], tuple[float, set[str] | None]]]
         "one-release": one_release(False),
         "one-release-dev0": one_release(True),
         "split": split_with("split", {}),
+        "shared": shared,
+        "shared-copy": shared_copy,
         "shared-deps-build-first": shared_after,
         "shared-deps-tests-first": shared_first,
         "release-tests": release_after,

@@ -21,8 +21,15 @@ Why two target directories, and a debug test build beside the release one: it
 was measured against the ways to compile the dependencies once for both
 (``benchmarks/bench_proof.py``: the tests in the release profile, the crate's
 own targets at the test profile's settings inside ``--release``, one target
-dir, ``--no-run`` first, and ONE cargo building every target in the release
-profile) and stayed the fastest that runs every test ``cargo test`` runs. One
+dir, ``--no-run`` first, ONE cargo building every target in the release
+profile, and ``shared``: the tests after the release build in its target dir,
+its binaries sealed first, the crate at the test profile's settings and the
+test-only packages at opt-level 0) and stayed the fastest that runs every test
+``cargo test`` runs. ``shared`` costs less CPU (it compiles the dependencies
+once) but more wall time: one target dir is one cargo at a time, so the tests
+no longer fill the core the release build's last long rustc leaves idle.
+``shared-copy`` (the dependency units copied into the tests' own target dir
+once done) lowers both on hexyl but not pulldown-cmark's wall (README). One
 cargo has one profile for the crate's own code: its tests then compile at
 opt-level 3 without debug assertions or overflow checks (a ``should_panic`` on
 an overflow no longer panics), and two cargo commands in one target dir take
