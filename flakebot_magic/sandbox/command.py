@@ -49,7 +49,7 @@ from .limits import (
     MiB,
     disk_usage_of,
     filesystem_usage,
-    make_pids_cgroup,
+    make_cgroups,
     remove_cgroups,
     stopped,
 )
@@ -232,21 +232,22 @@ class Sandbox:
                 "--",
                 *wrapped,
             ]
-        cgroup = make_pids_cgroup(limits.processes)
-        if cgroup is not None:
-            self._cgroups.append(cgroup)
-        if cgroup is None and seccomp is None:
+        cgroups = make_cgroups(limits)
+        self._cgroups.extend(cgroups.all)
+        if not cgroups.all and seccomp is None:
             return SandboxedCommand(wrapped)
-        # enter the cgroup (everything the command starts is counted, setsid or not), open the filter for
+        # enter the cgroups (everything the command starts is counted, setsid or not), open the filter for
         # bubblewrap at its descriptor, then become the command
+        enter = "".join(f'echo $$ > "${{{i + 1}}}" || exit 125; ' for i in range(len(cgroups.all)))
         script = (
-            ('echo $$ > "$1" || exit 125; ' if cgroup is not None else "")
-            + 'shift; exec "$@"'
+            enter
+            + (f"shift {len(cgroups.all)}; " if cgroups.all else "")
+            + 'exec "$@"'
             + (f' {_SECCOMP_FD}<"$0"' if seccomp is not None else "")
         )
         filter_path = str(seccomp.path) if seccomp is not None else ""
-        procs = str(cgroup / "cgroup.procs") if cgroup is not None else ""
-        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped], cgroup)
+        procs = [str(cgroup / "cgroup.procs") for cgroup in cgroups.all]
+        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, *procs, *wrapped], cgroups.pids, cgroups.all)
 
     def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)
