@@ -326,13 +326,15 @@ class Cargo:
                 except Cancelled:
                     if self.runner.cancel.cancelled:
                         raise
-                    why = (
-                        disk[0]
-                        if disk
-                        else (f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)")
-                    )
-                    message = f"flakebot: stopped `{' '.join(shown[:2])}`: {why}\n"
-                    return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
+                    done = None
+            if done is None or disk:  # stopped, or it left more on disk than it may once it was over
+                why = (
+                    disk[0]
+                    if disk
+                    else (f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)")
+                )
+                message = f"flakebot: stopped `{' '.join(shown[:2])}`: {why}\n"
+                return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
             stderr = done.stderr
             if done.returncode != 0 and memory_cgroup_killed(command.cgroups):
                 stderr += (

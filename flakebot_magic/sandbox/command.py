@@ -322,8 +322,10 @@ class Sandbox:
         much as is left under a limit, the command's processes are stopped while
         the walk counts, so a fast writer cannot outrun the count; it is killed if
         the walk finds a limit passed and continued otherwise (the growth was
-        someone else's). Without a cgroup or counters the walk alone is polled,
-        and a fast writer can pass a limit by a little before it is stopped.
+        someone else's). The walk is also polled on its own (alone without a cgroup or counters, so a fast
+        writer can pass a limit by a little before it is stopped), since a sparse file's length grows no
+        counter; and once more when the block ends: a command that left too much behind ends with ``why``
+        said too, so its caller reports it stopped, whatever its exit status.
         """
         stop = threading.Event()
         why: list[str] = []
@@ -359,13 +361,18 @@ class Sandbox:
             if why:
                 return
             interval = 0.25
+            walked = time.monotonic()
             while not stop.wait(0.05 if base is not None else interval):
-                if base is None:  # no counters: the walk alone, polled
-                    started = time.monotonic()
+                if base is None or time.monotonic() - walked >= interval:
+                    # the walk, polled: alone without counters, and beside them for what they never see (a
+                    # sparse file's length takes no block)
+                    started = walked = time.monotonic()
                     if verdict(self.disk_usage(profile, also)):
                         return
-                    # a large target dir: walk less often, but never so seldom that files pile up unseen
-                    interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))
+                    # a large target dir: walk less often, but never so seldom that files pile up unseen; beside
+                    # the counters, a backstop at most every 5 s (the last walk, at the end, misses nothing)
+                    took = time.monotonic() - started
+                    interval = max(0.25, min(2.0, 5 * took)) if base is None else max(1.0, min(5.0, 20 * took))
                     continue
                 now = filesystem_usage(roots)
                 if now is None:
@@ -385,6 +392,8 @@ class Sandbox:
         finally:
             stop.set()
             thread.join()
+        if not why:  # the last word, once the command is over: what it left counts even if it left it fast
+            verdict(self.disk_usage(profile, also))
 
     def release(self) -> None:
         """Remove the process-count cgroups of finished commands (not one made in the last seconds, which a

@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import signal
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -235,16 +236,20 @@ def remove_cgroups(cgroups: list[Path], *, grace: float = 0.0) -> None:
 
 
 class DiskUsage(NamedTuple):
-    """What a tree holds on disk: allocated bytes, and entries (each file, directory and link is an inode)."""
+    """What a tree holds: bytes (a file's allocated blocks or its length, whichever is more), and entries
+    (each file, directory and link is an inode)."""
 
     bytes: int
     files: int
 
 
 def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
-    """Bytes on disk (allocated blocks) and entries under ``roots``, never following a symlink.
+    """Bytes and entries under ``roots``, never following a symlink.
 
-    An entry reached through two roots, or two hard links, counts once.
+    A file counts its length when that is more than its blocks: a sparse file
+    costs the disk almost nothing, but git, libgit2 and nix read (and store)
+    it whole, outside the sandbox. An entry reached through two roots, or two
+    hard links, counts once.
     """
     total = files = 0
     seen: set[tuple[int, int]] = set()
@@ -266,7 +271,7 @@ def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
                 if st.st_nlink > 1 or entry.is_dir(follow_symlinks=False):
                     seen.add(key)
                 files += 1
-                total += st.st_blocks * 512
+                total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
     return DiskUsage(total, files)

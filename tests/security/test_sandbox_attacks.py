@@ -409,3 +409,30 @@ def test_many_processes_each_under_the_memory_limit_stop_at_the_sandboxs_memory(
     assert not held or "HELD 6 of 6" not in held[0], done.stderr[-2000:]
     if done.returncode != 0:  # the OOM killer took the build script itself
         assert "passed 0.292969 GiB of memory together" in done.stderr, done.stderr[-2000:]
+
+
+SPARSE_RS = r"""
+fn main() {
+    // each file costs a block of the disk and claims 1 GiB: git, libgit2 and nix read claims, not blocks
+    for i in 0..8 {
+        let f = std::fs::File::create(format!("src/sparse{}.rs", i)).unwrap();
+        f.set_len(1 << 30).unwrap();
+    }
+    println!("cargo:warning=SPARSE 8 GiB");
+    if std::path::Path::new("linger").exists() { std::thread::sleep(std::time::Duration::from_secs(60)); }
+}
+"""
+
+
+@pytest.mark.parametrize("linger", [False, True], ids=["exits-at-once", "lingers"])
+def test_sparse_files_count_their_length_against_the_disk_limit(tmp_path: Path, linger: bool) -> None:
+    """8 GiB of sparse files in the sources (a few blocks on disk) pass a 1 GiB limit: the command is stopped
+    and says why, whether it lingers (a walk beside the file system's counters, which never grow) or exits at
+    once (the last count, when it is over), before any host reader (the commit, nix's copy) reads them whole."""
+    registry, workspace = _hostile(tmp_path, "sparse", SPARSE_RS, {"linger": ""} if linger else {})
+    sandbox = Sandbox(workspace, limits=Limits(disk_bytes=1024**3))
+    cargo = Cargo(registry, ProcessRunner(), sandbox)
+    started = time.monotonic()
+    done = cargo.run("build", cwd=workspace, timeout=300)
+    assert done.returncode == -9 and "grew past 1 GiB" in done.stderr.splitlines()[-1], done.stderr[-1000:]
+    assert time.monotonic() - started < 45
