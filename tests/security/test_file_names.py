@@ -1,0 +1,98 @@
+"""The names sandboxed code gives files are data: no name ends a session with a traceback or carries an escape.
+
+A crate's test chooses the names of what it leaves in the workspace: bytes
+that are not UTF-8, escape sequences, a newline, a bidirectional override.
+flakebot turns names into text at a few doors: what it tells the model (the
+policy's verdict, ``list_files``), the check run's commit message, notices and
+errors. Before (red team 5), a test that planted a file named ``b"src/\\xff"``
+ended the edit session with ``UnicodeEncodeError`` at the next model request
+(a name that is not UTF-8 is a string with a surrogate, which no JSON body
+carries), and the policy's verdict wrote the name's escape sequences raw into
+the commit message.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from editscripts import call, reply, tinyhex_done
+from hypothesis import given
+from hypothesis import strategies as st
+from test_policy_session import _hostile_test, hex_registry, session  # noqa: F401
+from tinyhex_sessions import Session
+
+from flakebot_magic.llm.channel import encodable
+from flakebot_magic.sandbox.policy import Violation
+from flakebot_magic.untrusted import is_safe
+
+#: a name not UTF-8 with an OSC 52 and a newline (a regular file: committed, listed)
+_PLANT_FILE = (
+    "        use std::os::unix::ffi::OsStrExt;\n"
+    '        let odd = std::ffi::OsStr::from_bytes(b"src/\\xff\\xfe\\x1b]52;c;SGk=\\x07\\nforged.rs");\n'
+    '        std::fs::write(std::path::Path::new(dir).join(odd), "data").unwrap();'
+)
+#: a clear screen, a carriage return and an override, on a symlink out of the crate (refused by the policy)
+_PLANT_LINK = (
+    '        std::os::unix::fs::symlink("/etc/\\x1b[2J", format!("{}/src/\\x1b[2J\\rok\\u{202e}.rs", dir)).unwrap();'
+)
+
+
+@pytest.mark.cargo
+def test_hostile_file_names_reach_the_model_and_the_history_as_safe_text(
+    session: Callable[..., Session],  # noqa: F811
+) -> None:
+    s = session(
+        [
+            reply(call("write_file", path="src/lib.rs", content=_hostile_test(_PLANT_FILE)), call("run_checks")),
+            reply(call("list_files", path="src")),
+            reply(call("write_file", path="src/lib.rs", content=_hostile_test(_PLANT_LINK)), call("run_checks")),
+            *tinyhex_done(),
+        ]
+    )
+    outcome = s.loop.run("print standard input as hex")  # before: UnicodeEncodeError at the third request
+
+    assert outcome.contract.bin == "tinyhex"
+    [listing] = [r for r in s.tool_replies(3) if r.startswith("src/")]
+    assert "src/\ufffd\ufffd" in listing  # every request was UTF-8 JSON: the name not UTF-8 shown as U+FFFD
+    [refused] = [run for run in outcome.runs if run.reverted]
+    assert refused.policy and all(is_safe(v) and "\n" not in v for v in refused.policy), refused.policy
+    [verdict] = [r for r in s.tool_replies(4) if r.startswith("Check run 2")]
+    assert is_safe(verdict) and "REVERTED: the build policy refuses src/ ok\ufffd.rs (a symlink" in verdict
+    # the history: no escape sequence or control character in any commit message
+    log = subprocess.run(["git", "log", "--format=%B%x00"], cwd=s.root, capture_output=True, check=True).stdout
+    messages = log.decode("utf-8").split("\0")
+    assert all(is_safe(m) for m in messages), [m for m in messages if not is_safe(m)]
+
+
+#: any text, with what a name from the disk holds more often than chance: surrogates (bytes not UTF-8),
+#: escape introducers, newlines, overrides
+_TEXT = st.text(st.characters() | st.sampled_from(["\udcff", "\ud800", "\x1b", "\x9b", "\x07", "\n", "\r", "\u202e"]))
+
+
+@given(_TEXT, _TEXT, _TEXT)
+def test_a_violation_is_safe_text_whatever_the_name(path: str, reason: str, remedy: str) -> None:
+    shown = str(Violation(path, reason, remedy))
+    assert is_safe(shown)
+    assert "\n" not in Violation(path, reason).path
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSONISH)
+def test_every_request_body_encodes_as_utf8_and_encodable_text_is_kept(value: Any) -> None:
+    made = encodable(value)
+    json.dumps(made, ensure_ascii=False).encode("utf-8")  # what the SDK sends: never UnicodeEncodeError
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return
+    assert made == json.loads(json.dumps(value))  # nothing changes in what could be sent already
