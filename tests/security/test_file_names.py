@@ -14,8 +14,10 @@ the commit message.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from hypothesis import strategies as st
 from test_policy_session import _hostile_test, hex_registry, session  # noqa: F401
 from tinyhex_sessions import Session
 
+import flakebot_magic
 from flakebot_magic.llm.channel import encodable
 from flakebot_magic.sandbox.policy import Violation
 from flakebot_magic.untrusted import is_safe
@@ -40,6 +43,9 @@ _PLANT_LINK = (
     '        std::os::unix::fs::symlink("/etc/\\x1b[2J", format!("{}/src/\\x1b[2J\\rok\\u{202e}.rs", dir)).unwrap();'
 )
 
+#: a library the compiler refuses with a message of the code's choosing
+_BROKEN = _hostile_test("") + 'compile_error!("\\x1b]52;c;SGk=\\x07 \\x1b[2J broken");\n'
+
 
 @pytest.mark.cargo
 def test_hostile_file_names_reach_the_model_and_the_history_as_safe_text(
@@ -50,6 +56,9 @@ def test_hostile_file_names_reach_the_model_and_the_history_as_safe_text(
             reply(call("write_file", path="src/lib.rs", content=_hostile_test(_PLANT_FILE)), call("run_checks")),
             reply(call("list_files", path="src")),
             reply(call("write_file", path="src/lib.rs", content=_hostile_test(_PLANT_LINK)), call("run_checks")),
+            # the compiler quotes a message the code chose (the commit message lists the errors)
+            reply(call("write_file", path="src/lib.rs", content=_BROKEN), call("run_checks")),
+            reply(call("write_file", path="src/lib.rs", content=_hostile_test("")), call("run_checks")),
             *tinyhex_done(),
         ]
     )
@@ -58,14 +67,27 @@ def test_hostile_file_names_reach_the_model_and_the_history_as_safe_text(
     assert outcome.contract.bin == "tinyhex"
     [listing] = [r for r in s.tool_replies(3) if r.startswith("src/")]
     assert "src/\ufffd\ufffd" in listing  # every request was UTF-8 JSON: the name not UTF-8 shown as U+FFFD
-    [refused] = [run for run in outcome.runs if run.reverted]
+    [refused] = [run for run in outcome.runs if run.policy]
     assert refused.policy and all(is_safe(v) and "\n" not in v for v in refused.policy), refused.policy
     [verdict] = [r for r in s.tool_replies(4) if r.startswith("Check run 2")]
     assert is_safe(verdict) and "REVERTED: the build policy refuses src/ ok\ufffd.rs (a symlink" in verdict
-    # the history: no escape sequence or control character in any commit message
+    # the history: no escape sequence or control character in any commit message, the compiler's quoted too
     log = subprocess.run(["git", "log", "--format=%B%x00"], cwd=s.root, capture_output=True, check=True).stdout
     messages = log.decode("utf-8").split("\0")
     assert all(is_safe(m) for m in messages), [m for m in messages if not is_safe(m)]
+    assert any(" broken" in m and "- error src/lib.rs" in m for m in messages)  # the error is there, made safe
+
+
+def test_every_commit_message_passes_gits_one_rule() -> None:
+    """Only ``host/git.py`` starts ``git commit`` or ``git commit-tree`` (each through ``safe_text``)."""
+    package = Path(flakebot_magic.__file__).parent
+    starts = re.compile(r"""["']commit["']\s*,\s*["']-|["']commit-tree["']""")
+    found = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if starts.search(path.read_text()) and path != package / "host" / "git.py"
+    ]
+    assert found == []
 
 
 #: any text, with what a name from the disk holds more often than chance: surrogates (bytes not UTF-8),
