@@ -247,7 +247,7 @@ class Git:
         )
         blob_ids = dict(zip(regular, ids.split(), strict=True)) if regular else {}
         for link in links:
-            blob_ids[link] = self("hash-object", "-w", "--stdin", input=os.readlink(root / link).encode())
+            blob_ids[link] = self("hash-object", "-w", "--stdin", input=os.readlink(os.fsencode(root / link)))
         entries = []
         for name in files:
             mode = "120000" if name in links else ("100755" if os.stat(root / name).st_mode & 0o111 else "100644")

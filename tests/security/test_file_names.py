@@ -13,7 +13,9 @@ the commit message.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -25,11 +27,17 @@ from editscripts import call, reply, tinyhex_done
 from hypothesis import given
 from hypothesis import strategies as st
 from test_policy_session import _hostile_test, hex_registry, session  # noqa: F401
+from tinycrates import write_registry
 from tinyhex_sessions import Session
 
 import flakebot_magic
+from flakebot_magic.host.git import Git
+from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.llm.channel import encodable
+from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox.policy import Violation
+from flakebot_magic.stages.deploy import source_digest
+from flakebot_magic.stages.source import import_source
 from flakebot_magic.untrusted import is_safe
 
 #: a name not UTF-8 with an OSC 52 and a newline (a regular file: committed, listed)
@@ -118,3 +126,58 @@ def test_every_request_body_encodes_as_utf8_and_encodable_text_is_kept(value: An
     except UnicodeEncodeError:
         return
     assert made == json.loads(json.dumps(value))  # nothing changes in what could be sent already
+
+
+# -- names and link targets that are not UTF-8: bytes, at every door that hashes, copies or commits them -----
+
+
+def test_a_registry_with_names_not_utf8_opens_forks_and_commits_without_a_traceback(tmp_path: Path) -> None:
+    """Before: the directory registry's signature, its tree checksum and the first commit each ended with
+    ``UnicodeEncodeError`` (``str.encode`` of a name read with ``os.fsdecode``)."""
+    registry = write_registry(tmp_path / "registry", ["tinyecho"])
+    os.mkdir(os.fsencode(registry) + b"/\xff-0.1.0")  # an entry of the registry itself
+    crate_dir = os.fsencode(next(p for p in registry.iterdir() if p.name.startswith("tinyecho")))
+    Path(os.fsdecode(crate_dir + b"/src/\xff.rs")).write_text("data")
+    os.symlink(b"src/\xfe", crate_dir + b"/link")
+    opened = DirectoryRegistry(registry, tmp_path / "cache")
+    try:
+        [found] = [c for c in opened.search("echo") if c.name == "tinyecho"]
+        fetched = opened.fetch(found, tmp_path / "staging")
+    finally:
+        opened.close()
+    dest = tmp_path / "workspace"
+    dest.mkdir()
+    git = Git(dest, ProcessRunner())
+    git.init("published")
+    imported = import_source(fetched.path, dest)
+    git.commit_files("Published source", imported.files)
+    assert imported.dropped == {
+        "src/\\xff.rs": "a name that is not UTF-8",
+        "link": "a symlink whose target is not UTF-8",
+    }
+    assert "src/main.rs" in imported.files and all(name.isprintable() for name in imported.files)
+    assert is_safe(imported.describe())
+
+
+def test_the_store_key_hashes_a_link_target_that_is_not_utf8_as_its_bytes(tmp_path: Path) -> None:
+    """A test leaves an ignored link whose target is not UTF-8: the next build's key is computed (before: a
+    traceback), and differs from another target's."""
+    git = Git(tmp_path, ProcessRunner())
+    git.init("main")
+    (tmp_path / ".gitignore").write_text("left*\n")
+    git.commit("first", all_files=True)
+    keys = []
+    for target in (b"\xff", b"\xfe"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path / "left")
+        os.symlink(target, os.fsencode(tmp_path / "left"))
+        keys.append(source_digest(git).hexdigest())
+    assert keys[0] != keys[1]
+
+
+def test_no_module_encodes_a_name_from_disk_as_strict_utf8() -> None:
+    """``os.readlink(...).encode()`` (and ``.encode()`` of a listing) fails on bytes that are not UTF-8:
+    names and targets become bytes through ``os.fsencode`` or are read as bytes."""
+    package = Path(flakebot_magic.__file__).parent
+    strict = re.compile(r"readlink\([^()]*(\([^()]*\))?[^()]*\)\.encode\(\)|listdir\([^)]*\)\)\.encode\(\)")
+    assert [str(p.relative_to(package)) for p in package.rglob("*.py") if strict.search(p.read_text())] == []
