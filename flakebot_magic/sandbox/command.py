@@ -121,6 +121,11 @@ class Sandbox:
     cargo_home
         The ``CARGO_HOME`` its cargo uses (default: next to the workspace,
         under ``.sandbox/``, never the user's ``~/.cargo``).
+    scratch
+        The workspace is a scratch dir (a deployed tool's, :class:`~flakebot_magic.clients.base.Confinement`):
+        inside, a fresh tmpfs capped at ``tmp_bytes``, with the regular files flakebot put there before the
+        command started bound read-only into it. What the command writes stays in its memory (its cgroup's),
+        never on the host's disk, which no watcher counts for a tool.
 
     ``command(argv, profile)`` is the command to run, ``env(extra, profile)``
     its environment.
@@ -134,8 +139,10 @@ class Sandbox:
         limits: Limits | None = None,
         isolate: bool | None = None,
         cargo_home: Path | None = None,
+        scratch: bool = False,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        self.scratch = scratch
         self.read_only = [str(Path(p).resolve()) for p in read_only]
         self.limits = limits or Limits()
         why = bubblewrap_works() if isolate is not False else "isolation was turned off"
@@ -267,7 +274,12 @@ class Sandbox:
             if os.path.exists(path) and not visible_system(path):
                 args += ["--ro-bind", path, path]
         ws = str(self.workspace)
-        if profile.workspace:
+        if self.scratch:
+            args += ["--size", size, "--perms", "0700", "--tmpfs", ws]
+            for entry in sorted(os.scandir(ws), key=lambda e: e.name):  # flakebot's inputs (input.txt)
+                if entry.is_file(follow_symlinks=False):
+                    args += ["--ro-bind", entry.path, entry.path]
+        elif profile.workspace:
             for path in dict.fromkeys([*map(str, writable_dirs), ws]):
                 if os.path.isdir(path) and not os.path.islink(path):
                     args += ["--bind", path, path]
@@ -293,7 +305,7 @@ class Sandbox:
         env = allowed_env(home=self.home)
         if profile.network:  # the user's proxy, for cargo's downloads (no crate code runs with the network)
             env.update({k: v for k, v in os.environ.items() if k in PROXY_VARIABLES})
-        if profile.workspace:
+        if profile.workspace and not self.scratch:  # a scratch dir's commands use the private /tmp
             real_dir(self.workspace, self.tmp_dir)
             env["TMPDIR"] = str(self.tmp_dir)
         if extra:

@@ -122,3 +122,33 @@ def test_a_build_reads_a_service_tools_functions_in_the_sandbox(
     with pytest.raises(FlakebotError, match="initialize"):  # a server that never answers fails the build
         Pipeline(settings).run("", crate="autostart", name="autostart")
     assert not marker.exists()
+
+
+def test_a_confined_tool_fills_no_disk_past_the_sandboxs_cap(tmp_path: Path) -> None:
+    """The scratch dir is the one place a confined tool (the ``--help`` probe, an example, a ``confine`` call)
+    writes: a tmpfs capped at ``tmp_bytes`` (512 MiB) inside the sandbox, never the host's disk. Before (red
+    team 5), no disk or file limit held there: a probe could fill the host's /tmp until its time limit."""
+    store = tmp_path / "store" / "filler"
+    binary = store / "bin" / "filler"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(
+        "#!/bin/sh\n"
+        "dd if=/dev/zero of=big bs=1M count=600 2>/dev/null\n"
+        'echo "WROTE $(stat -c %s big) READ $(cat "$1")"\n'
+    )
+    binary.chmod(0o755)
+    usage = "Usage: filler <FILE>\n\nArguments:\n  <FILE>  the file to read\n"
+    tool = CliTool(
+        name="filler",
+        binary=binary,
+        crate="filler",
+        version="0.1.0",
+        source_hash="0" * 32,
+        store_path=store,
+        _help=usage,
+        confine=True,
+    )  # type: ignore[arg-type]
+    said = tool("text handed over in a file")
+    written = int(said.split()[1])
+    assert 0 < written <= 512 * 1024**2, said
+    assert said.endswith("READ text handed over in a file\n")  # flakebot's input file is still there, read-only
