@@ -110,11 +110,11 @@ def test_a_violation_is_safe_text_whatever_the_name(path: str, reason: str, reme
     assert "\n" not in Violation(path, reason).path
 
 
-_JSONISH = st.recursive(
-    st.none() | st.booleans() | st.integers() | _TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
-    max_leaves=20,
-)
+def _nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4)
+
+
+_JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | _TEXT, _nested, max_leaves=20)
 
 
 @given(_JSONISH)
