@@ -93,18 +93,22 @@ for line in sys.stdin:
 """
 
 
-@pytest.fixture
-def mcp_flood(tmp_path: Path) -> Iterator[McpTool]:
-    binary = _script(tmp_path / "bin" / "flood", f"#!{sys.executable}\n{_MCP_FLOOD}")
-    tool = McpTool(
-        name="mcpflood",
-        binary=binary,
-        crate="flood",
+def _python_mcp(tmp_path: Path, binary: str, source: str, *, name: str = "") -> McpTool:
+    """An MCP tool whose server, ``bin/BINARY`` under ``tmp_path``, is the Python ``source``."""
+    return McpTool(
+        name=name or binary,
+        binary=_script(tmp_path / "bin" / binary, f"#!{sys.executable}\n{source}"),
+        crate=binary,
         version="1",
         source_hash="0",
         store_path=tmp_path,
-        contract=ToolContract(kind="mcp", bin="flood"),
+        contract=ToolContract(kind="mcp", bin=binary),
     )
+
+
+@pytest.fixture
+def mcp_flood(tmp_path: Path) -> Iterator[McpTool]:
+    tool = _python_mcp(tmp_path, "flood", _MCP_FLOOD, name="mcpflood")
     yield tool
     tool.close()
     lifecycle.unregister(tool)
@@ -240,16 +244,7 @@ def test_an_mcp_servers_odd_input_schemas_describe_its_tools_never_a_traceback(t
     import json
 
     source = _MCP_ODD.format(schemas=json.dumps(_ODD_SCHEMAS))
-    binary = _script(tmp_path / "bin" / "odd", f"#!{sys.executable}\n{source}")
-    tool = McpTool(
-        name="odd",
-        binary=binary,
-        crate="odd",
-        version="1",
-        source_hash="0",
-        store_path=tmp_path,
-        contract=ToolContract(kind="mcp", bin="odd"),
-    )
+    tool = _python_mcp(tmp_path, "odd", source)
     try:
         tool.start()
         assert len(tool.functions()) == len(_ODD_SCHEMAS)
