@@ -45,7 +45,7 @@ ALLOWED: dict[str, str] = {
     "stages/search.py:_NOTICED_LOCK": "guards _NOTICED",
     "registry/embedding.py:_ENCODERS": "loaded embedding models by name (one or two; each is hundreds of MB to load)",
     "registry/embedding.py:_ENCODERS_LOCK": "guards _ENCODERS",
-    "sandbox/limits.py:_PIDS_PARENT": "the pids cgroup found at first use (the process's own cgroup does not move)",
+    "sandbox/limits.py:_PARENTS": "each controller's cgroup found at first use (the process's own cgroup does not move)",
     "sandbox/cargo.py:_HOME_LOCK": "serialises making a CARGO_HOME (no state)",
     "records/steering.py:_counter_lock": "serialises the steering message counter (no state)",
     "eval/pytest_plugin.py:_outcomes": "the hidden tests' outcomes of the one pytest run this plugin lives in",

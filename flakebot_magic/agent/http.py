@@ -185,7 +185,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._allowed():
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()):  # int() takes "-1" (read to the end), "+5", "1_0"
+            self._plain(400, "bad request: Content-Length must be a number of bytes")
+            return
+        length = int(declared)
         if length > MAX_BODY:
             self._plain(413, f"request too large (at most {MAX_BODY} bytes)")
             return

@@ -67,7 +67,8 @@ class Confinement:
     Used for what flakebot runs on its own initiative (the ``--help`` probe,
     acceptance examples) and, with the ``confine_tools`` setting, for every
     call. The scratch dir is the only writable directory and the working
-    directory; :meth:`close` removes it.
+    directory: inside, a tmpfs capped at the sandbox's ``tmp_bytes`` (the files flakebot put there, an
+    input text, bound read-only into it), so a tool fills no disk; :meth:`close` removes it.
     """
 
     def __init__(self, binary: Path, store_path: Path) -> None:
@@ -75,7 +76,7 @@ class Confinement:
         # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it)
         visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
         self.sandbox: Sandbox = Sandbox(
-            self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home"
+            self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home", scratch=True
         )
 
     def command(self, argv: list[str], timeout: float | None = None) -> list[str]:

@@ -66,6 +66,7 @@ from .http_net import (
 )
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import docstring_of, example_value, make_function, params_of, python_name
+from .schema_shape import well_typed
 
 if TYPE_CHECKING:
     import httpx
@@ -439,15 +440,20 @@ class HttpTool(StartedToolClient):
         for parameter in [*shared, *(operation.get("parameters") or [])]:
             if not isinstance(parameter, Mapping) or parameter.get("in") not in ("path", "query"):
                 continue
-            wire = str(parameter["name"])
-            schema = dict(parameter.get("schema") or {"type": "string"})
-            if parameter.get("description"):
+            if not isinstance(parameter.get("name"), str):
+                continue
+            wire = parameter["name"]
+            schema = well_typed(parameter.get("schema")) or {"type": "string"}
+            if isinstance(parameter.get("description"), str):
                 schema.setdefault("description", parameter["description"])
             properties[wire] = schema
             where[wire] = str(parameter["in"])
             if parameter.get("required") or parameter.get("in") == "path":
                 required.append(wire)
-        body = ((operation.get("requestBody") or {}).get("content") or {}).get("application/json")
+        given = operation.get("requestBody")
+        request_body: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        content = request_body.get("content")
+        body = content.get("application/json") if isinstance(content, Mapping) else None
         if isinstance(body, Mapping):
             schema = body.get("schema") or {}
             fields = schema.get("properties") if isinstance(schema, Mapping) else None
@@ -457,14 +463,16 @@ class HttpTool(StartedToolClient):
                         continue  # a query parameter of the same name wins
                     properties[wire] = sub
                     where[wire] = "body"
-                    if wire in (schema.get("required") or []):
+                    named = schema.get("required")
+                    if isinstance(named, list) and wire in named:
                         required.append(wire)
             else:
                 properties["body"] = schema or {}
                 where["body"] = "whole-body"
-                if (operation.get("requestBody") or {}).get("required"):
+                if request_body.get("required"):
                     required.append("body")
-        parameters = {"type": "object", "properties": properties, "required": required}
+        # the one place the service's schemas are taken in (any JSON): the shapes schema.py reads, or dropped
+        parameters = well_typed({"type": "object", "properties": properties, "required": required})
         description = str(operation.get("summary") or operation.get("description") or f"{method.upper()} {path}")
         params = params_of(parameters)
         example_args = ", ".join(f"{p.name}={example_value(p.schema)!r}" for p in params if p.required)

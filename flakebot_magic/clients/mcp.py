@@ -45,7 +45,16 @@ from .agents import ToolFunction
 from .base import TOOL_TIMEOUT, Confinement, StartedToolClient
 from .contract import ToolContract
 from .lifecycle import LogBuffer, ToolProcess
-from .schema import docstring_of, example_value, make_function, nonfinite, params_of, python_name, refuse_nonfinite
+from .schema import (
+    docstring_of,
+    example_value,
+    make_function,
+    nonfinite,
+    params_of,
+    python_name,
+    refuse_nonfinite,
+)
+from .schema_shape import well_typed
 
 __all__ = ["PROTOCOL_VERSION", "McpSession", "McpTool", "value_of"]
 
@@ -478,8 +487,7 @@ class McpTool(StartedToolClient):
         for tool in tools:
             remote = str(tool["name"])
             name = python_name(remote, taken | set(functions))
-            schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {"type": "object"}
-            assert isinstance(schema, dict)
+            schema = well_typed(tool.get("inputSchema")) or {"type": "object"}
             description = str(tool.get("description") or tool.get("title") or "")
             params = params_of(schema)
             example_args = ", ".join(f"{p.name}={example_value(p.schema)!r}" for p in params if p.required)

@@ -101,8 +101,9 @@ def annotation_of(schema: Mapping[str, Any]) -> Any:
         values = tuple(v for v in schema["enum"] if isinstance(v, (str, int, bool)) or v is None)
         if values:
             return Literal[values]
-    if "const" in schema:
-        return Literal[schema["const"]]
+    if "const" in schema:  # a Literal holds scalars only (a const [] or {} is any value of its type)
+        const = schema["const"]
+        return Literal[const] if isinstance(const, (str, int, bool)) or const is None else Any
     for key in ("anyOf", "oneOf"):
         if key in schema:
             options = [annotation_of(s) for s in schema[key] if isinstance(s, Mapping)]
@@ -127,34 +128,45 @@ def _type_label(schema: Mapping[str, Any]) -> str:
     return text.replace("typing.", "")
 
 
-def example_value(schema: Mapping[str, Any]) -> Any:
-    """A plausible value for a schema, for usage examples."""
+def example_value(schema: Any) -> Any:
+    """A plausible value for a schema, for usage examples.
+
+    Total over any JSON: a server's schema is its data, so a part of another shape (a ``minimum`` of
+    ``1e999`` or ``"abc"``, an ``anyOf`` that is a string) is passed over, never a traceback.
+    """
+    if not isinstance(schema, Mapping):
+        return "text"
     if "default" in schema:
         return schema["default"]
     if "examples" in schema and isinstance(schema["examples"], list) and schema["examples"]:
         return schema["examples"][0]
-    if schema.get("enum"):
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
         return schema["enum"][0]
     if "const" in schema:
         return schema["const"]
     for key in ("anyOf", "oneOf"):
-        if schema.get(key):
-            return example_value(schema[key][0])
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return example_value(options[0])
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
+    low = schema.get("minimum")
+    if not (isinstance(low, (int, float)) and math.isfinite(low)):
+        low = None
     if kind == "integer":
-        return max(1, int(schema.get("minimum", 1)))
+        return 1 if low is None else max(1, int(low))
     if kind == "number":
-        return max(1.5, float(schema.get("minimum", 1.5)))
+        return 1.5 if low is None else max(1.5, float(low))
     if kind == "boolean":
         return True
     if kind == "array":
         return [example_value(schema.get("items") or {"type": "string"})]
     if kind == "object":
-        return {
-            k: example_value(v) for k, v in (schema.get("properties") or {}).items() if k in schema.get("required", [])
-        }
+        properties, required = schema.get("properties"), schema.get("required")
+        if not isinstance(properties, Mapping) or not isinstance(required, list):
+            return {}
+        return {k: example_value(v) for k, v in properties.items() if k in required}
     return "text"
 
 

@@ -383,8 +383,7 @@ class CheckRunner:
             return made
         # everything but build outputs, even what the crate's own .gitignore names (as the fork does)
         self.git("add", "-A", "-f", "--", *SOURCE_PATHSPEC)
-        self.git("commit", "-q", "--no-verify", "--allow-empty", "-m", message)
-        return self.head()
+        return self.git.commit_index(message)
 
     def head(self) -> str:
         """HEAD's commit id, read from .git without starting a process when the ref is a loose file."""
@@ -413,14 +412,7 @@ class CheckRunner:
             if run.policy
             else "(the ratchet: passing tests never go down; existing tests stay)"
         )
-        self.git(
-            "commit",
-            "-q",
-            "--no-verify",
-            "--allow-empty",
-            "-m",
-            f"Revert check run {run.run} to {to[:12]}\n\n{run.reason}\n{why}\n",
-        )
+        self.git.commit_index(f"Revert check run {run.run} to {to[:12]}\n\n{run.reason}\n{why}\n")
         self.bus.notice("edit", f"check run {run.run} reverted to {to[:12]}: {run.reason}", "warning")
         self.emit(run)
 

@@ -51,6 +51,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import ForkError
+from ..untrusted import safe_text
 from .fsutil import atomic_write, read_regular
 from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
@@ -246,7 +247,7 @@ class Git:
         )
         blob_ids = dict(zip(regular, ids.split(), strict=True)) if regular else {}
         for link in links:
-            blob_ids[link] = self("hash-object", "-w", "--stdin", input=os.readlink(root / link).encode())
+            blob_ids[link] = self("hash-object", "-w", "--stdin", input=os.readlink(os.fsencode(root / link)))
         entries = []
         for name in files:
             mode = "120000" if name in links else ("100755" if os.stat(root / name).st_mode & 0o111 else "100644")
@@ -264,7 +265,7 @@ class Git:
                 f"{len(blob_ids)} files); nothing was committed.",
                 workspace=root,
             )
-        commit = self("commit-tree", tree, "-m", message)
+        commit = self("commit-tree", tree, "-m", safe_text(message))
         self("update-ref", "HEAD", commit)
         self("update-index", "-q", "--refresh", check=False)  # stat data for the fresh entries: `status` is clean
         return commit
@@ -289,7 +290,17 @@ class Git:
                 self("rm", "-q", "--cached", "--ignore-unmatch", "--", *gone)
         if not self("status", "--porcelain", "--untracked-files=no"):
             return None
-        self("commit", "-q", "--no-verify", "-m", message)
+        return self.commit_index(message, allow_empty=False)
+
+    def commit_index(self, message: str, *, allow_empty: bool = True) -> str:
+        """Commit what the index holds (no hook runs); the new HEAD.
+
+        Every commit message flakebot writes passes :func:`~flakebot_magic.untrusted.safe_text` here, in
+        :meth:`commit_files` and in :meth:`commit_in_process`: a check run's message quotes the compiler
+        (a ``compile_error!`` of the code's choosing), test names and the policy's verdict, and ``git log``
+        prints a message raw to the user's terminal.
+        """
+        self("commit", "-q", "--no-verify", *(["--allow-empty"] if allow_empty else []), "-m", safe_text(message))
         return self.head()
 
     def commit_in_process(self, message: str, *, excluded: Callable[[str], bool]) -> str | None:
@@ -301,7 +312,7 @@ class Git:
             self._committer = WorktreeCommitter(
                 Path(self.root), excluded, name=_IDENTITY["GIT_COMMITTER_NAME"], email=_IDENTITY["GIT_COMMITTER_EMAIL"]
             )
-        return self._committer.commit(message)
+        return self._committer.commit(safe_text(message))
 
     def export_commit(self, commit: str, dest: Path) -> list[str]:
         """Write the files of ``commit`` into the new directory ``dest`` from git's objects; return their paths.

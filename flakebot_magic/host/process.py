@@ -82,12 +82,14 @@ class SandboxedCommand(list[str]):
 
     :meth:`ProcessRunner.run` refuses any other command line that names a
     :data:`TOOLCHAIN_PROGRAMS` program. ``cgroup``: the pids cgroup the command
-    enters first (every process it starts is in it), or None.
+    enters first (every process it starts is in it), or None. ``cgroups``: every
+    cgroup it enters (the pids one, the memory one).
     """
 
-    def __init__(self, argv: Sequence[str] = (), cgroup: Path | None = None) -> None:
+    def __init__(self, argv: Sequence[str] = (), cgroup: Path | None = None, cgroups: Sequence[Path] = ()) -> None:
         super().__init__(argv)
         self.cgroup = cgroup
+        self.cgroups = tuple(cgroups)
 
 
 def _toolchain_program(argv: Sequence[str]) -> str:

@@ -32,6 +32,7 @@ reads the package to hold it so). Whatever its role, every request
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -169,6 +170,7 @@ class ModelChannel:
         import openai  # lazy: importing flakebot_magic stays cheap
 
         reader = ReplyReader(self.limits, estimate_tokens(messages))
+        messages = encodable(messages)
         options = dict(self.options)
         tools = options.get("tools")
         if tools and self.text_protocol:
@@ -333,6 +335,28 @@ class ModelChannel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: a code point UTF-8 cannot encode: a surrogate, as a name that is not UTF-8 decodes (``os.fsdecode``)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(value: Any) -> Any:
+    """``value`` (a request's messages) with every string UTF-8 can encode: a surrogate becomes U+FFFD.
+
+    What a request carries is text about the workspace, and sandboxed code names
+    its files: a file name that is not UTF-8 (``b"src/\\xff"``) is a string with
+    a surrogate in Python, which no JSON body can carry (before, a test that
+    planted one ended the session with ``UnicodeEncodeError`` when the policy
+    told the model about it). The one place every request passes.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {encodable(key): encodable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encodable(item) for item in value]
+    return value
 
 
 def _arguments(text: str) -> Any:

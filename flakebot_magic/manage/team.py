@@ -134,8 +134,10 @@ def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
     found: dict[str, Any] | None = None
     names = []
     for cell in cells if isinstance(cells, list) else []:
-        for output in cell.get("outputs", []) if isinstance(cell, dict) else []:
-            recorded = (output.get("metadata") or {}).get("flakebot") if isinstance(output, dict) else None
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        for output in outputs if isinstance(outputs, list) else []:  # a notebook file is data: any shape
+            metadata = output.get("metadata") if isinstance(output, dict) else None
+            recorded = metadata.get("flakebot") if isinstance(metadata, dict) else None
             if isinstance(recorded, dict):
                 names.append(str(recorded.get("name", "")))
                 if recorded.get("name") == name:

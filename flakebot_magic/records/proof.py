@@ -102,7 +102,7 @@ class Proof:
                 derivation=str(data.get("derivation", "")),
                 store_key=str(data.get("store_key", "")),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:  # 1e999 as a count
             raise DeployError(f"{where} is not a flakebot proof ({exc}).") from exc
 
 

@@ -125,7 +125,7 @@ class DirectoryRegistry:
     def signature(self) -> str:
         """Changes whenever a crate is added to or removed from the registry."""
         entries = sorted(os.listdir(self.path))
-        digest = hashlib.sha256("\n".join(entries).encode())
+        digest = hashlib.sha256(os.fsencode("\n".join(entries)))  # names as bytes: UTF-8 or not
         digest.update(str(self.path.stat().st_mtime_ns).encode())
         digest.update(str(INDEX_VERSION).encode())
         digest.update(f"model:{self._model.identity if self._model else '-'}".encode())

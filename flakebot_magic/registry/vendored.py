@@ -23,9 +23,9 @@ def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) 
     digest = hashlib.sha256()
     for path in sorted(_walk(root, exclude)):
         rel = path.relative_to(root).as_posix()
-        digest.update(rel.encode() + b"\0")
+        digest.update(os.fsencode(rel) + b"\0")  # the name's bytes, UTF-8 or not
         if path.is_symlink():
-            digest.update(b"L" + os.readlink(path).encode())
+            digest.update(b"L" + os.readlink(os.fsencode(path)))
         else:
             data, more = read_regular(path, MAX_SOURCE_BYTES)  # a FIFO or a device is refused, never read
             if more:

@@ -24,7 +24,9 @@ place such a command line is made (the process runner refuses any other,
 * ``prlimit`` caps CPU seconds, address space, file size and (in the
   sandbox's user namespace) processes; where a pids cgroup is writable
   (root, or a delegated cgroup) the command also runs in its own cgroup with
-  ``pids.max``, since the kernel never applies ``RLIMIT_NPROC`` to root;
+  ``pids.max``, since the kernel never applies ``RLIMIT_NPROC`` to root, and
+  where a memory cgroup is writable, in one capping the memory of all its
+  processes together (``sandbox_memory_bytes``; ``RLIMIT_AS`` is per process);
 * :class:`~flakebot_magic.sandbox.cargo.Cargo` stops a command whose output passes
   ``output_bytes``, or whose writable directories pass ``disk_bytes`` or
   ``files``; the runner's time limit caps wall time.

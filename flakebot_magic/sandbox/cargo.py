@@ -36,7 +36,7 @@ from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system
 from .layout import OUTPUT_DIRS
-from .limits import MiB
+from .limits import GiB, MiB, memory_cgroup_killed
 from .policy import TreePolicy
 from .toolchain import Toolchain, toolchain_of
 
@@ -326,16 +326,25 @@ class Cargo:
                 except Cancelled:
                     if self.runner.cancel.cancelled:
                         raise
-                    why = (
-                        disk[0]
-                        if disk
-                        else (f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)")
-                    )
-                    message = f"flakebot: stopped `{' '.join(shown[:2])}`: {why}\n"
-                    return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
+                    done = None
+            if done is None or disk:  # stopped, or it left more on disk than it may once it was over
+                why = (
+                    disk[0]
+                    if disk
+                    else (f"its output passed {limit / MiB:g} MiB (a test or build script printing without end?)")
+                )
+                message = f"flakebot: stopped `{' '.join(shown[:2])}`: {why}\n"
+                return Completed(argv, -9, "".join(out), "".join(err) + message, 0.0)
+            stderr = done.stderr
+            if done.returncode != 0 and memory_cgroup_killed(command.cgroups):
+                stderr += (
+                    f"flakebot: `{' '.join(shown[:2])}`: the kernel stopped a process: the sandbox's processes passed "
+                    f"{sandbox.limits.sandbox_memory_bytes / GiB:g} GiB of memory together "
+                    "(a build script or test taking memory without end?)\n"
+                )
         finally:
             sandbox.release()
-        return Completed(argv, done.returncode, done.stdout, done.stderr, done.elapsed)
+        return Completed(argv, done.returncode, done.stdout, stderr, done.elapsed)
 
 
 def _target_dir(sandbox: Sandbox, workspace: Path, target: Path, profile: Profile) -> Path:

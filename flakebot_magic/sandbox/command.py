@@ -49,7 +49,7 @@ from .limits import (
     MiB,
     disk_usage_of,
     filesystem_usage,
-    make_pids_cgroup,
+    make_cgroups,
     remove_cgroups,
     stopped,
 )
@@ -121,6 +121,11 @@ class Sandbox:
     cargo_home
         The ``CARGO_HOME`` its cargo uses (default: next to the workspace,
         under ``.sandbox/``, never the user's ``~/.cargo``).
+    scratch
+        The workspace is a scratch dir (a deployed tool's, :class:`~flakebot_magic.clients.base.Confinement`):
+        inside, a fresh tmpfs capped at ``tmp_bytes``, with the regular files flakebot put there before the
+        command started bound read-only into it. What the command writes stays in its memory (its cgroup's),
+        never on the host's disk, which no watcher counts for a tool.
 
     ``command(argv, profile)`` is the command to run, ``env(extra, profile)``
     its environment.
@@ -134,8 +139,10 @@ class Sandbox:
         limits: Limits | None = None,
         isolate: bool | None = None,
         cargo_home: Path | None = None,
+        scratch: bool = False,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        self.scratch = scratch
         self.read_only = [str(Path(p).resolve()) for p in read_only]
         self.limits = limits or Limits()
         why = bubblewrap_works() if isolate is not False else "isolation was turned off"
@@ -232,21 +239,22 @@ class Sandbox:
                 "--",
                 *wrapped,
             ]
-        cgroup = make_pids_cgroup(limits.processes)
-        if cgroup is not None:
-            self._cgroups.append(cgroup)
-        if cgroup is None and seccomp is None:
+        cgroups = make_cgroups(limits)
+        self._cgroups.extend(cgroups.all)
+        if not cgroups.all and seccomp is None:
             return SandboxedCommand(wrapped)
-        # enter the cgroup (everything the command starts is counted, setsid or not), open the filter for
+        # enter the cgroups (everything the command starts is counted, setsid or not), open the filter for
         # bubblewrap at its descriptor, then become the command
+        enter = "".join(f'echo $$ > "${{{i + 1}}}" || exit 125; ' for i in range(len(cgroups.all)))
         script = (
-            ('echo $$ > "$1" || exit 125; ' if cgroup is not None else "")
-            + 'shift; exec "$@"'
+            enter
+            + (f"shift {len(cgroups.all)}; " if cgroups.all else "")
+            + 'exec "$@"'
             + (f' {_SECCOMP_FD}<"$0"' if seccomp is not None else "")
         )
         filter_path = str(seccomp.path) if seccomp is not None else ""
-        procs = str(cgroup / "cgroup.procs") if cgroup is not None else ""
-        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, procs, *wrapped], cgroup)
+        procs = [str(cgroup / "cgroup.procs") for cgroup in cgroups.all]
+        return SandboxedCommand(["/bin/sh", "-c", script, filter_path, *procs, *wrapped], cgroups.pids, cgroups.all)
 
     def _bwrap_args(self, profile: Profile, writable_files: Iterable[Path], writable_dirs: Iterable[Path]) -> list[str]:
         size = str(self.limits.tmp_bytes)
@@ -266,7 +274,12 @@ class Sandbox:
             if os.path.exists(path) and not visible_system(path):
                 args += ["--ro-bind", path, path]
         ws = str(self.workspace)
-        if profile.workspace:
+        if self.scratch:
+            args += ["--size", size, "--perms", "0700", "--tmpfs", ws]
+            for entry in sorted(os.scandir(ws), key=lambda e: e.name):  # flakebot's inputs (input.txt)
+                if entry.is_file(follow_symlinks=False):
+                    args += ["--ro-bind", entry.path, entry.path]
+        elif profile.workspace:
             for path in dict.fromkeys([*map(str, writable_dirs), ws]):
                 if os.path.isdir(path) and not os.path.islink(path):
                     args += ["--bind", path, path]
@@ -292,7 +305,7 @@ class Sandbox:
         env = allowed_env(home=self.home)
         if profile.network:  # the user's proxy, for cargo's downloads (no crate code runs with the network)
             env.update({k: v for k, v in os.environ.items() if k in PROXY_VARIABLES})
-        if profile.workspace:
+        if profile.workspace and not self.scratch:  # a scratch dir's commands use the private /tmp
             real_dir(self.workspace, self.tmp_dir)
             env["TMPDIR"] = str(self.tmp_dir)
         if extra:
@@ -321,8 +334,10 @@ class Sandbox:
         much as is left under a limit, the command's processes are stopped while
         the walk counts, so a fast writer cannot outrun the count; it is killed if
         the walk finds a limit passed and continued otherwise (the growth was
-        someone else's). Without a cgroup or counters the walk alone is polled,
-        and a fast writer can pass a limit by a little before it is stopped.
+        someone else's). The walk is also polled on its own (alone without a cgroup or counters, so a fast
+        writer can pass a limit by a little before it is stopped), since a sparse file's length grows no
+        counter; and once more when the block ends: a command that left too much behind ends with ``why``
+        said too, so its caller reports it stopped, whatever its exit status.
         """
         stop = threading.Event()
         why: list[str] = []
@@ -358,13 +373,18 @@ class Sandbox:
             if why:
                 return
             interval = 0.25
+            walked = time.monotonic()
             while not stop.wait(0.05 if base is not None else interval):
-                if base is None:  # no counters: the walk alone, polled
-                    started = time.monotonic()
+                if base is None or time.monotonic() - walked >= interval:
+                    # the walk, polled: alone without counters, and beside them for what they never see (a
+                    # sparse file's length takes no block)
+                    started = walked = time.monotonic()
                     if verdict(self.disk_usage(profile, also)):
                         return
-                    # a large target dir: walk less often, but never so seldom that files pile up unseen
-                    interval = max(0.25, min(2.0, 5 * (time.monotonic() - started)))
+                    # a large target dir: walk less often, but never so seldom that files pile up unseen; beside
+                    # the counters, a backstop at most every 5 s (the last walk, at the end, misses nothing)
+                    took = time.monotonic() - started
+                    interval = max(0.25, min(2.0, 5 * took)) if base is None else max(1.0, min(5.0, 20 * took))
                     continue
                 now = filesystem_usage(roots)
                 if now is None:
@@ -384,6 +404,8 @@ class Sandbox:
         finally:
             stop.set()
             thread.join()
+        if not why:  # the last word, once the command is over: what it left counts even if it left it fast
+            verdict(self.disk_usage(profile, also))
 
     def release(self) -> None:
         """Remove the process-count cgroups of finished commands (not one made in the last seconds, which a

@@ -1,4 +1,4 @@
-"""What a sandbox allows a command: its resource limits, the pids cgroup that counts its processes, its disk use."""
+"""What a sandbox allows a command: its resource limits, the cgroups that count its processes and memory, its disk use."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import signal
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -14,13 +15,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
+    "CommandCgroups",
     "DiskUsage",
     "GiB",
     "Limits",
     "MiB",
     "disk_usage_of",
     "filesystem_usage",
-    "make_pids_cgroup",
+    "make_cgroups",
+    "memory_cgroup_killed",
+    "memory_cgroups_writable",
     "pids_cgroups_writable",
     "remove_cgroups",
     "stopped",
@@ -40,6 +44,9 @@ class Limits:
     cpu_seconds: int = 900
     #: address space per process (RLIMIT_AS)
     memory_bytes: int = 8 * GiB
+    #: memory of all the command's processes together (a memory cgroup, where one is writable): many processes
+    #: each under :attr:`memory_bytes` are stopped here by the kernel's OOM killer, not the host's
+    sandbox_memory_bytes: int = 8 * GiB
     #: largest file a process may write (RLIMIT_FSIZE)
     file_bytes: int = 4 * GiB
     #: stdout plus stderr of one command; past it the command is stopped
@@ -82,11 +89,15 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-# --- the process-count cgroup (the kernel never applies RLIMIT_NPROC to root) -------------------
+# --- the command's cgroups: its processes (the kernel never applies RLIMIT_NPROC to root) and their memory ---
+
+#: what each cgroup controller limits, by its file (cgroup v1's name, v2's name)
+_LIMIT_FILES = {"pids": ("pids.max", "pids.max"), "memory": ("memory.limit_in_bytes", "memory.max")}
 
 
-def _pids_cgroup_parent() -> Path | None:
-    """A pids-cgroup directory this process may create children in, or None."""
+def _cgroup_parent(controller: str) -> tuple[Path, bool] | None:
+    """A cgroup directory of ``controller`` this process may create children in (and whether it is cgroup v2),
+    or None."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -94,51 +105,97 @@ def _pids_cgroup_parent() -> Path | None:
     for line in lines:
         _, controllers, path = line.split(":", 2)
         rel = path.lstrip("/")
-        if "pids" in controllers.split(","):
-            candidate = Path("/sys/fs/cgroup/pids") / rel
+        if controller in controllers.split(","):
+            candidate, unified = Path("/sys/fs/cgroup") / controller / rel, False
         elif controllers == "":
             base = Path("/sys/fs/cgroup")
             if not (base / "cgroup.controllers").exists():
                 base = base / "unified"
-            candidate = base / rel
+            candidate, unified = base / rel, True
             try:
-                if "pids" not in (candidate / "cgroup.subtree_control").read_text().split():
+                if controller not in (candidate / "cgroup.subtree_control").read_text().split():
                     continue
             except OSError:
                 continue
         else:
             continue
         if os.access(candidate, os.W_OK) and (candidate / "cgroup.procs").exists():
-            return candidate
+            return candidate, unified
     return None
 
 
-_PIDS_PARENT: list[Path | None] = []
+#: per controller, the parent found at first use (the process's own cgroup does not move)
+_PARENTS: dict[str, tuple[Path, bool] | None] = {}
 
 
 def pids_cgroups_writable() -> bool:
     """Whether commands here get a pids cgroup (root, or a delegated cgroup)."""
-    return _pids_cgroup_parent() is not None
+    return _cgroup_parent("pids") is not None
 
 
-def make_pids_cgroup(limit: int) -> Path | None:
-    """A new cgroup allowing ``limit`` processes, or None where no pids cgroup is writable."""
-    if not _PIDS_PARENT:
-        parent = _pids_cgroup_parent()
-        _PIDS_PARENT.append(parent)
-        if parent is not None:
-            _sweep_cgroups(parent)
-    parent = _PIDS_PARENT[0]
-    if parent is None:
-        return None
-    path = parent / f"flakebot-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:
-        path.mkdir()
-        (path / "pids.max").write_text(str(limit))
-    except OSError:
-        _remove_cgroup(path)
-        return None
-    return path
+def memory_cgroups_writable() -> bool:
+    """Whether commands here get a memory cgroup: their memory counted together (root, or a delegated cgroup)."""
+    return _cgroup_parent("memory") is not None
+
+
+def _parent(controller: str) -> tuple[Path, bool] | None:
+    if controller not in _PARENTS:
+        found = _PARENTS[controller] = _cgroup_parent(controller)
+        if found is not None:
+            _sweep_cgroups(found[0])
+    return _PARENTS[controller]
+
+
+class CommandCgroups(NamedTuple):
+    """The cgroups one command enters: the pids one (emptied to end the command), and every one, to enter."""
+
+    pids: Path | None
+    all: tuple[Path, ...]
+
+
+def make_cgroups(limits: Limits) -> CommandCgroups:
+    """New cgroups for one command: at most ``limits.processes`` processes, at most ``limits.sandbox_memory_bytes``
+    of memory for all of them together (their pages, the page cache they fill, the files of their tmpfs).
+
+    One directory per hierarchy (cgroup v1 has one per controller, v2 one for all); a controller with no
+    writable hierarchy here is left out (:func:`pids_cgroups_writable`, :func:`memory_cgroups_writable`).
+    """
+    wanted = {"pids": limits.processes, "memory": limits.sandbox_memory_bytes}
+    made: dict[Path, Path] = {}
+    pids: Path | None = None
+    for controller, limit in wanted.items():
+        found = _parent(controller)
+        if found is None:
+            continue
+        parent, unified = found
+        path = made.get(parent) or parent / f"flakebot-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        try:
+            path.mkdir(exist_ok=True)
+            (path / _LIMIT_FILES[controller][unified]).write_text(str(limit))
+            if controller == "memory" and not unified and (path / "memory.memsw.limit_in_bytes").exists():
+                (path / "memory.memsw.limit_in_bytes").write_text(str(limit))  # no way around it through swap
+            elif controller == "memory" and unified and (path / "memory.swap.max").exists():
+                (path / "memory.swap.max").write_text("0")
+        except OSError:
+            if parent not in made:
+                _remove_cgroup(path)
+            continue
+        made[parent] = path
+        if controller == "pids":
+            pids = path
+    return CommandCgroups(pids, tuple(dict.fromkeys(made.values())))
+
+
+def memory_cgroup_killed(cgroups: Iterable[Path]) -> bool:
+    """Whether the kernel killed a process of these cgroups for passing their memory limit."""
+    for cgroup in cgroups:
+        for name in ("memory.oom_control", "memory.events"):
+            with contextlib.suppress(OSError, ValueError):
+                for line in (cgroup / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+    return False
 
 
 def _remove_cgroup(path: Path) -> None:
@@ -179,16 +236,20 @@ def remove_cgroups(cgroups: list[Path], *, grace: float = 0.0) -> None:
 
 
 class DiskUsage(NamedTuple):
-    """What a tree holds on disk: allocated bytes, and entries (each file, directory and link is an inode)."""
+    """What a tree holds: bytes (a file's allocated blocks or its length, whichever is more), and entries
+    (each file, directory and link is an inode)."""
 
     bytes: int
     files: int
 
 
 def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
-    """Bytes on disk (allocated blocks) and entries under ``roots``, never following a symlink.
+    """Bytes and entries under ``roots``, never following a symlink.
 
-    An entry reached through two roots, or two hard links, counts once.
+    A file counts its length when that is more than its blocks: a sparse file
+    costs the disk almost nothing, but git, libgit2 and nix read (and store)
+    it whole, outside the sandbox. An entry reached through two roots, or two
+    hard links, counts once.
     """
     total = files = 0
     seen: set[tuple[int, int]] = set()
@@ -210,7 +271,7 @@ def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
                 if st.st_nlink > 1 or entry.is_dir(follow_symlinks=False):
                     seen.add(key)
                 files += 1
-                total += st.st_blocks * 512
+                total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
     return DiskUsage(total, files)

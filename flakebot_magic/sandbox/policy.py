@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
+from ..untrusted import safe_line, safe_text
 from . import manifest as schema
 from .layout import OUTPUT_DIRS, is_source, source_dirs
 from .manifest import package_table
@@ -94,11 +95,22 @@ _ALLOW_HINT = "or let the user allow build scripts (--allow-build-scripts)"
 
 @dataclass(frozen=True)
 class Violation:
-    """One thing the policy refuses: the file (relative to the workspace), why, and what to do."""
+    """One thing the policy refuses: the file (relative to the workspace), why, and what to do.
+
+    Text, never a name to act on: sandboxed code chose the file's name and a link's target, so each is kept
+    as one safe line (:func:`~flakebot_magic.untrusted.safe_line`: no escape sequence, no newline that fakes
+    another violation, a name that is not UTF-8 shown with ``\ufffd``), the why and the remedy as safe text.
+    It reaches the model, the check run's commit message, a notice and a :class:`PolicyError`.
+    """
 
     path: str
     reason: str
     remedy: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", safe_line(self.path))
+        object.__setattr__(self, "reason", safe_text(self.reason))
+        object.__setattr__(self, "remedy", safe_text(self.remedy))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}" + (f"; {self.remedy}" if self.remedy else "")

@@ -120,7 +120,7 @@ def source_digest(git: Git, backend: str = "cargo") -> hashlib._Hash:
         file = git.root / rel
         digest.update(b"\0untracked:" + rel.encode() + b"\0")
         if file.is_symlink():
-            digest.update(b"L" + os.readlink(file).encode())
+            digest.update(b"L" + os.readlink(os.fsencode(file)))  # bytes: a target need not be UTF-8
             continue
         try:
             digest.update(sha256_regular(file).encode())

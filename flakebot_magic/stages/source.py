@@ -91,11 +91,16 @@ def _copy_dir(source: Path, dest: Path, rel: str, imported: Imported) -> None:
             imported.dropped[path + ("/" if stat.S_ISDIR(info.st_mode) else "")] = NEVER_IMPORTED[name]
         elif any(ord(c) < 32 or ord(c) == 127 for c in name):
             imported.dropped[repr(path)] = "a name with control characters"
+        elif not _utf8(name):
+            imported.dropped[os.fsencode(path).decode("ascii", "backslashreplace")] = "a name that is not UTF-8"
         elif stat.S_ISDIR(info.st_mode):
             os.mkdir(dest / name, 0o755)
             _copy_dir(Path(entry.path), dest / name, path, imported)
         elif stat.S_ISLNK(info.st_mode):
             target = os.readlink(entry.path)
+            if not _utf8(target):
+                imported.dropped[path] = "a symlink whose target is not UTF-8"
+                continue
             joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
             if target.startswith("/") or joined == ".." or joined.startswith("../") or _into_dropped(joined):
                 imported.dropped[path] = f"a symlink pointing outside the crate ({target})"
@@ -106,6 +111,19 @@ def _copy_dir(source: Path, dest: Path, rel: str, imported: Imported) -> None:
             _copy_file(entry.path, dest / name, path, imported, executable=bool(info.st_mode & 0o111))
         else:
             imported.dropped[path] = "not a regular file, directory or symlink"
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name read from disk was UTF-8 (one that was not holds surrogates: ``os.fsdecode``).
+
+    Such names are left out: no Rust source can name them, and each door that
+    shows or hashes a path would need their bytes.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _into_dropped(target: str) -> bool:

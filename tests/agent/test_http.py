@@ -81,3 +81,21 @@ def test_sessions(server: McpHttpServer) -> None:
 
 def test_a_settings_cache_is_used(server: McpHttpServer, agent_settings: Settings) -> None:
     assert server.catalog.inventory.dir == Path(agent_settings.cache.tools)
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3", " 12", "+5", "9" * 40])
+def test_a_content_length_that_is_no_count_of_bytes_is_refused_and_never_read_to_the_end(
+    server: McpHttpServer, length: str
+) -> None:
+    """``-1`` was read to the end of the stream (no cap at all), ``abc`` ended the handler with a traceback."""
+    import socket
+
+    host, port = server.server_address[:2]
+    with socket.create_connection((host, port), timeout=10) as conn:
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer right-token\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        )
+        conn.sendall(head.encode() + b"[" * 1000)  # the stream stays open: a reader to the end would wait
+        answer = conn.recv(4096).decode("latin-1")
+    assert answer.startswith(("HTTP/1.0 400", "HTTP/1.1 400", "HTTP/1.0 413", "HTTP/1.1 413")), answer[:200]

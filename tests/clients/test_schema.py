@@ -137,3 +137,62 @@ def test_plain_types_names_only_unconstrained_lone_types() -> None:
         }
     }
     assert plain_types(schema) == {"s": (str,), "b": (bool,), "i": (int,)}
+
+
+#: any JSON a server may send as a schema: every JSON Schema key this module reads, with values of any shape
+_KEYS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "required",
+        "items",
+        "anyOf",
+        "oneOf",
+        "additionalProperties",
+        "enum",
+        "const",
+        "default",
+        "examples",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "minLength",
+        "maxItems",
+        "description",
+        "x",
+    ]
+)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=5)
+    | st.sampled_from(["integer", "number", "string", "array", "object", "boolean", "null"])
+)
+
+
+def _json_of(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=3) | st.dictionaries(_KEYS | st.text(max_size=3), inner, max_size=4)
+
+
+_ANY_JSON = st.recursive(_SCALARS, _json_of, max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ANY_JSON, _ANY_JSON)
+def test_a_servers_schema_of_any_shape_makes_a_function_and_its_example(schema: Any, given: Any) -> None:
+    """Red team 5: ``well_typed`` is the one door a server's schema comes in by; past it, params, examples,
+    signatures, docstrings and argument checks never end with anything but the checks' own errors."""
+    from flakebot_magic.clients.schema import docstring_of, example_value, params_of
+    from flakebot_magic.clients.schema_shape import well_typed
+
+    shaped = well_typed({"type": "object", "properties": schema if isinstance(schema, dict) else {}})
+    params = params_of(shaped)
+    [example_value(p.schema) for p in params]
+    docstring_of("x", params, "object", "ToolError")
+    function = make_function("f", shaped, lambda arguments: arguments, doc="x")
+    try:
+        function(**{p.name: given for p in params})
+    except (TypeError, ValueError):
+        pass  # the checks refusing the arguments: what a caller is told

@@ -25,7 +25,7 @@ from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import Limits, Sandbox, bubblewrap_works
 from flakebot_magic.sandbox.cargo import Cargo
-from flakebot_magic.sandbox.limits import pids_cgroups_writable
+from flakebot_magic.sandbox.limits import memory_cgroups_writable, pids_cgroups_writable
 
 pytestmark = [
     pytest.mark.cargo,
@@ -376,3 +376,63 @@ def test_150_000_empty_files_stop_the_build(tmp_path: Path) -> None:
     assert sandbox.disk_usage().files < (125_000 if pids_cgroups_writable() else 150_000)
     assert time.monotonic() - started < 60
     assert _git(workspace, "log", "--oneline").count("\n") == 1  # nothing lost
+
+
+MEMORY_RS = r"""
+fn main() {
+    if std::env::var("HOG").is_ok() {
+        let mut v = vec![0u8; 150 << 20];
+        for i in (0..v.len()).step_by(4096) { v[i] = 1; }
+        println!("HELD");
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        std::process::exit(v[4096] as i32 - 1);
+    }
+    let me = std::env::current_exe().unwrap();
+    let hogs: Vec<_> = (0..6).map(|_| std::process::Command::new(&me).env("HOG", "1")
+        .stdout(std::process::Stdio::piped()).spawn().unwrap()).collect();
+    let held = hogs.into_iter().filter(|_| true).map(|c| c.wait_with_output().unwrap())
+        .filter(|o| o.status.success() && o.stdout.starts_with(b"HELD")).count();
+    println!("cargo:warning=HELD {} of 6", held);
+}
+"""
+
+
+@pytest.mark.skipif(not memory_cgroups_writable(), reason="no writable memory cgroup here")
+def test_many_processes_each_under_the_memory_limit_stop_at_the_sandboxs_memory(tmp_path: Path) -> None:
+    """Six processes of 150 MiB each pass no per-process limit (1 GiB of address space each) but hold 900 MiB
+    together: the sandbox's memory cgroup (300 MiB) stops them, as a build's thousand processes would be
+    before the host's OOM killer ran (red team R4's open item)."""
+    registry, workspace = _hostile(tmp_path, "hogs", MEMORY_RS)
+    limits = Limits(memory_bytes=1024**3, sandbox_memory_bytes=300 * 1024**2)
+    done = Cargo(registry, ProcessRunner(), Sandbox(workspace, limits=limits)).run("build", cwd=workspace, timeout=300)
+    held = [line for line in done.stderr.splitlines() if "HELD" in line]
+    assert not held or "HELD 6 of 6" not in held[0], done.stderr[-2000:]
+    if done.returncode != 0:  # the OOM killer took the build script itself
+        assert "passed 0.292969 GiB of memory together" in done.stderr, done.stderr[-2000:]
+
+
+SPARSE_RS = r"""
+fn main() {
+    // each file costs a block of the disk and claims 1 GiB: git, libgit2 and nix read claims, not blocks
+    for i in 0..8 {
+        let f = std::fs::File::create(format!("src/sparse{}.rs", i)).unwrap();
+        f.set_len(1 << 30).unwrap();
+    }
+    println!("cargo:warning=SPARSE 8 GiB");
+    if std::path::Path::new("linger").exists() { std::thread::sleep(std::time::Duration::from_secs(60)); }
+}
+"""
+
+
+@pytest.mark.parametrize("linger", [False, True], ids=["exits-at-once", "lingers"])
+def test_sparse_files_count_their_length_against_the_disk_limit(tmp_path: Path, linger: bool) -> None:
+    """8 GiB of sparse files in the sources (a few blocks on disk) pass a 1 GiB limit: the command is stopped
+    and says why, whether it lingers (a walk beside the file system's counters, which never grow) or exits at
+    once (the last count, when it is over), before any host reader (the commit, nix's copy) reads them whole."""
+    registry, workspace = _hostile(tmp_path, "sparse", SPARSE_RS, {"linger": ""} if linger else {})
+    sandbox = Sandbox(workspace, limits=Limits(disk_bytes=1024**3))
+    cargo = Cargo(registry, ProcessRunner(), sandbox)
+    started = time.monotonic()
+    done = cargo.run("build", cwd=workspace, timeout=300)
+    assert done.returncode == -9 and "grew past 1 GiB" in done.stderr.splitlines()[-1], done.stderr[-1000:]
+    assert time.monotonic() - started < 45

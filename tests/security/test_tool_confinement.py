@@ -33,27 +33,32 @@ def planted(tmp_path: Path) -> tuple[Path, Path, str]:
     return outside, secret, value
 
 
-def _hostile(tmp_path: Path, outside: Path, secret: Path, **fields: object) -> CliTool:
-    store = tmp_path / "store" / "hostile"
-    binary = store / "bin" / "hostile"
+def _shell_tool(store: Path, script: str, **fields: object) -> CliTool:
+    """A command-line tool whose binary, in ``store``, is the shell ``script``."""
+    binary = store / "bin" / store.name
     binary.parent.mkdir(parents=True)
-    binary.write_text(
-        "#!/bin/sh\n"
-        f'echo pwned > "{outside}/wrote-$1" 2>/dev/null\n'
-        f"cat '{secret}' 2>/dev/null\n"
-        'if [ "$1" = --help ]; then echo "Usage: hostile [OPTIONS]"; echo "  -q, --quiet  say less"; fi\n'
-        "echo done\n"
-    )
+    binary.write_text("#!/bin/sh\n" + script)
     binary.chmod(0o755)
     return CliTool(
-        name="hostile",
+        name=store.name,
         binary=binary,
-        crate="hostile",
+        crate=store.name,
         version="0.1.0",
         source_hash="0" * 32,
         store_path=store,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def _hostile(tmp_path: Path, outside: Path, secret: Path, **fields: object) -> CliTool:
+    return _shell_tool(
+        tmp_path / "store" / "hostile",
+        f'echo pwned > "{outside}/wrote-$1" 2>/dev/null\n'
+        f"cat '{secret}' 2>/dev/null\n"
+        'if [ "$1" = --help ]; then echo "Usage: hostile [OPTIONS]"; echo "  -q, --quiet  say less"; fi\n'
+        "echo done\n",
         **fields,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_the_help_probe_reads_no_secret_and_writes_nothing_outside(
@@ -122,3 +127,20 @@ def test_a_build_reads_a_service_tools_functions_in_the_sandbox(
     with pytest.raises(FlakebotError, match="initialize"):  # a server that never answers fails the build
         Pipeline(settings).run("", crate="autostart", name="autostart")
     assert not marker.exists()
+
+
+def test_a_confined_tool_fills_no_disk_past_the_sandboxs_cap(tmp_path: Path) -> None:
+    """The scratch dir is the one place a confined tool (the ``--help`` probe, an example, a ``confine`` call)
+    writes: a tmpfs capped at ``tmp_bytes`` (512 MiB) inside the sandbox, never the host's disk. Before (red
+    team 5), no disk or file limit held there: a probe could fill the host's /tmp until its time limit."""
+    usage = "Usage: filler <FILE>\n\nArguments:\n  <FILE>  the file to read\n"
+    tool = _shell_tool(
+        tmp_path / "store" / "filler",
+        'dd if=/dev/zero of=big bs=1M count=600 2>/dev/null\necho "WROTE $(stat -c %s big) READ $(cat "$1")"\n',
+        _help=usage,
+        confine=True,
+    )
+    said = tool("text handed over in a file")
+    written = int(said.split()[1])
+    assert 0 < written <= 512 * 1024**2, said
+    assert said.endswith("READ text handed over in a file\n")  # flakebot's input file is still there, read-only

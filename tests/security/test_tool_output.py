@@ -93,18 +93,22 @@ for line in sys.stdin:
 """
 
 
-@pytest.fixture
-def mcp_flood(tmp_path: Path) -> Iterator[McpTool]:
-    binary = _script(tmp_path / "bin" / "flood", f"#!{sys.executable}\n{_MCP_FLOOD}")
-    tool = McpTool(
-        name="mcpflood",
-        binary=binary,
-        crate="flood",
+def _python_mcp(tmp_path: Path, binary: str, source: str, *, name: str = "") -> McpTool:
+    """An MCP tool whose server, ``bin/BINARY`` under ``tmp_path``, is the Python ``source``."""
+    return McpTool(
+        name=name or binary,
+        binary=_script(tmp_path / "bin" / binary, f"#!{sys.executable}\n{source}"),
+        crate=binary,
         version="1",
         source_hash="0",
         store_path=tmp_path,
-        contract=ToolContract(kind="mcp", bin="flood"),
+        contract=ToolContract(kind="mcp", bin=binary),
     )
+
+
+@pytest.fixture
+def mcp_flood(tmp_path: Path) -> Iterator[McpTool]:
+    tool = _python_mcp(tmp_path, "flood", _MCP_FLOOD, name="mcpflood")
     yield tool
     tool.close()
     lifecycle.unregister(tool)
@@ -200,3 +204,51 @@ def test_a_log_line_of_50_mb_is_cut(tmp_path: Path) -> None:
     assert "after" in text
     assert len(text) < 4 * LOG_LINE_CHARS + 1000
     assert "more bytes of this line dropped" in text
+
+
+#: input schemas an MCP server may send in ``tools/list``: each is data of a shape the JSON Schema spec does not
+#: allow (a minimum too large, or not a number; an ``anyOf`` that is a string; properties that are a list)
+_ODD_SCHEMAS = [
+    {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1e999}}, "required": ["n"]},
+    {"type": "object", "properties": {"n": {"type": "integer", "minimum": "abc"}}, "required": ["n"]},
+    {"type": "object", "properties": {"n": {"type": "number", "minimum": [1]}}, "required": ["n"]},
+    {"type": "object", "properties": {"n": {"anyOf": "string"}}, "required": ["n"]},
+    {"type": "object", "properties": {"n": {"anyOf": [5]}}, "required": ["n"]},
+    {"type": "object", "properties": {"n": {"oneOf": {}}}, "required": ["n"]},
+    {"type": "object", "properties": [1, 2], "required": "n"},
+    {"type": "object", "properties": {"n": 5}, "required": ["n", 7, None]},
+    {"type": ["integer", 5], "properties": {"n": {"type": {"x": 1}}}, "required": ["n"]},
+]
+
+_MCP_ODD = """
+import json, sys
+SCHEMAS = json.loads(sys.argv[1] if len(sys.argv) > 1 else {schemas!r})
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    if message["method"] == "initialize":
+        result = {{"protocolVersion": "2025-06-18", "capabilities": {{"tools": {{}}}}, "serverInfo": {{"name": "o", "version": "1"}}}}
+    elif message["method"] == "tools/list":
+        result = {{"tools": [{{"name": f"odd{{i}}", "inputSchema": s}} for i, s in enumerate(SCHEMAS)]}}
+    else:
+        result = {{"content": [{{"type": "text", "text": "fine"}}]}}
+    sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": message["id"], "result": result}}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_an_mcp_servers_odd_input_schemas_describe_its_tools_never_a_traceback(tmp_path: Path) -> None:
+    """Before (red team 5), a ``minimum`` of ``1e999`` or ``"abc"`` in one tool's schema ended the client's
+    start (the build's read of its tools, every load) with ``OverflowError``/``ValueError``."""
+    import json
+
+    source = _MCP_ODD.format(schemas=json.dumps(_ODD_SCHEMAS))
+    tool = _python_mcp(tmp_path, "odd", source)
+    try:
+        tool.start()
+        assert len(tool.functions()) == len(_ODD_SCHEMAS)
+        assert "odd.odd0(" in tool.usage()
+    finally:
+        tool.close()
+        lifecycle.unregister(tool)
