@@ -26,22 +26,28 @@ NAMES = FUNCTION_NAMES
 _MARKERS = ("<tool_call>", "</tool_call>", "<function=", "</function>", "[TOOL_CALLS]")
 _CALL_START = re.compile(r"""\{\s*(["']type["']\s*:\s*["']function["']\s*,\s*)?["']name["']\s*:""")
 
+
+def _text(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[str]:
+    """Argument text, keys and values alike: a marker in it is refused, not read back (tested below)."""
+    return st.text(min_size=min_size, max_size=max_size).filter(lambda s: not any(m in s for m in _MARKERS))
+
+
 _scalars = st.one_of(
-    st.text(max_size=40).filter(lambda s: not any(m in s for m in _MARKERS)),
+    _text(),
     st.integers(-(10**6), 10**6),
     st.booleans(),
     st.none(),
 )
 _values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text(max_size=10), inner, max_size=3),
     max_leaves=8,
 )
 calls = st.lists(
     st.builds(
         TextCall,
         st.sampled_from(NAMES),
-        st.dictionaries(st.text(min_size=1, max_size=12), _values, max_size=4),
+        st.dictionaries(_text(min_size=1, max_size=12), _values, max_size=4),
     ),
     min_size=1,
     max_size=4,
@@ -120,13 +126,14 @@ def test_reading_raises_nothing_but_the_refusal(text: str) -> None:
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_marker_inside_an_argument_is_refused_never_misread(dialect: Dialect) -> None:
     for marker in _MARKERS:
-        call = TextCall("write_file", {"path": "a.txt", "content": f"x {marker} y"})
-        text = render([call], dialect)
-        try:
-            found = read_calls(text, NAMES)
-        except TextCallRefused:
-            continue
-        assert found is not None and list(found.calls) == [call]
+        for arguments in ({"path": "a.txt", "content": f"x {marker} y"}, {"path": "a.txt", marker: "y"}):
+            call = TextCall("write_file", arguments)  # in a value or in a key
+            text = render([call], dialect)
+            try:
+                found = read_calls(text, NAMES)
+            except TextCallRefused:
+                continue
+            assert found is not None and list(found.calls) == [call]
 
 
 # -- what models really write (examples of each dialect's variants) -------------------------------
