@@ -38,7 +38,7 @@ demo: install
 
 test: install
 	@rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
-	FLAKEBOT_CACHE_DIR=$(TEST_CACHE) $(PY) -m pytest tests notebooks --nbval -p no:cacheprovider $(PYTEST_ARGS)
+	FLAKEBOT_CACHE_DIR=$(TEST_CACHE) $(PY) -m pytest tests notebooks --nbval -p no:cacheprovider --hypothesis-profile=gate $(PYTEST_ARGS)
 
 # ruff (lint and format check) and mypy --strict on the package; needs no root
 lint: venv

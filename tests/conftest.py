@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 # `auto` would pick nix wherever nix is installed, and the generated flakes'
 # default nixpkgs (github:) cannot be fetched offline. Tests that exercise the
@@ -16,6 +17,12 @@ import pytest
 os.environ.setdefault("FLAKEBOT_BACKEND", "cargo")
 
 pytest_plugins = ["flakebot_magic.testing.fixtures"]
+
+# `make test` (the gate CI runs) draws the same examples every run, so a property
+# test fails there only for a change, never for a draw; `make test-fast` and a
+# plain pytest draw new ones each run, which is where new counterexamples are
+# found (and then fixed or kept as an `@example`).
+settings.register_profile("gate", derandomize=True, print_blob=True)
 
 _real_connect = socket.socket.connect
 _real_create_connection = socket.create_connection
