@@ -323,6 +323,14 @@ class Sandbox:
         the walk finds a limit passed and continued otherwise (the growth was
         someone else's). Without a cgroup or counters the walk alone is polled,
         and a fast writer can pass a limit by a little before it is stopped.
+
+        What is guaranteed, however busy the machine: with a cgroup, the count
+        that passes a limit is taken with the command's processes stopped, and
+        they are killed without running again, so what is on disk after the
+        kill is what the message names (each stopped process may finish the one
+        system call it was in). How far past the limit that is depends on how
+        soon this thread runs after the counters moved: a writer outruns the
+        glance, never the count.
         """
         stop = threading.Event()
         why: list[str] = []
@@ -338,7 +346,8 @@ class Sandbox:
                 )
             elif used.files > limits.files:
                 why.append(
-                    f"the workspace passed {limits.files:,} files (a build script or test creating files without end?)"
+                    f"the workspace passed {limits.files:,} files ({used.files:,} when it was stopped: a build script "
+                    "or test creating files without end?)"
                 )
             if why:
                 token.cancel()
