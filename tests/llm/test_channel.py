@@ -158,7 +158,8 @@ def test_max_cost_stops_the_build_once_the_crate_choice_spent_it(
 
 
 def test_a_crate_choice_in_flight_is_cut_by_the_cancel(fake_openai: Callable[..., FakeOpenAIServer]) -> None:
-    server = fake_openai([{"fault": "stall", "seconds": 30}, _choice("b")])
+    stall = 30
+    server = fake_openai([{"fault": "stall", "seconds": stall}, _choice("b")])
     model = ModelConfig("scripted", base_url=server.base_url, timeout=60.0, max_retries=0)
     cancel = CancelToken()
     a, b = CrateCandidate("a", "1.0.0", "first"), CrateCandidate("b", "1.0.0", "second")
@@ -172,7 +173,9 @@ def test_a_crate_choice_in_flight_is_cut_by_the_cancel(fake_openai: Callable[...
         ) as channel,
     ):
         choose_by_model(channel, _NoSources(), "x", [a, b], EventBus([]))
-    assert time.monotonic() - started < 5.0
+    # cut, not answered: the answer comes only after the stall. (A bound of a few seconds measured how soon a
+    # busy machine ran this process, and failed at 9.5 s under load.)
+    assert time.monotonic() - started < stall
 
 
 class _NoSources:
