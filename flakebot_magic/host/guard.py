@@ -230,7 +230,14 @@ class Spawner:
             except BaseException as exc:  # handed back to the caller's thread
                 reply.put((False, exc))
 
-    def run(self, work: Callable[[], Any]) -> Any:
+    def run(self, work: Callable[[], Any], undo: Callable[[Any], None] | None = None) -> Any:
+        """``work()`` on the spawner thread; its value, or its exception raised here.
+
+        Interrupted while it works (Ctrl-C: a KeyboardInterrupt in this thread),
+        the caller never gets the value, so ``undo`` gets it (the child just
+        started is killed rather than left running, unknown), then the
+        interrupt goes on.
+        """
         with self._lock:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._pid = os.getpid()  # after a fork, the old thread does not exist here
@@ -238,7 +245,13 @@ class Spawner:
                 self._thread.start()
         reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self._requests.put((work, reply))
-        ok, value = reply.get()
+        try:
+            ok, value = reply.get()
+        except BaseException:
+            ok, value = reply.get()  # the work finishes by itself (a fork and an exec)
+            if ok and undo is not None:
+                undo(value)
+            raise
         if not ok:
             raise value
         return value

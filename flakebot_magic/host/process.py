@@ -244,7 +244,8 @@ def spawn(
     if lasting:
         setup = _parent_death_signal()
         proc: subprocess.Popen[bytes] = _spawner.run(
-            lambda: start(subprocess.Popen, list(argv), subprocess.PIPE if stdin else subprocess.DEVNULL, setup)
+            lambda: start(subprocess.Popen, list(argv), subprocess.PIPE if stdin else subprocess.DEVNULL, setup),
+            undo=_discard,
         )
         return proc
     # a call's child: no preexec_fn, so vfork() (a fork copies this whole process); the guard kills it with us,
@@ -276,6 +277,15 @@ def spawn(
         if not stdin:
             os.close(gate)
     return proc
+
+
+def _discard(proc: subprocess.Popen[bytes]) -> None:
+    """A child whose caller was interrupted while it started: its group killed, it reaped, its pipes closed."""
+    kill_tree(proc.pid)
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _short(argv: list[str]) -> str:
