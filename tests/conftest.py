@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 from collections.abc import Iterator
 
@@ -23,6 +24,13 @@ pytest_plugins = ["flakebot_magic.testing.fixtures"]
 # plain pytest draw new ones each run, which is where new counterexamples are
 # found (and then fixed or kept as an `@example`).
 settings.register_profile("gate", derandomize=True, print_blob=True)
+
+# A shell starts a background job (`make test &`, nohup, a CI step sent to the background) with SIGINT
+# ignored, and Python then keeps it ignored: the tests of Ctrl-C (a KeyboardInterrupt in this process, SIGINT
+# to a child, which inherits the ignoring) would wait out their 30 s commands instead. Ctrl-C is Python's
+# default here, however pytest was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _real_connect = socket.socket.connect
 _real_create_connection = socket.create_connection

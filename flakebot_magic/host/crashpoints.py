@@ -1,4 +1,5 @@
-"""A TEST HOOK: named crash points in every step that changes a tool on disk, where a test can SIGKILL the process.
+"""A TEST HOOK: named crash points in every step that changes a tool on disk, and in the start of a child, where a
+test can SIGKILL the process.
 
 SQLite proves its crash safety by killing itself at every step of a commit
 and checking the database afterwards; flakebot does the same for a tool's
@@ -14,6 +15,11 @@ has just happened there. ``tests/manage/test_transaction.py`` kills a real build
 each one, and ``tests/host/test_crashpoints.py`` checks (by reading the code) that every step that writes,
 renames or removes in the functions named in :data:`WATCHED` is followed by
 a point, so a new step without one fails the tests.
+
+The ``spawn.`` points are in the start of a call's child
+(:func:`flakebot_magic.host.process.spawn`), before and after the guard is told
+of it: ``tests/security/test_process_trees.py`` kills a parent at each and
+checks that nothing of the child outlives it.
 
 This is not a user setting: it only ever makes flakebot die.
 """
@@ -67,6 +73,9 @@ POINTS: dict[str, str] = {
     # manage/cleanup.py
     "clean.renamed": "a path clean removes was renamed aside (it is gone for every reader)",
     "clean.removed": "a path clean removes was removed",
+    # host/process.py: a call's child is started, waiting at its gate
+    "spawn.started": "a call's child was started; the guard does not know it yet",
+    "spawn.guarded": "the guard was told of the child's group; the child still waits at its gate",
 }
 
 #: the functions whose every change on disk must be followed by a crash point (module -> function names)

@@ -1,23 +1,87 @@
-"""How children die with this process: the spawner thread and the guard.
+"""How children die with this process: the spawner thread, the guard and the gate.
 
 A lasting child (a tool's server) carries the parent-death signal, armed in
 :mod:`.process` and forked from :class:`Spawner`'s one long-lived thread; the
-child of a call is started with ``vfork`` and registered with :class:`Guard`,
-which :mod:`.process` (the one place that forks) starts.
+child of a call is started with ``vfork`` behind a gate (:func:`gated`) and
+registered with :class:`Guard`, which :mod:`.process` (the one place that forks) starts.
+
+The gate closes the window between the start of a call's child and its
+registration: a child that exists but that the guard does not know of would
+outlive this process if it died (SIGKILL) right then. So the child's first
+program is a shell that waits for one line on its standard input, a pipe whose
+only writer is this process, and becomes the command only when it comes; it
+is written once the guard holds the child's group. When this process dies
+before, the pipe ends and the shell exits without having run anything; after,
+the guard kills the group. Either way nothing of a call outlives this process,
+whenever it is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import queue
+import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Guard", "Spawner"]
+__all__ = ["GATE_EXIT", "Guard", "Spawner", "check_program", "gated"]
+
+#: the exit status of a gated child whose parent died before it let it pass (it ran nothing)
+GATE_EXIT = 125
+#: the gate (``sh -c``, arguments: the command): one line on standard input, then the command; at the end of the
+#: input instead, exit. dash reads its input a byte at a time, so the command's input starts right after the line.
+_GATE = f'read -r _ || exit {GATE_EXIT}; exec "$@"'
+#: the gate of a command without input: the line comes on a pipe of its own, the command reads ``/dev/null``
+_GATE_NULL = f'read -r _ || exit {GATE_EXIT}; exec "$@" </dev/null'
+#: what the kernel runs without ``binfmt_misc``: an ELF binary, a ``#!`` script
+_RUNNABLE = (b"\x7fELF", b"#!")
+
+
+def gated(argv: Sequence[str], *, stdin: bool) -> list[str]:
+    """``argv`` behind the gate: it runs once its line is written to the child's standard input.
+
+    ``stdin``: the command reads the rest of that pipe (else ``/dev/null``).
+    """
+    return ["/bin/sh", "-c", _GATE if stdin else _GATE_NULL, "flakebot-gate", *argv]
+
+
+def check_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str | None) -> None:
+    """Raise the ``OSError`` a direct start of ``argv0`` would raise: the gate must not start what it cannot.
+
+    A start behind the gate fails later, in the shell, which says so on
+    standard error, or, for a file the kernel cannot run (``ENOEXEC``: a
+    truncated or overwritten binary), runs it as a shell script. So the program
+    is found here as :class:`subprocess.Popen` finds it (the ``PATH`` of
+    ``env``; a path with a slash from ``cwd``) and must be executable and an ELF
+    binary or a ``#!`` script.
+    """
+    if os.sep in argv0:
+        path: str | None = os.path.join(cwd, argv0) if cwd is not None else argv0
+        if not os.path.exists(path):  # type: ignore[arg-type]
+            path = None
+    else:
+        path = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(env)))
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except PermissionError:  # executable but not readable: the kernel runs it, this process cannot look
+        return
+    try:
+        head = os.read(fd, 4)
+    finally:
+        os.close(fd)
+    if not head.startswith(_RUNNABLE):
+        raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC), argv0)
+
 
 #: seconds between the guard's reads of its pipe while this process lives (it wakes for nothing else)
 DRAIN_EVERY = 0.5
@@ -166,7 +230,14 @@ class Spawner:
             except BaseException as exc:  # handed back to the caller's thread
                 reply.put((False, exc))
 
-    def run(self, work: Callable[[], Any]) -> Any:
+    def run(self, work: Callable[[], Any], undo: Callable[[Any], None] | None = None) -> Any:
+        """``work()`` on the spawner thread; its value, or its exception raised here.
+
+        Interrupted while it works (Ctrl-C: a KeyboardInterrupt in this thread),
+        the caller never gets the value, so ``undo`` gets it (the child just
+        started is killed rather than left running, unknown), then the
+        interrupt goes on.
+        """
         with self._lock:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._pid = os.getpid()  # after a fork, the old thread does not exist here
@@ -174,7 +245,13 @@ class Spawner:
                 self._thread.start()
         reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self._requests.put((work, reply))
-        ok, value = reply.get()
+        try:
+            ok, value = reply.get()
+        except BaseException:
+            ok, value = reply.get()  # the work finishes by itself (a fork and an exec)
+            if ok and undo is not None:
+                undo(value)
+            raise
         if not ok:
             raise value
         return value

@@ -12,7 +12,8 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
 * dies with the kernel: a lasting child by its parent-death signal
   (``PR_SET_PDEATHSIG``), the child of a call by :class:`~.guard.Guard` (started
-  with ``vfork``: arming the signal would need a fork of this whole process);
+  with ``vfork``: arming the signal would need a fork of this whole process),
+  which knows it before it runs (it waits at a gate, :func:`~.guard.gated`, till then);
 * is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
   line without end is never held whole, what is kept per stream is capped,
   and past the cap a visible note says so;
@@ -47,8 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
+from .crashpoints import crash_point
 from .environment import allowed_env, scrubbed_env
-from .guard import Guard, Spawner
+from .guard import Guard, Spawner, check_program, gated
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
 from .proctree import alive, finish, kill_tree, pipe_holders, process_started_at
 
@@ -220,22 +222,19 @@ def spawn(
 
     It gets its own process group (a kill stops what it started too), death
     with this process (``lasting``: the parent-death signal; else the guard,
-    :class:`~.guard.Guard`, and a start by ``vfork``), no inherited descriptors, standard output and error
-    as pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``:
-    forked from the long-lived spawner thread, for a child that outlives the
-    thread that asked for it (a tool's server). Raises ``OSError`` when it
-    cannot start.
+    :class:`~.guard.Guard`, a start by ``vfork`` and the gate, :func:`~.guard.gated`),
+    no inherited descriptors, standard output and error as pipes, standard
+    input a pipe (``stdin``) or ``/dev/null``. ``lasting``: forked from the
+    long-lived spawner thread, for a child that outlives the thread that asked
+    for it (a tool's server). Raises ``OSError`` when it cannot start.
     """
-    setup = _parent_death_signal() if lasting else None
-    # a call's child: no preexec_fn, so vfork() (a fork copies this whole process); the guard kills it with us
-    kind: type[subprocess.Popen[bytes]] = subprocess.Popen if lasting else _GuardedChild
 
-    def start() -> subprocess.Popen[bytes]:
+    def start(kind: type[subprocess.Popen[bytes]], args: list[str], child_stdin: int, setup: Any) -> Any:
         return kind(
-            list(argv),
+            args,
             cwd=cwd,
             env=dict(env) if env is not None else None,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdin=child_stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             bufsize=bufsize,
@@ -245,11 +244,50 @@ def spawn(
         )
 
     if lasting:
-        proc: subprocess.Popen[bytes] = _spawner.run(start)
+        setup = _parent_death_signal()
+        proc: subprocess.Popen[bytes] = _spawner.run(
+            lambda: start(subprocess.Popen, list(argv), subprocess.PIPE if stdin else subprocess.DEVNULL, setup),
+            undo=_discard,
+        )
         return proc
-    proc = start()
-    _guard.add(proc.pid)  # its group id: it leads its own session
+    # a call's child: no preexec_fn, so vfork() (a fork copies this whole process); the guard kills it with us,
+    # and until the guard knows it, it waits at the gate
+    check_program(argv[0], env, cwd)
+    gate_read, gate = (-1, -1) if stdin else os.pipe2(os.O_CLOEXEC)
+    try:
+        proc = start(_GuardedChild, gated(argv, stdin=stdin), subprocess.PIPE if stdin else gate_read, None)
+    except BaseException:
+        if gate >= 0:
+            os.close(gate)
+        raise
+    finally:
+        if gate_read >= 0:
+            os.close(gate_read)
+    try:
+        if stdin:
+            assert proc.stdin is not None
+            gate = proc.stdin.fileno()
+        crash_point("spawn.started")  # a test kills this process here: the child waits at the gate, unknown
+        _guard.add(proc.pid)  # its group id: it leads its own session
+        crash_point("spawn.guarded")
+        os.write(gate, b"\n")  # the guard knows it: it may run
+    except BaseException:
+        proc.kill()  # the gate shell alone: nothing has run
+        proc.wait()
+        raise
+    finally:
+        if not stdin:
+            os.close(gate)
     return proc
+
+
+def _discard(proc: subprocess.Popen[bytes]) -> None:
+    """A child whose caller was interrupted while it started: its group killed, it reaped, its pipes closed."""
+    kill_tree(proc.pid)
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _short(argv: list[str]) -> str:

@@ -338,6 +338,14 @@ class Sandbox:
         writer can pass a limit by a little before it is stopped), since a sparse file's length grows no
         counter; and once more when the block ends: a command that left too much behind ends with ``why``
         said too, so its caller reports it stopped, whatever its exit status.
+
+        What is guaranteed, however busy the machine: with a cgroup, the count
+        that passes a limit is taken with the command's processes stopped, and
+        they are killed without running again, so what is on disk after the
+        kill is what the message names (each stopped process may finish the one
+        system call it was in). How far past the limit that is depends on how
+        soon this thread runs after the counters moved: a writer outruns the
+        glance, never the count.
         """
         stop = threading.Event()
         why: list[str] = []
@@ -353,7 +361,8 @@ class Sandbox:
                 )
             elif used.files > limits.files:
                 why.append(
-                    f"the workspace passed {limits.files:,} files (a build script or test creating files without end?)"
+                    f"the workspace passed {limits.files:,} files ({used.files:,} when it was stopped: a build script "
+                    "or test creating files without end?)"
                 )
             if why:
                 token.cancel()

@@ -141,9 +141,29 @@ def _builder_processes(marker: str) -> list[int]:
     return found
 
 
-def _owned_by(user: str) -> list[int]:
+def _owned_by(user: str, builder: Builder) -> list[int]:
+    """Live processes of ``user`` that descend from this test's sshd: another run's builder is not this one's."""
     uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True, check=True).stdout)
-    return [int(p) for p in filter(str.isdigit, os.listdir("/proc")) if _uid(p) == uid]
+    sshd = int((builder.folder / "sshd.pid").read_text())
+    parents: dict[int, int] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(pid)] = int(fields[1])
+
+    def descends(pid: int) -> bool:
+        for _ in range(64):
+            pid = parents.get(pid, 0)
+            if pid == sshd:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    return [pid for pid in parents if descends(pid) and _uid(str(pid)) == uid]
 
 
 def _uid(pid: str) -> int:
@@ -168,7 +188,7 @@ def test_cancel_during_a_remote_build_leaves_nothing_running_on_either_side(buil
     )
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(["git", "add", "flake.nix"], cwd=repo, check=True)
-    before = set(_owned_by("fbbuilder"))
+    before = set(_owned_by("fbbuilder", builder))
     cancel = CancelToken()
     failure: list[BaseException] = []
     nix = Nix(ProcessRunner(cancel), options=NixOptions(builders=builder.builders, max_jobs=0))
@@ -192,8 +212,10 @@ def test_cancel_during_a_remote_build_leaves_nothing_running_on_either_side(buil
     assert not thread.is_alive() and isinstance(failure[0], Cancelled), failure
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (
-        _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") or set(_owned_by("fbbuilder")) - before
+        _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") or set(_owned_by("fbbuilder", builder)) - before
     ):
         time.sleep(0.2)
     assert _builder_processes(f"FLAKEBOT_TEST_NONCE={nonce}") == []  # the build, here and on the builder
-    assert set(_owned_by("fbbuilder")) - before == set()  # no nix-daemon, shell or sshd child of the builder's left
+    assert (
+        set(_owned_by("fbbuilder", builder)) - before == set()
+    )  # no nix-daemon, shell or sshd child of the builder's left

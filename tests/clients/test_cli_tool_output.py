@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ files = {a: open(a, encoding='utf-8').read() for a in sys.argv[1:] if os.path.is
 missing = [a for a in sys.argv[1:] if not a.startswith('-') and not os.path.isfile(a)]
 if missing and not FILE_OK_WITHOUT_STDIN:
     sys.stderr.write("\\x1b[31mthread 'main' panicked: No such file or directory (os error 2)\\x1b[0m\\n"); sys.exit(101)
-report = json.dumps({'stdin': data.hex(), 'files': list(files.values()), 'env': {k: os.environ.get(k) for k in ('NO_COLOR', 'CLICOLOR', 'TERM')}})
+report = json.dumps({'stdin': data.hex(), 'files': list(files.values()), 'paths': list(files), 'env': {k: os.environ.get(k) for k in ('NO_COLOR', 'CLICOLOR', 'TERM')}})
 # one escape even a NO_COLOR tool lets through (a cursor move), to be stripped
 prefix = '' if os.environ.get('NO_COLOR') else '\\x1b[38;5;242m'
 print(prefix + report + '\\x1b[0m\\x1b]0;title\\x07')
@@ -106,12 +107,19 @@ def test_positional_bytes_for_a_tool_not_known_to_read_stdin_say_to_use_input(tm
         colour("--flag", b"late bytes")
 
 
-def test_text_for_a_tool_that_reads_one_file_goes_through_a_temporary_file(tmp_path: Path) -> None:
+def test_text_for_a_tool_that_reads_one_file_goes_through_a_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # this test's own temporary directory: /tmp is shared with every other run on the machine
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     mdfile = _tool(tmp_path, FILE_HELP, "mdfile")
     assert not mdfile.reads_stdin
     report = _report(mdfile("# Hi\n\nsome *text*"))
     assert report["files"] == ["# Hi\n\nsome *text*"] and report["stdin"] == ""
-    assert not list(Path("/tmp").glob("flakebot-input-*/input.txt"))  # removed after the call
+    assert report["paths"][0].startswith(str(scratch)), report  # it went through this test's directory
+    assert list(scratch.iterdir()) == []  # removed after the call
     real = tmp_path / "doc.md"
     real.write_text("from a file", encoding="utf-8")
     assert _report(mdfile(str(real)))["files"] == ["from a file"]  # a path stays a path

@@ -114,6 +114,8 @@ def test_a_call_past_its_timeout_stops_the_server(calc: Any) -> None:
 
 
 def test_an_interrupted_call_stops_the_server(calc: Any) -> None:
+    # running before the call, whichever test ran before: the interrupt must land in the call, not in a start
+    calc.start()
     main = threading.main_thread().ident
     assert main == threading.get_ident()
     timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))  # type: ignore[arg-type]

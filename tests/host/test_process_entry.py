@@ -18,9 +18,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -283,3 +285,39 @@ def test_the_line_reader_splits_or_drops_a_line_without_end() -> None:
         reader.feed("é".encode() * 500)  # multi-byte: the note counts bytes
     reader.feed(b"\nnext\n", final=True)
     assert dropped == ["é" * 10 + "\n", f"[flakebot: {1_000_000 - 20} more bytes of this line dropped]\n", "next\n"]
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
+def test_a_lasting_child_whose_caller_is_interrupted_while_it_starts_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the spawner thread starts a server: the caller never gets the Popen, so it is killed then,
+    not left running (and unknown) until the kernel exits. The start is held until the interrupt is in."""
+    from flakebot_magic.host import process
+
+    interrupted = threading.Event()
+    started: list[subprocess.Popen[bytes]] = []
+    real = process._spawner.run
+
+    def held(work: Callable[[], subprocess.Popen[bytes]], undo: Callable[[subprocess.Popen[bytes]], None]) -> Any:
+        def later() -> subprocess.Popen[bytes]:
+            interrupted.wait(30)  # the caller is interrupted first, every time
+            started.append(work())
+            return started[-1]
+
+        return real(later, undo)
+
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(process._spawner, "run", held)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        main = threading.main_thread().ident
+        assert main is not None
+        threading.Timer(0.2, signal.pthread_kill, args=(main, signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            spawn(["sleep", "30"], env=allowed_env(), lasting=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert interrupted.is_set() and len(started) == 1
+    assert started[0].returncode is not None and _gone(started[0].pid), "the interrupted start left its child running"

@@ -13,7 +13,7 @@ sees (the one before, or the new build) is asserted per point: before the
 intent record is durable the old one, from then on the new one.
 
 The scenarios, together, pass every point of
-:data:`~flakebot_magic.host.crashpoints.POINTS` (checked below):
+:data:`~flakebot_magic.host.crashpoints.POINTS` but the ``spawn.`` ones, which are no step on disk (checked below):
 
 * ``rebuild``: ``te`` rebuilt (``--rebuild``: a fresh fork beside it, cargo,
   the same store entry swapped, the workspace swapped);
@@ -112,7 +112,8 @@ CASES: list[tuple[str, str, str]] = [
 
 
 def test_the_cases_pass_every_crash_point() -> None:
-    assert {point for _, point, _ in CASES} == set(POINTS)
+    # the spawn points are not on disk: tests/security/test_process_trees.py kills a parent at each
+    assert {point for _, point, _ in CASES} == {p for p in POINTS if not p.startswith("spawn.")}
 
 
 def _git(path: Path, *args: str) -> str:

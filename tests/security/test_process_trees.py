@@ -18,6 +18,8 @@ from tinycrates import processes_in
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import StageTimeout
+from flakebot_magic.host.crashpoints import ENV as CRASH_ENV
+from flakebot_magic.host.crashpoints import POINTS
 from flakebot_magic.host.process import ProcessRunner, allowed_env, kill_tree, process_started_at, scrubbed_env
 from flakebot_magic.manage.tools import stop
 from flakebot_magic.records.inventory import Inventory, ToolRecord
@@ -75,6 +77,32 @@ def test_children_die_with_flakebot(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+#: a stand-in kernel that starts a command through one door (the runner: no input; a call: input on a pipe)
+KILLED_AT = """
+import sys
+from flakebot_magic.host.environment import allowed_env
+from flakebot_magic.host.process import ProcessRunner, spawn
+command = ["sh", "-c", "echo ran > ran; exec sleep 100"]
+if sys.argv[1] == "runner":
+    ProcessRunner().run(command, timeout=100)
+else:
+    spawn(command, env=allowed_env(), stdin=True).wait()
+"""
+
+
+@pytest.mark.parametrize("door", ["runner", "call"])
+@pytest.mark.parametrize("point", sorted(p for p in POINTS if p.startswith("spawn.")))
+def test_a_parent_killed_while_it_starts_a_child_leaves_nothing(tmp_path: Path, point: str, door: str) -> None:
+    """The window between a child's start and the guard knowing it, hit every time: the parent SIGKILLs itself
+    there (a crash point). The child waits at its gate until the guard knows it, so it never ran, and nothing
+    of it is left."""
+    env = {**os.environ, CRASH_ENV: point}
+    proc = subprocess.run([sys.executable, "-c", KILLED_AT, door], cwd=tmp_path, env=env, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the parent did not die at the crash point"
+    assert processes_in(tmp_path) == [], f"a child outlived a parent killed at {point}"
+    assert not (tmp_path / "ran").exists(), "the command ran before the guard knew it"
 
 
 def test_a_line_without_end_is_not_held_in_memory() -> None:
