@@ -23,7 +23,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, Cancelled
 from flakebot_magic.events import Event, EventBus, LogLine, RunFinished, StageFinished, outcome_of
 from flakebot_magic.manage import tools
-from flakebot_magic.records.runlog import RunLog, attempt_of, failed_log_path
+from flakebot_magic.records.runlog import RunLog, attempt_of, attempt_log_path
 from flakebot_magic.stages.state import Stage
 from flakebot_magic.views.progress import TextProgress
 from flakebot_magic.views.widget import ProgressWidget
@@ -91,7 +91,8 @@ def test_a_cancelled_run_is_cancelled_in_every_view(kind: str, tmp_path: Path) -
     assert deploy.status == "cancelled" and run.outcome == "cancelled"
     record = widget.record()
     shown = {
-        "run log": failed_log_path(settings, "flip").read_text(),
+        "run log": attempt_log_path(settings, "flip", "cancelled").read_text(),
+        "the run log's name": attempt_of(settings, "flip").log,  # type: ignore[union-attr]
         "logs NAME": tools.logs(settings, "flip", last=None),
         "list": tools.table(settings).text,
         "printed progress": printed.getvalue(),
@@ -100,11 +101,10 @@ def test_a_cancelled_run_is_cancelled_in_every_view(kind: str, tmp_path: Path) -
         "record html": record.html(),
         "record text": record.text(),
     }
-    # the file a run that made no tool leaves (NAME.failed.log, kept for older caches) is a path, not a word
-    where = str(failed_log_path(settings, "flip"))
-    for door, text in shown.items():
+    for door, text in shown.items():  # the log's own file name too: NAME.cancelled.log
         assert "cancelled" in text, door
-        assert not FAILURE_WORD.search(text.replace(where, "")), (door, text)
+        assert not FAILURE_WORD.search(text), (door, text)
+    assert not attempt_log_path(settings, "flip", "failed").exists()
     assert widget.outcome == "cancelled" and widget.bar.bar_style == "warning"
     assert "== run cancelled: " in shown["run log"] and "== deploy cancelled" in shown["run log"]
     # the header claims no passing tests for a run that never finished (its test row still says what ran)
@@ -117,7 +117,7 @@ def test_a_failed_run_is_still_failed(kind: str, tmp_path: Path) -> None:
     run = _stopped_run(tmp_path, FAILURES[kind]())
     widget = run.widget
     assert run.outcome == "failed"
-    assert "== run failed: " in failed_log_path(run.settings, "flip").read_text()
+    assert "== run failed: " in attempt_log_path(run.settings, "flip", "failed").read_text()
     assert "deploy  FAILED" in run.printed.getvalue()
     assert widget.outcome == "failed" and "cancelled" not in widget.record().html()
     assert "tests passing" not in widget.counts.value

@@ -36,7 +36,7 @@ from ..host.storage import read_cache_json
 from ..options import option
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
-from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
+from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, last_attempt_log, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
 from ..stages.search import open_registry, search, why, words_only
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
@@ -308,7 +308,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     if record is None:
         if attempt is None:
             # a run killed between writing its log and its record; older versions kept a failed build's log as NAME.log
-            found = log_part("the last build's log", failed_log_path(settings, name), last)
+            found = log_part("the last build's log", last_attempt_log(settings, name), last)
             found = found or log_part("build log", log_path(settings, name), last)
             if not found:
                 find(settings, name)  # raises, naming the tools there are
