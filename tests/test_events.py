@@ -23,7 +23,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.errors import BuildError, Cancelled
 from flakebot_magic.events import Event, EventBus, LogLine, RunFinished, StageFinished, outcome_of
 from flakebot_magic.manage import tools
-from flakebot_magic.records.runlog import RunLog, attempt_of, attempt_log_path
+from flakebot_magic.records.runlog import RunLog, attempt_log_path, attempt_of
 from flakebot_magic.stages.state import Stage
 from flakebot_magic.views.progress import TextProgress
 from flakebot_magic.views.widget import ProgressWidget

@@ -44,9 +44,9 @@ from .inventory import Inventory, ToolRecord
 __all__ = [
     "Attempt",
     "RunLog",
+    "attempt_log_path",
     "attempt_of",
     "attempts",
-    "attempt_log_path",
     "cached_log_path",
     "last_attempt_log",
     "log_part",

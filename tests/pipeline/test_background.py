@@ -119,7 +119,7 @@ def test_the_loop_stays_free_while_awaiting() -> None:
 def test_failed_build_keeps_its_log(tmp_path: Path) -> None:
     from flakebot_magic.config import Settings
     from flakebot_magic.pipeline.background import start_build
-    from flakebot_magic.records.runlog import attempt_of, attempt_log_path
+    from flakebot_magic.records.runlog import attempt_log_path, attempt_of
 
     registry = tmp_path / "empty"
     registry.mkdir()

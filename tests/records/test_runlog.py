@@ -22,8 +22,8 @@ from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.records.runlog import (
     Attempt,
     RunLog,
-    attempt_of,
     attempt_log_path,
+    attempt_of,
     attempts,
     cached_log_path,
     log_path,
