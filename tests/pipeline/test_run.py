@@ -53,5 +53,8 @@ def test_a_binary_found_by_its_words_alone_is_refused_with_every_way_forward(tmp
         "Build tinyecho as published with --crate tinyecho, "
         "or configure a model (--model NAME, with --provider or --base-url)."
     )
-    assert ways[1].startswith("Semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off)")
-    assert "To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL" in ways[1]
+    assert ways[1].startswith("Semantic search is turned off (embedding_model is 'off': $FLAKEBOT_EMBEDDING_MODEL,")
+    # either door may have turned it off (the environment, or %config in a kernel): the way back names both
+    assert (
+        "To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL or `%config FlakebotMagics.embedding_model = None`" in ways[1]
+    )
