@@ -132,3 +132,43 @@ def test_a_ready_run_shows_its_passing_tests_in_the_header() -> None:
     assert "87 tests passing" in widget.counts.value  # while it runs: progress
     widget(RunFinished(ok=True, tool=None, elapsed=1.0))
     assert "87 tests passing" in widget.counts.value
+
+
+def test_a_request_no_crate_fits_is_answered_in_every_view_not_failed(tmp_path: Path) -> None:
+    """The search's honest answer that no crate does the request as published (``NeedsModelError``) is ``unfit``:
+    the search row done, the title "no crate fits", amber; no door calls it a failure, and the way on is said."""
+    from tinycrates import write_registry
+
+    from flakebot_magic.errors import NeedsModelError
+    from flakebot_magic.pipeline.background import start_build
+
+    assert outcome_of(NeedsModelError("No crate does 'x' as published")) == "unfit"
+    registry = write_registry(tmp_path / "registry", ["tinylib"])
+    settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), embedding_model="off")
+    printed = io.StringIO()
+    widget = ProgressWidget("uppercase text", name="up", show_error=True)
+    with pytest.raises(NeedsModelError) as refused:
+        start_build(settings, "uppercase text", name="up", extra_observers=[TextProgress(printed), widget]).wait()
+    assert "tinylib" in str(refused.value) and "--model" in str(refused.value)  # the way on
+    attempt = attempt_of(settings, "up")
+    assert attempt is not None and attempt.outcome == "unfit"
+    assert attempt.log == str(attempt_log_path(settings, "up", "unfit"))
+    record = widget.record()
+    # the refusal itself (its reasons may quote a crate's own words) is not what is checked: how the run is named is
+    said = str(refused.value)
+    shown = {
+        "run log's name": attempt.log,
+        "run log": Path(attempt.log).read_text().replace(said.splitlines()[0], ""),
+        "logs NAME": tools.logs(settings, "up", last=None).replace(said.splitlines()[0], ""),
+        "list": tools.table(settings).text,
+        "printed progress": printed.getvalue().replace(said.splitlines()[0], ""),
+        "widget title": widget.title.value,
+        "record title": record.html().split("</div>", 1)[0],
+    }
+    for door, text in shown.items():
+        assert not FAILURE_WORD.search(text), (door, text)
+    assert "no crate fits" in widget.title.value and "no crate fits" in record.text()
+    assert "unfit" in shown["list"] and "found no crate that fits" in shown["logs NAME"]
+    assert widget.outcome == "unfit" and widget.bar.bar_style == "warning"
+    assert widget.rows["search"].state == "done"
+    assert {row.state for name, row in widget.rows.items() if name != "search"} <= {"skipped"}

@@ -78,7 +78,7 @@ COLUMNS = ("name", "kind", "crate@version", "hash", "backend", "status", "starte
 def find(settings: Settings, name: str) -> ToolRecord:
     """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none.
 
-    A name whose last build made no tool (failed, cancelled) says so, and how to look at it.
+    A name whose last build made no tool (failed, cancelled, unfit) says so, and how to look at it.
     """
     record = Inventory(settings.cache.tools).get(name)
     if record is None:
@@ -231,7 +231,7 @@ class ToolTable:
     settings: Settings | None = None
     empty: str = NO_TOOLS
     notes: tuple[str, ...] = ()
-    #: builds that made no tool (failed, cancelled), for names without one: listed with their outcome
+    #: builds that made no tool (failed, cancelled, unfit), for names without one: listed with their outcome
     attempts: list[Attempt] = field(default_factory=list)
 
     def _entries(self) -> list[ToolRecord | Attempt]:
@@ -289,7 +289,7 @@ class ToolTable:
 
 
 def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
-    """``list``: every tool, and every name whose last build made no tool (its status ``failed`` or ``cancelled``)."""
+    """``list``: every tool, and every name whose last build made no tool (its status ``failed``, ``cancelled`` or ``unfit``)."""
     records = Inventory(settings.cache.tools).all()
     names = {r.name for r in records}
     return ToolTable(records, settings, empty, attempts=[a for a in attempts(settings) if a.name not in names])
@@ -418,7 +418,7 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
 
     A name whose last build made no tool (an
     :class:`~flakebot_magic.records.runlog.Attempt`) has the same keys: ``status``
-    ``failed`` or ``cancelled``, the error in ``description`` and ``extra``
+    ``failed``, ``cancelled`` or ``unfit``, the error in ``description`` and ``extra``
     (``error``, ``error_kind``), its ``request``, kept ``workspace`` and
     ``log_path``; what only a tool has is empty.
 

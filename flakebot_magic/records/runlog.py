@@ -8,6 +8,7 @@ the log of the build that made it; later runs keep theirs beside it::
     logs/NAME.cached.log    the last run that found NAME in the cache and built nothing
     logs/NAME.failed.log    the last run for NAME that failed
     logs/NAME.cancelled.log the last run for NAME that was cancelled
+    logs/NAME.unfit.log     the last run for NAME whose search found no crate that fits
 
 A run that fails or is cancelled changes no tool: its log goes to
 ``NAME.<outcome>.log``, named by :func:`flakebot_magic.events.outcome_of` (a
@@ -63,11 +64,11 @@ def log_path(settings: Settings, name: str) -> Path:
 
 
 #: how a run that made no tool ended (:func:`~flakebot_magic.events.outcome_of`), each naming its log
-ATTEMPT_OUTCOMES: tuple[Outcome, ...] = ("failed", "cancelled")
+ATTEMPT_OUTCOMES: tuple[Outcome, ...] = ("failed", "cancelled", "unfit")
 
 
 def attempt_log_path(settings: Settings, name: str, outcome: Outcome) -> Path:
-    """Where the last run for ``name`` that ended as ``outcome`` (failed, cancelled) left its log; the tool's
+    """Where the last run for ``name`` that ended as ``outcome`` (failed, cancelled, unfit) left its log; the tool's
     own log is kept."""
     return settings.cache.logs / f"{name}.{outcome}.log"
 
@@ -88,7 +89,7 @@ def cached_log_path(settings: Settings, name: str) -> Path:
 class Attempt:
     """A run for ``name`` that made no tool: how it ended and where to look.
 
-    ``outcome`` is ``failed`` or ``cancelled``; ``error`` the error's first
+    ``outcome`` is ``failed``, ``cancelled`` or ``unfit``; ``error`` the error's first
     line (``kind`` its class); ``crate`` what the search chose (``tinyhex
     0.1.0``), when it got that far; ``workspace`` the kept workspace, when
     there is one; ``at`` when it ended (epoch seconds); ``log`` its log.
@@ -150,8 +151,8 @@ class Attempt:
 
     @property
     def ended(self) -> str:
-        """``failed`` / ``was cancelled``, for a sentence."""
-        return "was cancelled" if self.outcome == "cancelled" else "failed"
+        """``failed`` / ``was cancelled`` / ``found no crate that fits``, for a sentence."""
+        return {"cancelled": "was cancelled", "unfit": "found no crate that fits"}.get(self.outcome, "failed")
 
 
 def _attempt_file(settings: Settings, name: str) -> Path:
