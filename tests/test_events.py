@@ -151,7 +151,7 @@ def test_a_request_no_crate_fits_is_answered_in_every_view_not_failed(tmp_path: 
         start_build(settings, "uppercase text", name="up", extra_observers=[TextProgress(printed), widget]).wait()
     assert "tinylib" in str(refused.value) and "--model" in str(refused.value)  # the way on
     attempt = attempt_of(settings, "up")
-    assert attempt is not None and attempt.outcome == "unfit"
+    assert attempt is not None and attempt.outcome == "unfit" and attempt.crate == ""  # it chose none
     assert attempt.log == str(attempt_log_path(settings, "up", "unfit"))
     record = widget.record()
     # the refusal itself (its reasons may quote a crate's own words) is not what is checked: how the run is named is
@@ -169,6 +169,8 @@ def test_a_request_no_crate_fits_is_answered_in_every_view_not_failed(tmp_path: 
         assert not FAILURE_WORD.search(text), (door, text)
     assert "no crate fits" in widget.title.value and "no crate fits" in record.text()
     assert "unfit" in shown["list"] and "found no crate that fits" in shown["logs NAME"]
+    [listed] = tools.table(settings).rows()
+    assert listed[:3] == ("up", "-", "-"), listed  # no crate chosen: none listed (not the refusal's words)
     assert widget.outcome == "unfit" and widget.bar.bar_style == "warning"
     assert widget.rows["search"].state == "done"
     assert {row.state for name, row in widget.rows.items() if name != "search"} <= {"skipped"}

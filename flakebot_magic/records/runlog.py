@@ -255,7 +255,7 @@ class RunLog:
                 error=(str(error).splitlines() or [""])[0] if error is not None else "the run was interrupted",
                 kind=type(error).__name__ if error is not None else "",
                 request=(request or "").strip(),
-                crate=self.crate,
+                crate=self.crate if outcome != "unfit" else "",  # its search row says why none was chosen
                 workspace=str(kept) if kept is not None else "",
                 at=time.time(),
                 log=str(path),
