@@ -94,4 +94,11 @@ def test_the_dashboard_fits_a_500px_window(page: object) -> None:
         )
         assert widths["page"] == 0, widths
         assert widths["table"] > widths["box"], widths  # the columns do not fit: the box scrolls, not the page
+        # what a tool's details say reads without scrolling sideways: inside the visible part of the box
+        past = page.evaluate(  # type: ignore[attr-defined]
+            """() => { const right = document.querySelector('.tools').getBoundingClientRect().right + 1;
+                return [...document.querySelectorAll('.tool-details td > *')]
+                    .filter(e => e.getBoundingClientRect().right > right).map(e => e.tagName); }"""
+        )
+        assert past == [], past
     page.screenshot(path=SHOTS / "31-dashboard-500px.png", full_page=True)  # type: ignore[attr-defined]
