@@ -254,9 +254,11 @@ def _report(args: argparse.Namespace, exc: FlakebotError) -> int:
             },
             indent=None,
         )
-    cancelled = outcome_of(exc) == "cancelled"
-    _say(f"flakebot: {'cancelled' if cancelled else 'error'}: {exc}", sys.stderr)
-    return 130 if cancelled else 1
+    outcome = outcome_of(exc)
+    # a cancel is no error, and neither is the search's answer that no crate fits (it says so itself)
+    said = {"cancelled": "cancelled: ", "unfit": ""}.get(outcome, "error: ")
+    _say(f"flakebot: {said}{exc}", sys.stderr)
+    return 130 if outcome == "cancelled" else 1
 
 
 def _say(text: str, stream: TextIO | None = None) -> None:

@@ -40,7 +40,8 @@ STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client"
 
 StageStatus = Literal["done", "failed", "cancelled", "skipped", "cached"]
 #: how a run ended; :func:`outcome_of` decides it, and every view, log and record names it with this word
-Outcome = Literal["success", "failed", "cancelled"]
+#: (``unfit``: the search answered that no crate does the request as published, an answer and not a failure)
+Outcome = Literal["success", "failed", "cancelled", "unfit"]
 
 
 def is_cancel(error: BaseException | None) -> bool:
@@ -58,18 +59,25 @@ def is_cancel(error: BaseException | None) -> bool:
 
 
 def outcome_of(error: BaseException | None, *, ok: bool = False) -> Outcome:
-    """How a run (or a stage) ended: the one place a cancel is told from a failure.
+    """How a run (or a stage) ended: the one place a cancel, and an honest "no crate fits", are told from a failure.
 
     ``ok``: it finished well (``success``); else ``error`` says how it ended, and a run that ended without
-    saying why (no error) failed.
+    saying why (no error) failed. :class:`~flakebot_magic.errors.NeedsModelError` is the search's answer that no
+    crate does the request as published (``unfit``): nothing broke, a model or ``--crate`` is the way on.
 
-    >>> from .errors import BuildError, Cancelled
+    >>> from .errors import BuildError, Cancelled, NeedsModelError
     >>> outcome_of(None, ok=True), outcome_of(Cancelled("stopped")), outcome_of(BuildError("no")), outcome_of(None)
     ('success', 'cancelled', 'failed', 'failed')
+    >>> outcome_of(NeedsModelError("No crate does 'wrap text' as published"))
+    'unfit'
     """
+    from .errors import NeedsModelError
+
     if ok:
         return "success"
-    return "cancelled" if is_cancel(error) else "failed"
+    if is_cancel(error):
+        return "cancelled"
+    return "unfit" if isinstance(error, NeedsModelError) else "failed"
 
 
 class _ShownText:
@@ -106,8 +114,10 @@ class StageFinished(_ShownText):
 
     @classmethod
     def stopped_by(cls, stage: str, error: BaseException, elapsed: float) -> StageFinished:
-        """The stage ended with ``error``: ``cancelled`` when someone stopped it, else ``failed``; its first line."""
-        status: StageStatus = "cancelled" if outcome_of(error) == "cancelled" else "failed"
+        """The stage ended with ``error``: ``cancelled`` when someone stopped it, ``done`` when it answered that no
+        crate fits (``unfit``: the search did its job), else ``failed``; its first line."""
+        outcome = outcome_of(error)
+        status: StageStatus = "cancelled" if outcome == "cancelled" else "done" if outcome == "unfit" else "failed"
         return cls(stage, status, (str(error).splitlines() or [type(error).__name__])[0], elapsed)
 
 
@@ -143,7 +153,7 @@ class RunFinished(_ShownText):
 
     @property
     def outcome(self) -> Outcome:
-        """``success``, ``cancelled`` (someone stopped it) or ``failed`` (:func:`outcome_of`)."""
+        """``success``, ``cancelled`` (someone stopped it), ``unfit`` (no crate fits) or ``failed`` (:func:`outcome_of`)."""
         return outcome_of(self.error, ok=self.ok)
 
     @property

@@ -128,7 +128,7 @@ def test_cancel_button_stops_the_build_while_the_cell_runs(kernel: Kernel) -> No
     assert str(workspace) in reply["evalue"]  # the workspace is kept, and said so
     assert (workspace / ".git").is_dir()
     assert processes_in(workspace) == []  # cargo and the build script are gone
-    log = (kernel.cache / "logs" / "slow.failed.log").read_text()  # what %flakebot logs slow shows
+    log = (kernel.cache / "logs" / "slow.cancelled.log").read_text()  # what %flakebot logs slow shows
     assert "Cancelled" in log and "cancelled from the widget" in log
     _assert_shown_cancelled(kernel, log)
 
@@ -165,7 +165,7 @@ def test_kernel_interrupt_cancels_the_build(kernel: Kernel) -> None:
     assert time.monotonic() - interrupted < 10
     assert reply["status"] == "error" and reply["ename"] == "Cancelled"
     assert processes_in(workspace) == []
-    _assert_shown_cancelled(kernel, (kernel.cache / "logs" / "slow2.failed.log").read_text())
+    _assert_shown_cancelled(kernel, (kernel.cache / "logs" / "slow2.cancelled.log").read_text())
     content, _ = kernel.run("1 + 1")  # the kernel is fine afterwards
     assert content["status"] == "ok"
 

@@ -36,7 +36,7 @@ from ..host.storage import read_cache_json
 from ..options import option
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
-from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, failed_log_path, log_part, log_path
+from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, last_attempt_log, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
 from ..stages.search import open_registry, search, why, words_only
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
@@ -78,7 +78,7 @@ COLUMNS = ("name", "kind", "crate@version", "hash", "backend", "status", "starte
 def find(settings: Settings, name: str) -> ToolRecord:
     """The record of tool ``name``; a :class:`UsageError` naming the known tools when there is none.
 
-    A name whose last build made no tool (failed, cancelled) says so, and how to look at it.
+    A name whose last build made no tool (failed, cancelled, unfit) says so, and how to look at it.
     """
     record = Inventory(settings.cache.tools).get(name)
     if record is None:
@@ -231,7 +231,7 @@ class ToolTable:
     settings: Settings | None = None
     empty: str = NO_TOOLS
     notes: tuple[str, ...] = ()
-    #: builds that made no tool (failed, cancelled), for names without one: listed with their outcome
+    #: builds that made no tool (failed, cancelled, unfit), for names without one: listed with their outcome
     attempts: list[Attempt] = field(default_factory=list)
 
     def _entries(self) -> list[ToolRecord | Attempt]:
@@ -289,7 +289,7 @@ class ToolTable:
 
 
 def table(settings: Settings, *, empty: str = NO_TOOLS) -> ToolTable:
-    """``list``: every tool, and every name whose last build made no tool (its status ``failed`` or ``cancelled``)."""
+    """``list``: every tool, and every name whose last build made no tool (its status ``failed``, ``cancelled`` or ``unfit``)."""
     records = Inventory(settings.cache.tools).all()
     names = {r.name for r in records}
     return ToolTable(records, settings, empty, attempts=[a for a in attempts(settings) if a.name not in names])
@@ -308,7 +308,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
     if record is None:
         if attempt is None:
             # a run killed between writing its log and its record; older versions kept a failed build's log as NAME.log
-            found = log_part("the last build's log", failed_log_path(settings, name), last)
+            found = log_part("the last build's log", last_attempt_log(settings, name), last)
             found = found or log_part("build log", log_path(settings, name), last)
             if not found:
                 find(settings, name)  # raises, naming the tools there are
@@ -418,7 +418,7 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
 
     A name whose last build made no tool (an
     :class:`~flakebot_magic.records.runlog.Attempt`) has the same keys: ``status``
-    ``failed`` or ``cancelled``, the error in ``description`` and ``extra``
+    ``failed``, ``cancelled`` or ``unfit``, the error in ``description`` and ``extra``
     (``error``, ``error_kind``), its ``request``, kept ``workspace`` and
     ``log_path``; what only a tool has is empty.
 

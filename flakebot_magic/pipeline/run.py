@@ -372,18 +372,26 @@ class Pipeline:
                     candidates=[candidate],
                 )
             return Choice(candidate, "user", f"--crate {crate}")
-        note = search_stage.semantic_notice(registry)
-        if note:
-            self.bus.notice("search", note, "info")
         if run.model is not None:
+            self._say_words_only(registry)
             return self._choose_for_model(run, request)
         candidates = search_stage.search(registry, request, limit=10, prefer_bin=True)
+        if candidates:
+            # when none fits, the refusal says why the search weighed words only: a notice too would say it twice
+            choice = choose_without_model(candidates, request, words_only=search_stage.words_only(registry))
+        self._say_words_only(registry)
         if not candidates:
             raise SearchError(
                 f"No crate in {registry.id} matches {request!r}. Describe the tool with other "
                 "words (what it reads and what it prints), or name a crate with --crate NAME."
             )
-        return choose_without_model(candidates, request, words_only=search_stage.words_only(registry))
+        return choice
+
+    def _say_words_only(self, registry: Registry) -> None:
+        """Why the search weighs words only, as a notice, the first time this process searches so."""
+        note = search_stage.semantic_notice(registry)
+        if note:
+            self.bus.notice("search", note, "info")
 
     def _recipe_path(self, run: RunState, backend: Backend) -> Path:
         """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""

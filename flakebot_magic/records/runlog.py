@@ -6,10 +6,14 @@ the log of the build that made it; later runs keep theirs beside it::
 
     logs/NAME.log           the build that made the tool NAME (its record's ``log_path``)
     logs/NAME.cached.log    the last run that found NAME in the cache and built nothing
-    logs/NAME.failed.log    the last run for NAME that failed or was cancelled
+    logs/NAME.failed.log    the last run for NAME that failed
+    logs/NAME.cancelled.log the last run for NAME that was cancelled
+    logs/NAME.unfit.log     the last run for NAME whose search found no crate that fits
 
 A run that fails or is cancelled changes no tool: its log goes to
-``NAME.failed.log`` and what is known of it (the request, the error, the
+``NAME.<outcome>.log``, named by :func:`flakebot_magic.events.outcome_of` (a
+cancel is not a failure; caches written before this rule hold a cancelled
+run's log as ``NAME.failed.log``, still read), and what is known of it (the request, the error, the
 kept workspace) to an :class:`Attempt` in ``<tools>/attempts/NAME.json``,
 beside the tool inventory, so ``list``, ``show`` and the dashboard show it
 (``clean --all`` removes it with the inventory). A run that succeeds removes
@@ -32,7 +36,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import CacheFileDamaged, StorageError
-from ..events import Event, LogLine, Notice, RunFinished, StageFinished, StageStarted, outcome_of
+from ..events import Event, LogLine, Notice, Outcome, RunFinished, StageFinished, StageStarted, outcome_of
 from ..host.fsutil import atomic_write, private_dir
 from ..host.storage import read_cache_file, read_cache_json
 from ..untrusted import safe_line, safe_text
@@ -41,10 +45,11 @@ from .inventory import Inventory, ToolRecord
 __all__ = [
     "Attempt",
     "RunLog",
+    "attempt_log_path",
     "attempt_of",
     "attempts",
     "cached_log_path",
-    "failed_log_path",
+    "last_attempt_log",
     "log_part",
     "log_path",
 ]
@@ -58,9 +63,21 @@ def log_path(settings: Settings, name: str) -> Path:
     return settings.cache.logs / f"{name}.log"
 
 
-def failed_log_path(settings: Settings, name: str) -> Path:
-    """Where the last failed (or cancelled) run for ``name`` left its log; the tool's own log is kept."""
-    return settings.cache.logs / f"{name}.failed.log"
+#: how a run that made no tool ended (:func:`~flakebot_magic.events.outcome_of`), each naming its log
+ATTEMPT_OUTCOMES: tuple[Outcome, ...] = ("failed", "cancelled", "unfit")
+
+
+def attempt_log_path(settings: Settings, name: str, outcome: Outcome) -> Path:
+    """Where the last run for ``name`` that ended as ``outcome`` (failed, cancelled, unfit) left its log; the tool's
+    own log is kept."""
+    return settings.cache.logs / f"{name}.{outcome}.log"
+
+
+def last_attempt_log(settings: Settings, name: str) -> Path:
+    """The newest of the logs an attempt for ``name`` may have left (an older cache kept a cancelled run's as
+    ``NAME.failed.log``); ``NAME.failed.log`` when there is none."""
+    found = [attempt_log_path(settings, name, outcome) for outcome in ATTEMPT_OUTCOMES]
+    return max(found, key=lambda path: path.stat().st_mtime if path.is_file() else 0.0)
 
 
 def cached_log_path(settings: Settings, name: str) -> Path:
@@ -72,7 +89,7 @@ def cached_log_path(settings: Settings, name: str) -> Path:
 class Attempt:
     """A run for ``name`` that made no tool: how it ended and where to look.
 
-    ``outcome`` is ``failed`` or ``cancelled``; ``error`` the error's first
+    ``outcome`` is ``failed``, ``cancelled`` or ``unfit``; ``error`` the error's first
     line (``kind`` its class); ``crate`` what the search chose (``tinyhex
     0.1.0``), when it got that far; ``workspace`` the kept workspace, when
     there is one; ``at`` when it ended (epoch seconds); ``log`` its log.
@@ -105,7 +122,7 @@ class Attempt:
         text_fields = ("name", "outcome", "error", "kind", "request", "crate", "workspace", "log")
         if not all(isinstance(getattr(attempt, f), str) for f in text_fields):
             return None
-        if not isinstance(attempt.at, int | float) or attempt.outcome not in ("failed", "cancelled"):
+        if not isinstance(attempt.at, int | float) or attempt.outcome not in ATTEMPT_OUTCOMES:
             return None
         return attempt
 
@@ -134,8 +151,8 @@ class Attempt:
 
     @property
     def ended(self) -> str:
-        """``failed`` / ``was cancelled``, for a sentence."""
-        return "was cancelled" if self.outcome == "cancelled" else "failed"
+        """``failed`` / ``was cancelled`` / ``found no crate that fits``, for a sentence."""
+        return {"cancelled": "was cancelled", "unfit": "found no crate that fits"}.get(self.outcome, "failed")
 
 
 def _attempt_file(settings: Settings, name: str) -> Path:
@@ -223,18 +240,22 @@ class RunLog:
             return None
         settings = self.settings
         if self.ok is not True:
-            path = failed_log_path(settings, name)
+            outcome = outcome_of(error)
+            path = attempt_log_path(settings, name, outcome)
             self._write(path, self.text())
+            for other in ATTEMPT_OUTCOMES:  # one attempt's log per name: the last one's
+                if other != outcome:
+                    attempt_log_path(settings, name, other).unlink(missing_ok=True)
             if not self.started:  # refused before it began (a bad argument): the user saw why; nothing to list
                 return path
             kept = getattr(error, "workspace", None)
             attempt = Attempt(
                 name=name,
-                outcome=outcome_of(error),
+                outcome=outcome,
                 error=(str(error).splitlines() or [""])[0] if error is not None else "the run was interrupted",
                 kind=type(error).__name__ if error is not None else "",
                 request=(request or "").strip(),
-                crate=self.crate,
+                crate=self.crate if outcome != "unfit" else "",  # its search row says why none was chosen
                 workspace=str(kept) if kept is not None else "",
                 at=time.time(),
                 log=str(path),
@@ -244,7 +265,8 @@ class RunLog:
         path = cached_log_path(settings, name) if self.cached else log_path(settings, name)
         self._write(path, self.text())
         # this name has a tool now: an earlier failed attempt is history
-        failed_log_path(settings, name).unlink(missing_ok=True)
+        for outcome in ATTEMPT_OUTCOMES:
+            attempt_log_path(settings, name, outcome).unlink(missing_ok=True)
         _attempt_file(settings, name).unlink(missing_ok=True)
         if not self.cached:
             changes: dict[str, object] = {"log_path": str(path)}

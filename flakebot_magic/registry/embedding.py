@@ -213,8 +213,10 @@ def semantic_model(setting: str | None, *, package: str = PACKAGE_MODULE) -> tup
         missing = missing_libraries()
         also = f" and {how_to_enable()}" if missing or find_model(None, package=package) is None else ""
         return None, (
-            "semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off); search ranks by words only. "
-            f"To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL{also}."
+            # the setting may come from the environment or a kernel's config: name both, as either may say off
+            "semantic search is turned off (embedding_model is 'off': $FLAKEBOT_EMBEDDING_MODEL, or "
+            "c.FlakebotMagics.embedding_model in a kernel); search ranks by words only. "
+            f"To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL or `%config FlakebotMagics.embedding_model = None`{also}."
         )
     model = find_model(setting, package=package)
     missing = missing_libraries()

@@ -68,6 +68,7 @@ OUTCOMES = {
     "success": ("ready", GREEN),
     "failed": ("failed", RED),
     "cancelled": ("cancelled", AMBER),
+    "unfit": ("no crate fits", AMBER),
 }
 #: the log lines a record keeps (the whole log is ``%flakebot logs NAME``)
 RECORD_LOG_LINES = 200
@@ -198,7 +199,7 @@ def summary_html(
     message = str(error) if error is not None else "the run failed"
     lines = message.splitlines()
     kind = type(error).__name__ if error is not None else "Error"
-    color = AMBER if outcome == "cancelled" else RED
+    color = OUTCOMES[outcome][1] if outcome in OUTCOMES else RED
     if collapsed:
         return (
             f"<div class='flakebot-summary' data-outcome='{outcome}' style='color:{color};{TEXT}'>"
@@ -214,7 +215,7 @@ def summary_html(
 
 def collapsed(outcome: str, rows: Iterable[StageRow]) -> bool:
     """The run failed before any stage started (a bad argument): one line says it all."""
-    return outcome in ("failed", "cancelled") and all(row.started is None for row in rows)
+    return outcome not in ("running", "success") and all(row.started is None for row in rows)
 
 
 def _fold(kind: str, title: str, body: str) -> str:

@@ -164,7 +164,7 @@ class ProgressWidget:
         self.notices: list[tuple[str, str]] = []
         self.iterations = 0
         self.tests_passing: int | None = None
-        self.outcome = "running"  # running | success | failed | cancelled
+        self.outcome = "running"  # running | success | failed | cancelled | unfit
         self.finished_at: float | None = None
         self.tool: Any = None
         self.error: BaseException | None = None
@@ -430,7 +430,9 @@ class ProgressWidget:
         self.candidates.stop()
         self._show_steer(False)
         self.bar.value = self.bar.max
-        self.bar.bar_style = {"success": "success", "cancelled": "warning"}.get(self.outcome, "danger")
+        self.bar.bar_style = {"success": "success", "cancelled": "warning", "unfit": "warning"}.get(
+            self.outcome, "danger"
+        )
         self.cancel_button.layout.display = "none"
         if self.collapsed:  # one line, or none when the caller shows the error itself
             for part in self.widget.children:

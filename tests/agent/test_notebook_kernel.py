@@ -120,7 +120,7 @@ def test_the_cancel_button_stops_a_build_awaited_with_acall(kernel: Kernel) -> N
     assert reply["status"] == "error" and reply["ename"] == "Cancelled", reply
     assert str(workspace) in reply["evalue"]  # the workspace is kept, and said so
     wait_for(lambda: not processes_in(workspace), 30, "cargo and the build script to stop")
-    log = kernel.cache / "logs" / "slow.failed.log"
+    log = kernel.cache / "logs" / "slow.cancelled.log"
     wait_for(log.exists, 30, "the stopped run's log")
     assert "cancelled from the widget" in log.read_text()
 

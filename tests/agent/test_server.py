@@ -154,7 +154,7 @@ def test_cancelled_stops_the_build_like_cancel(client: Any, agent_cache: Path) -
     assert mcp.request("ping")["result"] == {}
     assert all(m.get("id") != 7 for m in mcp.notes)
     assert workspace.is_dir() and Inventory(agent_cache / "tools").get("slow") is None
-    log = agent_cache / "logs" / "slow.failed.log"  # written once the pipeline has stopped
+    log = agent_cache / "logs" / "slow.cancelled.log"  # written once the pipeline has stopped
     wait_for(log.exists, 30, "the cancelled run's log")
     assert "raw-client: user pressed stop" in log.read_text()
 

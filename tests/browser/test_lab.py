@@ -1,5 +1,6 @@
 """A real JupyterLab in Chromium: the quickstart's %%flakebot cell with its live widget and the record it leaves,
-the saved notebook reopened without a kernel, Cancel, a 760 px window, the dashboard, auth.
+the saved notebook reopened without a kernel, Cancel, a 760 px window, the dashboard, auth, wrong input and a
+request no crate fits.
 
 Debian's Chromium, driven by Playwright (pip) with ``executable_path``;
 JupyterLab listens on 127.0.0.1 with a token. Screenshots land in
@@ -73,7 +74,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
     )
     (root / "cancel.ipynb").write_text(json.dumps(cancel))
     (root / "usage.ipynb").write_text(
-        json.dumps(_notebook(["%load_ext flakebot_magic", "%%flakebot --name 1bad\nEcho words"]))
+        json.dumps(
+            _notebook(
+                [
+                    "%load_ext flakebot_magic",
+                    "%%flakebot --name 1bad\nEcho words",
+                    "%%flakebot --name wrap\nwrap long lines of text to a width",  # no crate fits, as published
+                ]
+            )
+        )
     )
     cache = os.environ.get("FLAKEBOT_CACHE_DIR") or str(root / "cache")
     env = {"FLAKEBOT_CACHE_DIR": cache, "FLAKEBOT_BACKEND": "cargo"}
@@ -394,3 +403,14 @@ def test_an_argument_error_is_one_line(context: object, lab: JupyterProcess) -> 
     assert cell.locator(".flakebot-row").count() == 0 or not cell.locator(".flakebot-progress").is_visible()
     assert "skipped" not in cell.locator(".jp-Cell-outputArea").inner_text()
     cell.screenshot(path=SHOTS / "07-argument-error.png")
+    # a request no crate fits is the search's honest answer, not a failure: the title says so, amber, no red row
+    unfit = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(2)  # type: ignore[attr-defined]
+    unfit.locator(".jp-InputArea-editor").click()  # Run All stopped at the error above: run this one alone
+    page.keyboard.press("Shift+Enter")  # type: ignore[attr-defined]
+    record = unfit.locator('.flakebot-record[data-outcome="unfit"]')
+    record.wait_for(timeout=120_000)
+    assert "no crate fits" in record.locator(".flakebot-title").inner_text()
+    assert record.locator('.flakebot-row[data-stage="search"]').get_attribute("data-state") == "done"
+    assert record.locator('.flakebot-row[data-state="failed"]').count() == 0
+    assert "textwrap" in unfit.locator(".jp-Cell-outputArea").inner_text()  # the candidates and the way on
+    unfit.screenshot(path=SHOTS / "07b-no-crate-fits.png")

@@ -1,4 +1,4 @@
-"""flakebot's HTML outputs in a narrow window, in a real Chromium without JupyterLab: nothing reaches past the
+"""flakebot's HTML outputs (and the dashboard page) in a narrow window, in a real Chromium without JupyterLab: nothing reaches past the
 output's edge (a hash or a store path breaks anywhere rather than being cut off).
 
 The page is the output alone, at the width a 500 px JupyterLab window leaves an
@@ -16,6 +16,8 @@ import pytest
 from test_lab import CHROMIUM, CHROMIUM_ARGS, SHOTS
 
 from flakebot_magic.clients.cli_tool import CliTool
+from flakebot_magic.records.inventory import ToolRecord
+from flakebot_magic.server.dashboard import DashboardRow, render_dashboard
 
 pytestmark = [pytest.mark.browser]
 
@@ -59,3 +61,44 @@ def test_the_tool_card_fits_a_narrow_window(page: object, tmp_path: Path) -> Non
     )
     assert _past_the_edge(page, tool._repr_html_()) == []
     page.screenshot(path=SHOTS / "30-card-400px.png")  # type: ignore[attr-defined]
+
+
+def test_the_dashboard_fits_a_500px_window(page: object) -> None:
+    """The dashboard's table is wider than a 500 px window: it scrolls in its own box and the page never does,
+    closed or with a tool's provenance and log open."""
+    tool = ToolRecord.stand_in(
+        "markdown_to_html",
+        crate="pulldown-cmark",
+        version="0.9.2",
+        backend="nix",
+        kind="cli",
+        status="cancelled",
+        source_hash="b05fd213608784fe25a93272e5b0c80e",
+        workspace="/root/.cache/flakebot/workspaces/markdown_to_html",
+        log_path="/root/.cache/flakebot/logs/markdown_to_html.cancelled.log",
+    ).public_json()
+    tool.update(provenance={}, started=1.0, links={}, extra={})
+    row = DashboardRow(tool, log="cargo build --release " + "x" * 300, started="2026-11-26 05:14")
+    html = render_dashboard(
+        [tool], [row], counted="1 tool", registry="/root/.cache/flakebot/" + "tools/" * 12, api="/a", xsrf="t"
+    )
+    page.set_viewport_size({"width": 500, "height": 900})  # type: ignore[attr-defined]
+    page.set_content(html)  # type: ignore[attr-defined]
+    for opened in (False, True):
+        if opened:
+            page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")  # type: ignore[attr-defined]
+        widths = page.evaluate(  # type: ignore[attr-defined]
+            """() => ({page: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+                       box: document.querySelector('.tools').clientWidth,
+                       table: document.querySelector('.tools table').scrollWidth})"""
+        )
+        assert widths["page"] == 0, widths
+        assert widths["table"] > widths["box"], widths  # the columns do not fit: the box scrolls, not the page
+        # what a tool's details say reads without scrolling sideways: inside the visible part of the box
+        past = page.evaluate(  # type: ignore[attr-defined]
+            """() => { const right = document.querySelector('.tools').getBoundingClientRect().right + 1;
+                return [...document.querySelectorAll('.tool-details td > *')]
+                    .filter(e => e.getBoundingClientRect().right > right).map(e => e.tagName); }"""
+        )
+        assert past == [], past
+    page.screenshot(path=SHOTS / "31-dashboard-500px.png", full_page=True)  # type: ignore[attr-defined]

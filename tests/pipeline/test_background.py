@@ -122,15 +122,15 @@ def test_the_loop_stays_free_while_awaiting() -> None:
 def test_failed_build_keeps_its_log(tmp_path: Path) -> None:
     from flakebot_magic.config import Settings
     from flakebot_magic.pipeline.background import start_build
-    from flakebot_magic.records.runlog import attempt_of, failed_log_path
+    from flakebot_magic.records.runlog import attempt_log_path, attempt_of
 
     registry = tmp_path / "empty"
     registry.mkdir()
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry))
     with pytest.raises(SearchError):
         start_build(settings, "render markdown", name="md").wait()
-    text = failed_log_path(settings, "md").read_text()
+    text = attempt_log_path(settings, "md", "failed").read_text()
     assert "== search started" in text and "SearchError" in text
     attempt = attempt_of(settings, "md")  # what list, show and the dashboard say of it
     assert attempt is not None and (attempt.outcome, attempt.kind) == ("failed", "SearchError")
-    assert attempt.request == "render markdown" and attempt.log == str(failed_log_path(settings, "md"))
+    assert attempt.request == "render markdown" and attempt.log == str(attempt_log_path(settings, "md", "failed"))

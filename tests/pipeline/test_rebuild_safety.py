@@ -34,7 +34,7 @@ from flakebot_magic.manage import tools
 from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory
-from flakebot_magic.records.runlog import failed_log_path
+from flakebot_magic.records.runlog import attempt_log_path
 from flakebot_magic.request import BuildRequest, RunFlags
 
 pytestmark = pytest.mark.cargo
@@ -95,20 +95,20 @@ def _state(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _assert_unchanged(settings: Settings, before: dict[str, Any], *, failed_attempt: bool) -> None:
+def _assert_unchanged(settings: Settings, before: dict[str, Any], *, attempt: str | None) -> None:
+    """The tool as ``before``; ``attempt``: how a later run that made no tool ended (failed, cancelled), or None."""
     after = _state(settings)
     assert after["head"] == before["record"]["commit"]  # the workspace's HEAD is the recorded commit
     for key in ("record", "show", "binary", "head", "status", "files"):
         assert after[key] == before[key], key
-    failed = failed_log_path(settings, "flip")
-    if failed_attempt:
+    if attempt is not None:
         mention, rest = after["logs"].split("\n", 1)
         assert re.match(r"== a later build of flip (failed|was cancelled) \(", mention), mention
-        assert str(failed) in mention
+        assert str(attempt_log_path(settings, "flip", attempt)) in mention  # type: ignore[arg-type]
         assert rest == before["logs"]  # the ready tool's log, as it was
     else:
         assert after["logs"] == before["logs"]
-        assert not failed.exists()
+        assert not any(attempt_log_path(settings, "flip", o).exists() for o in ("failed", "cancelled"))
     tool = tools.tool_of(Inventory(settings.cache.tools).get("flip"), settings)  # type: ignore[arg-type]
     assert tool("x") == "flip x\n"
 
@@ -128,13 +128,13 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
     assert caught.value.workspace == attempt / "flip"  # the error says where the failed attempt is
     assert "this does not compile" in (attempt / "flip" / "src" / "main.rs").read_text()
     assert "cargo build failed for flip:" in str(caught.value)
-    _assert_unchanged(settings, before, failed_attempt=True)
-    failed = failed_log_path(settings, "flip").read_text()
+    _assert_unchanged(settings, before, attempt="failed")
+    failed = attempt_log_path(settings, "flip", "failed").read_text()
     assert "== run failed: BuildError" in failed and "'flip' is unchanged" in failed
 
     # clean takes the failed attempt (no build runs); the tool's workspace stays
     assert attempt in clean(settings).removed
-    _assert_unchanged(settings, before, failed_attempt=True)
+    _assert_unchanged(settings, before, attempt="failed")
 
     # fixed, the rebuild goes through: the new workspace is swapped in, the old one moved aside
     (source / "src" / "main.rs").write_text(_MAIN.replace("flip {}", "flop {}"))
@@ -153,7 +153,7 @@ def test_a_rebuild_that_stops_compiling_leaves_the_tool_as_it_was(built: tuple[S
     [aside] = (settings.cache.workspaces / ".old").iterdir()
     assert _git(aside, "rev-parse", "HEAD") == before["record"]["commit"]
     assert _next_dirs(settings) == []
-    assert not failed_log_path(settings, "flip").exists()
+    assert not attempt_log_path(settings, "flip", "failed").exists()
     assert not tools.logs(settings, "flip").startswith("== a later build")
 
 
@@ -179,9 +179,9 @@ def test_a_rebuild_cancelled_mid_cargo_leaves_the_tool_as_it_was(built: tuple[Se
     run.cancel("cancelled from the widget")
     with pytest.raises(Cancelled):
         run.wait()
-    _assert_unchanged(settings, before, failed_attempt=True)
+    _assert_unchanged(settings, before, attempt="cancelled")
     # a cancel is logged as one: the stage cargo was in, and the run; no line calls it a failure
-    logged = failed_log_path(settings, "flip").read_text()
+    logged = attempt_log_path(settings, "flip", "cancelled").read_text()
     assert "== run cancelled: Cancelled: " in logged and re.search(r"== build cancelled \(", logged), logged
     assert not re.search(r"== \S+ failed", logged), logged
     assert tools.logs(settings, "flip").startswith("== a later build of flip was cancelled (")
@@ -227,12 +227,12 @@ def test_a_rebuild_killed_with_sigkill_leaves_the_tool_as_it_was(built: tuple[Se
             proc.communicate()
     assert proc.returncode == -signal.SIGKILL
     (attempt / "flip" / "release-gate").write_text("")  # a build script outliving its cargo would now end
-    _assert_unchanged(settings, before, failed_attempt=False)
+    _assert_unchanged(settings, before, attempt=None)
     # the crashed build's leftovers go with the next clean; the tool stays
     assert held_locks(settings.cache_dir) == {}
     assert attempt in clean(settings).removed
     assert _next_dirs(settings) == []
-    _assert_unchanged(settings, before, failed_attempt=False)
+    _assert_unchanged(settings, before, attempt=None)
 
 
 def test_a_failed_first_build_keeps_its_log_and_is_listed(tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ def test_a_failed_first_build_keeps_its_log_and_is_listed(tmp_path: Path) -> Non
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), backend="cargo")
     with pytest.raises(BuildError):
         start_build(settings, BuildRequest("", name="flop", crate="flop")).wait()
-    assert failed_log_path(settings, "flop").exists() and not (settings.cache.logs / "flop.log").exists()
+    assert attempt_log_path(settings, "flop", "failed").exists() and not (settings.cache.logs / "flop.log").exists()
     assert "== run failed: BuildError" in tools.logs(settings, "flop")
     assert [row[5] for row in tools.table(settings).rows()] == ["failed"]
     assert "cargo build failed for flop" in tools.show(settings, "flop").text

@@ -8,24 +8,36 @@ import pytest
 from tinycrates import write_registry
 
 from flakebot_magic.config import Settings
-from flakebot_magic.errors import NeedsModelError
+from flakebot_magic.errors import NeedsModelError, SearchError
 from flakebot_magic.events import Event, Notice
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.stages import search as search_stage
 
 
-def test_a_pipeline_without_semantic_search_says_so_once_per_process_and_still_finds_by_words(
+def test_a_pipeline_without_semantic_search_says_so_once_per_run_and_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Why the search weighs words only is said once where the user reads it: in a refusal (every refusal
+    carries it, as the reason nothing fits) and then by no notice too; else as a notice, once per process."""
     monkeypatch.setattr(search_stage, "_NOTICED", set())  # as in a fresh process
     registry = write_registry(tmp_path / "registry", ["tinylib"])
     settings = Settings(cache_dir=tmp_path / "cache", registry=str(registry), embedding_model="off")
-    events: list[Event] = []
+
+    def said(run: list[Event], error: BaseException) -> tuple[int, int]:
+        notices = [e for e in run if isinstance(e, Notice) and "semantic search" in e.message.lower()]
+        assert all(n.level == "info" and "words only" in n.message for n in notices)
+        return len(notices), str(error).lower().count("semantic search")
+
     for _ in range(2):  # two builds in one process (a kernel), each by a pipeline of its own
-        with pytest.raises(NeedsModelError, match="tinylib"):  # found by its words: a library, so no deploy
+        events: list[Event] = []
+        with pytest.raises(NeedsModelError, match="tinylib") as refused:  # found by its words: no deploy
             Pipeline(settings, observers=[events.append]).run("uppercase text", name="up")
-    said = [e for e in events if isinstance(e, Notice) and "semantic search" in e.message]
-    assert len(said) == 1 and said[0].level == "info" and "words only" in said[0].message
+        assert said(events, refused.value) == (0, 1)  # the refusal says it, the notice does not say it again
+    for notices in (1, 0):  # no crate matches: no refusal says it, so the notice does, once per process
+        events = []
+        with pytest.raises(SearchError) as missed:
+            Pipeline(settings, observers=[events.append]).run("zzyzx qwxv", name="nothing")
+        assert said(events, missed.value) == (notices, 0)
 
 
 def test_a_binary_found_by_its_words_alone_is_refused_with_every_way_forward(tmp_path: Path) -> None:
@@ -41,5 +53,8 @@ def test_a_binary_found_by_its_words_alone_is_refused_with_every_way_forward(tmp
         "Build tinyecho as published with --crate tinyecho, "
         "or configure a model (--model NAME, with --provider or --base-url)."
     )
-    assert ways[1].startswith("Semantic search is turned off ($FLAKEBOT_EMBEDDING_MODEL=off)")
-    assert "To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL" in ways[1]
+    assert ways[1].startswith("Semantic search is turned off (embedding_model is 'off': $FLAKEBOT_EMBEDDING_MODEL,")
+    # either door may have turned it off (the environment, or %config in a kernel): the way back names both
+    assert (
+        "To turn it on: unset $FLAKEBOT_EMBEDDING_MODEL or `%config FlakebotMagics.embedding_model = None`" in ways[1]
+    )

@@ -22,10 +22,10 @@ from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.records.runlog import (
     Attempt,
     RunLog,
+    attempt_log_path,
     attempt_of,
     attempts,
     cached_log_path,
-    failed_log_path,
     log_path,
 )
 
@@ -80,7 +80,7 @@ def test_each_run_keeps_its_own_log(tmp_path: Path) -> None:
     # a failed attempt: its own log and record; the tool's log and record as they were
     before = Inventory(settings.cache.tools).get("md")
     failed = _run(settings, "md", error=BuildError("cargo build failed for md:\nerror[E0308]"))
-    assert failed == failed_log_path(settings, "md")
+    assert failed == attempt_log_path(settings, "md", "failed")
     assert Inventory(settings.cache.tools).get("md") == before
     text = tools.logs(settings, "md")
     assert text.startswith("== a later build of md failed") and str(failed) in text and "Compiling tinyhex" in text
@@ -132,6 +132,30 @@ def test_a_run_killed_between_its_log_and_its_record_is_still_found(tmp_path: Pa
     assert attempts(settings) == []  # nothing listed that cannot be shown
 
 
+def test_a_cancelled_run_keeps_its_log_by_its_outcome_and_an_older_caches_name_still_reads(tmp_path: Path) -> None:
+    """The log of a run that made no tool is named as :func:`~flakebot_magic.events.outcome_of` calls it; one
+    per name (the last); and a cancelled run's log an older version named ``NAME.failed.log`` is still shown."""
+    settings = Settings(cache_dir=tmp_path / "cache")
+    cancelled = _run(settings, "hex5", error=Cancelled("Stopped during `cargo build`."))
+    assert cancelled == attempt_log_path(settings, "hex5", "cancelled") and cancelled.exists()
+    assert attempt_of(settings, "hex5").log == str(cancelled)  # type: ignore[union-attr]
+    assert str(cancelled) in tools.logs(settings, "hex5") and "cancelled" in tools.logs(settings, "hex5")
+    failed = _run(settings, "hex5", error=BuildError("no"))  # the next attempt fails: its log replaces that one
+    assert failed == attempt_log_path(settings, "hex5", "failed") and not cancelled.exists()
+    assert _run(settings, "hex5", error=Cancelled("stopped")) == cancelled and not failed.exists()
+    _run(settings, "hex5")  # a success: no attempt log is left
+    assert not cancelled.exists() and not failed.exists()
+    # an older cache: a cancelled run's log as NAME.failed.log, its record pointing there, or no record at all
+    _run(settings, "hex6", error=Cancelled("stopped"))
+    old = attempt_log_path(settings, "hex6", "failed")
+    attempt_log_path(settings, "hex6", "cancelled").rename(old)
+    record = settings.cache.attempts / "hex6.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "log": str(old)}))
+    assert "that build's log" in tools.logs(settings, "hex6") and "search done" in tools.logs(settings, "hex6")
+    record.unlink()
+    assert "search done" in tools.logs(settings, "hex6")
+
+
 @pytest.mark.parametrize(
     "damage", ["not json", json.dumps([1, 2]), json.dumps({"name": "x"}), json.dumps({"name": "hex4", "at": "x"})]
 )
@@ -177,5 +201,5 @@ def test_an_argument_refused_before_any_stage_is_no_attempt(tmp_path: Path) -> N
     log = RunLog(settings)
     error = UsageError("--name '1bad' is not a valid Python identifier; try '_1bad'.")
     log(RunFinished(ok=False, error=error))
-    assert log.save("1bad", request="x", error=error) == failed_log_path(settings, "1bad")
+    assert log.save("1bad", request="x", error=error) == attempt_log_path(settings, "1bad", "failed")
     assert attempts(settings) == [] and tools.table(settings).rows() == []

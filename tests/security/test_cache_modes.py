@@ -18,7 +18,7 @@ import pytest
 from flakebot_magic.config import Settings
 from flakebot_magic.events import EventBus, RunFinished, StageStarted
 from flakebot_magic.host.cache import CACHE_DIRECTORIES, CacheLayout
-from flakebot_magic.records.runlog import RunLog, failed_log_path, log_path
+from flakebot_magic.records.runlog import RunLog, attempt_log_path, log_path
 
 
 def _mode(path: Path) -> int:
@@ -66,7 +66,7 @@ def test_a_run_log_is_the_users_alone(tmp_path: Path, umask_022: None) -> None:
     EventBus([failed]).emit(StageStarted("build"))
     EventBus([failed]).log("test", "more output that may hold a secret", "stdout")
     path = failed.save("te2", request="secret words", error=RuntimeError("boom"))
-    assert path == failed_log_path(settings, "te2") and _mode(path) == 0o600
+    assert path == attempt_log_path(settings, "te2", "failed") and _mode(path) == 0o600
     [attempt] = settings.cache.attempts.iterdir()
     assert _mode(attempt) == 0o600 and _mode(attempt.parent) == 0o700
 
