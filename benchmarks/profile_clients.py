@@ -72,7 +72,7 @@ def ladder(steps: dict[str, Callable[[], object]], calls: int) -> None:
 def cli_steps(md: object) -> dict[str, Callable[[], object]]:
     from flakebot_magic.clients.cli_tool import PLAIN_ENV
     from flakebot_magic.host.exchange import Exchange
-    from flakebot_magic.host.process import spawn
+    from flakebot_magic.host.process import spawn, start_call
 
     binary = str(md.binary)  # type: ignore[attr-defined]
     env = md._environment(PLAIN_ENV)  # type: ignore[attr-defined]
@@ -94,6 +94,9 @@ def cli_steps(md: object) -> dict[str, Callable[[], object]]:
         "spawn (+ the guard's two lines) + Exchange": lambda: Exchange(spawn([binary], env=env, stdin=True)).run(
             b"# Hi", 60
         ),
+        "start_call (posix_spawn, the guard's two lines) + Exchange": lambda: Exchange(
+            start_call([binary], env=env)
+        ).run(b"# Hi", 60),
         'md("# Hi")': lambda: md("# Hi"),  # type: ignore[operator]
         "  of which: the entry check (require_binary)": md.require_binary,  # type: ignore[attr-defined]
         "  of which: the environment": lambda: md._environment(PLAIN_ENV),  # type: ignore[attr-defined]
