@@ -122,7 +122,7 @@ def _open_descriptors() -> set[str]:
 def test_a_binary_that_cannot_start_raises_its_cause_and_leaves_no_descriptor(tmp_path: Path) -> None:
     not_executable = tmp_path / "tool"
     not_executable.write_text("#!/bin/sh\necho hi\n")
-    before, groups = _open_descriptors(), set(process._guard._groups)
+    before, groups = _open_descriptors(), dict(process._guard._groups)
     with pytest.raises(FileNotFoundError):
         start_call([str(tmp_path / "gone")], env=ENV)
     with pytest.raises(PermissionError):
