@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import io
 import os
 import select
 import selectors
@@ -63,6 +62,7 @@ __all__ = [
     "CancelToken",
     "Completed",
     "LinkedToken",
+    "PipeEnd",
     "ProcessRunner",
     "SandboxedCommand",
     "alive",
@@ -214,16 +214,34 @@ def spawn(
     return proc
 
 
+class PipeEnd:
+    """One end of a call's pipe: its descriptor, read and written unbuffered (no ``fstat`` to make, as a file's)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.closed = fd, False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read(self, size: int = 1 << 16) -> bytes:
+        return os.read(self.fd, size)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
 class CallProcess:
     """A call's child started by :func:`start_call`: what a call uses of a ``Popen`` (pid, pipes, wait, kill).
 
-    ``stdin``/``stdout``/``stderr`` are unbuffered pipe ends (:class:`io.FileIO`). Reaping it
-    (:meth:`wait`, :meth:`poll`) unregisters its group from the guard, as for a spawned child.
+    ``stdin``/``stdout``/``stderr`` are its pipe ends (:class:`PipeEnd`). Reaping it (:meth:`wait`,
+    :meth:`poll`) unregisters its group from the guard, as for a spawned child.
     """
 
     def __init__(self, args: list[str], pid: int, stdin: int, stdout: int, stderr: int) -> None:
         self.args, self.pid = args, pid
-        self.stdin, self.stdout, self.stderr = io.FileIO(stdin, "w"), io.FileIO(stdout), io.FileIO(stderr)
+        self.stdin, self.stdout, self.stderr = PipeEnd(stdin), PipeEnd(stdout), PipeEnd(stderr)
         self.returncode: int | None = None
 
     def _reaped(self, flags: int) -> int | None:
@@ -260,8 +278,7 @@ class CallProcess:
 
 
 def _readable(fd: int, timeout: float) -> bool:
-    watch = select.poll()
-    watch.register(fd, select.POLLIN)
+    (watch := select.poll()).register(fd, select.POLLIN)
     return bool(watch.poll(max(timeout, 0.0) * 1000))
 
 

@@ -144,7 +144,7 @@ def test_a_lasting_child_has_the_parent_death_signal_and_every_child_its_own_gro
 
 #: a parent that starts a child through one door; the child starts a grandchild in its group; both print their pids
 PARENT = """
-import sys
+import os, sys
 from flakebot_magic.host.environment import allowed_env
 from flakebot_magic.host.exchange import Exchange
 from flakebot_magic.host.process import ProcessRunner, spawn, start_call
@@ -157,7 +157,7 @@ else:
     proc = spawn(child, env=allowed_env(), stdin=True) if sys.argv[1] == "exchange" else start_call(
         ["/bin/sh", *child[1:]], env=allowed_env()
     )
-    print(proc.stdout.readline().decode().strip(), flush=True)
+    print(os.read(proc.stdout.fileno(), 100).decode().strip(), flush=True)  # one line, written at once
     Exchange(proc).run(b"", 600)
 """
 
