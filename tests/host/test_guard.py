@@ -10,19 +10,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 
 from flakebot_magic.host.guard import _GUARD_PROGRAM, Guard, _ticks
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except FileNotFoundError:
-        return True
+from flakebot_magic.host.proctree import alive
 
 
 def _pending(fd: int) -> bytes:
@@ -95,19 +89,20 @@ def test_the_guard_kills_its_groups_and_never_a_reused_pid() -> None:
         guard.stdin.write(b"".join(lines))
         guard.stdin.close()  # the parent's death, as the guard sees it
         assert guard.wait(timeout=30) == 0
+        assert registered.wait(timeout=10) == -signal.SIGKILL
         deadline = time.monotonic() + 10
-        while not (_gone(registered.pid) and _gone(leftover)) and time.monotonic() < deadline:
+        while alive(leftover) and time.monotonic() < deadline:  # not our child: reaped by init once killed
             time.sleep(0.02)
-        assert _gone(registered.pid) and _gone(leftover)
-        assert not _gone(unregistered.pid) and not _gone(stranger.pid)
+        assert not alive(leftover)
+        assert unregistered.poll() is None and stranger.poll() is None
     finally:
         for proc in (registered, unregistered, stranger, leftover_leader):
             proc.kill()
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
-        if not _gone(leftover):
-            os.kill(leftover, 9)
+        if alive(leftover):
+            os.kill(leftover, signal.SIGKILL)
 
 
 def _started(pid: int) -> int:
