@@ -357,10 +357,8 @@ class _Launcher:
         try:
             if in_read < 3 or out_write < 3 or err_write < 3:  # this process's 0-2 closed: Popen knows that dance
                 raise _Unsupported
-            fds = (in_read, out_write, err_write)
-            failed = self.spawn(
-                ctypes.byref(pid), argv_array[0], self._file_actions(fds).buffer, self.attr, argv_array, envp
-            )
+            actions = self._file_actions((in_read, out_write, err_write))  # held: a clear must not free it now
+            failed = self.spawn(ctypes.byref(pid), argv_array[0], actions.buffer, self.attr, argv_array, envp)
             if failed:
                 raise OSError(failed, os.strerror(failed), args[0])
         except BaseException:
