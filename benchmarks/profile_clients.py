@@ -8,7 +8,9 @@ call so every step sees the same busy machine:
 
 * the CLI ladder, from a raw ``subprocess.run`` of the binary to ``md("# Hi")``:
   ``Popen`` with the call's own session and environment, flakebot's ``spawn``
-  (the guard), the entry check and the environment alone;
+  (``Popen`` and the guard), ``start_call`` (``posix_spawn`` and the guard: what
+  a call uses), the entry check and the environment alone (each piece alone, and
+  the ways to start a child in a big process: ``bench_call_pieces.py``);
 * the HTTP ladder, from a raw ``httpx`` keep-alive request to ``svc.greet()``:
   the tool's own ``httpx.Client`` (the size cap), ``svc.request`` (the pool,
   the liveness check), the generated function (the argument check);
@@ -72,7 +74,7 @@ def ladder(steps: dict[str, Callable[[], object]], calls: int) -> None:
 def cli_steps(md: object) -> dict[str, Callable[[], object]]:
     from flakebot_magic.clients.cli_tool import PLAIN_ENV
     from flakebot_magic.host.exchange import Exchange
-    from flakebot_magic.host.process import spawn
+    from flakebot_magic.host.process import spawn, start_call
 
     binary = str(md.binary)  # type: ignore[attr-defined]
     env = md._environment(PLAIN_ENV)  # type: ignore[attr-defined]
@@ -91,7 +93,10 @@ def cli_steps(md: object) -> dict[str, Callable[[], object]]:
     return {
         "raw subprocess.run (the floor)": lambda: subprocess.run([binary], input=b"# Hi", capture_output=True),
         "Popen(own session, allowlisted env) + Exchange": popen,
-        "spawn (+ the guard's two lines) + Exchange": lambda: Exchange(spawn([binary], env=env, stdin=True)).run(
+        "spawn (Popen + the guard's line) + Exchange": lambda: Exchange(spawn([binary], env=env, stdin=True)).run(
+            b"# Hi", 60
+        ),
+        "start_call (posix_spawn + the guard's line) + Exchange": lambda: Exchange(start_call([binary], env=env)).run(
             b"# Hi", 60
         ),
         'md("# Hi")': lambda: md("# Hi"),  # type: ignore[operator]

@@ -37,6 +37,8 @@ ALLOWED: dict[str, str] = {
     "host/entry.py:_LOCK": "guards _WHOLE",
     "host/process.py:_guard": "the one guard process that kills a call's children when this process dies (host/guard.py)",
     "host/process.py:_prctl": "lru_cache(1): libc's prctl, looked up once (the C library does not change)",
+    "host/process.py:_launcher": "lru_cache(1): libc's posix_spawn and a call's spawn attributes, made once; "
+    "its bounded caches of argv/envp arrays and file actions (a tool's call repeats its own)",
     "records/steering.py:_counter": "steering messages' sequence numbers, unique in the process (one integer)",
     "stages/deploy.py:_LIBC": "the C library's handle (for renameat2), loaded once: no state of flakebot's",
     "host/crashpoints.py:_counts": "test crash points: hits per point, only when FLAKEBOT_CRASH_AT names one",

@@ -33,8 +33,8 @@ from typing import Any, Literal, Optional, Union
 
 from ..commands import typed
 from ..errors import ToolArgumentError, ToolError
-from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
-from ..host.process import spawn
+from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, Started, stop_group
+from ..host.process import spawn, start_call
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
@@ -333,13 +333,13 @@ class CliTool(ToolClient):
             extra = {**plain, **(env or {})}
             failed: OSError | None = None
             try:
-                proc = spawn(  # its own group: a timeout or an interrupt stops what the tool started, too
-                    confinement.command(command, limit) if confinement else command,
-                    stdin=True,
-                    cwd=confinement.scratch if confinement else None,
-                    # the allowlist, the tool_env setting and this call's env: nothing else of the kernel's
-                    env=confinement.env(self.env, extra) if confinement else self._environment(extra),
-                )
+                # its own session (a kill stops what it started, too); the allowlist, tool_env, this call's env
+                proc: Started
+                if confinement:
+                    wrapped, scratch_dir = confinement.command(command, limit), confinement.scratch
+                    proc = spawn(wrapped, stdin=True, cwd=scratch_dir, env=confinement.env(self.env, extra))
+                else:
+                    proc = start_call(command, env=self._environment(extra))
             except OSError as exc:
                 failed = exc
             if failed is not None:  # outside the handler: the ToolError below carries no OSError
@@ -378,7 +378,7 @@ class CliTool(ToolClient):
             return None
         return text
 
-    def _exchange(self, proc: subprocess.Popen[bytes], data: bytes, limit: float, items: Sequence[Any] = ()) -> str:
+    def _exchange(self, proc: Started, data: bytes, limit: float, items: Sequence[Any] = ()) -> str:
         exchange = Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
         try:
             out, err = exchange.run(data, limit)

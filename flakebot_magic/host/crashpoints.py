@@ -76,6 +76,8 @@ POINTS: dict[str, str] = {
     # host/process.py: a call's child is started, waiting at its gate
     "spawn.started": "a call's child was started; the guard does not know it yet",
     "spawn.guarded": "the guard was told of the child's group; the child still waits at its gate",
+    # host/process.py: a CLI call's child started by posix_spawn, no gate: it carries the guard's mark
+    "call.started": "a CLI call's child was started and runs; the guard knows its mark, not its group yet",
 }
 
 #: the functions whose every change on disk must be followed by a crash point (module -> function names)

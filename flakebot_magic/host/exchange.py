@@ -8,13 +8,15 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import selectors
 import subprocess
 import time
 
-from .process import kill_tree
+from .process import CallProcess, kill_tree
 
-__all__ = ["OUTPUT_BYTES", "STDERR_BYTES", "Exchange", "stop_group"]
+__all__ = ["OUTPUT_BYTES", "STDERR_BYTES", "Exchange", "Started", "stop_group"]
+
+#: a call's child: started by ``start_call`` (posix_spawn) or by ``spawn`` (Popen)
+Started = subprocess.Popen[bytes] | CallProcess
 
 #: what a call keeps of standard output (past it the tool is stopped) and of standard error
 OUTPUT_BYTES = 64 * 1024 * 1024
@@ -29,7 +31,7 @@ def _pidfd(pid: int) -> int:
         return -1
 
 
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
+def stop_group(proc: Started) -> None:
     """SIGKILL the process group ``proc`` leads (it was started with ``start_new_session``)."""
     with contextlib.suppress(PermissionError):  # a member we may not signal: the rest went
         kill_tree(proc.pid)
@@ -50,7 +52,7 @@ class Exchange:
 
     def __init__(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: Started,
         *,
         stdout_cap: int = OUTPUT_BYTES,
         stderr_cap: int = STDERR_BYTES,
@@ -88,58 +90,70 @@ class Exchange:
         proc = self.proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         deadline = time.monotonic() + limit
-        sinks = {proc.stdout: ("out", self.out), proc.stderr: ("err", self.err)}
+        sinks = {
+            proc.stdout.fileno(): ("out", self.out, proc.stdout),
+            proc.stderr.fileno(): ("err", self.err, proc.stderr),
+        }
         view = memoryview(data)
         offset = 0
+        in_fd = proc.stdin.fileno()
         if view:  # an empty pipe takes PIPE_BUF bytes without blocking: most inputs go before the first poll
             try:
-                offset = os.write(proc.stdin.fileno(), view[: select.PIPE_BUF])
+                offset = os.write(in_fd, view[: select.PIPE_BUF])
             except BrokenPipeError:
                 offset = len(view)
         # the exit is awaited in the same poll as the output, on a pidfd: when both pipes end, the tool is
         # most often not a zombie yet (its descriptors close first), and a wait apart cost a poll, a pidfd,
         # a select and a close per call
         exit_fd = _pidfd(proc.pid)
-        # poll(2), as subprocess.communicate: no epoll descriptor to make, register with and close per call
-        with selectors.PollSelector() as selector:
-            for stream in sinks:
-                selector.register(stream, selectors.EVENT_READ)
+        # poll(2) itself, as subprocess.communicate: no epoll descriptor per call, no selectors' keys
+        watch = select.poll()
+        for fd in sinks:
+            watch.register(fd, select.POLLIN)
+        waiting = len(sinks)
+        if exit_fd >= 0:
+            watch.register(exit_fd, select.POLLIN)
+            waiting += 1
+        if offset < len(view):
+            watch.register(in_fd, select.POLLOUT)
+            waiting += 1
+        else:
+            proc.stdin.close()
+            in_fd = -1
+        try:
+            while waiting:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise subprocess.TimeoutExpired(proc.args, limit)
+                for fd, _ in watch.poll(remaining * 1000):
+                    if fd == exit_fd:  # exited; what it left behind may still hold its pipes
+                        watch.unregister(exit_fd)
+                        waiting -= 1
+                    elif fd == in_fd:
+                        try:
+                            offset += os.write(fd, view[offset : offset + select.PIPE_BUF])
+                        except BrokenPipeError:  # the tool stopped reading: fine
+                            offset = len(view)
+                        if offset >= len(view):
+                            watch.unregister(fd)
+                            waiting -= 1
+                            proc.stdin.close()
+                            in_fd = -1
+                    elif chunk := os.read(fd, 1 << 16):
+                        which, sink, _ = sinks[fd]
+                        self._keep(which, sink, chunk)
+                        if which == "out" and self.dropped["out"] and self.stop_at_cap:
+                            self.overflow = True
+                            stop_group(proc)
+                            self.close()
+                            return b"".join(self.out), self.stderr
+                    else:
+                        watch.unregister(fd)
+                        waiting -= 1
+                        sinks[fd][2].close()
+        finally:
             if exit_fd >= 0:
-                selector.register(exit_fd, selectors.EVENT_READ)
-            if offset < len(view):
-                selector.register(proc.stdin, selectors.EVENT_WRITE)
-            else:
-                proc.stdin.close()
-            try:
-                while selector.get_map():
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise subprocess.TimeoutExpired(proc.args, limit)
-                    for key, _ in selector.select(remaining):
-                        if key.fd == exit_fd:  # exited; what it left behind may still hold its pipes
-                            selector.unregister(exit_fd)
-                        elif key.fileobj is proc.stdin:
-                            try:
-                                offset += os.write(key.fd, view[offset : offset + select.PIPE_BUF])
-                            except BrokenPipeError:  # the tool stopped reading: fine
-                                offset = len(view)
-                            if offset >= len(view):
-                                selector.unregister(proc.stdin)
-                                proc.stdin.close()
-                        elif chunk := os.read(key.fd, 1 << 16):
-                            which, sink = sinks[key.fileobj]  # type: ignore[index]
-                            self._keep(which, sink, chunk)
-                            if which == "out" and self.dropped["out"] and self.stop_at_cap:
-                                self.overflow = True
-                                stop_group(proc)
-                                self.close()
-                                return b"".join(self.out), self.stderr
-                        else:
-                            selector.unregister(key.fileobj)
-                            key.fileobj.close()  # type: ignore[union-attr]
-            finally:
-                if exit_fd >= 0:
-                    os.close(exit_fd)
+                os.close(exit_fd)
         if exit_fd >= 0:
             proc.wait()  # the pidfd said it exited: this reaps it at once
         else:

@@ -23,14 +23,20 @@ import errno
 import fcntl
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GATE_EXIT", "Guard", "Spawner", "check_program", "gated"]
+__all__ = ["GATE_EXIT", "MARK", "Guard", "Spawner", "check_program", "gated"]
+
+#: the variable a CLI call's child carries the guard's mark in (:meth:`Guard.ready`): no gate before it (a shell's
+#: exec would double the call's cost), so a guard whose parent died finds a child it was not told of yet by it
+MARK = "FLAKEBOT_GUARD_MARK"
 
 #: the exit status of a gated child whose parent died before it let it pass (it ran nothing)
 GATE_EXIT = 125
@@ -43,12 +49,15 @@ _GATE_NULL = f'read -r _ || exit {GATE_EXIT}; exec "$@" </dev/null'
 _RUNNABLE = (b"\x7fELF", b"#!")
 
 
-def gated(argv: Sequence[str], *, stdin: bool) -> list[str]:
+def gated(argv: Sequence[str], *, stdin: bool, pwd: bool = True) -> list[str]:
     """``argv`` behind the gate: it runs once its line is written to the child's standard input.
 
     ``stdin``: the command reads the rest of that pipe (else ``/dev/null``).
+    ``pwd``: its environment holds ``PWD``; else the shell's own (dash exports
+    one) is unset, so the command gets exactly the environment it was given.
     """
-    return ["/bin/sh", "-c", _GATE if stdin else _GATE_NULL, "flakebot-gate", *argv]
+    gate = _GATE if stdin else _GATE_NULL
+    return ["/bin/sh", "-c", gate if pwd else f"unset PWD; {gate}", "flakebot-gate", *argv]
 
 
 def check_program(argv0: str, env: Mapping[str, str] | None, cwd: Path | str | None) -> None:
@@ -88,14 +97,18 @@ DRAIN_EVERY = 0.5
 #: the guard pipe's size asked for: lines that wait for the next read (64 KiB when the kernel refuses)
 PIPE_BYTES = 1 << 20
 
-#: the guard's program: it keeps the process groups it is told of (``+PGID``, ``-PGID`` lines on its standard
+#: the guard's program: it keeps the process groups it is told of (``+PGID TICKS``, ``-PGID`` lines on its standard
 #: input) and, when its input ends (the process that started it died or exited), kills those still listed.
 #: It waits on its input with no event asked for: the end of the input (``POLLHUP``, always reported) wakes it
 #: at once, a line does not (a wake-up per line costs the writer CPU time, and on a busy machine its turn on
 #: the CPU: 5 us and 250 us a line measured here); it reads what came every ``DRAIN_EVERY`` s.
+#: ``TICKS``: the clock (boot time, clock ticks) just after the leader started. A ``-PGID`` comes late (with the
+#: next ``+``), so before a kill the guard checks the group is still the one it was told of: a process with
+#: that PID that started after ``TICKS`` is another that reused the PID, and is left alone; no process with
+#: that PID means the number is held by the group's leftovers only (a PID in use as a group id is not reused).
 _GUARD_PROGRAM = f"""\
 import os, select, signal
-groups, rest, ended = set(), b"", False
+groups, rest, ended, mark = {{}}, b"", False, b""
 os.set_blocking(0, False)
 watch = select.poll()
 watch.register(0, 0)
@@ -105,16 +118,54 @@ while not ended:
         while data := os.read(0, 65536):
             *lines, rest = (rest + data).split(b"\\n")
             for line in lines:
-                (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+                group, _, ticks = line[1:].partition(b" ")
+                if line[:1] == b"=":
+                    mark = b"{MARK}=" + line[1:]
+                elif line[:1] == b"+":
+                    groups[int(group)] = int(ticks)
+                else:
+                    groups.pop(int(group), None)
         ended = True  # the end of the input, read: nothing else ends the guard
     except BlockingIOError:
         pass
-for group in groups:
+for group, ticks in groups.items():
+    try:
+        with open(f"/proc/{{group}}/stat", "rb") as stat:
+            if int(stat.read().rsplit(b")", 1)[1].split()[19]) > ticks:
+                continue  # started after the group was registered: a stranger with a reused PID
+    except (OSError, ValueError, IndexError):
+        pass  # no such process: only the group's leftovers can hold the number
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
+for _ in range(3 if mark else 0):  # the processes that carry the mark: a call's child started, not told of yet
+    found = 0
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{name}}/environ", "rb") as environ:
+                if mark not in environ.read().split(b"\\0"):
+                    continue
+        except (OSError, ValueError):
+            continue
+        found += 1
+        for kill in (os.killpg, os.kill):  # its group (a call's child leads one), and it
+            try:
+                kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+    if not found:
+        break
 """
+
+
+#: what ``/proc/PID/stat`` counts a process's start in
+_TICKS_PER_SECOND = int(os.sysconf("SC_CLK_TCK"))
+
+
+def _ticks() -> int:
+    """The boot-time clock in clock ticks, as ``/proc/PID/stat`` counts a start: no system call (vDSO)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS_PER_SECOND)
 
 
 class Guard:
@@ -131,9 +182,10 @@ class Guard:
     a pipe whose only writer is this process; when this process dies, even by
     SIGKILL, the pipe ends and the guard SIGKILLs every group still registered
     (the whole group, where the signal reached the child alone). A group is
-    unregistered once its leader is reaped; its PID is reused only after the
-    kernel has handed out every other PID, so a guard acting in the
-    microseconds between the reap and the line never kills a stranger.
+    unregistered once its leader is reaped, by a line that goes with the next
+    registration (one ``write`` per call: 14 us of CPU time a call less than a
+    line at each end, measured beside a raw spawn); a PID reused meanwhile is
+    told from the group by its start, later than the registration's clock.
     If the guard itself is killed, the next spawn starts another and hands it
     the groups still running.
     """
@@ -145,7 +197,12 @@ class Guard:
         self._fd = -1
         #: the guard pipe's read end while a guard starts (a fork's child closes its copy: see _send)
         self._read = -1
-        self._groups: set[int] = set()
+        #: the groups running, each with the clock just after its leader started (``_ticks``)
+        self._groups: dict[int, int] = {}
+        #: the ``-PGID`` lines not sent yet: they go with the next ``+`` (one write per call)
+        self._pending = b""
+        #: what a child started without the gate carries in its environment (:data:`MARK`), one per process
+        self.mark = secrets.token_hex(16)
 
     def forked(self) -> None:
         """In the child of a fork of this process: drop the parent's guard (holding its pipe open would keep
@@ -155,7 +212,8 @@ class Guard:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._lock = threading.Lock()
-        self._proc, self._fd, self._read, self._groups = None, -1, -1, set()
+        self._proc, self._fd, self._read, self._groups, self._pending = None, -1, -1, {}, b""
+        self.mark = secrets.token_hex(16)  # the parent's guard would kill this process's calls
 
     def _start(self) -> None:
         """Start a guard (the caller holds the lock) and tell it the groups still running."""
@@ -171,11 +229,19 @@ class Guard:
             self._read = -1  # before the close: a fork's child never closes a descriptor number reused since
             os.close(read)
         self._fd = write
-        if self._groups:
-            os.write(self._fd, b"".join(b"+%d\n" % group for group in self._groups))
+        self._pending = b""  # the new guard never heard of the groups gone
+        told = b"".join(b"+%d %d\n" % item for item in self._groups.items())
+        os.write(self._fd, b"=%s\n%s" % (self.mark.encode(), told))
+
+    def ready(self) -> str:
+        """The guard started (it knows :attr:`mark` then); the mark, for a child about to start without the gate."""
+        with self._lock:
+            if self._fd < 0:
+                self._start()
+        return self.mark
 
     def _send(self, line: bytes) -> None:
-        """Write ``line`` to the guard: one ``write`` per call of a tool, nothing more.
+        """Write ``line`` to the guard: one ``write`` per call of a tool (at its start), nothing more.
 
         A dead guard is found by the write itself: its pipe has no reader left,
         so the write fails with ``EPIPE`` (Python ignores ``SIGPIPE``), and
@@ -194,16 +260,23 @@ class Guard:
             os.write(self._fd, line)
 
     def add(self, pgid: int) -> None:
+        """Register the group of a leader just started, with the groups reaped since (one ``write``)."""
+        ticks = _ticks()  # after the start: the leader started at or before it
         with self._lock:
-            self._groups.add(pgid)
-            self._send(b"+%d\n" % pgid)
+            line, self._pending = self._pending + b"+%d %d\n" % (pgid, ticks), b""
+            self._send(line)  # a guard started by it is told the groups before this one: each once
+            self._groups[pgid] = ticks
 
     def remove(self, pgid: int) -> None:
+        """The group's leader is reaped: told to the guard with the next ``add`` (no system call now).
+
+        Until then the guard holds a group whose number may be reused; it kills
+        it only when no process with that PID started after the group was added
+        (the guard's program says how).
+        """
         with self._lock:
-            if pgid in self._groups:  # a fork's child holds none of its parent's groups (forked)
-                self._groups.discard(pgid)
-                with contextlib.suppress(OSError):
-                    self._send(b"-%d\n" % pgid)
+            if self._groups.pop(pgid, None) is not None:  # a fork's child holds none of its parent's (forked)
+                self._pending += b"-%d\n" % pgid
 
 
 class Spawner:

@@ -12,8 +12,12 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
   its output pipes (a ``setsid`` grandchild) once its leader has exited;
 * dies with the kernel: a lasting child by its parent-death signal
   (``PR_SET_PDEATHSIG``), the child of a call by :class:`~.guard.Guard` (started
-  with ``vfork``: arming the signal would need a fork of this whole process),
-  which knows it before it runs (it waits at a gate, :func:`~.guard.gated`, till then);
+  with ``vfork``, or a tool's call by ``posix_spawn``, :func:`start_call`, without
+  Popen's Python: arming the signal would need a fork of this whole process);
+  a child :func:`spawn` starts waits at a gate (:func:`~.guard.gated`) until the
+  guard knows it, and one :func:`start_call` starts carries the guard's mark
+  (:data:`~.guard.MARK`), by which the guard finds it if this process dies
+  before it was told;
 * is read in bounded chunks (:class:`~flakebot_magic.host.output.LineReader`, the one line cutter): a
   line without end is never held whole, what is kept per stream is capped,
   and past the cap a visible note says so;
@@ -32,6 +36,7 @@ and are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -48,17 +53,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Cancelled, ConfigError, StageTimeout
+from .callproc import CallProcess, PipeEnd
+from .cancel import CancelToken, LinkedToken, stopped_during
 from .crashpoints import crash_point
 from .environment import allowed_env, scrubbed_env
-from .guard import Guard, Spawner, check_program, gated
+from .guard import MARK, Guard, Spawner, check_program, gated
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
 from .proctree import alive, finish, kill_tree, pipe_holders, process_started_at
 
 __all__ = [
     "TOOLCHAIN_PROGRAMS",
+    "CallProcess",
     "CancelToken",
     "Completed",
     "LinkedToken",
+    "PipeEnd",
     "ProcessRunner",
     "SandboxedCommand",
     "alive",
@@ -67,6 +76,7 @@ __all__ = [
     "process_started_at",
     "scrubbed_env",
     "spawn",
+    "start_call",
 ]
 
 #: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
@@ -100,49 +110,6 @@ def _toolchain_program(argv: Sequence[str]) -> str:
         if os.path.basename(word) in TOOLCHAIN_PROGRAMS:
             return word
     return ""
-
-
-class CancelToken:
-    """Set by a front end (Cancel button, Ctrl-C) to stop the run's current process."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
-
-
-class LinkedToken(CancelToken):
-    """A cancel token also set when its ``parent`` is: one candidate of a run can be stopped alone.
-
-    >>> run = CancelToken(); one = LinkedToken(run); other = LinkedToken(run); one.cancel()
-    >>> (one.cancelled, other.cancelled, run.cancelled)
-    (True, False, False)
-    """
-
-    def __init__(self, parent: CancelToken) -> None:
-        super().__init__()
-        self.parent = parent
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set() or self.parent.cancelled
-
-    def wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.cancelled:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._event.wait(min(left, 0.05))
-        return True
 
 
 @dataclass(frozen=True)
@@ -255,7 +222,12 @@ def spawn(
     check_program(argv[0], env, cwd)
     gate_read, gate = (-1, -1) if stdin else os.pipe2(os.O_CLOEXEC)
     try:
-        proc = start(_GuardedChild, gated(argv, stdin=stdin), subprocess.PIPE if stdin else gate_read, None)
+        proc = start(
+            _GuardedChild,
+            gated(argv, stdin=stdin, pwd="PWD" in (env if env is not None else os.environ)),
+            subprocess.PIPE if stdin else gate_read,
+            None,
+        )
     except BaseException:
         if gate >= 0:
             os.close(gate)
@@ -290,29 +262,151 @@ def _discard(proc: subprocess.Popen[bytes]) -> None:
             pipe.close()
 
 
+#: posix_spawn's flags: POSIX_SPAWN_SETSIGDEF (the signals Python ignores back to their default), POSIX_SPAWN_SETSID
+_SETSIGDEF, _SETSID = 0x04, 0x80
+
+
+class _Launcher:
+    """glibc's ``posix_spawn`` for a call's child: ``clone(CLONE_VM|CLONE_VFORK)``, in C, with no Python between.
+
+    What ``Popen(start_new_session=True, close_fds=True, env=...)`` does, without its Python: the
+    child gets its own session (``POSIX_SPAWN_SETSID``), the pipes as 0, 1 and 2, no other descriptor
+    (``posix_spawn_file_actions_addclosefrom_np(3)``: glibc 2.34), ``SIGPIPE`` and ``SIGXFSZ`` back to
+    their default (Python ignores them; ``restore_signals``). The attributes are made once; the file
+    actions once per triple of pipe descriptors (the lowest free numbers: the same call after call);
+    the ``argv`` and ``envp`` arrays once per command line and environment (a tool's call repeats both).
+    """
+
+    def __init__(self, libc: Any) -> None:
+        self.libc = libc
+        self.spawn = libc.posix_spawn
+        self.spawn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, *[ctypes.c_void_p] * 4]
+        self.attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t: 336 bytes on x86-64 glibc
+        signals = ctypes.create_string_buffer(1024)  # sigset_t: 128 bytes
+        libc.posix_spawnattr_init(self.attr)
+        libc.sigemptyset(signals)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            libc.sigaddset(signals, int(number))
+        if libc.posix_spawnattr_setsigdefault(self.attr, signals) or libc.posix_spawnattr_setflags(
+            self.attr, ctypes.c_short(_SETSIGDEF | _SETSID)
+        ):
+            raise OSError("posix_spawn attributes refused")
+        self.actions: dict[tuple[int, int, int], _FileActions] = {}
+        self.arrays: dict[tuple[str, ...], Any] = {}
+        self.envs: dict[tuple[tuple[str, str], ...], Any] = {}
+
+    def _array(self, words: tuple[str, ...]) -> Any:
+        """A NULL-ended ``char *[]`` of ``words``, kept (a bounded few: a tool's call repeats its own)."""
+        array = self.arrays.get(words)
+        if array is None:
+            encoded = [os.fsencode(word) for word in words]
+            if any(b"\0" in word for word in encoded):
+                raise ValueError("embedded null byte")
+            if len(self.arrays) >= 64:
+                self.arrays.clear()
+            array = self.arrays[words] = (ctypes.c_char_p * (len(encoded) + 1))(*encoded, None)
+        return array
+
+    def _environment(self, items: tuple[tuple[str, str], ...]) -> Any:
+        """``envp`` for ``items`` (the same strings call after call: their hashes are kept, the key is cheap)."""
+        array = self.envs.get(items)
+        if array is None:
+            if any("=" in key for key, _ in items):
+                raise ValueError("illegal environment variable name")
+            if len(self.envs) >= 64:
+                self.envs.clear()
+            array = self.envs[items] = self._array(tuple(f"{key}={value}" for key, value in items))
+        return array
+
+    def _file_actions(self, fds: tuple[int, int, int]) -> _FileActions:
+        actions = self.actions.get(fds)
+        if actions is None:
+            if len(self.actions) >= 16:
+                self.actions.clear()
+            actions = self.actions[fds] = _FileActions(self.libc, fds)
+        return actions
+
+    def start(self, argv: Sequence[str], env: Mapping[str, str]) -> CallProcess:
+        args = list(argv)
+        argv_array = self._array(tuple(args))
+        # the guard started and told the mark first: a child it has not been told of yet is found by it
+        envp = self._environment((*env.items(), (MARK, _guard.ready())))
+        in_read, in_write = os.pipe2(os.O_CLOEXEC)
+        out_read, out_write = os.pipe2(os.O_CLOEXEC)
+        err_read, err_write = os.pipe2(os.O_CLOEXEC)
+        pid = ctypes.c_int()
+        try:
+            if in_read < 3 or out_write < 3 or err_write < 3:  # this process's 0-2 closed: Popen knows that dance
+                raise _Unsupported
+            actions = self._file_actions((in_read, out_write, err_write))  # held: a clear must not free it now
+            failed = self.spawn(ctypes.byref(pid), argv_array[0], actions.buffer, self.attr, argv_array, envp)
+            if failed:
+                raise OSError(failed, os.strerror(failed), args[0])
+        except BaseException:
+            for fd in (in_read, in_write, out_read, out_write, err_read, err_write):
+                os.close(fd)
+            raise
+        os.close(in_read)
+        os.close(out_write)
+        os.close(err_write)
+        crash_point("call.started")  # a test kills this process here: the guard finds the child by its mark
+        _guard.add(pid.value)  # its group id: it leads its own session
+        return CallProcess(args, pid.value, in_write, out_read, err_read, reaped=_guard.remove)
+
+
+class _FileActions:
+    """posix_spawn's file actions: the pipes ``fds`` as 0, 1 and 2, every other descriptor closed (from 3 up)."""
+
+    def __init__(self, libc: Any, fds: tuple[int, int, int]) -> None:
+        self.libc = libc
+        self.buffer = ctypes.create_string_buffer(1024)  # posix_spawn_file_actions_t: 80 bytes on x86-64 glibc
+        libc.posix_spawn_file_actions_init(self.buffer)
+        for target, fd in enumerate(fds):
+            libc.posix_spawn_file_actions_adddup2(self.buffer, fd, target)
+        libc.posix_spawn_file_actions_addclosefrom_np(self.buffer, 3)
+
+    def __del__(self) -> None:
+        self.libc.posix_spawn_file_actions_destroy(self.buffer)
+
+
+class _Unsupported(Exception):
+    """This call cannot go through posix_spawn: Popen starts it."""
+
+
+@functools.lru_cache(maxsize=1)
+def _launcher() -> _Launcher | None:
+    """The posix_spawn launcher, made once; None where the C library lacks what it needs (then Popen starts calls)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # glibc 2.34's closefrom (no close_fds without it); the exit is awaited on a pidfd (Linux 5.3)
+        if not hasattr(libc, "posix_spawn_file_actions_addclosefrom_np") or not hasattr(os, "pidfd_open"):
+            return None
+        return _Launcher(libc)
+    except OSError:
+        return None
+
+
+def start_call(argv: Sequence[str], *, env: Mapping[str, str]) -> CallProcess | subprocess.Popen[bytes]:
+    """Start the child of one call of a tool: as :func:`spawn` with ``stdin=True``, without Popen's Python.
+
+    The same child (its own session, the guard, no inherited descriptor,
+    ``env`` as given, standard streams as pipes), started by ``posix_spawn``
+    (:class:`_Launcher`); where the C library cannot (no
+    ``addclosefrom_np``), or ``argv[0]`` is no path, by :func:`spawn`.
+    Raises ``OSError`` when it cannot start.
+    """
+    launcher = _launcher()
+    if launcher is not None and os.sep in argv[0]:
+        with contextlib.suppress(_Unsupported):
+            return launcher.start(argv, env)
+    return spawn(argv, env=env, stdin=True)
+
+
 def _short(argv: list[str]) -> str:
     """A command as named in a message: the program's name and its first two arguments."""
     if not argv:
         return ""
     return " ".join([os.path.basename(argv[0]), *argv[1:3]])
-
-
-def _cancelled_during(argv: list[str]) -> str:
-    """The message of a cancelled run: what the user knows was running (``cargo test``, not its wrapper or flags).
-
-    (:class:`Cancelled` adds where the workspace is kept, on a line of its own: a long path wraps
-    whole there, where JupyterLab's error box would break it mid-word.)
-
-    Not "Cancelled during": IPython puts the class's name before it (``Cancelled: Stopped during …``).
-    >>> _cancelled_during(["cargo", "test", "--locked"])
-    'Stopped during `cargo test`.'
-    """
-    words = [os.path.basename(argv[0])] if argv else []
-    for word in argv[1:3]:
-        if word.startswith("-"):
-            break
-        words.append(word)
-    return f"Stopped during `{' '.join(words)}`."
 
 
 class ProcessRunner:
@@ -418,7 +512,7 @@ class ProcessRunner:
                         break  # stragglers hold the pipes: they are killed below
                 if self.cancel.cancelled:
                     self._stop(proc, interrupt_grace, inodes)
-                    raise Cancelled(_cancelled_during(list(label) if label is not None else argv), workspace=workspace)
+                    raise Cancelled(stopped_during(list(label) if label is not None else argv), workspace=workspace)
                 if exited_at is None and time.monotonic() > deadline:
                     self._stop(proc, interrupt_grace, inodes)
                     raise StageTimeout(

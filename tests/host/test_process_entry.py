@@ -41,6 +41,11 @@ _OS_PREFIXES = ("exec", "spawn")
 _MODULES = {"multiprocessing", "pty", "pexpect", "sh", "plumbum"}
 
 
+def owner_is_os(node: ast.Attribute) -> bool:
+    """``os.posix_spawn``: reported once, as a call of ``os``."""
+    return isinstance(node.value, ast.Name) and node.value.id == "os"
+
+
 def _starts(source: str, where: str) -> list[str]:
     """What in ``source`` starts a process, arms a parent-death signal or decodes a pipe by itself."""
     found: list[str] = []
@@ -73,6 +78,10 @@ def _starts(source: str, where: str) -> list[str]:
             name = node.id if isinstance(node, ast.Name) else node.attr
             if name == "prctl":
                 found.append(f"{line} names prctl (the parent-death signal)")
+            elif name in ("posix_spawn", "posix_spawnp") and not (
+                isinstance(node, ast.Attribute) and owner_is_os(node)
+            ):
+                found.append(f"{line} names {name} (starts a child through the C library)")
             elif name == "getincrementaldecoder":
                 found.append(f"{line} decodes a stream by itself (the line reader)")
     return found
@@ -100,14 +109,15 @@ def test_the_check_finds_what_it_forbids() -> None:
     inside = _starts(ENTRY.read_text(encoding="utf-8"), "process.py")
     assert any("subprocess.Popen" in h for h in inside), inside
     assert any("prctl" in h for h in inside), inside
+    assert any("posix_spawn (starts a child" in h for h in inside), inside  # start_call's launcher
     assert any("line reader" in h for h in _starts(READER.read_text(encoding="utf-8"), "output.py"))
     old_way = (
         "import subprocess, os\nfrom os import execvp\nimport multiprocessing\n"
         "p = subprocess.Popen(['x'])\nsubprocess.run(['x'])\nos.fork()\nos.spawnlp(0, 'x')\n"
-        "lib.prctl(1, 9)\nimport asyncio\nasyncio.create_subprocess_exec('x')\n"
+        "lib.prctl(1, 9)\nimport asyncio\nasyncio.create_subprocess_exec('x')\nlibc.posix_spawn(pid, b'x')\n"
     )
     hits = _starts(old_way, "old.py")
-    assert len(hits) == 8, hits
+    assert len(hits) == 9, hits
 
 
 #: a child that says which parent-death signal it has armed (``PR_GET_PDEATHSIG``: only one's own can be read)
@@ -136,18 +146,20 @@ def test_a_lasting_child_has_the_parent_death_signal_and_every_child_its_own_gro
 
 #: a parent that starts a child through one door; the child starts a grandchild in its group; both print their pids
 PARENT = """
-import sys
+import os, sys
 from flakebot_magic.host.environment import allowed_env
 from flakebot_magic.host.exchange import Exchange
-from flakebot_magic.host.process import ProcessRunner, spawn
+from flakebot_magic.host.process import ProcessRunner, spawn, start_call
 child = ["sh", "-c", "sleep 300 & echo $$ $!; wait"]
 if sys.argv[1] == "runner":
     def show(stream, line):
         print(line, flush=True)
     ProcessRunner().run(child, env=allowed_env(), timeout=600, on_line=show)
 else:
-    proc = spawn(child, env=allowed_env(), stdin=True)
-    print(proc.stdout.readline().decode().strip(), flush=True)
+    proc = spawn(child, env=allowed_env(), stdin=True) if sys.argv[1] == "exchange" else start_call(
+        ["/bin/sh", *child[1:]], env=allowed_env()
+    )
+    print(os.read(proc.stdout.fileno(), 100).decode().strip(), flush=True)  # one line, written at once
     Exchange(proc).run(b"", 600)
 """
 
@@ -160,7 +172,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("door", ["runner", "exchange"])
+@pytest.mark.parametrize("door", ["runner", "exchange", "call"])
 def test_a_call_child_and_its_group_die_when_the_parent_is_killed(door: str) -> None:
     """SIGKILL the parent mid-call: the guard kills the child and the grandchild it started."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, door], stdout=subprocess.PIPE, cwd=PACKAGE.parent)

@@ -105,6 +105,28 @@ def test_a_parent_killed_while_it_starts_a_child_leaves_nothing(tmp_path: Path, 
     assert not (tmp_path / "ran").exists(), "the command ran before the guard knew it"
 
 
+#: a stand-in kernel that starts a CLI call's child by posix_spawn (no gate: it runs at once) and is killed before
+#: the guard is told its group; the child starts a grandchild in its group and one that leaves it by setsid
+KILLED_IN_CALL = """
+from flakebot_magic.host.environment import allowed_env
+from flakebot_magic.host.process import CallProcess, start_call
+command = ["/bin/sh", "-c", "setsid sleep 100 & sleep 100 & echo ran > ran; exec sleep 100"]
+proc = start_call(command, env=allowed_env())
+assert isinstance(proc, CallProcess), "start_call fell back to Popen: no posix_spawn door here"
+proc.wait()
+"""
+
+
+def test_a_parent_killed_after_a_calls_start_leaves_nothing_of_it(tmp_path: Path) -> None:
+    """A CLI call's child has no gate (a shell's exec would double the call's cost): killed before it registers
+    the child, the parent leaves a child that may have run, and the guard finds it, and what it started (in its
+    group or not), by the mark in their environment."""
+    env = {**os.environ, CRASH_ENV: "call.started"}
+    proc = subprocess.run([sys.executable, "-c", KILLED_IN_CALL], cwd=tmp_path, env=env, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the parent did not die at the crash point"
+    assert processes_in(tmp_path) == [], "a call's child outlived a parent killed before the guard knew its group"
+
+
 def test_a_line_without_end_is_not_held_in_memory() -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     printer = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(300): sys.stdout.write(chunk)\n"
