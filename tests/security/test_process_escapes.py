@@ -32,18 +32,28 @@ time.sleep(100)
 """
 
 
+def _started_kernel(tmp_path: Path, door: str) -> subprocess.Popen[bytes]:
+    """The stand-in kernel with ``door``, once it is past it."""
+    (tmp_path / "started").unlink(missing_ok=True)
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", _KERNEL.format(door=textwrap.dedent(door))], cwd=tmp_path, start_new_session=True
+    )
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not (tmp_path / "started").exists():
+        kernel.kill()
+        kernel.wait()
+        raise AssertionError("the stand-in kernel did not get past its door")
+    return kernel
+
+
 def _kill_after_start(tmp_path: Path, door: str, *, before_kill: float = 1.0, guarded: bool = True) -> None:
     """Run the kernel with ``door``, wait till it is past it (and ``before_kill`` s more), SIGKILL it.
 
     ``guarded``: the door started the kernel's guard (every door but a lasting spawn)."""
-    kernel = subprocess.Popen(
-        [sys.executable, "-c", _KERNEL.format(door=textwrap.dedent(door))], cwd=tmp_path, start_new_session=True
-    )
+    kernel = _started_kernel(tmp_path, door)
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (tmp_path / "started").exists(), "the stand-in kernel did not get past its door"
         time.sleep(before_kill)
         if guarded:
             _guard_of(kernel.pid)  # the door started the guard: its sweep is what is attacked
@@ -84,12 +94,6 @@ def _left_after(tmp_path: Path) -> list[int]:
     return left
 
 
-def test_a_calls_setsid_grandchild_that_keeps_the_environment_is_swept(tmp_path: Path) -> None:
-    """A call's child (registered) starts a grandchild that leaves its group: the guard finds it by the mark."""
-    _kill_after_start(tmp_path, "start_call(['/bin/sh', '-c', 'setsid sleep 100 & exec sleep 100'], env={})")
-    assert _left_after(tmp_path) == []
-
-
 def test_a_call_that_forks_setsid_workers_quickly_is_swept(tmp_path: Path) -> None:
     """Killed at ``call.started`` (the guard not told the group), the child forks 20 setsid workers at once."""
     loop = "for i in $(seq 20); do setsid sleep 100 & done; exec sleep 100"
@@ -103,49 +107,56 @@ def test_a_call_that_forks_setsid_workers_quickly_is_swept(tmp_path: Path) -> No
 #: a daemon in Perl: it names itself (``$0``: Perl writes the title over argv and the environment after it, as
 #: setproctitle does), forks a worker that leaves the group (setsid); ``{title}`` is the title statement or nothing
 _PERL_DAEMON = "use POSIX; {title} if (fork() == 0) {{ POSIX::setsid(); sleep 100; exit 0 }} sleep 100;"
+_PERL_TITLE = '$0 = "worker " . ("x" x 3000);'
+_RUNNER = """
+import threading
+threading.Thread(target=lambda: ProcessRunner().run(["sh", "-c", "setsid sleep 100 & sleep 100"], timeout=100),
+                 daemon=True).start()
+time.sleep(0.5)
+"""
 
 
-def test_a_calls_setsid_worker_is_swept_by_its_mark(tmp_path: Path) -> None:
-    """The control of the next test: the same daemon without a title leaves nothing."""
-    script = _PERL_DAEMON.format(title="")
-    _kill_after_start(tmp_path, f"start_call(['/usr/bin/perl', '-e', {script!r}], env={{}})")
-    assert _left_after(tmp_path) == []
+def _xfail(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=reason)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ordinary program: a process that sets its title (Perl's $0, setproctitle, nginx, postgres) writes over "
-    "its environment's memory, which /proc/PID/environ shows: its setsid worker carries no mark the guard can read",
+#: (door, it starts the guard, the gap it hits or None): a door started, the kernel SIGKILLed a second later
+_DOORS = {
+    "call-setsid-grandchild": ("start_call(['/bin/sh', '-c', 'setsid sleep 100 & exec sleep 100'], env={})", True),
+    "call-perl-daemon": (f"start_call(['/usr/bin/perl', '-e', {_PERL_DAEMON.format(title='')!r}], env={{}})", True),
+    "call-perl-daemon-named": (
+        f"start_call(['/usr/bin/perl', '-e', {_PERL_DAEMON.format(title=_PERL_TITLE)!r}], env={{}})",
+        True,
+        _xfail(
+            "ordinary program: a process that sets its title (Perl's $0, setproctitle, nginx, postgres) writes over "
+            "its environment's memory, which /proc/PID/environ shows: its setsid worker carries no mark"
+        ),
+    ),
+    "runner-setsid-grandchild": (
+        _RUNNER,
+        True,
+        _xfail(
+            "ordinary program: spawn()'s children (ProcessRunner: git, nix, doctor's probes) carry no guard mark, "
+            "so a grandchild that leaves the group (setsid, a daemon's double fork) outlives a SIGKILLed kernel"
+        ),
+    ),
+    "lasting-workers": (
+        "spawn(['sh', '-c', 'sleep 100 & sleep 100'], env=None, lasting=True)",
+        False,
+        _xfail(
+            "ordinary program: a lasting child (a tool's server) has the parent-death signal, its own children "
+            "(workers in its group) have nothing: neither registered with the guard nor marked"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("door", "guarded"), [pytest.param(*case[:2], id=name, marks=case[2:]) for name, case in _DOORS.items()]
 )
-def test_a_calls_setsid_worker_that_names_itself_is_swept(tmp_path: Path) -> None:
-    script = _PERL_DAEMON.format(title='$0 = "worker " . ("x" x 3000);')
-    _kill_after_start(tmp_path, f"start_call(['/usr/bin/perl', '-e', {script!r}], env={{}})")
-    assert _left_after(tmp_path) == []
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="ordinary program: spawn()'s children (ProcessRunner: git, nix, doctor's probes) carry no guard mark, "
-    "so a grandchild that leaves the group (setsid, a daemon's double fork) outlives a SIGKILLed kernel",
-)
-def test_a_runner_commands_setsid_grandchild_dies_with_the_kernel(tmp_path: Path) -> None:
-    door = """
-    import threading
-    threading.Thread(target=lambda: ProcessRunner().run(["sh", "-c", "setsid sleep 100 & sleep 100"], timeout=100),
-                     daemon=True).start()
-    time.sleep(0.5)
-    """
-    _kill_after_start(tmp_path, door)
-    assert _left_after(tmp_path) == []
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="ordinary program: a lasting child (a tool's server) has the parent-death signal, its own children "
-    "(workers in its group) have nothing: neither registered with the guard nor marked",
-)
-def test_a_lasting_childs_workers_die_with_the_kernel(tmp_path: Path) -> None:
-    _kill_after_start(tmp_path, "spawn(['sh', '-c', 'sleep 100 & sleep 100'], env=None, lasting=True)", guarded=False)
+def test_a_kernel_killed_after_a_door_leaves_nothing(tmp_path: Path, door: str, guarded: bool) -> None:
+    """A registered call's child that daemonizes a worker (setsid), found by the mark; the other doors."""
+    _kill_after_start(tmp_path, door, guarded=guarded)
     assert _left_after(tmp_path) == []
 
 
@@ -162,11 +173,8 @@ def test_a_kernel_killed_after_its_guard_leaves_nothing(tmp_path: Path, door: st
         else "import threading\nthreading.Thread(target=lambda: ProcessRunner().run(['sleep', '100'], timeout=100),"
         " daemon=True).start()\ntime.sleep(0.5)"
     )
-    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL.format(door=start)], cwd=tmp_path, start_new_session=True)
+    kernel = _started_kernel(tmp_path, start)
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
         os.kill(_guard_of(kernel.pid), signal.SIGKILL)
         time.sleep(0.3)
     finally:
@@ -222,14 +230,8 @@ def test_the_guard_never_kills_a_stranger_that_reused_a_calls_pid(tmp_path: Path
     Path("pid").write_text(str(proc.pid))
     """
     for _ in range(5):  # another process on the machine may take the number first
-        (tmp_path / "started").unlink(missing_ok=True)
-        kernel = subprocess.Popen(
-            [sys.executable, "-c", _KERNEL.format(door=textwrap.dedent(door))], cwd=tmp_path, start_new_session=True
-        )
+        kernel = _started_kernel(tmp_path, door)
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
             stranger = _stranger_with_pid(int((tmp_path / "pid").read_text()), stranger_dir)
         finally:
             kernel.kill()
