@@ -196,11 +196,16 @@ def spawn(
     for it (a tool's server). Raises ``OSError`` when it cannot start.
     """
 
-    def start(kind: type[subprocess.Popen[bytes]], args: list[str], child_stdin: int, setup: Any) -> Any:
+    def start(
+        kind: type[subprocess.Popen[bytes]], args: list[str], child_stdin: int, setup: Any, mark: str = ""
+    ) -> Any:
+        environment: dict[str, str] | None = dict(env) if env is not None else None
+        if mark:  # a lasting child's workers carry the guard's mark, by which it finds those that left the group
+            environment = {**(environment if environment is not None else os.environ), MARK: mark}
         return kind(
             args,
             cwd=cwd,
-            env=dict(env) if env is not None else None,
+            env=environment,
             stdin=child_stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -211,11 +216,14 @@ def spawn(
         )
 
     if lasting:
-        setup = _parent_death_signal()
+        # the parent-death signal ends the child itself; its workers (its group, and any that left it, by the
+        # guard's mark) are the guard's, as a call's are
+        setup, mark = _parent_death_signal(), _guard.ready()
         proc: subprocess.Popen[bytes] = _spawner.run(
-            lambda: start(subprocess.Popen, list(argv), subprocess.PIPE if stdin else subprocess.DEVNULL, setup),
+            lambda: start(_GuardedChild, list(argv), subprocess.PIPE if stdin else subprocess.DEVNULL, setup, mark),
             undo=_discard,
         )
+        _guard.add(proc.pid)
         return proc
     # a call's child: no preexec_fn, so vfork() (a fork copies this whole process); the guard kills it with us,
     # and until the guard knows it, it waits at the gate

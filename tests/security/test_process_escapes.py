@@ -51,7 +51,7 @@ def _started_kernel(tmp_path: Path, door: str) -> subprocess.Popen[bytes]:
 def _kill_after_start(tmp_path: Path, door: str, *, before_kill: float = 1.0, guarded: bool = True) -> None:
     """Run the kernel with ``door``, wait till it is past it (and ``before_kill`` s more), SIGKILL it.
 
-    ``guarded``: the door started the kernel's guard (every door but a lasting spawn)."""
+    ``guarded``: the door started the kernel's guard (every door does)."""
     kernel = _started_kernel(tmp_path, door)
     try:
         time.sleep(before_kill)
@@ -140,14 +140,7 @@ _DOORS = {
             "so a grandchild that leaves the group (setsid, a daemon's double fork) outlives a SIGKILLed kernel"
         ),
     ),
-    "lasting-workers": (
-        "spawn(['sh', '-c', 'sleep 100 & sleep 100'], env=None, lasting=True)",
-        False,
-        _xfail(
-            "ordinary program: a lasting child (a tool's server) has the parent-death signal, its own children "
-            "(workers in its group) have nothing: neither registered with the guard nor marked"
-        ),
-    ),
+    "lasting-workers": ("spawn(['sh', '-c', 'sleep 100 & sleep 100'], env=None, lasting=True)", True),
 }
 
 
@@ -214,12 +207,6 @@ def _stranger_with_pid(pid: int, cwd: Path) -> tuple[int, int] | None:
     return leader.pid, worker
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PID reuse: a reaped call's group is unregistered only with the next call's line; a stranger that got "
-    "the PID, led a group and exited (a daemon's first fork) leaves no process with that PID, so the guard "
-    "SIGKILLs the stranger's group when the kernel dies",
-)
 def test_the_guard_never_kills_a_stranger_that_reused_a_calls_pid(tmp_path: Path) -> None:
     if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
         pytest.skip("needs root to steer PID allocation (ns_last_pid)")
