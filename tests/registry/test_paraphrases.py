@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -159,27 +160,24 @@ def test_the_blind_set_is_as_written_and_paraphrases_every_request_three_times()
     assert len({c.text for c in cases}) == len(cases)
 
 
-def test_the_third_blind_set_is_as_written_and_paraphrases_every_request_four_times() -> None:
-    assert hashlib.sha256(BLIND3_PARAPHRASES.read_bytes()).hexdigest() == BLIND3_DIGEST
-    cases = load_blind3_cases()
+@pytest.mark.parametrize(
+    ("path", "digest", "load", "split"),
+    [
+        (BLIND3_PARAPHRASES, BLIND3_DIGEST, load_blind3_cases, BLIND3),
+        (BLIND4_PARAPHRASES, BLIND4_DIGEST, load_blind4_cases, BLIND4),
+    ],
+    ids=[BLIND3, BLIND4],
+)
+def test_the_third_and_fourth_blind_sets_are_as_written_and_paraphrase_every_request_four_times(
+    path: Path, digest: str, load: Callable[[], list[Case]], split: str
+) -> None:
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    cases = load()
     requests = {r["id"]: r for r in _requests()}
     per_request: dict[str, int] = {}
     for case in cases:
         per_request[case.request] = per_request.get(case.request, 0) + 1
-        assert case.split == case.kind == BLIND3 and case.half == requests[case.request]["split"]
-        assert case.accept == tuple(requests[case.request]["accept"])
-    assert per_request == dict.fromkeys(set(requests) - {"filename"}, 4), set(requests) - set(per_request)
-    assert len({c.text for c in cases}) == len(cases) == 248
-
-
-def test_the_fourth_blind_set_is_as_written_and_paraphrases_every_request_four_times() -> None:
-    assert hashlib.sha256(BLIND4_PARAPHRASES.read_bytes()).hexdigest() == BLIND4_DIGEST
-    cases = load_blind4_cases()
-    requests = {r["id"]: r for r in _requests()}
-    per_request: dict[str, int] = {}
-    for case in cases:
-        per_request[case.request] = per_request.get(case.request, 0) + 1
-        assert case.split == case.kind == BLIND4 and case.half == requests[case.request]["split"]
+        assert case.split == case.kind == split and case.half == requests[case.request]["split"]
         assert case.accept == tuple(requests[case.request]["accept"])
     assert per_request == dict.fromkeys(set(requests) - {"filename"}, 4), set(requests) - set(per_request)
     assert len({c.text for c in cases}) == len(cases) == 248
