@@ -13,10 +13,15 @@ it reaches. Two kinds of ``>>>`` lines:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["assert_nothing_ran", "runs_if_code"]
+import pytest
+
+from flakebot_magic.host.trees import remove_tree
+
+__all__ = ["assert_nothing_ran", "deep_trees_removed", "runs_if_code"]
 
 
 def runs_if_code(marker: Path, tool: str) -> str:
@@ -39,3 +44,12 @@ def assert_nothing_ran(marker: Path, tool: Any = None, *, source: str) -> None:
     assert acceptance is None or not acceptance.results, (
         f"'>>>' lines from {source} ran as acceptance examples: {acceptance}"
     )
+
+
+@pytest.fixture(autouse=True)
+def deep_trees_removed(tmp_path: Path) -> Iterator[None]:
+    """Whatever the test leaves under ``tmp_path`` goes when it ends, by descriptors: a tree deeper than any
+    recursion (what these tests plant) would make pytest's own clean-up of old temporary directories, which
+    recurses (``shutil.rmtree``), fail later in whoever's session. Import it into a test module to use it."""
+    yield
+    remove_tree(tmp_path, ignore_errors=True)

@@ -13,18 +13,14 @@ Real cargo in the sandbox; the model is the scripted fake server (a test double,
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from door_payloads import assert_nothing_ran, runs_if_code
-from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply
+from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN
 from IPython.core.interactiveshell import InteractiveShell
-from polling import wait_for
-from scripted_builds import ROOT, scripted_settings, tiny_registry
+from scripted_builds import kill_when, resumable_script, scripted_settings, tiny_registry
 from tinycrates import write_registry
 from traitlets.config import Config
 
@@ -70,21 +66,6 @@ def test_a_recorded_request_is_replayed_by_rebuild_as_words(tmp_path: Path) -> N
         InteractiveShell.clear_instance()
 
 
-#: a session in a child process on the payload's words (an agent's, say), killed while it waits for the model
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from flakebot_magic.config import Settings
-    from flakebot_magic.pipeline import Pipeline
-    from flakebot_magic.request import BuildRequest
-    cache, registry, base_url, request = sys.argv[1:5]
-    settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
-                        base_url=base_url)
-    Pipeline(settings).run(BuildRequest(request, crate="tinyhex", name="hexer", requested_by="an-agent"))
-    """
-)
-
-
 @pytest.fixture(scope="module")
 def hex_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DirectoryRegistry]:
     yield from tiny_registry(tmp_path_factory, [TINYHEX])
@@ -96,24 +77,9 @@ def test_a_journals_request_is_resumed_as_words_unless_the_person_typed_it(
     marker = tmp_path / "journal-ran"
     request = "hex-encode standard input\n" + runs_if_code(marker, "hexer")
     cache = tmp_path / "cache"
-    first = reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=TINYHEX_MAIN), call("run_checks"))
-    script = [
-        first,
-        {**reply(call("finish", summary="never seen")), "delay": 120.0},  # the process dies waiting for this
-        reply(call("finish", summary="finished after the resume")),
-    ]
-    with FakeOpenAIServer(script) as server:
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(cache), str(hex_registry.path), server.base_url, request],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for(lambda: len(server.requests) >= 2, timeout=240, what="2 requests of the session")
-        finally:
-            child.kill()
-            child.wait(30)
+    with FakeOpenAIServer(resumable_script(TINYHEX_MAIN, TINYHEX_CONTRACT)) as server:
+        # a session on the payload's words (an agent's, say), killed while it waits for the model
+        kill_when(server, cache, hex_registry, requests=2, request=request)
         settings = scripted_settings(cache, hex_registry, server)
         # the person resumes it from a cell of their own: the journal's words are not the person's
         tool = Pipeline(settings).run(

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from door_payloads import assert_nothing_ran, runs_if_code
 from editscripts import TINYHEX, call, reply
+from scripted_builds import scripted_settings
 from tinycrates import crate, write_registry
 
 from flakebot_magic.cli import main as cli_main
-from flakebot_magic.config import Settings
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.request import BuildRequest, PersonText
@@ -52,13 +52,7 @@ def test_a_failing_examples_output_is_never_run_nor_recorded_nor_replayed(tmp_pa
     registry = write_registry(tmp_path / "reg", [crate("leaker", manifest=manifest, files={"src/main.rs": main})])
     cell = PersonText("print the words it is given\n>>> leaker('hi')\n'hi\\n'\n")
     with FakeOpenAIServer({"responses": [FINISH] * 12}) as server:
-        settings = Settings(
-            cache_dir=tmp_path / "cache",
-            registry=str(registry),
-            backend="cargo",
-            model="scripted-test-double",
-            base_url=server.base_url,
-        )
+        settings = scripted_settings(tmp_path / "cache", registry, server)
         tool = Pipeline(settings).run(BuildRequest(cell, crate="leaker", name="leaker"))
         follow_ups = [str(r["body"]["messages"]) for r in server.records]
     # the failure came back to the edit loop as words (the model read the tool's stderr, payload and all)
