@@ -404,14 +404,15 @@ class CheckRunner:
         run.contract, run.contract_problem = workspace_contract(self.root / "Cargo.toml")
         if run not in self.runs:
             self.runs.append(run)
-        # a tree deeper than flakebot reads (the policy refused it) goes first: no commit can hold it, and git's
-        # own clean fails on paths longer than the kernel takes (remove_tree works by descriptors)
+        # a tree deeper than flakebot reads, or a directory it cannot read (the policy refused both), goes first: no
+        # commit can hold it, and git's own clean fails on paths longer than the kernel takes or on a chmod 000
+        # (remove_tree works by descriptors, and makes a directory its owner's again)
         walk = Walk(self.root)
         for dirpath, dirnames, _ in walk:
             if dirpath == str(self.root):
                 dirnames[:] = source_dirs(dirnames)
-        for deep in walk.too_deep:
-            remove_tree(deep, ignore_errors=True)
+        for refused in [*walk.too_deep, *(path for path, _ in walk.unreadable if path != str(self.root))]:
+            remove_tree(refused, ignore_errors=True)
         run.commit = self.commit(run)
         self.git("read-tree", "-u", "--reset", to)
         # what could not be committed (a nested repository, empty directories) goes too; build outputs stay
