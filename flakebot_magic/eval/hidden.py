@@ -106,7 +106,13 @@ def run_pytest(
         )
     elif all(entry.get("outcome") == "error" for entry in counted.values()):  # the fixture: no tool to test
         error = "no hidden test could reach the tool:\n" + cut(failing, 3000)
-    return HiddenResult(passed, len(counted), output=cut(failing), error=error)
+    first = next(((node, entry) for node, entry in counted.items() if entry.get("outcome") != "passed"), None)
+    cause = ""
+    if first is not None:  # the failing test, and the line pytest marks with E (the assertion)
+        said = [line[1:].strip() for line in str(first[1].get("text", "")).splitlines() if line.startswith("E ")]
+        cause = " ".join([f"{first[0]}:", *said[:2]])[:500]
+    tests = {node: str(entry.get("outcome")) for node, entry in counted.items()}
+    return HiddenResult(passed, len(counted), output=cut(failing), error=error, tests=tests, cause=cause)
 
 
 def stage_hidden(task: Task, crate: Path) -> None:

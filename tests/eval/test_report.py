@@ -182,7 +182,7 @@ def _one_model(tmp_path: Path, passed: bool, *, cost: float | None, label: str, 
         TaskProblem(f"u{i}", tmp_path, "not runnable: dependency z ^0.5 missing") for i in range(unrunnable)
     )
     return document(
-        suite=Suite(tmp_path, (task,), (), left_out),
+        suite=Suite(tmp_path, (task,), (), left_out) if left_out else Suite(tmp_path, (task,)),
         models=[{"model": label, "kind": "model", "label": label}],
         attempts=[attempt],
         config={"replay": False, "attempts": 1},
@@ -198,7 +198,8 @@ def test_one_model_at_zero_or_all_reads_right_its_point_and_label_inside_the_axe
 ) -> None:
     pytest.importorskip("matplotlib")
     label = "qwen2.5-coder:14b-instruct-q4_K_M"
-    plot = EvalResults(_one_model(tmp_path, passed, cost=cost, label=label)).plot()
+    summary = {"tasks": 1, "pass_at_1": 1.0 if passed else 0.0, "cost_usd": cost, "tokens": 5700}
+    plot = EvalResults({"replay": False, "models": [{"model": label, "label": label, "summary": summary}]}).plot()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     figure = plot.figure
