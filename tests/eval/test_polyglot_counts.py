@@ -232,7 +232,7 @@ def test_a_wrong_answer_fails_exactly_its_failing_tests_and_says_which_without_a
         )
         requests = json.dumps(server.requests)
     assert code == 0, err
-    (attempt,) = data["attempts"]
+    attempt = {a["task"]: a for a in data["attempts"]}["echoes"]
     hidden = attempt["hidden"]
     assert (hidden["passed"], hidden["total"]) == (4, 6)
     failed = {key for key, outcome in hidden["tests"].items() if outcome != "passed"}
@@ -242,6 +242,7 @@ def test_a_wrong_answer_fails_exactly_its_failing_tests_and_says_which_without_a
     assert 'right: "A"' in attempt["cause"] and 'right: "A"' in attempt["message"]
     assert "stack backtrace" not in json.dumps(attempt)
     assert MARK not in requests  # the model never saw the hidden tests
+    assert [a["task"] for a in data["attempts"]] == ["echoes"]  # needsmissing is not runnable: never attempted
 
 
 @pytest.mark.cargo
@@ -253,7 +254,7 @@ def test_a_model_that_does_nothing_scores_zero_and_its_stub_not_compiling_is_its
             capsys, checkout, registry, tmp_path / "out", "--model", "scripted", "--base-url", server.base_url
         )
     assert code == 0, err
-    (attempt,) = data["attempts"]
+    attempt = {a["task"]: a for a in data["attempts"]}["echoes"]
     assert attempt["green"] and not attempt["passed"]
     assert (attempt["failure"], attempt["fault"]) == ("hidden-tests-compile", "model")
     assert "does not compile against the hidden tests" in attempt["message"] and "hex" in attempt["cause"]
