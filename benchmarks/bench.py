@@ -1184,7 +1184,8 @@ def main() -> int:
         results["agent"] = agent_bench(args.registry)
     if not args.no_eval and not args.only_nix:
         print(
-            "benchmark: flakebot eval --reference of the starter suite (real cargo, about 10 minutes) ...", file=sys.stderr
+            "benchmark: flakebot eval --reference of the starter suite (real cargo, about 10 minutes) ...",
+            file=sys.stderr,
         )
         results["eval"] = eval_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"

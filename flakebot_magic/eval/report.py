@@ -90,7 +90,7 @@ def _rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _summary_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     attempts = int(data.get("config", {}).get("attempts", 1))
     head = ["model", "pass@1"] + ([f"pass@{attempts}"] if attempts > 1 else [])
-    head += ["solved", "median iter", "tokens/solved", "cost/solved", "cost", "time"]
+    head += ["solved", "median iter", "tokens/solved", "cost/solved", "cost", "time", "failed: whose fault"]
     rows = []
     for model in data.get("models", []):
         s = model["summary"]
@@ -105,6 +105,7 @@ def _summary_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
             _money(s.get("cost_per_solved_usd")),
             _money(s.get("cost_usd")),
             _seconds(s.get("seconds")),
+            ", ".join(f"{fault} {n}" for fault, n in (s.get("faults") or {}).items()) or "-",
         ]
         rows.append(row)
     return head, rows
