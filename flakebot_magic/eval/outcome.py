@@ -35,6 +35,7 @@ __all__ = [
     "classify",
     "failure_message",
     "feedback_request",
+    "headline",
     "hidden_verdict",
     "proof_of",
     "usage_fields",
@@ -140,6 +141,11 @@ def cause_of(exc: BaseException, message: str) -> str:
                 return _one_line(" ".join([text, *said[:2]]) if text.startswith("---- ") else text)
             if text.startswith("Contract:") and not text.startswith("Contract: ok"):
                 return _one_line(text)
+    return headline(message)
+
+
+def headline(message: str) -> str:
+    """``message``'s first line, with the next when the first only introduces it (ends in ':'), on one line."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     if not lines:
         return ""

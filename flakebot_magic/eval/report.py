@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..host.fsutil import load_json
 from ..untrusted import safe_html, safe_text
+from .outcome import headline
 from .results import FAULTS, REFERENCE_LABEL, REPLAY_LABEL, AttemptResult
 
 if TYPE_CHECKING:
@@ -142,13 +143,10 @@ def _failures(data: Mapping[str, Any], limit: int = 200) -> list[str]:
     lines = []
     for a in data.get("attempts", []):
         if a.get("failure"):
-            message = [line.strip() for line in str(a.get("message", "")).splitlines() if line.strip()]
-            first = message[0] if message else ""
-            if first.endswith(":") and len(message) > 1:
-                first += " " + message[1]
+            first = a.get("cause") or headline(str(a.get("message", "")))
             fault = a.get("fault") or FAULTS.get(str(a["failure"]), "harness")
             who = f"{a['task']} / {labels.get(str(a['model']), a['model'])} / try {a['attempt']}"
-            lines.append(safe(f"{who}: {a['failure']} ({fault}'s): {a.get('cause') or first}", limit))
+            lines.append(safe(f"{who}: {a['failure']} ({fault}'s): {first}", limit))
     return lines
 
 

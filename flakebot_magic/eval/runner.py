@@ -47,6 +47,7 @@ from .outcome import (
     classify,
     failure_message,
     feedback_request,
+    headline,
     hidden_verdict,
     proof_of,
     usage_fields,
@@ -394,7 +395,7 @@ class Eval:
             message=message,
             reverts=meter.reverts,
             workspace=deployed["workspace"],
-            cause=hidden.cause if verdict else "",
+            cause=(hidden.cause or headline(message)) if verdict else "",
         )
 
     @contextmanager
