@@ -63,7 +63,9 @@ _KEYS = {
     "timeout": False,
 }
 #: a task file larger than this is not a task (a test file or a script of a few MB is plenty)
-MAX_FILE_BYTES = 8 * 1024 * 1024
+_MAX_FILE_BYTES = 8 * 1024 * 1024
+#: the same cap, for the package's other readers of a suite (a reference's files, a hidden tree's)
+MAX_FILE_BYTES = _MAX_FILE_BYTES
 #: files one task may carry in its reference or its hidden tree
 _MAX_FILES = 500
 
@@ -351,8 +353,8 @@ def read_manifest(root: Path, relative: str) -> dict[str, Any]:
 def _read(path: Path) -> str:
     if path.is_symlink() or not path.is_file():
         raise _Bad(f"{path.name} is missing (or not a regular file)")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise _Bad(f"{path.name} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    if path.stat().st_size > _MAX_FILE_BYTES:
+        raise _Bad(f"{path.name} is larger than {_MAX_FILE_BYTES // (1024 * 1024)} MiB")
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
