@@ -45,8 +45,8 @@ What is measured (targets from the issues):
   reply after 1.5 s of simulated model latency, target ratio <= 1.5; and the
   dependency units each extra candidate's first check run compiles, target 0
   (``make bench BENCH_ARGS=--only-candidates`` measures only these);
-* the starter suite replayed (issue 25, ``benchmarks/bench_eval.py``):
-  ``flakebot eval --replay starter`` with 2 jobs, every task must pass
+* the starter suite proven (issues 25, 35, ``benchmarks/bench_eval.py``):
+  ``flakebot eval starter --reference`` with 2 jobs, every task must pass
   its hidden tests; wall time, and the p50 and slowest task
   (``make bench BENCH_ARGS=--only-eval`` measures only this);
 * ``python -c "import flakebot_magic"``: target <= 150 ms, and openai,
@@ -1083,8 +1083,8 @@ def main() -> int:
     parser.add_argument("--only-agent", action="store_true", help="measure only the flakebot mcp rows")
     parser.add_argument("--no-candidates", action="store_true", help="skip the speculative-candidates rows")
     parser.add_argument("--only-candidates", action="store_true", help="measure only the speculative-candidates rows")
-    parser.add_argument("--no-eval", action="store_true", help="skip the starter suite's replay")
-    parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's replay")
+    parser.add_argument("--no-eval", action="store_true", help="skip the starter suite's reference run")
+    parser.add_argument("--only-eval", action="store_true", help="measure only the starter suite's reference run")
     parser.add_argument("--no-sandbox", action="store_true", help="skip the sandbox-cost rows")
     parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     parser.add_argument("--no-team", action="store_true", help="skip the team rows (push, a teammate's pull)")
@@ -1184,7 +1184,8 @@ def main() -> int:
         results["agent"] = agent_bench(args.registry)
     if not args.no_eval and not args.only_nix:
         print(
-            "benchmark: flakebot eval --replay of the starter suite (real cargo, about 10 minutes) ...", file=sys.stderr
+            "benchmark: flakebot eval --reference of the starter suite (real cargo, about 10 minutes) ...",
+            file=sys.stderr,
         )
         results["eval"] = eval_bench(args.registry)
     machine = f"{os.cpu_count()} cores, {subprocess.run(['rustc', '--version'], capture_output=True, text=True, env={**os.environ, 'PATH': os.path.dirname(find_cargo()) + os.pathsep + os.environ['PATH']}).stdout.strip()}, {time.strftime('%Y-%m-%d')}"

@@ -1,6 +1,6 @@
-"""The starter suite replayed (issue 25): ``flakebot eval --replay`` on every task of ``starter`` (the built-in suite).
+"""The starter suite proven (issues 25, 35): ``flakebot eval --reference`` on every task of ``starter`` (the built-in suite).
 
-Each task's ``solution.json`` is served by the fake OpenAI-compatible server
+Each task's reference solution is sent by the fake OpenAI-compatible server
 (a scripted test double, not a model) and built through the whole pipeline
 in a cache of its own (real cargo in the sandbox, real git), then its hidden
 tests run against the deployed tool. The row says how many tasks passed (all
@@ -26,13 +26,13 @@ __all__ = ["eval_bench", "eval_rows"]
 
 
 def eval_bench(registry: str, jobs: int = 2) -> dict[str, Any]:
-    """Replay the whole starter suite; the numbers of the row."""
+    """Run the whole starter suite with its reference solutions; the numbers of the row."""
     import flakebot_magic.eval
 
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-eval-") as out:
         started = time.monotonic()
         results = flakebot_magic.eval.run(
-            STARTER, replay=True, jobs=jobs, out=out, registry=registry, backend="cargo", progress=False
+            STARTER, reference=True, jobs=jobs, out=out, registry=registry, backend="cargo", progress=False
         )
         wall = time.monotonic() - started
     attempts = results.attempts
@@ -58,7 +58,7 @@ def eval_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     failed = f" (failed: {', '.join(e['failed'])})" if e["failed"] else ""
     return [
         (
-            f"`flakebot eval --replay` of the starter suite (jobs {e['jobs']}): tasks passed, wall time "
+            f"`flakebot eval --reference` of the starter suite (jobs {e['jobs']}): tasks passed, wall time "
             "(per task p50 / slowest)",
             f"**{e['passed']}/{e['tasks']}**{failed} in {e['wall_s']:.0f} s "
             f"({e['task_p50_s']:.0f} s / {e['task_max_s']:.0f} s, {e['slowest']})",

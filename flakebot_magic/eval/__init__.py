@@ -19,7 +19,9 @@ One job per module:
 ``outcome``        what one attempt's build says: reverts, the failure class, the proof
 ``hidden``         the hidden checks: pytest against the tool, or Rust tests on a copy
 ``pytest_plugin``  the hidden tests' fixture ``tool``
-``replay``         ``--replay``: solution scripts served by the fake server (not a model)
+``replay``         ``--replay``/``--reference``: scripts served by the fake server (not a model)
+``reference``      ``--reference``: a task's reference solution as the replies that apply it
+``preflight``      which tasks can run here at all, before any model spends a token
 ``results``        records, pass@k, the summary, ``results.json``
 ``report``         the terminal's progress and tables, the notebook's HTML
 ``plot``           pass rate against cost (matplotlib, an optional extra)
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .report import EvalResults, TerminalProgress
-from .results import FAILURES, REPLAY_LABEL, REPLAY_MODEL, SCHEMA, pass_at_k
+from .results import FAILURES, FAULTS, REFERENCE_LABEL, REFERENCE_MODEL, REPLAY_LABEL, REPLAY_MODEL, SCHEMA, pass_at_k
 from .task import Suite, Task, TaskProblem, load_suite
 
 if TYPE_CHECKING:
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILURES",
+    "FAULTS",
+    "REFERENCE_LABEL",
     "REPLAY_LABEL",
     "SCHEMA",
     "EvalResults",
@@ -62,10 +66,10 @@ __all__ = [
 _OWN = ("model", "resume", "follow_up", "rebuild", "cache_dir")
 
 
-def default_out(source: str | Path, *, replay: bool = False) -> Path:
-    """Where an eval writes when ``out`` is not given: ``./flakebot-eval-<suite>`` (``-replay`` for a replay)."""
+def default_out(source: str | Path, *, replay: bool = False, reference: bool = False) -> Path:
+    """Where an eval writes when ``out`` is not given: ``./flakebot-eval-<suite>`` (``-replay``, ``-reference``)."""
     name = Path(source).expanduser().resolve().name or "suite"
-    return Path.cwd() / f"flakebot-eval-{name}{'-replay' if replay else ''}"
+    return Path.cwd() / f"flakebot-eval-{name}{'-reference' if reference else '-replay' if replay else ''}"
 
 
 def run(
@@ -73,6 +77,7 @@ def run(
     *,
     models: Sequence[str] = (),
     replay: bool = False,
+    reference: bool = False,
     polyglot: str | Path | None = None,
     attempts: int = 1,
     feedback: bool = False,
@@ -95,6 +100,10 @@ def run(
     replay
         Serve each task's ``solution.json`` from the fake server instead of a
         model: a check of the suite and the harness, labelled "replay".
+    reference
+        Send each task's reference solution (``reference/``, a polyglot
+        exercise's ``.meta/example.rs``) from the fake server instead of a
+        model: every task that can run here must pass (labelled "reference").
     polyglot
         An aider polyglot-benchmark checkout's ``rust/`` directory, instead of ``suite``.
     attempts
@@ -123,6 +132,7 @@ def run(
     from ..request import RunFlags, split_run_flags
     from ..stages.search import open_registry
     from .polyglot import ExerciseRegistry, polyglot_suite
+    from .preflight import preflight
     from .runner import DEFAULT_TIMEOUT, Eval, EvalPlan
 
     given = {k: v for k, v in options.items() if v is not None}
@@ -135,29 +145,35 @@ def run(
     configured, flags = split_run_flags(given)
     RunFlags.given(flags)
     settings = apply(Settings(), configured)
+    if replay and reference:
+        raise UsageError("--replay serves solution.json, --reference the reference solutions: choose one.")
     if (suite is None) == (polyglot is None):
         raise UsageError("Give a suite directory, or --polyglot PATH (an aider polyglot-benchmark rust/ directory).")
     if attempts < 1 or jobs < 1 or (timeout is not None and timeout <= 0):
         raise UsageError("--attempts and --jobs must be at least 1, and --timeout a positive number of seconds.")
-    models = _models(models, replay=replay, feedback=feedback, default=settings.model)
+    models = _models(models, replay=replay or reference, feedback=feedback, default=settings.model)
     for name in models:  # an endpoint or a key that is wrong fails here, once, not in every attempt
         endpoint = apply(Settings(), {**configured, "model": name}).model_config()
         if endpoint is not None:
             endpoint.api_key()
     source = Path(str(polyglot if polyglot is not None else suite)).expanduser()
-    target = Path(out).expanduser() if out is not None else default_out(source, replay=replay)
+    target = Path(out).expanduser() if out is not None else default_out(source, replay=replay, reference=reference)
     loaded = polyglot_suite(source, target / "polyglot") if polyglot is not None else load_suite(source)
     loaded = loaded.only(list(tasks))
     if replay:
         loaded = _replayable(loaded)
+    if reference:
+        loaded = _with_reference(loaded)
     registry = open_registry(settings.registry, target, settings.embedding_model)
     if polyglot is not None:
         registry = ExerciseRegistry(registry, loaded.tasks)
+    loaded = preflight(loaded, registry)  # before any attempt: what this machine lacks is no one's failure
     plan = EvalPlan(
         suite=loaded,
         models=tuple(models),
         out=target,
-        replay=replay,
+        replay=replay or reference,
+        reference=reference,
         attempts=attempts,
         feedback=feedback,
         jobs=jobs,
@@ -168,7 +184,7 @@ def run(
     )
     shown: Progress | None
     if isinstance(progress, bool):
-        shown = TerminalProgress(sys.stderr, replay=replay) if progress else None
+        shown = TerminalProgress(sys.stderr, replay=replay, reference=reference) if progress else None
     else:
         shown = progress
     try:
@@ -184,7 +200,7 @@ def _models(models: Sequence[str], *, replay: bool, feedback: bool, default: str
     names = [str(m).strip() for m in models if str(m).strip()]
     if replay:
         if names:
-            raise UsageError("--replay serves each task's solution.json instead of a model: drop --model.")
+            raise UsageError("--replay and --reference serve scripts instead of a model: drop --model.")
         if feedback:
             raise UsageError("--feedback needs a model that reads the hidden failures; a replay's script does not.")
         return []
@@ -197,10 +213,12 @@ def _models(models: Sequence[str], *, replay: bool, feedback: bool, default: str
         )
     if len(set(names)) != len(names):
         raise UsageError(f"--model names a model twice: {', '.join(names)}.")
-    if REPLAY_MODEL in names:  # a model's results must never read as a replay's, nor a replay's as a model's
-        raise UsageError(
-            f"The model name {REPLAY_MODEL!r} is kept for --replay's results: a model called so cannot be evaluated under that name."
-        )
+    for kept in (REPLAY_MODEL, REFERENCE_MODEL):  # a model's results must never read as a test double's
+        if kept in names:
+            raise UsageError(
+                f"The model name {kept!r} is kept for --replay's and --reference's results: a model called so "
+                "cannot be evaluated under that name."
+            )
     return names
 
 
@@ -209,4 +227,16 @@ def _replayable(suite: Suite) -> Suite:
     missing = tuple(
         TaskProblem(t.id, t.path, "it has no solution.json to replay") for t in suite.tasks if t.solution is None
     )
-    return Suite(suite.path, tuple(t for t in suite.tasks if t.solution is not None), suite.problems + missing)
+    kept = tuple(t for t in suite.tasks if t.solution is not None)
+    return Suite(suite.path, kept, suite.problems + missing, suite.unrunnable)
+
+
+def _with_reference(suite: Suite) -> Suite:
+    """In a reference run, a task without a reference solution is a problem of the suite, not a failure."""
+    missing = tuple(
+        TaskProblem(t.id, t.path, "it has no reference solution (reference/, or a polyglot .meta/example.rs)")
+        for t in suite.tasks
+        if t.reference is None
+    )
+    kept = tuple(t for t in suite.tasks if t.reference is not None)
+    return Suite(suite.path, kept, suite.problems + missing, suite.unrunnable)

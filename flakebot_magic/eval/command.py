@@ -1,9 +1,10 @@
 """``flakebot eval``: its arguments, and what it prints (the report, or ``results.json`` with ``--json``).
 
 Exit status: 0 when every attempt ran (a model's failures are results, not
-errors); 1 for a usage error, and for a replay in which a task failed or
-could not run (a replay checks the suite: they should agree); 130 when
-interrupted (``--resume`` carries on).
+errors); 1 for a usage error, and for a replay or a reference run in which a
+task failed or is wrong (they check the suite: they should agree; a task that
+cannot run here is counted apart, not a failure); 130 when interrupted
+(``--resume`` carries on).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Serve each task's solution.json from the fake OpenAI-compatible server (a test double) instead of "
         "a model: checks the suite and the harness, and says 'replay' everywhere.",
     )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="Send each task's reference solution (reference/, or a polyglot exercise's .meta/example.rs) from the "
+        "fake OpenAI-compatible server (a test double) instead of a model: every task that can run here must pass.",
+    )
     parser.add_argument("--attempts", "-k", type=int, default=1, metavar="K", help="Attempts per task (pass@k).")
     parser.add_argument(
         "--feedback",
@@ -90,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         args.suite,
         models=args.models,
         replay=args.replay,
+        reference=args.reference,
         polyglot=args.polyglot,
         attempts=args.attempts,
         feedback=args.feedback,

@@ -26,9 +26,20 @@ from ..errors import (
 )
 from ..events import Event, IterationResult, ModelUsage
 from ..llm.usage import Usage
-from .results import AttemptResult, cut
+from .results import FAILURES, AttemptResult, HiddenResult, cut
 
-__all__ = ["Meter", "TimedOut", "classify", "failure_message", "feedback_request", "proof_of", "usage_fields"]
+__all__ = [
+    "Meter",
+    "TimedOut",
+    "cause_of",
+    "classify",
+    "failure_message",
+    "feedback_request",
+    "headline",
+    "hidden_verdict",
+    "proof_of",
+    "usage_fields",
+]
 
 
 class TimedOut(Exception):
@@ -104,10 +115,63 @@ def proof_of(tool: Any) -> dict[str, Any]:
 
 
 def failure_message(exc: BaseException, failure: str, meter: Meter) -> str:
+    """What the attempt's record says of a build that raised ``exc``: never empty."""
     text = str(exc) if isinstance(exc, FlakebotError | TimedOut) else "".join(traceback.format_exception(exc))
     if failure == "ratchet":
         text = "The ratchet reverted: " + "; ".join(meter.ratchet_reverts[:5]) + "\n" + text
+    if not text.strip():
+        text = f"{FAILURES.get(failure, failure)} ({type(exc).__name__}, which said nothing more)"
     return cut(text)
+
+
+def cause_of(exc: BaseException, message: str) -> str:
+    """One line of what went wrong: the first compiler error, failing test or contract problem of the last check
+    run when the edit loop stopped (its report), else the message's first line (with the next when it ends in ':')."""
+    report = getattr(exc, "diagnostics", None)
+    if isinstance(report, str) and report.strip():
+        lines = report.splitlines()
+        for i, line in enumerate(lines):
+            text = line.strip()
+            if text.startswith(("error", "---- ")):
+                said = [
+                    more.strip()
+                    for more in lines[i + 1 : i + 4]
+                    if more.strip() and not more.strip().startswith(("-->", "|"))
+                ]
+                return _one_line(" ".join([text, *said[:2]]) if text.startswith("---- ") else text)
+            if text.startswith("Contract:") and not text.startswith("Contract: ok"):
+                return _one_line(text)
+    return headline(message)
+
+
+def headline(message: str) -> str:
+    """``message``'s first line, with the next when the first only introduces it (ends in ':'), on one line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:
+        head += " " + lines[1]
+    return _one_line(head)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def hidden_verdict(hidden: HiddenResult) -> tuple[str | None, str]:
+    """The failure class of a deployed tool's hidden checks (None when they passed), and the message: never empty."""
+    if hidden.ok:
+        return None, ""
+    if hidden.compile:
+        return "hidden-tests-compile", cut(hidden.error, 2000)
+    if hidden.error:
+        return "hidden-tests-error", cut(hidden.error, 2000)
+    failed = hidden.total - hidden.passed
+    head = f"{failed} of {hidden.total} hidden tests failed" if hidden.total else "no hidden test ran"
+    if hidden.cause:
+        head += f"; the first: {hidden.cause}"
+    return "hidden-tests-failed", cut(head + ("\n\n" + hidden.output if hidden.output else ""), 2000)
 
 
 def feedback_request(previous: AttemptResult) -> str:

@@ -63,32 +63,52 @@ def _matplotlib() -> Any:
 
 
 def pass_rate_vs_cost(data: Mapping[str, Any]) -> PassCostPlot:
-    """One point per model: pass@1 against USD per task (tokens per task when a model has no price)."""
+    """One point per model: pass@1 against USD per task (tokens per task when a model has no price).
+
+    Every point and its label lie inside the axes, whatever the numbers: the x
+    axis runs from 0 to a third past the largest value (0 to 1 when all are 0),
+    a label sits on the side of its point that has room (left of a point in the
+    right half, below one near 100%), and the legend is below the axes, where
+    it covers no point.
+    """
     figure_class = _matplotlib()
     models = list(data.get("models", []))
     # a replay costs nothing anyone paid: its tokens are what it shows
     priced = not data.get("replay") and bool(models) and all(m["summary"].get("cost_usd") is not None for m in models)
-    figure = figure_class(figsize=(6.4, 4.2), layout="constrained")
+    figure = figure_class(figsize=(6.4, 4.6), layout="constrained")
     axes = figure.subplots()
+    points = []
     for model in models:
         summary = model["summary"]
         tasks = max(int(summary.get("tasks") or 0), 1)
-        x = (summary["cost_usd"] if priced else summary.get("tokens", 0)) / tasks
+        x = float((summary["cost_usd"] if priced else summary.get("tokens", 0)) or 0) / tasks
         y = 100.0 * float(summary.get("pass_at_1") or 0.0)
-        label = str(model.get("label") or model["model"])
-        replay = model.get("kind") == "replay"
-        axes.scatter([x], [y], s=60, marker="x" if replay else "o", label=label)
-        axes.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6))
+        points.append((x, y, str(model.get("label") or model["model"]), model.get("kind") in ("replay", "reference")))
+    right = max((x for x, _, _, _ in points), default=0.0) * 4 / 3 or 1.0
+    for x, y, label, double in points:
+        axes.scatter([x], [y], s=60, marker="x" if double else "o", label=label, zorder=3)
+        left_side = x > right / 2
+        low = y > 85
+        axes.annotate(
+            label,
+            (x, y),
+            textcoords="offset points",
+            xytext=(-8 if left_side else 8, -10 if low else 8),
+            ha="right" if left_side else "left",
+            va="top" if low else "bottom",
+            fontsize=8,
+        )
     axes.set_xlabel("USD per task" if priced else "tokens per task (no price for every model)")
     axes.set_ylabel("pass@1 (%)")
     axes.set_ylim(-5, 105)
-    axes.set_xlim(left=0)
+    axes.set_xlim(-right / 25, right)  # a point at 0 shows whole
     axes.grid(True, alpha=0.3)
-    replay = bool(data.get("replay"))
     title = "flakebot eval: pass rate vs cost"
-    if replay:
+    if data.get("reference"):
+        title += "\nREFERENCE solutions sent by a test double: not a model"
+    elif data.get("replay"):
         title += "\nREPLAY of solution.json by a test double: not a model"
     axes.set_title(title, fontsize=10)
     if models:
-        axes.legend(loc="lower right", fontsize=8)
+        figure.legend(loc="outside lower center", fontsize=8, ncols=min(len(models), 3), frameon=False)
     return PassCostPlot(figure, title=title.replace("\n", " "))

@@ -13,7 +13,12 @@
   holds the reference solution) nor ``.docs/``;
 * the hidden check is its test files (``.meta/config.json``'s ``files.test``,
   by default ``tests/*.rs``), run after the session on a copy of the final
-  workspace with ``cargo test -- --include-ignored``, as aider runs them.
+  workspace with ``cargo test --test STEM -- --include-ignored``, as aider
+  runs them, with the exercise's whole ``tests/`` tree beside them (what they
+  need: macros' ``tests/invalid/`` crate of compile-fail cases) and the
+  features its ``Cargo.toml`` turns on by default;
+* the reference solution (``--reference``) is its ``.meta/example.rs`` as
+  ``src/lib.rs``, with the dependencies of ``.meta/Cargo-example.toml``.
 
 Nothing of an exercise is copied into this repository; the exercises stay
 where the user keeps them. :class:`ExerciseRegistry` serves the staged crates
@@ -36,7 +41,7 @@ from ..host.trees import copy_tree, remove_tree
 from ..registry.base import CrateCandidate, FetchedSource, Registry
 from ..registry.directory import tree_sha256
 from ..request import UntrustedText, tool_name
-from .task import HiddenCheck, Suite, Task, TaskProblem
+from .task import HiddenCheck, Reference, Suite, Task, TaskProblem, read_manifest, regular_files
 
 __all__ = ["ExerciseRegistry", "exercise_dirs", "polyglot_suite"]
 
@@ -44,6 +49,8 @@ _DOCS = (".docs/introduction.md", ".docs/instructions.md", ".docs/instructions.a
 #: the most a text file of an exercise may hold, and its src/ together
 _MAX_TEXT = 4 * 1024 * 1024
 _MAX_SRC = 64 * 1024 * 1024
+#: what a reference's Cargo-example.toml adds to the exercise's manifest (its [package] is the exercise's own)
+_REFERENCE_TABLES = ("dependencies", "dev-dependencies", "build-dependencies", "features", "target")
 _ADVICE = (
     "This crate is a programming exercise: implement it in Rust as the instructions above say. Tests you cannot "
     "see will call the public items that src/lib.rs declares, so keep their names and signatures (and make them "
@@ -142,6 +149,8 @@ def _task(exercise: Path, staged: Path) -> Task:
     tests = _files(exercise, config.get("test"), default=found)
     if not tests:
         raise _Bad("it has no test files (.meta/config.json files.test, or tests/*.rs)")
+    hidden = _hidden(exercise, tests, manifest)
+    reference = _reference(exercise, config)
     instructions = "\n\n".join(_text(exercise, doc).strip() for doc in _DOCS if os.path.lexists(exercise / doc))
     binary = _stage(exercise, staged, crate)
     # a checkout's prose, untrusted: its ">>>" lines are words, never acceptance examples (and are shown so)
@@ -151,11 +160,49 @@ def _task(exercise: Path, staged: Path) -> Task:
         path=exercise,
         name=tool_name(crate),
         request=request,
-        hidden=HiddenCheck("cargo", tuple(tests)),
+        hidden=hidden,
         crate=crate,
         source=staged,
         origin="polyglot",
+        reference=reference,
     )
+
+
+def _hidden(exercise: Path, tests: list[Path], manifest: dict[str, Any]) -> HiddenCheck:
+    """The named test files, run with every file of ``tests/`` beside them and the default features turned on."""
+    root = exercise.resolve()
+    try:
+        named = [path.resolve().relative_to(root).as_posix() for path in tests]
+        staged = regular_files(exercise, "tests") if is_real_dir(exercise / "tests") else []
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+    features = manifest.get("features")
+    default = features.get("default") if isinstance(features, dict) else None
+    return HiddenCheck(
+        "cargo",
+        tuple(root / name for name in named),
+        root=root,
+        staged=tuple(sorted(set(staged) | set(named))),
+        features=tuple(str(f) for f in default) if isinstance(default, list) else (),
+    )
+
+
+def _reference(exercise: Path, config: dict[str, Any]) -> Reference | None:
+    """``.meta/example.rs`` (config's ``files.example``) as ``src/lib.rs``, and ``Cargo-example.toml``'s dependencies."""
+    examples = config.get("example")
+    example = str(examples[0]) if isinstance(examples, list) and examples else ".meta/example.rs"
+    if not (exercise / example).is_file() or (exercise / example).is_symlink():
+        return None
+    solutions = config.get("solution")
+    target = next((str(s) for s in solutions if str(s).endswith(".rs")), None) if isinstance(solutions, list) else None
+    additions: dict[str, Any] = {}
+    if os.path.lexists(exercise / ".meta" / "Cargo-example.toml"):
+        try:
+            cargo = read_manifest(exercise, ".meta/Cargo-example.toml")
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+        additions = {key: cargo[key] for key in _REFERENCE_TABLES if key in cargo}
+    return Reference(exercise, ((target or "src/lib.rs", example),), additions)
 
 
 def _config(exercise: Path) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""``--replay``: each task's ``solution.json`` served by the fake OpenAI-compatible server, in place of a model.
+"""``--replay`` and ``--reference``: a task's script served by the fake OpenAI-compatible server, in place of a model.
+
+The script is the task's ``solution.json`` (``--replay``) or the replies that
+apply its reference solution (``--reference``, :mod:`.reference`).
 
 A replay checks the suite and the harness (each solution really solves its
 task through the edit loop, and the hidden tests agree), never a model: the
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 
@@ -23,8 +27,8 @@ REPLAY_MODEL_NAME = "replay-not-a-model"
 
 
 @contextmanager
-def replay_server(solution: Path | None, task: str) -> Iterator[str]:
-    """Serve ``solution`` on 127.0.0.1 for the block; yield the base URL.
+def replay_server(solution: Path | list[dict[str, Any]] | None, task: str) -> Iterator[str]:
+    """Serve ``solution`` (a script file, or the replies themselves: a reference's) on 127.0.0.1; yield the base URL.
 
     A task without a solution, or one whose script is malformed, is a
     :class:`UsageError` naming the task and what to fix (its attempt is then

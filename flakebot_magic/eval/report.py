@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..host.fsutil import load_json
 from ..untrusted import safe_html, safe_text
-from .results import REPLAY_LABEL, AttemptResult
+from .outcome import headline
+from .results import FAULTS, REFERENCE_LABEL, REPLAY_LABEL, AttemptResult
 
 if TYPE_CHECKING:
     from .plot import PassCostPlot
@@ -60,6 +61,8 @@ def _hidden(a: Mapping[str, Any]) -> str:
     hidden = a.get("hidden")
     if not hidden:
         return "-"
+    if hidden.get("compile") and not hidden.get("total"):
+        return "no build"  # the tests did not compile against the code: nothing ran to count
     return f"{hidden['passed']}/{hidden['total']}" + (" error" if hidden.get("error") else "")
 
 
@@ -88,7 +91,7 @@ def _rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _summary_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     attempts = int(data.get("config", {}).get("attempts", 1))
     head = ["model", "pass@1"] + ([f"pass@{attempts}"] if attempts > 1 else [])
-    head += ["solved", "median iter", "tokens/solved", "cost/solved", "cost", "time"]
+    head += ["solved", "median iter", "tokens/solved", "cost/solved", "cost", "time", "failed: whose fault"]
     rows = []
     for model in data.get("models", []):
         s = model["summary"]
@@ -103,6 +106,7 @@ def _summary_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
             _money(s.get("cost_per_solved_usd")),
             _money(s.get("cost_usd")),
             _seconds(s.get("seconds")),
+            ", ".join(f"{fault} {n}" for fault, n in (s.get("faults") or {}).items()) or "-",
         ]
         rows.append(row)
     return head, rows
@@ -126,32 +130,57 @@ def summary_table(data: Mapping[str, Any]) -> str:
     return _text_table(*_summary_rows(data))
 
 
+def _notice(data: Mapping[str, Any]) -> str:
+    """What a run of a test double says first (an older results.json has no notice: a replay's is known)."""
+    if not data.get("replay"):
+        return ""
+    return str(data.get("notice") or (REFERENCE_LABEL if data.get("reference") else REPLAY_LABEL))
+
+
 def _failures(data: Mapping[str, Any], limit: int = 200) -> list[str]:
+    """One line per failed attempt: which, its class and whose fault, and its cause (the first error or assertion)."""
     labels = _labels(data)
     lines = []
     for a in data.get("attempts", []):
         if a.get("failure"):
-            first = next((line for line in str(a.get("message", "")).splitlines() if line.strip()), "")
+            first = a.get("cause") or headline(str(a.get("message", "")))
+            fault = a.get("fault") or FAULTS.get(str(a["failure"]), "harness")
             who = f"{a['task']} / {labels.get(str(a['model']), a['model'])} / try {a['attempt']}"
-            lines.append(safe(f"{who}: {a['failure']}: {first}", limit))
+            lines.append(safe(f"{who}: {a['failure']} ({fault}'s): {first}", limit))
+    return lines
+
+
+def _left_out(data: Mapping[str, Any]) -> list[str]:
+    """The suite's tasks that did not count: wrong as written, or needing what this machine lacks."""
+    suite = data.get("suite", {})
+    lines = []
+    problems = suite.get("problems", [])
+    if problems:
+        lines.append(f"tasks that are wrong as written ({len(problems)}, left out of the score):")
+        lines += [f"  {safe(p['task'])}: {safe(p['problem'], 300)}" for p in problems]
+    unrunnable = suite.get("not_runnable", [])
+    if unrunnable:
+        scored = len(suite.get("tasks", []))
+        lines.append(
+            f"tasks not runnable here ({len(unrunnable)} of {scored + len(unrunnable)}, left out of the score: "
+            "the registry lacks what they need):"
+        )
+        lines += [f"  {safe(p['task'])}: {safe(p['problem'], 300)}" for p in unrunnable]
     return lines
 
 
 def text_report(data: Mapping[str, Any]) -> str:
     """The whole report for a terminal: the replay notice, the attempts, the failures, the summary."""
     parts = []
-    if data.get("replay"):
-        parts.append(REPLAY_LABEL)
+    if _notice(data):
+        parts.append(_notice(data))
     parts.append(attempts_table(data))
     failures = _failures(data)
     if failures:
         parts.append("failures:\n" + "\n".join(f"  {line}" for line in failures))
-    problems = data.get("suite", {}).get("problems", [])
-    if problems:
-        parts.append(
-            "tasks that could not run:\n"
-            + "\n".join(f"  {safe(p['task'])}: {safe(p['problem'], 300)}" for p in problems)
-        )
+    left_out = _left_out(data)
+    if left_out:
+        parts.append("\n".join(left_out))
     parts.append(summary_table(data))
     if not data.get("complete"):
         parts.append("(incomplete: some attempts have not finished; --resume carries on)")
@@ -218,7 +247,7 @@ class EvalResults:
 
     def _repr_html_(self) -> str:
         notice = (
-            f'<p class="flakebot-eval-replay" style="font-weight:bold">{html.escape(REPLAY_LABEL)}</p>'
+            f'<p class="flakebot-eval-replay" style="font-weight:bold">{html.escape(_notice(self.data))}</p>'
             if self.replay
             else ""
         )
@@ -230,12 +259,22 @@ class EvalResults:
             if failures
             else ""
         )
-        title = "flakebot eval (replay, not a model)" if self.replay else "flakebot eval"
+        left_out = _left_out(self.data)
+        skipped = (
+            "<details><summary>left out of the score</summary><pre>"
+            + safe_html("\n".join(left_out))
+            + "</pre></details>"
+            if left_out
+            else ""
+        )
+        kind = "reference, not a model" if self.data.get("reference") else "replay, not a model"
+        title = f"flakebot eval ({kind})" if self.replay else "flakebot eval"
         return (
             notice
             + _html_table(*_summary_rows(self.data), caption=f"{title}: per model")
             + _html_table(*_rows(self.data), caption=f"{title}: per task and attempt")
             + listed
+            + skipped
         )
 
     def plot(self) -> PassCostPlot:
@@ -251,9 +290,10 @@ class EvalResults:
 class TerminalProgress:
     """The eval's progress on a terminal: a bar redrawn in place (or a line per attempt when not a terminal)."""
 
-    def __init__(self, stream: TextIO | None = None, *, replay: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, *, replay: bool = False, reference: bool = False) -> None:
         self.stream = stream or sys.stderr
-        self.replay = replay
+        self.replay = replay or reference
+        self.reference = reference
         self.total = 0
         self.done = 0
         self.passed = 0
@@ -266,17 +306,17 @@ class TerminalProgress:
     def started(self, total: int, already: int, problems: list[str]) -> None:
         self.total = total
         if self.replay:
-            self._write(f"flakebot eval: {REPLAY_LABEL}\n")
+            self._write(f"flakebot eval: {REFERENCE_LABEL if self.reference else REPLAY_LABEL}\n")
         resumed = f" ({already} finished before)" if already else ""
         self._write(f"flakebot eval: {total} attempt{'s' if total != 1 else ''}{resumed}\n")
         for problem in problems:
-            self._write(f"flakebot eval: a task cannot run: {safe(problem, 300)}\n")
+            self._write(f"flakebot eval: left out of the score: {safe(problem, 300)}\n")
 
     def finished(self, result: AttemptResult, *, resumed: bool) -> None:
         self.done += 1
         self.passed += int(result.passed)
-        who = "replay" if result.replay else result.model
-        hidden = f"{result.hidden.passed}/{result.hidden.total} hidden, " if result.hidden else ""
+        who = result.model  # "replay" or "reference" for a test double
+        hidden = _hidden({"hidden": result.hidden.to_json()}) + " hidden, " if result.hidden else ""
         verdict = "passed" if result.passed else f"FAILED ({result.failure})"
         line = safe(
             f"{result.task} · {who} · try {result.attempt}: {verdict}, {hidden}{result.seconds:.1f}s"

@@ -33,6 +33,9 @@ from .task import Suite
 
 __all__ = [
     "FAILURES",
+    "FAULTS",
+    "REFERENCE_LABEL",
+    "REFERENCE_MODEL",
     "REPLAY_LABEL",
     "REPLAY_MODEL",
     "SCHEMA",
@@ -53,6 +56,13 @@ REPLAY_MODEL = "replay"
 REPLAY_LABEL = (
     "REPLAY: each task's solution.json served by the fake OpenAI-compatible server (a test double), not a model"
 )
+#: the "model" of a reference run: each task's reference solution sent by the fake server
+REFERENCE_MODEL = "reference"
+#: what every view of a reference run says about it
+REFERENCE_LABEL = (
+    "REFERENCE: each task's reference solution sent by the fake OpenAI-compatible server (a test double), not a "
+    "model: every task that can run here must pass"
+)
 #: why an attempt failed: its class, and what the class means (docs/eval.md lists them too)
 FAILURES: dict[str, str] = {
     "no-crate": "no crate fits the request (the search found none, or the named crate is not in the registry)",
@@ -66,10 +76,31 @@ FAILURES: dict[str, str] = {
     "deploy": "the tool could not be deployed",
     "timeout": "the task's time limit passed",
     "hidden-tests-failed": "the tool was deployed and some hidden tests failed",
-    "hidden-tests-error": "the hidden tests could not run against the tool",
-    "bad-task": "the task itself is wrong (its solution.json, its starting crate)",
+    "hidden-tests-compile": "the final code does not compile against the hidden tests (its public items are not "
+    "what they call)",
+    "hidden-tests-error": "the hidden tests could not run against the tool (the harness: the message says why)",
+    "bad-task": "the task itself is wrong (its solution.json or reference, its starting crate)",
     "harness": "the eval harness failed (a bug in flakebot: the message says where)",
     "error": "another flakebot error (the message says which)",
+}
+#: whose fault each failure class is: the model's answer, this machine (what it lacks, its time), the harness, the task
+FAULTS: dict[str, str] = {
+    "no-crate": "environment",
+    "fork": "environment",
+    "edit-stuck": "model",
+    "budget": "model",
+    "policy": "model",
+    "ratchet": "model",
+    "model": "environment",
+    "build": "model",
+    "deploy": "environment",
+    "timeout": "environment",
+    "hidden-tests-failed": "model",
+    "hidden-tests-compile": "model",
+    "hidden-tests-error": "harness",
+    "bad-task": "task",
+    "harness": "harness",
+    "error": "harness",
 }
 #: a message kept in a record is cut to this many characters
 MESSAGE_CHARS = 4000
@@ -103,23 +134,41 @@ class HiddenResult:
     output: str = ""
     #: the checks could not run (the tool would not load, the Rust tests did not compile, ...)
     error: str = ""
+    #: each test's result by its key (Rust: ``tests/forth.rs::dup::can_dup``): passed, failed, did not report
+    tests: dict[str, str] = field(default_factory=dict)
+    #: one line: the first failing test and its assertion, or the first compile error
+    cause: str = ""
+    #: the tests did not compile against the model's code (its public items are not what they call)
+    compile: bool = False
 
     @property
     def ok(self) -> bool:
         return self.total > 0 and self.passed == self.total and not self.error
 
     def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed, "total": self.total, "output": self.output, "error": self.error}
+        return {
+            "passed": self.passed,
+            "total": self.total,
+            "output": self.output,
+            "error": self.error,
+            "tests": dict(self.tests),
+            "cause": self.cause,
+            "compile": self.compile,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> HiddenResult | None:
         if not isinstance(data, Mapping):
             return None
+        tests = data.get("tests")
         return cls(
             int(data.get("passed", 0)),
             int(data.get("total", 0)),
             str(data.get("output", "")),
             str(data.get("error", "")),
+            {str(k): str(v) for k, v in tests.items()} if isinstance(tests, Mapping) else {},
+            str(data.get("cause", "")),
+            bool(data.get("compile", False)),
         )
 
 
@@ -149,15 +198,27 @@ class AttemptResult:
     workspace: str = ""
     cache_dir: str = ""
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    #: one line of ``message``: the first error, or the first failing test and its assertion
+    cause: str = ""
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def fault(self) -> str | None:
+        """Whose fault the failure is (:data:`FAULTS`); in a replay the script is the task's, not an endpoint's."""
+        if self.failure is None:
+            return None
+        if self.replay and self.failure == "model":
+            return "task"
+        return FAULTS.get(self.failure, "harness")
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["hidden"] = self.hidden.to_json() if self.hidden is not None else None
         data["tokens"] = self.tokens
+        data["fault"] = self.fault
         return data
 
     @classmethod
@@ -215,9 +276,11 @@ def summarize(
     unpriced = any(r.cost_usd is None and r.tokens > 0 for r in attempts)
     cost = None if unpriced else round(sum(r.cost_usd or 0.0 for r in attempts), 6)
     failures: dict[str, int] = {}
+    faults: dict[str, int] = {}
     for result in attempts:
         if result.failure:
             failures[result.failure] = failures.get(result.failure, 0) + 1
+            faults[str(result.fault)] = faults.get(str(result.fault), 0) + 1
     return {
         "tasks": len(by_task),
         "attempts": len(attempts),
@@ -239,6 +302,7 @@ def summarize(
         "cost_per_solved_usd": round(cost / len(passing), 6) if passing and cost is not None else None,
         "seconds": round(sum(r.seconds for r in attempts), 3),
         "failures": dict(sorted(failures.items())),
+        "faults": dict(sorted(faults.items())),
     }
 
 
@@ -253,6 +317,7 @@ def document(
 ) -> dict[str, Any]:
     """``results.json``: the eval's settings, each model with its summary, every attempt (schema :data:`SCHEMA`)."""
     replay = bool(config.get("replay"))
+    reference = bool(config.get("reference"))
     task_ids = [task.id for task in suite.tasks]
     entries = []
     for model in models:
@@ -272,11 +337,14 @@ def document(
         "schema": SCHEMA,
         "kind": "replay" if replay else "models",
         "replay": replay,
-        "notice": REPLAY_LABEL if replay else "",
+        "reference": reference,
+        "notice": REFERENCE_LABEL if reference else REPLAY_LABEL if replay else "",
         "suite": {
             "path": str(suite.path),
             "tasks": task_ids,
             "problems": [p.to_json() for p in suite.problems],
+            # written right, but needing what this machine lacks: out of every score
+            "not_runnable": [p.to_json() for p in suite.unrunnable],
         },
         "config": dict(config),
         "started": started,

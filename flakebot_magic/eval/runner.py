@@ -40,9 +40,21 @@ from ..pipeline.background import start_build
 from ..registry.base import Registry
 from ..request import BuildRequest, UntrustedText, split_run_flags
 from .hidden import run_cargo_tests, run_pytest
-from .outcome import Meter, TimedOut, classify, failure_message, feedback_request, proof_of, usage_fields
+from .outcome import (
+    Meter,
+    TimedOut,
+    cause_of,
+    classify,
+    failure_message,
+    feedback_request,
+    headline,
+    hidden_verdict,
+    proof_of,
+    usage_fields,
+)
+from .reference import ReferenceError, reference_script, starting_manifest
 from .replay import REPLAY_MODEL_NAME, replay_server
-from .results import REPLAY_MODEL, AttemptResult, HiddenResult, ResultStore, cut, document
+from .results import REFERENCE_MODEL, REPLAY_MODEL, AttemptResult, HiddenResult, ResultStore, cut, document
 from .task import Suite, Task
 
 __all__ = ["DEFAULT_TIMEOUT", "Eval", "EvalPlan", "Progress"]
@@ -50,7 +62,7 @@ __all__ = ["DEFAULT_TIMEOUT", "Eval", "EvalPlan", "Progress"]
 #: seconds one attempt (build and hidden checks) may take when its task does not say
 DEFAULT_TIMEOUT = 1800.0
 #: the settings a resumed eval must share with the one it continues
-_IDENTITY = ("source", "polyglot", "models", "replay", "attempts", "feedback")
+_IDENTITY = ("source", "polyglot", "models", "replay", "reference", "attempts", "feedback")
 
 
 class Progress(Protocol):
@@ -80,6 +92,8 @@ class EvalPlan:
     #: what the user named: the suite's path, or the polyglot checkout's
     source: str = ""
     polyglot: bool = False
+    #: a replay of each task's reference solution (``--reference``) instead of its solution.json
+    reference: bool = False
 
     def config(self) -> dict[str, Any]:
         """The plan as ``results.json``'s ``config`` (and ``eval.json``, what ``--resume`` checks)."""
@@ -89,6 +103,7 @@ class EvalPlan:
             "polyglot": self.polyglot,
             "models": list(self.models),
             "replay": self.replay,
+            "reference": self.reference,
             "attempts": self.attempts,
             "feedback": self.feedback,
             "jobs": self.jobs,
@@ -97,6 +112,15 @@ class EvalPlan:
         }
 
     def model_entries(self) -> list[dict[str, Any]]:
+        if self.reference:
+            return [
+                {
+                    "model": REFERENCE_MODEL,
+                    "kind": "reference",
+                    "label": "reference solutions (not a model)",
+                    "endpoint": "fake OpenAI-compatible server (a test double) sending each task's reference solution",
+                }
+            ]
         if self.replay:
             return [
                 {
@@ -149,7 +173,8 @@ class Eval:
         jobs.sort(key=lambda job: (job[2][0], plan.suite.tasks.index(job[1])))
         total = len(plan.suite.tasks) * plan.attempts * len(self._models())
         if self.progress is not None:
-            self.progress.started(total, already, [f"{p.id}: {p.message}" for p in plan.suite.problems])
+            left_out = plan.suite.problems + plan.suite.unrunnable
+            self.progress.started(total, already, [f"{p.id}: {p.message}" for p in left_out])
         finished: list[tuple[AttemptResult, bool]] = []
         lock = threading.Lock()
 
@@ -212,6 +237,8 @@ class Eval:
             self.store.write_results(self.document(finished=None))
 
     def _models(self) -> tuple[str, ...]:
+        if self.plan.reference:
+            return (REFERENCE_MODEL,)
         return (REPLAY_MODEL,) if self.plan.replay else self.plan.models
 
     def _check_out(self) -> None:
@@ -266,6 +293,7 @@ class Eval:
                     green=False,
                     failure="harness",
                     message=cut(traceback.format_exc()),
+                    cause=f"a bug in the eval harness: {traceback.format_exc().strip().splitlines()[-1]}"[:300],
                 )
             self.store.write(result)
             report(result, False)
@@ -335,6 +363,7 @@ class Eval:
             if not isinstance(exc, Exception):
                 raise
             failure = classify(exc, meter)
+            message = failure_message(exc, failure, meter)
             usage, cost = self._spent(cache, task.name, before, meter, settings)
             return AttemptResult(
                 **base,
@@ -346,12 +375,13 @@ class Eval:
                 cost_usd=cost,
                 seconds=round(time.monotonic() - started, 3),
                 failure=failure,
-                message=failure_message(exc, failure, meter),
+                message=message,
                 reverts=meter.reverts,
                 workspace=deployed.get("workspace") or str(getattr(exc, "workspace", "") or ""),
+                cause=cause_of(exc, message),
             )
         usage, cost = self._spent(cache, task.name, before, meter, settings)
-        verdict = None if hidden.ok else ("hidden-tests-error" if hidden.error else "hidden-tests-failed")
+        verdict, message = hidden_verdict(hidden)
         return AttemptResult(
             **base,
             passed=hidden.ok,
@@ -363,9 +393,10 @@ class Eval:
             cost_usd=cost,
             seconds=round(time.monotonic() - started, 3),
             failure=verdict,
-            message=cut(hidden.error or hidden.output, 2000) if verdict else "",
+            message=message,
             reverts=meter.reverts,
             workspace=deployed["workspace"],
+            cause=(hidden.cause or headline(message)) if verdict else "",
         )
 
     @contextmanager
@@ -374,7 +405,13 @@ class Eval:
         if not self.plan.replay:
             yield model, None  # the base URL (or provider) is the build options'
             return
-        with replay_server(task.solution, task.id) as url:
+        script: Any = task.solution
+        if self.plan.reference:
+            try:
+                script = reference_script(task, starting_manifest(task, self.registry))
+            except (ReferenceError, OSError) as exc:
+                raise UsageError(f"The reference solution of {task.id!r} cannot be applied: {exc}") from None
+        with replay_server(script, task.id) as url:
             yield REPLAY_MODEL_NAME, url
 
     def _settings(self, task: Task, cache: Path, model_name: str, base_url: str | None) -> Settings:

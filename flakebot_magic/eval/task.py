@@ -1,10 +1,12 @@
-"""The task format: ``SUITE/TASK/task.toml``, ``test_hidden.py`` and ``solution.json``, read and checked.
+"""The task format: ``SUITE/TASK/task.toml``, ``test_hidden.py``, ``reference/`` and ``solution.json``, read and checked.
 
 A suite is a directory of tasks, one directory each::
 
     SUITE/TASK/task.toml        name = "sha"; request = '''...'''  (optional: crate, max_iterations,
                                 token_budget, timeout)
     SUITE/TASK/test_hidden.py   pytest checks the model never sees; fixture ``tool`` is the deployed tool
+    SUITE/TASK/reference/       optional: the reference solution, as files laid over the crate
+                                (``reference/Cargo.toml``: tables and keys added to the crate's manifest)
     SUITE/TASK/solution.json    optional: a script for the fake OpenAI-compatible server that solves it
 
 :func:`load_suite` reads every task it finds. A task whose files are wrong
@@ -15,6 +17,8 @@ raises, and the other tasks still run. ``docs/eval.md`` is the reference.
 from __future__ import annotations
 
 import ast
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +31,20 @@ from ..request import PersonText, RequestText, is_tool_name
 __all__ = [
     "BUILTIN_SUITES",
     "HIDDEN_FILE",
+    "MAX_FILE_BYTES",
+    "REFERENCE_DIR",
     "SOLUTION_FILE",
     "TASK_FILE",
     "HiddenCheck",
+    "Reference",
     "Suite",
     "Task",
     "TaskProblem",
     "load_suite",
     "load_task",
+    "read_manifest",
+    "reference_dir",
+    "regular_files",
 ]
 
 TASK_FILE = "task.toml"
@@ -42,6 +52,7 @@ TASK_FILE = "task.toml"
 BUILTIN_SUITES = {"starter": Path(__file__).resolve().parent / "suites" / "starter"}
 HIDDEN_FILE = "test_hidden.py"
 SOLUTION_FILE = "solution.json"
+REFERENCE_DIR = "reference"
 #: the keys a task.toml may hold, and whether each is required
 _KEYS = {
     "name": True,
@@ -53,6 +64,10 @@ _KEYS = {
 }
 #: a task file larger than this is not a task (a test file or a script of a few MB is plenty)
 _MAX_FILE_BYTES = 8 * 1024 * 1024
+#: the same cap, for the package's other readers of a suite (a reference's files, a hidden tree's)
+MAX_FILE_BYTES = _MAX_FILE_BYTES
+#: files one task may carry in its reference or its hidden tree
+_MAX_FILES = 500
 
 
 @dataclass(frozen=True)
@@ -62,11 +77,35 @@ class HiddenCheck:
     ``pytest``: ``files`` is the task's ``test_hidden.py``, run with the
     fixture ``tool`` (the deployed tool's Python client). ``cargo``: ``files``
     are Rust integration tests (an aider polyglot exercise's ``tests/*.rs``),
-    added to a copy of the final workspace and run with ``cargo test``.
+    each run with ``cargo test --test STEM``; ``staged`` is every file they
+    need (the whole ``tests/`` tree: support files, a ``tests/invalid/`` crate
+    of compile-fail cases), relative to ``root``, added to a copy of the final
+    workspace; ``features`` are those the task declares for the run.
     """
 
     kind: Literal["pytest", "cargo"]
     files: tuple[Path, ...]
+    root: Path | None = None
+    staged: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A task's reference solution: files laid over the starting crate, and what it adds to ``Cargo.toml``.
+
+    ``files`` maps a path in the crate (``src/bin/sha256.rs``) to the file's
+    path under ``root`` (``reference/src/bin/sha256.rs``, or a polyglot
+    exercise's ``.meta/example.rs``); ``manifest`` holds the tables and keys
+    added to the crate's manifest (the tool contract, dependencies). The model
+    never sees it: ``--reference`` applies it through the edit loop in place
+    of a model, to prove that the task can be solved here and that the harness
+    scores a right answer as right.
+    """
+
+    root: Path
+    files: tuple[tuple[str, str], ...]
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,6 +129,7 @@ class Task:
     timeout: float | None = None
     solution: Path | None = None
     source: Path | None = None
+    reference: Reference | None = None
     #: where the task comes from: ``flakebot`` (this format) or ``polyglot`` (an aider exercise)
     origin: str = "flakebot"
 
@@ -116,17 +156,23 @@ class TaskProblem:
 
 @dataclass(frozen=True)
 class Suite:
-    """The tasks of a suite that can run, and the problems of those that cannot."""
+    """The tasks of a suite that can run, the problems of those that are wrong, and those that cannot run here.
+
+    ``unrunnable``: tasks written right that need what this machine lacks (a
+    dependency's version the registry does not have, found by the preflight,
+    :mod:`.preflight`): left out of every score, and counted where it shows.
+    """
 
     path: Path
     tasks: tuple[Task, ...]
     problems: tuple[TaskProblem, ...] = field(default=())
+    unrunnable: tuple[TaskProblem, ...] = field(default=())
 
     def only(self, ids: tuple[str, ...] | list[str]) -> Suite:
         """The suite with only the tasks ``ids`` (their problems too); an unknown id is a UsageError."""
         if not ids:
             return self
-        known = {t.id for t in self.tasks} | {p.id for p in self.problems}
+        known = {t.id for t in self.tasks} | {p.id for p in self.problems + self.unrunnable}
         unknown = sorted(set(ids) - known)
         if unknown:
             raise UsageError(
@@ -136,6 +182,7 @@ class Suite:
             self.path,
             tuple(t for t in self.tasks if t.id in ids),
             tuple(p for p in self.problems if p.id in ids),
+            tuple(p for p in self.unrunnable if p.id in ids),
         )
 
 
@@ -232,6 +279,12 @@ def _task(directory: Path) -> Task:
     solution = directory / SOLUTION_FILE
     if solution.exists():
         _check_json(solution)
+    reference = None
+    if os.path.lexists(directory / REFERENCE_DIR):
+        try:
+            reference = reference_dir(directory, REFERENCE_DIR)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
     return Task(
         id=directory.name,
         path=directory,
@@ -243,7 +296,69 @@ def _task(directory: Path) -> Task:
         token_budget=_number(data, "token_budget", int, 1),
         timeout=_number(data, "timeout", float, 1),
         solution=solution if solution.exists() else None,
+        reference=reference,
     )
+
+
+def regular_files(root: Path, relative: str) -> list[str]:
+    """Every regular file under ``root/relative`` (a directory), as paths relative to ``root``, sorted.
+
+    The walk never follows a link: a symlink, a FIFO or a device anywhere in
+    the tree is a ``ValueError`` naming it (a checkout's links are not read,
+    whatever they point at), as are more than :data:`_MAX_FILES` files.
+    """
+    found: list[str] = []
+    pending = [relative]
+    while pending:
+        current = pending.pop()
+        try:
+            entries = list(os.scandir(root / current))
+        except OSError as exc:
+            raise ValueError(f"{current}/ cannot be read: {exc.strerror}") from None
+        for entry in entries:
+            path = f"{current}/{entry.name}"
+            if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+                raise ValueError(f"{path} is a symlink or a special file (a checkout's links are never followed)")
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(path)
+            else:
+                found.append(path)
+        if len(found) > _MAX_FILES:
+            raise ValueError(f"{relative}/ holds more than {_MAX_FILES} files")
+    return sorted(found)
+
+
+def reference_dir(directory: Path, relative: str) -> Reference:
+    """The reference solution in ``directory/relative``: its files, its ``Cargo.toml`` read as the manifest's additions."""
+    if not stat.S_ISDIR(os.lstat(directory / relative).st_mode):
+        raise ValueError(f"{relative} must be a directory of files laid over the crate, not a symlink or a file")
+    files = regular_files(directory, relative)
+    if not files:
+        raise ValueError(f"{relative}/ is empty: it holds the files of the reference solution")
+    manifest: dict[str, Any] = {}
+    laid: list[tuple[str, str]] = []
+    for path in files:
+        inside = path[len(relative) + 1 :]
+        if inside == "Cargo.toml":
+            manifest = read_manifest(directory, path)
+        else:
+            laid.append((inside, path))
+    return Reference(directory, tuple(laid), manifest)
+
+
+def read_manifest(root: Path, relative: str) -> dict[str, Any]:
+    """The TOML file ``relative`` under ``root``, read without following a link (``ValueError`` says what is wrong)."""
+    try:
+        data, more = read_inside(root, relative, MAX_FILE_BYTES)
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{relative} cannot be read: {exc}") from None
+    if more:
+        raise ValueError(f"{relative} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    try:
+        return load_toml(text)
+    except ValueError as exc:
+        raise ValueError(f"{relative} is not valid TOML: {exc}") from None
 
 
 def _read(path: Path) -> str:

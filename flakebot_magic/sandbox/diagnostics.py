@@ -9,7 +9,7 @@ cargo's standard error when it builds a crate for its doc tests
 envelope), and :func:`readable` renders any such line as the text rustc
 would print, so that no raw JSON line reaches a message, the log or the
 model; :func:`parse_test_output` reads libtest's lines into a
-:class:`TestReport`.
+:class:`TestReport`, and :func:`parse_test_list` what ``--list`` prints.
 
 Cargo's JSON is not trusted about paths: a build script or proc macro can
 write to cargo's own stdout (``/proc/<cargo pid>/fd/1``) and forge a
@@ -40,6 +40,7 @@ __all__ = [
     "actionable",
     "parse_cargo_messages",
     "parse_diagnostic_line",
+    "parse_test_list",
     "parse_test_output",
     "readable",
     "untrusted_artifact",
@@ -118,6 +119,9 @@ class TestReport:
     #: every test libtest named (passed, failed or ignored), as ``N::name``: N is its test binary's place in the
     #: run (libtest's ``running N tests`` lines; doc tests last), so two runs of one crate compare by name
     ran: list[str] = field(default_factory=list)
+    #: each test's result by the full path libtest printed (``dup::can_dup``): ``ok``, ``FAILED`` or ``ignored``;
+    #: a name reported twice keeps ``FAILED`` (meant for one test binary's output: names are unique only there)
+    outcomes: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -323,7 +327,8 @@ _RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) i
 _FAILED_TEST = re.compile(r"^test (.+?) \.\.\. FAILED$")
 _FAILURE_HEAD = re.compile(r"^---- (.+?) stdout ----$")
 _RUNNING = re.compile(r"^running \d+ tests?$")
-_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (?:ok|FAILED|ignored)")
+_TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
+_LISTED = re.compile(r"^(.+): test$")
 
 
 def parse_test_output(lines: Iterable[str]) -> TestReport:
@@ -332,8 +337,8 @@ def parse_test_output(lines: Iterable[str]) -> TestReport:
     Examples
     --------
     >>> report = parse_test_output(["test a ... FAILED", "test result: FAILED. 2 passed; 1 failed; 0 ignored"])
-    >>> (report.passed, report.failed, report.failures, report.ran)
-    (2, 1, ['a'], ['0::a'])
+    >>> (report.passed, report.failed, report.failures, report.ran, report.outcomes)
+    (2, 1, ['a'], ['0::a'], {'a': 'FAILED'})
     """
     report = TestReport()
     captured: list[str] | None = None
@@ -344,6 +349,9 @@ def parse_test_output(lines: Iterable[str]) -> TestReport:
         named = _TEST_LINE.match(line)
         if named:
             report.ran.append(f"{binary}::{named.group(1)}")
+            path = named.group(1).removesuffix(" - should panic")  # as --list and the ---- heads name it
+            if report.outcomes.get(path) != "FAILED":
+                report.outcomes[path] = named.group(2)
         head = _FAILURE_HEAD.match(line)
         if head:
             captured = report.output.setdefault(head.group(1), [])
@@ -364,3 +372,14 @@ def parse_test_output(lines: Iterable[str]) -> TestReport:
         if failed and failed.group(1) not in report.failures:
             report.failures.append(failed.group(1))
     return report
+
+
+def parse_test_list(lines: Iterable[str]) -> list[str]:
+    """The tests a libtest binary's ``--list`` names (``dup::can_dup: test``), in its order; benchmarks left out.
+
+    Examples
+    --------
+    >>> parse_test_list(["dup::same: test", "other::same: test", "b: bench", "", "2 tests, 1 benchmark"])
+    ['dup::same', 'other::same']
+    """
+    return [match.group(1) for line in lines if (match := _LISTED.match(line))]

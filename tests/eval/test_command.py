@@ -49,13 +49,15 @@ def test_no_suite_says_where_it_looked(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_resume_without_an_eval_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["eval", str(STARTER), "--replay", "--resume", "--task", "fnv1a", "--out", str(tmp_path / "out")])
+    code = cli.main(
+        ["eval", str(STARTER), "--reference", "--resume", "--task", "fnv1a", "--out", str(tmp_path / "out")]
+    )
     assert code == 1 and "no eval to resume" in capsys.readouterr().err
 
 
 def test_the_notebook_door_checks_its_options_too(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="Unknown option 'colour'"):
-        flakebot_magic.eval.run(STARTER, replay=True, out=tmp_path, colour="red")
+        flakebot_magic.eval.run(STARTER, reference=True, out=tmp_path, colour="red")
     with pytest.raises(UsageError, match="sets rebuild itself"):
-        flakebot_magic.eval.run(STARTER, replay=True, out=tmp_path, rebuild=True)
+        flakebot_magic.eval.run(STARTER, reference=True, out=tmp_path, rebuild=True)
     assert not (tmp_path / "records").exists()

@@ -13,7 +13,7 @@ import pytest
 
 from flakebot_magic.eval.report import EvalResults, TerminalProgress, safe
 from flakebot_magic.eval.results import REPLAY_LABEL, AttemptResult, HiddenResult, document
-from flakebot_magic.eval.task import HiddenCheck, Suite, Task
+from flakebot_magic.eval.task import HiddenCheck, Suite, Task, TaskProblem
 from flakebot_magic.untrusted import is_safe
 
 EVIL = "\x1b[2J\x1b]0;owned\x07<script>alert(1)</script>"
@@ -157,3 +157,77 @@ def test_attempts_a_feedback_eval_did_not_need_are_said_so() -> None:
     progress.finished(AttemptResult("t", "m", 1, False, True, True, HiddenResult(1, 1)), resumed=False)
     progress.ended()
     assert "3 attempt(s) not needed" in stream.getvalue()
+
+
+def _one_model(tmp_path: Path, passed: bool, *, cost: float | None, label: str, unrunnable: int = 0) -> dict[str, Any]:
+    """One model, one task, at 0% or 100%; ``unrunnable`` tasks the preflight kept out."""
+    attempt = AttemptResult(
+        "a",
+        label,
+        1,
+        False,
+        passed,
+        True,
+        HiddenResult(3 if passed else 0, 3, cause="" if passed else "tests/a.rs::x: assertion failed"),
+        prompt_tokens=5000,
+        completion_tokens=700,
+        calls=2,
+        cost_usd=cost,
+        failure=None if passed else "hidden-tests-failed",
+        message="" if passed else "3 of 3 hidden tests failed",
+        cause="" if passed else "tests/a.rs::x: assertion failed",
+    )
+    task = Task("a", tmp_path, "x", "words", HiddenCheck("pytest", ()))
+    left_out = tuple(
+        TaskProblem(f"u{i}", tmp_path, "not runnable: dependency z ^0.5 missing") for i in range(unrunnable)
+    )
+    return document(
+        suite=Suite(tmp_path, (task,), (), left_out) if left_out else Suite(tmp_path, (task,)),
+        models=[{"model": label, "kind": "model", "label": label}],
+        attempts=[attempt],
+        config={"replay": False, "attempts": 1},
+        started="then",
+        finished="now",
+    )
+
+
+@pytest.mark.parametrize("passed", [False, True])
+@pytest.mark.parametrize("cost", [None, 0.0, 0.42])
+def test_one_model_at_zero_or_all_reads_right_its_point_and_label_inside_the_axes_the_legend_clear(
+    tmp_path: Path, passed: bool, cost: float | None
+) -> None:
+    pytest.importorskip("matplotlib")
+    label = "qwen2.5-coder:14b-instruct-q4_K_M"
+    summary = {"tasks": 1, "pass_at_1": 1.0 if passed else 0.0, "cost_usd": cost, "tokens": 5700}
+    plot = EvalResults({"replay": False, "models": [{"model": label, "label": label, "summary": summary}]}).plot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = plot.figure
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)
+    axes = figure.axes[0]
+    box = axes.get_window_extent(renderer)
+    (point,) = [c.get_offsets()[0] for c in axes.collections]
+    assert tuple(point) == (pytest.approx(cost if cost is not None else 5700.0), 100.0 if passed else 0.0)
+    x, y = axes.transData.transform(point)
+    radius = 6  # the marker's, in pixels
+    assert box.x0 < x - radius and x + radius < box.x1 and box.y0 < y - radius and y + radius < box.y1
+    (text,) = [t for t in axes.texts if t.get_text() == label]
+    extent = text.get_window_extent(renderer)
+    assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0 and extent.y1 <= box.y1
+    legends = [*figure.legends, *([axes.get_legend()] if axes.get_legend() else [])]
+    for legend in legends:  # no legend covers the point
+        area = legend.get_window_extent(renderer)
+        assert not (area.x0 - radius < x < area.x1 + radius and area.y0 - radius < y < area.y1 + radius)
+
+
+def test_the_report_says_whose_fault_a_failure_is_its_cause_and_what_was_left_out(tmp_path: Path) -> None:
+    data = _one_model(tmp_path, False, cost=0.01, label="m", unrunnable=2)
+    text = EvalResults(data).table()
+    assert "a / m / try 1: hidden-tests-failed (model's): tests/a.rs::x: assertion failed" in text
+    assert "tasks not runnable here (2 of 3, left out of the score" in text and "u0: not runnable" in text
+    assert data["models"][0]["summary"]["tasks"] == 1 and data["suite"]["not_runnable"][1]["task"] == "u1"
+    page = EvalResults(data)._repr_html_()
+    assert "left out of the score" in page and "dependency z ^0.5 missing" in page
+    full = EvalResults(_one_model(tmp_path, True, cost=0.01, label="m")).table()
+    assert "failures:" not in full and "not runnable" not in full and "1/1" in full

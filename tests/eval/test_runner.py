@@ -150,12 +150,20 @@ def test_wrong_solutions_fail_cheats_are_stopped_by_the_ratchet_and_a_killed_rep
     found = _by_task(data)
     good, wrong = found["a-good/replay/1"], found["b-wrong/replay/1"]
     assert good["passed"]  # interrupted, then run again from the start: a replay's script starts over too
-    assert good["hidden"] == {"passed": 2, "total": 2, "output": "", "error": ""}
+    assert good["hidden"]["tests"] == {
+        "test_hidden.py::test_lower_case_hex": "passed",
+        "test_hidden.py::test_empty_input": "passed",
+    }
+    assert (good["hidden"]["output"], good["hidden"]["error"], good["hidden"]["cause"]) == ("", "", "")
     assert good["proof"]["commit"] and good["proof"]["store_hash"] and good["iterations"] >= 1
     # deployed (green), but the tool is wrong: the hidden tests say so, k of n
     assert wrong["green"] and not wrong["passed"] and wrong["failure"] == "hidden-tests-failed"
     assert wrong["hidden"]["passed"] == 1 and wrong["hidden"]["total"] == 2
     assert "test_lower_case_hex" in wrong["hidden"]["output"]
+    assert wrong["cause"].startswith(
+        "test_hidden.py::test_lower_case_hex: AssertionError: assert '7A7A\\n' == '7a7a\\n'"
+    )
+    assert wrong["fault"] == "model"
     for name in ("c-ignores", "d-deletes"):
         cheat = found[f"{name}/replay/1"]
         assert not cheat["passed"] and not cheat["green"] and cheat["failure"] == "ratchet", cheat["message"]

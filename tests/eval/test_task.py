@@ -32,7 +32,7 @@ def _task(root: Path, name: str, toml: str | None = GOOD_TOML, test: str | None 
     return directory
 
 
-def test_the_starter_suite_has_about_twenty_tasks_each_with_hidden_tests_and_a_solution() -> None:
+def test_the_starter_suite_has_about_twenty_tasks_each_with_hidden_tests_and_a_reference() -> None:
     suite = load_suite(STARTER)
     assert suite.problems == ()
     assert len(suite.tasks) >= 20
@@ -40,7 +40,7 @@ def test_the_starter_suite_has_about_twenty_tasks_each_with_hidden_tests_and_a_s
     offline = {entry.name.rsplit("-", 1)[0] for entry in registry.iterdir()} if registry.is_dir() else set()
     for task in suite.tasks:
         assert task.hidden.kind == "pytest" and task.hidden.files[0].name == "test_hidden.py"
-        assert task.solution is not None and task.crate, task.id
+        assert task.reference is not None and task.crate, task.id
         assert not offline or task.crate in offline, f"{task.id}: {task.crate} is not in the offline registry"
 
 

@@ -10,6 +10,7 @@ from flakebot_magic.sandbox.diagnostics import (
     actionable,
     parse_cargo_messages,
     parse_diagnostic_line,
+    parse_test_list,
     parse_test_output,
     readable,
 )
@@ -183,3 +184,38 @@ def test_a_rustdoc_error_renders_as_text() -> None:
 def test_other_lines_are_not_diagnostics(line: str) -> None:
     assert parse_diagnostic_line(line) is None
     assert readable([line]) == [line]
+
+
+LIBTEST = """
+running 5 tests
+test dup::same ... ok
+test other::same ... FAILED
+test panics - should panic ... ok
+test ign ... ignored, not today
+test other::same ... ok
+
+failures:
+
+---- other::same stdout ----
+
+thread 'other::same' (9926) panicked at tests/a.rs:2:33:
+assertion `left == right` failed: custom message
+  left: 1
+ right: 2
+
+failures:
+    other::same
+
+test result: FAILED. 3 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.06s
+"""
+
+
+def test_each_test_is_keyed_by_its_full_path_and_a_failure_is_never_overwritten() -> None:
+    report = parse_test_output(LIBTEST.splitlines())
+    assert report.outcomes == {"dup::same": "ok", "other::same": "FAILED", "panics": "ok", "ign": "ignored"}
+    assert "  left: 1" in report.output["other::same"]
+
+
+def test_the_list_libtest_prints_is_every_test_by_its_path() -> None:
+    listed = "dup::same: test\nign: test\nother::same: test\nbench_it: bench\n\n3 tests, 1 benchmark\n"
+    assert parse_test_list(listed.splitlines()) == ["dup::same", "ign", "other::same"]
