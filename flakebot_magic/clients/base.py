@@ -1,27 +1,39 @@
-"""What every deployed tool object has: provenance, its functions, the views agents use, its display.
+"""What every deployed tool object has: provenance, its kind, its functions, the views agents use, its display.
 
-:class:`ToolClient` is the base of the CLI, MCP and HTTP clients. A subclass
-says which :class:`~flakebot_magic.clients.agents.ToolFunction` objects it
-offers (:meth:`ToolClient.functions`); everything agent-facing is derived
-from them: ``openai_tools()``, ``call(tool_call)``, ``usage()``,
-``mcp_config()``, and the notebook display. What a tool says about itself (its
-description, help, function descriptions, logs) is made safe to show where
-the client takes it in (:mod:`flakebot_magic.untrusted`); what a call returns
-is data, as the tool wrote it.
+:class:`ToolClient` is the base of the clients of every tool kind (the table
+:data:`~flakebot_magic.clients.kinds.KINDS`: command-line tools, MCP servers,
+HTTP services). Its class attributes are the kind's row: its name in the
+contract (:attr:`ToolClient.kind`), whether it is a long-running server
+(:attr:`ToolClient.server`), how it is named to a person and described to a
+model, which requests ask for it. A subclass says which
+:class:`~flakebot_magic.clients.agents.ToolFunction` objects it offers
+(:meth:`ToolClient.functions`); everything agent-facing is derived from them:
+``openai_tools()``, ``call(tool_call)``, ``usage()``, ``mcp_config()``, and the
+notebook display. What a tool says about itself (its description, help,
+function descriptions, logs) is made safe to show where the client takes it
+in (:mod:`flakebot_magic.untrusted`); what a call returns is data, as the tool
+wrote it.
+
+Every kind starts its process in the sandbox (:class:`Confinement`) whenever
+:attr:`ToolClient.confined_now` says so: what flakebot runs on its own account
+(the ``--help`` probe, acceptance examples, the judge, eval's hidden checks, a
+build reading a server's functions) and every call with ``confine_tools``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..commands import typed
 from ..errors import ToolError
@@ -39,9 +51,53 @@ from .schema import prepare_arguments
 #: seconds one call of a tool may take, unless the caller says otherwise (the option's default)
 TOOL_TIMEOUT: float = option("tool_timeout").default
 
-__all__ = ["Confinement", "StartedToolClient", "ToolClient", "bridge_command", "tool_environment"]
+__all__ = [
+    "DEFAULT_HEALTH",
+    "DEFAULT_KIND",
+    "DEFAULT_READY_TIMEOUT",
+    "Confinement",
+    "StartedToolClient",
+    "ToolClient",
+    "ToolContract",
+    "bridge_command",
+    "tool_environment",
+]
 
-_KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
+#: the kind of a crate whose contract names none (its row is in :data:`~flakebot_magic.clients.kinds.KINDS`)
+DEFAULT_KIND = "cli"
+DEFAULT_HEALTH = "/health"
+DEFAULT_READY_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ToolContract:
+    """How to run a deployed tool: its kind, its binary, and (servers) how it starts.
+
+    Read from Cargo.toml by :func:`~flakebot_magic.clients.contract.read_contract`, the one reader.
+    """
+
+    kind: str = DEFAULT_KIND
+    bin: str = ""
+    health: str = DEFAULT_HEALTH
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+
+    def __str__(self) -> str:
+        return f'kind = "{self.kind}", bin = "{self.bin}"'
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None, default_bin: str = "") -> ToolContract:
+        """Read a stored contract (already checked at deploy); an entry without one is of the default kind."""
+        if not data:
+            return cls(kind=DEFAULT_KIND, bin=default_bin)
+        return cls(
+            kind=str(data.get("kind") or DEFAULT_KIND),
+            bin=str(data.get("bin") or default_bin),
+            health=str(data.get("health") or DEFAULT_HEALTH),
+            ready_timeout=float(data.get("ready_timeout") or DEFAULT_READY_TIMEOUT),
+        )
 
 
 def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
@@ -71,10 +127,11 @@ class Confinement:
     input text, bound read-only into it), so a tool fills no disk; :meth:`close` removes it.
     """
 
-    def __init__(self, binary: Path, store_path: Path) -> None:
+    def __init__(self, binary: Path, store_path: Path, read_only: Iterable[str | Path] = ()) -> None:
         self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
-        # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it)
-        visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
+        # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it),
+        # and what else the start needs to read (a confined service's forwarder: its Python)
+        visible = {Path(store_path).resolve(), Path(binary).resolve().parent, *(Path(p) for p in read_only)}
         self.sandbox: Sandbox = Sandbox(
             self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home", scratch=True
         )
@@ -130,9 +187,29 @@ class ToolClient:
         The cache dir whose tool inventory holds it (default: its store
         entry). Its process is known by home and name, so a tool of the
         same name in another cache dir never shares or stops it.
+    contract
+        Its tool contract (default: its kind's, with ``binary``'s name).
+
+    A subclass is a tool kind: its class attributes below are the kind's row
+    in :data:`~flakebot_magic.clients.kinds.KINDS` (docs/ARCHITECTURE.md, "Adding a tool kind").
     """
 
-    kind = "cli"
+    #: the kind's name: ``kind = "..."`` in the tool contract, its key in the table, the inventory's ``kind``
+    kind: ClassVar[str] = ""
+    #: a long-running process, started, watched, stopped and restarted (an MCP server, an HTTP service);
+    #: False: the tool runs only while it is called, and there is nothing to start or stop
+    server: ClassVar[bool] = False
+    #: the kind in a person's words, as a title ("HTTP service") and in a sentence ("an HTTP service")
+    noun: ClassVar[str] = "tool"
+    a_noun: ClassVar[str] = "a tool"
+    #: what a model is told a tool of this kind must do (the edit loop's system prompt)
+    contract_text: ClassVar[str] = ""
+    #: the words by which a request asks for this kind; None: the default kind, which any request may get
+    asked_by: ClassVar[re.Pattern[str] | None] = None
+    #: MCP clients reach it through flakebot's bridge (False: it speaks MCP itself)
+    bridged: ClassVar[bool] = True
+    #: it answers HTTP while it runs: the Jupyter server's proxy may forward to it
+    proxied: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -150,9 +227,12 @@ class ToolClient:
         env: Mapping[str, str] | None = None,
         confine: bool = False,
         home: Path | str | None = None,
+        contract: ToolContract | None = None,
     ) -> None:
         self.name = name
         self.binary = Path(binary)
+        #: how it runs: its kind, its binary and (a server) its start
+        self.contract = contract or ToolContract(kind=self.kind, bin=self.binary.name)
         self.crate = crate
         self.version = version
         self.source_hash = source_hash
@@ -253,6 +333,10 @@ class ToolClient:
     def running(self) -> bool:
         """True while the tool's own process runs (always False for a CLI tool)."""
         return False
+
+    def start(self) -> ToolClient:
+        """Start the tool's process; a tool that runs only while called (not a :attr:`server`) has none."""
+        return self
 
     def require_binary(self) -> None:
         """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone or its store entry is no longer
@@ -380,8 +464,7 @@ class ToolClient:
 
     def usage(self) -> str:
         """Markdown: what the tool does, and each function with an example."""
-        kind = _KIND_WORDS.get(self.kind, self.kind)
-        lines = [f"### `{self.name}`: {self.crate} {self.version} ({kind})", ""]
+        lines = [f"### `{self.name}`: {self.crate} {self.version} ({self.noun})", ""]
         if self.description:
             lines += [self.description, ""]
         for fn in self.functions().values():
@@ -474,9 +557,8 @@ def bridge_command(tool: ToolClient) -> dict[str, Any]:
         "--timeout",
         f"{tool.timeout:g}",
     ]
-    contract = getattr(tool, "contract", None)
-    if contract is not None and tool.kind == "http":
-        args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
+    # how it starts (a server's health path, its start deadline)
+    args += ["--contract", json.dumps(tool.contract.to_json(), sort_keys=True)]
     return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
 
 
@@ -486,6 +568,7 @@ class StartedToolClient(ToolClient):
     Its functions are attributes too: ``calc.add(a=1, b=2)``.
     """
 
+    server = True
     #: what one of its functions is called in error messages
     member = "function"
     _functions: dict[str, ToolFunction] | None = None
