@@ -255,6 +255,8 @@ class ToolClient:
         self._env_kept: tuple[object, tuple[Any, ...], dict[str, str]] | None = None
         self._confined_depth = 0
         self._confined_lock = threading.Lock()
+        #: a server ran when the outermost :meth:`confined` block began (it runs again after it)
+        self._ran_before = False
         #: the acceptance examples' results, when the cell had examples
         self.acceptance: Any = None
         #: called as ``on_state(status=..., pid=..., url=...)`` when the tool's process starts or
@@ -279,15 +281,18 @@ class ToolClient:
     def confined(self) -> Iterator[ToolClient]:
         """Within the block, the tool runs in the sandbox (what acceptance examples use).
 
-        A running server is restarted on entry and on exit, so the block gets
-        a confined process and later calls an ordinary one again (running
-        after the block if it ran before or within it).
+        A server running on entry is restarted confined; on exit the confined
+        one is stopped, and the ordinary one started again only if one ran
+        before the block (the person's). A server the block alone started is
+        never started again outside the sandbox on flakebot's account: the
+        person's next call starts it.
         """
         with self._confined_lock:
             self._confined_depth += 1
             first = self._confined_depth == 1
         if first and not self.confine:
-            self._confinement_changed()
+            self._ran_before = self.running
+            self._confinement_changed(restart=self._ran_before)
         try:
             yield self
         finally:
@@ -295,10 +300,15 @@ class ToolClient:
                 self._confined_depth -= 1
                 last = self._confined_depth == 0
             if last and not self.confine:
-                self._confinement_changed()
+                self._confinement_changed(restart=self._ran_before)
 
-    def _confinement_changed(self) -> None:
-        """Processes started before no longer match :attr:`confined_now`: a server restarts."""
+    def _confinement_changed(self, restart: bool) -> None:
+        """Processes started before no longer match :attr:`confined_now`: a server stops (and starts again
+        with the new confinement when ``restart``)."""
+        if self.running:
+            self.stop()
+        if restart:
+            self.start()
 
     def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
         """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras`` (a new dict).

@@ -373,11 +373,6 @@ class HttpTool(StartedToolClient):
         cleanup, self._cleanup = self._cleanup, lambda: None
         cleanup()
 
-    def _confinement_changed(self) -> None:
-        if self.running:  # the service that runs is the other kind of start: the block gets a matching one
-            self.stop()
-            self.start()
-
     def stop(self) -> None:
         with self._lock:
             was_running = self.running
@@ -493,7 +488,7 @@ class HttpTool(StartedToolClient):
                         raise
                 clients = self._clients
             assert clients is not None
-            client = clients.take(max(0.0, deadline - time.monotonic()), self.name)
+            client = clients.take(max(0.0, deadline - time.monotonic()), self.name, limit)
             if client is not None:
                 break  # else the service was restarted while this call waited: take one of the new clients
         try:

@@ -455,8 +455,11 @@ class ClientPool:
         self.checking = False
         self.ready = threading.Condition()
 
-    def take(self, timeout: float, name: str) -> httpx.Client | None:
-        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired."""
+    def take(self, timeout: float, name: str, limit: float | None = None) -> httpx.Client | None:
+        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired.
+
+        ``limit``: the call's whole time limit, which the message names (default ``timeout``).
+        """
         with self.ready:
             if self.idle and not self.retired:  # the common case: a client free, no deadline to reckon
                 return self.idle.pop()
@@ -473,8 +476,9 @@ class ClientPool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ToolError(
-                        f"{name}: all {self.size} connections to the service stayed busy for {timeout:g} s. "
-                        "Make fewer calls at once, or raise the tool's max_connections if the service serves more."
+                        f"{name}: no answer within the call's time limit of {timeout if limit is None else limit:g} s: "
+                        f"all {self.size} connections to the service stayed busy. Make fewer calls at once, "
+                        "or raise the tool's max_connections if the service serves more."
                     )
                 self.ready.wait(left)
         try:

@@ -421,11 +421,6 @@ class McpTool(StartedToolClient):
         confinement = Confinement(self.binary, self.store_path)
         return confinement.command(argv), confinement.env(self.env), confinement.scratch, confinement.close
 
-    def _confinement_changed(self) -> None:
-        if self.running:  # a server that matches, running as before
-            self.stop()
-            self.start()
-
     def start(self) -> McpTool:
         """Start the server (if it is not running) and read its tools."""
         self.require_binary()
