@@ -23,13 +23,10 @@ build reading a server's functions) and every call with ``confine_tools``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,12 +37,11 @@ from ..errors import ToolError
 from ..host.entry import runnable_damage
 from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
-from ..host.process import allowed_env
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
-from ..sandbox import Sandbox
 from ..untrusted import not_math, safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
+from .confine import Confinement, tool_environment
 from .schema import prepare_arguments
 
 #: seconds one call of a tool may take, unless the caller says otherwise (the option's default)
@@ -98,59 +94,6 @@ class ToolContract:
             health=str(data.get("health") or DEFAULT_HEALTH),
             ready_timeout=float(data.get("ready_timeout") or DEFAULT_READY_TIMEOUT),
         )
-
-
-def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
-    """The whole environment a deployed tool starts with: the allowlist, ``HOME``, then ``extras``.
-
-    The allowlist is :func:`flakebot_magic.host.process.allowed_env` (``PATH``,
-    ``LANG``, ``LC_*``, ``TZ`` ...). A deployed tool runs as the user, so it
-    gets the user's ``HOME`` (a path, not a secret). Nothing else of the
-    kernel's environment passes (no API key, no ``DATABASE_URL``): what a tool
-    needs beyond that, the user gives explicitly (the ``tool_env`` setting,
-    ``tool(..., env={...})``), later mappings winning.
-    """
-    env = allowed_env(home=os.environ.get("HOME"))
-    for mapping in extras:
-        if mapping:
-            env.update({str(k): str(v) for k, v in mapping.items()})
-    return env
-
-
-class Confinement:
-    """A deployed tool run inside the sandbox: a private scratch dir, the store entry read-only.
-
-    Used for what flakebot runs on its own initiative (the ``--help`` probe,
-    acceptance examples) and, with the ``confine_tools`` setting, for every
-    call. The scratch dir is the only writable directory and the working
-    directory: inside, a tmpfs capped at the sandbox's ``tmp_bytes`` (the files flakebot put there, an
-    input text, bound read-only into it), so a tool fills no disk; :meth:`close` removes it.
-    """
-
-    def __init__(self, binary: Path, store_path: Path, read_only: Iterable[str | Path] = ()) -> None:
-        self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
-        # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it),
-        # and what else the start needs to read (a confined service's forwarder: its Python)
-        visible = {Path(store_path).resolve(), Path(binary).resolve().parent, *(Path(p) for p in read_only)}
-        self.sandbox: Sandbox = Sandbox(
-            self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home", scratch=True
-        )
-
-    def command(self, argv: list[str], timeout: float | None = None) -> list[str]:
-        """``argv`` in the sandbox; ``timeout``: the call's wall seconds, which its CPU limit follows."""
-        return self.sandbox.command(argv, timeout=timeout)
-
-    def env(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
-        """The sandbox's environment plus ``extras`` (what the user passed explicitly)."""
-        env = self.sandbox.env()
-        for mapping in extras:
-            env.update({str(k): str(v) for k, v in (mapping or {}).items()})
-        return env
-
-    def close(self) -> None:
-        """Remove the scratch dir and the sandbox's process-count cgroups (after the process ended)."""
-        self.sandbox.release()
-        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class ToolClient:

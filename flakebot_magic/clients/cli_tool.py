@@ -308,7 +308,6 @@ class CliTool(ToolClient):
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
         limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit  # the whole call: the probe, the sandbox's start, the run
         confined = self.confined_now
         if confined or self.entry is not None:  # a store entry: checked every call (stats while unchanged)
             self.require_binary()
@@ -326,6 +325,9 @@ class CliTool(ToolClient):
         if any(isinstance(item, bytes) for item in items):
             raise TypeError(f"{self.name}(): bytes go to standard input as input=b'...', not as a later argument.")
         text_file = self._text_for_file(items) if input is None and not options else None
+        # the call from here: the sandbox's start, the input file, the run (a first call's --help probe is the
+        # probe's own, with its own limit: clients/cli_tool_help.help_of)
+        deadline = time.monotonic() + limit
         confinement = Confinement(self.binary, self.store_path) if confined else None
         scratch = None
         try:

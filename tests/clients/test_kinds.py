@@ -4,7 +4,7 @@ row (issue 38, item 1).
 * Structural: the package is read (AST) for a comparison of a tool's kind with a kind's name (``record.kind !=
   "cli"``, ``tool["kind"] in ("http", "mcp")``), a table keyed by kind names outside the kinds' own table
   (``{"cli": ..., "http": ...}``), and a kind's client class tested with ``isinstance`` outside its module: each
-  is a decision about kinds made outside the table. On main: 15 such comparisons (in 7 modules) and 2 tables.
+  is a decision about kinds made outside the table. On main: 15 such comparisons (in 8 modules) and 2 tables.
 * The table: each row is a client class whose ``kind`` is its key, with a person's words and a model's contract;
   the default kind is asked for by any request, every other kind by words of its own.
 * A kind added as the docs say (``tests/oneshot_kind.py``: one module, one row) that runs only when called is
