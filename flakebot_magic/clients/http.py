@@ -374,10 +374,12 @@ class HttpTool(StartedToolClient):
         cleanup()
 
     def stop(self) -> None:
+        """Stop the service on purpose: the next call starts a new one, which is not a restart."""
         with self._lock:
             was_running = self.running
             self._retire()
             self._stop_process()
+            self._process = None
             if was_running:
                 self._state(status="stopped", pid=None, url="", token="")
 
@@ -456,7 +458,9 @@ class HttpTool(StartedToolClient):
                     f"{self.contract.ready_timeout:g} s after a call timed out: it is hung, and was stopped "
                     "(the next call starts it again)\n"
                 )
-                self.stop()
+                self._retire()
+                self._stop_process()  # kept as the last start: the next one is a restart
+                self._state(status="stopped", pid=None, url="", token="")
 
         threading.Thread(target=check, name=f"flakebot-health-{self.name}", daemon=True).start()
 

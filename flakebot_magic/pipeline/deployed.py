@@ -148,11 +148,11 @@ def _after_install(tool: ToolClient, name: str, tools: Path) -> str:
     """
     if not tool.server:
         return ""
-    inventory = Inventory(tools)
-    tool.on_state = lambda **changes: inventory.update(name, **changes)
     with tool.confined():
         functions = tool.functions()
         tool.stop()
+    inventory = Inventory(tools)  # the record follows the process from the person's first call on
+    tool.on_state = lambda **changes: inventory.update(name, **changes)
     return f"{name}: {tool.kind}, {len(functions)} function(s)"
 
 

@@ -30,9 +30,9 @@ from flakebot_magic.testing.overlay import fixture_crates_buildable
 @pytest.mark.skipif(not fixture_crates_buildable(), reason="needs serde_json and tiny_http: run `make install`")
 class TestDemoService:
     def test_started_on_loopback_with_a_token(self, svc: Any) -> None:
-        # nothing of a service runs at build time: it starts at the first use
+        # the build read its operations in the sandbox and left nothing running: it starts at the first use
         assert isinstance(svc, HttpTool) and svc.kind == "http" and not svc.running
-        assert "when it first starts" in repr(svc)
+        assert "operations: add, fail, greet" in repr(svc) and "service: stopped" in repr(svc)
         svc.start()
         assert svc.running
         assert svc.base_url == f"http://127.0.0.1:{svc.port}"
