@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import textwrap
 import threading
 import time
@@ -23,6 +24,7 @@ import pytest
 
 from flakebot_magic.clients import make_tool
 from flakebot_magic.clients.contract import ToolContract
+from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.kinds import kind_of
 from flakebot_magic.config import Settings
 from flakebot_magic.host.entry import binary_digest
@@ -123,6 +125,50 @@ def hostile_script(kind: str, port: int, secret: Path) -> str:
     body = HOSTILE[kind][0]
     head = f"#!{PYTHON}\nPORT = {port}\nSECRET = {str(secret)!r}\n"
     return head + textwrap.dedent(_PROBE) + textwrap.dedent(body)
+
+
+#: an HTTP service (the contract's token, health) that answers /slow after 30 s, /drip a byte a second, the rest at
+#: once; it waits START_DELAY seconds before it listens
+SLOW_SERVICE = """
+import hmac, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+time.sleep(float(os.environ.get("START_DELAY", "0")))
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
+        if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
+            self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers(); return
+        if self.path == "/slow":
+            time.sleep(30)
+        if self.path == "/drip":  # the headers at once, then a byte a second: each read is quick, the whole is not
+            self.send_response(200); self.send_header("Content-Length", "30"); self.end_headers()
+            for _ in range(30):
+                self.wfile.write(b"x"); self.wfile.flush(); time.sleep(1)
+            return
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def script_service(tmp_path: Path, body: str, *, env: dict[str, str] | None = None, **contract: Any) -> HttpTool:
+    """An HTTP tool ``bad`` whose binary is the Python script ``body`` (on this interpreter), with ``contract``."""
+    script = tmp_path / "service"
+    script.write_text(f"#!{sys.executable}\n" + body)
+    script.chmod(0o755)
+    return HttpTool(
+        name="bad",
+        binary=script,
+        crate="bad",
+        version="0.0.1",
+        source_hash="0" * 32,
+        store_path=tmp_path,
+        contract=ToolContract(kind="http", bin="service", **contract),
+        env=env,
+    )
 
 
 def register(settings: Settings, name: str, script: str, kind: str, **contract: Any) -> ToolRecord:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kindtools import SLOW_SERVICE, script_service
 
 from flakebot_magic.clients.cli_tool import CliTool
-from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.errors import ToolError
 
@@ -35,46 +34,11 @@ LIMIT = 2.0
 BOUND = 1.5 * LIMIT
 CALLS = 8
 
-_SERVICE = """
-import hmac, os, sys, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-time.sleep(float(os.environ.get("START_DELAY", "0")))
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
-        if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
-            self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers(); return
-        if self.path == "/slow":
-            time.sleep(30)
-        if self.path == "/drip":  # the headers at once, then a byte a second: each read is quick, the whole is not
-            self.send_response(200); self.send_header("Content-Length", "30"); self.end_headers()
-            for _ in range(30):
-                self.wfile.write(b"x"); self.wfile.flush(); time.sleep(1)
-            return
-        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *args):
-        pass
-port = int(sys.argv[sys.argv.index("--port") + 1])
-ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-"""
-
 
 def _service(tmp_path: Path, *, start_delay: float = 0.0, ready_timeout: float = 10.0) -> HttpTool:
-    script = tmp_path / "service"
-    script.write_text(f"#!{sys.executable}\n" + _SERVICE)
-    script.chmod(0o755)
-    return HttpTool(
-        name="svc",
-        binary=script,
-        crate="svc",
-        version="0.0.1",
-        source_hash="0" * 32,
-        store_path=tmp_path,
-        contract=ToolContract(kind="http", bin="service", ready_timeout=ready_timeout),
-        env={"START_DELAY": str(start_delay)},
-        timeout=60.0,  # the default a loaded tool has; each test sets its own after the start
-    )
+    tool = script_service(tmp_path, SLOW_SERVICE, env={"START_DELAY": str(start_delay)}, ready_timeout=ready_timeout)
+    tool.timeout = 60.0  # the default a loaded tool has; each test sets its own after the start
+    return tool
 
 
 @pytest.fixture
