@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import StorageError
+from ..host.fsutil import load_json
 from ..host.storage import read_cache_json
 from .agents import ToolFunction, result_text
 from .base import TOOL_TIMEOUT, ToolClient
@@ -161,7 +162,7 @@ def _contract(args: argparse.Namespace) -> dict[str, Any]:
     """The contract the command line gives: ``--contract`` JSON, else the separate flags (older configs)."""
     given = {"kind": args.kind, "bin": args.binary.name, "health": args.health, "ready_timeout": args.ready_timeout}
     try:
-        data = json.loads(args.contract) if args.contract else {}
+        data = load_json(args.contract) if args.contract else {}
     except ValueError:
         raise SystemExit(
             "bridge: --contract is not JSON (it is the tool contract's JSON, as mcp_config() writes it)"
