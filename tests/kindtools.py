@@ -135,6 +135,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 time.sleep(float(os.environ.get("START_DELAY", "0")))
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def do_GET(self):
         expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
         if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):

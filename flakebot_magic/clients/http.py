@@ -65,8 +65,8 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeployError, ToolError
@@ -83,6 +83,7 @@ from .http_net import (
     deadline_transport,
     free_port,
     listening_addresses,
+    swap_deadline,
 )
 from .http_openapi import OpenApi, read_document
 from .lifecycle import LogBuffer, ToolProcess
@@ -153,9 +154,10 @@ class HttpTool(StartedToolClient):
 
     # -- lifecycle -------------------------------------------------------------
 
-    @contextmanager
-    def _turn(self, deadline: float | None, limit: float) -> Iterator[None]:
-        """Hold the lock, waiting for it no later than ``deadline`` (a call's: another call may be starting)."""
+    def _take_turn(self, deadline: float | None, limit: float) -> None:
+        """Take the lock, waiting no later than ``deadline`` (a call's: another call may be starting the service)."""
+        if self._lock.acquire(blocking=False):  # the common case: nobody starting, no deadline to reckon
+            return
         wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._lock.acquire(timeout=wait):
             raise ToolError(
@@ -164,10 +166,6 @@ class HttpTool(StartedToolClient):
                 "to start.",
                 stderr=self.logs(20),
             )
-        try:
-            yield
-        finally:
-            self._lock.release()
 
     def start(self, deadline: float | None = None) -> HttpTool:
         """Start the service (if it is not running), wait until it is healthy, read its OpenAPI.
@@ -177,7 +175,8 @@ class HttpTool(StartedToolClient):
         self.require_binary()
         lifecycle.register(self)
         limit = self.timeout if deadline is None else max(0.0, deadline - time.monotonic())
-        with self._turn(deadline, limit):
+        self._take_turn(deadline, limit)
+        try:
             if self.running and self._clients is not None:
                 return self
             if self._process is not None:
@@ -201,6 +200,8 @@ class HttpTool(StartedToolClient):
             self._state(status="running", pid=self.pid, url=url, started=time.time(), token=token)
             if self._functions is None:
                 self._read_operations(deadline)
+        finally:
+            self._lock.release()
         return self
 
     def _read_operations(self, deadline: float | None) -> None:
@@ -475,7 +476,8 @@ class HttpTool(StartedToolClient):
         limit = float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) else self.timeout
         deadline = time.monotonic() + limit
         while True:
-            with self._turn(deadline, limit):
+            self._take_turn(deadline, limit)
+            try:
                 if not self.running or self._clients is None:
                     self.start(deadline)
                 elif (
@@ -491,13 +493,15 @@ class HttpTool(StartedToolClient):
                         self.stop()
                         raise
                 clients = self._clients
+            finally:
+                self._lock.release()
             assert clients is not None
             client = clients.take(max(0.0, deadline - time.monotonic()), self.name, limit)
             if client is not None:
                 break  # else the service was restarted while this call waited: take one of the new clients
+        before = swap_deadline(deadline)  # every read and write of this call ends by its deadline
         try:
-            with call_deadline(deadline):
-                return client.request(method, path, timeout=max(0.001, deadline - time.monotonic()), **kwargs)
+            return client.request(method, path, timeout=max(0.001, deadline - time.monotonic()), **kwargs)
         except KeyboardInterrupt:
             self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
             self.stop()
@@ -508,6 +512,7 @@ class HttpTool(StartedToolClient):
                 raise
             raise error from exc
         finally:
+            swap_deadline(before)
             clients.give_back(client)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:

@@ -53,6 +53,7 @@ __all__ = [
     "free_port",
     "is_loopback",
     "listening_addresses",
+    "swap_deadline",
 ]
 
 #: the largest answer (body bytes as sent) read from a service
@@ -120,15 +121,22 @@ def capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx
 _CALL = threading.local()
 
 
+def swap_deadline(at: float | None) -> float | None:
+    """From now on every network operation of :func:`deadline_transport` on this thread ends by ``at`` (None: no
+    deadline); returns the deadline it replaces, to be put back (a plain call: the hot path has no context manager)."""
+    before: float | None = getattr(_CALL, "at", None)
+    _CALL.at = at
+    return before
+
+
 @contextmanager
 def call_deadline(at: float) -> Iterator[None]:
     """Within the block, every network operation of :func:`deadline_transport` on this thread ends by ``at``."""
-    before = getattr(_CALL, "at", None)
-    _CALL.at = at
+    before = swap_deadline(at)
     try:
         yield
     finally:
-        _CALL.at = before
+        swap_deadline(before)
 
 
 def deadline_transport(uds: str | None = None) -> httpx.BaseTransport:
@@ -192,15 +200,13 @@ def _deadline_classes() -> tuple[type[Any], ...]:
         def sleep(self, seconds: float) -> None:
             self.inner.sleep(seconds)
 
-    @contextmanager
-    def mapped(request: httpx.Request) -> Iterator[None]:
-        """httpcore's errors as httpx's of the same name (what httpx's own transport raises)."""
-        try:
-            yield
-        except httpcore.TimeoutException as exc:
-            raise getattr(httpx, type(exc).__name__, httpx.TimeoutException)(str(exc), request=request) from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError) as exc:
-            raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc), request=request) from exc
+    core_errors = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError)
+
+    def mapped(exc: Exception, request: httpx.Request) -> Exception:
+        """httpcore's error as httpx's of the same name (what httpx's own transport raises)."""
+        fallback = httpx.TimeoutException if isinstance(exc, httpcore.TimeoutException) else httpx.TransportError
+        error: Exception = getattr(httpx, type(exc).__name__, fallback)(str(exc), request=request)
+        return error
 
     class Body(httpx.SyncByteStream):
         def __init__(self, answer: httpcore.Response, request: httpx.Request) -> None:
@@ -208,12 +214,16 @@ def _deadline_classes() -> tuple[type[Any], ...]:
             self.request = request
 
         def __iter__(self) -> Iterator[bytes]:
-            with mapped(self.request):
+            try:
                 yield from self.answer.iter_stream()
+            except core_errors as exc:
+                raise mapped(exc, self.request) from exc
 
         def close(self) -> None:
-            with mapped(self.request):
+            try:
                 self.answer.close()
+            except core_errors as exc:
+                raise mapped(exc, self.request) from exc
 
     class Transport(httpx.BaseTransport):
         def __init__(self, uds: str | None) -> None:
@@ -221,7 +231,7 @@ def _deadline_classes() -> tuple[type[Any], ...]:
 
         def handle_request(self, request: httpx.Request) -> httpx.Response:
             url = request.url
-            with mapped(request):
+            try:
                 answer = self.pool.handle_request(
                     httpcore.Request(
                         method=request.method,
@@ -231,6 +241,8 @@ def _deadline_classes() -> tuple[type[Any], ...]:
                         extensions=request.extensions,
                     )
                 )
+            except core_errors as exc:
+                raise mapped(exc, request) from exc
             return httpx.Response(
                 status_code=answer.status,
                 headers=answer.headers,

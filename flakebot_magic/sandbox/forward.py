@@ -29,51 +29,73 @@ __all__ = ["FORWARDER", "forwarder_command"]
 
 #: the forwarder's source: argv is (listening fd, port, the service's argv...); stdlib only, run with -I -S
 FORWARDER = r"""
-import os, signal, socket, subprocess, sys, threading
+import os, selectors, signal, socket, subprocess, sys
 listener = socket.socket(fileno=int(sys.argv[1]))
+listener.setblocking(False)
 port = int(sys.argv[2])
 service = subprocess.Popen(sys.argv[3:], close_fds=True)
 for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(number, lambda signum, frame: service.send_signal(signum))
+# one thread, one selector: no thread waits for another's turn at the interpreter
+watch = selectors.DefaultSelector()
+watch.register(listener, selectors.EVENT_READ, None)
+try:
+    ended = os.pidfd_open(service.pid)
+    watch.register(ended, selectors.EVENT_READ, None)
+except (AttributeError, OSError):
+    ended = None
+peers = {}
 
-def pump(source, sink):
-    try:
-        while True:
-            data = source.recv(65536)
+def drop(sock):
+    for one in (sock, peers.pop(sock, None)):
+        if one is not None:
+            peers.pop(one, None)
+            try:
+                watch.unregister(one)
+            except (KeyError, ValueError):
+                pass
+            one.close()
+
+while True:
+    for key, _ in watch.select(None if ended is not None else 0.5):
+        if key.fileobj is listener:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            try:
+                inside = socket.create_connection(("127.0.0.1", port))
+            except OSError:
+                client.close()
+                continue
+            inside.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for one, other in ((client, inside), (inside, client)):
+                one.setblocking(False)
+                peers[one] = other
+                watch.register(one, selectors.EVENT_READ, None)
+        elif key.fileobj is ended:
+            status = service.wait()
+            os._exit(128 - status if status < 0 else status)
+        elif key.fileobj in peers:
+            source = key.fileobj
+            try:
+                data = source.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
             if not data:
-                break
-            sink.sendall(data)
-    except OSError:
-        pass
-    try:
-        sink.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-
-def join(client):
-    try:
-        inside = socket.create_connection(("127.0.0.1", port))
-    except OSError:
-        client.close()
-        return
-    back = threading.Thread(target=pump, args=(inside, client), daemon=True)
-    back.start()
-    pump(client, inside)
-    back.join()
-    client.close()
-    inside.close()
-
-def accept():
-    while True:
-        try:
-            client, _ = listener.accept()
-        except OSError:
-            return
-        threading.Thread(target=join, args=(client,), daemon=True).start()
-
-threading.Thread(target=accept, daemon=True).start()
-status = service.wait()
-os._exit(status if status >= 0 else 128 - status)
+                drop(source)
+                continue
+            sink = peers[source]
+            try:
+                sink.setblocking(True)
+                sink.sendall(data)
+                sink.setblocking(False)
+            except OSError:
+                drop(source)
+    if ended is None and service.poll() is not None:
+        os._exit(128 - service.returncode if service.returncode < 0 else service.returncode)
 """
 
 
