@@ -254,7 +254,7 @@ class HttpTool(StartedToolClient):
             return httpx.Client(
                 base_url=base_url,
                 headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
-                timeout=self.contract.ready_timeout,  # a call passes its own (what is left of its time limit)
+                timeout=None,  # a call's deadline bounds each of its operations; the start's checks pass their own
                 trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
                 transport=capped_transport(
                     self._transport or deadline_transport(launch.uds), self.max_response, self.name
@@ -501,7 +501,8 @@ class HttpTool(StartedToolClient):
                 break  # else the service was restarted while this call waited: take one of the new clients
         before = swap_deadline(deadline)  # every read and write of this call ends by its deadline
         try:
-            return client.request(method, path, timeout=max(0.001, deadline - time.monotonic()), **kwargs)
+            # no per-request timeout to build: every connect, read and write is held to the deadline below it
+            return client.request(method, path, **kwargs)
         except KeyboardInterrupt:
             self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
             self.stop()
