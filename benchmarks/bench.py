@@ -776,6 +776,15 @@ def clients_bench(registry: str, runs: int = 400) -> dict[str, float]:
             http_new = _p50_ms(lambda: httpx.get(url, headers=headers, trust_env=False).json(), max(runs // 4, 50))
         finally:
             raw.close()
+        # confined (issue 33): in the sandbox, its own network namespace, reached through a Unix socket, beside
+        # the same call unconfined, alternated in one loop
+        with svc.confined():
+            for _ in range(200):
+                svc.greet(name="a")
+            confined_ms = _p50_ms(lambda: svc.greet(name="a"), runs * 2)
+        for _ in range(200):
+            svc.greet(name="a")
+        unconfined_ms = _p50_ms(lambda: svc.greet(name="a"), runs * 2)
         stop_all()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -788,6 +797,8 @@ def clients_bench(registry: str, runs: int = 400) -> dict[str, float]:
         "http_p50_ms": http_tool_ms,
         "http_raw_ms": http_raw_ms,
         "http_new_ms": http_new,
+        "http_confined_ms": confined_ms,
+        "http_unconfined_ms": unconfined_ms,
         "cli_cpu_ms": PAIR_CPU_MS["cli"][0],
         "cli_raw_cpu_ms": PAIR_CPU_MS["cli"][1],
         "http_cpu_ms": PAIR_CPU_MS["http"][0],
@@ -819,6 +830,12 @@ def _client_rows(results: dict[str, dict[str, object]]) -> list[tuple[str, str, 
             f"caller per call: {c['http_cpu_ms']:.3f} / {c['http_raw_cpu_ms']:.3f} ms = "
             f"{c['http_cpu_ms'] / c['http_raw_cpu_ms']:.2f}x)",
             "<= 1.05x raw (issue 23)",
+        ),
+        (
+            "HTTP call confined (sandbox, own network, through a Unix socket and its forwarder) / unconfined (p50)",
+            f"{c['http_confined_ms']:.3f} ms / {c['http_unconfined_ms']:.3f} ms = "
+            f"**{c['http_confined_ms'] / c['http_unconfined_ms']:.2f}x**",
+            "measured (issue 33)",
         ),
     ]
 

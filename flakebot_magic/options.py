@@ -468,7 +468,7 @@ OPTIONS: tuple[Option, ...] = (
         "confine_tools",
         bool,
         False,
-        "run deployed CLI and MCP tools in the sandbox too (no network, no "
+        "run deployed tools of every kind in the sandbox too (no network, not even loopback; no "
         "files outside a scratch dir); off: a tool runs as you, like any program you install",
         group=_LIMITS,
     ),

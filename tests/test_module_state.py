@@ -49,6 +49,8 @@ ALLOWED: dict[str, str] = {
     "sandbox/limits.py:_PARENTS": "each controller's cgroup found at first use (the process's own cgroup does not move)",
     "sandbox/cargo.py:_HOME_LOCK": "serialises making a CARGO_HOME (no state)",
     "records/steering.py:_counter_lock": "serialises the steering message counter (no state)",
+    "clients/http_net.py:_CALL": "a thread-local: the deadline of the HTTP call this thread is making, set and "
+    "restored by call_deadline around it (one float per thread, gone with the thread)",
     "eval/pytest_plugin.py:_outcomes": "the hidden tests' outcomes of the one pytest run this plugin lives in",
     # -- probes of the host, kept while what they probed is unchanged (host/probes.py), bounded -------------
     "sandbox/host.py:_BWRAP_PROBES": "bubblewrap's answer per binary identity (path, inode, mtime); failures 30 s",
@@ -56,6 +58,7 @@ ALLOWED: dict[str, str] = {
     "sandbox/seccomp.py:_FILTERS": "the compiled filter (fixed inputs), built again when its file is gone",
     "backends/nix_sandbox.py:_SANDBOX_PROBES": "nix's sandbox answer per executable and nix.conf identity",
     # -- pure memos (the answer depends on the arguments alone) ----------------------------------------------
+    "clients/http_net.py:_deadline_classes": "cache: the deadline transport's classes, made once (no state)",
     "server/dashboard.py:templates": "cache: the Jinja2 environment of the package's own templates (one object)",
     "host/environment.py:_allowed": "lru_cache(4096): whether a variable name passes the allowlist (pure, bounded)",
     "host/environment.py:_PASSED": "the allowlisted part of os.environ per rule (two), kept while os.environ is unchanged",

@@ -3,6 +3,8 @@
 A leaf layer: it imports only foundation modules (errors, process, sandbox,
 provenance, inventory, fsutil), never a stage, the pipeline or a front door.
 
+* :mod:`.kinds`: the table of tool kinds (``KINDS``: each kind's client class, whose attributes are its
+  behaviour); no other module compares kind names.
 * :mod:`.contract`: ``[package.metadata.flakebot]``, read and checked
   (:func:`~.contract.read_contract`).
 * :mod:`.factory`: the client of a tool, by its kind (:func:`make_tool`,

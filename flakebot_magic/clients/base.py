@@ -1,99 +1,99 @@
-"""What every deployed tool object has: provenance, its functions, the views agents use, its display.
+"""What every deployed tool object has: provenance, its kind, its functions, the views agents use, its display.
 
-:class:`ToolClient` is the base of the CLI, MCP and HTTP clients. A subclass
-says which :class:`~flakebot_magic.clients.agents.ToolFunction` objects it
-offers (:meth:`ToolClient.functions`); everything agent-facing is derived
-from them: ``openai_tools()``, ``call(tool_call)``, ``usage()``,
-``mcp_config()``, and the notebook display. What a tool says about itself (its
-description, help, function descriptions, logs) is made safe to show where
-the client takes it in (:mod:`flakebot_magic.untrusted`); what a call returns
-is data, as the tool wrote it.
+:class:`ToolClient` is the base of the clients of every tool kind (the table
+:data:`~flakebot_magic.clients.kinds.KINDS`: command-line tools, MCP servers,
+HTTP services). Its class attributes are the kind's row: its name in the
+contract (:attr:`ToolClient.kind`), whether it is a long-running server
+(:attr:`ToolClient.server`), how it is named to a person and described to a
+model, which requests ask for it. A subclass says which
+:class:`~flakebot_magic.clients.agents.ToolFunction` objects it offers
+(:meth:`ToolClient.functions`); everything agent-facing is derived from them:
+``openai_tools()``, ``call(tool_call)``, ``usage()``, ``mcp_config()``, and the
+notebook display. What a tool says about itself (its description, help,
+function descriptions, logs) is made safe to show where the client takes it
+in (:mod:`flakebot_magic.untrusted`); what a call returns is data, as the tool
+wrote it.
+
+Every kind starts its process in the sandbox (:class:`Confinement`) whenever
+:attr:`ToolClient.confined_now` says so: what flakebot runs on its own account
+(the ``--help`` probe, acceptance examples, the judge, eval's hidden checks, a
+build reading a server's functions) and every call with ``confine_tools``.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..commands import typed
 from ..errors import ToolError
 from ..host.entry import runnable_damage
 from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
-from ..host.process import allowed_env
-from ..host.trees import remove_tree
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
-from ..sandbox import Sandbox
 from ..untrusted import not_math, safe_html, safe_text
 from .agents import ToolFunction, agent_name, openai_tool, parse_tool_call, result_text
+from .confine import Confinement, tool_environment
 from .schema import prepare_arguments
 
 #: seconds one call of a tool may take, unless the caller says otherwise (the option's default)
 TOOL_TIMEOUT: float = option("tool_timeout").default
 
-__all__ = ["Confinement", "StartedToolClient", "ToolClient", "bridge_command", "tool_environment"]
+__all__ = [
+    "DEFAULT_HEALTH",
+    "DEFAULT_KIND",
+    "DEFAULT_READY_TIMEOUT",
+    "Confinement",
+    "StartedToolClient",
+    "ToolClient",
+    "ToolContract",
+    "bridge_command",
+    "tool_environment",
+]
 
-_KIND_WORDS = {"cli": "command-line tool", "mcp": "MCP server (stdio)", "http": "HTTP service"}
-
-
-def tool_environment(*extras: Mapping[str, str] | None) -> dict[str, str]:
-    """The whole environment a deployed tool starts with: the allowlist, ``HOME``, then ``extras``.
-
-    The allowlist is :func:`flakebot_magic.host.process.allowed_env` (``PATH``,
-    ``LANG``, ``LC_*``, ``TZ`` ...). A deployed tool runs as the user, so it
-    gets the user's ``HOME`` (a path, not a secret). Nothing else of the
-    kernel's environment passes (no API key, no ``DATABASE_URL``): what a tool
-    needs beyond that, the user gives explicitly (the ``tool_env`` setting,
-    ``tool(..., env={...})``), later mappings winning.
-    """
-    env = allowed_env(home=os.environ.get("HOME"))
-    for mapping in extras:
-        if mapping:
-            env.update({str(k): str(v) for k, v in mapping.items()})
-    return env
+#: the kind of a crate whose contract names none (its row is in :data:`~flakebot_magic.clients.kinds.KINDS`)
+DEFAULT_KIND = "cli"
+DEFAULT_HEALTH = "/health"
+DEFAULT_READY_TIMEOUT = 10.0
 
 
-class Confinement:
-    """A deployed tool run inside the sandbox: a private scratch dir, the store entry read-only.
+@dataclass(frozen=True)
+class ToolContract:
+    """How to run a deployed tool: its kind, its binary, and (servers) how it starts.
 
-    Used for what flakebot runs on its own initiative (the ``--help`` probe,
-    acceptance examples) and, with the ``confine_tools`` setting, for every
-    call. The scratch dir is the only writable directory and the working
-    directory: inside, a tmpfs capped at the sandbox's ``tmp_bytes`` (the files flakebot put there, an
-    input text, bound read-only into it), so a tool fills no disk; :meth:`close` removes it.
+    Read from Cargo.toml by :func:`~flakebot_magic.clients.contract.read_contract`, the one reader.
     """
 
-    def __init__(self, binary: Path, store_path: Path) -> None:
-        self.scratch = Path(tempfile.mkdtemp(prefix="flakebot-tool-"))
-        # the store entry and the binary (a nix tool's libraries are in /nix/store: the sandbox then shows it)
-        visible = {Path(store_path).resolve(), Path(binary).resolve().parent}
-        self.sandbox: Sandbox = Sandbox(
-            self.scratch, read_only=tuple(sorted(visible)), cargo_home=self.scratch / ".cargo-home", scratch=True
+    kind: str = DEFAULT_KIND
+    bin: str = ""
+    health: str = DEFAULT_HEALTH
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+
+    def __str__(self) -> str:
+        return f'kind = "{self.kind}", bin = "{self.bin}"'
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None, default_bin: str = "") -> ToolContract:
+        """Read a stored contract (already checked at deploy); an entry without one is of the default kind."""
+        if not data:
+            return cls(kind=DEFAULT_KIND, bin=default_bin)
+        return cls(
+            kind=str(data.get("kind") or DEFAULT_KIND),
+            bin=str(data.get("bin") or default_bin),
+            health=str(data.get("health") or DEFAULT_HEALTH),
+            ready_timeout=float(data.get("ready_timeout") or DEFAULT_READY_TIMEOUT),
         )
-
-    def command(self, argv: list[str], timeout: float | None = None) -> list[str]:
-        """``argv`` in the sandbox; ``timeout``: the call's wall seconds, which its CPU limit follows."""
-        return self.sandbox.command(argv, timeout=timeout)
-
-    def env(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
-        """The sandbox's environment plus ``extras`` (what the user passed explicitly)."""
-        env = self.sandbox.env()
-        for mapping in extras:
-            env.update({str(k): str(v) for k, v in (mapping or {}).items()})
-        return env
-
-    def close(self) -> None:
-        """Remove the scratch dir and the sandbox's process-count cgroups (after the process ended)."""
-        self.sandbox.release()
-        remove_tree(self.scratch, ignore_errors=True)
 
 
 class ToolClient:
@@ -130,9 +130,29 @@ class ToolClient:
         The cache dir whose tool inventory holds it (default: its store
         entry). Its process is known by home and name, so a tool of the
         same name in another cache dir never shares or stops it.
+    contract
+        Its tool contract (default: its kind's, with ``binary``'s name).
+
+    A subclass is a tool kind: its class attributes below are the kind's row
+    in :data:`~flakebot_magic.clients.kinds.KINDS` (docs/ARCHITECTURE.md, "Adding a tool kind").
     """
 
-    kind = "cli"
+    #: the kind's name: ``kind = "..."`` in the tool contract, its key in the table, the inventory's ``kind``
+    kind: ClassVar[str] = ""
+    #: a long-running process, started, watched, stopped and restarted (an MCP server, an HTTP service);
+    #: False: the tool runs only while it is called, and there is nothing to start or stop
+    server: ClassVar[bool] = False
+    #: the kind in a person's words, as a title ("HTTP service") and in a sentence ("an HTTP service")
+    noun: ClassVar[str] = "tool"
+    a_noun: ClassVar[str] = "a tool"
+    #: what a model is told a tool of this kind must do (the edit loop's system prompt)
+    contract_text: ClassVar[str] = ""
+    #: the words by which a request asks for this kind; None: the default kind, which any request may get
+    asked_by: ClassVar[re.Pattern[str] | None] = None
+    #: MCP clients reach it through flakebot's bridge (False: it speaks MCP itself)
+    bridged: ClassVar[bool] = True
+    #: it answers HTTP while it runs: the Jupyter server's proxy may forward to it
+    proxied: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -150,9 +170,12 @@ class ToolClient:
         env: Mapping[str, str] | None = None,
         confine: bool = False,
         home: Path | str | None = None,
+        contract: ToolContract | None = None,
     ) -> None:
         self.name = name
         self.binary = Path(binary)
+        #: how it runs: its kind, its binary and (a server) its start
+        self.contract = contract or ToolContract(kind=self.kind, bin=self.binary.name)
         self.crate = crate
         self.version = version
         self.source_hash = source_hash
@@ -175,6 +198,8 @@ class ToolClient:
         self._env_kept: tuple[object, tuple[Any, ...], dict[str, str]] | None = None
         self._confined_depth = 0
         self._confined_lock = threading.Lock()
+        #: a server ran when the outermost :meth:`confined` block began (it runs again after it)
+        self._ran_before = False
         #: the acceptance examples' results, when the cell had examples
         self.acceptance: Any = None
         #: called as ``on_state(status=..., pid=..., url=...)`` when the tool's process starts or
@@ -199,15 +224,18 @@ class ToolClient:
     def confined(self) -> Iterator[ToolClient]:
         """Within the block, the tool runs in the sandbox (what acceptance examples use).
 
-        A running server is restarted on entry and on exit, so the block gets
-        a confined process and later calls an ordinary one again (running
-        after the block if it ran before or within it).
+        A server running on entry is restarted confined; on exit the confined
+        one is stopped, and the ordinary one started again only if one ran
+        before the block (the person's). A server the block alone started is
+        never started again outside the sandbox on flakebot's account: the
+        person's next call starts it.
         """
         with self._confined_lock:
             self._confined_depth += 1
             first = self._confined_depth == 1
         if first and not self.confine:
-            self._confinement_changed()
+            self._ran_before = self.running
+            self._confinement_changed(restart=self._ran_before)
         try:
             yield self
         finally:
@@ -215,10 +243,15 @@ class ToolClient:
                 self._confined_depth -= 1
                 last = self._confined_depth == 0
             if last and not self.confine:
-                self._confinement_changed()
+                self._confinement_changed(restart=self._ran_before)
 
-    def _confinement_changed(self) -> None:
-        """Processes started before no longer match :attr:`confined_now`: a server restarts."""
+    def _confinement_changed(self, restart: bool) -> None:
+        """Processes started before no longer match :attr:`confined_now`: a server stops (and starts again
+        with the new confinement when ``restart``)."""
+        if self.running:
+            self.stop()
+        if restart:
+            self.start()
 
     def _environment(self, *extras: Mapping[str, str] | None) -> dict[str, str]:
         """The unconfined environment of a start: the allowlist, ``tool_env``, then ``extras`` (a new dict).
@@ -253,6 +286,10 @@ class ToolClient:
     def running(self) -> bool:
         """True while the tool's own process runs (always False for a CLI tool)."""
         return False
+
+    def start(self) -> ToolClient:
+        """Start the tool's process; a tool that runs only while called (not a :attr:`server`) has none."""
+        return self
 
     def require_binary(self) -> None:
         """Raise :class:`~flakebot_magic.errors.ToolError` when the binary is gone or its store entry is no longer
@@ -380,8 +417,7 @@ class ToolClient:
 
     def usage(self) -> str:
         """Markdown: what the tool does, and each function with an example."""
-        kind = _KIND_WORDS.get(self.kind, self.kind)
-        lines = [f"### `{self.name}`: {self.crate} {self.version} ({kind})", ""]
+        lines = [f"### `{self.name}`: {self.crate} {self.version} ({self.noun})", ""]
         if self.description:
             lines += [self.description, ""]
         for fn in self.functions().values():
@@ -474,9 +510,8 @@ def bridge_command(tool: ToolClient) -> dict[str, Any]:
         "--timeout",
         f"{tool.timeout:g}",
     ]
-    contract = getattr(tool, "contract", None)
-    if contract is not None and tool.kind == "http":
-        args += ["--health", contract.health, "--ready-timeout", f"{contract.ready_timeout:g}"]
+    # how it starts (a server's health path, its start deadline)
+    args += ["--contract", json.dumps(tool.contract.to_json(), sort_keys=True)]
     return {"command": sys.executable, "args": [*args, str(tool.binary)], "env": {}}
 
 
@@ -486,6 +521,7 @@ class StartedToolClient(ToolClient):
     Its functions are attributes too: ``calc.add(a=1, b=2)``.
     """
 
+    server = True
     #: what one of its functions is called in error messages
     member = "function"
     _functions: dict[str, ToolFunction] | None = None

@@ -1,7 +1,7 @@
-"""Serve a deployed command-line tool or HTTP service over MCP (stdio), so MCP clients can use it too.
+"""Serve a deployed tool of any kind that does not speak MCP itself over MCP (stdio), so MCP clients can use it too.
 
-An ``mcp`` tool is already an MCP server; for the other kinds
-``tool.mcp_config()`` names this bridge::
+An ``mcp`` tool is already an MCP server; for the other kinds (those the
+table marks ``bridged``) ``tool.mcp_config()`` names this bridge::
 
     python -m flakebot_magic.clients.bridge --name md --kind cli /path/to/bin/pulldown-cmark
 
@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import StorageError
+from ..host.fsutil import load_json
 from ..host.storage import read_cache_json
 from .agents import ToolFunction, result_text
 from .base import TOOL_TIMEOUT, ToolClient
-from .contract import KINDS
 from .factory import make_tool
 from .jsonrpc import (
     INVALID_PARAMS,
@@ -47,12 +47,10 @@ from .jsonrpc import (
     serve_lines,
     tool_result,
 )
+from .kinds import KINDS
 from .schema import sentence
 
 __all__ = ["instructions", "main", "serve", "server_info"]
-
-
-_KIND_WORDS = {"cli": "a command-line program", "http": "an HTTP service"}
 
 
 def server_info(tool: ToolClient) -> dict[str, Any]:
@@ -66,7 +64,7 @@ def server_info(tool: ToolClient) -> dict[str, Any]:
 
 def instructions(tool: ToolClient) -> str:
     """What the server offers, in words any client can use (no Python)."""
-    what = _KIND_WORDS.get(tool.kind, "a program")
+    what = tool.a_noun
     lines = [f"{tool.crate} {tool.version}: {sentence(tool.description) or '(no description)'}".strip()]
     lines.append(
         f"This server runs {what} built from the Rust crate {tool.crate}; each tool below calls it once. "
@@ -160,14 +158,36 @@ def _manifest(binary: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _contract(args: argparse.Namespace) -> dict[str, Any]:
+    """The contract the command line gives: ``--contract`` JSON, else the separate flags (older configs)."""
+    given = {"kind": args.kind, "bin": args.binary.name, "health": args.health, "ready_timeout": args.ready_timeout}
+    try:
+        data = load_json(args.contract) if args.contract else {}
+    except ValueError:
+        raise SystemExit(
+            "bridge: --contract is not JSON (it is the tool contract's JSON, as mcp_config() writes it)"
+        ) from None
+    if isinstance(data, dict):
+        given.update({k: v for k, v in data.items() if k in given and v is not None})
+    kind = KINDS.get(str(given["kind"]))
+    if kind is None or not kind.bridged:
+        served = ", ".join(name for name, each in KINDS.items() if each.bridged)
+        raise SystemExit(
+            f"bridge: it serves a tool of kind {served}, not {given['kind']!r} (an MCP server runs itself)"
+        )
+    return given
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m flakebot_magic.clients.bridge",
-        description="Serve a flakebot tool (cli or http) over MCP on stdio.",
+        description="Serve a flakebot tool (of a kind that does not speak MCP itself) over MCP on stdio.",
     )
+    bridged = [name for name, kind in KINDS.items() if kind.bridged]
     parser.add_argument("binary", type=Path, help="the deployed tool's executable")
     parser.add_argument("--name", required=True, help="the tool's name")
-    parser.add_argument("--kind", choices=[k for k in KINDS if k != "mcp"], default="cli")
+    parser.add_argument("--kind", choices=bridged, default=bridged[0])
+    parser.add_argument("--contract", default="", help="the tool contract as JSON (its kind, health path, ...)")
     parser.add_argument("--timeout", type=float, default=TOOL_TIMEOUT, help="seconds allowed per call")
     parser.add_argument("--health", default="/health", help="http: the readiness path")
     parser.add_argument("--ready-timeout", type=float, default=10.0, help="http: seconds allowed to start")
@@ -181,12 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source_hash=str(manifest.get("hash") or ""),
         store_path=args.binary.parent.parent,
         provenance=manifest,
-        contract={
-            "kind": args.kind,
-            "bin": args.binary.name,
-            "health": args.health,
-            "ready_timeout": args.ready_timeout,
-        },
+        contract=_contract(args),
         timeout=args.timeout,
         start=False,
     )

@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -38,7 +39,7 @@ from ..host.process import spawn, start_call
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
-from .cli_tool_help import CliArgument, CliOption, CliSpec, help_of, parse_help, reads_stdin
+from .cli_tool_help import CliArgument, CliOption, CliSpec, as_text, help_of, parse_help, reads_stdin
 from .schema import sentence
 
 __all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
@@ -106,6 +107,13 @@ class CliTool(ToolClient):
     """
 
     kind = "cli"
+    server = False  # it runs only while called: a process per call, confined when ``confined_now`` says so
+    noun, a_noun = "command-line tool", "a command-line tool"
+    contract_text = (
+        "A cli tool takes its input from arguments or standard input and prints its result to standard "
+        "output. Its --help must exit 0 and describe the usage; if it reads standard input, its help "
+        'must say "standard input".'
+    )
 
     def __init__(self, *args: Any, _help: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -261,12 +269,12 @@ class CliTool(ToolClient):
         tail: list[str] = []
         for key, value in options.items():
             if key in by_name:
-                argv += _option_argv(by_name[key], value)
+                argv += by_name[key].argv(value)
             elif key in positional:
                 if value is None:
                     continue
                 values = value if isinstance(value, (list, tuple)) else [value]
-                tail += [_text(v) for v in values]
+                tail += [as_text(v) for v in values]
             else:
                 names = sorted([*by_name, *positional])
                 known = ", ".join(names) or "none: its --help could not be parsed"
@@ -279,7 +287,7 @@ class CliTool(ToolClient):
                 raise ToolArgumentError(
                     f"{self.name}() got an unexpected keyword argument {key!r}: {hint} Its options are: {known}."
                 )
-        argv += [_text(a) for a in args]
+        argv += [as_text(a) for a in args]
         if any(t.startswith("-") for t in tail):
             tail.insert(0, "--")
         return argv + tail
@@ -299,6 +307,7 @@ class CliTool(ToolClient):
         default the tool is asked for plain text and escapes are stripped.
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
+        limit = self.timeout if timeout is None else timeout
         confined = self.confined_now
         if confined or self.entry is not None:  # a store entry: checked every call (stats while unchanged)
             self.require_binary()
@@ -316,7 +325,9 @@ class CliTool(ToolClient):
         if any(isinstance(item, bytes) for item in items):
             raise TypeError(f"{self.name}(): bytes go to standard input as input=b'...', not as a later argument.")
         text_file = self._text_for_file(items) if input is None and not options else None
-        limit = self.timeout if timeout is None else timeout
+        # the call from here: the sandbox's start, the input file, the run (a first call's --help probe is the
+        # probe's own, with its own limit: clients/cli_tool_help.help_of)
+        deadline = time.monotonic() + limit
         confinement = Confinement(self.binary, self.store_path) if confined else None
         scratch = None
         try:
@@ -326,7 +337,7 @@ class CliTool(ToolClient):
                 path = scratch / "input.txt"
                 path.write_text(items[0], encoding="utf-8")
                 items[0] = str(path) if confinement is None else path.name
-            argv = self.argv(*items, **options) if options else [_text(a) for a in items]
+            argv = self.argv(*items, **options) if options else [as_text(a) for a in items]
             data = input.encode() if isinstance(input, str) else input
             command = [str(self.binary), *argv]
             plain = {} if raw else PLAIN_ENV
@@ -351,7 +362,7 @@ class CliTool(ToolClient):
                     f"{typed(f'rebuild {self.name}')} builds it again.",
                     returncode=None,
                 )
-            out = self._exchange(proc, data or b"", limit, items)
+            out = self._exchange(proc, data or b"", limit, items, deadline)
             return out if raw else strip_ansi(out)
         finally:
             if confinement is not None:
@@ -378,10 +389,13 @@ class CliTool(ToolClient):
             return None
         return text
 
-    def _exchange(self, proc: Started, data: bytes, limit: float, items: Sequence[Any] = ()) -> str:
+    def _exchange(
+        self, proc: Started, data: bytes, limit: float, items: Sequence[Any] = (), deadline: float | None = None
+    ) -> str:
+        """Run the started call ``proc`` until ``deadline`` (default: ``limit`` s from now)."""
         exchange = Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
         try:
-            out, err = exchange.run(data, limit)
+            out, err = exchange.run(data, limit if deadline is None else deadline - time.monotonic())
         except subprocess.TimeoutExpired:
             stop_group(proc)
             exchange.close()
@@ -572,29 +586,3 @@ def _is_path(text: str) -> bool:
         return os.path.exists(text)
     except (OSError, ValueError):
         return False
-
-
-def _text(value: Any) -> str:
-    return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-
-
-def _option_argv(option: CliOption, value: Any) -> list[str]:
-    if value is None or value is False:
-        return []
-    flag = option.flag
-    if not option.takes_value:
-        count = value if isinstance(value, int) and not isinstance(value, bool) else 1
-        return [flag] * max(count, 0)
-    if value is True and option.value_optional:
-        return [flag]
-    values = value if isinstance(value, (list, tuple)) else [value]
-    out: list[str] = []
-    for item in values:
-        text = "true" if item is True else "false" if item is False else _text(item)
-        if option.choices and text not in option.choices:
-            raise ValueError(f"{option.name} must be one of {', '.join(map(repr, option.choices))}, not {text!r}")
-        if option.value_optional or (text.startswith("-") and flag.startswith("--")):
-            out.append(f"{flag}={text}")
-        else:
-            out += [flag, text]
-    return out

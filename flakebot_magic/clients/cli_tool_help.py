@@ -9,6 +9,7 @@ arguments. :func:`help_of` runs the probe: ``--help`` (else ``-h``), confined.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -20,9 +21,14 @@ from ..host.process import spawn
 from .base import Confinement
 from .schema import python_name
 
-__all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "help_of", "parse_help", "reads_stdin"]
+__all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "as_text", "help_of", "parse_help", "reads_stdin"]
 
 _STDIN_HINT = re.compile(r"standard input|\bstdin\b|from input|reads? (?:from )?(?:the )?input", re.I)
+
+
+def as_text(value: Any) -> str:
+    """A call's argument as a command-line word (a path as its path)."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
 
 
 def reads_stdin(help_text: str) -> bool:
@@ -55,6 +61,28 @@ class CliOption:
         """The flag to pass: the long one when there is one."""
         longs = [f for f in self.flags if f.startswith("--")]
         return longs[0] if longs else self.flags[0]
+
+    def argv(self, value: Any) -> list[str]:
+        """The command-line words that give this option ``value`` (a keyword argument of a call)."""
+        if value is None or value is False:
+            return []
+        flag = self.flag
+        if not self.takes_value:
+            count = value if isinstance(value, int) and not isinstance(value, bool) else 1
+            return [flag] * max(count, 0)
+        if value is True and self.value_optional:
+            return [flag]
+        values = value if isinstance(value, (list, tuple)) else [value]
+        out: list[str] = []
+        for item in values:
+            text = "true" if item is True else "false" if item is False else as_text(item)
+            if self.choices and text not in self.choices:
+                raise ValueError(f"{self.name} must be one of {', '.join(map(repr, self.choices))}, not {text!r}")
+            if self.value_optional or (text.startswith("-") and flag.startswith("--")):
+                out.append(f"{flag}={text}")
+            else:
+                out += [flag, text]
+        return out
 
 
 @dataclass(frozen=True)

@@ -3,23 +3,23 @@
 ::
 
     [package.metadata.flakebot]
-    kind = "mcp"          # "cli" (the default), "mcp" or "http"
+    kind = "mcp"          # a tool kind: a key of clients/kinds.KINDS ("cli", the default, "mcp", "http")
     bin = "demo-mcp"      # which binary target is the tool (default: the crate's main binary)
-    health = "/health"    # http only: the readiness path (default "/health")
-    ready_timeout = 10    # http and mcp: seconds allowed to start (default 10)
+    health = "/health"    # a service: the readiness path (default "/health")
+    ready_timeout = 10    # a server: seconds allowed to start (default 10)
 
-A crate with a binary and no such table is a ``cli`` tool. This module is
+A crate with a binary and no such table is of the default kind (a ``cli`` tool). This module is
 the one reader of the table: the edit loop asks it whether the model's
 manifest will deploy, the deploy stage asks it which client to give. See
 ``docs/tool-contract.md`` for what each kind must do.
 
 The API:
 
-* :data:`KINDS`, :data:`KEYS` and the ``DEFAULT_*`` constants;
+* :data:`KINDS` (the table of tool kinds, :mod:`.kinds`), :data:`KEYS` and the ``DEFAULT_*`` constants;
 * :func:`read_contract` ``(source, binaries=(), main="", *, required=False)
   -> ToolContract``, raising :class:`~flakebot_magic.errors.DeployError`
   with a message that says what is wrong and how to fix it;
-* :class:`ToolContract`, frozen, with ``to_json()`` / ``from_json()`` (the
+* :class:`ToolContract` (defined in :mod:`.base`), frozen, with ``to_json()`` / ``from_json()`` (the
   store manifest's ``"contract"``) and ``str()`` (``kind = "cli", bin = "x"``).
 
 Examples
@@ -33,12 +33,13 @@ ToolContract(kind='cli', bin='demo', health='/health', ready_timeout=10.0)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DeployError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
+from .base import DEFAULT_HEALTH, DEFAULT_KIND, DEFAULT_READY_TIMEOUT, ToolContract
+from .kinds import KINDS
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -52,50 +53,17 @@ __all__ = [
     "read_contract",
 ]
 
-#: the tool kinds a contract may name
-KINDS = ("cli", "mcp", "http")
-DEFAULT_KIND = "cli"
-DEFAULT_HEALTH = "/health"
-DEFAULT_READY_TIMEOUT = 10.0
 #: where the contract lives in Cargo.toml
 TABLE = "[package.metadata.flakebot]"
 #: every key the table may hold, and what it means (other keys are ignored)
 KEYS = {
-    "kind": f"one of {', '.join(KINDS)} (default {DEFAULT_KIND})",
+    "kind": f"one of {', '.join(KINDS)} (default {DEFAULT_KIND}): {', '.join(k.a_noun for k in KINDS.values())}",
     "bin": "the binary target that is the tool (default: the crate's main binary)",
-    "health": f"http: the readiness path, starting with '/' (default {DEFAULT_HEALTH})",
-    "ready_timeout": f"mcp, http: seconds allowed to start, a positive number (default {DEFAULT_READY_TIMEOUT:g})",
+    "health": f"a service's readiness path, starting with '/' (default {DEFAULT_HEALTH})",
+    "ready_timeout": f"a server's seconds allowed to start, a positive number (default {DEFAULT_READY_TIMEOUT:g})",
 }
 #: a manifest larger than this is not read (the edit loop reads what a model wrote)
 MAX_MANIFEST_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class ToolContract:
-    """How to run a deployed tool: its kind, its binary, and (mcp, http) how it starts."""
-
-    kind: str = DEFAULT_KIND
-    bin: str = ""
-    health: str = DEFAULT_HEALTH
-    ready_timeout: float = DEFAULT_READY_TIMEOUT
-
-    def __str__(self) -> str:
-        return f'kind = "{self.kind}", bin = "{self.bin}"'
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None, default_bin: str = "") -> ToolContract:
-        """Read a stored contract (already checked at deploy); an entry without one is a CLI tool."""
-        if not data:
-            return cls(kind=DEFAULT_KIND, bin=default_bin)
-        return cls(
-            kind=str(data.get("kind") or DEFAULT_KIND),
-            bin=str(data.get("bin") or default_bin),
-            health=str(data.get("health") or DEFAULT_HEALTH),
-            ready_timeout=float(data.get("ready_timeout") or DEFAULT_READY_TIMEOUT),
-        )
 
 
 def _load(source: Path | str | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -171,7 +139,7 @@ def read_contract(
     if not isinstance(table, Mapping):
         raise DeployError(f'{TABLE}{where} must be a table, like: kind = "mcp", bin = "{default_bin}"')
     kind = table.get("kind", None if required else DEFAULT_KIND)
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise DeployError(
             f"{TABLE} kind must be one of {', '.join(KINDS)}, not {kind!r}{where}. See docs/tool-contract.md."
         )

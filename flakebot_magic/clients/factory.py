@@ -1,4 +1,4 @@
-"""The one place a deployed tool's client is made: CLI, MCP or HTTP, by the tool contract's kind.
+"""The one place a deployed tool's client is made: the client class of the tool contract's kind (:mod:`.kinds`).
 
 * :func:`make_tool`: from a store entry (what the pipeline's ``client``
   stage has just deployed or found in the store).
@@ -23,11 +23,8 @@ from ..errors import CacheFileDamaged, StorageError
 from ..host.entry import runnable_damage
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
-from .base import TOOL_TIMEOUT, StartedToolClient, ToolClient
-from .cli_tool import CliTool
-from .contract import ToolContract
-from .http import HttpTool
-from .mcp import McpTool
+from .base import TOOL_TIMEOUT, ToolClient, ToolContract
+from .kinds import kind_of
 
 __all__ = ["check_runnable", "make_tool", "tool_from_record"]
 
@@ -53,10 +50,10 @@ def make_tool(
     confine: bool = False,
     home: Path | None = None,
 ) -> ToolClient:
-    """The client for a deployed tool: CLI, MCP or HTTP, by ``contract`` (a stored contract's JSON is fine).
+    """The client for a deployed tool: its kind's client class, by ``contract`` (a stored contract's JSON is fine).
 
-    With ``start``, an MCP server or HTTP service is started now (and its
-    functions read); a CLI tool has nothing to start. ``env`` is added to the
+    With ``start``, a server (an MCP server, an HTTP service) is started now
+    (and its functions read); a tool that runs only while called has nothing to start. ``env`` is added to the
     allowlisted environment of every start; ``confine`` runs the tool in the
     sandbox; ``home`` is the cache dir that registers it (its process is
     known by home and name; default: its store entry).
@@ -87,14 +84,8 @@ def make_tool(
         confine=confine,
         home=home,
     )
-    started: StartedToolClient
-    if contract.kind == "mcp":
-        started = McpTool(contract=contract, **common)
-    elif contract.kind == "http":
-        started = HttpTool(contract=contract, **common)
-    else:
-        return CliTool(**common)
-    return started.start() if start else started
+    tool = kind_of(contract.kind)(contract=contract, **common)
+    return tool.start() if start else tool
 
 
 def _stored_manifest(store_path: str) -> dict[str, Any]:

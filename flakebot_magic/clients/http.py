@@ -11,12 +11,29 @@ alive between calls::
     {'greeting': 'Hello, Ada.'}
 
 When the service serves ``/openapi.json``, each operation becomes a method
-with a signature (path, query and JSON-body parameters), returning the decoded
-JSON body and raising :class:`~flakebot_magic.errors.ToolError` on an HTTP
-error status::
+(:mod:`.http_openapi`) with a signature (path, query and JSON-body
+parameters), returning the decoded JSON body and raising
+:class:`~flakebot_magic.errors.ToolError` on an HTTP error status::
 
     >>> svc.greet(name="Ada")                               # doctest: +SKIP
     {'greeting': 'Hello, Ada.'}
+
+Confined (``confine_tools``, and whenever flakebot starts it on its own
+account: acceptance examples, the judge, eval's hidden checks, a build
+reading its operations), the service runs in the sandbox with a network
+namespace of its own: its ``127.0.0.1`` is not the host's, and it reaches no
+host service, no network and no file of the user's. The client reaches it
+through a Unix socket on the host whose descriptor the sandbox inherits
+(:mod:`flakebot_magic.sandbox.forward`).
+
+A call's time limit (``timeout``, read at the call: ``svc.timeout = 3`` after
+``load`` applies) bounds the whole call from the moment it is made: waiting
+for a turn while another call starts or restarts the service, the start
+itself, waiting for a free connection, and every read and write
+(:func:`~flakebot_magic.clients.http_net.call_deadline`). A call that gets no
+answer in time has its service's health checked meanwhile: a service that
+does not answer its health path within ``ready_timeout`` is hung, and is
+stopped (the next call starts it again), never waited on.
 
 Calls from several threads share at most :attr:`HttpTool.max_connections`
 ``httpx.Client`` s per start of the service, each with one keep-alive
@@ -43,37 +60,38 @@ httpx is imported when a service starts, not when flakebot_magic is imported.
 
 from __future__ import annotations
 
-import json
+import re
 import secrets
+import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from ..errors import DeployError, ToolError
-from ..host.fsutil import load_json
 from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
-from .contract import ToolContract
 from .http_net import (
     MAX_RESPONSE_BYTES,
     ClientPool,
+    ServiceLaunch,
+    call_deadline,
     capped_transport,
+    confined_service,
+    deadline_transport,
     free_port,
     listening_addresses,
+    swap_deadline,
 )
+from .http_openapi import OpenApi, read_document
 from .lifecycle import LogBuffer, ToolProcess
-from .schema import docstring_of, example_value, make_function, params_of, python_name
-from .schema_shape import well_typed
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = ["HttpTool"]
-
-_METHODS = ("get", "post", "put", "patch", "delete")
 
 
 class HttpTool(StartedToolClient):
@@ -90,6 +108,19 @@ class HttpTool(StartedToolClient):
     """
 
     kind = "http"
+    server = True  # one process serves every call; confined, in its own network namespace behind a Unix socket
+    noun, a_noun = "HTTP service", "an HTTP service"
+    asked_by = re.compile(
+        r"\bhttps?\b|\b(?:web|rest(?:ful)?|json)[ -]?(?:service|server|api|app)\b|\bservice\b|\bendpoints?\b|\bopenapi\b",
+        re.I,
+    )
+    proxied = True
+    contract_text = (
+        "An http tool is a service that listens on 127.0.0.1 only, at the port given as --port PORT and "
+        "in the PORT environment variable; it requires `Authorization: Bearer $FLAKEBOT_TOKEN` on every "
+        'request except its health path (GET /health unless the table sets health = "/path"), and '
+        "may describe its operations at GET /openapi.json."
+    )
     member = "operation"
 
     #: the largest answer read (bytes)
@@ -100,15 +131,8 @@ class HttpTool(StartedToolClient):
     #: starve a call for the whole timeout. Set it higher, before the first call, for a service that scales.
     max_connections = 4
 
-    def __init__(
-        self,
-        *args: Any,
-        contract: ToolContract | None = None,
-        transport: httpx.BaseTransport | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, transport: httpx.BaseTransport | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.contract = contract or ToolContract(kind="http", bin=self.binary.name)
         self._transport = transport
         self._logs = LogBuffer()
         self._process: ToolProcess | None = None
@@ -120,17 +144,39 @@ class HttpTool(StartedToolClient):
         self.port: int | None = None
         self.token = ""
         self.restarts = 0
+        #: the running start is in the sandbox (reached through :attr:`socket_path`)
+        self.confined_start = False
+        self.socket_path = ""
+        self._cleanup: Callable[[], None] = lambda: None
         self._loopback_checked = 0.0
         #: listening sockets beyond loopback that the current start's group was found not to hold
         self._foreign: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
-    def start(self) -> HttpTool:
-        """Start the service (if it is not running), wait until it is healthy, read its OpenAPI."""
+    def _take_turn(self, deadline: float | None, limit: float) -> None:
+        """Take the lock, waiting no later than ``deadline`` (a call's: another call may be starting the service)."""
+        if self._lock.acquire(blocking=False):  # the common case: nobody starting, no deadline to reckon
+            return
+        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._lock.acquire(timeout=wait):
+            raise ToolError(
+                f"{self.name}: no answer within the call's time limit of {limit:g} s: another call was starting, "
+                "restarting or stopping the service all that time. Pass a larger timeout=... if it is just slow "
+                "to start.",
+                stderr=self.logs(20),
+            )
+
+    def start(self, deadline: float | None = None) -> HttpTool:
+        """Start the service (if it is not running), wait until it is healthy, read its OpenAPI.
+
+        ``deadline``: a call's (``time.monotonic()``), which the start must meet too.
+        """
         self.require_binary()
         lifecycle.register(self)
-        with self._lock:
+        limit = self.timeout if deadline is None else max(0.0, deadline - time.monotonic())
+        self._take_turn(deadline, limit)
+        try:
             if self.running and self._clients is not None:
                 return self
             if self._process is not None:
@@ -139,31 +185,68 @@ class HttpTool(StartedToolClient):
                     f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n"
                 )
                 self._retire()
-                self._process.stop()  # reaps it and closes its pipes
+                self._stop_process()  # reaps it, closes its pipes, removes a confined start's sockets
             for attempt in range(2):
                 try:
-                    self._start_once()
+                    self._start_once(deadline)
                     break
                 except _PortTaken:
                     if attempt:
                         raise ToolError(
                             f"{self.name}: could not listen on a free port twice in a row. Its output:\n{self.logs(20)}"
                         ) from None
-            self._state(status="running", pid=self.pid, url=self.base_url, started=time.time(), token=self.token)
+            # a confined start is reached through this kernel's socket alone: no URL or token for anyone else
+            url, token = ("", "") if self.confined_start else (self.base_url, self.token)
+            self._state(status="running", pid=self.pid, url=url, started=time.time(), token=token)
             if self._functions is None:
-                self.openapi = self._read_openapi()
-                self._functions = self._build_functions(self.openapi or {})
+                self._read_operations(deadline)
+        finally:
+            self._lock.release()
         return self
 
-    def _start_once(self) -> None:
+    def _read_operations(self, deadline: float | None) -> None:
+        """Read the OpenAPI document into functions; within a call, by its deadline (else at a later start)."""
+        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        document = read_document(lambda path: self.get(path, **({} if left is None else {"timeout": left})))
+        if deadline is not None and time.monotonic() >= deadline:
+            return  # cut short by the call's time limit: read it whole next time, never as "no operations"
+        self.openapi = document
+        taken = {name for name in dir(type(self)) if not name.startswith("_")}
+        operations = OpenApi(document or {}, name=self.name, health=self.contract.health, send=self.request)
+        self._functions = operations.functions(taken)
+
+    def _launch(self, port: int, token: str, confined: bool) -> ServiceLaunch:
+        """How the service starts now: as the user with the allowlisted environment, or in the sandbox.
+
+        Confined, it has a network namespace of its own (no host loopback, no
+        network) and the sandbox's empty ``$HOME``, and is reached through a Unix
+        socket (:func:`~flakebot_magic.clients.http_net.confined_service`).
+        """
+        service = [str(self.binary), "--port", str(port)]
+        # the allowlist and tool_env: nothing else of the kernel's environment (no API key) passes
+        extra = {"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"}
+        if not confined:
+            return ServiceLaunch(service, self._environment(extra))
+        return confined_service(service, port, self.binary, self.store_path, self.env, extra)
+
+    def _start_once(self, deadline: float | None) -> None:
         import httpx
 
         port = free_port()
         token = secrets.token_urlsafe(24)
-        # the allowlist and tool_env: nothing else of the kernel's environment (no API key) passes
-        env = self._environment({"PORT": str(port), "FLAKEBOT_TOKEN": token, "HOST": "127.0.0.1"})
-        process = ToolProcess([str(self.binary), "--port", str(port)], env=env, logs=self._logs, stdio=False)
-        process.start()
+        confined = self.confined_now
+        launch = self._launch(port, token, confined)
+        process = ToolProcess(
+            launch.argv, env=launch.env, logs=self._logs, stdio=False, cwd=launch.cwd, pass_fds=launch.fds
+        )
+        try:
+            process.start()
+        except BaseException:
+            launch.cleanup()
+            raise
+        finally:
+            for fd in launch.fds:  # the service holds them now
+                socket.close(fd)
         self._foreign = set()  # a new group: what another start's group did not hold proves nothing of this one
         base_url = f"http://127.0.0.1:{port}"
 
@@ -171,26 +254,27 @@ class HttpTool(StartedToolClient):
             return httpx.Client(
                 base_url=base_url,
                 headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
-                timeout=self.timeout,
+                timeout=None,  # a call's deadline bounds each of its operations; the start's checks pass their own
                 trust_env=False,  # a proxy from the environment must never see loopback traffic or the token
                 transport=capped_transport(
-                    self._transport or httpx.HTTPTransport(limits=httpx.Limits(max_connections=1)),
-                    self.max_response,
-                    self.name,
+                    self._transport or deadline_transport(launch.uds), self.max_response, self.name
                 ),
             )
 
         client = make()
         try:
-            self._wait_ready(client, process)
-            if self._transport is None:
-                self._check_loopback(process)
-            self._check_token_required(client, process)
+            with call_deadline(deadline) if deadline is not None else nullcontext():
+                self._wait_ready(client, process, deadline)
+                if self._transport is None and not confined:
+                    self._check_loopback(process)
+                self._check_token_required(client, process)
         except BaseException:
             client.close()
             process.stop()
+            launch.cleanup()
             raise
         self._process, self.base_url, self.port = process, base_url, port
+        self.confined_start, self.socket_path, self._cleanup = confined, launch.uds or "", launch.cleanup
         self._clients = ClientPool(make, process, self.max_connections, client)
         self.token = token
 
@@ -220,11 +304,12 @@ class HttpTool(StartedToolClient):
                     "`Authorization: Bearer $FLAKEBOT_TOKEN` (see docs/tool-contract.md)."
                 )
 
-    def _wait_ready(self, client: httpx.Client, process: ToolProcess) -> None:
+    def _wait_ready(self, client: httpx.Client, process: ToolProcess, deadline: float | None) -> None:
         import httpx
 
         health = self.contract.health
-        deadline = time.monotonic() + self.contract.ready_timeout
+        ready_by = time.monotonic() + self.contract.ready_timeout
+        until = ready_by if deadline is None else min(ready_by, deadline)
         pause = 0.005
         while True:
             if not process.alive:
@@ -240,19 +325,26 @@ class HttpTool(StartedToolClient):
                     stderr=tail,
                 )
             try:
-                answer = client.get(health, timeout=1.0)
+                answer = client.get(health, timeout=max(0.001, min(1.0, until - time.monotonic())))
                 if answer.status_code < 500:
                     return
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline:
+            if time.monotonic() >= until:
+                if deadline is not None and until < ready_by:
+                    raise ToolError(
+                        f"{self.name}: the service was starting, and GET {health} did not answer within the call's "
+                        "time limit; the service was stopped. Start it first (.start(), or load the tool), or pass "
+                        f"a larger timeout=... Its output:\n{self.logs(20).strip() or '(none)'}",
+                        stderr=self.logs(20),
+                    )
                 raise ToolError(
                     f"{self.name}: GET {health} did not answer within {self.contract.ready_timeout:g} s; "
                     f"the service was stopped. Raise ready_timeout in [package.metadata.flakebot] if it is just "
                     f"slow to start. Its output:\n{self.logs(20).strip() or '(none)'}",
                     stderr=self.logs(20),
                 )
-            time.sleep(pause)
+            time.sleep(max(0.0, min(pause, until - time.monotonic())))
             pause = min(pause * 2, 0.1)
 
     #: seconds between the checks of the service's listening sockets while it runs
@@ -275,12 +367,20 @@ class HttpTool(StartedToolClient):
             self._clients.retire()
             self._clients = None
 
+    def _stop_process(self) -> None:
+        """Stop the current start's process (the caller holds the lock) and remove what it was given."""
+        if self._process is not None:
+            self._process.stop()
+        cleanup, self._cleanup = self._cleanup, lambda: None
+        cleanup()
+
     def stop(self) -> None:
+        """Stop the service on purpose: the next call starts a new one, which is not a restart."""
         with self._lock:
             was_running = self.running
             self._retire()
-            if self._process is not None:
-                self._process.stop()
+            self._stop_process()
+            self._process = None
             if was_running:
                 self._state(status="stopped", pid=None, url="", token="")
 
@@ -297,17 +397,22 @@ class HttpTool(StartedToolClient):
 
     # -- raw requests ----------------------------------------------------------
 
-    def _call_error(self, exc: Exception, method: str, path: str, clients: ClientPool) -> ToolError | None:
+    def _call_error(
+        self, exc: Exception, method: str, path: str, clients: ClientPool, limit: float
+    ) -> ToolError | None:
         """The :class:`ToolError` a failed request becomes (None: ``exc`` is no ``httpx`` error, it goes as it is).
 
-        When the service is found dead, its clients are retired at once.
+        When the service is found dead, its clients are retired at once; when it did not answer in time, its
+        health is checked meanwhile (:meth:`_check_health`).
         """
         import httpx
 
         if isinstance(exc, httpx.TimeoutException):
+            self._check_health(clients)
             return ToolError(
-                f"{self.name}: {method} {path} got no answer within its time limit ({exc}). "
-                "Pass a larger timeout=... if the work is just slow.",
+                f"{self.name}: {method} {path} got no answer within its time limit of {limit:g} s ({exc}). "
+                "Pass a larger timeout=... if the work is just slow; a service that does not answer its health "
+                "check either is stopped, and the next call starts it again.",
                 stderr=self.logs(20),
             )
         if not isinstance(exc, httpx.HTTPError):
@@ -325,18 +430,59 @@ class HttpTool(StartedToolClient):
             stderr=self.logs(20),
         )
 
+    def _check_health(self, clients: ClientPool) -> None:
+        """In the background, once per start: GET the health path; no answer within ``ready_timeout`` (the time a
+        start gives it) means the service is hung, and it is stopped (the next call starts it again)."""
+        with self._lock:
+            if clients.retired or clients.checking:
+                return
+            clients.checking = True
+
+        def check() -> None:
+            import httpx
+
+            healthy = False
+            try:
+                with clients.make() as client:
+                    healthy = client.get(self.contract.health, timeout=self.contract.ready_timeout).status_code < 500
+            except (httpx.HTTPError, ToolError):
+                pass
+            finally:
+                clients.checking = False
+            if healthy:
+                return
+            with self._lock:
+                if self._clients is not clients or not self.running:
+                    return  # restarted or stopped meanwhile
+                self._logs.append(
+                    f"flakebot: {self.name} did not answer GET {self.contract.health} within "
+                    f"{self.contract.ready_timeout:g} s after a call timed out: it is hung, and was stopped "
+                    "(the next call starts it again)\n"
+                )
+                self._retire()
+                self._stop_process()  # kept as the last start: the next one is a restart
+                self._state(status="stopped", pid=None, url="", token="")
+
+        threading.Thread(target=check, name=f"flakebot-health-{self.name}", daemon=True).start()
+
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request (``httpx.Client.request`` arguments); return the ``httpx.Response``.
 
-        Starts the service first when it is not running. An interrupted
-        request stops the service (the next call starts it again).
+        Starts the service first when it is not running. ``timeout=`` (seconds;
+        default :attr:`timeout`) bounds the whole call, the start included. An
+        interrupted request stops the service (the next call starts it again).
         """
+        given = kwargs.pop("timeout", None)
+        limit = float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) else self.timeout
+        deadline = time.monotonic() + limit
         while True:
-            with self._lock:
+            self._take_turn(deadline, limit)
+            try:
                 if not self.running or self._clients is None:
-                    self.start()
+                    self.start(deadline)
                 elif (
                     self._transport is None
+                    and not self.confined_start
                     and self._process is not None
                     and time.monotonic() - self._loopback_checked > self.loopback_recheck
                 ):
@@ -347,22 +493,27 @@ class HttpTool(StartedToolClient):
                         self.stop()
                         raise
                 clients = self._clients
+            finally:
+                self._lock.release()
             assert clients is not None
-            client = clients.take(self.timeout, self.name)
+            client = clients.take(max(0.0, deadline - time.monotonic()), self.name, limit)
             if client is not None:
                 break  # else the service was restarted while this call waited: take one of the new clients
+        before = swap_deadline(deadline)  # every read and write of this call ends by its deadline
         try:
+            # no per-request timeout to build: every connect, read and write is held to the deadline below it
             return client.request(method, path, **kwargs)
         except KeyboardInterrupt:
             self._logs.append(f"flakebot: {method.upper()} {path} interrupted; {self.name} stopped\n")
             self.stop()
             raise
         except Exception as exc:  # an httpx error becomes a ToolError (a plain try: no context manager per call)
-            error = self._call_error(exc, method.upper(), path, clients)
+            error = self._call_error(exc, method.upper(), path, clients, limit)
             if error is None:
                 raise
             raise error from exc
         finally:
+            swap_deadline(before)
             clients.give_back(client)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
@@ -380,166 +531,6 @@ class HttpTool(StartedToolClient):
     def delete(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.request("DELETE", path, **kwargs)
 
-    # -- OpenAPI ---------------------------------------------------------------
-
-    def _read_openapi(self) -> dict[str, Any] | None:
-        try:
-            answer = self.get("/openapi.json")
-        except ToolError:
-            return None
-        if answer.status_code != 200:
-            return None
-        try:
-            document = load_json(answer.content)
-        except ValueError:
-            return None
-        return document if isinstance(document, dict) and isinstance(document.get("paths"), dict) else None
-
-    def _resolve(self, schema: Any, depth: int = 0) -> Any:
-        """Inline local ``$ref``s (``#/components/schemas/X``) of the OpenAPI document."""
-        if depth > 20:
-            return {}
-        if isinstance(schema, Mapping):
-            ref = schema.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/"):
-                target: Any = self.openapi or {}
-                for part in ref[2:].split("/"):
-                    target = target.get(part, {}) if isinstance(target, Mapping) else {}
-                return self._resolve(target, depth + 1)
-            return {k: self._resolve(v, depth + 1) for k, v in schema.items()}
-        if isinstance(schema, list):
-            return [self._resolve(v, depth + 1) for v in schema]
-        return schema
-
-    def _build_functions(self, document: Mapping[str, Any]) -> dict[str, ToolFunction]:
-        taken = {name for name in dir(type(self)) if not name.startswith("_")}
-        functions: dict[str, ToolFunction] = {}
-        for path, item in (document.get("paths") or {}).items():
-            if not isinstance(item, Mapping) or path in (self.contract.health, "/openapi.json"):
-                continue
-            shared = item.get("parameters") or []
-            for method in _METHODS:
-                operation = item.get(method)
-                if not isinstance(operation, Mapping):
-                    continue
-                fn = self._operation(
-                    str(path), method, self._resolve(operation), self._resolve(shared), taken | set(functions)
-                )
-                if fn is not None:
-                    functions[fn.name] = fn
-        return functions
-
-    def _operation(
-        self, path: str, method: str, operation: Mapping[str, Any], shared: list[Any], taken: set[str]
-    ) -> ToolFunction | None:
-        raw_name = operation.get("operationId") or f"{method}_{path}"
-        name = python_name(str(raw_name), taken)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        where: dict[str, str] = {}  # wire name -> "path" | "query" | "body" | "whole-body"
-        for parameter in [*shared, *(operation.get("parameters") or [])]:
-            if not isinstance(parameter, Mapping) or parameter.get("in") not in ("path", "query"):
-                continue
-            if not isinstance(parameter.get("name"), str):
-                continue
-            wire = parameter["name"]
-            schema = well_typed(parameter.get("schema")) or {"type": "string"}
-            if isinstance(parameter.get("description"), str):
-                schema.setdefault("description", parameter["description"])
-            properties[wire] = schema
-            where[wire] = str(parameter["in"])
-            if parameter.get("required") or parameter.get("in") == "path":
-                required.append(wire)
-        given = operation.get("requestBody")
-        request_body: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        content = request_body.get("content")
-        body = content.get("application/json") if isinstance(content, Mapping) else None
-        if isinstance(body, Mapping):
-            schema = body.get("schema") or {}
-            fields = schema.get("properties") if isinstance(schema, Mapping) else None
-            if isinstance(fields, Mapping) and fields:
-                for wire, sub in fields.items():
-                    if wire in properties:
-                        continue  # a query parameter of the same name wins
-                    properties[wire] = sub
-                    where[wire] = "body"
-                    named = schema.get("required")
-                    if isinstance(named, list) and wire in named:
-                        required.append(wire)
-            else:
-                properties["body"] = schema or {}
-                where["body"] = "whole-body"
-                if request_body.get("required"):
-                    required.append("body")
-        # the one place the service's schemas are taken in (any JSON): the shapes schema.py reads, or dropped
-        parameters = well_typed({"type": "object", "properties": properties, "required": required})
-        description = str(operation.get("summary") or operation.get("description") or f"{method.upper()} {path}")
-        params = params_of(parameters)
-        example_args = ", ".join(f"{p.name}={example_value(p.schema)!r}" for p in params if p.required)
-        example = f"{self.name}.{name}({example_args})"
-        verb = method.upper()
-
-        def send(arguments: dict[str, Any]) -> Any:
-            url = path
-            query: dict[str, Any] = {}
-            payload: dict[str, Any] = {}
-            whole: Any = None
-            for wire, value in arguments.items():
-                place = where.get(wire)
-                if value is None and place in ("path", "query"):
-                    continue  # null is "not given" (docs/tool-contract.md); a URL cannot carry it anyway
-                if place == "path":
-                    url = url.replace("{" + wire + "}", quote(_query_text(value), safe=""))
-                elif place == "query":
-                    query[wire] = (
-                        [_query_text(v) for v in value] if isinstance(value, (list, tuple)) else _query_text(value)
-                    )
-                elif place == "body":
-                    payload[wire] = value
-                elif place == "whole-body":
-                    whole = value
-            options: dict[str, Any] = {"params": query} if query else {}
-            if whole is not None:
-                options["json"] = whole
-            elif payload or any(p == "body" for p in where.values()):
-                options["json"] = payload
-            answer = self.request(verb, url, **options)
-            return self._decode(answer, f"{self.name}.{name}", verb, url)
-
-        doc = docstring_of(
-            f"{description}\n\n{verb} {path} on the service.",
-            params,
-            "object\n    The decoded JSON body (or the text of a non-JSON answer).",
-            "ToolError\n    The service answered with an HTTP error status (``status``), or failed.\n"
-            "TypeError, ValueError\n    An argument does not fit the operation's schema (checked before sending).",
-            example,
-        )
-        function = make_function(name, parameters, send, doc=doc, qualname=f"{self.name}.{name}")
-        return ToolFunction(
-            name=name,
-            description=description,
-            parameters=parameters,
-            function=function,
-            example=example,
-            remote_name=f"{verb} {path}",
-            wire=send,
-        )
-
-    def _decode(self, answer: httpx.Response, what: str, verb: str, url: str) -> Any:
-        if answer.status_code < 400 and "json" in answer.headers.get("content-type", ""):
-            try:
-                return load_json(answer.content)  # from the bytes: the text is decoded only when it is the answer
-            except ValueError:
-                return answer.text
-        text = answer.text
-        if answer.status_code >= 400:
-            raise ToolError(
-                f"{what}: HTTP {answer.status_code} from {verb} {url}: {text.strip()[:1500] or '(empty body)'}",
-                stderr=text,
-                status=answer.status_code,
-            )
-        return text
-
     # -- the tool's face -------------------------------------------------------
 
     def example(self) -> str:
@@ -547,9 +538,18 @@ class HttpTool(StartedToolClient):
         first = next(iter(functions.values()), None)
         return first.example if first is not None else f'{self.name}.get("/")'
 
+    @property
+    def where(self) -> str:
+        """Where the running service answers, in words."""
+        if not self.running:
+            return "stopped"
+        if self.confined_start:
+            return f"in the sandbox (no network; reached through {self.socket_path}), pid {self.pid}"
+        return f"{self.base_url}, pid {self.pid}"
+
     def _usage_notes(self) -> list[str]:
         return [
-            f"The service runs at {self.base_url or '(not started)'} (loopback only; pid {self.pid}) and requires "
+            f"The service runs {self.where if self.running else '(not started)'} (loopback only) and requires "
             "its token, which the client sends. Raw requests: "
             f'`{self.name}.get("/path", params=...)`, `{self.name}.post("/path", json=...)` return an '
             f"`httpx.Response`. `{self.name}.logs()` shows its output; `{self.name}.stop()` stops it.",
@@ -558,27 +558,15 @@ class HttpTool(StartedToolClient):
         ]
 
     def _rows(self) -> list[tuple[str, str]]:
-        where = f"{self.base_url} (pid {self.pid})" if self.running else "stopped"
-        return [*super()._rows(), ("service", where)]
+        return [*super()._rows(), ("service", self.where)]
 
     def __repr__(self) -> str:
         if self._functions is None:
             names = "(read from /openapi.json when it first starts)"
         else:
             names = ", ".join(self._functions) or "(none: no /openapi.json)"
-        where = f"{self.base_url}, pid {self.pid}" if self.running else "stopped"
-        return f"{super().__repr__()}\n  operations: {names}\n  service: {where}"
+        return f"{super().__repr__()}\n  operations: {names}\n  service: {self.where}"
 
 
 class _PortTaken(Exception):
     """The free port was taken between choosing it and the service binding it."""
-
-
-def _query_text(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return str(value)

@@ -1,21 +1,40 @@
-"""The network side of an HTTP tool: a free loopback port, who listens where, a size-capped transport, its clients.
+"""The network side of an HTTP tool: a free loopback port, who listens where, its transports and clients.
 
-httpx is imported when a transport is made, not when this module is imported.
+A call's time limit bounds the whole call (issue 34): httpx's timeouts are per
+operation (each read may wait the whole timeout, so an answer that trickles in
+never ends). :func:`deadline_transport` is an ``httpx`` transport over
+``httpcore``'s connection pool with a network backend of its own
+(httpcore's documented extension point; httpx offers no total timeout): every
+connect, read and write waits at most until the deadline of the call made on
+this thread (:func:`call_deadline`), and fails with httpx's timeout error
+past it. It speaks TCP, or HTTP over a Unix socket (``uds``: a confined
+service, :mod:`flakebot_magic.sandbox.forward`).
+
+httpx and httpcore are imported when a transport is made, not when this module is imported.
 """
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
+import shutil
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..sandbox.forward import forwarder_command
+from .base import Confinement
 
 if TYPE_CHECKING:
     import httpx
@@ -26,10 +45,15 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "ClientPool",
     "ResponseTooLarge",
+    "ServiceLaunch",
+    "call_deadline",
     "capped_transport",
+    "confined_service",
+    "deadline_transport",
     "free_port",
     "is_loopback",
     "listening_addresses",
+    "swap_deadline",
 ]
 
 #: the largest answer (body bytes as sent) read from a service
@@ -91,6 +115,197 @@ def capped_transport(inner: httpx.BaseTransport, limit: int, name: str) -> httpx
             inner.close()
 
     return CappedTransport()
+
+
+#: the deadline (time.monotonic) of the call this thread is making, read by every connect, read and write
+_CALL = threading.local()
+
+
+def swap_deadline(at: float | None) -> float | None:
+    """From now on every network operation of :func:`deadline_transport` on this thread ends by ``at`` (None: no
+    deadline); returns the deadline it replaces, to be put back (a plain call: the hot path has no context manager)."""
+    before: float | None = getattr(_CALL, "at", None)
+    _CALL.at = at
+    return before
+
+
+@contextmanager
+def call_deadline(at: float) -> Iterator[None]:
+    """Within the block, every network operation of :func:`deadline_transport` on this thread ends by ``at``."""
+    before = swap_deadline(at)
+    try:
+        yield
+    finally:
+        swap_deadline(before)
+
+
+def deadline_transport(uds: str | None = None) -> httpx.BaseTransport:
+    """A one-connection transport whose every operation ends by the call's deadline; over ``uds`` when given."""
+    transport: httpx.BaseTransport = _deadline_classes()[0](uds)
+    return transport
+
+
+@cache
+def _deadline_classes() -> tuple[type[Any], ...]:
+    """The transport class and its helpers, made once (they subclass httpx's and httpcore's, imported now)."""
+    import httpcore
+    import httpx
+
+    def clamp(timeout: float | None, late: type[Exception]) -> float | None:
+        at: float | None = getattr(_CALL, "at", None)
+        if at is None:
+            return timeout
+        left = at - time.monotonic()
+        if left <= 0:
+            raise late("the call's time limit passed")
+        return left if timeout is None else min(timeout, left)
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner: httpcore.NetworkStream) -> None:
+            self.inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            return self.inner.read(max_bytes, clamp(timeout, httpcore.ReadTimeout))
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self.inner.write(buffer, clamp(timeout, httpcore.WriteTimeout))
+
+        def close(self) -> None:
+            self.inner.close()
+
+        def get_extra_info(self, info: str) -> Any:
+            return self.inner.get_extra_info(info)
+
+    class Backend(httpcore.NetworkBackend):
+        def __init__(self) -> None:
+            self.inner = httpcore.SyncBackend()
+
+        def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> httpcore.NetworkStream:
+            late = clamp(timeout, httpcore.ConnectTimeout)
+            return Stream(self.inner.connect_tcp(host, port, late, local_address, socket_options))
+
+        def connect_unix_socket(
+            self, path: str, timeout: float | None = None, socket_options: Any = None
+        ) -> httpcore.NetworkStream:
+            late = clamp(timeout, httpcore.ConnectTimeout)
+            return Stream(self.inner.connect_unix_socket(path, late, socket_options))
+
+        def sleep(self, seconds: float) -> None:
+            self.inner.sleep(seconds)
+
+    core_errors = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError, httpcore.ProxyError)
+
+    def mapped(exc: Exception, request: httpx.Request) -> Exception:
+        """httpcore's error as httpx's of the same name (what httpx's own transport raises)."""
+        fallback = httpx.TimeoutException if isinstance(exc, httpcore.TimeoutException) else httpx.TransportError
+        error: Exception = getattr(httpx, type(exc).__name__, fallback)(str(exc), request=request)
+        return error
+
+    class Body(httpx.SyncByteStream):
+        def __init__(self, answer: httpcore.Response, request: httpx.Request) -> None:
+            self.answer = answer
+            self.request = request
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                yield from self.answer.iter_stream()
+            except core_errors as exc:
+                raise mapped(exc, self.request) from exc
+
+        def close(self) -> None:
+            try:
+                self.answer.close()
+            except core_errors as exc:
+                raise mapped(exc, self.request) from exc
+
+    class Transport(httpx.BaseTransport):
+        def __init__(self, uds: str | None) -> None:
+            self.pool = httpcore.ConnectionPool(max_connections=1, uds=uds, network_backend=Backend())
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            url = request.url
+            try:
+                answer = self.pool.handle_request(
+                    httpcore.Request(
+                        method=request.method,
+                        url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+                        headers=request.headers.raw,
+                        content=request.stream,
+                        extensions=request.extensions,
+                    )
+                )
+            except core_errors as exc:
+                raise mapped(exc, request) from exc
+            return httpx.Response(
+                status_code=answer.status,
+                headers=answer.headers,
+                stream=Body(answer, request),
+                extensions=answer.extensions,
+            )
+
+        def close(self) -> None:
+            self.pool.close()
+
+    return Transport, Stream, Backend
+
+
+@dataclass(frozen=True)
+class ServiceLaunch:
+    """How one start of a service runs: the command, its environment and directory, the descriptors it
+    inherits, the Unix socket that reaches it (confined), and what to remove once it stopped."""
+
+    argv: list[str]
+    env: Mapping[str, str]
+    cwd: Path | None = None
+    fds: tuple[int, ...] = ()
+    uds: str | None = None
+    cleanup: Callable[[], None] = lambda: None
+
+
+def confined_service(
+    service: Sequence[str],
+    port: int,
+    binary: Path,
+    store_path: Path,
+    *env: Mapping[str, str] | None,
+) -> ServiceLaunch:
+    """``service`` (listening on ``127.0.0.1:port`` as its contract says) in the sandbox, reached by a Unix socket.
+
+    The sandbox has a network namespace of its own: no host loopback, no
+    network. A listening Unix socket in a private directory (``0700``) on the
+    host is the one way in: its descriptor is handed to the forwarder
+    (:mod:`flakebot_magic.sandbox.forward`) that starts the service in the
+    sandbox and joins each connection to the service's port there. ``env``:
+    what is added to the sandbox's environment.
+    """
+    sockets = Path(tempfile.mkdtemp(prefix="flakebot-svc-"))  # 0700: no other user may connect
+    path = sockets / "http.sock"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            listener.listen(64)
+            # above the descriptors the sandbox's own wrapper uses (the seccomp filter's is 3)
+            fd = fcntl.fcntl(listener.fileno(), fcntl.F_DUPFD_CLOEXEC, 10)
+        argv, shown = forwarder_command(fd, port, service)
+        confinement = Confinement(binary, store_path, read_only=shown)
+    except BaseException:
+        shutil.rmtree(sockets, ignore_errors=True)
+        raise
+
+    def cleanup() -> None:
+        confinement.close()
+        shutil.rmtree(sockets, ignore_errors=True)
+
+    return ServiceLaunch(
+        confinement.command(argv), confinement.env(*env), confinement.scratch, (fd,), str(path), cleanup
+    )
 
 
 def free_port() -> int:
@@ -248,10 +463,15 @@ class ClientPool:
         self.idle = [first]
         self.made = 1
         self.retired = False
+        #: a health check of this start is in flight (:meth:`~flakebot_magic.clients.http.HttpTool._check_health`)
+        self.checking = False
         self.ready = threading.Condition()
 
-    def take(self, timeout: float, name: str) -> httpx.Client | None:
-        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired."""
+    def take(self, timeout: float, name: str, limit: float | None = None) -> httpx.Client | None:
+        """A client for one call, waiting up to ``timeout`` s for a free one; None once retired.
+
+        ``limit``: the call's whole time limit, which the message names (default ``timeout``).
+        """
         with self.ready:
             if self.idle and not self.retired:  # the common case: a client free, no deadline to reckon
                 return self.idle.pop()
@@ -268,8 +488,9 @@ class ClientPool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ToolError(
-                        f"{name}: all {self.size} connections to the service stayed busy for {timeout:g} s. "
-                        "Make fewer calls at once, or raise the tool's max_connections if the service serves more."
+                        f"{name}: no answer within the call's time limit of {timeout if limit is None else limit:g} s: "
+                        f"all {self.size} connections to the service stayed busy. Make fewer calls at once, "
+                        "or raise the tool's max_connections if the service serves more."
                     )
                 self.ready.wait(left)
         try:

@@ -98,6 +98,8 @@ class ToolProcess:
         True: stdin and stdout are pipes the caller speaks a protocol on
         (MCP); stderr goes to ``logs``. False: stdin is empty and stdout and
         stderr both go to ``logs`` (HTTP).
+    pass_fds
+        Descriptors the process inherits (a confined service's listening socket).
     """
 
     def __init__(
@@ -108,8 +110,10 @@ class ToolProcess:
         logs: LogBuffer,
         stdio: bool,
         cwd: Path | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.argv = list(argv)
+        self.pass_fds = tuple(pass_fds)
         self.env = dict(env)
         self.logs = logs
         self.stdio = stdio
@@ -121,7 +125,15 @@ class ToolProcess:
     def start(self) -> None:
         """Start the process (from the spawner thread)."""
         try:
-            proc = spawn(self.argv, env=self.env, cwd=self.cwd, stdin=self.stdio, lasting=True, bufsize=0)
+            proc = spawn(
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=self.stdio,
+                lasting=True,
+                bufsize=0,
+                pass_fds=self.pass_fds,
+            )
         except OSError as exc:
             raise ToolError(f"Could not start {self.argv[0]}: {exc}", returncode=None) from exc
         self.proc = proc

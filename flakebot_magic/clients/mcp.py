@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import threading
 import time
@@ -42,8 +43,7 @@ from ..errors import ToolError
 from ..host.fsutil import load_json
 from . import lifecycle
 from .agents import ToolFunction
-from .base import TOOL_TIMEOUT, Confinement, StartedToolClient
-from .contract import ToolContract
+from .base import TOOL_TIMEOUT, Confinement, StartedToolClient, ToolContract
 from .lifecycle import LogBuffer, ToolProcess
 from .schema import (
     docstring_of,
@@ -377,6 +377,17 @@ class McpTool(StartedToolClient):
     """
 
     kind = "mcp"
+    server = True  # one process serves every call: started unconfined or, when confined_now, in the sandbox
+    noun, a_noun = "MCP server (stdio)", "an MCP server"
+    asked_by = re.compile(r"\bmcp\b|model context protocol", re.I)
+    bridged = False  # it speaks MCP itself
+    contract_text = (
+        "An mcp tool speaks the Model Context Protocol as JSON-RPC 2.0 over stdio, one JSON message per "
+        "line: it answers initialize (protocolVersion 2025-06-18), tools/list (each tool with name, "
+        "description and an inputSchema) and tools/call (content, structuredContent for data, "
+        "isError: true for a failure); it answers unknown methods with error -32601 and exits when "
+        "stdin closes."
+    )
     member = "MCP tool"
 
     def __init__(
@@ -409,11 +420,6 @@ class McpTool(StartedToolClient):
             return argv, self._environment(), None, None
         confinement = Confinement(self.binary, self.store_path)
         return confinement.command(argv), confinement.env(self.env), confinement.scratch, confinement.close
-
-    def _confinement_changed(self) -> None:
-        if self.running:  # a server that matches, running as before
-            self.stop()
-            self.start()
 
     def start(self) -> McpTool:
         """Start the server (if it is not running) and read its tools."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..clients.contract import MAX_MANIFEST_BYTES, ToolContract, read_contract
+from ..clients.contract import DEFAULT_KIND, MAX_MANIFEST_BYTES, ToolContract, read_contract
 from ..errors import DeployError, PolicyError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..host.fsutil import UnsafePath, load_toml
@@ -49,6 +50,7 @@ __all__ = [
     "CheckRun",
     "CheckRunner",
     "clippy_available",
+    "kind_at",
     "workspace_contract",
 ]
 
@@ -160,7 +162,11 @@ def clippy_available(cargo: Cargo) -> bool:
 
 
 def workspace_contract(
-    manifest: Path, binaries: list[str] | None = None, *, built: bool = False
+    manifest: Path,
+    binaries: list[str] | None = None,
+    *,
+    built: bool = False,
+    kind_rule: Callable[[str], str] | None = None,
 ) -> tuple[ToolContract | None, str]:
     """The tool contract of a workspace, and ``""`` or what is wrong with it (in words for the model).
 
@@ -168,6 +174,8 @@ def workspace_contract(
     the reader deploy uses, with the table required: a manifest deploy would
     reject is a problem here, and a check run with a problem is not green.
     With ``built``, ``bin`` must be among the ``binaries`` the build produced.
+    ``kind_rule``: why the contract's kind may not be made here ("" when it may:
+    :func:`flakebot_magic.clients.kinds.unasked` for the session's request).
     """
     binaries = binaries or []
     try:  # read here, not by the contract module: never blocked by a FIFO the crate's code left there
@@ -184,6 +192,9 @@ def workspace_contract(
         return None, f"Cargo.toml is not valid TOML: {exc}"
     except DeployError as exc:
         return None, str(exc)
+    refused = kind_rule(contract.kind) if kind_rule is not None else ""
+    if refused:
+        return contract, refused
     if built and contract.bin not in binaries:
         return contract, (
             f'the contract names bin = "{contract.bin}", but the build produced no such binary '
@@ -191,6 +202,17 @@ def workspace_contract(
             f"add src/main.rs or a [[bin]] target named {contract.bin}"
         )
     return contract, ""
+
+
+def kind_at(git: Git, commit: str) -> str:
+    """The tool kind the Cargo.toml of ``commit`` declares (the default kind when it declares none, or cannot be read)."""
+    text = git("show", f"{commit}:Cargo.toml", check=False) if commit else ""
+    try:
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ValueError("too large")
+        return read_contract(load_toml(text)).kind
+    except (ValueError, DeployError):
+        return DEFAULT_KIND
 
 
 class CheckRunner:
@@ -214,6 +236,8 @@ class CheckRunner:
         self.build_timeout = build_timeout
         self.test_timeout = test_timeout
         self.runs: list[CheckRun] = []
+        #: why a contract's kind may not be made (the session sets it from its request: clients/kinds.unasked)
+        self.kind_rule: Callable[[str], str] | None = None
         #: the edit session the runs belong to (its number in the workspace's history)
         self.session = 1
         #: seconds spent inside cargo over all runs
@@ -333,7 +357,7 @@ class CheckRunner:
             1 for a in artifacts if not a.get("fresh", True) and not str(a.get("package_id", "")).startswith("path+")
         )
         run.contract, run.contract_problem = workspace_contract(
-            self.root / "Cargo.toml", sorted(run.binaries), built=run.built
+            self.root / "Cargo.toml", sorted(run.binaries), built=run.built, kind_rule=self.kind_rule
         )
         run.cargo_seconds = cargo_time
         run.seconds = time.monotonic() - started
@@ -401,7 +425,7 @@ class CheckRunner:
         """Record the refused state as a commit, then go back to the commit ``to`` with a second one."""
         run.reverted = True
         run.reverted_to = to
-        run.contract, run.contract_problem = workspace_contract(self.root / "Cargo.toml")
+        run.contract, run.contract_problem = workspace_contract(self.root / "Cargo.toml", kind_rule=self.kind_rule)
         if run not in self.runs:
             self.runs.append(run)
         # a tree deeper than flakebot reads, or a directory it cannot read (the policy refused both), goes first: no

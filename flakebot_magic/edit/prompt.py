@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..clients.kinds import for_model
 from ..host.git import Git
 from ..host.trees import Walk
 from ..registry.base import CrateCandidate
@@ -16,25 +17,6 @@ from .files import line_count, read_text
 from .ratchet import blank
 
 __all__ = ["PromptContext", "readme_summary", "repo_map", "system_prompt"]
-
-_CONTRACT = (
-    "The tool contract (checked by code): Cargo.toml must contain\n"
-    "[package.metadata.flakebot]\n"
-    'kind = "cli"    # one of "cli", "mcp", "http"; "cli" unless an MCP server or HTTP service is asked for\n'
-    'bin = "NAME"    # the binary target to deploy; it must exist and build\n'
-    "A cli tool takes its input from arguments or standard input and prints its result to standard "
-    "output. Its --help must exit 0 and describe the usage; if it reads standard input, its help "
-    'must say "standard input".\n'
-    "An mcp tool speaks the Model Context Protocol as JSON-RPC 2.0 over stdio, one JSON message per "
-    "line: it answers initialize (protocolVersion 2025-06-18), tools/list (each tool with name, "
-    "description and an inputSchema) and tools/call (content, structuredContent for data, "
-    "isError: true for a failure); it answers unknown methods with error -32601 and exits when "
-    "stdin closes.\n"
-    "An http tool is a service that listens on 127.0.0.1 only, at the port given as --port PORT and "
-    "in the PORT environment variable; it requires `Authorization: Bearer $FLAKEBOT_TOKEN` on every "
-    'request except its health path (GET /health unless the table sets health = "/path"), and '
-    "may describe its operations at GET /openapi.json. See docs/tool-contract.md."
-)
 
 
 @dataclass(frozen=True)
@@ -59,7 +41,7 @@ def system_prompt(root: Path, git: Git, context: PromptContext) -> str:
         "runs `cargo build`, `cargo test` and `cargo clippy` when you call run_checks or finish, "
         "and answers with the compiler's diagnostics and the test results.",
         f"The request: {context.request}",
-        _CONTRACT,
+        for_model(),
         "Rules, enforced by code:\n"
         "- The number of passing tests never goes down; existing tests may not be deleted, emptied or "
         "ignored. A change that does either is reverted to the best commit.\n"

@@ -47,7 +47,9 @@ def known_check(
     run.built = True
     run.tests = TestReport(passed=int(record.get("passed") or 0), failed=0, ignored=int(record.get("ignored") or 0))
     run.binaries = binaries
-    run.contract, run.contract_problem = workspace_contract(root / "Cargo.toml", sorted(names), built=True)
+    run.contract, run.contract_problem = workspace_contract(
+        root / "Cargo.toml", sorted(names), built=True, kind_rule=checks.kind_rule
+    )
     run.note = ""
     checks.runs.append(run)
     bus.notice(

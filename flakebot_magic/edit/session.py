@@ -14,9 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ..clients.kinds import unasked
 from ..config import LoopLimits
 from ..errors import BudgetExhausted, EditError, PolicyError
 from ..events import EventBus, outcome_of
@@ -32,8 +34,8 @@ from ..llm.usage import estimate_tokens
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
-from ..sandbox.policy import Baseline, Violation
-from .checkrun import CheckRun, CheckRunner, clippy_available
+from ..sandbox.policy import PUBLISHED_REF, Baseline, Violation
+from .checkrun import CheckRun, CheckRunner, clippy_available, kind_at
 from .context import cap_middle, compact
 from .files import PathRefused, WorkspaceFiles
 from .journal import EndStatus, Journal, ResumePoint
@@ -199,6 +201,9 @@ class EditLoop:
     def _run(self, request: str, *, follow_up: bool) -> EditOutcome:
         state = EditState.load(self.root)
         self.checks.session = len(state.sessions) + 1
+        # the kind the tool had when this work began: the model may keep it, or make one the request asks for
+        start = str(self.resume.start.get("base_commit") or PUBLISHED_REF) if self.resume is not None else "HEAD"
+        self.checks.kind_rule = partial(unasked, request=request, had=kind_at(self.git, start))
         self.files.published = Baseline.from_git(self.git)
         self._refuse_policy()
         messages = self._resumed() if self.resume is not None else self._opening(request, state, follow_up)

@@ -184,14 +184,15 @@ def spawn(
     stdin: bool = False,
     lasting: bool = False,
     bufsize: int = -1,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``argv``: the one place a child is forked.
 
     It gets its own process group (a kill stops what it started too), death
     with this process (``lasting``: the parent-death signal; else the guard,
     :class:`~.guard.Guard`, a start by ``vfork`` and the gate, :func:`~.guard.gated`),
-    no inherited descriptors, standard output and error as pipes, standard
-    input a pipe (``stdin``) or ``/dev/null``. ``lasting``: forked from the
+    no inherited descriptors but ``pass_fds`` (a confined service's socket), standard output and error as
+    pipes, standard input a pipe (``stdin``) or ``/dev/null``. ``lasting``: forked from the
     long-lived spawner thread, for a child that outlives the thread that asked
     for it (a tool's server). Raises ``OSError`` when it cannot start.
     """
@@ -213,6 +214,7 @@ def spawn(
             start_new_session=True,  # own process group: kill its children too
             preexec_fn=setup,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
 
     if lasting:

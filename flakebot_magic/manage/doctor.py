@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..clients.contract import ToolContract
+from ..clients.kinds import is_server
 from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError
@@ -228,7 +230,7 @@ def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[lis
             record = ToolRecord.from_json(merged)
         # a process the old record named is no business of the new one: it is started again when called
         record.status, record.pid, record.url, record.token = (
-            ("ready" if record.kind == "cli" else "stopped"),
+            ("stopped" if is_server(record.kind) else "ready"),
             None,
             "",
             "",
@@ -347,7 +349,7 @@ def _record_from(
         binary=str(deployed / "bin" / main),
         workspace=str(workspace),
         commit=commit,
-        kind=str(contract.get("kind") or "cli"),
+        kind=ToolContract.from_json(contract).kind,
         created=entry.stat().st_mtime,
         extra={"rebuilt_by_doctor": time.time()},
         forked_by=forked_by,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..clients import lifecycle, tool_from_record
+from ..clients.kinds import a_noun, is_server, proxied
 from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError, UsageError
@@ -133,7 +134,7 @@ def load(settings: Settings, name: str) -> Any:
             f"Build it again with {typed(f'rebuild {name}')}."
         )
     tool = tool_of(record, settings)
-    if tool.kind != "cli":  # an MCP server or HTTP service runs from now on, as after its build
+    if tool.server:  # an MCP server or HTTP service runs from now on, as after its build
         inventory = Inventory(settings.cache.tools)
         tool.on_state = lambda **changes: inventory.update(name, **changes)
         tool.start()
@@ -332,7 +333,7 @@ def logs(settings: Settings, name: str, *, last: int | None = 200) -> str:
             f"== later runs found {name} in the cache and built nothing; the last one's log: {cached} "
             f"({_when(cached.stat().st_mtime)})"
         )
-    if record.kind != "cli":
+    if is_server(record.kind):
         try:
             output = lifecycle.logs(name, settings.cache.root, last)
             parts.append(f"== {record.kind} process output\n{output.rstrip()}")
@@ -345,8 +346,8 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     """Stop tool ``name``'s process; return what happened, in words."""
     record = find(settings, name)
     inventory = Inventory(settings.cache.tools)
-    if record.kind == "cli":
-        return f"{name} is a command-line tool: it runs only while called, so there is nothing to stop."
+    if not is_server(record.kind):
+        return f"{name} is {a_noun(record.kind)}: it runs only while called, so there is nothing to stop."
     if lifecycle.stop(name, settings.cache.root):
         inventory.update(name, status="stopped", pid=None)
         return f"stopped {name}"
@@ -439,7 +440,7 @@ def tool_json(subject: ToolRecord | Attempt | Any, settings: Settings | None = N
     data["provenance"] = _provenance(loaded if loaded is not None else tool_of(record, settings, check=False), record)
     api = f"/flakebot/api/tools/{record.name}"
     links = {"self": api, "logs": f"{api}/logs", "stop": f"{api}/stop"}
-    if record.kind == "http":
+    if proxied(record.kind):
         links["proxy"] = f"/flakebot/proxy/{record.name}/"
     data["links"] = links
     data["usage"] = loaded.usage() if loaded is not None else None
@@ -476,7 +477,7 @@ def _record_of(tool: Any, settings: Settings | None) -> ToolRecord:
         registry=str(manifest.get("registry") or ""),
         commit=str(manifest.get("commit") or ""),
         backend=tool.backend,
-        kind=getattr(tool, "kind", "cli"),
+        kind=tool.kind,
         description=str(getattr(tool, "description", "") or ""),
     )
 
@@ -566,7 +567,7 @@ def stop_tools(settings: Settings, name: str | None = None) -> CommandResult:
     if name is not None:
         names = [name]
     else:
-        names = [r.name for r in inventory.all() if r.kind != "cli" and status_of(r) == "running"]
+        names = [r.name for r in inventory.all() if is_server(r.kind) and status_of(r) == "running"]
     results = []
     for each in names:
         message = stop(settings, each)

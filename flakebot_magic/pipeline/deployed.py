@@ -24,6 +24,7 @@ from typing import Any
 from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
+from ..clients.kinds import asked_kinds
 from ..commands import typed
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
 from ..host.git import Git
@@ -126,21 +127,33 @@ def deployed_tool(
             notice=lambda message: bus.notice("fork", message),
         )
         run.workspace = replace(workspace, path=final, replaces=None)
-        if tool.kind != "cli":
-            inventory = Inventory(settings.cache.tools)
-            tool.on_state = lambda **changes: inventory.update(name, **changes)
-        if tool.kind == "mcp":
-            # its functions are read now, in the sandbox whatever confine_tools says (a build runs nothing of the
-            # tool unconfined); it starts as the setting says at the first call
-            with tool.confined():
-                functions = tool.functions()
-                tool.stop()
-            stage.detail = f"{name}: mcp, {len(functions)} function(s)"
-        elif tool.kind != "cli":
-            # an HTTP service cannot run in the sandbox (its empty network cuts the loopback): nothing of it runs
-            # at build time; it starts, and its functions are read, at the first call
-            stage.detail = f"{name}: {tool.kind}, starts at the first call"
+        stage.detail = _after_install(tool, name, settings.cache.tools) or stage.detail
+        if tool.kind not in asked_kinds(run.request.text):
+            bus.notice(
+                "client",
+                f'{name} is {tool.a_noun}: its Cargo.toml says kind = "{tool.kind}", and the request did not ask '
+                f"for {tool.a_noun}. flakebot starts it only in the sandbox; your own calls run it "
+                + ("in the sandbox too (confine_tools)." if tool.confine else "as you, as any tool's do."),
+            )
     return tool
+
+
+def _after_install(tool: ToolClient, name: str, tools: Path) -> str:
+    """What a build does with a tool it just installed, by its kind; the client stage's detail.
+
+    A server's record follows its process from now on, and its functions are
+    read now, in the sandbox whatever ``confine_tools`` says (a build runs
+    nothing of a tool unconfined); it starts as the setting says at the first
+    call. A tool that runs only while called is not started.
+    """
+    if not tool.server:
+        return ""
+    with tool.confined():
+        functions = tool.functions()
+        tool.stop()
+    inventory = Inventory(tools)  # the record follows the process from the person's first call on
+    tool.on_state = lambda **changes: inventory.update(name, **changes)
+    return f"{name}: {tool.kind}, {len(functions)} function(s)"
 
 
 def _builders(store: StorePath, settings_tools: Path) -> list[tuple[str, str, str]]:

@@ -27,6 +27,7 @@ from markupsafe import Markup
 from tornado import httpclient, web
 
 from .. import __version__
+from ..clients.kinds import is_server
 from ..config import Settings
 from ..errors import UsageError
 from ..manage import tools
@@ -83,7 +84,7 @@ class DashboardRow:
 
     @property
     def stoppable(self) -> bool:
-        return self.tool["kind"] in ("http", "mcp")
+        return is_server(str(self.tool["kind"]))
 
     @property
     def details(self) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import httpclient, web
 
+from ..clients.kinds import proxied
 from ..config import Settings
 from ..manage import tools
 from ..records.inventory import Inventory
@@ -71,8 +72,10 @@ class ProxyHandler(RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         record = Inventory(self.flakebot.cache.tools).get(name)
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")
-        if record.kind != "http" or not record.url:
+        if not proxied(record.kind):
             raise web.HTTPError(404, f"{name} is not an http tool")
+        if not record.url:  # stopped, or running confined: reached only through the socket of its kernel
+            raise web.HTTPError(503, f"{name} is not running where the proxy can reach it; start it from its notebook")
         target = urlsplit(record.url)
         if target.scheme != "http" or not _is_loopback(target.hostname):
             raise web.HTTPError(403, f"{name} does not listen on a loopback address")

@@ -107,7 +107,7 @@ def test_initialize_names_the_crate_and_version_and_says_what_it_is_in_plain_wor
     assert result["serverInfo"]["name"] == "shout" and result["serverInfo"]["version"] == "1.4.2"
     text = result["instructions"]
     assert text.startswith("shout 1.4.2: Upper-cases its input.\n")
-    assert "command-line program" in text and "- sh: " in text
+    assert "a command-line tool" in text and "- sh: " in text
     assert "```" not in text and "sh(" not in text and "(command-line tool)" not in text  # no Python
 
 

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients.contract import ToolContract, read_contract
+from flakebot_magic.clients.kinds import KINDS
 from flakebot_magic.errors import DeployError
+
+#: the table's kinds, as the contract reader names them
+KNOWN = ", ".join(KINDS)
 
 
 def _manifest(table: object = None, name: str = "demo") -> dict[str, object]:
@@ -37,7 +41,7 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"kind": "grpc"}, "kind must be one of cli, mcp, http, not 'grpc' in demo's Cargo.toml"),
+        ({"kind": "grpc"}, f"kind must be one of {KNOWN}, not 'grpc' in demo's Cargo.toml"),
         ({"kind": "mcp", "bin": "nope"}, "bin = 'nope' in demo's Cargo.toml, but the crate builds demo"),
         ({"kind": "mcp", "bin": 3}, "needs bin"),
         ({"kind": "http", "health": 7}, "must be a path starting with '/'"),
@@ -63,7 +67,7 @@ def test_the_edit_loop_requires_the_table_kind_and_bin(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="needs bin"):
         read_contract(manifest, required=True)
     manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nbin = "x"\n')
-    with pytest.raises(DeployError, match="kind must be one of cli, mcp, http, not None"):
+    with pytest.raises(DeployError, match=f"kind must be one of {KNOWN}, not None"):
         read_contract(manifest, required=True)
     manifest.write_text('[package.metadata.flakebot]\nkind = "cli"\nbin = "sha256"\n\n[package]\nname = "x"\n')
     contract = read_contract(manifest, required=True)

@@ -150,8 +150,9 @@ def test_failing_examples_go_back_to_the_edit_loop_until_they_pass(tmp_path: Pat
         calc = Pipeline(settings, observers=[events.append]).run(PersonText(CELL), crate="calclib", name="calc")
         requests = server.requests
     try:
-        assert isinstance(calc, McpTool) and calc.running
-        assert calc.add(a=1, b=2) == {"sum": 3.0}
+        # the examples ran it confined and stopped it: flakebot never starts it outside the sandbox on its own
+        assert isinstance(calc, McpTool) and not calc.running
+        assert calc.add(a=1, b=2) == {"sum": 3.0} and calc.running  # the person's first call starts it
         assert calc.acceptance.ok and calc.acceptance.summary() == "1 of 1 examples pass"
         accepts = [e.detail for e in events if isinstance(e, StageFinished) and e.stage == "accept"]
         assert accepts == ["1 of 1 examples FAIL", "1 of 1 examples pass"]

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from kindtools import SLOW_SERVICE, script_service
 
 from flakebot_magic.clients.agents import strict_problems
-from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.http_net import listening_addresses
 from flakebot_magic.errors import ToolError
@@ -30,9 +30,9 @@ from flakebot_magic.testing.overlay import fixture_crates_buildable
 @pytest.mark.skipif(not fixture_crates_buildable(), reason="needs serde_json and tiny_http: run `make install`")
 class TestDemoService:
     def test_started_on_loopback_with_a_token(self, svc: Any) -> None:
-        # nothing of a service runs at build time: it starts at the first use
+        # the build read its operations in the sandbox and left nothing running: it starts at the first use
         assert isinstance(svc, HttpTool) and svc.kind == "http" and not svc.running
-        assert "when it first starts" in repr(svc)
+        assert "operations: add, fail, greet" in repr(svc) and "service: stopped" in repr(svc)
         svc.start()
         assert svc.running
         assert svc.base_url == f"http://127.0.0.1:{svc.port}"
@@ -191,18 +191,7 @@ class _KillRound:
 
 
 def _service(tmp_path: Path, body: str, **contract: Any) -> HttpTool:
-    script = tmp_path / "service"
-    script.write_text(f"#!{sys.executable}\n" + body)
-    script.chmod(0o755)
-    return HttpTool(
-        name="bad",
-        binary=script,
-        crate="bad",
-        version="0.0.1",
-        source_hash="0" * 32,
-        store_path=tmp_path,
-        contract=ToolContract(kind="http", bin="service", **contract),
-    )
+    return script_service(tmp_path, body, **contract)
 
 
 _SERVE = """
@@ -264,23 +253,7 @@ def test_a_service_without_openapi_still_has_raw_requests(tmp_path: Path) -> Non
         tool.close()
 
 
-_SLOW = """
-import hmac, os, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        expected = "Bearer " + os.environ["FLAKEBOT_TOKEN"]
-        if self.path != "/health" and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
-            self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers(); return
-        if self.path == "/slow":
-            time.sleep(30)
-        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *args):
-        pass
-port = int(sys.argv[sys.argv.index("--port") + 1])
-HTTPServer(("127.0.0.1", port), Handler).serve_forever()
-"""
+_SLOW = SLOW_SERVICE
 
 
 def test_an_interrupted_request_stops_the_service(tmp_path: Path) -> None:

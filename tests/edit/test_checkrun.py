@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from flakebot_magic.clients.kinds import KINDS
 from flakebot_magic.edit.checkrun import workspace_contract
+
+#: the table's kinds, as the contract reader names them
+KNOWN = ", ".join(KINDS)
 
 HEAD = '[package]\nname = "x"\nversion = "0.1.0"\n'
 
@@ -15,7 +19,7 @@ def test_workspace_contract(tmp_path: Path) -> None:
     manifest.write_text('[package]\nname = "x"\n')
     assert "no [package.metadata.flakebot]" in workspace_contract(manifest)[1]
     manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nkind = "gui"\nbin = "x"\n')
-    assert "kind must be one of cli, mcp, http" in workspace_contract(manifest)[1]
+    assert f"kind must be one of {KNOWN}" in workspace_contract(manifest)[1]
     manifest.write_text('[package]\nname = "x"\n[package.metadata.flakebot]\nkind = "http"\n')
     assert "needs bin" in workspace_contract(manifest)[1]
     manifest.write_text('[package.metadata.flakebot]\nkind = "cli"\nbin = "sha256"\n\n[package]\nname = "x"\n')
