@@ -29,6 +29,7 @@ from flakebot_magic.clients.kinds import kind_of
 from flakebot_magic.config import Settings
 from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.records.inventory import Inventory, ToolRecord
+from flakebot_magic.request import PersonText
 from flakebot_magic.stages.deploy import write_entry
 
 PYTHON = "/usr/bin/python3"
@@ -292,7 +293,7 @@ def door_examples(tmp_path: Path, kind: str, host: Host) -> str:
 
     tool = make_tool_of(tmp_path, kind, host)
     try:
-        _, examples = split_request(f"Probe the host.\n>>> {HOSTILE[kind][1]}\n{CONFINED}\n")
+        _, examples = split_request(PersonText(f"Probe the host.\n>>> {HOSTILE[kind][1]}\n{CONFINED}\n"))
         report = run_examples(examples, {"hostile": tool})
         (result,) = report.results
         return CONFINED if report.ok else f"the example failed: {result.got}{result.error}"  # ok: it said CONFINED
@@ -326,7 +327,7 @@ def door_judge(tmp_path: Path, kind: str, host: Host) -> str:
         binaries={"hostile": binary},
         contract=ToolContract(kind=kind, bin="hostile"),
     )
-    _, examples = split_request(f"Probe the host.\n>>> {HOSTILE[kind][1]}\n{CONFINED}\n")
+    _, examples = split_request(PersonText(f"Probe the host.\n>>> {HOSTILE[kind][1]}\n{CONFINED}\n"))
     score = judge(run, workspace, base, examples, git=git, name="hostile", timeout=30)
     return CONFINED if score.examples_passed == 1 else f"the example failed: {score.note or score}"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import os
-import shutil
 import socket
 import struct
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..host.trees import remove_tree
 from ..sandbox.forward import forwarder_command
 from .base import Confinement
 
@@ -296,12 +296,12 @@ def confined_service(
         argv, shown = forwarder_command(fd, port, service)
         confinement = Confinement(binary, store_path, read_only=shown)
     except BaseException:
-        shutil.rmtree(sockets, ignore_errors=True)
+        remove_tree(sockets, ignore_errors=True)
         raise
 
     def cleanup() -> None:
         confinement.close()
-        shutil.rmtree(sockets, ignore_errors=True)
+        remove_tree(sockets, ignore_errors=True)
 
     return ServiceLaunch(
         confinement.command(argv), confinement.env(*env), confinement.scratch, (fd,), str(path), cleanup

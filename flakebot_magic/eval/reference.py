@@ -25,7 +25,7 @@ from typing import Any
 
 import tomlkit
 
-from ..host.fsutil import load_toml, read_inside
+from ..host.fsutil import load_json, load_toml, read_inside
 from ..registry.base import Registry
 from ..sandbox.manifest import DEPENDENCY_TABLES
 from .task import MAX_FILE_BYTES, Task
@@ -95,7 +95,7 @@ def manifest_edits(text: str, additions: Mapping[str, Any]) -> list[tuple[str, s
     under: dict[tuple[str, ...], list[str]] = {}
     tables: list[str] = []
     # what the edits add, as TOML data: a dependency given as a version string becomes {version = ...}
-    effective: dict[str, Any] = json.loads(json.dumps(additions, default=str))
+    effective: dict[str, Any] = load_json(json.dumps(additions, default=str))
 
     def place(path: tuple[str, ...], adding: dict[str, Any], having: Mapping[str, Any], headed: bool) -> None:
         for key, value in list(adding.items()):
