@@ -15,8 +15,8 @@ opens (``clients/revisions.py``):
   other methods the revision removed are ``-32601``. Who asks for a build is
   the request's ``clientInfo``.
 * **2025-11-25 and older**: ``initialize`` opens a session as before; its
-  requests carry no envelope. On stdio a request with neither an envelope nor
-  an ``initialize`` before it is refused (``-32602``, saying both ways in).
+  requests carry no envelope (one with neither is served in this era, as
+  before, whether or not ``initialize`` came first).
 
 Quick requests are answered before ``handle`` returns; ``tools/call`` of
 ``build_tool`` runs on a thread of its own (``handle`` returns it), so the
@@ -52,18 +52,19 @@ from ..clients.jsonrpc import (
     Request,
     check,
     error,
-    negotiate,
     response,
     tool_result,
 )
 from ..clients.revisions import (
+    REMOVED_METHODS,
     SERVED_VERSIONS,
     SUBSCRIPTION_ID_KEY,
     Envelope,
     Refusal,
-    is_modern,
     modern_result,
+    negotiate,
     read_envelope,
+    stateless,
 )
 from ..clients.schema import check_arguments
 from ..config import Settings
@@ -91,10 +92,6 @@ SERVER_INFO = {"name": "flakebot", "title": "flakebot: tools from Rust crates", 
 #: change at any moment (a build anywhere on the machine), so it is stale at once (a listen stream says when)
 DISCOVER_TTL_MS = 3_600_000
 TOOLS_TTL_MS = 0
-#: methods only the stateless era has (an envelope is required of them whatever the connection did before)
-MODERN_METHODS = frozenset({"server/discover", "subscriptions/listen"})
-#: what 2026-07-28 removed: a modern request for one is an unknown method
-REMOVED = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 
 
 def list_changed(subscription: Any = None) -> dict[str, Any]:
@@ -182,8 +179,6 @@ class ServerSession:
         self.client: dict[str, Any] = {}
         self.protocol = ""
         self.agent = AgentSession(settings, requested_by="mcp client", flags=flags)
-        #: ``initialize`` was answered: requests without an envelope are this legacy session's
-        self.handshaken = False
         self.initialized = False
         self._builds: dict[str, AgentBuild] = {}
         self._cancelled: set[str] = set()
@@ -214,11 +209,7 @@ class ServerSession:
                 self.initialized = True
             return None  # other notifications need no answer
         try:
-            modern = headers is not None or (
-                method != "initialize"
-                and (is_modern(params) or method in MODERN_METHODS or not (self.handshaken or method == "ping"))
-            )
-            if modern:
+            if headers is not None or stateless(method, params):
                 return self._modern(request, out, headers)
             return self._legacy(request, out)
         except Exception as exc:  # a bug here must not end the session
@@ -254,7 +245,7 @@ class ServerSession:
         elif method == "subscriptions/listen":
             self._listen(ident, params, out)
         else:
-            gone = " (the revision 2026-07-28 removed it)" if method in REMOVED else ""
+            gone = " (the revision 2026-07-28 removed it)" if method in REMOVED_METHODS else ""
             out(error(ident, METHOD_NOT_FOUND, f"Method not found: {method}{gone}"))
         return None
 
@@ -264,7 +255,6 @@ class ServerSession:
         self.agent.requested_by = str(self.client.get("name") or "mcp client")[:100]
         self.protocol = negotiate(params.get("protocolVersion"))
         self.known = self.catalog.signature()
-        self.handshaken = True
         return {
             "protocolVersion": self.protocol,
             "capabilities": {"tools": {"listChanged": True}},

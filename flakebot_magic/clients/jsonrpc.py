@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..host.fsutil import load_json
-from .revisions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -39,7 +38,6 @@ __all__ = [
     "Request",
     "check",
     "error",
-    "negotiate",
     "response",
     "serve_lines",
     "tool_result",
@@ -84,12 +82,6 @@ def tool_result(text: str, data: Mapping[str, Any] | None = None, *, is_error: b
     if data:
         result["structuredContent"] = dict(data)
     return result
-
-
-def negotiate(asked: Any) -> str:
-    """The protocol version to answer ``initialize`` with: the client's when a handshake revision, else the newest
-    (a client that proposes 2026-07-28 in ``initialize`` gets the legacy era's newest: the handshake is legacy)."""
-    return asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
 
 
 def check(message: Any) -> Request | dict[str, Any] | None:

@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .jsonrpc import INVALID_PARAMS
+
 __all__ = [
     "CLIENT_CAPABILITIES_KEY",
     "CLIENT_INFO_KEY",
@@ -49,8 +51,11 @@ __all__ = [
     "LATEST_HANDSHAKE",
     "LATEST_MODERN",
     "MISSING_CLIENT_CAPABILITY",
+    "MODERN_METHODS",
     "MODERN_VERSIONS",
+    "NAME_BEARING",
     "PROTOCOL_VERSION_KEY",
+    "REMOVED_METHODS",
     "SERVED_VERSIONS",
     "SERVER_INFO_KEY",
     "SUBSCRIPTION_ID_KEY",
@@ -61,7 +66,9 @@ __all__ = [
     "describe",
     "is_modern",
     "modern_result",
+    "negotiate",
     "read_envelope",
+    "stateless",
     "unsupported_version",
 ]
 
@@ -85,8 +92,10 @@ SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 #: the error codes 2026-07-28 defines (JSON-RPC's server-error range, its own sub-range)
 HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, UNSUPPORTED_VERSION = -32020, -32021, -32022
-#: JSON-RPC's code for params that are wrong (a request without its envelope is one)
-_INVALID_PARAMS = -32602
+#: methods only the stateless era has: an envelope is required of them whatever came before on the connection
+MODERN_METHODS = frozenset({"server/discover", "subscriptions/listen"})
+#: what 2026-07-28 removed: a stateless request for one is an unknown method (``-32601``)
+REMOVED_METHODS = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 
 #: the methods whose name (tool, prompt) or uri (resource) an HTTP request also carries as ``Mcp-Name``
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
@@ -125,6 +134,19 @@ def is_modern(params: Any) -> bool:
     :func:`read_envelope` with what it lacks."""
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     return isinstance(meta, Mapping) and PROTOCOL_VERSION_KEY in meta
+
+
+def stateless(method: str, params: Any) -> bool:
+    """The era of a request on a connection that does not say it otherwise (stdio): stateless when it carries the
+    envelope or is a method only 2026-07-28 has; ``initialize`` and a request with neither are the handshake era's
+    (as before 2026-07-28, a server answers them whether or not ``initialize`` came first)."""
+    return method != "initialize" and (is_modern(params) or method in MODERN_METHODS)
+
+
+def negotiate(asked: Any) -> str:
+    """The revision to answer ``initialize`` with: the client's when a handshake revision, else the newest one (a
+    client that proposes 2026-07-28 in ``initialize`` gets 2025-11-25: the handshake is the legacy era's)."""
+    return asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
 
 
 def unsupported_version(requested: str) -> Refusal:
@@ -173,13 +195,13 @@ def read_envelope(method: str, params: Any, headers: Mapping[str, str | None] | 
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     if not isinstance(meta, Mapping):
         return Refusal(
-            _INVALID_PARAMS,
+            INVALID_PARAMS,
             f"Invalid params: params._meta must be an object carrying {PROTOCOL_VERSION_KEY!r} and "
             f"{CLIENT_CAPABILITIES_KEY!r} (protocol 2026-07-28), or send initialize first (2025-11-25 and older)",
         )
     missing = [key for key in (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY) if key not in meta]
     if missing:
-        return Refusal(_INVALID_PARAMS, f"Invalid params: params._meta lacks {' and '.join(missing)}")
+        return Refusal(INVALID_PARAMS, f"Invalid params: params._meta lacks {' and '.join(missing)}")
     version = meta[PROTOCOL_VERSION_KEY]
     if headers is not None:
         if headers.get("mcp-protocol-version") is None or headers.get("mcp-protocol-version") != version:
@@ -191,12 +213,12 @@ def read_envelope(method: str, params: Any, headers: Mapping[str, str | None] | 
         if named is not None and decode_header_value(headers.get("mcp-name")) != named:
             return Refusal(HEADER_MISMATCH, f"Header mismatch: Mcp-Name does not match the request's params.{key}")
     if not isinstance(version, str):
-        return Refusal(_INVALID_PARAMS, f"Invalid params: {PROTOCOL_VERSION_KEY} must be a string")
+        return Refusal(INVALID_PARAMS, f"Invalid params: {PROTOCOL_VERSION_KEY} must be a string")
     if version not in MODERN_VERSIONS:
         return unsupported_version(version)
     info, capabilities = meta.get(CLIENT_INFO_KEY), meta[CLIENT_CAPABILITIES_KEY]
     if not isinstance(capabilities, Mapping):
-        return Refusal(_INVALID_PARAMS, f"Invalid params: {CLIENT_CAPABILITIES_KEY} must be an object")
+        return Refusal(INVALID_PARAMS, f"Invalid params: {CLIENT_CAPABILITIES_KEY} must be an object")
     return Envelope(version, dict(info) if isinstance(info, Mapping) else {}, dict(capabilities))
 
 
