@@ -82,6 +82,10 @@ class _Refused(Exception):
         self.data = error.get("data")
 
 
+class _Exited(ToolError):
+    """The server exited (while answering, or before a request reached it)."""
+
+
 class _Silent(Exception):
     """No answer within the time a start step had (the probe's: a legacy server may ignore it)."""
 
@@ -204,11 +208,9 @@ class McpSession:
             return False
         except _Silent:
             return False
-        except ToolError:
-            if not self.alive:  # it exited on the probe: a fragile legacy server; start it again for the handshake
-                self._spawn()
-                return False
-            raise
+        except _Exited:  # it exited on the probe: a fragile legacy server; start it again for the handshake
+            self._spawn()
+            return False
         versions = result.get("supportedVersions") if isinstance(result, Mapping) else None
         mutual = [v for v in MODERN_VERSIONS if isinstance(versions, list) and v in versions]
         if not mutual:
@@ -278,6 +280,15 @@ class McpSession:
             finally:
                 self.process = None
 
+    def _give_up(self) -> None:
+        """Stop a server that did not answer in time, or floods: at once (SIGKILL; a hung one would sit on a
+        SIGTERM for the whole grace, and the call's timeout holds)."""
+        if self.process is not None:
+            try:
+                self._stop_process(grace=0.0)
+            finally:
+                self.process = None
+
     def _stop_process(self, grace: float = 1.0) -> int | None:
         assert self.process is not None
         try:
@@ -295,14 +306,11 @@ class McpSession:
         began = time.monotonic()
         deadline = began + timeout
         if not self._lock.acquire(timeout=max(0.0, timeout)):
-            raise ToolError(
-                f"{self.name}: {method} was not sent: it waited its whole {timeout:g} s timeout behind earlier "
-                "calls to this server (it takes one request at a time). Pass a larger timeout=..., or make "
-                "fewer calls at once.",
-                stderr=self.logs.text(last=30),
-            )
+            raise self._not_sent(method, timeout)
         try:
             waited = time.monotonic() - began
+            if waited >= timeout:  # its turn came as its time ran out: nothing was sent, nothing is stopped
+                raise self._not_sent(method, timeout)
             if not self.alive:
                 if self.process is not None:
                     self.restarts += 1
@@ -315,6 +323,13 @@ class McpSession:
             return self._request(method, params, deadline, timeout, waited)
         finally:
             self._lock.release()
+
+    def _not_sent(self, method: str, timeout: float) -> ToolError:
+        return ToolError(
+            f"{self.name}: {method} was not sent: it waited its whole {timeout:g} s timeout behind earlier calls to "
+            "this server (it takes one request at a time). Pass a larger timeout=..., or make fewer calls at once.",
+            stderr=self.logs.text(last=30),
+        )
 
     def _stamp(self, params: Mapping[str, Any] | None, revision: str) -> dict[str, Any]:
         """``params`` with the modern envelope in ``_meta`` (what the caller put there kept)."""
@@ -492,7 +507,7 @@ class McpSession:
                 continue
             if len(buffer) > self.max_message:
                 size = len(buffer)
-                self.stop()
+                self._give_up()
                 raise ToolError(
                     f"{self.name}: the MCP server sent a message longer than {self.max_message // (1024 * 1024)} MiB "
                     f"(at least {size} bytes without a newline) while answering {method}; it was stopped and the "
@@ -503,7 +518,7 @@ class McpSession:
             if remaining <= 0:
                 if start:
                     raise _Silent()
-                self.stop()
+                self._give_up()
                 behind = f" ({waited:.1f} s of it waiting behind earlier calls)" if waited >= 0.05 else ""
                 raise ToolError(
                     f"{self.name}: {method} got no answer within {timeout:g} s{behind}, so the server was stopped; "
@@ -523,7 +538,7 @@ class McpSession:
         status = self._stop_process(grace=0.5)
         tail = self.logs.text(last=20)
         when = "while answering" if sent else "before receiving"
-        raise ToolError(
+        raise _Exited(
             f"{self.name}: the MCP server exited (status {status}) {when} {method}; "
             f"the next call starts it again. Its last output:\n{tail.strip() or '(none)'}",
             returncode=status,

@@ -14,6 +14,7 @@ import http.client as http_client
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -305,3 +306,29 @@ def test_a_listen_stream_over_http_hears_of_a_tool_built_elsewhere(
                     break
     assert '"notifications/subscriptions/acknowledged"' in lines[0]
     assert '"notifications/tools/list_changed"' in lines[1] and '"listen-1"' in lines[1]
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_300_mib_line_without_a_newline_is_never_held(stdio: Client) -> None:
+    """Before: ``flakebot mcp`` over stdio read the whole line into memory (300 MiB and more); now it holds at most
+    the cap (4 MiB), answers one error, and serves the next line."""
+    assert stdio.request("ping")["result"] == {}  # started and serving
+    before = _peak_rss_mib(stdio.proc.pid)
+    assert stdio.proc.stdin is not None
+    chunk = b"x" * (1 << 20)
+    stdio.proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"')
+    for _ in range(300):
+        stdio.proc.stdin.write(chunk)
+    stdio.proc.stdin.write(b'"}}\n')
+    stdio.proc.stdin.flush()
+    answer = stdio.read(120)
+    assert answer is not None and answer["id"] is None and answer["error"]["code"] == -32600
+    assert stdio.request("ping")["result"] == {}
+    grown = _peak_rss_mib(stdio.proc.pid) - before
+    assert grown < 64, f"the server's peak memory grew by {grown:.0f} MiB reading a 300 MiB line"
