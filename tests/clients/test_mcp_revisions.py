@@ -306,3 +306,39 @@ def test_a_server_that_speaks_none_of_flakebots_revisions_is_a_clear_error(tool_
     with pytest.raises(ToolError, match=r"speaks only protocol revision\(s\) 2099-01-01; flakebot speaks .*2026-07-28"):
         other.start()
     assert not other.running
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item)
+
+
+def test_the_schemas_flakebot_serves_again_are_json_schema_2020_12(tool_of: Callable[..., McpTool]) -> None:
+    """A modern tool's schema (pydantic's ``$defs``/``$ref``) as ``flakebot mcp`` and the bridge list it (the
+    function's ``enforced_schema``): valid 2020-12 (the default dialect), every local ``$ref`` resolving, and an
+    argument the tool takes validating; flakebot's own functions' schemas too."""
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    from flakebot_magic.agent.functions import BUILTINS
+
+    calc = tool_of("schemas", era="modern")
+    served = {name: fn.enforced_schema for name, fn in calc.functions().items()}
+    served |= {name: schema for name, (_, schema) in BUILTINS.items()}
+    for name, schema in served.items():
+        Draft202012Validator.check_schema(schema)
+        resolver = Registry().with_resource("urn:served", DRAFT202012.create_resource(schema)).resolver("urn:served")
+        for ref in _refs(schema):
+            assert ref.startswith("#"), (name, ref)  # nothing to fetch from elsewhere
+            resolver.lookup(ref)  # raises for a dangling one
+    assert "$defs" in served["nested"]
+    Draft202012Validator(served["nested"]).validate({"point": {"x": 1, "y": 2}})
+    assert not Draft202012Validator(served["nested"]).is_valid({"point": {"x": "one", "y": 2}})
