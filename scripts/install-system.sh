@@ -69,7 +69,7 @@ install_npm_tools() {
         python3 -m venv "$scratch/venv"
         pip=("$scratch/venv/bin/pip")
     fi
-    "${pip[@]}" install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    "${pip[@]}" install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --require-hashes \
         --target "$scratch/wheel" -r "$node_deps/node.txt"
     # the tools by the wheel's npm (its bin/npm is a broken link in the wheel: npm-cli.js is run directly),
     # driven by the lock file. Not `npm ci`: it refuses this lock, because an optional dependency of vite
