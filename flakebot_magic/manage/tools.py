@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..clients import lifecycle, tool_from_record
-from ..clients.revisions import describe as describe_revision
+from ..clients import lifecycle, revisions, tool_from_record
 from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError, UsageError
@@ -159,7 +158,7 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     data = _provenance(tool_of(record, settings, check=False), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
     if record.kind == "mcp":  # which MCP revision its server spoke at its last start
-        data["protocol"] = describe_revision(record.protocol)
+        data["protocol"] = revisions.describe(record.protocol)
     if record.url:
         data["url"] = record.url
     from ..edit.journal import spent  # the edit loop's modules load only when asked

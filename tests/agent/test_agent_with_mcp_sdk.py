@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import FLAKEBOT
+from raw_client import FLAKEBOT
 from tinycrates import write_registry
 
 from flakebot_magic.records.inventory import Inventory
