@@ -38,29 +38,16 @@ BAD = [
     '{"jsonrpc": "1.0", "id": 8, "method": "ping"}',
 ]
 #: 2026-07-28 requests (the envelope in ``_meta``) that are refused: both servers answer with the same error
-_ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+_VERSION = "io.modelcontextprotocol/protocolVersion"
+_ENVELOPE = {_VERSION: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
 BAD_STATELESS = [
-    json.dumps({"jsonrpc": "2.0", "id": 20, "method": "server/discover", "params": {}}),
-    json.dumps({"jsonrpc": "2.0", "id": 21, "method": "server/discover", "params": {"_meta": {}}}),
-    json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 22,
-            "method": "tools/list",
-            "params": {"_meta": {**_ENVELOPE, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}},
-        }
-    ),
-    json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 23,
-            "method": "tools/list",
-            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
-        }
-    ),
-    json.dumps({"jsonrpc": "2.0", "id": 24, "method": "ping", "params": {"_meta": _ENVELOPE}}),
-    json.dumps({"jsonrpc": "2.0", "id": 25, "method": "resources/list", "params": {"_meta": _ENVELOPE}}),
-    json.dumps({"jsonrpc": "2.0", "id": 26, "method": "tools/call", "params": {"_meta": _ENVELOPE, "name": "ghost"}}),
+    ({"id": 20, "method": "server/discover", "params": {}}, -32602),
+    ({"id": 21, "method": "server/discover", "params": {"_meta": {}}}, -32602),
+    ({"id": 22, "method": "tools/list", "params": {"_meta": {**_ENVELOPE, _VERSION: "1999-01-01"}}}, -32022),
+    ({"id": 23, "method": "tools/list", "params": {"_meta": {_VERSION: "2026-07-28"}}}, -32602),
+    ({"id": 24, "method": "ping", "params": {"_meta": _ENVELOPE}}, -32601),
+    ({"id": 25, "method": "resources/list", "params": {"_meta": _ENVELOPE}}, -32601),
+    ({"id": 26, "method": "tools/call", "params": {"_meta": _ENVELOPE, "name": "ghost"}}, -32602),
 ]
 SILENT = ['{"jsonrpc": "2.0", "method": "notifications/whatever"}', '{"jsonrpc": "2.0", "id": 9, "result": {}}']
 
@@ -76,13 +63,26 @@ def _shape(answer: Any) -> tuple[Any, Any]:
     return answer.get("id"), answer.get("error", {}).get("code")
 
 
-@pytest.mark.parametrize("line", BAD + BAD_STATELESS)
+@pytest.mark.parametrize("line", BAD)
 def test_both_servers_answer_a_bad_request_alike(shout: CliTool, tmp_path: Path, line: str) -> None:  # noqa: F811
     (bridge,) = exchange(shout, line)
     (agent,) = _agent(tmp_path, line)
     assert _shape(bridge) == _shape(agent) and _shape(bridge)[1] is not None, (bridge, agent)
-    assert bridge["error"].get("data") == agent["error"].get("data")  # -32022 names the same revisions
     assert "result" not in bridge and "result" not in agent
+
+
+@pytest.mark.parametrize(("message", "code"), BAD_STATELESS)
+def test_both_servers_refuse_a_bad_stateless_request_alike(
+    shout: CliTool,  # noqa: F811
+    tmp_path: Path,
+    message: dict[str, Any],
+    code: int,
+) -> None:
+    line = json.dumps({"jsonrpc": "2.0", **message})
+    (bridge,) = exchange(shout, line)
+    (agent,) = _agent(tmp_path, line)
+    assert _shape(bridge) == _shape(agent) == (message["id"], code), (bridge, agent)
+    assert bridge["error"].get("data") == agent["error"].get("data")  # -32022 names the same revisions
 
 
 def test_both_servers_drop_a_line_over_the_cap_and_serve_the_next(shout: CliTool, tmp_path: Path) -> None:  # noqa: F811
