@@ -354,7 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
         the request's cancellation); a legacy session's build goes on (a disconnect is no cancel there).
         """
         self._open_stream(headers)
-        alive, idle = True, 0.0
+        alive, idle, quiet = True, 0.0, 0.0
         while True:
             done = not any(t.is_alive() for t in threads)
             try:
@@ -362,18 +362,30 @@ class _Handler(BaseHTTPRequestHandler):
             except queue.Empty:
                 if done:
                     return
-                idle += 0.05
-                if alive and idle >= 1.0:  # once a second: is the reader still there, and a keep-alive now and then
+                idle, quiet = idle + 0.05, quiet + 0.05
+                if alive and idle >= 1.0:  # once a second: is the reader still there?
                     idle = 0.0
                     alive = self._still_there(cancel)
+                if alive and quiet >= KEEPALIVE:  # a long build: a comment now and then keeps proxies from closing it
+                    quiet = 0.0
+                    alive = self._write(b": keep-alive\n\n", cancel)
                 continue
+            quiet = 0.0
             if alive:
-                try:
-                    self._event(item)
-                except OSError:
-                    alive = False  # the client hung up
-                    if cancel is not None:
-                        cancel()
+                alive = self._write(
+                    f"event: message\ndata: {json.dumps(item, ensure_ascii=False)}\n\n".encode(), cancel
+                )
+
+    def _write(self, data: bytes, cancel: Any) -> bool:
+        """Write to a build's stream; False (and ``cancel()``) when the client hung up."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except OSError:
+            if cancel is not None:
+                cancel()
+            return False
 
     def _still_there(self, cancel: Any) -> bool:
         if not self._hung_up():

@@ -332,3 +332,27 @@ def test_a_300_mib_line_without_a_newline_is_never_held(stdio: Client) -> None:
     assert stdio.request("ping")["result"] == {}
     grown = _peak_rss_mib(stdio.proc.pid) - before
     assert grown < 64, f"the server's peak memory grew by {grown:.0f} MiB reading a 300 MiB line"
+
+
+@pytest.mark.cargo
+def test_closing_a_stateless_builds_stream_cancels_it(server: McpHttpServer, agent_cache: Path) -> None:
+    """2026-07-28: closing the request's stream is its cancellation (before, a disconnect left the build running)."""
+    from polling import wait_for
+    from tinycrates import processes_in
+
+    from flakebot_magic.records.inventory import Inventory
+
+    params = {**_meta(), "name": "build_tool", "arguments": {"request": "", "crate": "slowbuild", "name": "slow"}}
+    body = {"jsonrpc": "2.0", "id": "b-1", "method": "tools/call", "params": params}
+    workspace = agent_cache / "workspaces" / "slow"
+    with (
+        httpx.Client(trust_env=False, timeout=300) as http,
+        http.stream("POST", server.url, json=body, headers=_headers("tools/call", "build_tool")) as stream,
+    ):
+        assert stream.status_code == 200 and stream.headers["content-type"] == "text/event-stream"
+        wait_for((workspace / "build-script-started").exists, 120, "the build script to start")
+    # the client closed the stream: the build stops as on Cancel, its workspace kept, no tool
+    wait_for(lambda: not processes_in(workspace, settle=0.2), 30, "cargo to stop after the stream closed")
+    log = agent_cache / "logs" / "slow.cancelled.log"
+    wait_for(log.exists, 30, "the cancelled run's log")
+    assert workspace.is_dir() and Inventory(agent_cache / "tools").get("slow") is None
