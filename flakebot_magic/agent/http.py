@@ -1,20 +1,34 @@
 """``flakebot mcp --http PORT``: the MCP Streamable HTTP transport on 127.0.0.1, behind a bearer token.
 
-One endpoint, ``/mcp``:
+One endpoint, ``/mcp``, for both MCP eras (``clients/revisions.py``). A POST
+whose ``MCP-Protocol-Version`` header names no handshake revision (2026-07-28,
+or one flakebot does not serve), or that carries neither that header nor a
+session nor ``initialize``, is **stateless** (2026-07-28):
 
-* ``POST`` a JSON-RPC message. ``initialize`` opens a session (its id comes
-  back in ``Mcp-Session-Id``; every later request sends it). A notification
-  is answered ``202``. A request is answered with ``application/json``, or,
-  for ``build_tool``, with a ``text/event-stream`` that carries its progress
-  notifications, ``tools/list_changed`` and then the response.
-* ``GET`` opens the session's event stream: ``tools/list_changed`` when a
-  tool is built elsewhere.
-* ``DELETE`` ends the session (its running builds are cancelled).
+* its routing headers (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``)
+  must agree with its body, each sent once (``-32020``), and its envelope is
+  checked (``agent/mcp.py``); an error comes back as JSON-RPC with the status
+  the revision gives it (``400``; ``404`` for ``-32601``);
+* ``build_tool`` answers with an event stream (progress, then the response);
+  the client closing it cancels the build;
+* ``subscriptions/listen`` answers with an event stream that stays open: the
+  acknowledgment, then ``notifications/tools/list_changed`` whenever the tool
+  list changes, keep-alive comments between; it ends when the client closes it
+  (or, with a completion result, when the server stops);
+* a notification is answered ``202``; no session id is minted or read.
+
+Anything else is the **2025-11-25** (and older) transport, as before:
+``initialize`` opens a session (its id in ``Mcp-Session-Id``, sent with every
+later request), ``build_tool`` answers with an event stream carrying its
+progress, ``tools/list_changed`` and the response, ``GET`` opens the session's
+event stream (``tools/list_changed`` when a tool is built elsewhere), and
+``DELETE`` ends the session (its running builds are cancelled).
 
 Every request must carry ``Authorization: Bearer TOKEN``; a request whose
 ``Host`` or ``Origin`` names anything but 127.0.0.1 or localhost is refused
 (a web page of another site, a name rebound to 127.0.0.1), and the server
-listens on 127.0.0.1 only.
+listens on 127.0.0.1 only. These checks come before anything else, whatever
+the era. A body may be at most 4 MiB (``MAX_REQUEST_BYTES``, stdio's cap too).
 """
 
 from __future__ import annotations
@@ -23,17 +37,27 @@ import hmac
 import json
 import queue
 import secrets
+import select
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..clients.jsonrpc import PARSE_ERROR, error
-from ..clients.mcp import SUPPORTED_VERSIONS
+from ..clients.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_REQUEST_BYTES,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    error,
+)
+from ..clients.revisions import HANDSHAKE_VERSIONS, HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, UNSUPPORTED_VERSION
 from ..config import Settings
 from ..host.fsutil import load_json
 from ..request import RunFlags
+from ..untrusted import safe_text
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .mcp import ServerSession
@@ -43,16 +67,28 @@ __all__ = ["McpHttpServer", "serve_http"]
 
 #: the one path the server answers on
 ENDPOINT = "/mcp"
-#: the largest request body read
-MAX_BODY = 4 * 1024 * 1024
+#: the largest request body read (the stdio transport's cap too)
+MAX_BODY = MAX_REQUEST_BYTES
 #: seconds between keep-alive comments on an idle event stream
 KEEPALIVE = 15.0
 #: the only names a request's ``Host`` and ``Origin`` may carry (DNS rebinding gets no further)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+#: a stateless request's error -> its HTTP status (2026-07-28, streamable-http); others are 200
+ERROR_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_CLIENT_CAPABILITY: 400,
+    UNSUPPORTED_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+#: the headers a stateless request is routed by; each may be sent once
+ROUTING_HEADERS = ("MCP-Protocol-Version", "Mcp-Method", "Mcp-Name")
 
 
 class _Session:
-    """A session over HTTP: the protocol session and its GET stream's queue."""
+    """A legacy session over HTTP: the protocol session and its GET stream's queue."""
 
     def __init__(self, ident: str, server: McpHttpServer) -> None:
         self.id = ident
@@ -65,8 +101,12 @@ class _Session:
             self.events.put(message)
 
 
+def _no_notify(message: dict[str, Any]) -> None:
+    """The stateless session has no channel of its own: its clients hear of changes on their listen streams."""
+
+
 class McpHttpServer(ThreadingHTTPServer):
-    """The HTTP server: its sessions, the shared catalog, the inventory watcher."""
+    """The HTTP server: its legacy sessions, the stateless one, the shared catalog, the inventory watcher."""
 
     daemon_threads = True
 
@@ -78,13 +118,28 @@ class McpHttpServer(ThreadingHTTPServer):
         self.token = token or secrets.token_urlsafe(32)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
         self.sessions: dict[str, _Session] = {}
+        #: every stateless (2026-07-28) request's: its listeners, its builds (counted together)
+        self.stateless = ServerSession(settings, self.catalog, notify=_no_notify, flags=flags)
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", port), _Handler)
-        self.watcher = InventoryWatcher(self.catalog, lambda: [s.protocol for s in list(self.sessions.values())])
+        self.watcher = InventoryWatcher(
+            self.catalog, lambda: [self.stateless, *(s.protocol for s in list(self.sessions.values()))]
+        )
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}{ENDPOINT}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that failed: one line on stderr, never a traceback; a client that hung up, nothing."""
+        problem = sys.exc_info()[1]
+        if isinstance(problem, (ConnectionError, TimeoutError)):
+            return  # a client that reset or left its connection (an idle keep-alive one, at its exit)
+        where = f"{client_address[0]}:{client_address[1]}" if isinstance(client_address, tuple) else "a client"
+        print(
+            safe_text(f"flakebot mcp: a request from {where} failed: {type(problem).__name__}: {problem}"),
+            file=sys.stderr,
+        )
 
     def serve(self) -> None:
         self.watcher.start()
@@ -92,6 +147,7 @@ class McpHttpServer(ThreadingHTTPServer):
             self.serve_forever(poll_interval=0.2)
         finally:
             self.watcher.stop()
+            self.stateless.close()
             for session in list(self.sessions.values()):
                 session.events.put(None)
                 session.protocol.close()
@@ -164,10 +220,6 @@ class _Handler(BaseHTTPRequestHandler):
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.server.token.encode()):
             self._plain(401, "unauthorized: send Authorization: Bearer TOKEN", {"WWW-Authenticate": "Bearer"})
             return False
-        version = self.headers.get("MCP-Protocol-Version")
-        if version and version not in SUPPORTED_VERSIONS:
-            self._plain(400, f"unsupported MCP-Protocol-Version {version}; this server speaks {SUPPORTED_VERSIONS}")
-            return False
         return True
 
     def _session(self) -> _Session | None:
@@ -179,6 +231,14 @@ class _Handler(BaseHTTPRequestHandler):
         if session is None:
             self._plain(404, "session not found: initialize again")
         return session
+
+    def _hung_up(self) -> bool:
+        """Whether the client closed the connection (a stream's reader went away)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     # -- methods -----------------------------------------------------------------
 
@@ -198,6 +258,54 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._json(400, error(None, PARSE_ERROR, f"Parse error: {exc}"))
             return
+        if self._stateless(message):
+            self._serve_stateless(message)
+        else:
+            self._serve_session(message)
+
+    def _stateless(self, message: Any) -> bool:
+        """The era of a POST: stateless unless it names a handshake revision, a session or ``initialize``."""
+        version = self.headers.get("MCP-Protocol-Version")
+        if version is not None:
+            return version.strip() not in HANDSHAKE_VERSIONS
+        opens = isinstance(message, dict) and message.get("method") == "initialize"
+        return not (self.headers.get("Mcp-Session-Id") or opens or isinstance(message, list))
+
+    def _serve_stateless(self, message: Any) -> None:
+        twice = [name for name in ROUTING_HEADERS if len(self.headers.get_all(name) or []) > 1]
+        if twice:
+            ident = message.get("id") if isinstance(message, dict) else None
+            self._json(400, error(ident, HEADER_MISMATCH, f"Header mismatch: {twice[0]} sent more than once"))
+            return
+        if isinstance(message, dict) and "method" in message and "id" not in message:
+            self._empty(202)  # a notification: the stateless wire has none a client sends (closing a stream cancels)
+            return
+        headers = {name.lower(): (self.headers.get(name) or "").strip() or None for name in ROUTING_HEADERS}
+        answers: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        protocol = self.server.stateless
+        thread = protocol.handle(message, answers.put, headers=headers)
+        ident = message.get("id") if isinstance(message, dict) else None
+        if thread is not None:
+            self._stream(answers, [thread], {}, cancel=lambda: protocol.cancel_request(ident, "stream closed"))
+            return
+        if answers.empty():
+            self._empty(202)
+            return
+        first = answers.get()
+        if first.get("method") == "notifications/subscriptions/acknowledged":
+            self._listen(protocol, ident, first, answers)
+            return
+        code = first.get("error", {}).get("code") if isinstance(first.get("error"), dict) else None
+        self._json(ERROR_STATUS.get(code, 200) if code is not None else 200, first)
+
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def _serve_session(self, message: Any) -> None:
         messages = message if isinstance(message, list) else [message]
         starts = any(isinstance(m, dict) and m.get("method") == "initialize" for m in messages)
         session = self.server.open_session() if starts else self._session()
@@ -211,28 +319,42 @@ class _Handler(BaseHTTPRequestHandler):
             while not answers.empty():
                 replies.append(answers.get())
             if not replies:
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
-                self.send_header("Mcp-Session-Id", session.id)
-                self.end_headers()
+                self._empty(202, headers)
                 return
             self._json(200, replies if isinstance(message, list) else replies[0], headers)
             return
-        self._stream(answers, threads, headers)
+        self._stream(answers, threads, headers, cancel=None)
 
-    def _stream(
-        self, answers: queue.SimpleQueue[dict[str, Any]], threads: list[threading.Thread], headers: dict[str, str]
-    ) -> None:
-        """A build's answer: an event stream of its messages until its thread ends."""
+    def _open_stream(self, headers: dict[str, str]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-Accel-Buffering", "no")
         self.send_header("Connection", "close")
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
         self.close_connection = True
-        alive = True
+
+    def _event(self, item: dict[str, Any]) -> None:
+        self.wfile.write(f"event: message\ndata: {json.dumps(item, ensure_ascii=False)}\n\n".encode())
+        self.wfile.flush()
+
+    def _stream(
+        self,
+        answers: queue.SimpleQueue[dict[str, Any]],
+        threads: list[threading.Thread],
+        headers: dict[str, str],
+        *,
+        cancel: Any,
+    ) -> None:
+        """A build's answer: an event stream of its messages until its thread ends.
+
+        ``cancel``: a stateless request's, called when the client closes the stream (for 2026-07-28 that is
+        the request's cancellation); a legacy session's build goes on (a disconnect is no cancel there).
+        """
+        self._open_stream(headers)
+        alive, idle, quiet = True, 0.0, 0.0
         while True:
             done = not any(t.is_alive() for t in threads)
             try:
@@ -240,13 +362,65 @@ class _Handler(BaseHTTPRequestHandler):
             except queue.Empty:
                 if done:
                     return
+                idle, quiet = idle + 0.05, quiet + 0.05
+                if alive and idle >= 1.0:  # once a second: is the reader still there?
+                    idle = 0.0
+                    alive = self._still_there(cancel)
+                if alive and quiet >= KEEPALIVE:  # a long build: a comment now and then keeps proxies from closing it
+                    quiet = 0.0
+                    alive = self._write(b": keep-alive\n\n", cancel)
                 continue
+            quiet = 0.0
             if alive:
+                alive = self._write(
+                    f"event: message\ndata: {json.dumps(item, ensure_ascii=False)}\n\n".encode(), cancel
+                )
+
+    def _write(self, data: bytes, cancel: Any) -> bool:
+        """Write to a build's stream; False (and ``cancel()``) when the client hung up."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except OSError:
+            if cancel is not None:
+                cancel()
+            return False
+
+    def _still_there(self, cancel: Any) -> bool:
+        if not self._hung_up():
+            return True
+        if cancel is not None:
+            cancel()
+        return False
+
+    def _listen(
+        self, protocol: ServerSession, ident: Any, ack: dict[str, Any], events: queue.SimpleQueue[dict[str, Any]]
+    ) -> None:
+        """A ``subscriptions/listen`` stream: the acknowledgment, then its notifications, until either side ends it."""
+        self._open_stream({})
+        waited = 0.0
+        try:
+            self._event(ack)
+            while True:
                 try:
-                    self.wfile.write(f"event: message\ndata: {json.dumps(item, ensure_ascii=False)}\n\n".encode())
-                    self.wfile.flush()
-                except OSError:
-                    alive = False  # the client hung up; the build goes on (a disconnect is no cancel)
+                    item = events.get(timeout=1.0)
+                except queue.Empty:
+                    waited += 1.0
+                    if self._hung_up():
+                        return
+                    if waited >= KEEPALIVE:
+                        waited = 0.0
+                        self.wfile.write(b": keep-alive\n\n")
+                        self.wfile.flush()
+                    continue
+                self._event(item)
+                if "method" not in item:  # the completion result: the server ended the subscription
+                    return
+        except OSError:
+            return
+        finally:
+            protocol.unlisten(ident)
 
     def do_GET(self) -> None:
         if not self._allowed():
@@ -257,13 +431,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "text/event-stream" not in self.headers.get("Accept", ""):
             self._plain(406, "not acceptable: GET opens an event stream (Accept: text/event-stream)")
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.send_header("Mcp-Session-Id", session.id)
-        self.end_headers()
-        self.close_connection = True
+        self._open_stream({"Mcp-Session-Id": session.id})
         session.streaming = True
         try:
             while True:
@@ -275,8 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
                     continue
                 if item is None:
                     return
-                self.wfile.write(f"event: message\ndata: {json.dumps(item, ensure_ascii=False)}\n\n".encode())
-                self.wfile.flush()
+                self._event(item)
         except OSError:
             return
         finally:

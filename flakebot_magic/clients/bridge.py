@@ -5,9 +5,13 @@ table marks ``bridged``) ``tool.mcp_config()`` names this bridge::
 
     python -m flakebot_magic.clients.bridge --name md --kind cli /path/to/bin/pulldown-cmark
 
-It answers ``initialize``, ``ping``, ``tools/list`` (the tool's functions,
-with their input schemas) and ``tools/call`` (through the same Python client
-a notebook uses), one newline-delimited JSON-RPC message per line. The HTTP
+It speaks both MCP eras (``revisions.py``): ``initialize`` and ``ping`` of
+2025-11-25 and older, and the stateless 2026-07-28 (``server/discover``, the
+envelope on each request, ``resultType``, cache hints; its tool list never
+changes, so ``subscriptions/listen`` is ``-32601``); in both, ``tools/list``
+(the tool's functions, with their input schemas) and ``tools/call`` (through
+the same Python client a notebook uses), one newline-delimited JSON-RPC
+message per line (at most 4 MiB). The HTTP
 service it wraps is started with it and stopped when the client closes stdin.
 
 What is not a request it can serve is answered as :mod:`.jsonrpc` says (the
@@ -42,15 +46,27 @@ from .jsonrpc import (
     Request,
     check,
     error,
-    negotiate,
     response,
     serve_lines,
     tool_result,
 )
 from .kinds import KINDS
+from .revisions import (
+    REMOVED_METHODS,
+    SERVED_VERSIONS,
+    Refusal,
+    modern_result,
+    negotiate,
+    read_envelope,
+    stateless,
+)
 from .schema import sentence
 
 __all__ = ["instructions", "main", "serve", "server_info"]
+
+
+#: the cache hints' freshness for what the bridge lists: its tools do not change while it runs
+TTL_MS = 3_600_000
 
 
 def server_info(tool: ToolClient) -> dict[str, Any]:
@@ -83,6 +99,55 @@ def _by_public_name(tool: ToolClient) -> dict[str, ToolFunction]:
     return {fn.public_name: fn for fn in tool.functions().values()}
 
 
+def _tools(tool: ToolClient) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "description": sentence(fn.description), "inputSchema": fn.enforced_schema}
+        for name, fn in _by_public_name(tool).items()
+    ]
+
+
+def _call(tool: ToolClient, ident: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``tools/call``: its result, a tool error (``isError``), or the JSON-RPC error for what it names or passes."""
+    fn = _by_public_name(tool).get(str(params.get("name")))
+    if fn is None:
+        return error(ident, INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
+    arguments = params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return error(ident, INVALID_PARAMS, f"Invalid params: arguments must be an object, not {json.dumps(arguments)}")
+    try:
+        value = tool._invoke(fn, arguments)
+    except Exception as exc:  # reported to the client as a tool error, which it shows its model
+        return response(ident, tool_result(f"{type(exc).__name__}: {exc}", is_error=True))
+    return response(ident, tool_result(result_text(value), value if isinstance(value, dict) else None))
+
+
+def _stateless(tool: ToolClient, request: Request) -> dict[str, Any]:
+    """A 2026-07-28 request: its envelope checked, each result with ``resultType`` and the server's identity."""
+    ident, method, params = request.ident, request.method, request.params
+    envelope = read_envelope(method, params)
+    if isinstance(envelope, Refusal):
+        return error(ident, envelope.code, envelope.message, envelope.data)
+    info = server_info(tool)
+    if method == "server/discover":
+        found = {
+            "supportedVersions": list(SERVED_VERSIONS),
+            "capabilities": {"tools": {"listChanged": False}},
+            "instructions": instructions(tool),
+        }
+        return response(ident, modern_result(found, info, ttl_ms=TTL_MS))
+    if method == "tools/list":
+        return response(ident, modern_result({"tools": _tools(tool)}, info, ttl_ms=TTL_MS))
+    if method == "tools/call":
+        answer = _call(tool, ident, params)
+        return {**answer, "result": modern_result(answer["result"], info)} if "result" in answer else answer
+    why = " (the revision 2026-07-28 removed it)" if method in REMOVED_METHODS else ""
+    if method == "subscriptions/listen":
+        why = " (this server's tool list never changes: it has nothing to send on one)"
+    return error(ident, METHOD_NOT_FOUND, f"Method not found: {method}{why}")
+
+
 def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
     """The answer to one decoded message (None for a notification or a response)."""
     request = check(message)
@@ -91,46 +156,24 @@ def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
     if request.notification:
         return None  # notifications need no answer
     ident, method, params = request.ident, request.method, request.params
-
-    def ok(result: dict[str, Any]) -> dict[str, Any]:
-        return response(ident, result)
-
+    if stateless(method, params):
+        return _stateless(tool, request)
     if method == "initialize":
-        return ok(
+        return response(
+            ident,
             {
                 "protocolVersion": negotiate(params.get("protocolVersion")),
                 "capabilities": {"tools": {"listChanged": False}},
                 "serverInfo": server_info(tool),
                 "instructions": instructions(tool),
-            }
+            },
         )
     if method == "ping":
-        return ok({})
+        return response(ident, {})
     if method == "tools/list":
-        return ok(
-            {
-                "tools": [
-                    {"name": name, "description": sentence(fn.description), "inputSchema": fn.enforced_schema}
-                    for name, fn in _by_public_name(tool).items()
-                ]
-            }
-        )
+        return response(ident, {"tools": _tools(tool)})
     if method == "tools/call":
-        fn = _by_public_name(tool).get(str(params.get("name")))
-        if fn is None:
-            return error(ident, INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
-        arguments = params.get("arguments", {})
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            return error(
-                ident, INVALID_PARAMS, f"Invalid params: arguments must be an object, not {json.dumps(arguments)}"
-            )
-        try:
-            value = tool._invoke(fn, arguments)
-        except Exception as exc:  # reported to the client as a tool error, which it shows its model
-            return ok(tool_result(f"{type(exc).__name__}: {exc}", is_error=True))
-        return ok(tool_result(result_text(value), value if isinstance(value, dict) else None))
+        return _call(tool, ident, params)
     return error(ident, METHOD_NOT_FOUND, f"Method not found: {method}")
 
 

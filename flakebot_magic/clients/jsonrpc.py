@@ -27,18 +27,17 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..host.fsutil import load_json
-from .mcp import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_REQUEST_BYTES",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "Request",
     "check",
     "error",
-    "negotiate",
     "response",
     "serve_lines",
     "tool_result",
@@ -46,6 +45,9 @@ __all__ = [
 
 #: JSON-RPC 2.0 error codes
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+#: the longest message a server reads (a stdio line, an HTTP body): past it, an error, never the memory to hold it
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 #: sends one JSON-RPC message
 Send = Callable[[dict[str, Any]], None]
@@ -61,9 +63,12 @@ class Request:
     notification: bool = False
 
 
-def error(ident: Any, code: int, message: str) -> dict[str, Any]:
-    """A JSON-RPC error response."""
-    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+def error(ident: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error response (``data`` left out when None)."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    return {"jsonrpc": "2.0", "id": ident, "error": body}
 
 
 def response(ident: Any, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,11 +82,6 @@ def tool_result(text: str, data: Mapping[str, Any] | None = None, *, is_error: b
     if data:
         result["structuredContent"] = dict(data)
     return result
-
-
-def negotiate(asked: Any) -> str:
-    """The protocol version to answer ``initialize`` with: the client's when supported, else the newest."""
-    return asked if asked in SUPPORTED_VERSIONS else PROTOCOL_VERSION
 
 
 def check(message: Any) -> Request | dict[str, Any] | None:
@@ -105,13 +105,42 @@ def check(message: Any) -> Request | dict[str, Any] | None:
     return Request(ident, method, params, notification="id" not in message)
 
 
-def serve_lines(stdin: IO[bytes], send: Send, handle: Callable[[Any], object], *, batches: bool = False) -> None:
+def serve_lines(
+    stdin: IO[bytes],
+    send: Send,
+    handle: Callable[[Any], object],
+    *,
+    batches: bool = False,
+    limit: int = MAX_REQUEST_BYTES,
+) -> None:
     """The stdio loop: one JSON-RPC message per line from ``stdin`` to ``handle`` until it closes.
 
-    A line that is not JSON is answered ``-32700`` here. With ``batches``, a JSON array's messages are
-    handled one by one (MCP before 2025-06-18); without, the array reaches ``handle`` (which refuses it).
+    A line that is not JSON is answered ``-32700`` here. A line longer than
+    ``limit`` bytes is never held: it is read on to its newline in pieces,
+    dropped, and answered ``-32600`` (id ``null``), and the next line is read
+    as usual (the HTTP transport's cap, :data:`MAX_REQUEST_BYTES`, is the same).
+    With ``batches``, a JSON array's messages are handled one by one (MCP
+    before 2025-06-18); without, the array reaches ``handle`` (which refuses it).
     """
-    for raw in iter(stdin.readline, b""):
+    while True:
+        raw = stdin.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            size = len(raw)
+            while raw and not raw.endswith(b"\n"):  # the rest of the line, a piece at a time
+                raw = stdin.readline(1 << 16)
+                size += len(raw)
+            send(
+                error(
+                    None,
+                    INVALID_REQUEST,
+                    f"Invalid Request: a message of {size:,} bytes or more, longer than the {limit:,} bytes this "
+                    "server reads; it was dropped unread. Send smaller messages.",
+                    {"maxBytes": limit},
+                )
+            )
+            continue
         if not raw.strip():
             continue
         try:

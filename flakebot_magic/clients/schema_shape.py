@@ -33,8 +33,10 @@ def well_typed(schema: Any) -> dict[str, Any]:
     The one place a schema is taken in: every key this module reads keeps its
     value only in the shape JSON Schema gives it (``type`` a name or a list
     of names, ``properties`` an object of schemas, ``required`` a list of
-    names, ``anyOf``/``oneOf`` lists of schemas, bounds finite numbers ...);
-    another shape is dropped, as are unknown keys but for scalar values.
+    names, ``anyOf``/``oneOf`` lists of schemas, ``$defs`` an object of
+    schemas (a local ``$ref`` keeps its target: a schema flakebot serves again
+    stays a valid JSON Schema 2020-12), bounds finite numbers ...); another
+    shape is dropped, as are unknown keys but for scalar values.
     Before (red team 5), a ``minimum`` of ``1e999`` or ``"abc"``, or a list of
     ``properties``, ended the client's start with a traceback.
     """
@@ -58,6 +60,11 @@ def well_typed(schema: Any) -> dict[str, Any]:
         elif key == "items":
             if isinstance(value, Mapping):
                 out[key] = well_typed(value)
+        elif key in ("$defs", "definitions"):  # what a local "$ref" points into (pydantic's nested models)
+            if isinstance(value, Mapping):
+                out[key] = {str(name): well_typed(sub) for name, sub in value.items()}
+        elif key == "x-mcp-header":
+            continue  # an HTTP header the tool's own server mirrors; flakebot's servers do not (and mirror none)
         elif key in ("anyOf", "oneOf"):
             options = [well_typed(o) for o in value if isinstance(o, Mapping)] if isinstance(value, list) else []
             if options:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..clients import lifecycle, tool_from_record
+from ..clients import lifecycle, revisions, tool_from_record
 from ..clients.kinds import a_noun, is_server, proxied
 from ..commands import typed
 from ..config import Settings
@@ -158,6 +158,8 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     record = find(settings, name)
     data = _provenance(tool_of(record, settings, check=False), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
+    if record.kind == "mcp":  # which MCP revision its server spoke at its last start
+        data["protocol"] = revisions.describe(record.protocol)
     if record.url:
         data["url"] = record.url
     from ..edit.journal import spent  # the edit loop's modules load only when asked

@@ -115,6 +115,8 @@ class ToolRecord:
     forked_by: str = ""
     #: an http tool's per-start bearer token: the Jupyter proxy sends it; never shown
     token: str = field(default="", repr=False)
+    #: the MCP revision an mcp tool's server spoke at its last start ("2026-07-28", "2025-06-18"; "" before one)
+    protocol: str = ""
 
     @classmethod
     def of_entry(

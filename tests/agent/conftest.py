@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from raw_client import FLAKEBOT, Client
 from tinycrates import write_registry
 
 from flakebot_magic.config import Settings
 
-#: the ``flakebot`` command of this interpreter
-FLAKEBOT = Path(sys.executable).parent / "flakebot"
+__all__ = ["FLAKEBOT"]  # the ``flakebot`` command of this interpreter (raw_client.py says it)
 
 
 @pytest.fixture
@@ -37,3 +37,22 @@ def agent_settings(agent_cache: Path, tiny_registry: Path) -> Settings:
 def mcp_env(agent_cache: Path) -> dict[str, str]:
     """The environment of a ``flakebot mcp`` child: this cache, the cargo backend."""
     return {**os.environ, "FLAKEBOT_CACHE_DIR": str(agent_cache), "FLAKEBOT_BACKEND": "cargo"}
+
+
+@pytest.fixture
+def client(tiny_registry: Path, mcp_env: dict[str, str]) -> Iterator[Callable[..., Client]]:
+    """``client(*argv)``: a raw client of a new ``flakebot mcp --registry REGISTRY *argv`` (stopped after the test)."""
+    made: list[Client] = []
+
+    def start(*argv: str) -> Client:
+        made.append(Client(["--registry", str(tiny_registry), *argv], mcp_env))
+        return made[-1]
+
+    yield start
+    for each in made:
+        if each.proc.poll() is None:
+            each.proc.kill()
+            each.proc.wait()
+        for stream in (each.proc.stdin, each.proc.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()

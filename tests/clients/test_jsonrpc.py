@@ -37,6 +37,18 @@ BAD = [
     '{"jsonrpc": "2.0", "id": 7, "method": "resources/list"}',
     '{"jsonrpc": "1.0", "id": 8, "method": "ping"}',
 ]
+#: 2026-07-28 requests (the envelope in ``_meta``) that are refused: both servers answer with the same error
+_VERSION = "io.modelcontextprotocol/protocolVersion"
+_ENVELOPE = {_VERSION: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+BAD_STATELESS = [
+    ({"id": 20, "method": "server/discover", "params": {}}, -32602),
+    ({"id": 21, "method": "server/discover", "params": {"_meta": {}}}, -32602),
+    ({"id": 22, "method": "tools/list", "params": {"_meta": {**_ENVELOPE, _VERSION: "1999-01-01"}}}, -32022),
+    ({"id": 23, "method": "tools/list", "params": {"_meta": {_VERSION: "2026-07-28"}}}, -32602),
+    ({"id": 24, "method": "ping", "params": {"_meta": _ENVELOPE}}, -32601),
+    ({"id": 25, "method": "resources/list", "params": {"_meta": _ENVELOPE}}, -32601),
+    ({"id": 26, "method": "tools/call", "params": {"_meta": _ENVELOPE, "name": "ghost"}}, -32602),
+]
 SILENT = ['{"jsonrpc": "2.0", "method": "notifications/whatever"}', '{"jsonrpc": "2.0", "id": 9, "result": {}}']
 
 
@@ -57,6 +69,31 @@ def test_both_servers_answer_a_bad_request_alike(shout: CliTool, tmp_path: Path,
     (agent,) = _agent(tmp_path, line)
     assert _shape(bridge) == _shape(agent) and _shape(bridge)[1] is not None, (bridge, agent)
     assert "result" not in bridge and "result" not in agent
+
+
+@pytest.mark.parametrize(("message", "code"), BAD_STATELESS)
+def test_both_servers_refuse_a_bad_stateless_request_alike(
+    shout: CliTool,  # noqa: F811
+    tmp_path: Path,
+    message: dict[str, Any],
+    code: int,
+) -> None:
+    line = json.dumps({"jsonrpc": "2.0", **message})
+    (bridge,) = exchange(shout, line)
+    (agent,) = _agent(tmp_path, line)
+    assert _shape(bridge) == _shape(agent) == (message["id"], code), (bridge, agent)
+    assert bridge["error"].get("data") == agent["error"].get("data")  # -32022 names the same revisions
+
+
+def test_both_servers_drop_a_line_over_the_cap_and_serve_the_next(shout: CliTool, tmp_path: Path) -> None:  # noqa: F811
+    """A line past 4 MiB (the HTTP transport's cap too) is never held: one error with id null, then the next line."""
+    from flakebot_magic.clients.jsonrpc import MAX_REQUEST_BYTES
+
+    huge = '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "' + "x" * MAX_REQUEST_BYTES + '"}}'
+    ping = '{"jsonrpc": "2.0", "id": 2, "method": "ping"}'
+    for answers in (exchange(shout, huge, ping), _agent(tmp_path, huge, ping)):
+        assert [_shape(a) for a in answers] == [(None, -32600), (2, None)], answers
+        assert answers[0]["error"]["data"] == {"maxBytes": MAX_REQUEST_BYTES}
 
 
 def test_neither_answers_a_notification_or_a_response(shout: CliTool, tmp_path: Path) -> None:  # noqa: F811

@@ -6,6 +6,7 @@ import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -273,3 +274,14 @@ def test_a_json_rpc_error_without_an_id_raises_at_once(tmp_path: Any) -> None:
         assert time.monotonic() - started < 5
     finally:
         session.stop()
+
+
+def test_show_names_the_revision_the_server_spoke(calc: Any, fixture_settings: Any) -> None:
+    """The demo server is a handshake one (2025-06-18): the client fell back from its server/discover probe, and
+    says so in repr, in the display rows and, through the tool's record, in `flakebot show`."""
+    from flakebot_magic.manage.tools import describe, show
+
+    assert calc.add(a=1, b=1) == {"sum": 2.0}
+    assert calc.revision == "2025-06-18" and "protocol: 2025-06-18 (initialize handshake)" in repr(calc)
+    assert describe(fixture_settings, "calc")["protocol"] == "2025-06-18 (initialize handshake)"
+    assert re.search(r"^protocol +2025-06-18 \(initialize handshake\)$", show(fixture_settings, "calc").text, re.M)

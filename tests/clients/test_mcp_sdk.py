@@ -75,3 +75,33 @@ def test_the_sdk_calls_a_cli_tool_through_the_bridge(tmp_path: Any) -> None:
         "args",
     }
     assert _field(called, "is_error", "isError") is False and called.content[0].text == "HI!"
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto", "legacy"])
+def test_the_sdk_in_each_mode_calls_a_cli_tool_through_the_bridge(tmp_path: Any, mode: str) -> None:
+    """The bridge speaks both eras: the SDK's modern-only client, its probing one and its handshake one."""
+    from mcp import Client, StdioServerParameters
+
+    from flakebot_magic.clients.cli_tool import CliTool
+
+    script = tmp_path / "shout"
+    script.write_text(
+        '#!/bin/sh\nif [ "$1" = --help ]; then printf "Usage: shout\\nReads standard input.\\n"; exit 0; fi\ntr a-z A-Z\n'
+    )
+    script.chmod(0o755)
+    shout = CliTool(name="shout", binary=script, crate="shout", version="1.0.0", source_hash="0", store_path=tmp_path)
+    entry = shout.mcp_config()["mcpServers"]["shout"]
+
+    async def main() -> Any:
+        params = StdioServerParameters(command=entry["command"], args=entry["args"])
+        async with Client(params, mode=mode) as client:
+            listed = await client.list_tools()
+            called = await client.call_tool("shout", {"input": "hi"})
+            return client.protocol_version, client.server_info, listed, called
+
+    version, info, listed, called = anyio.run(main)
+    assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    if mode != "2026-07-28":  # a client pinned to the revision sends no server/discover, so it has no identity
+        assert info is not None and info.name == "shout"  # the crate (its version comes from a manifest)
+    assert [t.name for t in listed.tools] == ["shout"]
+    assert called.is_error is False and called.content[0].text == "HI"

@@ -1,10 +1,10 @@
 """The interop suite: clients nobody here wrote drive the tools flakebot builds and its bridge.
 
 The official ``mcp`` Python SDK (in-process and inside a real kernel), the MCP
-Inspector CLI and the MCP conformance suite (npm packages that need Node >= 22,
-installed by ``scripts/install-system.sh`` into ``$FLAKEBOT_NODE_PREFIX``,
-default ``/usr/local/lib/flakebot-node``), and the ``openai`` SDK's strict-schema
-helper. All traffic stays on 127.0.0.1.
+Inspector CLI and the MCP conformance suite (npm packages that need Node >= 22;
+``scripts/install-system.sh`` installs Node 24 and them, pinned by deps/node/,
+into ``$FLAKEBOT_NODE_PREFIX``, default ``/usr/local/lib/flakebot-node``), and
+the ``openai`` SDK's strict-schema helper. All traffic stays on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from interop_tools import MISSING_NODE_TOOLS, NODE_BIN, node_major
+from interop_tools import CONFORMANCE_VERSION, MISSING_NODE_TOOLS, NODE_BIN, conformance_version, node_major
 
 from flakebot_magic.clients import lifecycle
 from flakebot_magic.clients.base import ToolClient
@@ -28,8 +28,10 @@ from flakebot_magic.testing.overlay import FIXTURES, overlay_registry
 
 @pytest.fixture(scope="session")
 def node_tools() -> Path:
-    """The bin dir with ``node`` (>= 22), ``inspector`` and ``conformance``; a loud skip without them."""
-    if node_major() < 22 or not all((NODE_BIN / tool).exists() for tool in ("inspector", "conformance")):
+    """The bin dir with ``node`` (>= 22), ``inspector`` and ``conformance`` (the version deps/node pins); a loud skip
+    without them (a failure under CI, whose ``make test`` installed them)."""
+    tools = all((NODE_BIN / tool).exists() for tool in ("inspector", "conformance"))
+    if node_major() < 22 or not tools or conformance_version() != CONFORMANCE_VERSION:
         if os.environ.get("CI"):
             pytest.fail(MISSING_NODE_TOOLS)  # CI ran `make test`, whose install step puts them there
         pytest.skip(MISSING_NODE_TOOLS)

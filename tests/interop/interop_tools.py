@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,15 +11,28 @@ import pytest
 
 from flakebot_magic.testing.overlay import fixture_crates_buildable
 
-__all__ = ["MISSING_NODE_TOOLS", "NODE_BIN", "NODE_PREFIX", "needs_fixture_crates", "node_env", "node_major"]
+__all__ = [
+    "CONFORMANCE_VERSION",
+    "MISSING_NODE_TOOLS",
+    "NODE_BIN",
+    "NODE_PREFIX",
+    "conformance_version",
+    "needs_fixture_crates",
+    "node_env",
+    "node_major",
+]
 
 NODE_PREFIX = Path(os.environ.get("FLAKEBOT_NODE_PREFIX", "/usr/local/lib/flakebot-node"))
 NODE_BIN = NODE_PREFIX / "bin"
+#: the conformance suite's version deps/node/package.json pins (its requirement sets are per version)
+CONFORMANCE_VERSION = json.loads(
+    (Path(__file__).resolve().parents[2] / "deps" / "node" / "package.json").read_text(encoding="utf-8")
+)["dependencies"]["@modelcontextprotocol/conformance"]
 #: said by every test that needs them when they are absent: loud, with the one command that installs them
 MISSING_NODE_TOOLS = (
-    f"NOT TESTED: the MCP Inspector CLI and the conformance suite (npm, Node >= 22) are not in {NODE_BIN}; "
-    "run `sudo bash scripts/install-system.sh` (it installs them from the npm registry), "
-    "or point FLAKEBOT_NODE_PREFIX at a prefix that has them"
+    f"NOT TESTED: the MCP Inspector CLI and the conformance suite {CONFORMANCE_VERSION} (npm, Node >= 22) are not "
+    f"in {NODE_BIN}; run `sudo bash scripts/install-system.sh` (it installs what deps/node/ pins, from PyPI and the "
+    "npm registry), or point FLAKEBOT_NODE_PREFIX at a prefix that has them"
 )
 
 needs_fixture_crates = pytest.mark.skipif(
@@ -35,6 +49,17 @@ def node_env() -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "MCP_CATALOG_PATH": str(Path(os.environ.get("TMPDIR", "/tmp")) / "flakebot-interop-mcp.json"),
     }
+
+
+def conformance_version() -> str:
+    """The installed conformance suite's version ("" when there is none)."""
+    try:
+        done = subprocess.run(
+            [str(NODE_BIN / "conformance"), "--version"], capture_output=True, text=True, timeout=60, env=node_env()
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def node_major() -> int:

@@ -4,12 +4,14 @@ The Inspector CLI lists flakebot's functions over stdio, calls ``build_tool``
 (a real build of a tiny crate with cargo), finds the new tool in the next
 ``tools/list`` and calls it; over Streamable HTTP (``flakebot mcp --http``) it
 sends the bearer token as a header, and without it gets nothing. The
-conformance suite's server scenarios that apply to a server whose tools are
-built on demand (initialize, ping, tools-list, several streams at once, DNS
-rebinding) run against ``flakebot mcp --http`` through a proxy that adds the
-token (the suite sends no headers), and against the stdio server through the
-loopback gateway. Scenarios that need the suite's own test tools, resources,
-prompts, logging, sampling or elicitation do not apply.
+conformance suite runs against ``flakebot mcp --http`` through a proxy that
+adds the token (the suite sends no headers; the server's authentication is not
+touched): the server requirements of 2026-07-28 and of 2025-11-25, each whole,
+with an expected-failures file per revision (tests/interop/conformance/) that
+gives each check that cannot pass its reason (they call the suite's own test
+tools, prompts and resources); the suite fails the run on any other failing
+check and on a listed check that passes. The scenarios that apply to a stdio
+server run through the loopback gateway.
 """
 
 from __future__ import annotations
@@ -163,6 +165,36 @@ def test_the_conformance_scenarios_over_streamable_http(
             if scenario == "dns-rebinding-protection":
                 (rebound,) = [c for c in checks if c["id"] == "localhost-host-rebinding-rejected"]
                 assert rebound["details"]["statusCode"] == 403  # refused for its Host/Origin, not for a token
+
+
+#: per revision, the checks that cannot pass, each with its reason
+EXPECTED_FAILURES = Path(__file__).parent / "conformance"
+
+
+@pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
+def test_the_conformance_requirements_of_each_revision(
+    node_tools: Path, served: tuple[str, Path], tmp_path: Path, revision: str
+) -> None:
+    """``conformance server --requirements REVISION --expected-failures FILE``: exit 0, or the failures it names."""
+    url, _ = served
+    baseline = EXPECTED_FAILURES / f"expected-failures-{revision}.yaml"
+    with bearer_proxy(url, TOKEN) as proxied:
+        argv = [str(node_tools / "conformance"), "server", "--url", proxied, "--requirements", revision]
+        done = subprocess.run(
+            [*argv, "--expected-failures", str(baseline), "-o", str(tmp_path)],
+            env=node_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    report = done.stdout + done.stderr
+    assert done.returncode == 0 and "Baseline check passed" in report, report[-6000:]
+    checks = {path.parent.name: json.loads(path.read_text()) for path in tmp_path.glob("server-*/checks.json")}
+    passed = sum(c["status"] == "SUCCESS" for found in checks.values() for c in found)
+    assert passed >= (90 if revision == "2026-07-28" else 35), passed  # the suite ran, and most of it passed
+    core = "server-stateless" if revision == "2026-07-28" else "server-initialize"
+    (ran,) = [found for name, found in checks.items() if name.startswith(f"server-{core}-")]
+    assert sum(c["status"] == "SUCCESS" for c in ran) >= (20 if core == "server-stateless" else 3)
 
 
 def test_the_conformance_scenarios_over_stdio_through_the_gateway(
