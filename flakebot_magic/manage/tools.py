@@ -158,7 +158,7 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
     record = find(settings, name)
     data = _provenance(tool_of(record, settings, check=False), record)
     data.update(kind=record.kind, status=record.status, built=_when(record.created))
-    if record.kind == "mcp":  # which MCP revision its server spoke at its last start
+    if record.protocol:  # an MCP server: the revision it spoke at its last start
         data["protocol"] = revisions.describe(record.protocol)
     if record.url:
         data["url"] = record.url

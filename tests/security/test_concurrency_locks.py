@@ -199,7 +199,7 @@ _SWAP = """
             os.kill(os.getpid(), signal.SIGKILL)
 
     if when == "removing-old":  # die after the swap, before the old entry is removed
-        shutil.rmtree = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        deploy.remove_tree = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     deploy.write_entry(store, "a" * 32, "tool", "1.0.0", fill, {"n": 2})
 """
 
