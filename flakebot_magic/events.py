@@ -17,6 +17,7 @@ from typing import Any, Literal
 from .untrusted import make_fields_safe
 
 __all__ = [
+    "INDEXING",
     "STAGES",
     "CandidateUpdate",
     "Event",
@@ -34,6 +35,10 @@ __all__ = [
     "is_cancel",
     "outcome_of",
 ]
+
+#: how a log line telling the search index's progress starts (:func:`flakebot_magic.stages.search.indexing`): the
+#: widget shows it on the search row, printed progress prints it even when not verbose
+INDEXING = "Indexing the registry"
 
 #: the stages in pipeline order (build and test run side by side; edit only with a model)
 STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client")

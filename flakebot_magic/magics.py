@@ -21,19 +21,19 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
+from .commands import LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
-from .manage import team, tools, verify
-from .manage.cleanup import clean
-from .manage.doctor import doctor, prepare
+from .manage import line_commands, team, tools
+from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .request import BuildRequest
 from .untrusted import safe_text
 from .views import hooks
+from .views.dashboard_link import dashboard_link
 from .views.progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
@@ -405,6 +405,14 @@ class FlakebotMagics(_OptionTraits):
         if not args.command:
             raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = args.command[0], args.command[1:]
+        if command == "help":  # what `%%flakebot?` shows: the cell form, the options, the line commands
+            print(self.flakebot.__doc__)
+            return None
+        if command == "dashboard":  # a link to the server extension's page, where this kernel's server serves it
+            from IPython.display import display
+
+            display(dashboard_link())
+            return None
         if command == "rebuild":
             build = self._start_rebuild(args)
             return self._finish(build, self._wait(build))
@@ -416,7 +424,9 @@ class FlakebotMagics(_OptionTraits):
             return self._load(settings, rest, everything=args.all)
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
-                answer = self._answer(command, rest, args, settings)
+                answer = line_commands.answer(
+                    settings, command, rest, everything=args.all, tail=args.tail, rebuild=getattr(args, "rebuild", None)
+                )
         except errors.FlakebotError as exc:  # a refused pull, a failed verify: said, not a traceback
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
@@ -479,32 +489,6 @@ class FlakebotMagics(_OptionTraits):
         for problem in problems:
             print(safe_text(f"flakebot: {problem}"), file=sys.stderr)
         return None
-
-    def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:
-        """What a line command answers (each is written once, in :mod:`flakebot_magic.manage.tools`)."""
-        if command == "list":
-            return tools.table(settings)
-        if command == "search":
-            if not rest:
-                raise UsageError("Usage: %flakebot search QUERY")
-            return tools.search_crates(settings, " ".join(rest))
-        if command == "clean":
-            return clean(settings, everything=args.all)
-        if command == "doctor":
-            return doctor(settings)
-        if command == "stop" and args.all and not rest:
-            return tools.stop_tools(settings)
-        if command in ("push", "pull"):
-            return team.line_command(settings, command, rest, rebuild=bool(getattr(args, "rebuild", None)))
-        if command not in ("show", "logs", "stop", "verify"):
-            raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
-        if len(rest) != 1:
-            raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
-        if command in ("show", "verify"):
-            return (tools.show if command == "show" else verify.verify)(settings, rest[0])
-        if command == "logs":
-            return tools.tool_logs(settings, rest[0], last=args.tail or None)
-        return tools.stop_tools(settings, rest[0])
 
 
 class _SparingFlakebot:

@@ -212,6 +212,8 @@ def _sweep(place: Path, keep: Path) -> None:
         if row and not os.path.isdir(str(row[0])):
             with contextlib.suppress(OSError):
                 path.unlink()
+            with contextlib.suppress(OSError):  # nobody builds an index of a registry that is gone
+                path.with_name(f"{path.name}.lock").unlink()
 
 
 class SharedIndex:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SearchError
+from ..events import INDEXING
 from ..registry import ranking
-from ..registry.base import CrateCandidate, Registry, SearchesByMeaning
+from ..registry.base import BuildsAnIndex, CrateCandidate, Registry, SearchesByMeaning
 from ..registry.crate_files import fixture_binary
 
 __all__ = [
     "AGREEMENT",
     "BIN_BOOST",
     "EVIDENCE",
+    "INDEXING",
     "NAMED_EVIDENCE",
     "SEMANTIC_EVIDENCE",
     "TERM_BOOST",
@@ -25,6 +28,7 @@ __all__ = [
     "disagreement",
     "fitness",
     "fitting",
+    "indexing",
     "open_registry",
     "rank",
     "relevance",
@@ -128,6 +132,31 @@ def words_only(registry: Registry) -> str:
     """Why ``registry`` searches by words only, and how to change that; ``""`` when meaning counts too, or
     the registry has no say in it (crates.io ranks with its own search)."""
     return registry.semantic_off if isinstance(registry, SearchesByMeaning) else ""
+
+
+def indexing(registry: Registry, say: Callable[[str], None], *, announce: Callable[[str], None] | None = None) -> None:
+    """Build ``registry``'s search index now if none is built, saying so: never a silent first wait.
+
+    ``announce`` (default ``say``) is told once why this search waits (the
+    first on this machine, once for every cache dir, and how to do it ahead);
+    ``say`` gets a line per tenth of the way (:data:`INDEXING`, a percentage).
+    Nothing is said when the index is built already, or the registry builds none.
+    """
+    if not isinstance(registry, BuildsAnIndex) or registry.index_ready():
+        return
+    (announce if announce is not None else say)(
+        f"indexing {registry.id.removeprefix('dir:')} for search: the first search on this machine waits for it "
+        "(once: every cache dir shares it; `make install` or `flakebot index --system` as root builds it ahead)"
+    )
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        tenth = 10 * done // max(total, 1)
+        if tenth > shown[0]:
+            shown[0] = tenth
+            say(f"{INDEXING}: {10 * tenth}%")
+
+    registry.prepare_index(progress)
 
 
 def wants_tool(query: str) -> bool:

@@ -36,6 +36,7 @@ import ipywidgets as widgets
 import traitlets
 
 from ..events import (
+    INDEXING,
     STAGES,
     CandidateUpdate,
     Event,
@@ -75,7 +76,7 @@ __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow", "TextHTML"
 
 _PASSED = re.compile(r"(\d+) passed")
 #: cargo's lines worth showing next to a running stage
-_PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
+_PROGRESS_LINE = re.compile(rf"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests|{INDEXING})\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)
 _LOG_EVERY = 0.3
 
