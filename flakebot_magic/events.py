@@ -128,12 +128,15 @@ class StageFinished(_ShownText):
 
 @dataclass(frozen=True)
 class LogLine(_ShownText):
-    """One line of a child process's output (cargo, git, nix)."""
+    """One line of a child process's output (cargo, git, nix); its colours and style (SGR) kept, nothing else."""
 
     stage: str
     line: str
     stream: Literal["stdout", "stderr"] = "stderr"
     at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        make_fields_safe(self, styled=("line",))  # a test's coloured output shows coloured (views/record.py)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stages.accept import split_request
-from ..untrusted import not_math, safe_html, safe_text
+from ..untrusted import not_math, safe_html, safe_text, styled_html
 from .rows import (
     AMBER,
     BLUE,
@@ -157,7 +157,7 @@ def log_html(lines: Iterable[str], count: int, *, name: str = "") -> str:
     text = head + "\n".join(lines)
     return (
         f"<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0;{WRAP}'>"
-        f"{safe_html(text) or '(no output yet)'}</pre>"
+        f"{styled_html(text) or '(no output yet)'}</pre>"
     )
 
 
