@@ -32,7 +32,7 @@ from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .request import BuildRequest
 from .untrusted import safe_text
-from .views import hooks
+from .views import hooks, interrupted
 from .views.dashboard_link import dashboard_link
 from .views.progress import TextProgress
 
@@ -62,6 +62,7 @@ class _Build:
         restart, or reopened elsewhere, it is "model not found". The record
         needs nothing (see :mod:`flakebot_magic.views.record`).
         """
+        interrupted.untrack(self)
         if self.handle is not None and self.widget is not None:
             self.handle.update(self.widget.record().bundle(), raw=True)
             self.widget.close()
@@ -359,9 +360,17 @@ class FlakebotMagics(_OptionTraits):
             build.widget, build.tick = widget, widget.tick
             build.observers.append(widget)
             build.handle = display(widget.mimebundle(), raw=True, display_id=True)
+            interrupted.track(build, self._why_stopped)  # a restart under it ends it as a record
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
         return build
+
+    def _why_stopped(self) -> str:
+        """Why this kernel is exiting, as a stopped build's record says it (ipykernel keeps the shutdown's reply)."""
+        reply = getattr(getattr(self.shell, "kernel", None), "_shutdown_message", None) or {}
+        restart = (reply.get("content") or {}).get("restart") if isinstance(reply, dict) else None
+        how = "a kernel restart" if restart else "the kernel's shutdown" if restart is False else "the kernel stopping"
+        return f"interrupted by {how}: the build stopped with it; its log is kept below"
 
     def _wait(self, build: _Build) -> Any:
         try:

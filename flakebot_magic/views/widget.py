@@ -35,6 +35,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from ..errors import Cancelled
 from ..events import (
     INDEXING,
     STAGES,
@@ -453,6 +454,13 @@ class ProgressWidget:
                 self.diff_box.set_title(index, f"Changes: {diff.summary}")
             self.diff_box.layout.display = None
         self._render_all(self.finished_at)
+
+    def interrupt(self, reason: str) -> None:
+        """The kernel stops while the build runs: it ends here, cancelled for ``reason`` (said in its record)."""
+        if self.outcome != "running":
+            return
+        self.show_error = True  # no cell raises it now: the record says it
+        self._finish(RunFinished(ok=False, error=Cancelled(reason), elapsed=self.clock() - self.started))
 
     @property
     def collapsed(self) -> bool:
