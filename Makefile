@@ -39,6 +39,8 @@ index: venv
 # builds against the nixpkgs TEST STAND-IN unless FLAKEBOT_NIXPKGS says otherwise.
 demo: export FLAKEBOT_NIXPKGS ?= path:$(CURDIR)/tests/nixpkgs
 demo: install
+	@# a JupyterLab started later finds the same nixpkgs (flakebot_magic/host/site_defaults.py)
+	@$(PY) -c 'import os, flakebot_magic.host.site_defaults as d; d.write({"FLAKEBOT_NIXPKGS": os.environ["FLAKEBOT_NIXPKGS"]})'
 	@$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb
 
 test: install

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stages.accept import split_request
-from ..untrusted import not_math, safe_html, safe_text, styled_html
+from ..untrusted import not_math, safe_html, safe_line, safe_text, styled_html
 from .rows import (
     AMBER,
     BLUE,
@@ -136,8 +136,12 @@ def counts_html(iterations: int, tests: int | None, usage: UsageTotals, outcome:
 
 
 def notices_html(notices: Sequence[tuple[str, str]], last: int | None = None) -> str:
-    """The notices, a warning marked ⚠ (the live widget shows the ``last`` few, the record all)."""
+    """The notices folded into one line that opens (``<details>``): how many, how many warnings, and the first
+    warning (else the latest notice), cut short; opened, each one, a warning marked ⚠. The live widget lists the
+    ``last`` few, the record all. A run that says five things does not push its Cancel button a screen down."""
     shown = notices[-last:] if last else notices
+    if not shown:
+        return ""
     items = []
     for level, message in shown:
         look = f"color:{AMBER}" if level == "warning" else FAINT
@@ -145,7 +149,19 @@ def notices_html(notices: Sequence[tuple[str, str]], last: int | None = None) ->
             f"<div class='flakebot-notice' data-level='{level}' style='{look};margin:2px 0;overflow-wrap:anywhere'>"
             f"{'⚠ ' if level == 'warning' else ''}{safe_html(message)}</div>"
         )
-    return f"<div class='flakebot-notices' style='font-size:12px;{TEXT}'>{''.join(items)}</div>" if items else ""
+    warnings = [message for level, message in notices if level == "warning"]
+    headline = (warnings or [notices[-1][1]])[0]
+    headline = " ".join(safe_line(headline).split())
+    headline = headline if len(headline) <= 90 else headline[:89].rsplit(" ", 1)[0] + "…"
+    count = f"{len(notices)} notice{'s' if len(notices) != 1 else ''}"
+    if warnings:
+        count += f", {len(warnings)} warning{'s' if len(warnings) != 1 else ''}"
+    look = f"color:{AMBER}" if warnings else FAINT
+    return (
+        f"<details class='flakebot-notices' style='font-size:12px;{TEXT};margin:2px 0'>"
+        f"<summary class='flakebot-notices-line' style='cursor:pointer;{look};overflow-wrap:anywhere'>"
+        f"{'⚠ ' if warnings else ''}{count}: {safe_html(headline)}</summary>{''.join(items)}</details>"
+    )
 
 
 def log_html(lines: Iterable[str], count: int, *, name: str = "") -> str:
