@@ -102,6 +102,10 @@ class StageStarted(_ShownText):
     stage: str
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
+    #: how many units (crates) cargo may compile in this stage, 0 when unknown: a progress bar counts its
+    #: ``Compiling`` lines against it (the packages of the workspace's Cargo.lock: a ceiling, as features,
+    #: targets and dev-dependencies leave some out)
+    units: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
-from .request import BuildRequest
+from .request import BuildRequest, check_tool_name
 from .untrusted import safe_text
 from .views import hooks, interrupted
 from .views.dashboard_link import dashboard_link
@@ -139,6 +140,8 @@ class FlakebotMagics(_OptionTraits):
         kernel = {o.name: getattr(self, o.name) for o in OPTIONS if o.config and o.run_flag}
         line = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
         try:
+            if name:  # said before anything is shown: no empty output above the error
+                check_tool_name(name, what="--name")
             return (
                 BuildRequest(text, name=name, crate=crate).with_options(kernel).with_options(line).with_options(flags)
             )
@@ -360,40 +363,43 @@ class FlakebotMagics(_OptionTraits):
             build.widget, build.tick = widget, widget.tick
             build.observers.append(widget)
             build.handle = display(widget.mimebundle(), raw=True, display_id=True)
-            interrupted.track(build, self._why_stopped)  # a restart under it ends it as a record
+            interrupted.track(build, lambda: interrupted.why_stopped(self.shell))  # a restart ends it as a record
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
         return build
 
-    def _why_stopped(self) -> str:
-        """Why this kernel is exiting, as a stopped build's record says it (ipykernel keeps the shutdown's reply)."""
-        reply = getattr(getattr(self.shell, "kernel", None), "_shutdown_message", None) or {}
-        restart = (reply.get("content") or {}).get("restart") if isinstance(reply, dict) else None
-        how = "a kernel restart" if restart else "the kernel's shutdown" if restart is False else "the kernel stopping"
-        return f"interrupted by {how}: the build stopped with it; its log is kept below"
-
     def _wait(self, build: _Build) -> Any:
-        try:
+        with self._shown(build):
             return build.run.wait(build.observers, tick=build.tick)
-        except errors.UsageError as exc:
-            raise UsageError(str(exc)) from None
-        except errors.Cancelled as exc:
-            raise what_next(exc) from None
-        finally:
-            build.refresh()
+        return None  # no crate fits: the record (or the printed answer) says so
 
     async def _wait_async(self, build: _Build) -> Any:
-        try:
+        with self._shown(build):
             return await build.run.wait_async(build.observers, tick=build.tick)
+        return None
+
+    @contextmanager
+    def _shown(self, build: _Build) -> Iterator[None]:
+        """A build's end as the cell shows it: its record; a usage error or a cancel raised as IPython's; "no crate
+        fits" (``NeedsModelError``) is the search's answer, not an error: the record says it, amber, no error box."""
+        try:
+            yield
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         except errors.Cancelled as exc:
             raise what_next(exc) from None
+        except errors.NeedsModelError as exc:
+            if build.widget is None:
+                print(safe_text(str(exc)))
+            else:
+                build.widget.show_error = True
         finally:
             build.refresh()
 
     def _finish(self, build: _Build, tool: Any) -> Any:
         assert self.shell is not None
+        if tool is None:  # no crate fits: answered in the cell's output
+            return None
         self.shell.push({tool.name: tool})
         if build.widget is None:
             print(safe_text(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}"))

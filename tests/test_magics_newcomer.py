@@ -59,3 +59,20 @@ def test_the_link_is_under_the_base_url_of_the_server_that_started_the_kernel(tm
     assert "href='/user/ada/flakebot/'" in link._repr_html_()
     nowhere = dashboard_link(tmp_path, 1)  # not started by a server here: the default path, and it says so
     assert nowhere.path == "/flakebot/" and not nowhere.found and "was not found" in nowhere._repr_html_()
+
+
+def test_a_bad_name_is_said_before_anything_is_shown(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37: an empty output entry (the widget, hidden) stood above the error for `--name 2bad`."""
+    ip.run_line_magic("config", 'FlakebotMagics.progress = "widget"')
+    result = ip.run_cell("%%flakebot --name 2bad\nrender markdown")
+    assert not result.success and "not a valid tool name" in str(result.error_in_exec)
+    assert capsys.readouterr().out == ""  # no display came before the error
+
+
+def test_no_crate_fits_is_an_answer_not_an_error_box(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37: "no crate fits" was amber in the record but sat in a pink error box; the cell now answers."""
+    result = ip.run_cell("%%flakebot --name up\nuppercase helper library for text")
+    assert result.success, result.error_in_exec  # no error: the search answered
+    out = capsys.readouterr().out
+    assert "No crate does" in out and "catalog" in out and "tinylib" in out
+    assert "up" not in ip.user_ns

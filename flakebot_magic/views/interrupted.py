@@ -65,3 +65,12 @@ def interrupt_all() -> None:
             build.refresh()
         except Exception:  # the kernel is exiting: one display that cannot be updated must not stop the others
             continue
+
+
+def why_stopped(shell: Any) -> str:
+    """Why the kernel of IPython's ``shell`` is exiting, as a stopped build's record says it (ipykernel keeps the
+    reply to the shutdown request, which says whether it is a restart)."""
+    reply = getattr(getattr(shell, "kernel", None), "_shutdown_message", None) or {}
+    restart = (reply.get("content") or {}).get("restart") if isinstance(reply, dict) else None
+    how = "a kernel restart" if restart else "the kernel's shutdown" if restart is False else "the kernel stopping"
+    return f"interrupted by {how}: the build stopped with it; its log is kept below"
