@@ -428,7 +428,7 @@ class CliTool(ToolClient):
         """The first call to try; never one that passes ``--help`` as data (``tool.help`` shows the help)."""
         if self.reads_stdin:
             return f'{self.name}("some input text")'
-        return f"{self.name}()" if self.help else f'{self.name}("some text")'  # no help: plain arguments
+        return f"{self.name}()"  # the plain call; its help (tool.help) says what it takes
 
     def _rich_example(self) -> str:
         """The first call to try: the plain one, with an argument only where the tool needs one.

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from .fsutil import load_json, read_regular
+
 __all__ = ["defaults_file", "installed", "write"]
 
 
@@ -34,7 +36,7 @@ def defaults_file(prefix: Path | None = None) -> Path:
 @functools.lru_cache(maxsize=4)
 def _read(path: Path, stamp: tuple[int, int]) -> dict[str, str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(read_regular(path, 64 * 1024)[0].decode("utf-8"))
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
@@ -54,11 +56,11 @@ def write(values: Mapping[str, str], *, prefix: Path | None = None) -> None:
     """Merge ``values`` (environment variable names and values) into the file; an empty value removes one."""
     path = defaults_file(prefix)
     path.parent.mkdir(parents=True, exist_ok=True)
-    current = {}
     try:
-        current = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
+        info = path.stat()
+        current = _read(path, (info.st_mtime_ns, info.st_size))
+    except OSError:
+        current = {}
     merged = {**(current if isinstance(current, dict) else {}), **values}
     merged = {k: v for k, v in merged.items() if v}
     tmp = path.with_name(f".{path.name}.{os.getpid()}")

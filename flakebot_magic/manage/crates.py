@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..commands import typed
 from ..config import Settings
 from ..errors import ConfigError, UsageError
 from ..registry.base import CrateCandidate
@@ -101,7 +102,7 @@ def catalog(settings: Settings, words: str = "", *, say: Callable[[str], None] |
     if binaries is None:
         raise ConfigError(
             f"The catalog lists a directory registry's binaries; {registry.id} is searched remotely. Use "
-            "`flakebot search WORDS` there, or give --registry a directory (Debian's /usr/share/cargo/registry)."
+            f"{typed('search WORDS')} there, or give --registry a directory (Debian's /usr/share/cargo/registry)."
         )
     if say is not None:
         indexing(registry, say)
@@ -151,7 +152,7 @@ def build_index(settings: Settings, *, system: bool = False, say: Callable[[str]
         except OSError as exc:
             raise UsageError(
                 f"The machine's index directory {SYSTEM_INDEX_DIR} cannot be written ({exc}): run "
-                "`flakebot index --system` as root, or `flakebot index` for your own."
+                f"{typed('index --system')} as root, or {typed('index')} for your own."
             ) from None
     else:
         user = user_index_dir()

@@ -6,7 +6,7 @@ A mistake is a :class:`~flakebot_magic.errors.UsageError`, which the magic shows
 
 from __future__ import annotations
 
-from ..commands import COMMAND_NAMES
+from ..commands import COMMAND_NAMES, typed
 from ..config import Settings
 from ..errors import UsageError
 from ..untrusted import safe_text
@@ -51,7 +51,7 @@ def answer(
     if command not in ("show", "logs", "stop", "verify"):
         raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
     if len(rest) != 1:
-        raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
+        raise UsageError(f"Usage: %flakebot {command} NAME ({typed('list')} shows the names).")
     if command in ("show", "verify"):
         return (tools.show if command == "show" else verify.verify)(settings, rest[0])
     if command == "logs":

@@ -151,7 +151,7 @@ class DirectoryRegistry:
         with self._lock:
             if self._db is None:
                 signature = self.signature()
-                self._db = self.index.open(signature, lambda db, report: self._fill(db, signature, report), progress)
+                self._db = self.index.connect(signature, lambda db, report: self._fill(db, signature, report), progress)
             return self._db
 
     def index_ready(self) -> bool:

@@ -219,7 +219,7 @@ def _sweep(place: Path, keep: Path) -> None:
 class SharedIndex:
     """One registry's index among the :func:`index_places`: found, or built once for every cache dir.
 
-    ``name`` is its file name (:func:`index_name`). :meth:`open` returns a
+    ``name`` is its file name (:func:`index_name`). :meth:`connect` returns a
     connection to an index with the signature asked for: the first trusted
     place's that has it, else one built (:meth:`build`) in the first place
     this process may write, else (a full disk, nowhere to write) one in memory.
@@ -253,7 +253,7 @@ class SharedIndex:
         db.close()
         return None
 
-    def open(self, signature: str, fill: Fill, progress: Progress | None = None) -> sqlite3.Connection:
+    def connect(self, signature: str, fill: Fill, progress: Progress | None = None) -> sqlite3.Connection:
         """A connection to the index with ``signature``: found, else built (``progress`` told how far)."""
         return self.find(signature) or self.build(signature, fill, progress)
 

@@ -14,11 +14,12 @@ override that ``make install`` merges, where Lab is served at ``/``).
 from __future__ import annotations
 
 import html
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..host.fsutil import load_json, read_regular
 
 __all__ = ["DashboardLink", "dashboard_link", "server_of_kernel"]
 
@@ -37,7 +38,7 @@ def server_of_kernel(runtime_dir: Path | None = None, parent: int | None = None)
         runtime_dir = Path(jupyter_runtime_dir())
     for path in (runtime_dir / f"jpserver-{pid}.json", *sorted(runtime_dir.glob("jpserver-*.json"))):
         try:
-            info = json.loads(path.read_text(encoding="utf-8"))
+            info = load_json(read_regular(path, 64 * 1024)[0].decode("utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(info, dict) and info.get("pid") == pid:

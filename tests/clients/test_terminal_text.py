@@ -62,7 +62,7 @@ def test_a_tool_that_takes_help_as_data_has_no_help_and_says_so(tmp_path: Path) 
     qr = _sh_tool(tmp_path, "qr", SH_QRENCODE)
     assert qr.help == ""  # --help drew a QR code of "--help": no words, no help
     assert "printed no help" in str(qr.help) and 'qr("some text")' in str(qr.help)
-    assert qr.example() == 'qr("some text")'
+    assert "--help" not in qr.example()
 
 
 def test_the_card_never_suggests_passing_help_as_data(qr: CliTool) -> None:
