@@ -428,7 +428,9 @@ class CliTool(ToolClient):
         """The first call to try; never one that passes ``--help`` as data (``tool.help`` shows the help)."""
         if self.reads_stdin:
             return f'{self.name}("some input text")'
-        return f"{self.name}()"  # the plain call; its help (tool.help) says what it takes
+        # with help, the plain call (its help, tool.help, says what it takes); with none, what a binary deployed as
+        # published takes: text, as an argument (qrencode draws its first argument; qr() would panic)
+        return f"{self.name}()" if self.help else f'{self.name}("some text")'
 
     def _rich_example(self) -> str:
         """The first call to try: the plain one, with an argument only where the tool needs one.
