@@ -421,7 +421,7 @@ class FlakebotMagics(_OptionTraits):
             raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = args.command[0], args.command[1:]
         if command == "help":  # what `%%flakebot?` shows: the cell form, the options, the line commands
-            print(self.flakebot.__doc__)
+            print((self.flakebot.__doc__ or "").lstrip(": \n"))
             return None
         if command == "dashboard":  # a link to the server extension's page, where this kernel's server serves it
             from IPython.display import display

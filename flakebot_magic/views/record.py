@@ -58,6 +58,7 @@ __all__ = [
     "counts_html",
     "log_html",
     "notices_html",
+    "stale_note",
     "summary_html",
     "title_html",
 ]
@@ -161,6 +162,36 @@ def notices_html(notices: Sequence[tuple[str, str]], last: int | None = None) ->
         f"<details class='flakebot-notices' style='font-size:12px;{TEXT};margin:2px 0'>"
         f"<summary class='flakebot-notices-line' style='cursor:pointer;{look};overflow-wrap:anywhere'>"
         f"{'⚠ ' if warnings else ''}{count}: {safe_html(headline)}</summary>{''.join(items)}</details>"
+    )
+
+
+#: seconds without a word from the kernel after which a running widget says its kernel may be gone
+STALE_AFTER = 20
+
+
+def stale_note(name: str) -> str:
+    """What a live widget shows once its kernel is gone: restarted, stopped, or silent for :data:`STALE_AFTER` s.
+
+    No JavaScript: ipywidgets marks a view whose kernel went away with the
+    class ``jupyter-widgets-disconnected``, and a CSS rule here shows the note
+    then (and hides the Cancel button, which reaches nothing). Where nothing
+    marks it, a CSS timer does: the widget re-renders its table several times a
+    second while its kernel lives, each render starting the timer again. (The
+    kernel's last words, the record "interrupted by a kernel restart"
+    (:mod:`.interrupted`), reach a front end that still reads the old kernel's
+    messages; JupyterLab stops reading them when it asks for the restart.) Only
+    the live widget carries it: the record has no ``<style>``.
+    """
+    logs = f"%flakebot logs {name}" if name else "%flakebot logs NAME"
+    return (
+        "<style>@keyframes flakebot-stale{to{visibility:visible;max-height:12em}}"
+        ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible!important;max-height:12em!important}"
+        ".flakebot-cancel.jupyter-widgets-disconnected{display:none!important}</style>"
+        f"<div class='flakebot-stale' style='visibility:hidden;max-height:0;overflow:hidden;color:{AMBER};{TEXT};"
+        f"margin:4px 0;animation:flakebot-stale 0s linear {STALE_AFTER}s forwards'>"
+        "⚠ <b>Interrupted</b>: the kernel was restarted or stopped (or has said nothing for "
+        f"{STALE_AFTER} s), and this build stopped with it. Its log is kept (<code>{safe_html(logs)}</code>); "
+        "run the cell again to build it.</div>"
     )
 
 

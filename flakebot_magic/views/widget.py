@@ -58,6 +58,7 @@ from .record import (
     counts_html,
     log_html,
     notices_html,
+    stale_note,
     title_html,
 )
 from .rows import (
@@ -509,10 +510,13 @@ class ProgressWidget:
 
     def _render_table(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
+        stale = ""
         if self.outcome == "running":
             self.bar.value = min(self.progress(), self.bar.max)
-        self.table.value = stage_table_html(
-            self.rows.values(), now, self.candidates, self.usage, settled=self.outcome == "success"
+            stale = stale_note(self.name)
+        self.table.value = (
+            stage_table_html(self.rows.values(), now, self.candidates, self.usage, settled=self.outcome == "success")
+            + stale
         )
 
     def _render_notices(self) -> None:

@@ -363,3 +363,20 @@ def test_a_baseline_that_misses_the_contract_does_not_read_as_a_failure() -> Non
     row = next(r for r in widget.rows.values() if r.state == "handled")
     assert "NOT" not in row.detail and "not met yet" in row.detail
     assert "NOT" not in widget.table.value
+
+
+def test_a_widget_whose_kernel_is_gone_says_so_without_javascript() -> None:
+    """Issue 37: a kernel restarted under a build left the widget at "building…" with a dead Cancel button.
+    JupyterLab reads no message of the old kernel once it asks for a restart, so the live widget carries a note
+    that CSS shows when ipywidgets marks the view disconnected (or after a silence); the record never has it."""
+    widget = ProgressWidget("Render Markdown text to HTML.", name="md")
+    widget(StageStarted("search"))
+    widget.tick()
+    table = widget.table.value
+    assert "class='flakebot-stale'" in table and "visibility:hidden" in table
+    assert ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible" in table
+    assert ".flakebot-cancel.jupyter-widgets-disconnected{display:none" in table
+    assert "%flakebot logs md" in table and "<script" not in table
+    widget(RunFinished(ok=False, error=RuntimeError("x"), elapsed=1.0))
+    assert "flakebot-stale" not in widget.table.value  # ended: nothing to say
+    assert "flakebot-stale" not in widget.record().bundle()["text/html"]  # the record needs no kernel and no style
