@@ -8,9 +8,9 @@ STAMP  := $(VENV)/.installed
 # test runs use their own cache, wiped first, so every run is a cold run
 TEST_CACHE := $(CURDIR)/artifacts/test-cache
 
-.PHONY: install system nix venv demo lint test test-fast bench clean-cache
+.PHONY: install system nix venv index demo lint test test-fast bench clean-cache
 
-install: system nix venv
+install: system nix venv index
 
 system:
 	@bash scripts/install-system.sh
@@ -30,10 +30,17 @@ $(STAMP): pyproject.toml deps/semantic-model.txt
 	@touch $(STAMP)
 	@echo "python environment: $(VENV) ready"
 
+# the registry's search index, built once for the machine (read by every user and cache dir), so that no first
+# search waits for it; as root the machine's place, else the user's
+index: venv
+	@if [ "$$(id -u)" = 0 ]; then $(VENV)/bin/flakebot index --system; else $(VENV)/bin/flakebot index; fi
+
 # The nix backend needs a nixpkgs; these machines reach no github, so the demo
 # builds against the nixpkgs TEST STAND-IN unless FLAKEBOT_NIXPKGS says otherwise.
 demo: export FLAKEBOT_NIXPKGS ?= path:$(CURDIR)/tests/nixpkgs
 demo: install
+	@# a JupyterLab started later finds the same nixpkgs (flakebot_magic/host/site_defaults.py)
+	@$(PY) -c 'import os, flakebot_magic.host.site_defaults as d; d.write({"FLAKEBOT_NIXPKGS": os.environ["FLAKEBOT_NIXPKGS"]})'
 	@$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb
 
 test: install

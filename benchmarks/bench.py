@@ -1,7 +1,12 @@
 """flakebot benchmarks: each number measured beside its floor, in one run.
 
-    make bench                     # print the table
-    make bench BENCH_ARGS=--readme # also rewrite the table in README.md
+    make bench                       # print the table, and write it into docs/benchmarks.md
+    make bench BENCH_ARGS=--no-docs  # print it only
+
+docs/benchmarks.md keeps the latest run between ``<!-- bench:start -->`` and
+``<!-- bench:end -->``: a row is replaced by the row of the same measurement
+(its first cell), a new one added, and the rows a partial run (``--only-...``)
+did not measure stay as they were (:func:`merge_rows`).
 
 What is measured (targets from the issues):
 
@@ -387,8 +392,9 @@ def search_p50(registry: str, runs: int) -> dict[str, float]:
         "http server",
     ]
     try:
-        built = timed(lambda: DirectoryRegistry(registry, cache).search("warm"))
-        found = DirectoryRegistry(registry, cache)
+        own = {"places": [Path(cache) / "index"], "system": None}  # a build measured, not the shared index found
+        built = timed(lambda: DirectoryRegistry(registry, cache, **own).search("warm"))
+        found = DirectoryRegistry(registry, cache, **own)
         crates = found._connect().execute("SELECT count(*) FROM crates").fetchone()[0]
         times = []
         for i in range(runs):
@@ -496,10 +502,13 @@ def paraphrase_accuracy(registry: str, embedding_model: str | None = None) -> di
 
 _FRESH = """
 import json, sys, time
+from pathlib import Path
 started = time.perf_counter()
 from flakebot_magic.registry.directory import DirectoryRegistry
 imported, cpu = time.perf_counter(), time.process_time()
-registry = DirectoryRegistry(sys.argv[1], sys.argv[2], embedding_model=sys.argv[3] or None)
+# the index in this cache dir alone (not the machine's or the user's shared one): its build is what is measured
+own = [Path(sys.argv[2]) / "index"]
+registry = DirectoryRegistry(sys.argv[1], sys.argv[2], embedding_model=sys.argv[3] or None, places=own, system=None)
 registry.search(sys.argv[4])
 done = time.perf_counter()
 print(json.dumps({"import_s": imported - started, "first_search_s": done - imported,
@@ -1071,11 +1080,49 @@ def _print_only(found: dict[str, dict[str, object]], rows: list[tuple[str, str, 
     return 0
 
 
+def merge_rows(old: str, new: str) -> str:
+    r"""The table ``new`` merged into the table ``old``: rows keyed by their first cell, ``new``'s replacing
+    ``old``'s, ``old``'s others kept in place, ``new``'s others added; lines that are no rows (the machine's
+    line) from ``new``.
+
+    >>> old = "| measurement | result | target |\n|---|---|---|\n| a | 1 | - |\n| b | 2 | - |\n\nMeasured then."
+    >>> print(merge_rows(old, "| measurement | result | target |\n|---|---|---|\n| b | 3 | - |\n| c | 4 | - |\n\nNow."))
+    | measurement | result | target |
+    |---|---|---|
+    | a | 1 | - |
+    | b | 3 | - |
+    | c | 4 | - |
+    <BLANKLINE>
+    Now.
+    """
+
+    def rows(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| measurement")]
+
+    def key(row: str) -> str:
+        return row.split(" | ", 1)[0]
+
+    fresh = {key(r): r for r in rows(new)}
+    merged = [fresh.pop(key(r), r) for r in rows(old)] + list(fresh.values())
+    tail = [line for line in new.splitlines() if line and not line.startswith("|")]
+    return "\n".join(["| measurement | result | target |", "|---|---|---|", *merged, "", *tail])
+
+
+def write_docs(path: Path, text: str) -> None:
+    """Write ``text`` (a run's table) into ``path`` between its markers, merged with the rows already there."""
+    content = path.read_text()
+    found = re.search(r"(<!-- bench:start -->\n)(.*?)(\n<!-- bench:end -->)", content, flags=re.S)
+    if found is None:
+        raise SystemExit(f"{path} has no <!-- bench:start --> ... <!-- bench:end --> section to write")
+    merged = merge_rows(found.group(2), text)
+    path.write_text(content[: found.start(2)] + merged + content[found.end(2) :])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", default=str(DEBIAN_REGISTRY))
     parser.add_argument("--cold-rounds", type=int, default=2)
-    parser.add_argument("--readme", action="store_true", help="rewrite the benchmark table in README.md")
+    parser.add_argument("--no-docs", action="store_true", help="do not write the table into docs/benchmarks.md")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--no-edit", action="store_true", help="skip the edit-loop rows")
     parser.add_argument("--only-edit", action="store_true", help="measure only the edit-loop rows")
@@ -1210,16 +1257,8 @@ def main() -> int:
     print(text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
-    if args.readme:
-        readme = ROOT / "README.md"
-        content = readme.read_text()
-        new = re.sub(
-            r"(<!-- bench:start -->\n).*?(\n<!-- bench:end -->)",
-            lambda m: m.group(1) + text + m.group(2),
-            content,
-            flags=re.S,
-        )
-        readme.write_text(new)
+    if not args.no_docs:
+        write_docs(ROOT / "docs" / "benchmarks.md", text)
     return 0
 
 

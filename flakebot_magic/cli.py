@@ -72,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("query", help="What you are looking for, in words.")
     search.add_argument("--limit", "-l", type=int, default=10, help="How many candidates to show. Default: 10.")
 
+    catalog = sub.add_parser(
+        "catalog", parents=[common], help="What builds a tool with no model: crates whose own binary is one."
+    )
+    catalog.add_argument("words", nargs="*", help="Only those the search finds for these words.")
+    index = sub.add_parser(
+        "index", parents=[common], help="Build the registry's search index now (make install runs it)."
+    )
+    index.add_argument("--system", action="store_true", help="Into the machine's place, read by every user (as root).")
+
     sub.add_parser("list", parents=[common], help="List the tools built on this machine.")
     rebuild = sub.add_parser(
         "rebuild",
@@ -326,8 +335,17 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
     """What a management command answers (each is written once, in :mod:`flakebot_magic.manage.tools`)."""
     from .manage import tools
 
-    if args.command == "search":
-        return tools.search_crates(settings, args.query, limit=args.limit)
+    if args.command in ("search", "catalog", "index"):
+        from .manage import crates
+
+        def say(line: str) -> None:
+            _say(f"flakebot: {line}", sys.stderr)
+
+        if args.command == "catalog":
+            return crates.catalog(settings, " ".join(args.words), say=say)
+        if args.command == "index":
+            return crates.build_index(settings, system=args.system, say=say)
+        return crates.search_crates(settings, args.query, limit=args.limit, say=say)
     if args.command == "list":
         return tools.table(settings, empty=NO_TOOLS)
     if args.command == "show":

@@ -30,6 +30,7 @@ LINE_COMMANDS = (
     ("steer NAME TEXT", "a message for NAME's running edit session (the model reads it next)"),
     ("cargo NAME ARGS", "cargo in NAME's workspace, in the sandbox its builds run in"),
     ("search QUERY", "ranked crate candidates"),
+    ("catalog [WORDS]", "what builds a tool with no model (a crate's own binary), each with a ready cell"),
     ("push NAME", "copy a nix-built tool and its proof to the team's binary cache (--push-to), signed (--secret-key)"),
     (
         "pull NAME NOTEBOOK",
@@ -46,6 +47,8 @@ LINE_COMMANDS = (
         "remove unused workspaces and store entries (never what it cannot prove unused: "
         "with a damaged tool inventory it stops and says why)",
     ),
+    ("help", "this help (as %%flakebot? shows it)"),
+    ("dashboard", "a link to the tools' dashboard (the Jupyter server's /flakebot/ page)"),
     (
         "doctor",
         "check the tool inventory; rebuild it from the store and workspaces when it is damaged "

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from .untrusted import make_fields_safe
 
 __all__ = [
+    "INDEXING",
     "STAGES",
     "CandidateUpdate",
     "Event",
@@ -34,6 +35,10 @@ __all__ = [
     "is_cancel",
     "outcome_of",
 ]
+
+#: how a log line telling the search index's progress starts (:func:`flakebot_magic.stages.search.indexing`): the
+#: widget shows it on the search row, printed progress prints it even when not verbose
+INDEXING = "Indexing the registry"
 
 #: the stages in pipeline order (build and test run side by side; edit only with a model)
 STAGES = ("search", "fork", "edit", "build", "test", "flake", "deploy", "client")
@@ -97,6 +102,10 @@ class StageStarted(_ShownText):
     stage: str
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
+    #: how many units (crates) cargo may compile in this stage, 0 when unknown: a progress bar counts its
+    #: ``Compiling`` lines against it (the packages of the workspace's Cargo.lock: a ceiling, as features,
+    #: targets and dev-dependencies leave some out)
+    units: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,12 +132,15 @@ class StageFinished(_ShownText):
 
 @dataclass(frozen=True)
 class LogLine(_ShownText):
-    """One line of a child process's output (cargo, git, nix)."""
+    """One line of a child process's output (cargo, git, nix); its colours and style (SGR) kept, nothing else."""
 
     stage: str
     line: str
     stream: Literal["stdout", "stderr"] = "stderr"
     at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        make_fields_safe(self, styled=("line",))  # a test's coloured output shows coloured (views/record.py)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,19 +22,19 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .commands import COMMAND_NAMES, LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
+from .commands import LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
 from .host.storage import storage_errors
-from .manage import team, tools, verify
-from .manage.cleanup import clean
-from .manage.doctor import doctor, prepare
+from .manage import line_commands, team, tools
+from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
-from .request import BuildRequest, PersonText, RequestText, UntrustedText
+from .request import BuildRequest, PersonText, RequestText, UntrustedText, check_tool_name
 from .untrusted import safe_text
-from .views import hooks
+from .views import hooks, interrupted
+from .views.dashboard_link import dashboard_link
 from .views.progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
@@ -62,6 +63,7 @@ class _Build:
         restart, or reopened elsewhere, it is "model not found". The record
         needs nothing (see :mod:`flakebot_magic.views.record`).
         """
+        interrupted.untrack(self)
         if self.handle is not None and self.widget is not None:
             self.handle.update(self.widget.record().bundle(), raw=True)
             self.widget.close()
@@ -140,6 +142,8 @@ class FlakebotMagics(_OptionTraits):
         kernel = {o.name: getattr(self, o.name) for o in OPTIONS if o.config and o.run_flag}
         line = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
         try:
+            if name:  # said before anything is shown: no empty output above the error
+                check_tool_name(name, what="--name")
             request = BuildRequest(text, name=name, crate=crate)  # a cell's text is PersonText, a record's not
             return request.with_options(kernel).with_options(line).with_options(flags)
         except errors.UsageError as exc:
@@ -360,32 +364,43 @@ class FlakebotMagics(_OptionTraits):
             build.widget, build.tick = widget, widget.tick
             build.observers.append(widget)
             build.handle = display(widget.mimebundle(), raw=True, display_id=True)
+            interrupted.track(build, lambda: interrupted.why_stopped(self.shell))  # a restart ends it as a record
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
         return build
 
     def _wait(self, build: _Build) -> Any:
-        try:
+        with self._shown(build):
             return build.run.wait(build.observers, tick=build.tick)
-        except errors.UsageError as exc:
-            raise UsageError(str(exc)) from None
-        except errors.Cancelled as exc:
-            raise what_next(exc) from None
-        finally:
-            build.refresh()
+        return None  # no crate fits: the record (or the printed answer) says so
 
     async def _wait_async(self, build: _Build) -> Any:
-        try:
+        with self._shown(build):
             return await build.run.wait_async(build.observers, tick=build.tick)
+        return None
+
+    @contextmanager
+    def _shown(self, build: _Build) -> Iterator[None]:
+        """A build's end as the cell shows it: its record; a usage error or a cancel raised as IPython's; "no crate
+        fits" (``NeedsModelError``) is the search's answer, not an error: the record says it, amber, no error box."""
+        try:
+            yield
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
         except errors.Cancelled as exc:
             raise what_next(exc) from None
+        except errors.NeedsModelError as exc:
+            if build.widget is None:
+                print(safe_text(str(exc)))
+            else:
+                build.widget.show_error = True
         finally:
             build.refresh()
 
     def _finish(self, build: _Build, tool: Any) -> Any:
         assert self.shell is not None
+        if tool is None:  # no crate fits: answered in the cell's output
+            return None
         self.shell.push({tool.name: tool})
         if build.widget is None:
             print(safe_text(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}"))
@@ -406,6 +421,14 @@ class FlakebotMagics(_OptionTraits):
         if not args.command:
             raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = args.command[0], args.command[1:]
+        if command == "help":  # what `%%flakebot?` shows: the cell form, the options, the line commands
+            print((self.flakebot.__doc__ or "").lstrip(": \n"))
+            return None
+        if command == "dashboard":  # a link to the server extension's page, where this kernel's server serves it
+            from IPython.display import display
+
+            display(dashboard_link())
+            return None
         if command == "rebuild":
             build = self._start_rebuild(args)
             return self._finish(build, self._wait(build))
@@ -417,7 +440,9 @@ class FlakebotMagics(_OptionTraits):
             return self._load(settings, rest, everything=args.all)
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
-                answer = self._answer(command, rest, args, settings)
+                answer = line_commands.answer(
+                    settings, command, rest, everything=args.all, tail=args.tail, rebuild=getattr(args, "rebuild", None)
+                )
         except errors.FlakebotError as exc:  # a refused pull, a failed verify: said, not a traceback
             raise UsageError(str(exc)) from None
         if isinstance(answer, tools.ToolTable):
@@ -480,32 +505,6 @@ class FlakebotMagics(_OptionTraits):
         for problem in problems:
             print(safe_text(f"flakebot: {problem}"), file=sys.stderr)
         return None
-
-    def _answer(self, command: str, rest: list[str], args: Any, settings: Settings) -> tools.Answer:
-        """What a line command answers (each is written once, in :mod:`flakebot_magic.manage.tools`)."""
-        if command == "list":
-            return tools.table(settings)
-        if command == "search":
-            if not rest:
-                raise UsageError("Usage: %flakebot search QUERY")
-            return tools.search_crates(settings, " ".join(rest))
-        if command == "clean":
-            return clean(settings, everything=args.all)
-        if command == "doctor":
-            return doctor(settings)
-        if command == "stop" and args.all and not rest:
-            return tools.stop_tools(settings)
-        if command in ("push", "pull"):
-            return team.line_command(settings, command, rest, rebuild=bool(getattr(args, "rebuild", None)))
-        if command not in ("show", "logs", "stop", "verify"):
-            raise UsageError(f"Unknown subcommand {command!r}: use {COMMAND_NAMES}.")
-        if len(rest) != 1:
-            raise UsageError(f"Usage: %flakebot {command} NAME (`%flakebot list` shows the names).")
-        if command in ("show", "verify"):
-            return (tools.show if command == "show" else verify.verify)(settings, rest[0])
-        if command == "logs":
-            return tools.tool_logs(settings, rest[0], last=args.tail or None)
-        return tools.stop_tools(settings, rest[0])
 
 
 class _SparingFlakebot:

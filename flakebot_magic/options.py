@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .host.site_defaults import installed
+
 __all__ = [
     "OPTIONS",
     "OPTION_BY_NAME",
@@ -81,8 +83,8 @@ class Option:
         return tuple(f for f in (long, *self.aliases) if f)
 
     def default_value(self) -> Any:
-        """The default, from the environment variable when it is set."""
-        raw = os.environ.get(self.env) if self.env else None
+        """The default: the environment variable's, else what the install wrote (:mod:`.host.site_defaults`)."""
+        raw = (os.environ.get(self.env) or installed(self.env)) if self.env else None
         if raw in (None, ""):
             return self.default
         return _convert(self, raw)

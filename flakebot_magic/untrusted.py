@@ -23,6 +23,14 @@ takes all of that out and keeps the text:
 * everything else (all printable text of every script, emoji and their
   joiners, tab, newline) is kept as it is, in order.
 
+With ``style=True`` one family is kept: SGR, "Select Graphic Rendition"
+(``ESC [`` digits, ``;`` and ``:``, then ``m``: colours, bold, inverse), which
+changes only how the text after it looks. A terminal and JupyterLab's text
+output render it, so a tool that draws with it (a QR code in inverse video)
+shows what it drew. Every other sequence still goes, and so does an 8-bit SGR
+(``\\x9b...m``), which is a C1 control. :func:`styled_html` renders what was
+kept as ``<span>`` s with inline styles from a fixed table, the text escaped.
+
 Where it applies: at the places untrusted text enters (a process's output
 lines as :class:`~flakebot_magic.events.LogLine` events, every event's text,
 every :class:`~flakebot_magic.errors.FlakebotError` message, crate metadata
@@ -56,6 +64,7 @@ __all__ = [
     "safe_line",
     "safe_text",
     "strip_sequences",
+    "styled_html",
 ]
 
 #: what a forbidden character outside an escape sequence becomes
@@ -77,6 +86,8 @@ _CSI = r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
 #: of the two forms above, which are sequences only when complete
 _ESC = r"\x1b[\x20-\x2f]+[\x30-\x7e]|\x1b[\x30-\x4f\x51-\x57\x59-\x5a\x5c\x60-\x7e]"
 _SEQUENCE = re.compile(f"{_STRING}|{_CSI}|{_ESC}")
+#: the one sequence ``style=True`` keeps: SGR in its 7-bit form (how the text after it looks, nothing else)
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
 _UNSAFE = re.compile(f"{_STRING}|{_CSI}|{_ESC}|\r\n?|[{_FORBIDDEN}]")
 _ANY_UNSAFE = re.compile(f"[\r{_FORBIDDEN}]")
 _NEWLINES = {"\r", "\r\n", "\u2028", "\u2029"}
@@ -91,19 +102,28 @@ def _replace(match: re.Match[str]) -> str:
     return ""  # a whole escape sequence
 
 
-def safe_text(text: str) -> str:
+def _replace_keeping_style(match: re.Match[str]) -> str:
+    found = match.group()
+    return found if _SGR.fullmatch(found) else _replace(match)
+
+
+def safe_text(text: str, *, style: bool = False) -> str:
     """``text`` with escape sequences removed and other control characters made visible; tab and newline kept.
 
-    The module docstring has the rule. Idempotent; never longer than ``text``.
+    The module docstring has the rule; ``style=True`` keeps SGR sequences
+    (colours, bold, inverse) and nothing else of the kind. Idempotent; never
+    longer than ``text``.
 
     >>> safe_text("\\x1b[31mred\\x1b[0m\\tok\\r\\n")
     'red\\tok\\n'
+    >>> safe_text("\\x1b[7m  \\x1b[0m\\x1b]0;title\\x07\\x1b[2J", style=True)
+    '\\x1b[7m  \\x1b[0m'
     >>> safe_text("a\\bb \\u202eevil")
     'a�b �evil'
     """
     if _ANY_UNSAFE.search(text) is None:
         return text
-    return _UNSAFE.sub(_replace, text)
+    return _UNSAFE.sub(_replace_keeping_style if style else _replace, text)
 
 
 def safe_line(text: str) -> str:
@@ -162,17 +182,18 @@ def safe_data(value: Any) -> Any:
     return value
 
 
-def make_fields_safe(instance: Any, *, lines: Iterable[str] = ()) -> None:
+def make_fields_safe(instance: Any, *, lines: Iterable[str] = (), styled: Iterable[str] = ()) -> None:
     """Apply :func:`safe_text` to every ``str`` field of a dataclass ``instance`` (frozen or not), in place.
 
     A tuple of strings is made safe item by item; the fields named in
-    ``lines`` get :func:`safe_line`. Call it from ``__post_init__``: every
-    instance is then safe from the moment it exists, whoever made it.
+    ``lines`` get :func:`safe_line`, those named in ``styled`` keep their SGR
+    styling (``safe_text(..., style=True)``). Call it from ``__post_init__``:
+    every instance is then safe from the moment it exists, whoever made it.
     """
-    one_line = set(lines)
+    one_line, keep_style = set(lines), set(styled)
     for field in dataclasses.fields(instance):
         value = getattr(instance, field.name)
-        clean = safe_line if field.name in one_line else safe_text
+        clean = safe_line if field.name in one_line else _styled if field.name in keep_style else safe_text
         if isinstance(value, str):
             made: Any = clean(value)
         elif isinstance(value, tuple) and all(isinstance(item, str) for item in value):
@@ -181,6 +202,10 @@ def make_fields_safe(instance: Any, *, lines: Iterable[str] = ()) -> None:
             continue
         if made != value:
             object.__setattr__(instance, field.name, made)
+
+
+def _styled(text: str) -> str:
+    return safe_text(text, style=True)
 
 
 def strip_sequences(text: str) -> str:
@@ -198,3 +223,103 @@ def strip_sequences(text: str) -> str:
 def is_safe(text: str) -> bool:
     """Whether ``text`` holds nothing :func:`safe_text` would change but tabs and newlines (and U+FFFD)."""
     return _ANY_UNSAFE.search(text) is None
+
+
+#: SGR's basic colours (30-37 and 90-97; backgrounds 40-47, 100-107), as xterm draws them
+_COLOURS = (
+    "#000000", "#cd0000", "#00cd00", "#cdcd00", "#0000ee", "#cd00cd", "#00cdcd", "#e5e5e5",
+    "#7f7f7f", "#ff0000", "#00ff00", "#ffff00", "#5c5cff", "#ff00ff", "#00ffff", "#ffffff",
+)  # fmt: skip
+#: the page's own colours, for an inverse with no colour given (JupyterLab's theme, light or dark)
+_PAGE_TEXT, _PAGE_BACK = "var(--jp-content-font-color0, #000)", "var(--jp-layout-color0, #fff)"
+
+
+def _colour_256(n: int) -> str:
+    """xterm's 256-colour palette: 16 basic, a 6x6x6 cube, 24 greys."""
+    if n < 16:
+        return _COLOURS[n]
+    if n < 232:
+        n -= 16
+        levels = [0 if v == 0 else 55 + 40 * v for v in (n // 36, n // 6 % 6, n % 6)]
+        return "#{:02x}{:02x}{:02x}".format(*levels)
+    grey = 8 + 10 * (n - 232)
+    return f"#{grey:02x}{grey:02x}{grey:02x}"
+
+
+def _extended(params: list[int], at: int) -> tuple[str | None, int]:
+    """A ``38;5;N`` or ``38;2;R;G;B`` colour whose 38 (or 48) is ``params[at]``: the colour, and where to go on."""
+    if at + 2 < len(params) and params[at + 1] == 5:
+        return _colour_256(params[at + 2] % 256), at + 3
+    if at + 4 < len(params) and params[at + 1] == 2:
+        r, g, b = (min(v, 255) for v in params[at + 2 : at + 5])
+        return f"#{r:02x}{g:02x}{b:02x}", at + 5
+    return None, len(params)  # malformed: the rest of this sequence is ignored
+
+
+_OFF = {22: (1, 2), 23: (3,), 24: (4,), 27: (7,)}
+
+
+def _apply(state: dict[str, Any], code: str) -> None:
+    """Apply one SGR sequence's parameters (``code``: what is between ``ESC [`` and ``m``) to ``state``."""
+    params = [int(p) if p.isdigit() else 0 for p in re.split("[;:]", code)] if code else [0]
+    at = 0
+    while at < len(params):
+        p = params[at]
+        if p in (38, 48):
+            colour, at = _extended(params, at)
+            if colour is not None:
+                state["fg" if p == 38 else "bg"] = colour
+            continue
+        at += 1
+        if p == 0:
+            state.clear()
+        elif p in (1, 2, 3, 4, 7):
+            state[str(p)] = True
+        elif p in _OFF:
+            for off in _OFF[p]:
+                state.pop(str(off), None)
+        elif 30 <= p <= 37 or 90 <= p <= 97:
+            state["fg"] = _COLOURS[p - 30 if p < 90 else p - 82]
+        elif 40 <= p <= 47 or 100 <= p <= 107:
+            state["bg"] = _COLOURS[p - 40 if p < 100 else p - 92]
+        elif p in (39, 49):
+            state.pop("fg" if p == 39 else "bg", None)
+
+
+def _style(state: dict[str, Any]) -> str:
+    fg, bg = state.get("fg"), state.get("bg")
+    if state.get("7"):  # inverse: the colours swap, the page's own where none was given
+        fg, bg = bg or _PAGE_BACK, fg or _PAGE_TEXT
+    parts = [f"color:{fg}" if fg else "", f"background-color:{bg}" if bg else ""]
+    parts += ["font-weight:bold" if state.get("1") else "", "opacity:0.7" if state.get("2") else ""]
+    parts += ["font-style:italic" if state.get("3") else "", "text-decoration:underline" if state.get("4") else ""]
+    return ";".join(p for p in parts if p)
+
+
+def _span(text: str, state: dict[str, Any]) -> str:
+    if not text:
+        return ""
+    style = _style(state)
+    return f"<span style='{style}'>{html.escape(text)}</span>" if style else html.escape(text)
+
+
+def styled_html(text: str) -> str:
+    """``text`` made safe to show, its SGR styling kept as ``<span style=...>`` s, every character escaped.
+
+    The styles come from a fixed table (colours, bold, faint, italic,
+    underline, inverse), never from the text: nothing the text says reaches
+    the page but its characters, escaped, and how they look.
+
+    >>> styled_html("a\\x1b[1;31mB<\\x1b[0mc\\x1b]8;;http://x\\x07")
+    "a<span style='color:#cd0000;font-weight:bold'>B&lt;</span>c"
+    """
+    shown = safe_text(text, style=True)
+    out: list[str] = []
+    state: dict[str, Any] = {}
+    at = 0
+    for match in _SGR.finditer(shown):
+        out.append(_span(shown[at : match.start()], state))
+        _apply(state, match.group()[2:-1])
+        at = match.end()
+    out.append(_span(shown[at:], state))
+    return "".join(out)

@@ -31,6 +31,12 @@ ALLOWED: dict[str, str] = {
     "clients/lifecycle.py:_started": "started tool processes by (cache dir, name); one per tool used; stopped at exit",
     "clients/lifecycle.py:_started_lock": "guards _started",
     "clients/lifecycle.py:_atexit_registered": "stop_all registered with atexit once",
+    "views/interrupted.py:_LIVE": "builds shown as widgets in this kernel, one per running cell; each leaves when its "
+    "run ends (refresh), all at the kernel's exit",
+    "views/interrupted.py:_LOCK": "guards _LIVE",
+    "views/interrupted.py:_REGISTERED": "interrupt_all registered with atexit once",
+    "host/site_defaults.py:_read": "the install's defaults file, keyed by its path and stamp (mtime, size): at most 4, "
+    "re-read when the file changes",
     "host/process.py:_spawner": "the one long-lived thread lasting children are forked from (parent-death signal)",
     "host/entry.py:_WHOLE": "store entries last found whole, by the stamp of their files: one per (entry, binary) run",
     "host/entry.py:_LOCK": "guards _WHOLE",

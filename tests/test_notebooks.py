@@ -131,3 +131,9 @@ def test_the_notebooks_find_what_they_need_wherever_they_are_copied(tmp_path: Pa
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert "scripted test double (not a language model) replaying 3 responses" in ran.stdout
+
+
+def test_the_quickstart_shows_a_newcomer_no_test_markers() -> None:
+    """Issue 37: `# NBVAL_IGNORE_OUTPUT` comments showed in the quickstart; its cells carry the tag instead."""
+    quickstart = ROOT / "notebooks" / "quickstart.ipynb"
+    assert all(IGNORE not in _source(cell) for cell in _code_cells(quickstart))

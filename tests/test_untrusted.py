@@ -8,6 +8,7 @@ its own test pass.
 from __future__ import annotations
 
 import html
+import re
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from flakebot_magic.untrusted import (
     safe_line,
     safe_text,
     strip_sequences,
+    styled_html,
 )
 
 C0 = {chr(c) for c in range(0x20)} - {"\t", "\n"}
@@ -155,3 +157,52 @@ def test_every_string_in_data_is_made_safe(value: object) -> None:
     assert all(is_safe(s) for s in _strings(out))
     if all(is_safe(s) for s in _strings(value)):
         assert out == value
+
+
+# -- issue 37: colour and style (SGR) kept, nothing else -----------------------------------------------------------
+
+#: an SGR sequence written here from its definition: ESC [, parameters of digits, ';' and ':', then 'm'
+SGR_SEQUENCE = re.compile(r"\x1b\[[0-9;:]*m")
+_SGR_PARAMS = st.text(alphabet=st.sampled_from("0123456789;:"), max_size=12)
+sgr = _SGR_PARAMS.map(lambda params: f"\x1b[{params}m")
+#: what may come out with style=True: SGR sequences and the characters that are allowed anywhere
+styled_parts = st.lists(allowed_text | sgr | sequences(), max_size=12)
+
+
+@PROFILE
+@given(tricky_text | styled_parts.map("".join))
+def test_with_style_no_sequence_but_sgr_ever_comes_out(text: str) -> None:
+    """The property of docs/SECURITY.md 7a: take the SGR sequences out of what comes out, and nothing forbidden
+    is left; every ESC that comes out starts an SGR sequence."""
+    out = safe_text(text, style=True)
+    rest = SGR_SEQUENCE.sub("", out)
+    assert not set(rest) & FORBIDDEN, [hex(ord(c)) for c in set(rest) & FORBIDDEN]
+    assert out.count("\x1b") == len(SGR_SEQUENCE.findall(out))
+    assert safe_text(out, style=True) == out  # idempotent
+    assert len(out) <= len(text)
+    assert safe_text(out) == safe_text(text)  # keeping style changes nothing else
+
+
+@PROFILE
+@given(styled_parts)
+def test_sgr_sequences_are_kept_in_place_and_every_other_sequence_goes(parts: list[str]) -> None:
+    kept = "".join(p for p in parts if SGR_SEQUENCE.fullmatch(p) or not any(c in INTRODUCERS for c in p))
+    assert safe_text("".join(parts), style=True) == kept
+
+
+@PROFILE
+@given(tricky_text | styled_parts.map("".join))
+def test_styled_html_is_escaped_text_in_spans_of_a_fixed_style(text: str) -> None:
+    out = styled_html(text)
+    spans = re.compile(
+        r"<span style='(?:[a-z-]+:(?:#[0-9a-f]{6}|var\(--jp-[a-z0-9-]+, #[0-9a-f]{3}\)|[a-z]+|0\.7);?)+'>|</span>"
+    )
+    text_only = spans.sub("", out)
+    assert "<" not in text_only and ">" not in text_only and "'" not in text_only
+    assert html.unescape(text_only) == safe_text(text)  # the characters shown are exactly the safe text
+
+
+def test_a_qr_code_drawn_in_inverse_video_shows() -> None:
+    drawn = "\x1b[7m  \x1b[0m\x1b[49m  \x1b[0m\n"  # what the qrcode crate's qrencode prints per module
+    assert safe_text(drawn, style=True) == drawn
+    assert "background-color:var(--jp-content-font-color0" in styled_html(drawn)

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..clients import ToolClient
 from ..config import Settings
-from ..manage.tools import describe, search_crates, table
+from ..manage.crates import search_crates
+from ..manage.tools import describe, table
 from ..records.provenance import provenance_of
 
 __all__ = ["BUILTINS", "BUILTIN_NAMES", "Outcome", "build_outcome", "list_tools", "search", "tool_info"]

@@ -14,7 +14,9 @@ input gets a first ``str`` that is not a path through a temporary file.
 
 A result is data: tools start with ``NO_COLOR=1``, ``CLICOLOR=0`` and
 ``TERM=dumb``, and ANSI escape sequences that still come through are
-stripped (``raw=True`` keeps the output as the tool wrote it).
+stripped (``raw=True`` keeps the output as the tool wrote it); a tool that drew
+with colour or style anyway returns a :class:`~.terminal_text.TerminalText`, which
+shows the drawing.
 When the help cannot be parsed, the tool still takes plain arguments, and its
 docstring says so.
 """
@@ -41,6 +43,7 @@ from .agents import ToolFunction
 from .base import Confinement, ToolClient
 from .cli_tool_help import CliArgument, CliOption, CliSpec, as_text, help_of, parse_help, reads_stdin
 from .schema import sentence
+from .terminal_text import shown_help, tool_result
 
 __all__ = ["CALL_KEYWORDS", "PLAIN_ENV", "CliTool", "strip_ansi"]
 
@@ -50,15 +53,8 @@ PLAIN_ENV = {"NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"}
 _FILE_ARGUMENT = re.compile(r"^(?:in(?:put)?[-_]?)?(?:file|path)(?:name)?$|^input$", re.I)
 
 
-def strip_ansi(text: str) -> str:
-    """``text`` without ANSI escape sequences (:func:`flakebot_magic.untrusted.strip_sequences`); the rest as written.
-
-    Examples
-    --------
-    >>> strip_ansi("\\x1b[38;5;242m00000000\\x1b[0m ok")
-    '00000000 ok'
-    """
-    return strip_sequences(text)
+#: ``text`` without ANSI escape sequences, the rest as written (:func:`flakebot_magic.untrusted.strip_sequences`)
+strip_ansi = strip_sequences
 
 
 def _option_annotation(option: CliOption) -> Any:
@@ -131,7 +127,7 @@ class CliTool(ToolClient):
         if self._safe_help is None:  # made safe once: every call asks (reads_stdin), the text never changes
             if self._help is None:
                 self._help = help_of(self.binary, self.store_path)
-            self._safe_help = safe_text(self._help)
+            self._safe_help = shown_help(self.name, safe_text(self._help, style=True))  # its value: plain
         return self._safe_help
 
     @property
@@ -363,7 +359,7 @@ class CliTool(ToolClient):
                     returncode=None,
                 )
             out = self._exchange(proc, data or b"", limit, items, deadline)
-            return out if raw else strip_ansi(out)
+            return out if raw else tool_result(out)
         finally:
             if confinement is not None:
                 confinement.close()
@@ -443,11 +439,12 @@ class CliTool(ToolClient):
     # -- describing ------------------------------------------------------------
 
     def example(self) -> str:
+        """The first call to try; never one that passes ``--help`` as data (``tool.help`` shows the help)."""
         if self.reads_stdin:
             return f'{self.name}("some input text")'
-        if self.help:  # its help says what it takes
-            return f'{self.name}("--help")'
-        return f"{self.name}()"  # no --help to show: the plain call
+        # with help, the plain call (its help, tool.help, says what it takes); with none, what a binary deployed as
+        # published takes: text, as an argument (qrencode draws its first argument; qr() would panic)
+        return f"{self.name}()" if self.help else f'{self.name}("some text")'
 
     def _rich_example(self) -> str:
         """The first call to try: the plain one, with an argument only where the tool needs one.

@@ -18,11 +18,14 @@ from typing import Any
 
 from ..host.exchange import Exchange, stop_group
 from ..host.process import spawn
+from ..untrusted import strip_sequences
 from .base import Confinement
 from .schema import python_name
 
 __all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "as_text", "help_of", "parse_help", "reads_stdin"]
 
+#: a help text has words; what has none is a drawing or noise (a tool that took --help as its data)
+_LETTERS = re.compile(r"[^\W\d_]{2}")
 _STDIN_HINT = re.compile(r"standard input|\bstdin\b|from input|reads? (?:from )?(?:the )?input", re.I)
 
 
@@ -376,8 +379,8 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0)
                 exchange.close()
                 raise
             text = (out or err).decode("utf-8", "replace").strip()
-            if proc.returncode == 0 and text and not _echoes(text, flag):
-                return text
+            if proc.returncode == 0 and _LETTERS.search(strip_sequences(text)) and not _echoes(text, flag):
+                return text  # a help says something in words (qrencode draws --help as a QR code: no help)
         return ""
     finally:
         confinement.close()

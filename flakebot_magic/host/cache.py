@@ -44,7 +44,8 @@ CACHE_DIRECTORIES: dict[str, str] = {
     "store": "built tools, hash-addressed (HASH-crate-version/)",
     "tools": "the tool inventory (tools.sqlite3); attempts/: builds that made no tool",
     "recipes": "request inputs -> store path",
-    "index": "one SQLite search index per registry path",
+    "index": "search indexes (registry/shared_index.py): the cache dir's own where no shared place can be used; "
+    "the default cache dir's is the user's, shared by every cache dir",
     "logs": "each tool's build log, a cache hit's, a failed run's",
     "intents": "install transactions not finished yet, one intent record per tool name",
     "gcroots": "nix GC roots of live tools (nix backend)",

@@ -20,7 +20,6 @@ JSON (the command's ``--json``, the REST API).
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,6 @@ from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import WorkspaceDiff, provenance_of, render_text, workspace_diff
 from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, last_attempt_log, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
-from ..stages.search import open_registry, search, why, words_only
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
 
 __all__ = [
@@ -56,7 +54,6 @@ __all__ = [
     "load",
     "load_all",
     "logs",
-    "search_crates",
     "show",
     "show_text",
     "status_of",
@@ -577,25 +574,3 @@ def stop_tools(settings: Settings, name: str | None = None) -> CommandResult:
         results.append({"name": each, "message": message, "status": status_of(record) if record else "stopped"})
     text = "\n".join(r["message"] for r in results) or "No tool is running."
     return CommandResult(results, text)
-
-
-def search_crates(settings: Settings, query: str, *, limit: int = 10) -> CommandResult:
-    """``search QUERY``: ranked crate candidates in ``settings``' registry; why each scores what it does.
-
-    Without a match the text is empty and a note says so.
-    """
-    registry = open_registry(settings.registry, settings.cache_dir, settings.embedding_model)
-    found = search(registry, query, limit=limit)
-    notes = (words_only(registry),) if words_only(registry) else ()
-    if not found:
-        return CommandResult([], "", (*notes, f"No crate matches {query!r}."))
-    width = max(len(f"{c.name} {c.version}") for c in found)
-    lines = []
-    for c in found:
-        # a crate per block at a normal terminal's width: its line, its description and why, wrapped under it
-        lines.append(f"{c.score:6.2f}  {f'{c.name} {c.version}':<{width}}  {'bin' if c.has_bin else 'lib'}")
-        for text in (c.description, f"why: {why(c)}"):
-            lines += textwrap.wrap(
-                " ".join(safe_line(text).split()), SEARCH_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8
-            )
-    return CommandResult([c.to_json() for c in found], "\n".join(lines), notes)

@@ -191,6 +191,12 @@ class Pipeline:
 
     def _run(self, run: RunState, search_text: str) -> ToolClient:
         with Stage(self.bus, "search") as stage:
+            # a registry's first search on this machine builds its index: said, with progress (issue 37)
+            search_stage.indexing(
+                self.registry,
+                lambda line: self.bus.log("search", line),
+                announce=lambda t: self.bus.notice("search", t),
+            )
             choice = self._choose(run, search_text)
             stage.detail = f"{choice.candidate.name} {choice.candidate.version}"
         # a published crate the registry cannot fork or build gives way to the next that fits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -13,6 +14,7 @@ from ..untrusted import make_fields_safe
 __all__ = [
     "MAX_SOURCE_BYTES",
     "MAX_SOURCE_FILES",
+    "BuildsAnIndex",
     "CrateCandidate",
     "FetchedSource",
     "Registry",
@@ -160,6 +162,19 @@ class Registry(Protocol):
     def cargo_config(self) -> str:
         """TOML for ``.cargo/config.toml`` that makes cargo resolve from this registry
         (empty when cargo's default, crates.io, is right)."""
+        ...
+
+
+@runtime_checkable
+class BuildsAnIndex(Protocol):
+    """A registry that searches an index it must build first (a directory source: :mod:`.shared_index`)."""
+
+    def index_ready(self) -> bool:
+        """Whether the index is built already: a search starts at once."""
+        ...
+
+    def prepare_index(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Build the index when none is built, telling ``progress`` ``(done, total)`` as it goes."""
         ...
 
 

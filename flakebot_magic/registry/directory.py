@@ -1,6 +1,7 @@
 """A cargo ``directory`` source (Debian's registry, ``cargo vendor``) searched through SQLite FTS5.
 
-The index lives in the cache dir, one SQLite file per registry path, and is
+The index is built once per machine and registry and shared by every cache dir
+(:mod:`.shared_index` says where it lives and how two builders meet), and is
 rebuilt when the registry changes (its entries or its mtime) and on any error
 reading it (a damaged page or row: a cache is made again); in memory where it
 cannot be written (a full disk), so search and cached builds still work. It holds, per
@@ -26,38 +27,34 @@ scores (:func:`.ranking.fuse`). Without a model (or with
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import hashlib
-import json
-import math
 import os
-import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Collection
-from contextlib import closing
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
-from ..host.cache import CacheLayout
-from ..host.fsutil import atomic_write, load_json, read_inside
+from ..host.fsutil import load_json, read_inside
 from ..host.storage import translate
 from ..host.trees import copy_tree
 from . import embedding, examples, prior, ranking
-from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
-from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
+from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource
+from .crate_files import fixture_binary, read_manifest
+from .index_fill import COLUMNS_FTS, fill_index
 from .semver import matches, newest
+from .shared_index import SYSTEM_INDEX_DIR, Progress, SharedIndex, index_name, index_places
 from .vendored import checked_source, tree_sha256
 
 __all__ = ["DirectoryRegistry", "fixture_binary", "read_manifest", "tree_sha256"]
 
 #: bump when the schema or what is indexed changes
-INDEX_VERSION = 10
+INDEX_VERSION = 11
 #: the index's text columns, their bm25 weights, and which hold what a crate says of itself
-_COLUMNS_FTS = ("name", "description", "keywords", "categories", "usage", "readme")
+_COLUMNS_FTS = COLUMNS_FTS
 _WEIGHTS = (10.0, 4.0, 5.0, 2.0, 2.0, 0.5)
 _OWN = (1.0, 1.0, 1.0, 0.0, 1.0, 0.0)
 #: how many rows bm25 hands to the coverage step, at least
@@ -95,15 +92,28 @@ class DirectoryRegistry:
     path
         The directory (``/usr/share/cargo/registry``, or a ``cargo vendor`` output).
     cache_dir
-        Where the search index is kept.
+        The cache dir: its ``index/`` is the last place the search index is
+        looked for and kept (:func:`.shared_index.index_places`).
     embedding_model
         The ``embedding_model`` setting (:func:`semantic_model`): a model
         directory, ``off``, or None for the installed model if any.
+    places
+        Where the index is looked for, in order (default: the machine's, the
+        user's, the cache dir's own); ``system`` is the machine's place, which
+        only ``flakebot index --system`` writes.
     """
 
     offline = True
 
-    def __init__(self, path: Path | str, cache_dir: Path, *, embedding_model: str | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        cache_dir: Path,
+        *,
+        embedding_model: str | None = None,
+        places: Sequence[Path] | None = None,
+        system: Path | None = SYSTEM_INDEX_DIR,
+    ) -> None:
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_dir():
             raise ConfigError(
@@ -112,12 +122,18 @@ class DirectoryRegistry:
                 "or install Debian's crates with `make install`."
             )
         self.id = f"dir:{self.path}"
-        key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        self.index_path = CacheLayout(Path(cache_dir)).index / f"{key}.sqlite"
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._model, self.semantic_off = embedding.semantic_model(embedding_model)
         self._vectors: embedding.CrateVectors | None = None
+        name = index_name(self.path, self._model.identity if self._model else "-", INDEX_VERSION)
+        found = list(places) if places is not None else index_places(Path(cache_dir), system=system)
+        self.index = SharedIndex(found, name, system=system)
+
+    @property
+    def index_path(self) -> Path:
+        """The index file in use (once searched), or where a build would write it."""
+        return self.index.path
 
     # -- the index ---------------------------------------------------------
 
@@ -130,152 +146,47 @@ class DirectoryRegistry:
         digest.update(f"model:{self._model.identity if self._model else '-'}".encode())
         return digest.hexdigest()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, progress: Progress | None = None) -> sqlite3.Connection:
+        with self._lock:
+            if self._db is None:
+                signature = self.signature()
+                self._db = self.index.connect(signature, lambda db, report: self._fill(db, signature, report), progress)
+            return self._db
+
+    def index_ready(self) -> bool:
+        """Whether an index of this registry is built already (in any place): a search starts at once."""
+        with self._lock:
+            if self._db is None:
+                self._db = self.index.find(self.signature())
+            return self._db is not None
+
+    def prepare_index(self, progress: Progress | None = None) -> None:
+        """Open the index, building it when no place has it: ``progress`` is told ``(done, total)`` as it goes."""
+        self._connect(progress)
+
+    def build_index(self, place: Path, progress: Progress | None = None) -> Path:
+        """Build the index into ``place`` whatever is there (``flakebot index``); its path."""
+        signature = self.signature()
         with self._lock:
             if self._db is not None:
-                return self._db
-            self.index_path.parent.mkdir(parents=True, exist_ok=True)
-            signature = self.signature()
-            try:
-                db = sqlite3.connect(self.index_path, check_same_thread=False)
-            except sqlite3.DatabaseError:  # not even openable: an empty one stands in, made again below
-                db = sqlite3.connect(":memory:", check_same_thread=False)
-            try:
-                row = db.execute("SELECT value FROM meta WHERE key = 'signature'").fetchone()
-            except sqlite3.DatabaseError:
-                row = None
-            if row is None or row[0] != signature:
-                db.close()
-                try:
-                    self._rebuild(signature)
-                    db = sqlite3.connect(self.index_path, check_same_thread=False)
-                except (OSError, sqlite3.Error):
-                    # the cache dir cannot take the index (a full disk): this process keeps one in memory
-                    with contextlib.suppress(OSError):
-                        self.index_path.unlink(missing_ok=True)
-                    db = sqlite3.connect(":memory:", check_same_thread=False)
-                    self._fill(db, signature)
-            self._db = db
-            return db
+                self._db.close()
+            self._db = self.index.build(
+                signature, lambda db, report: self._fill(db, signature, report), progress, place=place
+            )
+            self._vectors = None
+        return self.index.path
 
     def _discard(self) -> None:
-        """Close the index and remove its file: the next read makes it again."""
+        """Close the index and set it aside (removed when it is this user's): the next read makes it again."""
         self._vectors = None
         with self._lock:
             if self._db is not None:
                 self._db.close()
                 self._db = None
-            with contextlib.suppress(OSError):
-                self.index_path.unlink(missing_ok=True)
+            self.index.discard()
 
-    def _rebuild(self, signature: str) -> None:
-        # built beside under a fresh name, then written in one step by atomic_write (a planted symlink replaced)
-        tmp = self.index_path.with_suffix(f".tmp{os.getpid()}-{secrets.token_hex(4)}")
-        try:
-            with closing(sqlite3.connect(tmp)) as db:
-                self._fill(db, signature)
-            atomic_write(self.index_path, tmp.read_bytes(), make_parents=True)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    def _fill(self, db: sqlite3.Connection, signature: str) -> None:
-        """Index every crate of the registry into the empty database ``db``."""
-        db.executescript(
-            f"""
-            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
-            CREATE TABLE crates (
-                id INTEGER PRIMARY KEY, name TEXT, version TEXT, dir TEXT,
-                description TEXT, keywords TEXT, categories TEXT, license TEXT,
-                homepage TEXT, repository TEXT, bins TEXT, input TEXT NOT NULL DEFAULT '',
-                key TEXT, prior REAL DEFAULT 0, log_prior REAL DEFAULT 0
-            );
-            CREATE INDEX crates_name ON crates(name);
-            CREATE VIRTUAL TABLE crates_fts USING fts5(
-                {", ".join(_COLUMNS_FTS)}, content='', tokenize='{ranking.TOKENIZER}'
-            );
-            CREATE TABLE words (word TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-            {embedding.VECTORS_TABLE};
-            """
-        )
-        embedded: list[tuple[int, tuple[str, ...], str]] = []  # per crate row: its views, and its binary's text
-        # the popularity prior: which crates each crate builds on, by name (all versions together)
-        depends_on: dict[str, set[str]] = {}
-        vocabulary: dict[str, int] = {}
-        documents = 0
-        for entry in sorted(os.listdir(self.path)):
-            crate_dir = self.path / entry
-            manifest_path = crate_dir / "Cargo.toml"
-            if not manifest_path.is_file():
-                continue
-            try:
-                manifest = read_manifest(manifest_path)
-            except Exception:  # a broken manifest must not break search of the rest
-                continue
-            package = manifest.get("package", {})
-            name, version = package.get("name"), package.get("version")
-            try:
-                check_crate_field("name", name)
-                check_crate_field("version", version)
-            except RegistryError:  # no valid name or version: not a crate flakebot can offer
-                continue
-            assert isinstance(name, str) and isinstance(version, str)
-            keywords = [k for k in package.get("keywords", []) if isinstance(k, str)]
-            categories = [c for c in package.get("categories", []) if isinstance(c, str)]
-            description = " ".join(str(package.get("description", "")).split())
-            bins = [b for b in tool_binaries(crate_dir, manifest) if _valid_binary(b)]
-            said = binary_text(crate_dir, manifest) if bins else ""
-            readme_text = readme(crate_dir, package)
-            depends_on.setdefault(name, set()).update(prior.dependency_names(manifest))
-            cursor = db.execute(
-                "INSERT INTO crates (name, version, dir, description, keywords, categories,"
-                " license, homepage, repository, bins, input, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    name,
-                    version,
-                    entry,
-                    description,
-                    json.dumps(keywords),
-                    json.dumps(categories),
-                    str(package.get("license", "")),
-                    str(package.get("homepage", "")),
-                    str(package.get("repository", "")),
-                    json.dumps(bins),
-                    binary_input(crate_dir, manifest) if bins else "",
-                    ranking.name_key(name),
-                ),
-            )
-            text = (
-                f"{name} {name.replace('-', ' ').replace('_', ' ')} {ranking.name_key(name)}",
-                description,
-                " ".join(keywords),
-                " ".join(categories),
-                ranking.clean(said),
-                ranking.clean(readme_text),
-            )
-            db.execute(
-                f"INSERT INTO crates_fts (rowid, {', '.join(_COLUMNS_FTS)}) VALUES (?,?,?,?,?,?,?)",
-                (cursor.lastrowid, *text),
-            )
-            documents += 1
-            embedded.append(
-                (
-                    int(cursor.lastrowid or 0),
-                    *embedding.crate_texts(name, description, keywords, text[-1], said if bins else None),
-                )
-            )
-            for word in set(ranking.tokens(" ".join(text))):
-                vocabulary[word] = vocabulary.get(word, 0) + 1
-        priors = prior.reverse_dependencies(depends_on)
-        db.executemany(
-            "UPDATE crates SET prior = ?, log_prior = ? WHERE name = ?",
-            [(p, math.log1p(p), n) for n, p in priors.items()],
-        )
-        db.executemany("INSERT INTO words VALUES (?, ?)", vocabulary.items())
-        if self._model is not None:
-            embedding.store_vectors(db, self._model, embedded)
-        db.execute("INSERT INTO meta VALUES ('signature', ?)", (signature,))
-        db.execute("INSERT INTO meta VALUES ('documents', ?)", (str(documents),))
-        db.commit()
+    def _fill(self, db: sqlite3.Connection, signature: str, report: Progress) -> None:
+        fill_index(db, self.path, self._model, signature, report)
 
     def _load_vectors(self) -> embedding.CrateVectors:
         if self._vectors is None:
@@ -455,6 +366,18 @@ class DirectoryRegistry:
         return int(row[0]) if row else 0
 
     @_remade_when_damaged
+    def binaries(self) -> list[CrateCandidate]:
+        """Every crate that ships a binary (test fixtures are never indexed as binaries), by name; its newest
+        version."""
+        rows = self._connect().execute(f"SELECT {self._COLUMNS} FROM crates c WHERE c.bins != '[]'").fetchall()
+        newest_of: dict[str, tuple[Any, ...]] = {}
+        for row in rows:
+            kept = newest_of.get(row[0])
+            if kept is None or newest([kept[1], row[1]]) == row[1] != kept[1]:
+                newest_of[row[0]] = row
+        return [self._candidate(newest_of[name]) for name in sorted(newest_of)]
+
+    @_remade_when_damaged
     def versions(self, name: str) -> list[str]:
         """Every version of ``name`` in the registry (Debian's has one per crate)."""
         db = self._connect()
@@ -557,11 +480,3 @@ class DirectoryRegistry:
             '[source.crates-io]\nreplace-with = "flakebot-offline"\n\n'
             f'[source.flakebot-offline]\ndirectory = "{self.path}"\n'
         )
-
-
-def _valid_binary(name: str) -> bool:
-    try:
-        check_crate_field("binary", name)
-    except RegistryError:
-        return False
-    return True

@@ -35,7 +35,7 @@ import hashlib
 import importlib.util
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -285,21 +285,34 @@ class CrateVectors:
     own_matrix: Matrix
 
 
-def store_vectors(db: sqlite3.Connection, model: ModelFiles, embedded: list[tuple[int, tuple[str, ...], str]]) -> None:
+def store_vectors(
+    db: sqlite3.Connection,
+    model: ModelFiles,
+    embedded: list[tuple[int, tuple[str, ...], str]],
+    report: Callable[[int, int], None] | None = None,
+) -> None:
     """Embed each crate row's views and its binary's text (``(row id, views, binary text)``: :func:`crate_texts`)
-    into the vectors table: the mean of the views' embeddings, and the binary's."""
+    into the vectors table: the mean of the views' embeddings, and the binary's. ``report`` is told
+    ``(texts embedded, texts in all)`` after each batch."""
     import numpy as np
 
     encoder = encoder_for(model)
     views = [text for _, texts, _ in embedded for text in texts]
-    flat = encoder.encode(views, max_tokens=EMBEDDED_TOKENS, remember=True)
+    owners = [(rowid, text) for rowid, _, text in embedded if text]
+    total = len(views) + len(owners)
+    tell = report or (lambda done, total: None)
+    flat = encoder.encode(views, max_tokens=EMBEDDED_TOKENS, remember=True, progress=lambda d, _: tell(d, total))
     about = np.zeros((len(embedded), DIMENSIONS), dtype=np.float32)
     start = 0
     for i, (_, texts, _) in enumerate(embedded):
         about[i] = flat[start : start + len(texts)].mean(axis=0)
         start += len(texts)
-    owners = [(rowid, text) for rowid, _, text in embedded if text]
-    own = encoder.encode([text for _, text in owners], max_tokens=EMBEDDED_TOKENS, remember=True)
+    own = encoder.encode(
+        [text for _, text in owners],
+        max_tokens=EMBEDDED_TOKENS,
+        remember=True,
+        progress=lambda d, _: tell(len(views) + d, total),
+    )
     own_of = {rowid: own[i].tobytes() for i, (rowid, _) in enumerate(owners)}
     db.executemany(
         "INSERT INTO vectors VALUES (?, ?, ?)",
@@ -397,7 +410,13 @@ class SentenceEncoder:
             return self._loaded
 
     def encode(
-        self, texts: Sequence[str], *, max_tokens: int = MAX_TOKENS, batch: int = 32, remember: bool = False
+        self,
+        texts: Sequence[str],
+        *,
+        max_tokens: int = MAX_TOKENS,
+        batch: int = 32,
+        remember: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Matrix:
         """One L2-normalised embedding per text (rows of a float32 ``(len(texts), 384)`` array).
 
@@ -406,7 +425,8 @@ class SentenceEncoder:
         run in batches of similar length, so little is padding. With
         ``remember``, the embeddings are kept for the process (up to
         :data:`REMEMBERED` texts) and a text seen before is not run again: an
-        index rebuilt after a registry change embeds only what changed.
+        index rebuilt after a registry change embeds only what changed. ``progress`` is told
+        ``(texts run, texts to run)`` after each batch.
         """
         import numpy as np
 
@@ -433,6 +453,8 @@ class SentenceEncoder:
                 tokens[row, : len(ids[i])] = ids[i]
                 mask[row, : len(ids[i])] = 1.0
             out[chunk] = session.run(None, {"input_ids": tokens, "attention_mask": mask})[0]
+            if progress is not None:
+                progress(start + len(chunk), len(order))
         if remember:
             with self._lock:
                 for i in todo:

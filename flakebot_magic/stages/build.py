@@ -320,7 +320,7 @@ class _Check:
 
     def stage(self, name: str, work: Callable[[], Any]) -> None:
         """Run one stage on this thread, between its events; keep its result or its error for the caller's."""
-        self.bus.emit(StageStarted(name))
+        self.bus.emit(StageStarted(name, units=_locked_packages(self.workspace)))
         t0 = time.monotonic()
         try:
             self.results[name] = work()
@@ -490,3 +490,12 @@ def _summary(name: str, result: Any) -> str:
         return f"{bins}" + (f" ({warnings} warnings)" if warnings else "")
     report: TestReport = result[0]
     return f"{report.passed} passed, {report.failed} failed, {report.ignored} ignored"
+
+
+def _locked_packages(workspace: Path) -> int:
+    """How many packages the workspace's Cargo.lock holds (0 without one): the most units one cargo compiles."""
+    try:
+        text = read_regular(workspace / "Cargo.lock", 16 * 1024 * 1024)[0].decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return 0
+    return text.count("\n[[package]]") + text.startswith("[[package]]")

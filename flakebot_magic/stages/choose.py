@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import ModelError, NeedsModelError
 from ..events import EventBus
 from ..host.fsutil import load_json
@@ -146,7 +147,7 @@ def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> st
     No crate does 'wrap text' as published: none of the 2 candidates ships a binary.
     The best candidate (a library needs a model to become a tool):
       textwrap 0.16.0: Wrap text to a width, with hyphenation and more
-    Configure a model (--model NAME, with --provider or --base-url), or build a crate's own binary with --crate NAME.
+    Configure a model (--model NAME, with --provider or --base-url), or build a crate's own binary with --crate NAME: `flakebot catalog WORDS` (or `%flakebot catalog WORDS` in a notebook) lists what builds with no model.
     """
     shown = fit.candidates[:LISTED]
     lines = [f"No crate does {_shorten(request, 60)!r} as published: {fit.reason}."]
@@ -162,10 +163,12 @@ def refusal(request: str, fit: search_stage.Fitness, words_only: str = "") -> st
             f"  {candidate.name} {candidate.version}{binary}: {_shorten(candidate.description, SUMMARY_CHARS)}"
         )
     model = "configure a model (--model NAME, with --provider or --base-url)"
+    # what builds with no model, searchable: the catalog (issue 37)
+    catalog = f"{typed('catalog WORDS')} lists what builds with no model."
     if fit.binary:
-        lines.append(f"Build {fit.binary} as published with --crate {fit.binary}, or {model}.")
+        lines.append(f"Build {fit.binary} as published with --crate {fit.binary}, or {model}. {catalog}")
     else:
-        lines.append(f"C{model[1:]}, or build a crate's own binary with --crate NAME.")
+        lines.append(f"C{model[1:]}, or build a crate's own binary with --crate NAME: {catalog}")
     if words_only:
         lines.append(f"{words_only[0].upper()}{words_only[1:].rstrip('.')}.")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from collections import deque
 from typing import TextIO
 
 from ..events import (
+    INDEXING,
     CandidateUpdate,
     Event,
     IterationResult,
@@ -60,6 +61,8 @@ class TextProgress:
             self.logs.setdefault(event.stage, deque(maxlen=self.tail)).append(event.line)
             if self.verbose:
                 self._write(f"    {event.stage}| {event.line}")
+            elif event.line.startswith(INDEXING):  # a first wait is never silent
+                self._write(f"flakebot: {event.line}")
         elif isinstance(event, StageStarted):
             if self.verbose:
                 self._write(f"flakebot: {event.stage} ...")

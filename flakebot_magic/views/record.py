@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stages.accept import words_only
-from ..untrusted import not_math, safe_html, safe_text
+from ..untrusted import not_math, safe_html, safe_line, safe_text, styled_html
 from .rows import (
     AMBER,
     BLUE,
@@ -58,6 +58,7 @@ __all__ = [
     "counts_html",
     "log_html",
     "notices_html",
+    "stale_note",
     "summary_html",
     "title_html",
 ]
@@ -136,8 +137,12 @@ def counts_html(iterations: int, tests: int | None, usage: UsageTotals, outcome:
 
 
 def notices_html(notices: Sequence[tuple[str, str]], last: int | None = None) -> str:
-    """The notices, a warning marked ⚠ (the live widget shows the ``last`` few, the record all)."""
+    """The notices folded into one line that opens (``<details>``): how many, how many warnings, and the first
+    warning (else the latest notice), cut short; opened, each one, a warning marked ⚠. The live widget lists the
+    ``last`` few, the record all. A run that says five things does not push its Cancel button a screen down."""
     shown = notices[-last:] if last else notices
+    if not shown:
+        return ""
     items = []
     for level, message in shown:
         look = f"color:{AMBER}" if level == "warning" else FAINT
@@ -145,7 +150,49 @@ def notices_html(notices: Sequence[tuple[str, str]], last: int | None = None) ->
             f"<div class='flakebot-notice' data-level='{level}' style='{look};margin:2px 0;overflow-wrap:anywhere'>"
             f"{'⚠ ' if level == 'warning' else ''}{safe_html(message)}</div>"
         )
-    return f"<div class='flakebot-notices' style='font-size:12px;{TEXT}'>{''.join(items)}</div>" if items else ""
+    warnings = [message for level, message in notices if level == "warning"]
+    headline = (warnings or [notices[-1][1]])[0]
+    headline = " ".join(safe_line(headline).split())
+    headline = headline if len(headline) <= 90 else headline[:89].rsplit(" ", 1)[0] + "…"
+    count = f"{len(notices)} notice{'s' if len(notices) != 1 else ''}"
+    if warnings:
+        count += f", {len(warnings)} warning{'s' if len(warnings) != 1 else ''}"
+    look = f"color:{AMBER}" if warnings else FAINT
+    return (
+        f"<details class='flakebot-notices' style='font-size:12px;{TEXT};margin:2px 0'>"
+        f"<summary class='flakebot-notices-line' style='cursor:pointer;{look};overflow-wrap:anywhere'>"
+        f"{'⚠ ' if warnings else ''}{count}: {safe_html(headline)}</summary>{''.join(items)}</details>"
+    )
+
+
+#: seconds without a word from the kernel after which a running widget says its kernel may be gone
+STALE_AFTER = 20
+
+
+def stale_note(name: str) -> str:
+    """What a live widget shows once its kernel is gone: restarted, stopped, or silent for :data:`STALE_AFTER` s.
+
+    No JavaScript: ipywidgets marks a view whose kernel went away with the
+    class ``jupyter-widgets-disconnected``, and a CSS rule here shows the note
+    then (and hides the Cancel button, which reaches nothing). Where nothing
+    marks it, a CSS timer does: the widget re-renders its table several times a
+    second while its kernel lives, each render starting the timer again. (The
+    kernel's last words, the record "interrupted by a kernel restart"
+    (:mod:`.interrupted`), reach a front end that still reads the old kernel's
+    messages; JupyterLab stops reading them when it asks for the restart.) Only
+    the live widget carries it: the record has no ``<style>``.
+    """
+    logs = f"%flakebot logs {name}" if name else "%flakebot logs NAME"
+    return (
+        "<style>@keyframes flakebot-stale{to{visibility:visible;max-height:12em}}"
+        ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible!important;max-height:12em!important}"
+        ".flakebot-cancel.jupyter-widgets-disconnected{display:none!important}</style>"
+        f"<div class='flakebot-stale' style='visibility:hidden;max-height:0;overflow:hidden;color:{AMBER};{TEXT};"
+        f"margin:4px 0;animation:flakebot-stale 0s linear {STALE_AFTER}s forwards'>"
+        "⚠ <b>Interrupted</b>: the kernel was restarted or stopped (or has said nothing for "
+        f"{STALE_AFTER} s), and this build stopped with it; its workspace is kept. Run the cell again to build "
+        f"it (a build that had ended says so in <code>{safe_html(logs)}</code>).</div>"
+    )
 
 
 def log_html(lines: Iterable[str], count: int, *, name: str = "") -> str:
@@ -157,7 +204,7 @@ def log_html(lines: Iterable[str], count: int, *, name: str = "") -> str:
     text = head + "\n".join(lines)
     return (
         f"<pre class='flakebot-log' style='max-height:320px;overflow:auto;font-size:12px;margin:0;{WRAP}'>"
-        f"{safe_html(text) or '(no output yet)'}</pre>"
+        f"{styled_html(text) or '(no output yet)'}</pre>"
     )
 
 

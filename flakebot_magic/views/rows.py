@@ -148,7 +148,9 @@ def iteration_outcome(event: Any) -> tuple[str, str]:
     if reverted:
         parts.append(f"reverted: {getattr(event, 'reason', '')}".rstrip(": "))
     if summary:
-        parts.append(str(summary))
+        # the baseline is where a model starts: the contract not met yet is its job, said in plain words, no capitals
+        met = "the tool contract is not met yet (the edits' job)" if state == "handled" else "contract not met"
+        parts.append(str(summary).replace("contract NOT met", met))
     first_error = getattr(event, "first_error", "")
     if first_error:  # which error: the count alone does not say what to look at
         parts.append(str(first_error))

@@ -35,7 +35,9 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from ..errors import Cancelled
 from ..events import (
+    INDEXING,
     STAGES,
     CandidateUpdate,
     Event,
@@ -56,6 +58,7 @@ from .record import (
     counts_html,
     log_html,
     notices_html,
+    stale_note,
     title_html,
 )
 from .rows import (
@@ -75,7 +78,7 @@ __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow", "TextHTML"
 
 _PASSED = re.compile(r"(\d+) passed")
 #: cargo's lines worth showing next to a running stage
-_PROGRESS_LINE = re.compile(r"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests)\b")
+_PROGRESS_LINE = re.compile(rf"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests|{INDEXING})\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)
 _LOG_EVERY = 0.3
 
@@ -155,6 +158,8 @@ class ProgressWidget:
         self.on_steer = on_steer
         self.started = clock()
         self.rows: dict[str, StageRow] = {}
+        #: per running row: [cargo units compiled so far, units at most] (the progress bar counts them)
+        self.units: dict[str, list[int]] = {}
         if stages is None:
             stages = [stage for stage in STAGES if stage not in OPTIONAL_STAGES]
         for stage in stages:
@@ -179,7 +184,7 @@ class ProgressWidget:
         self.title = TextHTML()
         # width auto: the box stretches it; 100% plus ipywidgets' 2 px margins overflowed by 4 px
         self.bar = widgets.IntProgress(
-            value=0, min=0, max=len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
+            value=0, min=0, max=100 * len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
         )
         self.counts = TextHTML()
         self.table = TextHTML()
@@ -244,6 +249,7 @@ class ProgressWidget:
             row = self._row_to_start(event.stage)
             row.state, row.started, row.elapsed, row.live = "running", event.at, None, ""
             row.detail = event.detail
+            self.units[row.key] = [0, event.units]  # cargo's compiled units, of at most this many
             if event.stage == "edit":
                 self._show_steer(True)
             self._render_table()
@@ -316,7 +322,7 @@ class ProgressWidget:
         rows = dict(self.rows)
         rows[key] = row
         self.rows = {k: rows[k] for k in keys}
-        self.bar.max = len(self.rows)
+        self.bar.max = 100 * len(self.rows)
         return row
 
     def _carried_on(self) -> None:
@@ -347,6 +353,8 @@ class ProgressWidget:
             row = self._latest(event.stage)
             if row is not None and row.state == "running":
                 row.live = event.line.strip()[:90]
+                if event.line.lstrip().startswith("Compiling") and row.key in self.units:
+                    self.units[row.key][0] += 1
 
     # -- steering -------------------------------------------------------------------
 
@@ -406,7 +414,7 @@ class ProgressWidget:
             rows = dict(self.rows)
             rows[key] = row
             self.rows = {k: rows[k] for k in keys}
-            self.bar.max = len(self.rows)
+            self.bar.max = 100 * len(self.rows)
         row.state, row.detail = iteration_outcome(event)
         row.elapsed = getattr(event, "elapsed", None)
         self._render_table()
@@ -453,6 +461,13 @@ class ProgressWidget:
             self.diff_box.layout.display = None
         self._render_all(self.finished_at)
 
+    def interrupt(self, reason: str) -> None:
+        """The kernel stops while the build runs: it ends here, cancelled for ``reason`` (said in its record)."""
+        if self.outcome != "running":
+            return
+        self.show_error = True  # no cell raises it now: the record says it
+        self._finish(RunFinished(ok=False, error=Cancelled(reason), elapsed=self.clock() - self.started))
+
     @property
     def collapsed(self) -> bool:
         """The run failed before any stage started (a bad argument): one line says it all."""
@@ -478,6 +493,16 @@ class ProgressWidget:
         self.summary.value = self.record(now).summary()
         self._render_log(now)
 
+    def progress(self) -> int:
+        """The bar's value: a step per finished stage, and a running stage's share of its cargo units (by
+        ``Compiling`` lines, at most 95% of a step until it ends), in hundredths of a step."""
+        done = 100 * sum(1 for row in self.rows.values() if row.state in FINISHED)
+        for row in self.rows.values():
+            compiled, units = self.units.get(row.key, (0, 0))
+            if row.state == "running" and units:
+                done += min(95, 100 * compiled // units)
+        return done
+
     def _render_title(self, now: float) -> None:
         end = self.finished_at if self.finished_at is not None else now
         self.title.value = title_html(self.outcome, self.name, self.heading.text, end - self.started)
@@ -485,11 +510,13 @@ class ProgressWidget:
 
     def _render_table(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        finished = sum(1 for row in self.rows.values() if row.state in FINISHED)
+        stale = ""
         if self.outcome == "running":
-            self.bar.value = min(finished, self.bar.max)
-        self.table.value = stage_table_html(
-            self.rows.values(), now, self.candidates, self.usage, settled=self.outcome == "success"
+            self.bar.value = min(self.progress(), self.bar.max)
+            stale = stale_note(self.name)
+        self.table.value = (
+            stage_table_html(self.rows.values(), now, self.candidates, self.usage, settled=self.outcome == "success")
+            + stale
         )
 
     def _render_notices(self) -> None:

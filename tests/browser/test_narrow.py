@@ -64,8 +64,8 @@ def test_the_tool_card_fits_a_narrow_window(page: object, tmp_path: Path) -> Non
 
 
 def test_the_dashboard_fits_a_500px_window(page: object) -> None:
-    """The dashboard's table is wider than a 500 px window: it scrolls in its own box and the page never does,
-    closed or with a tool's provenance and log open."""
+    """In a 500 px window the dashboard keeps a tool's name, crate, status and buttons in view (the other columns
+    go; issue 37); the page never scrolls sideways, closed or with a tool's provenance and log open."""
     tool = ToolRecord.stand_in(
         "markdown_to_html",
         crate="pulldown-cmark",
@@ -93,7 +93,12 @@ def test_the_dashboard_fits_a_500px_window(page: object) -> None:
                        table: document.querySelector('.tools table').scrollWidth})"""
         )
         assert widths["page"] == 0, widths
-        assert widths["table"] > widths["box"], widths  # the columns do not fit: the box scrolls, not the page
+        # the columns one can do without go under 640 px (issue 37): what is left fits, the status column in view
+        assert widths["table"] <= widths["box"], widths
+        status = page.evaluate(  # type: ignore[attr-defined]
+            "() => document.querySelector('tr.tool td.status').getBoundingClientRect().right"
+        )
+        assert 0 < status <= 500, status
         # what a tool's details say reads without scrolling sideways: inside the visible part of the box
         past = page.evaluate(  # type: ignore[attr-defined]
             """() => { const right = document.querySelector('.tools').getBoundingClientRect().right + 1;

@@ -33,6 +33,7 @@ from flakebot_magic.manage.doctor import doctor, store_entries
 from flakebot_magic.manage.transaction import CARD_FILE
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import DB_NAME, Inventory, ToolRecord
+from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest
 from flakebot_magic.stages.deploy import DAMAGED_PREFIX
 
@@ -203,7 +204,10 @@ def test_a_damaged_search_index_breaks_neither_search_nor_a_cached_build(
     template: dict[str, Any], capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     settings = _fresh(template)
-    [index] = settings.cache.index.glob("*.sqlite")
+    opened = DirectoryRegistry(settings.registry, settings.cache_dir)
+    assert opened.index_ready()  # built once (the template's search) and found from a fresh cache dir too
+    index = opened.index_path
+    opened.close()
     if how == "bad-row":
         with sqlite3.connect(index) as db:
             db.execute("UPDATE crates SET bins = '[1, 2' WHERE name = 'tinyecho'")

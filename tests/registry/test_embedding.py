@@ -20,7 +20,7 @@ from tinycrates import crate, write_registry
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import ConfigError
-from flakebot_magic.manage.tools import search_crates
+from flakebot_magic.manage.crates import search_crates
 from flakebot_magic.registry import embedding, ranking
 from flakebot_magic.registry.base import SearchesByMeaning
 from flakebot_magic.registry.directory import DirectoryRegistry

@@ -73,7 +73,10 @@ UNTRUSTED_READERS = (
     "backends/nix_command.py",
 )
 #: opens allowed there, each of a file flakebot itself wrote: (module, the call's source text)
-OWN_FILES = {("registry/directory.py", "tmp.read_bytes()")}
+OWN_FILES = {
+    # the build lock beside an index, in a place only root or this user can write (registry/shared_index.py)
+    ("registry/shared_index.py", "os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 384)"),
+}
 #: method names that open or copy a file by path
 _OPENING = {"open", "read_text", "read_bytes", "copy", "copy2", "copyfile", "copytree", "write_text", "write_bytes"}
 

@@ -218,3 +218,19 @@ def test_a_hostile_provenance_field_and_value_are_escaped_text(hostile: str) -> 
     shown = safe_text(hostile).strip()
     # the page's three tools are all named ``hostile``: each lists its field "crate" and its field ``hostile``
     assert _fields(_render(hostile), safe_data(hostile)) == [("crate", shown), (shown, shown)] * 3
+
+
+def test_a_narrow_window_keeps_the_status_column() -> None:
+    """Issue 37: at 500 px the status column was off the screen. Under 640 px the columns one can do without go
+    (each tool's provenance still lists them); name, crate, status and the buttons stay."""
+    css = importlib.resources.files("flakebot_magic.server").joinpath("templates/dashboard.css").read_text()
+    assert re.search(r"@media \(max-width:640px\)\{\.more\{display:none\}\}", css)
+    shown = safe_data([_tool("md", "cli")])
+    page = render_dashboard(
+        shown, [DashboardRow(t, log="", started="") for t in shown], counted="1", registry="/r", api="/a", xsrf="t"
+    )
+    head = page[page.index("<thead>") : page.index("</thead>")]
+    kept = re.findall(r"<th>([^<]*)</th>", head)
+    assert kept[:3] == ["name", "crate@version", "status"]
+    row = page[page.index("<tr class='tool'") : page.index("</tr>", page.index("<tr class='tool'"))]
+    assert "class='status'" in row and row.count("class='more'") == 4

@@ -162,7 +162,7 @@ def test_help_of_a_tool_without_help(tmp_path: Path) -> None:
     mute = _script(tmp_path, "mute", "exit 1\n")
     assert mute.help == ""
     assert not mute.reads_stdin
-    assert mute.example() == "mute()"  # no help to point at: the plain call (issue 21)
+    assert mute.example() == 'mute("some text")'  # no help: a plain argument (issue 37; issue 21 had mute())
 
 
 @pytest.mark.cargo
@@ -190,12 +190,12 @@ def test_repr_html_escapes(tmp_path: Path) -> None:
     page = tool._repr_html_()
     assert "<script>" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert 'args("--help")' in pretty(tool)
+    assert "call:    args()" in pretty(tool)  # never --help passed as data (issue 37): args.help shows the help
 
 
 def test_repr_of_a_tool_that_does_not_read_stdin(tmp_path: Path) -> None:
     text = pretty(_script(tmp_path, "args", ARGS))
-    assert 'call:    args("--help")' in text
+    assert "call:    args()" in text and '"--help"' not in text
     assert "standard input" not in text
 
 
@@ -217,7 +217,7 @@ def test_a_tool_that_echoes_its_arguments_has_no_help(tmp_path: Path) -> None:
     """``safe_name --help`` printing ``--help`` back is not a help text: no `--help` hint, no "— --help." doc."""
     parrot = _script(tmp_path, "parrot", 'echo "$@"\n')
     assert parrot.help == ""
-    assert parrot.example() == "parrot()" and "--help" not in parrot._repr_html_().split("Call it:")[1][:60]
+    assert parrot.example() == 'parrot("some text")' and "--help" not in parrot._repr_html_().split("Call it:")[1][:60]
     assert not parrot.__doc__.splitlines()[0].endswith("--help.")
     assert parrot("a", "b") == "a b\n"  # it still runs as it is
 

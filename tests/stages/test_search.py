@@ -449,3 +449,28 @@ def test_the_semantic_notice_is_said_once_and_only_for_a_registry_that_could_sea
     assert search_stage.semantic_notice(make_registry("tinylib", embedding_model="off")) == ""  # per process
     if find_model() is not None and not missing_libraries():  # a registry that ranks by meaning has nothing to say
         assert search_stage.semantic_notice(make_registry("tinylib")) == ""
+
+
+# -- issue 37: a request that names the crate ------------------------------------------------------------------
+
+
+def _binary(name: str, evidence: float, *, named: bool) -> CrateCandidate:
+    parts = {"evidence": evidence, "own_similarity": 0.6, "words": 1.0, "meaning": 1.0}
+    if named:
+        parts["name"] = ranking.NAME_BOOST
+    return CrateCandidate(name, "1.0.0", has_bin=True, bin_names=(name,), reads="args", parts=parts)
+
+
+@pytest.mark.parametrize("evidence", [search_stage.NAMED_EVIDENCE, 0.46, 0.5, EVIDENCE - 0.01])
+def test_a_request_that_names_the_crate_needs_less_cover_of_its_other_words(evidence: float) -> None:
+    """ "draw a QR code for some text in the terminal" names qrcode: "draw" and "terminal" say how, not what."""
+    assert search_stage.unfit(_binary("qrcode", evidence, named=True)) == ""
+    assert "cover" in search_stage.unfit(_binary("qrcode", evidence, named=False))
+
+
+@pytest.mark.parametrize("evidence", [0.0, 0.2, search_stage.NAMED_EVIDENCE - 0.01])
+def test_naming_the_crate_is_not_enough_alone(evidence: float) -> None:
+    assert "cover" in search_stage.unfit(_binary("qrcode", evidence, named=True))
+    far = _binary("qrcode", 0.9, named=True)
+    far = replace(far, parts={**far.parts, "own_similarity": SEMANTIC_EVIDENCE - 0.01})
+    assert "far from the request" in search_stage.unfit(far)  # the meaning must still fit

@@ -91,7 +91,9 @@ def test_the_record_is_html_and_text_without_a_widget() -> None:
     assert {row["data-state"] for row in rows} == {"done"}
     folds = [text for text in markup.text if text.startswith(("Changes:", "Log ("))]
     assert folds == ["Changes: 1 file changed, +1 -1 against the published crate", "Log (7 lines)"]
-    assert page.count("<details") == 2 and "<details open" not in page  # folded
+    # folded: the changes, the log, and the notices in one line that opens (issue 37)
+    assert page.count("<details") == 3 and "<details open" not in page
+    assert "<details class='flakebot-notices'" in page
     assert "<style" not in page and "<script" not in page  # GitHub strips both; nothing depends on them
     text = " ".join(markup.text)
     assert "md is ready: pulldown-cmark 0.9.2 (87 tests passing · cargo)" in " ".join(text.split())
@@ -265,3 +267,18 @@ def test_no_text_of_a_run_is_typeset_as_math() -> None:
 
 def _walk(box: Any) -> list[Any]:
     return [box, *(grand for child in getattr(box, "children", ()) for grand in _walk(child))]
+
+
+def test_notices_fold_into_one_line_that_opens() -> None:
+    """Issue 37: five to seven notices stood above the Cancel button on every build; now one line says how many,
+    how many warnings and the first warning, and opens to all of them."""
+    from flakebot_magic.views.record import notices_html
+
+    notices = [("info", f"note {i}") for i in range(5)] + [("warning", "backend: cargo (auto is falling back)")]
+    page = notices_html(notices)
+    assert page.count("<details") == 1 and "<details open" not in page
+    summary = page[page.index("<summary") : page.index("</summary>")]
+    assert "6 notices, 1 warning: backend: cargo (auto is falling back)" in summary
+    assert page.count("class='flakebot-notice'") == 6  # all of them inside
+    assert notices_html([]) == ""
+    assert "1 notice: just one" in notices_html([("info", "just one")])

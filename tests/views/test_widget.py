@@ -55,7 +55,7 @@ def test_rows_follow_the_stages() -> None:
     widget(StageStarted("test", at=102.0))
     assert rendered_states(widget)["search"] == "done"
     assert rendered_states(widget)["build"] == "running"
-    assert widget.bar.value == 1
+    assert widget.bar.value == 100  # a step per stage, in hundredths
 
 
 def test_live_detail_and_log_are_throttled_and_collapsed() -> None:
@@ -173,7 +173,7 @@ def test_repeated_stages_and_iterations_get_rows_of_their_own() -> None:
     assert widget.rows["iteration-3"].state == "done"
     assert widget.iterations == 2 and widget.tests_passing == 5
     assert "iteration 2" in widget.counts.value and "5 tests passing" in widget.counts.value
-    assert widget.bar.max == len(widget.rows)
+    assert widget.bar.max == 100 * len(widget.rows)
 
 
 def test_a_raised_failure_is_shown_once_by_the_caller_not_repeated_in_the_widget() -> None:
@@ -220,7 +220,7 @@ def test_no_row_waits_for_a_stage_that_only_runs_with_a_model() -> None:
     widget(StageStarted("edit"))  # with a model: its row appears, in pipeline order
     keys = list(widget.rows)
     assert keys.index("fork") + 1 == keys.index("edit") < keys.index("build")
-    assert widget.rows["edit"].state == "running" and widget.bar.max == len(widget.rows)
+    assert widget.rows["edit"].state == "running" and widget.bar.max == 100 * len(widget.rows)
 
 
 def test_a_handled_fallback_is_not_a_failed_stage() -> None:
@@ -329,3 +329,54 @@ def test_a_cached_test_row_gives_the_tools_own_count() -> None:
     assert widget.rows["test"].detail == "4 passed, 0 failed, 0 ignored"
     widget(RunFinished(ok=True, tool=fake_tool(), elapsed=1.0))
     assert "4 tests passing" in widget.counts.value and "4 tests passing" in widget.summary.value
+
+
+def test_the_bar_counts_cargos_compiled_units_within_a_stage() -> None:
+    """Issue 37: the bar moved only between stages (about 28% through the whole build stage); now a running
+    stage adds its share of cargo's units, by its ``Compiling`` lines against the Cargo.lock's packages."""
+    widget = ProgressWidget("Render Markdown text to HTML.", clock=lambda: 100.0)
+    widget(StageStarted("search", at=100.0))
+    widget(StageFinished("search", "done", "", 1.0, at=101.0))
+    widget(StageStarted("build", at=101.0, units=20))
+    widget.tick()
+    before = widget.bar.value
+    for i in range(10):
+        widget(LogLine("build", f"   Compiling dep{i} v1.0.0"))
+    widget.tick()
+    assert widget.bar.value == before + 50  # half of the build stage's step
+    for i in range(30):  # more lines than the lock's packages: never past 95% of the step before it ends
+        widget(LogLine("build", f"   Compiling more{i} v1.0.0"))
+    widget.tick()
+    assert widget.bar.value == before + 95
+    widget(StageFinished("build", "done", "", 5.0, at=106.0))
+    widget.tick()
+    assert widget.bar.value == 200
+
+
+def test_a_baseline_that_misses_the_contract_does_not_read_as_a_failure() -> None:
+    """Issue 37: "baseline handled — contract NOT met" in capitals read as a failure."""
+    from flakebot_magic.events import IterationResult
+
+    widget = ProgressWidget()
+    widget(StageStarted("edit"))
+    widget(IterationResult(0, 3, 0, 0, summary="contract NOT met: 3 passed, 0 failed, 0 ignored; 0 warning(s)"))
+    row = next(r for r in widget.rows.values() if r.state == "handled")
+    assert "NOT" not in row.detail and "not met yet" in row.detail
+    assert "NOT" not in widget.table.value
+
+
+def test_a_widget_whose_kernel_is_gone_says_so_without_javascript() -> None:
+    """Issue 37: a kernel restarted under a build left the widget at "building…" with a dead Cancel button.
+    JupyterLab reads no message of the old kernel once it asks for a restart, so the live widget carries a note
+    that CSS shows when ipywidgets marks the view disconnected (or after a silence); the record never has it."""
+    widget = ProgressWidget("Render Markdown text to HTML.", name="md")
+    widget(StageStarted("search"))
+    widget.tick()
+    table = widget.table.value
+    assert "class='flakebot-stale'" in table and "visibility:hidden" in table
+    assert ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible" in table
+    assert ".flakebot-cancel.jupyter-widgets-disconnected{display:none" in table
+    assert "%flakebot logs md" in table and "<script" not in table
+    widget(RunFinished(ok=False, error=RuntimeError("x"), elapsed=1.0))
+    assert "flakebot-stale" not in widget.table.value  # ended: nothing to say
+    assert "flakebot-stale" not in widget.record().bundle()["text/html"]  # the record needs no kernel and no style
