@@ -532,8 +532,8 @@ class TreePolicy:
 
     Examples
     --------
-    >>> TreePolicy().check(Path("/nonexistent"))
-    []
+    >>> TreePolicy().check(Path("/nonexistent"))[0].reason  # what it cannot read, it cannot pass
+    'a directory flakebot cannot read (No such file or directory): the policy checks every file'
     """
 
     allow_build_scripts: bool = False
