@@ -122,7 +122,7 @@ class CliTool(ToolClient):
         """The binary's ``--help`` text (run once, then remembered), made safe to show."""
         if self._safe_help is None:  # made safe once: every call asks (reads_stdin), the text never changes
             if self._help is None:
-                self._help = help_of(self.binary, self.store_path)
+                self._help = help_of(self.binary, self.store_path, name=self.name)
             self._safe_help = safe_text(self._help)
         return self._safe_help
 

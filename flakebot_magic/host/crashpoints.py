@@ -67,6 +67,16 @@ POINTS: dict[str, str] = {
     "txn.recipe": "the recipe was written",
     "txn.attempt": "what was left of the attempt under .next/ was removed",
     "txn.done": "the intent record was removed",
+    "txn.intent_aside": "an intent that could not be read (or a directory in its place) was set aside in damaged/",
+    # host/locks.py, host/git.py: a file of flakebot's that is no regular file (a directory, a symlink) set aside
+    "lock.aside": "what stood in place of a tool's lock file was set aside",
+    "git.config_aside": "what stood in place of a workspace's .git/config was set aside",
+    # manage/doctor.py: the doctor's repairs
+    "doctor.entry_aside": "a damaged store entry was set aside (.damaged-ENTRY-N)",
+    "doctor.modes": "a store entry's modes were made readable and runnable by its owner again",
+    "doctor.replaced": "the rebuilt tool inventory was put in place (the damaged one kept aside)",
+    "doctor.card_aside": "what stood in place of a workspace's tool card was set aside",
+    "doctor.card": "a tool card was written again from its record",
     # records/proofs.py: a passing cargo test kept by what it proved
     "proof.proven": "the tests passed; their proof is not written yet",
     "proof.recorded": "the proof's record was written in one step (temporary file, fsync, rename)",

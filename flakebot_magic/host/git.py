@@ -52,7 +52,8 @@ from pathlib import Path
 
 from ..errors import ForkError
 from ..untrusted import safe_text
-from .fsutil import atomic_write, read_regular
+from .crashpoints import crash_point
+from .fsutil import atomic_write, read_regular, set_aside_non_file
 from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
 
@@ -197,6 +198,11 @@ class Git:
             os.unlink(commondir)
             dropped.append("(a commondir file)")
         config = git_dir / "config"
+        aside = set_aside_non_file(config)  # a directory (or a symlink, a FIFO) there: no git could read it
+        if aside is not None:
+            crash_point("git.config_aside")
+            atomic_write(config, _render_config([]), mode=0o644, root=self.root)
+            dropped.append(f"(.git/config was no file: set aside at {aside}, made again)")
         text = _read_small(config)
         if text is not None:
             kept: list[tuple[str, str, str]] = []

@@ -56,7 +56,7 @@ from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
-from .doctor import doctor, prepare, store_entries
+from .doctor import health, prepare, rebuild
 from .tools import stop_all
 from .transaction import pending
 
@@ -87,6 +87,11 @@ class CleanReport:
     prepared: list[str] = field(default_factory=list)
     #: a dry run: nothing was removed, ``removed`` and ``freed`` say what would be
     dry_run: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether clean stopped short (:attr:`refused`): ``flakebot clean`` then exits 1."""
+        return bool(self.refused)
 
     def summary(self) -> list[str]:
         lines = [f"kept {why}" for why in self.kept]
@@ -275,20 +280,18 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
         return
 
     _clean_leftovers(settings, report, running, remove)
-    entries = store_entries(settings)
-    health = Inventory(settings.cache.tools).check(entries)
-    if not health.ok:
+    found = health(settings)
+    if not found.ok:
         report.refused = (
-            f"the tool inventory cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
+            f"the tool inventory cannot be trusted: {found.problem}. Store entries, workspaces and recipes were "
             "left alone (only what no tool can use was removed)"
         )
-        if health.reason in ("empty", "missing") and running.holders:
+        if found.reason in ("empty", "missing") and running.holders:
             report.refused += "; a build is running, and its first record may be on its way: try again after it"
         elif not report.dry_run:
-            repaired = doctor(settings, health=health)
-            report.refused += (
-                f". {repaired.repair_line()} Check the tools with {typed('list')}, then run {typed('clean')} again."
-            )
+            repaired = rebuild(settings, found)
+            again = " ".join([repaired.repair_line(), *(f"{note}." for note in repaired.reregistered)])
+            report.refused += f". {again} Check the tools with {typed('list')}, then run {typed('clean')} again."
         return
     records = Inventory(settings.cache.tools).all()
     # by name, whatever form a record's path takes (another cache dir's, a relative one): what any record

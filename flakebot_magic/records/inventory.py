@@ -512,7 +512,18 @@ class Inventory:
                     found[name] = data
         return found
 
-    def replace_all(self, records: Collection[ToolRecord], store_entries: Collection[str]) -> Path | None:
+    def reconciled_namings(self) -> list[str]:
+        """The store's namings of tools the last :meth:`replace_all` considered (``[]``: none, or unreadable)."""
+        try:
+            with self._errors("reading the tool inventory"):
+                seen = self._meta("namings") if self.path.exists() and self._has("meta") else None
+        except StorageError:
+            return []
+        return [str(key) for key in seen] if isinstance(seen, list) else []
+
+    def replace_all(
+        self, records: Collection[ToolRecord], store_entries: Collection[str], namings: Collection[str] = ()
+    ) -> Path | None:
         """Make ``records`` the registry's whole content; the file they replace is kept aside, its path returned.
 
         The new registry is written beside under another name, then the old
@@ -520,7 +531,9 @@ class Inventory:
         ``tools.sqlite3.damaged-<time>`` and the new one renamed into place:
         a reader sees the old registry or the new one, never none half-made.
         ``store_entries`` (the store's complete entries) are remembered, so
-        that a registry left empty on purpose is not taken for a lost one.
+        that a registry left empty on purpose is not taken for a lost one, and
+        ``namings`` (the store's namings of tools the rebuild considered,
+        :mod:`flakebot_magic.manage.evidence`), so that one it could make no tool of is not asked about again.
         """
         fresh = Inventory(self.dir / f".rebuilding-{os.getpid()}-{time.time_ns()}")
         try:
@@ -530,6 +543,9 @@ class Inventory:
                 db.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('reconciled', ?)",
                     (json.dumps(sorted(store_entries)),),
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('namings', ?)", (json.dumps(sorted(namings)),)
                 )
             with fresh._errors("writing the rebuilt tool inventory"), closing(fresh._connect()) as db:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
