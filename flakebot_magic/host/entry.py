@@ -64,19 +64,22 @@ def _bin_dir(path: Path, manifest: dict[str, Any]) -> Path:
     return Path(str(nix or path)) / "bin"
 
 
-def entry_damage(path: Path) -> str:
+def entry_damage(path: Path, *, modes: bool = True) -> str:
     """Why the store entry ``path`` cannot be served, in words ("": it is whole).
 
     Its manifest must parse (read bounded, never blocking), and each binary
     it lists be there with the size and sha256 recorded at deploy
     (``digests``; an entry from before digests is checked for its binaries
     only). Reading the binaries costs a hash of a few MB: cheap beside a build.
+    Its modes must let a process without privileges read and run it
+    (:func:`mode_damage`); ``modes=False`` asks about its content alone (is it
+    as deployed: evidence of a tool, whatever its modes, which ``doctor`` gives back).
     """
     try:
         manifest = read_cache_json(path / "manifest.json")
     except (OSError, StorageError) as exc:
         return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
-    return _damage(path, manifest)
+    return _damage(path, manifest, modes=modes)
 
 
 #: how :func:`mode_damage` words what it finds (:func:`remedy` knows it by this)
@@ -147,10 +150,10 @@ def _restore(entry: Path, parts: list[tuple[Path, int]]) -> list[Path]:
     return changed
 
 
-def _damage(path: Path, manifest: dict[str, Any]) -> str:
+def _damage(path: Path, manifest: dict[str, Any], *, modes: bool = True) -> str:
     """:func:`entry_damage` of the entry ``path`` whose manifest reads ``manifest``: what its content lacks first,
     then what its modes forbid (a content that could not be read for its modes is said as the modes)."""
-    modes = mode_damage(path, manifest)
+    forbidden = mode_damage(path, manifest) if modes else ""
     bin_dir = _bin_dir(path, manifest)
     digests = manifest.get("digests")
     digests = digests if isinstance(digests, dict) else {}
@@ -163,8 +166,8 @@ def _damage(path: Path, manifest: dict[str, Any]) -> str:
             if isinstance(recorded, dict) and recorded != binary_digest(binary):
                 return f"its binary {binary} is not the one deployed (size or sha256 differs)"
         except OSError as exc:
-            return modes or f"its binary {binary} cannot be read ({exc.strerror or exc})"
-    return modes
+            return forbidden or f"its binary {binary} cannot be read ({exc.strerror or exc})"
+    return forbidden
 
 
 def _identity(path: str) -> _Identity:

@@ -57,6 +57,7 @@ from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
 from .doctor import health, prepare, rebuild
+from .evidence import namings, unaccounted
 from .tools import stop_all
 from .transaction import pending
 
@@ -302,9 +303,14 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
     # a second store (manage/team.py) records it, its binary being under that store's root)
     live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
     _clean_gcroots(settings.cache.gcroots, live, remove)
+    # an entry naming a tool with no record, or a newer build of one than its record, is kept whatever the last
+    # rebuild of the inventory made of it (the store is evidence: manage/evidence.py)
+    evidence = unaccounted({r.name: r for r in records}, namings(settings), reconciled=())
     if settings.cache.store.is_dir():
         for entry in sorted(settings.cache.store.iterdir()):
-            if entry.name not in live_store:
+            if entry.name in evidence:
+                report.kept.append(f"{entry}: {evidence[entry.name]}; {typed('doctor')} registers it")
+            elif entry.name not in live_store:
                 remove(entry)
     live_workspaces = {Path(r.workspace).name for r in records if r.workspace}
     if settings.cache.workspaces.is_dir():

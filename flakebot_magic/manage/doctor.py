@@ -44,7 +44,7 @@ from ..commands import typed
 from ..config import Settings
 from ..errors import FlakebotError, StorageError
 from ..host.crashpoints import crash_point
-from ..host.entry import restore_modes
+from ..host.entry import remedy, restore_modes, runnable_damage
 from ..host.fsutil import set_aside_non_file
 from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
@@ -310,7 +310,13 @@ def _tool(
         write_card(workspace, record.to_json(), str(record.extra.get("txn") or ""))
         crash_point("doctor.card")
         report.set_aside.append(f"{record.name}: wrote its tool card {workspace / '.git' / CARD_FILE} again")
-    if record.kind == "cli" and _whole(settings, record):
+    if not _whole(settings, record):
+        return
+    why = runnable_damage(record.store_path, record.binary)  # modes doctor could not give back (not its own)
+    if why:
+        report.problems.append(f"{record.name}: it cannot run: {why}; {remedy(record.name, why)}")
+        return
+    if record.kind == "cli":
         key = (record.store_path, record.binary)
         if key not in probed:
             probe = probe_help(Path(record.binary), Path(record.store_path))

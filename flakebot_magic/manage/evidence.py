@@ -172,7 +172,7 @@ def entry_of(settings: Settings, record: ToolRecord) -> tuple[dict[str, Any] | N
         return None, f"its store entry {store} is not in {settings.cache.store}"
     if not store.is_dir():
         return None, f"its store entry {store} is gone"
-    damage = entry_damage(store)
+    damage = entry_damage(store, modes=False)  # its modes are the tool's check (doctor gives them back)
     if damage:
         return None, f"its store entry {store} is damaged: {damage}"
     manifest = _manifest(store)
@@ -321,7 +321,7 @@ def _from_head(settings: Settings, workspace: Path, runner: ProcessRunner, why: 
     for entry_name in store_entries(settings):
         entry = settings.cache.store / entry_name
         manifest = _manifest(entry)
-        if manifest is None or entry_damage(entry):
+        if manifest is None or entry_damage(entry, modes=False):
             continue
         tools = manifest.get("tools")
         own = tools.get(name) if isinstance(tools, dict) else None
@@ -346,7 +346,7 @@ def _from_store(
         each = sorted(each, key=lambda naming: naming.entry.name != entry)
     for naming in each:
         if naming.entry not in whole:
-            whole[naming.entry] = not entry_damage(naming.entry)
+            whole[naming.entry] = not entry_damage(naming.entry, modes=False)
         manifest = _manifest(naming.entry) if whole[naming.entry] else None
         if manifest is None:
             continue
