@@ -77,6 +77,10 @@ POINTS: dict[str, str] = {
     "doctor.replaced": "the rebuilt tool inventory was put in place (the damaged one kept aside)",
     "doctor.card_aside": "what stood in place of a workspace's tool card was set aside",
     "doctor.card": "a tool card was written again from its record",
+    # backends/nix_cache.py: a push to a team's cache, the proof last
+    "push.derivation": "the tool's derivation (and its closure) was pushed, signed (or there was none to push)",
+    "push.tool": "the tool's store path was pushed, signed",
+    "push.proof": "the proof's store path was pushed, signed: the push is whole",
     # records/proofs.py: a passing cargo test kept by what it proved
     "proof.proven": "the tests passed; their proof is not written yet",
     "proof.recorded": "the proof's record was written in one step (temporary file, fsync, rename)",

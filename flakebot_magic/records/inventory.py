@@ -7,10 +7,10 @@ transaction, so two processes never interleave a read-modify-write. Each call
 opens its own connection: nothing is shared between threads or processes.
 
 Reading never writes: a read opens the file read-only, and finds no file (or
-an empty one) as no tools, without making one. On a full disk, where SQLite
-cannot make the ``-shm`` file a WAL reader needs, a read falls back to the
-database file alone (``immutable=1``), so ``list``, ``show`` and ``clean``
-still work. Every SQLite and OS error leaves here as a
+an empty one) as no tools, without making one. On a full disk, or in a
+read-only ``tools/``, where SQLite cannot make the ``-shm`` file a WAL reader
+needs, a read falls back to the database file alone (``immutable=1``), so
+``list``, ``show``, ``clean`` and calls of ready tools still work. Every SQLite and OS error leaves here as a
 :class:`~flakebot_magic.errors.StorageError` (:mod:`flakebot_magic.host.storage`);
 a damaged file, or a record that does not parse, as
 :class:`~flakebot_magic.errors.InventoryDamaged`, which ``flakebot doctor``
@@ -64,8 +64,9 @@ DOCTOR_HINT = (
     f"Run {typed('doctor')}: it keeps the damaged file aside and rebuilds the registry "
     "from the store, the recipes and the workspaces."
 )
-#: SQLite's I/O error: on a full disk, the -shm file a WAL reader needs could not be made
-_SQLITE_IOERR = 10
+#: SQLite's I/O error and "cannot open": the -shm file a WAL reader needs could not be made (a full disk, a
+#: read-only directory)
+_NO_SHM = (10, 14)
 
 #: seconds a writer waits for another process's transaction before giving up
 BUSY_TIMEOUT = 30.0
@@ -321,11 +322,16 @@ class Inventory:
             with closing(self._open_read_only()) as db:
                 return db.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            # a WAL reader needs the -shm file; on a full disk SQLite cannot make it
-            if sqlite_code(exc)[0] != _SQLITE_IOERR or not is_full(self.dir):
+            # a WAL reader needs the -shm file; on a full disk, or in a directory it may not write, SQLite
+            # cannot make it
+            if sqlite_code(exc)[0] not in _NO_SHM or not self._unwritable():
                 raise
         with closing(self._open_read_only(immutable=True)) as db:
             return db.execute(sql, params).fetchall()
+
+    def _unwritable(self) -> bool:
+        """Whether nothing can be written beside the inventory now: a full disk, a read-only directory (or mount)."""
+        return is_full(self.dir) or not os.access(self.dir, os.W_OK)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -471,8 +477,8 @@ class Inventory:
                 unseen = set(store_entries) - set(seen if isinstance(seen, list) else [])
                 return self._empty("empty", unseen, f"{self.path} holds no tools")
         except StorageError as exc:
-            if not isinstance(exc, InventoryDamaged) and is_full(self.dir):
-                return Health()  # no closer look on a full disk: reads fall back to the file alone
+            if not isinstance(exc, InventoryDamaged) and self._unwritable():
+                return Health()  # no closer look on a full disk (or read-only): reads fall back to the file alone
             return Health("unreadable", f"SQLite cannot read {self.path} ({exc.__cause__ or exc})")
 
     @staticmethod
