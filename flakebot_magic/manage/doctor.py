@@ -195,11 +195,11 @@ def _layout(settings: Settings) -> list[str]:
     for lock in sorted(locks.glob("*.lock")) if locks.is_dir() and not locks.is_symlink() else ():
         try:
             aside = set_aside_non_file(lock)
+            crash_point("doctor.lock_aside")
         except OSError as exc:
             done.append(f"{lock} is no lock file and could not be set aside now ({exc.strerror or exc})")
             continue
         if aside is not None:
-            crash_point("lock.aside")
             done.append(f"set aside {lock} (it was no lock file): it is at {aside} now (kept)")
     return done
 
@@ -244,8 +244,9 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
             with storage_errors(f"checking {name!r}", settings.cache_dir):
                 _tool(settings, record, runner, name in busy, report, probed)
         except (FlakebotError, OSError) as exc:  # one tool that cannot be checked stops no other
+            what = str(exc).split(". ")[0].rstrip(".")  # what happened; the one command is the doctor's to name
             report.problems.append(
-                f"{name}: it could not be checked ({exc}); {typed(f'rebuild {name}')} forks and builds it again"
+                f"{name}: it could not be checked ({what}); {typed(f'rebuild {name}')} forks and builds it again"
             )
     return report
 
@@ -261,11 +262,11 @@ def _store(settings: Settings) -> list[str]:
         try:
             with storage_errors(f"checking the store entry {entry}", entry):
                 changed = restore_modes(entry)
+                crash_point("doctor.modes")
         except StorageError:
             changed = []  # a manifest that cannot be read: entry_damage says so below
         why = entry_damage(entry)
         if changed:
-            crash_point("doctor.modes")
             shown = ", ".join(str(path) for path in changed)
             done.append(f"gave their owner back the reading and running of {shown}{'' if why else ' (they are whole)'}")
         if why:
@@ -292,13 +293,14 @@ def _tool(
         card = git_dir / CARD_FILE
         if git_dir.is_dir() and not git_dir.is_symlink():
             aside = set_aside_non_file(card)
+            crash_point("doctor.card_aside")
             if aside is not None:
-                crash_point("doctor.card_aside")
                 report.set_aside.append(f"set aside {card} (it was no tool card): it is at {aside} now (kept)")
             git = Git(workspace, runner)
             git.clean_config()  # what stands in place of .git/config is set aside
             report.set_aside += [f"{record.name}: {line}" for line in git.cleaned if line.startswith("(.git/config")]
             report.unlocked += remove_stale_locks(workspace)
+            crash_point("doctor.unlocked")
     report.problems += _disagreements(settings, record, runner, report)
     lost_card = workspace is not None and inside and not busy and workspace.is_dir() and read_card(workspace) is None
     if (

@@ -44,6 +44,7 @@ from typing import Any
 from ..commands import typed
 from ..config import Settings
 from ..errors import DeployError, StorageError, ToolBusy
+from ..host.cache import make_private
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
@@ -430,7 +431,7 @@ def _set_aside(settings: Settings, path: Path, why: str) -> str:
     for a look, never acted on)."""
     aside = settings.cache.damaged / f"intent-{path.stem[:80]}-{time.time_ns()}.json"
     with storage_errors("setting a damaged intent aside", path):
-        aside.parent.mkdir(mode=0o700, exist_ok=True)
+        make_private(aside.parent)
         os.rename(path, aside)
     crash_point("txn.intent_aside")
     return f"set aside the damaged intent {path} ({why}): it is at {aside} now (kept), nothing was done"
@@ -442,7 +443,7 @@ def _recover_one(settings: Settings, path: Path) -> str:
     except StorageError as exc:
         if path.is_symlink():
             path.unlink(missing_ok=True)  # a symlink goes, its target stays (never followed)
-            crash_point("txn.intent_aside")
+            crash_point("txn.intent_unlinked")
             return f"removed {path}: it was no intent but a symlink ({exc})"
         if not path.is_file():  # a directory (a FIFO...) in its place
             return _set_aside(settings, path, "it is no file")
