@@ -339,8 +339,8 @@ class HelpProbe:
     failed: str = ""
 
 
-#: exit statuses that say the program was killed by a signal (a shell's and bubblewrap's ``128 + N``)
-_KILLED = range(129, 129 + 64)
+#: an exit status above this says the program was killed by a signal (a shell's and bubblewrap's ``128 + N``)
+_SIGNALLED = 128
 #: signals a program's own fault raises (a crash on ``--help`` is its answer, the same every time); any other
 #: came from outside (a kill, a time limit) and says nothing of the tool
 _OWN = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP})
@@ -348,7 +348,7 @@ _OWN = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, 
 
 def _no_answer(returncode: int, out: bytes, err: bytes) -> str:
     """Why a probe that ended with ``returncode`` gave no answer ("" when it did, help or not)."""
-    if returncode < 0 or (returncode in _KILLED and not out.strip()):
+    if returncode < 0 or (_SIGNALLED < returncode <= _SIGNALLED + 64 and not out.strip()):
         number = -returncode if returncode < 0 else returncode - 128
         if number in _OWN:
             return ""
