@@ -27,6 +27,7 @@ from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
 from ..commands import typed
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
+from ..host.cache import CacheLayout
 from ..host.git import Git
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, no_space, read_cache_json
 from ..manage.cleanup import clean, size_of
@@ -34,6 +35,7 @@ from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
 from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
+from ..request import is_tool_name
 from ..sandbox.command import release_target
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
@@ -169,16 +171,24 @@ def _note_request(deps: RunDeps, kept: ToolRecord, record: ToolRecord) -> None:
         deps.bus.notice("client", f"{kept.name!r} is the cached build, whole; its record keeps its old request ({exc})")
 
 
-def _builders(store: StorePath, settings_tools: Path) -> list[tuple[str, str, str]]:
-    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the inventory's."""
+def _builders(store: StorePath, cache: CacheLayout) -> list[tuple[str, str, str]]:
+    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the inventory's.
+
+    A tool's workspace is ``workspaces/NAME`` of the cache it is in: the manifest's path is where it was written
+    (a cache copied elsewhere names the original's), so its name is what counts.
+    """
     manifest = store.manifest
     found = [
-        (str(data.get("workspace", "")), str(data.get("commit", "")), str(data.get("forked_by") or tool))
+        (
+            str(cache.workspaces / tool) if data.get("workspace") else "",
+            str(data.get("commit", "")),
+            str(data.get("forked_by") or tool),
+        )
         for tool, data in sorted((manifest.get("tools") or {}).items())
-        if isinstance(data, dict)
+        if isinstance(data, dict) and is_tool_name(tool)
     ]
     try:
-        records = Inventory(settings_tools).all()
+        records = Inventory(cache.tools).all()
     except FlakebotError:
         records = []
     found += [
@@ -200,7 +210,7 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
     """
     settings, name = deps.settings, run.name
     final = settings.cache.workspaces / name
-    builders = _builders(store, settings.cache.tools)
+    builders = _builders(store, settings.cache)
     current = Workspace.load(final)
     if current is not None:
         head = Git(final, deps.runner)("rev-parse", "HEAD", check=False)

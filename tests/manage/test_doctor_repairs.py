@@ -181,3 +181,23 @@ def test_a_read_only_tools_dir_blocks_neither_list_nor_calls(
         _run(capsys, cache, "clean")
     finally:
         subprocess.run(["umount", "-l", str(tools)], check=False)
+
+
+def test_a_copied_cache_names_its_own_paths_while_the_original_is_still_there(
+    template: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its manifests name the original's workspaces: a cache hit under a new name copied one of those, and said so."""
+    original = Settings(cache_dir=tmp_path / "original", registry=template["registry"], backend="cargo")
+    start_build(original, BuildRequest("", name="te", crate="tinyecho")).wait()
+    copy = Settings(cache_dir=tmp_path / "copy", registry=template["registry"], backend="cargo")
+    shutil.copytree(original.cache_dir, copy.cache_dir, symlinks=True)
+    (copy.cache.tools / DB_NAME).unlink()  # and what the copy knows of its tools comes from its own disk
+    said = []
+    for argv in (["list"], ["doctor"], ["build", "--name", "te3", "--crate", "tinyecho"], ["show", "te3"], ["clean"]):
+        out, err = _run(capsys, copy, *argv, "--registry", template["registry"])
+        said.append(out + err)
+    text = "\n".join(said)
+    assert str(original.cache_dir) not in text, text
+    assert f"its workspace is a copy of {copy.cache.workspaces / 'te'}" in text, text
+    record = _record(copy, "te3")
+    assert Path(record.store_path).parent == copy.cache.store and Path(record.workspace).parent == copy.cache.workspaces
