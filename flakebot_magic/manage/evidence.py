@@ -41,6 +41,7 @@ from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
+from ..request import is_tool_name
 from ..stages.deploy import entry_damage
 from ..stages.workspace import Workspace
 from .transaction import read_card
@@ -120,7 +121,7 @@ def namings(settings: Settings, entries: Collection[str] | None = None) -> dict[
         except OSError:
             continue
         for name, data in tools.items():
-            if isinstance(name, str) and isinstance(data, dict):
+            if is_tool_name(name) and isinstance(data, dict):  # a name no build writes is no tool of this cache
                 found.setdefault(name, []).append(Naming(entry, name, data, txn_time(data.get("txn")) or mtime))
     for each in found.values():
         each.sort(key=lambda naming: naming.stamp, reverse=True)

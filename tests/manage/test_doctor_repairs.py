@@ -201,3 +201,18 @@ def test_a_copied_cache_names_its_own_paths_while_the_original_is_still_there(
     assert f"its workspace is a copy of {copy.cache.workspaces / 'te'}" in text, text
     record = _record(copy, "te3")
     assert Path(record.store_path).parent == copy.cache.store and Path(record.workspace).parent == copy.cache.workspaces
+
+
+def test_a_manifest_naming_what_is_no_tool_name_registers_nothing_of_it(
+    cache: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store is evidence of tools by the names builds write: a planted ``../x`` is no tool, and stops nothing."""
+    manifest = Path(_record(cache, "te").store_path) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["tools"].update({"../x": data["tools"]["te"], "a b": data["tools"]["te"], "class": data["tools"]["te"]})
+    manifest.chmod(0o644)
+    manifest.write_text(json.dumps(data))
+    (cache.cache.tools / DB_NAME).unlink()
+    listed = json.loads(_run(capsys, cache, "list", "--json")[0])
+    assert sorted(tool["name"] for tool in listed) == ["te", "te2"]
+    _sound(capsys, cache)
