@@ -133,6 +133,12 @@ def unaccounted(
 ) -> dict[str, str]:
     """The store entries naming a tool the inventory does not account for, each with why (see the module).
 
+    A naming is accounted for by a record of its tool that names its entry, or that a later transaction made
+    (the tool was built again since: the entry is an old build). One transaction names one entry, so a record
+    of the same transaction naming another entry (gone, or another tool's) is damaged, and so is a record older
+    than the naming (the inventory is older than the store: restored from a copy). A naming from before
+    namings carried their transaction is accounted for by any record of its tool whose entry is there.
+
     ``reconciled``: the namings the last rebuild of the inventory considered (:attr:`Naming.key`): what it could
     not make a tool of is not asked about again.
     """
@@ -143,16 +149,28 @@ def unaccounted(
             if naming.key in reconciled:
                 continue
             entry = naming.entry
-            if record is None:
-                found.setdefault(
-                    entry.name, f"the store entry {entry} names the tool {name!r}, which it has no record of"
-                )
-            elif naming.txn and txn_time(naming.txn) > txn_time(record.extra.get("txn")):
-                found.setdefault(
-                    entry.name,
-                    f"the store entry {entry} holds a newer build of {name!r} than its record (restored from a copy?)",
-                )
+            why = _unaccounted(record, naming)
+            if why:
+                found.setdefault(entry.name, f"the store entry {entry} {why}")
     return found
+
+
+def _unaccounted(record: ToolRecord | None, naming: Naming) -> str:
+    """Why the inventory's ``record`` does not account for ``naming`` ("" when it does)."""
+    name = naming.name
+    if record is None:
+        return f"names the tool {name!r}, which it has no record of"
+    own = Path(record.store_path)
+    if own.name == naming.entry.name:
+        return ""
+    if not naming.txn:
+        return "" if own.is_dir() else f"holds a build of {name!r}, whose record names a store entry that is gone"
+    made, named = txn_time(record.extra.get("txn")), txn_time(naming.txn)
+    if made > named:
+        return ""  # built again since: an old build
+    if made == named:
+        return f"holds the build of {name!r} its record names elsewhere ({own})"
+    return f"holds a newer build of {name!r} than its record (restored from a copy?)"
 
 
 def has_commit(workspace: Path, commit: str, runner: ProcessRunner) -> bool:

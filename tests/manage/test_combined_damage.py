@@ -201,6 +201,14 @@ DAMAGES: dict[str, tuple[str, Callable[[Settings, dict[str, ToolRecord]], set[st
     "inventory-random": ("inventory", _random_db),
     "inventory-bad-record": ("inventory", _sql("UPDATE tools SET record = '{\"name\": \"te\", bro' WHERE name='te'")),
     "inventory-lost-row": ("inventory", _sql("DELETE FROM tools WHERE name = 'tr'")),  # an older copy of it
+    # a record that parses and names a store entry that is not there (found by the self-attack of issue 34)
+    "inventory-wrong-store": (
+        "inventory",
+        _sql(
+            "UPDATE tools SET record = json_set(record, '$.store_path', json_extract(record, '$.store_path') || '-x')"
+            " WHERE name = 'tr'"
+        ),
+    ),
     "inventory-dir": ("inventory", _db_dir),
     "workspace-te": ("workspace", _workspace("te")),
     "workspace-tr": ("workspace", _workspace("tr")),

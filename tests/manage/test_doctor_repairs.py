@@ -216,3 +216,33 @@ def test_a_manifest_naming_what_is_no_tool_name_registers_nothing_of_it(
     listed = json.loads(_run(capsys, cache, "list", "--json")[0])
     assert sorted(tool["name"] for tool in listed) == ["te", "te2"]
     _sound(capsys, cache)
+
+
+@pytest.mark.parametrize("where", ["gone", "another tool's"])
+def test_a_record_naming_another_store_entry_loses_no_whole_one(
+    cache: Settings, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record that parses but names an entry that is not its build: the entry its transaction named is kept,
+    and the tool is registered from it again."""
+    te = _record(cache, "te")
+    entry = Path(te.store_path)
+    other = cache.cache.store / "0123456789abcdef0123456789abcdef-tinyecho-0.2.0"
+    if where != "gone":
+        shutil.copytree(entry, other)
+        data = json.loads((other / "manifest.json").read_text())
+        data["tools"] = {}  # an entry of no tool (another build's)
+        (other / "manifest.json").chmod(0o644)
+        (other / "manifest.json").write_text(json.dumps(data))
+
+    def elsewhere(record: ToolRecord) -> None:
+        record.store_path, record.binary = str(other), str(other / "bin" / "tinyecho")
+
+    for name in ("te", "te2"):
+        Inventory(cache.cache.tools).modify(name, elsewhere)
+    for _ in range(3):
+        capsys.readouterr()
+        main(["clean", "--cache-dir", str(cache.cache_dir)])
+        assert entry.is_dir(), capsys.readouterr()
+    for name in ("te", "te2"):
+        assert _record(cache, name).store_path == str(entry)
+    _sound(capsys, cache)
