@@ -135,8 +135,9 @@ def unaccounted(
 
     A naming is accounted for by a record of its tool that names its entry, or that a later transaction made
     (the tool was built again since: the entry is an old build). One transaction names one entry, so a record
-    of the same transaction naming another entry (gone, or another tool's) is damaged, and so is a record older
-    than the naming (the inventory is older than the store: restored from a copy). A naming from before
+    of the same transaction naming another entry (gone, or another tool's) is damaged (unless that entry names
+    it so too: then this one is a copy), and so is a record older than the naming (the inventory is older than
+    the store: restored from a copy). A naming from before
     namings carried their transaction is accounted for by any record of its tool whose entry is there.
 
     ``reconciled``: the namings the last rebuild of the inventory considered (:attr:`Naming.key`): what it could
@@ -149,14 +150,15 @@ def unaccounted(
             if naming.key in reconciled:
                 continue
             entry = naming.entry
-            why = _unaccounted(record, naming)
+            why = _unaccounted(record, naming, each)
             if why:
                 found.setdefault(entry.name, f"the store entry {entry} {why}")
     return found
 
 
-def _unaccounted(record: ToolRecord | None, naming: Naming) -> str:
-    """Why the inventory's ``record`` does not account for ``naming`` ("" when it does)."""
+def _unaccounted(record: ToolRecord | None, naming: Naming, each: list[Naming]) -> str:
+    """Why the inventory's ``record`` does not account for ``naming`` ("" when it does); ``each``: every naming of
+    its tool."""
     name = naming.name
     if record is None:
         return f"names the tool {name!r}, which it has no record of"
@@ -168,7 +170,9 @@ def _unaccounted(record: ToolRecord | None, naming: Naming) -> str:
     made, named = txn_time(record.extra.get("txn")), txn_time(naming.txn)
     if made > named:
         return ""  # built again since: an old build
-    if made == named:
+    if made == named:  # one transaction, two entries: the one the record names, when it says so, and a copy
+        if any(other.entry.name == own.name and other.txn == naming.txn for other in each) and own.is_dir():
+            return ""
         return f"holds the build of {name!r} its record names elsewhere ({own})"
     return f"holds a newer build of {name!r} than its record (restored from a copy?)"
 
