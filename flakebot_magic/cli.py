@@ -328,7 +328,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         answer = _answer(args, settings)
     # printed outside storage_errors: a closed stdout is the reader gone, not the cache's disk failing
     _print(answer, as_json=args.json)
-    return 0
+    return 1 if getattr(answer, "failed", False) else 0  # a clean that stopped short, a doctor with problems left
 
 
 def _answer(args: argparse.Namespace, settings: Settings) -> Answer:

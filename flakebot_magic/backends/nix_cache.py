@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from ..commands import typed
 from ..edit.state import EditState
 from ..errors import DeployError, UntrustedPath, UsageError
+from ..host.crashpoints import crash_point
 from ..host.fsutil import load_json, read_regular
 from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
@@ -387,8 +389,11 @@ def fetch_derivation(nix: Nix, cache: str, derivation: str, tool: str, trusted: 
         info = path_info(nix, derivation, store=cache)
     except DeployError:  # nix path-info fails on a path the cache does not hold
         info = None
-    if info is None:
-        return f"{cache} does not hold its derivation {derivation} (pushed before derivations were)"
+    if info is None:  # a push puts it there before the tool and its proof, both here: that push did not carry it
+        return (
+            f"{cache} does not hold its derivation {derivation} (the push did not carry it: the pusher's store "
+            "no longer held it, or it was pushed by hand or by a flakebot from before pushes carried derivations)"
+        )
     if signer_of(info, trusted) is None:
         return f"its derivation {derivation} in {cache} is not signed by a trusted key"
     done = nix.trusting(trusted.text).run("copy", "--from", cache, "--derivation", "--", derivation, timeout=1800)
@@ -415,14 +420,15 @@ class Pushed:
 
 
 def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) -> Pushed:
-    """A nix-built tool to the cache ``to``, signed: its store path and its proof's (``manifest``'s), and the
-    derivation that builds it with its sources (:func:`push_derivation`), so a teammate can rebuild it.
+    """A nix-built tool to the cache ``to``, signed: the derivation that builds it with its sources
+    (:func:`push_derivation`, so a teammate can rebuild it), then its store path, then its proof's
+    (``manifest``'s), in that order: a cache that holds the proof holds all a push puts there, and a push that
+    did not finish (killed, a network gone) is known by its missing proof (:func:`fetch_pinned` says so).
     The one push: ``flakebot push`` and ``--push`` both come here."""
-    paths = (str(manifest["nix_store_path"]), str(manifest["proof_store_path"]))
-    signers = push_paths(nix, paths, to, secret_key)
+    tool, proof = str(manifest["nix_store_path"]), str(manifest["proof_store_path"])
     derivation = str(manifest.get("derivation") or "")
     if not derivation:  # a tool built before proofs named it: nix's own record, if it has one
-        info = path_info(nix, paths[0])
+        info = path_info(nix, tool)
         derivation = info.deriver if info is not None else ""
     try:
         here = bool(derivation) and path_info(nix, derivation) is not None
@@ -430,7 +436,12 @@ def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) 
         here = False
     if here:
         push_derivation(nix, derivation, to, secret_key)
-    return Pushed(paths, tuple(sorted(set(signers.values()))), derivation if here else "")
+    crash_point("push.derivation")
+    signers = push_paths(nix, [tool], to, secret_key)
+    crash_point("push.tool")
+    signers.update(push_paths(nix, [proof], to, secret_key))  # last: its presence says the push finished
+    crash_point("push.proof")
+    return Pushed((tool, proof), tuple(sorted(set(signers.values()))), derivation if here else "")
 
 
 def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dict[str, str]:
@@ -478,7 +489,13 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
     for path, recorded in pins.items():
         info = served.get(path)
         if info is None:
-            raise UntrustedPath(f"{cache} does not hold {path}.", path=path, cache=cache)
+            raise UntrustedPath(
+                f"{cache} does not hold {path}: it was not pushed there, or its push did not finish (a push puts "
+                "the derivation, the tool, then its proof there, the proof last); whoever pushed it runs "
+                f"{typed('push NAME')} again.",
+                path=path,
+                cache=cache,
+            )
         if info.nar_hash != recorded:
             raise UntrustedPath(
                 f"{cache} serves {path} with narHash {info.nar_hash}, not the recorded {recorded}: refused.",

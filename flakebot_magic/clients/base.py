@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from ..commands import typed
 from ..errors import ToolError
-from ..host.entry import runnable_damage
+from ..host.entry import remedy, runnable_damage
 from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
 from ..options import option
@@ -308,10 +308,7 @@ class ToolClient:
                 "if another kernel has built it since."
             )
         if why:  # changed since the client was made: the check of a cache hit, kept while no file changes
-            raise ToolError(
-                f"{self.name} cannot run: {why}. Its binary was not run. Build it again with "
-                f"{typed(f'rebuild {self.name}')}; {typed('doctor')} sets the damaged entry aside."
-            )
+            raise ToolError(f"{self.name} cannot run: {why}. Its binary was not run. {remedy(self.name, why)}.")
 
     def stop(self) -> None:
         """Stop the tool's process, if it has one (a later call starts it again)."""

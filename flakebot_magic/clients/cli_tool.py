@@ -126,7 +126,7 @@ class CliTool(ToolClient):
         """The binary's ``--help`` text (run once, then remembered), made safe to show."""
         if self._safe_help is None:  # made safe once: every call asks (reads_stdin), the text never changes
             if self._help is None:
-                self._help = help_of(self.binary, self.store_path)
+                self._help = help_of(self.binary, self.store_path, name=self.name)
             self._safe_help = shown_help(self.name, safe_text(self._help, style=True))  # its value: plain
         return self._safe_help
 

@@ -11,18 +11,32 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
+from ..errors import ToolError
 from ..host.exchange import Exchange, stop_group
 from ..host.process import spawn
 from ..untrusted import strip_sequences
 from .base import Confinement
 from .schema import python_name
 
-__all__ = ["HELP_BYTES", "CliArgument", "CliOption", "CliSpec", "as_text", "help_of", "parse_help", "reads_stdin"]
+__all__ = [
+    "HELP_BYTES",
+    "CliArgument",
+    "CliOption",
+    "CliSpec",
+    "HelpProbe",
+    "as_text",
+    "help_of",
+    "parse_help",
+    "probe_help",
+    "reads_stdin",
+]
 
 #: a help text has words; what has none is a drawing or noise (a tool that took --help as its data)
 _LETTERS = re.compile(r"[^\W\d_]{2}")
@@ -348,13 +362,40 @@ def _echoes(text: str, flag: str) -> bool:
 HELP_BYTES = 1024 * 1024
 
 
-def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0) -> str:
-    """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
+@dataclass(frozen=True)
+class HelpProbe:
+    """What one run of the ``--help`` probe gave: the help text ("" when the tool answered without one), or why it
+    gave no answer at all (``failed``: it was killed, ran past its time, or could not be started)."""
 
-    The store entry is visible read-only, a scratch dir is the only writable
-    place, and the environment is the sandbox's allowlist: the probe sees no
-    secret and no file of the user's.
-    """
+    text: str = ""
+    failed: str = ""
+
+
+#: an exit status above this says the program was killed by a signal (a shell's and bubblewrap's ``128 + N``)
+_SIGNALLED = 128
+#: signals a program's own fault raises (a crash on ``--help`` is its answer, the same every time); any other
+#: came from outside (a kill, a time limit) and says nothing of the tool
+_OWN = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP})
+
+
+def _no_answer(returncode: int, out: bytes, err: bytes) -> str:
+    """Why a probe that ended with ``returncode`` gave no answer ("" when it did, help or not)."""
+    if returncode < 0 or (_SIGNALLED < returncode <= _SIGNALLED + 64 and not out.strip()):
+        number = -returncode if returncode < 0 else returncode - 128
+        if number in _OWN:
+            return ""
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed ({name})"
+    if err.startswith(b"bwrap: "):  # the sandbox's own words: the tool never ran
+        return f"could not be started in the sandbox ({err.decode('utf-8', 'replace').strip()[:200]})"
+    return ""
+
+
+def probe_help(binary: Path, store_path: Path | None = None, timeout: float = 10.0) -> HelpProbe:
+    """One run of the probe: the tool's ``--help`` (else ``-h``) text, in the sandbox; see :func:`help_of`."""
     confinement = Confinement(binary, store_path if store_path is not None else Path(binary).parent)
     try:
         for flag in ("--help", "-h"):
@@ -365,22 +406,53 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0)
                     cwd=confinement.scratch,
                     env=confinement.env(),
                 )
-            except OSError:
-                continue
+            except OSError as exc:
+                return HelpProbe(failed=f"could not be started ({exc.strerror or exc})")
             exchange = Exchange(proc, stdout_cap=HELP_BYTES, stderr_cap=HELP_BYTES, stop_at_cap=False)
             try:
                 out, err = exchange.run(b"", timeout)
             except subprocess.TimeoutExpired:
                 stop_group(proc)
                 exchange.close()
-                continue
+                return HelpProbe(failed=f"ran past its time limit of {timeout:g} s")
             except BaseException:
                 stop_group(proc)
                 exchange.close()
                 raise
+            why = _no_answer(proc.returncode or 0, out, err)
+            if why:
+                return HelpProbe(failed=why)
             text = (out or err).decode("utf-8", "replace").strip()
             if proc.returncode == 0 and _LETTERS.search(strip_sequences(text)) and not _echoes(text, flag):
-                return text  # a help says something in words (qrencode draws --help as a QR code: no help)
-        return ""
+                return HelpProbe(text)  # a help says something in words (qrencode draws --help as a QR code: no help)
+        return HelpProbe()
     finally:
         confinement.close()
+
+
+def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0, *, name: str = "") -> str:
+    """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
+
+    The store entry is visible read-only, a scratch dir is the only writable
+    place, and the environment is the sandbox's allowlist: the probe sees no
+    secret and no file of the user's.
+
+    What the help says decides how a call passes its input (standard input or
+    an argument), so a probe that got no answer (killed, past its time, not
+    started) is never taken for a tool without help: it is run once more,
+    with twice the time, and a second failure is a
+    :class:`~flakebot_magic.errors.ToolError` saying so (nothing is kept: the
+    next call asks again). ``""``: the tool answered, without help.
+    """
+    probe = probe_help(binary, store_path, timeout)
+    if probe.failed:
+        probe = probe_help(binary, store_path, timeout * 2)
+    if not probe.failed:
+        return probe.text
+    who = name or Path(binary).name
+    raise ToolError(
+        f"{who} was not run: flakebot asks a tool for its --help first (it says whether the tool reads standard "
+        f"input, and so how a call passes its input), and the probe {probe.failed}, twice. Nothing was guessed: "
+        f"call it again; if this persists, {typed('doctor')} checks that each tool can be read and run.",
+        returncode=None,
+    )

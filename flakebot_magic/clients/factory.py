@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..commands import typed
 from ..errors import CacheFileDamaged, StorageError
-from ..host.entry import runnable_damage
+from ..host.entry import remedy, runnable_damage
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
 from .base import TOOL_TIMEOUT, ToolClient, ToolContract
@@ -112,8 +111,7 @@ def check_runnable(record: ToolRecord) -> None:
         why = runnable_damage(store_path, binary)
     if why:
         raise CacheFileDamaged(
-            f"The tool {record.name!r} cannot run: {why}. Its binary was not run. Build it again with "
-            f"{typed(f'rebuild {record.name}')}; {typed('doctor')} sets the damaged entry aside.",
+            f"The tool {record.name!r} cannot run: {why}. Its binary was not run. {remedy(record.name, why)}.",
             path=Path(record.store_path),
         )
 

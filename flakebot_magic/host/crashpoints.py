@@ -67,6 +67,23 @@ POINTS: dict[str, str] = {
     "txn.recipe": "the recipe was written",
     "txn.attempt": "what was left of the attempt under .next/ was removed",
     "txn.done": "the intent record was removed",
+    "txn.intent_aside": "an intent that could not be read (or a directory in its place) was set aside in damaged/",
+    "txn.intent_unlinked": "a symlink in place of an intent was removed (its target left alone)",
+    # host/locks.py, host/git.py: a file of flakebot's that is no regular file (a directory, a symlink) set aside
+    "lock.aside": "what stood in place of a tool's lock file was set aside",
+    "git.config_aside": "what stood in place of a workspace's .git/config was set aside",
+    # manage/doctor.py: the doctor's repairs
+    "doctor.lock_aside": "what stood in place of a tool's lock file was set aside (by the doctor)",
+    "doctor.entry_aside": "a damaged store entry was set aside (.damaged-ENTRY-N)",
+    "doctor.modes": "a store entry's modes were made readable and runnable by its owner again",
+    "doctor.replaced": "the rebuilt tool inventory was put in place (the damaged one kept aside)",
+    "doctor.card_aside": "what stood in place of a workspace's tool card was set aside",
+    "doctor.card": "a tool card was written again from its record",
+    "doctor.unlocked": "the lock files a killed git left in a tool's workspace were removed",
+    # backends/nix_cache.py: a push to a team's cache, the proof last
+    "push.derivation": "the tool's derivation (and its closure) was pushed, signed (or there was none to push)",
+    "push.tool": "the tool's store path was pushed, signed",
+    "push.proof": "the proof's store path was pushed, signed: the push is whole",
     # records/proofs.py: a passing cargo test kept by what it proved
     "proof.proven": "the tests passed; their proof is not written yet",
     "proof.recorded": "the proof's record was written in one step (temporary file, fsync, rename)",
@@ -84,9 +101,13 @@ POINTS: dict[str, str] = {
 WATCHED: dict[str, tuple[str, ...]] = {
     "stages/fork.py": ("fork",),
     "stages/deploy.py": ("write_entry",),
-    "manage/transaction.py": ("install", "_forward"),
+    "manage/transaction.py": ("install", "_forward", "_set_aside"),
     "manage/cleanup.py": ("_discard",),
     "records/proofs.py": ("record",),
+    "manage/doctor.py": ("_layout", "rebuild", "_store", "_tool"),
+    "host/locks.py": ("_open",),
+    "host/git.py": ("_set_aside_config",),
+    "backends/nix_cache.py": ("push_tool",),
 }
 
 _TARGET = os.environ.get(ENV) or None

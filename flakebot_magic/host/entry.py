@@ -21,15 +21,25 @@ afresh each time.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
 
+from ..commands import typed
 from ..errors import StorageError
 from .fsutil import sha256_regular
 from .storage import read_cache_json
 
-__all__ = ["binary_digest", "entry_damage", "forget_verdicts", "runnable_damage"]
+__all__ = [
+    "binary_digest",
+    "entry_damage",
+    "forget_verdicts",
+    "mode_damage",
+    "remedy",
+    "restore_modes",
+    "runnable_damage",
+]
 
 _Identity = tuple[int, int, int, int, int]
 _Stamp = tuple[_Identity, ...]
@@ -54,23 +64,96 @@ def _bin_dir(path: Path, manifest: dict[str, Any]) -> Path:
     return Path(str(nix or path)) / "bin"
 
 
-def entry_damage(path: Path) -> str:
+def entry_damage(path: Path, *, modes: bool = True) -> str:
     """Why the store entry ``path`` cannot be served, in words ("": it is whole).
 
     Its manifest must parse (read bounded, never blocking), and each binary
     it lists be there with the size and sha256 recorded at deploy
     (``digests``; an entry from before digests is checked for its binaries
     only). Reading the binaries costs a hash of a few MB: cheap beside a build.
+    Its modes must let a process without privileges read and run it
+    (:func:`mode_damage`); ``modes=False`` asks about its content alone (is it
+    as deployed: evidence of a tool, whatever its modes, which ``doctor`` gives back).
     """
     try:
         manifest = read_cache_json(path / "manifest.json")
     except (OSError, StorageError) as exc:
         return f"its manifest {path / 'manifest.json'} is damaged or unreadable ({exc})"
-    return _damage(path, manifest)
+    return _damage(path, manifest, modes=modes)
 
 
-def _damage(path: Path, manifest: dict[str, Any]) -> str:
-    """:func:`entry_damage` of the entry ``path`` whose manifest reads ``manifest``."""
+#: how :func:`mode_damage` words what it finds (:func:`remedy` knows it by this)
+_MODES = "(its mode is "
+#: what each part of an entry must allow: search and read a directory, read the manifest, read and run a binary
+_DIRECTORY, _FILE, _PROGRAM = 0o5, 0o4, 0o5
+
+
+def _allowed(info: os.stat_result, need: int) -> bool:
+    """Whether the mode bits of ``info`` that apply to this user (owner's, group's or others') grant ``need``
+    (``rwx`` as 0o7): what a process without privileges may do, as a tool in the sandbox runs (root's power to
+    ignore modes ends there)."""
+    if info.st_uid == os.geteuid():
+        shift = 6
+    elif info.st_gid in (os.getegid(), *os.getgroups()):
+        shift = 3
+    else:
+        shift = 0
+    return (info.st_mode >> shift) & need == need
+
+
+def _parts(path: Path, manifest: dict[str, Any]) -> list[tuple[Path, int]]:
+    """The entry's parts a run reads, each with what it must allow (:data:`_DIRECTORY`, ...)."""
+    bin_dir = _bin_dir(path, manifest)
+    names = [str(name) for name in manifest.get("binaries") or []]
+    return [(path, _DIRECTORY), (path / "manifest.json", _FILE), (bin_dir, _DIRECTORY)] + [
+        (bin_dir / name, _PROGRAM) for name in names
+    ]
+
+
+def mode_damage(path: Path, manifest: dict[str, Any]) -> str:
+    """Why a process without privileges (the sandbox, a user) could not read or run the entry ``path``, in words
+    ("": it can). Root reads a mode-000 file all the same; a tool in the sandbox cannot."""
+    for part, need in _parts(path, manifest):
+        try:
+            info = os.stat(part)
+        except FileNotFoundError:
+            continue  # gone: the digests' check says so
+        except OSError as exc:
+            return f"{part} cannot be looked at ({exc.strerror or exc})"
+        if not _allowed(info, need):
+            what = {_DIRECTORY: "listed", _FILE: "read", _PROGRAM: "read and run"}[need]
+            return f"{part} cannot be {what} {_MODES}{stat.S_IMODE(info.st_mode):03o})"
+    return ""
+
+
+def restore_modes(path: Path) -> list[Path]:
+    """Give the owner back what each part of the entry ``path`` needs (:func:`mode_damage`), nothing more; the parts
+    changed. The entry and its manifest first (then the manifest is read for the rest). Parts outside the entry (a
+    nix store path's) are nix's, and left alone. Raises ``OSError`` (or
+    :class:`~flakebot_magic.errors.StorageError`: its manifest does not parse) when it cannot."""
+    changed = _restore(path, [(path, _DIRECTORY), (path / "manifest.json", _FILE)])
+    return changed + _restore(path, _parts(path, read_cache_json(path / "manifest.json"))[2:])
+
+
+def _restore(entry: Path, parts: list[tuple[Path, int]]) -> list[Path]:
+    changed = []
+    for part, need in parts:
+        try:
+            info = os.lstat(part)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode) or not part.is_relative_to(entry) or info.st_uid != os.geteuid():
+            continue
+        if not _allowed(info, need):
+            os.chmod(part, stat.S_IMODE(info.st_mode) | (need << 6))
+            changed.append(part)
+    return changed
+
+
+def _damage(path: Path, manifest: dict[str, Any], *, modes: bool = True) -> str:
+    """:func:`entry_damage` of the entry ``path`` whose manifest reads ``manifest``: what its content lacks first,
+    then what its modes forbid (a content that could not be read for its modes is said as the modes)."""
+    forbidden = mode_damage(path, manifest) if modes else ""
     bin_dir = _bin_dir(path, manifest)
     digests = manifest.get("digests")
     digests = digests if isinstance(digests, dict) else {}
@@ -83,8 +166,8 @@ def _damage(path: Path, manifest: dict[str, Any]) -> str:
             if isinstance(recorded, dict) and recorded != binary_digest(binary):
                 return f"its binary {binary} is not the one deployed (size or sha256 differs)"
         except OSError as exc:
-            return f"its binary {binary} cannot be read ({exc.strerror or exc})"
-    return ""
+            return forbidden or f"its binary {binary} cannot be read ({exc.strerror or exc})"
+    return forbidden
 
 
 def _identity(path: str) -> _Identity:
@@ -127,7 +210,14 @@ def runnable_damage(store_path: Path | str, binary: Path | str) -> str:
     names = [str(name) for name in manifest.get("binaries") or []]
     bin_dir = _bin_dir(store_path, manifest)
     listed = [str(bin_dir / name) for name in names]
-    paths = (str(manifest_path), *listed, *([] if str(binary) in listed else [str(binary)]))
+    # the entry and its bin/ too: a chmod of either (which root's reads ignore, the sandbox's do not) changes them
+    paths = (
+        str(manifest_path),
+        *listed,
+        *([] if str(binary) in listed else [str(binary)]),
+        str(store_path),
+        str(bin_dir),
+    )
     try:  # before the binaries are hashed: a change while they are read changes the next stamp
         stamp: _Stamp | None = (manifest_seen, *[_identity(path) for path in paths[1:]])
     except OSError:
@@ -143,6 +233,14 @@ def runnable_damage(store_path: Path | str, binary: Path | str) -> str:
         with _LOCK:
             _WHOLE[key] = (paths, stamp)
     return ""
+
+
+def remedy(name: str, why: str) -> str:
+    """The one command that makes tool ``name``'s entry runnable again, given :func:`runnable_damage`'s ``why``:
+    ``doctor`` when only its modes are wrong (it gives them back), else ``rebuild NAME``."""
+    if _MODES in why:
+        return f"{typed('doctor')} gives its owner back the reading and running of it"
+    return f"Build it again with {typed(f'rebuild {name}')}; {typed('doctor')} sets the damaged entry aside"
 
 
 def forget_verdicts() -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "NOT_A_FILE",
     "RACY_SECONDS",
     "TooLarge",
     "UnsafePath",
@@ -57,6 +58,7 @@ __all__ = [
     "read_inside",
     "read_regular",
     "real_dir",
+    "set_aside_non_file",
     "settled",
     "sha256_regular",
 ]
@@ -379,6 +381,29 @@ def sha256_regular(path: Path) -> str:
     finally:
         os.close(fd)
     return digest.hexdigest()
+
+
+#: what a file of flakebot's that is no regular file (a directory, a symlink, a FIFO) is renamed to, beside it:
+#: ``NAME.not-a-file-<ns>`` (a lock, a tool card, a workspace's ``.git/config``)
+NOT_A_FILE = ".not-a-file-"
+
+
+def set_aside_non_file(path: Path) -> Path | None:
+    """Rename ``path`` aside (``NAME.not-a-file-<ns>``, kept) when something other than a regular file stands
+    there: a directory, a symlink (moved, never followed), a FIFO. Where it went; None when ``path`` is a regular
+    file or nothing (another process may have set it aside a moment ago). Raises ``OSError`` when it cannot be moved.
+    """
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    aside = path.with_name(f"{path.name}{NOT_A_FILE}{time.monotonic_ns()}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return None
+    return aside
 
 
 def fsync_dir(directory: Path) -> None:

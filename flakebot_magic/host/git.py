@@ -52,7 +52,8 @@ from pathlib import Path
 
 from ..errors import ForkError
 from ..untrusted import safe_text
-from .fsutil import atomic_write, read_regular
+from .crashpoints import crash_point
+from .fsutil import atomic_write, read_regular, set_aside_non_file
 from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
 from .trees import Walk, remove_tree
@@ -198,6 +199,7 @@ class Git:
             os.unlink(commondir)
             dropped.append("(a commondir file)")
         config = git_dir / "config"
+        dropped += _set_aside_config(config)
         text = _read_small(config)
         if text is not None:
             kept: list[tuple[str, str, str]] = []
@@ -376,6 +378,14 @@ def _loose_commit_tree(git_dir: Path, commit: str) -> str:
         return ""
     tree = line[5:]
     return tree if _OBJECT_ID.fullmatch(tree) and len(tree) == len(commit) else ""
+
+
+def _set_aside_config(config: Path) -> list[str]:
+    """What stands in place of ``.git/config`` when it is no file (a directory, a symlink, a FIFO: no git could
+    read it) set aside, kept; git reads a repository without one as ``git init`` made it. What was done, in words."""
+    aside = set_aside_non_file(config)
+    crash_point("git.config_aside")
+    return [f"(.git/config was no file: set aside at {aside})"] if aside is not None else []
 
 
 def _read_small(path: Path) -> str | None:

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -29,7 +30,8 @@ from pathlib import Path
 from ..errors import ToolBusy
 from ..request import check_tool_name
 from .cache import CacheLayout
-from .fsutil import load_json, private_dir
+from .crashpoints import crash_point
+from .fsutil import load_json, private_dir, set_aside_non_file
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
 
@@ -72,7 +74,22 @@ def _read_holder(fd: int) -> LockHolder:
 
 
 def _open(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """The lock file ``path``, opened (made when missing). Whatever else stands in its place (a directory, a
+    symlink, a FIFO: no build made it, and no process can hold it as the lock) is set aside first
+    (``NAME.lock.not-a-file-<ns>``, kept), so that it blocks the tool for no longer than this."""
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EISDIR, errno.ELOOP, errno.ENXIO):
+                raise
+        else:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+        set_aside_non_file(path)
+        crash_point("lock.aside")
+    raise IsADirectoryError(errno.EISDIR, "the lock file is no regular file, and comes back", str(path))
 
 
 @contextmanager

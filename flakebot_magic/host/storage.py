@@ -4,10 +4,11 @@ Whatever reads or writes the cache dir can meet ``OSError`` or ``sqlite3.Error``
 The boundaries (the tool inventory, the search index, a build, a management
 command) wrap their work in :func:`storage_errors`, which re-raises either as a
 :class:`~flakebot_magic.errors.FlakebotError` that says what happened and what
-to do (``raise ... from exc``, as httpx's ``map_exceptions`` does). Nothing
-here matches error strings: a full disk is ``ENOSPC``/``EDQUOT``, SQLite's
-``SQLITE_FULL``, or an I/O error (``SQLITE_IOERR``, or a child process such
-as cargo or git that failed) while the file system has next to nothing free.
+to do (``raise ... from exc``, as httpx's ``map_exceptions`` does). A full
+disk is ``ENOSPC``/``EDQUOT``, SQLite's ``SQLITE_FULL``, or an I/O error
+(``SQLITE_IOERR``, or a child process such as cargo or git that failed)
+while the file system has next to nothing free; a child process says it in
+words only, its C library's (:func:`no_space`: the one place they are read).
 
 Examples
 --------
@@ -36,9 +37,12 @@ from .fsutil import TooLarge, UnsafePath, load_json, read_regular
 __all__ = [
     "CACHE_FILE_LIMIT",
     "FULL_MARGIN",
+    "NO_SPACE_WORDS",
+    "SAID_FULL_MARGIN",
     "amount",
     "free_bytes",
     "is_full",
+    "no_space",
     "read_cache_file",
     "read_cache_json",
     "storage_errors",
@@ -89,6 +93,24 @@ def free_bytes(path: Path) -> int:
 def is_full(path: Path, margin: int = FULL_MARGIN) -> bool:
     """Whether the file system holding ``path`` has less than ``margin`` bytes free."""
     return free_bytes(path) < margin
+
+
+#: how a program says it met ENOSPC or EDQUOT: its C library's words (Rust adds "(os error 28)"), in a
+#: compiler's, a linker's, a test's or git's output
+NO_SPACE_WORDS = tuple(os.strerror(code) for code in _NO_SPACE)
+#: below this many free bytes, a child that said so found this disk full: a failed cargo removes what it had
+#: half written, so what it leaves free is far above :data:`FULL_MARGIN` and far below a roomy disk's (a test
+#: filling the sandbox's own small tmpfs says the same words on a disk with room: that is the crate's)
+SAID_FULL_MARGIN = 512 * 1024 * 1024
+
+
+def no_space(what: str, path: Path, *outputs: str) -> DiskFull | None:
+    """The :class:`DiskFull` for a child process (cargo, its tests, git, nix) whose ``outputs`` say it met no
+    space, on the disk holding ``path``; None when they do not, or the disk has room (:data:`SAID_FULL_MARGIN`)."""
+    said = any(words in text for text in outputs for words in NO_SPACE_WORDS)
+    if not said or free_bytes(path) >= SAID_FULL_MARGIN:
+        return None
+    return _disk_full(what, path, errno_=errno.ENOSPC)
 
 
 def sqlite_code(exc: sqlite3.Error) -> tuple[int, str]:

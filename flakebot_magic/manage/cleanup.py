@@ -56,7 +56,8 @@ from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
 from ..stages.workspace import NEXT_DIR, OLD_DIR
-from .doctor import doctor, prepare, store_entries
+from .doctor import health, prepare, rebuild
+from .evidence import namings, unaccounted
 from .tools import stop_all
 from .transaction import pending
 
@@ -87,6 +88,11 @@ class CleanReport:
     prepared: list[str] = field(default_factory=list)
     #: a dry run: nothing was removed, ``removed`` and ``freed`` say what would be
     dry_run: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether clean stopped short (:attr:`refused`): ``flakebot clean`` then exits 1."""
+        return bool(self.refused)
 
     def summary(self) -> list[str]:
         lines = [f"kept {why}" for why in self.kept]
@@ -271,20 +277,18 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
         return
 
     _clean_leftovers(settings, report, running, remove)
-    entries = store_entries(settings)
-    health = Inventory(settings.cache.tools).check(entries)
-    if not health.ok:
+    found = health(settings)
+    if not found.ok:
         report.refused = (
-            f"the tool inventory cannot be trusted: {health.problem}. Store entries, workspaces and recipes were "
+            f"the tool inventory cannot be trusted: {found.problem}. Store entries, workspaces and recipes were "
             "left alone (only what no tool can use was removed)"
         )
-        if health.reason in ("empty", "missing") and running.holders:
+        if found.reason in ("empty", "missing") and running.holders:
             report.refused += "; a build is running, and its first record may be on its way: try again after it"
         elif not report.dry_run:
-            repaired = doctor(settings, health=health)
-            report.refused += (
-                f". {repaired.repair_line()} Check the tools with {typed('list')}, then run {typed('clean')} again."
-            )
+            repaired = rebuild(settings, found)
+            again = " ".join([repaired.repair_line(), *(f"{note}." for note in repaired.reregistered)])
+            report.refused += f". {again} Check the tools with {typed('list')}, then run {typed('clean')} again."
         return
     records = Inventory(settings.cache.tools).all()
     # by name, whatever form a record's path takes (another cache dir's, a relative one): what any record
@@ -295,9 +299,14 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
     # a second store (manage/team.py) records it, its binary being under that store's root)
     live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
     _clean_gcroots(settings.cache.gcroots, live, remove)
+    # an entry naming a tool with no record, or a newer build of one than its record, is kept whatever the last
+    # rebuild of the inventory made of it (the store is evidence: manage/evidence.py)
+    evidence = unaccounted({r.name: r for r in records}, namings(settings), reconciled=())
     if settings.cache.store.is_dir():
         for entry in sorted(settings.cache.store.iterdir()):
-            if entry.name not in live_store:
+            if entry.name in evidence:
+                report.kept.append(f"{entry}: {evidence[entry.name]}; {typed('doctor')} registers it")
+            elif entry.name not in live_store:
                 remove(entry)
     live_workspaces = {Path(r.workspace).name for r in records if r.workspace}
     if settings.cache.workspaces.is_dir():

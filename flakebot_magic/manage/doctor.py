@@ -1,63 +1,61 @@
-"""``flakebot doctor``: the cache checked, and the tool inventory rebuilt from what is on disk when it cannot be trusted.
+"""``flakebot doctor``: every damage it meets repaired or set aside, tool by tool; the tool inventory rebuilt from
+the disk when it cannot be trusted.
 
 Every command starts with :func:`prepare`: transactions a dead process left
 are finished or undone (:func:`~flakebot_magic.manage.transaction.recover`), then
-the inventory is checked (:meth:`~flakebot_magic.records.inventory.Inventory.check`:
-readable, ``PRAGMA quick_check``, every record parses, not empty while the
-store holds entries it never saw). One that cannot be trusted is rebuilt
-at once, by :func:`doctor`, which ``flakebot doctor`` / ``%flakebot doctor``
-also run by hand:
+the inventory's :func:`health` is checked: its file (readable, ``PRAGMA
+quick_check``, every record parses, not empty while the store holds entries
+it never saw: :meth:`~flakebot_magic.records.inventory.Inventory.check`) and
+what the store's manifests name that it does not account for (a tool with no
+record, or a newer build than its record: :func:`~flakebot_magic.manage.evidence.unaccounted`).
+One that cannot be trusted is rebuilt at once from what the disk proves
+(:func:`~flakebot_magic.manage.evidence.reconstruct`: tool cards, workspaces,
+store entries; the readable old records it does not replace are kept): the new
+inventory is written beside, the damaged file (and its ``-wal``) moved to
+``tools.sqlite3.damaged-<time>`` (named in the report), then the new one put
+in its place.
 
-* each tool's record comes from its workspace: the tool card the
-  transaction wrote (``workspaces/NAME/.git/flakebot-tool.json``), believed
-  only when its store entry is there with the same hash and binary and its
-  commit is in the workspace's history; a workspace from before tool cards
-  gives its crate (``.git/flakebot.json``) and HEAD, matched with the store
-  entry whose manifest names that commit;
-* what the damaged inventory still says of the same build (its log, its
-  request, who asked for it) is kept;
-* the new inventory is written beside, the damaged file (and its ``-wal``)
-  moved to ``tools.sqlite3.damaged-<time>`` (named in the report), then the
-  new one put in its place.
+``flakebot doctor`` / ``%flakebot doctor`` does that and goes through
+everything, each repair on its own (one that fails stops no other):
 
-The doctor also says which records disagree with the disk (a store entry or
-a workspace removed by hand) and removes git lock files a killed git left in
-the tools' workspaces. It never deletes a tool.
+* the cache's directories that are no directories, and flakebot's files
+  that are no files (a tool's lock, an intent), set aside (kept);
+* each store entry: modes its owner cannot read or run by given back (root
+  ignores them, a tool in the sandbox does not), then a damaged one set aside;
+* each tool: what stands in place of its tool card or ``.git/config`` set
+  aside, a killed git's lock files removed, its card written again from its
+  record when it is missing; the record checked against its store entry and
+  workspace; a command-line tool's binary run once in the sandbox (its
+  ``--help``), so one that cannot start is found before a call.
+
+What it cannot repair is a problem naming the one command that fixes it
+(:attr:`DoctorReport.problems`); ``flakebot doctor`` exits 1 while any
+remain. It never deletes a tool.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..clients.contract import ToolContract
-from ..clients.kinds import is_server
+from ..clients.cli_tool_help import probe_help
 from ..commands import typed
 from ..config import Settings
-from ..errors import StorageError
+from ..errors import FlakebotError, StorageError
+from ..host.crashpoints import crash_point
+from ..host.entry import remedy, restore_modes, runnable_damage
+from ..host.fsutil import set_aside_non_file
 from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
 from ..host.process import ProcessRunner
-from ..host.storage import read_cache_json, storage_errors
+from ..host.storage import storage_errors
 from ..records.inventory import Health, Inventory, ToolRecord
 from ..stages.deploy import entry_damage, set_aside
-from ..stages.workspace import Workspace
-from .transaction import read_card, recover
+from .evidence import entry_of, has_commit, namings, reconstruct, store_entries, unaccounted
+from .transaction import CARD_FILE, read_card, recover, write_card
 
-__all__ = ["DoctorReport", "doctor", "prepare", "reconstruct", "store_entries"]
-
-#: what the damaged inventory may still tell of a build the rebuilt record describes
-_KEPT_FROM_OLD = ("created", "log_path", "request", "requested_by", "description", "extra")
-
-
-def store_entries(settings: Settings) -> list[str]:
-    """The names of the store's complete entries (those with a manifest)."""
-    store = settings.cache.store
-    if not store.is_dir():
-        return []
-    return sorted(e.name for e in store.iterdir() if not e.name.startswith(".") and (e / "manifest.json").is_file())
+__all__ = ["DoctorReport", "doctor", "health", "prepare", "reconstruct", "store_entries"]
 
 
 @dataclass
@@ -72,12 +70,18 @@ class DoctorReport:
     #: the tools whose records were rebuilt, and workspaces that gave none (and why)
     rebuilt: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    #: records that disagree with the disk (not changed: the doctor never deletes a tool)
+    #: tools re-registered from their store entry alone, with what is missing of their provenance
+    reregistered: list[str] = field(default_factory=list)
+    #: what the doctor could not repair, each naming the one command that does (it never deletes a tool)
     problems: list[str] = field(default_factory=list)
+    #: what disagrees but needs no repair (a workspace edited since its build)
+    remarks: list[str] = field(default_factory=list)
     #: git lock files a killed git had left in the tools' workspaces, removed
     unlocked: list[Path] = field(default_factory=list)
-    #: damaged store entries and cache directories moved aside (kept), in words
+    #: what was moved aside (kept) or given back: damaged store entries, cache directories and files, modes
     set_aside: list[str] = field(default_factory=list)
+    #: whether the checks of every tool ran (``prepare``'s rebuild alone does not)
+    full: bool = False
 
     def repair_line(self) -> str:
         """One sentence on the repair ("" when the inventory was fine)."""
@@ -90,26 +94,35 @@ class DoctorReport:
             f"the workspaces: {len(self.rebuilt)} tool{'' if len(self.rebuilt) == 1 else 's'} ({names}){kept}."
         )
 
+    @property
+    def failed(self) -> bool:
+        """Whether problems remain: ``flakebot doctor`` then exits 1."""
+        return bool(self.problems)
+
     def summary(self) -> list[str]:
         lines = list(self.recovered)
         lines.append(self.repair_line() or "The tool inventory is sound (quick_check ok, every record parses).")
+        lines += self.reregistered
         lines += [f"not rebuilt: {why}" for why in self.skipped]
         lines += [f"removed {lock} (a killed git's lock)" for lock in self.unlocked]
         lines += self.set_aside
+        lines += self.remarks
         lines += [f"problem: {p}" for p in self.problems] or ["Every record agrees with its store entry and workspace."]
         return lines
 
     @property
     def data(self) -> dict[str, Any]:
         return {
-            "ok": self.health.ok,
+            "ok": self.health.ok and not self.problems,
             "reason": self.health.reason,
             "problem": self.health.problem,
             "recovered": list(self.recovered),
             "aside": str(self.aside) if self.aside else None,
             "rebuilt": list(self.rebuilt),
+            "reregistered": list(self.reregistered),
             "skipped": list(self.skipped),
             "problems": list(self.problems),
+            "remarks": list(self.remarks),
             "unlocked": [str(p) for p in self.unlocked],
             "set_aside": list(self.set_aside),
         }
@@ -123,11 +136,31 @@ class DoctorReport:
         return []
 
 
+def health(settings: Settings) -> Health:
+    """Whether the tool inventory can be trusted: its file (:meth:`Inventory.check`), then what the store names
+    that it does not account for (:func:`~flakebot_magic.manage.evidence.unaccounted`). Reads only."""
+    entries = store_entries(settings)
+    inventory = Inventory(settings.cache.tools)
+    found = inventory.check(entries)
+    if not found.ok:
+        return found
+    try:
+        records = {record.name: record for record in inventory.all()}
+    except StorageError:
+        return found  # what check could not see (a full disk) is not looked at closer here either
+    missing = unaccounted(records, namings(settings, entries), inventory.reconciled_namings())
+    if not missing:
+        return found
+    first, *more = missing.values()
+    others = f" (and {len(more)} more entr{'y' if len(more) == 1 else 'ies'})" if more else ""
+    return Health("unaccounted", f"{first}{others}")
+
+
 def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     """What every command does first; returns what it did, in words (most often nothing).
 
     Unfinished transactions of dead processes are finished or undone; with
-    ``repair``, an inventory that cannot be trusted is rebuilt (:func:`doctor`).
+    ``repair``, an inventory that cannot be trusted is rebuilt (:func:`rebuild`).
     An inventory that is only empty (or not there yet) is left alone while a
     build runs (its first record may be on its way). A repair that fails (a full disk) is
     reported, not raised: reading commands go on.
@@ -140,248 +173,195 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
         notes.append(f"what an interrupted build left could not be finished now: {exc}")
     if not repair:
         return notes
-    health = Inventory(settings.cache.tools).check(store_entries(settings))
-    if health.ok or (health.reason in ("empty", "missing") and held_locks(settings.cache_dir)):
+    found = health(settings)
+    if found.ok or (found.reason in ("empty", "missing") and held_locks(settings.cache_dir)):
         return notes
     try:
-        report = doctor(settings, health=health)
+        report = rebuild(settings, found)
     except StorageError as exc:
-        return [*notes, f"the tool inventory cannot be trusted ({health.problem}) and could not be repaired now: {exc}"]
-    return [*notes, *report.recovered, report.repair_line()]
+        return [*notes, f"the tool inventory cannot be trusted ({found.problem}) and could not be repaired now: {exc}"]
+    return [*notes, report.repair_line(), *report.reregistered]
 
 
 def _layout(settings: Settings) -> list[str]:
-    """The cache's directories that are no directories (a file, a dangling symlink) set aside and made again."""
+    """The cache's directories that are no directories (a file, a dangling symlink) set aside and made again; tool
+    locks that are no files (a directory) set aside."""
     try:
         with storage_errors("setting aside what stands in place of a cache directory", settings.cache_dir):
-            return settings.cache.set_aside_non_directories()
+            done = settings.cache.set_aside_non_directories()
     except StorageError as exc:
         return [f"a cache directory is not a directory and could not be set aside now: {exc}"]
+    locks = settings.cache.locks
+    for lock in sorted(locks.glob("*.lock")) if locks.is_dir() and not locks.is_symlink() else ():
+        try:
+            aside = set_aside_non_file(lock)
+            crash_point("doctor.lock_aside")
+        except OSError as exc:
+            done.append(f"{lock} is no lock file and could not be set aside now ({exc.strerror or exc})")
+            continue
+        if aside is not None:
+            done.append(f"set aside {lock} (it was no lock file): it is at {aside} now (kept)")
+    return done
 
 
-def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
-    """Check the inventory and the tools on disk; rebuild the inventory when it cannot be trusted.
+def rebuild(settings: Settings, found: Health | None = None) -> DoctorReport:
+    """The inventory rebuilt from the disk when it cannot be trusted (``found``: what :func:`health` just said).
 
-    ``health``: what a check just found (else the doctor checks). Raises
-    :class:`~flakebot_magic.errors.StorageError` when the rebuilt inventory
-    cannot be written (a full disk); the damaged one is then left in place.
+    Raises :class:`~flakebot_magic.errors.StorageError` when the rebuilt inventory cannot be written (a full disk);
+    the damaged one is then left in place.
     """
-    report = DoctorReport(set_aside=_layout(settings))
-    report.recovered = recover(settings)
-    entries = store_entries(settings)
+    report = DoctorReport(health=found if found is not None else health(settings))
+    if report.health.ok:
+        return report
     inventory = Inventory(settings.cache.tools)
-    report.health = health if health is not None else inventory.check(entries)
-    if not report.health.ok:
-        records, report.skipped = reconstruct(settings, inventory.readable_records())
-        report.aside = inventory.replace_all(records, entries)
-        report.rebuilt = [r.name for r in records]
-    report.set_aside += _set_aside_damaged(settings)
-    runner = ProcessRunner()
-    busy = held_locks(settings.cache_dir)
-    for record in inventory.all():
-        report.problems += _disagreements(settings, record, runner)
-        workspace = Path(record.workspace)
-        inside = record.workspace and settings.cache.inside(workspace, settings.cache.workspaces)
-        if inside and record.name not in busy and workspace.is_dir():
-            report.unlocked += remove_stale_locks(workspace)
+    with storage_errors("rebuilding the tool inventory", settings.cache.tools):
+        evidence = reconstruct(settings, inventory.readable_records())
+        report.aside = inventory.replace_all(evidence.records, store_entries(settings), evidence.considered)
+    crash_point("doctor.replaced")
+    report.rebuilt = [record.name for record in evidence.records]
+    report.skipped, report.reregistered = evidence.skipped, evidence.notes
     return report
 
 
-def _set_aside_damaged(settings: Settings) -> list[str]:
-    """Each store entry whose manifest or binaries are damaged, moved aside (kept): its next build makes it again."""
-    moved = []
+def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
+    """Check and repair the cache, tool by tool (see the module); the inventory rebuilt when it cannot be trusted.
+
+    ``health``: what a check just found. Raises :class:`~flakebot_magic.errors.StorageError` when the rebuilt
+    inventory cannot be written (a full disk); the damaged one is then left in place.
+    """
+    set_aside_now = _layout(settings)
+    recovered = recover(settings)
+    set_aside_now += _store(settings)
+    report = rebuild(settings, health)
+    report.full = True
+    report.set_aside[:0], report.recovered = set_aside_now, recovered
+    runner = ProcessRunner()
+    busy = held_locks(settings.cache_dir)
+    probed: dict[tuple[str, str], str] = {}
+    for record in Inventory(settings.cache.tools).all():
+        name = record.name
+        try:
+            with storage_errors(f"checking {name!r}", settings.cache_dir):
+                _tool(settings, record, runner, name in busy, report, probed)
+        except (FlakebotError, OSError) as exc:  # one tool that cannot be checked stops no other
+            what = str(exc).split(". ")[0].rstrip(".")  # what happened; the one command is the doctor's to name
+            report.problems.append(
+                f"{name}: it could not be checked ({what}); {typed(f'rebuild {name}')} forks and builds it again"
+            )
+    return report
+
+
+def _store(settings: Settings) -> list[str]:
+    """Each store entry its owner cannot read or run given its modes back; each damaged one moved aside (kept):
+    its next build makes it again."""
+    done = []
     for name in store_entries(settings):
         entry = settings.cache.store / name
+        if not settings.cache.inside(entry, settings.cache.store, follow=False):
+            continue
+        try:
+            with storage_errors(f"checking the store entry {entry}", entry):
+                changed = restore_modes(entry)
+                crash_point("doctor.modes")
+        except StorageError:
+            changed = []  # a manifest that cannot be read: entry_damage says so below
         why = entry_damage(entry)
-        if why and settings.cache.inside(entry, settings.cache.store, follow=False):
+        if changed:
+            shown = ", ".join(str(path) for path in changed)
+            done.append(f"gave their owner back the reading and running of {shown}{'' if why else ' (they are whole)'}")
+        if why:
             aside = set_aside(entry)
+            crash_point("doctor.entry_aside")
             if aside is not None:
-                moved.append(f"set aside {entry}: {why}; it is at {aside} now (kept), its next build makes it again")
-    return moved
+                done.append(f"set aside {entry}: {why}; it is at {aside} now (kept), its next build makes it again")
+    return done
 
 
-def reconstruct(settings: Settings, old: dict[str, dict[str, Any]]) -> tuple[list[ToolRecord], list[str]]:
-    """The records the workspaces and the store entries prove; and why each other workspace gives none.
-
-    ``old`` holds what could still be read of the damaged inventory (records by name, as JSON).
-    """
-    records: list[ToolRecord] = []
-    skipped: list[str] = []
-    workspaces = settings.cache.workspaces
-    if not workspaces.is_dir():
-        return records, skipped
-    runner = ProcessRunner()
-    for workspace in sorted(workspaces.iterdir()):
-        if workspace.name.startswith(".") or workspace.is_symlink() or not workspace.is_dir():
-            continue
-        record, why = _from_card(settings, workspace, runner)
-        if record is None:
-            record, why = _from_manifest(settings, workspace, runner, why)
-        if record is None:
-            skipped.append(f"{workspace}: {why}")
-            continue
-        before = old.get(record.name)
-        if (
-            before is not None
-            and before.get("commit") == record.commit
-            and before.get("store_path") == record.store_path
-        ):
-            merged = {**record.to_json(), **{k: before[k] for k in _KEPT_FROM_OLD if k in before}}
-            record = ToolRecord.from_json(merged)
-        # a process the old record named is no business of the new one: it is started again when called
-        record.status, record.pid, record.url, record.token = (
-            ("stopped" if is_server(record.kind) else "ready"),
-            None,
-            "",
-            "",
-        )
-        log = settings.cache.logs / f"{record.name}.log"
-        if not record.log_path and log.is_file():
-            record.log_path = str(log)
-        records.append(record)
-    return records, skipped
-
-
-def _manifest(entry: Path) -> dict[str, Any] | None:
-    try:
-        return read_cache_json(entry / "manifest.json")
-    except (OSError, StorageError):
-        return None
-
-
-def _has_commit(workspace: Path, commit: str, runner: ProcessRunner) -> bool:
-    return bool(commit) and bool(
-        Git(workspace, runner)("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", check=False)
-    )
-
-
-def _entry_of(settings: Settings, record: ToolRecord) -> tuple[dict[str, Any] | None, str]:
-    """The manifest of ``record``'s store entry, or None and why it is not the record's."""
-    store = Path(record.store_path)
-    try:
-        inside = store.resolve().parent == settings.cache.store.resolve()
-    except OSError:
-        inside = False
-    if not inside:
-        return None, f"its store entry {store} is not in {settings.cache.store}"
-    if not store.is_dir():
-        return None, f"its store entry {store} is gone"
-    damage = entry_damage(store)
-    if damage:
-        return None, f"its store entry {store} is damaged: {damage}"
-    manifest = _manifest(store)
-    if manifest is None:
-        return None, f"its store entry {store} is gone"
-    if manifest.get("hash") != record.source_hash:
-        return None, f"its store entry {store} holds another build (hash {manifest.get('hash')})"
-    deployed = {store, Path(str(manifest.get("nix_store_path") or store))}
-    binary = Path(record.binary)
-    if binary.parent.name != "bin" or binary.parent.parent not in deployed:
-        return None, f"its binary {binary} is not in its store entry"
-    if binary.name not in (manifest.get("binaries") or []):
-        return None, f"its store entry built no binary {binary.name!r}"
-    return manifest, ""
-
-
-def _from_card(settings: Settings, workspace: Path, runner: ProcessRunner) -> tuple[ToolRecord | None, str]:
-    card = read_card(workspace)
-    if card is None:
-        return None, "no tool card"
-    try:
-        record = ToolRecord.from_json(dict(card["record"])).rebased(settings.cache.root)
-    except (TypeError, ValueError) as exc:
-        return None, f"its tool card does not parse ({exc})"
-    if record.name != workspace.name or Path(record.workspace) != workspace:
-        return None, f"its tool card names another tool ({record.name!r} at {record.workspace})"
-    _, why = _entry_of(settings, record)
+def _tool(
+    settings: Settings,
+    record: ToolRecord,
+    runner: ProcessRunner,
+    busy: bool,
+    report: DoctorReport,
+    probed: dict[tuple[str, str], str],
+) -> None:
+    """One tool: its workspace's files repaired (unless a build holds it), then checked against the disk and run."""
+    workspace = Path(record.workspace) if record.workspace else None
+    inside = workspace is not None and settings.cache.inside(workspace, settings.cache.workspaces)
+    if workspace is not None and inside and not busy and workspace.is_dir() and not workspace.is_symlink():
+        git_dir = workspace / ".git"
+        card = git_dir / CARD_FILE
+        if git_dir.is_dir() and not git_dir.is_symlink():
+            aside = set_aside_non_file(card)
+            crash_point("doctor.card_aside")
+            if aside is not None:
+                report.set_aside.append(f"set aside {card} (it was no tool card): it is at {aside} now (kept)")
+            git = Git(workspace, runner)
+            git.clean_config()  # what stands in place of .git/config is set aside
+            report.set_aside += [f"{record.name}: {line}" for line in git.cleaned if line.startswith("(.git/config")]
+            report.unlocked += remove_stale_locks(workspace)
+            crash_point("doctor.unlocked")
+    report.problems += _disagreements(settings, record, runner, report)
+    lost_card = workspace is not None and inside and not busy and workspace.is_dir() and read_card(workspace) is None
+    if (
+        workspace is not None
+        and lost_card
+        and _whole(settings, record)
+        and has_commit(workspace, record.commit, runner)
+    ):
+        write_card(workspace, record.to_json(), str(record.extra.get("txn") or ""))
+        crash_point("doctor.card")
+        report.set_aside.append(f"{record.name}: wrote its tool card {workspace / '.git' / CARD_FILE} again")
+    if not _whole(settings, record):
+        return
+    why = runnable_damage(record.store_path, record.binary)  # modes doctor could not give back (not its own)
     if why:
-        return None, why
-    if not _has_commit(workspace, record.commit, runner):
-        return None, f"its commit {record.commit[:12]} is not in its history"
-    return record, ""
+        report.problems.append(f"{record.name}: it cannot run: {why}; {remedy(record.name, why)}")
+        return
+    if record.kind == "cli":
+        key = (record.store_path, record.binary)
+        if key not in probed:
+            probe = probe_help(Path(record.binary), Path(record.store_path))
+            probed[key] = probe.failed
+        if probed[key]:
+            report.problems.append(
+                f"{record.name}: its binary {record.binary} {probed[key]} when run in the sandbox (its --help); "
+                f"{typed(f'rebuild {record.name}')} builds it again"
+            )
 
 
-def _from_manifest(
-    settings: Settings, workspace: Path, runner: ProcessRunner, why: str
-) -> tuple[ToolRecord | None, str]:
-    """A record for a workspace without a (usable) tool card: the store entry whose manifest names its HEAD."""
-    state = Workspace.load(workspace)
-    if state is None:
-        return None, f"{why}, and no readable .git/flakebot.json (not a whole fork)"
-    head = Git(workspace, runner)("rev-parse", "HEAD", check=False)
-    name = workspace.name
-    for entry_name in store_entries(settings):
-        entry = settings.cache.store / entry_name
-        manifest = _manifest(entry)
-        if manifest is None:
-            continue
-        tools = manifest.get("tools")
-        own = tools.get(name) if isinstance(tools, dict) else None
-        own = own if isinstance(own, dict) else None
-        if own is not None:
-            if own.get("commit") != head:
-                continue
-        elif not (manifest.get("commit") == head and manifest.get("crate") == state.crate.name):
-            continue
-        record = _record_from(entry, manifest, name, workspace, head, str((own or {}).get("forked_by") or name))
-        if record is not None:
-            return record, ""
-    return None, f"{why}, and no store entry was built from its HEAD {head[:12] or '(none)'}"
+def _whole(settings: Settings, record: ToolRecord) -> bool:
+    return not entry_of(settings, record)[1]
 
 
-def _record_from(
-    entry: Path, manifest: dict[str, Any], name: str, workspace: Path, commit: str, forked_by: str
-) -> ToolRecord | None:
-    binaries = [str(b) for b in manifest.get("binaries") or []]
-    if not binaries:
-        return None
-    contract = manifest.get("contract")
-    contract = contract if isinstance(contract, dict) else {}
-    crate = str(manifest.get("crate", ""))
-    main = str(contract.get("bin") or "")
-    if main not in binaries:
-        main = crate if crate in binaries else sorted(binaries)[0]
-    deployed = Path(str(manifest.get("nix_store_path") or entry))
-    return ToolRecord.of_entry(
-        name,
-        entry,
-        manifest,
-        binary=str(deployed / "bin" / main),
-        workspace=str(workspace),
-        commit=commit,
-        kind=ToolContract.from_json(contract).kind,
-        created=entry.stat().st_mtime,
-        extra={"rebuilt_by_doctor": time.time()},
-        forked_by=forked_by,
-    )
-
-
-def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner) -> list[str]:
-    """How ``record`` disagrees with its store entry and workspace (nothing: it is whole)."""
+def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner, report: DoctorReport) -> list[str]:
+    """How ``record`` disagrees with its store entry and workspace (nothing: it is whole), each with its command."""
     name = record.name
-    _, why = _entry_of(settings, record)
-    problems = [f"{name}: {why}; {typed(f'rebuild {name}')} builds it again"] if why else []
+    again = f"{typed(f'rebuild {name}')} builds it again"
+    _, why = entry_of(settings, record)
+    problems = [f"{name}: {why}; {again}"] if why else []
     if not Path(record.binary).is_file() and not why:
-        problems.append(f"{name}: its binary {record.binary} is gone; {typed(f'rebuild {name}')} builds it again")
+        problems.append(f"{name}: its binary {record.binary} is gone; {again}")
     if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
         return problems
     workspace = Path(record.workspace)
+    fork = f"{typed(f'rebuild {name}')} forks and builds it again"
     if not settings.cache.inside(workspace, settings.cache.workspaces):  # git there would harden (write) it
-        problems.append(f"{name}: its workspace {workspace} is not under {settings.cache.workspaces}; not looked at")
+        problems.append(f"{name}: its workspace {workspace} is not under {settings.cache.workspaces}; {fork}")
         return problems
-    if not workspace.is_dir():
-        problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown")
+    if not workspace.is_dir() or workspace.is_symlink():
+        problems.append(f"{name}: its workspace {workspace} is gone, so its source history cannot be shown; {fork}")
         return problems
-    if not _has_commit(workspace, record.commit, runner):  # its objects lost: HEAD's name alone proves nothing
+    if not has_commit(workspace, record.commit, runner):  # its objects lost: HEAD's name alone proves nothing
         problems.append(
             f"{name}: its recorded commit {record.commit[:12]} is not in its workspace {workspace} (its git "
-            f"objects are damaged or gone); {typed(f'rebuild {name}')} forks and builds it again"
+            f"objects are damaged or gone); {fork}"
         )
         return problems
     head = Git(workspace, runner)("rev-parse", "HEAD", check=False)
     if head != record.commit:
-        problems.append(
+        report.remarks.append(
             f"{name}: its workspace {workspace} is at {head[:12] or '(no commit)'}, not at the recorded "
-            f"{record.commit[:12]} (edited by hand, or a build there did not finish)"
+            f"{record.commit[:12]} (edited by hand, or a build there did not finish); the tool is its recorded build"
         )
     return problems

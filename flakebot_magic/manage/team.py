@@ -41,8 +41,9 @@ from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
 from ..request import RunFlags
-from ..stages.deploy import StorePath, write_entry
+from ..stages.deploy import StorePath, add_tool, write_entry
 from .tools import Answer, CommandResult, find, load
+from .transaction import tool_entry
 
 __all__ = [
     "Pin",
@@ -420,24 +421,27 @@ def _install(
         confine=settings.confine_tools,
         home=settings.cache.root,
     )
-    Inventory(settings.cache.tools).save(
-        ToolRecord.of_entry(
-            name,
-            entry.path,
-            manifest,
-            # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
-            binary=str(entry.path / "bin" / proof.main),
-            workspace="",
-            commit=str(provenance.get("commit", "")),
-            kind=tool.kind,
-            created=time.time(),
-            extra={"nix_store_path": tool_path, "substituted_from": cache, "signed_by": signer},
-            source_hash=key,
-            checksum_kind=str(provenance.get("checksum_kind", "")),
-            registry=str(provenance.get("registry", "")),
-            request=str(provenance.get("request", "")),
-        )
+    record = ToolRecord.of_entry(
+        name,
+        entry.path,
+        manifest,
+        # through the entry's bin (a link to the store path's, wherever that store keeps it), as doctor expects
+        binary=str(entry.path / "bin" / proof.main),
+        workspace="",
+        commit=str(provenance.get("commit", "")),
+        kind=tool.kind,
+        created=time.time(),
+        extra={"nix_store_path": tool_path, "substituted_from": cache, "signed_by": signer},
+        source_hash=key,
+        checksum_kind=str(provenance.get("checksum_kind", "")),
+        registry=str(provenance.get("registry", "")),
+        request=str(provenance.get("request", "")),
     )
+    Inventory(settings.cache.tools).save(record)
+    try:  # its store entry names it as a build's does: with the inventory lost, the entry brings it back
+        add_tool(entry, name, tool_entry(record))
+    except DeployError:
+        pass  # the record has it; the doctor needs the naming only when the inventory is lost
     return tool, rebuildable
 
 

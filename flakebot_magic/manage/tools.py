@@ -31,7 +31,7 @@ from ..clients.kinds import a_noun, is_server, proxied
 from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError, UsageError
-from ..host.process import alive, kill_tree, process_started_at
+from ..host.process import alive, kill_tree
 from ..host.storage import read_cache_json
 from ..options import option
 from ..records.inventory import Inventory, ToolRecord
@@ -39,8 +39,10 @@ from ..records.provenance import WorkspaceDiff, provenance_of, render_text, work
 from ..records.runlog import Attempt, attempt_of, attempts, cached_log_path, last_attempt_log, log_part, log_path
 from ..records.sessions import SESSION_KEYS, render_with_sessions, session_parts
 from ..untrusted import make_fields_safe, safe_html, safe_line, safe_text
+from .status import BROKEN, same_process, status_of, why_gone
 
 __all__ = [
+    "BROKEN",
     "NO_TOOLS",
     "SESSION_KEYS",
     "TOOL_JSON_KEYS",
@@ -127,7 +129,7 @@ def load(settings: Settings, name: str) -> Any:
     record = find(settings, name)
     if not (binary := Path(record.binary)).is_file():
         raise UsageError(
-            f"The tool {name!r} is registered, but its binary {binary} is gone (removed by `clean`?). "
+            f"The tool {name!r} is registered, but its binary {binary} is gone ({why_gone(record)}). "
             f"Build it again with {typed(f'rebuild {name}')}."
         )
     tool = tool_of(record, settings)
@@ -197,22 +199,6 @@ def _when(stamp: float) -> str:
 
 def _started(record: ToolRecord) -> str:
     return _when(record.started or record.created)
-
-
-def _same_process(pid: int, record: ToolRecord) -> bool:
-    """Whether ``pid`` is still the process the record names: it started no later than recorded."""
-    started = process_started_at(pid)
-    if started is None or not record.started:
-        return False
-    return started <= record.started + 1.0  # a reused PID started after the record was written
-
-
-def status_of(record: ToolRecord) -> str:
-    """The record's status, corrected when a recorded process is gone."""
-    # a recorded "running" whose process is gone (kernel restarted, machine rebooted) is stale
-    if record.status == "running" and record.pid and not (alive(record.pid) and _same_process(record.pid, record)):
-        return "stopped"
-    return record.status
 
 
 #: what ``list`` says when there is no tool yet, in a notebook
@@ -353,7 +339,7 @@ def stop(settings: Settings, name: str, *, grace: float = 2.0) -> str:
     pid = record.pid
     if record.status == "running" and alive(pid):
         assert pid is not None
-        if not _same_process(pid, record):
+        if not same_process(pid, record):
             # the tool is gone and its PID now belongs to another process: never signal that one
             inventory.update(name, status="stopped", pid=None)
             return f"{name} is not running (its recorded pid {pid} now belongs to another process)."

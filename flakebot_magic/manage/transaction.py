@@ -43,16 +43,28 @@ from typing import Any
 from ..commands import typed
 from ..config import Settings
 from ..errors import DeployError, StorageError, ToolBusy
+from ..host.cache import make_private
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
 from ..host.storage import read_cache_json, storage_errors
 from ..host.trees import remove_tree
 from ..records.inventory import Inventory, ToolRecord
+from ..request import is_tool_name
 from ..stages.deploy import StorePath, add_tool, swap_in
 from ..stages.workspace import NEXT_DIR, OLD_DIR, aside_path
 
-__all__ = ["CARD_FILE", "Intent", "confinement", "install", "pending", "read_card", "recover"]
+__all__ = [
+    "CARD_FILE",
+    "Intent",
+    "confinement",
+    "install",
+    "pending",
+    "read_card",
+    "recover",
+    "tool_entry",
+    "write_card",
+]
 
 #: the tool card, in a tool's workspace: ``.git/`` is read-only to the code that runs in the workspace
 CARD_FILE = "flakebot-tool.json"
@@ -225,9 +237,12 @@ def write_card(workspace: Path, record: dict[str, Any], txn: str) -> None:
     atomic_write(workspace / ".git" / CARD_FILE, json.dumps({"txn": txn, "record": public}, indent=2), root=workspace)
 
 
-def _tool_entry(record: ToolRecord) -> dict[str, str]:
-    """What a store entry's manifest keeps of one tool (``tools[NAME]``)."""
-    return {"commit": record.commit, "workspace": record.workspace, "forked_by": record.forked_by or record.name}
+def tool_entry(record: ToolRecord) -> dict[str, str]:
+    """What a store entry's manifest keeps of one tool (``tools[NAME]``): with its transaction's id, which says
+    which of two entries naming one tool named it last (:mod:`flakebot_magic.manage.evidence`)."""
+    entry = {"commit": record.commit, "workspace": record.workspace, "forked_by": record.forked_by or record.name}
+    txn = record.extra.get("txn")
+    return {**entry, "txn": txn} if isinstance(txn, str) and txn else entry
 
 
 def install(
@@ -313,7 +328,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
     crash_point("txn.record")
     record = ToolRecord.from_json(intent.record)
     try:
-        add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, _tool_entry(record))
+        add_tool(StorePath(Path(record.store_path), record.source_hash), record.name, tool_entry(record))
     except DeployError as exc:
         notice(f"{exc} (the record has it; {typed('doctor')} needs it only when the inventory is lost)")
     crash_point("txn.named")
@@ -397,8 +412,11 @@ def recover(settings: Settings) -> list[str]:
     for path in sorted(directory.glob("*.json")):
         name = path.stem
         try:
-            with tool_lock(settings.cache_dir, name, wait=0):
-                note = _recover_one(settings, path)
+            if not is_tool_name(name):  # no build writes it: nothing of it is acted on
+                note = _set_aside(settings, path, f"{name!r} is no tool name")
+            else:
+                with tool_lock(settings.cache_dir, name, wait=0):
+                    note = _recover_one(settings, path)
         except ToolBusy:
             continue  # its build is still running
         except (OSError, StorageError) as exc:  # each intent on its own: one that cannot be handled stops no other
@@ -409,11 +427,13 @@ def recover(settings: Settings) -> list[str]:
 
 
 def _set_aside(settings: Settings, path: Path, why: str) -> str:
-    """Move the damaged intent ``path`` into the cache's ``damaged/`` (kept for a look, never acted on)."""
-    aside = settings.cache.damaged / f"intent-{path.stem}-{time.time_ns()}.json"
+    """Move the damaged intent ``path`` (a file, or a directory in its place) into the cache's ``damaged/`` (kept
+    for a look, never acted on)."""
+    aside = settings.cache.damaged / f"intent-{path.stem[:80]}-{time.time_ns()}.json"
     with storage_errors("setting a damaged intent aside", path):
-        aside.parent.mkdir(mode=0o700, exist_ok=True)
+        make_private(aside.parent)
         os.rename(path, aside)
+    crash_point("txn.intent_aside")
     return f"set aside the damaged intent {path} ({why}): it is at {aside} now (kept), nothing was done"
 
 
@@ -421,10 +441,13 @@ def _recover_one(settings: Settings, path: Path) -> str:
     try:
         intent = Intent.parse(path)
     except StorageError as exc:
-        if path.is_file() and not path.is_symlink():
-            return _set_aside(settings, path, str(exc))
-        path.unlink(missing_ok=True)  # not a file: nothing of it to keep (a symlink goes, its target stays)
-        return f"removed {path}: it was no intent ({exc})"
+        if path.is_symlink():
+            path.unlink(missing_ok=True)  # a symlink goes, its target stays (never followed)
+            crash_point("txn.intent_unlinked")
+            return f"removed {path}: it was no intent but a symlink ({exc})"
+        if not path.is_file():  # a directory (a FIFO...) in its place
+            return _set_aside(settings, path, "it is no file")
+        return _set_aside(settings, path, str(exc))  # a file that does not parse
     intent = intent.rebased(settings.cache.root)  # the cache dir may have moved since it was written
     why = confinement(settings, intent)
     if why or intent.name != path.stem:

@@ -27,14 +27,17 @@ from ..clients.contract import read_contract
 from ..clients.kinds import asked_kinds
 from ..commands import typed
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
+from ..host.cache import CacheLayout
 from ..host.git import Git
-from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
+from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, no_space, read_cache_json
 from ..host.trees import remove_tree
 from ..manage.cleanup import clean, size_of
 from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
 from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
+from ..request import is_tool_name
+from ..sandbox.command import release_target
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
 from ..stages.state import RunDeps, RunState, Stage
@@ -117,15 +120,20 @@ def deployed_tool(
             request=run.recorded_request,
             requested_by=run.request.requested_by,
         )
-        install(
-            settings,
-            record,
-            workspace.path,
-            replaces=workspace.replaces,
-            keep_replaced=not workspace.reused if keep_replaced is None else keep_replaced,
-            recipe=recipe,
-            notice=lambda message: bus.notice("fork", message),
-        )
+        if kept is not None and recipe is None and workspace.replaces is None and _same_tool(kept, record):
+            # a cache hit that is the tool already: nothing to install, only what the request adds to its record
+            # (which a full disk may refuse: the tool is whole all the same)
+            _note_request(deps, kept, record)
+        else:
+            install(
+                settings,
+                record,
+                workspace.path,
+                replaces=workspace.replaces,
+                keep_replaced=not workspace.reused if keep_replaced is None else keep_replaced,
+                recipe=recipe,
+                notice=lambda message: bus.notice("fork", message),
+            )
         run.workspace = replace(workspace, path=final, replaces=None)
         stage.detail = _after_install(tool, name, settings.cache.tools) or stage.detail
         if tool.kind not in asked_kinds(run.request.text):
@@ -156,16 +164,44 @@ def _after_install(tool: ToolClient, name: str, tools: Path) -> str:
     return f"{name}: {tool.kind}, {len(functions)} function(s)"
 
 
-def _builders(store: StorePath, settings_tools: Path) -> list[tuple[str, str, str]]:
-    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the inventory's."""
+#: what makes a record the same tool: a cache hit that changes none of these installs nothing
+_IDENTITY = ("binary", "store_path", "source_hash", "workspace", "commit", "forked_by", "kind", "backend")
+
+
+def _same_tool(kept: ToolRecord, record: ToolRecord) -> bool:
+    return all(getattr(kept, key) == getattr(record, key) for key in _IDENTITY) and bool(kept.extra.get("txn"))
+
+
+def _note_request(deps: RunDeps, kept: ToolRecord, record: ToolRecord) -> None:
+    """The request of a cache hit that is ``kept`` already, saved in its record; a disk too full for that is said."""
+    changes = {"request": record.request, "requested_by": record.requested_by, "description": record.description}
+    changes = {key: value for key, value in changes.items() if getattr(kept, key) != value}
+    if not changes:
+        return
+    try:
+        Inventory(deps.settings.cache.tools).update(kept.name, **changes)
+    except StorageError as exc:
+        deps.bus.notice("client", f"{kept.name!r} is the cached build, whole; its record keeps its old request ({exc})")
+
+
+def _builders(store: StorePath, cache: CacheLayout) -> list[tuple[str, str, str]]:
+    """(workspace, commit, forked_by) of every tool known to have built ``store``: its manifest's, the inventory's.
+
+    A tool's workspace is ``workspaces/NAME`` of the cache it is in: the manifest's path is where it was written
+    (a cache copied elsewhere names the original's), so its name is what counts.
+    """
     manifest = store.manifest
     found = [
-        (str(data.get("workspace", "")), str(data.get("commit", "")), str(data.get("forked_by") or tool))
+        (
+            str(cache.workspaces / tool) if data.get("workspace") else "",
+            str(data.get("commit", "")),
+            str(data.get("forked_by") or tool),
+        )
         for tool, data in sorted((manifest.get("tools") or {}).items())
-        if isinstance(data, dict)
+        if isinstance(data, dict) and is_tool_name(tool)
     ]
     try:
-        records = Inventory(settings_tools).all()
+        records = Inventory(cache.tools).all()
     except FlakebotError:
         records = []
     found += [
@@ -187,7 +223,7 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
     """
     settings, name = deps.settings, run.name
     final = settings.cache.workspaces / name
-    builders = _builders(store, settings.cache.tools)
+    builders = _builders(store, settings.cache)
     current = Workspace.load(final)
     if current is not None:
         head = Git(final, deps.runner)("rev-parse", "HEAD", check=False)
@@ -230,16 +266,17 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
     """
     settings = deps.settings
     cache = settings.cache_dir
-    if not isinstance(exc, DiskFull) and not is_full(cache):
+    if not isinstance(exc, DiskFull) and not is_full(cache) and no_space("a build", cache, str(exc)) is None:
         return None
-    written = size_of(attempt) if attempt is not None and attempt.is_dir() else 0
-    if attempt is not None:
-        remove_tree(attempt / "target", ignore_errors=True)
+    outputs = (attempt / "target", release_target(attempt)) if attempt is not None else ()
+    written = sum(size_of(path) for path in outputs if path.is_dir())
+    for path in outputs:  # nothing of a failed build stays on a full disk but its sources
+        remove_tree(path, ignore_errors=True)
     before = _built_before(settings.cache.store, run.candidate)
     reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)
     if isinstance(exc, DiskFull):
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        first = (str(exc).split(". ")[0].splitlines() or [type(exc).__name__])[0][:400]  # what met it, where
     else:  # cargo or git failing for want of space: what it said (a "compile" or "test" error) is not the crate's
         first = f"a step failed while the disk was full; its output is in the build log, {typed(f'logs {run.name}')}"
     if before:

@@ -7,10 +7,10 @@ transaction, so two processes never interleave a read-modify-write. Each call
 opens its own connection: nothing is shared between threads or processes.
 
 Reading never writes: a read opens the file read-only, and finds no file (or
-an empty one) as no tools, without making one. On a full disk, where SQLite
-cannot make the ``-shm`` file a WAL reader needs, a read falls back to the
-database file alone (``immutable=1``), so ``list``, ``show`` and ``clean``
-still work. Every SQLite and OS error leaves here as a
+an empty one) as no tools, without making one. On a full disk, or in a
+read-only ``tools/``, where SQLite cannot make the ``-shm`` file a WAL reader
+needs, a read falls back to the database file alone (``immutable=1``), so
+``list``, ``show``, ``clean`` and calls of ready tools still work. Every SQLite and OS error leaves here as a
 :class:`~flakebot_magic.errors.StorageError` (:mod:`flakebot_magic.host.storage`);
 a damaged file, or a record that does not parse, as
 :class:`~flakebot_magic.errors.InventoryDamaged`, which ``flakebot doctor``
@@ -64,8 +64,9 @@ DOCTOR_HINT = (
     f"Run {typed('doctor')}: it keeps the damaged file aside and rebuilds the registry "
     "from the store, the recipes and the workspaces."
 )
-#: SQLite's I/O error: on a full disk, the -shm file a WAL reader needs could not be made
-_SQLITE_IOERR = 10
+#: SQLite's I/O error and "cannot open": the -shm file a WAL reader needs could not be made (a full disk, a
+#: read-only directory)
+_NO_SHM = (10, 14)
 
 #: seconds a writer waits for another process's transaction before giving up
 BUSY_TIMEOUT = 30.0
@@ -323,11 +324,16 @@ class Inventory:
             with closing(self._open_read_only()) as db:
                 return db.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            # a WAL reader needs the -shm file; on a full disk SQLite cannot make it
-            if sqlite_code(exc)[0] != _SQLITE_IOERR or not is_full(self.dir):
+            # a WAL reader needs the -shm file; on a full disk, or in a directory it may not write, SQLite
+            # cannot make it
+            if sqlite_code(exc)[0] not in _NO_SHM or not self._unwritable():
                 raise
         with closing(self._open_read_only(immutable=True)) as db:
             return db.execute(sql, params).fetchall()
+
+    def _unwritable(self) -> bool:
+        """Whether nothing can be written beside the inventory now: a full disk, a read-only directory (or mount)."""
+        return is_full(self.dir) or not os.access(self.dir, os.W_OK)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -473,8 +479,8 @@ class Inventory:
                 unseen = set(store_entries) - set(seen if isinstance(seen, list) else [])
                 return self._empty("empty", unseen, f"{self.path} holds no tools")
         except StorageError as exc:
-            if not isinstance(exc, InventoryDamaged) and is_full(self.dir):
-                return Health()  # no closer look on a full disk: reads fall back to the file alone
+            if not isinstance(exc, InventoryDamaged) and self._unwritable():
+                return Health()  # no closer look on a full disk (or read-only): reads fall back to the file alone
             return Health("unreadable", f"SQLite cannot read {self.path} ({exc.__cause__ or exc})")
 
     @staticmethod
@@ -514,7 +520,18 @@ class Inventory:
                     found[name] = data
         return found
 
-    def replace_all(self, records: Collection[ToolRecord], store_entries: Collection[str]) -> Path | None:
+    def reconciled_namings(self) -> list[str]:
+        """The store's namings of tools the last :meth:`replace_all` considered (``[]``: none, or unreadable)."""
+        try:
+            with self._errors("reading the tool inventory"):
+                seen = self._meta("namings") if self.path.exists() and self._has("meta") else None
+        except StorageError:
+            return []
+        return [str(key) for key in seen] if isinstance(seen, list) else []
+
+    def replace_all(
+        self, records: Collection[ToolRecord], store_entries: Collection[str], namings: Collection[str] = ()
+    ) -> Path | None:
         """Make ``records`` the registry's whole content; the file they replace is kept aside, its path returned.
 
         The new registry is written beside under another name, then the old
@@ -522,7 +539,9 @@ class Inventory:
         ``tools.sqlite3.damaged-<time>`` and the new one renamed into place:
         a reader sees the old registry or the new one, never none half-made.
         ``store_entries`` (the store's complete entries) are remembered, so
-        that a registry left empty on purpose is not taken for a lost one.
+        that a registry left empty on purpose is not taken for a lost one, and
+        ``namings`` (the store's namings of tools the rebuild considered,
+        :mod:`flakebot_magic.manage.evidence`), so that one it could make no tool of is not asked about again.
         """
         fresh = Inventory(self.dir / f".rebuilding-{os.getpid()}-{time.time_ns()}")
         try:
@@ -532,6 +551,9 @@ class Inventory:
                 db.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('reconciled', ?)",
                     (json.dumps(sorted(store_entries)),),
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('namings', ?)", (json.dumps(sorted(namings)),)
                 )
             with fresh._errors("writing the rebuilt tool inventory"), closing(fresh._connect()) as db:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

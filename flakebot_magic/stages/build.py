@@ -61,11 +61,12 @@ from pathlib import Path
 from typing import Any
 
 from ..commands import typed
-from ..errors import BuildError, TestError, UpstreamTestError
+from ..errors import BuildError, DiskFull, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
 from ..host.fsutil import read_regular, real_dir, sha256_regular
 from ..host.git import Git
 from ..host.process import Completed
+from ..host.storage import no_space
 from ..records.proof_key import ProofKey
 from ..records.proofs import ProofRecord, ProofStore
 from ..sandbox.cargo import Cargo
@@ -286,6 +287,7 @@ class _Check:
         workspace = self.workspace
         fetched = self.cargo.fetch(workspace, policy=policy, timeout=self.build_timeout, on_line=self.log("build"))
         if fetched is not None and fetched.returncode != 0:
+            self.no_space(fetched, "cargo's download of the dependencies")
             raise BuildError(
                 f"cargo could not download the dependencies of {workspace.name}:\n{_describe([], fetched.stderr)}",
                 command=fetched.args,
@@ -332,6 +334,13 @@ class _Check:
             self.test_seconds = time.monotonic() - t0
         self.bus.emit(StageFinished(name, "done", _summary(name, self.results[name]), time.monotonic() - t0))
 
+    def no_space(self, done: Completed, what: str) -> None:
+        """Raise :class:`~flakebot_magic.errors.DiskFull` when the failed command ``done`` said it met no space on
+        a disk that is (next to) full: a storage error, never the crate's failure (:func:`~flakebot_magic.host.storage.no_space`)."""
+        full = no_space(f"{what} of {self.workspace.name}", self.workspace, done.stdout, done.stderr)
+        if full is not None:
+            raise full
+
     def release_build(self, source: Path) -> BuildResult:
         """``cargo build --release`` of ``source`` (the proven commit's files) into flakebot's own target dir; the
         binaries hashed as the build ends."""
@@ -356,6 +365,7 @@ class _Check:
                 "build", f"dropped a forged or unsafe compiler-artifact message from cargo's output: {why}", "warning"
             )
         if done.returncode != 0:
+            self.no_space(done, "cargo build")
             errors = _errors(diagnostics)
             raise BuildError(
                 f"cargo build failed for {workspace.name}:\n{_describe(errors, done.stderr)}",
@@ -396,6 +406,7 @@ class _Check:
         diagnostics += [d for d in map(parse_diagnostic_line, done.stderr.splitlines()) if d is not None]
         report = parse_test_output(other)
         if done.returncode != 0:
+            self.no_space(done, "cargo test")  # a compiler's, a linker's or a test's own "No space left on device"
             raise _test_failure(
                 self.workspace, done.args, _errors(diagnostics), report, done.stderr, upstream=self.upstream
             )
@@ -405,6 +416,9 @@ class _Check:
         """The first failure, the build's before the tests'; a release build that failed saying nothing gives
         way to the tests' compiler errors, which say why."""
         built, tested = self.failures.get("build"), self.failures.get("test")
+        for failure in (built, tested):  # a full disk is the cause whichever stage met it first
+            if isinstance(failure, DiskFull):
+                raise failure
         if (
             built is not None
             and not getattr(built, "diagnostics", None)

@@ -41,7 +41,7 @@ from typing import Any
 from ..commands import typed
 from ..errors import DeployError, StorageError
 from ..host.crashpoints import crash_point
-from ..host.entry import binary_digest, entry_damage
+from ..host.entry import binary_digest, entry_damage, restore_modes
 from ..host.fsutil import atomic_write, fsync_dir, sha256_regular
 from ..host.git import Git
 from ..host.locks import store_lock
@@ -156,8 +156,14 @@ def served(path: Path, key: str) -> StorePath | None:
     if not (path / "manifest.json").is_file():
         return None
     if entry_damage(path):
-        set_aside(path)
-        return None
+        if not entry_damage(path, modes=False):  # whole, its modes taken away: given back, as doctor does
+            try:
+                restore_modes(path)
+            except (OSError, StorageError):
+                pass
+        if entry_damage(path):
+            set_aside(path)
+            return None
     return StorePath(path, key)
 
 

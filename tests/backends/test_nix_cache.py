@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,32 @@ def test_push_needs_a_key_and_a_nix_tool(pushed: Team, capsys: pytest.CaptureFix
 
 
 # -- pull ---------------------------------------------------------------------
+
+
+@_real
+@pytest.mark.parametrize("point", ["push.derivation", "push.tool", "push.proof"])
+def test_after_a_push_killed_midway_the_pull_names_the_push_that_did_not_finish(
+    built: Team, tmp_path: Path, point: str
+) -> None:
+    """Issue 34: a push killed after the tool went (before its derivation, in the old order) made the pull blame
+    "pushed before derivations were". A push puts the derivation, the tool, then the proof: killed anywhere, the
+    pull says the push did not finish, and what to run; killed after the proof, there is nothing to say."""
+    cache = f"file://{tmp_path / 'cache'}"
+    argv = ["push", "echo", "--cache-dir", str(built.settings.cache_dir), "--to", cache]
+    env = {**os.environ, "FLAKEBOT_CRASH_AT": point}
+    command = [sys.executable, "-m", "flakebot_magic.cli", *argv, "--secret-key", str(built.secret)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -9, done.stderr  # killed at the point
+    mate = built.mate(f"mate-{point.replace('.', '-')}", cache=cache)
+    if point == "push.proof":  # the push was whole: the pull works, and the derivation came along
+        pulled = team.pull(mate, "echo", built.provenance)
+        assert "verify echo" in pulled.notes[0], pulled.notes
+        return
+    with pytest.raises(UntrustedPath) as caught:
+        team.pull(mate, "echo", built.provenance)
+    message = str(caught.value)
+    assert "its push did not finish" in message and typed("push NAME") in message, message
+    assert "before derivations" not in message, message
 
 
 @_real
@@ -646,7 +673,15 @@ def test_clean_drops_the_roots_of_a_pulled_tool_that_is_gone(pushed: Team) -> No
     assert load(mate, "echo")("still", input="") == "still\n"
     with pytest.raises(UsageError, match=r"has no flake\.nix"):
         export_replit(mate, "echo", mate.cache_dir / "export")
+    # a pulled tool is named in its store entry too (the store is evidence): its record lost, it comes back
+    record = Inventory(mate.cache.tools).get("echo")
+    assert record is not None
     Inventory(mate.cache.tools).remove("echo")
+    assert clean(mate).refused and Inventory(mate.cache.tools).get("echo") is not None
+    assert load(mate, "echo")("again", input="") == "again\n"
+    # gone for good: its record and its store entry (what a tool is, here)
+    Inventory(mate.cache.tools).remove("echo")
+    shutil.rmtree(record.store_path)
     report = clean(mate)
     if report.refused:  # the inventory is empty while the store is not: checked against the disk first
         report = clean(mate)

@@ -464,11 +464,14 @@ def test_the_store_path_is_stable_across_caches(
     assert again.store_path == first.store_path
     assert Path(os.readlink(settings.cache.gcroots / "echo2")) == first.store_path
 
-    # clean: a tool that is gone (its record and its workspace) loses its root; the store path itself is nix's
+    # clean: a tool that is gone (its record, its workspace and its store entry, which would re-register it:
+    # the store is evidence) loses its root; the store path itself is nix's
+    record = Inventory(settings.cache.tools).get("echo2")
+    assert record is not None
     Inventory(settings.cache.tools).remove("echo2")
     shutil.rmtree(settings.cache.workspaces / "echo2")
-    assert clean(settings).refused  # first the inventory, empty while the store is not, is checked against the disk
-    report = clean(settings)
+    shutil.rmtree(record.store_path)
+    report = clean(settings)  # an empty inventory and an empty store agree: nothing to check first
     assert settings.cache.gcroots / "echo2" in report.removed
     assert not (settings.cache.gcroots / "echo2").is_symlink()
     assert _valid(first.store_path)  # still rooted by the module's cache

@@ -55,6 +55,12 @@ CHANGES = frozenset(
         "_make_satisfiable",
         "_settle_lockfile",
         "git",
+        "set_aside",
+        "set_aside_non_file",
+        "restore_modes",
+        "replace_all",
+        "push_paths",
+        "push_derivation",
     }
 )
 

@@ -24,6 +24,7 @@ def _entry(root: Path, size: int = 4096) -> Path:
     (entry / "bin").mkdir(parents=True)
     for name, fill in (("t", b"T"), ("u", b"U")):
         (entry / "bin" / name).write_bytes(b"#!/bin/sh\n" + fill * size)
+        (entry / "bin" / name).chmod(0o555)  # as deploy makes it: a binary its owner may read and run
     digests = {name: binary_digest(entry / "bin" / name) for name in ("t", "u")}
     (entry / "manifest.json").write_text(json.dumps({"binaries": ["t", "u"], "digests": digests}))
     return entry

@@ -21,7 +21,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from tinycrates import write_registry
+from tinycrates import crate, write_registry
 
 from flakebot_magic.cli import main
 from flakebot_magic.commands import typed
@@ -31,6 +31,7 @@ from flakebot_magic.host.storage import FULL_MARGIN, amount, free_bytes, storage
 from flakebot_magic.pipeline.background import start_build
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.request import BuildRequest, RunFlags
+from flakebot_magic.sandbox.command import release_target
 
 # -- translation, one error at a time --------------------------------------------------------
 
@@ -193,3 +194,71 @@ def test_the_cache_json_is_read_through_one_reader() -> None:
         if ("json.load" in line or "load_json(" in line) and ("read_text(" in line or "open(" in line)
     }
     assert found == set(OWN_JSON_READERS), sorted(found ^ set(OWN_JSON_READERS))
+
+
+# -- a full disk met by a child process, and a cache hit on a full disk (issue 34) --------------------------
+
+_SPACETEST_MAIN = r"""fn main() {
+    println!("space");
+}
+
+#[cfg(test)]
+mod tests {
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    #[test]
+    fn writes_a_scratch_file() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scratch.bin");
+        let _gone = Gone(path.clone());
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 1 << 20];
+        for _ in 0..24 {
+            std::io::Write::write_all(&mut file, &block).unwrap();
+        }
+        file.sync_all().unwrap();
+    }
+}
+"""
+#: a crate whose test writes 24 MB into its workspace and removes it as it fails: the disk is full while the test
+#: runs, and has room again (far above FULL_MARGIN) when flakebot looks
+SPACETEST = crate("spacetest", description="Writes a scratch file in its tests", files={"src/main.rs": _SPACETEST_MAIN})
+
+
+@pytest.mark.cargo
+def test_no_space_in_the_tests_output_is_a_full_disk_never_the_crates_failure(small_disk: Path, tmp_path: Path) -> None:
+    registry = write_registry(tmp_path / "registry", [SPACETEST])
+    settings = Settings(cache_dir=small_disk / "cache", registry=str(registry), backend="cargo")
+    filler = _fill(small_disk, 14 * 1024 * 1024)  # room to compile (a few MB), not for the test's 24 MB
+    with pytest.raises(FlakebotError) as caught:
+        start_build(settings, BuildRequest("", name="sp", crate="spacetest")).wait()
+    error = caught.value
+    message = str(error)
+    assert isinstance(error, DiskFull), f"{type(error).__name__}: {message}"
+    assert free_bytes(small_disk) > FULL_MARGIN  # the test removed its file: only its words said the disk was full
+    assert "crate's own" not in message and "tests of" not in message and "Failing:" not in message, message
+    assert f"The disk holding {settings.cache_dir} is full" in message and "cargo test of sp" in message, message
+    assert f"{typed('clean')} can free" in message, message  # what to free
+    assert error.workspace is not None and (error.workspace / "src" / "main.rs").is_file()  # its sources kept
+    assert not (error.workspace / "target").exists() and not release_target(error.workspace).exists()
+    filler.unlink()
+
+
+@pytest.mark.cargo
+@pytest.mark.parametrize("leave", [0, 64 * 1024])
+def test_a_cache_hit_works_on_a_full_disk(
+    small_disk: Path, tmp_path: Path, leave: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry = write_registry(tmp_path / "registry", ["tinyecho"])
+    settings = Settings(cache_dir=small_disk / "cache", registry=str(registry), backend="cargo")
+    start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()
+    before = Inventory(settings.cache.tools).get("te")
+    filler = _fill(small_disk, leave)
+    tool = start_build(settings, BuildRequest("", name="te", crate="tinyecho")).wait()  # the same tool, cached
+    assert tool("hi") == "HI" and Inventory(settings.cache.tools).get("te") == before
+    argv = ["build", "-q", "--name", "te", "--crate", "tinyecho", "--cache-dir", str(settings.cache_dir)]
+    assert _command(capsys, *argv, "--registry", str(registry))
+    filler.unlink()

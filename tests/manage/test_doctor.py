@@ -85,9 +85,9 @@ def _disk(settings: Settings) -> dict[str, list[str]]:
     }
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
+def _run(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> tuple[str, str]:
     capsys.readouterr()
-    assert main(list(argv)) == 0
+    assert main(list(argv)) == code
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err + captured.out
     return captured.out, captured.err
@@ -104,7 +104,7 @@ def test_a_damaged_registry_is_repaired_and_nothing_is_lost(
     cache = str(settings.cache_dir)
 
     if first == "clean":  # clean first: it must stop, say why, and delete nothing a tool uses
-        out, _ = _run(capsys, "clean", "--cache-dir", cache)
+        out, _ = _run(capsys, "clean", "--cache-dir", cache, code=1)  # it stopped short: not a success
         assert "flakebot clean stopped: the tool inventory cannot be trusted" in out
         assert "Store entries, workspaces and recipes were left alone" in out
         assert _disk(settings) == before
@@ -139,21 +139,45 @@ def test_deleting_the_registry_is_no_way_to_lose_the_tools(
     settings = _fresh(template)
     before = _disk(settings)
     shutil.rmtree(settings.cache.tools)
-    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir), code=1)
     assert "stopped" in out and _disk(settings) == before
     assert sorted(r.name for r in Inventory(settings.cache.tools).all()) == ["te", "te2"]
 
 
-def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
+def test_tools_lost_with_their_workspaces_come_back_from_their_store_entry(
     template: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without tool cards (workspaces gone) the doctor finds nothing: the empty registry stands, clean proceeds."""
+    """The store is evidence: records and workspaces gone, the entry's manifest still names both tools."""
     settings = _fresh(template)
     for name in ("te", "te2"):
         shutil.rmtree(settings.cache.workspaces / name)
     Inventory(settings.cache.tools).remove("te")
     Inventory(settings.cache.tools).remove("te2")
+    before = _disk(settings)["store"]
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir), code=1)
+    assert "stopped" in out and "2 tools (te, te2)" in out, out
+    assert "te: re-registered from its store entry" in out and "its workspace" in out, out
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
+    assert "stopped" not in out and _disk(settings)["store"] == before, out
+    for name in ("te", "te2"):
+        assert load(name, cache_dir=str(settings.cache_dir))("hi") == "HI"
+
+
+def test_a_registry_emptied_of_tools_on_purpose_is_not_taken_for_a_lost_one(
+    template: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry that names no tool (no workspace, no card) is no evidence: the empty registry stands, clean proceeds."""
+    settings = _fresh(template)
+    for name in ("te", "te2"):
+        shutil.rmtree(settings.cache.workspaces / name)
+    Inventory(settings.cache.tools).remove("te")
+    Inventory(settings.cache.tools).remove("te2")
+    for manifest in settings.cache.store.glob("*/manifest.json"):  # as an entry no transaction named a tool in
+        data = json.loads(manifest.read_text())
+        data["tools"] = {}
+        manifest.chmod(0o644)
+        manifest.write_text(json.dumps(data))
+    out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir), code=1)
     assert "stopped" in out  # once: the store still held entries the inventory never saw
     assert "0 tools (none)" in out
     out, _ = _run(capsys, "clean", "--cache-dir", str(settings.cache_dir))
@@ -178,7 +202,12 @@ def test_a_card_that_does_not_match_its_store_entry_is_not_believed(template: di
     card.write_text(json.dumps(data))
     (settings.cache.tools / DB_NAME).unlink()
     report = doctor(settings)
-    assert report.rebuilt == ["te"] and any("te2" in why and "source_hash" not in why for why in report.skipped)
+    # no workspace proves te2 now; its store entry still names it, whole: re-registered, the card not believed
+    assert report.rebuilt == ["te", "te2"] and not report.skipped
+    [note] = [line for line in report.reregistered if line.startswith("te2:")]
+    assert "not a whole fork" in note and "source_hash" not in note, note
+    te2 = Inventory(settings.cache.tools).get("te2")
+    assert te2 is not None and _identity(te2) == _identity(template["records"]["te2"])
 
 
 def test_doctor_says_what_disagrees_and_deletes_nothing(
@@ -189,7 +218,7 @@ def test_doctor_says_what_disagrees_and_deletes_nothing(
     Path(te.binary).chmod(0o755)
     Path(te.binary).unlink()
     (Path(te.workspace) / ".git" / "index.lock").write_text("")  # left by a killed git
-    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir), code=1)  # a problem remains
     assert "The tool inventory is sound" in out
     # an entry missing its binary is damaged: set aside (kept), and the record says how to build it again
     assert f"set aside {te.store_path}: its binary {te.binary} is gone" in out, out
@@ -260,7 +289,7 @@ def test_a_damaged_store_entry_is_found_set_aside_and_built_again(
     if how.startswith("binary"):  # loaded before anyone looked: refused (never run), saying what to do
         with pytest.raises(CacheFileDamaged, match=r"'te' cannot run: .*flakebot rebuild te"):
             load("te", cache_dir=cache)
-    out, _ = _run(capsys, "doctor", "--cache-dir", cache)
+    out, _ = _run(capsys, "doctor", "--cache-dir", cache, code=1)
     assert f"set aside {te.store_path}" in out, out
     assert str(damaged) in out or "binary" in out, out
     assert f"problem: te: its store entry {te.store_path} is gone; `flakebot rebuild te`" in out, out
@@ -297,7 +326,7 @@ def test_a_workspace_that_lost_its_git_objects_is_a_problem(
     objects = Path(te.workspace) / ".git" / "objects"
     shutil.rmtree(objects)
     objects.mkdir()
-    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir))
+    out, _ = _run(capsys, "doctor", "--cache-dir", str(settings.cache_dir), code=1)
     assert f"problem: te: its recorded commit {te.commit[:12]} is not in its workspace" in out, out
     assert "Every record agrees" not in out
 
@@ -337,7 +366,8 @@ def test_a_cache_directory_that_is_no_directory_is_set_aside_and_made_again(
     assert f"set aside {path} (it was not a directory)" in err, err
     assert path.is_dir() and not path.is_symlink()
     assert [p for p in path.parent.iterdir() if p.name.startswith(f"{path.name}{NOT_A_DIRECTORY}")], "kept aside"
-    _run(capsys, "doctor", "--cache-dir", cache)
+    # the tools themselves are in store/ and workspaces/: with either gone, problems remain (they say what to run)
+    _run(capsys, "doctor", "--cache-dir", cache, code=1 if directory in ("store", "workspaces") else 0)
     _run(capsys, *_build_argv(settings, "te3"))  # the next build works
     assert load("te3", cache_dir=cache)("hi") == "HI"
     if directory not in ("store", "workspaces"):  # those held the tools themselves: the damage took them

@@ -51,9 +51,10 @@ def test_a_second_name_gets_its_own_workspace_and_keeps_it_through_a_rebuild_of_
     assert new_te is not None and new_te.commit != te.commit and new_te.store_path == te.store_path
     assert same_te2 == te2
     manifest = json.loads((Path(te.store_path) / "manifest.json").read_text())
+    txn = {"te": new_te.extra["txn"], "te2": te2.extra["txn"]}  # each naming's transaction (manage/evidence.py)
     assert manifest["tools"] == {
-        "te": {"commit": new_te.commit, "workspace": new_te.workspace, "forked_by": "te"},
-        "te2": {"commit": te2.commit, "workspace": te2.workspace, "forked_by": "te"},
+        "te": {"commit": new_te.commit, "workspace": new_te.workspace, "forked_by": "te", "txn": txn["te"]},
+        "te2": {"commit": te2.commit, "workspace": te2.workspace, "forked_by": "te", "txn": txn["te2"]},
     }
     assert _head(Path(te2.workspace)) == te2.commit and _head(Path(new_te.workspace)) == new_te.commit
     assert tools.describe(settings, "te")["commit"] == new_te.commit

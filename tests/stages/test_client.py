@@ -119,7 +119,8 @@ def test_timeout_is_a_tool_error(echo: CliTool) -> None:
 
 
 def test_the_default_timeout_applies(tmp_path: Path) -> None:
-    slow = _script(tmp_path, "slow", "exec sleep 30\n", timeout=0.2)
+    # its help given: a --help that hangs as its calls do is a probe with no answer, refused (issue 34)
+    slow = _script(tmp_path, "slow", "exec sleep 30\n", timeout=0.2, _help="usage: slow")
     with pytest.raises(ToolError, match=r"time limit of 0\.2 s"):
         slow()
 
@@ -127,7 +128,7 @@ def test_the_default_timeout_applies(tmp_path: Path) -> None:
 def test_timeout_leaves_no_child_running(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     # the tool starts a child of its own and waits for it
-    spawner = _script(tmp_path, "spawner", f"sleep 30 &\necho $! > {pidfile}\nwait\n")
+    spawner = _script(tmp_path, "spawner", f"sleep 30 &\necho $! > {pidfile}\nwait\n", _help="usage: spawner")
     with pytest.raises(ToolError):
         spawner(timeout=0.5)
     child = int(pidfile.read_text())
