@@ -154,6 +154,12 @@ class ToolClient:
     #: it answers HTTP while it runs: the Jupyter server's proxy may forward to it
     proxied: ClassVar[bool] = False
 
+    @classmethod
+    def runs_confined(cls, binary: Path, store_path: Path) -> str:
+        """Why a tool of this kind at ``binary`` cannot run in the sandbox, found by running it there without a call
+        (``flakebot doctor``); "" when it ran, or when the kind has nothing to run but a call."""
+        return ""
+
     def __init__(
         self,
         name: str,

@@ -41,7 +41,7 @@ from ..host.process import spawn, start_call
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
-from .cli_tool_help import CliArgument, CliOption, CliSpec, as_text, help_of, parse_help, reads_stdin
+from .cli_tool_help import CliArgument, CliOption, CliSpec, as_text, help_of, parse_help, probe_help, reads_stdin
 from .schema import sentence
 from .terminal_text import shown_help, tool_result
 
@@ -110,6 +110,11 @@ class CliTool(ToolClient):
         "output. Its --help must exit 0 and describe the usage; if it reads standard input, its help "
         'must say "standard input".'
     )
+
+    @classmethod
+    def runs_confined(cls, binary: Path, store_path: Path) -> str:
+        """Its ``--help`` run in the sandbox, as the first call asks it (:func:`~.cli_tool_help.probe_help`)."""
+        return probe_help(binary, store_path).failed
 
     def __init__(self, *args: Any, _help: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..clients.cli_tool_help import probe_help
+from ..clients.kinds import KINDS
 from ..commands import typed
 from ..config import Settings
 from ..errors import FlakebotError, StorageError
@@ -318,14 +318,14 @@ def _tool(
     if why:
         report.problems.append(f"{record.name}: it cannot run: {why}; {remedy(record.name, why)}")
         return
-    if record.kind == "cli":
+    kind = KINDS.get(record.kind)  # its kind runs it in the sandbox without a call, if it has a way (a --help)
+    if kind is not None:
         key = (record.store_path, record.binary)
         if key not in probed:
-            probe = probe_help(Path(record.binary), Path(record.store_path))
-            probed[key] = probe.failed
+            probed[key] = kind.runs_confined(Path(record.binary), Path(record.store_path))
         if probed[key]:
             report.problems.append(
-                f"{record.name}: its binary {record.binary} {probed[key]} when run in the sandbox (its --help); "
+                f"{record.name}: its binary {record.binary} {probed[key]} when run in the sandbox without a call; "
                 f"{typed(f'rebuild {record.name}')} builds it again"
             )
 
