@@ -122,6 +122,8 @@ class Cargo:
         self.toolchain: Toolchain = toolchain_of(self.executable)
         self.isolate = isolate
         self.sandbox = sandbox
+        #: the workspace a stopped command says is kept (the one it ran in, unless it ran in an export of it)
+        self.kept: Path | None = None
         if sandbox is not None:
             self._show(sandbox)
 
@@ -146,7 +148,9 @@ class Cargo:
             cargo_home=own.cargo_home,
             release_dir=own.release_target,
         )
-        return self.confined_to(sandbox)
+        cargo = self.confined_to(sandbox)
+        cargo.kept = Path(workspace)  # a stopped release build keeps the workspace, not the export it built
+        return cargo
 
     def sandbox_for(self, workspace: Path) -> Sandbox:
         """The sandbox commands on ``workspace`` run in."""
@@ -343,7 +347,7 @@ class Cargo:
                         env=cmd_env,
                         timeout=timeout,
                         on_line=collect,
-                        workspace=Path(workspace),
+                        workspace=self.kept or Path(workspace),
                         capture_limit=limit + (1 << 20),  # the limit above fires first
                         label=shown,
                     )

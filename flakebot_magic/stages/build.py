@@ -236,6 +236,12 @@ def check(
     return replace(proving.result(known, proofs, key), source=source)
 
 
+#: why a build script that writes into its crate's directory fails the release build
+_READ_ONLY_SOURCE = (
+    "The release build compiles the proven commit's files read-only (a file no commit holds can reach no "
+    "binary), so a build script may write only under OUT_DIR, as cargo asks of published crates."
+)
+
 class _Check:
     """One :func:`check`: its two stages (the release build, the tests) on two threads, and what each left.
 
@@ -367,8 +373,10 @@ class _Check:
         if done.returncode != 0:
             self.no_space(done, "cargo build")
             errors = _errors(diagnostics)
+            # the export is read-only: a build script that writes beside its sources (not in OUT_DIR) fails here
+            readonly = "\n" + _READ_ONLY_SOURCE if "Read-only file system" in done.stderr else ""
             raise BuildError(
-                f"cargo build failed for {workspace.name}:\n{_describe(errors, done.stderr)}",
+                f"cargo build failed for {workspace.name}:\n{_describe(errors, done.stderr)}{readonly}",
                 diagnostics=errors or diagnostics,
                 command=done.args,
                 workspace=workspace,

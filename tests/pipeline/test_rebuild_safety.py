@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _GATED_BUILD_RS = r"""fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
-    std::fs::write(format!("{}/build-script-started", dir), "").unwrap();
+    std::fs::write(format!("{}/build-script-started", dir), "").ok(); // the release build's source is read-only: its marker comes from the tests' build
     for _ in 0..600 {
         if std::path::Path::new(&format!("{}/release-gate", dir)).exists() {
             return;

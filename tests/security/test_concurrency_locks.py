@@ -93,7 +93,7 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
 
 _GATED_BUILD_RS = r"""fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
-    std::fs::write(format!("{}/build-script-started", dir), "").unwrap();
+    std::fs::write(format!("{}/build-script-started", dir), "").ok(); // the release build's source is read-only: its marker comes from the tests' build
     for _ in 0..1200 {
         if std::path::Path::new(&format!("{}/release-gate", dir)).exists() {
             return;
