@@ -78,7 +78,8 @@ _FORBIDDEN = (
     "\ud800-\udfff"  # lone surrogates (surrogateescape'd bytes)
 )
 #: an ECMA-48 control string (OSC, DCS, SOS, PM, APC), 7- or 8-bit, ended by ST or BEL, on one line
-_STRING = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)"
+#: (its body holds no introducer either: an unended string is scanned to the next one, not to the end per start)
+_STRING = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\x90\x98\x9d\x9e\x9f\n]*(?:\x07|\x1b\\|\x9c)"
 #: a control sequence: CSI, parameters, intermediates, final byte
 _CSI = r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
 #: ESC with intermediates and a final (nF: character sets, ``ESC # 8``), or ESC and one final

@@ -300,7 +300,7 @@ def readme(crate_dir: Path, package: dict[str, Any]) -> str:
 
 #: README lines that are no prose: badges, links, headings, HTML, fences, tables, rules
 _NOT_PROSE = ("[!", "![", "[", "<", "#", "```", "|", "---", "===")
-_MARKDOWN_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_MARKDOWN_LINK = re.compile(r"\[([^\][]*)\]\([^()]*\)")
 
 
 def readme_summary(text: str, limit: int) -> str:
@@ -322,7 +322,9 @@ def readme_summary(text: str, limit: int) -> str:
 
 
 _DOC_COMMENT = re.compile(r"^[ \t]*//![ \t]?(.*)$", re.M)
-_STRING = r'r(#*)"(.*?)"\1|"((?:[^"\\]|\\.)*)"'
+#: a string literal, raw or not; one left open runs to the end of the text (as rustc reads it), so a file of
+#: unclosed quotes is scanned once, not once per quote (tests/security/test_regex_linear.py)
+_STRING = r'r(#*)"(.*?)(?:"\1|\Z)|"((?:[^"\\]|\\.)*+)(?:"|\Z)'
 _LITERAL = re.compile(_STRING, re.S)
 #: clap's and structopt's ``about`` and ``long_about``, as a method or an attribute
 _ABOUT = re.compile(r"\b(?:long_)?about\s*(?:\(\s*|=\s*)(?:" + _STRING + ")", re.S)
@@ -332,9 +334,9 @@ _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 _NEAR_USAGE = 200
 _ESCAPE = re.compile(r"\\\n\s*|\\[nrt]|\\(.)")
 #: a README heading over a section about running the binary
-_USAGE_HEADING = re.compile(r"^(#{1,6})[ \t]+[^\n]*\b(usage|command[- ]line|cli|how to use|running)\b", re.I | re.M)
+_USAGE_HEADING = re.compile(r"^(#{1,6})[ \t]++[^\n]*\b(usage|command[- ]line|cli|how to use|running)\b", re.I | re.M)
 #: the options part of a pasted ``--help`` output
-_OPTIONS_HEADER = re.compile(r"^\s*(usage|flags|options|arguments|args|commands|subcommands)\s*:", re.I | re.M)
+_OPTIONS_HEADER = re.compile(r"^[ \t]*(usage|flags|options|arguments|args|commands|subcommands)[ \t]*:", re.I | re.M)
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 #: how much of one README passage is taken
 _PASSAGE = 400
