@@ -39,7 +39,7 @@ import tomlkit
 from ..errors import ForkError
 from ..events import EventBus
 from ..host.crashpoints import crash_point
-from ..host.fsutil import atomic_write, load_toml, read_inside
+from ..host.fsutil import UnsafePath, atomic_write, edit_toml, load_toml, read_inside, read_regular
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
 from ..host.trees import remove_tree
@@ -198,9 +198,33 @@ def _requirement(spec: Any) -> tuple[str, str, bool]:
     return "", "*", False
 
 
+#: the largest published manifest the fork edits
+_MAX_MANIFEST_BYTES = 1024 * 1024
+
+
 def _make_satisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git, bus: EventBus) -> None:
+    """Drop the dependencies the registry cannot satisfy (a commit that says which), or a ForkError that says why.
+
+    The manifest is the published crate's: untrusted in its syntax (read by both TOML parsers, ``edit_toml``)
+    and in its shape (a ``[dependencies]`` that is a string, a ``target`` that is a list): a shape the edit
+    cannot take is a ForkError that names it, never a traceback (issue 33, class B).
+    """
+    try:
+        _drop_unsatisfiable(workspace, registry, git, bus)
+    except (ValueError, TypeError, KeyError, AttributeError, UnsafePath) as exc:
+        raise ForkError(
+            f"{workspace.crate.id}'s Cargo.toml cannot be edited to drop the dependencies the registry "
+            f"{registry.id} lacks: {str(exc)[:300]}. Pick another crate with --crate.",
+            workspace=workspace.path,
+        ) from None
+
+
+def _drop_unsatisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git, bus: EventBus) -> None:
     manifest_path = workspace.path / "Cargo.toml"
-    doc = tomlkit.parse(manifest_path.read_text(encoding="utf-8"))
+    data, more = read_regular(manifest_path, _MAX_MANIFEST_BYTES)
+    if more:
+        raise ValueError(f"it is larger than {_MAX_MANIFEST_BYTES // 1024} KiB")
+    doc = edit_toml(data.decode("utf-8", errors="replace"))
     can_satisfy = registry.can_satisfy
     dropped: list[DroppedDependency] = []
     missing_required: list[str] = []
@@ -464,7 +488,11 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
 
 
 def _read_lock(path: Path) -> dict[str, Any]:
-    return load_toml(path.read_text(encoding="utf-8"))
+    """Cargo.lock as cargo left it in the sandbox: a regular file, capped (``ValueError`` else)."""
+    data, more = read_regular(path, 64 * _MAX_MANIFEST_BYTES)
+    if more:
+        raise ValueError(f"{path.name} is larger than 64 MiB")
+    return load_toml(data.decode("utf-8", errors="replace"))
 
 
 def _settle_lockfile(
@@ -496,18 +524,21 @@ def _settle_lockfile(
         missing: list[str] = []
         if registry.offline and versions is not None:
             recorded = getattr(registry, "recorded_checksum", None)
-            for package in _read_lock(lock).get("package", []):
-                if not str(package.get("source", "")).startswith("registry+"):
-                    continue
-                if package["version"] not in versions(package["name"]):
-                    missing.append(f"{package['name']} {package['version']}")
-                elif (
-                    recorded is not None
-                    and "checksum" in package
-                    and package["checksum"] != recorded(package["name"], package["version"])
-                ):
-                    # cargo refuses a lock whose checksums differ from the source's
-                    missing.append(f"{package['name']} {package['version']} (checksum differs)")
+            try:  # the published crate's lock: any shape (issue 33, class B); one cargo would not read is redone
+                for package in _read_lock(lock).get("package", []):
+                    if not str(package.get("source", "")).startswith("registry+"):
+                        continue
+                    if package["version"] not in versions(package["name"]):
+                        missing.append(f"{package['name']} {package['version']}")
+                    elif (
+                        recorded is not None
+                        and "checksum" in package
+                        and package["checksum"] != recorded(package["name"], package["version"])
+                    ):
+                        # cargo refuses a lock whose checksums differ from the source's
+                        missing.append(f"{package['name']} {package['version']} (checksum differs)")
+            except (ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+                missing.append(f"Cargo.lock itself ({str(exc)[:100]})")
         if missing:
             lock.unlink()
             run("generate-lockfile")
