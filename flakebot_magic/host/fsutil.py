@@ -459,7 +459,7 @@ def load_toml(source: str | Path) -> dict[str, Any]:
 
 
 def edit_toml(text: str) -> Any:
-    """A TOML document to change and write back (``tomlkit``: comments and order kept): the one editing parser.
+    r"""A TOML document to change and write back (``tomlkit``: comments and order kept): the one editing parser.
 
     The text is read by :func:`load_toml` first, then by ``tomlkit``; any error of either (tomlkit's are not
     all ``ValueError``s, and it accepts documents ``tomllib`` refuses, and the other way round) is a
@@ -468,10 +468,11 @@ def edit_toml(text: str) -> Any:
 
     >>> edit_toml('[package]\nname = "x"  # kept\n').as_string()
     '[package]\nname = "x"  # kept\n'
-    >>> edit_toml("a = [1,")  # doctest: +IGNORE_EXCEPTION_DETAIL
-    Traceback (most recent call last):
-    ...
-    ValueError: ...
+    >>> try:
+    ...     edit_toml("a = [1,")
+    ... except ValueError:
+    ...     print("refused")
+    refused
     """
     load_toml(text)
     import tomlkit

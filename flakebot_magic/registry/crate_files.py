@@ -98,6 +98,9 @@ def well_typed(doc: dict[str, Any]) -> dict[str, Any]:
         for key in ("keywords", "categories"):
             if key in package and not isinstance(package[key], list):
                 package = {k: v for k, v in package.items() if k != key}
+        for key in ("name", "version", "description"):  # a name of 0 or [] became a path (issue 33)
+            if key in package and not isinstance(package[key], str):
+                package = {k: v for k, v in package.items() if k != key}
         kept["package"] = package
     return kept
 
@@ -152,6 +155,7 @@ def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, s
     for b in manifest.get("bin", []):
         if isinstance(b, dict) and isinstance(b.get("name"), str):
             features = b.get("required-features") or b.get("required_features") or []
+            features = features if isinstance(features, list) else []
             given = b.get("path")
             path = given if isinstance(given, str) else _default_bin_path(crate_dir, b["name"])
             targets.setdefault(b["name"], (b["name"], path, tuple(str(f) for f in features if isinstance(f, str))))

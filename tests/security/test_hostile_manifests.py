@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flakebot_magic.errors import FlakebotError, ForkError
-from flakebot_magic.host.fsutil import edit_toml, load_json, load_toml
+from flakebot_magic.host.fsutil import load_json, load_toml
 
 HOSTILE = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -130,6 +130,8 @@ def _scratch() -> Iterator[Path]:
 @HOSTILE
 @given(DOCUMENTS)
 def test_the_parsers_give_a_value_or_a_value_error(text: str) -> None:
+    from flakebot_magic.host.fsutil import edit_toml
+
     for parse in (load_toml, edit_toml, load_json):
         try:
             parse(text)

@@ -28,7 +28,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from flakebot_magic.host.fsutil import load_toml
-from flakebot_magic.host.literals import nix_string, rust_string
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
 TRICKY = [
@@ -70,12 +69,16 @@ def _read_rust_literal(literal: str) -> str:
 @given(st.text())
 @example(TRICKY[0])
 def test_a_rust_literal_reads_back_as_the_text_it_was_made_from(text: str) -> None:
+    from flakebot_magic.host.literals import rust_string
+
     assert _read_rust_literal(rust_string(text)) == text
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text().filter(lambda t: "\0" not in t))
 def test_a_nix_literal_has_no_unescaped_quote_or_interpolation(text: str) -> None:
+    from flakebot_magic.host.literals import nix_string
+
     body = nix_string(text)[1:-1]
     unescaped = re.sub(r"\\.", "", body, flags=re.S)
     assert '"' not in unescaped and "${" not in unescaped
@@ -84,6 +87,8 @@ def test_a_nix_literal_has_no_unescaped_quote_or_interpolation(text: str) -> Non
 @pytest.mark.cargo
 def test_rustc_prints_what_the_literals_say(tmp_path: Path) -> None:
     """The Rust escaper checked by rustc itself: each tricky text, printed by a program made with it."""
+    from flakebot_magic.host.literals import rust_string
+
     rustc = shutil.which("rustc")
     if rustc is None:
         pytest.skip("no rustc on PATH")
