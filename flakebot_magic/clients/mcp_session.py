@@ -510,8 +510,9 @@ class McpSession:
                     deadline,
                 )
         elif method == "notifications/message":
-            params = message.get("params") or {}
-            self.logs.append(f"{params.get('level', 'info')}: {json.dumps(params.get('data'))}\n")
+            params = message.get("params")
+            params = params if isinstance(params, Mapping) else {}  # a server's message is data of any shape
+            self.logs.append(f"{str(params.get('level', 'info'))[:20]}: {json.dumps(params.get('data'))[:4096]}\n")
 
     def _read_line(self, deadline: float, method: str, timeout: float, waited: float, start: bool) -> bytes | None:
         assert self.process is not None and self.process.proc is not None and self.process.proc.stdout is not None

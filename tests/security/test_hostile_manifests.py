@@ -17,6 +17,7 @@ scalar or an array, with the text of ``[package]`` and its ``metadata`` varied),
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import tempfile
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from package_calls import package_calls
 
 from flakebot_magic.errors import FlakebotError, ForkError
 from flakebot_magic.host.fsutil import load_json, load_toml
@@ -267,27 +269,52 @@ def test_a_registry_crates_manifest_and_contract_are_read_or_refused(manifest: s
 def test_the_package_has_one_editing_parser_and_one_reading_parser_per_format() -> None:
     """``tomlkit.parse``, ``tomllib.loads`` and ``json.loads`` are called only in host/fsutil.py (and the test
     doubles): every door goes through load_toml, edit_toml and load_json, whose errors are ValueErrors."""
-    import ast
-
-    package = Path(__file__).resolve().parents[2] / "flakebot_magic"
     found = []
-    for path in sorted(package.rglob("*.py")):
-        module = path.relative_to(package).as_posix()
-        if module.startswith(("testing/", "eval/suites/")) or module == "host/fsutil.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                holder = node.func.value
-                name = f"{holder.id}.{node.func.attr}" if isinstance(holder, ast.Name) else ""
-                if name in (
-                    "tomlkit.parse",
-                    "tomlkit.loads",
-                    "tomllib.loads",
-                    "tomllib.load",
-                    "json.loads",
-                    "json.load",
-                ):
-                    found.append(f"{module}:{node.lineno}: {name}")
+    for module, node in package_calls(skip=("testing/", "eval/suites/", "host/fsutil.py")):
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+            name = f"{node.func.value.id}.{node.func.attr}"
+            if name in ("tomlkit.parse", "tomlkit.loads", "tomllib.loads", "tomllib.load", "json.loads", "json.load"):
+                found.append(f"{module}:{node.lineno}: {name}")
     assert found == [], "parse untrusted TOML/JSON with host/fsutil's load_toml, edit_toml or load_json:\n" + "\n".join(
         found
     )
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["id", "result", "error", "method", "params", "tools", "code", "data"]), inner, max_size=4
+        )
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_JSON, min_size=1, max_size=3))
+@example([{"jsonrpc": "2.0", "method": "notifications/message", "params": [1]}])
+@example([{"jsonrpc": "2.0", "id": "p", "method": 5}])
+def test_a_deployed_mcp_servers_messages_are_an_answer_or_a_tool_error(messages: list[Any]) -> None:
+    """The MCP client's door (S4: a tool's output): a server that answers ``tools/list`` with messages of any
+    JSON shape before (or instead of) its answer gives a result or a ToolError, never another exception."""
+    import os
+    import sys
+
+    from stdio_servers import mcp_server
+
+    from flakebot_magic.clients.lifecycle import LogBuffer
+    from flakebot_magic.clients.mcp import McpSession
+
+    with _scratch() as root:
+        lines = "".join(json.dumps(m) + "\n" for m in messages)
+        body = f"sys.stdout.write({lines!r}); sys.stdout.flush()\nprint(json.dumps({{'jsonrpc': '2.0', 'id': m['id'], 'result': {{'tools': []}}}}), flush=True)"
+        server = mcp_server(root / "server.py", body)
+        session = McpSession([sys.executable, str(server)], env=dict(os.environ), name="s", logs=LogBuffer())
+        try:
+            session.request("tools/list", timeout=10)
+        except FlakebotError:
+            pass
+        finally:
+            session.stop()

@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from package_calls import package_calls
 
 from flakebot_magic.host.fsutil import load_toml
 
-PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
 TRICKY = [
     'x"); std::process::exit(3); ("',
     "{}{{}}{0}",
@@ -158,24 +158,18 @@ RAW_WRITES = {
 
 def test_every_raw_file_write_is_listed_with_why_it_is_safe() -> None:
     found = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = path.relative_to(PACKAGE).as_posix()
-        if module.startswith(("testing/", "eval/suites/")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in ("write_text", "write_bytes"):
-                found.add((module, func.attr))
-            elif isinstance(func, ast.Attribute) and func.attr == "open" and "O_CREAT" in ast.dump(node):
-                found.add((module, "os.open O_CREAT"))
-            elif (
-                isinstance(func, ast.Name)
-                and func.id == "open"
-                and any(isinstance(a, ast.Constant) and set(str(a.value)) & set("wax") for a in node.args[1:2])
-            ):
-                found.add((module, "open for writing"))
+    for module, node in package_calls():
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("write_text", "write_bytes"):
+            found.add((module, func.attr))
+        elif isinstance(func, ast.Attribute) and func.attr == "open" and "O_CREAT" in ast.dump(node):
+            found.add((module, "os.open O_CREAT"))
+        elif (
+            isinstance(func, ast.Name)
+            and func.id == "open"
+            and any(isinstance(a, ast.Constant) and set(str(a.value)) & set("wax") for a in node.args[1:2])
+        ):
+            found.add((module, "open for writing"))
     unlisted = sorted(found - set(RAW_WRITES))
     assert unlisted == [], (
         "a file write that may follow a planted link or land outside its root: use host/fsutil.atomic_write "

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
+from package_calls import PACKAGE, package_calls
 from stdio_servers import mcp_server
 
 from flakebot_magic.clients.lifecycle import LogBuffer
 from flakebot_magic.clients.mcp import McpSession
 from flakebot_magic.errors import ToolError
-
-PACKAGE = Path(__file__).resolve().parents[2] / "flakebot_magic"
 
 
 def _timed_request(
@@ -233,16 +232,12 @@ ALLOWED_WRITES = {
 
 def test_every_raw_write_in_the_package_is_a_bounded_one() -> None:
     found = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = path.relative_to(PACKAGE).as_posix()
-        if module.startswith(("testing/", "eval/suites/")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                holder = node.func.value
-                name = f"{holder.id}.{node.func.attr}" if isinstance(holder, ast.Name) else node.func.attr
-                if name == "os.write" or node.func.attr in ("sendall", "send"):
-                    found.add((module, "os.write" if name == "os.write" else node.func.attr))
+    for module, node in package_calls():
+        if isinstance(node.func, ast.Attribute):
+            holder = node.func.value
+            name = f"{holder.id}.{node.func.attr}" if isinstance(holder, ast.Name) else node.func.attr
+            if name == "os.write" or node.func.attr in ("sendall", "send"):
+                found.add((module, "os.write" if name == "os.write" else node.func.attr))
     unlisted = sorted(found - set(ALLOWED_WRITES))
     assert unlisted == [], (
         "a raw write: write to an untrusted reader with host/writes.py (write_within, send_within, PeerStream), "
