@@ -47,6 +47,7 @@ prints, shows or logs goes through here.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import html
 import re
@@ -77,20 +78,61 @@ _FORBIDDEN = (
     "\u2028\u2029"  # line and paragraph separators
     "\ud800-\udfff"  # lone surrogates (surrogateescape'd bytes)
 )
-#: an ECMA-48 control string (OSC, DCS, SOS, PM, APC), 7- or 8-bit, ended by ST or BEL, on one line
-_STRING = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)"
+#: an ECMA-48 control string (OSC, DCS, SOS, PM, APC), 7- or 8-bit, ended by ST or BEL, on one line:
+#: an introducer, a body up to the first stopper, a terminator there. Found by :func:`_string_spans` in one pass
+#: (as one regex, a line of unended introducers was scanned to its end once per introducer: issue 33)
+_INTRODUCER = re.compile(r"\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]")
+_STOPPER = re.compile(r"[\x07\x1b\x9c\n]")
 #: a control sequence: CSI, parameters, intermediates, final byte
 _CSI = r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
 #: ESC with intermediates and a final (nF: character sets, ``ESC # 8``), or ESC and one final
 #: (Fp, Fe, Fs: ``ESC c`` resets the terminal, ``ESC 7`` saves the cursor); not the introducers
 #: of the two forms above, which are sequences only when complete
 _ESC = r"\x1b[\x20-\x2f]+[\x30-\x7e]|\x1b[\x30-\x4f\x51-\x57\x59-\x5a\x5c\x60-\x7e]"
-_SEQUENCE = re.compile(f"{_STRING}|{_CSI}|{_ESC}")
+_SEQUENCE = re.compile(f"{_CSI}|{_ESC}")
 #: the one sequence ``style=True`` keeps: SGR in its 7-bit form (how the text after it looks, nothing else)
 _SGR = re.compile(r"\x1b\[[0-9;:]*m")
-_UNSAFE = re.compile(f"{_STRING}|{_CSI}|{_ESC}|\r\n?|[{_FORBIDDEN}]")
+_UNSAFE = re.compile(f"{_CSI}|{_ESC}|\r\n?|[{_FORBIDDEN}]")
 _ANY_UNSAFE = re.compile(f"[\r{_FORBIDDEN}]")
 _NEWLINES = {"\r", "\r\n", "\u2028", "\u2029"}
+
+
+def _string_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text``'s whole control strings are, left to right, in linear time.
+
+    A string's body runs to the first stopper (BEL, ESC, ST, newline) after its introducer, and it is a
+    string only when a terminator is there; no other sequence can hold an introducer, so these are exactly
+    the strings a left-to-right scan for any sequence finds first.
+    """
+    stops = [m.start() for m in _STOPPER.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    end = 0
+    for intro in _INTRODUCER.finditer(text):
+        if intro.start() < end:
+            continue
+        i = bisect.bisect_left(stops, intro.end())
+        if i == len(stops):
+            break  # no stopper after this one: none after any later one either
+        stop = stops[i]
+        ended = 2 if text.startswith("\x1b\\", stop) else 1 if text[stop] in "\x07\x9c" else 0
+        if ended:
+            spans.append((intro.start(), stop + ended))
+            end = stop + ended
+    return spans
+
+
+def _without_strings(pattern: re.Pattern[str], replace: Any, text: str) -> str:
+    """``pattern.sub(replace, ...)`` over ``text`` with its control strings (:func:`_string_spans`) removed."""
+    spans = _string_spans(text)
+    if not spans:
+        return pattern.sub(replace, text)
+    out: list[str] = []
+    position = 0
+    for start, end in spans:
+        out.append(pattern.sub(replace, text[position:start]))
+        position = end
+    out.append(pattern.sub(replace, text[position:]))
+    return "".join(out)
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -123,7 +165,7 @@ def safe_text(text: str, *, style: bool = False) -> str:
     """
     if _ANY_UNSAFE.search(text) is None:
         return text
-    return _UNSAFE.sub(_replace_keeping_style if style else _replace, text)
+    return _without_strings(_UNSAFE, _replace_keeping_style if style else _replace, text)
 
 
 def safe_line(text: str) -> str:
@@ -217,7 +259,7 @@ def strip_sequences(text: str) -> str:
     >>> strip_sequences("\\x1b[38;5;242m00000000\\x1b[0m ok\\x9b1m")
     '00000000 ok'
     """
-    return _SEQUENCE.sub("", text)
+    return _without_strings(_SEQUENCE, "", text)
 
 
 def is_safe(text: str) -> bool:

@@ -28,7 +28,9 @@ Every request must carry ``Authorization: Bearer TOKEN``; a request whose
 ``Host`` or ``Origin`` names anything but 127.0.0.1 or localhost is refused
 (a web page of another site, a name rebound to 127.0.0.1), and the server
 listens on 127.0.0.1 only. These checks come before anything else, whatever
-the era. A body may be at most 4 MiB (``MAX_REQUEST_BYTES``, stdio's cap too).
+the era. A body may be at most 4 MiB (``MAX_REQUEST_BYTES``, stdio's cap too). Connections are bounded
+before any of that (``host/serving.py``): how many are held (a stranger's idle one makes room for the next),
+how long a request's head and body may take, how long a connection may sit idle.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from ..clients.jsonrpc import (
 from ..clients.revisions import HANDSHAKE_VERSIONS, HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, UNSUPPORTED_VERSION
 from ..config import Settings
 from ..host.fsutil import load_json
+from ..host.serving import BODY_SECONDS, BoundedServer
 from ..request import RunFlags
 from ..untrusted import safe_text
 from .catalog import ToolCatalog
@@ -105,7 +108,7 @@ def _no_notify(message: dict[str, Any]) -> None:
     """The stateless session has no channel of its own: its clients hear of changes on their listen streams."""
 
 
-class McpHttpServer(ThreadingHTTPServer):
+class McpHttpServer(BoundedServer, ThreadingHTTPServer):
     """The HTTP server: its legacy sessions, the stateless one, the shared catalog, the inventory watcher."""
 
     daemon_threads = True
@@ -220,6 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.server.token.encode()):
             self._plain(401, "unauthorized: send Authorization: Bearer TOKEN", {"WWW-Authenticate": "Bearer"})
             return False
+        self.server.admit(self.connection)  # it showed the token: never closed to make room for a stranger
         return True
 
     def _session(self) -> _Session | None:
@@ -253,11 +257,14 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             self._plain(413, f"request too large (at most {MAX_BODY} bytes)")
             return
+        self.server.limit(self.connection, BODY_SECONDS)
         try:
             message = load_json(self.rfile.read(length))
         except ValueError as exc:
             self._json(400, error(None, PARSE_ERROR, f"Parse error: {exc}"))
             return
+        finally:
+            self.server.limit(self.connection, None)
         if self._stateless(message):
             self._serve_stateless(message)
         else:

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from ..clients.jsonrpc import serve_lines
 from ..config import Settings
+from ..host.writes import PEER_SECONDS, PeerStream
 from ..request import RunFlags
 from ..untrusted import safe_text
 from .catalog import ToolCatalog
@@ -31,17 +32,17 @@ POLL_SECONDS = 0.05
 
 
 class StreamWriter:
-    """Writes one JSON-RPC message per line; one writer at a time (builds send from their threads)."""
+    """Writes one JSON-RPC message per line; one writer at a time (builds send from their threads).
 
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self._lock = threading.Lock()
+    Each write ends within :data:`~flakebot_magic.host.writes.PEER_SECONDS`: an agent that stops reading is
+    taken as gone (``BrokenPipeError``), so a build's progress never waits on it while holding its tool's lock.
+    """
+
+    def __init__(self, stream: IO[bytes], seconds: float = PEER_SECONDS) -> None:
+        self.stream = PeerStream(stream, seconds)
 
     def __call__(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-        with self._lock:
-            self.stream.write(data)
-            self.stream.flush()
+        self.stream.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
 
 
 class InventoryWatcher:

@@ -37,6 +37,7 @@ from typing import IO, Any
 from ..errors import StorageError
 from ..host.fsutil import load_json
 from ..host.storage import read_cache_json
+from ..host.writes import PeerStream
 from .agents import ToolFunction, result_text
 from .base import TOOL_TIMEOUT, ToolClient
 from .factory import make_tool
@@ -180,9 +181,10 @@ def _answer(tool: ToolClient, message: Any) -> dict[str, Any] | None:
 def serve(tool: ToolClient, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Answer MCP requests from ``stdin`` on ``stdout`` until ``stdin`` closes."""
 
+    out = PeerStream(stdout)  # a client that stops reading for PEER_SECONDS is gone: the bridge ends
+
     def send(answer: dict[str, Any]) -> None:
-        stdout.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
-        stdout.flush()
+        out.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
 
     def handle(message: Any) -> None:
         answer = _answer(tool, message)

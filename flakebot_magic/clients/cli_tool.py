@@ -226,7 +226,7 @@ class CliTool(ToolClient):
                 kind += " (repeatable: a list gives it several times)" if option.takes_value else " or int (a count)"
             lines.append(f"{option.name} : {kind}{'' if not option.takes_value else ', optional'}")
             form = ", ".join(option.flags) + (f" <{option.value}>" if option.takes_value else "")
-            text = re.sub(r"\s*\[(default|possible values): [^\]]*\]", "", option.help).strip()
+            text = re.sub(r"(?<!\s)\s*\[(default|possible values): [^\][]*\]", "", option.help).strip()
             lines.append(f"    {form}: {text}" if text else f"    {form}")
             if option.default is not None:
                 lines.append(f"    The tool's default: {option.default}.")
@@ -470,7 +470,7 @@ class CliTool(ToolClient):
         properties: dict[str, Any] = {}
         spec = self.spec
         for option in spec.options:
-            text = re.sub(r"\s*\[(default|possible values): [^\]]*\]", "", option.help).strip()
+            text = re.sub(r"(?<!\s)\s*\[(default|possible values): [^\][]*\]", "", option.help).strip()
             form = ", ".join(option.flags)
             schema: dict[str, Any]
             if not option.takes_value:

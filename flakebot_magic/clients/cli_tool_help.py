@@ -132,8 +132,9 @@ _OPTION_PART = re.compile(
     r"(?P<dots>\.\.\.)?$"
 )
 _ARGUMENT_LINE = re.compile(r"^(?P<spec>[<\[]?[A-Za-z][A-Za-z0-9_-]*[>\]]?(?:\.\.\.)?)(?:\s{2,}(?P<help>\S.*))?$")
-_DEFAULT = re.compile(r"\[default: ([^\]]*)\]")
-_CHOICES = re.compile(r"\[possible values: ([^\]]*)\]")
+#: ``[^\][]``: a value runs to the next bracket, so an unclosed ``[default: `` is scanned once, not once per start
+_DEFAULT = re.compile(r"\[default: ([^\][]*)\]")
+_CHOICES = re.compile(r"\[possible values: ([^\][]*)\]")
 _REPEAT_HINT = re.compile(r"multiple times|may be repeated|can be repeated|repeatable", re.I)
 
 
@@ -168,7 +169,7 @@ def _parse_option(spec: str, help_text: str, taken: set[str], reserved: frozense
     value: str | None = None
     optional = False
     repeat = False
-    for part in re.split(r",\s*|\s+or\s+", spec):
+    for part in re.split(r",\s*|(?<!\s)\s+or\s+", spec):
         part = part.strip()
         if not part:
             continue

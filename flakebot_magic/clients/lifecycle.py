@@ -63,9 +63,9 @@ class LogBuffer:
         self.dropped = 0
 
     def append(self, line: str) -> None:
-        line = safe_text(line)  # shown by tool.logs(), `flakebot logs` and the dashboard
-        if len(line) > LOG_LINE_CHARS:
+        if len(line) > LOG_LINE_CHARS:  # cut first: a 32 MiB line is not escaped whole to keep 4 KiB of it
             line = line[:LOG_LINE_CHARS] + f"... ({len(line) - LOG_LINE_CHARS} more characters)"
+        line = safe_text(line)  # shown by tool.logs(), `flakebot logs` and the dashboard
         with self._lock:
             if len(self._lines) == self._lines.maxlen:
                 self.dropped += 1

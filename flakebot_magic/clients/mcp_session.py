@@ -26,7 +26,11 @@ for earlier calls to the same server (one request at a time), a start or
 restart, and the answer. A call that got no answer in time stops the server
 (it may be hung; the next call starts a fresh one); a call that timed out
 while still waiting its turn was never sent and stops nothing. A message from
-the server is read in chunks and may be at most :data:`MAX_MESSAGE_BYTES` long.
+the server is read in chunks and may be at most :data:`MAX_MESSAGE_BYTES` long. What flakebot writes to the
+server (a request, an answer to the server's own request) is written within the call's time too: a server that
+never reads its stdin is stopped when the call's time runs out, never waited on past it. While it answers one
+call a server may send at most :data:`MAX_SERVER_REQUESTS` requests of its own (issue 33: a server flooding
+``ping`` and reading nothing held a call with ``timeout=5`` for good).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 from .._version import __version__
 from ..errors import ToolError
 from ..host.fsutil import load_json
+from ..host.writes import WriteTimeout, write_within
 from .base import TOOL_TIMEOUT
 from .lifecycle import LogBuffer, ToolProcess
 from .revisions import (
@@ -58,7 +63,7 @@ from .revisions import (
 )
 from .schema import nonfinite
 
-__all__ = ["MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "SUPPORTED_VERSIONS", "Launch", "McpSession"]
+__all__ = ["MAX_MESSAGE_BYTES", "MAX_SERVER_REQUESTS", "PROTOCOL_VERSION", "SUPPORTED_VERSIONS", "Launch", "McpSession"]
 
 #: the revision flakebot offers in ``initialize`` (the legacy era's newest)
 PROTOCOL_VERSION = LATEST_HANDSHAKE
@@ -66,6 +71,8 @@ PROTOCOL_VERSION = LATEST_HANDSHAKE
 SUPPORTED_VERSIONS = (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS)
 #: the longest JSON-RPC message (one line) read from a server
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+#: the most requests of its own (ping, sampling, ...) a server may send while it answers one call
+MAX_SERVER_REQUESTS = 100
 #: who flakebot's client says it is
 CLIENT_INFO = {"name": "flakebot-magic", "version": __version__}
 
@@ -266,7 +273,7 @@ class McpSession:
                 f"flakebot speaks {', '.join(SUPPORTED_VERSIONS)}.",
                 stderr=self.logs.text(last=30),
             )
-        self._notify("notifications/initialized")
+        self._notify("notifications/initialized", deadline=deadline)
         self.revision = str(version)
         self.server = dict(result)
 
@@ -339,7 +346,8 @@ class McpSession:
         out["_meta"] = meta
         return out
 
-    def _send(self, message: Mapping[str, Any]) -> None:
+    def _send(self, message: Mapping[str, Any], deadline: float) -> None:
+        """Write ``message`` by ``deadline``; a server that does not read it by then is stopped (ToolError)."""
         assert self.process is not None and self.process.proc is not None and self.process.proc.stdin is not None
         try:
             text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -350,17 +358,22 @@ class McpSession:
                 "which JSON cannot carry; pass a finite number"
             ) from None
         data = text.encode() + b"\n"
-        fd = self.process.proc.stdin.fileno()
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        try:
+            write_within(self.process.proc.stdin.fileno(), data, deadline)
+        except WriteTimeout:
+            self._give_up()
+            raise ToolError(
+                f"{self.name}: the MCP server did not read what flakebot wrote to it (its stdin) within the call's "
+                f"time ({message.get('method') or 'an answer to its own request'}), so it was stopped; the next call "
+                "starts it again.",
+                stderr=self.logs.text(last=30),
+            ) from None
 
-    def _notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+    def _notify(self, method: str, params: Mapping[str, Any] | None = None, *, deadline: float) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = dict(params)
-        self._send(message)
+        self._send(message, deadline)
 
     def _message(self, method: str, params: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]]:
         self._next_id += 1
@@ -377,7 +390,7 @@ class McpSession:
         ident = self._next_id
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method, "params": dict(params or {})}
         try:
-            self._send(message)
+            self._send(message, deadline)
         except BrokenPipeError:
             return self._died(method, sent=False)
         return self._answer(ident, method, deadline, 0.0, start=start)
@@ -395,7 +408,7 @@ class McpSession:
         ident, message = self._message(method, params)
         try:
             try:
-                self._send(message)
+                self._send(message, deadline)
             except BrokenPipeError:
                 if not retry:
                     return self._died(method, sent=False)
@@ -438,6 +451,7 @@ class McpSession:
     def _answer(
         self, ident: int, method: str, deadline: float, timeout: float, *, waited: float = 0.0, start: bool = False
     ) -> Any:
+        asked = 0  # the server's own requests while it answers this one
         while True:
             line = self._read_line(deadline, method, timeout, waited, start)
             if line is None:
@@ -450,7 +464,15 @@ class McpSession:
             if not isinstance(message, dict):
                 continue
             if "method" in message:
-                self._from_server(message)
+                asked += "id" in message
+                if asked > MAX_SERVER_REQUESTS:
+                    self._give_up()
+                    raise ToolError(
+                        f"{self.name}: the MCP server sent more than {MAX_SERVER_REQUESTS} requests of its own while "
+                        f"answering {method}, so it was stopped; the next call starts it again.",
+                        stderr=self.logs.text(last=30),
+                    )
+                self._from_server(message, deadline)
                 continue
             if message.get("id") is None and "error" in message:
                 # JSON-RPC: the server could not read a request (a parse error or an invalid request), so it
@@ -476,22 +498,21 @@ class McpSession:
                 )
             return message.get("result", {})
 
-    def _from_server(self, message: Mapping[str, Any]) -> None:
+    def _from_server(self, message: Mapping[str, Any], deadline: float) -> None:
         method = message.get("method")
         if "id" in message:  # a request from the server (legacy only): answer ping, decline the rest
             if method == "ping":
-                self._send({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+                self._send({"jsonrpc": "2.0", "id": message["id"], "result": {}}, deadline)
             else:
+                unsupported = f"flakebot's client does not support {str(method)[:100]}"
                 self._send(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": message["id"],
-                        "error": {"code": -32601, "message": f"flakebot's client does not support {method}"},
-                    }
+                    {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": unsupported}},
+                    deadline,
                 )
         elif method == "notifications/message":
-            params = message.get("params") or {}
-            self.logs.append(f"{params.get('level', 'info')}: {json.dumps(params.get('data'))}\n")
+            params = message.get("params")
+            params = params if isinstance(params, Mapping) else {}  # a server's message is data of any shape
+            self.logs.append(f"{str(params.get('level', 'info'))[:20]}: {json.dumps(params.get('data'))[:4096]}\n")
 
     def _read_line(self, deadline: float, method: str, timeout: float, waited: float, start: bool) -> bytes | None:
         assert self.process is not None and self.process.proc is not None and self.process.proc.stdout is not None

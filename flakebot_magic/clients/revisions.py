@@ -158,7 +158,7 @@ def unsupported_version(requested: str) -> Refusal:
     )
 
 
-_SENTINEL = re.compile(r"=\?base64\?(.*)\?=")
+_SENTINEL = re.compile(r"=\?base64\?([^?]*)\?=")
 
 
 def decode_header_value(value: str | None) -> str | None:

@@ -85,17 +85,19 @@ def readme_summary(root: Path, limit: int = 1500) -> str:
             except OSError:
                 continue
             # badges, images, HTML comments and link definitions say nothing about the code
-            text = re.sub(r"<!--.*?-->|<img[^>]*>", "", text, flags=re.S)
-            text = re.sub(r"!?\[!?\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])\](?:\([^)]*\)|\[[^\]]*\])", "", text)
-            text = re.sub(r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])", "", text)
-            text = re.sub(r"(?m)^\[[^\]]+\]:.*$", "", text)
-            text = re.sub(r"\n\s*\n(\s*\n)+", "\n\n", safe_text(text)).strip()
+            # (each scan stops where the next construct could start, and an unclosed comment ends at the end:
+            # linear on any text, tests/security/test_regex_linear.py)
+            text = re.sub(r"<!--.*?(?:-->|\Z)|<img[^<>]*>", "", text, flags=re.S)
+            text = re.sub(r"!?\[!?\[[^\][]*\](?:\([^()]*\)|\[[^\][]*\])\](?:\([^()]*\)|\[[^\][]*\])", "", text)
+            text = re.sub(r"!\[[^\][]*\](?:\([^()]*\)|\[[^\][]*\])", "", text)
+            text = re.sub(r"(?m)^\[[^\]\n]+\]:.*$", "", text)
+            text = re.sub(r"\n(?:[^\S\n]*\n){2,}", "\n\n", safe_text(text)).strip()
             return text if len(text) <= limit else text[:limit].rsplit("\n", 1)[0] + "\n..."
     return ""
 
 
 _PUB_ITEM = re.compile(
-    r"^\s*pub(?:\([^)]*\))?\s+(?:(?:unsafe|async|const|extern\s+\"C\")\s+)*"
+    r"^[ \t]*pub(?:\([^)\n]*\))?\s+(?:(?:unsafe|async|const|extern\s+\"C\")\s+)*"
     r"(fn|struct|enum|trait|type|const|static|mod|macro_rules!)\s*([A-Za-z_]\w*)",
     re.M,
 )

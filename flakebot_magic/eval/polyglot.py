@@ -35,10 +35,11 @@ from typing import Any
 
 import tomlkit
 
-from ..errors import SearchError, UsageError
-from ..host.fsutil import UnsafePath, is_real_dir, load_json, load_toml, read_inside
+from ..errors import RegistryError, SearchError, UsageError
+from ..host.fsutil import UnsafePath, atomic_write, edit_toml, is_real_dir, load_json, load_toml, read_inside, real_dir
+from ..host.literals import rust_string
 from ..host.trees import copy_tree, remove_tree
-from ..registry.base import CrateCandidate, FetchedSource, Registry
+from ..registry.base import CrateCandidate, FetchedSource, Registry, check_crate_field
 from ..registry.directory import tree_sha256
 from ..request import UntrustedText, tool_name
 from .task import HiddenCheck, Reference, Suite, Task, TaskProblem, read_manifest, regular_files
@@ -109,7 +110,7 @@ def _text(exercise: Path, relative: str) -> str:
 
 def polyglot_suite(path: str | Path, staging: Path) -> Suite:
     """The exercises under ``path`` as tasks, their starting crates staged under ``staging``."""
-    root = Path(path).expanduser()
+    root = Path(os.path.abspath(Path(path).expanduser()))  # "rust/.." has no name to stage an exercise under
     if not root.is_dir():
         raise UsageError(f"--polyglot {root}: not a directory. Give your checkout's rust/ directory.")
     exercises = exercise_dirs(root)
@@ -142,7 +143,13 @@ def _task(exercise: Path, staged: Path) -> Task:
     package = manifest.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise _Bad("Cargo.toml has no [package] name")
-    crate = package["name"]
+    try:  # it names the staged crate's binary (a path) and its workspace: a crate's name, or nothing
+        crate = check_crate_field("name", package["name"])
+    except RegistryError:
+        raise _Bad(
+            f"Cargo.toml's [package] name {package['name'][:80]!r} is not a crate name (1 to 64 ASCII letters, "
+            "digits, '-' or '_'); a checkout's name never becomes a path or code unchecked"
+        ) from None
     config = _config(exercise)
     tests_dir = exercise / "tests"
     found = sorted(p for p in tests_dir.glob("*.rs") if _regular(p)) if is_real_dir(tests_dir) else []
@@ -243,27 +250,50 @@ def _stage(exercise: Path, staged: Path, crate: str) -> str:
         if copied.left_out:
             what, why = next(iter(copied.left_out.items()))
             raise _Bad(f"src/{what} is {why}: an exercise's files are read, never followed")
-    document = tomlkit.parse(_text(exercise, "Cargo.toml"))
+    manifest = _with_contract(_text(exercise, "Cargo.toml"), crate)
     has_main = (staged / "src" / "main.rs").is_file()
-    binary = "src/main.rs" if has_main else f"src/bin/{crate}.rs"
+    binary = "src/main.rs" if has_main else f"src/bin/{crate}.rs"  # crate: check_crate_field's, no "/" or ".."
     if not has_main:
-        (staged / "src" / "bin").mkdir(parents=True, exist_ok=True)
-        (staged / binary).write_text(
+        usage = f"Usage: {crate}\n\nThe exercise {crate} is a library (src/lib.rs); this command only meets flakebot's tool contract."
+        real_dir(staged, staged / "src" / "bin")
+        atomic_write(
+            staged / binary,
             "//! A placeholder: flakebot deploys tools, and this exercise is a library (src/lib.rs).\n\n"
-            "fn main() {\n"
-            f'    println!("Usage: {crate}\\n\\nThe exercise {crate} is a library (src/lib.rs); '
-            "this command only meets flakebot's tool contract.\");\n"
-            "}\n",
-            encoding="utf-8",
+            f"fn main() {{\n    println!({rust_string(usage)});\n}}\n",
+            mode=0o644,
+            root=staged,
         )
-    package = document["package"]
-    metadata = package.setdefault("metadata", tomlkit.table())
-    contract = tomlkit.table()
-    contract.add("kind", "cli")
-    contract.add("bin", crate)
-    metadata["flakebot"] = contract
-    (staged / "Cargo.toml").write_text(tomlkit.dumps(document), encoding="utf-8")
+    atomic_write(staged / "Cargo.toml", manifest, mode=0o644, root=staged)
     return binary
+
+
+def _with_contract(text: str, crate: str) -> str:
+    """The exercise's manifest with ``[package.metadata.flakebot]`` saying ``kind = "cli"``, ``bin = crate``.
+
+    A manifest ``tomllib`` reads may still be one ``tomlkit`` refuses, or hold ``[package]`` as an inline table
+    or ``metadata = 1`` (red team 33: a traceback that ended the whole eval): each is a problem of this
+    exercise that says why. What is written is read back as cargo would read it.
+    """
+    try:
+        document = edit_toml(text)
+        package = document.get("package")
+        if not isinstance(package, tomlkit.items.Table):
+            raise ValueError("[package] must be a table of its own (a [package] header, not an inline table)")
+        if "metadata" not in package:
+            package["metadata"] = tomlkit.table()
+        if not isinstance(package["metadata"], tomlkit.items.Table):
+            raise ValueError("[package] metadata must be a table ([package.metadata])")
+        contract = tomlkit.table()
+        contract.add("kind", "cli")
+        contract.add("bin", crate)
+        package["metadata"]["flakebot"] = contract
+        written = tomlkit.dumps(document)
+        meta = load_toml(written).get("package", {}).get("metadata", {})
+        if not isinstance(meta, dict) or meta.get("flakebot") != {"kind": "cli", "bin": crate}:
+            raise ValueError("the tool contract does not read back from it")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a shape tomlkit will not take
+        raise _Bad(f"Cargo.toml cannot be given the tool contract: {exc}") from None
+    return written
 
 
 class ExerciseRegistry:

@@ -101,10 +101,17 @@ def _allowed(info: os.stat_result, need: int) -> bool:
     return (info.st_mode >> shift) & need == need
 
 
+def _plain(name: object) -> bool:
+    """Whether a binary's name from a manifest (a cache file: untrusted) is one path component of its own."""
+    text = str(name)
+    return bool(text) and "/" not in text and "\0" not in text and text not in (".", "..")
+
+
 def _parts(path: Path, manifest: dict[str, Any]) -> list[tuple[Path, int]]:
-    """The entry's parts a run reads, each with what it must allow (:data:`_DIRECTORY`, ...)."""
+    """The entry's parts a run reads, each with what it must allow (:data:`_DIRECTORY`, ...); a binary's name
+    that is not one plain component (``../../x``: issue 33) names no part (:func:`_damage` says so)."""
     bin_dir = _bin_dir(path, manifest)
-    names = [str(name) for name in manifest.get("binaries") or []]
+    names = [str(name) for name in manifest.get("binaries") or [] if _plain(name)]
     return [(path, _DIRECTORY), (path / "manifest.json", _FILE), (bin_dir, _DIRECTORY)] + [
         (bin_dir / name, _PROGRAM) for name in names
     ]
@@ -158,6 +165,8 @@ def _damage(path: Path, manifest: dict[str, Any], *, modes: bool = True) -> str:
     digests = manifest.get("digests")
     digests = digests if isinstance(digests, dict) else {}
     for name in manifest.get("binaries") or []:
+        if not _plain(name):
+            return f"its manifest names the binary {str(name)[:80]!r}, which is not a plain name"
         binary = bin_dir / str(name)
         recorded = digests.get(name)
         try:
@@ -207,7 +216,7 @@ def runnable_damage(store_path: Path | str, binary: Path | str) -> str:
         return f"its store entry {store_path} cannot be read ({exc.strerror or exc})"
     except (OSError, StorageError) as exc:
         return f"its manifest {manifest_path} is damaged or unreadable ({exc})"
-    names = [str(name) for name in manifest.get("binaries") or []]
+    names = [str(name) for name in manifest.get("binaries") or [] if _plain(name)]
     bin_dir = _bin_dir(store_path, manifest)
     listed = [str(bin_dir / name) for name in names]
     # the entry and its bin/ too: a chmod of either (which root's reads ignore, the sandbox's do not) changes them

@@ -49,6 +49,7 @@ __all__ = [
     "atomic_write",
     "check_no_symlinks",
     "copy_regular",
+    "edit_toml",
     "fsync_dir",
     "identity",
     "is_real_dir",
@@ -455,6 +456,33 @@ def load_toml(source: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except RecursionError:
         raise ValueError("the TOML is nested too deeply to read") from None
+
+
+def edit_toml(text: str) -> Any:
+    r"""A TOML document to change and write back (``tomlkit``: comments and order kept): the one editing parser.
+
+    The text is read by :func:`load_toml` first, then by ``tomlkit``; any error of either (tomlkit's are not
+    all ``ValueError``s, and it accepts documents ``tomllib`` refuses, and the other way round) is a
+    ``ValueError``. What the document *holds* is still untrusted: a caller checks each item's type before it
+    changes it (``[package]`` may be an inline table, ``metadata`` an integer: red team 33).
+
+    >>> edit_toml('[package]\nname = "x"  # kept\n').as_string()
+    '[package]\nname = "x"  # kept\n'
+    >>> try:
+    ...     edit_toml("a = [1,")
+    ... except ValueError:
+    ...     print("refused")
+    refused
+    """
+    load_toml(text)
+    import tomlkit
+
+    try:
+        return tomlkit.parse(text)
+    except RecursionError:
+        raise ValueError("the TOML is nested too deeply to read") from None
+    except Exception as exc:  # tomlkit's ParseError and the errors of its own checks: all "not TOML it can edit"
+        raise ValueError(f"the TOML cannot be edited: {exc}") from None
 
 
 #: how deeply a JSON document :func:`load_json` returns may nest: far more than any message flakebot reads

@@ -60,6 +60,7 @@ from .environment import allowed_env, scrubbed_env
 from .guard import MARK, Guard, Spawner, check_program, gated
 from .output import MAX_CAPTURE, LineCallback, StreamCapture
 from .proctree import alive, finish, kill_tree, pipe_holders, process_started_at
+from .writes import write_within
 
 __all__ = [
     "TOOLCHAIN_PROGRAMS",
@@ -494,7 +495,7 @@ class ProcessRunner:
         }
         inodes = {os.fstat(fd).st_ino for fd in streams}
         if input is not None:
-            threading.Thread(target=_write_input, args=(proc, input), daemon=True).start()
+            threading.Thread(target=_write_input, args=(proc, input, started + timeout), daemon=True).start()
         deadline = started + timeout
         selector = selectors.DefaultSelector()
         for fd in streams:
@@ -579,10 +580,14 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _write_input(proc: subprocess.Popen[bytes], data: bytes) -> None:
+def _write_input(proc: subprocess.Popen[bytes], data: bytes, deadline: float) -> None:
+    """The command's input, written by the run's deadline (a reader that never reads never holds this thread)."""
     assert proc.stdin is not None
     try:
-        proc.stdin.write(data)
+        write_within(proc.stdin.fileno(), data, deadline)
+    except (OSError, ValueError):  # gone, not reading by the deadline (WriteTimeout), or closed
+        pass
+    try:
         proc.stdin.close()
-    except (BrokenPipeError, OSError, ValueError):
+    except (OSError, ValueError):
         pass

@@ -25,6 +25,8 @@ from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..host.trees import remove_tree
 from ..records.inventory import Inventory
+from ..request import check_tool_name
+from ..sandbox.diagnostics import BINARY_NAME
 from ..stages.flake import FLAKE_FILE
 
 __all__ = ["ReplitExport", "export_replit", "render_dot_replit", "render_replit_nix"]
@@ -123,6 +125,7 @@ def export_replit(
         When there is no such tool, its workspace is gone, or
         ``directory/name`` exists and is not an earlier export.
     """
+    name = check_tool_name(name)  # it becomes a directory, a Nix path (./NAME) and a TOML string
     record = Inventory(settings.cache.tools).get(name)
     if record is None:
         raise UsageError(f"No tool named {name!r}. {typed('list')} shows the tools built on this machine.")
@@ -151,6 +154,8 @@ def export_replit(
             f"({typed(f'build --rebuild --name {name} ...', f'%%flakebot --rebuild --name {name}')}) and export then."
         )
     program = Path(record.binary).name
+    if not BINARY_NAME.fullmatch(program):  # the record is a cache file: its binary's name is checked too
+        raise UsageError(f"The record of {name!r} names the binary {program[:80]!r}, which is not a plain name.")
     replit_nix = directory / "replit.nix"
     dot_replit = directory / ".replit"
     replit_nix.write_text(render_replit_nix(name, record.description or record.crate), encoding="utf-8")

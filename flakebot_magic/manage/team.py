@@ -36,7 +36,7 @@ from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED, typed
 from ..config import Settings
 from ..errors import DeployError, FlakebotError, StorageError, UntrustedPath, UsageError
-from ..host.fsutil import load_json
+from ..host.fsutil import load_json, read_regular
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
@@ -120,10 +120,17 @@ def manifest_of(record: ToolRecord) -> dict[str, Any]:
     return data
 
 
+#: the largest notebook ``pull`` reads for a tool's recorded provenance (outputs and images included)
+MAX_NOTEBOOK_BYTES = 512 * 1024 * 1024
+
+
 def notebook_provenance(notebook: Path, name: str) -> dict[str, Any]:
     """The provenance the last output of tool ``name`` in ``notebook`` recorded (``metadata.flakebot``)."""
     try:
-        cells = load_json(Path(notebook).read_text(encoding="utf-8"))["cells"]
+        data, more = read_regular(Path(notebook), MAX_NOTEBOOK_BYTES)  # a shared file: capped, never a FIFO
+        if more:
+            raise ValueError(f"it is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+        cells = load_json(data)["cells"]
     except FileNotFoundError:
         where = Path(notebook) if Path(notebook).is_absolute() else Path.cwd() / notebook
         raise UsageError(

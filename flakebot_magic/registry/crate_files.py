@@ -98,6 +98,9 @@ def well_typed(doc: dict[str, Any]) -> dict[str, Any]:
         for key in ("keywords", "categories"):
             if key in package and not isinstance(package[key], list):
                 package = {k: v for k, v in package.items() if k != key}
+        for key in ("name", "version", "description"):  # a name of 0 or [] became a path (issue 33)
+            if key in package and not isinstance(package[key], str):
+                package = {k: v for k, v in package.items() if k != key}
         kept["package"] = package
     return kept
 
@@ -152,6 +155,7 @@ def _bin_targets(crate_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, s
     for b in manifest.get("bin", []):
         if isinstance(b, dict) and isinstance(b.get("name"), str):
             features = b.get("required-features") or b.get("required_features") or []
+            features = features if isinstance(features, list) else []
             given = b.get("path")
             path = given if isinstance(given, str) else _default_bin_path(crate_dir, b["name"])
             targets.setdefault(b["name"], (b["name"], path, tuple(str(f) for f in features if isinstance(f, str))))
@@ -300,7 +304,7 @@ def readme(crate_dir: Path, package: dict[str, Any]) -> str:
 
 #: README lines that are no prose: badges, links, headings, HTML, fences, tables, rules
 _NOT_PROSE = ("[!", "![", "[", "<", "#", "```", "|", "---", "===")
-_MARKDOWN_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_MARKDOWN_LINK = re.compile(r"\[([^\][]*)\]\([^()]*\)")
 
 
 def readme_summary(text: str, limit: int) -> str:
@@ -322,7 +326,9 @@ def readme_summary(text: str, limit: int) -> str:
 
 
 _DOC_COMMENT = re.compile(r"^[ \t]*//![ \t]?(.*)$", re.M)
-_STRING = r'r(#*)"(.*?)"\1|"((?:[^"\\]|\\.)*)"'
+#: a string literal, raw or not; one left open runs to the end of the text (as rustc reads it), so a file of
+#: unclosed quotes is scanned once, not once per quote (tests/security/test_regex_linear.py)
+_STRING = r'r(#*)"(.*?)(?:"\1|\Z)|"((?:[^"\\]|\\.)*+)(?:"|\Z)'
 _LITERAL = re.compile(_STRING, re.S)
 #: clap's and structopt's ``about`` and ``long_about``, as a method or an attribute
 _ABOUT = re.compile(r"\b(?:long_)?about\s*(?:\(\s*|=\s*)(?:" + _STRING + ")", re.S)
@@ -332,9 +338,9 @@ _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 _NEAR_USAGE = 200
 _ESCAPE = re.compile(r"\\\n\s*|\\[nrt]|\\(.)")
 #: a README heading over a section about running the binary
-_USAGE_HEADING = re.compile(r"^(#{1,6})[ \t]+[^\n]*\b(usage|command[- ]line|cli|how to use|running)\b", re.I | re.M)
+_USAGE_HEADING = re.compile(r"^(#{1,6})[ \t]++[^\n]*\b(usage|command[- ]line|cli|how to use|running)\b", re.I | re.M)
 #: the options part of a pasted ``--help`` output
-_OPTIONS_HEADER = re.compile(r"^\s*(usage|flags|options|arguments|args|commands|subcommands)\s*:", re.I | re.M)
+_OPTIONS_HEADER = re.compile(r"^[ \t]*(usage|flags|options|arguments|args|commands|subcommands)[ \t]*:", re.I | re.M)
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 #: how much of one README passage is taken
 _PASSAGE = 400

@@ -47,7 +47,7 @@ SHAPES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str]], ...] = (
     ("date", re.compile("-"), re.compile(r"\b\d{4}-\d{2}-\d{2}\b")),
     ("version", re.compile(r"\."), re.compile(r"\bv?\d+\.\d+\.\d+\b")),
     ("uuid", re.compile("-"), re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)),
-    ("email", re.compile("@"), re.compile(r"\b[\w.+-]+@[\w-]+\.[a-z]{2,}\b", re.I)),
+    ("email", re.compile("@"), re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[a-z]{2,}\b", re.I)),
     ("unicode", None, re.compile(r"[^\x00-\x7f‘’“”–—…]")),
 )
 

@@ -27,7 +27,11 @@ from collections.abc import Sequence
 
 __all__ = ["FORWARDER", "forwarder_command"]
 
-#: the forwarder's source: argv is (listening fd, port, the service's argv...); stdlib only, run with -I -S
+#: the forwarder's source: argv is (listening fd, port, the service's argv...); stdlib only, run with -I -S.
+#: Every socket is non-blocking and each direction has a buffer of at most CAP bytes: a side that does not read
+#: (a service that never reads its request) stops the reading of its own peer only, never the forwarder: before
+#: issue 33 one blocking ``sendall`` to such a service held every other connection, the host's calls included.
+#: A connection whose peer closed is closed once what was left for it is written; at most MAX_PAIRS at once.
 FORWARDER = r"""
 import os, selectors, signal, socket, subprocess, sys
 listener = socket.socket(fileno=int(sys.argv[1]))
@@ -36,32 +40,78 @@ port = int(sys.argv[2])
 service = subprocess.Popen(sys.argv[3:], close_fds=True)
 for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(number, lambda signum, frame: service.send_signal(signum))
+CAP = 1 << 20
+MAX_PAIRS = 256
+READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 # one thread, one selector: no thread waits for another's turn at the interpreter
 watch = selectors.DefaultSelector()
-watch.register(listener, selectors.EVENT_READ, None)
+watch.register(listener, READ, None)
 try:
     ended = os.pidfd_open(service.pid)
-    watch.register(ended, selectors.EVENT_READ, None)
+    watch.register(ended, READ, None)
 except (AttributeError, OSError):
     ended = None
-peers = {}
+peers = {}  # each side -> the other
+owed = {}  # each side -> the bytes still to write to it
+ended_by_peer = set()  # sides whose peer closed: closed once what is owed to them is written
+masks = {}
+
+def mask(one, wanted):
+    old = masks.get(one, 0)
+    if wanted == old:
+        return
+    if not old:
+        watch.register(one, wanted, None)
+    elif not wanted:
+        watch.unregister(one)
+    else:
+        watch.modify(one, wanted, None)
+    if wanted:
+        masks[one] = wanted
+    else:
+        masks.pop(one, None)
+
+def update(one):
+    if one not in peers:
+        return
+    other = peers[one]
+    reads = one not in ended_by_peer and other in peers and len(owed[other]) < CAP
+    mask(one, (READ if reads else 0) | (WRITE if owed[one] else 0))
 
 def drop(sock):
-    for one in (sock, peers.pop(sock, None)):
-        if one is not None:
+    for one in (sock, peers.get(sock)):
+        if one is not None and one in peers:
+            mask(one, 0)
             peers.pop(one, None)
-            try:
-                watch.unregister(one)
-            except (KeyError, ValueError):
-                pass
+            owed.pop(one, None)
+            ended_by_peer.discard(one)
             one.close()
 
+def flush(one):
+    try:
+        sent = one.send(owed[one])
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    except OSError:
+        drop(one)
+        return
+    del owed[one][:sent]
+    if not owed[one] and one in ended_by_peer:
+        drop(one)
+        return
+    update(one)
+    update(peers[one])
+
 while True:
-    for key, _ in watch.select(None if ended is not None else 0.5):
-        if key.fileobj is listener:
+    for key, events in watch.select(None if ended is not None else 0.5):
+        source = key.fileobj
+        if source is listener:
             try:
                 client, _ = listener.accept()
             except OSError:
+                continue
+            if len(peers) >= 2 * MAX_PAIRS:
+                client.close()
                 continue
             try:
                 inside = socket.create_connection(("127.0.0.1", port))
@@ -72,28 +122,39 @@ while True:
             for one, other in ((client, inside), (inside, client)):
                 one.setblocking(False)
                 peers[one] = other
-                watch.register(one, selectors.EVENT_READ, None)
-        elif key.fileobj is ended:
+                owed[one] = bytearray()
+            update(client)
+            update(inside)
+        elif source is ended:
             status = service.wait()
             os._exit(128 - status if status < 0 else status)
-        elif key.fileobj in peers:
-            source = key.fileobj
+        elif source in peers:
+            if events & WRITE:
+                flush(source)
+            if not events & READ or source not in peers:
+                continue
             try:
                 data = source.recv(65536)
-            except BlockingIOError:
+            except (BlockingIOError, InterruptedError):
                 continue
             except OSError:
                 data = b""
-            if not data:
-                drop(source)
-                continue
             sink = peers[source]
-            try:
-                sink.setblocking(True)
-                sink.sendall(data)
-                sink.setblocking(False)
-            except OSError:
-                drop(source)
+            if sink not in peers:  # its peer is gone: what it still sends has nowhere to go
+                continue
+            if not data:  # this side closed: the other gets what is owed to it, then is closed too
+                mask(source, 0)
+                peers.pop(source, None)
+                owed.pop(source, None)
+                source.close()
+                ended_by_peer.add(sink)
+                if owed.get(sink):
+                    update(sink)
+                else:
+                    drop(sink)
+                continue
+            owed[sink] += data
+            flush(sink)
     if ended is None and service.poll() is not None:
         os._exit(128 - service.returncode if service.returncode < 0 else service.returncode)
 """

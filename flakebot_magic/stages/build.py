@@ -242,6 +242,7 @@ _READ_ONLY_SOURCE = (
     "binary), so a build script may write only under OUT_DIR, as cargo asks of published crates."
 )
 
+
 class _Check:
     """One :func:`check`: its two stages (the release build, the tests) on two threads, and what each left.
 

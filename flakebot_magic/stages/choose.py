@@ -53,7 +53,7 @@ CHOICES = 5
 #: caps on what the model is shown of each candidate
 README_CHARS = 600
 PUBLIC_ITEMS = 25
-_PUB = re.compile(rb"^\s*pub\s+(?:async\s+)?(fn|struct|enum|trait|mod)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+_PUB = re.compile(rb"^[ \t]*pub\s+(?:async\s+)?(fn|struct|enum|trait|mod)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
 #: the function the chooser must call (``tool_choice``), and the schema the model is offered
 CHOOSE_CRATE = {"type": "function", "function": {"name": "choose_crate"}}
 CHOOSER_FUNCTION = {
@@ -309,11 +309,12 @@ def _answer(reply: Reply) -> tuple[str, str] | None:
     texts = [str(c["function"]["arguments"] or "") for c in reply.calls if c["function"]["name"] == "choose_crate"]
     texts.append(reply.content)
     for text in texts:
-        match = re.search(r"\{.*\}", text, re.S)
-        if match is None:
+        # the first "{" to the last "}" (what a greedy \{.*\} finds, without a regex's scan per "{")
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end < start:
             continue
         try:
-            data = load_json(match.group(0))
+            data = load_json(text[start : end + 1])
         except ValueError:
             continue
         if isinstance(data, dict) and isinstance(data.get("crate"), str):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..errors import FlakeError
 from ..host.fsutil import atomic_write
+from ..host.literals import nix_string
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import NOT_WALKED
 from .build import LINT_CAP
@@ -83,36 +84,6 @@ class FlakeMeta:
     license: str  # SPDX expression from Cargo.toml, may be ""
     main_program: str  # the binary name
     homepage: str = ""
-
-
-def nix_string(value: str) -> str:
-    """``value`` as a Nix double-quoted string literal.
-
-    Escapes ``\\``, ``"``, ``${`` (which would start an interpolation) and
-    newline, carriage return and tab. NUL cannot occur in a Nix string.
-    """
-    if "\0" in value:
-        raise ValueError("a Nix string cannot contain NUL")
-    out = []
-    i = 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch == "$" and value.startswith("${", i):
-            out.append("\\$")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        else:
-            out.append(ch)
-        i += 1
-    return '"' + "".join(out) + '"'
 
 
 def spdx_license_ids(expression: str) -> list[str]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import tomlkit
@@ -39,7 +39,7 @@ import tomlkit
 from ..errors import ForkError
 from ..events import EventBus
 from ..host.crashpoints import crash_point
-from ..host.fsutil import atomic_write, load_toml
+from ..host.fsutil import UnsafePath, atomic_write, edit_toml, load_toml, read_inside, read_regular
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
 from ..host.trees import remove_tree
@@ -198,9 +198,33 @@ def _requirement(spec: Any) -> tuple[str, str, bool]:
     return "", "*", False
 
 
+#: the largest published manifest the fork edits
+_MAX_MANIFEST_BYTES = 1024 * 1024
+
+
 def _make_satisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git, bus: EventBus) -> None:
+    """Drop the dependencies the registry cannot satisfy (a commit that says which), or a ForkError that says why.
+
+    The manifest is the published crate's: untrusted in its syntax (read by both TOML parsers, ``edit_toml``)
+    and in its shape (a ``[dependencies]`` that is a string, a ``target`` that is a list): a shape the edit
+    cannot take is a ForkError that names it, never a traceback (issue 33, class B).
+    """
+    try:
+        _drop_unsatisfiable(workspace, registry, git, bus)
+    except (ValueError, TypeError, KeyError, AttributeError, UnsafePath) as exc:
+        raise ForkError(
+            f"{workspace.crate.id}'s Cargo.toml cannot be edited to drop the dependencies the registry "
+            f"{registry.id} lacks: {str(exc)[:300]}. Pick another crate with --crate.",
+            workspace=workspace.path,
+        ) from None
+
+
+def _drop_unsatisfiable(workspace: Workspace, registry: ResolvesLocally, git: Git, bus: EventBus) -> None:
     manifest_path = workspace.path / "Cargo.toml"
-    doc = tomlkit.parse(manifest_path.read_text(encoding="utf-8"))
+    data, more = read_regular(manifest_path, _MAX_MANIFEST_BYTES)
+    if more:
+        raise ValueError(f"it is larger than {_MAX_MANIFEST_BYTES // 1024} KiB")
+    doc = edit_toml(data.decode("utf-8", errors="replace"))
     can_satisfy = registry.can_satisfy
     dropped: list[DroppedDependency] = []
     missing_required: list[str] = []
@@ -283,30 +307,47 @@ def _strip_features(doc: Any, gone: set[str]) -> None:
             features[feature] = array
 
 
-_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;", re.M)
+_MOD = re.compile(r"^[ \t]*(?:pub(?:\([^)\n]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;", re.M)
 
 
-def _module_files(root: Path) -> list[Path]:
-    """A target's root file and the module files it declares, recursively."""
-    seen: list[Path] = []
-    stack = [root]
-    while stack:
+#: the most of one module file, and the most module files of one target, the fork reads to learn what a target
+#: uses (the manifest names the target, a published crate holds the files: both untrusted, issue 33)
+_MAX_MODULE_BYTES = 4 * 1024 * 1024
+_MAX_MODULES = 2000
+
+
+def _module_texts(crate: Path, target: str) -> list[str]:
+    """The texts of a target's root file (``target``, relative to ``crate``) and the module files it declares.
+
+    Each is read with :func:`~flakebot_magic.host.fsutil.read_inside`: a path the manifest gives that leaves the
+    crate (``/etc/passwd``, ``../..``), a link anywhere, a FIFO or a device is not read; each file is capped, and
+    so is their number.
+    """
+    texts: list[str] = []
+    seen: set[str] = set()
+    stack = [PurePosixPath(target)]
+    while stack and len(seen) < _MAX_MODULES:
         current = stack.pop()
-        if current in seen or not current.is_file():
+        if current.as_posix() in seen:
             continue
-        seen.append(current)
-        text = current.read_text(encoding="utf-8", errors="replace")
+        seen.add(current.as_posix())
+        try:
+            data, _ = read_inside(crate, current.as_posix(), _MAX_MODULE_BYTES)
+        except OSError:  # missing, or refused (UnsafePath): not a module of this crate
+            continue
+        text = data.decode("utf-8", errors="replace")
+        texts.append(text)
         base = (
             current.parent
-            if current.name in ("mod.rs", "main.rs", "lib.rs") or current == root
+            if current.name in ("mod.rs", "main.rs", "lib.rs") or current == PurePosixPath(target)
             else current.parent / current.stem
         )
         for name in _MOD.findall(text):
             stack += [base / f"{name}.rs", base / name / "mod.rs"]
-    return seen
+    return texts
 
 
-def _uses(files: list[Path], idents: set[str]) -> set[str]:
+def _uses(texts: list[str], idents: set[str]) -> set[str]:
     pattern = re.compile(
         r"\b("
         + "|".join(map(re.escape, sorted(idents)))
@@ -317,8 +358,8 @@ def _uses(files: list[Path], idents: set[str]) -> set[str]:
         + r")\b"
     )
     found: set[str] = set()
-    for path in files:
-        for match in pattern.finditer(path.read_text(encoding="utf-8", errors="replace")):
+    for text in texts:
+        for match in pattern.finditer(text):
             found.update(g for g in match.groups() if g)
     return found
 
@@ -374,7 +415,7 @@ def _skip_targets(root: Path, doc: Any, idents: set[str]) -> list[str]:
         targets = [(str(t["name"]), _target_path(t, directory), t) for t in tables]
         targets += [(name, rel, None) for name, rel in auto]
         for name, rel, table in targets:
-            needs = _uses(_module_files(root / rel), idents)
+            needs = _uses(_module_texts(root, rel), idents)
             if not needs:
                 continue
             skipped.append(f"{kind} {name} (needs {', '.join(sorted(needs))})")
@@ -408,9 +449,9 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
     skipped: list[str] = []
     package = doc["package"]
     lib = doc.get("lib")
-    lib_root = root / str((lib or {}).get("path", "src/lib.rs"))
-    if lib_root.is_file():
-        needs = _uses(_module_files(lib_root), idents)
+    lib_path = str((lib or {}).get("path", "src/lib.rs"))
+    if (root / lib_path).is_file():
+        needs = _uses(_module_texts(root, lib_path), idents)
         if needs:
             if lib is None:
                 lib = doc["lib"] = tomlkit.table()
@@ -428,7 +469,7 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
     targets = [(str(b.get("name", "")), str(b.get("path", f"src/bin/{b.get('name', '')}.rs")), b) for b in bins]
     targets += [(n, r, None) for n, r in auto if n not in declared and r not in declared]
     for name, rel, table in targets:
-        needs = _uses(_module_files(root / rel), idents)
+        needs = _uses(_module_texts(root, rel), idents)
         if not needs:
             continue
         if table is None:
@@ -447,7 +488,11 @@ def _skip_unit_tests(root: Path, doc: Any, idents: set[str]) -> list[str]:
 
 
 def _read_lock(path: Path) -> dict[str, Any]:
-    return load_toml(path.read_text(encoding="utf-8"))
+    """Cargo.lock as cargo left it in the sandbox: a regular file, capped (``ValueError`` else)."""
+    data, more = read_regular(path, 64 * _MAX_MANIFEST_BYTES)
+    if more:
+        raise ValueError(f"{path.name} is larger than 64 MiB")
+    return load_toml(data.decode("utf-8", errors="replace"))
 
 
 def _settle_lockfile(
@@ -479,18 +524,21 @@ def _settle_lockfile(
         missing: list[str] = []
         if registry.offline and versions is not None:
             recorded = getattr(registry, "recorded_checksum", None)
-            for package in _read_lock(lock).get("package", []):
-                if not str(package.get("source", "")).startswith("registry+"):
-                    continue
-                if package["version"] not in versions(package["name"]):
-                    missing.append(f"{package['name']} {package['version']}")
-                elif (
-                    recorded is not None
-                    and "checksum" in package
-                    and package["checksum"] != recorded(package["name"], package["version"])
-                ):
-                    # cargo refuses a lock whose checksums differ from the source's
-                    missing.append(f"{package['name']} {package['version']} (checksum differs)")
+            try:  # the published crate's lock: any shape (issue 33, class B); one cargo would not read is redone
+                for package in _read_lock(lock).get("package", []):
+                    if not str(package.get("source", "")).startswith("registry+"):
+                        continue
+                    if package["version"] not in versions(package["name"]):
+                        missing.append(f"{package['name']} {package['version']}")
+                    elif (
+                        recorded is not None
+                        and "checksum" in package
+                        and package["checksum"] != recorded(package["name"], package["version"])
+                    ):
+                        # cargo refuses a lock whose checksums differ from the source's
+                        missing.append(f"{package['name']} {package['version']} (checksum differs)")
+            except (ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+                missing.append(f"Cargo.lock itself ({str(exc)[:100]})")
         if missing:
             lock.unlink()
             run("generate-lockfile")

@@ -76,7 +76,7 @@ from .rows import (
 
 __all__ = ["OPTIONAL_STAGES", "STATES", "ProgressWidget", "StageRow", "TextHTML"]
 
-_PASSED = re.compile(r"(\d+) passed")
+_PASSED = re.compile(r"(?<!\d)(\d+) passed")
 #: cargo's lines worth showing next to a running stage
 _PROGRESS_LINE = re.compile(rf"^\s*(Compiling|Building|Running|Checking|Finished|Locking|Fresh|Doc-tests|{INDEXING})\b")
 #: seconds between two renders of the log (cargo prints hundreds of lines a second)

@@ -158,3 +158,23 @@ def test_a_gone_entry_or_binary_after_a_whole_verdict(tmp_path: Path) -> None:
     assert "is gone" in runnable_damage(entry, binary)
     shutil.rmtree(entry)
     assert "cannot be read" in runnable_damage(entry, binary)
+
+
+def test_a_manifest_naming_a_binary_outside_the_entry_is_damage_and_nothing_outside_is_changed(
+    tmp_path: Path,
+) -> None:
+    """Issue 33 (class A in a cache file): a manifest's binary ``../../../outside`` is no part of the entry: the
+    entry is damaged (it says why), and restoring its modes (``doctor``) chmods nothing outside it."""
+    from flakebot_magic.host.entry import restore_modes
+
+    entry = _entry(tmp_path)
+    outside = tmp_path / "outside"
+    outside.write_text("the person's file\n")
+    outside.chmod(0o200)  # its owner may not read it: restoring the entry's modes must leave that alone
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["binaries"].append("../../../outside")
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    forget_verdicts()
+    assert "not a plain name" in entry_damage(entry)
+    restore_modes(entry)
+    assert oct(outside.stat().st_mode & 0o777) == oct(0o200)

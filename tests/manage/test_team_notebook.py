@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +42,11 @@ def test_a_notebook_of_any_shape_records_no_tool_and_raises_no_traceback(
         notebook_provenance(notebook, "tool")
     monkeypatch.chdir(tmp_path)
     assert saved_pin(Settings(cache_dir=tmp_path / "cache"), str(notebook), "tool", "make a tool", None) is None
+
+
+def test_a_notebook_that_is_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """Issue 33 (K8): a shared "notebook" that never ends is refused, not read until memory runs out or forever."""
+    fifo = tmp_path / "shared.ipynb"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="Cannot read"):
+        notebook_provenance(fifo, "tool")
