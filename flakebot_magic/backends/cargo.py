@@ -17,6 +17,7 @@ from ..records.proofs import ProofStore
 from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
+from ..stages.deps import dependency_cache
 from ..stages.flake import write_flake
 from ..stages.state import RunState, Stage
 from .base import Backend, Built, cached_rows, flake_meta, manifest, nixpkgs_url
@@ -52,6 +53,7 @@ class CargoBackend(Backend):
                 test_timeout=settings.test_timeout,
                 proofs=ProofStore(settings.cache.proofs),
                 git=git,
+                deps=dependency_cache(settings.cache.units, cargo, bus),
             )
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
             built.digests = dict(result.build.digests)

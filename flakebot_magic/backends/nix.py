@@ -49,6 +49,7 @@ from ..records.provenance import describe_locked
 from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
+from ..stages.deps import dependency_cache
 from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
 from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
@@ -350,6 +351,7 @@ class NixBackend(Backend):
                 test_timeout=settings.test_timeout,
                 proofs=ProofStore(settings.cache.proofs),
                 git=git,
+                deps=dependency_cache(settings.cache.units, cargo, bus),
                 release=release,
             )
         except BaseException:

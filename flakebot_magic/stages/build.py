@@ -63,7 +63,7 @@ from typing import Any
 from ..commands import typed
 from ..errors import BuildError, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
-from ..host.fsutil import read_regular, real_dir, sha256_regular
+from ..host.fsutil import private_dir, read_regular, real_dir, sha256_regular
 from ..host.git import Git
 from ..host.process import Completed
 from ..records.proof_key import ProofKey
@@ -81,6 +81,7 @@ from ..sandbox.diagnostics import (
 from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
 from .deploy import source_digest
+from .deps import DependencyCache, DepsBuild, Plan, Provided
 
 __all__ = [
     "BUILD_FLAGS",
@@ -141,6 +142,8 @@ class CheckResult:
     test_diagnostics: list[Diagnostic]
     #: the proof the tests made, or the one found instead of running them (None: no proof store)
     proof: ProofRecord | None = None
+    #: what the dependency cache did for each build (``release``, ``test``) it served or tried to
+    deps: dict[str, Provided] = field(default_factory=dict)
 
 
 #: Cargo.lock is small; of a bigger one, the first this many bytes key a proof (and a mark that there is more)
@@ -184,6 +187,7 @@ def check(
     cap_lints: bool | None = None,
     proofs: ProofStore | None = None,
     git: Git | None = None,
+    deps: DependencyCache | None = None,
 ) -> CheckResult:
     """Download what the workspace needs, then the release build beside the tests' compilation; the tests run
     once the release build is over; raise on the first failure.
@@ -212,6 +216,7 @@ def check(
     proving = _Check(
         workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints, test_env=test_env
     )
+    proving.deps = deps
     key = known = None
     if proofs is not None and git is not None and run_tests:
         key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
@@ -258,6 +263,10 @@ class _Check:
         self.test_seconds = 0.0
         #: set once the release build is over: the crate's code (its tests) may run from then on
         self.released = threading.Event()
+        #: the dependency cache, and its plan for this workspace (made once the policy passed it)
+        self.deps: DependencyCache | None = None
+        self.plan: Plan | None = None
+        self.provided: dict[str, Provided] = {}
 
     def log(self, stage_name: str) -> Callable[[str, str], None]:
         """What a cargo command of ``stage_name`` does with each line it prints: the readable ones become logs."""
@@ -284,6 +293,36 @@ class _Check:
         # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
         # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
         real_dir(workspace, workspace / "target" / "flakebot-test")
+        if self.deps is not None:
+            plan = self.deps.plan(workspace)
+            if isinstance(plan, str):
+                self.bus.log("build", f"flakebot: the dependency cache is not used for {workspace.name}: {plan}")
+            else:
+                self.plan = plan
+
+    def provide(self, build: DepsBuild, root: Path, target: str, stage_name: str, *, nice: int = 0) -> None:
+        """The dependency units of ``build`` into the target dir ``root/target`` from the cache (a stub build
+        first for the missing ones); nothing when that target dir holds a profile already (the edit loop's)."""
+        if self.deps is None or self.plan is None or (root / target / build.profile_dir).exists():
+            return
+        done = self.deps.provide(
+            self.plan,
+            build,
+            root,
+            target,
+            self.cargo,
+            timeout=self.build_timeout,
+            on_line=self.log(stage_name),
+            nice=nice,
+        )
+        self.provided[build.name] = done
+        if done.why_not:
+            self.bus.log(stage_name, f"flakebot: dependency cache: {done.why_not}; cargo compiles them here")
+        else:
+            fresh = f", {done.compiled} compiled just now in a stub ({self.deps.mode})" if done.stub_ran else ""
+            self.bus.log(
+                stage_name, f"flakebot: dependency cache: {done.copied} units copied{fresh} in {done.seconds:.1f} s"
+            )
 
     def run_stages(self, release: Callable[[], BuildResult], *, tests: bool) -> None:
         """The release build (then ``released``) and, when ``tests``, the tests, each on its own thread."""
@@ -325,6 +364,7 @@ class _Check:
     def release_build(self) -> BuildResult:
         """``cargo build --release`` into flakebot's own target dir; the binaries hashed as the build ends."""
         workspace = self.workspace
+        self.provide(DepsBuild("release", "release", BUILD_FLAGS), private_dir(self.release_dir), "", "build")
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
         # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
         done = self.cargo.run(
@@ -372,6 +412,8 @@ class _Check:
 
     def tests(self) -> tuple[TestReport, list[Diagnostic]]:
         """The tests compiled beside the release build, run once it is over."""
+        tests = DepsBuild("test", "debug", (*self.test_flags, "--no-run"), self.test_env)
+        self.provide(tests, self.workspace, "target/flakebot-test", "test", nice=10)
         # no test of the crate runs while the release build reads the sources (a test rewriting src/main.rs
         # would change what is deployed)
         done = self.cargo_test("--no-run")
@@ -418,7 +460,13 @@ class _Check:
             proof = proofs.record(
                 key, passed=report.passed, ignored=report.ignored, suites=report.suites, seconds=self.test_seconds
             )
-        return CheckResult(build=self.results["build"], tests=report, test_diagnostics=test_diagnostics, proof=proof)
+        return CheckResult(
+            build=self.results["build"],
+            tests=report,
+            test_diagnostics=test_diagnostics,
+            proof=proof,
+            deps=self.provided,
+        )
 
 
 def _env_flags(env: dict[str, str]) -> tuple[str, ...]:

@@ -1,0 +1,484 @@
+"""The dependency cache: each dependency unit compiled once per cache, in a stub, confined, sealed, copied by hash.
+
+docs/dependency-cache.md is the design and the argument; this module is its
+build. For a release build or a test build of a workspace
+(:meth:`DependencyCache.provide`, called by :func:`~flakebot_magic.stages.build.check`
+before the crate's own cargo starts):
+
+1. **Keys.** Each registry package of the workspace's ``Cargo.lock`` gets a key
+   (:meth:`DependencyCache.key`): the toolchain (``rustc -vV``), the build's
+   cargo arguments and environment, the registry's path, the mode, the package
+   and the SHA-256 of every package's files in its build-time closure (the
+   registry's own checksum claims are not trusted: Debian's say "Could not get
+   crate checksum", and cargo itself never rereads a registry package's files).
+   Cargo's own unit hash (features, profile, target, dependencies' hashes)
+   decides among the units found under a key: a copied unit whose inputs
+   differ in any of these is simply not one cargo asks for.
+2. **Dependencies first, in a stub** (:func:`~flakebot_magic.sandbox.stub.stub_of`):
+   ``cargo build --release`` or ``cargo test --no-run`` of a crate with the
+   workspace's dependencies and none of its code, in a sandbox of its own
+   under ``<cache>/units/stubs/``, with the units already sealed copied in
+   first, so cargo compiles only what is missing.
+3. **Writers confined** (mode ``confined``, when Landlock is there): the stub's
+   rustc and build scripts run through :mod:`flakebot_magic.sandbox.unit_wrapper`,
+   each able to write only its own unit's files; a unit's writers are then its
+   own closure, named by its key. Without Landlock (mode ``per-build``) every
+   package of the stub build that has a build script or is a proc macro could
+   write every unit: each record names them (``writers``), and a build uses a
+   unit only when all of them are among its own packages, with the same files.
+4. **Sealed** (:meth:`~flakebot_magic.records.units.UnitStore.seal`) once the
+   stub's cargo has exited and its processes are gone; **copied, never
+   linked**, into the build's fresh target dir, each file checked by hash.
+
+Anything that keeps the cache from serving (a path dependency, a registry
+that is not a directory, a stub build that fails) is a line in the stage's log
+and the build goes on as before: the cache never fails a build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from ..errors import StorageError
+from ..events import EventBus
+from ..host.fsutil import atomic_write, load_json, read_regular
+from ..host.storage import read_cache_json
+from ..records.units import UNIT_NAME, UnitRecord, UnitStore, naive
+from ..registry.vendored import tree_sha256
+from ..sandbox import unit_wrapper
+from ..sandbox.cargo import Cargo
+from ..sandbox.command import Sandbox
+from ..sandbox.stub import LockPackage, Stub, lock_packages, stub_of
+
+__all__ = [
+    "CONFINED",
+    "MODE_HOOK",
+    "OFF",
+    "PER_BUILD",
+    "DependencyCache",
+    "DepsBuild",
+    "Plan",
+    "Provided",
+    "cache_mode",
+    "dependency_cache",
+]
+
+#: bump when a key's meaning changes
+KEY_FORMAT = 1
+CONFINED, PER_BUILD, OFF = "confined", "per-build", "off"
+#: TEST HOOK: the environment variable that forces a mode (``per-build`` or ``off``)
+MODE_HOOK = "FLAKEBOT_UNITS_MODE"
+#: the interpreter the unit wrapper runs with, inside the sandbox (the system's: the venv is not shown there)
+SANDBOX_PYTHON = "/usr/bin/python3"
+#: environment a key leaves out: how rustc caches the crate's own code, never what a dependency is
+_NOT_KEYED = frozenset({"CARGO_INCREMENTAL"})
+
+
+def cache_mode() -> str:
+    """The mode builds use: ``confined`` where Landlock and the sandbox's Python are, else ``per-build``.
+
+    ``FLAKEBOT_UNITS_MODE`` (:data:`MODE_HOOK`, a TEST HOOK) forces ``per-build`` or ``off``.
+    """
+    asked = os.environ.get(MODE_HOOK, "")
+    if asked in (OFF, PER_BUILD):
+        return asked
+    available = os.access(SANDBOX_PYTHON, os.X_OK) and unit_wrapper.landlock_abi() >= 1
+    return CONFINED if available else PER_BUILD
+
+
+def dependency_cache(units: Path, cargo: Cargo, bus: EventBus) -> DependencyCache | None:
+    """The dependency cache for builds with ``cargo`` (sandboxed), or None where it cannot serve soundly: off,
+    a registry that is not a directory on this machine, or no sandbox (its writers could reach the store)."""
+    mode = cache_mode()
+    registry = getattr(cargo.registry, "path", None)
+    sandbox = cargo.sandbox
+    if mode == OFF or registry is None or not cargo.registry.offline or sandbox is None or not sandbox.isolated:
+        return None
+    return DependencyCache(
+        UnitStore(units), registry=Path(registry), toolchain=cargo.rustc_version(), mode=mode, bus=bus
+    )
+
+
+@dataclass(frozen=True)
+class DepsBuild:
+    """One of the crate's two builds, as the stub repeats it: its name, cargo's profile dir, arguments, environment."""
+
+    name: str
+    profile_dir: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the cache knows of one workspace: its stub, its lock's packages, their files' digests, the writers."""
+
+    stub: Stub
+    packages: dict[str, LockPackage]
+    #: package id -> SHA-256 of its files in the registry ("" when not found there)
+    digests: dict[str, str]
+    #: ``name version digest`` of every package of the lock
+    present: frozenset[str]
+    #: the same for the packages whose code runs at build time (a build script, a proc macro)
+    writers: frozenset[str]
+
+    def closure(self, package: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [package]
+        while todo:
+            current = todo.pop()
+            if current in seen or current not in self.packages:
+                continue
+            seen.add(current)
+            todo.extend(self.packages[current].dependencies)
+        return seen
+
+
+@dataclass
+class Provided:
+    """What :meth:`DependencyCache.provide` did for one build."""
+
+    build: str
+    #: units copied into the build's target dir, and how many of them the stub compiled just now
+    copied: int = 0
+    compiled: int = 0
+    stub_ran: bool = False
+    seconds: float = 0.0
+    #: why the cache did not serve ("" when it did)
+    why_not: str = ""
+
+
+class _Unavailable(Exception):
+    """Why the cache cannot serve this build (it goes on without it)."""
+
+
+class DependencyCache:
+    """The cache of one cache dir's units for builds against one directory registry with one toolchain."""
+
+    def __init__(self, store: UnitStore, *, registry: Path, toolchain: str, mode: str, bus: EventBus) -> None:
+        self.store = store
+        self.registry = Path(registry).resolve()
+        self.toolchain = toolchain
+        self.mode = mode
+        self.bus = bus
+
+    # -- keys ----------------------------------------------------------------------------------------------
+
+    def plan(self, workspace: Path) -> Plan | str:
+        """The plan for ``workspace`` (after the tree policy passed it), or why the cache cannot serve it."""
+        stub = stub_of(workspace)
+        if isinstance(stub, str):
+            return stub
+        try:
+            packages = lock_packages(stub.lock)
+        except ValueError as exc:
+            return str(exc)
+        sources = _Sources(self.store.root / "sources.json", self.registry)
+        digests = {pid: sources.digest(p) for pid, p in packages.items()}
+        sources.save()
+        present = frozenset(f"{pid} {d}" for pid, d in digests.items() if d)
+        writers = frozenset(
+            f"{pid} {digests[pid]}" for pid, p in packages.items() if digests[pid] and sources.writes(p)
+        )
+        return Plan(stub, packages, digests, present, writers)
+
+    def _base(self, build: DepsBuild) -> str:
+        env = sorted((k, v) for k, v in build.env.items() if k not in _NOT_KEYED)
+        parts = [
+            KEY_FORMAT,
+            self.mode,
+            self.toolchain,
+            str(self.registry),
+            build.name,
+            build.profile_dir,
+            list(build.args),
+            env,
+        ]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+    def key(self, plan: Plan, build: DepsBuild, package: str) -> str | None:
+        """The key of ``package``'s units in ``build``; None when a package of its closure is not in the registry."""
+        closure = sorted(plan.closure(package))
+        if not closure or any(not plan.digests.get(p) for p in closure):
+            return None
+        lines = [self._base(build), package, *(f"{p} {plan.digests[p]}" for p in closure)]
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+    def set_key(self, plan: Plan, build: DepsBuild) -> str:
+        lines = [self._base(build), plan.stub.digest, *sorted(f"{p} {d}" for p, d in plan.digests.items())]
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+    def usable(self, plan: Plan, record: UnitRecord) -> bool:
+        """May this build use ``record``? Confined units, yes; otherwise only when every package whose code could
+        write it when it was built is among this build's, with the same files (the per-build rule)."""
+        if record.writers is None or naive():
+            return True
+        return set(record.writers) <= plan.present
+
+    # -- serving -------------------------------------------------------------------------------------------
+
+    def provide(
+        self,
+        plan: Plan,
+        build: DepsBuild,
+        root: Path,
+        target: str,
+        cargo: Cargo,
+        *,
+        timeout: float,
+        on_line: Callable[[str, str], None] | None = None,
+        nice: int = 0,
+    ) -> Provided:
+        """Copy the units of ``build`` into the target dir ``root/target`` (compiling the missing ones in the stub
+        first). ``root`` is flakebot's own directory (a workspace, a release target dir); nothing below it is
+        followed if it is a link (:meth:`~flakebot_magic.records.units.UnitStore.copy_out`)."""
+        started = time.monotonic()
+        done = Provided(build.name)
+        profile_dir = (root, f"{target}/{build.profile_dir}".strip("/"))
+        try:
+            set_key = self.set_key(plan, build)
+            if not self._from_set(plan, set_key, profile_dir, done):
+                units = self._stub_build(
+                    plan, build, set_key, cargo, timeout=timeout, on_line=on_line, nice=nice, done=done
+                )
+                self._copy_all(plan, units, profile_dir, done)
+        except _Unavailable as exc:
+            done.why_not = str(exc)
+        except OSError as exc:
+            done.why_not = f"the unit store could not be used ({exc.strerror or exc})"
+        done.seconds = time.monotonic() - started
+        return done
+
+    def _from_set(self, plan: Plan, set_key: str, profile_dir: tuple[Path, str], done: Provided) -> bool:
+        """The units the same dependencies used before, copied; False when any is gone or unusable."""
+        units = self.store.set_units(set_key)
+        if units is None:
+            return False
+        try:
+            self._copy_all(plan, units, profile_dir, done)
+        except _Unavailable:
+            return False
+        return True
+
+    def _copy_all(
+        self, plan: Plan, units: list[tuple[str, str]], profile_dir: tuple[Path, str], done: Provided
+    ) -> None:
+        records = [self.store.get(key, unit) for key, unit in units]
+        if any(r is None or not self.usable(plan, r) for r in records):
+            raise _Unavailable("a unit of the set is gone")
+        for record in records:
+            assert record is not None
+            if not self.store.copy_out(record, *profile_dir):
+                raise _Unavailable(f"the sealed unit {record.unit} differs from what was sealed (set aside)")
+        done.copied = len(records)
+
+    def _stub_build(
+        self,
+        plan: Plan,
+        build: DepsBuild,
+        set_key: str,
+        cargo: Cargo,
+        *,
+        timeout: float,
+        on_line: Callable[[str, str], None] | None,
+        nice: int,
+        done: Provided,
+    ) -> list[tuple[str, str]]:
+        """Build the stub with every usable sealed unit copied in, seal what it compiled; the set's units."""
+        stub_dir = self.store.stubs / f"{set_key[:32]}"
+        stub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        target = stub_dir / "target"
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(mode=0o700)
+        for relative, data in plan.stub.files.items():
+            path = stub_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data, mode=0o644, root=stub_dir)
+        keys = {pid: self.key(plan, build, pid) for pid in plan.packages}
+        sealed: dict[str, tuple[str, str]] = {}
+        for key in {k for k in keys.values() if k is not None}:
+            for record in self.store.find(key):
+                if self.usable(plan, record) and self.store.copy_out(record, target, build.profile_dir):
+                    sealed[record.unit] = (key, record.unit)
+        read_only, env = self._confinement()
+        stub_cargo = cargo.confined_to(Sandbox(stub_dir, read_only=read_only))
+        env |= {**build.env, "CARGO_TARGET_DIR": str(target)}
+        done.stub_ran = True
+        ran = stub_cargo.run(*build.args, cwd=stub_dir, timeout=timeout, on_line=on_line, env=env, nice=nice)
+        if ran.returncode != 0:
+            tail = "; ".join(line for line in ran.stderr.strip().splitlines()[-3:])
+            raise _Unavailable(f"the stub build of the dependencies failed ({tail[:300]})")
+        # cargo has exited and the sandbox's processes are gone: what the stub built can be sealed
+        units = _built_units(ran.stdout, target / build.profile_dir, plan)
+        writers = None if self.mode == CONFINED or naive() else sorted(plan.writers)
+        used: list[tuple[str, str]] = []
+        for unit, (package, fresh) in units.items():
+            unit_key = keys.get(package)
+            if unit_key is None:
+                continue
+            if fresh and unit in sealed:
+                used.append(sealed[unit])
+                continue
+            if self.store.seal(target / build.profile_dir, unit, package, unit_key, writers) is not None:
+                used.append((unit_key, unit))
+                done.compiled += not fresh
+        if len(used) == len(units):
+            self.store.remember_set(set_key, used)
+        shutil.rmtree(target, ignore_errors=True)
+        return used
+
+    def _confinement(self) -> tuple[list[Path], dict[str, str]]:
+        """What the stub's sandbox shows read-only, and its environment: the unit wrapper when confined."""
+        if self.mode != CONFINED or naive():
+            return [], {}
+        script = Path(unit_wrapper.__file__).resolve()
+        launcher = self.store.root / "bin" / "rustc-wrapper"
+        text = f"#!/bin/sh\nexec {SANDBOX_PYTHON} -I -S '{script}' \"$@\"\n"
+        try:
+            current, _ = read_regular(launcher, len(text) + 1)
+        except OSError:
+            current = b""
+        if current != text.encode():
+            atomic_write(launcher, text, mode=0o755, make_parents=True)
+        return [script, launcher], {"RUSTC_WRAPPER": str(launcher), "FLAKEBOT_UNIT_CONFINE": "1"}
+
+
+def _built_units(stdout: str, profile_dir: Path, plan: Plan) -> dict[str, tuple[str, bool]]:
+    """The units of registry packages cargo's JSON names (unit -> (package id, fresh)), each one whose files are
+    in ``profile_dir``."""
+    units: dict[str, tuple[str, bool]] = {}
+    fingerprints = {name.rsplit("-", 1)[1]: name for name in _listdir(profile_dir / ".fingerprint")}
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            message = load_json(line)
+            package = _package_of(str(message["package_id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if package not in plan.packages:
+            continue
+        paths = [*message.get("filenames", []), message.get("out_dir") or ""] if isinstance(message, dict) else []
+        for path in paths:
+            unit = _unit_of(str(path), profile_dir, fingerprints)
+            if unit is not None and unit.startswith(plan.packages[package].name + "-"):
+                fresh = bool(message.get("fresh", False)) and units.get(unit, ("", True))[1]
+                units[unit] = (package, fresh)
+    return units
+
+
+def _package_of(package_id: str) -> str:
+    """``name version`` of a registry package's id (``registry+https://...#name@1.2.3``); "" for others."""
+    if not package_id.startswith("registry+") or "#" not in package_id:
+        return ""
+    name, _, version = package_id.rsplit("#", 1)[1].partition("@")
+    return f"{name} {version}"
+
+
+def _unit_of(path: str, profile_dir: Path, fingerprints: Mapping[str, str]) -> str | None:
+    """The unit a file cargo names belongs to: ``build/UNIT/...``, or ``deps/NAME-HASH.ext`` by its hash."""
+    try:
+        parts = Path(path).relative_to(profile_dir).parts
+    except ValueError:
+        return None
+    if len(parts) >= 2 and parts[0] == "build" and UNIT_NAME.fullmatch(parts[1]):
+        return parts[1]
+    if len(parts) == 2 and parts[0] == "deps":
+        stem = parts[1].split(".", 1)[0]
+        return fingerprints.get(stem.rsplit("-", 1)[-1])
+    return None
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return [name for name in os.listdir(path) if UNIT_NAME.fullmatch(name)]
+    except OSError:
+        return []
+
+
+class _Sources:
+    """Each registry package's digest (and whether code of it runs at build time), kept in ``sources.json`` while
+    its files are what they were (their names, sizes, modification times and inodes)."""
+
+    def __init__(self, path: Path, registry: Path) -> None:
+        self.path = path
+        self.registry = registry
+        try:
+            self.known: dict[str, Any] = read_cache_json(path)
+        except (OSError, StorageError, ValueError):
+            self.known = {}
+        self.changed = False
+
+    def _entry(self, package: LockPackage) -> dict[str, Any] | None:
+        """What is known of ``package``'s directory in the registry (the one whose Cargo.toml names it), or None."""
+        for name in (f"{package.name}-{package.version}", package.name):
+            directory = self.registry / name
+            if directory.is_symlink() or not (directory / "Cargo.toml").is_file():
+                continue
+            signature = _stat_signature(directory)
+            entry = self.known.get(str(directory))
+            if not (isinstance(entry, dict) and entry.get("signature") == signature):
+                try:
+                    entry = {"signature": signature, "digest": tree_sha256(directory, exclude=()), **_about(directory)}
+                except OSError:
+                    continue
+                self.known[str(directory)] = entry
+                self.changed = True
+            if entry.get("package") == package.id:
+                return entry
+        return None
+
+    def digest(self, package: LockPackage) -> str:
+        entry = self._entry(package)
+        return str(entry["digest"]) if entry is not None else ""
+
+    def writes(self, package: LockPackage) -> bool:
+        entry = self._entry(package)
+        return bool(entry["writes"]) if entry is not None else True
+
+    def save(self) -> None:
+        if self.changed:
+            try:
+                atomic_write(self.path, json.dumps(self.known), make_parents=True)
+            except OSError:
+                pass  # only means hashing again next time
+
+
+def _stat_signature(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            info = os.lstat(os.path.join(path, name))
+            digest.update(
+                f"{os.path.relpath(os.path.join(path, name), directory)}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode()
+            )
+    return digest.hexdigest()
+
+
+def _about(directory: Path) -> dict[str, Any]:
+    """The package a registry directory holds (``name version``), and whether code of it runs at build time (a
+    build script, a proc macro: it could write what compiles beside it)."""
+    data, _ = read_regular(directory / "Cargo.toml", 1 << 20)
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {"package": "", "writes": True}
+    package = doc.get("package", {})
+    lib = doc.get("lib", {})
+    if not isinstance(package, dict):
+        return {"package": "", "writes": True}
+    build = package.get("build")
+    macro = isinstance(lib, dict) and bool(lib.get("proc-macro") or lib.get("proc_macro"))
+    writes = macro or (build is not False and (isinstance(build, str) or (directory / "build.rs").is_file()))
+    return {"package": f"{package.get('name')} {package.get('version')}", "writes": writes}
