@@ -177,7 +177,7 @@ def run_rustc(argv: list[str]) -> int:
     rustc, args = argv[0], argv[1:]
     out = _option(args, "--out-dir")
     if os.environ.get("FLAKEBOT_UNIT_NESTED") or out is None:
-        os.execv(rustc, [rustc, *args])  # confined already, or no compile (cargo's `--print` questions)
+        os.execvp(rustc, [rustc, *args])  # confined already, or no compile (cargo's `--print` questions)
     index, out_dir = out
     crate = (_option(args, "--crate-name") or (0, ""))[1]
     extra = _codegen(args, "extra-filename")
