@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..edit.state import EditState
 from ..errors import DeployError, UntrustedPath, UsageError
 from ..host.fsutil import load_json
 from ..host.git import Git
@@ -283,7 +282,7 @@ def prove(
         session = {
             "model": run.model.model,
             "iterations": run.iterations,
-            "summaries": [str(s.get("summary", "")) for s in EditState.load(workspace.path).sessions],
+            "summaries": [str(s.get("summary", "")) for s in _edit_sessions(workspace.path)],
             **{k: v for k, v in run.session.items() if k in ("usage", "winner", "plan")},
         }
     binaries = sorted(built.binaries)
@@ -496,3 +495,10 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
         if info is None or info.nar_hash != recorded:
             raise UntrustedPath(f"{path} is not in the store with narHash {recorded} after the copy.", path=path)
     return signers
+
+
+def _edit_sessions(workspace: Path) -> list[dict[str, Any]]:
+    """The edit sessions recorded in ``workspace`` (the edit loop's modules load only when asked)."""
+    from ..edit.state import EditState
+
+    return list(EditState.load(workspace).sessions)

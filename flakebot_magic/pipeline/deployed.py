@@ -39,7 +39,7 @@ from ..stages.deploy import StorePath
 from ..stages.state import RunDeps, RunState, Stage
 from ..stages.workspace import Workspace, clone_at, next_path
 
-__all__ = ["contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
+__all__ = ["answered_choice", "contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
 
 
 def deployed_tool(
@@ -205,6 +205,32 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
 def _where(store: StorePath) -> str:
     """Where the tool of ``store`` is: its /nix/store path (nix), else the entry."""
     return str(store.manifest.get("nix_store_path") or store.path)
+
+
+def answered_choice(deps: RunDeps, run: RunState) -> Choice | None:
+    """The choice the tool ``run.request.name`` was built from, when it was built for this very request; else None.
+
+    A warm re-run (the same name and words, or the same ``--crate``, no model, no ``--rebuild`` or
+    ``--continue``) then needs no search: its recipe is looked up as the search's answer's would be (the
+    registry, toolchain, flags and backend still decide whether it is a hit), and the sentence-embedding model is
+    never loaded. The record's choice is taken as it was recorded; the crate's facts come from the registry.
+    """
+    request = run.request
+    if not request.name or run.flags.rebuild or run.follow_up or run.model is not None:
+        return None
+    record = Inventory(deps.settings.cache.tools).get(request.name)
+    if record is None or record.status != "ready" or record.model or record.request != request.text:
+        return None
+    if request.crate and request.crate != record.crate:
+        return None
+    chosen = record.extra.get("choice")
+    if not isinstance(chosen, dict) or (chosen.get("crate"), chosen.get("version")) != (record.crate, record.version):
+        return None
+    try:
+        candidate = deps.registry.get(record.crate, record.version)
+    except FlakebotError:
+        return None
+    return Choice(candidate, str(chosen.get("by", "")), str(chosen.get("reason", "")))
 
 
 def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | None) -> DiskFull | None:

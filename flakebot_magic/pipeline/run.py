@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from ..backends import Backend, Built, backend_for, decide
 from ..clients import ToolClient
 from ..config import Settings
-from ..edit import EditState
 from ..errors import BuildError, ConfigError, FlakebotError, ForkError, NeedsModelError, SearchError, UsageError
 from ..events import EventBus, Observer, RunFinished
 from ..host.git import Git
@@ -45,7 +44,7 @@ from ..stages.build import BUILD_FLAGS
 from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
 from ..stages.state import RunDeps, RunState, Stage
-from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
+from .deployed import answered_choice, contract_of, deployed_tool, disk_full, from_cache, main_binary
 
 if TYPE_CHECKING:
     from ..edit.journal import ResumePoint
@@ -53,6 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Pipeline"]
 
+#: where the toolchain a build found is kept for the next process (under the cache's probes)
+TOOLCHAIN_MEMO = "toolchain.json"
 #: how many times failing acceptance examples go back to the edit loop
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
@@ -175,6 +176,9 @@ class Pipeline:
         return tool
 
     def _run(self, run: RunState, search_text: str) -> ToolClient:
+        answered = self._answered(run)
+        if answered is not None:
+            return answered
         with Stage(self.bus, "search") as stage:
             choice = self._choose(run, search_text)
             stage.detail = f"{choice.candidate.name} {choice.candidate.version}"
@@ -202,6 +206,25 @@ class Pipeline:
                 )
         raise RuntimeError("unreachable: the loop returns or raises")
 
+    def _answered(self, run: RunState) -> ToolClient | None:
+        """The tool built before under this name for this very request, from its recipe, with no search (no model
+        loaded); None when there is none or its recipe misses (the run goes on as usual)."""
+        choice = answered_choice(self.deps, run)
+        if choice is None:
+            return None
+        run.candidate, run.workspace, run.name = choice.candidate, None, str(run.request.name)
+        with tool_lock(self.settings.cache_dir, run.name):
+            cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.probes / TOOLCHAIN_MEMO)
+            run.rustc = cargo.rustc_version()
+            backend = backend_for(run.choice.name, self.deps, run.choice)
+            recipe = self._recipe_path(run, backend)
+            if backend.lookup(recipe, run.name) is None:
+                return None
+            with Stage(self.bus, "search") as stage:
+                stage.status, stage.detail = "cached", f"{choice.candidate.id}: the tool built for this request"
+            _check_agent_may_replace(self.settings, run.request, run.name)
+            return self._from_cache(run, choice, backend, recipe)
+
     def _resumed(self, run: RunState, point: ResumePoint | RacePoint) -> ToolClient:
         """Continue an interrupted session in its own workspace, then build and deploy as usual."""
         from .edit_stage import resumed_run
@@ -213,7 +236,7 @@ class Pipeline:
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock; each step is one method below, in this order."""
         _check_agent_may_replace(self.settings, run.request, run.name)
-        cargo = Cargo(self.registry, self.runner)
+        cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.probes / TOOLCHAIN_MEMO)
         run.rustc = cargo.rustc_version()
         backend = backend_for(run.choice.name, self.deps, run.choice)
         recipe = self._recipe_path(run, backend)
@@ -465,6 +488,8 @@ class Pipeline:
 
     def _fork_afresh(self, run: RunState) -> bool:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
+        from ..edit.state import EditState  # the edit loop's modules load only when a run needs them
+
         return not run.follow_up and EditState.exists(self.settings.cache.workspaces / run.name)
 
     def _confined(self, run: RunState, cargo: Cargo) -> Cargo:

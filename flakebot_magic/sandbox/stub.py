@@ -219,6 +219,7 @@ def stub_of(workspace: Path) -> Stub | str:
     workspace_table = doc.get("workspace")
     resolver = workspace_table.get("resolver") if isinstance(workspace_table, Mapping) else None
     stub["workspace"] = {"resolver": resolver} if resolver is not None else {}
+
     files["Cargo.toml"] = ("# flakebot's stub: the dependencies alone\n" + tomlkit.dumps(stub)).encode()
     return Stub(files)
 
