@@ -38,6 +38,7 @@ from ..sandbox.diagnostics import BINARY_NAME, TestReport
 from ..stages.deploy import StorePath, served
 from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
 from ..stages.fork import Workspace
+from ..stages.proven import ProvenSource
 from ..stages.state import BackendChoice, RunDeps, RunState
 from .nix_command import normalize_flake_ref
 
@@ -82,6 +83,8 @@ MANIFEST_KEYS = (
     "registry",
     "rustc",
     "skipped_targets",
+    "source_commit",
+    "source_tree",
     "tests",
     "usage",
     "version",
@@ -102,6 +105,8 @@ class Built:
     tests: TestReport | None = None
     #: the proof of the tests (made by this build, or found: ``reused``)
     proof: ProofRecord | None = None
+    #: the commit the release build compiled (its tree exported from git's objects), None for a cached entry
+    source: ProvenSource | None = None
     #: nix: the built /nix/store path, its pending out-link, and what the lock pinned
     out_path: Path | None = None
     pending: Path | None = None
@@ -205,6 +210,9 @@ def manifest(
         "registry": crate.registry,
         "rustc": run.rustc,
         "skipped_targets": workspace.skipped_targets,
+        # what the release build compiled: this commit's tree, exported from git's objects (stages/proven.py)
+        "source_commit": built.source.commit if built.source is not None else "",
+        "source_tree": built.source.tree if built.source is not None else "",
         "tests": {"passed": tests.passed, "failed": tests.failed, "ignored": tests.ignored} if tests else {},
         "proof": built.proof.summary() if built.proof is not None else {},
         "version": crate.version,

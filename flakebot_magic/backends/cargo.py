@@ -5,6 +5,9 @@
     build (cargo build --release) ┐ ──► flake (write, commit) ──► deploy (copy bin/ to store/HASH-…)
     test  (cargo test)            ┘
 
+The release build compiles the proven commit's files, exported from git's
+objects (:mod:`~flakebot_magic.stages.proven`), never the work tree.
+
 The flake is written for the tool's users (``nix build`` elsewhere); it is
 not a build input here, so it does not change the store hash.
 """
@@ -56,7 +59,7 @@ class CargoBackend(Backend):
                 deps=dependency_cache(settings.cache.units, cargo, bus),
             )
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
-            built.digests = dict(result.build.digests)
+            built.digests, built.source = dict(result.build.digests), result.source
         with Stage(bus, "flake") as stage:
             write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(

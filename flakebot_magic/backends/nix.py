@@ -5,6 +5,10 @@
     flake (write, nix flake lock, commit) ──► build (nix build) ┐ ──► deploy (GC root, record)
                                                test  (cargo test)┘
 
+``nix build`` builds the proven commit's files, exported from git's objects
+(:mod:`~flakebot_magic.stages.proven`), as a ``path:`` flake: never the work
+tree (a git flake of the work tree takes uncommitted edits of tracked files).
+
 ``auto`` is nix when all three hold, else cargo (:func:`decide`):
 
 1. ``nix`` is on PATH;
@@ -358,7 +362,7 @@ class NixBackend(Backend):
             remove_link(pending)  # the tool's own root (or none) is all a run leaves
             raise
         built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
-        built.out_path, built.pending = release.store_path, pending
+        built.out_path, built.pending, built.source = release.store_path, pending, result.source
         return built
 
     def _push(self, data: dict[str, Any]) -> None:

@@ -301,6 +301,7 @@ def prove(
         session=session,
         derivation=info.deriver,
         store_key=built.key,
+        tree=built.source.tree if built.source is not None else "",
     )
     path = add_proof(nix, proof, gcroots / ".proofs" / run.name)
     proof_info = path_info(nix, str(path))

@@ -41,10 +41,11 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ConfigError, FlakeError, StorageError, UsageError
-from ..host.fsutil import atomic_write, load_json, read_inside, remove_nofollow
+from ..host.fsutil import atomic_write, load_json, read_inside
 from ..host.output import LineCallback
 from ..host.process import Completed, ProcessRunner, scrubbed_env
 from ..host.storage import read_cache_file
+from ..host.trees import remove_tree
 from ..stages.build import BuildResult
 from ..stages.deploy import StorePath, write_entry
 from ..stages.flake import FLAKE_FILE, LOCK_FILE
@@ -319,7 +320,7 @@ class Nix:
         if saved is not None:
             atomic_write(target, saved, mode=0o644, root=workspace)
         else:
-            remove_nofollow(target)
+            remove_tree(target)
         done = self.run("flake", "lock", cwd=workspace, timeout=timeout, on_line=on_line)
         if done.returncode != 0:
             raise flake_error(
@@ -350,9 +351,12 @@ class Nix:
         timeout: float,
         on_line: LineCallback | None = None,
         attribute: str = "",
+        source: Path | None = None,
     ) -> Path:
         """``nix build`` the workspace flake; return the output's /nix/store path.
 
+        With ``source`` (the proven commit's exported files, :mod:`~flakebot_magic.stages.proven`), the flake
+        built is that directory, as a ``path:`` flake: exactly the commit's files, never the work tree's.
         ``out_link`` becomes a GC root for it (nix creates it only after a
         successful build). Refuses (:class:`ConfigError`) when nix's sandbox
         is off: the build runs the crate's build scripts and tests.
@@ -360,7 +364,8 @@ class Nix:
         if not self.sandbox.on:
             raise sandbox_off_error(self.sandbox)
         out_link.parent.mkdir(parents=True, exist_ok=True)
-        installable = f".#{attribute}" if attribute else "."
+        flake = f"path:{Path(source).resolve()}" if source is not None else "."
+        installable = f"{flake}#{attribute}" if attribute else flake
         done = self.run(
             "build",
             installable,
@@ -493,8 +498,9 @@ class NixRelease:
         self.timeout, self.on_line = timeout, on_line
         self.store_path: Path | None = None
 
-    def __call__(self) -> BuildResult:
-        path = self.nix.build(self.workspace, self.out_link, timeout=self.timeout, on_line=self.on_line)
+    def __call__(self, source: Path | None = None) -> BuildResult:
+        """``nix build`` of ``source`` (the proven commit's files; default: the workspace's flake)."""
+        path = self.nix.build(self.workspace, self.out_link, timeout=self.timeout, on_line=self.on_line, source=source)
         binaries = binaries_of(path)
         if not binaries:
             raise FlakeError(f"nix built {path}, which has no bin/ programs to deploy.", workspace=self.workspace)

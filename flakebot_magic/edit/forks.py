@@ -49,9 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Cancelled, ForkError
-from ..host.fsutil import atomic_write, is_real_dir, read_regular, real_dir, remove_nofollow
+from ..host.fsutil import atomic_write, is_real_dir, read_regular, real_dir
 from ..host.git import Git
 from ..host.process import CancelToken, ProcessRunner
+from ..host.trees import remove_tree
 from ..sandbox.layout import CANDIDATES_DIR, OUTPUT_DIRS
 from .checkrun import LOOP_TARGET
 
@@ -111,10 +112,10 @@ def clone_candidate(workspace: Path, index: int, *, runner: ProcessRunner | None
         source_target = workspace.joinpath(*LOOP_TARGET)
         if is_real_dir(source_target) and is_real_dir(source_target.parent):
             clone_target(source_target, tmp.joinpath(*LOOP_TARGET), cancel=cancel)
-        remove_nofollow(dest)
+        remove_tree(dest)
         os.rename(tmp, dest)
     except BaseException as exc:
-        remove_nofollow(tmp)
+        remove_tree(tmp)
         if isinstance(exc, OSError):
             raise ForkError(
                 f"Could not clone the workspace {workspace} for candidate #{index}: {exc}", workspace=workspace

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 import time
 from pathlib import Path
@@ -58,7 +57,6 @@ __all__ = [
     "read_inside",
     "read_regular",
     "real_dir",
-    "remove_nofollow",
     "settled",
     "sha256_regular",
 ]
@@ -125,17 +123,6 @@ def is_real_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def remove_nofollow(path: Path) -> None:
-    """Remove ``path``, whatever it is; a symlink is removed, never followed (nothing there: nothing done)."""
-    if is_real_dir(path):
-        shutil.rmtree(path)
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def real_dir(root: Path, path: Path, *, mode: int = 0o755) -> Path:

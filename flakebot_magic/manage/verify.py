@@ -138,7 +138,9 @@ def verify(settings: Settings, name: str, *, runner: ProcessRunner | None = None
     if not message:
         # a pulled tool's derivation came with it (checked to build this path); a local build's is the store's
         deriver = str(manifest.get("derivation") or info.deriver)
-        installable, cwd = rebuild_source(nix, record, path, deriver, str(manifest.get("commit") or ""))
+        # the commit the release build compiled (exported from git's objects), as the manifest names it
+        built_from = str(manifest.get("source_commit") or manifest.get("commit") or "")
+        installable, cwd = rebuild_source(nix, record, path, deriver, built_from)
         rebuilt_from = installable
         done = rebuild(nix, installable, cwd=cwd, timeout=settings.build_timeout)
         if done.returncode != 0:

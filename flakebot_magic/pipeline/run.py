@@ -12,7 +12,6 @@ front ends only observe them. Building is the backend's
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -29,13 +28,14 @@ from ..host.git import Git
 from ..host.locks import tool_lock
 from ..host.process import CancelToken, ProcessRunner
 from ..host.storage import storage_errors
+from ..host.trees import remove_tree
 from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, check_tool_name, tool_name
-from ..sandbox import Sandbox, release_target
+from ..sandbox import Sandbox, release_source, release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
@@ -335,7 +335,9 @@ class Pipeline:
         """Deploy what was built, then make the workspace, its tool card and the record the tool, together
         (transaction.py)."""
         workspace = run.forked()
-        contract = {} if built.cached is not None else contract_of(workspace.path, list(built.binaries))
+        # the contract the proven commit declares (its exported files), not what a test rewrote on disk since
+        where = built.source.path if built.source is not None else workspace.path
+        contract = {} if built.cached is not None else contract_of(where, list(built.binaries))
         run.store = store = backend.deploy(run, built, contract)
         return deployed_tool(
             self.deps,
@@ -353,8 +355,9 @@ class Pipeline:
         """After a success, unless ``keep_workspace``: the git history stays (it is the tool's provenance); build
         outputs go."""
         if not self.settings.keep_workspace:
-            shutil.rmtree(run.forked().path / "target", ignore_errors=True)
-            shutil.rmtree(release_target(run.forked().path), ignore_errors=True)
+            for path in (run.forked().path / "target", release_target(run.forked().path)):
+                remove_tree(path, ignore_errors=True)
+            remove_tree(release_source(run.forked().path), ignore_errors=True)
 
     def _say_backend(self, run: RunState) -> None:
         """Which backend builds, and why, once per build that builds (a cache hit builds nothing: it says nothing)."""

@@ -62,6 +62,9 @@ class Proof:
     #: the builder's store key for the tool (:func:`flakebot_magic.stages.deploy.store_key`): a pulled tool's entry
     #: and "source hash" are the same as on the machine that built it; "" in proofs made before it was kept
     store_key: str = ""
+    #: the git tree the binary was built from (the proven commit's, exported from git's objects; the same files
+    #: give the same id on any machine, as the commit's id would not); "" in proofs made before it was kept
+    tree: str = ""
 
     @property
     def passed(self) -> bool:
@@ -101,6 +104,7 @@ class Proof:
                 session=dict(data.get("session") or {}),
                 derivation=str(data.get("derivation", "")),
                 store_key=str(data.get("store_key", "")),
+                tree=str(data.get("tree", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:  # 1e999 as a count
             raise DeployError(f"{where} is not a flakebot proof ({exc}).") from exc

@@ -14,7 +14,9 @@ place such a command line is made (the process runner refuses any other,
   its ``CARGO_HOME`` and its workspace, as its :class:`Profile` says
   (:data:`BUILD`: no network, the workspace writable but ``.git``, ``CARGO_HOME``
   read-only; :data:`FETCH`: the network, the workspace read-only but
-  ``Cargo.lock``, ``CARGO_HOME`` writable). ``$HOME`` and ``/tmp`` are empty
+  ``Cargo.lock``, ``CARGO_HOME`` writable; :data:`RELEASE`: the proven
+  commit's exported tree read-only and the release target dir, the workspace
+  not shown). ``$HOME`` and ``/tmp`` are empty
   private tmpfs; there is no ``/run``; a new pid namespace that dies with its
   pid 1, a new session, no capabilities, and a seccomp filter
   (:mod:`~flakebot_magic.sandbox.seccomp`: no keyring, ``ptrace``, ``bpf``,
@@ -42,7 +44,7 @@ unless the user opts in (``allow_unsandboxed``).
 from __future__ import annotations
 
 from ..host.process import allowed_env
-from .command import BUILD, FETCH, FETCH_OFFLINE, SANDBOX_DIR, Profile, Sandbox, release_target
+from .command import BUILD, FETCH, FETCH_OFFLINE, RELEASE, SANDBOX_DIR, Profile, Sandbox, release_source, release_target
 from .host import bubblewrap_works
 from .limits import DiskUsage, Limits
 from .seccomp import SeccompFilter, seccomp_filter
@@ -52,6 +54,7 @@ __all__ = [
     "BUILD",
     "FETCH",
     "FETCH_OFFLINE",
+    "RELEASE",
     "SANDBOX_DIR",
     "DiskUsage",
     "Limits",
@@ -61,6 +64,7 @@ __all__ = [
     "Toolchain",
     "allowed_env",
     "bubblewrap_works",
+    "release_source",
     "release_target",
     "seccomp_filter",
     "toolchain_of",

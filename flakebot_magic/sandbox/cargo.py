@@ -29,9 +29,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import Cancelled, ConfigError
-from ..host.fsutil import atomic_write, is_real_dir, private_dir, read_regular, real_dir, remove_nofollow
+from ..host.fsutil import atomic_write, is_real_dir, private_dir, read_regular, real_dir
 from ..host.output import LineCallback
 from ..host.process import Completed, LinkedToken, ProcessRunner
+from ..host.trees import remove_tree
 from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system
@@ -131,6 +132,25 @@ class Cargo:
         """This cargo, working in ``sandbox``'s workspace only (with ``runner``, default this one's)."""
         return Cargo(self.registry, runner or self.runner, sandbox, executable=self.executable, isolate=self.isolate)
 
+    def for_release(self, workspace: Path, source: Path) -> Cargo:
+        """This cargo, building ``source`` (the proven commit of ``workspace``, exported from git's objects) in
+        the :data:`~flakebot_magic.sandbox.RELEASE` profile: ``source`` read-only, the workspace not shown at all,
+        ``workspace``'s release target dir the one writable place, its ``CARGO_HOME`` read-only.
+
+        So a file in no commit (one a test left under ``target/``, an absolute ``include!`` of the workspace)
+        cannot reach the release binary: the build sees only what the commit holds.
+        """
+        own = self.sandbox_for(workspace)
+        sandbox = Sandbox(
+            source,
+            read_only=own.read_only,
+            limits=own.limits,
+            isolate=own.isolated,
+            cargo_home=own.cargo_home,
+            release_dir=own.release_target,
+        )
+        return self.confined_to(sandbox)
+
     def sandbox_for(self, workspace: Path) -> Sandbox:
         """The sandbox commands on ``workspace`` run in."""
         if self.sandbox is not None:
@@ -200,16 +220,20 @@ class Cargo:
         on_line: LineCallback | None = None,
         env: dict[str, str] | None = None,
         nice: int = 0,
+        profile: Profile = BUILD,
     ) -> Completed:
-        """``cargo SUBCOMMAND ARGS`` on the workspace ``cwd``, in the build profile (no network).
+        """``cargo SUBCOMMAND ARGS`` on the workspace ``cwd``, in the build profile (no network), or
+        :data:`~flakebot_magic.sandbox.RELEASE` for the release build (:meth:`for_release`).
 
         ``nice`` lowers its CPU priority (for work that may wait). Too much
         output, disk or files stops it (exit status -9, and the report says why).
         """
-        argv = self._argv(subcommand, cwd, args, BUILD)
+        if profile.network:
+            raise ValueError("cargo with the network runs only through resolve(), after the tree policy")
+        argv = self._argv(subcommand, cwd, args, profile)
         if nice and shutil.which("nice"):
             argv = ["nice", "-n", str(nice), *argv]
-        return self._execute(argv, cwd, BUILD, env=env, timeout=timeout, on_line=on_line, label=[subcommand, *args])
+        return self._execute(argv, cwd, profile, env=env, timeout=timeout, on_line=on_line, label=[subcommand, *args])
 
     def resolve(
         self,
@@ -258,7 +282,7 @@ class Cargo:
         """
         for name in OUTPUT_DIRS:  # flakebot's own directories: what code planted at their names goes first
             if os.path.lexists(Path(workspace) / name) and not is_real_dir(Path(workspace) / name):
-                remove_nofollow(Path(workspace) / name)
+                remove_tree(Path(workspace) / name)
         if self.registry.offline:
             policy.enforce(workspace)  # the policy is the gate, not the download: a registry on disk needs it too
             return None  # the registry is a directory the sandbox shows: nothing to download
@@ -358,10 +382,11 @@ def _target_dir(sandbox: Sandbox, workspace: Path, target: Path, profile: Profil
     (:func:`~flakebot_magic.host.fsutil.real_dir`: a ``target`` symlink that a
     test planted is removed, never followed), so it is inside the workspace's
     bind, never bound on its own. :attr:`~flakebot_magic.sandbox.Sandbox.release_target`
-    is flakebot's, outside the workspace, and bound for this one command. Any
-    other place is a programming error (``ValueError``).
+    is flakebot's, outside the workspace, and bound for this one command (the
+    :data:`~flakebot_magic.sandbox.RELEASE` profile's only). Any other place is a
+    programming error (``ValueError``).
     """
-    if Path(os.path.abspath(target)) == sandbox.release_target and profile.workspace:
+    if Path(os.path.abspath(target)) == sandbox.release_target and profile.release:
         private_dir(sandbox.release_target)
         return sandbox.release_target
     try:

@@ -5,6 +5,10 @@ Two profiles, one per kind of work:
 * :data:`BUILD`: cargo building, testing and linting, and the tools' ``--help``
   probe and examples. No network; the workspace writable but for ``.git``;
   ``CARGO_HOME`` read-only (what was downloaded stays as downloaded).
+* :data:`RELEASE`: the release build, of the proven commit's tree exported from git's objects
+  (:func:`release_source`). That tree read-only, the workspace not shown at all, the one writable
+  place flakebot's own release target dir (:func:`release_target`); no network, ``CARGO_HOME``
+  read-only. Nothing that is in no commit (a file a test left under ``target/``) can reach the binary.
 * :data:`FETCH`: cargo resolving and downloading dependencies (``fetch``,
   ``generate-lockfile``). The host's network (:data:`FETCH_OFFLINE`: none, for a
   registry on disk); the workspace read-only but for ``Cargo.lock``;
@@ -55,7 +59,18 @@ from .limits import (
 )
 from .seccomp import SeccompFilter, seccomp_filter
 
-__all__ = ["BUILD", "FETCH", "FETCH_OFFLINE", "PROXY_VARIABLES", "SANDBOX_DIR", "Profile", "Sandbox", "release_target"]
+__all__ = [
+    "BUILD",
+    "FETCH",
+    "FETCH_OFFLINE",
+    "PROXY_VARIABLES",
+    "RELEASE",
+    "SANDBOX_DIR",
+    "Profile",
+    "Sandbox",
+    "release_source",
+    "release_target",
+]
 
 #: beside a workspace: ``.sandbox/NAME/cargo-home``, the private CARGO_HOME of the builds in workspace NAME
 SANDBOX_DIR = ".sandbox"
@@ -82,6 +97,13 @@ def release_target(workspace: Path) -> Path:
     return workspace.parent / SANDBOX_DIR / workspace.name / "release-target"
 
 
+def release_source(workspace: Path) -> Path:
+    """Where the proven commit of ``workspace`` is exported for the release build: ``.sandbox/NAME/release-source``
+    beside it (flakebot's own, never bound writable into any sandbox)."""
+    workspace = Path(workspace).resolve()
+    return workspace.parent / SANDBOX_DIR / workspace.name / "release-source"
+
+
 @dataclass(frozen=True)
 class Profile:
     """What a sandboxed command may do beyond reading the system, the toolchain and the registry."""
@@ -94,12 +116,16 @@ class Profile:
     workspace: bool
     #: ``CARGO_HOME`` read-write (else read-only)
     cargo_home: bool
+    #: the release target dir (:attr:`Sandbox.release_target`) may be bound writable for this command
+    release: bool = False
 
 
 BUILD = Profile("build", network=False, workspace=True, cargo_home=False)
 FETCH = Profile("fetch", network=True, workspace=False, cargo_home=True)
 #: the fetch profile for a registry on disk: nothing to download, so no network
 FETCH_OFFLINE = Profile("fetch-offline", network=False, workspace=False, cargo_home=True)
+#: the release build: the exported commit read-only, only the release target dir writable, no network
+RELEASE = Profile("release", network=False, workspace=False, cargo_home=False, release=True)
 
 
 class Sandbox:
@@ -121,6 +147,9 @@ class Sandbox:
     cargo_home
         The ``CARGO_HOME`` its cargo uses (default: next to the workspace,
         under ``.sandbox/``, never the user's ``~/.cargo``).
+    release_dir
+        The release target dir (default: :func:`release_target` of ``workspace``); the release build's sandbox,
+        whose "workspace" is the exported commit, names its workspace's.
     scratch
         The workspace is a scratch dir (a deployed tool's, :class:`~flakebot_magic.clients.base.Confinement`):
         inside, a fresh tmpfs capped at ``tmp_bytes``, with the regular files flakebot put there before the
@@ -140,8 +169,10 @@ class Sandbox:
         isolate: bool | None = None,
         cargo_home: Path | None = None,
         scratch: bool = False,
+        release_dir: Path | None = None,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        self._release_dir = Path(os.path.abspath(release_dir)) if release_dir is not None else None
         self.scratch = scratch
         self.read_only = [str(Path(p).resolve()) for p in read_only]
         self.limits = limits or Limits()
@@ -189,7 +220,7 @@ class Sandbox:
         Only the command that builds for release sees it (writable): no test,
         no other command can touch a binary between the build and the deploy.
         """
-        return release_target(self.workspace)
+        return self._release_dir or release_target(self.workspace)
 
     def command(
         self,
@@ -288,6 +319,9 @@ class Sandbox:
             for file in writable_files:
                 if os.path.isfile(file) and not os.path.islink(file):
                     args += ["--bind", str(file), str(file)]
+            for path in dict.fromkeys(map(str, writable_dirs)):  # flakebot's own (the release target), never the ws's
+                if os.path.isdir(path) and not os.path.islink(path) and not is_under(path, (ws,)):
+                    args += ["--bind", path, path]
         home = str(self.cargo_home)
         if os.path.isdir(home) and not is_under(home, (ws,)):
             args += ["--bind" if profile.cargo_home else "--ro-bind", home, home]
@@ -315,7 +349,8 @@ class Sandbox:
     def writable(self, profile: Profile = BUILD, also: Iterable[Path] = ()) -> list[Path]:
         """The directories a command with ``profile`` (and ``writable_dirs=also``) may write (what its disk and
         file limits count)."""
-        paths = [self.workspace, *map(Path, also)] if profile.workspace else []
+        paths = [self.workspace] if profile.workspace else []
+        paths += map(Path, also)
         return [*paths, self.cargo_home] if profile.cargo_home else paths
 
     def disk_usage(self, profile: Profile = BUILD, also: Iterable[Path] = ()) -> DiskUsage:

@@ -56,7 +56,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ from ..host.process import Completed
 from ..records.proof_key import ProofKey
 from ..records.proofs import ProofRecord, ProofStore
 from ..sandbox.cargo import Cargo
-from ..sandbox.command import release_target
+from ..sandbox.command import RELEASE, release_target
 from ..sandbox.diagnostics import (
     Diagnostic,
     TestReport,
@@ -82,6 +82,7 @@ from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
 from .deploy import source_digest
 from .deps import DependencyCache, DepsBuild, Plan, Provided
+from .proven import ProvenSource, export, settle
 
 __all__ = [
     "BUILD_FLAGS",
@@ -144,6 +145,8 @@ class CheckResult:
     proof: ProofRecord | None = None
     #: what the dependency cache did for each build (``release``, ``test``) it served or tried to
     deps: dict[str, Provided] = field(default_factory=dict)
+    #: the commit the release build compiled, its tree, and its exported files
+    source: ProvenSource | None = None
 
 
 #: Cargo.lock is small; of a bigger one, the first this many bytes key a proof (and a mark that there is more)
@@ -182,7 +185,7 @@ def check(
     build_timeout: float,
     test_timeout: float,
     run_tests: bool = True,
-    release: Callable[[], BuildResult] | None = None,
+    release: Callable[[Path], BuildResult] | None = None,
     target_dir: Path | None = None,
     cap_lints: bool | None = None,
     proofs: ProofStore | None = None,
@@ -197,8 +200,12 @@ def check(
     only); the builds and tests run offline after it.
 
     Emits the ``build`` and ``test`` stage events itself, since both run at once.
-    ``release`` replaces ``cargo build --release`` (the nix backend passes its
-    ``nix build``); when it fails without compiler diagnostics and the tests
+    The release build compiles the proven commit, never the work tree
+    (:mod:`~flakebot_magic.stages.proven`): once the policy passed, what
+    differs on disk is committed, and that commit is exported from git's
+    objects into a directory the release build sees read-only, without the
+    workspace. ``release`` replaces ``cargo build --release`` (the nix backend
+    passes its ``nix build``), called with that directory; when it fails without compiler diagnostics and the tests
     fail to compile, the test build's diagnostics are raised as a BuildError,
     since they say more. ``target_dir`` is where the release build's
     executables must lie (default: ``workspace/target``).
@@ -217,17 +224,21 @@ def check(
         workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints, test_env=test_env
     )
     proving.deps = deps
+    git = git or Git(workspace, cargo.runner)
+    proving.fetch(policy)
+    # the tree the policy just passed, as a commit: what the release build compiles and the tests run on
+    source = export(git, workspace, settle(git))
+    proving.plan_for(source.path)
     key = known = None
-    if proofs is not None and git is not None and run_tests:
+    if proofs is not None and run_tests:
         key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
         known = proofs.find(key)
-    proving.fetch(policy)
     if known is not None:  # the tests' stage is the proof found: it runs nothing
         bus.emit(StageStarted("test"))
         bus.emit(StageFinished("test", "cached", _reused(known)))
-    proving.run_stages(release or proving.release_build, tests=run_tests and known is None)
+    proving.run_stages(lambda: (release or proving.release_build)(source.path), tests=run_tests and known is None)
     proving.raise_failure()
-    return proving.result(known, proofs, key)
+    return replace(proving.result(known, proofs, key), source=source)
 
 
 class _Check:
@@ -293,10 +304,13 @@ class _Check:
         # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
         # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
         real_dir(workspace, workspace / "target" / "flakebot-test")
+
+    def plan_for(self, source: Path) -> None:
+        """The dependency cache's plan for ``source`` (the proven commit's files, which both builds compile)."""
         if self.deps is not None:
-            plan = self.deps.plan(workspace)
+            plan = self.deps.plan(source)
             if isinstance(plan, str):
-                self.bus.log("build", f"flakebot: the dependency cache is not used for {workspace.name}: {plan}")
+                self.bus.log("build", f"flakebot: the dependency cache is not used for {self.workspace.name}: {plan}")
             else:
                 self.plan = plan
 
@@ -361,18 +375,21 @@ class _Check:
             self.test_seconds = time.monotonic() - t0
         self.bus.emit(StageFinished(name, "done", _summary(name, self.results[name]), time.monotonic() - t0))
 
-    def release_build(self) -> BuildResult:
-        """``cargo build --release`` into flakebot's own target dir; the binaries hashed as the build ends."""
+    def release_build(self, source: Path) -> BuildResult:
+        """``cargo build --release`` of ``source`` (the proven commit's files) into flakebot's own target dir; the
+        binaries hashed as the build ends."""
         workspace = self.workspace
         self.provide(DepsBuild("release", "release", BUILD_FLAGS), private_dir(self.release_dir), "", "build")
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
-        # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends
-        done = self.cargo.run(
+        # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends;
+        # it compiles the commit read-only, without the workspace: no file of no commit reaches the binary
+        done = self.cargo.for_release(workspace, source).run(
             *BUILD_FLAGS,
-            cwd=workspace,
+            cwd=source,
             timeout=self.build_timeout,
             on_line=self.log("build"),
             env={"CARGO_TARGET_DIR": str(self.release_dir)},
+            profile=RELEASE,
         )
         refused: list[str] = []
         diagnostics, executables, _ = parse_cargo_messages(

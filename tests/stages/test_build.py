@@ -19,7 +19,7 @@ from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.records.proofs import ProofStore
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.sandbox import release_target
+from flakebot_magic.sandbox import RELEASE, release_source, release_target
 from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.sandbox.diagnostics import Diagnostic, parse_cargo_messages, parse_test_output, untrusted_artifact
 from flakebot_magic.sandbox.policy import TreePolicy
@@ -253,7 +253,9 @@ def test_real_cargo_messages_parse(
 ) -> None:
     ws, result, _ = tinyecho_checked
     target = {"CARGO_TARGET_DIR": str(release_target(ws.path))}
-    done = _cargo(session_registry).run(*BUILD_FLAGS, cwd=ws.path, timeout=300, env=target)  # fresh: cargo replays
+    source = release_source(ws.path)  # the proven commit's files, as check() exported them
+    cargo = _cargo(session_registry).for_release(ws.path, source)
+    done = cargo.run(*BUILD_FLAGS, cwd=source, timeout=300, env=target, profile=RELEASE)  # fresh: cargo replays
     assert done.returncode == 0, done.stderr
     diagnostics, executables, other = parse_cargo_messages(done.stdout.splitlines())
     assert executables == result.build.binaries
