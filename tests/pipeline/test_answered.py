@@ -26,13 +26,15 @@ pytestmark = [
 ]
 
 WORDS = "echo words or shout standard input"
-#: runs the command's main() and reports what it loaded: the model's libraries, and the peak resident memory
+#: runs the command's main() and reports what it loaded: the model's libraries, and the peak resident memory (this
+#: process's own: VmHWM, not getrusage, which counts what the parent held when it forked)
 PROBE = """
-import json, resource, sys
+import json, sys
 from flakebot_magic.cli import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in ("numpy", "onnxruntime", "tokenizers", "safetensors") if m in sys.modules)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+status = open("/proc/self/status").read().split("VmHWM:")[1].split()
+peak = int(status[0]) * 1024
 print(json.dumps({"code": code, "heavy": heavy, "peak": peak}), file=sys.stderr)
 """
 
