@@ -40,6 +40,7 @@ from ..host.locks import held_locks
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json, storage_errors
 from ..records.inventory import Health, Inventory, ToolRecord
+from ..records.units import UnitStore
 from ..stages.deploy import entry_damage, set_aside
 from ..stages.workspace import Workspace
 from .transaction import read_card, recover
@@ -176,6 +177,8 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     report.set_aside += _set_aside_damaged(settings)
     runner = ProcessRunner()
     busy = held_locks(settings.cache_dir)
+    # each sealed dependency unit against its objects (hashed); objects of no record swept unless a build runs
+    report.set_aside += UnitStore(settings.cache.units).check(sweep=not busy)
     for record in inventory.all():
         report.problems += _disagreements(settings, record, runner)
         workspace = Path(record.workspace)

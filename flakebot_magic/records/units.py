@@ -395,16 +395,17 @@ class UnitStore:
         on_disk = sum(p.stat().st_size for p in self.objects.rglob("*") if p.is_file()) if self.objects.is_dir() else 0
         return count, copied, on_disk
 
-    def check(self, *, full: bool = True) -> list[str]:
+    def check(self, *, full: bool = True, sweep: bool = True) -> list[str]:
         """Set aside every record that is not one, or whose objects are missing (``full``: or differ); what
-        was set aside, in words. Then :meth:`sweep`."""
+        was set aside, in words. Then (``sweep``) :meth:`sweep`."""
         done = []
         for path, record in self.records():
             why = "not a unit record" if record is None else self._damage(record, full=full)
             if why:
                 self._set_aside(path)
-                done.append(f"set aside the unit record {path.name} ({why})")
-        self.sweep()
+                done.append(f"set aside the dependency unit {path.stem} ({why}): its next build compiles it again")
+        if sweep:
+            self.sweep()
         return done
 
     def _damage(self, record: UnitRecord, *, full: bool) -> str:

@@ -308,3 +308,50 @@ def test_check_sets_aside_what_differs_and_sweep_removes_what_no_record_names(tm
     obj.write_bytes(b"x" * record.files[0].size)
     assert len(store.check()) == 1 and store.get(KEY, UNIT) is None
     assert store.usage()[0] == 0
+
+
+# -- clean and doctor ------------------------------------------------------------------------------------------
+
+
+def _sealed_in(cache: Path, tmp_path: Path) -> UnitRecord:
+    from flakebot_magic.config import Settings
+
+    units = Settings(cache_dir=cache).cache.units
+    _built(tmp_path / "t" / "release")
+    record = UnitStore(units).seal(tmp_path / "t" / "release", UNIT, "victim 1.0.0", KEY, None)
+    assert record is not None
+    return record
+
+
+def test_clean_keeps_the_units_and_sweeps_what_no_record_names(tmp_path: Path) -> None:
+    from flakebot_magic.config import Settings
+    from flakebot_magic.manage.cleanup import clean
+
+    settings = Settings(cache_dir=tmp_path / "cache")
+    record = _sealed_in(settings.cache_dir, tmp_path)
+    store = UnitStore(settings.cache.units)
+    stray = store._object("cd" * 32)
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"an object no record names")
+    (store.stubs / "leftover" / "target").mkdir(parents=True)
+    report = clean(settings)
+    assert store.get(KEY, UNIT) == record and store.copy_out(record, tmp_path, "out")
+    assert not stray.exists() and not (store.stubs / "leftover").exists()
+    assert "kept the dependency cache: 1 compiled dependency unit" in report.text
+    clean(settings, everything=True)
+    assert store.usage()[0] == 0
+
+
+def test_doctor_sets_aside_a_unit_whose_objects_differ(tmp_path: Path) -> None:
+    from flakebot_magic.config import Settings
+    from flakebot_magic.manage.doctor import doctor
+
+    settings = Settings(cache_dir=tmp_path / "cache")
+    record = _sealed_in(settings.cache_dir, tmp_path)
+    store = UnitStore(settings.cache.units)
+    assert not [line for line in doctor(settings).set_aside if "dependency unit" in line]
+    obj = store._object(record.files[0].sha256)
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"?" * record.files[0].size)
+    assert [line for line in doctor(settings).text.splitlines() if f"set aside the dependency unit {UNIT}" in line]
+    assert store.get(KEY, UNIT) is None
