@@ -61,10 +61,11 @@ class CargoBackend(Backend):
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
             built.digests, built.source = dict(result.build.digests), result.source
         with Stage(bus, "flake") as stage:
-            write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
+            written = write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(
-                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
-                ["flake.nix"],
+                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries, "
+                "packages.deps its dependencies alone (flakebot-deps/).",
+                written,
             )
             stage.detail = "flake.nix committed" if committed else "flake.nix unchanged"
         return built

@@ -32,6 +32,7 @@ from ..errors import DeployError, UntrustedPath, UsageError
 from ..host.fsutil import load_json
 from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
+from ..sandbox.stub import STUB_NAME
 from ..stages.build import proof_key
 from ..stages.state import RunState
 from ..untrusted import safe_line
@@ -408,15 +409,18 @@ class Pushed:
 
 
 def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) -> Pushed:
-    """A nix-built tool to the cache ``to``, signed: its store path and its proof's (``manifest``'s), and the
-    derivation that builds it with its sources (:func:`push_derivation`), so a teammate can rebuild it.
-    The one push: ``flakebot push`` and ``--push`` both come here."""
-    paths = (str(manifest["nix_store_path"]), str(manifest["proof_store_path"]))
-    signers = push_paths(nix, paths, to, secret_key)
+    """A nix-built tool to the cache ``to``, signed: its store path and its proof's (``manifest``'s), the
+    output of its dependencies' own derivation (:func:`deps_output`: a teammate building any tool that asks for
+    the same dependencies substitutes it), and the derivation that builds the tool with its sources
+    (:func:`push_derivation`), so a teammate can rebuild it. The one push: ``flakebot push`` and ``--push``
+    both come here."""
     derivation = str(manifest.get("derivation") or "")
     if not derivation:  # a tool built before proofs named it: nix's own record, if it has one
-        info = path_info(nix, paths[0])
+        info = path_info(nix, str(manifest["nix_store_path"]))
         derivation = info.deriver if info is not None else ""
+    deps = deps_output(nix, derivation) if derivation else ""
+    paths = (str(manifest["nix_store_path"]), str(manifest["proof_store_path"]), *([deps] if deps else []))
+    signers = push_paths(nix, paths, to, secret_key)
     try:
         here = bool(derivation) and path_info(nix, derivation) is not None
     except DeployError:  # nix path-info fails on a path the store does not hold (collected)
@@ -424,6 +428,31 @@ def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) 
     if here:
         push_derivation(nix, derivation, to, secret_key)
     return Pushed(paths, tuple(sorted(set(signers.values()))), derivation if here else "")
+
+
+def deps_output(nix: Nix, derivation: str) -> str:
+    """The output of the dependencies' derivation (the flake's ``packages.deps``) that ``derivation`` builds on,
+    when this store holds it; "" otherwise (a crate without one, a store that collected it)."""
+    inputs = _derivation(nix, derivation).get("inputDrvs", {})
+    for drv in inputs if isinstance(inputs, dict) else ():
+        if str(drv).endswith(f"-{STUB_NAME}-0.0.0.drv"):
+            try:
+                out = str(_derivation(nix, str(drv))["outputs"]["out"]["path"])
+                return out if STORE_PATH.fullmatch(out) and path_info(nix, out) is not None else ""
+            except (KeyError, TypeError, DeployError):
+                return ""
+    return ""
+
+
+def _derivation(nix: Nix, drv: str) -> dict[str, Any]:
+    """What ``nix show-derivation`` says of the ``.drv`` ``drv`` (empty when it cannot)."""
+    shown = nix.run("show-derivation", "--", drv, timeout=60)
+    try:
+        data = load_json(shown.stdout) if shown.returncode == 0 else {}
+        found = next(iter(data.values())) if isinstance(data, dict) and data else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dict[str, str]:

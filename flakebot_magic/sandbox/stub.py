@@ -30,7 +30,7 @@ Examples
 >>> ws = Path(tempfile.mkdtemp())
 >>> _ = (ws / "Cargo.toml").write_text('[package]\\nname = "t"\\nversion = "0.1.0"\\n[dependencies]\\nmemchr = "2"\\n')
 >>> (ws / "src").mkdir(); _ = (ws / "src" / "main.rs").write_text("fn main() {}")
->>> _ = (ws / "Cargo.lock").write_text("version = 4\\n")
+>>> _ = (ws / "Cargo.lock").write_text('version = 4\\n\\n[[package]]\\nname = "t"\\nversion = "0.1.0"\\n')
 >>> stub = stub_of(ws)
 >>> sorted(stub.files)
 ['Cargo.lock', 'Cargo.toml', 'src/bin/0.rs']
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,13 +54,18 @@ import tomllib
 from ..host.fsutil import read_regular
 from .manifest import DEPENDENCY_TABLES, dependencies, package_table
 
-__all__ = ["LockPackage", "Stub", "lock_packages", "stub_of"]
+__all__ = ["STUB_MARK", "STUB_NAME", "LockPackage", "Stub", "lock_packages", "stub_of"]
 
 #: a manifest or lock larger than this is not stubbed (built as before)
 _MAX_MANIFEST = 1 << 20
 _MAX_LOCK = 16 << 20
 #: package keys the stub keeps: what decides how the dependencies resolve and compile
-_PACKAGE_KEYS = ("name", "version", "edition", "resolver", "rust-version")
+_PACKAGE_KEYS = ("edition", "resolver")
+#: the stub's package (and its lock's root) under a name of no crate: two crates asking for the very same
+#: dependencies have the same stub, so they share its units (and, with nix, its derivation)
+STUB_NAME, STUB_VERSION = "flakebot-deps", "0.0.0"
+#: the first line of a stub's manifest (what marks a ``flakebot-deps/`` directory as flakebot's)
+STUB_MARK = "# flakebot's stub: the dependencies alone (docs/dependency-cache.md)"
 #: the crate's own source files in the stub: nothing
 _EMPTY_LIB = "// flakebot's stub: the crate's dependencies, none of its code\n"
 _EMPTY_MAIN = "// flakebot's stub: the crate's dependencies, none of its code\nfn main() {}\n"
@@ -186,8 +192,13 @@ def stub_of(workspace: Path) -> Stub | str:
     why = _not_from_registry(doc)
     if why:
         return why
+    neutral = _neutral_lock(lock, str(package["name"]), str(package["version"]))
+    if neutral is None:
+        return "its Cargo.lock does not name it once"
     stub: dict[str, Any] = {
         "package": {
+            "name": STUB_NAME,
+            "version": STUB_VERSION,
             **{k: package[k] for k in _PACKAGE_KEYS if k in package},
             "publish": False,
             "autobins": False,
@@ -197,7 +208,7 @@ def stub_of(workspace: Path) -> Stub | str:
             "build": False,
         },
     }
-    files: dict[str, bytes] = {"Cargo.lock": lock}
+    files: dict[str, bytes] = {"Cargo.lock": neutral}
     if _has_build_script(workspace, package) and _has_build_dependencies(doc):
         stub["package"]["build"] = "build.rs"
         files["build.rs"] = _EMPTY_MAIN.encode()
@@ -209,7 +220,7 @@ def stub_of(workspace: Path) -> Stub | str:
     if bins:
         stub["bin"] = []
         for i, table in enumerate(bins):
-            stub["bin"].append({**table, "path": f"src/bin/{i}.rs"})
+            stub["bin"].append({**table, "name": f"{STUB_NAME}-{i}", "path": f"src/bin/{i}.rs"})
             files[f"src/bin/{i}.rs"] = _EMPTY_MAIN.encode()
     if lib is None and not bins:
         return "it has neither a library nor a binary"
@@ -220,8 +231,39 @@ def stub_of(workspace: Path) -> Stub | str:
     resolver = workspace_table.get("resolver") if isinstance(workspace_table, Mapping) else None
     stub["workspace"] = {"resolver": resolver} if resolver is not None else {}
 
-    files["Cargo.toml"] = ("# flakebot's stub: the dependencies alone\n" + tomlkit.dumps(stub)).encode()
+    files["Cargo.toml"] = (f"{STUB_MARK}\n" + tomlkit.dumps(stub)).encode()
     return Stub(files)
+
+
+def _neutral_lock(lock: bytes, name: str, version: str) -> bytes | None:
+    """``lock`` with its root package (the one of no source) renamed :data:`STUB_NAME` :data:`STUB_VERSION`, its
+    packages in cargo's order again (by name, version, source), so the same dependencies give the same bytes."""
+    root = re.compile(
+        rb'^(\[\[package\]\]\nname = )"'
+        + re.escape(name.encode())
+        + rb'"\nversion = "'
+        + re.escape(version.encode())
+        + rb'"\n(?!source)',
+        re.MULTILINE,
+    )
+    renamed, count = root.subn(
+        rb'\1"' + STUB_NAME.encode() + rb'"\nversion = "' + STUB_VERSION.encode() + rb'"\n', lock
+    )
+    if count != 1:
+        return None
+    head, *stanzas = renamed.split(b"\n[[package]]\n")
+    if not stanzas or any(b"\n[" in s.rstrip(b"\n").replace(b"\n[[", b"") for s in stanzas):
+        return renamed  # another table among the packages (an old lock's [metadata]): left in its order
+    ordered = sorted((stanza.rstrip(b"\n") for stanza in stanzas), key=_package_order)
+    return head + b"".join(b"\n[[package]]\n" + s + b"\n" for s in ordered)
+
+
+def _package_order(stanza: bytes) -> tuple[bytes, tuple[int, ...], bytes]:
+    """Cargo's order of a lock's packages: by name, then version (numerically), then the rest."""
+    name = re.search(rb'^name = "([^"]*)"', stanza, re.MULTILINE)
+    version = re.search(rb'^version = "([0-9]+)\.([0-9]+)\.([0-9]+)', stanza, re.MULTILINE)
+    numbers = tuple(int(part) for part in version.groups()) if version else ()
+    return (name.group(1) if name else b"", numbers, stanza)
 
 
 def lock_packages(lock: bytes) -> dict[str, LockPackage]:

@@ -51,7 +51,7 @@ dependencies = ["a"]
 
 def _workspace(tmp_path: Path, manifest: str, files: dict[str, str] | None = None) -> Path:
     ws = tmp_path / "ws"
-    ws.mkdir()
+    ws.mkdir(parents=True)
     (ws / "Cargo.toml").write_text('[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n' + manifest)
     (ws / "Cargo.lock").write_bytes(LOCK)
     for rel, text in (files or {"src/main.rs": "fn main() {}"}).items():
@@ -87,15 +87,34 @@ def test_the_stub_asks_for_what_the_crate_asks_for_and_holds_none_of_its_code(tm
     original = tomllib.loads((ws / "Cargo.toml").read_text())
     for table in ("dependencies", "dev-dependencies", "build-dependencies", "features", "profile", "target"):
         assert doc[table] == original[table], table
-    bins = {b["name"]: b for b in doc["bin"]}  # type: ignore[union-attr]
-    assert set(bins) == {"tool", "other"} and bins["other"]["required-features"] == ["default"]
+    # under a name of no crate: two crates asking for the same dependencies have the same stub
+    assert doc["package"]["name"] == "flakebot-deps" and doc["package"]["version"] == "0.0.0"  # type: ignore[index]
+    bins = [b.get("required-features") for b in doc["bin"]]  # type: ignore[union-attr]
+    assert sorted(map(str, bins)) == ["None", "['default']"], "a bin for each of the crate's, as it requires"
     stub = stub_of(ws)
     assert not isinstance(stub, str)
     code = {p: t for p, t in stub.files.items() if p.endswith(".rs")}
     # none of the crate's code: empty sources, a build script only because there are build-dependencies to build
     assert all(b"evil" not in t and b"exit" not in t for t in code.values()), code
     assert doc["package"]["build"] == "build.rs" and "lib" in doc  # type: ignore[index]
-    assert stub.lock == LOCK
+    assert stub.lock == LOCK.replace(b'name = "tool"\nversion = "0.1.0"', b'name = "flakebot-deps"\nversion = "0.0.0"')
+
+
+def test_two_crates_asking_for_the_same_dependencies_have_the_same_stub(tmp_path: Path) -> None:
+    manifest = '[dependencies]\na = "1"\n'
+    one = stub_of(_workspace(tmp_path / "one", manifest))
+    (tmp_path / "two").mkdir()
+    other = _workspace(tmp_path / "two", manifest, {"src/main.rs": 'fn main() { println!("other code") }'})
+    text = (other / "Cargo.toml").read_text().replace('name = "tool"', 'name = "another"').replace("0.1.0", "2.0.0")
+    (other / "Cargo.toml").write_text(text)
+    (other / "Cargo.lock").write_bytes(
+        LOCK.replace(b'name = "tool"\nversion = "0.1.0"', b'name = "another"\nversion = "2.0.0"')
+    )
+    two = stub_of(other)
+    assert isinstance(one, Stub) and isinstance(two, Stub) and one.digest == two.digest
+    (other / "Cargo.toml").write_text(text.replace('a = "1"', 'a = { version = "1", features = ["x"] }'))
+    three = stub_of(other)
+    assert isinstance(three, Stub) and three.digest != one.digest
 
 
 def test_without_build_dependencies_the_stub_has_no_build_script(tmp_path: Path) -> None:
