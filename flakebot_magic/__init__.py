@@ -128,11 +128,11 @@ def build(
     """
     from .config import Settings, apply
     from .pipeline.background import start_build
-    from .request import BuildRequest, split_run_flags
+    from .request import BuildRequest, PersonText, split_run_flags
 
     given, flags = split_run_flags(options)  # rebuild, candidates...: this run's, in the request
     settings = apply(Settings(), {"cache_dir": cache_dir, **given})
-    wanted = BuildRequest(request, name=name, crate=crate).with_options(flags)
+    wanted = BuildRequest(PersonText(request), name=name, crate=crate).with_options(flags)  # the person's own words
     tool: ToolClient = start_build(settings, wanted).wait(list(observers))
     return tool
 

@@ -287,7 +287,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("build", "rebuild"):
         from .manage import tools
         from .pipeline.background import start_build
-        from .request import BuildRequest
+        from .request import BuildRequest, PersonText, UntrustedText
         from .views.progress import TextProgress
 
         if args.command == "rebuild":  # as `%flakebot rebuild NAME`: the recorded request, the cache not used
@@ -295,10 +295,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             with storage_errors("flakebot rebuild", settings.cache_dir):
                 record = tools.find(settings, args.name)
-            request = BuildRequest(record.request, name=record.name, crate=record.crate)
+            # a recorded request (the cache's, maybe an agent's): its ">>>" lines are words, never examples
+            request = BuildRequest(UntrustedText(record.request), name=record.name, crate=record.crate)
             request = request.with_options({**_run_flags(args), "rebuild": True})
         else:
-            request = BuildRequest(args.request, name=args.name, crate=args.crate).with_options(_run_flags(args))
+            words = PersonText(args.request)  # the person's command line: its ">>>" examples are checks
+            request = BuildRequest(words, name=args.name, crate=args.crate).with_options(_run_flags(args))
         observers = [] if args.quiet else [TextProgress(sys.stderr, verbose=args.verbose)]
         # on a background thread, so Ctrl-C cancels cleanly (cargo's process group killed, workspace kept)
         tool = start_build(settings, request).wait(observers)

@@ -31,7 +31,7 @@ from .manage.doctor import doctor, prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
-from .request import BuildRequest
+from .request import BuildRequest, PersonText, RequestText, UntrustedText
 from .untrusted import safe_text
 from .views import hooks
 from .views.progress import TextProgress
@@ -133,14 +133,15 @@ class FlakebotMagics(_OptionTraits):
             raise UsageError(str(exc)) from None
         return settings
 
-    def _request(self, args: Any, text: str, *, name: str | None, crate: str | None, **flags: Any) -> BuildRequest:
+    def _request(
+        self, args: Any, text: RequestText, *, name: str | None, crate: str | None, **flags: Any
+    ) -> BuildRequest:
         """The request; how its run goes: ``flags`` over the line's run flags over this kernel's over the defaults."""
         kernel = {o.name: getattr(self, o.name) for o in OPTIONS if o.config and o.run_flag}
         line = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
         try:
-            return (
-                BuildRequest(text, name=name, crate=crate).with_options(kernel).with_options(line).with_options(flags)
-            )
+            request = BuildRequest(text, name=name, crate=crate)  # a cell's text is PersonText, a record's not
+            return request.with_options(kernel).with_options(line).with_options(flags)
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
 
@@ -222,7 +223,7 @@ class FlakebotMagics(_OptionTraits):
         pinned = self._pull_pinned(args, request)
         if pinned is not None:
             return pinned
-        build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
+        build = self._start(args, self._request(args, PersonText(request), name=args.name, crate=args.crate))
         return self._finish(build, self._wait(build))
 
     async def run_cell_async(self, line: str, cell: str) -> Any:
@@ -238,7 +239,7 @@ class FlakebotMagics(_OptionTraits):
         pinned = self._pull_pinned(args, request)
         if pinned is not None:
             return pinned
-        build = self._start(args, self._request(args, request, name=args.name, crate=args.crate))
+        build = self._start(args, self._request(args, PersonText(request), name=args.name, crate=args.crate))
         return self._finish(build, await self._wait_async(build))
 
     async def run_line_async(self, line: str) -> Any:
@@ -398,7 +399,7 @@ class FlakebotMagics(_OptionTraits):
             record = tools.find(settings, args.command[1])
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        again = self._request(args, record.request, name=record.name, crate=record.crate, rebuild=True)
+        again = self._request(args, UntrustedText(record.request), name=record.name, crate=record.crate, rebuild=True)
         return self._start(args, again, settings)
 
     def _line(self, args: Any) -> Any:

@@ -4,6 +4,15 @@ A :class:`BuildRequest` is plain data (the words, the tool's name, a crate, a
 ``--continue``, and the :class:`RunFlags` of this one run: ``--rebuild``,
 ``--resume``, ``--candidates``, ``--plan``); how to build it (cache dir,
 registry, backend, model) is in :class:`~flakebot_magic.config.Settings`.
+
+Its words carry their origin as a type (:data:`RequestText`): the person's own
+(:class:`PersonText`: a cell, a command line, ``build()``'s argument, a suite
+file the person chose to run) or anyone else's (:class:`UntrustedText`: a
+model's plan, an agent's request, a request recorded in a notebook or the
+cache, a tool's output pasted into a follow-up). Only the person's words carry
+acceptance examples: :func:`~flakebot_magic.stages.accept.split_request`
+takes a :class:`PersonText`, and mypy refuses anything else there. A plain
+``str`` given as a request's words is untrusted (:meth:`BuildRequest.__post_init__`).
 """
 
 from __future__ import annotations
@@ -21,12 +30,51 @@ __all__ = [
     "MAX_TOOL_NAME",
     "TOOL_NAME_PATTERN",
     "BuildRequest",
+    "PersonText",
+    "RequestText",
     "RunFlags",
+    "UntrustedText",
     "check_tool_name",
     "is_tool_name",
+    "keep_origin",
     "split_run_flags",
     "tool_name",
 ]
+
+
+class PersonText(str):
+    """Words the person wrote: a cell, a command line, ``build()``'s argument, a suite file they chose to run.
+
+    The one kind of text whose ``>>>`` lines are acceptance examples. Made only
+    at those doors (``tests/security/test_sinks.py`` lists where). What is made
+    from it (``strip()``, a slice, a concatenation) is a plain ``str`` again:
+    keep the origin with :func:`keep_origin`, never by wrapping new words.
+    """
+
+    __slots__ = ()
+
+
+class UntrustedText(str):
+    """Text somebody else wrote: a model's plan, an agent's request, a request recorded in a notebook or the cache,
+    a tool's output (a failing example's error, an eval's feedback). Its ``>>>`` lines are words, never examples."""
+
+    __slots__ = ()
+
+
+#: a request's words, by origin
+RequestText = PersonText | UntrustedText
+
+
+def keep_origin(text: RequestText, changed: str) -> RequestText:
+    """``changed`` (made from ``text``: stripped, cut) with ``text``'s origin.
+
+    >>> type(keep_origin(PersonText(" md "), " md ".strip())).__name__
+    'PersonText'
+    """
+    if isinstance(text, PersonText):
+        return PersonText(changed)
+    return UntrustedText(changed)
+
 
 #: the longest tool name
 MAX_TOOL_NAME = 128
@@ -147,8 +195,10 @@ class BuildRequest:
     Parameters
     ----------
     text
-        What the tool should do, in words; ``>>>`` lines in it are acceptance
-        examples. May be empty when ``crate`` names the crate.
+        What the tool should do, in words; ``>>>`` lines in the person's own
+        words (:class:`PersonText`) are acceptance examples, in anyone else's
+        (:class:`UntrustedText`, what a plain ``str`` becomes) they are words.
+        May be empty when ``crate`` names the crate.
     name
         The tool's name (a Python identifier); default: from the crate's name.
     crate
@@ -170,12 +220,17 @@ class BuildRequest:
     'tinyecho'
     """
 
-    text: str = ""
+    text: RequestText = field(default_factory=lambda: UntrustedText(""))
     name: str | None = None
     crate: str | None = None
     follow_up: bool = False
     requested_by: str = ""
     flags: RunFlags = field(default_factory=RunFlags)
+
+    def __post_init__(self) -> None:
+        # words of no stated origin are nobody's in particular: untrusted, never the person's
+        if not isinstance(self.text, (PersonText, UntrustedText)):
+            object.__setattr__(self, "text", UntrustedText(self.text))
 
     def with_options(self, values: Mapping[str, Any]) -> BuildRequest:
         """This request with the run flags a front door was given (option names; None: not given):
@@ -199,9 +254,15 @@ class BuildRequest:
 
     @classmethod
     def of(
-        cls, request: BuildRequest | str, *, name: str | None = None, crate: str | None = None, follow_up: bool = False
+        cls,
+        request: BuildRequest | str,
+        *,
+        name: str | None = None,
+        crate: str | None = None,
+        follow_up: bool = False,
     ) -> BuildRequest:
-        """``request`` itself, or a request for the text ``request`` with the other fields.
+        """``request`` itself, or a request for the text ``request`` with the other fields (a plain ``str`` is
+        untrusted words; the person's are a :class:`PersonText`).
 
         The shorthand ``Pipeline(settings).run("", crate="tinyecho")`` goes
         through here; a ``BuildRequest`` passed with further fields is an error.
@@ -210,4 +271,5 @@ class BuildRequest:
             if name is not None or crate is not None or follow_up:
                 raise TypeError("pass name, crate and follow_up inside the BuildRequest, not beside it")
             return request
-        return cls(request, name=name, crate=crate, follow_up=follow_up)
+        text = request if isinstance(request, (PersonText, UntrustedText)) else UntrustedText(request)
+        return cls(text, name=name, crate=crate, follow_up=follow_up)

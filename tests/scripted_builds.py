@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from editscripts import call, reply
 from polling import wait_for
 from tinycrates import Crate, write_registry
 
@@ -23,7 +24,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
-__all__ = ["CHILD", "kill_when", "scripted_settings", "tiny_registry"]
+__all__ = ["CHILD", "kill_when", "resumable_script", "scripted_settings", "tiny_registry"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,10 +36,11 @@ CHILD = textwrap.dedent(
     from flakebot_magic.pipeline import Pipeline
     from flakebot_magic.request import BuildRequest, RunFlags
     cache, registry, base_url, candidates = sys.argv[1:5]
+    request = sys.argv[5] if len(sys.argv) > 5 else "hex-encode standard input"
     settings = Settings(cache_dir=cache, registry=registry, backend="cargo", model="scripted-test-double",
                         base_url=base_url)
     flags = RunFlags(candidates=int(candidates))
-    Pipeline(settings).run(BuildRequest("hex-encode standard input", crate="tinyhex", name="hexer", flags=flags))
+    Pipeline(settings).run(BuildRequest(request, crate="tinyhex", name="hexer", flags=flags))
     """
 )
 
@@ -51,11 +53,13 @@ def tiny_registry(factory: pytest.TempPathFactory, crates: Sequence[Crate]) -> I
     registry.close()
 
 
-def scripted_settings(cache: Path, registry: DirectoryRegistry, server: FakeOpenAIServer, **more: Any) -> Settings:
-    """Settings for a cargo build whose model is ``server``."""
+def scripted_settings(
+    cache: Path, registry: DirectoryRegistry | Path, server: FakeOpenAIServer, **more: Any
+) -> Settings:
+    """Settings for a cargo build whose model is ``server`` (``registry``: one, or its directory)."""
     return Settings(
         cache_dir=cache,
-        registry=str(registry.path),
+        registry=str(registry.path if isinstance(registry, DirectoryRegistry) else registry),
         backend="cargo",
         model="scripted-test-double",
         base_url=server.base_url,
@@ -63,12 +67,30 @@ def scripted_settings(cache: Path, registry: DirectoryRegistry, server: FakeOpen
     )
 
 
+def resumable_script(tinyhex_main: str, contract: dict[str, Any]) -> list[dict[str, Any]]:
+    """A session on tinyhex that a kill cuts while it waits for its second reply, and its reply after a resume."""
+    first = reply(contract, call("write_file", path="src/main.rs", content=tinyhex_main), call("run_checks"))
+    return [
+        first,
+        {**reply(call("finish", summary="never seen")), "delay": 120.0},  # the process dies waiting for this
+        reply(call("finish", summary="finished after the resume")),
+    ]
+
+
 def kill_when(
-    server: FakeOpenAIServer, cache: Path, registry: DirectoryRegistry, *, requests: int, candidates: int = 1
+    server: FakeOpenAIServer,
+    cache: Path,
+    registry: DirectoryRegistry,
+    *,
+    requests: int,
+    candidates: int = 1,
+    request: str | None = None,
 ) -> None:
-    """Run :data:`CHILD`, SIGKILL it once ``server`` has had ``requests`` chat requests (its build never ends)."""
+    """Run :data:`CHILD` (on ``request``'s words, default tinyhex's), SIGKILL it once ``server`` has had ``requests``
+    chat requests (its build never ends)."""
+    words = [request] if request is not None else []
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(cache), str(registry.path), server.base_url, str(candidates)],
+        [sys.executable, "-c", CHILD, str(cache), str(registry.path), server.base_url, str(candidates), *words],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

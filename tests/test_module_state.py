@@ -28,7 +28,6 @@ ALLOWED: dict[str, str] = {
     "agent/notebook.py:_NO_SHELL": "the key of a plain interpreter's one 'kernel' (a sentinel, no state)",
     "commands.py:_AUDIENCE": "who reads this process's advice (notebook, shell or both): one string, set by the "
     "extension's load and the command's main",
-    "stages/accept.py:_STDOUT": "a lock: one example's stdout redirect at a time (sys.stdout is the process's)",
     "clients/lifecycle.py:_started": "started tool processes by (cache dir, name); one per tool used; stopped at exit",
     "clients/lifecycle.py:_started_lock": "guards _started",
     "clients/lifecycle.py:_atexit_registered": "stop_all registered with atexit once",

@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..events import Event, ModelUsage, Observer
 from ..pipeline.background import BackgroundRun, start_build
 from ..records.inventory import Inventory
-from ..request import BuildRequest, RunFlags
+from ..request import BuildRequest, RunFlags, UntrustedText
 
 __all__ = ["AgentBuild", "AgentSession", "BuildReport"]
 
@@ -120,8 +120,13 @@ class AgentSession:
         """Start a build on a background thread (counted now); :meth:`AgentBuild.wait` finishes it."""
         settings = self._reserve()
         meter = _TokenMeter()
+        # an agent's words: its ">>>" lines are words for the model, never acceptance examples
         build = BuildRequest(
-            request or "", name=name or None, crate=crate or None, requested_by=self.requested_by, flags=self.flags
+            UntrustedText(request or ""),
+            name=name or None,
+            crate=crate or None,
+            requested_by=self.requested_by,
+            flags=self.flags,
         )
         try:
             run = start_build(settings, build, extra_observers=[meter])

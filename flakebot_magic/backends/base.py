@@ -30,6 +30,7 @@ from ..events import EventBus, StageFinished, StageStarted
 from ..host.fsutil import is_real_dir
 from ..host.git import Git
 from ..host.storage import read_cache_json
+from ..host.trees import Walk
 from ..records.proofs import ProofRecord
 from ..registry.directory import read_manifest
 from ..sandbox import release_target
@@ -234,7 +235,7 @@ def _bytes_under(path: Path) -> int:
     total = 0
     if not is_real_dir(path):
         return 0
-    for directory, _, files in os.walk(path):
+    for directory, _, files in Walk(path):
         for name in files:
             try:
                 info = os.lstat(os.path.join(directory, name))

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..errors import DeployError, UntrustedPath, UsageError
-from ..host.fsutil import load_json
+from ..host.fsutil import load_json, read_regular
 from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
 from ..sandbox.stub import STUB_NAME
@@ -317,11 +317,17 @@ def prove(
 def read_proof(nix: Nix, path: str) -> Proof:
     """The proof a store path holds."""
     where = real_path(nix, path) / PROOF_FILE
-    try:
-        text = where.read_text()
+    try:  # a pulled proof is a teammate's file: a regular file only, never through a link, capped
+        data, more = read_regular(where, _MAX_PROOF)
     except OSError as exc:
         raise DeployError(f"The proof {path} holds no {PROOF_FILE}: {exc}") from exc
-    return Proof.from_text(text, where=str(path))
+    if more:
+        raise DeployError(f"The proof {path} is larger than {_MAX_PROOF:,} bytes: it is no flakebot proof.")
+    return Proof.from_text(data.decode("utf-8", errors="replace"), where=str(path))
+
+
+#: a proof is a few KiB of JSON
+_MAX_PROOF = 1 << 20
 
 
 def public_key(secret_key: Path) -> TrustedKeys:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -29,6 +28,7 @@ from ..host.entry import runnable_damage
 from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
 from ..host.process import allowed_env
+from ..host.trees import remove_tree
 from ..options import option
 from ..records.provenance import describe_locked, provenance_of
 from ..sandbox import Sandbox
@@ -93,7 +93,7 @@ class Confinement:
     def close(self) -> None:
         """Remove the scratch dir and the sandbox's process-count cgroups (after the process ended)."""
         self.sandbox.release()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.scratch, ignore_errors=True)
 
 
 class ToolClient:

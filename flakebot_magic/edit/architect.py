@@ -1,10 +1,10 @@
 """The architect: one request, before any engineer, that reads the crate and the request and writes a plan.
 
 Its reply is plain text: a short plan (which files, which functions, which
-tests) and, when the cell has no ``>>>`` examples, a few acceptance examples in
-the cell's own syntax (``>>> NAME("input")`` followed by the expected output).
-Every engineer gets the plan with the request; the judge runs the examples
-against every green candidate. The request carries ``X-Flakebot-Role:
+tests) and, when the cell has no ``>>>`` examples, a few examples of use
+(an input and the exact expected output). Every engineer gets the plan with
+the request, as words: a model's plan carries no acceptance examples, so the
+judge never runs anything it says (only the person's own examples). The request carries ``X-Flakebot-Role:
 architect`` and may use its own model (``--architect-model``).
 """
 
@@ -38,9 +38,8 @@ def ask_architect(
     """
     about = f"{crate.name} {crate.version}: {crate.description}" if crate is not None else root.name
     examples = (
-        "\nThen, under a line 'Examples:', write two to four acceptance examples the finished tool must pass, "
-        'in doctest form: a line `>>> TOOL("input")` (TOOL is the tool\'s name; a string argument is the '
-        "tool's standard input, keyword arguments are flags) followed by the exact expected output."
+        "\nThen, under a line 'Examples:', write two to four examples of use the finished tool must meet, for the "
+        "engineers to test against: an input (standard input, flags) and the exact expected output."
         if want_examples
         else ""
     )

@@ -25,6 +25,7 @@ from ..errors import DeployError, PolicyError, StageTimeout
 from ..events import EventBus, IterationResult
 from ..host.fsutil import UnsafePath, load_toml
 from ..host.git import Git
+from ..host.trees import Walk, remove_tree
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import (
     Diagnostic,
@@ -36,7 +37,7 @@ from ..sandbox.diagnostics import (
     parse_test_output,
     readable,
 )
-from ..sandbox.layout import BUILD_DIR, NOT_SOURCE, SOURCE_PATHSPEC, not_committed
+from ..sandbox.layout import BUILD_DIR, NOT_SOURCE, SOURCE_PATHSPEC, not_committed, source_dirs
 from ..sandbox.policy import TreePolicy, Violation
 from ..stages.build import TEST_ENV
 from .files import PathRefused, WorkspaceFiles, read_capped, read_text, write_text
@@ -403,6 +404,15 @@ class CheckRunner:
         run.contract, run.contract_problem = workspace_contract(self.root / "Cargo.toml")
         if run not in self.runs:
             self.runs.append(run)
+        # a tree deeper than flakebot reads, or a directory it cannot read (the policy refused both), goes first: no
+        # commit can hold it, and git's own clean fails on paths longer than the kernel takes or on a chmod 000
+        # (remove_tree works by descriptors, and makes a directory its owner's again)
+        walk = Walk(self.root)
+        for dirpath, dirnames, _ in walk:
+            if dirpath == str(self.root):
+                dirnames[:] = source_dirs(dirnames)
+        for refused in [*walk.too_deep, *(path for path, _ in walk.unreadable if path != str(self.root))]:
+            remove_tree(refused, ignore_errors=True)
         run.commit = self.commit(run)
         self.git("read-tree", "-u", "--reset", to)
         # what could not be committed (a nested repository, empty directories) goes too; build outputs stay

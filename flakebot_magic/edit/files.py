@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..host.fsutil import atomic_write, check_no_symlinks, load_toml, read_regular
+from ..host.trees import Walk
 from ..sandbox.layout import BUILD_DIR, CANDIDATES_DIR, source_dirs
 from ..sandbox.policy import REFUSED_DIRS, TOOLCHAIN_FILES, Baseline, check_manifest
 
@@ -174,7 +175,7 @@ class WorkspaceFiles:
         if not base.is_dir():
             raise PathRefused(f"{path!r} is not a directory")
         lines: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(base):
+        for dirpath, dirnames, filenames in Walk(base):  # an explicit stack, never deeper than MAX_DEPTH
             dirnames[:] = sorted(source_dirs(dirnames))
             for filename in sorted(filenames):
                 file = Path(dirpath) / filename

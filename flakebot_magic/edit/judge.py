@@ -22,6 +22,7 @@ from typing import Any
 from ..clients import make_tool
 from ..errors import FlakebotError
 from ..host.git import Git
+from ..host.trees import remove_tree
 from ..request import tool_name
 from ..stages.accept import Example, run_examples
 from .checkrun import CheckRun
@@ -204,4 +205,4 @@ def _examples_passed(
         finally:
             tool.close()
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch, ignore_errors=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..host.git import Git
+from ..host.trees import Walk
 from ..registry.base import CrateCandidate
 from ..sandbox.layout import source_dirs
 from ..untrusted import safe_text
@@ -122,7 +122,7 @@ _PUB_ITEM = re.compile(
 def repo_map(root: Path, limit: int = 5000) -> str:
     """Files and their public items: the shape of the crate in a few lines."""
     lines: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in Walk(root):  # an explicit stack, never deeper than MAX_DEPTH
         dirnames[:] = sorted(source_dirs(dirnames))
         for filename in sorted(filenames):
             file = Path(dirpath) / filename

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..host.fsutil import identity, settled
+from ..host.trees import Walk
 from ..sandbox.layout import source_dirs
 from .files import read_text
 
@@ -111,7 +112,7 @@ def _tests_in(text: str, rel: str) -> list[TestFunction]:
 
 
 def _rust_files(root: Path) -> Iterable[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in Walk(root):  # an explicit stack: no depth ends it with a RecursionError
         dirnames[:] = source_dirs(dirnames)
         for name in filenames:
             if name.endswith(".rs"):

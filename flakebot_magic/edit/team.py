@@ -5,7 +5,8 @@ mailbox; every other actor is a thread that posts to it:
 
 * the **architect** (``--plan``): one request (``X-Flakebot-Role: architect``,
   its own model with ``--architect-model``) that reads the crate and the
-  request and writes a plan, and acceptance examples when the cell has none;
+  request and writes a plan (with examples of use when the cell has none:
+  words for the engineers, never run; only the person's examples are checks);
 * the **engineers**: :class:`~flakebot_magic.edit.session.EditLoop` sessions.
   With ``--candidates N`` each works in its own clone of the warm workspace
   (:mod:`.forks`), from the same check run 0, with its own sampling and its own
@@ -45,7 +46,7 @@ from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
 from ..sandbox.layout import CANDIDATES_DIR
-from ..stages.accept import Example, split_request
+from ..stages.accept import Example
 from ..stages.fork import Workspace
 from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome
 from .checkrun import CheckRun
@@ -141,8 +142,7 @@ class Team:
         try:
             if self.race_resume:
                 return self._race_resumed(request, follow_up)
-            plan, examples = self._plan(request) if self.plan_wanted and self.resume is None else ("", [])
-            self.examples = self.examples or examples
+            plan = self._plan(request) if self.plan_wanted and self.resume is None else ""
             if self.count == 1:
                 return self._alone(request, follow_up, plan)
             return self._race(request, follow_up, plan)
@@ -245,8 +245,6 @@ class Team:
             if finished:
                 loop.conclude = "(finished before the interruption)"
             self._start(index, loop, request, follow_up)
-        _, examples = split_request(plan)
-        self.examples = self.examples or examples
         return self._decide(results, plan)
 
     def _journal(self, result: CandidateResult, plan: str, resumes: ResumePoint | None) -> Journal | None:
@@ -446,8 +444,11 @@ class Team:
         self._threads.append(thread)
         thread.start()
 
-    def _plan(self, request: str) -> tuple[str, list[Example]]:
-        """The architect actor: one request, before any engineer; its plan (and examples) go to every engineer."""
+    def _plan(self, request: str) -> str:
+        """The architect actor: one request, before any engineer; its plan goes to every engineer as words.
+
+        A model's plan carries no acceptance examples: its ``>>>`` lines are words for the engineers, never
+        run by the judge (only the person's examples are, :attr:`examples`)."""
         from .architect import ask_architect
 
         channel = ModelChannel(
@@ -485,9 +486,8 @@ class Team:
                 f"{str(error).splitlines()[0][:200] if str(error) else ''}); the engineers start without one",
                 "warning",
             )
-            return "", []
-        _, examples = split_request(text)
-        return text, examples
+            return ""
+        return text
 
     # -- stopping -------------------------------------------------------------------
 

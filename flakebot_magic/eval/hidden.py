@@ -19,15 +19,15 @@ sandboxed code while the model works.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..edit.ratchet import scan_tests
-from ..host.fsutil import atomic_write, is_real_dir, load_json, real_dir
+from ..host.fsutil import atomic_write, copy_regular, is_real_dir, load_json, read_regular, real_dir
 from ..host.git import Git
 from ..host.process import ProcessRunner, scrubbed_env
+from ..host.trees import remove_tree
 from ..registry.base import Registry
 from ..sandbox import Sandbox
 from ..sandbox.cargo import Cargo
@@ -39,6 +39,8 @@ from .task import Task
 __all__ = ["run_cargo_tests", "run_pytest", "rust_test_names"]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+#: the most a hidden test file may hold
+_MAX_TEST_BYTES = 16 * 1024 * 1024
 _RUST_RESULT = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)")
 
 
@@ -47,8 +49,9 @@ def run_pytest(
 ) -> HiddenResult:
     """Run ``task``'s ``test_hidden.py`` against the tool ``tool_name`` deployed in ``cache_dir``."""
     work.mkdir(parents=True, exist_ok=True)
-    for source in task.hidden.files:
-        shutil.copyfile(source, work / source.name)
+    for source in task.hidden.files:  # never through a symlink, never blocking, capped (a suite's files)
+        (work / source.name).unlink(missing_ok=True)
+        copy_regular(source, work / source.name, executable=False, limit=_MAX_TEST_BYTES)
     # an empty config of its own: the suite's or this repository's pytest settings must not apply
     (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     report = work / "report.json"
@@ -129,14 +132,17 @@ def run_cargo_tests(
     """
     names = rust_test_names(task.hidden.files)
     crate = work / "crate"
-    shutil.rmtree(crate, ignore_errors=True)
+    remove_tree(crate, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     if not is_real_dir(workspace / ".git"):
         return HiddenResult(0, len(names), error=f"the final workspace {workspace} has no git history to test")
     Git(workspace, runner).export_commit("HEAD", crate)
     tests_dir = real_dir(crate, crate / "tests")
-    for source in task.hidden.files:
-        atomic_write(tests_dir / source.name, source.read_bytes(), mode=0o644, root=crate)
+    for source in task.hidden.files:  # a checkout's file: read without following a symlink, capped
+        data, more = read_regular(source, _MAX_TEST_BYTES)
+        if more:
+            return HiddenResult(0, len(names), error=f"{source.name} is larger than {_MAX_TEST_BYTES:,} bytes")
+        atomic_write(tests_dir / source.name, data, mode=0o644, root=crate)
     cargo = Cargo(registry, runner, Sandbox(crate))
     # an online registry: what the tests need is downloaded first (the fetch profile), once the policy passes
     # the copy; build scripts only ever run in the sandbox, so the gate here is about where code comes from

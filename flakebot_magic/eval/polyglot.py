@@ -23,22 +23,27 @@ search) to the registry it wraps.
 
 from __future__ import annotations
 
-import shutil
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 
 from ..errors import SearchError, UsageError
-from ..host.fsutil import load_json, load_toml
+from ..host.fsutil import UnsafePath, is_real_dir, load_json, load_toml, read_inside
+from ..host.trees import copy_tree, remove_tree
 from ..registry.base import CrateCandidate, FetchedSource, Registry
 from ..registry.directory import tree_sha256
-from ..request import tool_name
+from ..request import UntrustedText, tool_name
 from .task import HiddenCheck, Suite, Task, TaskProblem
 
 __all__ = ["ExerciseRegistry", "exercise_dirs", "polyglot_suite"]
 
 _DOCS = (".docs/introduction.md", ".docs/instructions.md", ".docs/instructions.append.md")
+#: the most a text file of an exercise may hold, and its src/ together
+_MAX_TEXT = 4 * 1024 * 1024
+_MAX_SRC = 64 * 1024 * 1024
 _ADVICE = (
     "This crate is a programming exercise: implement it in Rust as the instructions above say. Tests you cannot "
     "see will call the public items that src/lib.rs declares, so keep their names and signatures (and make them "
@@ -61,7 +66,38 @@ def exercise_dirs(path: Path) -> list[Path]:
 
 
 def _is_exercise(path: Path) -> bool:
-    return path.is_dir() and (path / "Cargo.toml").is_file() and (path / ".docs" / "instructions.md").is_file()
+    # by its names only: a link at the exercise, its manifest or its instructions makes it a problem that says so
+    # when it is read (never followed), not a directory passed over in silence
+    return (
+        path.is_dir() and os.path.lexists(path / "Cargo.toml") and os.path.lexists(path / ".docs" / "instructions.md")
+    )
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself (no symlink at it or at its directory under the exercise)."""
+    return is_real_dir(path.parent) and stat.S_ISREG(_lstat_mode(path))
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _text(exercise: Path, relative: str) -> str:
+    """A file of the checkout, read without following a symlink anywhere under the exercise, capped."""
+    try:
+        data, more = read_inside(exercise, relative, _MAX_TEXT)
+    except (UnsafePath, FileNotFoundError) as exc:
+        raise _Bad(
+            f"{relative} is a symlink or not a regular file: an exercise is read, never followed ({exc})"
+        ) from None
+    except OSError as exc:
+        raise _Bad(f"{relative} cannot be read: {exc.strerror or exc}") from None
+    if more:
+        raise _Bad(f"{relative} is larger than {_MAX_TEXT // (1024 * 1024)} MiB")
+    return data.decode("utf-8", errors="replace")
 
 
 def polyglot_suite(path: str | Path, staging: Path) -> Suite:
@@ -90,26 +126,26 @@ class _Bad(Exception):
 
 
 def _task(exercise: Path, staged: Path) -> Task:
+    if not is_real_dir(exercise):
+        raise _Bad("the exercise is a symlink: a checkout is read, never followed")
     try:
-        manifest = load_toml(exercise / "Cargo.toml")
-    except (OSError, ValueError) as exc:
+        manifest = load_toml(_text(exercise, "Cargo.toml"))
+    except ValueError as exc:
         raise _Bad(f"Cargo.toml cannot be read: {exc}") from None
     package = manifest.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise _Bad("Cargo.toml has no [package] name")
     crate = package["name"]
     config = _config(exercise)
-    tests = _files(exercise, config.get("test"), default=sorted((exercise / "tests").glob("*.rs")))
+    tests_dir = exercise / "tests"
+    found = sorted(p for p in tests_dir.glob("*.rs") if _regular(p)) if is_real_dir(tests_dir) else []
+    tests = _files(exercise, config.get("test"), default=found)
     if not tests:
         raise _Bad("it has no test files (.meta/config.json files.test, or tests/*.rs)")
-    instructions = "\n\n".join(
-        (exercise / doc).read_text(encoding="utf-8", errors="replace").strip()
-        for doc in _DOCS
-        if (exercise / doc).is_file()
-    )
+    instructions = "\n\n".join(_text(exercise, doc).strip() for doc in _DOCS if os.path.lexists(exercise / doc))
     binary = _stage(exercise, staged, crate)
-    # a polyglot instruction is prose: ">>>" in it must not become a flakebot acceptance example
-    request = (instructions.replace(">>>", "> >>") + "\n\n" + _ADVICE.format(bin=binary)).strip()
+    # a checkout's prose, untrusted: its ">>>" lines are words, never acceptance examples (and are shown so)
+    request = UntrustedText((instructions.replace(">>>", "> >>") + "\n\n" + _ADVICE.format(bin=binary)).strip())
     return Task(
         id=exercise.name,
         path=exercise,
@@ -123,12 +159,11 @@ def _task(exercise: Path, staged: Path) -> Task:
 
 
 def _config(exercise: Path) -> dict[str, Any]:
-    path = exercise / ".meta" / "config.json"
-    if not path.is_file():
+    if not os.path.lexists(exercise / ".meta" / "config.json"):
         return {}
     try:
-        data = load_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = load_json(_text(exercise, ".meta/config.json"))
+    except ValueError as exc:
         raise _Bad(f".meta/config.json is not valid JSON: {exc}") from None
     files = data.get("files") if isinstance(data, dict) else None
     return files if isinstance(files, dict) else {}
@@ -143,19 +178,25 @@ def _files(exercise: Path, listed: Any, *, default: list[Path]) -> list[Path]:
         path = (exercise / str(entry)).resolve()
         if not path.is_relative_to(exercise.resolve()) or (exercise / str(entry)).is_symlink():
             raise _Bad(f".meta/config.json names {entry!r}, which is not a file inside the exercise")
-        if not path.is_file():
-            raise _Bad(f".meta/config.json names {entry!r}, which is missing")
+        if not _regular(exercise / str(entry)):
+            raise _Bad(f".meta/config.json names {entry!r}, which is missing (or not a regular file)")
         found.append(path)
     return found
 
 
 def _stage(exercise: Path, staged: Path, crate: str) -> str:
     """Copy the exercise's Cargo.toml and src/ to ``staged``, with the tool contract; return the binary's path."""
-    shutil.rmtree(staged, ignore_errors=True)
+    remove_tree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
-    if (exercise / "src").is_dir():
-        shutil.copytree(exercise / "src", staged / "src", symlinks=False)
-    document = tomlkit.parse((exercise / "Cargo.toml").read_text(encoding="utf-8"))
+    if os.path.lexists(exercise / "src"):
+        try:  # the checkout's files as bytes; a symlink anywhere is refused, never followed (nor copied)
+            copied = copy_tree(exercise / "src", staged / "src", links=False, max_bytes=_MAX_SRC, max_files=5000)
+        except OSError as exc:
+            raise _Bad(f"src/ cannot be copied: {exc}") from None
+        if copied.left_out:
+            what, why = next(iter(copied.left_out.items()))
+            raise _Bad(f"src/{what} is {why}: an exercise's files are read, never followed")
+    document = tomlkit.parse(_text(exercise, "Cargo.toml"))
     has_main = (staged / "src" / "main.rs").is_file()
     binary = "src/main.rs" if has_main else f"src/bin/{crate}.rs"
     if not has_main:
@@ -232,7 +273,7 @@ class ExerciseRegistry:
         if candidate.name not in self._crates:
             return self.base.fetch(candidate, dest)
         source = self._crates[candidate.name][0]
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+        copy_tree(source, dest)  # staged by _stage: plain files only
         return FetchedSource(
             path=dest,
             checksum=tree_sha256(dest),

@@ -20,7 +20,6 @@ starts over too).
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import traceback
@@ -35,10 +34,11 @@ from ..config import Settings, apply
 from ..edit.journal import spent
 from ..errors import Cancelled, UsageError
 from ..host.process import CancelToken, ProcessRunner
+from ..host.trees import remove_tree
 from ..llm.usage import Usage, cost_usd
 from ..pipeline.background import start_build
 from ..registry.base import Registry
-from ..request import BuildRequest, split_run_flags
+from ..request import BuildRequest, UntrustedText, split_run_flags
 from .hidden import run_cargo_tests, run_pytest
 from .outcome import Meter, TimedOut, classify, failure_message, feedback_request, proof_of, usage_fields
 from .replay import REPLAY_MODEL_NAME, replay_server
@@ -289,7 +289,8 @@ class Eval:
             cache = self.store.work_dir(model, task.id, attempt) / "cache"
         hidden_dir = self.store.work_dir(model, task.id, attempt) / "hidden"
         build = BuildRequest(
-            feedback_request(previous) if follow and previous is not None else task.request,
+            # the hidden checks' output (a tool's) is untrusted: the follow-up's ">>>" lines are never examples
+            UntrustedText(feedback_request(previous)) if follow and previous is not None else task.request,
             name=task.name,
             crate=None if follow else task.crate,
             follow_up=follow,
@@ -401,7 +402,7 @@ class Eval:
             else:
                 return True
         if not follow:  # a fresh start (a follow-up's cache is the tool it continues: kept)
-            shutil.rmtree(cache.parent)
+            remove_tree(cache.parent)
         return False
 
     def _build(self, settings: Settings, build: BuildRequest, meter: Meter, deadline: float) -> Any:

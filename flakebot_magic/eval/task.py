@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import UsageError
-from ..host.fsutil import load_json, load_toml
-from ..request import is_tool_name
+from ..host.fsutil import UnsafePath, is_real_dir, load_json, load_toml, read_inside
+from ..request import PersonText, RequestText, is_tool_name
 
 __all__ = [
     "BUILTIN_SUITES",
@@ -82,7 +82,7 @@ class Task:
     id: str
     path: Path
     name: str
-    request: str
+    request: RequestText
     hidden: HiddenCheck
     crate: str | None = None
     max_iterations: int | None = None
@@ -163,7 +163,12 @@ def load_suite(path: str | Path) -> Suite:
     tasks: list[Task] = []
     problems: list[TaskProblem] = []
     for entry in sorted(root.iterdir()):
-        if not entry.is_dir() or entry.name.startswith((".", "_")):
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_symlink() and entry.is_dir():  # a suite's files are read, never followed (issue 33)
+            problems.append(TaskProblem(entry.name, entry, "it is a symlink: a suite's tasks are read, never followed"))
+            continue
+        if not is_real_dir(entry):
             continue
         if not (entry / TASK_FILE).is_file():
             if (entry / HIDDEN_FILE).exists() or (entry / SOLUTION_FILE).exists():
@@ -204,9 +209,15 @@ def _task(directory: Path) -> Task:
     request = data["request"]
     if not isinstance(request, str) or not request.strip():
         raise _Bad(f"{TASK_FILE}: request must be text: what the tool should do, then optional >>> examples")
+    from ..errors import UsageError
     from ..stages.accept import split_request  # the pipeline's own reading of a cell (loads the tool clients)
 
-    words, examples = split_request(request.strip())
+    # a suite file the person chose to run: its words are theirs, and its ">>>" examples checks
+    request = PersonText(request.strip())
+    try:
+        words, examples = split_request(request, name=name)
+    except UsageError as exc:
+        raise _Bad(f"{TASK_FILE}: {exc}") from None
     if not words:
         raise _Bad(f"{TASK_FILE}: the request has >>> examples but no words saying what the tool should do")
     if ">>>" in request and not examples:
@@ -225,7 +236,7 @@ def _task(directory: Path) -> Task:
         id=directory.name,
         path=directory,
         name=name,
-        request=request.strip(),
+        request=request,
         hidden=HiddenCheck("pytest", (hidden,)),
         crate=crate.strip() if crate else None,
         max_iterations=_number(data, "max_iterations", int, 1),
@@ -236,13 +247,18 @@ def _task(directory: Path) -> Task:
 
 
 def _read(path: Path) -> str:
-    if path.is_symlink() or not path.is_file():
-        raise _Bad(f"{path.name} is missing (or not a regular file)")
-    if path.stat().st_size > _MAX_FILE_BYTES:
+    """A task file, read without following a symlink (at the file, or a directory on the way) or blocking."""
+    try:
+        data, more = read_inside(path.parent, path.name, _MAX_FILE_BYTES)
+    except (UnsafePath, FileNotFoundError):
+        raise _Bad(f"{path.name} is missing (or not a regular file: a symlink is never followed)") from None
+    except OSError as exc:
+        raise _Bad(f"{path.name} cannot be read: {exc.strerror or exc}") from None
+    if more:
         raise _Bad(f"{path.name} is larger than {_MAX_FILE_BYTES // (1024 * 1024)} MiB")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise _Bad(f"{path.name} cannot be read as UTF-8 text: {exc}") from None
 
 

@@ -55,6 +55,7 @@ from ..untrusted import safe_text
 from .fsutil import atomic_write, read_regular
 from .gitcommit import WorktreeCommitter
 from .process import ProcessRunner, scrubbed_env
+from .trees import Walk, remove_tree
 
 __all__ = ["KEPT_CONFIG", "NEUTRAL_ATTRIBUTES", "OVERRIDES", "Git", "remove_stale_locks", "stale_locks"]
 
@@ -335,7 +336,7 @@ class Git:
             export("checkout-index", "-a", "-f", f"--prefix={dest}/")
             listed = export("ls-files", "-z")
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch, ignore_errors=True)
         return [f for f in listed.split("\0") if f]
 
     def head(self) -> str:
@@ -430,7 +431,8 @@ def stale_locks(root: Path) -> list[Path]:
             return []
     except OSError:
         return []
-    found = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if _regular(p)]
+    refs = [Path(d) / f for d, _, files in Walk(git_dir / "refs") for f in files if f.endswith(".lock")]
+    found = [p for p in [*git_dir.glob("*.lock"), *refs] if _regular(p)]
     if not found:
         return []
     open_files, git_dirs = _open_files_and_git_dirs()

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsutil import identity, settled
+from .trees import Walk
 
 __all__ = ["WorktreeCommitter", "clean_message"]
 
@@ -89,7 +90,8 @@ class WorktreeCommitter:
         else (a nested repository) or a path cannot be a git path here."""
         found: dict[str, tuple[int, ...]] = {}
         top = str(self.root)
-        for dirpath, dirnames, filenames in os.walk(top):
+        walk = Walk(top)  # an explicit stack; a tree deeper than it reads is left to git's CLI
+        for dirpath, dirnames, filenames in walk:
             at_root = dirpath == top
             if not at_root and (".git" in dirnames or ".git" in filenames):
                 return None  # a nested repository: git records it as a link
@@ -110,7 +112,7 @@ class WorktreeCommitter:
                 except UnicodeEncodeError:
                     return None
                 found[rel] = identity(st)
-        return found
+        return None if walk.too_deep or walk.unreadable else found
 
     def commit(self, message: str) -> str | None:
         """Commit the work tree (as ``git add -A -f`` of all but the excluded entries, then ``git commit

@@ -17,6 +17,9 @@ directory it cannot list without a word. So every such tree is read here:
   ``O_NOFOLLOW``, capped) and directories; a symlink is kept as a link
   (its text, never its target) or left out, a FIFO, device or socket left
   out, each named in the :class:`CopyReport`; a budget of bytes and files;
+* :func:`stat_tree`: the ``lstat`` of every entry, by descriptors (what the
+  sandbox's disk and file limits count, what ``clean`` frees): no depth or
+  path length hides an entry from the count;
 * :func:`remove_tree`: ``rm -rf`` by file descriptors (``openat`` with
   ``O_NOFOLLOW``, ``unlinkat``), so neither the depth nor the length of a
   path matters: a directory deeper than :data:`OPEN_DIRS` is moved up to the
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from .fsutil import TooLarge, UnsafePath, copy_regular
 
-__all__ = ["MAX_DEPTH", "OPEN_DIRS", "CopyReport", "Walk", "copy_tree", "remove_tree"]
+__all__ = ["MAX_DEPTH", "OPEN_DIRS", "CopyReport", "Walk", "copy_tree", "remove_tree", "stat_tree"]
 
 #: how deep a reader goes below its root by default; no crate, checkout or workspace needs more
 MAX_DEPTH = 128
@@ -119,6 +122,7 @@ def copy_tree(
     max_bytes: int = 1 << 40,
     max_files: int = 1 << 31,
     max_depth: int = MAX_DEPTH,
+    times: bool = False,
 ) -> CopyReport:
     """Copy the tree ``source`` to ``dest`` (made if missing) without following a symlink anywhere.
 
@@ -127,8 +131,9 @@ def copy_tree(
     A symlink is recreated as a link to the same text with ``links``, else left
     out; a FIFO, device or socket is left out; ``skip(relative_path)`` leaves
     out what it says (not entered); a directory deeper than ``max_depth`` is
-    left out. What was left out, and why, is in the report. ``source`` itself
-    must be a real directory (:class:`~flakebot_magic.host.fsutil.UnsafePath`).
+    left out. What was left out, and why, is in the report. With ``times``, a
+    file keeps its access and modification times (git's index then finds a
+    copied work tree unchanged). ``source`` itself must be a real directory (:class:`~flakebot_magic.host.fsutil.UnsafePath`).
     """
     report = CopyReport()
     if not stat.S_ISDIR(os.lstat(source).st_mode):
@@ -155,6 +160,8 @@ def copy_tree(
             elif stat.S_ISLNK(info.st_mode):
                 if links:
                     os.symlink(os.readlink(entry.path), target)
+                    if times:
+                        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
                 else:
                     report.left_out[rel] = "a symlink (never followed)"
             elif stat.S_ISREG(info.st_mode):
@@ -164,9 +171,83 @@ def copy_tree(
                     entry.path, Path(target), executable=bool(info.st_mode & 0o111), limit=max_bytes - report.bytes
                 )
                 report.files += 1
+                if times:
+                    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
             else:
                 report.left_out[rel] = "not a regular file (a FIFO, a device or a socket)"
     return report
+
+
+def stat_tree(root: str | Path) -> Iterator[os.stat_result]:
+    """The ``lstat`` of every entry under ``root`` (not ``root`` itself), by descriptors: no symlink followed, no
+    depth and no path length too great (a count a writer cannot hide from below ``PATH_MAX``).
+
+    At most :data:`OPEN_DIRS` descriptors are held: a directory whose turn
+    comes again is opened anew from the nearest open one above it, one
+    ``O_NOFOLLOW`` step at a time. What cannot be listed or opened (it went
+    meanwhile) is passed over. ``root`` missing or not a directory: nothing.
+    """
+    try:
+        top = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return
+    frames = [_Frame(top, "")]
+    try:
+        yield from _listed(frames[0])
+        while frames:
+            frame = frames[-1]
+            if not frame.pending:
+                frames.pop()
+                if frame.fd >= 0:
+                    os.close(frame.fd)
+                continue
+            name = frame.pending.pop()
+            try:
+                below = _Frame(os.open(name, _DIR_FLAGS, dir_fd=_reopened(frames)), name)
+            except OSError:
+                continue
+            frames.append(below)
+            if len(frames) > OPEN_DIRS:  # keep the root and the last OPEN_DIRS - 1 open
+                far = frames[len(frames) - OPEN_DIRS]
+                if far.fd >= 0:
+                    os.close(far.fd)
+                    far.fd = -1
+            yield from _listed(below)
+    finally:
+        for frame in frames:
+            if frame.fd >= 0:
+                os.close(frame.fd)
+
+
+def _listed(frame: _Frame) -> Iterator[os.stat_result]:
+    """Each entry's ``lstat`` in ``frame``'s directory; its subdirectories become the frame's ``pending``."""
+    try:
+        with os.scandir(frame.fd) as entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    frame.pending.append(entry.name)
+                yield info
+    except OSError:
+        return
+
+
+def _reopened(frames: list[_Frame]) -> int:
+    """The descriptor of the last frame, opened again (from the nearest open frame above) if it was closed."""
+    last = len(frames) - 1
+    if frames[last].fd >= 0:
+        return frames[last].fd
+    start = max(i for i in range(last) if frames[i].fd >= 0)
+    for i in range(start + 1, last + 1):
+        frames[i].fd = os.open(frames[i].name, _DIR_FLAGS, dir_fd=frames[i - 1].fd)
+    for i in range(1, len(frames) - OPEN_DIRS + 1):  # the chain just opened is closed again above the window
+        if frames[i].fd >= 0 and i != last:
+            os.close(frames[i].fd)
+            frames[i].fd = -1
+    return frames[last].fd
 
 
 def remove_tree(path: str | Path, *, ignore_errors: bool = False) -> None:

@@ -36,7 +36,6 @@ says it).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from ..host.git import remove_stale_locks, stale_locks
 from ..host.locks import LockHolder, held_locks
 from ..host.process import alive
 from ..host.storage import amount, read_cache_json, storage_errors
+from ..host.trees import remove_tree, stat_tree
 from ..records.inventory import Inventory
 from ..records.units import UnitStore
 from ..sandbox import SANDBOX_DIR, release_target
@@ -184,11 +184,7 @@ def size_of(path: Path) -> int:
         info = path.stat()
         return info.st_size if info.st_nlink <= 1 else 0
     files: dict[tuple[int, int], list[int]] = {}  # inode -> [size, links, links seen here]
-    for each in path.rglob("*"):
-        try:
-            info = each.lstat()
-        except OSError:
-            continue
+    for info in stat_tree(path):  # by descriptors: a tree of any depth (a sandbox may leave one) is counted
         if not stat.S_ISREG(info.st_mode):
             continue
         seen = files.setdefault((info.st_dev, info.st_ino), [info.st_size, info.st_nlink, 0])
@@ -204,7 +200,7 @@ def _discard(path: Path) -> None:
             os.rename(path, trash)
             crash_point("clean.renamed")
             path = trash
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path, ignore_errors=True)  # no recursion: `clean --all` removes a tree of any depth
     else:
         path.unlink(missing_ok=True)
     crash_point("clean.removed")

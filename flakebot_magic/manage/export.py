@@ -15,7 +15,6 @@ Replit's own nixpkgs (the same recipe, Replit's toolchain).
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ..config import Settings
 from ..errors import UsageError
 from ..host.git import Git
 from ..host.process import ProcessRunner
+from ..host.trees import remove_tree
 from ..records.inventory import Inventory
 from ..stages.flake import FLAKE_FILE
 
@@ -138,14 +138,14 @@ def export_replit(
     if source.exists():
         if not (source / FLAKE_FILE).is_file():
             raise UsageError(f"{source} exists and is not an exported flake; choose another directory.")
-        shutil.rmtree(source)
+        remove_tree(source)
     git = Git(workspace, runner or ProcessRunner())
     # the tool's commit, from git's objects: never the work tree, which sandboxed tests could change after the
     # proof (a file rewritten, a committed directory replaced by a symlink to ~)
     directory.mkdir(parents=True, exist_ok=True)
     files = git.export_commit(record.commit or "HEAD", source)
     if FLAKE_FILE not in files:
-        shutil.rmtree(source)
+        remove_tree(source)
         raise UsageError(
             f"The commit {record.commit[:12] or 'HEAD'} of {name!r} has no {FLAKE_FILE}; build the tool again "
             f"({typed(f'build --rebuild --name {name} ...', f'%%flakebot --rebuild --name {name}')}) and export then."

@@ -446,10 +446,14 @@ def _rebuild(
 ) -> Pulled:
     """The user's other choice after a refusal: build here from the recorded request, and compare."""
     from ..pipeline.background import start_build
-    from ..request import BuildRequest
+    from ..request import BuildRequest, UntrustedText
 
+    # the notebook's recorded request is somebody's shared file: its ">>>" lines are words, never examples
     request = BuildRequest(
-        str(provenance.get("request", "")), name=name, crate=str(provenance.get("crate") or "") or None, flags=flags
+        UntrustedText(str(provenance.get("request", ""))),
+        name=name,
+        crate=str(provenance.get("crate") or "") or None,
+        flags=flags,
     )
     here = dataclasses.replace(settings, nix_store=None)  # builds go to nix's own store (nix.py refuses others)
     tool = start_build(here, request).wait([])

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -48,6 +47,7 @@ from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
 from ..host.storage import read_cache_json, storage_errors
+from ..host.trees import remove_tree
 from ..records.inventory import Inventory, ToolRecord
 from ..stages.deploy import StorePath, add_tool, swap_in
 from ..stages.workspace import NEXT_DIR, OLD_DIR, aside_path
@@ -334,7 +334,7 @@ def _forward(settings: Settings, intent: Intent, progress: set[str], notice: Cal
             notice(f"the recipe {intent.recipe} was not written ({exc}); the next run builds again")
     crash_point("txn.recipe")
     if beside is not None and not leftover:
-        shutil.rmtree(beside.parent, ignore_errors=True)  # the attempt: a --continue's old copy, the cargo home
+        remove_tree(beside.parent, ignore_errors=True)  # the attempt: a --continue's old copy, the cargo home
     crash_point("txn.attempt")
     _intent_path(settings, intent.name).unlink(missing_ok=True)
     fsync_dir(settings.cache.intents)

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from ..commands import typed
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
 from ..host.git import Git
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
+from ..host.trees import remove_tree
 from ..manage.cleanup import clean, size_of
 from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
@@ -72,7 +72,7 @@ def deployed_tool(
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
         # the request too: a saved notebook's pin is for the cell that asked it (manage/team.saved_pin)
-        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by, "request": run.request.text}
+        own = {"commit": commit, "workspace": str(final), "forked_by": forked_by, "request": run.recorded_request}
         previous = Inventory(settings.cache.tools).get(name) if reused else None
         kept = previous if previous is not None and previous.store_path == str(store.path) else None
         tool = make_tool(
@@ -113,7 +113,7 @@ def deployed_tool(
             backend=tool.backend,
             forked_by=forked_by,
             log_path=kept.log_path if kept is not None else "",
-            request=run.request.text,
+            request=run.recorded_request,
             requested_by=run.request.requested_by,
         )
         install(
@@ -247,7 +247,7 @@ def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | 
         return None
     written = size_of(attempt) if attempt is not None and attempt.is_dir() else 0
     if attempt is not None:
-        shutil.rmtree(attempt / "target", ignore_errors=True)
+        remove_tree(attempt / "target", ignore_errors=True)
     before = _built_before(settings.cache.store, run.candidate)
     reclaimable = clean(settings, dry_run=True).freed
     free = free_bytes(cache)

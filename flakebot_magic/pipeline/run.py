@@ -34,12 +34,12 @@ from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
-from ..request import BuildRequest, check_tool_name, tool_name
+from ..request import BuildRequest, PersonText, UntrustedText, check_tool_name, keep_origin, tool_name
 from ..sandbox import Sandbox, release_source, release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
 from ..stages import search as search_stage
-from ..stages.accept import Example, run_examples, split_request
+from ..stages.accept import Example, run_examples, split_request, words_only
 from ..stages.build import BUILD_FLAGS
 from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
@@ -146,7 +146,7 @@ class Pipeline:
         build = BuildRequest.of(request, name=name, crate=crate, follow_up=follow_up)
         started = time.monotonic()
         try:
-            build = replace(build, text=build.text.strip())
+            build = replace(build, text=keep_origin(build.text, build.text.strip()))
             # what a dead process left unfinished is finished (or undone), a damaged registry rebuilt
             for note in prepare(self.settings):
                 self.bus.notice("search", note, "warning")
@@ -156,12 +156,12 @@ class Pipeline:
                 from .edit_stage import resume_point  # the edit loop loads only when a run needs it
 
                 point = resume_point(self.settings, build, model)
-            if point is not None:  # the request is the interrupted session's
-                build = replace(
-                    build, text=str(point.start.get("request", "")), follow_up=bool(point.start.get("follow_up"))
-                )
-            # ">>>" examples in the request are acceptance checks, not search words
-            search_text, examples = split_request(build.text)
+            if point is not None:  # the request is the interrupted session's: recorded, the person's only if equal
+                recorded = str(point.start.get("request", ""))
+                text = build.text if recorded == build.text else UntrustedText(recorded)
+                build = replace(build, text=text, follow_up=bool(point.start.get("follow_up")))
+            # ">>>" examples in the person's words are acceptance checks; nobody else's are, and none are search words
+            search_text, examples = self._read_request(build)
             _check_request(build, search_text)
             choice = decide(self.settings, self.runner)
             run = RunState(build, model, choice, examples=examples, budget=self._budget(model))
@@ -174,6 +174,21 @@ class Pipeline:
             raise
         self.bus.emit(RunFinished(ok=True, tool=tool, elapsed=time.monotonic() - started))
         return tool
+
+    def _read_request(self, build: BuildRequest) -> tuple[str, list[Example]]:
+        """The search words and the acceptance examples of ``build``: examples only from the person's own words."""
+        if isinstance(build.text, PersonText):
+            return split_request(build.text, name=build.name)
+        words, passed_over = words_only(build.text)
+        if passed_over:
+            who = f"the agent {build.requested_by!r}" if build.requested_by else "a recorded request or a tool's output"
+            self.bus.notice(
+                "search",
+                f"{passed_over} '>>>' example(s) in this request are read as words, not run: it is not your own "
+                f"words ({who}), and only your own cell or command line carries acceptance examples",
+                "warning",
+            )
+        return words, []
 
     def _run(self, run: RunState, search_text: str) -> ToolClient:
         answered = self._answered(run)
@@ -549,6 +564,7 @@ class Pipeline:
             self.bus.notice(
                 "accept", f"sending {report.failed} failing examples back to the edit loop (round {rounds})"
             )
+            # untrusted (it quotes the tool's output), and never recorded as the person's request (run.origin)
             request = BuildRequest(
                 report.as_request(run.request.text),
                 name=tool.name,
@@ -557,7 +573,14 @@ class Pipeline:
                 # the race and the plan as the first round's; a follow-up never forks afresh, nor resumes
                 flags=replace(run.flags, rebuild=False, resume=False),
             )
-            run = RunState(request, run.model, run.choice, examples=run.examples, budget=self._budget(run.model))
+            run = RunState(
+                request,
+                run.model,
+                run.choice,
+                examples=run.examples,
+                budget=self._budget(run.model),
+                origin=run.origin or run.request,
+            )
             tool.close()
             tool = self._run(run, search_text)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -36,6 +35,7 @@ from ..commands import typed
 from ..errors import InventoryDamaged, StorageError
 from ..host.fsutil import fsync_dir, load_json
 from ..host.storage import is_full, read_cache_json, sqlite_code, storage_errors
+from ..host.trees import remove_tree
 
 __all__ = ["DB_NAME", "STATUSES", "Health", "Inventory", "ToolRecord"]
 
@@ -548,4 +548,4 @@ class Inventory:
                 fsync_dir(self.dir)
             return aside
         finally:
-            shutil.rmtree(fresh.dir, ignore_errors=True)
+            remove_tree(fresh.dir, ignore_errors=True)

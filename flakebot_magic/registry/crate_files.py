@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..host.fsutil import load_toml, read_inside
+from ..host.fsutil import is_real_dir, load_toml, read_inside
+from ..host.trees import Walk
 
 __all__ = [
     "BINARY_TEXT_LIMIT",
@@ -187,10 +188,17 @@ def read_capped(crate_dir: Path, path: Path | str, limit: int) -> bytes:
         return b""
 
 
+def _rust_files(directory: Path) -> list[Path]:
+    """The ``.rs`` files under ``directory``, sorted: an explicit stack, no symlinked directory entered."""
+    if not is_real_dir(directory):
+        return []
+    return sorted(Path(d) / f for d, _, files in Walk(directory) for f in files if f.endswith(".rs"))
+
+
 def _test_sources(crate_dir: Path) -> bytes:
     """The crate's own test code (``tests/``, ``src/**/test.rs`` and ``tests.rs``), capped."""
-    paths = sorted((crate_dir / "tests").rglob("*.rs")) if (crate_dir / "tests").is_dir() else []
-    paths += [p for p in sorted((crate_dir / "src").rglob("*.rs")) if p.name in ("test.rs", "tests.rs")]
+    paths = _rust_files(crate_dir / "tests")
+    paths += [p for p in _rust_files(crate_dir / "src") if p.name in ("test.rs", "tests.rs")]
     text, budget = [], _SCAN_LIMIT
     for path in paths:
         if budget <= 0:
@@ -235,7 +243,7 @@ def _tool_sources(crate_dir: Path, manifest: dict[str, Any]) -> list[bytes]:
     fixtures = {crate_dir / p for n, p, f in _bin_targets(crate_dir, manifest) if fixture_binary(n, p, f)}
     paths = [crate_dir / p for _, p, _ in _tool_targets(crate_dir, manifest)]
     if any(p.is_relative_to(crate_dir / "src" / "bin") for p in paths):  # their modules sit beside them
-        paths += [p for p in sorted((crate_dir / "src" / "bin").rglob("*.rs")) if p not in fixtures and p not in paths]
+        paths += [p for p in _rust_files(crate_dir / "src" / "bin") if p not in fixtures and p not in paths]
     sources, budget = [], _SCAN_LIMIT
     for path in paths:
         if budget <= 0:

@@ -34,9 +34,7 @@ import json
 import math
 import os
 import secrets
-import shutil
 import sqlite3
-import stat
 import threading
 from collections.abc import Callable, Collection
 from contextlib import closing
@@ -45,8 +43,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
 from ..host.cache import CacheLayout
-from ..host.fsutil import TooLarge, atomic_write, copy_regular, load_json, read_inside
+from ..host.fsutil import atomic_write, load_json, read_inside
 from ..host.storage import translate
+from ..host.trees import copy_tree
 from . import embedding, examples, prior, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource, check_crate_field
 from .crate_files import binary_input, binary_text, fixture_binary, read_manifest, readme, tool_binaries
@@ -533,26 +532,19 @@ class DirectoryRegistry:
         ``.cargo-checksum.json`` is checked, never trusted (:func:`_checked_source`).
         """
         source = self.source_dir(candidate)
-        budget = {"bytes": MAX_SOURCE_BYTES, "files": MAX_SOURCE_FILES}
-
-        def left_out(directory: str, names: list[str]) -> set[str]:
-            # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
-            skipped = {".cargo-checksum.json", "debian"} & set(names) if Path(directory) == source else set()
-            for name in names:
-                mode = os.lstat(os.path.join(directory, name)).st_mode
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                    skipped.add(name)
-            return skipped
-
-        def copy(src: str, dst: str) -> None:
-            budget["files"] -= 1
-            if budget["files"] < 0:
-                raise TooLarge(f"{source} holds more than {MAX_SOURCE_FILES:,} files")
-            budget["bytes"] -= copy_regular(src, Path(dst), executable=os.access(src, os.X_OK), limit=budget["bytes"])
-
+        # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
+        beside = {".cargo-checksum.json", "debian"}
         try:
-            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True, ignore=left_out, copy_function=copy)
-        except shutil.Error as exc:
+            # an explicit stack, no symlink followed (kept as links), no FIFO read, capped: a crate of any shape
+            copy_tree(
+                source,
+                dest,
+                links=True,
+                skip=lambda rel: rel in beside,
+                max_bytes=MAX_SOURCE_BYTES,
+                max_files=MAX_SOURCE_FILES,
+            )
+        except OSError as exc:
             raise RegistryError(
                 f"{candidate.id} in {self.path} could not be copied as plain files: {str(exc)[:300]}. It holds "
                 f"special files, or more than a crate may ({MAX_SOURCE_BYTES:,} bytes, {MAX_SOURCE_FILES:,} files); "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host.fsutil import TooLarge, load_json, read_inside, read_regular
+from ..host.trees import Walk
 from ..sandbox.layout import BUILD_DIR, GIT_DIR
 from ..untrusted import safe_line
 from .base import MAX_SOURCE_BYTES, FetchedSource
@@ -36,7 +37,7 @@ def tree_sha256(root: Path, *, exclude: tuple[str, ...] = (GIT_DIR, BUILD_DIR)) 
 
 
 def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in Walk(root):  # a registry's tree: an explicit stack, links never entered
         if Path(dirpath) == root:
             dirnames[:] = [d for d in dirnames if d not in exclude]
         for filename in filenames:

@@ -192,7 +192,7 @@ class Cargo:
             for entry in home.iterdir():
                 if entry.name != "config.toml" and (entry.name not in _CARGO_HOME_KEEP or entry.is_symlink()):
                     if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry, ignore_errors=True)
+                        remove_tree(entry, ignore_errors=True)
                     else:
                         entry.unlink(missing_ok=True)
             try:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from ..host.trees import stat_tree
+
 __all__ = [
     "CommandCgroups",
     "DiskUsage",
@@ -253,27 +255,17 @@ def disk_usage_of(roots: Iterable[Path]) -> DiskUsage:
     """
     total = files = 0
     seen: set[tuple[int, int]] = set()
-    stack = list(roots)
-    while stack:
-        try:
-            entries = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                key = (st.st_dev, st.st_ino)
-                if key in seen:
-                    continue
-                if st.st_nlink > 1 or entry.is_dir(follow_symlinks=False):
-                    seen.add(key)
-                files += 1
-                total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
+    for root in roots:
+        # by descriptors: no depth or path length hides a file from the count (a path-based walk passed over
+        # whatever lay below PATH_MAX, so a writer could fill the disk there unseen)
+        for st in stat_tree(root):
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                continue
+            if st.st_nlink > 1 or stat.S_ISDIR(st.st_mode):
+                seen.add(key)
+            files += 1
+            total += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode) else 0)
     return DiskUsage(total, files)
 
 

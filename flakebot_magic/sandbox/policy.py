@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
+from ..host.trees import MAX_DEPTH, Walk
 from ..untrusted import safe_line, safe_text
 from . import manifest as schema
 from .layout import OUTPUT_DIRS, is_source, source_dirs
@@ -361,7 +362,8 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
     found: list[Violation] = []
     real_root = os.path.realpath(root)
     top = str(root)
-    for dirpath, dirnames, filenames in os.walk(top):
+    walk = Walk(top)  # an explicit stack, no deeper than MAX_DEPTH: a deep tree is a violation, never a crash
+    for dirpath, dirnames, filenames in walk:
         at_root = dirpath == top
         prefix = "" if at_root else os.path.relpath(dirpath, top).replace(os.sep, "/") + "/"
         if at_root:
@@ -412,6 +414,22 @@ def _walk(root: Path, baseline: Baseline) -> list[Violation]:
                     )
                 )
         dirnames[:] = [d for d in dirnames if d not in (".cargo", ".git") and d not in links]
+    for path in walk.too_deep:
+        found.append(
+            Violation(
+                os.path.relpath(path, top).replace(os.sep, "/")[:200],
+                f"a directory nested deeper than {MAX_DEPTH} levels: flakebot reads no deeper",
+                "remove it",
+            )
+        )
+    for path, why in walk.unreadable:
+        found.append(
+            Violation(
+                os.path.relpath(path, top).replace(os.sep, "/")[:200] if path != top else ".",
+                f"a directory flakebot cannot read ({why}): the policy checks every file",
+                "make it readable, or remove it",
+            )
+        )
     return found
 
 

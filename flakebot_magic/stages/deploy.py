@@ -31,7 +31,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +46,7 @@ from ..host.fsutil import atomic_write, fsync_dir, sha256_regular
 from ..host.git import Git
 from ..host.locks import store_lock
 from ..host.storage import read_cache_json
+from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import SOURCE_PATHSPEC
 
@@ -198,7 +198,7 @@ except OSError:  # pragma: no cover - no C library to load
 
 def _fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (a small store entry), then ``root`` itself."""
-    for directory, _, files in os.walk(root):
+    for directory, _, files in Walk(root):
         for name in files:
             path = os.path.join(directory, name)
             if os.path.islink(path):
@@ -272,13 +272,13 @@ def write_entry(
             swap_in(staging, final)
             fsync_dir(store_dir)
             crash_point("deploy.swapped")
-        shutil.rmtree(staging, ignore_errors=True)  # the replaced entry, now under the staging name
+        remove_tree(staging, ignore_errors=True)  # the replaced entry, now under the staging name
         crash_point("deploy.done")
     except OSError as exc:
         raise DeployError(f"Could not write the store entry {final}: {exc}") from exc
     finally:
         if staging.exists() or staging.is_symlink():
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging, ignore_errors=True)
     return StorePath(final, key)
 
 

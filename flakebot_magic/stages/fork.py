@@ -30,7 +30,6 @@ process.
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, load_toml
 from ..host.git import Git, remove_stale_locks
 from ..host.process import ProcessRunner
+from ..host.trees import remove_tree
 from ..registry.base import CrateCandidate, FetchedSource, Registry, ResolvesLocally
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
@@ -179,7 +179,7 @@ def _import(candidate: CrateCandidate, registry: Registry, path: Path) -> tuple[
         fetched = registry.fetch(candidate, staging)
         return fetched, import_source(staging, path)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging, ignore_errors=True)
 
 
 # -- dependencies the registry cannot satisfy -------------------------------

@@ -92,6 +92,14 @@ class RunState:
     #: the tree policy the workspace passed before its build (the published commit is its baseline);
     #: cargo's downloads run only right after it passes again
     policy: TreePolicy | None = None
+    #: the request the run started from, when ``request`` is a follow-up a failure wrote (its failing examples'
+    #: output): what the tool's record keeps, never the follow-up
+    origin: BuildRequest | None = None
+
+    @property
+    def recorded_request(self) -> str:
+        """The request the tool's record keeps: the one the run started from, never a failure's follow-up."""
+        return (self.origin or self.request).text
 
     @property
     def follow_up(self) -> bool:

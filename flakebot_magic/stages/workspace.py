@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,6 +29,7 @@ from ..host.fsutil import atomic_write
 from ..host.git import Git
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
+from ..host.trees import copy_tree
 from ..registry.base import CrateCandidate
 from ..sandbox.layout import OUTPUT_DIRS
 
@@ -133,24 +132,13 @@ def next_owner(path: Path) -> int | None:
     return int(parts[1])
 
 
-def _copy_regular(source: str, target: str) -> str:
-    """Copy a regular file; skip anything else (a FIFO planted by crate code would block a read)."""
-    if stat.S_ISREG(os.lstat(source).st_mode):
-        shutil.copy2(source, target, follow_symlinks=False)
-    return target
-
-
 def copy_beside(workspace: Workspace, path: Path) -> Workspace:
     """A copy of ``workspace`` (its history and working tree, not its build outputs) at ``path``."""
-    root = str(workspace.path)
-
-    def outputs(directory: str, names: list[str]) -> list[str]:
-        # build outputs, and the losing candidates of an earlier speculative session
-        return list(OUTPUT_DIRS) if directory == root else []
-
     try:
-        shutil.copytree(workspace.path, path, symlinks=True, ignore=outputs, copy_function=_copy_regular)
-    except (OSError, shutil.Error) as exc:
+        # build outputs, and the losing candidates of an earlier speculative session, stay; no symlink is followed
+        # and no FIFO read (sandboxed code left them), and no depth ends the copy with a RecursionError
+        copy_tree(workspace.path, path, links=True, skip=lambda rel: rel in OUTPUT_DIRS, times=True)
+    except OSError as exc:
         raise ForkError(
             f"Could not copy the workspace {workspace.path} to build beside it: {exc}", workspace=path
         ) from exc

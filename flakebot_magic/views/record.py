@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stages.accept import split_request
+from ..stages.accept import words_only
 from ..untrusted import not_math, safe_html, safe_text
 from .rows import (
     AMBER,
@@ -95,8 +95,8 @@ class RequestTitle:
 
     @classmethod
     def of(cls, request: str, *, crate: str = "") -> RequestTitle:
-        words, examples = split_request(request)
-        return cls(" ".join(words.split()), len(examples), crate or "")
+        words, examples = words_only(request)  # counted for the title, never read
+        return cls(" ".join(words.split()), examples, crate or "")
 
     @property
     def text(self) -> str:

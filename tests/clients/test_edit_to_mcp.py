@@ -21,6 +21,7 @@ from flakebot_magic.clients.mcp import McpTool
 from flakebot_magic.config import Settings
 from flakebot_magic.events import Notice, StageFinished
 from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.request import PersonText
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 from flakebot_magic.testing.overlay import fixture_crates_buildable, overlay_registry
 
@@ -146,7 +147,7 @@ def test_failing_examples_go_back_to_the_edit_loop_until_they_pass(tmp_path: Pat
             model="scripted-test-double",
             base_url=server.base_url,
         )
-        calc = Pipeline(settings, observers=[events.append]).run(CELL, crate="calclib", name="calc")
+        calc = Pipeline(settings, observers=[events.append]).run(PersonText(CELL), crate="calclib", name="calc")
         requests = server.requests
     try:
         assert isinstance(calc, McpTool) and calc.running

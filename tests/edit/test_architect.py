@@ -67,12 +67,10 @@ def test_the_architect_plans_once_with_its_own_model_and_every_engineer_reads_th
     firsts = [r["body"] for r in engineers if len(r["body"]["messages"]) == 2]
     assert len(firsts) == 2 and all(PLAN.strip() in b["messages"][1]["content"] for b in firsts)
     assert tool.provenance["plan"].startswith("1. Add src/main.rs")
-    # the judge ran the architect's example against every candidate it scored (the winner at least; a perfect
-    # winner may stop the other before it finishes)
-    winner = tool.provenance["candidates"][tool.provenance["winner"]]["score"]
-    assert winner["examples_total"] == 1 and winner["examples_passed"] == 1, winner
+    # a model's plan carries no acceptance examples: its ">>>" lines reached the engineers as words (above), and
+    # the judge ran none of them against any candidate (only the person's own examples are checks: issue 33)
     scores = [c["score"] for c in tool.provenance["candidates"] if c["score"]]
-    assert all(s["examples_total"] == 1 for s in scores), scores
+    assert scores and all(s["examples_total"] == 0 for s in scores), scores
     assert any(isinstance(e, ModelUsage) and e.role == "architect" and e.prompt_tokens == 900 for e in events)
 
 

@@ -17,6 +17,7 @@ from flakebot_magic.events import EventBus
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.request import PersonText
 from flakebot_magic.sandbox import Sandbox
 from flakebot_magic.sandbox.cargo import Cargo
 from flakebot_magic.stages.accept import split_request
@@ -167,7 +168,7 @@ def test_the_judge_runs_the_examples_against_each_candidate_and_prefers_the_best
         cargo=Cargo(registry, runner),
     ).path
     base = _checked(workspace, registry, 0).commit
-    _, examples = split_request(CELL)
+    _, examples = split_request(PersonText(CELL))
     assert len(examples) == 3
     plain, fixed, broken = (clone_candidate(workspace, i) for i in range(3))
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from editscripts import TINYHEX, TINYHEX_CONTRACT, TINYHEX_MAIN, call, reply, tinyhex_done
 from polling import wait_for
-from scripted_builds import kill_when, scripted_settings, tiny_registry
+from scripted_builds import kill_when, resumable_script, scripted_settings, tiny_registry
 
 from flakebot_magic.config import Settings
 from flakebot_magic.edit.journal import Journal
@@ -153,13 +153,7 @@ def test_five_megabytes_of_test_output_reach_the_model_within_the_cap(
 
 def test_a_session_killed_with_sigkill_resumes_and_deploys(hex_registry: DirectoryRegistry, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    first = reply(TINYHEX_CONTRACT, call("write_file", path="src/main.rs", content=TINYHEX_MAIN), call("run_checks"))
-    script = [
-        first,
-        {**reply(call("finish", summary="never seen")), "delay": 120.0},  # the process dies waiting for this
-        reply(call("finish", summary="finished after the resume")),
-    ]
-    with FakeOpenAIServer(script) as server:
+    with FakeOpenAIServer(resumable_script(TINYHEX_MAIN, TINYHEX_CONTRACT)) as server:
         kill_when(server, cache, hex_registry, requests=2)
         settings = scripted_settings(cache, hex_registry, server)
         events: list[Any] = []

@@ -175,7 +175,6 @@ OWN_JSON_READERS = {
     "registry/embedding.py": "the embedding model's config.json: the model package's file, not the cache's",
     "eval/report.py": "an eval's own report, under --out",
     "eval/results.py": "an eval's results, under --out",
-    "eval/polyglot.py": "an eval suite's task files",
     "eval/hidden.py": "cargo's test report of an eval attempt",
     "testing/openai_script.py": "the fake model server's script (a test double)",
     "manage/team.py": "a notebook the user names (.ipynb)",

@@ -30,6 +30,7 @@ from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.records.provenance import workspace_diff
 from flakebot_magic.registry.directory import DirectoryRegistry
+from flakebot_magic.request import PersonText
 from flakebot_magic.sandbox import bubblewrap_works
 from flakebot_magic.sandbox.cargo import Cargo
 
@@ -147,7 +148,7 @@ def test_a_shipped_cargo_config_runs_nothing_at_fork_or_build(tmp_path: Path, ca
         path.chmod(0o755)
     recorder = Recorder()
     settings, pipeline = _pipeline(tmp_path, root, recorder)
-    tool = pipeline.run(">>> wrapped().strip()\n'from-disk'\n", crate="wrapped")
+    tool = pipeline.run(PersonText(">>> wrapped()\nfrom-disk\n"), crate="wrapped")
     assert tool.acceptance is not None and tool.acceptance.ok  # built, and it runs
     assert not canaries.reached()  # the wrapper never ran: no secret read, no call home
     workspace = settings.cache.workspaces / "wrapped"
@@ -178,7 +179,7 @@ def test_a_toolchain_file_naming_a_path_chooses_no_compiler(tmp_path: Path, cana
         (root / "pinned-0.1.0" / "evil" / "bin" / program).chmod(0o755)
     recorder = Recorder()
     settings, pipeline = _pipeline(tmp_path, root, recorder)
-    tool = pipeline.run(">>> pinned().strip()\n'from-disk'\n", crate="pinned")
+    tool = pipeline.run(PersonText(">>> pinned()\nfrom-disk\n"), crate="pinned")
     assert tool.acceptance is not None and tool.acceptance.ok
     assert not canaries.reached()
     workspace = settings.cache.workspaces / "pinned"
@@ -210,7 +211,7 @@ def test_a_shipped_gitdir_file_points_git_at_no_other_repository(tmp_path: Path)
     (root / "pointer-0.1.0" / ".git").write_text(f"gitdir: {other / '.git'}\n")
     recorder = Recorder()
     settings, pipeline = _pipeline(tmp_path, root, recorder)
-    tool = pipeline.run(">>> pointer().strip()\n'from-disk'\n", crate="pointer")  # no traceback: it builds
+    tool = pipeline.run(PersonText(">>> pointer()\nfrom-disk\n"), crate="pointer")  # no traceback: it builds
     assert tool.acceptance is not None and tool.acceptance.ok
     after = {p.relative_to(other).as_posix(): p.read_bytes() for p in other.rglob("*") if p.is_file()}
     assert after == before  # not one byte of the other repository changed
@@ -236,7 +237,7 @@ def test_a_shipped_index_cannot_make_git_record_another_source_than_cargo_builds
     assert _git(source, "status", "--porcelain") == ""  # git itself sees nothing to record
     recorder = Recorder()
     settings, pipeline = _pipeline(tmp_path, root, recorder)
-    tool = pipeline.run(">>> skipper().strip()\n'from-disk'\n", crate="skipper")
+    tool = pipeline.run(PersonText(">>> skipper()\nfrom-disk\n"), crate="skipper")
     assert tool.acceptance is not None and tool.acceptance.ok  # what was built is the source on disk
     workspace = settings.cache.workspaces / "skipper"
     # byte for byte: the published commit and HEAD record exactly the files cargo built

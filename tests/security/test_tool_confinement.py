@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.clients.cli_tool import CliTool
+from flakebot_magic.request import PersonText
 from flakebot_magic.sandbox import bubblewrap_works
 from flakebot_magic.stages.accept import run_examples, split_request
 
@@ -76,7 +77,7 @@ def test_the_help_probe_reads_no_secret_and_writes_nothing_outside(
 def test_acceptance_examples_run_the_tool_confined(tmp_path: Path, planted: tuple[Path, Path, str]) -> None:
     outside, secret, value = planted
     tool = _hostile(tmp_path, outside, secret, _help="Usage: hostile [WORDS]...")
-    _, examples = split_request("Make a tool.\n>>> hostile('x')\n'done\\n'\n")
+    _, examples = split_request(PersonText("Make a tool.\n>>> hostile('x')\n'done\\n'\n"))
     report = run_examples(examples, {"hostile": tool})
     assert report.ok, str(report)  # its output, without the secret: it could not read it
     assert list(outside.iterdir()) == []

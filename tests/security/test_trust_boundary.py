@@ -58,7 +58,7 @@ from flakebot_magic.config import Settings
 from flakebot_magic.events import LogLine
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
-from flakebot_magic.request import BuildRequest, RunFlags
+from flakebot_magic.request import BuildRequest, PersonText, RunFlags
 from flakebot_magic.sandbox import bubblewrap_works
 from flakebot_magic.testing.fake_openai import FakeOpenAIServer
 
@@ -72,7 +72,7 @@ STAND_IN = REPO / "tests" / "nixpkgs"
 #: what the toolchain wrappers stand in for (rustup's proxies and the toolchain's own programs)
 TOOLCHAIN = ("cargo", "rustc", "rustdoc", "rustup", "cargo-clippy", "clippy-driver")
 REQUEST = "hex-encode standard input"
-EXAMPLES = "\n>>> hexer(b\"hi\").strip()\n'6869'\n"
+EXAMPLES = '\n>>> hexer(b"hi")\n6869\n'
 
 
 def _host_namespaces() -> str:
@@ -336,7 +336,7 @@ def test_fork_edit_candidates_examples_help_and_continue_run_the_toolchain_only_
     with FakeOpenAIServer(script) as server:
         settings = _settings(tmp_path / "cache", registry, server)
         tool = Pipeline(settings, observers=[recorder]).run(
-            BuildRequest(REQUEST + EXAMPLES, crate="tinyhex", name="hexer", flags=RunFlags(candidates=2))
+            BuildRequest(PersonText(REQUEST + EXAMPLES), crate="tinyhex", name="hexer", flags=RunFlags(candidates=2))
         )
     assert tool.acceptance is not None and tool.acceptance.ok, tool.acceptance  # the examples ran, confined
     assert "Usage: tinyhex" in tool.help  # the --help probe ran the built binary
@@ -406,7 +406,7 @@ def test_fork_and_build_from_crates_io_download_only_in_the_fetch_profile(record
         registry = CratesIoRegistry(api_url=fake.url, index_url=fake.index_url, min_interval=0.0)
         settings = Settings(cache_dir=tmp_path / "cache", registry=fake.url, backend="cargo", model=None)
         tool = Pipeline(settings, registry=registry, observers=[recorder]).run(
-            BuildRequest(">>> doubler().strip()\n'42'\n", crate="tinyweb", name="doubler")
+            BuildRequest(PersonText(">>> doubler()\n42\n"), crate="tinyweb", name="doubler")
         )
         downloads = [r.path for r in fake.requests if r.path.endswith("/download") or "/static/" in r.path]
         registry.close()
@@ -423,7 +423,7 @@ def test_nix_builds_in_nix_sandbox_and_the_rest_in_ours(
     settings = _settings(tmp_path / "cache", registry, None, backend="nix", nixpkgs=f"path:{STAND_IN}")
     recorder = Recorder()
     tool = Pipeline(settings, observers=[recorder]).run(
-        BuildRequest(">>> nixshout(b\"hi\").strip()\n'6869'\n", crate="tinyshout", name="nixshout")
+        BuildRequest(PersonText('>>> nixshout(b"hi")\n6869\n'), crate="tinyshout", name="nixshout")
     )
     assert tool.acceptance is not None and tool.acceptance.ok, tool.acceptance
     _assert_sandboxed(recording, recorder)
