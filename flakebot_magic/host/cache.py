@@ -195,6 +195,11 @@ class CacheLayout:
         return self._under("probes")
 
     @property
+    def toolchain_memo(self) -> Path:
+        """The toolchain a build found, kept for the next process (:func:`~flakebot_magic.sandbox.toolchain_of`)."""
+        return self.probes / "toolchain.json"
+
+    @property
     def proofs(self) -> Path:
         return self._under("proofs")
 

@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Pipeline"]
 
-#: where the toolchain a build found is kept for the next process (under the cache's probes)
-TOOLCHAIN_MEMO = "toolchain.json"
 #: how many times failing acceptance examples go back to the edit loop
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
@@ -222,17 +220,13 @@ class Pipeline:
         raise RuntimeError("unreachable: the loop returns or raises")
 
     def _answered(self, run: RunState) -> ToolClient | None:
-        """The tool built before under this name for this very request, from its recipe, with no search (no model
-        loaded); None when there is none or its recipe misses (the run goes on as usual)."""
+        """The tool built under this name for this very request, by its recipe, with no search (None: the usual way)."""
         choice = answered_choice(self.deps, run)
         if choice is None:
             return None
         run.candidate, run.workspace, run.name = choice.candidate, None, str(run.request.name)
         with tool_lock(self.settings.cache_dir, run.name):
-            cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.probes / TOOLCHAIN_MEMO)
-            run.rustc = cargo.rustc_version()
-            backend = backend_for(run.choice.name, self.deps, run.choice)
-            recipe = self._recipe_path(run, backend)
+            _, backend, recipe = self._recipe_of(run)
             if backend.lookup(recipe, run.name) is None:
                 return None
             with Stage(self.bus, "search") as stage:
@@ -251,10 +245,7 @@ class Pipeline:
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock; each step is one method below, in this order."""
         _check_agent_may_replace(self.settings, run.request, run.name)
-        cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.probes / TOOLCHAIN_MEMO)
-        run.rustc = cargo.rustc_version()
-        backend = backend_for(run.choice.name, self.deps, run.choice)
-        recipe = self._recipe_path(run, backend)
+        cargo, backend, recipe = self._recipe_of(run)
         cached = self._from_cache(run, choice, backend, recipe)
         if cached is not None:
             return cached
@@ -433,6 +424,13 @@ class Pipeline:
         note = search_stage.semantic_notice(registry)
         if note:
             self.bus.notice("search", note, "info")
+
+    def _recipe_of(self, run: RunState) -> tuple[Cargo, Backend, Path]:
+        """The cargo of a build (its toolchain kept for the next process), the run's backend and its recipe."""
+        cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.toolchain_memo)
+        run.rustc = cargo.rustc_version()
+        backend = backend_for(run.choice.name, self.deps, run.choice)
+        return cargo, backend, self._recipe_path(run, backend)
 
     def _recipe_path(self, run: RunState, backend: Backend) -> Path:
         """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""

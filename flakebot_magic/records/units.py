@@ -39,7 +39,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import stat
 import time
 from collections.abc import Iterable, Iterator
@@ -50,6 +49,7 @@ from typing import Any
 from ..errors import StorageError
 from ..host.fsutil import atomic_write
 from ..host.storage import read_cache_json
+from ..host.trees import Walk, remove_tree
 
 __all__ = ["NAIVE_HOOK", "UNIT_FORMAT", "UnitFile", "UnitRecord", "UnitStore", "naive"]
 
@@ -176,15 +176,18 @@ def unit_paths(profile_dir: Path, unit: str) -> Iterator[tuple[str, Path]]:
         root = profile_dir / top / unit
         if not root.is_dir() or root.is_symlink():
             continue
-        for directory, dirs, files in os.walk(root):
+        walk = Walk(root)
+        for directory, dirs, files in walk:
             for name in dirs + files:
                 path = Path(directory) / name
-                info = path.lstat()
-                if stat.S_ISDIR(info.st_mode):
+                kind = path.lstat().st_mode
+                if stat.S_ISDIR(kind):
                     continue
-                if not stat.S_ISREG(info.st_mode):
+                if not stat.S_ISREG(kind):
                     raise OSError(f"{path} is not a regular file: a unit with one is not sealed")
                 yield path.relative_to(profile_dir).as_posix(), path
+        if walk.too_deep or walk.unreadable:
+            raise OSError(f"{root} is deeper than a unit may be, or unreadable: not sealed")
     deps = profile_dir / "deps"
     for entry in sorted(os.scandir(deps), key=lambda e: e.name) if deps.is_dir() else []:
         relative = f"deps/{entry.name}"
@@ -392,8 +395,18 @@ class UnitStore:
             if record is not None:
                 count += 1
                 copied += record.size
-        on_disk = sum(p.stat().st_size for p in self.objects.rglob("*") if p.is_file()) if self.objects.is_dir() else 0
+        on_disk = sum(path.stat().st_size for path in self._object_files())
         return count, copied, on_disk
+
+    def _object_files(self) -> list[Path]:
+        """Every file under ``objects/`` (``AB/ABCD...`` and temporary ones): flakebot's own, two levels deep."""
+        found: list[Path] = []
+        for top in sorted(self.objects.iterdir()) if self.objects.is_dir() else ():
+            if top.is_dir() and not top.is_symlink():
+                found += [p for p in sorted(top.iterdir()) if p.is_file() and not p.is_symlink()]
+            elif top.is_file():
+                found.append(top)
+        return found
 
     def check(self, *, full: bool = True, sweep: bool = True) -> list[str]:
         """Set aside every record that is not one, or whose objects are missing (``full``: or differ); what
@@ -433,8 +446,8 @@ class UnitStore:
         builds; the bytes freed."""
         named = {f.sha256 for _, record in self.records() if record is not None for f in record.files}
         freed = 0
-        for path in list(self.objects.rglob("*")) if self.objects.is_dir() else []:
-            if path.is_file() and (path.name.startswith(".") or path.name not in named):
+        for path in self._object_files():
+            if path.name.startswith(".") or path.name not in named:
                 freed += path.stat().st_size
                 path.unlink(missing_ok=True)
         for path in list(self.sets.glob("*.json")) if self.sets.is_dir() else []:
@@ -447,7 +460,7 @@ class UnitStore:
         """Remove every unit (``clean --units``); the bytes freed."""
         _, _, on_disk = self.usage()
         for part in (self.keys, self.sets, self.objects, self.stubs):
-            shutil.rmtree(part, ignore_errors=True)
+            remove_tree(part, ignore_errors=True)
         return on_disk
 
     def _set_aside(self, path: Path) -> None:

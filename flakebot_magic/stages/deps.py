@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from ..errors import StorageError
 from ..events import EventBus
 from ..host.fsutil import atomic_write, load_json, read_regular
 from ..host.storage import read_cache_json
+from ..host.trees import Walk, remove_tree
 from ..records.units import UNIT_NAME, UnitRecord, UnitStore, naive
 from ..registry.vendored import tree_sha256
 from ..sandbox import unit_wrapper
@@ -298,7 +298,7 @@ class DependencyCache:
         stub_dir = self.store.stubs / f"{set_key[:32]}"
         stub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         target = stub_dir / "target"
-        shutil.rmtree(target, ignore_errors=True)
+        remove_tree(target, ignore_errors=True)
         target.mkdir(mode=0o700)
         for relative, data in plan.stub.files.items():
             path = stub_dir / relative
@@ -334,7 +334,7 @@ class DependencyCache:
                 done.compiled += not fresh
         if len(used) == len(units):
             self.store.remember_set(set_key, used)
-        shutil.rmtree(target, ignore_errors=True)
+        remove_tree(target, ignore_errors=True)
         return used
 
     def _confinement(self) -> tuple[list[Path], dict[str, str]]:
@@ -455,14 +455,14 @@ class _Sources:
 
 
 def _stat_signature(directory: Path) -> str:
+    """Each file's path, size, modification time and inode under a registry package's directory, hashed."""
     digest = hashlib.sha256()
-    for path, dirs, files in os.walk(directory):
+    for path, dirs, files in Walk(directory):
         dirs.sort()
         for name in sorted(files):
             info = os.lstat(os.path.join(path, name))
-            digest.update(
-                f"{os.path.relpath(os.path.join(path, name), directory)}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode()
-            )
+            where = os.path.relpath(os.path.join(path, name), directory)
+            digest.update(f"{where}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode())
     return digest.hexdigest()
 
 
