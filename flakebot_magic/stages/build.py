@@ -39,6 +39,11 @@ test build is not incremental (:data:`COLD_TEST_ENV`), the one knob of the
 test build measured to lower its CPU without changing what it proves
 (``bench_proof.py``'s ``knob-*`` variants).
 
+Each build's dependencies come from the dependency cache when it is given
+(:mod:`~flakebot_magic.stages.deps`): their units are copied into the build's
+target dir before its cargo starts, the missing ones compiled first in a stub
+that holds none of the crate's code.
+
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
 :class:`~flakebot_magic.records.proof_key.ProofKey` of the tests it would run
