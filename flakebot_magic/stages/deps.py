@@ -37,11 +37,13 @@ and the build goes on as before: the cache never fails a build.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,10 +250,13 @@ class DependencyCache:
         try:
             set_key = self.set_key(plan, build)
             if not self._from_set(plan, set_key, profile_dir, done):
-                units = self._stub_build(
-                    plan, build, set_key, cargo, timeout=timeout, on_line=on_line, nice=nice, done=done
-                )
-                self._copy_all(plan, units, profile_dir, done)
+                # one stub build of a set at a time: a build of the same dependencies beside waits, then copies
+                with _locked(self.store.stubs / f"{set_key[:32]}.lock"):
+                    if not self._from_set(plan, set_key, profile_dir, done):
+                        units = self._stub_build(
+                            plan, build, set_key, cargo, timeout=timeout, on_line=on_line, nice=nice, done=done
+                        )
+                        self._copy_all(plan, units, profile_dir, done)
         except _Unavailable as exc:
             done.why_not = str(exc)
         except OSError as exc:
@@ -372,7 +377,9 @@ def _built_units(stdout: str, profile_dir: Path, plan: Plan) -> dict[str, tuple[
         for path in paths:
             unit = _unit_of(str(path), profile_dir, fingerprints)
             if unit is not None and unit.startswith(plan.packages[package].name + "-"):
-                fresh = bool(message.get("fresh", False)) and units.get(unit, ("", True))[1]
+                # a build script's run says nothing of freshness: it is fresh when its unit was (copied in)
+                said = message.get("fresh", message.get("reason") == "build-script-executed")
+                fresh = bool(said) and units.get(unit, ("", True))[1]
                 units[unit] = (package, fresh)
     return units
 
@@ -404,6 +411,18 @@ def _listdir(path: Path) -> list[str]:
         return [name for name in os.listdir(path) if UNIT_NAME.fullmatch(name)]
     except OSError:
         return []
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (made if missing) for the ``with`` block."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class _Sources:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,40 @@ def test_changed_files_at_the_same_path_and_version_miss(tmp_path: Path) -> None
     (registry / "victim-1.0.0" / "src" / "lib.rs").write_text(VICTIM_LIB.replace('"plain"', '"fresh"'))
     assert _build(registry, cache, "second")().strip() == "fresh"
     assert _compiled_victim(cache, "second")
+
+
+def test_two_builds_of_the_same_dependencies_at_once_compile_them_once(tmp_path: Path) -> None:
+    """Two tools with the same dependencies built at the same time: one stub build per set, the other waits and
+    copies (they have one stub: the stub's name is no crate's)."""
+    slow = crate(  # its build script takes 4 s: the two stub builds would overlap
+        "victim",
+        "1.0.0",
+        manifest='[package]\nname = "victim"\nversion = "1.0.0"\nedition = "2021"\nlicense = "MIT"\ndescription = "v"\n'
+        "[features]\nloud = []\n",
+        files={
+            "src/lib.rs": VICTIM_LIB,
+            "build.rs": "fn main() { std::thread::sleep(std::time::Duration::from_secs(4)); }",
+        },
+    )
+    registry = write_registry(tmp_path / "registry", [slow, _tool("first"), _tool("second"), _tool("third")])
+    cache = tmp_path / "cache"
+    _build(registry, cache, "first")  # the index and the probes, so both start alike; its units are then cleared
+    shutil.rmtree(cache / "units")
+    outcomes: dict[str, str] = {}
+
+    def build(name: str) -> None:
+        outcomes[name] = _build(registry, cache, name)().strip()
+
+    threads = [threading.Thread(target=build, args=(name,)) for name in ("second", "third")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == {"second": "plain", "third": "plain"}
+    compiled = [
+        line
+        for name in ("second", "third")
+        for line in (cache / "logs" / f"{name}.log").read_text().splitlines()
+        if "compiled just now" in line
+    ]
+    assert len(compiled) == 2, f"one stub build per set (release, test), not per tool: {compiled}"
