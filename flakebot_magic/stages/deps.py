@@ -52,6 +52,7 @@ import tomllib
 
 from ..errors import StorageError
 from ..events import EventBus
+from ..host.environment import allowed_env
 from ..host.fsutil import atomic_write, load_json, read_regular
 from ..host.storage import read_cache_json
 from ..host.trees import Walk, remove_tree
@@ -84,6 +85,8 @@ MODE_HOOK = "FLAKEBOT_UNITS_MODE"
 SANDBOX_PYTHON = "/usr/bin/python3"
 #: environment a key leaves out: how rustc caches the crate's own code, never what a dependency is
 _NOT_KEYED = frozenset({"CARGO_INCREMENTAL"})
+#: the environment's paths of one build, never part of a key (each build has its own)
+_ONE_BUILDS = frozenset({"HOME", "TMPDIR", "CARGO_HOME", "CARGO_TARGET_DIR"})
 
 
 def cache_mode() -> str:
@@ -106,8 +109,10 @@ def dependency_cache(units: Path, cargo: Cargo, bus: EventBus) -> DependencyCach
     sandbox = cargo.sandbox
     if mode == OFF or registry is None or not cargo.registry.offline or sandbox is None or not sandbox.isolated:
         return None
+    environment = {k: v for k, v in allowed_env(cargo.env()).items() if k not in _ONE_BUILDS}
+    store = UnitStore(units)
     return DependencyCache(
-        UnitStore(units), registry=Path(registry), toolchain=cargo.rustc_version(), mode=mode, bus=bus
+        store, registry=Path(registry), toolchain=cargo.rustc_version(), mode=mode, bus=bus, environment=environment
     )
 
 
@@ -167,12 +172,24 @@ class _Unavailable(Exception):
 class DependencyCache:
     """The cache of one cache dir's units for builds against one directory registry with one toolchain."""
 
-    def __init__(self, store: UnitStore, *, registry: Path, toolchain: str, mode: str, bus: EventBus) -> None:
+    def __init__(
+        self,
+        store: UnitStore,
+        *,
+        registry: Path,
+        toolchain: str,
+        mode: str,
+        bus: EventBus,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.registry = Path(registry).resolve()
         self.toolchain = toolchain
         self.mode = mode
         self.bus = bus
+        #: what every cargo of a build sees of the environment (a build script may read any of it: the locale,
+        #: the time zone, SOURCE_DATE_EPOCH, the toolchain's PATH), less the paths of one build
+        self.environment = dict(environment or {})
 
     # -- keys ----------------------------------------------------------------------------------------------
 
@@ -195,7 +212,7 @@ class DependencyCache:
         return Plan(stub, packages, digests, present, writers)
 
     def _base(self, build: DepsBuild) -> str:
-        env = sorted((k, v) for k, v in build.env.items() if k not in _NOT_KEYED)
+        env = sorted((k, v) for k, v in {**self.environment, **build.env}.items() if k not in _NOT_KEYED)
         parts = [
             KEY_FORMAT,
             self.mode,

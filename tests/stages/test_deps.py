@@ -157,9 +157,21 @@ def _plan(digests: dict[str, str] | None = None) -> Plan:
 
 
 def _cache(
-    tmp_path: Path, *, registry: str = "/reg", toolchain: str = "rustc 1.95.0", mode: str = "confined"
+    tmp_path: Path,
+    *,
+    registry: str = "/reg",
+    toolchain: str = "rustc 1.95.0",
+    mode: str = "confined",
+    environment: dict[str, str] | None = None,
 ) -> DependencyCache:
-    return DependencyCache(UnitStore(tmp_path), registry=Path(registry), toolchain=toolchain, mode=mode, bus=EventBus())
+    return DependencyCache(
+        UnitStore(tmp_path),
+        registry=Path(registry),
+        toolchain=toolchain,
+        mode=mode,
+        bus=EventBus(),
+        environment=environment or {"LANG": "C.UTF-8"},
+    )
 
 
 RELEASE = DepsBuild("release", "release", ("build", "--release"))
@@ -173,6 +185,9 @@ def test_a_key_changes_with_every_input_of_the_unit_and_only_with_those(tmp_path
         "toolchain": _cache(tmp_path, toolchain="rustc 1.95.0 (wrapped)").key(plan, RELEASE, "a 1.0.0"),
         "registry moved": _cache(tmp_path, registry="/elsewhere").key(plan, RELEASE, "a 1.0.0"),
         "mode": _cache(tmp_path, mode="per-build").key(plan, RELEASE, "a 1.0.0"),
+        "the environment (a build script may read it)": _cache(tmp_path, environment={"LANG": "de_DE.UTF-8"}).key(
+            plan, RELEASE, "a 1.0.0"
+        ),
         "flags": _cache(tmp_path).key(plan, DepsBuild("release", "release", ("build", "--release", "-v")), "a 1.0.0"),
         "profile": _cache(tmp_path).key(plan, DepsBuild("test", "debug", ("build", "--release")), "a 1.0.0"),
         "env": _cache(tmp_path).key(
