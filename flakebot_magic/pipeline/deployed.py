@@ -25,7 +25,8 @@ from ..backends.base import cached_rows
 from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
 from ..commands import typed
-from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
+from ..config import Settings
+from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError, UsageError
 from ..host.git import Git
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, read_cache_json
 from ..host.trees import remove_tree
@@ -34,12 +35,21 @@ from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
 from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
+from ..request import BuildRequest
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
 from ..stages.state import RunDeps, RunState, Stage
 from ..stages.workspace import Workspace, clone_at, next_path
 
-__all__ = ["answered_choice", "contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
+__all__ = [
+    "answered_choice",
+    "check_agent_may_replace",
+    "contract_of",
+    "deployed_tool",
+    "disk_full",
+    "from_cache",
+    "main_binary",
+]
 
 
 def deployed_tool(
@@ -205,6 +215,26 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
 def _where(store: StorePath) -> str:
     """Where the tool of ``store`` is: its /nix/store path (nix), else the entry."""
     return str(store.manifest.get("nix_store_path") or store.path)
+
+
+def check_agent_may_replace(settings: Settings, request: BuildRequest, name: str) -> None:
+    """An agent's build never replaces a tool that the user (or another agent) asked for: a UsageError.
+
+    Checked under the tool's lock, before anything is forked: the tool's name
+    is the agent's to choose (or comes from a crate it chose), so without this
+    an agent acting on text it read could swap the binary behind a name the
+    user calls, unconfined.
+    """
+    if not request.requested_by:
+        return
+    record = Inventory(settings.cache.tools).get(name)
+    if record is None or record.requested_by == request.requested_by:
+        return
+    owner = f"the agent {record.requested_by!r}" if record.requested_by else "the user"
+    raise UsageError(
+        f"There is already a tool named {name!r}, built for {owner}; an agent's build may not replace it. "
+        "Build it under another name (name=...), or ask the user to rebuild or remove that tool."
+    )
 
 
 def answered_choice(deps: RunDeps, run: RunState) -> Choice | None:

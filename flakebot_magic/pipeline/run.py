@@ -32,7 +32,6 @@ from ..host.trees import remove_tree
 from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
-from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, PersonText, UntrustedText, check_tool_name, keep_origin, tool_name
 from ..sandbox import Sandbox, release_source, release_target
@@ -44,7 +43,15 @@ from ..stages.build import BUILD_FLAGS
 from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
 from ..stages.state import RunDeps, RunState, Stage
-from .deployed import answered_choice, contract_of, deployed_tool, disk_full, from_cache, main_binary
+from .deployed import (
+    answered_choice,
+    check_agent_may_replace,
+    contract_of,
+    deployed_tool,
+    disk_full,
+    from_cache,
+    main_binary,
+)
 
 if TYPE_CHECKING:
     from ..edit.journal import ResumePoint
@@ -56,26 +63,6 @@ __all__ = ["Pipeline"]
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
 MAX_TRIES = 3
-
-
-def _check_agent_may_replace(settings: Settings, request: BuildRequest, name: str) -> None:
-    """An agent's build never replaces a tool that the user (or another agent) asked for: a UsageError.
-
-    Checked under the tool's lock, before anything is forked: the tool's name
-    is the agent's to choose (or comes from a crate it chose), so without this
-    an agent acting on text it read could swap the binary behind a name the
-    user calls, unconfined.
-    """
-    if not request.requested_by:
-        return
-    record = Inventory(settings.cache.tools).get(name)
-    if record is None or record.requested_by == request.requested_by:
-        return
-    owner = f"the agent {record.requested_by!r}" if record.requested_by else "the user"
-    raise UsageError(
-        f"There is already a tool named {name!r}, built for {owner}; an agent's build may not replace it. "
-        "Build it under another name (name=...), or ask the user to rebuild or remove that tool."
-    )
 
 
 class Pipeline:
@@ -231,7 +218,7 @@ class Pipeline:
                 return None
             with Stage(self.bus, "search") as stage:
                 stage.status, stage.detail = "cached", f"{choice.candidate.id}: the tool built for this request"
-            _check_agent_may_replace(self.settings, run.request, run.name)
+            check_agent_may_replace(self.settings, run.request, run.name)
             return self._from_cache(run, choice, backend, recipe)
 
     def _resumed(self, run: RunState, point: ResumePoint | RacePoint) -> ToolClient:
@@ -244,7 +231,7 @@ class Pipeline:
 
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock; each step is one method below, in this order."""
-        _check_agent_may_replace(self.settings, run.request, run.name)
+        check_agent_may_replace(self.settings, run.request, run.name)
         cargo, backend, recipe = self._recipe_of(run)
         cached = self._from_cache(run, choice, backend, recipe)
         if cached is not None:
