@@ -243,6 +243,8 @@ def check(
         bus.emit(StageFinished("test", "cached", _reused(known)))
     proving.run_stages(lambda: (release or proving.release_build)(source.path), tests=run_tests and known is None)
     proving.raise_failure()
+    if deps is not None and proving.plan is not None and proving.deferred:
+        deps.fill_later(proving.plan, proving.deferred, cargo, timeout=build_timeout)
     return replace(proving.result(known, proofs, key), source=source)
 
 
@@ -283,6 +285,8 @@ class _Check:
         self.deps: DependencyCache | None = None
         self.plan: Plan | None = None
         self.provided: dict[str, Provided] = {}
+        #: the builds that compiled their own dependencies (few were sealed): the stub seals them after
+        self.deferred: list[DepsBuild] = []
 
     def log(self, stage_name: str) -> Callable[[str, str], None]:
         """What a cargo command of ``stage_name`` does with each line it prints: the readable ones become logs."""
@@ -323,6 +327,14 @@ class _Check:
         """The dependency units of ``build`` into the target dir ``root/target`` from the cache (a stub build
         first for the missing ones); nothing when that target dir holds a profile already (the edit loop's)."""
         if self.deps is None or self.plan is None or (root / target / build.profile_dir).exists():
+            return
+        if self.deps.cold(self.plan, build):
+            self.deferred.append(build)
+            self.bus.log(
+                stage_name,
+                "flakebot: dependency cache: few of these dependencies are compiled yet: cargo compiles them here, "
+                "and a stub seals them for later tools once this one is built",
+            )
             return
         done = self.deps.provide(
             self.plan,

@@ -41,6 +41,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -50,7 +51,7 @@ from typing import Any
 
 import tomllib
 
-from ..errors import StorageError
+from ..errors import FlakebotError, StorageError
 from ..events import EventBus
 from ..host.environment import allowed_env
 from ..host.fsutil import atomic_write, load_json, read_regular
@@ -74,6 +75,8 @@ __all__ = [
     "Provided",
     "cache_mode",
     "dependency_cache",
+    "filling",
+    "wait_for_fills",
 ]
 
 #: bump when a key's meaning changes
@@ -87,6 +90,32 @@ SANDBOX_PYTHON = "/usr/bin/python3"
 _NOT_KEYED = frozenset({"CARGO_INCREMENTAL"})
 #: the environment's paths of one build, never part of a key (each build has its own)
 _ONE_BUILDS = frozenset({"HOME", "TMPDIR", "CARGO_HOME", "CARGO_TARGET_DIR"})
+#: a build finding fewer of its packages' units sealed than this share compiles them itself, as without the
+#: cache, and the stub builds and seals them once the tool is built (:meth:`DependencyCache.fill_later`): a
+#: stub ahead of a build costs what the crate's own compile could overlap, so it runs ahead only when it saves
+COLD_SHARE = 0.5
+#: the stub builds started after builds that compiled their own dependencies, still running (see
+#: :func:`wait_for_fills`): one thread per build that deferred, gone once it is over
+_FILLS: list[threading.Thread] = []
+_FILLS_LOCK = threading.Lock()
+
+
+def wait_for_fills(timeout: float | None = None) -> bool:
+    """Wait for the stub builds started after earlier builds (at most ``timeout`` seconds each); whether none is
+    left running. A front door that exits waits for them anyway (they are not daemon threads)."""
+    with _FILLS_LOCK:
+        threads = list(_FILLS)
+    for thread in threads:
+        thread.join(timeout)
+    with _FILLS_LOCK:
+        _FILLS[:] = [t for t in _FILLS if t.is_alive()]
+        return not _FILLS
+
+
+def filling() -> bool:
+    """Is a stub build started after a build still sealing units?"""
+    with _FILLS_LOCK:
+        return any(t.is_alive() for t in _FILLS)
 
 
 def cache_mode() -> str:
@@ -246,6 +275,42 @@ class DependencyCache:
 
     # -- serving -------------------------------------------------------------------------------------------
 
+    def cold(self, plan: Plan, build: DepsBuild) -> bool:
+        """Are fewer than :data:`COLD_SHARE` of the lock's packages sealed for ``build`` (and its set was never
+        built)? Then the build compiles them itself and :meth:`fill_later` seals them after."""
+        try:
+            if self.store.set_units(self.set_key(plan, build)) is not None:
+                return False
+            keys = [self.key(plan, build, package) for package in plan.packages]
+            sealed = sum(
+                1 for key in keys if key is not None and any(self.usable(plan, r) for r in self.store.find(key))
+            )
+        except OSError:
+            return True
+        return sealed < COLD_SHARE * len(keys)
+
+    def fill_later(self, plan: Plan, builds: list[DepsBuild], cargo: Cargo, *, timeout: float) -> None:
+        """The stub builds of ``builds``, each sealing its units, on a thread of their own at the lowest priority,
+        started now (when the build that compiled its own dependencies is done): the next tools find them."""
+
+        def fill() -> None:
+            for build in builds:
+                set_key = self.set_key(plan, build)
+                try:
+                    with _locked(self.store.stubs / f"{set_key[:32]}.lock"):
+                        if self.store.set_units(set_key) is None:
+                            done = Provided(build.name)
+                            self._stub_build(
+                                plan, build, set_key, cargo, timeout=timeout, on_line=None, nice=19, done=done
+                            )
+                except (_Unavailable, OSError, FlakebotError):
+                    continue  # the next build of these dependencies compiles them, and tries again
+
+        thread = threading.Thread(target=fill, name="flakebot-deps-fill")
+        with _FILLS_LOCK:
+            _FILLS.append(thread)
+        thread.start()
+
     def provide(
         self,
         plan: Plan,
@@ -336,7 +401,16 @@ class DependencyCache:
         stub_cargo = cargo.confined_to(Sandbox(stub_dir, read_only=read_only))
         env |= {**build.env, "CARGO_TARGET_DIR": str(target)}
         done.stub_ran = True
-        ran = stub_cargo.run(*build.args, cwd=stub_dir, timeout=timeout, on_line=on_line, env=env, nice=nice)
+        # what the stub's cargo said, kept beside it (a fill after a build has no run log): `clean` removes it
+        with open(stub_dir.with_suffix(".log"), "a", encoding="utf-8", errors="replace") as kept:
+
+            def said(stream: str, line: str) -> None:
+                if not line.startswith("{"):
+                    kept.write(line + "\n")
+                if on_line is not None:
+                    on_line(stream, line)
+
+            ran = stub_cargo.run(*build.args, cwd=stub_dir, timeout=timeout, on_line=said, env=env, nice=nice)
         if ran.returncode != 0:
             tail = "; ".join(line for line in ran.stderr.strip().splitlines()[-3:])
             raise _Unavailable(f"the stub build of the dependencies failed ({tail[:300]})")

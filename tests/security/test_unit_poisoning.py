@@ -17,6 +17,7 @@ each attack must succeed: those cases are strict xfails, so an attack that stops
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from flakebot_magic.clients import ToolClient
 from flakebot_magic.errors import TestError
 from flakebot_magic.records.units import NAIVE_HOOK, UnitStore
 from flakebot_magic.sandbox import bubblewrap_works, unit_wrapper
-from flakebot_magic.stages.deps import MODE_HOOK
+from flakebot_magic.stages.deps import MODE_HOOK, wait_for_fills
 
 pytestmark = [
     pytest.mark.cargo,
@@ -143,7 +144,9 @@ EVIL_MACRO = _lib(
         '    std::path::PathBuf::from("/nonexistent")\n}\n'
         "#[proc_macro]\npub fn attack(_: proc_macro::TokenStream) -> proc_macro::TokenStream {\n"
         "    let deps = deps();\n    when_built(&deps);\n"
-        '    eprintln!("evil-macro rewrote {} victim files", poison(&deps));\n    "".parse().unwrap()\n}\n',
+        # what it did, compiled into the crate using it (so into that crate's sealed unit: it can write nowhere)
+        '    format!("pub static EVIL_MACRO_SAID: &str = \\"evil-macro rewrote {} victim files\\";", poison(&deps))\n'
+        "        .parse().unwrap()\n}\n",
     },
     extra="[lib]\nproc-macro = true\n",
 )
@@ -157,6 +160,9 @@ TOOL_B = _tool(
     "",
     {"tests/clean.rs": f'#[test]\nfn greeting_is_clean() {{\n    assert_eq!(victim::greet(), "{CLEAN}");\n}}\n'},
 )
+#: a tool with the same dependencies as B (victim alone), built before A when A's own code attacks: A's builds then
+#: start from victim's sealed units, and rewrite their copies
+SEED = _tool("tool-seed", "", {})
 
 #: tool A for each writer: what it depends on and the files that carry the attack
 WRITERS: dict[str, object] = {
@@ -193,24 +199,29 @@ WRITERS: dict[str, object] = {
 
 
 def _build(root: Path, cache: Path, crate_name: str, name: str) -> ToolClient:
-    return flakebot_magic.build(
+    """The tool, built; and the stub builds sealing the dependencies it compiled itself (the first's) over."""
+    tool = flakebot_magic.build(
         crate=crate_name, name=name, registry=str(root), cache_dir=cache, backend="cargo", keep_workspace=True
     )
+    assert wait_for_fills(600)
+    return tool
+
+
+def _sealed(cache: Path, package: str) -> list[bytes]:
+    """The bytes of every file sealed for ``package`` (``name version``)."""
+    store = UnitStore(cache / "units")
+    records = [r for _, r in store.records() if r is not None and r.package == package]
+    return [store._object(f.sha256).read_bytes() for r in records for f in r.files]
 
 
 def _attempts(cache: Path, writer: str) -> list[int]:
     """How many victim files each run of the writer rewrote where it ran (the attack did run: never vacuous)."""
-    if writer == "dependency-build-script":  # it says so in its OUT_DIR, which is sealed with its unit
-        store = UnitStore(cache / "units")
-        said = [
-            store._object(f.sha256).read_text()
-            for _, record in store.records()
-            if record is not None
-            for f in record.files
-            if f.path.endswith("/out/attempt.txt")
-        ]
-    elif writer == "proc-macro":  # rustc shows what a proc macro prints
-        said = [line for line in (cache / "logs" / "a.log").read_text().splitlines() if "evil-macro rewrote" in line]
+    if writer == "dependency-build-script":  # it says so in its OUT_DIR, sealed with its unit by the stub build
+        said = [data.decode() for data in _sealed(cache, "evil-build 1.0.0") if data.startswith(b"evil-build")]
+    elif writer == "proc-macro":  # what it expanded to, in the sealed unit of the crate using it
+        said = re.findall(
+            r"evil-macro rewrote \d+ victim files", b"".join(_sealed(cache, "macro-user 1.0.0")).decode("latin-1")
+        )
     else:  # A's own code rewrote A's own copies: that is its own power, and they show it
         deps = cache / "workspaces" / "a" / "target" / "flakebot-test" / "debug" / "deps"
         said = [f"rewrote {int(EVIL.encode() in p.read_bytes())}" for p in deps.glob("libvictim-*.r*")]
@@ -218,15 +229,24 @@ def _attempts(cache: Path, writer: str) -> list[int]:
 
 
 def _attack_then_share(tmp_path: Path, writer: str, *, confined: bool = False) -> None:
-    """Build A (its writer attacks ``victim``), then B; B must link the sealed, clean bytes."""
-    root = write_registry(tmp_path / "registry", [VICTIM, EVIL_BUILD, EVIL_MACRO, MACRO_USER, WRITERS[writer], TOOL_B])
+    """Build A (its writer attacks ``victim``), then B; B must link the sealed, clean bytes.
+
+    A dependency's writer runs where victim is compiled and sealed: the stub build that follows A's own build
+    (A compiled its dependencies itself, none being sealed yet). A's own code runs against copies: a tool with
+    B's dependencies (the seed) is built first, so that A's builds start from victim's sealed units.
+    """
+    crates = [VICTIM, EVIL_BUILD, EVIL_MACRO, MACRO_USER, WRITERS[writer], TOOL_B, SEED]
+    root = write_registry(tmp_path / "registry", crates)
     cache = tmp_path / "cache"
+    own = writer not in ("dependency-build-script", "proc-macro")
+    if own:
+        _build(root, cache, "tool-seed", "seed")
     _build(root, cache, "tool-a", "a")
     # the attack ran (pytest.fail, not an assertion: the naive cases' xfail expects only B's failure)
     attempts = _attempts(cache, writer)
     if not attempts:
         pytest.fail(f"the {writer} never ran its attack")
-    if writer in ("dependency-build-script", "proc-macro"):
+    if not own:
         # confined, its writes fail; otherwise they succeed in the stub (per-build: the unit names its writers)
         if (max(attempts) == 0) != confined:
             pytest.fail(f"the {writer} rewrote {attempts} files")
