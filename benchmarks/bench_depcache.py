@@ -246,8 +246,9 @@ def _both_builds(tree: Path, registry: str, env: dict[str, str], target: Path) -
     """The tree's release build and its test build (``--no-run``), each in its own cold target dir: wall, CPU."""
     cpu, started = _children_cpu(), time.perf_counter()
     for sub, args in (("release", ("build", "--release")), ("test", ("test", "--no-run"))):
-        run_env = {**os.environ, **env, "CARGO_TARGET_DIR": str(target / sub)}
-        done = subprocess.run(_cargo_argv(registry, *args), cwd=tree, env=run_env, capture_output=True, text=True)
+        # --target-dir, not CARGO_TARGET_DIR: sccache hashes the CARGO_* variables rustc sees, and would miss
+        argv = _cargo_argv(registry, *args, "--target-dir", str(target / sub))
+        done = subprocess.run(argv, cwd=tree, env={**os.environ, **env}, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"cargo {' '.join(args)} in {tree} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started, _children_cpu() - cpu
