@@ -371,8 +371,15 @@ def _clean_units(settings: Settings, report: CleanReport, running: _Running, rem
     left over, objects of no record. Not while a build runs (it may be sealing: objects first, the record last)."""
     store = UnitStore(settings.cache.units)
     if not running.holders and not running.installing:
-        for stub in sorted(store.stubs.iterdir()) if store.stubs.is_dir() and not store.stubs.is_symlink() else ():
-            remove(stub)
+        # a stub build removes its own directories when it is over: one left is a killed build's (its lock and
+        # its log stay, one small file each per dependency set)
+        stubs = store.stubs
+        for stub in sorted(stubs.iterdir()) if stubs.is_dir() and not stubs.is_symlink() else ():
+            if stub.name == SANDBOX_DIR and stub.is_dir() and not stub.is_symlink():
+                for left in sorted(stub.iterdir()):
+                    remove(left)
+            elif stub.is_dir() or stub.is_symlink():
+                remove(stub)
         if not report.dry_run:
             report.freed += store.sweep()
     count, _, on_disk = store.usage()

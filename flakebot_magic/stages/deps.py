@@ -47,21 +47,17 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import tomllib
-
-from ..errors import FlakebotError, StorageError
+from ..errors import FlakebotError
 from ..events import EventBus
 from ..host.environment import allowed_env
 from ..host.fsutil import atomic_write, load_json, read_regular
-from ..host.storage import read_cache_json
-from ..host.trees import Walk, remove_tree
+from ..host.trees import remove_tree
 from ..records.units import UNIT_NAME, UnitRecord, UnitStore, naive
-from ..registry.vendored import tree_sha256
+from ..registry.digests import PackageDigests
 from ..sandbox import unit_wrapper
 from ..sandbox.cargo import Cargo
-from ..sandbox.command import Sandbox
+from ..sandbox.command import SANDBOX_DIR, Sandbox
 from ..sandbox.stub import LockPackage, Stub, lock_packages, stub_of
 
 __all__ = [
@@ -231,7 +227,7 @@ class DependencyCache:
             packages = lock_packages(stub.lock)
         except ValueError as exc:
             return str(exc)
-        sources = _Sources(self.store.root / "sources.json", self.registry)
+        sources = PackageDigests(self.store.root / "sources.json", self.registry)
         digests = {pid: sources.digest(p) for pid, p in packages.items()}
         sources.save()
         present = frozenset(f"{pid} {d}" for pid, d in digests.items() if d)
@@ -381,8 +377,27 @@ class DependencyCache:
         nice: int,
         done: Provided,
     ) -> list[tuple[str, str]]:
-        """Build the stub with every usable sealed unit copied in, seal what it compiled; the set's units."""
+        """Build the stub with every usable sealed unit copied in, seal what it compiled; the set's units. The
+        stub's directory (and its sandbox's) is scratch: gone once this is over, whatever happened."""
         stub_dir = self.store.stubs / f"{set_key[:32]}"
+        try:
+            return self._stub_build_in(stub_dir, plan, build, set_key, cargo, timeout, on_line, nice, done)
+        finally:
+            remove_tree(stub_dir, ignore_errors=True)
+            remove_tree(stub_dir.parent / SANDBOX_DIR / stub_dir.name, ignore_errors=True)
+
+    def _stub_build_in(
+        self,
+        stub_dir: Path,
+        plan: Plan,
+        build: DepsBuild,
+        set_key: str,
+        cargo: Cargo,
+        timeout: float,
+        on_line: Callable[[str, str], None] | None,
+        nice: int,
+        done: Provided,
+    ) -> list[tuple[str, str]]:
         stub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         target = stub_dir / "target"
         remove_tree(target, ignore_errors=True)
@@ -514,81 +529,3 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-class _Sources:
-    """Each registry package's digest (and whether code of it runs at build time), kept in ``sources.json`` while
-    its files are what they were (their names, sizes, modification times and inodes)."""
-
-    def __init__(self, path: Path, registry: Path) -> None:
-        self.path = path
-        self.registry = registry
-        try:
-            self.known: dict[str, Any] = read_cache_json(path)
-        except (OSError, StorageError, ValueError):
-            self.known = {}
-        self.changed = False
-
-    def _entry(self, package: LockPackage) -> dict[str, Any] | None:
-        """What is known of ``package``'s directory in the registry (the one whose Cargo.toml names it), or None."""
-        for name in (f"{package.name}-{package.version}", package.name):
-            directory = self.registry / name
-            if directory.is_symlink() or not (directory / "Cargo.toml").is_file():
-                continue
-            signature = _stat_signature(directory)
-            entry = self.known.get(str(directory))
-            if not (isinstance(entry, dict) and entry.get("signature") == signature):
-                try:
-                    entry = {"signature": signature, "digest": tree_sha256(directory, exclude=()), **_about(directory)}
-                except OSError:
-                    continue
-                self.known[str(directory)] = entry
-                self.changed = True
-            if entry.get("package") == package.id:
-                return entry
-        return None
-
-    def digest(self, package: LockPackage) -> str:
-        entry = self._entry(package)
-        return str(entry["digest"]) if entry is not None else ""
-
-    def writes(self, package: LockPackage) -> bool:
-        entry = self._entry(package)
-        return bool(entry["writes"]) if entry is not None else True
-
-    def save(self) -> None:
-        if self.changed:
-            try:
-                atomic_write(self.path, json.dumps(self.known), make_parents=True)
-            except OSError:
-                pass  # only means hashing again next time
-
-
-def _stat_signature(directory: Path) -> str:
-    """Each file's path, size, modification time and inode under a registry package's directory, hashed."""
-    digest = hashlib.sha256()
-    for path, dirs, files in Walk(directory):
-        dirs.sort()
-        for name in sorted(files):
-            info = os.lstat(os.path.join(path, name))
-            where = os.path.relpath(os.path.join(path, name), directory)
-            digest.update(f"{where}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode())
-    return digest.hexdigest()
-
-
-def _about(directory: Path) -> dict[str, Any]:
-    """The package a registry directory holds (``name version``), and whether code of it runs at build time (a
-    build script, a proc macro: it could write what compiles beside it)."""
-    data, _ = read_regular(directory / "Cargo.toml", 1 << 20)
-    try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return {"package": "", "writes": True}
-    package = doc.get("package", {})
-    lib = doc.get("lib", {})
-    if not isinstance(package, dict):
-        return {"package": "", "writes": True}
-    build = package.get("build")
-    macro = isinstance(lib, dict) and bool(lib.get("proc-macro") or lib.get("proc_macro"))
-    writes = macro or (build is not False and (isinstance(build, str) or (directory / "build.rs").is_file()))
-    return {"package": f"{package.get('name')} {package.get('version')}", "writes": writes}
