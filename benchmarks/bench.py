@@ -83,6 +83,11 @@ What is measured (targets from the issues):
   service) p50, target <= 1.05x a raw keep-alive ``httpx`` request to the same
   service (keep-alive, and a new connection each time).
 
+* the dependency cache (issue 39, ``benchmarks/bench_depcache.py``): the first tool ever and a second tool
+  sharing dependencies with the first, each beside a bare cold ``cargo build --release`` (both backends); the
+  unit store after ten tools and what ``clean`` and ``doctor`` do with it; a warm ``flakebot build``'s wall
+  time and peak memory (``make bench BENCH_ARGS=--only-deps`` measures only these);
+
 * the same crate under a second name (issue 23): after each cold pipeline, the
   same request under another name with ``rebuild``: the release build runs
   again, ``cargo test`` must not (its proof is found); its time beside the
@@ -111,6 +116,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_candidates import candidate_rows, candidates_bench  # noqa: E402
+from bench_depcache import measure as deps_measure  # noqa: E402
+from bench_depcache import rows as deps_rows  # noqa: E402
 from bench_eval import eval_bench, eval_rows  # noqa: E402
 from bench_sandbox import sandbox_bench, sandbox_rows  # noqa: E402
 from bench_team import team_bench, team_rows  # noqa: E402
@@ -1002,6 +1009,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
             ),
             ("warm re-run, nix backend, in-process (p50)", f"{nix_warm['in_process_p50_s'] * 1000:.0f} ms", "<= 0.5 s"),
         ]
+    rows += deps_rows(results)
     rows += candidate_rows(results)
     rows += sandbox_rows(results)
     rows += team_rows(results)
@@ -1153,7 +1161,12 @@ def main() -> int:
     parser.add_argument("--only-sandbox", action="store_true", help="measure only the sandbox's cost per cargo command")
     parser.add_argument("--no-team", action="store_true", help="skip the team rows (push, a teammate's pull)")
     parser.add_argument("--only-team", action="store_true", help="measure only a teammate's pull vs a cold build")
+    parser.add_argument("--no-deps", action="store_true", help="skip the dependency cache's rows (issue 39)")
+    parser.add_argument("--only-deps", action="store_true", help="measure only the dependency cache's rows (issue 39)")
     args = parser.parse_args()
+    if args.only_deps:
+        found = deps_measure(args.registry, nix_stand_in=_fresh_stand_in)
+        return _print_only(found, deps_rows(found), args.json)
     if args.only_team:
         found = {"team": team_bench(args.registry, args.cold_rounds, _fresh_stand_in)}
         return _print_only(found, team_rows(found), args.json)
@@ -1231,6 +1244,11 @@ def main() -> int:
         if not args.no_team:
             print(f"benchmark: a teammate's pull vs a cold nix build ({args.cold_rounds} rounds) ...", file=sys.stderr)
             results["team"] = team_bench(args.registry, args.cold_rounds, _fresh_stand_in)
+    if not args.no_deps and not args.only_nix:
+        print(
+            "benchmark: the dependency cache (second tools, ten tools, a warm build; many minutes) ...", file=sys.stderr
+        )
+        results.update(deps_measure(args.registry, nix_stand_in=None if args.no_nix else _fresh_stand_in))
     if not args.no_edit and (Path(args.registry) / "sha2-0.10.5").is_dir():
         print("benchmark: edit loop (scripted session on sha2, real cargo) ...", file=sys.stderr)
         results["edit"] = edit_loop_overhead(args.registry)

@@ -317,6 +317,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             _say_json(tools.tool_json(tool, settings))
         else:
             _say(tool.usage())
+        from .stages.deps import filling
+
+        if filling() and not args.quiet:  # the process stays until they are sealed (Ctrl-C stops it: nothing lost)
+            sys.stderr.write("flakebot: sealing this tool's dependencies for later tools, in the background ...\n")
         return 0
     from .host.storage import storage_errors
 

@@ -20,6 +20,7 @@ from ..records.proofs import ProofStore
 from ..sandbox.cargo import Cargo
 from ..stages.build import BUILD_FLAGS, check
 from ..stages.deploy import StorePath, deploy, lookup, store_key
+from ..stages.deps import dependency_cache
 from ..stages.flake import write_flake
 from ..stages.state import RunState, Stage
 from .base import Backend, Built, cached_rows, flake_meta, manifest, nixpkgs_url
@@ -55,14 +56,16 @@ class CargoBackend(Backend):
                 test_timeout=settings.test_timeout,
                 proofs=ProofStore(settings.cache.proofs),
                 git=git,
+                deps=dependency_cache(settings.cache.units, cargo, bus),
             )
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
             built.digests, built.source = dict(result.build.digests), result.source
         with Stage(bus, "flake") as stage:
-            write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
+            written = write_flake(workspace.path, flake_meta(workspace, run.main_program), nixpkgs_url(settings))
             committed = git.commit(
-                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries.",
-                ["flake.nix"],
+                "Add flake.nix\n\nBuild it with `nix build`; packages.default is this crate's binaries, "
+                "packages.deps its dependencies alone (flakebot-deps/).",
+                written,
             )
             stage.detail = "flake.nix committed" if committed else "flake.nix unchanged"
         return built

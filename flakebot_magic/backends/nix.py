@@ -53,7 +53,8 @@ from ..records.provenance import describe_locked
 from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
-from ..stages.flake import FLAKE_FILE, FLAKE_FORMAT, LOCK_FILE, write_flake
+from ..stages.deps import dependency_cache
+from ..stages.flake import FLAKE_FORMAT, LOCK_FILE, write_flake
 from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
     Backend,
@@ -293,8 +294,9 @@ class NixBackend(Backend):
         url = nixpkgs_url(settings)
         unlockable: FlakeError | None = None
         with Stage(bus, "flake") as stage:
-            write_flake(workspace.path, flake_meta(workspace, run.main_program), url)
-            git("add", "-f", "--", FLAKE_FILE)  # a git flake shows nix only tracked files
+            written = write_flake(workspace.path, flake_meta(workspace, run.main_program), url)
+            present = [f for f in written if (workspace.path / f).exists()]
+            git("add", "-f", "--", *present)  # a git flake shows nix only tracked files
             try:
                 lock = nix.lock(
                     workspace.path,
@@ -312,7 +314,7 @@ class NixBackend(Backend):
                     "Add flake.nix and flake.lock\n\n"
                     "`nix build` builds packages.default, this crate's binaries; flake.lock pins nixpkgs:\n"
                     f"{describe_locked(lock.nixpkgs)}",
-                    [FLAKE_FILE, LOCK_FILE],
+                    [*written, LOCK_FILE],
                 )
                 stage.detail = f"{'committed' if committed else 'unchanged'}, nixpkgs {describe_locked(lock.nixpkgs)}"
         if unlockable is not None:
@@ -354,6 +356,7 @@ class NixBackend(Backend):
                 test_timeout=settings.test_timeout,
                 proofs=ProofStore(settings.cache.proofs),
                 git=git,
+                deps=dependency_cache(settings.cache.units, cargo, bus),
                 release=release,
             )
         except BaseException:

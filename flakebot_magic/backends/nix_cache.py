@@ -29,12 +29,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..commands import typed
-from ..edit.state import EditState
 from ..errors import DeployError, UntrustedPath, UsageError
 from ..host.crashpoints import crash_point
 from ..host.fsutil import load_json, read_regular
 from ..host.git import Git
 from ..records.proof import PROOF_FILE, Proof
+from ..sandbox.stub import STUB_NAME
 from ..stages.build import proof_key
 from ..stages.state import RunState
 from ..untrusted import safe_line
@@ -285,7 +285,7 @@ def prove(
         session = {
             "model": run.model.model,
             "iterations": run.iterations,
-            "summaries": [str(s.get("summary", "")) for s in EditState.load(workspace.path).sessions],
+            "summaries": [str(s.get("summary", "")) for s in _edit_sessions(workspace.path)],
             **{k: v for k, v in run.session.items() if k in ("usage", "winner", "plan")},
         }
     binaries = sorted(built.binaries)
@@ -421,15 +421,17 @@ class Pushed:
 
 def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) -> Pushed:
     """A nix-built tool to the cache ``to``, signed: the derivation that builds it with its sources
-    (:func:`push_derivation`, so a teammate can rebuild it), then its store path, then its proof's
-    (``manifest``'s), in that order: a cache that holds the proof holds all a push puts there, and a push that
-    did not finish (killed, a network gone) is known by its missing proof (:func:`fetch_pinned` says so).
-    The one push: ``flakebot push`` and ``--push`` both come here."""
+    (:func:`push_derivation`, so a teammate can rebuild it), then its store path with the output of its
+    dependencies' own derivation (:func:`deps_output`: a teammate building any tool that asks for the same
+    dependencies substitutes it), then its proof's (``manifest``'s), in that order: a cache that holds the
+    proof holds all a push puts there, and a push that did not finish (killed, a network gone) is known by its
+    missing proof (:func:`fetch_pinned` says so). The one push: ``flakebot push`` and ``--push`` both come here."""
     tool, proof = str(manifest["nix_store_path"]), str(manifest["proof_store_path"])
     derivation = str(manifest.get("derivation") or "")
     if not derivation:  # a tool built before proofs named it: nix's own record, if it has one
         info = path_info(nix, tool)
         derivation = info.deriver if info is not None else ""
+    deps = deps_output(nix, derivation) if derivation else ""
     try:
         here = bool(derivation) and path_info(nix, derivation) is not None
     except DeployError:  # nix path-info fails on a path the store does not hold (collected)
@@ -437,11 +439,37 @@ def push_tool(nix: Nix, manifest: Mapping[str, Any], to: str, secret_key: Path) 
     if here:
         push_derivation(nix, derivation, to, secret_key)
     crash_point("push.derivation")
-    signers = push_paths(nix, [tool], to, secret_key)
+    signers = push_paths(nix, [tool, *([deps] if deps else [])], to, secret_key)
     crash_point("push.tool")
     signers.update(push_paths(nix, [proof], to, secret_key))  # last: its presence says the push finished
     crash_point("push.proof")
-    return Pushed((tool, proof), tuple(sorted(set(signers.values()))), derivation if here else "")
+    paths = (tool, proof, *([deps] if deps else []))
+    return Pushed(paths, tuple(sorted(set(signers.values()))), derivation if here else "")
+
+
+def deps_output(nix: Nix, derivation: str) -> str:
+    """The output of the dependencies' derivation (the flake's ``packages.deps``) that ``derivation`` builds on,
+    when this store holds it; "" otherwise (a crate without one, a store that collected it)."""
+    inputs = _derivation(nix, derivation).get("inputDrvs", {})
+    for drv in inputs if isinstance(inputs, dict) else ():
+        if str(drv).endswith(f"-{STUB_NAME}-0.0.0.drv"):
+            try:
+                out = str(_derivation(nix, str(drv))["outputs"]["out"]["path"])
+                return out if STORE_PATH.fullmatch(out) and path_info(nix, out) is not None else ""
+            except (KeyError, TypeError, DeployError):
+                return ""
+    return ""
+
+
+def _derivation(nix: Nix, drv: str) -> dict[str, Any]:
+    """What ``nix show-derivation`` says of the ``.drv`` ``drv`` (empty when it cannot)."""
+    shown = nix.run("show-derivation", "--", drv, timeout=60)
+    try:
+        data = load_json(shown.stdout) if shown.returncode == 0 else {}
+        found = next(iter(data.values())) if isinstance(data, dict) and data else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def push_paths(nix: Nix, paths: Iterable[str], to: str, secret_key: Path) -> dict[str, str]:
@@ -520,3 +548,10 @@ def fetch_pinned(nix: Nix, cache: str, pins: Mapping[str, str], trusted: Trusted
         if info is None or info.nar_hash != recorded:
             raise UntrustedPath(f"{path} is not in the store with narHash {recorded} after the copy.", path=path)
     return signers
+
+
+def _edit_sessions(workspace: Path) -> list[dict[str, Any]]:
+    """The edit sessions recorded in ``workspace`` (the edit loop's modules load only when asked)."""
+    from ..edit.state import EditState
+
+    return list(EditState.load(workspace).sessions)

@@ -55,6 +55,7 @@ CACHE_DIRECTORIES: dict[str, str] = {
     "probes": "cached probes (can a nixpkgs reference be locked here)",
     "proofs": "passing test runs, one record per ProofKey digest (records/proofs.py); clean keeps them",
     "damaged": "records found damaged (an intent naming a path outside its place), set aside, never acted on",
+    "units": "compiled dependency units, sealed by content (records/units.py), and their stub builds",
 }
 
 
@@ -195,8 +196,18 @@ class CacheLayout:
         return self._under("probes")
 
     @property
+    def toolchain_memo(self) -> Path:
+        """The toolchain a build found, kept for the next process (:func:`~flakebot_magic.sandbox.toolchain_of`)."""
+        return self.probes / "toolchain.json"
+
+    @property
     def proofs(self) -> Path:
         return self._under("proofs")
+
+    @property
+    def units(self) -> Path:
+        """The unit store: dependency units compiled in stub builds, sealed (:mod:`flakebot_magic.records.units`)."""
+        return self._under("units")
 
     def inside(self, path: Path | str, under: Path | None = None, *, follow: bool = True) -> bool:
         """Whether ``path`` is strictly under ``under`` (a directory of this layout; the cache dir by default),

@@ -52,6 +52,7 @@ from ..host.process import alive
 from ..host.storage import amount, read_cache_json, storage_errors
 from ..host.trees import remove_tree, stat_tree
 from ..records.inventory import Inventory
+from ..records.units import UnitStore
 from ..sandbox import SANDBOX_DIR, release_target
 from ..sandbox.layout import CANDIDATES_DIR
 from ..stages.deploy import staging_owner
@@ -88,6 +89,8 @@ class CleanReport:
     prepared: list[str] = field(default_factory=list)
     #: a dry run: nothing was removed, ``removed`` and ``freed`` say what would be
     dry_run: bool = False
+    #: what the dependency cache keeps (kept by ``clean``, removed by ``clean --all``), in words ("" for nothing)
+    units: str = ""
 
     @property
     def failed(self) -> bool:
@@ -99,6 +102,8 @@ class CleanReport:
         verb = "would remove" if self.dry_run else "removed"
         if self.refused:
             lines.append(f"flakebot clean stopped: {self.refused}")
+        if self.units:
+            lines.append(self.units)
         if not self.removed:
             return [*lines, "flakebot clean: nothing to remove."]
         lines += [f"{verb} {p}" for p in self.removed]
@@ -122,6 +127,7 @@ class CleanReport:
             "candidates_freed_bytes": self.candidates_freed,
             "refused": self.refused,
             "dry_run": self.dry_run,
+            "units": self.units,
         }
 
     @property
@@ -274,9 +280,12 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
             remove_all_in(path)
         remove(settings.cache.index)
         remove_all_in(settings.cache.gcroots)
+        if not running.holders and not running.installing:
+            remove(settings.cache.units)  # every dependency unit: the next builds compile them again
         return
 
     _clean_leftovers(settings, report, running, remove)
+    _clean_units(settings, report, running, remove)
     found = health(settings)
     if not found.ok:
         report.refused = (
@@ -364,6 +373,30 @@ def _clean_leftovers(
     if pending_roots.is_dir() and not pending_roots.is_symlink():
         for link in sorted(pending_roots.iterdir()):
             remove(link)
+
+
+def _clean_units(settings: Settings, report: CleanReport, running: _Running, remove: Callable[[Path], None]) -> None:
+    """The dependency cache is kept (every later build shares it); what no unit record names goes: stub builds
+    left over, objects of no record. Not while a build runs (it may be sealing: objects first, the record last)."""
+    store = UnitStore(settings.cache.units)
+    if not running.holders and not running.installing:
+        # a stub build removes its own directories when it is over: one left is a killed build's (its lock and
+        # its log stay, one small file each per dependency set)
+        stubs = store.stubs
+        for stub in sorted(stubs.iterdir()) if stubs.is_dir() and not stubs.is_symlink() else ():
+            if stub.name == SANDBOX_DIR and stub.is_dir() and not stub.is_symlink():
+                for left in sorted(stub.iterdir()):
+                    remove(left)
+            elif stub.is_dir() or stub.is_symlink():
+                remove(stub)
+        if not report.dry_run:
+            report.freed += store.sweep()
+    count, _, on_disk = store.usage()
+    if count:
+        report.units = (
+            f"kept the dependency cache: {count} compiled dependency unit{'' if count == 1 else 's'}, "
+            f"{amount(on_disk)} ({typed('clean --all')} removes it)"
+        )
 
 
 def _remove_candidates(path: Path, report: CleanReport, remove: Callable[[Path], None]) -> None:

@@ -51,6 +51,7 @@ from ..host.locks import held_locks
 from ..host.process import ProcessRunner
 from ..host.storage import storage_errors
 from ..records.inventory import Health, Inventory, ToolRecord
+from ..records.units import UnitStore
 from ..stages.deploy import entry_damage, set_aside
 from .evidence import entry_of, has_commit, namings, reconstruct, store_entries, unaccounted
 from .transaction import CARD_FILE, read_card, recover, write_card
@@ -237,6 +238,8 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     report.set_aside[:0], report.recovered = set_aside_now, recovered
     runner = ProcessRunner()
     busy = held_locks(settings.cache_dir)
+    # each sealed dependency unit against its objects (hashed); objects of no record swept unless a build runs
+    report.set_aside += UnitStore(settings.cache.units).check(sweep=not busy)
     probed: dict[tuple[str, str], str] = {}
     for record in Inventory(settings.cache.tools).all():
         name = record.name

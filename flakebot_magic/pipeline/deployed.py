@@ -26,7 +26,8 @@ from ..clients import ToolClient, make_tool
 from ..clients.contract import read_contract
 from ..clients.kinds import asked_kinds
 from ..commands import typed
-from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError
+from ..config import Settings
+from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError, UsageError
 from ..host.cache import CacheLayout
 from ..host.git import Git
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, no_space, read_cache_json
@@ -36,14 +37,22 @@ from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
 from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
-from ..request import is_tool_name
+from ..request import BuildRequest, is_tool_name
 from ..sandbox.command import release_target
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
 from ..stages.state import RunDeps, RunState, Stage
 from ..stages.workspace import Workspace, clone_at, next_path
 
-__all__ = ["contract_of", "deployed_tool", "disk_full", "from_cache", "main_binary"]
+__all__ = [
+    "answered_choice",
+    "check_agent_may_replace",
+    "contract_of",
+    "deployed_tool",
+    "disk_full",
+    "from_cache",
+    "main_binary",
+]
 
 
 def deployed_tool(
@@ -254,6 +263,52 @@ def from_cache(deps: RunDeps, run: RunState, store: StorePath, choice: Choice) -
 def _where(store: StorePath) -> str:
     """Where the tool of ``store`` is: its /nix/store path (nix), else the entry."""
     return str(store.manifest.get("nix_store_path") or store.path)
+
+
+def check_agent_may_replace(settings: Settings, request: BuildRequest, name: str) -> None:
+    """An agent's build never replaces a tool that the user (or another agent) asked for: a UsageError.
+
+    Checked under the tool's lock, before anything is forked: the tool's name
+    is the agent's to choose (or comes from a crate it chose), so without this
+    an agent acting on text it read could swap the binary behind a name the
+    user calls, unconfined.
+    """
+    if not request.requested_by:
+        return
+    record = Inventory(settings.cache.tools).get(name)
+    if record is None or record.requested_by == request.requested_by:
+        return
+    owner = f"the agent {record.requested_by!r}" if record.requested_by else "the user"
+    raise UsageError(
+        f"There is already a tool named {name!r}, built for {owner}; an agent's build may not replace it. "
+        "Build it under another name (name=...), or ask the user to rebuild or remove that tool."
+    )
+
+
+def answered_choice(deps: RunDeps, run: RunState) -> Choice | None:
+    """The choice the tool ``run.request.name`` was built from, when it was built for this very request; else None.
+
+    A warm re-run (the same name and words, or the same ``--crate``, no model, no ``--rebuild`` or
+    ``--continue``) then needs no search: its recipe is looked up as the search's answer's would be (the
+    registry, toolchain, flags and backend still decide whether it is a hit), and the sentence-embedding model is
+    never loaded. The record's choice is taken as it was recorded; the crate's facts come from the registry.
+    """
+    request = run.request
+    if not request.name or run.flags.rebuild or run.follow_up or run.model is not None:
+        return None
+    record = Inventory(deps.settings.cache.tools).get(request.name)
+    if record is None or record.status != "ready" or record.model or record.request != request.text:
+        return None
+    if request.crate and request.crate != record.crate:
+        return None
+    chosen = record.extra.get("choice")
+    if not isinstance(chosen, dict) or (chosen.get("crate"), chosen.get("version")) != (record.crate, record.version):
+        return None
+    try:
+        candidate = deps.registry.get(record.crate, record.version)
+    except FlakebotError:
+        return None
+    return Choice(candidate, str(chosen.get("by", "")), str(chosen.get("reason", "")))
 
 
 def disk_full(deps: RunDeps, run: RunState, exc: FlakebotError, attempt: Path | None) -> DiskFull | None:

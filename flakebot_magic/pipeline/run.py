@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from ..backends import Backend, Built, backend_for, decide
 from ..clients import ToolClient
 from ..config import Settings
-from ..edit import EditState
 from ..errors import BuildError, ConfigError, FlakebotError, ForkError, NeedsModelError, SearchError, UsageError
 from ..events import EventBus, Observer, RunFinished
 from ..host.git import Git
@@ -33,7 +32,6 @@ from ..host.trees import remove_tree
 from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
-from ..records.inventory import Inventory
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, PersonText, UntrustedText, check_tool_name, keep_origin, tool_name
 from ..sandbox import Sandbox, release_source, release_target
@@ -45,7 +43,15 @@ from ..stages.build import BUILD_FLAGS
 from ..stages.choose import Choice, choose_by_model, choose_without_model, chooser_channel
 from ..stages.fork import FORK_FORMAT, Workspace, fork
 from ..stages.state import RunDeps, RunState, Stage
-from .deployed import contract_of, deployed_tool, disk_full, from_cache, main_binary
+from .deployed import (
+    answered_choice,
+    check_agent_may_replace,
+    contract_of,
+    deployed_tool,
+    disk_full,
+    from_cache,
+    main_binary,
+)
 
 if TYPE_CHECKING:
     from ..edit.journal import ResumePoint
@@ -57,26 +63,6 @@ __all__ = ["Pipeline"]
 ACCEPTANCE_ROUNDS = 2
 #: how many candidates a run tries when a published crate cannot be forked or built
 MAX_TRIES = 3
-
-
-def _check_agent_may_replace(settings: Settings, request: BuildRequest, name: str) -> None:
-    """An agent's build never replaces a tool that the user (or another agent) asked for: a UsageError.
-
-    Checked under the tool's lock, before anything is forked: the tool's name
-    is the agent's to choose (or comes from a crate it chose), so without this
-    an agent acting on text it read could swap the binary behind a name the
-    user calls, unconfined.
-    """
-    if not request.requested_by:
-        return
-    record = Inventory(settings.cache.tools).get(name)
-    if record is None or record.requested_by == request.requested_by:
-        return
-    owner = f"the agent {record.requested_by!r}" if record.requested_by else "the user"
-    raise UsageError(
-        f"There is already a tool named {name!r}, built for {owner}; an agent's build may not replace it. "
-        "Build it under another name (name=...), or ask the user to rebuild or remove that tool."
-    )
 
 
 class Pipeline:
@@ -190,6 +176,9 @@ class Pipeline:
         return words, []
 
     def _run(self, run: RunState, search_text: str) -> ToolClient:
+        answered = self._answered(run)
+        if answered is not None:
+            return answered
         with Stage(self.bus, "search") as stage:
             # a registry's first search on this machine builds its index: said, with progress (issue 37)
             search_stage.indexing(
@@ -223,6 +212,21 @@ class Pipeline:
                 )
         raise RuntimeError("unreachable: the loop returns or raises")
 
+    def _answered(self, run: RunState) -> ToolClient | None:
+        """The tool built under this name for this very request, by its recipe, with no search (None: the usual way)."""
+        choice = answered_choice(self.deps, run)
+        if choice is None:
+            return None
+        run.candidate, run.workspace, run.name = choice.candidate, None, str(run.request.name)
+        with tool_lock(self.settings.cache_dir, run.name):
+            _, backend, recipe = self._recipe_of(run)
+            if backend.lookup(recipe, run.name) is None:
+                return None
+            with Stage(self.bus, "search") as stage:
+                stage.status, stage.detail = "cached", f"{choice.candidate.id}: the tool built for this request"
+            check_agent_may_replace(self.settings, run.request, run.name)
+            return self._from_cache(run, choice, backend, recipe)
+
     def _resumed(self, run: RunState, point: ResumePoint | RacePoint) -> ToolClient:
         """Continue an interrupted session in its own workspace, then build and deploy as usual."""
         from .edit_stage import resumed_run
@@ -233,11 +237,8 @@ class Pipeline:
 
     def _build(self, run: RunState, choice: Choice) -> ToolClient:
         """Everything after the search, under the tool's lock; each step is one method below, in this order."""
-        _check_agent_may_replace(self.settings, run.request, run.name)
-        cargo = Cargo(self.registry, self.runner)
-        run.rustc = cargo.rustc_version()
-        backend = backend_for(run.choice.name, self.deps, run.choice)
-        recipe = self._recipe_path(run, backend)
+        check_agent_may_replace(self.settings, run.request, run.name)
+        cargo, backend, recipe = self._recipe_of(run)
         cached = self._from_cache(run, choice, backend, recipe)
         if cached is not None:
             return cached
@@ -417,6 +418,13 @@ class Pipeline:
         if note:
             self.bus.notice("search", note, "info")
 
+    def _recipe_of(self, run: RunState) -> tuple[Cargo, Backend, Path]:
+        """The cargo of a build (its toolchain kept for the next process), the run's backend and its recipe."""
+        cargo = Cargo(self.registry, self.runner, memo=self.settings.cache.toolchain_memo)
+        run.rustc = cargo.rustc_version()
+        backend = backend_for(run.choice.name, self.deps, run.choice)
+        return cargo, backend, self._recipe_path(run, backend)
+
     def _recipe_path(self, run: RunState, backend: Backend) -> Path:
         """The recipe: what decides the tool before any fork (crate, registry, toolchain, request, model, backend)."""
         candidate, model = run.crate(), run.model
@@ -489,6 +497,8 @@ class Pipeline:
 
     def _fork_afresh(self, run: RunState) -> bool:
         """A new request on a model-edited workspace starts over (the old one is moved aside)."""
+        from ..edit.state import EditState  # the edit loop's modules load only when a run needs them
+
         return not run.follow_up and EditState.exists(self.settings.cache.workspaces / run.name)
 
     def _confined(self, run: RunState, cargo: Cargo) -> Cargo:

@@ -105,6 +105,8 @@ class Cargo:
         cargo itself (default: :func:`find_cargo`).
     isolate
         For sandboxes made here: see :class:`~flakebot_magic.sandbox.Sandbox`.
+    memo
+        Where the toolchain found is kept across processes (:func:`~flakebot_magic.sandbox.toolchain_of`).
     """
 
     def __init__(
@@ -115,11 +117,12 @@ class Cargo:
         *,
         executable: str | None = None,
         isolate: bool | None = None,
+        memo: Path | None = None,
     ) -> None:
         self.registry = registry
         self.runner = runner
         self.executable = executable or find_cargo()
-        self.toolchain: Toolchain = toolchain_of(self.executable)
+        self.toolchain: Toolchain = toolchain_of(self.executable, memo)
         self.isolate = isolate
         self.sandbox = sandbox
         #: the workspace a stopped command says is kept (the one it ran in, unless it ran in an export of it)

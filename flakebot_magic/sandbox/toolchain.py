@@ -10,15 +10,18 @@ so a toolchain file a crate ships (even one naming a ``path``) chooses nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
+from ..host.fsutil import atomic_write
 from ..host.probes import ProbeCache, file_identity
 from ..host.process import ProcessRunner, scrubbed_env
+from ..host.storage import read_cache_json
 from .command import BUILD, Sandbox
 from .host import is_under, visible_system
 
@@ -79,12 +82,15 @@ def _rustup_home(bin_dir: str) -> str:
 _TOOLCHAINS: ProbeCache[str, Toolchain] = ProbeCache("toolchain", 8)
 
 
-def toolchain_of(cargo: str) -> Toolchain:
+def toolchain_of(cargo: str, memo: Path | None = None) -> Toolchain:
     """The toolchain behind ``cargo`` (a rustup proxy or a plain install), asked in the sandbox.
 
     Kept while cargo, rustc, rustup's settings (``rustup default``) and
     ``RUSTUP_TOOLCHAIN`` are what they were: an upgraded or switched
-    toolchain is asked again, without a kernel restart.
+    toolchain is asked again, without a kernel restart. With ``memo`` (a file
+    of the private cache) the answer is also kept across processes, while those
+    and the toolchain's own ``rustc`` and compiler library are the same files:
+    a fresh process (``flakebot build`` of a tool built before) asks nothing.
 
     Raises :class:`~flakebot_magic.errors.ConfigError` when ``rustc`` does not
     answer there (nothing is kept: the next call asks again).
@@ -96,7 +102,38 @@ def toolchain_of(cargo: str) -> Toolchain:
         file_identity([cargo, os.path.join(bin_dir, "rustc") if bin_dir else None, settings]),
         scrubbed_env().get("RUSTUP_TOOLCHAIN", ""),
     )
-    return _TOOLCHAINS.get(cargo, identity, lambda: _probe_toolchain(cargo))
+    if memo is None:
+        return _TOOLCHAINS.get(cargo, identity, lambda: _probe_toolchain(cargo))
+    return _TOOLCHAINS.get(cargo, identity, lambda: _remembered(memo, cargo, identity))
+
+
+def _own_files(toolchain: Toolchain) -> tuple[tuple[object, ...], ...]:
+    """What the toolchain itself is on disk: its rustc and compiler library (a ``rustup update`` replaces them)."""
+    sysroot = Path(toolchain.sysroot)
+    return file_identity([sysroot / "bin" / "rustc", *sorted(sysroot.glob("lib/librustc_driver-*"))])
+
+
+def _remembered(memo: Path, cargo: str, identity: object) -> Toolchain:
+    """The toolchain ``memo`` kept for ``cargo`` while nothing that chose it changed; else probed and kept."""
+    fields = ("sysroot", "rustup_home", "name", "bin_dir", "version")
+    try:
+        kept = read_cache_json(memo).get(cargo, {})
+        found = Toolchain(**{f: str(kept["toolchain"][f]) for f in fields})
+        if json.dumps(kept["identity"]) == json.dumps([identity, _own_files(found)]):
+            return found
+    except (OSError, StorageError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    found = _probe_toolchain(cargo)
+    try:
+        known = read_cache_json(memo)
+    except (OSError, StorageError, ValueError):
+        known = {}
+    known[cargo] = {"identity": [identity, _own_files(found)], "toolchain": {f: getattr(found, f) for f in fields}}
+    try:
+        atomic_write(memo, json.dumps(known), make_parents=True)
+    except OSError:
+        pass  # only means asking again next time
+    return found
 
 
 def _bin_dir(cargo: str) -> str:

@@ -39,6 +39,11 @@ test build is not incremental (:data:`COLD_TEST_ENV`), the one knob of the
 test build measured to lower its CPU without changing what it proves
 (``bench_proof.py``'s ``knob-*`` variants).
 
+Each build's dependencies come from the dependency cache when it is given
+(:mod:`~flakebot_magic.stages.deps`): their units are copied into the build's
+target dir before its cargo starts, the missing ones compiled first in a stub
+that holds none of the crate's code.
+
 A proof is never made twice on one machine: with a
 :class:`~flakebot_magic.records.proofs.ProofStore`, :func:`check` looks up the
 :class:`~flakebot_magic.records.proof_key.ProofKey` of the tests it would run
@@ -63,7 +68,7 @@ from typing import Any
 from ..commands import typed
 from ..errors import BuildError, DiskFull, TestError, UpstreamTestError
 from ..events import EventBus, StageFinished, StageStarted
-from ..host.fsutil import read_regular, real_dir, sha256_regular
+from ..host.fsutil import private_dir, read_regular, real_dir, sha256_regular
 from ..host.git import Git
 from ..host.process import Completed
 from ..host.storage import no_space
@@ -82,6 +87,7 @@ from ..sandbox.diagnostics import (
 from ..sandbox.policy import TreePolicy
 from ..untrusted import safe_text
 from .deploy import source_digest
+from .deps import DependencyCache, DepsBuild, Plan, Provided
 from .proven import ProvenSource, export, settle
 
 __all__ = [
@@ -143,6 +149,8 @@ class CheckResult:
     test_diagnostics: list[Diagnostic]
     #: the proof the tests made, or the one found instead of running them (None: no proof store)
     proof: ProofRecord | None = None
+    #: what the dependency cache did for each build (``release``, ``test``) it served or tried to
+    deps: dict[str, Provided] = field(default_factory=dict)
     #: the commit the release build compiled, its tree, and its exported files
     source: ProvenSource | None = None
 
@@ -188,6 +196,7 @@ def check(
     cap_lints: bool | None = None,
     proofs: ProofStore | None = None,
     git: Git | None = None,
+    deps: DependencyCache | None = None,
 ) -> CheckResult:
     """Download what the workspace needs, then the release build beside the tests' compilation; the tests run
     once the release build is over; raise on the first failure.
@@ -220,10 +229,12 @@ def check(
     proving = _Check(
         workspace, cargo, bus, build_timeout, test_timeout, target_dir, upstream=cap_lints, test_env=test_env
     )
+    proving.deps = deps
     git = git or Git(workspace, cargo.runner)
     proving.fetch(policy)
     # the tree the policy just passed, as a commit: what the release build compiles and the tests run on
     source = export(git, workspace, settle(git))
+    proving.plan_for(source.path)
     key = known = None
     if proofs is not None and run_tests:
         key = proof_key(workspace, git, cargo.rustc_version(), (*proving.test_flags, *_env_flags(TEST_ENV)))
@@ -233,6 +244,8 @@ def check(
         bus.emit(StageFinished("test", "cached", _reused(known)))
     proving.run_stages(lambda: (release or proving.release_build)(source.path), tests=run_tests and known is None)
     proving.raise_failure()
+    if deps is not None and proving.plan is not None and proving.deferred:
+        deps.fill_later(proving.plan, proving.deferred, cargo, timeout=build_timeout)
     return replace(proving.result(known, proofs, key), source=source)
 
 
@@ -276,6 +289,12 @@ class _Check:
         self.test_seconds = 0.0
         #: set once the release build is over: the crate's code (its tests) may run from then on
         self.released = threading.Event()
+        #: the dependency cache, and its plan for this workspace (made once the policy passed it)
+        self.deps: DependencyCache | None = None
+        self.plan: Plan | None = None
+        self.provided: dict[str, Provided] = {}
+        #: the builds that compiled their own dependencies (few were sealed): the stub seals them after
+        self.deferred: list[DepsBuild] = []
 
     def log(self, stage_name: str) -> Callable[[str, str], None]:
         """What a cargo command of ``stage_name`` does with each line it prints: the readable ones become logs."""
@@ -303,6 +322,47 @@ class _Check:
         # Made before either cargo starts: a cargo that finds no target/ creates it by renaming a
         # fresh temporary directory onto it, which would swallow the other cargo's target/flakebot-test.
         real_dir(workspace, workspace / "target" / "flakebot-test")
+
+    def plan_for(self, source: Path) -> None:
+        """The dependency cache's plan for ``source`` (the proven commit's files, which both builds compile)."""
+        if self.deps is not None:
+            plan = self.deps.plan(source)
+            if isinstance(plan, str):
+                self.bus.log("build", f"flakebot: the dependency cache is not used for {self.workspace.name}: {plan}")
+            else:
+                self.plan = plan
+
+    def provide(self, build: DepsBuild, root: Path, target: str, stage_name: str, *, nice: int = 0) -> None:
+        """The dependency units of ``build`` into the target dir ``root/target`` from the cache (a stub build
+        first for the missing ones); nothing when that target dir holds a profile already (the edit loop's)."""
+        if self.deps is None or self.plan is None or (root / target / build.profile_dir).exists():
+            return
+        if self.deps.cold(self.plan, build):
+            self.deferred.append(build)
+            self.bus.log(
+                stage_name,
+                "flakebot: dependency cache: few of these dependencies are compiled yet: cargo compiles them here, "
+                "and a stub seals them for later tools once this one is built",
+            )
+            return
+        done = self.deps.provide(
+            self.plan,
+            build,
+            root,
+            target,
+            self.cargo,
+            timeout=self.build_timeout,
+            on_line=self.log(stage_name),
+            nice=nice,
+        )
+        self.provided[build.name] = done
+        if done.why_not:
+            self.bus.log(stage_name, f"flakebot: dependency cache: {done.why_not}; cargo compiles them here")
+        else:
+            fresh = f", {done.compiled} compiled just now in a stub ({self.deps.mode})" if done.stub_ran else ""
+            self.bus.log(
+                stage_name, f"flakebot: dependency cache: {done.copied} units copied{fresh} in {done.seconds:.1f} s"
+            )
 
     def run_stages(self, release: Callable[[], BuildResult], *, tests: bool) -> None:
         """The release build (then ``released``) and, when ``tests``, the tests, each on its own thread."""
@@ -352,6 +412,7 @@ class _Check:
         """``cargo build --release`` of ``source`` (the proven commit's files) into flakebot's own target dir; the
         binaries hashed as the build ends."""
         workspace = self.workspace
+        self.provide(DepsBuild("release", "release", BUILD_FLAGS), private_dir(self.release_dir), "", "build")
         # the release build's target dir is flakebot's, outside the workspace: the tests running beside it
         # cannot reach the binary (the red team's A07 swapped it), and its digest is taken as the build ends;
         # it compiles the commit read-only, without the workspace: no file of no commit reaches the binary
@@ -404,6 +465,8 @@ class _Check:
 
     def tests(self) -> tuple[TestReport, list[Diagnostic]]:
         """The tests compiled beside the release build, run once it is over."""
+        tests = DepsBuild("test", "debug", (*self.test_flags, "--no-run"), self.test_env)
+        self.provide(tests, self.workspace, "target/flakebot-test", "test", nice=10)
         # no test of the crate runs while the release build reads the sources (a test rewriting src/main.rs
         # would change what is deployed)
         done = self.cargo_test("--no-run")
@@ -454,7 +517,13 @@ class _Check:
             proof = proofs.record(
                 key, passed=report.passed, ignored=report.ignored, suites=report.suites, seconds=self.test_seconds
             )
-        return CheckResult(build=self.results["build"], tests=report, test_diagnostics=test_diagnostics, proof=proof)
+        return CheckResult(
+            build=self.results["build"],
+            tests=report,
+            test_diagnostics=test_diagnostics,
+            proof=proof,
+            deps=self.provided,
+        )
 
 
 def _env_flags(env: dict[str, str]) -> tuple[str, ...]:

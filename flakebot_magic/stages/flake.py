@@ -12,6 +12,15 @@
   falls back to a plain record for ids nixpkgs does not know, so a license
   never fails evaluation.
 * ``checks.default``: the same package with ``doCheck = true`` (``cargo test``).
+* ``packages.deps``: the crate's dependencies alone (docs/dependency-cache.md),
+  built from ``flakebot-deps/``, which :func:`write_flake` writes beside it: the
+  crate's ``Cargo.toml`` and ``Cargo.lock`` without its code and under a name of
+  no crate (:func:`~flakebot_magic.sandbox.stub.stub_of`), so every tool asking
+  for these very dependencies has the same derivation, built once and
+  substituted from a team's cache. Its output is the build's ``target`` dir,
+  copied into the package's (``preBuild``), so cargo compiles only the crate.
+  A crate whose dependencies are not all from the registry has no stub, and
+  its package builds them itself.
 * Both cap lints at warn for rustc and rustdoc (``RUSTFLAGS``, ``RUSTDOCFLAGS``:
   :data:`~flakebot_magic.stages.build.LINT_CAP`), as flakebot's cargo builds do.
 * ``apps.default``: runs ``bin/<main_program>`` of the package.
@@ -25,15 +34,18 @@ Only real nixpkgs APIs are used (``legacyPackages``, ``lib.genAttrs``,
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FlakeError
-from ..host.fsutil import atomic_write
+from ..host.fsutil import atomic_write, read_regular, real_dir
 from ..host.literals import nix_string
+from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import NOT_WALKED
+from ..sandbox.stub import STUB_MARK, STUB_NAME, Stub, stub_of
 from .build import LINT_CAP
 
 __all__ = [
@@ -53,7 +65,9 @@ DEFAULT_NIXPKGS_URL = "github:NixOS/nixpkgs/nixos-24.05"
 FLAKE_FILE = "flake.nix"
 LOCK_FILE = "flake.lock"
 #: bump when render_flake's output changes, so cached nix builds are not reused
-FLAKE_FORMAT = 2
+FLAKE_FORMAT = 3
+#: the directory of the stub the dependencies' derivation builds (beside flake.nix)
+DEPS_DIR = "flakebot-deps"
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
 
 #: top-level workspace entries left out of the package's ``src``: build
@@ -65,6 +79,7 @@ _SRC_EXCLUDES = (
     "result",
     "flake.nix",
     "flake.lock",
+    DEPS_DIR,
     ".cargo/config",
     ".cargo/config.toml",
 )
@@ -143,8 +158,47 @@ def _check(meta: FlakeMeta) -> None:
         )
 
 
-def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str:
-    """The text of ``flake.nix`` for the crate ``meta`` describes."""
+def _deps_nix(deps: bool) -> tuple[str, str, str]:
+    """The dependencies' derivation (let bindings), the package's use of it, and the ``packages.deps`` line."""
+    if not deps:
+        return "", "", ""
+    stub_lib = STUB_NAME.replace("-", "_")
+    derivation = f"""
+      # The dependencies alone: {DEPS_DIR}/ is this crate's Cargo.toml and Cargo.lock without its code, under
+      # a name of no crate (flakebot writes it from them), so every tool asking for these very dependencies
+      # has this derivation and builds it once. Its output is the build's target dir.
+      deps = pkgs: doCheck:
+        pkgs.rustPlatform.buildRustPackage {{
+          pname = "{STUB_NAME}";
+          version = "0.0.0";
+          src = builtins.path {{ path = ./{DEPS_DIR}; name = "{STUB_NAME}-source"; }};
+          cargoLock.lockFile = ./{DEPS_DIR}/Cargo.lock;
+          inherit doCheck;
+          RUSTFLAGS = lintCap;
+          RUSTDOCFLAGS = lintCap;
+          # the output: the target dir's dependency units, none of the stub's own
+          installPhase = ''
+            mkdir -p $out
+            cp -r target $out/
+            find $out/target -depth \\( -name '{STUB_NAME}*' -o -name '{stub_lib}*' -o -name 'lib{stub_lib}*' \\) \\
+              -exec rm -rf {{}} +
+          '';
+        }};
+"""
+    use = """
+          # the dependencies' units from their own derivation: cargo compiles only this crate (the copies
+          # get one modification time, so none looks newer than another, nor older than its sources)
+          preBuild = ''
+            cp -r ${deps pkgs doCheck}/target target
+            chmod -R u+w target
+            find target -exec touch -h -d "@$(date +%s)" {} +
+          '';"""
+    return derivation, use, "\n        deps = deps pkgs false;"
+
+
+def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL, *, deps: bool = False) -> str:
+    """The text of ``flake.nix`` for the crate ``meta`` describes (``deps``: with the dependencies' own
+    derivation, built from ``flakebot-deps/``)."""
     _check(meta)
     description = _one_line(meta.description) or f"{meta.pname} {meta.version}"
     meta_lines = [f"description = {nix_string(description)};"]
@@ -158,6 +212,7 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
     systems = " ".join(nix_string(s) for s in SYSTEMS)
     excludes = " ".join(nix_string(e) for e in _SRC_EXCLUDES)
     header = _one_line(f"{meta.pname} {meta.version}")
+    derivation, use, output = _deps_nix(deps)
 
     return f"""\
 # Generated by flakebot-magic: the Rust crate {header}.
@@ -204,14 +259,16 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
           && !(type == "symlink" && lib.hasPrefix "${{root}}/result" path);
       }};
 
+      # lints never fail the build or the tests (doc tests too) of a published crate on a newer
+      # compiler, as flakebot's own builds: rustc and rustdoc cap them at warn
+      lintCap = {nix_string(" ".join(LINT_CAP))};
+{derivation}
       package = pkgs: doCheck:
         pkgs.rustPlatform.buildRustPackage {{
           inherit pname version src doCheck;
           cargoLock.lockFile = ./Cargo.lock;
-          # lints never fail the build or the tests (doc tests too) of a published crate on a newer
-          # compiler, as flakebot's own builds: rustc and rustdoc cap them at warn
-          RUSTFLAGS = {nix_string(" ".join(LINT_CAP))};
-          RUSTDOCFLAGS = {nix_string(" ".join(LINT_CAP))};
+          RUSTFLAGS = lintCap;
+          RUSTDOCFLAGS = lintCap;{use}
           meta = {{
 {meta_block}
           }};
@@ -219,7 +276,7 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
     in
     {{
       packages = forAllSystems (system: pkgs: {{
-        default = package pkgs false;
+        default = package pkgs false;{output}
       }});
 
       # the same build with `cargo test`
@@ -244,16 +301,52 @@ def render_flake(meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> str
 """
 
 
-def write_flake(workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> Path:
-    """Write ``workspace/flake.nix`` for ``meta``; return its path.
+def write_flake(workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIXPKGS_URL) -> list[str]:
+    """Write ``workspace/flake.nix`` for ``meta``, and ``flakebot-deps/`` (the stub its dependencies' derivation
+    builds) when the crate has one; the files to commit (relative: written, or of an old stub removed).
 
     The flake refers to ``./Cargo.lock``, which the fork stage creates.
     """
-    text = render_flake(meta, nixpkgs_url)
-    path = Path(workspace) / FLAKE_FILE
+    workspace = Path(workspace)
     try:
+        deps, files = _write_deps(workspace)
+        text = render_flake(meta, nixpkgs_url, deps=deps)
+        path = workspace / FLAKE_FILE
         # sandboxed tests ran in this workspace: a flake.nix they replaced with a symlink is replaced, not followed
-        atomic_write(path, text, mode=0o644, root=Path(workspace))
+        atomic_write(path, text, mode=0o644, root=workspace)
     except OSError as exc:
-        raise FlakeError(f"cannot write {path}: {exc}", workspace=Path(workspace)) from exc
-    return path
+        raise FlakeError(f"cannot write the flake in {workspace}: {exc}", workspace=workspace) from exc
+    return [FLAKE_FILE, *sorted(files)]
+
+
+def _write_deps(workspace: Path) -> tuple[bool, list[str]]:
+    """``flakebot-deps/`` written afresh from the crate's manifest and lock (what was there of flakebot's removed
+    first); whether the flake can build the dependencies alone, and the files written or removed. A directory of
+    that name that is not flakebot's (the crate's own, a link) is left as it is, and the flake has no stub."""
+    directory = workspace / DEPS_DIR
+    old: list[str] = []
+    if os.path.lexists(directory):
+        try:
+            ours = directory.is_dir() and not directory.is_symlink() and _stub_manifest(directory).startswith(STUB_MARK)
+        except OSError:
+            ours = False
+        if not ours:
+            return False, []
+        old = [
+            Path(top, name).relative_to(workspace).as_posix()
+            for top, _, names in Walk(directory, max_depth=8)
+            for name in names
+        ]
+        remove_tree(directory)
+    stub = stub_of(workspace)
+    if not isinstance(stub, Stub):
+        return False, old
+    for relative, data in stub.files.items():
+        real_dir(workspace, (directory / relative).parent)
+        atomic_write(directory / relative, data, mode=0o644, root=workspace)
+    return True, sorted({*old, *(f"{DEPS_DIR}/{relative}" for relative in stub.files)})
+
+
+def _stub_manifest(directory: Path) -> str:
+    data, _ = read_regular(directory / "Cargo.toml", len(STUB_MARK) + 1)
+    return data.decode("utf-8", "replace")

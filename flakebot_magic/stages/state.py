@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
-from ..edit.journal import Journal, ResumePoint
-from ..edit.races import RacePoint, RaceRecord
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..host.process import ProcessRunner
 from ..llm.budget import Budget
@@ -28,6 +26,10 @@ from ..sandbox.policy import TreePolicy
 from .accept import Example
 from .deploy import StorePath
 from .fork import Workspace
+
+if TYPE_CHECKING:  # the edit loop's modules load only when a run edits (a warm re-run loads none of them)
+    from ..edit.journal import Journal, ResumePoint
+    from ..edit.races import RacePoint, RaceRecord
 
 __all__ = ["BackendChoice", "RunDeps", "RunState", "Stage"]
 

@@ -34,6 +34,12 @@ ALLOWED = {
     ("records/inventory.py", "os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))"),
     # `pull --from NOTEBOOK` reads the user's notebook, a file they name, not a cache file
     ("manage/team.py", 'cells = load_json(Path(notebook).read_text(encoding="utf-8"))["cells"]'),
+    # the unit store's objects (and the files it seals) are streamed in 1 MiB chunks, hashed as they are read,
+    # opened without following a link or blocking, and refused unless regular and of the recorded size
+    ("records/units.py", "fd = os.open(path, _READ, dir_fd=dir_fd)"),
+    # ... and written as new files only (O_EXCL, O_NOFOLLOW), and directories opened to write into, never read
+    ("records/units.py", "return os.open(path, _CREATE, 0o600, dir_fd=dir_fd)"),
+    ("records/units.py", "return os.open(path, self._FLAGS, dir_fd=dir_fd)"),
 }
 READERS = {"read_text", "read_bytes", "open"}
 

@@ -58,6 +58,8 @@ TOML
         exit 1
     fi
 
+    # as nixpkgs' cargoBuildHook: runHook preBuild first
+    if [ -n "${preBuild:-}" ]; then eval "$preBuild"; fi
     # shellcheck disable=SC2086 # flag lists are space-separated on purpose
     cargo build --release --frozen $cargoBuildFlags
     if [ -n "$doCheck" ]; then
@@ -65,6 +67,11 @@ TOML
         cargo test --release --frozen $cargoTestFlags
     fi
 
+    # an installPhase given replaces cargoInstallHook, as in nixpkgs
+    if [ -n "${installPhase:-}" ]; then
+        eval "$installPhase"
+        return 0
+    fi
     # as nixpkgs' cargoInstallHook: executables to bin/, libraries to lib/
     mkdir -p "$out/bin"
     find target/release -maxdepth 1 -type f -perm -u+x \

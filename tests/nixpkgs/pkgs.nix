@@ -42,6 +42,8 @@ let
     , buildInputs ? [ ]
     , RUSTFLAGS ? ""
     , RUSTDOCFLAGS ? ""
+    , preBuild ? ""
+    , installPhase ? ""
     , ...
     }@args:
     let
@@ -58,6 +60,9 @@ let
         cargoTestFlags = toString cargoTestFlags;
         # as nixpkgs' mkDerivation: attributes it does not know become the builder's environment
         inherit RUSTFLAGS RUSTDOCFLAGS;
+        # as nixpkgs' buildRustPackage: a shell snippet run before cargo builds, and one that replaces the
+        # install (cargoInstallHook) when given
+        inherit preBuild installPhase;
         PATH = lib.makeBinPath (nativeBuildInputs ++ buildInputs) + ":" + hostPath;
         SOURCE_DATE_EPOCH = "315532800"; # 1980-01-01, as nixpkgs
       };

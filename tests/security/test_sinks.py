@@ -66,6 +66,15 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("testing/overlay.py", "shutil.rmtree"): "K3: a test double's staging of the repository's own fixture crates",
     ("testing/overlay.py", "rglob"): "K3: a test double comparing the repository's own fixture crates",
     ("eval/results.py", "rglob"): "K3: the eval's own records, written by flakebot under the output directory",
+    # the unit wrapper is no part of flakebot's process: the stub builds' RUSTC_WRAPPER, run inside the sandbox
+    ("sandbox/unit_wrapper.py", "os.execvp"): (
+        "K6: inside the sandbox, the rustc cargo names (its own argv) for a question that compiles nothing; no "
+        "text of a crate's reaches it"
+    ),
+    ("sandbox/unit_wrapper.py", "shutil.rmtree"): (
+        "K3: inside the sandbox, the private directory it made for one rustc or build script; a tree too deep "
+        "fails that unit's build (the dependency cache then builds without it), never flakebot"
+    ),
     ("clients/jsonrpc.py", "readline"): (
         "K3: the stdio MCP servers' line reader (flakebot mcp, the bridge); branch i36 caps each line at 4 MiB, "
         "as over HTTP (tests/agent/test_stdio_caps on that branch)"

@@ -8,6 +8,7 @@ they need a root Nix set up by scripts/setup-nix.sh.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -139,7 +140,8 @@ def test_render_flake_contents() -> None:
     assert "default = package pkgs false;" in text  # packages
     assert "default = package pkgs true;" in text  # checks: doCheck
     # the lint cap reaches rustc and rustdoc in the derivation, its check phase too (issue 20)
-    assert 'RUSTFLAGS = "--cap-lints warn";' in text and 'RUSTDOCFLAGS = "--cap-lints warn";' in text
+    assert 'lintCap = "--cap-lints warn";' in text
+    assert "RUSTFLAGS = lintCap;" in text and "RUSTDOCFLAGS = lintCap;" in text
     for output in ("packages", "checks", "apps", "devShells"):
         assert f"{output} = forAllSystems" in text
 
@@ -219,9 +221,56 @@ def test_a_contracts_bin_is_checked_before_the_flake_is_written(tmp_path: Path, 
 
 
 def test_write_flake(tmp_path: Path) -> None:
-    path = write_flake(tmp_path, META)
-    assert path == tmp_path / "flake.nix"
-    assert path.read_text() == render_flake(META)
+    assert write_flake(tmp_path, META) == ["flake.nix"]  # no Cargo.toml: no stub of its dependencies
+    assert (tmp_path / "flake.nix").read_text() == render_flake(META)
+    assert "deps = pkgs" not in render_flake(META)
+
+
+def _crate(root: Path, manifest: str = '[dependencies]\nmemchr = "2"\n') -> Path:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.rs").write_text("fn main() {}")
+    (root / "Cargo.toml").write_text('[package]\nname = "x"\nversion = "1.0.0"\nedition = "2021"\n' + manifest)
+    (root / "Cargo.lock").write_text('version = 4\n\n[[package]]\nname = "x"\nversion = "1.0.0"\n')
+    return root
+
+
+def test_write_flake_writes_the_stub_the_dependencies_derivation_builds(tmp_path: Path) -> None:
+    written = write_flake(_crate(tmp_path), META)
+    assert written == [
+        "flake.nix",
+        "flakebot-deps/Cargo.lock",
+        "flakebot-deps/Cargo.toml",
+        "flakebot-deps/src/bin/0.rs",
+    ]
+    text = (tmp_path / "flake.nix").read_text()
+    assert text == render_flake(META, deps=True)
+    assert "deps = pkgs: doCheck:" in text and "deps = deps pkgs false;" in text
+    assert "cp -r ${deps pkgs doCheck}/target target" in text, "the package starts from the dependencies' units"
+    assert '"flakebot-deps"' in text.split("excluded = ")[1].split("\n")[0], "the stub is no part of the crate's src"
+    manifest = (tmp_path / "flakebot-deps" / "Cargo.toml").read_text()
+    assert manifest.startswith("# flakebot's stub") and 'name = "flakebot-deps"' in manifest and "memchr" in manifest
+    # written again from a manifest with no stub (a path dependency): flakebot's old stub goes, and says so
+    (tmp_path / "Cargo.toml").write_text((tmp_path / "Cargo.toml").read_text() + 'y = { path = "y" }\n')
+    assert write_flake(tmp_path, META) == ["flake.nix", *written[1:]]
+    assert not (tmp_path / "flakebot-deps").exists() and "deps = pkgs" not in (tmp_path / "flake.nix").read_text()
+
+
+@pytest.mark.parametrize("kind", ["the crate's own directory", "a link", "a file"])
+def test_a_flakebot_deps_that_is_not_flakebots_is_left_alone(tmp_path: Path, kind: str) -> None:
+    _crate(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    deps = tmp_path / "flakebot-deps"
+    if kind == "a link":
+        deps.symlink_to(outside)
+    elif kind == "a file":
+        deps.write_text("the crate's")
+    else:
+        deps.mkdir()
+        (deps / "Cargo.toml").write_text("[package]\nname = 'its own'\n")
+    assert write_flake(tmp_path, META) == ["flake.nix"]
+    assert "deps = pkgs" not in (tmp_path / "flake.nix").read_text()
+    assert list(outside.iterdir()) == [] and os.path.lexists(deps)
 
 
 # -- real nix -------------------------------------------------------------
