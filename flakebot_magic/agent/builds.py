@@ -2,10 +2,13 @@
 
 One :class:`AgentSession` is one agent's conversation with flakebot (an MCP
 connection, a notebook kernel). Before each build it checks the settings'
-agent limits: ``allow_agent_builds``, ``agent_max_builds`` builds per session
-and ``agent_token_budget`` model tokens for the session's builds together
-(each build's edit loop gets ``token_budget`` or what is left of the
-session's tokens, whichever is less). A refused build raises
+agent limits: ``allow_agent_builds``, ``agent_max_builds`` builds and
+``agent_token_budget`` model tokens for the builds together (each build's edit
+loop gets ``token_budget`` or what is left of the tokens, whichever is less).
+The limits are counted in an :class:`AgentBudget`: a session's own, or one a
+front door shares between its sessions (``flakebot mcp --http`` counts every
+session and every stateless request of its process together, so a new
+handshake never buys new builds). A refused build raises
 :class:`~flakebot_magic.errors.ConfigError` saying which limit and which
 setting raises it. After a build the tool's inventory record names who asked
 (``requested_by``: the MCP client's name, or ``notebook``), so ``show`` and
@@ -32,7 +35,7 @@ from ..pipeline.background import BackgroundRun, start_build
 from ..records.inventory import Inventory
 from ..request import BuildRequest, RunFlags, UntrustedText
 
-__all__ = ["AgentBuild", "AgentSession", "BuildReport"]
+__all__ = ["AgentBudget", "AgentBuild", "AgentSession", "BuildReport"]
 
 
 @dataclass
@@ -60,6 +63,16 @@ class _TokenMeter:
             self.tokens += event.tokens
 
 
+class AgentBudget:
+    """What agents' builds have used of the agent limits: builds started, model tokens spent. One per session,
+    or shared by the sessions of one front door's process (see the module)."""
+
+    def __init__(self) -> None:
+        self.builds = 0
+        self.tokens = 0
+        self.lock = threading.Lock()
+
+
 class AgentSession:
     """One agent's builds, counted against the agent limits of ``settings``.
 
@@ -72,15 +85,41 @@ class AgentSession:
         Who asks: an MCP client's name (``clientInfo.name``), or ``notebook``.
     flags
         How each build goes (``--candidates``, ``--plan``... given to ``flakebot mcp``, or the kernel's).
+    budget
+        Where the builds are counted: shared with the other sessions of a front door, or this session's own.
     """
 
-    def __init__(self, settings: Settings, *, requested_by: str, flags: RunFlags | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        requested_by: str,
+        flags: RunFlags | None = None,
+        budget: AgentBudget | None = None,
+    ) -> None:
         self.settings = settings
         self.flags = flags or RunFlags()
         self.requested_by = requested_by or "agent"
-        self.builds = 0
-        self.tokens = 0
-        self._lock = threading.Lock()
+        self.budget = budget if budget is not None else AgentBudget()
+        self._lock = self.budget.lock
+
+    @property
+    def builds(self) -> int:
+        """Builds started against the budget (this session's and those it shares it with)."""
+        return self.budget.builds
+
+    @builds.setter
+    def builds(self, value: int) -> None:
+        self.budget.builds = value
+
+    @property
+    def tokens(self) -> int:
+        """Model tokens spent against the budget."""
+        return self.budget.tokens
+
+    @tokens.setter
+    def tokens(self, value: int) -> None:
+        self.budget.tokens = value
 
     # -- limits ------------------------------------------------------------------
 
@@ -94,12 +133,12 @@ class AgentSession:
             )
         if self.builds >= settings.agent_max_builds:
             return (
-                f"This session has used its {settings.agent_max_builds} builds (the agent_max_builds setting). "
+                f"The {settings.agent_max_builds} agent builds allowed here are used (the agent_max_builds setting). "
                 "Use the tools already built, or ask the user to raise agent_max_builds."
             )
         if settings.model is not None and self.tokens >= settings.agent_token_budget:
             return (
-                f"This session's builds have spent {self.tokens:,} of their {settings.agent_token_budget:,} model "
+                f"Agent builds here have spent {self.tokens:,} of their {settings.agent_token_budget:,} model "
                 "tokens (the agent_token_budget setting). Use the tools already built, or ask the user to raise it."
             )
         return None

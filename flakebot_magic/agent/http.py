@@ -43,6 +43,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,7 @@ from ..host.fsutil import load_json
 from ..host.serving import BODY_SECONDS, BoundedServer
 from ..request import RunFlags
 from ..untrusted import safe_text
+from .builds import AgentBudget
 from .catalog import ToolCatalog
 from .functions import BUILTIN_NAMES
 from .mcp import ServerSession
@@ -70,6 +72,8 @@ __all__ = ["McpHttpServer", "serve_http"]
 
 #: the one path the server answers on
 ENDPOINT = "/mcp"
+#: legacy sessions a server keeps; past it, an ``initialize`` ends the least recently used idle one
+MAX_SESSIONS = 64
 #: the largest request body read (the stdio transport's cap too)
 MAX_BODY = MAX_REQUEST_BYTES
 #: seconds between keep-alive comments on an idle event stream
@@ -97,7 +101,11 @@ class _Session:
         self.id = ident
         self.events: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.streaming = False
-        self.protocol = ServerSession(server.settings, server.catalog, notify=self._push, flags=server.flags)
+        self.protocol = ServerSession(
+            server.settings, server.catalog, notify=self._push, flags=server.flags, budget=server.budget
+        )
+        #: when a request last named this session (the least recently used one goes first past the cap)
+        self.used = time.monotonic()
 
     def _push(self, message: dict[str, Any]) -> None:
         if self.streaming:  # without an open GET stream, the client learns of changes at its next tools/list
@@ -121,8 +129,10 @@ class McpHttpServer(BoundedServer, ThreadingHTTPServer):
         self.token = token or secrets.token_urlsafe(32)
         self.catalog = ToolCatalog(settings, reserved=BUILTIN_NAMES)
         self.sessions: dict[str, _Session] = {}
-        #: every stateless (2026-07-28) request's: its listeners, its builds (counted together)
-        self.stateless = ServerSession(settings, self.catalog, notify=_no_notify, flags=flags)
+        #: the agent limits of this server: every session and every stateless request counted together
+        self.budget = AgentBudget()
+        #: every stateless (2026-07-28) request's: its listeners
+        self.stateless = ServerSession(settings, self.catalog, notify=_no_notify, flags=flags, budget=self.budget)
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", port), _Handler)
         self.watcher = InventoryWatcher(
@@ -157,9 +167,18 @@ class McpHttpServer(BoundedServer, ThreadingHTTPServer):
             self.catalog.close()
 
     def open_session(self) -> _Session:
+        """A new legacy session; past :data:`MAX_SESSIONS`, the least recently used idle one is ended first (its
+        client's next request gets 404 and initializes again, as the transport says)."""
         session = _Session(secrets.token_urlsafe(24), self)
         with self.lock:
             self.sessions[session.id] = session
+            over = len(self.sessions) - MAX_SESSIONS
+            idle = sorted(
+                (s for s in self.sessions.values() if s is not session and not (s.streaming or s.protocol.busy)),
+                key=lambda s: s.used,
+            )
+        for old in idle[: max(0, over)]:
+            self.end_session(old.id)
         return session
 
     def end_session(self, ident: str) -> bool:
@@ -232,6 +251,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._plain(400, "bad request: Mcp-Session-Id header missing (initialize first)")
             return None
         session = self.server.sessions.get(ident)
+        if session is not None:
+            session.used = time.monotonic()
         if session is None:
             self._plain(404, "session not found: initialize again")
         return session

@@ -72,7 +72,7 @@ from ..errors import Cancelled, FlakebotError
 from ..events import Event, StageFinished
 from ..request import RunFlags
 from ..untrusted import safe_text
-from .builds import AgentBuild, AgentSession
+from .builds import AgentBudget, AgentBuild, AgentSession
 from .catalog import ToolCatalog
 from .functions import BUILTINS, Outcome, build_outcome, list_tools, search, tool_info
 
@@ -164,21 +164,28 @@ class ServerSession:
         stream over HTTP.
     flags
         How the agent's builds go (``flakebot mcp --candidates 3``...).
-
-    Builds are counted against the agent limits per session: per stdio
-    process, per legacy HTTP session, and over HTTP for all of the server's
-    stateless requests together (they have no session).
+    budget
+        Where builds are counted against the agent limits: per server process. A stdio process has one
+        session; over HTTP the server shares one budget between every legacy session and its stateless
+        requests, so a new ``initialize`` buys no new builds.
     """
 
     def __init__(
-        self, settings: Settings, catalog: ToolCatalog, *, notify: Send, flags: RunFlags | None = None
+        self,
+        settings: Settings,
+        catalog: ToolCatalog,
+        *,
+        notify: Send,
+        flags: RunFlags | None = None,
+        budget: AgentBudget | None = None,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
         self.notify = notify
         self.client: dict[str, Any] = {}
         self.protocol = ""
-        self.agent = AgentSession(settings, requested_by="mcp client", flags=flags)
+        # the agent limits: this session's own, or the budget its server shares between its sessions
+        self.agent = AgentSession(settings, requested_by="mcp client", flags=flags, budget=budget)
         self.initialized = False
         self._builds: dict[str, AgentBuild] = {}
         self._cancelled: set[str] = set()
@@ -434,6 +441,12 @@ class ServerSession:
             self.notify(list_changed())
         except OSError as exc:
             print(safe_text(f"flakebot: could not send tools/list_changed: {exc}"), file=sys.stderr)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a build of this session runs, or a client listens on its stream (it is not ended to make room)."""
+        with self._lock:
+            return bool(self._builds or self._listeners)
 
     def close(self, wait: float = 30.0) -> None:
         """End the listen streams (a completion result each), cancel the running builds and wait for them to stop."""

@@ -32,6 +32,7 @@ ToolContract(kind='cli', bin='demo', health='/health', ready_timeout=10.0)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ from ..errors import DeployError
 from ..host.fsutil import UnsafePath, load_toml, read_regular
 from .base import DEFAULT_HEALTH, DEFAULT_KIND, DEFAULT_READY_TIMEOUT, ToolContract
 from .kinds import KINDS
+
+#: a service's readiness path: plain parts only (no query, no escapes, nothing a browser would normalise away:
+#: the dashboard's "open" link is the proxy's prefix and this path)
+_HEALTH_PATH = re.compile(r"/|(/[A-Za-z0-9._~-]+)+/?")
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -152,8 +157,11 @@ def read_contract(
             f"{', '.join(sorted(binaries))}. Name one of those, or add src/main.rs or a [[bin]] target named {bin_name}."
         )
     health = table.get("health", DEFAULT_HEALTH)
-    if not isinstance(health, str) or not health.startswith("/"):
-        raise DeployError(f"{TABLE} health = {health!r}{where} must be a path starting with '/', like \"/health\".")
+    if not isinstance(health, str) or not _HEALTH_PATH.fullmatch(health) or {".", ".."} & set(health.split("/")):
+        raise DeployError(
+            f"{TABLE} health = {health!r}{where} must be a plain path starting with '/' (letters, digits and "
+            "'.', '_', '~', '-' between slashes; no '.' or '..' part), like \"/health\"."
+        )
     timeout = table.get("ready_timeout", DEFAULT_READY_TIMEOUT)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
         raise DeployError(f"{TABLE} ready_timeout = {timeout!r}{where} must be a positive number of seconds, like 10.")

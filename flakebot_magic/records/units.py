@@ -165,7 +165,7 @@ def _inside_unit(path: str, unit: str) -> bool:
     return (
         len(parts) == 2
         and parts[0] == "deps"
-        and re.fullmatch(rf"[A-Za-z0-9_]+-{suffix}(\.[A-Za-z0-9_.]+)?", parts[1]) is not None
+        and re.fullmatch(rf"[A-Za-z0-9_]+-{re.escape(suffix)}(\.[A-Za-z0-9_.]+)?", parts[1]) is not None
     )
 
 

@@ -19,7 +19,7 @@ from ..config import Settings
 from ..manage import tools
 from ..records.inventory import Inventory
 from ..untrusted import safe_line
-from .origin import RefuseCrossOrigin
+from .origin import RefuseCrossSite
 from .proxy_rules import (
     HOP_BY_HOP,
     MAX_PROXY_RESPONSE,
@@ -42,14 +42,15 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-class ProxyHandler(RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
+class ProxyHandler(RefuseCrossSite, ExtensionHandlerMixin, JupyterHandler):
     """``/flakebot/proxy/NAME/PATH``: an http tool's service, behind Jupyter's login.
 
     Only tools that listen on a loopback address are proxied. Jupyter's
     credentials never reach the tool: its cookies, ``Authorization`` and XSRF
     headers, the ``Referer`` and the ``token``/``_xsrf`` query parameters are
     not passed on; the tool's own token (recorded by the kernel that started
-    it) is added. What the tool answers is untrusted: it is served with
+    it) is added, so a request another site made is refused whatever its method
+    (:class:`~flakebot_magic.server.origin.RefuseCrossSite`). What the tool answers is untrusted: it is served with
     ``Content-Security-Policy: sandbox`` (its HTML runs in a unique origin,
     without scripts, so it cannot drive Jupyter's API), with only the headers
     of :data:`TOOL_RESPONSE_HEADERS` (:func:`forwarded_headers`: no cookies,
@@ -69,6 +70,7 @@ class ProxyHandler(RefuseCrossOrigin, ExtensionHandlerMixin, JupyterHandler):
         self.max_response = max_response
 
     async def _forward(self, name: str, path: str | None) -> None:
+        self.refuse_cross_site()  # any method: the tool's token is added below
         record = Inventory(self.flakebot.cache.tools).get(name)
         if record is None:
             raise web.HTTPError(404, f"no tool named {name!r}")

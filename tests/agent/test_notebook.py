@@ -113,10 +113,10 @@ def test_other_options_keep_the_sessions_count_and_apply_their_limits(agent_sett
 
     first = agent(agent_max_builds=1)
     first.session.builds = 1  # one build made (its count; the build itself is another test's)
-    assert "used its 1 builds" in (first.session.refusal() or "")
+    assert "1 agent builds allowed here are used" in (first.session.refusal() or "")
     other = agent(agent_max_builds=1, tool_timeout=5.0, model_timeout=7.0)  # any other option: the same session
     assert other is first and other.session.builds == 1
-    assert "used its 1 builds" in (other.session.refusal() or "")
+    assert "1 agent builds allowed here are used" in (other.session.refusal() or "")
     raised = agent(agent_max_builds=2)  # the user raised the limit: it applies, the count stays
     assert raised is first and raised.session.refusal() is None and raised.settings.agent_max_builds == 2
     assert raised.catalog.settings == raised.settings  # the tools' clients follow the settings too

@@ -44,10 +44,10 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
         ({"kind": "grpc"}, f"kind must be one of {KNOWN}, not 'grpc' in demo's Cargo.toml"),
         ({"kind": "mcp", "bin": "nope"}, "bin = 'nope' in demo's Cargo.toml, but the crate builds demo"),
         ({"kind": "mcp", "bin": 3}, "needs bin"),
-        ({"kind": "http", "health": 7}, "must be a path starting with '/'"),
+        ({"kind": "http", "health": 7}, "must be a plain path starting with '/'"),
         ({"kind": "http", "ready_timeout": True}, "must be a positive number of seconds"),
         ({"kind": "http", "ready_timeout": "10"}, "must be a positive number of seconds"),
-        ({"kind": "http", "health": "health"}, "must be a path starting with '/'"),
+        ({"kind": "http", "health": "health"}, "must be a plain path starting with '/'"),
         ({"kind": "http", "ready_timeout": 0}, "must be a positive number of seconds"),
         ("mcp", "must be a table"),
     ],
@@ -55,6 +55,33 @@ def test_the_table_names_kind_bin_health_and_deadline() -> None:
 def test_a_wrong_table_is_a_deploy_error(table: object, message: str) -> None:
     with pytest.raises(DeployError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_contract(_manifest(table), ["demo"])
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        "/../../../logout",
+        "/a/../../b",
+        "/./x",
+        "//evil.example/x",
+        "/%2e%2e/x",
+        "/x?y=1",
+        "/x#y",
+        "/a\\b",
+        "/x y",
+        "/é",
+        "",
+    ],
+)
+def test_a_health_path_a_browser_would_normalise_or_leave_by_is_refused(health: str) -> None:
+    """The dashboard's "open" link is the proxy's prefix and this path: only plain parts, so it stays under it."""
+    with pytest.raises(DeployError, match="must be a plain path"):
+        read_contract(_manifest({"kind": "http", "health": health}), ["demo"])
+
+
+@pytest.mark.parametrize("health", ["/", "/health", "/v1/ready/", "/.well-known/health", "/a-b_c~d.e"])
+def test_a_plain_health_path_is_taken(health: str) -> None:
+    assert read_contract(_manifest({"kind": "http", "health": health}), ["demo"]).health == health
 
 
 def test_the_edit_loop_requires_the_table_kind_and_bin(tmp_path: Path) -> None:

@@ -69,6 +69,17 @@ DYNAMIC: dict[tuple[str, str], str] = {
         "over a repeated group; run below with the identifiers of a fork"
     ),
     ("eval/reference.py", "_has_header"): "re.escape of a TOML header, then [ \\t]*$ under re.M: one line per start",
+    ("records/units.py", "_inside_unit"): (
+        "fullmatch of [A-Za-z0-9_]+ then '-' and a re.escape'd hash (the class has no '-': one way to split), then "
+        "an optional extension"
+    ),
+    ("sandbox/stub.py", "_neutral_lock"): (
+        "re.escape'd literals (a package's name and version) between fixed text, anchored at a line's start under "
+        "re.M, no quantifier but the literal's own"
+    ),
+    ("sandbox/unit_wrapper.py", "run_rustc"): (
+        "fullmatch of an optional 'lib', re.escape'd crate name and metadata suffix, an optional extension: one way"
+    ),
 }
 
 

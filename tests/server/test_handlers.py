@@ -50,7 +50,7 @@ _ECHO_SERVER = textwrap.dedent(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-        do_GET = do_POST = _answer
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _answer
         def log_message(self, *args):
             pass
 
@@ -306,6 +306,52 @@ def test_post_with_the_login_cookie_but_no_xsrf_is_forbidden(server: JupyterProc
         assert cross_site.status_code == 403
         allowed = browser.post("/flakebot/api/tools/te/stop", headers={"X-XSRFToken": xsrf})
         assert allowed.status_code == 200 and "nothing to stop" in allowed.json()["message"]
+
+
+#: what a browser sends of where a request comes from: (headers, whether the proxy may pass it with the login cookie)
+WHERE_FROM = [
+    ({"Sec-Fetch-Site": "same-origin"}, True),  # a page of Jupyter's own origin (the dashboard's "open")
+    ({"Sec-Fetch-Site": "none"}, True),  # typed in the address bar, a bookmark
+    ({"Sec-Fetch-Site": "cross-site"}, False),
+    ({"Sec-Fetch-Site": "same-site"}, False),  # another port or subdomain is another origin
+    ({"Sec-Fetch-Site": "cross-site", "Origin": "SELF", "Referer": "SELF/x"}, False),  # the browser's word wins
+    ({"Origin": "SELF"}, True),  # an old browser: no fetch metadata, its Origin or Referer tells
+    ({"Referer": "SELF/flakebot/"}, True),
+    ({"Origin": "https://evil.example"}, False),
+    ({"Referer": "https://evil.example/page"}, False),
+    ({"Referer": "SELF.evil.example/page"}, False),
+    ({"Origin": "null"}, False),
+    ({}, False),  # says nothing of where it comes from (a page can suppress the Referer)
+]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"])
+def test_the_proxy_passes_a_cookie_request_of_any_method_only_from_jupyters_own_pages(
+    server: JupyterProcess, method: str
+) -> None:
+    """The invariant: a request the login cookie authenticates reaches a tool (with the tool's token) only when
+    it came from Jupyter's own origin, whatever its method; a request with Jupyter's token always does."""
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        login = browser.get("/login")
+        xsrf = login.cookies.get("_xsrf") or browser.cookies.get("_xsrf")
+        assert browser.post("/login", data={"password": server.token, "_xsrf": xsrf}).status_code == 302
+        for where, passes in WHERE_FROM:
+            headers = {k: v.replace("SELF", server.url.rstrip("/")) for k, v in where.items()}
+            if method not in ("GET", "HEAD", "OPTIONS"):
+                headers["X-XSRFToken"] = str(xsrf)  # even with it: the proxy's rule is where the request came from
+            answer = browser.request(
+                method, "/flakebot/proxy/web/admin/delete", params={"everything": "1"}, headers=headers
+            )
+            if passes and method == "HEAD":  # the echo tool answers HEAD 501: it got there
+                assert answer.status_code == 501, (where, answer.status_code)
+            elif passes:
+                assert answer.status_code == 200, (where, answer.status_code, answer.text[:200])
+                assert answer.json()["method"] == method
+            else:
+                assert answer.status_code == 403, (where, answer.status_code, answer.text[:200])
+    with server.client() as client:  # Jupyter's token: no browser, no cookie to ride on
+        answer = client.request(method, "/flakebot/proxy/web/x", headers={"Sec-Fetch-Site": "cross-site"})
+        assert answer.status_code == (501 if method == "HEAD" else 200)
 
 
 def test_steer_queues_a_message_for_the_running_session(server: JupyterProcess, settings: Settings) -> None:
