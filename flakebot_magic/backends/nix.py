@@ -54,7 +54,7 @@ from ..sandbox.cargo import Cargo
 from ..stages.build import LINT_CAP, check
 from ..stages.deploy import StorePath, lookup, store_key
 from ..stages.deps import dependency_cache
-from ..stages.flake import FLAKE_FORMAT, LOCK_FILE, write_flake
+from ..stages.flake import FLAKE_FORMAT, LOCK_FILE, check_lock_sources, write_flake
 from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
     Backend,
@@ -294,6 +294,7 @@ class NixBackend(Backend):
         url = nixpkgs_url(settings)
         unlockable: FlakeError | None = None
         with Stage(bus, "flake") as stage:
+            check_lock_sources(workspace.path)  # nix reads the lock on this machine, outside its sandbox
             written = write_flake(workspace.path, flake_meta(workspace, run.main_program), url)
             present = [f for f in written if (workspace.path / f).exists()]
             git("add", "-f", "--", *present)  # a git flake shows nix only tracked files

@@ -26,10 +26,11 @@ from ..backends.nix_command import Nix, NixOptions, sandbox_off_error
 from ..commands import typed
 from ..config import Settings
 from ..errors import DeployError, UsageError
+from ..host.git import Git
 from ..host.process import Completed, ProcessRunner
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import verification_text
-from ..stages.flake import FLAKE_FILE
+from ..stages.flake import FLAKE_FILE, check_lock_sources
 from ..untrusted import make_fields_safe
 from .team import manifest_of
 from .tools import find
@@ -81,6 +82,9 @@ def rebuild_source(nix: Nix, record: ToolRecord, path: str, deriver: str, commit
         return deriver, None
     workspace = Path(record.workspace) if record.workspace else None
     if workspace is not None and (workspace / FLAKE_FILE).is_file() and commit:
+        # nix evaluates the flake at that commit on this machine: its lock may name nothing fetched here
+        shown = Git(workspace, ProcessRunner())("show", f"{commit}:Cargo.lock", check=False)
+        check_lock_sources(workspace, shown.encode())
         return f"git+file://{workspace}?rev={commit}", workspace
     where = f"pulled from {record.extra['substituted_from']}" if record.extra.get("substituted_from") else "here"
     raise UsageError(

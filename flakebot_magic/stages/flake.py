@@ -39,6 +39,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomllib
+
 from ..errors import FlakeError
 from ..host.fsutil import atomic_write, read_regular, real_dir
 from ..host.literals import nix_string
@@ -46,6 +48,7 @@ from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
 from ..sandbox.layout import NOT_WALKED
 from ..sandbox.stub import STUB_MARK, STUB_NAME, Stub, stub_of
+from ..untrusted import safe_line
 from .build import LINT_CAP
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "LOCK_FILE",
     "SYSTEMS",
     "FlakeMeta",
+    "check_lock_sources",
     "nix_string",
     "render_flake",
     "spdx_license_ids",
@@ -317,6 +321,35 @@ def write_flake(workspace: Path, meta: FlakeMeta, nixpkgs_url: str = DEFAULT_NIX
     except OSError as exc:
         raise FlakeError(f"cannot write the flake in {workspace}: {exc}", workspace=workspace) from exc
     return [FLAKE_FILE, *sorted(files)]
+
+
+def check_lock_sources(workspace: Path, lock: bytes | None = None) -> None:
+    """Refuse a ``Cargo.lock`` naming a package Nix would fetch on the host while it evaluates the flake.
+
+    Nix reads ``cargoLock.lockFile`` outside its sandbox: a ``git+`` source (``git+file:///...``) is fetched
+    there by ``builtins.fetchGit``, on the host, as the user. The crate's lock is untrusted (its tests and the
+    model may write it), so every door that has Nix evaluate a workspace's flake (the nix backend's build,
+    ``verify``) first checks that its packages are from a registry, or of the workspace itself (no source).
+    ``lock``: the lock's bytes at the commit Nix reads (default: the workspace's file)."""
+    where = workspace / "Cargo.lock"
+    try:
+        data = lock if lock is not None else read_regular(where, 64 << 20)[0]
+        doc = tomllib.loads(data.decode("utf-8"))
+    except FileNotFoundError:
+        return  # nothing to fetch: the package's own build says what is missing
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise FlakeError(f"cannot read {where}: {exc}", workspace=workspace) from None
+    packages = doc.get("package", [])
+    for package in packages if isinstance(packages, list) else ():
+        source = package.get("source") if isinstance(package, dict) else None
+        if source is not None and not (isinstance(source, str) and source.startswith("registry+")):
+            name = package.get("name") if isinstance(package, dict) else None
+            raise FlakeError(
+                f"Cargo.lock names {safe_line(str(name))!r} from {safe_line(str(source))!r}: Nix would fetch it on "
+                "this machine, outside its sandbox, to read the flake. Only registry packages are built or "
+                "verified through Nix; build it with --backend cargo, or depend on the registry's release of it.",
+                workspace=workspace,
+            )
 
 
 def _write_deps(workspace: Path) -> tuple[bool, list[str]]:

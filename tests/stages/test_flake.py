@@ -451,3 +451,57 @@ def test_the_lint_cap_reaches_the_nix_build_and_its_check_phase(nix_ready: None,
     # rustdoc compiled the crate for its doc tests: the same lint, capped to a warning, then the doc test ran
     assert re.search(r"Doc-tests capped\s+warning: unnecessary parentheses.*?running 1 test", log, re.S), log[-3000:]
     assert re.search(r"test result: ok\. 1 passed; 0 failed", log), log[-3000:]
+
+
+# -- what Nix would fetch on the host while it reads the flake ---------------------------------
+
+_ROOT = '[[package]]\nname = "tool"\nversion = "0.1.0"\n'
+_REGISTRY = '[[package]]\nname = "memchr"\nversion = "2.7.1"\nsource = "registry+https://github.com/rust-lang/crates.io-index"\n'
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "git+file:///root/secret-repo#0123456789abcdef",
+        "git+https://example.com/x.git?rev=1#0123",
+        "git+ssh://git@example.com/x.git#0123",
+        "path+file:///etc",
+        "sparse+https://index.example/",  # another registry protocol: not what the flake's lock reads
+        "",
+        "REGISTRY+https://x",
+    ],
+)
+def test_a_lock_naming_a_package_nix_would_fetch_on_the_host_is_refused(tmp_path: Path, source: str) -> None:
+    from flakebot_magic.stages.flake import check_lock_sources
+
+    lock = f'version = 3\n{_ROOT}{_REGISTRY}[[package]]\nname = "evil"\nversion = "1.0.0"\nsource = "{source}"\n'
+    (tmp_path / "Cargo.lock").write_text(lock)
+    with pytest.raises(FlakeError, match="Nix would fetch it on this machine"):
+        check_lock_sources(tmp_path)
+    (tmp_path / "Cargo.lock").write_text("")  # the bytes at a commit are what is checked, when given
+    with pytest.raises(FlakeError, match="'evil'"):
+        check_lock_sources(tmp_path, lock.encode())
+
+
+def test_a_lock_of_registry_packages_and_the_crate_itself_passes(tmp_path: Path) -> None:
+    from flakebot_magic.stages.flake import check_lock_sources
+
+    (tmp_path / "Cargo.lock").write_text(f"version = 3\n{_ROOT}{_REGISTRY}")
+    check_lock_sources(tmp_path)
+    check_lock_sources(tmp_path / "none")  # no lock: nothing to fetch
+    (tmp_path / "Cargo.lock").write_text("[[package]\n")
+    with pytest.raises(FlakeError, match="cannot read"):
+        check_lock_sources(tmp_path)
+
+
+def test_every_door_that_has_nix_read_a_workspace_flake_checks_its_lock() -> None:
+    """The nix backend's build and verify's rebuild from a commit: both call the check before nix evaluates."""
+    import inspect
+
+    from flakebot_magic.backends import nix
+    from flakebot_magic.manage import verify
+
+    build = inspect.getsource(nix.NixBackend.build)
+    assert build.index("check_lock_sources(") < build.index("write_flake(")
+    source = inspect.getsource(verify.rebuild_source)
+    assert source.index("check_lock_sources(") < source.index('f"git+file://')
