@@ -78,6 +78,8 @@ POINTS: dict[str, str] = {
     "doctor.modes": "a store entry's modes were made readable and runnable by its owner again",
     "doctor.replaced": "the rebuilt tool inventory was put in place (the damaged one kept aside)",
     "doctor.card_aside": "what stood in place of a workspace's tool card was set aside",
+    "doctor.special_removed": "a FIFO, socket, device or symlink under a workspace's .git was removed",
+    "doctor.head": "a workspace's HEAD, removed as no file, was written again at the recorded commit",
     "doctor.card": "a tool card was written again from its record",
     "doctor.unlocked": "the lock files a killed git left in a tool's workspace were removed",
     # backends/nix_cache.py: a push to a team's cache, the proof last

@@ -43,6 +43,7 @@ __all__ = [
     "free_bytes",
     "is_full",
     "no_space",
+    "ran_out_of_space",
     "read_cache_file",
     "read_cache_json",
     "storage_errors",
@@ -102,6 +103,11 @@ NO_SPACE_WORDS = tuple(os.strerror(code) for code in _NO_SPACE)
 #: half written, so what it leaves free is far above :data:`FULL_MARGIN` and far below a roomy disk's (a test
 #: filling the sandbox's own small tmpfs says the same words on a disk with room: that is the crate's)
 SAID_FULL_MARGIN = 512 * 1024 * 1024
+
+
+def ran_out_of_space(exc: OSError, path: Path) -> bool:
+    """Whether ``exc`` (of an operation writing under ``path``) means the disk or the quota is full."""
+    return exc.errno in _NO_SPACE or (exc.errno == errno.EIO and is_full(path))
 
 
 def no_space(what: str, path: Path, *outputs: str) -> DiskFull | None:
@@ -183,7 +189,7 @@ def translate(
         exc = OSError(None, str(first[2]), str(first[1]))
     named = exc.filename
     where = Path(os.fsdecode(named)) if isinstance(named, (str, bytes, os.PathLike)) and named else path
-    if exc.errno in _NO_SPACE or (exc.errno == errno.EIO and is_full(path)):
+    if ran_out_of_space(exc, path):
         return _disk_full(what, path, errno_=exc.errno)
     if exc.errno in _NO_PERMISSION:
         return StorageError(

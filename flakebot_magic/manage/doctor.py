@@ -35,6 +35,9 @@ remain. It never deletes a tool.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +53,11 @@ from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
 from ..host.process import ProcessRunner
 from ..host.storage import storage_errors
+from ..host.trees import Walk
 from ..records.inventory import Health, Inventory, ToolRecord
 from ..records.units import UnitStore
 from ..stages.deploy import entry_damage, set_aside
+from ..untrusted import safe_line
 from .evidence import entry_of, has_commit, namings, reconstruct, store_entries, unaccounted
 from .transaction import CARD_FILE, read_card, recover, write_card
 
@@ -299,6 +304,14 @@ def _tool(
             crash_point("doctor.card_aside")
             if aside is not None:
                 report.set_aside.append(f"set aside {card} (it was no tool card): it is at {aside} now (kept)")
+            report.set_aside += [f"{record.name}: {line}" for line in _special_files_aside(git_dir)]
+            head = git_dir / "HEAD"
+            if not os.path.lexists(head) and re.fullmatch(r"[0-9a-f]{40}", record.commit):
+                head.write_text(f"{record.commit}\n")  # detached at the tool's build: git finds its repository
+                crash_point("doctor.head")
+                report.set_aside.append(
+                    f"{record.name}: wrote {head} again, at the recorded commit {record.commit[:12]}"
+                )
             git = Git(workspace, runner)
             git.clean_config()  # what stands in place of .git/config is set aside
             report.set_aside += [f"{record.name}: {line}" for line in git.cleaned if line.startswith("(.git/config")]
@@ -331,6 +344,35 @@ def _tool(
                 f"{record.name}: its binary {record.binary} {probed[key]} when run in the sandbox without a call; "
                 f"{typed(f'rebuild {record.name}')} builds it again"
             )
+
+
+def _special_files_aside(git_dir: Path) -> list[str]:
+    """Every FIFO, socket, device or symlink under a workspace's ``.git`` removed: git opens what it finds there
+    (``HEAD``, refs, the index, objects) and would block on a FIFO until its time limit, or read a link's target.
+    None of them holds data (a link's target is named in the report), and flakebot and git make none; renamed
+    aside inside ``.git`` they would still be read (a name under ``refs/`` is a ref)."""
+    done = []
+    for top, dirs, files in Walk(git_dir):
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            path = os.path.join(top, name)
+            try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                    continue
+                what = f"a symlink to {safe_line(os.readlink(path))!r}" if stat.S_ISLNK(mode) else _what(mode)
+                os.unlink(path)
+                crash_point("doctor.special_removed")
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                done.append(f"{path} is no file git can read, and could not be removed now ({exc.strerror or exc})")
+                continue
+            done.append(f"removed {path}: {what} where git reads files (it held no data)")
+    return done
+
+
+def _what(mode: int) -> str:
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def _whole(settings: Settings, record: ToolRecord) -> bool:

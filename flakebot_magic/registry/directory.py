@@ -39,7 +39,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ConfigError, RegistryError, SearchError
 from ..host.fsutil import load_json, read_inside
-from ..host.storage import translate
+from ..host.storage import ran_out_of_space, translate
 from ..host.trees import copy_tree
 from . import embedding, examples, prior, ranking
 from .base import MAX_SOURCE_BYTES, MAX_SOURCE_FILES, CrateCandidate, FetchedSource
@@ -468,6 +468,8 @@ class DirectoryRegistry:
                 max_files=MAX_SOURCE_FILES,
             )
         except OSError as exc:
+            if ran_out_of_space(exc, dest):  # this disk's, never the crate's
+                raise translate(exc, f"copying {candidate.id} into its workspace", dest) from exc
             raise RegistryError(
                 f"{candidate.id} in {self.path} could not be copied as plain files: {str(exc)[:300]}. It holds "
                 f"special files, or more than a crate may ({MAX_SOURCE_BYTES:,} bytes, {MAX_SOURCE_FILES:,} files); "

@@ -262,3 +262,19 @@ def test_a_cache_hit_works_on_a_full_disk(
     argv = ["build", "-q", "--name", "te", "--crate", "tinyecho", "--cache-dir", str(settings.cache_dir)]
     assert _command(capsys, *argv, "--registry", str(registry))
     filler.unlink()
+
+
+def test_a_crate_copied_onto_a_full_disk_is_this_disks_fault_never_the_crates(small_disk: Path, tmp_path: Path) -> None:
+    """The fork's copy of a crate met ENOSPC and said "It holds special files ...; choose another crate"."""
+    from flakebot_magic.registry.directory import DirectoryRegistry
+
+    registry = DirectoryRegistry(write_registry(tmp_path / "registry", ["tinyecho"]), tmp_path / "cache")
+    candidate = registry.get("tinyecho")
+    for leave in (0, 4096):
+        filler = _fill(small_disk, leave)
+        with pytest.raises(DiskFull, match="is full") as caught:
+            registry.fetch(candidate, small_disk / f"fork-{leave}")
+        assert "choose another crate" not in str(caught.value)
+        filler.unlink()
+    registry.fetch(candidate, small_disk / "fork")  # with room, the copy is whole
+    assert (small_disk / "fork" / "Cargo.toml").is_file()

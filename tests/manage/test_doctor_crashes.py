@@ -62,6 +62,11 @@ def _dir_at(path: Path) -> None:
     (path / "inside").mkdir(parents=True)
 
 
+def _fifo_at(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
 def _flip(s: Settings) -> None:
     binary = Path(_te(s).binary)
     binary.chmod(0o755)
@@ -95,6 +100,8 @@ CASES: dict[str, tuple[Callable[[Settings], None], list[str]]] = {
     "doctor.card": (lambda s: (_git(s, "te") / CARD_FILE).unlink(), ["doctor"]),
     "doctor.unlocked": (lambda s: (_git(s, "te") / "index.lock").write_text(""), ["doctor"]),
     "git.config_aside": (lambda s: _dir_at(_git(s, "te") / "config"), ["doctor"]),
+    "doctor.special_removed": (lambda s: _fifo_at(_git(s, "te") / "HEAD"), ["doctor"]),
+    "doctor.head": (lambda s: _fifo_at(_git(s, "te") / "HEAD"), ["doctor"]),
 }
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,4 +246,64 @@ def test_a_record_naming_another_store_entry_loses_no_whole_one(
         assert entry.is_dir(), capsys.readouterr()
     for name in ("te", "te2"):
         assert _record(cache, name).store_path == str(entry)
+    _sound(capsys, cache)
+
+
+def _git_places(git_dir: Path) -> dict[str, Path]:
+    """What git opens in a workspace: HEAD, the index, the config, a branch's ref, a loose object."""
+    branch = next(p for p in (git_dir / "refs" / "heads").rglob("*") if p.is_file())
+    loose = next(p for p in (git_dir / "objects").rglob("*") if p.is_file() and len(p.parent.name) == 2)
+    return {
+        "HEAD": git_dir / "HEAD",
+        "index": git_dir / "index",
+        "config": git_dir / "config",
+        "branch": branch,
+        "object": loose,
+    }
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _zero_link(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
+
+
+def _fifo_link(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    target = path.parent.parent / f"{path.name}-{os.urandom(4).hex()}.fifo"
+    os.mkfifo(target)  # beside, outside what git owns
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize(
+    "special", [_fifo, _zero_link, _fifo_link], ids=["fifo", "link to /dev/zero", "link to a fifo"]
+)
+def test_no_special_file_where_git_reads_makes_doctor_hang(
+    cache: Settings, capsys: pytest.CaptureFixture[str], special: Any
+) -> None:
+    """Git opens what stands in a workspace's .git; a FIFO there blocked doctor for git's 120 s, per workspace.
+    Every place git reads, every kind of special file, in both workspaces at once: doctor removes them (they hold
+    no data), finishes in seconds, and what it cannot repair it names, with the command that does."""
+    for name in ("te", "te2"):
+        for path in _git_places(cache.cache.workspaces / name / ".git").values():
+            special(path)
+    start = time.monotonic()
+    capsys.readouterr()
+    code = main(["doctor", "--cache-dir", str(cache.cache_dir)])
+    out, err = capsys.readouterr()
+    assert time.monotonic() - start < 60, out
+    assert "Traceback" not in out + err
+    assert "time limit" not in out, out
+    for name in ("te", "te2"):
+        git_dir = cache.cache.workspaces / name / ".git"
+        left = [p for p in git_dir.rglob("*") if p.is_symlink() or not (p.is_file() or p.is_dir())]
+        assert left == [], left
+    if code != 0:  # an object or the branch's ref was lost: the command doctor names makes the tool again
+        for name in ("te", "te2"):
+            if f"rebuild {name}" in out:
+                _rebuild(capsys, cache, name)
     _sound(capsys, cache)
