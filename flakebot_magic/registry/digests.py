@@ -17,10 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from ..errors import StorageError
-from ..host.fsutil import atomic_write, read_regular
+from ..host.fsutil import atomic_write, load_toml, read_regular
 from ..host.storage import read_cache_json
 from ..host.trees import Walk
 from ..sandbox.stub import LockPackage
@@ -94,8 +92,8 @@ def _about(directory: Path) -> dict[str, Any]:
     build script, a proc macro: it could write what compiles beside it)."""
     data, _ = read_regular(directory / "Cargo.toml", 1 << 20)
     try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        doc = load_toml(data.decode("utf-8"))
+    except ValueError:
         return {"package": "", "writes": True}
     package = doc.get("package", {})
     lib = doc.get("lib", {})

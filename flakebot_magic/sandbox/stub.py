@@ -49,9 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
-import tomllib
 
-from ..host.fsutil import read_regular
+from ..host.fsutil import load_toml, read_regular
 from .manifest import DEPENDENCY_TABLES, dependencies, package_table
 
 __all__ = ["STUB_MARK", "STUB_NAME", "LockPackage", "Stub", "lock_packages", "stub_of"]
@@ -183,8 +182,8 @@ def stub_of(workspace: Path) -> Stub | str:
     if lock is None:
         return "it has no Cargo.lock"
     try:
-        doc = tomllib.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        doc = load_toml(text.decode("utf-8"))
+    except ValueError:
         return "its Cargo.toml is not TOML"
     package = package_table(doc)
     if not isinstance(package.get("name"), str) or not isinstance(package.get("version"), str):
@@ -274,8 +273,8 @@ def lock_packages(lock: bytes) -> dict[str, LockPackage]:
     not one.
     """
     try:
-        doc = tomllib.loads(lock.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        doc = load_toml(lock.decode("utf-8"))
+    except ValueError as exc:
         raise ValueError(f"not a Cargo.lock: {exc}") from None
     entries = [p for p in doc.get("package", []) if isinstance(p, Mapping)]
     by_name: dict[str, list[Mapping[str, Any]]] = {}

@@ -39,10 +39,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
-
 from ..errors import FlakeError
-from ..host.fsutil import atomic_write, read_regular, real_dir
+from ..host.fsutil import atomic_write, load_toml, read_regular, real_dir
 from ..host.literals import nix_string
 from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
@@ -334,10 +332,10 @@ def check_lock_sources(workspace: Path, lock: bytes | None = None) -> None:
     where = workspace / "Cargo.lock"
     try:
         data = lock if lock is not None else read_regular(where, 64 << 20)[0]
-        doc = tomllib.loads(data.decode("utf-8"))
+        doc = load_toml(data.decode("utf-8"))
     except FileNotFoundError:
         return  # nothing to fetch: the package's own build says what is missing
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise FlakeError(f"cannot read {where}: {exc}", workspace=workspace) from None
     packages = doc.get("package", [])
     for package in packages if isinstance(packages, list) else ():
