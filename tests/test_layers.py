@@ -47,12 +47,13 @@ ROW = re.compile(r"^\| *(\d+)\. [^|]+\| *([^|]+)\|", re.M)
 def layer_table(text: str) -> list[list[str]]:
     """The packages of each row of ARCHITECTURE.md's layer table, bottom-up (``host/`` -> ``host``,
     ``errors.py`` -> ``errors``, ``__init__.py`` -> ``__init__``: the package's own front)."""
+    return [[name.rstrip("/").removesuffix(".py") for name in re.findall(r"`([^`]+)`", cell)] for _, cell in rows(text)]
+
+
+def rows(text: str) -> list[tuple[str, str]]:
+    """(number, packages' cell) of each row of the layer table, as written."""
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
-    rows = []
-    for number, cell in ROW.findall(section):
-        assert int(number) == len(rows) + 1, f"the layer table's rows are numbered 1, 2, ...: {number}"
-        rows.append([name.rstrip("/").removesuffix(".py") for name in re.findall(r"`([^`]+)`", cell)])
-    return rows
+    return ROW.findall(section)
 
 
 ROWS = layer_table(ARCHITECTURE.read_text(encoding="utf-8"))
@@ -113,6 +114,8 @@ def upward(module: str) -> list[str]:
 
 def test_the_table_is_read() -> None:
     """The five rows, bottom-up, each naming packages: the checks below would pass on an empty table."""
+    numbers = [int(number) for number, _ in rows(ARCHITECTURE.read_text(encoding="utf-8"))]
+    assert numbers == [1, 2, 3, 4, 5], f"the layer table's rows are numbered 1 to 5, bottom-up: {numbers}"
     assert len(ROWS) == 5 and all(ROWS), ROWS
     assert ROWS[0][0] == "_version" and "cli" in ROWS[-1], ROWS
 
