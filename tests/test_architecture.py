@@ -234,3 +234,12 @@ def test_every_kind_has_its_contract_documented() -> None:
     assert documented == set(KINDS), (
         f"docs/tool-contract.md: a '## `KIND`: ...' section for each of {sorted(KINDS)}; it has {sorted(documented)}"
     )
+
+
+def test_the_backend_choices_are_the_backends_table() -> None:
+    """The ``backend`` option lists its choices by hand (options.py sits below backends/): ``auto`` and the rows
+    of :data:`flakebot_magic.backends.BACKENDS`, no more, no fewer."""
+    from flakebot_magic.backends import BACKENDS
+    from flakebot_magic.options import option
+
+    assert set(option("backend").choices) == {"auto", *BACKENDS}
