@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot_magic.config import Settings
-from flakebot_magic.manage import team
-from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.pipeline import Pipeline, team
 from flakebot_magic.records.provenance import provenance_of
 
 REQUEST = "render markdown to html"

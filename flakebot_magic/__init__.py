@@ -195,7 +195,7 @@ def load(
     if provenance is None and notebook is None:
         tool: ToolClient = tools.load(settings, name)
         return tool
-    from .manage import team
+    from .pipeline import team
 
     recorded = dict(provenance) if provenance is not None else team.notebook_provenance(Path(str(notebook)), name)
     return team.load_pinned(settings, name, recorded)

@@ -371,11 +371,11 @@ def _answer(args: argparse.Namespace, settings: Settings) -> Answer:
 
         return doctor(settings)
     if args.command == "push":
-        from .manage.team import push
+        from .pipeline.team import push
 
         return push(settings, args.name, to=args.to, secret_key=args.nix_secret_key)
     if args.command == "pull":
-        from .manage.team import notebook_provenance, pull
+        from .pipeline.team import notebook_provenance, pull
 
         provenance = notebook_provenance(Path(args.notebook), args.name)
         return pull(settings, args.name, provenance, if_untrusted=args.if_untrusted)

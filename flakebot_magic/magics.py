@@ -25,13 +25,14 @@ from . import errors
 from .commands import LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
+from .host.names import check_tool_name
 from .host.storage import storage_errors
-from .manage import line_commands, team, tools
+from .manage import tools
 from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
-from .pipeline.background import start_build
-from .request import BuildRequest, PersonText, RequestText, UntrustedText, check_tool_name
+from .pipeline import background, line_commands, team
+from .request import BuildRequest, PersonText, RequestText, UntrustedText
 from .untrusted import safe_text
 from .views import hooks, interrupted
 from .views.dashboard_link import dashboard_link
@@ -274,7 +275,7 @@ class FlakebotMagics(_OptionTraits):
         return cell
 
     def _pull_pinned(self, args: Any, request: str) -> Any:
-        """A re-run cell of a saved notebook: the tool it pinned, pulled (:func:`~flakebot_magic.manage.team.
+        """A re-run cell of a saved notebook: the tool it pinned, pulled (:func:`~flakebot_magic.pipeline.team.
         pull_for_cell`); None: the cell builds, as it always did."""
         assert self.shell is not None
         if any(getattr(args, flag, False) for flag in ("rebuild", "follow_up", "resume")):
@@ -311,7 +312,7 @@ class FlakebotMagics(_OptionTraits):
             crate=request.crate,
             since=hooks.previous_commit(settings, request),
         )
-        build.run = start_build(settings, request)
+        build.run = background.start_build(settings, request)
         return build
 
     def show_build(

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .host.site_defaults import installed
+from .llm.limits import MODEL_TIMEOUT
+from .llm.usage import parse_prices
 
 __all__ = [
     "OPTIONS",
@@ -141,12 +143,6 @@ def accepted(opt: Option, value: Any) -> Any:
 
 def _number(value: float | None) -> str:
     return f"{value:g}"
-
-
-def _prices(value: Any) -> Any:
-    from .llm.usage import parse_prices
-
-    return parse_prices(value)
 
 
 def parse_tool_env(value: str | Mapping[str, str]) -> dict[str, str]:
@@ -360,7 +356,7 @@ OPTIONS: tuple[Option, ...] = (
         group=_MODEL,
         env="FLAKEBOT_PRICES",
         per_build=False,
-        parse=_prices,
+        parse=parse_prices,
         default_doc="none (no prices are built in)",
     ),
     Option(
@@ -443,7 +439,9 @@ OPTIONS: tuple[Option, ...] = (
         per_build=False,
     ),
     Option("max_reply_seconds", float, 300.0, "longest a model reply may stream", group=_MODEL, per_build=False),
-    Option("model_timeout", float, 120.0, "seconds allowed for one model request", group=_MODEL, per_build=False),
+    Option(
+        "model_timeout", float, MODEL_TIMEOUT, "seconds allowed for one model request", group=_MODEL, per_build=False
+    ),
     Option(
         "build_timeout",
         float,

@@ -1,8 +1,8 @@
-"""What a valid tool name is, decided once (``request.is_tool_name``) and applied alike at every door.
+"""What a valid tool name is, decided once (``host.names.is_tool_name``) and applied alike at every door.
 
 The doors: a build's ``--name``, the lock file, the steering mailbox, the session journals, ``flakebot cargo
 NAME``, an eval task's name and the server's URLs. Each accepts exactly the names the rule accepts; and no
-module but ``request.py`` decides it by itself (``str.isidentifier``, its own pattern).
+module but ``host/names.py`` decides it by itself (``str.isidentifier``, its own pattern).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from flakebot_magic.config import Settings
-from flakebot_magic.edit.journal import journals_dir
 from flakebot_magic.errors import FlakebotError, UsageError
 from flakebot_magic.host.locks import tool_lock
+from flakebot_magic.host.names import TOOL_NAME_PATTERN, check_tool_name, is_tool_name, tool_name
 from flakebot_magic.manage.workspace_cargo import run_cargo
+from flakebot_magic.records.journal import journals_dir
 from flakebot_magic.records.steering import Inbox
-from flakebot_magic.request import TOOL_NAME_PATTERN, check_tool_name, is_tool_name, tool_name
 
 PACKAGE = Path(__file__).resolve().parents[1] / "flakebot_magic"
 NAMES = ["md", "_x", "pulldown_cmark", "X9", "a" * 128]
@@ -65,7 +65,7 @@ def test_every_door_applies_the_one_rule(door: str, tmp_path: Path) -> None:
 def test_no_module_decides_by_itself_what_a_tool_name_is() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "request.py" or (PACKAGE / "eval" / "suites") in path.parents:
+        if path == PACKAGE / "host" / "names.py" or (PACKAGE / "eval" / "suites") in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr == "isidentifier":

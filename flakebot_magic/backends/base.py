@@ -251,6 +251,9 @@ class Backend(ABC):
 
     #: ``cargo`` or ``nix``: what the recipe, the manifest and the tool record say
     name: ClassVar[str]
+    #: the backend ``auto`` falls back to when this one cannot build here after all (nix's: cargo), or None
+    #: (:func:`flakebot_magic.backends.fallback_for`)
+    falls_back_to: ClassVar[str | None] = None
 
     def __init__(self, deps: RunDeps, choice: BackendChoice) -> None:
         self.deps = deps

@@ -257,6 +257,7 @@ class NixBackend(Backend):
     """Builds with ``nix build``; the tool is the /nix/store path, rooted at ``<cache>/gcroots/NAME``."""
 
     name = "nix"
+    falls_back_to = "cargo"
 
     def describe(self) -> str:
         return f"nix: nix build in nix's sandbox with nixpkgs {nixpkgs_url(self.settings)}, cargo test beside it"

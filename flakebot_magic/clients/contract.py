@@ -3,7 +3,7 @@
 ::
 
     [package.metadata.flakebot]
-    kind = "mcp"          # a tool kind: a key of clients/kinds.KINDS ("cli", the default, "mcp", "http")
+    kind = "mcp"          # a tool kind: a key of clients/kinds.KINDS (the list; today "cli", the default, "mcp", "http")
     bin = "demo-mcp"      # which binary target is the tool (default: the crate's main binary)
     health = "/health"    # a service: the readiness path (default "/health")
     ready_timeout = 10    # a server: seconds allowed to start (default 10)

@@ -12,9 +12,11 @@ The package, one job per module:
 * :mod:`.session`: :class:`EditLoop`, the loop itself (budget, stuck detection, finish).
 * :mod:`.team`: the session's actors (manager, architect, engineers, judge) and ``--candidates``;
 * :mod:`.architect`: the plan; :mod:`.forks`: candidate clones with a warm target dir, adopting the winner;
-* :mod:`.judge`: a candidate's structural score; :mod:`.candidates`: a race's records; :mod:`.races`: a journalled race;
-* :mod:`.journal`: the session's record and where a resume starts; :mod:`.resume`: resuming a session;
-* :mod:`.context`: result caps, compaction.
+* :mod:`.judge`: a candidate's structural score; :mod:`.candidates`: a race's records;
+* :mod:`.resume`: resuming a session;
+* below it, in ``records/`` and ``llm/``: :mod:`~flakebot_magic.records.races` (a journalled race),
+  :mod:`~flakebot_magic.records.journal` (the session's record and where a resume starts) and
+  :mod:`~flakebot_magic.llm.context` (result caps, compaction).
 
 Requests to the model go through :mod:`flakebot_magic.llm` (caps, retries, the shared budget), never from here.
 

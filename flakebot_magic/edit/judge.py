@@ -22,8 +22,8 @@ from typing import Any
 from ..clients import make_tool
 from ..errors import FlakebotError
 from ..host.git import Git
+from ..host.names import tool_name
 from ..host.trees import remove_tree
-from ..request import tool_name
 from ..stages.accept import Example, run_examples
 from .checkrun import CheckRun
 

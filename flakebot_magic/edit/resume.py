@@ -1,6 +1,6 @@
 """Resuming an interrupted edit session: its conversation made valid, the ratchet where it stood, known check runs.
 
-A session's journal (:mod:`.journal`) holds every message and every check run
+A session's journal (:mod:`~flakebot_magic.records.journal`) holds every message and every check run
 with its commit and git tree. :func:`paired` answers the calls the session died
 before answering; :func:`ratchet_of` finds the best commit and its passing
 tests; :func:`known_check` reuses a green check run of the same tree instead of
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..events import EventBus
+from ..records.journal import ResumePoint
 from ..sandbox.diagnostics import TestReport
 from ..sandbox.layout import SOURCE_PATHSPEC
 from ..sandbox.policy import Violation
 from .checkrun import LOOP_TARGET, CheckRun, CheckRunner, workspace_contract
-from .journal import ResumePoint
 
 __all__ = ["known_check", "paired", "ratchet_of"]
 

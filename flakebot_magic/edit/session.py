@@ -26,19 +26,19 @@ from ..host.fsutil import UnsafePath
 from ..host.git import Git
 from ..llm.budget import Budget
 from ..llm.channel import ModelChannel
+from ..llm.context import cap_middle, compact
 from ..llm.dialects import strict_form
 from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
 from ..llm.reply import Reply
 from ..llm.usage import estimate_tokens
+from ..records.journal import EndStatus, Journal, ResumePoint
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import PUBLISHED_REF, Baseline, Violation
 from .checkrun import CheckRun, CheckRunner, clippy_available, kind_at
-from .context import cap_middle, compact
 from .files import PathRefused, WorkspaceFiles
-from .journal import EndStatus, Journal, ResumePoint
 from .prompt import PromptContext, system_prompt
 from .protocol import FUNCTION_NAMES, FUNCTION_SCHEMAS, BadCall, decode_call, decode_reply, text_argument
 from .ratchet import Ratchet
@@ -106,7 +106,7 @@ class EditLoop:
     plan
         The architect's plan, given to the model with the request.
     resume
-        A :class:`~flakebot_magic.edit.journal.ResumePoint`: continue that
+        A :class:`~flakebot_magic.records.journal.ResumePoint`: continue that
         session's conversation instead of starting one.
     """
 

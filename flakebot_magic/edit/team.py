@@ -42,6 +42,7 @@ from ..llm.budget import Budget
 from ..llm.channel import ModelChannel
 from ..llm.limits import ReplyLimits
 from ..llm.model import ModelConfig
+from ..records.journal import Journal, ResumePoint
 from ..records.steering import Inbox
 from ..registry.base import CrateCandidate
 from ..sandbox.cargo import Cargo
@@ -51,7 +52,6 @@ from ..stages.fork import Workspace
 from .candidates import CandidateBus, CandidateResult, Fanout, TeamOutcome
 from .checkrun import CheckRun
 from .forks import adopt, candidate_path, clone_candidate
-from .journal import Journal, ResumePoint
 from .judge import Score, best, judge
 from .session import EditLoop, engineer_channel
 from .state import EditState

@@ -38,10 +38,11 @@ import tomlkit
 from ..errors import RegistryError, SearchError, UsageError
 from ..host.fsutil import UnsafePath, atomic_write, edit_toml, is_real_dir, load_json, load_toml, read_inside, real_dir
 from ..host.literals import rust_string
+from ..host.names import tool_name
 from ..host.trees import copy_tree, remove_tree
 from ..registry.base import CrateCandidate, FetchedSource, Registry, check_crate_field
 from ..registry.directory import tree_sha256
-from ..request import UntrustedText, tool_name
+from ..request import UntrustedText
 from .task import HiddenCheck, Reference, Suite, Task, TaskProblem, read_manifest, regular_files
 
 __all__ = ["ExerciseRegistry", "exercise_dirs", "polyglot_suite"]

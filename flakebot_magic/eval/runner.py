@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import Settings, apply
-from ..edit.journal import spent
 from ..errors import Cancelled, UsageError
 from ..host.process import CancelToken, ProcessRunner
 from ..host.trees import remove_tree
 from ..llm.usage import Usage, cost_usd
 from ..pipeline.background import start_build
+from ..records.journal import spent
 from ..registry.base import Registry
 from ..request import BuildRequest, UntrustedText, split_run_flags
 from .hidden import run_cargo_tests, run_pytest

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from ..host.fsutil import UnsafePath, is_real_dir, load_json, load_toml, read_inside
-from ..request import PersonText, RequestText, is_tool_name
+from ..host.names import is_tool_name
+from ..request import PersonText, RequestText
 
 __all__ = [
     "BUILTIN_SUITES",

@@ -5,7 +5,7 @@ binary's Rust (``eval/polyglot.py``), a flake (``stages/flake.py``), a manifest 
 itself; ``json.dumps`` is a valid TOML basic string too). Pasted unescaped, a quote in it ends the literal and
 the rest is code (red team 33: a polyglot exercise's ``[package] name`` reached a ``println!``). Each language's
 literal is made here, and nowhere else; what is a path component is checked by the field's validator
-(``registry.base.check_crate_field``, ``request.check_tool_name``, ``sandbox.diagnostics.BINARY_NAME``).
+(``registry.base.check_crate_field``, ``host.names.check_tool_name``, ``sandbox.diagnostics.BINARY_NAME``).
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolBusy
-from ..request import check_tool_name
 from .cache import CacheLayout
 from .crashpoints import crash_point
 from .fsutil import load_json, private_dir, set_aside_non_file
+from .names import check_tool_name
 
 __all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
 

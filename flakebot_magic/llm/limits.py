@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ReplyLimits"]
+__all__ = ["MODEL_TIMEOUT", "ReplyLimits"]
+
+#: seconds allowed for one model request: the ``model_timeout`` option's default (:mod:`flakebot_magic.options`
+#: reads it from here, so that the model's modules sit below the option table)
+MODEL_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, UsageError
-from ..options import option
-
-#: seconds one model request may take before the SDK retries it (the option's default)
-MODEL_TIMEOUT: float = option("model_timeout").default
+from .limits import MODEL_TIMEOUT
 
 if TYPE_CHECKING:
     import openai

@@ -305,7 +305,7 @@ def _clean(settings: Settings, report: CleanReport, running: _Running, *, everyt
     live_store = {Path(r.store_path).name for r in records}
     live_store |= {Path(r.extra["entry"]).name for r in records if r.extra.get("entry")}
     # what a tool's root must point at: the directory of its binary (nix: the /nix/store path; a tool pulled into
-    # a second store (manage/team.py) records it, its binary being under that store's root)
+    # a second store (pipeline/team.py) records it, its binary being under that store's root)
     live = {r.name: str(r.extra.get("nix_store_path") or Path(r.binary).parent.parent) for r in records}
     _clean_gcroots(settings.cache.gcroots, live, remove)
     # an entry naming a tool with no record, or a newer build of one than its record, is kept whatever the last

@@ -19,8 +19,8 @@ from pathlib import Path
 from ..commands import typed
 from ..config import Settings
 from ..errors import ConfigError, UsageError
+from ..host.names import tool_name
 from ..registry.base import CrateCandidate
-from ..request import tool_name
 from ..stages.search import indexing, open_registry, search, tools_of, viewer, why, words_only
 from ..untrusted import safe_line
 from .tools import SEARCH_WIDTH, CommandResult

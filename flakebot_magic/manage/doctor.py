@@ -387,7 +387,7 @@ def _disagreements(settings: Settings, record: ToolRecord, runner: ProcessRunner
     problems = [f"{name}: {why}; {again}"] if why else []
     if not Path(record.binary).is_file() and not why:
         problems.append(f"{name}: its binary {record.binary} is gone; {again}")
-    if not record.workspace:  # pulled from a team's cache (manage/team.py): its source is the proof's, not here
+    if not record.workspace:  # pulled from a team's cache (pipeline/team.py): its source is the proof's, not here
         return problems
     workspace = Path(record.workspace)
     fork = f"{typed(f'rebuild {name}')} forks and builds it again"

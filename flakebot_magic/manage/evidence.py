@@ -40,10 +40,10 @@ from ..commands import typed
 from ..config import Settings
 from ..errors import StorageError
 from ..host.git import Git
+from ..host.names import is_tool_name
 from ..host.process import ProcessRunner
 from ..host.storage import read_cache_json
 from ..records.inventory import ToolRecord
-from ..request import is_tool_name
 from ..stages.deploy import entry_damage
 from ..stages.workspace import Workspace
 from .transaction import read_card
@@ -397,7 +397,7 @@ def _record_from(
     if main not in binaries:
         main = crate if crate in binaries else sorted(binaries)[0]
     deployed = Path(str(manifest.get("nix_store_path") or entry))
-    if not workspace and manifest.get("nix_store_path"):  # pulled: reached through the entry's bin (manage/team.py)
+    if not workspace and manifest.get("nix_store_path"):  # pulled: reached through the entry's bin (pipeline/team.py)
         deployed = entry
     extra: dict[str, Any] = {"rebuilt_by_doctor": time.time()}
     if own.get("txn"):

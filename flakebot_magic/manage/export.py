@@ -22,10 +22,10 @@ from ..commands import typed
 from ..config import Settings
 from ..errors import UsageError
 from ..host.git import Git
+from ..host.names import check_tool_name
 from ..host.process import ProcessRunner
 from ..host.trees import remove_tree
 from ..records.inventory import Inventory
-from ..request import check_tool_name
 from ..sandbox.diagnostics import BINARY_NAME
 from ..stages.flake import FLAKE_FILE
 

@@ -161,8 +161,8 @@ def describe(settings: Settings, name: str) -> dict[str, Any]:
         data["protocol"] = revisions.describe(record.protocol)
     if record.url:
         data["url"] = record.url
-    from ..edit.journal import spent  # the edit loop's modules load only when asked
     from ..llm.usage import cost_usd
+    from ..records.journal import spent  # the edit loop's modules load only when asked
 
     total, sessions = spent(settings.cache_dir, name)
     if sessions:  # every edit session of the tool, not only the last build's

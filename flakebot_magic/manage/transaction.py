@@ -47,10 +47,10 @@ from ..host.cache import make_private
 from ..host.crashpoints import crash_point
 from ..host.fsutil import atomic_write, fsync_dir
 from ..host.locks import tool_lock
+from ..host.names import is_tool_name
 from ..host.storage import read_cache_json, storage_errors
 from ..host.trees import remove_tree
 from ..records.inventory import Inventory, ToolRecord
-from ..request import is_tool_name
 from ..stages.deploy import StorePath, add_tool, swap_in
 from ..stages.workspace import NEXT_DIR, OLD_DIR, aside_path
 

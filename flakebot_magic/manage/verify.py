@@ -25,14 +25,14 @@ from ..backends.nix_cache import path_info
 from ..backends.nix_command import Nix, NixOptions, sandbox_off_error
 from ..commands import typed
 from ..config import Settings
-from ..errors import DeployError, UsageError
+from ..errors import DeployError, StorageError, UsageError
 from ..host.git import Git
 from ..host.process import Completed, ProcessRunner
+from ..host.storage import read_cache_json
 from ..records.inventory import Inventory, ToolRecord
 from ..records.provenance import verification_text
 from ..stages.flake import FLAKE_FILE, check_lock_sources
 from ..untrusted import make_fields_safe
-from .team import manifest_of
 from .tools import find
 
 __all__ = ["NOT_DETERMINISTIC", "Verified", "rebuild", "rebuild_source", "verify"]
@@ -73,6 +73,15 @@ class Verified:
     @property
     def text(self) -> str:
         return f"{self.name}: {verification_text(self.data)}"
+
+
+def manifest_of(record: ToolRecord) -> dict[str, Any]:
+    """The manifest of ``record``'s store entry (the nix store path, narHash, proof...); {} when it has none."""
+    try:
+        data: dict[str, Any] = read_cache_json(Path(record.store_path) / "manifest.json")
+    except (OSError, StorageError):
+        data = {}
+    return data
 
 
 def rebuild_source(nix: Nix, record: ToolRecord, path: str, deriver: str, commit: str) -> tuple[str, Path | None]:

@@ -22,8 +22,8 @@ from ..config import Settings
 from ..errors import ConfigError, UsageError
 from ..events import Event, EventBus, LogLine, Notice, Observer
 from ..host.git import Git
+from ..host.names import is_tool_name
 from ..host.process import CancelToken, ProcessRunner
-from ..request import is_tool_name
 from ..sandbox import Sandbox
 from ..sandbox.cargo import MANIFEST_SUBCOMMANDS, Cargo
 from ..sandbox.policy import Baseline, TreePolicy

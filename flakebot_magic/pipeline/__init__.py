@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..request import tool_name
+from ..host.names import tool_name
 from .run import Pipeline
 
 __all__ = ["Pipeline", "tool_name"]

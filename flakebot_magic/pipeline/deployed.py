@@ -30,6 +30,7 @@ from ..config import Settings
 from ..errors import DeployError, DiskFull, FlakebotError, ForkError, StorageError, UsageError
 from ..host.cache import CacheLayout
 from ..host.git import Git
+from ..host.names import is_tool_name
 from ..host.storage import CLEAN_HINT, amount, free_bytes, is_full, no_space, read_cache_json
 from ..host.trees import remove_tree
 from ..manage.cleanup import clean, size_of
@@ -37,7 +38,7 @@ from ..manage.transaction import install
 from ..records.inventory import Inventory, ToolRecord
 from ..registry.base import CrateCandidate
 from ..registry.directory import read_manifest
-from ..request import BuildRequest, is_tool_name
+from ..request import BuildRequest
 from ..sandbox.command import release_target
 from ..stages.choose import Choice
 from ..stages.deploy import StorePath
@@ -84,7 +85,7 @@ def deployed_tool(
         # nix: the tool is the /nix/store path; the cache entry only records it
         deployed = Path(manifest.get("nix_store_path") or store.path)
         contract = manifest.get("contract") or contract_of(workspace.path, manifest["binaries"], main)
-        # the request too: a saved notebook's pin is for the cell that asked it (manage/team.saved_pin)
+        # the request too: a saved notebook's pin is for the cell that asked it (pipeline/team.saved_pin)
         own = {"commit": commit, "workspace": str(final), "forked_by": forked_by, "request": run.recorded_request}
         previous = Inventory(settings.cache.tools).get(name) if reused else None
         kept = previous if previous is not None and previous.store_path == str(store.path) else None

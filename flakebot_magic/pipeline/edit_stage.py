@@ -4,7 +4,7 @@
 :class:`~flakebot_magic.edit.team.Team`: one engineer, or ``candidates``
 racing from clones of the warm workspace, with an architect's plan when
 ``plan`` is set. A one-engineer session is journalled
-(:mod:`~flakebot_magic.edit.journal`) so that :func:`resume_point` and
+(:mod:`~flakebot_magic.records.journal`) so that :func:`resume_point` and
 :func:`resumed_run` can continue it after a crash, a ``kill -9``, a cancel or
 a spent budget; while it runs it reads steering messages
 (:mod:`~flakebot_magic.records.steering`).
@@ -21,8 +21,6 @@ from typing import Any
 
 from ..commands import typed
 from ..config import Settings
-from ..edit.journal import Journal, ResumePoint, journals_dir
-from ..edit.races import RacePoint, RaceRecord, unfinished_race
 from ..edit.team import Team, TeamOutcome
 from ..errors import FlakebotError, ForkError, UsageError
 from ..events import EventBus
@@ -30,6 +28,8 @@ from ..host.process import LinkedToken, ProcessRunner
 from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..records import steering
+from ..records.journal import Journal, ResumePoint, journals_dir
+from ..records.races import RacePoint, RaceRecord, unfinished_race
 from ..registry.base import CrateCandidate
 from ..request import BuildRequest
 from ..sandbox import Sandbox

@@ -19,13 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import Backend, Built, backend_for, decide
+from ..backends import Backend, Built, backend_for, decide, fallback_for
 from ..clients import ToolClient
 from ..config import Settings
 from ..errors import BuildError, ConfigError, FlakebotError, ForkError, NeedsModelError, SearchError, UsageError
 from ..events import EventBus, Observer, RunFinished
 from ..host.git import Git
 from ..host.locks import tool_lock
+from ..host.names import check_tool_name, tool_name
 from ..host.process import CancelToken, ProcessRunner
 from ..host.storage import storage_errors
 from ..host.trees import remove_tree
@@ -33,7 +34,7 @@ from ..llm.budget import Budget
 from ..llm.model import HOW_TO_CONFIGURE, ModelConfig
 from ..manage.doctor import prepare
 from ..registry.base import CrateCandidate, Registry
-from ..request import BuildRequest, PersonText, UntrustedText, check_tool_name, keep_origin, tool_name
+from ..request import BuildRequest, PersonText, UntrustedText, keep_origin
 from ..sandbox import Sandbox, release_source, release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.policy import Baseline, TreePolicy
@@ -54,8 +55,8 @@ from .deployed import (
 )
 
 if TYPE_CHECKING:
-    from ..edit.journal import ResumePoint
-    from ..edit.races import RacePoint
+    from ..records.journal import ResumePoint
+    from ..records.races import RacePoint
 
 __all__ = ["Pipeline"]
 
@@ -260,10 +261,9 @@ class Pipeline:
         if run.flags.rebuild or run.follow_up or run.resume is not None:
             return None
         cached = backend.lookup(recipe, run.name)
-        if cached is None and run.choice.auto and backend.name == "nix":
-            # auto takes what is cached: an earlier offline run may have built with cargo
-            cargo_backend = backend_for("cargo", deps, run.choice)
-            cached = cargo_backend.lookup(self._recipe_path(run, cargo_backend), run.name)
+        fallback = fallback_for(backend, deps, run.choice) if cached is None else None
+        if fallback is not None:  # auto takes what is cached: an earlier offline run may have built with cargo
+            cached = fallback.lookup(self._recipe_path(run, fallback), run.name)
         if cached is None:
             return None
         with storage_errors(f"taking {run.name!r} from the cache", settings.cache_dir):
@@ -324,10 +324,13 @@ class Pipeline:
         built = backend.build(run, cargo)
         if built is not None:
             return built, backend, recipe
-        backend = backend_for("cargo", self.deps, run.choice)
+        fallback = fallback_for(backend, self.deps, run.choice)
+        if fallback is None:
+            raise RuntimeError(f"the {backend.name} backend built nothing and has no fallback")
+        backend = fallback
         built = backend.build(run, cargo)
         if built is None:
-            raise RuntimeError("the cargo backend always builds")
+            raise RuntimeError(f"the {backend.name} backend always builds")
         return built, backend, self._recipe_path(run, backend)
 
     def _deploy(self, run: RunState, choice: Choice, built: Built, backend: Backend, recipe: Path) -> ToolClient:

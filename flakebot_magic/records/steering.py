@@ -36,8 +36,8 @@ from ..errors import SteeringError, UsageError
 from ..events import SteeringMessage
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, load_json, private_dir, read_regular
+from ..host.names import check_tool_name
 from ..host.process import alive, process_started_at
-from ..request import check_tool_name
 
 __all__ = ["MAX_MESSAGE_BYTES", "Inbox", "is_running", "running", "send", "steer_dir"]
 

@@ -27,13 +27,13 @@ import shutil
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import Cancelled, ConfigError
 from ..host.fsutil import atomic_write, is_real_dir, private_dir, read_regular, real_dir
 from ..host.output import LineCallback
 from ..host.process import Completed, LinkedToken, ProcessRunner
 from ..host.trees import remove_tree
-from ..registry.base import Registry
 from .command import BUILD, FETCH, FETCH_OFFLINE, Profile, Sandbox
 from .host import is_under, visible_system
 from .layout import OUTPUT_DIRS
@@ -41,7 +41,20 @@ from .limits import GiB, MiB, memory_cgroup_killed
 from .policy import TreePolicy
 from .toolchain import Toolchain, toolchain_of
 
-__all__ = ["MANIFEST_SUBCOMMANDS", "Cargo", "find_cargo"]
+__all__ = ["MANIFEST_SUBCOMMANDS", "Cargo", "CargoRegistry", "find_cargo"]
+
+
+class CargoRegistry(Protocol):
+    """What cargo needs of a crate registry: whether cargo runs ``--offline`` against it, and the lines of
+    ``.cargo/config.toml`` that point cargo at it. Every :class:`~flakebot_magic.registry.base.Registry` has both;
+    declared here so that the sandbox sits below ``registry/`` (docs/ARCHITECTURE.md, the layers)."""
+
+    offline: bool
+
+    def cargo_config(self) -> str:
+        """TOML for ``.cargo/config.toml`` (empty when cargo's default, crates.io, is right)."""
+        ...
+
 
 _HOME_LOCK = threading.Lock()
 #: what may live in a CARGO_HOME besides flakebot's config.toml; anything else (credentials) is removed
@@ -111,7 +124,7 @@ class Cargo:
 
     def __init__(
         self,
-        registry: Registry,
+        registry: CargoRegistry,
         runner: ProcessRunner,
         sandbox: Sandbox | None = None,
         *,

@@ -19,7 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from .. import __version__
+from .._version import __version__
 from ..config import Settings
 from ..errors import SteeringError, StorageError, UsageError
 from ..host.fsutil import load_json

@@ -9,7 +9,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, Unicode, default
 
 from ..config import Settings, default_cache_dir
-from ..request import TOOL_NAME_PATTERN
+from ..host.names import TOOL_NAME_PATTERN
 from .handlers import (
     DashboardHandler,
     IndexHandler,

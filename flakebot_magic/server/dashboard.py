@@ -26,7 +26,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from markupsafe import Markup
 from tornado import httpclient, web
 
-from .. import __version__
+from .._version import __version__
 from ..clients.kinds import is_server
 from ..config import Settings
 from ..errors import UsageError

@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import Settings
 from ..events import EventBus, StageFinished, StageStarted, StageStatus
 from ..host.process import ProcessRunner
 from ..llm.budget import Budget
 from ..llm.model import ModelConfig
+from ..records.journal import Journal, ResumePoint
+from ..records.races import RacePoint, RaceRecord
 from ..registry.base import CrateCandidate, Registry
 from ..request import BuildRequest, RunFlags
 from ..sandbox.policy import TreePolicy
 from .accept import Example
 from .deploy import StorePath
 from .fork import Workspace
-
-if TYPE_CHECKING:  # the edit loop's modules load only when a run edits (a warm re-run loads none of them)
-    from ..edit.journal import Journal, ResumePoint
-    from ..edit.races import RacePoint, RaceRecord
 
 __all__ = ["BackendChoice", "RunDeps", "RunState", "Stage"]
 

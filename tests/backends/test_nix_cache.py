@@ -45,13 +45,12 @@ from flakebot_magic.errors import SearchError, UntrustedPath, UsageError
 from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import Completed, ProcessRunner
-from flakebot_magic.manage import team
 from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.manage.doctor import doctor
 from flakebot_magic.manage.export import export_replit
 from flakebot_magic.manage.tools import load, show
 from flakebot_magic.manage.verify import rebuild_source, verify
-from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.pipeline import Pipeline, team
 from flakebot_magic.records.inventory import Inventory
 from flakebot_magic.records.proof import Proof
 from flakebot_magic.registry.directory import DirectoryRegistry

@@ -158,7 +158,7 @@ MAKERS_WITHOUT_RECORD = {
     # a build's `client` stage: the entry was just deployed or is a cache hit (stages.deploy.served: entry_damage)
     "pipeline/deployed.py",
     # a pull: the nix output was copied from a signed cache and checked against the proof's narHash
-    "manage/team.py",
+    "pipeline/team.py",
     # the judge runs a candidate's fresh build from a scratch copy: no store entry exists yet
     "edit/judge.py",
     # the MCP bridge serves the binary its parent names; the parent's client checked it (require_binary)

@@ -19,11 +19,11 @@ from editscripts import call, reply, tinyhex_done
 from tinyhex_sessions import Session
 
 from flakebot_magic.edit import FUNCTION_SCHEMAS
-from flakebot_magic.edit.journal import Journal
 from flakebot_magic.events import Notice
 from flakebot_magic.host.git import Git
 from flakebot_magic.host.process import ProcessRunner
 from flakebot_magic.llm.dialects import DIALECTS
+from flakebot_magic.records.journal import Journal
 
 
 def in_dialect(message: dict[str, Any], dialect: str, **extra: Any) -> dict[str, Any]:

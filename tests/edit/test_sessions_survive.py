@@ -21,11 +21,11 @@ from polling import wait_for
 from scripted_builds import kill_when, resumable_script, scripted_settings, tiny_registry
 
 from flakebot_magic.config import Settings
-from flakebot_magic.edit.journal import Journal
 from flakebot_magic.edit.session import MAX_RESULT_BYTES
 from flakebot_magic.errors import BudgetExhausted, UsageError
 from flakebot_magic.manage.tools import describe
 from flakebot_magic.pipeline import Pipeline
+from flakebot_magic.records.journal import Journal
 from flakebot_magic.records.sessions import render_with_sessions
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.request import BuildRequest, RunFlags

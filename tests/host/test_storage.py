@@ -178,7 +178,6 @@ OWN_JSON_READERS = {
     "eval/results.py": "an eval's results, under --out",
     "eval/hidden.py": "cargo's test report of an eval attempt",
     "testing/openai_script.py": "the fake model server's script (a test double)",
-    "manage/team.py": "a notebook the user names (.ipynb)",
     "backends/nix.py": "probes/nixpkgs.json, a cache of probe answers: any damage is a miss, probed again",
     "edit/state.py": "the edit sessions' state read through the workspace's size-limited read_text",
 }

@@ -24,7 +24,7 @@ from tinycrates import write_registry
 
 from flakebot_magic.cli import main as cli_main
 from flakebot_magic.config import Settings
-from flakebot_magic.manage.team import line_command, notebook_provenance, pull
+from flakebot_magic.pipeline.team import line_command, notebook_provenance, pull
 
 pytestmark = [
     pytest.mark.cargo,

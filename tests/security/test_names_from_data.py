@@ -146,7 +146,7 @@ RAW_WRITES = {
     ("manage/export.py", "write_text"): "replit.nix and .replit in the directory the person gave export",
     ("sandbox/limits.py", "write_text"): "a cgroup's limit files, in the cgroup flakebot made",
     ("edit/forks.py", "os.open O_CREAT"): "O_EXCL | O_NOFOLLOW",
-    ("edit/journal.py", "os.open O_CREAT"): "O_EXCL | O_NOFOLLOW, in the private cache",
+    ("records/journal.py", "os.open O_CREAT"): "O_EXCL | O_NOFOLLOW, in the private cache",
     ("host/fsutil.py", "os.open O_CREAT"): "atomic_write and copy_regular themselves: O_EXCL | O_NOFOLLOW",
     ("host/locks.py", "os.open O_CREAT"): "O_NOFOLLOW, a lock in the private cache",
     ("records/inventory.py", "os.open O_CREAT"): "the inventory's database file in the private cache",

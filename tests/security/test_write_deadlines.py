@@ -222,7 +222,7 @@ ALLOWED_WRITES = {
     ("host/process.py", "os.write"): "the gate to flakebot's own guard",
     ("host/fsutil.py", "os.write"): "a file",
     ("edit/forks.py", "os.write"): "a file",
-    ("edit/journal.py", "os.write"): "a file (the journal, in the cache)",
+    ("records/journal.py", "os.write"): "a file (the journal, in the cache)",
     ("stages/deploy.py", "os.write"): "a file (the store entry)",
     ("records/units.py", "os.write"): "a file (a sealed dependency unit's object, in the cache)",
     ("clients/http.py", "send"): "httpx's Client.send: its timeouts bound the write (clients/http_net.py)",

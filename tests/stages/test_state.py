@@ -13,8 +13,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from flakebot_magic.edit.journal import Journal, ResumePoint
-from flakebot_magic.edit.races import RacePoint, RaceRecord
+from flakebot_magic.records.journal import Journal, ResumePoint
+from flakebot_magic.records.races import RacePoint, RaceRecord
 from flakebot_magic.stages.accept import Example
 from flakebot_magic.stages.state import RunDeps, RunState
 

@@ -1,5 +1,6 @@
 """What the magic's line commands answer (``%flakebot list``, ``search``, ``catalog``, ...): each written once,
-in :mod:`.tools`, :mod:`.crates` and the other management modules; this only dispatches.
+in :mod:`~flakebot_magic.manage.tools`, :mod:`~flakebot_magic.manage.crates` and the other management modules
+(a team's push and pull in :mod:`.team`); this only dispatches.
 
 A mistake is a :class:`~flakebot_magic.errors.UsageError`, which the magic shows as IPython's (no traceback).
 """
@@ -9,10 +10,11 @@ from __future__ import annotations
 from ..commands import COMMAND_NAMES, typed
 from ..config import Settings
 from ..errors import UsageError
+from ..manage import crates, tools, verify
+from ..manage.cleanup import clean
+from ..manage.doctor import doctor
 from ..untrusted import safe_text
-from . import crates, team, tools, verify
-from .cleanup import clean
-from .doctor import doctor
+from . import team
 
 __all__ = ["answer"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flakebot_magic.edit.context import COMPACT_AT, COMPACT_TO, cap_middle, compact
+from flakebot_magic.llm.context import COMPACT_AT, COMPACT_TO, cap_middle, compact
 from flakebot_magic.llm.usage import estimate_tokens
 
 MARKER = re.compile(r"\n\[\.\.\. ([\d,]+) bytes cut from the middle \.\.\.\]\n")

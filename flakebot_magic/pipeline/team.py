@@ -35,22 +35,21 @@ from ..backends.nix_command import Nix, NixOptions
 from ..clients import ToolClient, make_tool
 from ..commands import IF_UNTRUSTED, typed
 from ..config import Settings
-from ..errors import DeployError, FlakebotError, StorageError, UntrustedPath, UsageError
+from ..errors import DeployError, FlakebotError, UntrustedPath, UsageError
 from ..host.fsutil import load_json, read_regular
 from ..host.process import ProcessRunner
-from ..host.storage import read_cache_json
+from ..manage.tools import Answer, CommandResult, find, load
+from ..manage.transaction import tool_entry
+from ..manage.verify import manifest_of
 from ..records.inventory import Inventory, ToolRecord
 from ..request import RunFlags
 from ..stages.deploy import StorePath, add_tool, write_entry
-from .tools import Answer, CommandResult, find, load
-from .transaction import tool_entry
 
 __all__ = [
     "Pin",
     "Pulled",
     "line_command",
     "load_pinned",
-    "manifest_of",
     "notebook_provenance",
     "pull",
     "pull_for_cell",
@@ -109,15 +108,6 @@ def push(settings: Settings, name: str, *, to: str | None = None, secret_key: st
         f"signed by {', '.join(pushed.signed_by)}"
     )
     return CommandResult(data, text)
-
-
-def manifest_of(record: ToolRecord) -> dict[str, Any]:
-    """The manifest of ``record``'s store entry (the nix store path, narHash, proof...); {} when it has none."""
-    try:
-        data: dict[str, Any] = read_cache_json(Path(record.store_path) / "manifest.json")
-    except (OSError, StorageError):
-        data = {}
-    return data
 
 
 #: the largest notebook ``pull`` reads for a tool's recorded provenance (outputs and images included)
@@ -456,8 +446,8 @@ def _rebuild(
     settings: Settings, nix: Nix, name: str, provenance: Mapping[str, Any], refused: str, flags: RunFlags
 ) -> Pulled:
     """The user's other choice after a refusal: build here from the recorded request, and compare."""
-    from ..pipeline.background import start_build
     from ..request import BuildRequest, UntrustedText
+    from .background import start_build
 
     # the notebook's recorded request is somebody's shared file: its ">>>" lines are words, never examples
     request = BuildRequest(

@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from ..host.fsutil import load_json
-from ..llm.usage import BYTES_PER_TOKEN, estimate_tokens, message_tokens
+from .usage import BYTES_PER_TOKEN, estimate_tokens, message_tokens
 
 __all__ = ["COMPACT_AT", "COMPACT_TO", "cap_middle", "compact"]
 

@@ -47,9 +47,9 @@ from typing import Any, Literal
 
 from ..host.cache import CacheLayout
 from ..host.fsutil import check_no_symlinks, fsync_dir, load_json, private_dir, read_regular
+from ..host.names import check_tool_name
+from ..llm.context import cap_middle
 from ..llm.usage import Usage
-from ..request import check_tool_name
-from .context import cap_middle
 
 __all__ = [
     "MAX_RECORD_BYTES",

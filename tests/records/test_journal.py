@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from polling import wait_for
 
-from flakebot_magic.edit import journal as journal_module
-from flakebot_magic.edit.journal import MAX_RECORD_BYTES, Journal, KnownCheck, journals_dir
 from flakebot_magic.errors import UsageError
 from flakebot_magic.llm.usage import Usage
+from flakebot_magic.records import journal as journal_module
+from flakebot_magic.records.journal import MAX_RECORD_BYTES, Journal, KnownCheck, journals_dir
 
 
 def _session(cache: Path, *, end: str | None = None, **start: object) -> Journal:
@@ -106,7 +106,7 @@ def test_no_journal_no_resume_point(tmp_path: Path) -> None:
 
 WRITER = """
 import sys
-from flakebot_magic.edit.journal import Journal
+from flakebot_magic.records.journal import Journal
 journal = Journal.create(sys.argv[1], "md", request="r", base_commit="c0")
 print(journal.path, flush=True)
 index = 0

@@ -11,7 +11,7 @@ import pytest
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import UsageError
-from flakebot_magic.manage.team import notebook_provenance, saved_pin
+from flakebot_magic.pipeline.team import notebook_provenance, saved_pin
 
 RECORDED = {"name": "tool", "request": "make a tool"}
 
