@@ -48,12 +48,10 @@ from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageT
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, load_json
 from ..host.process import ProcessRunner, scrubbed_env
-from ..records.proofs import ProofStore
 from ..records.provenance import describe_locked
 from ..sandbox.cargo import Cargo
-from ..stages.build import LINT_CAP, check
+from ..stages.build import LINT_CAP
 from ..stages.deploy import StorePath, lookup, store_key
-from ..stages.deps import dependency_cache
 from ..stages.flake import FLAKE_FORMAT, LOCK_FILE, write_flake
 from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
@@ -347,18 +345,7 @@ class NixBackend(Backend):
             nix, workspace.path, pending, timeout=settings.build_timeout, on_line=line_logger(bus, "build")
         )
         try:
-            result = check(
-                workspace.path,
-                cargo,
-                bus,
-                policy=run.checked(),
-                build_timeout=settings.build_timeout,
-                test_timeout=settings.test_timeout,
-                proofs=ProofStore(settings.cache.proofs),
-                git=git,
-                deps=dependency_cache(settings.cache.units, cargo, bus),
-                release=release,
-            )
+            result = self.check(run, cargo, git, release=release)
         except BaseException:
             remove_link(pending)  # the tool's own root (or none) is all a run leaves
             raise
