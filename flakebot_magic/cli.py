@@ -29,7 +29,8 @@ from .config import Settings, apply
 from .errors import FlakebotError, UsageError
 from .eval import command as eval_command
 from .events import outcome_of
-from .options import OPTIONS, add_arguments
+from .flags import ALL, TAIL, add_arguments
+from .options import OPTIONS
 from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
@@ -97,9 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     logs = sub.add_parser("logs", parents=[common], help="Show a tool's build log (and its process output).")
     logs.add_argument("name", help="The tool's name.")
-    logs.add_argument(
-        "--tail", type=int, default=200, help="How many of the last lines to show (0: all). Default: 200."
-    )
+    TAIL.add_to(logs, "logs")
     steer = sub.add_parser(
         "steer",
         parents=[common],
@@ -118,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     cargo.add_argument("args", nargs=argparse.REMAINDER, help="cargo's subcommand and its arguments.")
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
-    stop.add_argument("--all", action="store_true", help="Stop every running tool.")
+    ALL.add_to(stop, "stop")
 
     sub.add_parser(
         "doctor",
@@ -130,11 +129,7 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="Remove unused store entries and workspaces (it stops short when the tool inventory cannot be trusted).",
     )
-    clean_.add_argument(
-        "--all",
-        action="store_true",
-        help="Remove every tool, workspace, store entry and the index (running tools are stopped).",
-    )
+    ALL.add_to(clean_, "clean")
 
     export = sub.add_parser("export", parents=[common], help="Write a project that builds a tool elsewhere.")
     export.add_argument(

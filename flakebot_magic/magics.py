@@ -1,6 +1,6 @@
 """The ``%%flakebot`` cell magic and ``%flakebot`` line magic: IPython's side of the package.
 
-Only this module and :func:`flakebot_magic.options.magic_argument_decorators` (which it calls) import
+Only this module and :mod:`flakebot_magic.flags` (whose decorators it calls) import
 IPython. What it prints may quote a crate, a build or a tool: every print goes through
 :func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython in a terminal obey escape
 sequences), and errors are :class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
@@ -25,11 +25,12 @@ from . import errors
 from .commands import LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
 from .config import Settings, apply
 from .events import Observer
+from .flags import ALL, TAIL, config_traits, magic_argument_decorators
 from .host.storage import storage_errors
 from .manage import line_commands, team, tools
 from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
-from .options import OPTIONS, config_traits, magic_argument_decorators
+from .options import OPTIONS
 from .pipeline.background import start_build
 from .request import BuildRequest, PersonText, RequestText, UntrustedText, check_tool_name
 from .untrusted import safe_text
@@ -164,15 +165,8 @@ class FlakebotMagics(_OptionTraits):
         metavar="COMMAND",
         help=", ".join(f"`{usage}`" for usage, _ in LINE_COMMANDS) + ".",
     )
-    @argument(
-        "--all",
-        action="store_true",
-        help="With `load`: every tool built earlier. With `stop`: every running tool. "
-        "With `clean`: every tool, workspace and store entry.",
-    )
-    @argument(
-        "--tail", type=int, default=200, metavar="N", help="With `logs`: how many of the last lines to show (0: all)."
-    )
+    @ALL.magic_argument()
+    @TAIL.magic_argument()
     @line_cell_magic
     @_with_line_commands
     def flakebot(self, line: str, cell: str | None = None) -> Any:

@@ -33,6 +33,7 @@ LAYERS: dict[int, set[str]] = {
         "untrusted",
         "events",
         "options",
+        "flags",
         "config",
         "request",
         "commands",
