@@ -215,7 +215,7 @@ def load_ipython_extension(ipython: Any) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext flakebot_magic``: remove the kernel's input transformer for ``%%flakebot`` cells."""
     from .commands import advise
-    from .magics import _uninstall_transformer
+    from .magic_cells import uninstall_transformer
 
-    _uninstall_transformer(ipython)
+    uninstall_transformer(ipython)
     advise("")

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .agent import command as agent_command
-from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP, advise
+from .commands import ALL, IF_UNTRUSTED, IF_UNTRUSTED_HELP, TAIL, add_arguments, advise
 from .config import Settings, apply
 from .errors import FlakebotError, UsageError
 from .eval import command as eval_command
 from .events import outcome_of
-from .flags import ALL, TAIL, add_arguments
 from .options import OPTIONS
 from .untrusted import safe_data, safe_text
 

@@ -5,7 +5,7 @@ variable and help) and where it appears: a flag on the ``%%flakebot`` line
 and on ``flakebot build``, a ``FlakebotMagics`` config trait
 (``%config FlakebotMagics.model = ...``), a keyword of
 :func:`flakebot_magic.build`. Front doors never map options by hand: they call
-:mod:`flakebot_magic.flags` (argparse's arguments, IPython's ``@magic_arguments``,
+:mod:`flakebot_magic.commands` (argparse's arguments, IPython's ``@magic_arguments``,
 the config traits) and :func:`flakebot_magic.config.apply`, so an option added
 here reaches all of them.
 

@@ -71,8 +71,8 @@ def _names_a_bare_path(annotation: ast.expr) -> bool:
     return any(word in {"Path", "str", "os.PathLike", "PathLike"} for word in text.replace("|", " ").split())
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
 
 
@@ -80,7 +80,7 @@ def count(package: Path = PACKAGE) -> Counts:
     counts = Counts()
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        module = module_name(path)
+        module = module_name(path, package)
         for name, function in _functions(tree, ""):
             counts.functions += 1
             found = sum(_any_in(a) for a in _annotations(function))

@@ -33,7 +33,6 @@ LAYERS: dict[int, set[str]] = {
         "untrusted",
         "events",
         "options",
-        "flags",
         "config",
         "request",
         "commands",
@@ -47,7 +46,7 @@ LAYERS: dict[int, set[str]] = {
     2: {"registry", "clients"},
     3: {"stages", "edit", "backends"},
     4: {"pipeline", "manage", "eval"},
-    5: {"__init__", "cli", "magics", "server", "agent", "views"},
+    5: {"__init__", "cli", "magics", "magic_cells", "server", "agent", "views"},
 }
 #: test doubles and their fixtures sit beside the package, used only by tests and the docs' examples
 OUTSIDE = {"testing"}

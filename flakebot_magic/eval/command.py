@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from ..flags import add_arguments as add_build_arguments
+from ..commands import add_arguments as add_build_arguments
 from ..llm.usage import PRICE_FORMAT
 from ..options import OPTIONS
 
