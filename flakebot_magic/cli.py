@@ -60,6 +60,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_build_commands(sub, common)
+    _add_tool_commands(sub, common)
+    _add_team_commands(sub, common)
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="Serve flakebot to MCP clients (stdio, or --http PORT): build_tool and every built tool.",
+    )
+    add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
+    agent_command.add_arguments(mcp)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
+    )
+    eval_command.add_arguments(evaluate)
+    return parser
+
+
+def _add_build_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """build, and what finds what to build: search, catalog, index."""
     build = sub.add_parser("build", parents=[common], help="Build a tool for a request.")
     build.add_argument("request", nargs="?", default="", help="What the tool should do, in words.")
     build.add_argument("--name", "-n", help="The tool's name. Default: from the crate.")
@@ -81,6 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     index.add_argument("--system", action="store_true", help="Into the machine's place, read by every user (as root).")
 
+
+def _add_tool_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The built tools by name: list, rebuild, show, logs, steer, cargo, stop, doctor, clean, export."""
     sub.add_parser("list", parents=[common], help="List the tools built on this machine.")
     rebuild = sub.add_parser(
         "rebuild",
@@ -139,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("name", help="The tool's name (`flakebot list` shows them).")
 
+
+def _add_team_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """A team's binary cache: push, pull, verify."""
     team = ("registry", "nix_store", "nix_substituters", "nix_trusted_public_keys")
     push = sub.add_parser(
         "push",
@@ -171,21 +204,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     add_arguments(verify, skip=[o.name for o in OPTIONS if o.name not in team] + ["registry"])
-
-    mcp = sub.add_parser(
-        "mcp",
-        parents=[common],
-        help="Serve flakebot to MCP clients (stdio, or --http PORT): build_tool and every built tool.",
-    )
-    add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
-    agent_command.add_arguments(mcp)
-
-    evaluate = sub.add_parser(
-        "eval",
-        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
-    )
-    eval_command.add_arguments(evaluate)
-    return parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:
