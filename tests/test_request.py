@@ -16,6 +16,7 @@ import pytest
 from flakebot_magic.config import Settings
 from flakebot_magic.edit.journal import journals_dir
 from flakebot_magic.errors import FlakebotError, UsageError
+from flakebot_magic.host.cache import CacheLayout
 from flakebot_magic.host.locks import tool_lock
 from flakebot_magic.manage.workspace_cargo import run_cargo
 from flakebot_magic.records.steering import Inbox
@@ -38,7 +39,7 @@ def _door_accepts(door: str, name: str, tmp_path: Path) -> bool:
         if door == "check":
             check_tool_name(name)
         elif door == "lock":
-            with tool_lock(tmp_path, name):
+            with tool_lock(CacheLayout(tmp_path), name):
                 pass
         elif door == "steering":
             Inbox(tmp_path, name)
