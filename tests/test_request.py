@@ -42,7 +42,7 @@ def _door_accepts(door: str, name: str, tmp_path: Path) -> bool:
             with tool_lock(CacheLayout(tmp_path), name):
                 pass
         elif door == "steering":
-            Inbox(tmp_path, name)
+            Inbox(CacheLayout(tmp_path), name)
         elif door == "journal":
             journals_dir(tmp_path, name)
         elif door == "cargo":
