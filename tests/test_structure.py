@@ -34,7 +34,7 @@ COUNTS = counts_module.count()
 ANY_CEILING = 752
 #: ``cache_dir`` parameters typed as a bare path where a ``CacheLayout`` is meant (38 before issue 38; the public
 #: keyword of ``build()``, ``load()``, ``search()``, ``call()``... takes a path from the person, rightly)
-CACHE_DIR_CEILING = 29
+CACHE_DIR_CEILING = 26
 #: the functions over LONG lines, and their length now: each may shrink, none may grow, no other may join them
 LONG_FUNCTIONS = {
     "host.process.ProcessRunner.run": 123,
