@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -22,6 +22,7 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
+from .clients.base import ToolClient
 from .commands import (
     ALL,
     LINE_COMMANDS,
@@ -40,7 +41,7 @@ from .manage import line_commands, team, tools
 from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS
-from .pipeline.background import start_build
+from .pipeline.background import BackgroundRun, start_build
 from .request import BuildRequest, PersonText, RequestText, UntrustedText, check_tool_name
 from .untrusted import safe_text
 from .views import hooks, interrupted
@@ -83,7 +84,7 @@ class MagicLine:
 class _Build:
     """One build in progress in this kernel: its background run and how it is shown."""
 
-    run: Any
+    run: BackgroundRun[ToolClient] | None
     settings: Settings
     observers: list[Observer] = field(default_factory=list)
     tick: Callable[[], None] | None = None
@@ -126,10 +127,13 @@ _USAGE = f"""%%flakebot [--name NAME] [--crate CRATE] [build options]
   %%flakebot {LINE_USAGE}"""
 
 
-def _with_line_commands(func: Any) -> Any:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _with_line_commands(func: _F) -> _F:
     """``func``'s docstring, its line-mode section made from :data:`LINE_COMMANDS`."""
     table = "\n".join(f"            %flakebot {usage:<18}{what}" for usage, what in LINE_COMMANDS)
-    func.__doc__ = func.__doc__.replace("{line_commands}", table.lstrip())
+    func.__doc__ = (func.__doc__ or "").replace("{line_commands}", table.lstrip())
     return func
 
 
@@ -202,7 +206,7 @@ class FlakebotMagics(_OptionTraits):
     @TAIL.magic_argument()
     @line_cell_magic
     @_with_line_commands
-    def flakebot(self, line: str, cell: str | None = None) -> Any:
+    def flakebot(self, line: str, cell: str | None = None) -> ToolClient | None:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
 
         Cell mode builds a tool::
@@ -257,7 +261,7 @@ class FlakebotMagics(_OptionTraits):
         build = self._start(given, self._request(given, PersonText(request), name=given.name, crate=given.crate))
         return self._finish(build, self._wait(build))
 
-    async def run_cell_async(self, line: str, cell: str) -> Any:
+    async def run_cell_async(self, line: str, cell: str) -> ToolClient | None:
         """``%%flakebot`` in a Jupyter kernel: the same, awaited on the kernel's event loop.
 
         The kernel keeps handling messages while the build runs, so the
@@ -273,7 +277,7 @@ class FlakebotMagics(_OptionTraits):
         build = self._start(given, self._request(given, PersonText(request), name=given.name, crate=given.crate))
         return self._finish(build, await self._wait_async(build))
 
-    async def run_line_async(self, line: str) -> Any:
+    async def run_line_async(self, line: str) -> ToolClient | None:
         """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
         assert self.shell is not None
         given = self._parse(self.shell.var_expand(line, 1))
@@ -301,7 +305,7 @@ class FlakebotMagics(_OptionTraits):
             )
         return cell
 
-    def _pull_pinned(self, given: MagicLine, request: str) -> Any:
+    def _pull_pinned(self, given: MagicLine, request: str) -> ToolClient | None:
         """A re-run cell of a saved notebook: the tool it pinned, pulled (:func:`~flakebot_magic.manage.team.
         pull_for_cell`); None: the cell builds, as it always did."""
         assert self.shell is not None
@@ -333,7 +337,7 @@ class FlakebotMagics(_OptionTraits):
         build = self.show_build(
             request.text,
             settings,
-            lambda: build.run.cancel("cancelled from the widget"),
+            lambda: build.run.cancel("cancelled from the widget") if build.run is not None else None,
             verbose=bool(given.verbose or self.verbose),
             steer_name=request.name,
             crate=request.crate,
@@ -397,12 +401,14 @@ class FlakebotMagics(_OptionTraits):
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
         return build
 
-    def _wait(self, build: _Build) -> Any:
+    def _wait(self, build: _Build) -> ToolClient | None:
+        assert build.run is not None, "a build shown is started before it is waited for"
         with self._shown(build):
             return build.run.wait(build.observers, tick=build.tick)
         return None  # no crate fits: the record (or the printed answer) says so
 
-    async def _wait_async(self, build: _Build) -> Any:
+    async def _wait_async(self, build: _Build) -> ToolClient | None:
+        assert build.run is not None, "a build shown is started before it is waited for"
         with self._shown(build):
             return await build.run.wait_async(build.observers, tick=build.tick)
         return None
@@ -425,7 +431,7 @@ class FlakebotMagics(_OptionTraits):
         finally:
             build.refresh()
 
-    def _finish(self, build: _Build, tool: Any) -> Any:
+    def _finish(self, build: _Build, tool: ToolClient | None) -> ToolClient | None:
         assert self.shell is not None
         if tool is None:  # no crate fits: answered in the cell's output
             return None
@@ -445,7 +451,7 @@ class FlakebotMagics(_OptionTraits):
         again = self._request(given, UntrustedText(record.request), name=record.name, crate=record.crate, rebuild=True)
         return self._start(given, again, settings)
 
-    def _line(self, given: MagicLine) -> Any:
+    def _line(self, given: MagicLine) -> ToolClient | None:
         if not given.command:
             raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
         command, rest = given.command[0], given.command[1:]
@@ -465,7 +471,8 @@ class FlakebotMagics(_OptionTraits):
             for note in prepare(settings):
                 print(safe_text(f"flakebot: {note}"))
         if command == "load":
-            return self._load(settings, rest, everything=given.everything)
+            self._load(settings, rest, everything=given.everything)
+            return None
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
                 answer = line_commands.answer(
