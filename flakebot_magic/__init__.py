@@ -44,7 +44,7 @@ __all__ = [
     "search",
     "unload_ipython_extension",
 ]
-__all__ += errors.__all__  # every error a caller may catch, listed once in errors.py
+__all__ += errors.__all__  # every error a caller may catch, listed once in errors.py (mypy reads this form)
 
 
 def build(
