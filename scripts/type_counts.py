@@ -2,7 +2,9 @@
 
 ``python scripts/type_counts.py`` prints them; ``tests/test_structure.py`` holds each to a ceiling, so none grows.
 
-- ``any``: the ``Any`` written in function signatures (parameters and returns), one per occurrence;
+- ``any``: the ``Any`` written in function signatures (parameters and returns), one per occurrence; of them,
+  ``any_json``: those that are the values of a JSON document (``dict[str, Any]``, ``Mapping[str, Any]``), where a
+  tool's, a model's or a client's decoded JSON is passed on and its shape is checked where it is read;
 - ``functions_with_any``: the functions whose signature names ``Any`` at least once, and ``functions``: all of them;
 - ``cache_dir``: parameters named ``cache_dir`` annotated as a bare path (``Path``, ``str | Path``, ...), where a
   :class:`~flakebot_magic.host.cache.CacheLayout` is meant;
@@ -27,6 +29,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 @dataclass
 class Counts:
     any: int = 0
+    any_json: int = 0
     functions_with_any: int = 0
     functions: int = 0
     cache_dir: int = 0
@@ -66,6 +69,23 @@ def _any_in(annotation: ast.expr) -> int:
     )
 
 
+def _json_values_in(annotation: ast.expr) -> int:
+    """The ``Any`` that are a mapping's values keyed by ``str``: ``dict[str, Any]``, ``Mapping[str, Any]``."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return 0
+    found = 0
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2:
+            container = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+            key, value = node.slice.elts
+            if container in {"dict", "Mapping", "MutableMapping"} and getattr(key, "id", "") == "str":
+                found += _any_in(value) if isinstance(value, ast.Name | ast.Attribute) else 0
+    return found
+
+
 def _names_a_bare_path(annotation: ast.expr) -> bool:
     text = ast.unparse(annotation).strip("'\"")
     return any(word in {"Path", "str", "os.PathLike", "PathLike"} for word in text.replace("|", " ").split())
@@ -85,6 +105,7 @@ def count(package: Path = PACKAGE) -> Counts:
             counts.functions += 1
             found = sum(_any_in(a) for a in _annotations(function))
             counts.any += found
+            counts.any_json += sum(_json_values_in(a) for a in _annotations(function))
             counts.functions_with_any += found > 0
             arguments = function.args
             for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
@@ -101,6 +122,7 @@ def main() -> int:
     counts = count()
     share = counts.functions_with_any / max(counts.functions, 1)
     print(f"Any in signatures: {counts.any} ({counts.functions_with_any} of {counts.functions} functions, {share:.0%})")
+    print(f"  of them JSON documents' values (dict[str, Any], Mapping[str, Any]): {counts.any_json}")
     print(f"cache_dir parameters typed as a bare path: {counts.cache_dir}")
     print(f"functions over {LONG} lines: {len(counts.long)}")
     for name, length in sorted(counts.long.items(), key=lambda item: -item[1]):
