@@ -24,34 +24,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import errors
 from ._version import __version__
-from .errors import (
-    BudgetExhausted,
-    BuildError,
-    Cancelled,
-    ConfigError,
-    DeployError,
-    DiskFull,
-    EditError,
-    FlakebotError,
-    FlakeError,
-    ForkError,
-    InventoryDamaged,
-    ModelError,
-    NeedsModelError,
-    PolicyError,
-    RegistryError,
-    SearchError,
-    StageTimeout,
-    StorageError,
-    TestError,
-    ToolArgumentError,
-    ToolBusy,
-    ToolError,
-    UntrustedPath,
-    UpstreamTestError,
-    UsageError,
-)
+from .errors import *  # noqa: F403  (the error classes: their one list is errors.__all__)
 
 if TYPE_CHECKING:
     from .clients import ToolClient
@@ -59,31 +34,6 @@ if TYPE_CHECKING:
     from .registry.base import CrateCandidate
 
 __all__ = [
-    "BudgetExhausted",
-    "BuildError",
-    "Cancelled",
-    "ConfigError",
-    "DeployError",
-    "DiskFull",
-    "EditError",
-    "FlakeError",
-    "FlakebotError",
-    "ForkError",
-    "InventoryDamaged",
-    "ModelError",
-    "NeedsModelError",
-    "PolicyError",
-    "RegistryError",
-    "SearchError",
-    "StageTimeout",
-    "StorageError",
-    "TestError",
-    "ToolArgumentError",
-    "ToolBusy",
-    "ToolError",
-    "UntrustedPath",
-    "UpstreamTestError",
-    "UsageError",
     "__version__",
     "acall",
     "agent_tools",
@@ -94,6 +44,7 @@ __all__ = [
     "search",
     "unload_ipython_extension",
 ]
+__all__ += errors.__all__  # every error a caller may catch, listed once in errors.py (mypy reads this form)
 
 
 def build(
@@ -264,7 +215,7 @@ def load_ipython_extension(ipython: Any) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext flakebot_magic``: remove the kernel's input transformer for ``%%flakebot`` cells."""
     from .commands import advise
-    from .magics import _uninstall_transformer
+    from .magic_cells import uninstall_transformer
 
-    _uninstall_transformer(ipython)
+    uninstall_transformer(ipython)
     advise("")

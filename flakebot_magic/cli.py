@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .agent import command as agent_command
-from .commands import IF_UNTRUSTED, IF_UNTRUSTED_HELP, advise
-from .config import Settings, apply
+from .commands import ALL, IF_UNTRUSTED, IF_UNTRUSTED_HELP, TAIL, advise
+from .config import Settings, add_arguments, apply
 from .errors import FlakebotError, UsageError
 from .eval import command as eval_command
 from .events import outcome_of
-from .options import OPTIONS, add_arguments
+from .options import OPTIONS
 from .untrusted import safe_data, safe_text
 
 if TYPE_CHECKING:
@@ -60,6 +60,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_build_commands(sub, common)
+    _add_tool_commands(sub, common)
+    _add_team_commands(sub, common)
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="Serve flakebot to MCP clients (stdio, or --http PORT): build_tool and every built tool.",
+    )
+    add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
+    agent_command.add_arguments(mcp)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
+    )
+    eval_command.add_arguments(evaluate)
+    return parser
+
+
+def _add_build_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """build, and what finds what to build: search, catalog, index."""
     build = sub.add_parser("build", parents=[common], help="Build a tool for a request.")
     build.add_argument("request", nargs="?", default="", help="What the tool should do, in words.")
     build.add_argument("--name", "-n", help="The tool's name. Default: from the crate.")
@@ -81,6 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     index.add_argument("--system", action="store_true", help="Into the machine's place, read by every user (as root).")
 
+
+def _add_tool_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The built tools by name: list, rebuild, show, logs, steer, cargo, stop, doctor, clean, export."""
     sub.add_parser("list", parents=[common], help="List the tools built on this machine.")
     rebuild = sub.add_parser(
         "rebuild",
@@ -97,9 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     logs = sub.add_parser("logs", parents=[common], help="Show a tool's build log (and its process output).")
     logs.add_argument("name", help="The tool's name.")
-    logs.add_argument(
-        "--tail", type=int, default=200, help="How many of the last lines to show (0: all). Default: 200."
-    )
+    TAIL.add_to(logs, "logs")
     steer = sub.add_parser(
         "steer",
         parents=[common],
@@ -118,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     cargo.add_argument("args", nargs=argparse.REMAINDER, help="cargo's subcommand and its arguments.")
     stop = sub.add_parser("stop", parents=[common], help="Stop a tool's process (http and mcp tools).")
     stop.add_argument("name", nargs="?", help="The tool's name.")
-    stop.add_argument("--all", action="store_true", help="Stop every running tool.")
+    ALL.add_to(stop, "stop")
 
     sub.add_parser(
         "doctor",
@@ -130,11 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="Remove unused store entries and workspaces (it stops short when the tool inventory cannot be trusted).",
     )
-    clean_.add_argument(
-        "--all",
-        action="store_true",
-        help="Remove every tool, workspace, store entry and the index (running tools are stopped).",
-    )
+    ALL.add_to(clean_, "clean")
 
     export = sub.add_parser("export", parents=[common], help="Write a project that builds a tool elsewhere.")
     export.add_argument(
@@ -145,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("name", help="The tool's name (`flakebot list` shows them).")
 
+
+def _add_team_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """A team's binary cache: push, pull, verify."""
     team = ("registry", "nix_store", "nix_substituters", "nix_trusted_public_keys")
     push = sub.add_parser(
         "push",
@@ -177,21 +204,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("name", help="The tool's name (`flakebot list` shows them).")
     add_arguments(verify, skip=[o.name for o in OPTIONS if o.name not in team] + ["registry"])
-
-    mcp = sub.add_parser(
-        "mcp",
-        parents=[common],
-        help="Serve flakebot to MCP clients (stdio, or --http PORT): build_tool and every built tool.",
-    )
-    add_arguments(mcp, skip=("registry",))  # agent builds take the build options too
-    agent_command.add_arguments(mcp)
-
-    evaluate = sub.add_parser(
-        "eval",
-        help="Measure how often a model makes a working tool: a suite of tasks with hidden tests, models side by side.",
-    )
-    eval_command.add_arguments(evaluate)
-    return parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -1,19 +1,41 @@
-"""The management commands, as a user types them: ``%flakebot COMMAND`` (and ``flakebot COMMAND``), written once."""
+"""The management commands, as a user types them: ``%flakebot COMMAND`` (and ``flakebot COMMAND``), written once.
+
+Their command lines too: the management flags (:data:`TAIL`, :data:`ALL`), defined once for ``flakebot COMMAND``
+and ``%flakebot COMMAND``, and the options table (:mod:`flakebot_magic.options`) as each front door's flags:
+argparse's (:func:`add_arguments`), the magic's ``@argument`` decorators (:func:`magic_argument_decorators`:
+with :mod:`flakebot_magic.magics` and :mod:`flakebot_magic.magic_cells`, the only code importing IPython) and
+its config traits (:func:`config_traits`).
+
+Examples
+--------
+>>> import argparse
+>>> parser = argparse.ArgumentParser()
+>>> TAIL.add_to(parser)
+>>> parser.parse_args(["--tail", "5"]).tail, parser.parse_args([]).tail
+(5, 200)
+"""
 
 from __future__ import annotations
 
+import argparse
 import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import Cancelled
 
 __all__ = [
+    "ALL",
     "COMMAND_NAMES",
     "IF_UNTRUSTED",
     "IF_UNTRUSTED_HELP",
     "LINE_COMMANDS",
     "LINE_USAGE",
+    "TAIL",
+    "ManagementFlag",
     "explain_usage",
+    "sentence",
     "typed",
     "what_next",
 ]
@@ -148,3 +170,68 @@ def what_next(error: Cancelled) -> Cancelled:
     if "Run the cell again" not in str(error):
         error.args = (f"{error}\nRun the cell again to build it.",)
     return error
+
+
+@dataclass(frozen=True)
+class ManagementFlag:
+    """A flag of the management commands (not a build option): its one definition, for the command and the magic.
+
+    ``uses`` is what it does with each command that takes it, ``{command: words}``: the command's parser says
+    its own (``flakebot stop --help``), the magic's one ``%flakebot`` line lists them all (``With `stop`: ...``).
+    """
+
+    flag: str
+    uses: dict[str, str]
+    type: type | None = None  # None: a switch (store_true)
+    default: Any = None
+    metavar: str | None = None
+    #: what the command's help adds after its words (``Default: 200.``)
+    default_doc: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def _kwargs(self, help_text: str) -> dict[str, Any]:
+        if self.type is None:
+            return {"action": "store_true", "help": help_text}
+        return {"type": self.type, "default": self.default, "metavar": self.metavar, "help": help_text}
+
+    def add_to(self, parser: argparse.ArgumentParser, command: str | None = None) -> None:
+        """Add the flag to a command's parser (its words for ``command``; default: the first command's)."""
+        words = self.uses[command] if command is not None else next(iter(self.uses.values()))
+        parser.add_argument(
+            self.flag, **self._kwargs(sentence(words) + (f" {self.default_doc}" if self.default_doc else ""))
+        )
+
+    def magic_argument(self) -> Callable[[Any], Any]:
+        """IPython's ``@argument`` for the ``%flakebot`` line: what it does with each command that takes it."""
+        from IPython.core.magic_arguments import argument
+
+        text = " ".join(f"With `{command}`: {words}." for command, words in self.uses.items())
+        return argument(self.flag, **self._kwargs(text))
+
+
+#: ``logs --tail N``: the log's last lines
+TAIL = ManagementFlag(
+    "--tail",
+    {"logs": "how many of the last lines to show (0: all)"},
+    type=int,
+    default=200,
+    metavar="N",
+    default_doc="Default: 200.",
+)
+#: ``--all``: every tool, for the commands that take a name
+ALL = ManagementFlag(
+    "--all",
+    {
+        "load": "every tool built earlier",
+        "stop": "every running tool",
+        "clean": "every tool, workspace, store entry and the index (running tools are stopped)",
+    },
+)
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: a capital first, a full stop last (an option's or a flag's help)."""
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .commands import typed
+from .commands import sentence, typed
 from .errors import ConfigError
 from .host.cache import CacheLayout
-from .options import OPTION_BY_NAME, accepted, option
+from .options import OPTION_BY_NAME, OPTIONS, Option, accepted, option
 
 if TYPE_CHECKING:
     from .llm.limits import ReplyLimits
@@ -25,9 +26,12 @@ __all__ = [
     "LoopLimits",
     "Settings",
     "absolute_dir",
+    "add_arguments",
     "apply",
+    "config_traits",
     "default_cache_dir",
     "default_registry",
+    "magic_argument_decorators",
 ]
 
 #: where Debian's librust-*-dev packages install crate sources
@@ -242,3 +246,81 @@ def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
             )
         setattr(settings, name, accepted(opt, value))
     return settings
+
+
+# -- the options table as each front door's flags (argparse, the magic's @arguments, config traits) ------
+
+
+def _argparse_kwargs(opt: Option, *, defaults: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"dest": opt.name, "help": sentence(opt.help)}
+    if opt.type is not bool and not opt.choices:
+        kwargs["metavar"] = opt.flags[0].lstrip("-").replace("-", "_").upper()
+    if opt.type is bool:
+        kwargs["action"] = "store_true"
+        # None, not False: "not given" lets the kernel's config trait or the Settings default decide
+        kwargs["default"] = None
+    else:
+        kwargs["type"] = opt.type
+        if opt.choices:
+            kwargs["choices"] = list(opt.choices)
+        kwargs["default"] = None
+    if defaults:
+        kwargs["help"] += _default_text(opt)
+    return kwargs
+
+
+def _default_text(opt: Option) -> str:
+    otherwise = opt.default_doc or (str(opt.default) if opt.default is not None else "")
+    if opt.env:
+        return f" Default: ${opt.env}" + (f", else {otherwise}." if otherwise else ".")
+    if opt.default_doc:
+        return f" Default: {opt.default_doc}."
+    if opt.default not in (None, False):
+        return f" Default: {opt.default}."
+    return ""
+
+
+def _flags(opt: Option) -> list[str]:
+    return [*opt.flags, *([opt.short] if opt.short else [])]
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ()) -> None:
+    """Add every per-build option to an argparse parser, in argument groups."""
+    groups: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if not opt.per_build or opt.name in skip:
+            continue
+        target = parser if opt.group == "build" else groups.setdefault(opt.group, parser.add_argument_group(opt.group))
+        target.add_argument(*_flags(opt), **_argparse_kwargs(opt, defaults=True))
+
+
+def magic_argument_decorators() -> list[Callable[[Any], Any]]:
+    """``@argument(...)`` decorators for the per-build options, in table order."""
+    from IPython.core.magic_arguments import argument
+
+    return [argument(*_flags(o), **_argparse_kwargs(o, defaults=False)) for o in OPTIONS if o.per_build]
+
+
+def config_traits() -> dict[str, Any]:
+    """traitlets traits (``.tag(config=True)``) for the options that are kernel settings."""
+    from traitlets import Bool, Dict, Enum, Float, Int, Unicode
+
+    traits: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if not opt.config:
+            continue
+        help_text = sentence(opt.help) + _default_text(opt)
+        if opt.choices:
+            trait: Any = Enum(list(opt.choices), None, allow_none=True, help=help_text)
+        elif opt.type is dict:
+            trait = Dict(None, allow_none=True, help=help_text)
+        elif opt.type is bool:
+            trait = Bool(None, allow_none=True, help=help_text)
+        elif opt.type is int:
+            trait = Int(None, allow_none=True, help=help_text)
+        elif opt.type is float:
+            trait = Float(None, allow_none=True, help=help_text)
+        else:
+            trait = Unicode(None, allow_none=True, help=help_text)
+        traits[opt.name] = trait.tag(config=True)
+    return traits

@@ -1,6 +1,6 @@
 """The ``%%flakebot`` cell magic and ``%flakebot`` line magic: IPython's side of the package.
 
-Only this module and :func:`flakebot_magic.options.magic_argument_decorators` (which it calls) import
+Only this module and :mod:`flakebot_magic.commands` (whose decorators it calls) and :mod:`flakebot_magic.magic_cells` import
 IPython. What it prints may quote a crate, a build or a tool: every print goes through
 :func:`flakebot_magic.untrusted.safe_text` (a notebook's output and IPython in a terminal obey escape
 sequences), and errors are :class:`~flakebot_magic.errors.FlakebotError` s, whose messages are safe.
@@ -8,13 +8,13 @@ sequences), and errors are :class:`~flakebot_magic.errors.FlakebotError` s, whos
 
 from __future__ import annotations
 
-import re
+import argparse
 import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -22,16 +22,26 @@ from IPython.core.magic_arguments import argument, argument_group, kwds, magic_a
 from traitlets import Bool, Enum, Unicode
 
 from . import errors
-from .commands import LINE_COMMANDS, LINE_USAGE, explain_usage, what_next
-from .config import Settings, apply
+from .clients.base import ToolClient
+from .commands import (
+    ALL,
+    LINE_COMMANDS,
+    LINE_USAGE,
+    TAIL,
+    explain_usage,
+    what_next,
+)
+from .config import Settings, apply, config_traits, magic_argument_decorators
 from .events import Observer
 from .host.names import check_tool_name
 from .host.storage import storage_errors
+from .magic_cells import install_transformer, spare_examples
 from .manage import tools
 from .manage.doctor import prepare
 from .manage.workspace_cargo import cargo_line
-from .options import OPTIONS, config_traits, magic_argument_decorators
-from .pipeline import background, line_commands, team
+from .options import OPTIONS
+from .pipeline import line_commands, team
+from .pipeline.background import BackgroundRun, start_build
 from .request import BuildRequest, PersonText, RequestText, UntrustedText
 from .untrusted import safe_text
 from .views import hooks, interrupted
@@ -40,17 +50,41 @@ from .views.progress import TextProgress
 
 __all__ = ["FlakebotMagics"]
 
-#: a whole cell that is one ``%%flakebot`` cell, or one ``%flakebot rebuild`` line, after IPython's transforms
-_CELL_CALL = re.compile(r"^get_ipython\(\)\.run_cell_magic\('flakebot', (.*)\)\s*$", re.S)
-_REBUILD_CALL = re.compile(r"^get_ipython\(\)\.run_line_magic\('flakebot', ('rebuild\b[^']*')\)\s*$")
-_SELF = "get_ipython().magics_manager.registry['FlakebotMagics']"
+
+@dataclass(frozen=True)
+class MagicLine:
+    """The ``%%flakebot`` / ``%flakebot`` line's arguments, typed: what IPython's parser made of the line."""
+
+    #: the line command and its words (``["logs", "md"]``); empty on a cell's line
+    command: list[str]
+    name: str | None
+    crate: str | None
+    verbose: bool
+    #: ``--all`` (load, stop, clean)
+    everything: bool
+    #: ``--tail N`` (logs)
+    tail: int
+    #: the build options by name, None where the line does not give one (the options table's types: mixed)
+    options: dict[str, Any]
+
+    @classmethod
+    def of(cls, parsed: argparse.Namespace) -> MagicLine:
+        return cls(
+            command=list(parsed.command),
+            name=parsed.name,
+            crate=parsed.crate,
+            verbose=bool(parsed.verbose),
+            everything=bool(getattr(parsed, ALL.dest)),
+            tail=int(getattr(parsed, TAIL.dest)),
+            options={o.name: getattr(parsed, o.name, None) for o in OPTIONS if o.per_build},
+        )
 
 
 @dataclass
 class _Build:
     """One build in progress in this kernel: its background run and how it is shown."""
 
-    run: Any
+    run: BackgroundRun[ToolClient] | None
     settings: Settings
     observers: list[Observer] = field(default_factory=list)
     tick: Callable[[], None] | None = None
@@ -93,10 +127,13 @@ _USAGE = f"""%%flakebot [--name NAME] [--crate CRATE] [build options]
   %%flakebot {LINE_USAGE}"""
 
 
-def _with_line_commands(func: Any) -> Any:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _with_line_commands(func: _F) -> _F:
     """``func``'s docstring, its line-mode section made from :data:`LINE_COMMANDS`."""
     table = "\n".join(f"            %flakebot {usage:<18}{what}" for usage, what in LINE_COMMANDS)
-    func.__doc__ = func.__doc__.replace("{line_commands}", table.lstrip())
+    func.__doc__ = (func.__doc__ or "").replace("{line_commands}", table.lstrip())
     return func
 
 
@@ -119,29 +156,29 @@ class FlakebotMagics(_OptionTraits):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
         if shell is not None:
-            _spare_examples(shell)
+            spare_examples(shell)
         if shell is not None and getattr(shell, "kernel", None) is not None:
-            _install_transformer(shell)
+            install_transformer(shell)
 
-    def _settings(self, args: Any) -> Settings:
+    def _settings(self, given: MagicLine) -> Settings:
         """The line's options over this kernel's settings (config traits) over the defaults; run flags aside
         (:meth:`_request`)."""
         try:
             settings = Settings()
             apply(settings, {"cache_dir": self.cache_dir})
             apply(settings, {o.name: getattr(self, o.name) for o in OPTIONS if o.config and not o.run_flag})
-            apply(settings, {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and not o.run_flag})
+            apply(settings, {o.name: given.options.get(o.name) for o in OPTIONS if o.per_build and not o.run_flag})
             settings.private_cache_dir()  # a cache dir that is a file: said here, not a traceback later
         except (errors.UsageError, errors.ConfigError) as exc:
             raise UsageError(str(exc)) from None
         return settings
 
     def _request(
-        self, args: Any, text: RequestText, *, name: str | None, crate: str | None, **flags: Any
+        self, given: MagicLine, text: RequestText, *, name: str | None, crate: str | None, **flags: Any
     ) -> BuildRequest:
         """The request; how its run goes: ``flags`` over the line's run flags over this kernel's over the defaults."""
         kernel = {o.name: getattr(self, o.name) for o in OPTIONS if o.config and o.run_flag}
-        line = {o.name: getattr(args, o.name, None) for o in OPTIONS if o.per_build and o.run_flag}
+        line = {o.name: given.options.get(o.name) for o in OPTIONS if o.per_build and o.run_flag}
         try:
             if name:  # said before anything is shown: no empty output above the error
                 check_tool_name(name, what="--name")
@@ -165,18 +202,11 @@ class FlakebotMagics(_OptionTraits):
         metavar="COMMAND",
         help=", ".join(f"`{usage}`" for usage, _ in LINE_COMMANDS) + ".",
     )
-    @argument(
-        "--all",
-        action="store_true",
-        help="With `load`: every tool built earlier. With `stop`: every running tool. "
-        "With `clean`: every tool, workspace and store entry.",
-    )
-    @argument(
-        "--tail", type=int, default=200, metavar="N", help="With `logs`: how many of the last lines to show (0: all)."
-    )
+    @ALL.magic_argument()
+    @TAIL.magic_argument()
     @line_cell_magic
     @_with_line_commands
-    def flakebot(self, line: str, cell: str | None = None) -> Any:
+    def flakebot(self, line: str, cell: str | None = None) -> ToolClient | None:
         """Turn a request into a compiled, tested Rust tool, and put it in the kernel.
 
         Cell mode builds a tool::
@@ -221,67 +251,68 @@ class FlakebotMagics(_OptionTraits):
         """
         if cell is None and line.split(None, 1)[:1] in (["steer"], ["cargo"]):  # the rest as written, not parsed
             return (self._steer if line.split()[0] == "steer" else self._cargo)(line)  # a text; cargo's options
-        args = self._parse(line)
+        given = self._parse(line)
         if cell is None:
-            return self._line(args)
-        request = self._check_cell(args, cell)
-        pinned = self._pull_pinned(args, request)
+            return self._line(given)
+        request = self._check_cell(given, cell)
+        pinned = self._pull_pinned(given, request)
         if pinned is not None:
             return pinned
-        build = self._start(args, self._request(args, PersonText(request), name=args.name, crate=args.crate))
+        build = self._start(given, self._request(given, PersonText(request), name=given.name, crate=given.crate))
         return self._finish(build, self._wait(build))
 
-    async def run_cell_async(self, line: str, cell: str) -> Any:
+    async def run_cell_async(self, line: str, cell: str) -> ToolClient | None:
         """``%%flakebot`` in a Jupyter kernel: the same, awaited on the kernel's event loop.
 
         The kernel keeps handling messages while the build runs, so the
         widget's Cancel button works; a kernel interrupt cancels the build.
-        (IPython runs a cell that awaits on its own loop; see _install_transformer.)
+        (IPython runs a cell that awaits on its own loop; see :func:`~flakebot_magic.magic_cells.install_transformer`.)
         """
         assert self.shell is not None
-        args = self._parse(self.shell.var_expand(line, 1))
-        request = self._check_cell(args, cell)
-        pinned = self._pull_pinned(args, request)
+        given = self._parse(self.shell.var_expand(line, 1))
+        request = self._check_cell(given, cell)
+        pinned = self._pull_pinned(given, request)
         if pinned is not None:
             return pinned
-        build = self._start(args, self._request(args, PersonText(request), name=args.name, crate=args.crate))
+        build = self._start(given, self._request(given, PersonText(request), name=given.name, crate=given.crate))
         return self._finish(build, await self._wait_async(build))
 
-    async def run_line_async(self, line: str) -> Any:
+    async def run_line_async(self, line: str) -> ToolClient | None:
         """``%flakebot rebuild NAME`` in a Jupyter kernel, awaited like a cell."""
         assert self.shell is not None
-        args = self._parse(self.shell.var_expand(line, 1))
-        build = self._start_rebuild(args)
+        given = self._parse(self.shell.var_expand(line, 1))
+        build = self._start_rebuild(given)
         return self._finish(build, await self._wait_async(build))
 
-    def _parse(self, line: str) -> Any:
+    def _parse(self, line: str) -> MagicLine:
         """The line's arguments; a mistake says what to do: the nearest option, and where the options are."""
         try:
-            return parse_argstring(self.flakebot, line)
+            parsed = parse_argstring(self.flakebot, line)
         except (UsageError, ValueError) as exc:  # ValueError: shlex's unclosed quote
             raise UsageError(explain_usage(str(exc), self.flakebot.parser)) from None
+        return MagicLine.of(parsed)
 
-    def _check_cell(self, args: Any, cell: str) -> str:
-        if args.command:
+    def _check_cell(self, given: MagicLine, cell: str) -> str:
+        if given.command:
             raise UsageError(
-                f"Unexpected words after %%flakebot: {' '.join(args.command)!r}. "
+                f"Unexpected words after %%flakebot: {' '.join(given.command)!r}. "
                 "Options go on the %%flakebot line (see %%flakebot?), the request in the cell body."
             )
-        if not cell.strip() and not args.crate and not getattr(args, "resume", None):
+        if not cell.strip() and not given.crate and not given.options.get("resume"):
             raise UsageError(
                 "The cell is empty. Write what the tool should do under the %%flakebot line, e.g.\n"
                 "    %%flakebot --name md\n    Render Markdown text to HTML."
             )
         return cell
 
-    def _pull_pinned(self, args: Any, request: str) -> Any:
+    def _pull_pinned(self, given: MagicLine, request: str) -> ToolClient | None:
         """A re-run cell of a saved notebook: the tool it pinned, pulled (:func:`~flakebot_magic.pipeline.team.
         pull_for_cell`); None: the cell builds, as it always did."""
         assert self.shell is not None
-        if any(getattr(args, flag, False) for flag in ("rebuild", "follow_up", "resume")):
+        if any(given.options.get(flag) for flag in ("rebuild", "follow_up", "resume")):
             return None
         notebook = self.shell.user_ns.get("__session__")
-        tool, lines = team.pull_for_cell(self._settings(args), notebook, args.name, request, args.crate)
+        tool, lines = team.pull_for_cell(self._settings(given), notebook, given.name, request, given.crate)
         for line in lines:
             print(safe_text(f"flakebot: {line}"))
         if tool is not None:
@@ -301,18 +332,18 @@ class FlakebotMagics(_OptionTraits):
             return "text"
         return "widget"
 
-    def _start(self, args: Any, request: BuildRequest, settings: Settings | None = None) -> _Build:
-        settings = settings or self._settings(args)
+    def _start(self, given: MagicLine, request: BuildRequest, settings: Settings | None = None) -> _Build:
+        settings = settings or self._settings(given)
         build = self.show_build(
             request.text,
             settings,
-            lambda: build.run.cancel("cancelled from the widget"),
-            verbose=bool(args.verbose or self.verbose),
+            lambda: build.run.cancel("cancelled from the widget") if build.run is not None else None,
+            verbose=bool(given.verbose or self.verbose),
             steer_name=request.name,
             crate=request.crate,
             since=hooks.previous_commit(settings, request),
         )
-        build.run = background.start_build(settings, request)
+        build.run = start_build(settings, request)
         return build
 
     def show_build(
@@ -370,12 +401,14 @@ class FlakebotMagics(_OptionTraits):
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))
         return build
 
-    def _wait(self, build: _Build) -> Any:
+    def _wait(self, build: _Build) -> ToolClient | None:
+        assert build.run is not None, "a build shown is started before it is waited for"
         with self._shown(build):
             return build.run.wait(build.observers, tick=build.tick)
         return None  # no crate fits: the record (or the printed answer) says so
 
-    async def _wait_async(self, build: _Build) -> Any:
+    async def _wait_async(self, build: _Build) -> ToolClient | None:
+        assert build.run is not None, "a build shown is started before it is waited for"
         with self._shown(build):
             return await build.run.wait_async(build.observers, tick=build.tick)
         return None
@@ -398,7 +431,7 @@ class FlakebotMagics(_OptionTraits):
         finally:
             build.refresh()
 
-    def _finish(self, build: _Build, tool: Any) -> Any:
+    def _finish(self, build: _Build, tool: ToolClient | None) -> ToolClient | None:
         assert self.shell is not None
         if tool is None:  # no crate fits: answered in the cell's output
             return None
@@ -407,21 +440,21 @@ class FlakebotMagics(_OptionTraits):
             print(safe_text(f"flakebot: `{tool.name}` is ready in the kernel: {tool.example()}"))
         return tool
 
-    def _start_rebuild(self, args: Any) -> _Build:
-        if len(args.command) != 2:
+    def _start_rebuild(self, given: MagicLine) -> _Build:
+        if len(given.command) != 2:
             raise UsageError("Usage: %flakebot rebuild NAME (`%flakebot list` shows the names).")
-        settings = self._settings(args)
+        settings = self._settings(given)
         try:
-            record = tools.find(settings, args.command[1])
+            record = tools.find(settings, given.command[1])
         except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        again = self._request(args, UntrustedText(record.request), name=record.name, crate=record.crate, rebuild=True)
-        return self._start(args, again, settings)
+        again = self._request(given, UntrustedText(record.request), name=record.name, crate=record.crate, rebuild=True)
+        return self._start(given, again, settings)
 
-    def _line(self, args: Any) -> Any:
-        if not args.command:
+    def _line(self, given: MagicLine) -> ToolClient | None:
+        if not given.command:
             raise UsageError(f"Usage: %flakebot {LINE_USAGE}; or %%flakebot as a cell magic (see %%flakebot?).")
-        command, rest = args.command[0], args.command[1:]
+        command, rest = given.command[0], given.command[1:]
         if command == "help":  # what `%%flakebot?` shows: the cell form, the options, the line commands
             print((self.flakebot.__doc__ or "").lstrip(": \n"))
             return None
@@ -431,18 +464,24 @@ class FlakebotMagics(_OptionTraits):
             display(dashboard_link())
             return None
         if command == "rebuild":
-            build = self._start_rebuild(args)
+            build = self._start_rebuild(given)
             return self._finish(build, self._wait(build))
-        settings = self._settings(args)
+        settings = self._settings(given)
         if command not in ("clean", "doctor"):  # they prepare their own way
             for note in prepare(settings):
                 print(safe_text(f"flakebot: {note}"))
         if command == "load":
-            return self._load(settings, rest, everything=args.all)
+            self._load(settings, rest, everything=given.everything)
+            return None
         try:
             with storage_errors(f"%flakebot {command}", settings.cache_dir):
                 answer = line_commands.answer(
-                    settings, command, rest, everything=args.all, tail=args.tail, rebuild=getattr(args, "rebuild", None)
+                    settings,
+                    command,
+                    rest,
+                    everything=given.everything,
+                    tail=given.tail,
+                    rebuild=given.options.get("rebuild"),
                 )
         except errors.FlakebotError as exc:  # a refused pull, a failed verify: said, not a traceback
             raise UsageError(str(exc)) from None
@@ -506,95 +545,3 @@ class FlakebotMagics(_OptionTraits):
         for problem in problems:
             print(safe_text(f"flakebot: {problem}"), file=sys.stderr)
         return None
-
-
-class _SparingFlakebot:
-    """IPython's prompt stripper, except in a ``%%flakebot`` cell: its ``>>>`` lines are acceptance examples.
-
-    IPython removes ``>>>`` and ``...`` prompts from a pasted doctest before a
-    cell runs, so a cell magic never sees them; ``%%flakebot`` needs them.
-    """
-
-    def __init__(self, strip: Any) -> None:
-        self.strip = strip
-
-    def __call__(self, lines: list[str]) -> list[str]:
-        if any(line.lstrip().startswith("%%flakebot") for line in lines):
-            return lines
-        return list(self.strip(lines))
-
-
-def _spare_examples(shell: Any) -> None:
-    """Keep the ``>>>`` examples of ``%%flakebot`` cells (see :class:`_SparingFlakebot`)."""
-    manager = getattr(shell, "input_transformer_manager", None)
-    transforms = getattr(manager, "cleanup_transforms", None)
-    if not isinstance(transforms, list):
-        return
-    try:
-        from IPython.core.inputtransformer2 import PromptStripper
-    except ImportError:  # pragma: no cover - an IPython without it strips nothing
-        return
-    transforms[:] = [_SparingFlakebot(t) if isinstance(t, PromptStripper) else t for t in transforms]
-
-
-def _install_transformer(shell: Any) -> None:
-    """Make a ``%%flakebot`` cell (and ``%flakebot rebuild``) await its build on the kernel's loop.
-
-    A cell magic runs synchronously; while it runs, the kernel's event loop
-    is blocked, so a click on the widget's Cancel button (a comm message)
-    would wait until the build ends. A cell whose code awaits runs on the
-    kernel's loop instead, and ipykernel dispatches comm messages while it
-    awaits (and turns a kernel interrupt into cancelling it). So, after
-    IPython's own transforms, a cell that is exactly one ``%%flakebot`` call
-    becomes ``await <the magics>.run_cell_async(line, body)``. Only with
-    IPython's asyncio runner and autoawait on; otherwise the cell runs as usual.
-    """
-    if any(getattr(t, "__name__", "") == "_await_flakebot" for t in shell.input_transformers_post):
-        return
-
-    def _await_flakebot(lines: list[str]) -> list[str]:
-        if len(lines) != 1 or not _async_ok(shell) or _inside_running_code():
-            return lines
-        cell = _CELL_CALL.match(lines[0])
-        if cell:
-            return [f"await {_SELF}.run_cell_async({cell.group(1)})\n"]
-        rebuild = _REBUILD_CALL.match(lines[0])
-        if rebuild:
-            return [f"await {_SELF}.run_line_async({rebuild.group(1)})\n"]
-        return lines
-
-    shell.input_transformers_post.append(_await_flakebot)
-
-
-def _inside_running_code() -> bool:
-    """Whether this transform was asked for by code that runs inside a cell: another magic, not the kernel.
-
-    ``%%time``, ``%%capture`` and other cell magics that wrap ``%%flakebot``
-    transform (and compile, or run) their body while the outer cell runs; a
-    top-level ``await`` there is a SyntaxError or needs a loop that is busy.
-    Such a ``%%flakebot`` runs the synchronous way (Ctrl-C or a kernel
-    interrupt still cancels it; the widget's Cancel button waits for the cell).
-    """
-    from IPython.core.interactiveshell import InteractiveShell
-
-    running = {getattr(InteractiveShell, name).__code__ for name in ("run_code", "run_cell_magic", "run_line_magic")}
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code in running:
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
-def _uninstall_transformer(shell: Any) -> None:
-    shell.input_transformers_post[:] = [
-        t for t in shell.input_transformers_post if getattr(t, "__name__", "") != "_await_flakebot"
-    ]
-
-
-def _async_ok(shell: Any) -> bool:
-    try:
-        from IPython.core.async_helpers import _asyncio_runner
-    except ImportError:  # pragma: no cover - IPython without autoawait
-        return False
-    return bool(getattr(shell, "autoawait", False)) and shell.loop_runner is _asyncio_runner

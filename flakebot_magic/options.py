@@ -5,9 +5,9 @@ variable and help) and where it appears: a flag on the ``%%flakebot`` line
 and on ``flakebot build``, a ``FlakebotMagics`` config trait
 (``%config FlakebotMagics.model = ...``), a keyword of
 :func:`flakebot_magic.build`. Front doors never map options by hand: they call
-:func:`add_arguments` (argparse, and IPython's ``@magic_arguments`` through
-:func:`magic_argument_decorators`), :func:`config_traits` and
-:func:`flakebot_magic.config.apply`, so an option added here reaches all of them.
+:mod:`flakebot_magic.commands` (argparse's arguments, IPython's ``@magic_arguments``,
+the config traits) and :func:`flakebot_magic.config.apply`, so an option added
+here reaches all of them.
 
 Examples
 --------
@@ -17,9 +17,8 @@ Examples
 
 from __future__ import annotations
 
-import argparse
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +31,7 @@ __all__ = [
     "OPTION_BY_NAME",
     "Option",
     "accepted",
-    "add_arguments",
     "checked",
-    "config_traits",
-    "magic_argument_decorators",
     "option",
     "parse_tool_env",
 ]
@@ -515,82 +511,3 @@ OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 def option(name: str) -> Option:
     """The option called ``name`` (KeyError for an unknown one)."""
     return OPTION_BY_NAME[name]
-
-
-def _sentence(text: str) -> str:
-    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
-
-
-def _argparse_kwargs(opt: Option, *, defaults: bool) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"dest": opt.name, "help": _sentence(opt.help)}
-    if opt.type is not bool and not opt.choices:
-        kwargs["metavar"] = opt.flags[0].lstrip("-").replace("-", "_").upper()
-    if opt.type is bool:
-        kwargs["action"] = "store_true"
-        # None, not False: "not given" lets the kernel's config trait or the Settings default decide
-        kwargs["default"] = None
-    else:
-        kwargs["type"] = opt.type
-        if opt.choices:
-            kwargs["choices"] = list(opt.choices)
-        kwargs["default"] = None
-    if defaults:
-        kwargs["help"] += _default_text(opt)
-    return kwargs
-
-
-def _default_text(opt: Option) -> str:
-    otherwise = opt.default_doc or (str(opt.default) if opt.default is not None else "")
-    if opt.env:
-        return f" Default: ${opt.env}" + (f", else {otherwise}." if otherwise else ".")
-    if opt.default_doc:
-        return f" Default: {opt.default_doc}."
-    if opt.default not in (None, False):
-        return f" Default: {opt.default}."
-    return ""
-
-
-def _flags(opt: Option) -> list[str]:
-    return [*opt.flags, *([opt.short] if opt.short else [])]
-
-
-def add_arguments(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ()) -> None:
-    """Add every per-build option to an argparse parser, in argument groups."""
-    groups: dict[str, Any] = {}
-    for opt in OPTIONS:
-        if not opt.per_build or opt.name in skip:
-            continue
-        target = parser if opt.group == "build" else groups.setdefault(opt.group, parser.add_argument_group(opt.group))
-        target.add_argument(*_flags(opt), **_argparse_kwargs(opt, defaults=True))
-
-
-def magic_argument_decorators() -> list[Callable[[Any], Any]]:
-    """``@argument(...)`` decorators for the per-build options, in table order."""
-    from IPython.core.magic_arguments import argument
-
-    return [argument(*_flags(o), **_argparse_kwargs(o, defaults=False)) for o in OPTIONS if o.per_build]
-
-
-def config_traits() -> dict[str, Any]:
-    """traitlets traits (``.tag(config=True)``) for the options that are kernel settings."""
-    from traitlets import Bool, Dict, Enum, Float, Int, Unicode
-
-    traits: dict[str, Any] = {}
-    for opt in OPTIONS:
-        if not opt.config:
-            continue
-        help_text = _sentence(opt.help) + _default_text(opt)
-        if opt.choices:
-            trait: Any = Enum(list(opt.choices), None, allow_none=True, help=help_text)
-        elif opt.type is dict:
-            trait = Dict(None, allow_none=True, help=help_text)
-        elif opt.type is bool:
-            trait = Bool(None, allow_none=True, help=help_text)
-        elif opt.type is int:
-            trait = Int(None, allow_none=True, help=help_text)
-        elif opt.type is float:
-            trait = Float(None, allow_none=True, help=help_text)
-        else:
-            trait = Unicode(None, allow_none=True, help=help_text)
-        traits[opt.name] = trait.tag(config=True)
-    return traits

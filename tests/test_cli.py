@@ -14,6 +14,7 @@ import pytest
 from tinycrates import processes_in, write_registry
 
 from flakebot_magic.cli import main
+from flakebot_magic.host.cache import CacheLayout
 
 FLAKEBOT = Path(sys.executable).parent / "flakebot"
 
@@ -364,7 +365,7 @@ def test_clean_removes_the_losing_candidates_of_tools_not_being_built(
         return workspace
 
     done, busy = tool("hx"), tool("busy")
-    with tool_lock(cache, "busy"):
+    with tool_lock(CacheLayout(cache), "busy"):
         code, out, err = _run(capsys, "clean", "--json", "--cache-dir", str(cache))
     assert code == 0, err
     report = json.loads(out)

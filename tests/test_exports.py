@@ -59,3 +59,13 @@ def test_importing_the_package_imports_nothing_heavy() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_package_exports_every_error_from_the_one_list() -> None:
+    """The error classes are listed once, in ``errors.__all__``; the package exports exactly that list."""
+    from flakebot_magic import errors
+
+    exported = {n for n in flakebot_magic.__all__ if hasattr(errors, n) and n != "__version__"}
+    assert exported == set(errors.__all__)
+    for name in errors.__all__:
+        assert getattr(flakebot_magic, name) is getattr(errors, name)

@@ -11,7 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from tinycrates import write_registry
 from traitlets.config import Config
 
-from flakebot_magic.magics import _install_transformer, _uninstall_transformer
+from flakebot_magic.magic_cells import install_transformer, uninstall_transformer
 
 pytestmark = [pytest.mark.kernel, pytest.mark.cargo]
 
@@ -86,7 +86,7 @@ def test_unknown_tool_is_a_usage_error(ip: InteractiveShell) -> None:
 
 def test_the_cell_can_be_awaited(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
     """What a kernel runs: the transformer turns the cell into an await on the same build."""
-    _install_transformer(ip)
+    install_transformer(ip)
     try:
         code = ip.transform_cell("%%flakebot --crate tinyecho --name te2\nshout it\n")
         assert code.startswith("await get_ipython().magics_manager.registry['FlakebotMagics'].run_cell_async(")
@@ -96,5 +96,5 @@ def test_the_cell_can_be_awaited(ip: InteractiveShell, capsys: pytest.CaptureFix
         assert result.success, result.error_in_exec
         assert ip.user_ns["te2"].name == "te2"
     finally:
-        _uninstall_transformer(ip)
+        uninstall_transformer(ip)
     assert ip.transform_cell("%%flakebot\nx\n").startswith("get_ipython().run_cell_magic(")

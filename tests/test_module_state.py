@@ -183,7 +183,8 @@ def _mutated_names(modules: dict[str, ast.Module]) -> set[str]:
                 for target in targets:
                     if isinstance(target, ast.Subscript) and (n := name_of(target.value)):
                         names.add(n)
-                    if isinstance(node, ast.AugAssign) and (n := name_of(target)):
+                    # ``__all__ += other.__all__``: the re-export form type checkers read, run once at import
+                    if isinstance(node, ast.AugAssign) and (n := name_of(target)) and n != "__all__":
                         names.add(n)
             elif (
                 isinstance(node, ast.Call)

@@ -195,16 +195,15 @@ def test_every_option_reaches_the_magic() -> None:
 
 
 def test_the_magic_line_wins_over_the_kernel_setting_over_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from IPython.core.magic_arguments import parse_argstring
 
     from flakebot_magic.magics import FlakebotMagics
 
     _clear_env(monkeypatch)
     magics = FlakebotMagics(shell=None)
     magics.max_iterations = 3
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).max_iterations == 3
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "--max-iterations 5")).max_iterations == 5
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).token_budget == option("token_budget").default
+    assert magics._settings(magics._parse("")).max_iterations == 3
+    assert magics._settings(magics._parse("--max-iterations 5")).max_iterations == 5
+    assert magics._settings(magics._parse("")).token_budget == option("token_budget").default
 
 
 def test_build_takes_every_option_as_a_keyword() -> None:
@@ -228,7 +227,6 @@ def test_candidates_are_bounded_at_every_door(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from IPython.core.error import UsageError as IPythonUsageError
-    from IPython.core.magic_arguments import parse_argstring
 
     from flakebot_magic.magics import FlakebotMagics
 
@@ -245,10 +243,10 @@ def test_candidates_are_bounded_at_every_door(
     assert "candidates must be from 1 to 8, not 9." in capsys.readouterr().err
     magics = FlakebotMagics(shell=None)
     with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8"):
-        magics._request(parse_argstring(FlakebotMagics.flakebot, "--candidates 12"), "x", name=None, crate=None)
+        magics._request(magics._parse("--candidates 12"), "x", name=None, crate=None)
     magics.candidates = 0  # the kernel's setting is checked too
     with pytest.raises(IPythonUsageError, match="candidates must be from 1 to 8, not 0"):
-        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None)
+        magics._request(magics._parse(""), "x", name=None, crate=None)
 
 
 def test_max_cost_and_context_tokens_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,29 +271,24 @@ def test_resume_is_a_flag_but_not_a_kernel_setting() -> None:
     assert parse_argstring(FlakebotMagics.flakebot, "--resume").resume is True
     assert cli._parser().parse_args(["build", "x", "--resume"]).resume is True
     magics = FlakebotMagics(shell=None)
-    resumed = magics._request(parse_argstring(FlakebotMagics.flakebot, "--name md --resume"), "", name="md", crate=None)
+    resumed = magics._request(magics._parse("--name md --resume"), "", name="md", crate=None)
     assert resumed.flags.resume is True
-    assert (
-        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None).flags.resume is False
-    )
+    assert magics._request(magics._parse(""), "x", name=None, crate=None).flags.resume is False
 
 
 def test_plan_and_the_architects_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from IPython.core.magic_arguments import parse_argstring
 
     from flakebot_magic.magics import FlakebotMagics
 
     _clear_env(monkeypatch)
     magics = FlakebotMagics(shell=None)
     magics.architect_model = "planner-1"  # %config FlakebotMagics.architect_model = ...
-    args = parse_argstring(FlakebotMagics.flakebot, "--plan --candidates 3")
+    args = magics._parse("--plan --candidates 3")
     flags = magics._request(args, "x", name=None, crate=None).flags
     assert (flags.plan, magics._settings(args).architect_model, flags.candidates) == (True, "planner-1", 3)
     magics.candidates = 2  # %config FlakebotMagics.candidates = 2: the kernel's, under the line's
-    assert (
-        magics._request(parse_argstring(FlakebotMagics.flakebot, ""), "x", name=None, crate=None).flags.candidates == 2
-    )
-    line = parse_argstring(FlakebotMagics.flakebot, "--architect-model other")
+    assert magics._request(magics._parse(""), "x", name=None, crate=None).flags.candidates == 2
+    line = magics._parse("--architect-model other")
     assert magics._settings(line).architect_model == "other"  # the line wins
     with pytest.raises(SystemExit):
         cli.main(["build", "--help"])
@@ -308,7 +301,6 @@ def test_plan_and_the_architects_model(monkeypatch: pytest.MonkeyPatch, capsys: 
 
 def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from IPython.core.error import UsageError as IPythonUsageError
-    from IPython.core.magic_arguments import parse_argstring
 
     from flakebot_magic.errors import ConfigError
     from flakebot_magic.llm.usage import Price
@@ -324,7 +316,7 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
     # the kernel's setting: %config FlakebotMagics.prices = {...}
     magics = FlakebotMagics(shell=None)
     magics.prices = {"gpt-test": [0.4, 1.6]}
-    assert magics._settings(parse_argstring(FlakebotMagics.flakebot, "")).prices == {"gpt-test": Price(0.4, 1.6)}
+    assert magics._settings(magics._parse("")).prices == {"gpt-test": Price(0.4, 1.6)}
     # $FLAKEBOT_PRICES, read by Settings and by the options table alike
     monkeypatch.setenv("FLAKEBOT_PRICES", "gpt-test=0.4/1.6, local=0/0")
     assert (
@@ -341,7 +333,7 @@ def test_prices_from_build_the_kernel_setting_and_the_environment(monkeypatch: p
     with pytest.raises(ConfigError, match="Fix or unset"):
         option("prices").default_value()
     with pytest.raises(IPythonUsageError, match="FLAKEBOT_PRICES"):  # the magic: one line, no traceback
-        FlakebotMagics(shell=None)._settings(parse_argstring(FlakebotMagics.flakebot, ""))
+        FlakebotMagics(shell=None)._settings(magics._parse(""))
 
 
 #: where each time limit is decided by its option: a tool call's (the clients) and a model request's (the channel)

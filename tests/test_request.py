@@ -15,6 +15,7 @@ import pytest
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import FlakebotError, UsageError
+from flakebot_magic.host.cache import CacheLayout
 from flakebot_magic.host.locks import tool_lock
 from flakebot_magic.host.names import TOOL_NAME_PATTERN, check_tool_name, is_tool_name, tool_name
 from flakebot_magic.manage.workspace_cargo import run_cargo
@@ -38,10 +39,10 @@ def _door_accepts(door: str, name: str, tmp_path: Path) -> bool:
         if door == "check":
             check_tool_name(name)
         elif door == "lock":
-            with tool_lock(tmp_path, name):
+            with tool_lock(CacheLayout(tmp_path), name):
                 pass
         elif door == "steering":
-            Inbox(tmp_path, name)
+            Inbox(CacheLayout(tmp_path), name)
         elif door == "journal":
             journals_dir(tmp_path, name)
         elif door == "cargo":

@@ -22,6 +22,7 @@ from traitlets.config import Config
 
 from flakebot_magic.config import Settings
 from flakebot_magic.errors import SteeringError
+from flakebot_magic.host.cache import CacheLayout
 from flakebot_magic.records import steering
 
 
@@ -38,7 +39,7 @@ def _flakebot(cache: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_flakebot_steer_from_another_process_reaches_the_running_session(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    with steering.running(cache, "md") as inbox:
+    with steering.running(CacheLayout(cache), "md") as inbox:
         done = _flakebot(cache, "steer", "md", "also accept --upper")
         assert done.returncode == 0, done.stderr
         assert "Queued for md's edit session" in done.stdout
@@ -48,7 +49,7 @@ def test_flakebot_steer_from_another_process_reaches_the_running_session(tmp_pat
         messages = inbox.take()
     assert [(m.text, m.source) for m in messages] == [("also accept --upper", "cli"), ("and keep it short", "cli")]
     assert data["name"] == "md" and data["text"] == "and keep it short" and data["source"] == "cli"
-    assert steering.Inbox(cache, "md").take() == []  # each message is read once
+    assert steering.Inbox(CacheLayout(cache), "md").take() == []  # each message is read once
 
 
 def test_flakebot_steer_without_a_running_session_says_how_to_start_one(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_flakebot_steer_without_a_running_session_says_how_to_start_one(tmp_path
 
 def test_flakebot_steer_refuses_an_empty_message_and_a_bad_name(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    with steering.running(cache, "md") as inbox:
+    with steering.running(CacheLayout(cache), "md") as inbox:
         empty = _flakebot(cache, "steer", "md", "   ")
         bad = _flakebot(cache, "steer", "../md", "hello")
         assert inbox.take() == []
@@ -90,7 +91,7 @@ def test_the_line_magic_steers_with_the_rest_of_the_line_as_the_text(
     ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "cache"
-    with steering.running(cache, "md") as inbox:
+    with steering.running(CacheLayout(cache), "md") as inbox:
         ip.run_line_magic("flakebot", "steer md also accept --upper -n 3")  # no option parsing of the text
         ip.run_line_magic("flakebot", "steer md \"a quoted 'message'\"")  # one quoted string: its content
         messages = inbox.take()
@@ -118,7 +119,7 @@ def test_the_widgets_send_button_steers_the_named_build(ip: InteractiveShell, tm
     named = magics.show_build("a request", settings, lambda: None, steer_name="md")
     unnamed = magics.show_build("a request", settings, lambda: None)
     assert unnamed.widget.on_steer is None  # no name yet: nothing to send to
-    with steering.running(settings.cache_dir, "md") as inbox:
+    with steering.running(settings.cache, "md") as inbox:
         named.widget.on_steer("also accept --upper")
         assert [(m.text, m.source) for m in inbox.take()] == [("also accept --upper", "widget")]
     with pytest.raises(SteeringError, match="No edit session"):  # the widget shows what it raises

@@ -25,7 +25,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..clients import ToolClient
 from ..config import Settings
@@ -191,7 +190,9 @@ class AgentSession:
 class AgentBuild:
     """A running agent build: wait for it, or cancel it (the pipeline stops as on Cancel, the workspace kept)."""
 
-    def __init__(self, session: AgentSession, run: BackgroundRun[Any], meter: _TokenMeter, who: str = "") -> None:
+    def __init__(
+        self, session: AgentSession, run: BackgroundRun[ToolClient], meter: _TokenMeter, who: str = ""
+    ) -> None:
         self.session = session
         self.run = run
         self._meter = meter

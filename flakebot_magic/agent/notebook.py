@@ -35,7 +35,8 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -229,24 +230,11 @@ def call(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any)
     interrupt) raises :class:`~flakebot_magic.errors.Cancelled`. In a Jupyter
     kernel, ``await acall(tool_call)`` lets the widget's Cancel button stop it too.
     """
-    call_id, name, arguments = parse_tool_call(tool_call)
-    agent = _agent(cache_dir, **options)
-    try:
-        if name == "build_tool":
-            pending = _start(agent, arguments)
-            try:
-                report = pending.build.wait(pending.observers, tick=pending.tick)
-            finally:
-                agent.busy(-1)
-                pending.refresh()
-            content = pending.finish(report)
-        else:
-            content = _run(agent, name, arguments)
-    except (KeyboardInterrupt, Cancelled):
-        raise
-    except Exception as exc:  # the model sees what went wrong, and may correct itself
-        content = _error_text(exc)
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    answer = _Answer(tool_call, cache_dir, options)
+    if answer.pending is not None:
+        with answer.waiting() as pending:
+            answer.report = pending.build.wait(pending.observers, tick=pending.tick)
+    return answer.message()
 
 
 async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **options: Any) -> dict[str, Any]:
@@ -258,24 +246,60 @@ async def acall(tool_call: Any, *, cache_dir: str | Path | None = None, **option
     interrupt does too; either raises :class:`~flakebot_magic.errors.Cancelled`.
     Calls of built tools run as in :func:`call`.
     """
-    call_id, name, arguments = parse_tool_call(tool_call)
-    agent = _agent(cache_dir, **options)
-    try:
-        if name == "build_tool":
-            pending = _start(agent, arguments)
+    answer = _Answer(tool_call, cache_dir, options)
+    if answer.pending is not None:
+        with answer.waiting() as pending:
+            answer.report = await pending.build.wait_async(pending.observers, tick=pending.tick)
+    return answer.message()
+
+
+class _Answer:
+    """One tool call's answer, but for the wait on a build, which :func:`call` blocks on and :func:`acall` awaits.
+
+    A failure (a refused or failed build, a tool error, bad arguments) becomes
+    the answer's content, for the model to read; a person's stop (a kernel
+    interrupt, :class:`~flakebot_magic.errors.Cancelled`) propagates.
+    """
+
+    def __init__(self, tool_call: Any, cache_dir: str | Path | None, options: dict[str, Any]) -> None:
+        self.call_id, name, arguments = parse_tool_call(tool_call)
+        agent = _agent(cache_dir, **options)
+        self.pending: _PendingBuild | None = None
+        self.report: BuildReport | None = None
+        self.content = ""
+        with self._told():
+            if name == "build_tool":
+                self.pending = _start(agent, arguments)
+            else:
+                self.content = _run(agent, name, arguments)
+
+    @contextmanager
+    def _told(self) -> Iterator[None]:
+        try:
+            yield
+        except (KeyboardInterrupt, Cancelled):
+            raise
+        except Exception as exc:  # the model sees what went wrong, and may correct itself
+            self.content = _error_text(exc)
+
+    @contextmanager
+    def waiting(self) -> Iterator[_PendingBuild]:
+        """Around the wait for :attr:`pending`, which sets :attr:`report`: the agent not busy, the build's progress
+        refreshed, then the answer made from the report."""
+        pending = self.pending
+        assert pending is not None, "waiting() is for a build_tool call"
+        with self._told():
             try:
-                report = await pending.build.wait_async(pending.observers, tick=pending.tick)
+                yield pending
             finally:
-                agent.busy(-1)
+                pending.agent.busy(-1)
                 pending.refresh()
-            content = pending.finish(report)
-        else:
-            content = _run(agent, name, arguments)
-    except (KeyboardInterrupt, Cancelled):
-        raise
-    except Exception as exc:
-        content = _error_text(exc)
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+            assert self.report is not None, "the wait sets the report"
+            self.content = pending.finish(self.report)
+
+    def message(self) -> dict[str, Any]:
+        """The ``tool`` message to send back."""
+        return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
 
 
 def _error_text(exc: Exception) -> str:

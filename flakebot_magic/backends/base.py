@@ -31,12 +31,14 @@ from ..host.fsutil import is_real_dir
 from ..host.git import Git
 from ..host.storage import read_cache_json
 from ..host.trees import Walk
-from ..records.proofs import ProofRecord
+from ..records.proofs import ProofRecord, ProofStore
 from ..registry.directory import read_manifest
 from ..sandbox import release_target
 from ..sandbox.cargo import Cargo
 from ..sandbox.diagnostics import BINARY_NAME, TestReport
+from ..stages.build import BuildResult, CheckResult, check
 from ..stages.deploy import StorePath, served
+from ..stages.deps import dependency_cache
 from ..stages.flake import DEFAULT_NIXPKGS_URL, FlakeMeta
 from ..stages.fork import Workspace
 from ..stages.proven import ProvenSource
@@ -288,6 +290,25 @@ class Backend(ABC):
 
     def git(self, run: RunState) -> Git:
         return Git(run.forked().path, self.deps.runner)
+
+    def check(
+        self, run: RunState, cargo: Cargo, git: Git, *, release: Callable[[Path], BuildResult] | None = None
+    ) -> CheckResult:
+        """The release build and the tests of ``run``'s workspace in the sandbox, with this cache's proofs and
+        compiled dependencies (``release``: how the release build runs, when not by cargo; nix's)."""
+        settings = self.settings
+        return check(
+            run.forked().path,
+            cargo,
+            self.bus,
+            policy=run.checked(),
+            build_timeout=settings.build_timeout,
+            test_timeout=settings.test_timeout,
+            proofs=ProofStore(settings.cache.proofs),
+            git=git,
+            deps=dependency_cache(settings.cache.units, cargo, self.bus),
+            release=release,
+        )
 
     @abstractmethod
     def build(self, run: RunState, cargo: Cargo) -> Built | None:

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records.proofs import ProofStore
 from ..sandbox.cargo import Cargo
-from ..stages.build import BUILD_FLAGS, check
+from ..stages.build import BUILD_FLAGS
 from ..stages.deploy import StorePath, deploy, lookup, store_key
-from ..stages.deps import dependency_cache
 from ..stages.flake import write_flake
 from ..stages.state import RunState, Stage
 from .base import Backend, Built, cached_rows, flake_meta, manifest, nixpkgs_url
@@ -47,17 +45,7 @@ class CargoBackend(Backend):
         if built.cached is not None:
             cached_rows(bus, ("build", "test"), built.cached)
         else:
-            result = check(
-                workspace.path,
-                cargo,
-                bus,
-                policy=run.checked(),
-                build_timeout=settings.build_timeout,
-                test_timeout=settings.test_timeout,
-                proofs=ProofStore(settings.cache.proofs),
-                git=git,
-                deps=dependency_cache(settings.cache.units, cargo, bus),
-            )
+            result = self.check(run, cargo, git)
             built.binaries, built.tests, built.proof = dict(result.build.binaries), result.tests, result.proof
             built.digests, built.source = dict(result.build.digests), result.source
         with Stage(bus, "flake") as stage:

@@ -48,12 +48,10 @@ from ..errors import ConfigError, DeployError, FlakebotError, FlakeError, StageT
 from ..host.cache import CacheLayout
 from ..host.fsutil import atomic_write, load_json
 from ..host.process import ProcessRunner, scrubbed_env
-from ..records.proofs import ProofStore
 from ..records.provenance import describe_locked
 from ..sandbox.cargo import Cargo
-from ..stages.build import LINT_CAP, check
+from ..stages.build import LINT_CAP
 from ..stages.deploy import StorePath, lookup, store_key
-from ..stages.deps import dependency_cache
 from ..stages.flake import FLAKE_FORMAT, LOCK_FILE, check_lock_sources, write_flake
 from ..stages.state import BackendChoice, RunState, Stage
 from .base import (
@@ -108,7 +106,7 @@ class Lockable:
 def nixpkgs_lockable(
     ref: str,
     *,
-    cache_dir: Path,
+    cache: CacheLayout,
     runner: ProcessRunner | None = None,
     nix: str | None = None,
     now: Callable[[], float] = time.time,
@@ -120,7 +118,7 @@ def nixpkgs_lockable(
     seconds) whether it holds a copy. ``nix``: the nix executable (default:
     on PATH).
     """
-    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
+    path = cache.probes / "nixpkgs.json"
     try:
         known = load_json(path.read_text())
         entry = known[ref]
@@ -129,19 +127,19 @@ def nixpkgs_lockable(
     except (OSError, ValueError, KeyError, TypeError):
         pass
     answer = _probe(ref, runner or ProcessRunner(), nix if nix is not None else find_nix())
-    remember(cache_dir, ref, answer, now=now)
+    remember(cache, ref, answer, now=now)
     return answer
 
 
-def _kept_lock(cache_dir: Path, ref: str) -> Path:
+def _kept_lock(cache: CacheLayout, ref: str) -> Path:
     """Where flakebot keeps the flake.lock it made for the nixpkgs reference ``ref`` (see
     :meth:`~flakebot_magic.backends.nix_command.Nix.lock`): in its private cache, never in a workspace."""
-    return CacheLayout(cache_dir).probes / f"nixpkgs-{hashlib.sha256(ref.encode()).hexdigest()[:32]}.lock"
+    return cache.probes / f"nixpkgs-{hashlib.sha256(ref.encode()).hexdigest()[:32]}.lock"
 
 
-def remember(cache_dir: Path, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
+def remember(cache: CacheLayout, ref: str, answer: Lockable, *, now: Callable[[], float] = time.time) -> None:
     """Keep ``answer`` for ``ref`` (a lock that failed after all replaces a probe's yes)."""
-    path = CacheLayout(cache_dir).probes / "nixpkgs.json"
+    path = cache.probes / "nixpkgs.json"
     try:
         known = load_json(path.read_text())
         if not isinstance(known, dict):
@@ -246,7 +244,7 @@ def decide(settings: Settings, runner: ProcessRunner | None = None) -> BackendCh
     if name != "nix" or not auto:
         return BackendChoice(name, why, auto)
     url = nixpkgs_url(settings)
-    lockable = nixpkgs_lockable(url, cache_dir=settings.private_cache_dir(), runner=runner)
+    lockable = nixpkgs_lockable(url, cache=settings.cache, runner=runner)
     if lockable.ok:
         return BackendChoice("nix", f"{why}; nixpkgs {url}: {lockable.why}", auto)
     reason = f"nix cannot lock the flake's nixpkgs input {url} here: {lockable.why}"
@@ -302,7 +300,7 @@ class NixBackend(Backend):
             try:
                 lock = nix.lock(
                     workspace.path,
-                    _kept_lock(settings.cache_dir, url),
+                    _kept_lock(settings.cache, url),
                     timeout=settings.build_timeout,
                     on_line=line_logger(bus, "flake"),
                 )
@@ -321,7 +319,7 @@ class NixBackend(Backend):
                 stage.detail = f"{'committed' if committed else 'unchanged'}, nixpkgs {describe_locked(lock.nixpkgs)}"
         if unlockable is not None:
             first = (str(unlockable).strip().splitlines() or [""])[0][:200]
-            remember(settings.private_cache_dir(), url, Lockable(False, f"nix flake lock failed: {first}"))
+            remember(settings.cache, url, Lockable(False, f"nix flake lock failed: {first}"))
             bus.notice(
                 "deploy",
                 f"auto: nix could not lock the flake's nixpkgs input ({first}); "
@@ -349,18 +347,7 @@ class NixBackend(Backend):
             nix, workspace.path, pending, timeout=settings.build_timeout, on_line=line_logger(bus, "build")
         )
         try:
-            result = check(
-                workspace.path,
-                cargo,
-                bus,
-                policy=run.checked(),
-                build_timeout=settings.build_timeout,
-                test_timeout=settings.test_timeout,
-                proofs=ProofStore(settings.cache.proofs),
-                git=git,
-                deps=dependency_cache(settings.cache.units, cargo, bus),
-                release=release,
-            )
+            result = self.check(run, cargo, git, release=release)
         except BaseException:
             remove_link(pending)  # the tool's own root (or none) is all a run leaves
             raise

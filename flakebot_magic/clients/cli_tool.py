@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any
 
 from ..commands import typed
 from ..errors import ToolArgumentError, ToolError
@@ -41,7 +41,8 @@ from ..host.process import spawn, start_call
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
 from .base import Confinement, ToolClient
-from .cli_tool_help import CliArgument, CliOption, CliSpec, as_text, help_of, parse_help, probe_help, reads_stdin
+from .cli_tool_doc import cli_docstring, cli_signature
+from .cli_tool_help import CliArgument, CliSpec, as_text, help_of, parse_help, probe_help, reads_stdin
 from .schema import sentence
 from .terminal_text import shown_help, tool_result
 
@@ -55,23 +56,6 @@ _FILE_ARGUMENT = re.compile(r"^(?:in(?:put)?[-_]?)?(?:file|path)(?:name)?$|^inpu
 
 #: ``text`` without ANSI escape sequences, the rest as written (:func:`flakebot_magic.untrusted.strip_sequences`)
 strip_ansi = strip_sequences
-
-
-def _option_annotation(option: CliOption) -> Any:
-    if not option.takes_value:
-        return Union[bool, int] if option.repeatable else bool
-    base: Any = Literal[option.choices] if option.choices else Union[str, int, float]
-    if option.value_optional:
-        base = Union[base, bool]
-    return Union[base, Sequence[str]] if option.repeatable else base
-
-
-def _argument_annotation(argument: CliArgument) -> Any:
-    return (
-        Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
-        if argument.repeatable
-        else Union[str, os.PathLike[str]]
-    )
 
 
 class _InstanceAttribute:
@@ -150,112 +134,21 @@ class CliTool(ToolClient):
 
     def _signature(self) -> inspect.Signature:
         if self._sig is None:
-            kw = inspect.Parameter.KEYWORD_ONLY
-            parameters = [
-                inspect.Parameter(
-                    "args", inspect.Parameter.VAR_POSITIONAL, annotation=Union[str, os.PathLike[str], int, float]
-                ),
-                inspect.Parameter("input", kw, default=None, annotation=Optional[str | bytes]),
-                inspect.Parameter("timeout", kw, default=None, annotation=Optional[float]),
-                inspect.Parameter("env", kw, default=None, annotation=Optional[Mapping[str, str]]),
-                inspect.Parameter("raw", kw, default=False, annotation=bool),
-            ]
-            for option in self.spec.options:
-                annotation = _option_annotation(option)
-                default = False if not option.takes_value else None
-                parameters.append(
-                    inspect.Parameter(
-                        option.name,
-                        kw,
-                        default=default,
-                        annotation=annotation if default is False else Optional[annotation],
-                    )
-                )
-            for argument in self.spec.arguments:
-                parameters.append(
-                    inspect.Parameter(
-                        argument.name, kw, default=None, annotation=Optional[_argument_annotation(argument)]
-                    )
-                )
-            self._sig = inspect.Signature(parameters, return_annotation=str)
+            self._sig = cli_signature(self.spec)
         return self._sig
 
     __signature__ = _InstanceAttribute("_signature")
 
     def _docstring(self) -> str:
-        spec = self.spec
-        lines = [
-            f"{self.name}: {self.crate} {self.version}. {sentence(spec.description or self.description)}".strip(),
-            "",
-            "Runs the tool and returns its standard output (a str).",
-        ]
-        if not spec.parsed:
-            lines += [
-                "",
-                "flakebot could not parse this tool's --help into options, so it takes plain",
-                f'command-line arguments only: {self.name}("--flag", "value", Path("file")).',
-                f"See {self.name}.help for what the tool accepts.",
-            ]
-        lines += [
-            "",
-            "Parameters",
-            "----------",
-            "*args : str, os.PathLike, int or float",
-            "    Command-line arguments, as they are.",
-        ]
-        if self.reads_stdin:
-            lines.append(
-                "    This tool reads standard input: a first plain str is sent there (when input= is not given)."
-            )
-        lines += [
-            "input : str or bytes, optional",
-            "    Text or bytes for the tool's standard input.",
-            "timeout : float, optional",
-            f"    Seconds before the tool is stopped (default {self.timeout:g}).",
-            "env : mapping, optional",
-            "    Variables added to the tool's environment for this call. The tool starts with an",
-            "    allowlisted environment (PATH, HOME, LANG, ...; no API keys), plus the tool_env setting.",
-        ]
-        for option in spec.options:
-            kind = (
-                "bool"
-                if not option.takes_value
-                else (" | ".join(repr(c) for c in option.choices) if option.choices else "str or number")
-            )
-            if option.repeatable:
-                kind += " (repeatable: a list gives it several times)" if option.takes_value else " or int (a count)"
-            lines.append(f"{option.name} : {kind}{'' if not option.takes_value else ', optional'}")
-            form = ", ".join(option.flags) + (f" <{option.value}>" if option.takes_value else "")
-            text = re.sub(r"(?<!\s)\s*\[(default|possible values): [^\][]*\]", "", option.help).strip()
-            lines.append(f"    {form}: {text}" if text else f"    {form}")
-            if option.default is not None:
-                lines.append(f"    The tool's default: {option.default}.")
-        for argument in spec.arguments:
-            lines.append(
-                f"{argument.name} : str or os.PathLike{' (or a list)' if argument.repeatable else ''}, optional"
-            )
-            lines.append(
-                f"    <{argument.placeholder}>{': ' + argument.help if argument.help else ''} (positional, after the options)"
-            )
-        if spec.commands:
-            lines += ["", f"Subcommands (pass as the first argument): {', '.join(spec.commands)}."]
-        lines += [
-            "",
-            "Returns",
-            "-------",
-            "str",
-            "    The tool's standard output.",
-            "",
-            "Raises",
-            "------",
-            "ToolError",
-            "    The tool exited non-zero (``returncode``, ``stderr``) or ran past ``timeout``.",
-            "",
-            "Examples",
-            "--------",
-            f">>> {self._rich_example()}  # doctest: +SKIP",
-        ]
-        return safe_text("\n".join(lines))
+        summary = f"{self.name}: {self.crate} {self.version}. {sentence(self.spec.description or self.description)}"
+        return cli_docstring(
+            self.spec,
+            summary=summary.strip(),
+            name=self.name,
+            timeout=self.timeout,
+            reads_stdin=self.reads_stdin,
+            example=self._rich_example(),
+        )
 
     __doc__ = _InstanceAttribute("_docstring", __doc__)
 

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,109 +246,143 @@ def parse_help(text: str, reserved: frozenset[str] = frozenset()) -> CliSpec:
     """
     if not text.strip():
         return CliSpec()
-    lines = text.expandtabs(8).splitlines()
-    options: list[CliOption] = []
-    arguments: list[CliArgument] = []
-    commands: list[str] = []
-    description: list[str] = []
-    usage = ""
-    section = "top"
-    taken: set[str] = {"help_", "version_"}
-    # the entry being read: (kind, indent, spec, help lines)
-    current: list[Any] | None = None
+    reader = _HelpReader(text.expandtabs(8).splitlines(), reserved)
+    reader.read()
+    return reader.spec()
 
-    def finish() -> None:
-        nonlocal current
+
+@dataclass
+class _Entry:
+    """The entry of a help text being read: an option, an argument or a subcommand, its help lines so far."""
+
+    kind: str
+    indent: int
+    spec: str
+    help: list[str]
+
+
+class _HelpReader:
+    """:func:`parse_help`'s reading, line by line: the section it is in, the entry it is reading, what it found."""
+
+    def __init__(self, lines: list[str], reserved: frozenset[str]) -> None:
+        self.lines = lines
+        self.index = 0
+        self.reserved = reserved
+        self.options: list[CliOption] = []
+        self.arguments: list[CliArgument] = []
+        self.commands: list[str] = []
+        self.description: list[str] = []
+        self.usage = ""
+        self.section = "top"
+        self.taken: set[str] = {"help_", "version_"}
+        self.current: _Entry | None = None
+
+    def read(self) -> None:
+        while self.index < len(self.lines):
+            line = self.lines[self.index]
+            self.index += 1
+            self._line(line)
+        self.finish()
+
+    def finish(self) -> None:
+        """The entry being read is complete: keep it."""
+        current, self.current = self.current, None
         if current is None:
             return
-        kind, _, spec, help_lines = current
-        help_text = " ".join(" ".join(help_lines).split())
-        if kind == "option":
-            option = _parse_option(spec, help_text, taken, reserved)
+        help_text = " ".join(" ".join(current.help).split())
+        if current.kind == "option":
+            option = _parse_option(current.spec, help_text, self.taken, self.reserved)
             if option is not None and not {"--help", "-h", "--version", "-V"} & set(option.flags):
-                taken.add(option.name)
-                options.append(option)
-        elif kind == "argument":
-            argument = _parse_argument(spec, help_text, taken, reserved)
-            taken.add(argument.name)
-            arguments.append(argument)
-        elif kind == "command":
-            commands.append(spec)
-        current = None
+                self.taken.add(option.name)
+                self.options.append(option)
+        elif current.kind == "argument":
+            argument = _parse_argument(current.spec, help_text, self.taken, self.reserved)
+            self.taken.add(argument.name)
+            self.arguments.append(argument)
+        elif current.kind == "command":
+            self.commands.append(current.spec)
 
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        index += 1
+    def _line(self, line: str) -> None:
         stripped = line.strip()
         indent = len(line) - len(line.lstrip())
         if not stripped:
-            # clap's long help puts blank lines inside an entry's help; keep reading it
-            if current is not None:
-                following = next((line for line in lines[index:] if line.strip()), "")
-                following_indent = len(following) - len(following.lstrip())
-                if not (following and following_indent > current[1] and not following.lstrip().startswith("-")):
-                    finish()
-            continue
+            self._blank()
+            return
         header = _HEADER.match(line) if indent == 0 else None
         if header is not None and not stripped.startswith("-"):
-            finish()
-            section = _section_kind(header.group("title"))
-            if section == "usage":
-                rest = header.group("rest").strip()
-                if not rest and index < len(lines):
-                    rest = lines[index].strip()
-                    index += 1
-                usage = usage or rest
-                section = "top"
-            continue
+            self._header(header)
+            return
         if stripped.lower().startswith("usage "):  # "usage args [WORDS]..." without a colon
-            usage = usage or stripped[len("usage ") :]
-            continue
-        if current is not None and indent > current[1] and not stripped.startswith("-"):
-            current[3].append(stripped)
-            continue
+            self.usage = self.usage or stripped[len("usage ") :]
+            return
+        current = self.current
+        if current is not None and indent > current.indent and not stripped.startswith("-"):
+            current.help.append(stripped)
+            return
         if stripped.startswith("-") and indent > 0 and re.match(r"--?[A-Za-z0-9?]", stripped):
-            finish()
-            spec, help_text = _split_spec(stripped)
-            current = ["option", indent, spec, [help_text] if help_text else []]
-            continue
-        if section == "arguments" and indent > 0:
-            finish()
-            spec, help_text = _split_spec(stripped)
-            if _ARGUMENT_LINE.match(spec):
-                current = ["argument", indent, spec, [help_text] if help_text else []]
-            continue
-        if section == "commands" and indent > 0:
-            finish()
-            spec, help_text = _split_spec(stripped)
-            if re.fullmatch(r"[a-z][\w-]*", spec) and spec != "help":
-                current = ["command", indent, spec, [help_text] if help_text else []]
-            continue
-        finish()
-        if (section == "top" and indent == 0) or (section == "top" and not options):
-            description.append(stripped)
-    finish()
+            self._start("option", indent, stripped, lambda spec: True)
+            return
+        if self.section == "arguments" and indent > 0:
+            self._start("argument", indent, stripped, lambda spec: bool(_ARGUMENT_LINE.match(spec)))
+            return
+        if self.section == "commands" and indent > 0:
+            self._start(
+                "command", indent, stripped, lambda spec: bool(re.fullmatch(r"[a-z][\w-]*", spec)) and spec != "help"
+            )
+            return
+        self.finish()
+        if (self.section == "top" and indent == 0) or (self.section == "top" and not self.options):
+            self.description.append(stripped)
 
-    if not arguments and usage:
-        arguments = _usage_arguments(usage, taken, reserved)
-    elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
-        arguments = [
-            CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)
-            if f"[{a.placeholder}]" in usage
-            else a
-            for a in arguments
-        ]
-    # "name 1.2.3" first lines are not a description
-    words = [d for d in description if not re.fullmatch(r"[\w.-]+ v?\d+(\.\d+)*\S*", d)]
-    return CliSpec(
-        options=tuple(options),
-        arguments=tuple(arguments),
-        commands=tuple(commands),
-        description=" ".join(words).strip(),
-        usage=usage,
-        parsed=bool(options or arguments or commands),
-    )
+    def _blank(self) -> None:
+        # clap's long help puts blank lines inside an entry's help; keep reading it
+        if self.current is None:
+            return
+        following = next((line for line in self.lines[self.index :] if line.strip()), "")
+        following_indent = len(following) - len(following.lstrip())
+        if not (following and following_indent > self.current.indent and not following.lstrip().startswith("-")):
+            self.finish()
+
+    def _header(self, header: re.Match[str]) -> None:
+        self.finish()
+        self.section = _section_kind(header.group("title"))
+        if self.section == "usage":
+            rest = header.group("rest").strip()
+            if not rest and self.index < len(self.lines):
+                rest = self.lines[self.index].strip()
+                self.index += 1
+            self.usage = self.usage or rest
+            self.section = "top"
+
+    def _start(self, kind: str, indent: int, stripped: str, fits: Callable[[str], bool]) -> None:
+        """A new entry of ``kind`` begins (when its spec ``fits``); the one before it is complete."""
+        self.finish()
+        spec, help_text = _split_spec(stripped)
+        if fits(spec):
+            self.current = _Entry(kind, indent, spec, [help_text] if help_text else [])
+
+    def spec(self) -> CliSpec:
+        """What was read, as a :class:`CliSpec`."""
+        arguments, usage = self.arguments, self.usage
+        if not arguments and usage:
+            arguments = _usage_arguments(usage, self.taken, self.reserved)
+        elif usage:  # clap 2 and 3 list every argument as <NAME>; the usage line says which are optional
+            arguments = [
+                CliArgument(a.name, a.placeholder, a.help, False, a.repeatable or f"[{a.placeholder}]..." in usage)
+                if f"[{a.placeholder}]" in usage
+                else a
+                for a in arguments
+            ]
+        # "name 1.2.3" first lines are not a description
+        words = [d for d in self.description if not re.fullmatch(r"[\w.-]+ v?\d+(\.\d+)*\S*", d)]
+        return CliSpec(
+            options=tuple(self.options),
+            arguments=tuple(arguments),
+            commands=tuple(self.commands),
+            description=" ".join(words).strip(),
+            usage=usage,
+            parsed=bool(self.options or arguments or self.commands),
+        )
 
 
 def _echoes(text: str, flag: str) -> bool:

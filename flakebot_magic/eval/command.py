@@ -14,9 +14,9 @@ import json
 import sys
 from typing import Any
 
+from ..config import add_arguments as add_build_arguments
 from ..llm.usage import PRICE_FORMAT
 from ..options import OPTIONS
-from ..options import add_arguments as add_build_arguments
 
 __all__ = ["add_arguments", "run"]
 

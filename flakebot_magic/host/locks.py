@@ -33,7 +33,7 @@ from .crashpoints import crash_point
 from .fsutil import load_json, private_dir, set_aside_non_file
 from .names import check_tool_name
 
-__all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "locks_dir", "store_lock", "tool_lock"]
+__all__ = ["WAIT_SECONDS", "LockHolder", "ToolBusy", "held_locks", "store_lock", "tool_lock"]
 
 #: how long a second build of the same name waits for the first before it gives up
 WAIT_SECONDS = 10.0
@@ -56,13 +56,8 @@ class LockHolder:
         return f"pid {self.pid} (since {when}{command})"
 
 
-def locks_dir(cache_dir: Path) -> Path:
-    """``<cache>/locks``."""
-    return CacheLayout(Path(cache_dir)).locks
-
-
-def _lock_file(cache_dir: Path, name: str) -> Path:
-    return locks_dir(cache_dir) / f"{check_tool_name(name)}.lock"
+def _lock_file(cache: CacheLayout, name: str) -> Path:
+    return cache.locks / f"{check_tool_name(name)}.lock"
 
 
 def _read_holder(fd: int) -> LockHolder:
@@ -93,7 +88,9 @@ def _open(path: Path) -> int:
 
 
 @contextmanager
-def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None, rebuild: bool = False) -> Iterator[LockHolder]:
+def tool_lock(
+    cache: CacheLayout, name: str, *, wait: float | None = None, rebuild: bool = False
+) -> Iterator[LockHolder]:
     """Hold the lock of tool ``name`` for the ``with`` block; wait up to ``wait`` seconds for it.
 
     Raises :class:`ToolBusy` (naming the holder) when it stays taken; it
@@ -105,14 +102,14 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None, rebuild:
     Examples
     --------
     >>> import tempfile
-    >>> cache = Path(tempfile.mkdtemp())
+    >>> cache = CacheLayout(Path(tempfile.mkdtemp()))
     >>> with tool_lock(cache, "md") as me:
     ...     sorted(held_locks(cache)) == ["md"] and me.pid == os.getpid()
     True
     >>> held_locks(cache)
     {}
     """
-    path = _lock_file(cache_dir, name)
+    path = _lock_file(cache, name)
     private_dir(path.parent)
     fd = _open(path)
     try:
@@ -158,9 +155,9 @@ def tool_lock(cache_dir: Path, name: str, *, wait: float | None = None, rebuild:
         os.close(fd)  # drops the flock
 
 
-def held_locks(cache_dir: Path) -> dict[str, LockHolder]:
+def held_locks(cache: CacheLayout) -> dict[str, LockHolder]:
     """The tool names whose lock some process (this one included) holds now, with their holders."""
-    directory = locks_dir(cache_dir)
+    directory = cache.locks
     held: dict[str, LockHolder] = {}
     try:
         entries = sorted(directory.iterdir())

@@ -8,15 +8,19 @@ line without end is never held whole.
 from __future__ import annotations
 
 import codecs
+import os
+import selectors
 from collections.abc import Callable
 
-__all__ = ["MAX_CAPTURE", "MAX_LINE", "LineCallback", "LineReader", "StreamCapture"]
+__all__ = ["MAX_CAPTURE", "MAX_LINE", "LineCallback", "LineReader", "Pipes", "StreamCapture"]
 
 MiB = 1024**2
 #: cap on the output kept in memory per stream; past it the output is drained and dropped, with a note
 MAX_CAPTURE = 64 * MiB
 #: a "line" handed to observers is at most this long (a line without newline arrives in pieces)
 MAX_LINE = 64 * 1024
+#: how much one read of a pipe takes
+_CHUNK = 64 * 1024
 
 LineCallback = Callable[[str, str], None]  # (stream, line)
 
@@ -115,3 +119,44 @@ class StreamCapture:
 
     def text(self) -> str:
         return "".join(self.kept)
+
+
+class Pipes:
+    """A command's stdout and stderr (:class:`~flakebot_magic.host.process.ProcessRunner`), read without blocking,
+    by one selector, into their :class:`StreamCapture` s."""
+
+    def __init__(self, stdout: int, stderr: int, cap: int, on_line: LineCallback | None) -> None:
+        self.streams = {stdout: StreamCapture("stdout", cap, on_line), stderr: StreamCapture("stderr", cap, on_line)}
+        self.selector = selectors.DefaultSelector()
+        for fd in self.streams:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ)
+
+    def read(self, timeout: float) -> None:
+        """What the pipes hold now, waiting up to ``timeout`` seconds for some; a pipe at its end is done."""
+        for key, _ in self.selector.select(timeout=timeout):
+            fd = int(key.fd)
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue
+            if data:
+                self.streams[fd].feed(data)
+            else:
+                self.selector.unregister(fd)
+
+    @property
+    def open(self) -> bool:
+        """Whether a pipe is not at its end yet: some process still holds its write end."""
+        return bool(self.selector.get_map())
+
+    def close(self) -> None:
+        """Stop reading; each capture's last line (one without a newline) is kept."""
+        self.selector.close()
+        for stream in self.streams.values():
+            stream.feed(b"", final=True)
+
+    def texts(self) -> tuple[str, str]:
+        """What was kept of stdout and stderr."""
+        out, err = self.streams.values()
+        return out.text(), err.text()

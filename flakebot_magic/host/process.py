@@ -23,9 +23,9 @@ its end goes through :class:`ProcessRunner`; a tool's call goes through
   and past the cap a visible note says so;
 * sees an allowlisted environment (:func:`allowed_env`, :func:`scrubbed_env`):
   variables pass by name, never because they "do not look like a secret";
-* is never a Rust toolchain program (:data:`TOOLCHAIN_PROGRAMS`: cargo, rustc,
+* is never a Rust toolchain program (:data:`~.sandboxed.TOOLCHAIN_PROGRAMS`: cargo, rustc,
   rustdoc, rustup, clippy) unless it comes wrapped by the sandbox, as a
-  :class:`SandboxedCommand`: those programs run what a crate says (its build
+  :class:`~.sandboxed.SandboxedCommand`: those programs run what a crate says (its build
   scripts, its ``.cargo/config.toml``, its ``rust-toolchain.toml``), so no
   other command line for them is accepted.
 
@@ -40,7 +40,6 @@ import contextlib
 import ctypes
 import functools
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -58,19 +57,18 @@ from .cancel import CancelToken, LinkedToken, stopped_during
 from .crashpoints import crash_point
 from .environment import allowed_env, scrubbed_env
 from .guard import MARK, Guard, Spawner, check_program, gated
-from .output import MAX_CAPTURE, LineCallback, StreamCapture
+from .output import MAX_CAPTURE, LineCallback, Pipes
 from .proctree import alive, finish, kill_tree, pipe_holders, process_started_at
+from .sandboxed import SandboxedCommand, refuse_unsandboxed
 from .writes import write_within
 
 __all__ = [
-    "TOOLCHAIN_PROGRAMS",
     "CallProcess",
     "CancelToken",
     "Completed",
     "LinkedToken",
     "PipeEnd",
     "ProcessRunner",
-    "SandboxedCommand",
     "alive",
     "allowed_env",
     "kill_tree",
@@ -82,35 +80,6 @@ __all__ = [
 
 #: seconds a command's stragglers may keep its pipes open after it exited, before they are killed
 DRAIN_GRACE = 1.0
-_CHUNK = 64 * 1024
-
-#: programs that run what a crate ships or says: they run only inside the sandbox
-TOOLCHAIN_PROGRAMS = frozenset(
-    {"cargo", "rustc", "rustdoc", "rustup", "cargo-clippy", "clippy-driver", "cargo-fmt", "rustfmt"}
-)
-
-
-class SandboxedCommand(list[str]):
-    """A command line made by the sandbox (``flakebot_magic.sandbox.Sandbox.command``), and only there.
-
-    :meth:`ProcessRunner.run` refuses any other command line that names a
-    :data:`TOOLCHAIN_PROGRAMS` program. ``cgroup``: the pids cgroup the command
-    enters first (every process it starts is in it), or None. ``cgroups``: every
-    cgroup it enters (the pids one, the memory one).
-    """
-
-    def __init__(self, argv: Sequence[str] = (), cgroup: Path | None = None, cgroups: Sequence[Path] = ()) -> None:
-        super().__init__(argv)
-        self.cgroup = cgroup
-        self.cgroups = tuple(cgroups)
-
-
-def _toolchain_program(argv: Sequence[str]) -> str:
-    """The first word of ``argv`` that names a Rust toolchain program, or ""."""
-    for word in argv:
-        if os.path.basename(word) in TOOLCHAIN_PROGRAMS:
-            return word
-    return ""
 
 
 @dataclass(frozen=True)
@@ -471,13 +440,51 @@ class ProcessRunner:
         them, and it does so (and releases its locks) on SIGINT.
         """
         argv = [os.fspath(a) for a in args]
-        program = _toolchain_program(argv)
-        if program and not isinstance(args, SandboxedCommand):
-            raise ValueError(
-                f"refusing to run {program!r} outside the sandbox: Rust toolchain programs run only as "
-                "flakebot_magic.sandbox.Sandbox.command makes them"
-            )
-        shown = _short(list(label) if label is not None else argv)
+        command = list(label) if label is not None else argv
+        self._refuse(args, argv, env, _short(command), workspace)
+        started = time.monotonic()
+        proc = spawn(argv, cwd=cwd, env=env, stdin=input is not None)
+        assert proc.stdout is not None and proc.stderr is not None
+        pipes = Pipes(proc.stdout.fileno(), proc.stderr.fileno(), capture_limit, on_line)
+        inodes = {os.fstat(fd).st_ino for fd in pipes.streams}
+        if input is not None:
+            threading.Thread(target=_write_input, args=(proc, input, started + timeout), daemon=True).start()
+        deadline = started + timeout
+        try:
+            ended = self._read(proc, pipes, deadline)
+            if ended != "exited":
+                self._stop(proc, interrupt_grace, inodes)
+                raise _stopped(ended, command, timeout, workspace)
+            # leftovers of a command that has exited; both pipes at end of file means no process holds
+            # their write ends any more, so there is no holder to look for in /proc (a walk of every
+            # process's descriptors, which every git and cargo command paid for before); an empty cgroup
+            # or an empty group is known in constant time (proctree.finish)
+            cgroup = args.cgroup if isinstance(args, SandboxedCommand) else None
+            finish(proc, cgroup=cgroup, inodes=inodes if pipes.open else set())
+        except BaseException:
+            self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
+            raise
+        finally:
+            pipes.close()
+            for pipe in (proc.stdout, proc.stderr, proc.stdin):
+                if pipe is not None:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
+        return Completed(argv, proc.returncode, *pipes.texts(), time.monotonic() - started)
+
+    def _refuse(
+        self,
+        args: Sequence[str | os.PathLike[str]],
+        argv: list[str],
+        env: Mapping[str, str] | None,
+        shown: str,
+        workspace: Path | None,
+    ) -> None:
+        """Raise when ``argv`` must not start: a toolchain program outside the sandbox, a program not on PATH,
+        a run already cancelled."""
+        refuse_unsandboxed(args, argv)
         if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not os.path.isabs(argv[0]):
             raise ConfigError(
                 f"`{argv[0]}` is not on PATH. Install it (for cargo: `make install` "
@@ -486,75 +493,25 @@ class ProcessRunner:
             )
         if self.cancel.cancelled:
             raise Cancelled(f"Stopped before `{shown}` started.", workspace=workspace)
-        started = time.monotonic()
-        proc = spawn(argv, cwd=cwd, env=env, stdin=input is not None)
-        assert proc.stdout is not None and proc.stderr is not None
-        streams = {
-            proc.stdout.fileno(): StreamCapture("stdout", capture_limit, on_line),
-            proc.stderr.fileno(): StreamCapture("stderr", capture_limit, on_line),
-        }
-        inodes = {os.fstat(fd).st_ino for fd in streams}
-        if input is not None:
-            threading.Thread(target=_write_input, args=(proc, input, started + timeout), daemon=True).start()
-        deadline = started + timeout
-        selector = selectors.DefaultSelector()
-        for fd in streams:
-            os.set_blocking(fd, False)
-            selector.register(fd, selectors.EVENT_READ)
+
+    def _read(self, proc: subprocess.Popen[bytes], pipes: Pipes, deadline: float) -> str:
+        """Read ``pipes`` until the process has exited and they are drained (or :data:`DRAIN_GRACE` has passed
+        since: stragglers hold them, and are killed after): ``"exited"``; or ``"cancelled"``, ``"timeout"``
+        (past ``deadline``) as soon as one happens, the process still running."""
         exited_at: float | None = None
-        try:
-            while True:
-                for key, _ in selector.select(timeout=0.05):
-                    fd = int(key.fd)
-                    try:
-                        data = os.read(fd, _CHUNK)
-                    except BlockingIOError:
-                        continue
-                    if data:
-                        streams[fd].feed(data)
-                    else:
-                        selector.unregister(fd)
-                if exited_at is None and _exited(proc.pid):
-                    exited_at = time.monotonic()
-                if exited_at is not None:
-                    if not selector.get_map():
-                        break
-                    if time.monotonic() > min(deadline, exited_at + DRAIN_GRACE):
-                        break  # stragglers hold the pipes: they are killed below
-                if self.cancel.cancelled:
-                    self._stop(proc, interrupt_grace, inodes)
-                    raise Cancelled(stopped_during(list(label) if label is not None else argv), workspace=workspace)
-                if exited_at is None and time.monotonic() > deadline:
-                    self._stop(proc, interrupt_grace, inodes)
-                    raise StageTimeout(
-                        f"`{shown}` ran past its time limit of {timeout:g} s "
-                        "and was stopped. Raise the limit (build_timeout / test_timeout) "
-                        "if the crate is just slow to build.",
-                        command=list(label) if label is not None else argv,
-                        seconds=timeout,
-                        workspace=workspace,
-                    )
-            # leftovers of a command that has exited; both pipes at end of file means no process holds
-            # their write ends any more, so there is no holder to look for in /proc (a walk of every
-            # process's descriptors, which every git and cargo command paid for before); an empty cgroup
-            # or an empty group is known in constant time (proctree.finish)
-            cgroup = args.cgroup if isinstance(args, SandboxedCommand) else None
-            finish(proc, cgroup=cgroup, inodes=inodes if selector.get_map() else set())
-        except BaseException:
-            self._stop(proc, interrupt_grace, inodes)  # KeyboardInterrupt too: never leave cargo running
-            raise
-        finally:
-            selector.close()
-            for stream in streams.values():
-                stream.feed(b"", final=True)
-            for pipe in (proc.stdout, proc.stderr, proc.stdin):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
-        out, err = streams.values()  # stdout first
-        return Completed(argv, proc.returncode, out.text(), err.text(), time.monotonic() - started)
+        while True:
+            pipes.read(0.05)
+            if exited_at is None and _exited(proc.pid):
+                exited_at = time.monotonic()
+            if exited_at is not None:
+                if not pipes.open:
+                    return "exited"
+                if time.monotonic() > min(deadline, exited_at + DRAIN_GRACE):
+                    return "exited"  # stragglers hold the pipes: they are killed after
+            if self.cancel.cancelled:
+                return "cancelled"
+            if exited_at is None and time.monotonic() > deadline:
+                return "timeout"
 
     @staticmethod
     def _stop(proc: subprocess.Popen[bytes], grace: float, inodes: set[int]) -> None:
@@ -570,6 +527,20 @@ class ProcessRunner:
             except (ProcessLookupError, PermissionError):
                 pass
         proc.wait()
+
+
+def _stopped(why: str, command: list[str], timeout: float, workspace: Path | None) -> Cancelled | StageTimeout:
+    """What a command stopped before its end raises: cancelled, or past its time limit."""
+    if why == "cancelled":
+        return Cancelled(stopped_during(command), workspace=workspace)
+    return StageTimeout(
+        f"`{_short(command)}` ran past its time limit of {timeout:g} s "
+        "and was stopped. Raise the limit (build_timeout / test_timeout) "
+        "if the crate is just slow to build.",
+        command=command,
+        seconds=timeout,
+        workspace=workspace,
+    )
 
 
 def _exited(pid: int) -> bool:

@@ -241,7 +241,7 @@ def clean(settings: Settings, *, everything: bool = False, dry_run: bool = False
         if everything and not dry_run:
             report.stopped = stop_all(settings)
         running = _Running(
-            held_locks(settings.cache_dir), (settings.cache.store, settings.cache.recipes), _installing(settings)
+            held_locks(settings.cache), (settings.cache.store, settings.cache.recipes), _installing(settings)
         )
         _clean(settings, report, running, everything=everything)
     return report

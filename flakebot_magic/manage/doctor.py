@@ -180,7 +180,7 @@ def prepare(settings: Settings, *, repair: bool = True) -> list[str]:
     if not repair:
         return notes
     found = health(settings)
-    if found.ok or (found.reason in ("empty", "missing") and held_locks(settings.cache_dir)):
+    if found.ok or (found.reason in ("empty", "missing") and held_locks(settings.cache)):
         return notes
     try:
         report = rebuild(settings, found)
@@ -242,7 +242,7 @@ def doctor(settings: Settings, *, health: Health | None = None) -> DoctorReport:
     report.full = True
     report.set_aside[:0], report.recovered = set_aside_now, recovered
     runner = ProcessRunner()
-    busy = held_locks(settings.cache_dir)
+    busy = held_locks(settings.cache)
     # each sealed dependency unit against its objects (hashed); objects of no record swept unless a build runs
     report.set_aside += UnitStore(settings.cache.units).check(sweep=not busy)
     probed: dict[tuple[str, str], str] = {}

@@ -530,7 +530,7 @@ def steer(settings: Settings, name: str, text: str, *, source: str = "cli") -> C
     """
     from ..records.steering import send
 
-    path = send(settings.cache_dir, name, text, source=source)
+    path = send(settings.cache, name, text, source=source)
     return CommandResult(
         {"name": name, "text": text, "source": source, "queued": str(path)},
         f"Queued for {name}'s edit session; the model reads it in its next request.",

@@ -415,7 +415,7 @@ def recover(settings: Settings) -> list[str]:
             if not is_tool_name(name):  # no build writes it: nothing of it is acted on
                 note = _set_aside(settings, path, f"{name!r} is no tool name")
             else:
-                with tool_lock(settings.cache_dir, name, wait=0):
+                with tool_lock(settings.cache, name, wait=0):
                     note = _recover_one(settings, path)
         except ToolBusy:
             continue  # its build is still running

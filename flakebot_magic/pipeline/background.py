@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
+from ..clients.base import ToolClient
 from ..config import Settings
 from ..errors import Cancelled, FlakebotError
 from ..events import Event, Notice, Observer
@@ -232,7 +233,7 @@ def start_build(
     crate: str | None = None,
     extra_observers: Iterable[Observer] = (),
     registry: Registry | None = None,
-) -> BackgroundRun[Any]:
+) -> BackgroundRun[ToolClient]:
     """Start ``Pipeline(settings).run(request)`` on a background thread; return the run.
 
     Every front door builds through here, so every build has its run log:
@@ -262,7 +263,7 @@ def start_build(
         except (OSError, FlakebotError) as exc:
             emit(Notice("deploy", f"the run's log could not be saved: {exc}", "warning"))
 
-    def target(emit: Observer, cancel: CancelToken) -> Any:
+    def target(emit: Observer, cancel: CancelToken) -> ToolClient:
         pipeline = Pipeline(settings, registry=registry, observers=[log, emit, *extra_observers], cancel=cancel)
         try:
             tool = pipeline.run(build)
@@ -276,6 +277,6 @@ def start_build(
         save(tool.name, emit, request=build.text)
         return tool
 
-    run: BackgroundRun[Any] = BackgroundRun(target, name=f"flakebot-build-{build.label}")
+    run: BackgroundRun[ToolClient] = BackgroundRun(target, name=f"flakebot-build-{build.label}")
     run.also_notify.append(log)
     return run.start()

@@ -51,7 +51,7 @@ def edit_session(deps: RunDeps, run: RunState, cargo: Cargo) -> Cargo:
     try:
         with (
             Stage(bus, "edit", model.describe()) as stage,
-            steering.running(settings.cache_dir, run.name, keep_queued=run.resume is not None) as inbox,
+            steering.running(settings.cache, run.name, keep_queued=run.resume is not None) as inbox,
         ):
             team = _team(deps, run, cargo, inbox)
             done = team.run(run.request.text, follow_up=run.follow_up)

@@ -199,7 +199,7 @@ class Pipeline:
             try:
                 # one build per tool name at a time, across kernels: fork may move the workspace aside,
                 # deploy swaps the store entry, and `clean` skips what a held lock covers
-                with tool_lock(self.settings.cache_dir, run.name, rebuild=run.flags.rebuild):
+                with tool_lock(self.settings.cache, run.name, rebuild=run.flags.rebuild):
                     return self._build(run, choice if candidate is choice.candidate else _next(choice, candidate))
             except (ForkError, BuildError) as exc:
                 # a model's edits are not thrown away for another crate; the last candidate's error stands
@@ -219,7 +219,7 @@ class Pipeline:
         if choice is None:
             return None
         run.candidate, run.workspace, run.name = choice.candidate, None, str(run.request.name)
-        with tool_lock(self.settings.cache_dir, run.name):
+        with tool_lock(self.settings.cache, run.name):
             _, backend, recipe = self._recipe_of(run)
             if backend.lookup(recipe, run.name) is None:
                 return None
@@ -233,7 +233,7 @@ class Pipeline:
         from .edit_stage import resumed_run
 
         choice = resumed_run(self.settings, run, point, self.bus)
-        with tool_lock(self.settings.cache_dir, run.name, rebuild=True):  # a resumed session always builds
+        with tool_lock(self.settings.cache, run.name, rebuild=True):  # a resumed session always builds
             return self._build(run, choice)
 
     def _build(self, run: RunState, choice: Choice) -> ToolClient:

@@ -51,14 +51,14 @@ _counter = itertools.count()
 _counter_lock = threading.Lock()
 
 
-def steer_dir(cache_dir: Path, name: str) -> Path:
+def steer_dir(cache: CacheLayout, name: str) -> Path:
     """``<cache>/steer/<name>``: tool ``name``'s mailbox (not created here)."""
-    return CacheLayout(Path(cache_dir)).steer / check_tool_name(name)
+    return cache.steer / check_tool_name(name)
 
 
-def _private_box(cache_dir: Path, name: str, folder: str) -> Path:
+def _private_box(cache: CacheLayout, name: str, folder: str) -> Path:
     """``<cache>/steer/<name>/<folder>``, each level a directory only its owner can enter."""
-    steer = CacheLayout(Path(cache_dir)).create().steer
+    steer = cache.create().steer
     return private_dir(private_dir(steer / check_tool_name(name)) / folder)
 
 
@@ -86,9 +86,9 @@ def _marker_alive(marker: Path) -> bool | None:
     return now_started is None or now_started <= started + 2.0
 
 
-def is_running(cache_dir: Path, name: str) -> bool:
+def is_running(cache: CacheLayout, name: str) -> bool:
     """Whether an edit session of tool ``name`` is running (on this machine) and reading its mailbox."""
-    box = steer_dir(cache_dir, name)
+    box = steer_dir(cache, name)
     running_now = False
     for marker in _markers(box):
         state = _marker_alive(marker)
@@ -99,7 +99,7 @@ def is_running(cache_dir: Path, name: str) -> bool:
     return running_now
 
 
-def send(cache_dir: Path, name: str, text: str, *, source: str = "cli") -> Path:
+def send(cache: CacheLayout, name: str, text: str, *, source: str = "cli") -> Path:
     """Queue ``text`` for the running edit session of tool ``name``; return the message's file.
 
     ``source`` says who sent it (``"cli"``, ``"api"``, ``"widget"``). Raises
@@ -118,17 +118,17 @@ def send(cache_dir: Path, name: str, text: str, *, source: str = "cli") -> Path:
         )
     if not isinstance(source, str) or not _SOURCE.fullmatch(source):
         raise UsageError(f"The steering source {source!r} is not a short name like 'cli', 'api' or 'widget'.")
-    if not is_running(cache_dir, name):
+    if not is_running(cache, name):
         raise SteeringError(
             f"No edit session of {name!r} is running; steering reaches a session while it runs. "
             f"Start one with %%flakebot --name {name} (with a model), or continue it with --resume."
         )
-    queue = _private_box(cache_dir, name, "queue")
+    queue = _private_box(cache, name, "queue")
     with _counter_lock:
         number = next(_counter)
     path = queue / f"{time.monotonic_ns():020d}-{os.getpid()}-{number}.json"
     body = {"text": text, "source": source, "sent_at": time.time(), "pid": os.getpid()}
-    atomic_write(path, json.dumps(body, ensure_ascii=False), root=Path(cache_dir))
+    atomic_write(path, json.dumps(body, ensure_ascii=False), root=cache.root)
     return path
 
 
@@ -144,10 +144,10 @@ class Inbox:
     readers (in any processes), each message goes to exactly one of them.
     """
 
-    def __init__(self, cache_dir: Path, name: str) -> None:
-        self.cache_dir = Path(cache_dir)
+    def __init__(self, cache: CacheLayout, name: str) -> None:
+        self.cache = cache
         self.name = check_tool_name(name)
-        self.box = steer_dir(self.cache_dir, name)
+        self.box = steer_dir(cache, name)
         self._token = secrets.token_hex(6)
 
     def take(self) -> list[SteeringMessage]:
@@ -157,7 +157,7 @@ class Inbox:
             names = [entry for entry in queue.iterdir() if _MESSAGE_FILE.fullmatch(entry.name)]
         except (FileNotFoundError, NotADirectoryError):
             return []
-        taken = _private_box(self.cache_dir, self.name, "taken")
+        taken = _private_box(self.cache, self.name, "taken")
         messages: list[SteeringMessage] = []
         for entry in sorted(names, key=_send_order):
             claimed = taken / f"{entry.name}.{self._token}"
@@ -206,7 +206,7 @@ class Inbox:
 
 
 @contextmanager
-def running(cache_dir: Path, name: str, pid: int | None = None, *, keep_queued: bool = False) -> Iterator[Inbox]:
+def running(cache: CacheLayout, name: str, pid: int | None = None, *, keep_queued: bool = False) -> Iterator[Inbox]:
     """Mark an edit session of tool ``name`` as running for the ``with`` block; yield its :class:`Inbox`.
 
     While the block runs (and process ``pid`` lives; default: this one),
@@ -216,14 +216,14 @@ def running(cache_dir: Path, name: str, pid: int | None = None, *, keep_queued: 
     it continues) or another session of ``name`` is running.
     """
     pid = os.getpid() if pid is None else pid
-    inbox = Inbox(cache_dir, name)
-    if not keep_queued and not is_running(cache_dir, name):
+    inbox = Inbox(cache, name)
+    if not keep_queued and not is_running(cache, name):
         inbox.discard()
-    markers = _private_box(cache_dir, name, "running")
+    markers = _private_box(cache, name, "running")
     marker = markers / f"{pid}-{secrets.token_hex(6)}.json"
     started = process_started_at(pid)
     record = {"pid": pid, "started": started if started is not None else 0.0, "at": time.time()}
-    atomic_write(marker, json.dumps(record), root=Path(cache_dir))
+    atomic_write(marker, json.dumps(record), root=cache.root)
     try:
         yield inbox
     finally:

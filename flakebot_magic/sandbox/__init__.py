@@ -5,7 +5,7 @@ shipped, and cargo runs them; rustup and cargo obey files a crate ships. So
 every process of the Rust toolchain (cargo, rustc, rustdoc, clippy, rustup's
 proxies) runs in a :class:`Sandbox`, and :meth:`Sandbox.command` is the only
 place such a command line is made (the process runner refuses any other,
-:class:`~flakebot_magic.host.process.SandboxedCommand`):
+:class:`~flakebot_magic.host.sandboxed.SandboxedCommand`):
 
 * with bubblewrap (``bwrap``) a command sees only the system directories the
   toolchain needs (``/usr``, the ``/bin``/``/lib`` links, a handful of files

@@ -44,7 +44,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..host.fsutil import real_dir
-from ..host.process import CancelToken, SandboxedCommand, allowed_env
+from ..host.process import CancelToken, allowed_env
+from ..host.sandboxed import SandboxedCommand
 from .host import INSTALL_BWRAP, SEALED, bubblewrap_works, is_under, namespaces, system_binds, visible_system
 from .limits import (
     DiskUsage,

@@ -178,7 +178,7 @@ class ToolSteerHandler(_API):
         try:
             answer = tools.steer(self.flakebot, name, text, source="api")
         except SteeringError as exc:
-            if is_running(self.flakebot.cache_dir, name):
+            if is_running(self.flakebot.cache, name):
                 raise web.HTTPError(400, str(exc)) from None  # the session runs: the text was refused
             if Inventory(self.flakebot.cache.tools).get(name) is None:
                 raise web.HTTPError(404, f"no tool named {name!r}, and no edit session building it") from None

@@ -83,18 +83,7 @@ class ProxyHandler(RefuseCrossSite, ExtensionHandlerMixin, JupyterHandler):
             raise web.HTTPError(403, f"{name} does not listen on a loopback address")
         if tools.status_of(record) != "running":
             raise web.HTTPError(503, f"{name} is not running; start it from its notebook")
-        url = record.url.rstrip("/") + (path or "/")
-        query = strip_private_query(self.request.query)
-        if query:
-            url += "?" + query
-        headers = {
-            k: v
-            for k, v in self.request.headers.get_all()
-            if k.lower() not in HOP_BY_HOP and k.lower() not in PRIVATE_REQUEST
-        }
-        headers["Accept-Encoding"] = "identity"  # the size cap counts what the browser gets
-        if record.token:  # a flakebot http tool answers only requests that carry its token
-            headers["Authorization"] = f"Bearer {record.token}"
+        url, headers = self._outgoing(record.url, record.token, path)
         method = self.request.method or "GET"
         declared: list[int] = []
         chunks: list[bytes] = []
@@ -154,6 +143,22 @@ class ProxyHandler(RefuseCrossSite, ExtensionHandlerMixin, JupyterHandler):
             for chunk in chunks:
                 self.write(chunk)
         self.finish()
+
+    def _outgoing(self, base: str, token: str, path: str | None) -> tuple[str, dict[str, str]]:
+        """The URL and headers of the request passed on: Jupyter's credentials left out, the tool's token added."""
+        url = base.rstrip("/") + (path or "/")
+        query = strip_private_query(self.request.query)
+        if query:
+            url += "?" + query
+        headers = {
+            k: v
+            for k, v in self.request.headers.get_all()
+            if k.lower() not in HOP_BY_HOP and k.lower() not in PRIVATE_REQUEST
+        }
+        headers["Accept-Encoding"] = "identity"  # the size cap counts what the browser gets
+        if token:  # a flakebot http tool answers only requests that carry its token
+            headers["Authorization"] = f"Bearer {token}"
+        return url, headers
 
     @web.authenticated
     @authorized

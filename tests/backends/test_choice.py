@@ -16,6 +16,7 @@ from flakebot_magic.backends.nix import PROBE_TTL
 from flakebot_magic.backends.nix_command import nix_sandbox
 from flakebot_magic.config import Settings
 from flakebot_magic.events import Notice, StageFinished
+from flakebot_magic.host.cache import CacheLayout
 from flakebot_magic.host.process import Completed, ProcessRunner
 from flakebot_magic.pipeline import Pipeline
 from flakebot_magic.registry.directory import DirectoryRegistry
@@ -50,18 +51,18 @@ def test_a_local_nixpkgs_is_decided_without_a_process(tmp_path: Path) -> None:
     nixpkgs = tmp_path / "nixpkgs"
     nixpkgs.mkdir()
     (nixpkgs / "flake.nix").write_text("{ outputs = _: { }; }\n")
-    found = nixpkgs_lockable(f"path:{nixpkgs}", cache_dir=tmp_path / "cache", runner=NoRunner())
+    found = nixpkgs_lockable(f"path:{nixpkgs}", cache=CacheLayout(tmp_path / "cache"), runner=NoRunner())
     assert found.ok and str(nixpkgs) in found.why
-    missing = nixpkgs_lockable("path:/nonexistent/nixpkgs", cache_dir=tmp_path / "cache", runner=NoRunner())
+    missing = nixpkgs_lockable("path:/nonexistent/nixpkgs", cache=CacheLayout(tmp_path / "cache"), runner=NoRunner())
     assert not missing.ok and "/nonexistent/nixpkgs" in missing.why
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert not nixpkgs_lockable(f"path:{empty}", cache_dir=tmp_path / "cache", runner=NoRunner()).ok
+    assert not nixpkgs_lockable(f"path:{empty}", cache=CacheLayout(tmp_path / "cache"), runner=NoRunner()).ok
 
 
 def test_an_unreachable_github_reference_is_decided_in_under_a_second(tmp_path: Path) -> None:
     started = time.monotonic()
-    found = nixpkgs_lockable(GITHUB_NIXPKGS, cache_dir=tmp_path, runner=ProcessRunner())
+    found = nixpkgs_lockable(GITHUB_NIXPKGS, cache=CacheLayout(tmp_path), runner=ProcessRunner())
     assert time.monotonic() - started < 1.0
     assert not found.ok
     assert "cannot be reached" in found.why
@@ -71,16 +72,18 @@ def test_the_answer_is_remembered_per_reference_until_it_expires(tmp_path: Path)
     nixpkgs = tmp_path / "nixpkgs"
     ref, cache = f"path:{nixpkgs}", tmp_path / "cache"
     clock = [1000.0]
-    assert not nixpkgs_lockable(ref, cache_dir=cache, runner=NoRunner(), now=lambda: clock[0]).ok
+    assert not nixpkgs_lockable(ref, cache=CacheLayout(cache), runner=NoRunner(), now=lambda: clock[0]).ok
     assert (cache / "probes" / "nixpkgs.json").is_file()
     nixpkgs.mkdir()
     (nixpkgs / "flake.nix").write_text("{ outputs = _: { }; }\n")
     clock[0] += PROBE_TTL / 2  # remembered: not asked again
-    assert not nixpkgs_lockable(ref, cache_dir=cache, runner=NoRunner(), now=lambda: clock[0]).ok
+    assert not nixpkgs_lockable(ref, cache=CacheLayout(cache), runner=NoRunner(), now=lambda: clock[0]).ok
     # another reference has its own answer
-    assert not nixpkgs_lockable("path:/nonexistent", cache_dir=cache, runner=NoRunner(), now=lambda: clock[0]).ok
+    assert not nixpkgs_lockable(
+        "path:/nonexistent", cache=CacheLayout(cache), runner=NoRunner(), now=lambda: clock[0]
+    ).ok
     clock[0] += PROBE_TTL  # expired: asked again
-    assert nixpkgs_lockable(ref, cache_dir=cache, runner=NoRunner(), now=lambda: clock[0]).ok
+    assert nixpkgs_lockable(ref, cache=CacheLayout(cache), runner=NoRunner(), now=lambda: clock[0]).ok
 
 
 # -- the decision -----------------------------------------------------------------
@@ -132,7 +135,9 @@ def test_an_offline_auto_build_is_cargo_with_a_notice_and_no_failed_stage(
     sandboxed_nix: None, session_registry: DirectoryRegistry, tmp_path: Path
 ) -> None:
     recorder, runner = Recorder(), RecordingRunner()
-    settings = Settings(cache_dir=tmp_path, registry=str(session_registry.path), backend="auto", nixpkgs=GITHUB_NIXPKGS)
+    settings = Settings(
+        cache=CacheLayout(tmp_path), registry=str(session_registry.path), backend="auto", nixpkgs=GITHUB_NIXPKGS
+    )
     tool: Any = Pipeline(settings, observers=[recorder], runner=runner).run("", crate="tinyecho")
     assert tool.backend == "cargo" and tool.provenance["backend"] == "cargo"
     assert tool(input="hi") == "HI"
@@ -158,7 +163,7 @@ def test_a_lock_that_fails_after_all_is_a_notice_and_a_skipped_row(
     (nixpkgs / "flake.nix").write_text("{ this is not nix\n")
     recorder = Recorder()
     settings = Settings(
-        cache_dir=tmp_path / "cache", registry=str(session_registry.path), backend="auto", nixpkgs=str(nixpkgs)
+        cache=CacheLayout(tmp_path / "cache"), registry=str(session_registry.path), backend="auto", nixpkgs=str(nixpkgs)
     )
     tool: Any = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
     assert tool.backend == "cargo" and tool(input="hi") == "HI"

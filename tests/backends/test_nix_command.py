@@ -204,7 +204,6 @@ def test_lock_hash_is_the_sha256_of_flake_lock(tmp_path: Path) -> None:
 
 
 def test_magic_options_and_config_reach_the_settings() -> None:
-    from IPython.core.magic_arguments import parse_argstring
     from traitlets.config import Config
 
     from flakebot_magic.magics import FlakebotMagics
@@ -214,12 +213,12 @@ def test_magic_options_and_config_reach_the_settings() -> None:
     config.FlakebotMagics.nix_substituters = "https://cache.example.org"
     config.FlakebotMagics.nix_trusted_public_keys = "cache.example.org-1:KEY="
     magics = FlakebotMagics(shell=None, config=config)
-    args = parse_argstring(magics.flakebot, "--nixpkgs path:/x --builders ssh://b")
+    args = magics._parse("--nixpkgs path:/x --builders ssh://b")
     settings = magics._settings(args)
     assert (settings.backend, settings.nixpkgs, settings.nix_builders) == ("nix", "path:/x", "ssh://b")
     assert settings.nix_substituters == "https://cache.example.org"
     assert settings.nix_trusted_public_keys == "cache.example.org-1:KEY="
-    assert magics._settings(parse_argstring(magics.flakebot, "--backend cargo")).backend == "cargo"
+    assert magics._settings(magics._parse("--backend cargo")).backend == "cargo"
 
 
 # -- nix's command line (a recording runner, no nix needed) -----------------

@@ -89,7 +89,10 @@ CASES: dict[str, tuple[Callable[[Settings], None], list[str]]] = {
     "doctor.lock_aside": (lambda s: _dir_at(s.cache.locks / "te.lock"), ["list"]),
     "lock.aside": (
         lambda s: _dir_at(s.cache.locks / "te.lock"),
-        ["-c", "import sys\nfrom flakebot_magic.host.locks import tool_lock\nwith tool_lock(sys.argv[1], 'te'): pass"],
+        [
+            "-c",
+            "import sys\nfrom pathlib import Path\nfrom flakebot_magic.host.cache import CacheLayout\nfrom flakebot_magic.host.locks import tool_lock\nwith tool_lock(CacheLayout(Path(sys.argv[1])), 'te'): pass",
+        ],
     ),
     "txn.intent_aside": (lambda s: _dir_at(s.cache.intents / "te.json"), ["list"]),
     "txn.intent_unlinked": (_symlink_intent, ["list"]),

@@ -413,6 +413,6 @@ def test_recovery_leaves_a_running_build_alone(installed: tuple[Settings, ToolRe
     intent = Intent(id="x", name="demo", record={}, final=str(settings.cache.workspaces / "demo"))
     settings.cache.intents.mkdir(parents=True, exist_ok=True)
     (settings.cache.intents / "demo.json").write_text(json.dumps(asdict(intent)))
-    with tool_lock(settings.cache_dir, "demo"):  # as the build that wrote it holds it
+    with tool_lock(settings.cache, "demo"):  # as the build that wrote it holds it
         assert recover(settings) == []
         assert [i.id for i in pending(settings)] == ["x"]

@@ -186,7 +186,7 @@ def test_a_rebuild_cancelled_mid_cargo_leaves_the_tool_as_it_was(built: tuple[Se
     assert not re.search(r"== \S+ failed", logged), logged
     assert tools.logs(settings, "flip").startswith("== a later build of flip was cancelled (")
     assert attempt.is_dir()  # kept for a look, and clean's to remove
-    assert held_locks(settings.cache_dir) == {}
+    assert held_locks(settings.cache) == {}
     assert attempt in clean(settings).removed
 
 
@@ -229,7 +229,7 @@ def test_a_rebuild_killed_with_sigkill_leaves_the_tool_as_it_was(built: tuple[Se
     (attempt / "flip" / "release-gate").write_text("")  # a build script outliving its cargo would now end
     _assert_unchanged(settings, before, attempt=None)
     # the crashed build's leftovers go with the next clean; the tool stays
-    assert held_locks(settings.cache_dir) == {}
+    assert held_locks(settings.cache) == {}
     assert attempt in clean(settings).removed
     assert _next_dirs(settings) == []
     _assert_unchanged(settings, before, attempt=None)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from tinycrates import crate, write_registry
 
-from flakebot_magic.host.process import ProcessRunner, SandboxedCommand
+from flakebot_magic.host.process import ProcessRunner
+from flakebot_magic.host.sandboxed import SandboxedCommand
 from flakebot_magic.registry.directory import DirectoryRegistry
 from flakebot_magic.sandbox import FETCH, Limits, Sandbox, bubblewrap_works
 from flakebot_magic.sandbox.cargo import Cargo

@@ -20,6 +20,7 @@ import pytest
 from tinycrates import crate, write_registry
 
 from flakebot_magic.config import Settings
+from flakebot_magic.host.cache import CacheLayout
 from flakebot_magic.host.locks import ToolBusy, held_locks, tool_lock
 from flakebot_magic.manage.cleanup import clean
 from flakebot_magic.stages.deploy import lookup
@@ -50,8 +51,9 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 120.0) -
 _HOLD = """
     import sys, time
     from pathlib import Path
+    from flakebot_magic.host.cache import CacheLayout
     from flakebot_magic.host.locks import tool_lock
-    with tool_lock(Path(sys.argv[1]), sys.argv[2]):
+    with tool_lock(CacheLayout(Path(sys.argv[1])), sys.argv[2]):
         Path(sys.argv[3]).write_text("held")
         time.sleep(60)
 """
@@ -64,9 +66,9 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
     holder = _python(_HOLD, str(tmp_path), "shout", str(tmp_path / "held"))
     try:
         _wait_for(tmp_path / "held", holder)
-        assert held_locks(tmp_path)["shout"].pid == holder.pid
+        assert held_locks(CacheLayout(tmp_path))["shout"].pid == holder.pid
         started = time.monotonic()
-        with pytest.raises(ToolBusy) as caught, tool_lock(tmp_path, "shout", wait=0.5):
+        with pytest.raises(ToolBusy) as caught, tool_lock(CacheLayout(tmp_path), "shout", wait=0.5):
             pass
         assert time.monotonic() - started >= 0.5  # it waited first
         message = str(caught.value)
@@ -74,19 +76,19 @@ def test_a_second_holder_waits_then_names_the_first(tmp_path: Path) -> None:
         assert "--name" in message and caught.value.holder.pid == holder.pid
         assert "it will then come from the cache" in message
         # a --rebuild is not served from the cache, and the message must not promise it
-        with pytest.raises(ToolBusy) as rebuilding, tool_lock(tmp_path, "shout", wait=0.1, rebuild=True):
+        with pytest.raises(ToolBusy) as rebuilding, tool_lock(CacheLayout(tmp_path), "shout", wait=0.1, rebuild=True):
             pass
         assert "--rebuild builds it once more then; it does not come from the cache" in str(rebuilding.value)
         assert "it will then come from the cache" not in str(rebuilding.value)
-        with tool_lock(tmp_path, "other", wait=0):  # other names are free
+        with tool_lock(CacheLayout(tmp_path), "other", wait=0):  # other names are free
             pass
     finally:
         holder.kill()
         holder.communicate()
     # the kernel drops a killed holder's lock: no stale lock to break by hand
-    with tool_lock(tmp_path, "shout", wait=2):
-        assert held_locks(tmp_path)["shout"].pid == os.getpid()
-    assert held_locks(tmp_path) == {}
+    with tool_lock(CacheLayout(tmp_path), "shout", wait=2):
+        assert held_locks(CacheLayout(tmp_path))["shout"].pid == os.getpid()
+    assert held_locks(CacheLayout(tmp_path)) == {}
 
 
 # -- two builds of one name, and clean, while a build runs ------------------------------------------
@@ -179,7 +181,7 @@ def test_a_build_of_a_busy_name_waits_or_names_the_holder_and_clean_spares_it(tm
     assert [p.name for p in (cache / "store").iterdir()] == [store_path.name]
     log = subprocess.run(["git", "log", "--format=%s"], cwd=workspace, capture_output=True, text=True, check=True)
     assert log.stdout.splitlines()[-1] == "Published source of gated 0.1.0"
-    assert held_locks(cache) == {}
+    assert held_locks(CacheLayout(cache)) == {}
     # with no build running, clean takes what is left aside again
     assert leftover in clean(settings).removed
 

@@ -355,11 +355,11 @@ def test_the_proxy_passes_a_cookie_request_of_any_method_only_from_jupyters_own_
 
 
 def test_steer_queues_a_message_for_the_running_session(server: JupyterProcess, settings: Settings) -> None:
-    with steering.running(settings.cache_dir, "te") as inbox, server.client() as client:
+    with steering.running(settings.cache, "te") as inbox, server.client() as client:
         sent = client.post("/flakebot/api/tools/te/steer", json={"text": "also accept --upper"})
         assert sent.status_code == 200, sent.text
         # a tool built for the first time has no record yet; its session can be steered all the same
-        with steering.running(settings.cache_dir, "fresh") as fresh:
+        with steering.running(settings.cache, "fresh") as fresh:
             first = client.post("/flakebot/api/tools/fresh/steer", json={"text": "use the hex crate"})
             assert first.status_code == 200, first.text
             assert [m.text for m in fresh.take()] == ["use the hex crate"]
@@ -372,7 +372,7 @@ def test_steer_refuses_what_it_must(server: JupyterProcess, settings: Settings) 
     with server.client() as client:
         idle = client.post("/flakebot/api/tools/te/steer", json={"text": "hello"})
         unknown = client.post("/flakebot/api/tools/nope/steer", json={"text": "hello"})
-        with steering.running(settings.cache_dir, "te") as inbox:
+        with steering.running(settings.cache, "te") as inbox:
             bad = [
                 client.post("/flakebot/api/tools/te/steer", content=b"not json"),
                 client.post("/flakebot/api/tools/te/steer", json={"text": ""}),
@@ -390,7 +390,7 @@ def test_steer_refuses_what_it_must(server: JupyterProcess, settings: Settings) 
 
 
 def test_steer_needs_jupyters_login_and_the_xsrf_token(server: JupyterProcess, settings: Settings) -> None:
-    with steering.running(settings.cache_dir, "te") as inbox:
+    with steering.running(settings.cache, "te") as inbox:
         with server.client(token=False) as client:
             assert client.post("/flakebot/api/tools/te/steer", json={"text": "a"}).status_code == 403
             assert (
