@@ -55,6 +55,10 @@ def test_a_restart_under_a_build_ends_it_as_a_record(tmp_path: Path) -> None:
         assert "interrupted by a kernel restart" in page and "interrupted by a kernel restart" in text
         assert "data-outcome='cancelled'" in page and "data-state='running'" not in page
         assert "flakebot-log" in page  # the log is kept
+        # and saved, as a cancelled run's, before the kernel went: `%flakebot logs slow` reads it in the new kernel
+        saved = cache / "logs" / "slow.cancelled.log"
+        assert saved.exists(), f"no cancelled log: {sorted(p.name for p in (cache / 'logs').glob('*'))}"
+        assert "interrupted by a kernel restart" in saved.read_text()
         deadline = time.monotonic() + 30
         while processes_in(workspace):
             assert time.monotonic() < deadline, "the build outlived its kernel"
