@@ -32,6 +32,7 @@ from .manage.workspace_cargo import cargo_line
 from .options import OPTIONS, config_traits, magic_argument_decorators
 from .pipeline.background import start_build
 from .request import BuildRequest, PersonText, RequestText, UntrustedText, check_tool_name
+from .server.saved import live_mark
 from .untrusted import safe_text
 from .views import hooks, interrupted
 from .views.dashboard_link import dashboard_link
@@ -363,7 +364,7 @@ class FlakebotMagics(_OptionTraits):
                 widget.log.selected_index = 0
             build.widget, build.tick = widget, widget.tick
             build.observers.append(widget)
-            build.handle = display(widget.mimebundle(), raw=True, display_id=True)
+            build.handle = display(widget.mimebundle(), raw=True, display_id=True, metadata=live_mark())
             interrupted.track(build, lambda: interrupted.why_stopped(self.shell))  # a restart ends it as a record
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))

@@ -375,7 +375,13 @@ def test_a_widget_whose_kernel_is_gone_says_so_without_javascript() -> None:
     table = widget.table.value
     assert "class='flakebot-stale'" in table and "visibility:hidden" in table
     assert ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible" in table
-    assert ".flakebot-cancel.jupyter-widgets-disconnected{display:none" in table
+    assert (
+        ".flakebot-cancel.jupyter-widgets-disconnected,.flakebot-bar.jupyter-widgets-disconnected{display:none" in table
+    )
+    assert "flakebot-bar" in widget.bar._dom_classes
+    # and it reads as a record: "interrupted" for "building…", "stopped" for a running stage, no link icons
+    assert "content:'interrupted'" in table and "content:'stopped'" in table
+    assert ".flakebot-progress .jupyter-widgets-disconnected::before{display:none" in table
     assert "%flakebot logs md" in table and "<script" not in table
     widget(RunFinished(ok=False, error=RuntimeError("x"), elapsed=1.0))
     assert "flakebot-stale" not in widget.table.value  # ended: nothing to say
