@@ -202,8 +202,8 @@ def stale_note(name: str) -> str:
         f"<div class='flakebot-stale' style='visibility:hidden;max-height:0;overflow:hidden;color:{AMBER};{TEXT};"
         f"margin:4px 0;animation:flakebot-stale 0s linear {STALE_AFTER}s forwards'>"
         "⚠ <b>Interrupted</b>: the kernel was restarted or stopped (or has said nothing for "
-        f"{STALE_AFTER} s), and this build stopped with it; its workspace is kept. Run the cell again to build "
-        f"it (a build that had ended says so in <code>{safe_html(logs)}</code>).</div>"
+        f"{STALE_AFTER} s), and this build stopped with it; its workspace and its log are kept "
+        f"(<code>{safe_html(logs)}</code>). Run the cell again to build it.</div>"
     )
 
 
