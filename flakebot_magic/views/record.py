@@ -271,7 +271,8 @@ def summary_html(
         return ""
     message = str(error) if error is not None else "the run failed"
     lines = message.splitlines()
-    kind = type(error).__name__ if error is not None else "Error"
+    # "no crate fits" is the search's answer, headed as one; a failure is named by its kind
+    kind = "No crate fits" if outcome == "unfit" else type(error).__name__ if error is not None else "Error"
     color = OUTCOMES[outcome][1] if outcome in OUTCOMES else RED
     if collapsed:
         return (
