@@ -41,7 +41,7 @@ def test_a_restart_under_a_build_ends_it_as_a_record(tmp_path: Path) -> None:
         live = [m for m in seen if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
         assert live
         # a notebook saved now (or after JupyterLab's restart, which drops the record below) keeps a static record
-        assert live[0]["content"]["metadata"] == {"flakebot": {"live": True}}
+        assert live[0]["content"]["metadata"] == {"flakebot": {"live": True, "pid": manager.provisioner.pid}}
         assert "did not end here" in live[0]["content"]["data"]["text/html"]
         manager.restart_kernel(now=False)  # a shutdown request (restart: true), as JupyterLab's restart sends
         record: dict[str, Any] = {}

@@ -215,8 +215,8 @@ def unfinished_html(name: str, title: str) -> str:
         f"<div class='flakebot-record' data-outcome='cancelled' style='max-width:960px;{TEXT}'>"
         + title_html("cancelled", name, title, None).replace(">cancelled<", ">did not end here<")
         + f"<div class='flakebot-notice' data-level='warning' style='color:{AMBER};{TEXT};overflow-wrap:anywhere'>"
-        "⚠ This notebook was saved while the build ran, or its kernel was restarted or stopped under it: the "
-        "build did not end in this cell. Its workspace is kept; its log (and how it ended) is in "
+        "⚠ This build did not end in this cell: its kernel was restarted or stopped under it (or the page that "
+        "showed it was closed). Its workspace is kept; how it ended, and its log, are in "
         f"<code>{safe_html(logs)}</code>. Run the cell again to build it.</div></div>"
     )
 

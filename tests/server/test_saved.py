@@ -1,15 +1,19 @@
 """Issue 37: a notebook saved under a live ``%%flakebot`` widget keeps a static record, not a dead widget view.
 
-The invariant: a saved output marked as a build's live display (``{"flakebot": {"live": true}}``) never keeps
-the widget view (a pointer into a kernel that is gone when the notebook is reopened) and always keeps its text/html
-and text/plain; every other output is saved exactly as sent. Proven on the hook over each output class, then
-through a real Jupyter server's contents API (the hook the extension registers).
+The invariant: a saved output marked as a build's live display (``{"flakebot": {"live": true, "pid": PID}}``)
+whose kernel process is gone never keeps the widget view (a pointer into that kernel) and always keeps its text/html
+and text/plain; one whose kernel runs keeps its view (a page reloaded mid-build gets the live widget back); every
+other output is saved exactly as sent. Proven on the hook over each output class, then through a real Jupyter
+server's contents API (the hook the extension registers).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +26,19 @@ from flakebot_magic.views.widget import ProgressWidget
 VIEW = {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": "abc"}}
 
 
-def _live() -> dict[str, Any]:
+def _gone_pid() -> int:
+    """The pid of a process that has exited (a restarted kernel's)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _live(pid: int | None = None) -> dict[str, Any]:
+    """A build's live display as the magic sends it; by default from a kernel that is gone."""
     bundle = ProgressWidget("Render Markdown text to HTML.", name="md").mimebundle()
-    return {"output_type": "display_data", "data": bundle, "metadata": live_mark()}
+    mark = live_mark()
+    mark["flakebot"]["pid"] = _gone_pid() if pid is None else pid
+    return {"output_type": "display_data", "data": bundle, "metadata": mark}
 
 
 def _notebook(*outputs: dict[str, Any]) -> dict[str, Any]:
@@ -57,8 +71,8 @@ def test_a_saved_live_build_keeps_its_record_and_nothing_else_changes(other: dic
     before = copy.deepcopy(model)
     static_records(model=model, path="x.ipynb", contents_manager=None)
     live_a, kept, live_b = model["content"]["cells"][0]["outputs"]
-    sent = before["content"]["cells"][0]["outputs"][0]
-    for saved in (live_a, live_b):
+    sent_a, _, sent_b = before["content"]["cells"][0]["outputs"]
+    for saved, sent in ((live_a, sent_a), (live_b, sent_b)):
         assert WIDGET_VIEW not in saved["data"]
         assert saved["data"]["text/html"] == sent["data"]["text/html"]
         assert saved["data"]["text/plain"] == sent["data"]["text/plain"]
@@ -88,3 +102,25 @@ def test_the_server_saves_a_live_build_as_its_record(tmp_path: Path) -> None:
         assert WIDGET_VIEW in outputs[1]["data"]  # another widget is saved as it was
     finally:
         jupyter.stop()
+
+
+def test_the_mark_names_the_kernel_that_shows_the_build() -> None:
+    assert live_mark() == {"flakebot": {"live": True, "pid": os.getpid()}}
+
+
+@pytest.mark.parametrize("pid", ["running", "gone", None, "text", 0, -1, True])
+def test_a_live_build_keeps_its_view_while_its_kernel_runs_and_only_then(pid: object) -> None:
+    live = _live()
+    if pid == "running":
+        live["metadata"]["flakebot"]["pid"] = os.getpid()
+    elif pid == "gone":
+        pass
+    elif pid is None:
+        del live["metadata"]["flakebot"]["pid"]
+    else:
+        live["metadata"]["flakebot"]["pid"] = pid
+    model = _notebook(live)
+    static_records(model=model)
+    kept = model["content"]["cells"][0]["outputs"][0]["data"]
+    assert (WIDGET_VIEW in kept) == (pid == "running")
+    assert kept["text/html"] and kept["text/plain"]
