@@ -43,6 +43,7 @@ from .options import OPTIONS
 from .pipeline import line_commands, team
 from .pipeline.background import BackgroundRun, start_build
 from .request import BuildRequest, PersonText, RequestText, UntrustedText
+from .server.saved import live_mark
 from .untrusted import safe_text
 from .views import hooks, interrupted
 from .views.dashboard_link import dashboard_link
@@ -395,7 +396,7 @@ class FlakebotMagics(_OptionTraits):
                 widget.log.selected_index = 0
             build.widget, build.tick = widget, widget.tick
             build.observers.append(widget)
-            build.handle = display(widget.mimebundle(), raw=True, display_id=True)
+            build.handle = display(widget.mimebundle(), raw=True, display_id=True, metadata=live_mark())
             interrupted.track(build, lambda: interrupted.why_stopped(self.shell))  # a restart ends it as a record
         elif mode == "text":
             build.observers.append(TextProgress(sys.stdout, verbose=verbose))

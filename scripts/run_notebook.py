@@ -8,8 +8,9 @@ a change that alters what a checked cell prints). Widget state and per-cell
 timings are not stored: they differ on every run and a fresh kernel has no
 widget models to match. The cache dir the run used (a temporary one, or
 yours) is written as ``~/.cache/flakebot``, where a reader's own tools would
-be, and the Python environment (an MCP config names its interpreter) as
-``$VIRTUAL_ENV``: a committed notebook names no one's machine.
+be, the Python environment (an MCP config names its interpreter) as
+``$VIRTUAL_ENV``, and this checkout (``make demo``'s nixpkgs stand-in is in it)
+as ``~/flakebot-magic``: a committed notebook names no one's machine.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from nbclient.exceptions import CellExecutionError
 from flakebot_magic.config import Settings
 
 #: what a committed notebook calls the cache dir (the default one, platformdirs' on Linux) and the environment
-SHOWN_CACHE, SHOWN_ENV = "~/.cache/flakebot", "$VIRTUAL_ENV"
+SHOWN_CACHE, SHOWN_ENV, SHOWN_CHECKOUT = "~/.cache/flakebot", "$VIRTUAL_ENV", "~/flakebot-magic"
+#: this checkout (the environment is usually inside it, so it is replaced after the environment)
+CHECKOUT = str(Path(__file__).resolve().parent.parent)
 
 
 def _without(paths: dict[str, str], value: object) -> object:
@@ -69,7 +72,7 @@ def main(path: str, *, inplace: bool = False) -> int:
             print(f"{path}: not written back, a cell failed", file=sys.stderr)
         else:
             # the kernel's: the same environment
-            paths = {str(Settings().cache_dir): SHOWN_CACHE, sys.prefix: SHOWN_ENV}
+            paths = {str(Settings().cache_dir): SHOWN_CACHE, sys.prefix: SHOWN_ENV, CHECKOUT: SHOWN_CHECKOUT}
             for cell in notebook.cells:
                 cell.metadata.pop("execution", None)  # timings left by earlier runs
                 if cell.cell_type == "code":

@@ -38,7 +38,11 @@ def test_a_restart_under_a_build_ends_it_as_a_record(tmp_path: Path) -> None:
                 seen.append(client.get_iopub_msg(timeout=0.1))
             except queue.Empty:
                 pass
-        assert any("application/vnd.jupyter.widget-view+json" in m["content"].get("data", {}) for m in seen)
+        live = [m for m in seen if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
+        assert live
+        # a notebook saved now (or after JupyterLab's restart, which drops the record below) keeps a static record
+        assert live[0]["content"]["metadata"] == {"flakebot": {"live": True, "pid": manager.provisioner.pid}}
+        assert "did not end here" in live[0]["content"]["data"]["text/html"]
         manager.restart_kernel(now=False)  # a shutdown request (restart: true), as JupyterLab's restart sends
         record: dict[str, Any] = {}
         deadline = time.monotonic() + 60
@@ -55,6 +59,10 @@ def test_a_restart_under_a_build_ends_it_as_a_record(tmp_path: Path) -> None:
         assert "interrupted by a kernel restart" in page and "interrupted by a kernel restart" in text
         assert "data-outcome='cancelled'" in page and "data-state='running'" not in page
         assert "flakebot-log" in page  # the log is kept
+        # and saved, as a cancelled run's, before the kernel went: `%flakebot logs slow` reads it in the new kernel
+        saved = cache / "logs" / "slow.cancelled.log"
+        assert saved.exists(), f"no cancelled log: {sorted(p.name for p in (cache / 'logs').glob('*'))}"
+        assert "interrupted by a kernel restart" in saved.read_text()
         deadline = time.monotonic() + 30
         while processes_in(workspace):
             assert time.monotonic() < deadline, "the build outlived its kernel"

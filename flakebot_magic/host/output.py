@@ -29,8 +29,11 @@ class LineReader:
     r"""Bytes in chunks to text lines of at most ``max_line`` characters: a line without end is never held whole.
 
     ``emit(line, newline)`` gets each line (``newline`` is ``""`` for a last
-    line without one). A longer line arrives in pieces (``split``), or as its
-    head and then a note of how many bytes of it were dropped.
+    line without one). A longer line arrives in pieces (``split``), each but
+    the last with ``newline`` ``""``, so that the pieces and their ends, joined,
+    are the stream as it came (a capture of ``git ls-tree -z``, one "line" of
+    every path, is data: a newline put in it renamed a path); or as its head and
+    then a note of how many bytes of it were dropped.
 
     >>> lines = []; reader = LineReader(lambda line, end: lines.append(line), max_line=4, split=False)
     >>> reader.feed(b"ab\nabcdefgh"); reader.feed(b"ij\nz", final=True); lines
@@ -54,7 +57,7 @@ class LineReader:
         if len(self.pending) > self.max_line:
             if self.split:
                 while len(self.pending) > self.max_line:
-                    self.emit(self.pending[: self.max_line], "\n")
+                    self.emit(self.pending[: self.max_line], "")  # a piece: the line goes on
                     self.pending = self.pending[self.max_line :]
             elif self.dropped:
                 self.dropped += len(self.pending.encode("utf-8", "surrogatepass"))
@@ -79,7 +82,7 @@ class LineReader:
                 self.emit(line[: self.max_line], "\n")
                 self._line("", newline)
                 return
-            self.emit(line[: self.max_line], "\n")
+            self.emit(line[: self.max_line], "")  # a piece: the line goes on
             line = line[self.max_line :]
         self.emit(line, newline)
 

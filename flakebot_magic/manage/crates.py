@@ -30,6 +30,9 @@ __all__ = ["CATALOG_LIMIT", "CatalogEntry", "build_index", "catalog", "search_cr
 #: how many crates a catalog lists at most (a registry of 1,000 crates ships about 60 binaries)
 CATALOG_LIMIT = 200
 
+#: the most characters of a crate's description a catalog cell's request quotes (its first sentence)
+REQUEST_ABOUT = 80
+
 
 def search_crates(
     settings: Settings, query: str, *, limit: int = 10, say: Callable[[str], None] | None = None
@@ -71,10 +74,25 @@ class CatalogEntry:
     viewer: bool
 
     @property
+    def request(self) -> str:
+        """What the cell asks for: the binary as published, what it reads, and the crate's first sentence.
+
+        Not the crate's description alone: that describes a crate (often a library: "a cross-platform library
+        for opening OS pipes", whose binary is ``cat``), can run to a paragraph, and is what a model, once one is
+        configured, would be asked to make of the fork. The request says the tool is the binary, unchanged.
+        """
+        takes = "reads standard input" if self.reads == "stdin" else "takes its arguments"
+        about = " ".join(safe_line(self.description).split())
+        first = about.split(". ", 1)[0].rstrip(".")
+        if len(first) > REQUEST_ABOUT:
+            first = first[: REQUEST_ABOUT - 1].rsplit(" ", 1)[0] + "…"
+        said = f" ({self.crate}: {first})" if first else f" (from the crate {self.crate})"
+        return f"The {self.binary} command as published, which {takes}{said}."
+
+    @property
     def cell(self) -> str:
-        """A ``%%flakebot`` cell that builds it: its crate named (no search), its description as the request."""
-        request = " ".join(safe_line(self.description).split()) or f"the {self.binary} command"
-        return f"%%flakebot --name {tool_name(self.crate)} --crate {self.crate}\n{request}"
+        """A ``%%flakebot`` cell that builds it: its crate named (no search), :attr:`request` as the request."""
+        return f"%%flakebot --name {tool_name(self.crate)} --crate {self.crate}\n{self.request}"
 
     def line(self) -> str:
         takes = "reads standard input" if self.reads == "stdin" else "takes its arguments"
@@ -131,7 +149,7 @@ def catalog(settings: Settings, words: str = "", *, say: Callable[[str], None] |
         " a tool with no model (a crate's own binary, as published). Each with the cell that builds it:"
     )
     blocks = [head]
-    for entry in shown:  # its line, then its cell as it is typed (the request is the crate's own description)
+    for entry in shown:  # its line, then its cell as it is typed
         blocks.append(f"\n# {entry.line()}\n{entry.cell}")
     data = [{**e.__dict__, "cell": e.cell} for e in shown]
     return CommandResult(data, "\n".join(blocks))

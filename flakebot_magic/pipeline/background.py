@@ -103,6 +103,10 @@ class BackgroundRun(Generic[T]):
     def done(self) -> bool:
         return self._done.is_set()
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the pipeline's thread to end (its log saved); True when it has."""
+        return self._done.wait(max(0.0, timeout))
+
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run: kills the running cargo/nix process group; the pipeline raises ``Cancelled``."""
         if self.token.cancelled:

@@ -21,6 +21,7 @@ from .handlers import (
     ToolStopHandler,
 )
 from .proxy_rules import MAX_PROXY_RESPONSE
+from .saved import static_records
 
 __all__ = ["FlakebotExtension"]
 
@@ -55,6 +56,11 @@ class FlakebotExtension(ExtensionApp):
         settings = Settings()
         settings.cache_dir = Path(self.cache_dir)
         return settings
+
+    def initialize_settings(self) -> None:
+        # a notebook saved under a live build keeps its static record, not a widget that needs the kernel
+        if self.serverapp is not None:
+            self.serverapp.contents_manager.register_pre_save_hook(static_records)
 
     def initialize_handlers(self) -> None:
         state: dict[str, Any] = {"settings": self.flakebot_settings()}

@@ -7,14 +7,19 @@ So every build shown as a widget is :func:`track` ed until it ends; when the
 kernel's interpreter exits (``atexit``: ipykernel ends a restart or a shutdown
 so, and its own message channel closes after the handlers registered after
 it), each one still running is stopped and its display becomes its record:
-"interrupted by a kernel restart", its stages and its log kept. A kernel that
-is killed (``kill -9``) runs nothing: its widget stays as it was.
+"interrupted by a kernel restart", its stages and its log kept. The exit waits
+(at most :data:`STOP_AT_EXIT` s, inside jupyter_client's 5 s before it kills
+a kernel) for each pipeline to stop, so that its log is saved as a cancelled
+run's (``%flakebot logs NAME``): the pipeline runs on a daemon thread, which
+the interpreter would otherwise drop mid-way. A kernel that is killed
+(``kill -9``) runs nothing: its widget stays as it was.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,6 +34,9 @@ class Shown(Protocol):
 
     def refresh(self) -> None: ...
 
+
+#: seconds the exiting kernel waits, in all, for its cancelled builds to stop and save their logs
+STOP_AT_EXIT = 3.0
 
 _LIVE: dict[int, tuple[Shown, Callable[[], str]]] = {}
 _LOCK = threading.Lock()
@@ -55,11 +63,22 @@ def interrupt_all() -> None:
     with _LOCK:
         live = list(_LIVE.values())
         _LIVE.clear()
+    stopping = []
     for build, reason in live:
         try:
             why = reason()
             if build.run is not None:
                 build.run.cancel(why)
+            stopping.append((build, why))
+        except Exception:  # the kernel is exiting: one build that cannot be stopped must not stop the others
+            continue
+    deadline = time.monotonic() + STOP_AT_EXIT
+    for build, _why in stopping:  # their logs saved before the interpreter drops the pipelines' daemon threads
+        join = getattr(build.run, "join", None)
+        if join is not None:
+            join(deadline - time.monotonic())
+    for build, why in stopping:
+        try:
             if build.widget is not None:
                 build.widget.interrupt(why)
             build.refresh()

@@ -61,6 +61,7 @@ __all__ = [
     "stale_note",
     "summary_html",
     "title_html",
+    "unfinished_html",
 ]
 
 #: how a run ended (``running`` while it runs): the word the title shows, and its colour
@@ -183,15 +184,40 @@ def stale_note(name: str) -> str:
     the live widget carries it: the record has no ``<style>``.
     """
     logs = f"%flakebot logs {name}" if name else "%flakebot logs NAME"
+    # once ipywidgets marks the view disconnected it reads as a record: no bar, no Cancel, no link icons,
+    # "interrupted" for "building…" and "stopped" for each running stage (CSS text; the HTML stays as sent)
+    gone = ".jupyter-widgets-disconnected"
     return (
         "<style>@keyframes flakebot-stale{to{visibility:visible;max-height:12em}}"
-        ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible!important;max-height:12em!important}"
-        ".flakebot-cancel.jupyter-widgets-disconnected{display:none!important}</style>"
+        f"{gone} .flakebot-stale{{visibility:visible!important;max-height:12em!important}}"
+        f".flakebot-cancel{gone},.flakebot-bar{gone}{{display:none!important}}"
+        f".flakebot-progress{gone}::before,.flakebot-progress {gone}::before{{display:none!important}}"
+        f"{gone} .flakebot-title[data-outcome='running'] .flakebot-outcome,"
+        f"{gone} tr.flakebot-row[data-state='running'] td:nth-child(-n+3):not(:nth-child(2)){{font-size:0}}"
+        f"{gone} .flakebot-title[data-outcome='running'] .flakebot-outcome::after"
+        f"{{content:'interrupted';font-size:14px;color:{AMBER}}}"
+        f"{gone} tr.flakebot-row[data-state='running'] td:nth-child(3)::after{{content:'stopped';font-size:13px;"
+        f"color:{AMBER}}}{gone} tr.flakebot-row[data-state='running'] td:nth-child(1)::after"
+        f"{{content:'■';font-size:13px;color:{AMBER}}}</style>"
         f"<div class='flakebot-stale' style='visibility:hidden;max-height:0;overflow:hidden;color:{AMBER};{TEXT};"
         f"margin:4px 0;animation:flakebot-stale 0s linear {STALE_AFTER}s forwards'>"
         "⚠ <b>Interrupted</b>: the kernel was restarted or stopped (or has said nothing for "
-        f"{STALE_AFTER} s), and this build stopped with it; its workspace is kept. Run the cell again to build "
-        f"it (a build that had ended says so in <code>{safe_html(logs)}</code>).</div>"
+        f"{STALE_AFTER} s), and this build stopped with it; its workspace and its log are kept "
+        f"(<code>{safe_html(logs)}</code>). Run the cell again to build it.</div>"
+    )
+
+
+def unfinished_html(name: str, title: str) -> str:
+    """The static record of a build that did not end in this display: what a notebook saved under its live
+    widget keeps (:mod:`flakebot_magic.server.saved`), a notice, amber, that says where its log is."""
+    logs = f"%flakebot logs {name}" if name else "%flakebot logs NAME"
+    return (
+        f"<div class='flakebot-record' data-outcome='cancelled' style='max-width:960px;{TEXT}'>"
+        + title_html("cancelled", name, title, None).replace(">cancelled<", ">did not end here<")
+        + f"<div class='flakebot-notice' data-level='warning' style='color:{AMBER};{TEXT};overflow-wrap:anywhere'>"
+        "⚠ This build did not end in this cell: its kernel was restarted or stopped under it (or the page that "
+        "showed it was closed). Its workspace is kept; how it ended, and its log, are in "
+        f"<code>{safe_html(logs)}</code>. Run the cell again to build it.</div></div>"
     )
 
 
@@ -245,7 +271,8 @@ def summary_html(
         return ""
     message = str(error) if error is not None else "the run failed"
     lines = message.splitlines()
-    kind = type(error).__name__ if error is not None else "Error"
+    # "no crate fits" is the search's answer, headed as one; a failure is named by its kind
+    kind = "No crate fits" if outcome == "unfit" else type(error).__name__ if error is not None else "Error"
     color = OUTCOMES[outcome][1] if outcome in OUTCOMES else RED
     if collapsed:
         return (

@@ -60,6 +60,7 @@ from .record import (
     notices_html,
     stale_note,
     title_html,
+    unfinished_html,
 )
 from .rows import (
     FINISHED,
@@ -186,6 +187,7 @@ class ProgressWidget:
         self.bar = widgets.IntProgress(
             value=0, min=0, max=100 * len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
         )
+        self.bar.add_class("flakebot-bar")
         self.counts = TextHTML()
         self.table = TextHTML()
         self.notice_view = TextHTML()
@@ -576,6 +578,8 @@ class ProgressWidget:
                 "model_id": self.widget.model_id,
             },
             "text/plain": self.text(),
+            # what a notebook saved under this widget keeps (flakebot_magic.server.saved): the view needs the kernel
+            "text/html": unfinished_html(self.name, self.heading.text),
         }
 
     def close(self) -> None:

@@ -130,3 +130,21 @@ def test_a_commits_tree_is_read_in_process_as_git_reads_it(repo: Path) -> None:
     git("gc", "-q", "--prune=now")  # now packed: no loose object to read
     assert not (repo / ".git" / "objects" / commit[:2] / commit[2:]).exists()
     assert git.tree(commit) == expected
+
+
+@pytest.mark.parametrize("length", [100, 150, 200, 251])
+def test_the_first_commit_of_a_tree_whose_listing_runs_past_a_line_is_the_files(tmp_path: Path, length: int) -> None:
+    """Issue 37, second trial: the catalog's `cargo` crate (1,073 files) failed to fork, "git recorded another tree
+    than the files", because `git ls-tree -z` prints every path on one line and the process reader cut it at 64
+    KiB with a newline, which renamed the path it fell in. Over path lengths that put the cut in a mode, a hash, a
+    path and near an entry's end: the commit succeeds and records exactly the files."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    files = [f"{i:05d}" + "x" * (length - 5) for i in range(100_000 // (length + 54) + 1)]  # > 64 KiB listed
+    for name in files:
+        (root / name).write_text(name)
+    git = Git(root, ProcessRunner())
+    git.init("published")
+    commit = git.commit_files("the source as published", files)
+    listed = git("ls-tree", "-r", "-z", "--name-only", commit).split("\0")
+    assert [name for name in listed if name] == sorted(files)

@@ -44,7 +44,9 @@ def test_the_catalog_lists_binaries_that_build_with_no_model_each_with_a_cell(
     assert "tinyecho" in listed and "tinylib" not in listed  # a library needs a model
     cell = listed["tinyecho"]["cell"]
     assert cell.splitlines()[0] == "%%flakebot --name tinyecho --crate tinyecho"
-    assert cell.splitlines()[1] == "Echo words, or shout standard input"
+    # the request says the tool is the binary as published, and what it reads; the description only quoted
+    assert cell.splitlines()[1].startswith("The tinyecho command as published, which ")
+    assert "(tinyecho: Echo words, or shout standard input)" in cell.splitlines()[1]
     assert cell in answer.text and "a tool with no model" in answer.text.splitlines()[0]
 
 
@@ -110,3 +112,36 @@ def test_printed_progress_shows_the_index_progress_even_when_not_verbose() -> No
     bus.emit(LogLine("search", "some other line"))
     printed = out.getvalue()
     assert f"{INDEXING}: 40%" in printed and "some other line" not in printed
+
+
+@pytest.mark.parametrize("reads", ["stdin", "args"])
+@pytest.mark.parametrize("binary", ["same", "cat"])
+@pytest.mark.parametrize(
+    "description",
+    [
+        "",
+        "A cat(1) clone with wings.",
+        "a cross-platform library for opening OS pipes",
+        "A brotli decompressor that with an interface avoiding the rust stdlib. This makes it suitable for embedded "
+        "devices and kernels. It is designed with a pluggable allocator. Download https://example.com/x",
+        "word " * 60,
+        "Colour \x1b[31mred\x1b[0m\nand a second line\u202e.",
+    ],
+    ids=["empty", "one-sentence", "library", "paragraph", "one-long-sentence", "escapes"],
+)
+def test_a_catalog_cell_asks_for_the_binary_as_published_in_one_short_line(
+    description: str, binary: str, reads: str
+) -> None:
+    """Issue 37 (second trial): a catalog cell's request was the crate's description, a paragraph for some and a
+    library's for others. Over every kind of description, binary and input: one line, short, that names the
+    binary and says what it reads, quotes at most the description's first sentence, and carries no control text."""
+    crate = "os_pipe"
+    entry = crates.CatalogEntry(crate, "1.0.0", crate if binary == "same" else binary, reads, description, False)
+    header, request = entry.cell.split("\n")
+    assert header == f"%%flakebot --name os_pipe --crate {crate}"
+    assert request.startswith(f"The {entry.binary} command as published, which ")
+    assert ("reads standard input" if reads == "stdin" else "takes its arguments") in request
+    assert crate in request and len(request) <= 80 + 100
+    assert request != description.strip()
+    assert all(ch.isprintable() for ch in request) and "\x1b" not in request and "\u202e" not in request
+    assert "suitable for embedded" not in request and "https://" not in request  # only the first sentence

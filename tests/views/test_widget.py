@@ -375,8 +375,28 @@ def test_a_widget_whose_kernel_is_gone_says_so_without_javascript() -> None:
     table = widget.table.value
     assert "class='flakebot-stale'" in table and "visibility:hidden" in table
     assert ".jupyter-widgets-disconnected .flakebot-stale{visibility:visible" in table
-    assert ".flakebot-cancel.jupyter-widgets-disconnected{display:none" in table
+    assert (
+        ".flakebot-cancel.jupyter-widgets-disconnected,.flakebot-bar.jupyter-widgets-disconnected{display:none" in table
+    )
+    assert "flakebot-bar" in widget.bar._dom_classes
+    # and it reads as a record: "interrupted" for "building…", "stopped" for a running stage, no link icons
+    assert "content:'interrupted'" in table and "content:'stopped'" in table
+    assert ".flakebot-progress .jupyter-widgets-disconnected::before{display:none" in table
     assert "%flakebot logs md" in table and "<script" not in table
     widget(RunFinished(ok=False, error=RuntimeError("x"), elapsed=1.0))
     assert "flakebot-stale" not in widget.table.value  # ended: nothing to say
     assert "flakebot-stale" not in widget.record().bundle()["text/html"]  # the record needs no kernel and no style
+
+
+def test_no_crate_fits_is_headed_as_the_answer_it_is_not_as_an_exception_class() -> None:
+    """Issue 37, second trial: the record of a refusal was headed "NeedsModelError" in bold, a class name that
+    reads as a failure to a newcomer; it is headed "No crate fits", amber, and the message follows escaped."""
+    from flakebot_magic.errors import NeedsModelError
+
+    widget = ProgressWidget("Count the words in a text.", name="wc", show_error=True)
+    widget(StageStarted("search"))
+    widget(RunFinished(ok=False, error=NeedsModelError("No crate does <it> as published."), elapsed=1.0))
+    page = widget.record().bundle()["text/html"]
+    assert "data-outcome='unfit'" in page
+    assert "<b>No crate fits</b>" in page and "NeedsModelError" not in page
+    assert "No crate does &lt;it&gt; as published." in page
