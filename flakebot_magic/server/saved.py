@@ -47,7 +47,7 @@ def _running(pid: object) -> bool:
     return True
 
 
-def static_records(model: dict[str, Any] | None = None, **_: Any) -> None:
+def static_records(model: dict[str, Any] | None = None, **_: object) -> None:
     """``ContentsManager`` pre-save hook: each marked live build whose kernel is gone keeps its static record, not
     its view."""
     if not isinstance(model, dict) or model.get("type") != "notebook" or not isinstance(model.get("content"), dict):

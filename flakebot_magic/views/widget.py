@@ -186,8 +186,7 @@ class ProgressWidget:
         # width auto: the box stretches it; 100% plus ipywidgets' 2 px margins overflowed by 4 px
         self.bar = widgets.IntProgress(
             value=0, min=0, max=100 * len(self.rows), bar_style="info", layout=widgets.Layout(width="auto")
-        )
-        self.bar.add_class("flakebot-bar")
+        ).add_class("flakebot-bar")
         self.counts = TextHTML()
         self.table = TextHTML()
         self.notice_view = TextHTML()
