@@ -15,11 +15,12 @@ import subprocess
 from typing import Any
 
 from flakebot_magic.clients.agents import ToolFunction
-from flakebot_magic.clients.base import Confinement, ToolClient
+from flakebot_magic.clients.base import ToolClient
+from flakebot_magic.clients.confine import Confinement
 from flakebot_magic.errors import ToolError
-from flakebot_magic.host.exchange import Exchange, stop_group
+from flakebot_magic.host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, stop_group
 from flakebot_magic.host.fsutil import load_json
-from flakebot_magic.host.process import spawn
+from flakebot_magic.host.process import spawn, start_call
 
 __all__ = ["JsonCallTool", "add_row"]
 
@@ -37,29 +38,35 @@ class JsonCallTool(ToolClient):
     )
 
     def __call__(self, **arguments: Any) -> Any:
-        self.require_binary()
+        self.require_binary()  # says how to get a damaged or missing binary back
         argv = [str(self.binary)]
         confinement = Confinement(self.binary, self.store_path) if self.confined_now else None
         try:
-            if confinement is not None:  # in the sandbox: its scratch dir, the sandbox's environment
-                proc = spawn(
+            if confinement is not None:  # in the sandbox (spawn): its scratch dir, the sandbox's environment
+                proc: Any = spawn(
                     confinement.command(argv, self.timeout),
                     stdin=True,
                     cwd=confinement.scratch,
                     env=confinement.env(self.env),
                 )
-            else:  # as the user, with the allowlisted environment
-                proc = spawn(argv, stdin=True, env=self._environment())
-            exchange = Exchange(proc)
+            else:  # as the user, with the allowlisted environment: start_call, cheap per call
+                proc = start_call(argv, env=self._environment())
+            exchange = Exchange(proc, stdout_cap=OUTPUT_BYTES, stderr_cap=STDERR_BYTES)
             try:
-                out, err = exchange.run(json.dumps(arguments).encode(), self.timeout)
+                out, err = exchange.run(json.dumps(arguments).encode(), self.timeout)  # the time limit, read now
             except subprocess.TimeoutExpired:
                 stop_group(proc)
                 exchange.close()
                 raise ToolError(f"{self.name} ran past its time limit of {self.timeout:g} s", returncode=None) from None
+            except BaseException:  # KeyboardInterrupt: the tool stops with the call
+                stop_group(proc)
+                exchange.close()
+                raise
         finally:
             if confinement is not None:
                 confinement.close()
+        if exchange.overflow:
+            raise ToolError(f"{self.name} wrote more than its output cap; the answer was dropped", returncode=None)
         if proc.returncode:
             text = err.decode("utf-8", "replace")
             raise ToolError(f"{self.name} exited with status {proc.returncode}: {text}", returncode=proc.returncode)
@@ -71,6 +78,8 @@ class JsonCallTool(ToolClient):
                 name=self.name,
                 description=f"Run {self.crate} once with these arguments; returns its JSON answer.",
                 parameters={"type": "object", "properties": {}},
+                # free-form arguments: every door passes the model's object on whole (docs/tool-contract.md)
+                open_arguments=True,
                 function=self,
                 example=f"{self.name}()",
                 wire=lambda arguments: self(**arguments),

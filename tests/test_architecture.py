@@ -231,8 +231,10 @@ def test_every_kind_has_its_contract_documented() -> None:
 
     text = (ROOT / "docs" / "tool-contract.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^## `([a-z0-9-]+)`:", text, re.M))
-    assert documented == set(KINDS), (
-        f"docs/tool-contract.md: a '## `KIND`: ...' section for each of {sorted(KINDS)}; it has {sorted(documented)}"
+    # the package's own rows: a test-only row (a test's module, docs/ARCHITECTURE.md) ships no contract
+    shipped = {kind for kind, client in KINDS.items() if client.__module__.startswith("flakebot_magic.")}
+    assert documented == shipped, (
+        f"docs/tool-contract.md: a '## `KIND`: ...' section for each of {sorted(shipped)}; it has {sorted(documented)}"
     )
 
 
