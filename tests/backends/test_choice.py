@@ -135,9 +135,7 @@ def test_an_offline_auto_build_is_cargo_with_a_notice_and_no_failed_stage(
     sandboxed_nix: None, session_registry: DirectoryRegistry, tmp_path: Path
 ) -> None:
     recorder, runner = Recorder(), RecordingRunner()
-    settings = Settings(
-        cache=CacheLayout(tmp_path), registry=str(session_registry.path), backend="auto", nixpkgs=GITHUB_NIXPKGS
-    )
+    settings = Settings(cache_dir=tmp_path, registry=str(session_registry.path), backend="auto", nixpkgs=GITHUB_NIXPKGS)
     tool: Any = Pipeline(settings, observers=[recorder], runner=runner).run("", crate="tinyecho")
     assert tool.backend == "cargo" and tool.provenance["backend"] == "cargo"
     assert tool(input="hi") == "HI"
@@ -163,7 +161,7 @@ def test_a_lock_that_fails_after_all_is_a_notice_and_a_skipped_row(
     (nixpkgs / "flake.nix").write_text("{ this is not nix\n")
     recorder = Recorder()
     settings = Settings(
-        cache=CacheLayout(tmp_path / "cache"), registry=str(session_registry.path), backend="auto", nixpkgs=str(nixpkgs)
+        cache_dir=tmp_path / "cache", registry=str(session_registry.path), backend="auto", nixpkgs=str(nixpkgs)
     )
     tool: Any = Pipeline(settings, observers=[recorder]).run("", crate="tinyecho")
     assert tool.backend == "cargo" and tool(input="hi") == "HI"
