@@ -455,6 +455,8 @@ class DirectoryRegistry:
         ``.cargo-checksum.json`` is checked, never trusted (:func:`_checked_source`).
         """
         source = self.source_dir(candidate)
+        if source.is_symlink():  # the registry's own entry links to the crate (an overlay): followed this once
+            source = Path(os.path.realpath(source))
         # Debian's packaging notes and cargo's vendoring checksums sit beside the crate
         beside = {".cargo-checksum.json", "debian"}
         try:

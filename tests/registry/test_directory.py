@@ -419,3 +419,18 @@ def test_binary_targets_agree_with_cargo_metadata(layouts: DirectoryRegistry) ->
         cargo_bins = sorted(t["name"] for t in package["targets"] if "bin" in t["kind"])
         assert cargo_bins == sorted(expected), name
         assert sorted(layouts.get(name).bin_names) == cargo_bins, name
+
+
+def test_a_registry_entry_that_links_to_its_crate_is_fetched_and_nothing_inside_is_followed(tmp_path: Path) -> None:
+    """An overlay registry links each entry to a crate elsewhere (testing/overlay.py; make bench's): the entry's link
+    is the registry's layout, followed once; a link inside the crate stays a link."""
+    elsewhere = write_registry(tmp_path / "elsewhere", ["tinyecho"])
+    crate = next(p for p in elsewhere.iterdir() if p.name.startswith("tinyecho"))
+    (crate / "planted").symlink_to("/etc/passwd")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / crate.name).symlink_to(crate)
+    registry = DirectoryRegistry(overlay, tmp_path / "cache")
+    fetched = registry.fetch(registry.get("tinyecho"), tmp_path / "fork")
+    assert (tmp_path / "fork" / "Cargo.toml").is_file() and fetched is not None
+    assert (tmp_path / "fork" / "planted").is_symlink()  # kept as a link, never read
