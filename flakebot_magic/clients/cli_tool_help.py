@@ -467,7 +467,7 @@ def help_of(
             f"{who} was not run: flakebot asks a tool for its --help first (it says whether the tool reads standard "
             f"input, and so how a call passes its input), and the probe got no answer within {deadline}. Nothing "
             f"was guessed or kept: call it again with a larger timeout=..., or read {who}.help first (its probe has "
-            f"{timeout:g} s).",
+            "a limit of its own).",
             returncode=None,
         )
     raise ToolError(
