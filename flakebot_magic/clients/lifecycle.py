@@ -52,6 +52,9 @@ __all__ = [
     "unregister",
 ]
 
+#: seconds a process killed past a call's deadline is still waited for, to reap it (a multi-threaded one is a
+#: zombie only once its every thread has ended)
+_REAP = 0.25
 #: lines kept per tool, and the longest line kept whole
 LOG_LINES = 2000
 LOG_LINE_CHARS = 4000
@@ -204,8 +207,8 @@ class ToolProcess:
         # SIGTERM, ``grace`` s for the group to end, then SIGKILL; whatever the leader left in its group goes too
         with contextlib.suppress(PermissionError):  # a member we may not signal: the rest went
             kill_tree(proc.pid, grace=grace if proc.poll() is None else 0.0)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5.0 if deadline is None else deadline.left())
+        with contextlib.suppress(subprocess.TimeoutExpired):  # killed: its threads end in a moment, then it is reaped
+            proc.wait(timeout=5.0 if deadline is None else max(deadline.left(), _REAP))
         for pump in self._pumps:
             pump.join(timeout=0.05 if deadline is None else deadline.wait(0.05))
         blocked = [pump for pump in self._pumps if pump.is_alive()]
