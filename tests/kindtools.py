@@ -27,6 +27,7 @@ from flakebot_magic.clients.contract import ToolContract
 from flakebot_magic.clients.http import HttpTool
 from flakebot_magic.clients.kinds import kind_of
 from flakebot_magic.config import Settings
+from flakebot_magic.errors import ToolError
 from flakebot_magic.host.entry import binary_digest
 from flakebot_magic.records.inventory import Inventory, ToolRecord
 from flakebot_magic.request import PersonText
@@ -171,6 +172,33 @@ def script_service(tmp_path: Path, body: str, *, env: dict[str, str] | None = No
         contract=ToolContract(kind="http", bin="service", **contract),
         env=env,
     )
+
+
+def at_once(call: Callable[[], Any], n: int) -> list[tuple[float, str]]:
+    """``n`` calls at the same moment: (seconds each took, how it ended: "answered ...", "failed: ...", "RAISED ...")."""
+    results: list[tuple[float, str]] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(n)
+
+    def one() -> None:
+        gate.wait()
+        started = time.monotonic()
+        try:
+            outcome = f"answered {call()!r}"
+        except ToolError as exc:
+            outcome = f"failed: {exc}"
+        except Exception as exc:  # anything else is a defect: shown in the assertion
+            outcome = f"RAISED {type(exc).__name__}: {exc}"
+        with lock:
+            results.append((time.monotonic() - started, outcome))
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == n, f"{n - len(results)} calls never returned"
+    return results
 
 
 def register(settings: Settings, name: str, script: str, kind: str, **contract: Any) -> ToolRecord:

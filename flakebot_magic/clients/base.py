@@ -22,6 +22,7 @@ build reading a server's functions) and every call with ``confine_tools``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -34,6 +35,7 @@ from typing import Any, ClassVar
 
 from ..commands import typed
 from ..errors import ToolError
+from ..host.deadline import Deadline
 from ..host.entry import remedy, runnable_damage
 from ..host.environment import environ_stamp
 from ..host.fsutil import load_json
@@ -374,6 +376,10 @@ class ToolClient:
         so the model can read it and try again.
         """
         call_id, name, arguments = parse_tool_call(tool_call)
+        with Deadline.of_call(self.timeout).running():  # a server's start to learn its functions is the call's
+            return self._call(call_id, name, arguments)
+
+    def _call(self, call_id: str, name: str, arguments: str) -> dict[str, Any]:
         table = self._agent_functions()
         content: str
         if name not in table:
@@ -497,6 +503,17 @@ class ToolClient:
         return {}, {"flakebot": provenance_of(self)}
 
 
+def _within(function: Callable[..., Any], deadline: Deadline) -> Callable[..., Any]:
+    """``function``, called within ``deadline`` (a call whose lookup started the tool); its signature and doc kept."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with deadline.running():
+            return function(*args, **kwargs)
+
+    return call
+
+
 def _first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0]
 
@@ -541,8 +558,13 @@ class StartedToolClient(ToolClient):
     def __getattr__(self, name: str) -> Any:
         functions = self.__dict__.get("_functions")
         if functions is None and "_functions" in self.__dict__ and not name.startswith("_"):
-            # a service nothing has started yet (a build runs none of it): what it offers is read at its first use
-            functions = self.functions()
+            # a service nothing has started yet (a build runs none of it): what it offers is read at its first
+            # use, which is a call: the start and the call that follows share one deadline, made now
+            deadline = Deadline.of_call(self.timeout)
+            with deadline.running():
+                functions = self.functions()
+            if name in functions:
+                return _within(functions[name].function, deadline)
         if not name.startswith("_") and functions and name in functions:
             return functions[name].function
         raise AttributeError(

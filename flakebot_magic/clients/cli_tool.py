@@ -36,7 +36,8 @@ from typing import Any
 
 from ..commands import typed
 from ..errors import ToolArgumentError, ToolError
-from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, Started, stop_group
+from ..host.deadline import Deadline
+from ..host.exchange import OUTPUT_BYTES, STDERR_BYTES, Exchange, Started
 from ..host.process import spawn, start_call
 from ..untrusted import safe_text, strip_sequences
 from .agents import ToolFunction
@@ -113,9 +114,13 @@ class CliTool(ToolClient):
     @property
     def help(self) -> str:
         """The binary's ``--help`` text (run once, then remembered), made safe to show."""
+        return self._help_within(None)
+
+    def _help_within(self, deadline: Deadline | None) -> str:
+        """:attr:`help`; a probe it runs ends by ``deadline`` too (a first call's: the probe is part of the call)."""
         if self._safe_help is None:  # made safe once: every call asks (reads_stdin), the text never changes
             if self._help is None:
-                self._help = help_of(self.binary, self.store_path, name=self.name)
+                self._help = help_of(self.binary, self.store_path, name=self.name, deadline=deadline)
             self._safe_help = shown_help(self.name, safe_text(self._help, style=True))  # its value: plain
         return self._safe_help
 
@@ -201,10 +206,12 @@ class CliTool(ToolClient):
         default the tool is asked for plain text and escapes are stripped.
         """
         __tracebackhide__ = True  # IPython shows the caller's line and the error, not this method's workings
-        limit = self.timeout if timeout is None else timeout
+        deadline = Deadline.of_call(self.timeout if timeout is None else timeout)  # the call's, its every wait's
+        limit = deadline.limit
         confined = self.confined_now
         if confined or self.entry is not None:  # a store entry: checked every call (stats while unchanged)
             self.require_binary()
+        self._help_within(deadline)  # a first call's --help probe runs within the call's time
         items: list[Any] = list(args)
         if input is None and items and isinstance(items[0], bytes):
             if not self.reads_stdin:
@@ -219,9 +226,6 @@ class CliTool(ToolClient):
         if any(isinstance(item, bytes) for item in items):
             raise TypeError(f"{self.name}(): bytes go to standard input as input=b'...', not as a later argument.")
         text_file = self._text_for_file(items) if input is None and not options else None
-        # the call from here: the sandbox's start, the input file, the run (a first call's --help probe is the
-        # probe's own, with its own limit: clients/cli_tool_help.help_of)
-        deadline = time.monotonic() + limit
         confinement = Confinement(self.binary, self.store_path) if confined else None
         scratch = None
         try:
@@ -241,7 +245,7 @@ class CliTool(ToolClient):
                 # its own session (a kill stops what it started, too); the allowlist, tool_env, this call's env
                 proc: Started
                 if confinement:
-                    wrapped, scratch_dir = confinement.command(command, limit), confinement.scratch
+                    wrapped, scratch_dir = confinement.command(command, deadline.left()), confinement.scratch
                     proc = spawn(wrapped, stdin=True, cwd=scratch_dir, env=confinement.env(self.env, extra))
                 else:
                     proc = start_call(command, env=self._environment(extra))
@@ -256,7 +260,7 @@ class CliTool(ToolClient):
                     f"{typed(f'rebuild {self.name}')} builds it again.",
                     returncode=None,
                 )
-            out = self._exchange(proc, data or b"", limit, items, deadline)
+            out = self._exchange(proc, data or b"", limit, items, deadline.at)
             return out if raw else tool_result(out)
         finally:
             if confinement is not None:
@@ -291,17 +295,22 @@ class CliTool(ToolClient):
         try:
             out, err = exchange.run(data, limit if deadline is None else deadline - time.monotonic())
         except subprocess.TimeoutExpired:
-            stop_group(proc)
-            exchange.close()
+            exchange.abandon()
+            what = (  # when it exited: what it left running outside its group held its output
+                f"exited (status {proc.returncode}), but a process it started and left running kept its output open "
+                f"past its time limit of {limit:g} s; that process was stopped and the output dropped. A command-line "
+                "tool must not leave processes behind that hold its standard output or error."
+                if exchange.exited
+                else f"ran past its time limit of {limit:g} s and was stopped. Pass a larger timeout=... if the input "
+                "is just big."
+            )
             raise ToolError(
-                f"{self.name} ran past its time limit of {limit:g} s and was stopped. "
-                "Pass a larger timeout=... if the input is just big.",
-                returncode=None,
+                f"{self.name} {what}",
+                returncode=proc.returncode if exchange.exited else None,
                 stderr=exchange.stderr.decode("utf-8", "replace"),
             ) from None
         except BaseException:  # KeyboardInterrupt: stop the tool with the call
-            stop_group(proc)
-            exchange.close()
+            exchange.abandon()
             raise
         if exchange.overflow:
             raise ToolError(

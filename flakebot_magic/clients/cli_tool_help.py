@@ -20,7 +20,8 @@ from typing import Any
 
 from ..commands import typed
 from ..errors import ToolError
-from ..host.exchange import Exchange, stop_group
+from ..host.deadline import Deadline
+from ..host.exchange import Exchange
 from ..host.process import spawn
 from ..untrusted import strip_sequences
 from .base import Confinement
@@ -448,12 +449,10 @@ def probe_help(binary: Path, store_path: Path | None = None, timeout: float = 10
             try:
                 out, err = exchange.run(b"", timeout)
             except subprocess.TimeoutExpired:
-                stop_group(proc)
-                exchange.close()
+                exchange.abandon()
                 return HelpProbe(failed=f"ran past its time limit of {timeout:g} s")
             except BaseException:
-                stop_group(proc)
-                exchange.close()
+                exchange.abandon()
                 raise
             why = _no_answer(proc.returncode or 0, out, err)
             if why:
@@ -466,7 +465,14 @@ def probe_help(binary: Path, store_path: Path | None = None, timeout: float = 10
         confinement.close()
 
 
-def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0, *, name: str = "") -> str:
+def help_of(
+    binary: Path,
+    store_path: Path | None = None,
+    timeout: float = 10.0,
+    *,
+    name: str = "",
+    deadline: Deadline | None = None,
+) -> str:
     """The tool's ``--help`` (else ``-h``) text, run in the sandbox: the probe runs without being asked for.
 
     The store entry is visible read-only, a scratch dir is the only writable
@@ -479,13 +485,26 @@ def help_of(binary: Path, store_path: Path | None = None, timeout: float = 10.0,
     with twice the time, and a second failure is a
     :class:`~flakebot_magic.errors.ToolError` saying so (nothing is kept: the
     next call asks again). ``""``: the tool answered, without help.
+
+    ``deadline``: the first call's, which the probe is part of: each run ends by it too, and a probe cut short
+    by it is a :class:`~flakebot_magic.errors.ToolError` that names the call's limit (nothing is kept).
     """
-    probe = probe_help(binary, store_path, timeout)
-    if probe.failed:
-        probe = probe_help(binary, store_path, timeout * 2)
-    if not probe.failed:
-        return probe.text
     who = name or Path(binary).name
+    probe = HelpProbe(failed="did not run")
+    for limit in (timeout, timeout * 2):
+        if deadline is not None and deadline.left() <= 0:
+            break
+        probe = probe_help(binary, store_path, limit if deadline is None else deadline.wait(limit))
+        if not probe.failed:
+            return probe.text
+    if deadline is not None and deadline.expired:
+        raise ToolError(
+            f"{who} was not run: flakebot asks a tool for its --help first (it says whether the tool reads standard "
+            f"input, and so how a call passes its input), and the probe got no answer within {deadline}. Nothing "
+            f"was guessed or kept: call it again with a larger timeout=..., or read {who}.help first (its probe has "
+            "a limit of its own).",
+            returncode=None,
+        )
     raise ToolError(
         f"{who} was not run: flakebot asks a tool for its --help first (it says whether the tool reads standard "
         f"input, and so how a call passes its input), and the probe {probe.failed}, twice. Nothing was guessed: "

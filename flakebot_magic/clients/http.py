@@ -70,6 +70,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeployError, ToolError
+from ..host.deadline import Deadline
 from . import lifecycle
 from .agents import ToolFunction
 from .base import StartedToolClient
@@ -154,28 +155,29 @@ class HttpTool(StartedToolClient):
 
     # -- lifecycle -------------------------------------------------------------
 
-    def _take_turn(self, deadline: float | None, limit: float) -> None:
+    def _take_turn(self, deadline: Deadline | None) -> None:
         """Take the lock, waiting no later than ``deadline`` (a call's: another call may be starting the service)."""
         if self._lock.acquire(blocking=False):  # the common case: nobody starting, no deadline to reckon
             return
-        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        wait = -1.0 if deadline is None else deadline.left()
         if not self._lock.acquire(timeout=wait):
             raise ToolError(
-                f"{self.name}: no answer within the call's time limit of {limit:g} s: another call was starting, "
+                f"{self.name}: no answer within {deadline}: another call was starting, "
                 "restarting or stopping the service all that time. Pass a larger timeout=... if it is just slow "
                 "to start.",
                 stderr=self.logs(20),
             )
 
-    def start(self, deadline: float | None = None) -> HttpTool:
+    def start(self, deadline: Deadline | None = None) -> HttpTool:
         """Start the service (if it is not running), wait until it is healthy, read its OpenAPI.
 
-        ``deadline``: a call's (``time.monotonic()``), which the start must meet too.
+        ``deadline``: a call's, which the start must meet too (by default, that of the call running on this
+        thread, if any: a call whose lookup of an operation starts the service).
         """
         self.require_binary()
         lifecycle.register(self)
-        limit = self.timeout if deadline is None else max(0.0, deadline - time.monotonic())
-        self._take_turn(deadline, limit)
+        deadline = deadline or Deadline.current()
+        self._take_turn(deadline)
         try:
             if self.running and self._clients is not None:
                 return self
@@ -185,7 +187,7 @@ class HttpTool(StartedToolClient):
                     f"flakebot: restarting {self.name} (it exited with status {self._process.returncode})\n"
                 )
                 self._retire()
-                self._stop_process()  # reaps it, closes its pipes, removes a confined start's sockets
+                self._stop_process(deadline)  # reaps it, removes a confined start's sockets; within the call
             for attempt in range(2):
                 try:
                     self._start_once(deadline)
@@ -204,11 +206,11 @@ class HttpTool(StartedToolClient):
             self._lock.release()
         return self
 
-    def _read_operations(self, deadline: float | None) -> None:
+    def _read_operations(self, deadline: Deadline | None) -> None:
         """Read the OpenAPI document into functions; within a call, by its deadline (else at a later start)."""
-        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        left = None if deadline is None else max(0.001, deadline.left())
         document = read_document(lambda path: self.get(path, **({} if left is None else {"timeout": left})))
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and deadline.expired:
             return  # cut short by the call's time limit: read it whole next time, never as "no operations"
         self.openapi = document
         taken = {name for name in dir(type(self)) if not name.startswith("_")}
@@ -229,7 +231,7 @@ class HttpTool(StartedToolClient):
             return ServiceLaunch(service, self._environment(extra))
         return confined_service(service, port, self.binary, self.store_path, self.env, extra)
 
-    def _start_once(self, deadline: float | None) -> None:
+    def _start_once(self, deadline: Deadline | None) -> None:
         import httpx
 
         port = free_port()
@@ -263,14 +265,14 @@ class HttpTool(StartedToolClient):
 
         client = make()
         try:
-            with call_deadline(deadline) if deadline is not None else nullcontext():
+            with call_deadline(deadline.at) if deadline is not None else nullcontext():
                 self._wait_ready(client, process, deadline)
                 if self._transport is None and not confined:
                     self._check_loopback(process)
                 self._check_token_required(client, process)
         except BaseException:
             client.close()
-            process.stop()
+            process.stop(deadline=deadline or Deadline(_GIVE_UP, "a failed start's stop"))  # at once: it failed
             launch.cleanup()
             raise
         self._process, self.base_url, self.port = process, base_url, port
@@ -304,16 +306,16 @@ class HttpTool(StartedToolClient):
                     "`Authorization: Bearer $FLAKEBOT_TOKEN` (see docs/tool-contract.md)."
                 )
 
-    def _wait_ready(self, client: httpx.Client, process: ToolProcess, deadline: float | None) -> None:
+    def _wait_ready(self, client: httpx.Client, process: ToolProcess, deadline: Deadline | None) -> None:
         import httpx
 
         health = self.contract.health
-        ready_by = time.monotonic() + self.contract.ready_timeout
-        until = ready_by if deadline is None else min(ready_by, deadline)
+        ready = Deadline(self.contract.ready_timeout, "its ready_timeout")
+        until = ready if deadline is None else deadline.within(self.contract.ready_timeout, "its ready_timeout")
         pause = 0.005
         while True:
             if not process.alive:
-                status = process.stop()
+                status = process.stop(deadline=until)
                 tail = self.logs(20)
                 if "address already in use" in tail.lower() or "addrinuse" in tail.lower():
                     raise _PortTaken()
@@ -325,16 +327,16 @@ class HttpTool(StartedToolClient):
                     stderr=tail,
                 )
             try:
-                answer = client.get(health, timeout=max(0.001, min(1.0, until - time.monotonic())))
+                answer = client.get(health, timeout=max(0.001, until.wait(1.0)))
                 if answer.status_code < 500:
                     return
             except httpx.TransportError:
                 pass
-            if time.monotonic() >= until:
-                if deadline is not None and until < ready_by:
+            if until.expired:
+                if until is deadline:
                     raise ToolError(
-                        f"{self.name}: the service was starting, and GET {health} did not answer within the call's "
-                        "time limit; the service was stopped. Start it first (.start(), or load the tool), or pass "
+                        f"{self.name}: the service was starting, and GET {health} did not answer within {deadline}; "
+                        "the service was stopped at once. Start it first (.start(), or load the tool), or pass "
                         f"a larger timeout=... Its output:\n{self.logs(20).strip() or '(none)'}",
                         stderr=self.logs(20),
                     )
@@ -344,7 +346,7 @@ class HttpTool(StartedToolClient):
                     f"slow to start. Its output:\n{self.logs(20).strip() or '(none)'}",
                     stderr=self.logs(20),
                 )
-            time.sleep(max(0.0, min(pause, until - time.monotonic())))
+            time.sleep(until.wait(pause))
             pause = min(pause * 2, 0.1)
 
     #: seconds between the checks of the service's listening sockets while it runs
@@ -367,10 +369,11 @@ class HttpTool(StartedToolClient):
             self._clients.retire()
             self._clients = None
 
-    def _stop_process(self) -> None:
-        """Stop the current start's process (the caller holds the lock) and remove what it was given."""
+    def _stop_process(self, deadline: Deadline | None = None) -> None:
+        """Stop the current start's process (the caller holds the lock) and remove what it was given; within a
+        call, at once and by its ``deadline``."""
         if self._process is not None:
-            self._process.stop()
+            self._process.stop(deadline=deadline)
         cleanup, self._cleanup = self._cleanup, lambda: None
         cleanup()
 
@@ -460,7 +463,7 @@ class HttpTool(StartedToolClient):
                     "(the next call starts it again)\n"
                 )
                 self._retire()
-                self._stop_process()  # kept as the last start: the next one is a restart
+                self._stop_process(Deadline(_GIVE_UP, "a hung service's stop"))  # kept: the next start is a restart
                 self._state(status="stopped", pid=None, url="", token="")
 
         threading.Thread(target=check, name=f"flakebot-health-{self.name}", daemon=True).start()
@@ -474,9 +477,10 @@ class HttpTool(StartedToolClient):
         """
         given = kwargs.pop("timeout", None)
         limit = float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) else self.timeout
-        deadline = time.monotonic() + limit
+        deadline = Deadline.of_call(limit)
+        limit = deadline.limit
         while True:
-            self._take_turn(deadline, limit)
+            self._take_turn(deadline)
             try:
                 if not self.running or self._clients is None:
                     self.start(deadline)
@@ -496,10 +500,10 @@ class HttpTool(StartedToolClient):
             finally:
                 self._lock.release()
             assert clients is not None
-            client = clients.take(max(0.0, deadline - time.monotonic()), self.name, limit)
+            client = clients.take(deadline.left(), self.name, limit)
             if client is not None:
                 break  # else the service was restarted while this call waited: take one of the new clients
-        before = swap_deadline(deadline)  # every read and write of this call ends by its deadline
+        before = swap_deadline(deadline.at)  # every read and write of this call ends by its deadline
         try:
             # no per-request timeout to build: every connect, read and write is held to the deadline below it
             return client.request(method, path, **kwargs)
@@ -566,6 +570,10 @@ class HttpTool(StartedToolClient):
         else:
             names = ", ".join(self._functions) or "(none: no /openapi.json)"
         return f"{super().__repr__()}\n  operations: {names}\n  service: {self.where}"
+
+
+#: seconds a stop flakebot decides on its own (a hung service, a failed start outside a call) may wait for readers
+_GIVE_UP = 2.0
 
 
 class _PortTaken(Exception):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -33,8 +34,10 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from ..errors import ToolError
+from ..host.deadline import Deadline
 from ..host.output import LineReader
 from ..host.process import kill_tree, spawn
+from ..host.proctree import pipe_holders
 from ..untrusted import safe_text
 
 __all__ = [
@@ -49,6 +52,9 @@ __all__ = [
     "unregister",
 ]
 
+#: seconds a process killed past a call's deadline is still waited for, to reap it (a multi-threaded one is a
+#: zombie only once its every thread has ended)
+_REAP = 0.25
 #: lines kept per tool, and the longest line kept whole
 LOG_LINES = 2000
 LOG_LINE_CHARS = 4000
@@ -120,6 +126,8 @@ class ToolProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self._pumps: list[threading.Thread] = []
+        #: the inodes of the pipes its readers read (what holds them after the group is gone is the tool's too)
+        self._pipes: frozenset[int] = frozenset()
         self.started_at = 0.0
 
     def start(self) -> None:
@@ -143,6 +151,7 @@ class ToolProcess:
             threading.Thread(target=self._pump, args=(stream,), name=f"flakebot-logs-{proc.pid}", daemon=True)
             for stream in streams
         ]
+        self._pipes = frozenset(os.fstat(stream.fileno()).st_ino for stream in streams)
         for pump in self._pumps:
             pump.start()
 
@@ -155,8 +164,11 @@ class ToolProcess:
             while chunk := os.read(fd, 1 << 16):
                 lines.feed(chunk)
             lines.feed(b"", final=True)
-        except (OSError, ValueError):  # closed under us by stop()
+        except (OSError, ValueError):  # closed under us
             pass
+        finally:
+            with contextlib.suppress(OSError):
+                stream.close()  # the reader alone closes its stream: no descriptor is closed under a read
 
     @property
     def pid(self) -> int | None:
@@ -170,15 +182,20 @@ class ToolProcess:
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc is not None else None
 
-    def stop(self, grace: float = 1.0) -> int | None:
-        """Stop the process group: close stdin, SIGTERM, then SIGKILL after ``grace`` s.
+    def stop(self, grace: float = 1.0, *, deadline: Deadline | None = None) -> int | None:
+        """Stop the process group: close stdin, SIGTERM, then SIGKILL after ``grace`` s; and whatever it started
+        outside its group that still holds its output (a child in its own session), so its readers end.
 
-        Returns the exit status (None when it was never started).
+        ``deadline``: a call gave up on the process. It is killed at once (SIGKILL, no grace the call would pay
+        for), and nothing here waits past the deadline: a reader still blocked then ends when its pipe closes
+        (its thread is a daemon). Returns the exit status (None when it was never started, or not yet reaped).
         """
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None and proc.stdin is not None:
+        if deadline is not None:
+            grace = 0.0
+        if grace > 0 and proc.poll() is None and proc.stdin is not None:
             try:
                 proc.stdin.close()  # a stdio server exits by itself at EOF
             except OSError:
@@ -190,19 +207,22 @@ class ToolProcess:
         # SIGTERM, ``grace`` s for the group to end, then SIGKILL; whatever the leader left in its group goes too
         with contextlib.suppress(PermissionError):  # a member we may not signal: the rest went
             kill_tree(proc.pid, grace=grace if proc.poll() is None else 0.0)
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
+        with contextlib.suppress(subprocess.TimeoutExpired):  # killed: its threads end in a moment, then it is reaped
+            proc.wait(timeout=5.0 if deadline is None else max(deadline.left(), _REAP))
         for pump in self._pumps:
-            pump.join(timeout=2)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            pump.join(timeout=0.05 if deadline is None else deadline.wait(0.05))
+        blocked = [pump for pump in self._pumps if pump.is_alive()]
+        if blocked:  # something outside the group holds its output: it is the tool's, and goes with it
+            for pid in pipe_holders(self._pipes):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            for pump in blocked:
+                pump.join(timeout=2.0 if deadline is None else deadline.left())
+        for pipe in (proc.stdin, proc.stdout if self.stdio else None):  # the caller's; the readers close their own
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):
                     pipe.close()
-                except OSError:
-                    pass
-        return proc.returncode
+        return proc.poll()
 
 
 # -- the tools that have a process, by (home, name) ----------------------------------------

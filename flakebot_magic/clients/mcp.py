@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ToolError
+from ..host.deadline import Deadline
 from . import lifecycle
 from .agents import ToolFunction
 from .base import Confinement, StartedToolClient, ToolContract
@@ -231,9 +232,10 @@ class McpTool(StartedToolClient):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """With a single MCP tool, call it; otherwise name one: ``calc.add(...)``."""
-        functions = self.functions()
-        if len(functions) == 1:
-            return next(iter(functions.values())).function(*args, **kwargs)
+        with Deadline.of_call(self.timeout).running():  # a start to learn its tools is part of the call
+            functions = self.functions()
+            if len(functions) == 1:
+                return next(iter(functions.values())).function(*args, **kwargs)
         raise TypeError(
             f"{self.name} has {len(functions)} tools; call one of them: "
             + ", ".join(f"{self.name}.{n}(...)" for n in functions)

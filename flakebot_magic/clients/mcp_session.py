@@ -23,8 +23,10 @@ skips the probe. ``revision`` says which one (``2026-07-28``, ``2025-06-18``).
 
 A call's ``timeout`` bounds the whole call from the moment it is made: the wait
 for earlier calls to the same server (one request at a time), a start or
-restart, and the answer. A call that got no answer in time stops the server
-(it may be hung; the next call starts a fresh one); a call that timed out
+restart, and the answer (one :class:`~flakebot_magic.host.deadline.Deadline`, made when the call is made;
+a start within a call ends by the call's deadline or its ``ready_timeout``, whichever comes first, and the error
+names the one). A server given up on (no answer in time, a start that failed) is killed at once, with whatever
+holds its output, never given a grace the call would pay for; the next call starts a fresh one. A call that timed out
 while still waiting its turn was never sent and stops nothing. A message from
 the server is read in chunks and may be at most :data:`MAX_MESSAGE_BYTES` long. What flakebot writes to the
 server (a request, an answer to the server's own request) is written within the call's time too: a server that
@@ -46,6 +48,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import ToolError
+from ..host.deadline import Deadline
 from ..host.fsutil import load_json
 from ..host.writes import WriteTimeout, write_within
 from .base import TOOL_TIMEOUT
@@ -152,6 +155,8 @@ class McpSession:
         #: called after the server was started again by a request
         self.on_restart: Callable[[], None] | None = None
         self._lock = threading.RLock()
+        #: the deadline of the call (or start) holding the lock: every wait of it, a stop included, ends by it
+        self._deadline: Deadline | None = None
         self._buffer = bytearray()
         self._next_id = 0
 
@@ -170,11 +175,22 @@ class McpSession:
         return self.revision in MODERN_VERSIONS
 
     def start(self) -> dict[str, Any]:
-        """Start the server and learn its era (within ``ready_timeout``); what it said of itself."""
-        with self._lock:
-            return self._start(time.monotonic() + self.ready_timeout)
+        """Start the server and learn its era (within ``ready_timeout``, or the time left to the call that
+        starts it); what it said of itself."""
+        deadline = Deadline.of_call(self.ready_timeout, "its ready_timeout")
+        if not self._lock.acquire(timeout=deadline.left()):
+            raise ToolError(
+                f"{self.name}: the MCP server was not started: other calls held it past {deadline}.",
+                stderr=self.logs.text(last=30),
+            )
+        try:
+            self._deadline = deadline
+            return self._start(deadline)
+        finally:
+            self._deadline = None
+            self._lock.release()
 
-    def _start(self, deadline: float) -> dict[str, Any]:
+    def _start(self, deadline: Deadline) -> dict[str, Any]:
         if self.alive:
             return self.server
         self._spawn()
@@ -185,13 +201,13 @@ class McpSession:
                 return self.server
             self._legacy_start(deadline)
         except BaseException:
-            self.stop()
+            self._give_up()  # at once: the call that started it pays for no grace
             raise
         return self.server
 
     def _spawn(self) -> None:
         if self.process is not None:
-            self._stop_process()  # a dead one: reap it, close its pipes
+            self._stop_process(deadline=self._deadline)  # a dead one: reap it, close its pipes
         self._buffer = bytearray()
         argv, env, cwd, cleanup = self.launch() if self.launch else (self.argv, self.env, None, None)
         self._cleanup = cleanup
@@ -202,11 +218,11 @@ class McpSession:
             self._stop_process()
             raise
 
-    def _modern_start(self, deadline: float) -> bool:
+    def _modern_start(self, deadline: Deadline) -> bool:
         """Probe with ``server/discover``; True when the server is modern (and now known as such)."""
         known = self.modern
         # a server not known to be modern gets half the start's time to answer: a legacy one may stay silent
-        probe = deadline if known else time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
+        probe = deadline.at if known else time.monotonic() + deadline.left() / 2
         try:
             result = self._exchange("server/discover", self._stamp({}, LATEST_MODERN), probe, start=True)
         except _Refused as refused:
@@ -243,10 +259,10 @@ class McpSession:
                 stderr=self.logs.text(last=30),
             )
 
-    def _legacy_start(self, deadline: float) -> None:
+    def _legacy_start(self, deadline: Deadline) -> None:
         params = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
         try:
-            result = self._exchange("initialize", params, deadline, start=True)
+            result = self._exchange("initialize", params, deadline.at, start=True)
         except _Refused as refused:
             data = refused.data if isinstance(refused.data, Mapping) else {}
             modern = [v for v in MODERN_VERSIONS if v in (data.get("supported") or [])]
@@ -262,8 +278,8 @@ class McpSession:
             ) from None
         except _Silent:
             raise ToolError(
-                f"{self.name}: the MCP server answered neither server/discover nor initialize in the time its start "
-                f"had (at most its ready_timeout, {self.ready_timeout:g} s); it was stopped.",
+                f"{self.name}: the MCP server answered neither server/discover nor initialize within {deadline} "
+                "(the time its start had); it was stopped at once.",
                 stderr=self.logs.text(last=30),
             ) from None
         version = result.get("protocolVersion") if isinstance(result, Mapping) else None
@@ -273,7 +289,7 @@ class McpSession:
                 f"flakebot speaks {', '.join(SUPPORTED_VERSIONS)}.",
                 stderr=self.logs.text(last=30),
             )
-        self._notify("notifications/initialized", deadline=deadline)
+        self._notify("notifications/initialized", deadline=deadline.at)
         self.revision = str(version)
         self.server = dict(result)
 
@@ -288,18 +304,19 @@ class McpSession:
                 self.process = None
 
     def _give_up(self) -> None:
-        """Stop a server that did not answer in time, or floods: at once (SIGKILL; a hung one would sit on a
-        SIGTERM for the whole grace, and the call's timeout holds)."""
+        """Stop a server that did not answer in time, or floods, or failed to start: at once (SIGKILL, and what
+        holds its output; a hung one would sit on a SIGTERM for the whole grace), waiting no longer than the
+        call's time (:class:`~flakebot_magic.host.deadline.Deadline`) holds."""
         if self.process is not None:
             try:
-                self._stop_process(grace=0.0)
+                self._stop_process(deadline=self._deadline or Deadline(0.0))
             finally:
                 self.process = None
 
-    def _stop_process(self, grace: float = 1.0) -> int | None:
+    def _stop_process(self, grace: float = 1.0, deadline: Deadline | None = None) -> int | None:
         assert self.process is not None
         try:
-            return self.process.stop(grace=grace)
+            return self.process.stop(grace=grace, deadline=deadline)
         finally:
             cleanup, self._cleanup = self._cleanup, None
             if cleanup is not None:
@@ -311,12 +328,14 @@ class McpSession:
         """Send one request and wait for its answer, all within ``timeout`` seconds from now (the wait for earlier
         calls, a start or restart, the answer); start the server first when it is not running."""
         began = time.monotonic()
-        deadline = began + timeout
-        if not self._lock.acquire(timeout=max(0.0, timeout)):
+        call = Deadline.of_call(timeout)
+        deadline, timeout = call.at, call.limit
+        if not self._lock.acquire(timeout=call.left()):
             raise self._not_sent(method, timeout)
         try:
+            self._deadline = call
             waited = time.monotonic() - began
-            if waited >= timeout:  # its turn came as its time ran out: nothing was sent, nothing is stopped
+            if call.expired:  # its turn came as its time ran out: nothing was sent, nothing is stopped
                 raise self._not_sent(method, timeout)
             if not self.alive:
                 if self.process is not None:
@@ -324,11 +343,12 @@ class McpSession:
                     self.logs.append(
                         f"flakebot: restarting {self.name} (it exited with status {self.process.returncode})\n"
                     )
-                self._start(min(deadline, time.monotonic() + self.ready_timeout))
+                self._start(call.within(self.ready_timeout, "its ready_timeout"))
                 if self.on_restart is not None:
                     self.on_restart()
             return self._request(method, params, deadline, timeout, waited)
         finally:
+            self._deadline = None
             self._lock.release()
 
     def _not_sent(self, method: str, timeout: float) -> ToolError:
@@ -413,9 +433,9 @@ class McpSession:
                 if not retry:
                     return self._died(method, sent=False)
                 # it died before the request reached it: nothing ran, so sending again is safe
-                self.stop()
+                self._give_up()
                 self.restarts += 1
-                self._start(min(deadline, time.monotonic() + self.ready_timeout))
+                self._start((self._deadline or Deadline(0.0)).within(self.ready_timeout, "its ready_timeout"))
                 return self._request(method, params, deadline, timeout, waited, retry=False)
             result = self._answer(ident, method, deadline, timeout, waited=waited)
         except KeyboardInterrupt:
@@ -556,7 +576,7 @@ class McpSession:
 
     def _died(self, method: str, *, sent: bool) -> Any:
         assert self.process is not None
-        status = self._stop_process(grace=0.5)
+        status = self._stop_process(grace=0.5, deadline=self._deadline)
         tail = self.logs.text(last=20)
         when = "while answering" if sent else "before receiving"
         raise _Exited(

@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import subprocess
 import time
 
 from .process import CallProcess, kill_tree
+from .proctree import pipe_holders
 
 __all__ = ["OUTPUT_BYTES", "STDERR_BYTES", "Exchange", "Started", "stop_group"]
 
@@ -66,6 +68,8 @@ class Exchange:
         self.dropped = {"out": 0, "err": 0}
         self.stop_at_cap = stop_at_cap
         self.overflow = False
+        #: the program itself exited while its output was read (what it started may still hold the output open)
+        self.exited = False
 
     @property
     def stderr(self) -> bytes:
@@ -127,6 +131,7 @@ class Exchange:
                     raise subprocess.TimeoutExpired(proc.args, limit)
                 for fd, _ in watch.poll(remaining * 1000):
                     if fd == exit_fd:  # exited; what it left behind may still hold its pipes
+                        self.exited = True
                         watch.unregister(exit_fd)
                         waiting -= 1
                     elif fd == in_fd:
@@ -165,6 +170,21 @@ class Exchange:
         proc = self.proc
         if proc.poll() is None:
             proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+
+    def abandon(self) -> None:
+        """Give up on the run (its time ran out, or it was interrupted): SIGKILL its process group at once, and
+        whatever outside the group (a child in its own session) still holds its output pipes; reap it, close."""
+        proc = self.proc
+        pipes = set()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None and not stream.closed:
+                with contextlib.suppress(OSError, ValueError):
+                    pipes.add(os.fstat(stream.fileno()).st_ino)
+        stop_group(proc)
+        for pid in pipe_holders(pipes) if pipes else ():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.close()
 
     def close(self) -> None:
         """After a kill: reap the tool, close the pipes."""

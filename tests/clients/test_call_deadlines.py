@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kindtools import SLOW_SERVICE, script_service
+from kindtools import SLOW_SERVICE, at_once, script_service
 
 from flakebot_magic.clients.cli_tool import CliTool
 from flakebot_magic.clients.http import HttpTool
-from flakebot_magic.errors import ToolError
 
 LIMIT = 2.0
 BOUND = 1.5 * LIMIT
@@ -61,30 +59,7 @@ def service(tmp_path: Path) -> Iterator[Callable[..., HttpTool]]:
 
 
 def _at_once(call: Callable[[], Any], n: int = CALLS) -> list[tuple[float, str]]:
-    """``n`` calls at the same moment: (seconds each took, how it ended)."""
-    results: list[tuple[float, str]] = []
-    lock = threading.Lock()
-    gate = threading.Barrier(n)
-
-    def one() -> None:
-        gate.wait()
-        started = time.monotonic()
-        try:
-            outcome = f"answered {call()!r}"
-        except ToolError as exc:
-            outcome = f"failed: {str(exc).splitlines()[0]}"
-        except Exception as exc:  # anything else is a defect: shown in the assertion
-            outcome = f"RAISED {type(exc).__name__}: {exc}"
-        with lock:
-            results.append((time.monotonic() - started, outcome))
-
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert len(results) == n, f"{n - len(results)} calls never returned"
-    return results
+    return at_once(call, n)
 
 
 def _worst(results: list[tuple[float, str]]) -> float:
