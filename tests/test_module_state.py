@@ -27,6 +27,8 @@ ALLOWED: dict[str, str] = {
     "stages/deps.py:_FILLS": "the stub builds sealing a finished build's dependencies, one thread each, dropped "
     "once over (wait_for_fills); the process waits for them at exit",
     "stages/deps.py:_FILLS_LOCK": "guards _FILLS",
+    "host/deadline.py:_RUNNING": "a ContextVar: the deadline of the call running in this thread or task (each context "
+    "its own), set and reset around a call by Deadline.running",
     "edit/ratchet.py:_LONGEST_EMPTY": "a constant: the length of the longest empty body, computed once at import",
     "agent/notebook.py:_AGENTS": "notebook agents, one per kernel (weakly keyed: gone with it) and cache dir, bounded",
     "agent/notebook.py:_NO_SHELL": "the key of a plain interpreter's one 'kernel' (a sentinel, no state)",

@@ -33,7 +33,9 @@ COUNTS = counts_module.count()
 #: is checked where it is read); most others are objects of libraries without types (IPython's shell, a pretty
 #: printer, libc through ctypes, pygit2, matplotlib), the options table's keywords passed on (``**options``, checked
 #: by ``options.checked``) and a tool's own arguments (``*args``). ``python scripts/type_counts.py`` counts both.
-ANY_CEILING = 738
+#: The ceiling holds the others (327 after issue 38; 325 once a call's deadline wrapper took a ParamSpec): a JSON
+#: document's values are Any by what they are, and protocol code adds them honestly.
+ANY_CEILING = 325
 #: ``cache_dir`` parameters typed as a bare path where a ``CacheLayout`` is meant (38 before issue 38; the public
 #: keyword of ``build()``, ``load()``, ``search()``, ``call()``... takes a path from the person, rightly)
 CACHE_DIR_CEILING = 26
@@ -62,9 +64,10 @@ LONG_FUNCTIONS = {
 
 
 def test_any_in_signatures_does_not_grow() -> None:
-    assert COUNTS.any <= ANY_CEILING, (
-        f"{COUNTS.any} Any in signatures, over the ceiling of {ANY_CEILING}: name the type "
-        "(a dataclass, a Protocol, a TypedDict) instead of Any"
+    other = COUNTS.any - COUNTS.any_json
+    assert other <= ANY_CEILING, (
+        f"{other} Any in signatures that are no JSON document's values, over the ceiling of {ANY_CEILING}: name the "
+        "type (a dataclass, a Protocol, a TypedDict, a ParamSpec) instead of Any"
     )
 
 

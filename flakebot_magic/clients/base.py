@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from ..commands import typed
 from ..errors import ToolError
@@ -65,6 +65,9 @@ __all__ = [
 DEFAULT_KIND = "cli"
 DEFAULT_HEALTH = "/health"
 DEFAULT_READY_TIMEOUT = 10.0
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -503,11 +506,11 @@ class ToolClient:
         return {}, {"flakebot": provenance_of(self)}
 
 
-def _within(function: Callable[..., Any], deadline: Deadline) -> Callable[..., Any]:
+def _within(function: Callable[_P, _R], deadline: Deadline) -> Callable[_P, _R]:
     """``function``, called within ``deadline`` (a call whose lookup started the tool); its signature and doc kept."""
 
     @functools.wraps(function)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with deadline.running():
             return function(*args, **kwargs)
 
