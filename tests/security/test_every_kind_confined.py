@@ -24,6 +24,7 @@ could not be confined by a rule that was not the table's.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,9 @@ def test_the_control_an_unconfined_call_reaches_both(tmp_path: Path, host: Host,
     finally:
         hostile.close()
     assert "loopback reached" in said and "read canary-7f3a" in said, said
+    deadline = time.monotonic() + 10  # the listener's thread takes the connection the tool already made
+    while not host.connections and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert host.connections
 
 
