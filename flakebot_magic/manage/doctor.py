@@ -48,7 +48,7 @@ from ..config import Settings
 from ..errors import FlakebotError, StorageError
 from ..host.crashpoints import crash_point
 from ..host.entry import remedy, restore_modes, runnable_damage
-from ..host.fsutil import set_aside_non_file
+from ..host.fsutil import atomic_write, set_aside_non_file
 from ..host.git import Git, remove_stale_locks
 from ..host.locks import held_locks
 from ..host.process import ProcessRunner
@@ -307,7 +307,7 @@ def _tool(
             report.set_aside += [f"{record.name}: {line}" for line in _special_files_aside(git_dir)]
             head = git_dir / "HEAD"
             if not os.path.lexists(head) and re.fullmatch(r"[0-9a-f]{40}", record.commit):
-                head.write_text(f"{record.commit}\n")  # detached at the tool's build: git finds its repository
+                atomic_write(head, f"{record.commit}\n", root=workspace)  # detached at the tool's build
                 crash_point("doctor.head")
                 report.set_aside.append(
                     f"{record.name}: wrote {head} again, at the recorded commit {record.commit[:12]}"

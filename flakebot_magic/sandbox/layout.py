@@ -13,6 +13,7 @@ from collections.abc import Iterable
 __all__ = [
     "BUILD_DIR",
     "CANDIDATES_DIR",
+    "DEPS_DIR",
     "GIT_DIR",
     "NIX_RESULTS",
     "NOT_SOURCE",
@@ -30,6 +31,9 @@ GIT_DIR = ".git"
 BUILD_DIR = "target"
 #: where ``--candidates`` keeps each candidate's clone of the workspace (edit/forks.py)
 CANDIDATES_DIR = ".flakebot-candidates"
+#: the stub the flake's dependencies' derivation builds (stages/flake.py writes it beside flake.nix; source to nix,
+#: none to cargo)
+DEPS_DIR = "flakebot-deps"
 #: ``nix build``'s result links
 NIX_RESULTS = ("result", "result-*")
 #: directories of the workspace root that hold build outputs or candidates' clones

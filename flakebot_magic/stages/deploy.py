@@ -48,7 +48,7 @@ from ..host.locks import store_lock
 from ..host.storage import read_cache_json
 from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
-from ..sandbox.layout import SOURCE_PATHSPEC
+from ..sandbox.layout import DEPS_DIR, SOURCE_PATHSPEC
 
 __all__ = [
     "DAMAGED_PREFIX",
@@ -68,8 +68,9 @@ __all__ = [
 ]
 
 STORE_FORMAT = 1
-#: tracked files that do not change what cargo builds
-_NOT_BUILD_INPUTS = ("flake.nix", "flake.lock")
+#: tracked files and directories that do not change what cargo builds: the flake, and the stub its dependencies'
+#: derivation builds (a rebuild's workspace holds them in its proven commit, a first build's not yet)
+_NOT_BUILD_INPUTS = ("flake.nix", "flake.lock", DEPS_DIR)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def source_digest(git: Git, backend: str = "cargo") -> hashlib._Hash:
     listing = git("ls-tree", "-r", "--full-tree", "HEAD")
     for line in listing.splitlines():
         path = line.split("\t", 1)[-1]
-        if backend == "nix" or path not in _NOT_BUILD_INPUTS:
+        if backend == "nix" or not any(path == p or path.startswith(f"{p}/") for p in _NOT_BUILD_INPUTS):
             digest.update(line.encode() + b"\n")
     not_inputs = [f":(exclude){path}" for path in _NOT_BUILD_INPUTS]
     status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *not_inputs)

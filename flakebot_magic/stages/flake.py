@@ -44,7 +44,7 @@ from ..host.fsutil import atomic_write, load_toml, read_regular, real_dir
 from ..host.literals import nix_string
 from ..host.trees import Walk, remove_tree
 from ..sandbox.diagnostics import BINARY_NAME
-from ..sandbox.layout import NOT_WALKED
+from ..sandbox.layout import DEPS_DIR, NOT_WALKED
 from ..sandbox.stub import STUB_MARK, STUB_NAME, Stub, stub_of
 from ..untrusted import safe_line
 from .build import LINT_CAP
@@ -68,8 +68,6 @@ FLAKE_FILE = "flake.nix"
 LOCK_FILE = "flake.lock"
 #: bump when render_flake's output changes, so cached nix builds are not reused
 FLAKE_FORMAT = 3
-#: the directory of the stub the dependencies' derivation builds (beside flake.nix)
-DEPS_DIR = "flakebot-deps"
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
 
 #: top-level workspace entries left out of the package's ``src``: build

@@ -31,7 +31,7 @@ def test_a_contract_deploy_would_reject_is_a_problem_for_the_model(tmp_path: Pat
     manifest = tmp_path / "Cargo.toml"
     table = HEAD + '[package.metadata.flakebot]\nkind = "http"\nbin = "x"\n'
     manifest.write_text(table + 'health = "health"\n')
-    assert "must be a path starting with '/'" in workspace_contract(manifest)[1]
+    assert "must be a plain path starting with '/'" in workspace_contract(manifest)[1]
     manifest.write_text(table + "ready_timeout = 0\n")
     assert "must be a positive number of seconds" in workspace_contract(manifest)[1]
     manifest.write_text(table)

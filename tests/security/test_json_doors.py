@@ -33,7 +33,8 @@ from flakebot_magic.host.fsutil import MAX_JSON_DEPTH, load_json
 
 PACKAGE = Path(flakebot_magic.__file__).parent
 #: the one parser, the test doubles (a test's own scripts), and the suite author's hidden tests (trusted code)
-EXEMPT = ("host/fsutil.py", "testing/", "eval/suites/")
+#: the parser itself, the test doubles, and the unit cache's rustc wrapper (a stdlib-only script run in the sandbox)
+EXEMPT = ("host/fsutil.py", "testing/", "eval/suites/", "sandbox/unit_wrapper.py")
 
 
 def _json_parses(source: str) -> Iterator[str]:

@@ -153,6 +153,9 @@ RAW_WRITES = {
     ("registry/shared_index.py", "os.open O_CREAT"): "O_NOFOLLOW, the shared index's lock",
     ("sandbox/cargo.py", "os.open O_CREAT"): "O_EXCL | O_NOFOLLOW, the lock file bound writable",
     ("stages/deploy.py", "os.open O_CREAT"): "O_EXCL | O_NOFOLLOW, a binary into a fresh store entry",
+    ("stages/deps.py", "os.open O_CREAT"): "O_NOFOLLOW, a dependency set's lock in the private cache",
+    ("stages/deps.py", "open for writing"): "a stub build's log, appended beside its directory in the private cache",
+    ("sandbox/unit_wrapper.py", "open for writing"): "inside the sandbox, in a unit's private out-dir the wrapper made",
 }
 
 
