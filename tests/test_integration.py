@@ -42,8 +42,9 @@ def test_markdown_request_builds_pulldown_cmark_and_renders(settings: Settings) 
     assert md("# Hi") == "<h1>Hi</h1>\n"
     assert md("| a |\n|---|\n| 1 |", "--enable-tables").startswith("<table>")
     statuses = {e.stage: e.status for e in finished}
-    assert statuses["search"] == "done"
-    # either built now or earlier in this test run (the cache is shared with the notebooks)
+    # either built now or earlier in this test run (the cache is shared with the notebooks): a tool built for this
+    # name and request answers from its record, without a search
+    assert statuses["search"] in ("done", "cached")
     assert statuses["deploy"] in ("done", "cached")
     workspace = settings.cache.workspaces / "md"
     log = subprocess.run(["git", "log", "--format=%s", "--all"], cwd=workspace, capture_output=True, text=True).stdout
