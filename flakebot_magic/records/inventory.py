@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import closing, contextmanager
@@ -285,23 +286,41 @@ class Inventory:
 
     def _connect(self) -> sqlite3.Connection:
         self.dir.mkdir(parents=True, exist_ok=True)
-        fresh = not self.path.exists()
-        if fresh:
-            # it holds http tools' tokens: this user's only (SQLite gives -wal and -shm the same mode)
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        created = not self.path.exists() and self._create()
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
         try:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-            if fresh or db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
             db.executescript(_SCHEMA)
-            if fresh:
+            if created:
                 self._import_json(db)
         except BaseException:
             db.close()
             raise
         return db
+
+    def _create(self) -> bool:
+        """A fresh database put in place whole: made beside its name (WAL mode, the schema), then linked to it, so
+        a reader or a second writer (another build's thread or process) never meets a half-made one. True when
+        this call's is the one in place (it then moves old records in); False when another was first."""
+        tmp = self.dir / f".{DB_NAME}.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
+        # it holds http tools' tokens: this user's only (SQLite gives -wal and -shm the same mode)
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
+        try:
+            with closing(sqlite3.connect(tmp, isolation_level=None)) as db:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.executescript(_SCHEMA)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return False
+            fsync_dir(self.dir)
+            return True
+        finally:
+            for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                leftover.unlink(missing_ok=True)
 
     def _open_read_only(self, *, immutable: bool = False) -> sqlite3.Connection:
         """A connection that never writes; ``immutable``: the database file alone (no -wal, no -shm, no locks)."""

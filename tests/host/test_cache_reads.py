@@ -30,8 +30,8 @@ SCANNED = [PACKAGE / "host" / "storage.py", *sorted((PACKAGE / "records").glob("
            *sorted((PACKAGE / "manage").glob("*.py")), PACKAGE / "pipeline" / "team.py"]  # fmt: skip
 #: (module, line text) that may open a file another way, and why
 ALLOWED = {
-    # the registry's SQLite file is made empty for sqlite3 to open: a write, not a read
-    ("records/inventory.py", "os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))"),
+    # a fresh inventory is made beside its name (O_EXCL, O_NOFOLLOW), then linked: a write, not a read
+    ("records/inventory.py", "os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))"),
     # a new edit session's journal is created (O_CREAT | O_EXCL | O_NOFOLLOW, append only): a write, not a read
     ("records/journal.py", "fd = os.open("),
     # the unit store's objects (and the files it seals) are streamed in 1 MiB chunks, hashed as they are read,

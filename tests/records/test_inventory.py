@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -295,3 +296,32 @@ def test_stand_in_leaves_what_it_is_not_told_empty() -> None:
         "",
         "ready",
     )
+
+
+def _at_once(tools: Path, errors: list[BaseException], start: threading.Barrier, write: bool) -> None:
+    try:
+        start.wait()
+        if write:
+            Inventory(tools)._connect().close()
+        else:
+            for _ in range(20):
+                Inventory(tools).all()
+    except BaseException as exc:  # any error at all is the failure
+        errors.append(exc)
+
+
+def test_a_fresh_inventory_made_by_many_at_once_is_whole_to_every_reader(tmp_path: Path) -> None:
+    """Two builds' threads in a fresh cache: one makes the database while the other reads it (a half-made one was
+    'damaged'). It is made beside its name and linked whole; the other writers use it, readers see it whole."""
+    for attempt in range(25):
+        tools = tmp_path / f"cache{attempt}" / "tools"
+        errors: list[BaseException] = []
+        start = threading.Barrier(8)
+        threads = [threading.Thread(target=_at_once, args=(tools, errors, start, n % 2 == 1)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == [], errors
+        assert sorted(p.name for p in tools.iterdir() if p.name.endswith(".tmp")) == []  # no half-made one left
+        assert (tools / DB_NAME).stat().st_mode & 0o777 == 0o600
