@@ -379,74 +379,56 @@ class DependencyCache:
     ) -> list[tuple[str, str]]:
         """Build the stub with every usable sealed unit copied in, seal what it compiled; the set's units. The
         stub's directory (and its sandbox's) is scratch: gone once this is over, whatever happened."""
-        stub_dir = self.store.stubs / f"{set_key[:32]}"
-        try:
-            return self._stub_build_in(stub_dir, plan, build, set_key, cargo, timeout, on_line, nice, done)
-        finally:
-            remove_tree(stub_dir, ignore_errors=True)
-            remove_tree(stub_dir.parent / SANDBOX_DIR / stub_dir.name, ignore_errors=True)
+        with _scratch(self.store.stubs / set_key[:32]) as stub_dir:
+            stub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target = stub_dir / "target"
+            remove_tree(target, ignore_errors=True)
+            target.mkdir(mode=0o700)
+            for relative, data in plan.stub.files.items():
+                path = stub_dir / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data, mode=0o644, root=stub_dir)
+            keys = {pid: self.key(plan, build, pid) for pid in plan.packages}
+            sealed: dict[str, tuple[str, str]] = {}
+            for key in {k for k in keys.values() if k is not None}:
+                for record in self.store.find(key):
+                    if self.usable(plan, record) and self.store.copy_out(record, target, build.profile_dir):
+                        sealed[record.unit] = (key, record.unit)
+            read_only, env = self._confinement()
+            stub_cargo = cargo.confined_to(Sandbox(stub_dir, read_only=read_only))
+            env |= {**build.env, "CARGO_TARGET_DIR": str(target)}
+            done.stub_ran = True
+            # what the stub's cargo said, kept beside it (a fill after a build has no run log): `clean` removes it
+            with open(stub_dir.with_suffix(".log"), "a", encoding="utf-8", errors="replace") as kept:
 
-    def _stub_build_in(
-        self,
-        stub_dir: Path,
-        plan: Plan,
-        build: DepsBuild,
-        set_key: str,
-        cargo: Cargo,
-        timeout: float,
-        on_line: Callable[[str, str], None] | None,
-        nice: int,
-        done: Provided,
-    ) -> list[tuple[str, str]]:
-        stub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        target = stub_dir / "target"
-        remove_tree(target, ignore_errors=True)
-        target.mkdir(mode=0o700)
-        for relative, data in plan.stub.files.items():
-            path = stub_dir / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data, mode=0o644, root=stub_dir)
-        keys = {pid: self.key(plan, build, pid) for pid in plan.packages}
-        sealed: dict[str, tuple[str, str]] = {}
-        for key in {k for k in keys.values() if k is not None}:
-            for record in self.store.find(key):
-                if self.usable(plan, record) and self.store.copy_out(record, target, build.profile_dir):
-                    sealed[record.unit] = (key, record.unit)
-        read_only, env = self._confinement()
-        stub_cargo = cargo.confined_to(Sandbox(stub_dir, read_only=read_only))
-        env |= {**build.env, "CARGO_TARGET_DIR": str(target)}
-        done.stub_ran = True
-        # what the stub's cargo said, kept beside it (a fill after a build has no run log): `clean` removes it
-        with open(stub_dir.with_suffix(".log"), "a", encoding="utf-8", errors="replace") as kept:
+                def said(stream: str, line: str) -> None:
+                    if not line.startswith("{"):
+                        kept.write(line + "\n")
+                    if on_line is not None:
+                        on_line(stream, line)
 
-            def said(stream: str, line: str) -> None:
-                if not line.startswith("{"):
-                    kept.write(line + "\n")
-                if on_line is not None:
-                    on_line(stream, line)
-
-            ran = stub_cargo.run(*build.args, cwd=stub_dir, timeout=timeout, on_line=said, env=env, nice=nice)
-        if ran.returncode != 0:
-            tail = "; ".join(line for line in ran.stderr.strip().splitlines()[-3:])
-            raise _Unavailable(f"the stub build of the dependencies failed ({tail[:300]})")
-        # cargo has exited and the sandbox's processes are gone: what the stub built can be sealed
-        units = _built_units(ran.stdout, target / build.profile_dir, plan)
-        writers = None if self.mode == CONFINED or naive() else sorted(plan.writers)
-        used: list[tuple[str, str]] = []
-        for unit, (package, fresh) in units.items():
-            unit_key = keys.get(package)
-            if unit_key is None:
-                continue
-            if fresh and unit in sealed:
-                used.append(sealed[unit])
-                continue
-            if self.store.seal(target / build.profile_dir, unit, package, unit_key, writers) is not None:
-                used.append((unit_key, unit))
-                done.compiled += not fresh
-        if len(used) == len(units):
-            self.store.remember_set(set_key, used)
-        remove_tree(target, ignore_errors=True)
-        return used
+                ran = stub_cargo.run(*build.args, cwd=stub_dir, timeout=timeout, on_line=said, env=env, nice=nice)
+            if ran.returncode != 0:
+                tail = "; ".join(line for line in ran.stderr.strip().splitlines()[-3:])
+                raise _Unavailable(f"the stub build of the dependencies failed ({tail[:300]})")
+            # cargo has exited and the sandbox's processes are gone: what the stub built can be sealed
+            units = _built_units(ran.stdout, target / build.profile_dir, plan)
+            writers = None if self.mode == CONFINED or naive() else sorted(plan.writers)
+            used: list[tuple[str, str]] = []
+            for unit, (package, fresh) in units.items():
+                unit_key = keys.get(package)
+                if unit_key is None:
+                    continue
+                if fresh and unit in sealed:
+                    used.append(sealed[unit])
+                    continue
+                if self.store.seal(target / build.profile_dir, unit, package, unit_key, writers) is not None:
+                    used.append((unit_key, unit))
+                    done.compiled += not fresh
+            if len(used) == len(units):
+                self.store.remember_set(set_key, used)
+            remove_tree(target, ignore_errors=True)
+            return used
 
     def _confinement(self) -> tuple[list[Path], dict[str, str]]:
         """What the stub's sandbox shows read-only, and its environment: the unit wrapper when confined."""
@@ -517,6 +499,16 @@ def _listdir(path: Path) -> list[str]:
         return [name for name in os.listdir(path) if UNIT_NAME.fullmatch(name)]
     except OSError:
         return []
+
+
+@contextmanager
+def _scratch(stub_dir: Path) -> Iterator[Path]:
+    """``stub_dir`` for the ``with`` block, then gone with its sandbox's directory, whatever happened."""
+    try:
+        yield stub_dir
+    finally:
+        remove_tree(stub_dir, ignore_errors=True)
+        remove_tree(stub_dir.parent / SANDBOX_DIR / stub_dir.name, ignore_errors=True)
 
 
 @contextmanager
